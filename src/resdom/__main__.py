@@ -1,0 +1,3 @@
+from resdom.cli.main import app
+
+app()

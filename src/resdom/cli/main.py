@@ -1,0 +1,51 @@
+"""``resdom`` entry point: user mistakes (ResdomError) become one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from resdom.errors import ResdomError
+
+_typer_app = typer.Typer(
+    name="resdom",
+    help="Train causal self-attention recommenders and diagnose their last-item reliance.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@_typer_app.callback()
+def _main() -> None:
+    """resdom: why causal self-attention recommenders lean on the last item (residual dominance)."""
+
+
+@_typer_app.command()
+def version() -> None:
+    """Print resdom's version and its main dependencies' versions."""
+    import torch
+
+    import resdom
+
+    typer.echo(f"resdom {resdom.__version__} (torch {torch.__version__})")
+
+
+def _register() -> None:
+    from resdom.cli import data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, train_cmd
+
+    for module in (data_cmd, train_cmd, diagnose_cmd, pipeline_cmd, import_cmd):
+        module.register(_typer_app)
+
+
+_register()
+
+
+def app() -> None:
+    """Run the CLI; a ResdomError exits 2 with its one-line message, never a traceback."""
+    try:
+        _typer_app()
+    except ResdomError as e:
+        typer.secho(f"error: {e}", err=True, fg="red")
+        sys.exit(2)

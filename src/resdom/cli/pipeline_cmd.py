@@ -1,0 +1,7 @@
+"""Placeholder: commands are added by their issue."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

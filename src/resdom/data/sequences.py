@@ -1,0 +1,176 @@
+"""The one internal form of user sequences, and of a prepared, split data set.
+
+Sequences are stored in CSR form: ``items[offsets[u]:offsets[u+1]]`` are user ``u``'s item ids, oldest
+first, ids in 1..n_items (0 is padding and never stored). Timestamps, when the source has them, are
+aligned with ``items``. A split data set (``SplitData``) is what models, training, evaluation and
+diagnostics consume; it saves to a directory as ``arrays.npz`` (no pickles) plus ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_bytes, atomic_write_text
+
+
+@dataclass
+class Sequences:
+    """Variable-length integer sequences in CSR form.
+
+    offsets: int64 (n + 1,), non-decreasing, offsets[0] == 0.
+    items:   int64 (offsets[-1],), item ids >= 1.
+    times:   int64 (offsets[-1],) Unix seconds, or None.
+    users:   int64 (n,) user index of each sequence (into the data set's user list).
+    """
+
+    offsets: np.ndarray
+    items: np.ndarray
+    times: np.ndarray | None = None
+    users: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.offsets = np.asarray(self.offsets, dtype=np.int64)
+        self.items = np.asarray(self.items, dtype=np.int64)
+        if self.times is not None:
+            self.times = np.asarray(self.times, dtype=np.int64)
+        if self.users is None:
+            self.users = np.arange(len(self.offsets) - 1, dtype=np.int64)
+        else:
+            self.users = np.asarray(self.users, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int64 (n,): number of items per sequence."""
+        return np.diff(self.offsets)
+
+    def sequence(self, i: int) -> np.ndarray:
+        return self.items[self.offsets[i] : self.offsets[i + 1]]
+
+    @classmethod
+    def from_lists(cls, seqs: list[list[int]], users: np.ndarray | None = None) -> Sequences:
+        """Build from Python lists (tests and small examples)."""
+        lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        items = np.array([x for s in seqs for x in s], dtype=np.int64)
+        return cls(offsets, items, None, users)
+
+    def to_lists(self) -> list[list[int]]:
+        return [self.sequence(i).tolist() for i in range(len(self))]
+
+    def take(self, index: np.ndarray) -> Sequences:
+        """The sequences at ``index`` (int array), in that order."""
+        index = np.asarray(index, dtype=np.int64)
+        starts, ends = self.offsets[index], self.offsets[index + 1]
+        lengths = ends - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = _ranges(starts, lengths)
+        times = self.times[flat] if self.times is not None else None
+        return Sequences(offsets, self.items[flat], times, self.users[index])
+
+    def padded(self, max_len: int, index: np.ndarray | None = None) -> np.ndarray:
+        """int64 (n, L) left-padded matrix of the last ``min(len, max_len)`` items, last item at column L-1.
+
+        L = min(max_len, longest selected sequence) (at least 1): batches are trimmed to their longest
+        real sequence. ``index`` selects sequences (default all).
+        """
+        if index is None:
+            index = np.arange(len(self), dtype=np.int64)
+        ends = self.offsets[index + 1]
+        lengths = np.minimum(ends - self.offsets[index], max_len)
+        width = max(1, int(lengths.max(initial=0)))
+        cols = np.arange(width) - width  # -width .. -1
+        pos = ends[:, None] + cols[None, :]
+        valid = cols[None, :] >= -lengths[:, None]
+        out = np.zeros((len(index), width), dtype=np.int64)
+        out[valid] = self.items[pos[valid]]
+        return out
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), vectorised."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offs = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    return np.repeat(starts - offs, lengths) + np.arange(total, dtype=np.int64)
+
+
+@dataclass
+class EvalSet:
+    """Evaluation examples: input sequence ``inputs[i]`` and the single target item ``targets[i]``."""
+
+    inputs: Sequences
+    targets: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.targets = np.asarray(self.targets, dtype=np.int64)
+        if len(self.targets) != len(self.inputs):
+            raise ValueError("EvalSet: one target per input sequence")
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+
+@dataclass
+class SplitData:
+    """A prepared, split data set: training sequences, validation and test examples, and its manifest.
+
+    ``n_items`` is the number of real items (ids 1..n_items). ``manifest`` is plain JSON data
+    (protocol, thresholds, counts, preprocessing, source hashes).
+    """
+
+    train: Sequences
+    valid: EvalSet
+    test: EvalSet
+    n_items: int
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``arrays.npz`` and ``manifest.json`` into ``directory`` (atomically, file by file)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {"n_items": np.array(self.n_items)}
+        for name, seqs in (("train", self.train), ("valid", self.valid.inputs), ("test", self.test.inputs)):
+            arrays[f"{name}_offsets"] = seqs.offsets
+            arrays[f"{name}_items"] = seqs.items
+            arrays[f"{name}_users"] = seqs.users
+            if seqs.times is not None:
+                arrays[f"{name}_times"] = seqs.times
+        arrays["valid_targets"] = self.valid.targets
+        arrays["test_targets"] = self.test.targets
+        import io
+
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        atomic_write_bytes(directory / "arrays.npz", buf.getvalue())
+        atomic_write_text(directory / "manifest.json", json.dumps(self.manifest, indent=2, sort_keys=True))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> SplitData:
+        directory = Path(directory)
+        path = directory / "arrays.npz"
+        if not path.exists():
+            raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json)")
+        with np.load(path, allow_pickle=False) as z:
+            a = {k: z[k] for k in z.files}
+
+        def seqs(name: str) -> Sequences:
+            return Sequences(a[f"{name}_offsets"], a[f"{name}_items"], a.get(f"{name}_times"), a[f"{name}_users"])
+
+        manifest = json.loads((directory / "manifest.json").read_text())
+        return cls(
+            train=seqs("train"),
+            valid=EvalSet(seqs("valid"), a["valid_targets"]),
+            test=EvalSet(seqs("test"), a["test_targets"]),
+            n_items=int(a["n_items"]),
+            manifest=manifest,
+        )

@@ -1,0 +1,1 @@
+"""Full-ranking evaluation (SPEC section 3)."""

@@ -1,0 +1,113 @@
+"""Shared parts of the causal self-attention recommenders: embeddings, tied output, the encoder stack."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from resdom.models.block import AttentionBlock, causal_mask_bias
+from resdom.models.config import ModelConfig
+
+
+@dataclass
+class TrainBatch:
+    """One training batch. All tensors int64, inputs left-padded with 0.
+
+    items:     (B, L) input sequences.
+    targets:   (B, L) next item at each position (0 = no target) for ``ce_all`` / ``bce``;
+               (B,) the item after the sequence for ``ce_last``.
+    negatives: same shape as targets, one sampled negative per target (``bce`` only).
+    sup_items: (B, L2) for DuoRec's supervised view: another training input with the same target.
+    """
+
+    items: torch.Tensor
+    targets: torch.Tensor
+    negatives: torch.Tensor | None = None
+    sup_items: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return TrainBatch(move(self.items), move(self.targets), move(self.negatives), move(self.sup_items))
+
+
+class SequentialRecommender(nn.Module):
+    """Embeddings -> blocks -> (final LN). Subclasses may override ``make_block`` and ``auxiliary_loss``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.n_items < 1:
+            raise ValueError("ModelConfig.n_items must be set from the data (>= 1)")
+        self.cfg = cfg
+        self.n_items, self.max_len = cfg.n_items, cfg.max_len
+        self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.hidden)
+        self.emb_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.emb_dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
+        self.final_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps) if cfg.final_ln else None
+        self.apply(self._init_weights)
+
+    def make_block(self, cfg: ModelConfig) -> nn.Module:
+        return AttentionBlock(cfg)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # SPEC 6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def position_ids(self, items: torch.Tensor) -> torch.Tensor:
+        """(B, L) position ids for a left-padded batch (see ModelConfig.positions)."""
+        L = items.shape[1]
+        cols = torch.arange(L, device=items.device)
+        if self.cfg.positions == "from_end":
+            return (cols + (self.max_len - L)).expand_as(items)
+        lengths = (items > 0).sum(1, keepdim=True)
+        return (cols[None, :] - (L - lengths)).clamp(min=0)
+
+    def embed(self, items: torch.Tensor) -> torch.Tensor:
+        """items (B, L) -> input states (B, L, d)."""
+        e = self.item_emb(items)
+        if self.cfg.emb_scale:
+            e = e * math.sqrt(self.cfg.hidden)
+        x = e + self.pos_emb(self.position_ids(items))
+        if self.cfg.embedding == "ln_dropout":
+            return self.emb_dropout(self.emb_ln(x))
+        if self.cfg.embedding == "dropout_ln":
+            return self.emb_ln(self.emb_dropout(x))
+        return self.emb_dropout(x)
+
+    def encode(self, items: torch.Tensor) -> torch.Tensor:
+        """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d)."""
+        if items.shape[1] > self.max_len:
+            items = items[:, -self.max_len :]
+        mask_bias = causal_mask_bias(items)
+        h = self.embed(items)
+        for block in self.blocks:
+            h = block(h, mask_bias)
+        return self.final_ln(h) if self.final_ln is not None else h
+
+    def forward(self, items: torch.Tensor) -> torch.Tensor:
+        return self.encode(items)
+
+    def item_embeddings(self) -> torch.Tensor:
+        """(n_items + 1, d): the tied output layer; scores = hidden @ item_embeddings().T."""
+        return self.item_emb.weight
+
+    def attention_blocks(self) -> Sequence[nn.Module]:
+        return list(self.blocks)
+
+    def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor | None:
+        """Extra training loss beyond the objective (DuoRec's InfoNCE); hidden is encode(batch.items)."""
+        return None

@@ -1,0 +1,168 @@
+"""The causal self-attention block (SPEC section 2) and its named internals.
+
+Post-LN (default)::
+
+    A  = MHA(X)
+    Z  = alpha * X + Dropout(A)          # alpha: residual scale, 1 while training
+    H1 = LayerNorm(Z)
+    H2 = LayerNorm(H1 + Dropout(FFN(H1)))
+
+Pre-LN: ``Z = alpha * X + Dropout(MHA(LN(X)))``, ``H1 = Z``, ``H2 = H1 + Dropout(FFN(LN(H1)))``.
+
+Diagnostics read a block only through ``BlockRecord`` (what one forward pass computed, by name) and the
+``alpha`` attribute; see ``resdom.models.interface``. Recording is off by default and then costs one
+attribute check per block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from resdom.models.config import ModelConfig
+
+MASK_VALUE = -10000.0  # additive mask as in BSARec's code: (1 - m) * -10000
+
+
+@dataclass
+class BlockRecord:
+    """What one attention sub-layer computed in one forward pass, by name.
+
+    Shapes: B batch, H heads, L positions, d hidden.
+      x:            (B, L, d) residual input X of the block.
+      attn_in:      (B, L, d) what attention read: X (post-LN) or LN(X) (pre-LN).
+      attn_weights: (B, H, L, L) a^h_ij (rows i query, columns j key), before dropout.
+      head_values:  (B, H, L, d) f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, b_O excluded.
+      out_bias:     (d,) b_O.
+      attn_out:     (B, L, d) MHA output A (with b_O), before dropout.
+      alpha:        residual scale used in this pass.
+      z:            (B, L, d) the pre-LN sum alpha * X + A.
+      ln_weight, ln_bias, ln_eps: the LayerNorm applied to Z (post-LN); None for pre-LN.
+      sublayer_out: (B, L, d) H1, the attention sub-layer's output (for BSARec the mixed output).
+      branch_scale: factor on the attention branch in H1 (BSARec: 1 - a; otherwise 1).
+      freq_out:     (B, L, d) BSARec's frequency-branch contribution a * DSP; None otherwise.
+      norm_first:   True for pre-LN blocks (no +LN stage).
+    """
+
+    x: torch.Tensor
+    attn_in: torch.Tensor
+    attn_weights: torch.Tensor
+    head_values: torch.Tensor
+    out_bias: torch.Tensor
+    attn_out: torch.Tensor
+    alpha: float
+    z: torch.Tensor
+    ln_weight: torch.Tensor | None
+    ln_bias: torch.Tensor | None
+    ln_eps: float | None
+    sublayer_out: torch.Tensor
+    branch_scale: float = 1.0
+    freq_out: torch.Tensor | None = None
+    norm_first: bool = False
+
+
+def causal_mask_bias(items: torch.Tensor) -> torch.Tensor:
+    """(B, 1, L, L) additive mask: 0 where key j <= query i and key j is a real item, else -10000."""
+    L = items.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
+    allowed = causal[None, None] & (items > 0)[:, None, None, :]
+    return (~allowed).to(torch.float32) * MASK_VALUE
+
+
+class MultiHeadAttention(nn.Module):
+    """``MHA(X)_i = sum_h sum_j a^h_ij (x_j W_V^h + b_V^h) W_O^h + b_O`` with scaled dot-product weights."""
+
+    def __init__(self, hidden: int, heads: int, attn_dropout: float) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.attn_dropout = attn_dropout
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:
+        B, L, _ = t.shape
+        return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, dh)
+
+    def forward(
+        self, x: torch.Tensor, mask_bias: torch.Tensor, record: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """x (B, L, d), mask_bias (B, 1, L, L) -> (A (B, L, d), weights (B,H,L,L) | None, f^h (B,H,L,d) | None)."""
+        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        p = self.attn_dropout if self.training else 0.0
+        if not record:
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_bias.to(q.dtype), dropout_p=p)
+            return self.out(ctx.transpose(1, 2).flatten(2)), None, None
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + mask_bias.to(q.dtype)
+        weights = scores.softmax(-1)
+        ctx = F.dropout(weights, p, self.training) @ v
+        out = self.out(ctx.transpose(1, 2).flatten(2))
+        # W_O^h: columns h*dh:(h+1)*dh of out.weight, as (H, dh, d)
+        w_o = self.out.weight.T.reshape(self.heads, self.head_dim, -1)
+        head_values = torch.einsum("bhjk,hkd->bhjd", v, w_o)
+        return out, weights, head_values
+
+
+class FeedForward(nn.Module):
+    """Linear(d, inner) -> GELU (exact, erf) or ReLU -> Linear(inner, d)."""
+
+    def __init__(self, hidden: int, inner: int, activation: str) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(hidden, inner), nn.Linear(inner, hidden)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class AttentionBlock(nn.Module):
+    """One transformer block with a settable residual scale ``alpha`` on the attention sub-layer."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm_first = cfg.norm_first
+        self.attention = MultiHeadAttention(cfg.hidden, cfg.heads, cfg.attn_dropout)
+        self.attn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation)
+        self.ffn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.alpha = 1.0  # residual scale; used only in eval mode (SPEC 2)
+        self.recording: list[BlockRecord] | None = None  # set by interface.record()
+
+    def effective_alpha(self) -> float:
+        return 1.0 if self.training else self.alpha
+
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        """H1 from X (B, L, d); appends a BlockRecord when recording."""
+        record = self.recording is not None
+        attn_in = self.attn_ln(x) if self.norm_first else x
+        a, weights, head_values = self.attention(attn_in, mask_bias, record)
+        alpha = self.effective_alpha()
+        z = alpha * x + self.dropout(a)  # the residual connection
+        h1 = z if self.norm_first else self.attn_ln(z)
+        if record:
+            self.recording.append(
+                BlockRecord(
+                    x=x, attn_in=attn_in, attn_weights=weights, head_values=head_values,
+                    out_bias=self.attention.out.bias, attn_out=a, alpha=alpha, z=z,
+                    ln_weight=None if self.norm_first else self.attn_ln.weight,
+                    ln_bias=None if self.norm_first else self.attn_ln.bias,
+                    ln_eps=None if self.norm_first else self.attn_ln.eps,
+                    sublayer_out=h1, norm_first=self.norm_first,
+                )
+            )
+        return h1
+
+    def ffn_sublayer(self, h1: torch.Tensor) -> torch.Tensor:
+        if self.norm_first:
+            return h1 + self.dropout(self.ffn(self.ffn_ln(h1)))
+        return self.ffn_ln(h1 + self.dropout(self.ffn(h1)))
+
+    def forward(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        """x (B, L, d), mask_bias (B, 1, L, L) -> (B, L, d)."""
+        return self.ffn_sublayer(self.attention_sublayer(x, mask_bias))

@@ -1,0 +1,100 @@
+"""Typed, validated model configuration (SPEC section 2). Round-trips to plain data via ``model_dump``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from resdom.errors import ResdomError
+
+ModelName = Literal["sasrec", "duorec", "bsarec"]
+
+# BSARec per-data-set presets (SPEC 2 and 6): (a, c, heads, lr).
+BSAREC_PRESETS: dict[str, dict[str, float | int]] = {
+    "beauty": {"bsa_a": 0.7, "bsa_c": 5, "heads": 1},
+    "sports": {"bsa_a": 0.3, "bsa_c": 5, "heads": 1},
+    "toys": {"bsa_a": 0.7, "bsa_c": 3, "heads": 1},
+    "yelp": {"bsa_a": 0.7, "bsa_c": 3, "heads": 1},
+    "lastfm": {"bsa_a": 0.9, "bsa_c": 3, "heads": 1},
+    "ml-1m": {"bsa_a": 0.3, "bsa_c": 9, "heads": 1},
+}
+
+
+class ModelConfig(BaseModel):
+    """Architecture of a causal self-attention recommender.
+
+    Defaults follow BSARec's code base (SPEC 6): ``Dropout(LayerNorm(E + P))`` input, post-LN blocks,
+    FFN 4d GELU, LayerNorm eps 1e-12, positions counted from the right (left padding). The reference
+    paper's code is ``embedding="dropout_ln", emb_scale=True, ln_eps=1e-8, inner_mult=1,
+    activation="relu", positions="from_start"``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: ModelName = "sasrec"
+    n_items: int = Field(0, ge=0, description="number of real items (ids 1..n_items); set from the data")
+    max_len: int = Field(50, ge=1)
+    hidden: int = Field(64, ge=1)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(2, ge=1)
+    dropout: float = Field(0.5, ge=0.0, lt=1.0, description="hidden dropout")
+    attn_dropout: float = Field(0.5, ge=0.0, lt=1.0, description="attention-probability dropout")
+    inner_mult: int = Field(4, ge=1, description="FFN inner size = inner_mult * hidden")
+    activation: Literal["gelu", "relu"] = "gelu"
+    norm_first: bool = Field(False, description="pre-LN blocks (X + MHA(LN(X))) instead of post-LN")
+    emb_scale: bool = Field(False, description="multiply item embeddings by sqrt(hidden)")
+    embedding: Literal["ln_dropout", "dropout_ln", "dropout"] = Field(
+        "ln_dropout", description="input: Dropout(LN(E+P)) (BSARec), LN(Dropout(E+P)) (reference), Dropout(E+P)"
+    )
+    final_ln: bool = False
+    ln_eps: float = Field(1e-12, gt=0.0)
+    positions: Literal["from_end", "from_start"] = Field(
+        "from_end",
+        description="position ids: from_end = BSARec's left padding (last item at position max_len-1); "
+        "from_start = right padding (first item at position 0)",
+    )
+    init_std: float = Field(0.02, gt=0.0)
+    # DuoRec (SPEC 2)
+    duorec_tau: float = Field(1.0, gt=0.0)
+    duorec_lambda: float = Field(0.1, ge=0.0)
+    duorec_views: Literal["unsup", "sup", "both"] = "unsup"
+    # BSARec (SPEC 2)
+    bsa_a: float = Field(0.9, ge=0.0, le=1.0)
+    bsa_c: int = Field(3, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.name == "bsarec" and self.norm_first:
+            raise ValueError("bsarec is post-LN only (norm_first must be false)")
+        return self
+
+    @property
+    def inner(self) -> int:
+        return self.inner_mult * self.hidden
+
+
+def make_model_config(**values: object) -> ModelConfig:
+    """Validate ``values`` into a ModelConfig; a bad field becomes a ResdomError naming it."""
+    from pydantic import ValidationError
+
+    try:
+        return ModelConfig(**values)
+    except ValidationError as e:
+        raise ResdomError(format_validation_error(e, "model")) from None
+
+
+def format_validation_error(e: Exception, section: str) -> str:
+    """One line per bad field: ``section.field: message (got value)``."""
+    from pydantic import ValidationError
+
+    if not isinstance(e, ValidationError):
+        return str(e)
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        parts.append(f"{section}.{loc}: {err['msg']}{got}")
+    return "invalid config: " + "; ".join(parts)
