@@ -41,6 +41,7 @@ class ModelConfig(BaseModel):
     dropout: float = Field(0.5, ge=0.0, lt=1.0, description="hidden dropout")
     attn_dropout: float = Field(0.5, ge=0.0, lt=1.0, description="attention-probability dropout")
     inner_mult: int = Field(4, ge=1, description="FFN inner size = inner_mult * hidden")
+    inner_size: int | None = Field(None, ge=1, description="explicit FFN inner size (overrides inner_mult)")
     activation: Literal["gelu", "relu"] = "gelu"
     norm_first: bool = Field(False, description="pre-LN blocks (X + MHA(LN(X))) instead of post-LN")
     emb_scale: bool = Field(False, description="multiply item embeddings by sqrt(hidden)")
@@ -73,7 +74,7 @@ class ModelConfig(BaseModel):
 
     @property
     def inner(self) -> int:
-        return self.inner_mult * self.hidden
+        return self.inner_size if self.inner_size is not None else self.inner_mult * self.hidden
 
 
 def make_model_config(**values: object) -> ModelConfig:
