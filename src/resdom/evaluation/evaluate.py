@@ -1,0 +1,121 @@
+"""The full-ranking evaluation loop (SPEC section 3).
+
+Each user's prediction is read at the last column of the left-padded input (``encode(items)[:, -1]``) and
+scored against every item; ranks are 0-based and pessimistic (``ranking.py``). With ``filter_seen`` every
+item of the user's whole input sequence (not only the last ``max_len`` the model reads, as BSARec's code
+does) scores -inf, so a target that is in its own input is a miss. Users are processed in chunks whose
+(users x items) score matrix stays within ``ranking.SCORE_BUDGET``. Under ``torch.distributed`` with more
+than one process, users are sharded ``index[rank::world]`` and the ranks gathered, so every process returns
+the metrics of the whole set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn import parallel as nn_parallel
+
+from resdom.data.sequences import EvalSet
+from resdom.evaluation.batches import iter_eval_batches
+from resdom.evaluation.ranking import KS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+
+
+@dataclass
+class EvalResult:
+    """metrics: {"HR@K", "NDCG@K", "MRR"} means over ``n_users``; ranks: int64 (n_users,) 0-based, in
+    evaluation-set order, when requested."""
+
+    metrics: dict[str, float]
+    n_users: int
+    ranks: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data: ``{"metrics": {...}, "n_users": n}`` (ranks are left out)."""
+        return {"metrics": dict(self.metrics), "n_users": int(self.n_users)}
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) when torch.distributed is not in use."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _unwrap(model: Any) -> Any:
+    """The model inside a DistributedDataParallel / DataParallel wrapper (they hide ``encode``)."""
+    return model.module if isinstance(model, (nn_parallel.DistributedDataParallel, nn_parallel.DataParallel)) else model
+
+
+def _local_ranks(
+    model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device
+) -> torch.Tensor:
+    """Ranks int64 (len(index),) of the targets of ``evalset[index]``, in ``index`` order."""
+    chunk = user_chunk_size(model.n_items, batch_size)
+    history = max(1, int(evalset.inputs.lengths.max(initial=1)))
+    item_emb = model.item_embeddings()
+    out = []
+    for idx, items, targets in iter_eval_batches(evalset, model.max_len, chunk, device, index):
+        hidden = model.encode(items)[:, -1]  # (B, d): prediction at the last column
+        seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
+        scores = full_scores(hidden, item_emb, seen)  # (B, N+1)
+        out.append(pessimistic_ranks(scores, targets).cpu())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
+
+
+def _gather_ranks(local: torch.Tensor, n: int, rank: int, world: int, device: torch.device) -> torch.Tensor:
+    """All ranks' shards (rank r holds users r::world) -> int64 (n,) in evaluation-set order."""
+    per_rank = -(-n // world)
+    comm_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else device
+    padded = torch.full((per_rank,), -1, dtype=torch.int64, device=comm_device)
+    padded[: len(local)] = local.to(comm_device)
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    full = torch.empty(n, dtype=torch.int64)
+    for r, part in enumerate(parts):
+        count = len(range(r, n, world))
+        full[r::world] = part[:count].cpu()
+    return full
+
+
+def evaluate(
+    model: Any,
+    evalset: EvalSet,
+    *,
+    filter_seen: bool = True,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+    ks: tuple[int, ...] = KS,
+    return_ranks: bool = False,
+) -> EvalResult:
+    """Full-ranking HR@K, NDCG@K (K in ``ks``) and MRR of ``model`` on ``evalset``.
+
+    ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``), already on
+    ``device``; it runs in eval mode under no_grad and its train/eval mode is restored afterwards.
+    ``batch_size`` is the most users per chunk (lowered for large catalogs); results do not depend on it.
+    """
+    device = torch.device(device)
+    inner = _unwrap(model)
+    rank, world = _world()
+    n = len(evalset)
+    index = np.arange(rank, n, world, dtype=np.int64)
+    was_training = bool(getattr(inner, "training", False))
+    if hasattr(inner, "eval"):
+        inner.eval()
+    try:
+        with torch.no_grad():
+            ranks = _local_ranks(inner, evalset, index, filter_seen, batch_size, device)
+    finally:
+        if was_training:
+            inner.train(True)
+    if world > 1:
+        ranks = _gather_ranks(ranks, n, rank, world, device)
+    return EvalResult(
+        metrics=metrics_from_ranks(ranks, tuple(ks)),
+        n_users=n,
+        ranks=ranks.numpy() if return_ranks else None,
+    )
+

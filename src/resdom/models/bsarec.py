@@ -1,0 +1,135 @@
+"""BSARec (Shin et al., AAAI 2024): attention mixed with a frequency-domain branch (SPEC sections 2 and 6).
+
+Each layer (post-LN only)::
+
+    LPF(X) = irfft(rfft(X, dim=seq, norm="ortho") with bins >= c//2+1 zeroed)
+    DSP    = LayerNorm(X + Dropout(LPF(X) + beta * (X - LPF(X))))       # beta = sqrt_beta**2, per channel
+    GSP    = LayerNorm(alpha * X + Dropout(MHA(X)))                      # the attention sub-layer
+    H1     = a * DSP + (1 - a) * GSP
+    H2     = LayerNorm(H1 + Dropout(FFN(H1)))
+
+as in the authors' code (``FrequencyLayer``, ``BSARecLayer``, ``FeedForward``): dropout sits on the filtered
+signal before its residual, the attention sub-layer is the ordinary post-LN one, and beta is parameterised
+as ``sqrt_beta ** 2`` with ``sqrt_beta ~ N(0, 1)``, the same initial value in every layer (their encoder
+deep-copies one block). The filter is not causal and sees the whole window, padding included, so BSARec
+always runs on the full ``max_len`` window, left-padded (SPEC 2: the padding side is part of the model).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from resdom.models.base import SequentialRecommender
+from resdom.models.block import AttentionBlock, BlockRecord, causal_mask_bias
+from resdom.models.config import ModelConfig
+
+
+def low_pass(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x (B, L, d) -> (B, L, d): keep the ``c`` lowest rfft bins along dim 1 (norm="ortho"), zero the rest."""
+    spec = torch.fft.rfft(x, dim=1, norm="ortho")
+    spec = torch.cat([spec[:, :c], torch.zeros_like(spec[:, c:])], dim=1)
+    return torch.fft.irfft(spec, n=x.shape[1], dim=1, norm="ortho")
+
+
+class FrequencyLayer(nn.Module):
+    """DSP = LayerNorm(X + Dropout(LPF(X) + beta * (X - LPF(X)))), beta = sqrt_beta**2 (d,)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.c = cfg.bsa_c // 2 + 1  # number of kept rfft bins (SPEC 2: bins >= c//2+1 zeroed)
+        self.sqrt_beta = nn.Parameter(torch.randn(1, 1, cfg.hidden))
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+
+    @property
+    def beta(self) -> torch.Tensor:
+        """(1, 1, d) the per-channel high-frequency gain."""
+        return self.sqrt_beta**2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, d) -> DSP (B, L, d)."""
+        lpf = low_pass(x, self.c)
+        return self.ln(x + self.dropout(lpf + self.beta * (x - lpf)))
+
+
+class BSARecBlock(AttentionBlock):
+    """An AttentionBlock whose attention sub-layer output is mixed with the frequency branch by ``a``.
+
+    ``alpha`` scales the attention residual inside GSP (eval mode only); ``a`` (``cfg.bsa_a``) is fixed.
+    Records: ``branch_scale = 1 - a``, ``freq_out = a * DSP``, ``sublayer_out = H1``; ``z`` and the LN
+    are GSP's own, so ``H1 = freq_out + branch_scale * LN(z)``.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.filter = FrequencyLayer(cfg)
+        self.a = float(cfg.bsa_a)
+        self.record_cols: int | None = None  # set by BSARec.encode: records keep the last record_cols columns
+
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        """H1 (B, L, d) from X (B, L, d); appends a BlockRecord when recording."""
+        record = self.recording is not None
+        dsp = self.filter(x)
+        attn, weights, head_values = self.attention(x, mask_bias, record)
+        alpha = self.effective_alpha()
+        z = alpha * x + self.dropout(attn)  # the attention residual connection
+        gsp = self.attn_ln(z)
+        h1 = self.a * dsp + (1.0 - self.a) * gsp
+        if record:
+            self.recording.append(self._record(x, weights, head_values, attn, alpha, z, dsp, h1))
+        return h1
+
+    def _record(
+        self, x: torch.Tensor, weights: torch.Tensor, head_values: torch.Tensor, attn: torch.Tensor,
+        alpha: float, z: torch.Tensor, dsp: torch.Tensor, h1: torch.Tensor,
+    ) -> BlockRecord:
+        """The BlockRecord of one pass, trimmed to the last ``record_cols`` columns (the caller's window).
+
+        Keys outside the kept columns are padding, masked to weight 0, so the trimmed record still rebuilds
+        every real position exactly.
+        """
+        k = x.shape[1] if self.record_cols is None else self.record_cols
+        return BlockRecord(
+            x=x[:, -k:], attn_in=x[:, -k:], attn_weights=weights[:, :, -k:, -k:],
+            head_values=head_values[:, :, -k:], out_bias=self.attention.out.bias, attn_out=attn[:, -k:],
+            alpha=alpha, z=z[:, -k:], ln_weight=self.attn_ln.weight, ln_bias=self.attn_ln.bias,
+            ln_eps=self.attn_ln.eps, sublayer_out=h1[:, -k:], branch_scale=1.0 - self.a,
+            freq_out=(self.a * dsp)[:, -k:], norm_first=False,
+        )
+
+
+class BSARec(SequentialRecommender):
+    """BSARec: SequentialRecommender with BSARecBlocks, always run on the full left-padded window."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        # The authors' encoder deep-copies one block, so every layer starts from the same sqrt_beta.
+        with torch.no_grad():
+            for block in self.blocks[1:]:
+                block.filter.sqrt_beta.copy_(self.blocks[0].filter.sqrt_beta)
+
+    def make_block(self, cfg: ModelConfig) -> nn.Module:
+        return BSARecBlock(cfg)
+
+    def encode(self, items: torch.Tensor) -> torch.Tensor:
+        """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
+
+        The input is left-padded to the full ``max_len`` window before the blocks (the filter sees the whole
+        window, SPEC 2), and the last L columns are returned, so batch trimming does not change the output.
+        Block records cover the same L columns.
+        """
+        if items.shape[1] > self.max_len:
+            items = items[:, -self.max_len :]
+        L = items.shape[1]
+        window = nn.functional.pad(items, (self.max_len - L, 0))
+        mask_bias = causal_mask_bias(window)
+        h = self.embed(window)
+        for block in self.blocks:
+            block.record_cols = L
+            try:
+                h = block(h, mask_bias)
+            finally:
+                block.record_cols = None
+        h = self.final_ln(h) if self.final_ln is not None else h
+        return h[:, -L:]

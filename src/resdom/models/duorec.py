@@ -1,0 +1,68 @@
+"""DuoRec (Qiu et al., WSDM 2022): SASRec plus a contrastive loss between two views of each sequence (SPEC 2).
+
+Loss = objective + lambda * InfoNCE(z, z'), z the last-position state (column L-1, left padding). Views
+(``cfg.duorec_views``):
+
+- ``unsup``: z = the training pass, z' = a second pass over the same input under another dropout mask
+  (the reference paper's code, with ``ce_all``);
+- ``sup``:   z = the training pass, z' = the pass over ``batch.sup_items``, another training input with the
+  same target (DuoRec's supervised positive sampling);
+- ``both``:  BSARec's code (``ssl="us_x"``, with ``ce_last``): z = a second dropout pass over the input,
+  z' = the pass over ``batch.sup_items``; the training pass itself is not in the contrastive term.
+
+InfoNCE follows DuoRec's ``info_nce`` with ``sim="dot"``: over the 2N views of the batch, each view's
+positive is its partner and the other 2N - 2 views are negatives (same-target pairs are not masked, as in
+the reference code).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from resdom.errors import ResdomError
+from resdom.models.base import SequentialRecommender, TrainBatch
+
+
+def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
+    """z1, z2 (N, d) paired views -> scalar mean InfoNCE over the 2N views (dot similarity / tau).
+
+    For view i of ``cat(z1, z2)`` the logits are its similarities to the other 2N - 1 views; the positive
+    is its partner (i + N mod 2N).
+    """
+    n = z1.shape[0]
+    z = torch.cat([z1, z2], dim=0)  # (2N, d)
+    sim = (z @ z.T) / tau  # (2N, 2N)
+    self_mask = torch.eye(2 * n, dtype=torch.bool, device=z.device)
+    sim = sim.masked_fill(self_mask, float("-inf"))
+    labels = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
+    return F.cross_entropy(sim, labels)
+
+
+class DuoRec(SequentialRecommender):
+    """SASRec encoder with DuoRec's contrastive regulariser as ``auxiliary_loss``."""
+
+    def last_state(self, items: torch.Tensor) -> torch.Tensor:
+        """items (B, L) left-padded -> (B, d) the state at column L-1 (a fresh pass, dropout as in the mode)."""
+        return self.encode(items)[:, -1]
+
+    def _sup_items(self, batch: TrainBatch) -> torch.Tensor:
+        if batch.sup_items is None:
+            raise ResdomError(
+                f"model.duorec_views={self.cfg.duorec_views!r} needs the supervised view: the training batch has "
+                "no sup_items (another training sequence with the same target); use duorec_views='unsup' or a "
+                "trainer that fills sup_items"
+            )
+        return batch.sup_items
+
+    def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor:
+        """batch.items (B, L), hidden = encode(batch.items) (B, L, d) -> scalar lambda * InfoNCE."""
+        views = self.cfg.duorec_views
+        if views == "unsup":
+            z1, z2 = hidden[:, -1], self.last_state(batch.items)
+        elif views == "sup":
+            z1, z2 = hidden[:, -1], self.last_state(self._sup_items(batch))
+        else:  # "both": BSARec's us_x
+            sup = self._sup_items(batch)
+            z1, z2 = self.last_state(batch.items), self.last_state(sup)
+        return self.cfg.duorec_lambda * info_nce(z1, z2, self.cfg.duorec_tau)
