@@ -1,0 +1,59 @@
+"""Reports from run directories: summary tables (Markdown, CSV, LaTeX), figures (PNG, PDF), an HTML page and its
+Markdown twin. See docs/reports.md.
+
+``build_report(run_dirs, out_dir)`` writes::
+
+    OUT/report.html      self-contained (figures embedded as base64 PNG)
+    OUT/report.md        Markdown twin (links figures/*.png)
+    OUT/figures/         <key>.png and <key>.pdf per figure
+    OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resdom.io import atomic_write_text
+from resdom.report.collect import RunRecord, find_run_dirs, read_run, read_runs
+from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
+from resdom.report.findings import finding_lines
+from resdom.report.tables import Table, summary_tables, write_tables
+
+__all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "find_run_dirs",
+           "finding_lines", "read_run", "read_runs", "summary_tables"]
+
+
+@dataclass
+class ReportPaths:
+    """Where a report was written."""
+
+    out_dir: Path
+    html: Path
+    markdown: Path
+    figures: dict[str, dict[str, Path]] = field(default_factory=dict)
+    tables: list[Path] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+
+
+def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
+                 extra_stats: dict[str, dict[str, Any]] | None = None) -> ReportPaths:
+    """Read ``run_dirs`` and write tables, figures, ``report.html`` and ``report.md`` into ``out_dir``.
+
+    ``extra_stats``: data set statistics by data set name, for runs whose config.json lacks ``data.stats``.
+    """
+    from matplotlib.figure import Figure  # noqa: F401  (figures use the object API; no pyplot, no display)
+
+    from resdom.report.html import render_html, render_markdown
+
+    out_dir = Path(out_dir)
+    runs = read_runs(list(run_dirs))
+    tables = summary_tables(runs, extra_stats)
+    figures = all_figures(runs)
+    fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
+    table_paths = write_tables(tables, out_dir / "tables")
+    html_path, md_path = out_dir / "report.html", out_dir / "report.md"
+    atomic_write_text(html_path, render_html(runs, figures, tables, title))
+    atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
+    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs))

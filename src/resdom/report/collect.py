@@ -1,0 +1,125 @@
+"""Read run directories into plain records for tables and figures (no torch, no model loading).
+
+A run's identity (data set, model, seed, protocol) comes from its ``config.json``
+(``{"model": {"name"}, "train": {"seed"}, "data": {"source", "protocol"}}``); every key is optional and falls
+back to something readable (the directory name). Diagnostics are the JSON files of docs/architecture.md
+("Diagnostics output"); a missing file leaves that part of the report empty rather than failing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resdom.errors import ResdomError
+
+DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
+
+
+@dataclass
+class RunRecord:
+    """One run directory, read: identity, final metrics, diagnostics (each a dict, empty when absent)."""
+
+    path: Path
+    dataset: str
+    model: str
+    seed: int | None
+    protocol: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data_stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``dataset / model / seed k`` for legends and tables."""
+        seed = f"seed {self.seed}" if self.seed is not None else self.path.name
+        return f"{self.dataset} / {self.model} / {seed}"
+
+    def diag(self, name: str) -> dict[str, Any]:
+        return self.diagnostics.get(name, {})
+
+    def test_metrics(self) -> dict[str, float]:
+        """Final test metrics from ``metrics.json`` (tolerates ``{"test": {...}}`` and ``{"test": {"metrics"}}``),
+        falling back to the unshuffled metrics of ``shuffle.json``."""
+        test = self.metrics.get("test", {})
+        if isinstance(test, dict) and isinstance(test.get("metrics"), dict):
+            test = test["metrics"]
+        if isinstance(test, dict) and any(k.startswith(("HR@", "NDCG@")) for k in test):
+            return {k: v for k, v in test.items() if isinstance(v, (int, float))}
+        return dict(self.diag("shuffle").get("original", {}))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Parse ``path``; a malformed file is a ResdomError naming it."""
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ResdomError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(obj, dict):
+        raise ResdomError(f"{path}: expected a JSON object, found {type(obj).__name__}")
+    return obj
+
+
+def _maybe(path: Path) -> dict[str, Any]:
+    return read_json(path) if path.is_file() else {}
+
+
+def read_run(run_dir: str | Path) -> RunRecord:
+    """Read one run directory. Raises ResdomError when it is not a directory or has nothing to report."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ResdomError(f"{run_dir}: run directory not found")
+    config = _maybe(run_dir / "config.json")
+    diagnostics = {name: _maybe(run_dir / "diagnostics" / f"{name}.json") for name in DIAGNOSTICS}
+    metrics = _maybe(run_dir / "metrics.json")
+    if not config and not metrics and not any(diagnostics.values()):
+        raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    seed = train.get("seed")
+    error_path = run_dir / "error.txt"
+    return RunRecord(
+        path=run_dir,
+        dataset=str(data.get("source") or data.get("name") or run_dir.parent.parent.name or "data"),
+        model=str(model.get("name") or "model"),
+        seed=int(seed) if isinstance(seed, (int, float)) else None,
+        protocol=data.get("protocol"),
+        config=config,
+        metrics=metrics,
+        diagnostics={k: v for k, v in diagnostics.items() if v},
+        data_stats=data.get("stats") if isinstance(data.get("stats"), dict) else {},
+        error=error_path.read_text().strip() if error_path.is_file() else None,
+    )
+
+
+def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
+    """Read several run directories (sorted by data set, model, seed); an empty list is a ResdomError."""
+    if not run_dirs:
+        raise ResdomError("no run directories given")
+    runs = [read_run(d) for d in run_dirs]
+    return sorted(runs, key=lambda r: (r.dataset, model_order(r.model), r.seed if r.seed is not None else -1,
+                                       str(r.path)))
+
+
+MODEL_ORDER = ("sasrec", "duorec", "bsarec")
+
+
+def model_order(name: str) -> int:
+    """Sort key: the paper's order SASRec, DuoRec, BSARec, then anything else."""
+    return MODEL_ORDER.index(name) if name in MODEL_ORDER else len(MODEL_ORDER)
+
+
+def find_run_dirs(root: str | Path) -> list[Path]:
+    """Run directories below ``root`` (those holding config.json or diagnostics/), sorted; ``root`` itself if it is
+    one."""
+    root = Path(root)
+    if (root / "config.json").is_file() or (root / "diagnostics").is_dir():
+        return [root]
+    found = {p.parent for p in root.rglob("config.json")} | {p.parent for p in root.rglob("diagnostics")
+                                                            if p.is_dir()}
+    return sorted(p for p in found if "summary" not in p.relative_to(root).parts)

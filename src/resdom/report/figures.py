@@ -1,0 +1,376 @@
+"""Report figures (matplotlib, no pyplot state; PNG and PDF). One fixed colour per model across every figure.
+
+Every figure aggregates runs by (data set, model): the mean over seeds, with the standard deviation as error bars
+or a shaded band where there are several seeds. Colours mark models (``MODEL_COLORS``), line styles mark data
+sets, and in per-position plots line styles mark stages.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from resdom.report.collect import RunRecord, model_order
+
+# Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
+MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73"}
+_EXTRA_COLORS = ("#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
+MODEL_LABELS: dict[str, str] = {"sasrec": "SASRec", "duorec": "DuoRec", "bsarec": "BSARec"}
+DATASET_STYLES = ("-", "--", ":", "-.")
+STAGES = ("Attn", "+Res", "+LN")
+STAGE_STYLES = {"Attn": "-", "+Res": "--", "+LN": ":"}
+
+
+def model_color(model: str) -> str:
+    """The model's fixed colour; unknown models get a stable colour from their name."""
+    if model in MODEL_COLORS:
+        return MODEL_COLORS[model]
+    return _EXTRA_COLORS[zlib.crc32(model.encode()) % len(_EXTRA_COLORS)]
+
+
+def model_label(model: str) -> str:
+    return MODEL_LABELS.get(model, model)
+
+
+@dataclass
+class ReportFigure:
+    """A rendered figure: ``key`` (file stem), ``title``, one-sentence ``caption``, and the matplotlib figure."""
+
+    key: str
+    title: str
+    caption: str
+    figure: Figure
+
+    def save(self, out_dir: str | Path) -> dict[str, Path]:
+        """Write ``<key>.png`` (150 dpi) and ``<key>.pdf`` into ``out_dir``; returns ``{"png": p, "pdf": p}``."""
+        from resdom.io import atomic_write_bytes
+
+        out_dir = Path(out_dir)
+        paths = {}
+        for ext, kw in (("png", {"dpi": 150}), ("pdf", {})):
+            import io
+
+            buf = io.BytesIO()
+            self.figure.savefig(buf, format=ext, **kw)
+            paths[ext] = out_dir / f"{self.key}.{ext}"
+            atomic_write_bytes(paths[ext], buf.getvalue())
+        return paths
+
+    def png_bytes(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=110)
+        return buf.getvalue()
+
+
+# ---------------------------------------------------------------- grouping helpers
+
+
+def group_runs(runs: list[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+    """Runs keyed by (data set, model), in data-set then paper model order."""
+    out: dict[tuple[str, str], list[RunRecord]] = {}
+    for run in sorted(runs, key=lambda r: (r.dataset, model_order(r.model))):
+        out.setdefault((run.dataset, run.model), []).append(run)
+    return out
+
+
+def _datasets(groups: dict[tuple[str, str], list[RunRecord]]) -> list[str]:
+    return sorted({d for d, _ in groups})
+
+
+def _models(groups: dict[tuple[str, str], list[RunRecord]]) -> list[str]:
+    return sorted({m for _, m in groups}, key=lambda m: (model_order(m), m))
+
+
+def _stats(values: list[float | None]) -> tuple[float, float] | None:
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return None
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def _dig(d: Any, *path: str) -> float | None:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+
+
+def _new_figure(n_panels: int, width_per: float = 4.2, height: float = 3.4, nrows: int = 1) -> tuple[Figure, Any]:
+    ncols = max(1, n_panels)
+    fig = Figure(figsize=(max(6.0, width_per * ncols), height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None) -> None:
+    handles = [Patch(color=model_color(m), label=model_label(m)) for m in models] + (extra or [])
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 6), frameon=False)
+
+
+def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str, models: list[str],
+          categories: list[str], value: Callable[[RunRecord, str], float | None]) -> None:
+    """Grouped bars: one group per category, one bar per model (mean over seeds, std as error bar)."""
+    width = 0.8 / max(1, len(models))
+    x = np.arange(len(categories))
+    for i, model in enumerate(models):
+        runs = groups.get((dataset, model), [])
+        if not runs:
+            continue
+        stats = [_stats([value(r, c) for r in runs]) for c in categories]
+        means = [s[0] if s else np.nan for s in stats]
+        errs = [s[1] if s else 0.0 for s in stats]
+        ax.bar(x - 0.4 + width * (i + 0.5), means, width, yerr=errs if len(runs) > 1 else None,
+               color=model_color(model), capsize=3, edgecolor="white", linewidth=0.5)
+    ax.set_xticks(x, categories)
+    ax.set_xlim(-0.6, len(categories) - 0.4)
+    ax.set_title(dataset)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+# ---------------------------------------------------------------- figures
+
+
+def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
+    """Mixing ratio (pooled over layers) per stage: bars = all positions, black diamonds = last position."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("mixing") for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    stages = [s for s in STAGES if any(s in r.diag("mixing").get("stages", STAGES[:2]) for v in groups.values()
+                                       for r in v)]
+    fig, axes = _new_figure(len(datasets))
+    for ax, dataset in zip(axes[0], datasets):
+        _bars(ax, groups, dataset, models, stages, lambda r, s: _dig(r.diag("mixing"), "pooled", "all", s))
+        width = 0.8 / max(1, len(models))
+        for i, model in enumerate(models):
+            rs = groups.get((dataset, model), [])
+            last = [_stats([_dig(r.diag("mixing"), "pooled", "last", s) for r in rs]) for s in stages]
+            xs = np.arange(len(stages)) - 0.4 + width * (i + 0.5)
+            ax.plot(xs, [s[0] if s else np.nan for s in last], "D", color="black", markersize=4, linestyle="none")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("stage of the attention block")
+        ax.set_ylabel("mixing ratio (context share)")
+    _model_legend(fig, models, [Line2D([], [], marker="D", color="black", linestyle="none", markersize=4,
+                                       label="last position")])
+    return ReportFigure("mixing_by_stage", "Mixing ratio by stage",
+                        "Bars give the share of each stage's output that comes from other positions (pooled over "
+                        "layers, all positions; diamonds: last position): a drop from Attn to +Res means the "
+                        "residual swamps the context that attention gathered.", fig)
+
+
+def _alpha_rows(run: RunRecord) -> list[dict[str, Any]]:
+    rows = run.diag("alpha").get("rows", [])
+    return sorted((r for r in rows if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
+
+
+def _curve_stats(runs: list[RunRecord], rows_of: Callable[[RunRecord], list[dict[str, Any]]],
+                 value: Callable[[dict[str, Any]], float | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Mean and std over runs of ``value(row)`` at each alpha that every run has."""
+    per_run = []
+    for r in runs:
+        d = {round(float(row["alpha"]), 6): value(row) for row in rows_of(r)}
+        per_run.append({a: v for a, v in d.items() if v is not None})
+    per_run = [d for d in per_run if d]
+    if not per_run:
+        return None
+    alphas = sorted(set.intersection(*(set(d) for d in per_run)))
+    if not alphas:
+        return None
+    vals = np.array([[d[a] for a in alphas] for d in per_run], dtype=float)
+    std = vals.std(axis=0, ddof=1) if len(vals) > 1 else np.zeros(len(alphas))
+    return np.array(alphas), vals.mean(axis=0), std
+
+
+def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], datasets: list[str],
+                rows_of: Callable[[RunRecord], list[dict[str, Any]]], value: Callable[[dict[str, Any]], float | None],
+                ylabel: str) -> None:
+    for (dataset, model), rs in groups.items():
+        stats = _curve_stats(rs, rows_of, value)
+        if stats is None:
+            continue
+        a, mean, std = stats
+        style = DATASET_STYLES[datasets.index(dataset) % len(DATASET_STYLES)]
+        ax.plot(a, mean, style, color=model_color(model), marker="o", markersize=3)
+        if len(rs) > 1:
+            ax.fill_between(a, mean - std, mean + std, color=model_color(model), alpha=0.15, linewidth=0)
+    ax.set_xlabel("residual scale α")
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+
+
+def _dataset_handles(datasets: list[str]) -> list[Line2D]:
+    if len(datasets) < 2:
+        return []
+    return [Line2D([], [], color="grey", linestyle=DATASET_STYLES[i % len(DATASET_STYLES)], label=d)
+            for i, d in enumerate(datasets)]
+
+
+def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
+    """Four panels against alpha: mixing ratio at +Res (all positions), HRLI@1, HR@10, NDCG@10."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(_alpha_rows(r) for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    fig, axes = _new_figure(4, width_per=3.6)
+    panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
+        ("mixing ratio at +Res", lambda row: _dig(row, "mixing_all", "+Res")),
+        ("HRLI@1", lambda row: _dig(row, "HRLI@1")),
+        ("HR@10", lambda row: _dig(row, "HR@10")),
+        ("NDCG@10", lambda row: _dig(row, "NDCG@10")),
+    ]
+    for ax, (label, value) in zip(axes[0], panels):
+        _line_panel(ax, groups, datasets, _alpha_rows, value, label)
+        ax.set_title(label)
+    _model_legend(fig, models, _dataset_handles(datasets))
+    return ReportFigure("alpha_sweep", "Residual scaling sweep",
+                        "Each panel plots one quantity against the residual scale α applied at inference (α = 1 is "
+                        "the trained model): reading right to left, lowering α should raise mixing, lower HRLI@1 "
+                        "and cost some accuracy.", fig)
+
+
+def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
+    """Bars of HR@10 and NDCG@10 for original / keep_last / full shuffles, per data set."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("shuffle") for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    cats = ["original", "keep_last", "full"]
+    metrics = ["HR@10", "NDCG@10"]
+    fig, axes = _new_figure(len(datasets), nrows=2, height=3.0)
+
+    def value(metric: str) -> Callable[[RunRecord, str], float | None]:
+        def f(r: RunRecord, cat: str) -> float | None:
+            sh = r.diag("shuffle")
+            if cat == "original":
+                return _dig(sh, "original", metric)
+            return _dig(sh, "perturbations", cat, "metrics", metric)
+        return f
+
+    for row, metric in enumerate(metrics):
+        for ax, dataset in zip(axes[row], datasets):
+            _bars(ax, groups, dataset, models, cats, value(metric))
+            ax.set_ylabel(f"test {metric}")
+            if row == 1:
+                ax.set_xlabel("input order at inference")
+    _model_legend(fig, models)
+    return ReportFigure("shuffle", "Position shuffle",
+                        "Test accuracy with the original input order, with all items but the last permuted "
+                        "(keep_last) and with every item permuted (full): a small keep_last drop next to a large "
+                        "full drop means the prediction rests on the last item.", fig)
+
+
+def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
+    """Bars of HRLI@1, HRL2I@1, HRLI@10, HRL2I@10 per data set."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("hrli") for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    cats = ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"]
+    fig, axes = _new_figure(len(datasets))
+    for ax, dataset in zip(axes[0], datasets):
+        _bars(ax, groups, dataset, models, cats, lambda r, c: _dig(r.diag("hrli"), "values", c))
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("share of test users")
+        ax.set_xlabel("k-th most recent input item in the unfiltered top-K")
+    _model_legend(fig, models)
+    return ReportFigure("hrli", "Last-item hit rates",
+                        "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is "
+                        "in the unfiltered top-K: a high HRLI next to a near-zero HRL2I means the model echoes "
+                        "the last item specifically, not recent items in general.", fig)
+
+
+def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
+    test = run.diag("recovery").get("test", {})
+    curve = test.get("curve", []) if isinstance(test, dict) else []
+    return sorted((r for r in curve if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
+
+
+def fig_recovery(runs: list[RunRecord]) -> ReportFigure | None:
+    """Recovery(alpha) and HR@10(alpha) on the test split; the band alpha in 0.1-0.3 shaded."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(_recovery_rows(r) for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    fig, axes = _new_figure(2, width_per=4.6)
+    for ax, (label, key) in zip(axes[0], (("Recovery(α)", "recovery"),
+                                           ("HR@10", "HR@10"))):
+        ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0)
+        _line_panel(ax, groups, datasets, _recovery_rows, lambda row, k=key: _dig(row, k), label)
+    axes[0][0].set_title("share of recoverable misses hit")
+    axes[0][1].set_title("test accuracy")
+    _model_legend(fig, models, _dataset_handles(datasets) + [Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
+    return ReportFigure("recovery", "Miss recovery against α",
+                        "Left: the share of recoverable misses (targets that an earlier position ranked in the "
+                        "top-10 but the final one missed) that the final position hits at residual scale α; right: "
+                        "HR@10 at the same α, the price paid.", fig)
+
+
+def _per_position(run: RunRecord, layer: int) -> dict[str, Any] | None:
+    entries = [e for e in run.diag("mixing").get("per_position", []) if isinstance(e, dict)]
+    if not entries:
+        return None
+    layers = sorted(int(e.get("layer", 0)) for e in entries)
+    want = layers[layer] if -len(layers) <= layer < len(layers) else layers[-1]
+    return next(e for e in entries if int(e.get("layer", 0)) == want)
+
+
+def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 50) -> ReportFigure | None:
+    """Mixing ratio against distance from the last position, for one layer (default: the last), per stage."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(_per_position(r, layer) for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    fig, axes = _new_figure(len(datasets), width_per=4.8)
+    layer_names = set()
+    stages_seen: list[str] = []
+    for ax, dataset in zip(axes[0], datasets):
+        for model in models:
+            entries = [e for e in (_per_position(r, layer) for r in groups.get((dataset, model), [])) if e]
+            if not entries:
+                continue
+            layer_names |= {int(e.get("layer", 0)) for e in entries}
+            for stage in STAGES:
+                series = [np.asarray(e[stage], dtype=float) for e in entries if isinstance(e.get(stage), list)]
+                if not series:
+                    continue
+                if stage not in stages_seen:
+                    stages_seen.append(stage)
+                n = min(min(len(s) for s in series), max_offset)
+                mean = np.mean([s[:n] for s in series], axis=0)
+                ax.plot(np.arange(n), mean, STAGE_STYLES[stage], color=model_color(model), linewidth=1.5)
+        ax.set_title(dataset)
+        ax.set_xlabel("offset from the last position (0 = last)")
+        ax.set_ylabel("mixing ratio")
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+    stage_handles = [Line2D([], [], color="grey", linestyle=STAGE_STYLES[s], label=s) for s in stages_seen]
+    _model_legend(fig, models, stage_handles)
+    which = ", ".join(str(x) for x in sorted(layer_names))
+    return ReportFigure("mixing_per_position", f"Mixing ratio by position (layer {which})",
+                        f"Mixing ratio of layer {which} at each position, counted back from the last one (0), per "
+                        "stage (line style) and model (colour): the gap between the solid Attn line and the dashed "
+                        "+Res line is the context the residual swamps at that position.", fig)
+
+
+FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
+    fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_recovery, fig_per_position,
+]
+FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "recovery", "mixing_per_position")
+
+
+def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
+    """Every figure that the runs have data for, in report order."""
+    return [f for f in (build(runs) for build in FIGURE_BUILDERS) if f is not None]

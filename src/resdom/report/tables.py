@@ -1,0 +1,306 @@
+"""Summary tables that mirror the paper's, from a set of runs: mean and standard deviation over seeds.
+
+Each table is one row per (data set, model) (the data-set table: one row per data set), built from the per-run
+numbers of ``run_values``. The standard deviation is the sample one (ddof = 1) over the seeds present; with a
+single seed it is left empty. Writers give Markdown (``mean ± std``), CSV (raw ``*_mean`` / ``*_std`` / ``n``
+columns) and LaTeX (a ``tabular``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resdom.io import atomic_write_text
+from resdom.report.collect import RunRecord, model_order
+
+RECOVERY_ALPHAS = (0.1, 0.2, 0.3)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``:
+    ``ratio`` (3 decimals), ``pct`` (signed percent, 1 decimal), ``count`` (integer), ``num`` (2 decimals)."""
+
+    key: str
+    label: str
+    kind: str = "ratio"
+
+
+@dataclass
+class Table:
+    """An aggregated table: ``rows`` of ``{"dataset", "model", "n", key: (mean, std | None)}``."""
+
+    name: str
+    title: str
+    caption: str
+    columns: list[Column]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    per_model: bool = True
+
+    @property
+    def empty(self) -> bool:
+        return not self.rows
+
+
+# ---------------------------------------------------------------- per-run numbers
+
+
+def _get(d: Any, *path: str) -> float | None:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+
+
+def _curve_at(curve: list[dict[str, Any]], alpha: float, key: str) -> float | None:
+    for row in curve or []:
+        if isinstance(row, dict) and abs(float(row.get("alpha", -9)) - alpha) < 1e-6:
+            return _get(row, key)
+    return None
+
+
+def run_values(run: RunRecord) -> dict[str, float | None]:
+    """Every number the tables use, for one run (None where the run lacks it)."""
+    v: dict[str, float | None] = {}
+    test = run.test_metrics()
+    for m in ("HR@10", "NDCG@10", "HR@20", "NDCG@20"):
+        v[m] = _get(test, m)
+    v["n_users"] = _get(run.metrics, "test", "n_users") or _get(run.diag("hrli"), "n_users")
+    mixing = run.diag("mixing")
+    for where in ("all", "last"):
+        for stage in ("Attn", "+Res", "+LN"):
+            v[f"mix_{where}_{stage}"] = _get(mixing, "pooled", where, stage)
+    hrli = run.diag("hrli").get("values", {})
+    for name in ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10", "HRL2I@10"):
+        v[name] = _get(hrli, name)
+    shuffle = run.diag("shuffle")
+    for m in ("HR@10", "NDCG@10"):
+        v[f"shuf_orig_{m}"] = _get(shuffle, "original", m)
+        for p in ("keep_last", "full"):
+            v[f"shuf_{p}_{m}"] = _get(shuffle, "perturbations", p, "metrics", m)
+            v[f"shuf_{p}_rel_{m}"] = _get(shuffle, "perturbations", p, "relative_change", m)
+    for p in ("keep_last", "full"):
+        v[f"shuf_{p}_jacc"] = _get(shuffle, "perturbations", p, "jaccard@10")
+    rec = run.diag("recovery")
+    v["rec_share"] = _get(rec, "test", "recoverable_share")
+    for off in ("L-1", "L-2", "L-3"):
+        v[f"rec_{off}"] = _get(rec, "test", "offset_shares", off)
+    curve = rec.get("test", {}).get("curve", []) if isinstance(rec.get("test"), dict) else []
+    for a in RECOVERY_ALPHAS:
+        v[f"rec_at_{a}"] = _curve_at(curve, a, "recovery")
+    v["alpha_star"] = _get(rec, "alpha_star")
+    v["HR@10_at_star"] = _get(rec, "test_at_alpha_star", "HR@10")
+    return v
+
+
+# ---------------------------------------------------------------- aggregation
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (ddof = 1; None for a single value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
+
+
+def aggregate(runs: list[RunRecord], columns: list[Column], name: str, title: str, caption: str) -> Table:
+    """Group runs by (data set, model); each cell is (mean, std) over the runs that have the value."""
+    groups: dict[tuple[str, str], list[dict[str, float | None]]] = {}
+    for run in runs:
+        if run.error and not run.diagnostics and not run.metrics:
+            continue
+        groups.setdefault((run.dataset, run.model), []).append(run_values(run))
+    table = Table(name, title, caption, columns)
+    for (dataset, model), vals in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]))):
+        row: dict[str, Any] = {"dataset": dataset, "model": model, "n": len(vals)}
+        for col in columns:
+            xs = [x[col.key] for x in vals if x.get(col.key) is not None]
+            row[col.key] = mean_std(xs) if xs else None
+        if any(row[c.key] is not None for c in columns):
+            table.rows.append(row)
+    return table
+
+
+def dataset_table(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] | None = None) -> Table:
+    """Data set statistics (SPEC 1), one row per data set, from each run's ``config.json`` ``data.stats``
+    (or ``extra_stats[dataset]``)."""
+    cols = [Column("users", "Users", "count"), Column("items", "Items", "count"),
+            Column("interactions", "Interactions", "count"), Column("avg_length", "Avg. length", "num"),
+            Column("max_length", "Max. length", "count"), Column("density", "Density", "sci"),
+            Column("span_days", "Span (days)", "count")]
+    stats: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        if run.data_stats and run.dataset not in stats:
+            stats[run.dataset] = run.data_stats
+    stats.update(extra_stats or {})
+    table = Table("datasets", "Data set statistics",
+                  "One row per data set after preprocessing: users, items, interactions, sequence lengths, "
+                  "density = interactions / (users x items), and the time span.", cols, per_model=False)
+    for dataset in sorted(stats):
+        s = stats[dataset]
+        row: dict[str, Any] = {"dataset": dataset, "model": "", "n": 1}
+        for c in cols:
+            x = s.get(c.key)
+            row[c.key] = (float(x), None) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+        table.rows.append(row)
+    return table
+
+
+def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] | None = None) -> list[Table]:
+    """All paper tables for ``runs``, in the paper's order; tables with no data are kept but empty."""
+    specs: list[tuple[str, str, str, list[Column]]] = [
+        ("mixing", "Mixing ratio by stage",
+         "Share of the attention-block output that comes from other positions (SPEC 4, norm of sums), pooled over "
+         "layers, at all real positions and at the last one; 1 = all context, 0 = all self.",
+         [Column(f"mix_{w}_{s}", f"{s} ({w})") for w in ("all", "last") for s in ("Attn", "+Res", "+LN")]),
+        ("hrli", "Last-item hit rates",
+         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is in the "
+         "unfiltered top-K.",
+         [Column(k, k) for k in ("HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10")]),
+        ("shuffle", "Position shuffle",
+         "Test NDCG@10 with the original order, with all items but the last permuted (keep_last) and with all "
+         "items permuted (full), and the relative change of NDCG@10 and HR@10.",
+         [Column("shuf_orig_NDCG@10", "NDCG@10"), Column("shuf_keep_last_NDCG@10", "keep_last"),
+          Column("shuf_full_NDCG@10", "full"), Column("shuf_keep_last_rel_NDCG@10", "ΔNDCG keep_last", "pct"),
+          Column("shuf_full_rel_NDCG@10", "ΔNDCG full", "pct"), Column("shuf_keep_last_rel_HR@10", "ΔHR keep_last",
+                                                                        "pct"),
+          Column("shuf_full_rel_HR@10", "ΔHR full", "pct"), Column("shuf_full_jacc", "Jaccard@10 full")]),
+        ("recovery", "Miss recovery",
+         "Recoverable misses (final position misses the top-10, position L-k hits) as a share of test users, per "
+         "offset, and Recovery(alpha) = share of the recoverable set hit at residual scale alpha.",
+         [Column("rec_share", "Recoverable"), Column("rec_L-1", "L-1"), Column("rec_L-2", "L-2"),
+          Column("rec_L-3", "L-3")] + [Column(f"rec_at_{a}", f"Rec(α={a})") for a in RECOVERY_ALPHAS]
+         + [Column("alpha_star", "α*", "num"), Column("HR@10_at_star", "HR@10 at α*")]),
+        ("accuracy", "Accuracy",
+         "Test HR@K and NDCG@K with full ranking over all items and seen items filtered.",
+         [Column(k, k) for k in ("HR@10", "NDCG@10", "HR@20", "NDCG@20")] + [Column("n_users", "Users", "count")]),
+    ]
+    tables = [dataset_table(runs, extra_stats)]
+    tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
+    return tables
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def format_value(x: float, kind: str) -> str:
+    if kind == "pct":
+        return f"{100 * x:+.1f}%"
+    if kind == "count":
+        return f"{x:,.0f}"
+    if kind == "num":
+        return f"{x:.2f}"
+    if kind == "sci":
+        return f"{x:.2e}" if x < 0.01 else f"{x:.4f}"
+    return f"{x:.3f}"
+
+
+def format_cell(cell: tuple[float, float | None] | None, kind: str, pm: str = " ± ") -> str:
+    """``mean ± std`` (``mean`` alone for one seed; ``–`` when missing)."""
+    if cell is None:
+        return "–"
+    mean, std = cell
+    text = format_value(mean, kind)
+    if std is not None:
+        text += pm + (f"{100 * std:.1f}%" if kind == "pct" else format_value(std, kind))
+    return text
+
+
+def _headers(table: Table) -> list[str]:
+    first = ["Data set", "Model", "Seeds"] if table.per_model else ["Data set"]
+    return first + [c.label for c in table.columns]
+
+
+def _lead(table: Table, row: dict[str, Any]) -> list[str]:
+    return [row["dataset"], row["model"], str(row["n"])] if table.per_model else [row["dataset"]]
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub-flavoured Markdown table (header, then one line per row)."""
+    header = _headers(table)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in table.rows:
+        cells = _lead(table, row) + [format_cell(row[c.key], c.kind) for c in table.columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    if not table.rows:
+        lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: Table) -> str:
+    """Raw numbers: dataset, model, n, then ``<key>_mean`` and ``<key>_std`` per column (empty when missing)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["dataset", "model", "n"] + [f"{c.key}_{s}" for c in table.columns for s in ("mean", "std")])
+    for row in table.rows:
+        out: list[Any] = [row["dataset"], row["model"], row["n"]]
+        for c in table.columns:
+            cell = row[c.key]
+            out += ["", ""] if cell is None else [repr(cell[0]), "" if cell[1] is None else repr(cell[1])]
+        w.writerow(out)
+    return buf.getvalue()
+
+
+_LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
+                  "α": r"$\alpha$", "Δ": r"$\Delta$", "–": "--", "±": r"$\pm$", "~": r"\textasciitilde{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
+
+
+def to_latex(table: Table) -> str:
+    """A ``table`` environment with a ``tabular`` (booktabs rules), caption and label ``tab:<name>``."""
+    header = _headers(table)
+    n_lead = 3 if table.per_model else 1
+    spec = "l" * n_lead + "r" * len(table.columns)
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{latex_escape(table.title)}. "
+             rf"{latex_escape(table.caption)}}}", rf"\label{{tab:{table.name}}}", rf"\begin{{tabular}}{{{spec}}}",
+             r"\toprule", " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    for row in table.rows:
+        cells = [latex_escape(x) for x in _lead(table, row)]
+        cells += [latex_escape(format_cell(row[c.key], c.kind)) for c in table.columns]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(table: Table) -> str:
+    """An HTML ``<table>`` (escaped text, numbers right-aligned)."""
+    import html
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in _headers(table))
+    body = []
+    for row in table.rows:
+        lead = "".join(f"<td>{html.escape(x)}</td>" for x in _lead(table, row))
+        nums = "".join(f'<td class="num">{html.escape(format_cell(row[c.key], c.kind))}</td>' for c in table.columns)
+        body.append(f"<tr>{lead}{nums}</tr>")
+    if not body:
+        body.append(f'<tr><td colspan="{len(_headers(table))}">(no data)</td></tr>')
+    return f'<table class="data" id="table-{table.name}"><thead><tr>{head}</tr></thead><tbody>' + "".join(body) + \
+        "</tbody></table>"
+
+
+def write_tables(tables: list[Table], out_dir: str | Path) -> list[Path]:
+    """Write ``<name>.md``, ``<name>.csv`` and ``<name>.tex`` per table into ``out_dir``; returns the paths."""
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    writers: list[tuple[str, Callable[[Table], str]]] = [("md", to_markdown), ("csv", to_csv), ("tex", to_latex)]
+    for table in tables:
+        for ext, fn in writers:
+            path = out_dir / f"{table.name}.{ext}"
+            atomic_write_text(path, fn(table))
+            written.append(path)
+    all_md = "\n".join(f"## {t.title}\n\n{t.caption}\n\n{to_markdown(t)}" for t in tables)
+    atomic_write_text(out_dir / "tables.md", all_md)
+    written.append(out_dir / "tables.md")
+    return written
