@@ -1,0 +1,13 @@
+"""Diagnostics of last-item reliance (SPEC 4): shuffles, last-item hit rates, norm-based decomposition,
+residual-scaling sweep, miss recovery. They use a model only through ``resdom.models.interface``."""
+
+from resdom.diagnostics.alpha import ALPHAS, AlphaResult, alpha_sweep
+from resdom.diagnostics.hrli import HRLIResult, last_item_hit_rates
+from resdom.diagnostics.mixing import MixingResult, mixing_ratios
+from resdom.diagnostics.recovery import RecoveryResult, miss_recovery
+from resdom.diagnostics.shuffle import MODES, ShuffleResult, position_shuffle
+
+__all__ = [
+    "ALPHAS", "MODES", "AlphaResult", "HRLIResult", "MixingResult", "RecoveryResult", "ShuffleResult",
+    "alpha_sweep", "last_item_hit_rates", "miss_recovery", "mixing_ratios", "position_shuffle",
+]

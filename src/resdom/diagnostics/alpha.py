@@ -1,0 +1,98 @@
+"""Residual-scaling sweep (SPEC 4): ``h_i = alpha * x_i + Attn(x)_i`` at inference, alpha from 1.0 to 0.0.
+
+For each alpha (set with ``residual_scale`` in all or the chosen layers, same trained weights) one recorded
+pass over the set gives: pooled mixing ratios per stage ("all" real positions and "last" position),
+HRLI@1 and HRL2I@1 (unfiltered), HR@10 and NDCG@10 filtered (the whole input's items, as evaluation) and
+unfiltered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from resdom.data.sequences import EvalSet
+from resdom.diagnostics.common import (
+    DEFAULT_BATCH,
+    batches,
+    check_model,
+    inference,
+    jsonable,
+    ranks_filtered_and_not,
+    seen_items,
+)
+from resdom.diagnostics.hrli import hrli_from_ranks, last_item_ranks
+from resdom.diagnostics.mixing import MixingAccumulator
+from resdom.evaluation.ranking import metrics_from_ranks
+from resdom.models.interface import Diagnosable, recording, residual_scale
+
+ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  # 1.0, 0.9, ..., 0.0
+
+
+def check_alphas(alphas: Sequence[float]) -> list[float]:
+    out = [float(a) for a in alphas]
+    if not out:
+        raise ValueError("alphas must not be empty")
+    bad = [a for a in out if not np.isfinite(a)]
+    if bad:
+        raise ValueError(f"alphas must be finite numbers (got {bad})")
+    return out
+
+
+@dataclass
+class AlphaResult:
+    """rows: one dict per alpha: {"alpha", "mixing_all": {stage: r}, "mixing_last": {...}, "HRLI@1", "HRL2I@1",
+    "HR@10", "NDCG@10", "HR@10_unfiltered", "NDCG@10_unfiltered"}."""
+
+    layers: str | list[int]
+    rows: list[dict[str, Any]]
+    n_users: int
+    definition: str = "norm_of_sums"
+    split: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"split": self.split, "n_users": self.n_users, "layers": self.layers,
+                         "definition": self.definition, "rows": self.rows})
+
+
+def alpha_row(
+    model: Diagnosable, evalset: EvalSet, alpha: float, layers: Sequence[int] | None, definition: str,
+    batch_size: int, device: str | torch.device | None, progress: bool,
+) -> dict[str, Any]:
+    """The sweep's row at one alpha (model already in inference mode)."""
+    acc = MixingAccumulator(len(model.attention_blocks()), model.max_len, definition)
+    filt, unfilt, last = [], [], []
+    with residual_scale(model, alpha, layers), recording(model) as store:
+        for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
+            states = model.encode(items)[:, -1]
+            acc.add([layer.pop() for layer in store], items)
+            f, u = ranks_filtered_and_not(model, states, targets, seen_items(evalset.inputs, idx, items.device))
+            filt.append(f.cpu())
+            unfilt.append(u.cpu())
+            last.append(last_item_ranks(model, evalset, idx, states, (1, 2)).cpu().numpy())
+    mix = acc.result()
+    mf = metrics_from_ranks(torch.cat(filt), (10,))
+    mu = metrics_from_ranks(torch.cat(unfilt), (10,))
+    row: dict[str, Any] = {"alpha": alpha, "mixing_all": mix.pooled["all"], "mixing_last": mix.pooled["last"]}
+    row.update(hrli_from_ranks(np.concatenate(last), (1, 2), (1,)))
+    row.update({"HR@10": mf["HR@10"], "NDCG@10": mf["NDCG@10"],
+                "HR@10_unfiltered": mu["HR@10"], "NDCG@10_unfiltered": mu["NDCG@10"]})
+    return row
+
+
+def alpha_sweep(
+    model: Diagnosable, evalset: EvalSet, alphas: Sequence[float] = ALPHAS, layers: Sequence[int] | None = None,
+    definition: str = "norm_of_sums", batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None,
+    progress: bool = False,
+) -> AlphaResult:
+    """One row per alpha in ``alphas``; ``layers`` = the blocks whose residual is scaled (default all)."""
+    model = check_model(model)
+    alphas = check_alphas(alphas)
+    chosen = None if layers is None else [int(x) for x in layers]
+    with inference(model):
+        rows = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress) for a in alphas]
+    return AlphaResult("all" if chosen is None else chosen, rows, len(evalset), definition)

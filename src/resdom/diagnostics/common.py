@@ -1,0 +1,159 @@
+"""Shared plumbing of the diagnostics: eval-mode inference, batches with progress, ranks, JSON-safe numbers.
+
+Diagnostics touch a model only through ``resdom.models.interface`` (``encode``, ``item_embeddings``,
+``attention_blocks``, ``recording``, ``residual_scale``) and ranking only through
+``resdom.evaluation.ranking``. Ranks are 0-based and pessimistic; a rank >= K is a miss at K.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from resdom.data.sequences import EvalSet, Sequences
+from resdom.evaluation.batches import iter_eval_batches
+from resdom.evaluation.ranking import full_scores, pessimistic_ranks, user_chunk_size
+from resdom.models.interface import Diagnosable
+
+DEFAULT_BATCH = 256
+MISS = np.iinfo(np.int64).max // 4  # rank given to an absent item (padding / too-short history): never a hit
+
+
+def check_model(model: Any) -> Diagnosable:
+    """``model`` itself, after checking it implements the Diagnosable protocol (TypeError otherwise)."""
+    if not isinstance(model, Diagnosable):
+        raise TypeError(
+            f"{type(model).__name__} is not diagnosable: it needs n_items, max_len, encode(), item_embeddings() "
+            "and attention_blocks() (see resdom.models.interface)"
+        )
+    return model
+
+
+def model_device(model: Diagnosable) -> torch.device:
+    return model.item_embeddings().device
+
+
+@contextmanager
+def inference(model: Diagnosable) -> Iterator[None]:
+    """Eval mode (no dropout, residual scale honoured) and no autograd inside; the training flag is restored."""
+    was_training = bool(getattr(model, "training", False))
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        if was_training and hasattr(model, "train"):
+            model.train(True)
+
+
+def show_progress(progress: bool) -> bool:
+    """Progress bars only when asked for and stderr is a terminal."""
+    return bool(progress) and sys.stderr.isatty()
+
+
+def batches(
+    model: Diagnosable, evalset: EvalSet, batch_size: int, device: torch.device | str | None = None,
+    desc: str = "", progress: bool = False,
+) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """(example indices (B,), items int64 (B, L) left-padded, targets (B,)) on the model's device.
+
+    The batch is capped so its (B, n_items + 1) score matrix stays within the ranking module's budget.
+    """
+    from tqdm.auto import tqdm
+
+    device = model_device(model) if device is None else torch.device(device)
+    size = user_chunk_size(model.n_items, batch_size)
+    it = iter_eval_batches(evalset, model.max_len, size, device)
+    bar = tqdm(it, total=math.ceil(len(evalset) / size), desc=desc, leave=False, disable=not show_progress(progress))
+    yield from bar
+
+
+def scores_at(model: Diagnosable, states: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
+    """states (B, d), seen (B, L) item ids or None -> full scores (B, n_items + 1), padding and seen at -inf."""
+    emb = model.item_embeddings()
+    return full_scores(states.to(emb.dtype), emb, seen)
+
+
+def ranks_of(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """scores (B, N+1), items (B,) or (B, k) -> 0-based pessimistic ranks; absent items (id 0) get MISS."""
+    ranks = pessimistic_ranks(scores, items)
+    return torch.where(items > 0, ranks, torch.full_like(ranks, MISS))
+
+
+def seen_items(inputs: Sequences, index: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    """int64 (B, H): every item of each selected user's whole input (0-padded), for seen-item filtering.
+
+    As ``resdom.evaluation.evaluate``: the whole input sequence, not only the ``max_len`` the model reads.
+    """
+    return torch.from_numpy(inputs.padded(1 << 62, index)).to(device)
+
+
+def ranks_filtered_and_not(
+    model: Diagnosable, states: torch.Tensor, items: torch.Tensor, seen: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """states (B, d), items (B,) or (B, k), seen (B, H) -> (filtered ranks, unfiltered ranks), shapes of items."""
+    unfiltered = scores_at(model, states, None)
+    filtered = unfiltered.clone().scatter_(1, seen, -math.inf)
+    return ranks_of(filtered, items), ranks_of(unfiltered, items)
+
+
+def recent_items(inputs: Sequences, index: np.ndarray, k: int) -> np.ndarray:
+    """int64 (B,): the k-th most recent input item of each selected sequence (k = 1: the last), 0 if shorter."""
+    ends = inputs.offsets[index + 1]
+    lengths = ends - inputs.offsets[index]
+    out = np.zeros(len(index), dtype=np.int64)
+    ok = lengths >= k
+    out[ok] = inputs.items[ends[ok] - k]
+    return out
+
+
+def window(inputs: Sequences, max_len: int) -> Sequences:
+    """The last ``min(len, max_len)`` items of every sequence (what a model with ``max_len`` reads)."""
+    ends = inputs.offsets[1:]
+    lengths = np.minimum(inputs.lengths, max_len)
+    starts = ends - lengths
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    from resdom.data.sequences import _ranges
+
+    flat = _ranges(starts, lengths)
+    times = inputs.times[flat] if inputs.times is not None else None
+    return Sequences(offsets, inputs.items[flat], times, inputs.users.copy())
+
+
+def real_mask(items: torch.Tensor) -> torch.Tensor:
+    """items (B, L) -> bool (B, L): real (non-padding) positions."""
+    return items > 0
+
+
+def first_real(items: torch.Tensor) -> torch.Tensor:
+    """items (B, L) left-padded -> bool (B, L): the first real position of each row (it attends only to itself)."""
+    L = items.shape[1]
+    lengths = (items > 0).sum(1)
+    cols = torch.arange(L, device=items.device)
+    return (cols[None, :] == (L - lengths)[:, None]) & (lengths[:, None] > 0)
+
+
+def safe_div(num: float, den: float) -> float | None:
+    """num / den, or None where den is 0 (JSON null rather than NaN)."""
+    return None if den == 0 else float(num) / float(den)
+
+
+def jsonable(obj: Any) -> Any:
+    """Replace NaN / inf floats (not valid JSON) by None, recursively; numpy scalars become Python numbers."""
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        v = float(obj)
+        return v if math.isfinite(v) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj

@@ -1,0 +1,178 @@
+"""Miss recovery (SPEC 4).
+
+At alpha = 1 and K = 10, a user's prediction is read at the final column (L-1, "position L") and at columns
+L-1-k for k = 1, 2, 3 ("positions L-1, L-2, L-3": the output state at index last - k of the same input;
+inputs are left-padded, so those are the states after the user's (k+1)-th most recent item). Every
+prediction is ranked against the same target with the same seen-item filter as the final position: all
+items of the user's whole input (as evaluation), also for the earlier positions, so an earlier position is
+not credited for items it could not have filtered. Users with fewer than k+1 items are not hit at offset k.
+
+- recoverable set R = users whose final position misses (rank >= K) and some offset k hits;
+- per-offset shares = #(hit at L-k and miss at L) / #evaluated users;
+- Recovery(alpha) = share of R that the final position hits at alpha (0 at alpha = 1 by definition);
+- alpha* = argmax Recovery on validation subject to HR@10(alpha) >= (1 - eps) HR@10(1); ties go to the
+  larger alpha; alpha = 1 when R is empty or nothing else passes the guard. Test metrics are then
+  reported at alpha*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from resdom.data.sequences import EvalSet
+from resdom.diagnostics.alpha import ALPHAS, check_alphas
+from resdom.diagnostics.common import (
+    DEFAULT_BATCH,
+    MISS,
+    batches,
+    check_model,
+    inference,
+    jsonable,
+    ranks_of,
+    scores_at,
+    seen_items,
+)
+from resdom.evaluation.ranking import KS, metrics_from_ranks
+from resdom.models.interface import Diagnosable, residual_scale
+
+OFFSETS = (1, 2, 3)
+
+
+def position_ranks(
+    model: Diagnosable, evalset: EvalSet, offsets: Sequence[int] = (0, *OFFSETS), batch_size: int = DEFAULT_BATCH,
+    device: str | torch.device | None = None, progress: bool = False, desc: str = "recovery",
+) -> np.ndarray:
+    """int64 (n, len(offsets)): filtered rank of the target read at column L-1-k for each k in ``offsets``.
+
+    For k >= 1, columns that are padding (fewer than k+1 items) or outside the batch get MISS. Runs at the
+    model's current alphas, in inference mode.
+    """
+    out = []
+    for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
+        hidden = model.encode(items)  # (B, L, d)
+        seen = seen_items(evalset.inputs, idx, items.device)
+        L = items.shape[1]
+        cols = []
+        for k in offsets:
+            c = L - 1 - k
+            if c < 0:
+                cols.append(torch.full_like(targets, MISS))
+                continue
+            r = ranks_of(scores_at(model, hidden[:, c], seen), targets)
+            real = items[:, c] > 0
+            cols.append(r if k == 0 else torch.where(real, r, torch.full_like(r, MISS)))
+        out.append(torch.stack(cols, 1).cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0, len(offsets)), dtype=np.int64)
+
+
+def final_ranks(
+    model: Diagnosable, evalset: EvalSet, alpha: float, layers: Sequence[int] | None, batch_size: int,
+    device: str | torch.device | None, progress: bool,
+) -> np.ndarray:
+    """int64 (n,): filtered final-position ranks of the targets at residual scale ``alpha``."""
+    with residual_scale(model, alpha, layers):
+        return position_ranks(model, evalset, (0,), batch_size, device, progress, f"recovery alpha {alpha:g}")[:, 0]
+
+
+@dataclass
+class SplitRecovery:
+    """The recoverable set of one split and its Recovery(alpha) curve."""
+
+    n_users: int
+    recoverable: int
+    recoverable_share: float
+    offset_shares: dict[str, float]
+    curve: list[dict[str, float]]
+    ranks_by_alpha: dict[float, np.ndarray]
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"n_users": self.n_users, "recoverable": self.recoverable,
+                         "recoverable_share": self.recoverable_share, "offset_shares": self.offset_shares,
+                         "curve": self.curve})
+
+
+def split_recovery(
+    model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = 10, layers: Sequence[int] | None = None,
+    batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
+) -> SplitRecovery:
+    """Recoverable set at alpha = 1 and Recovery(alpha) / HR@K(alpha) for each alpha (model in inference mode)."""
+    n = len(evalset)
+    with residual_scale(model, 1.0, layers):
+        base = position_ranks(model, evalset, (0, *OFFSETS), batch_size, device, progress)
+    final_hit = base[:, 0] < K
+    offset_hit = base[:, 1:] < K  # (n, 3)
+    recoverable = ~final_hit & offset_hit.any(1)
+    shares = {f"L-{k}": float((offset_hit[:, i] & ~final_hit).mean()) if n else float("nan")
+              for i, k in enumerate(OFFSETS)}
+    curve, by_alpha = [], {}
+    for a in alphas:
+        ranks = base[:, 0] if a == 1.0 else final_ranks(model, evalset, a, layers, batch_size, device, progress)
+        by_alpha[a] = ranks
+        hit = ranks < K
+        rec = float((hit & recoverable).sum() / recoverable.sum()) if recoverable.any() else float("nan")
+        curve.append({"alpha": a, "recovery": rec, f"HR@{K}": float(hit.mean()) if n else float("nan")})
+    return SplitRecovery(n, int(recoverable.sum()), float(recoverable.mean()) if n else float("nan"), shares, curve,
+                         by_alpha)
+
+
+def select_alpha(curve: list[dict[str, float]], K: int = 10, eps: float = 0.01) -> float:
+    """alpha* = argmax recovery s.t. HR@K(alpha) >= (1 - eps) HR@K(1); ties to the larger alpha; fallback 1."""
+    base = [row for row in curve if row["alpha"] == 1.0]
+    if not base:
+        raise ValueError("the recovery curve needs alpha = 1.0 (the HR guard's reference)")
+    floor = (1.0 - eps) * base[0][f"HR@{K}"]
+    best, best_rec = 1.0, -1.0
+    for row in sorted(curve, key=lambda r: -r["alpha"]):
+        rec = row["recovery"]
+        if row[f"HR@{K}"] >= floor and np.isfinite(rec) and rec > best_rec:
+            best, best_rec = row["alpha"], rec
+    return best
+
+
+@dataclass
+class RecoveryResult:
+    """Validation and test recovery, alpha* (chosen on validation) and test metrics at alpha*."""
+
+    K: int
+    eps: float
+    valid: SplitRecovery
+    test: SplitRecovery
+    alpha_star: float
+    test_at_alpha_star: dict[str, float]
+    layers: str | list[int] = "all"
+    split: str = "test"
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable({"split": self.split, "n_users": self.test.n_users, "K": self.K, "eps": self.eps,
+                         "layers": self.layers, "valid": self.valid.to_dict(), "test": self.test.to_dict(),
+                         "alpha_star": self.alpha_star, "test_at_alpha_star": self.test_at_alpha_star})
+
+
+def miss_recovery(
+    model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = 10,
+    eps: float = 0.01, layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH,
+    device: str | torch.device | None = None, progress: bool = False,
+) -> RecoveryResult:
+    """SPEC 4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well."""
+    model = check_model(model)
+    alphas = check_alphas(alphas)
+    if 1.0 not in alphas:
+        alphas = [1.0, *alphas]
+    if K < 1 or not 0.0 <= eps < 1.0:
+        raise ValueError(f"need K >= 1 and 0 <= eps < 1 (got K={K}, eps={eps})")
+    chosen = None if layers is None else [int(x) for x in layers]
+    with inference(model):
+        v = split_recovery(model, valid, alphas, K, chosen, batch_size, device, progress)
+        t = split_recovery(model, test, alphas, K, chosen, batch_size, device, progress)
+    a_star = select_alpha(v.curve, K, eps)
+    ranks = t.ranks_by_alpha[a_star]
+    at_star = metrics_from_ranks(torch.from_numpy(ranks), tuple(sorted({*KS, K})))
+    rec_row = next(r for r in t.curve if r["alpha"] == a_star)
+    at_star.update({"alpha": a_star, "recovery": rec_row["recovery"],
+                    f"HR@{K}_at_alpha_1": next(r for r in t.curve if r["alpha"] == 1.0)[f"HR@{K}"]})
+    return RecoveryResult(K, eps, v, t, a_star, at_star, "all" if chosen is None else chosen)
