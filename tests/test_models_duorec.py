@@ -1,0 +1,123 @@
+"""DuoRec (SPEC 2): InfoNCE against a slow loop, the three views, gradients, the missing-view error."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from resdom.errors import ResdomError
+from resdom.models import ModelConfig, TrainBatch, build_model
+from resdom.models.duorec import info_nce
+
+
+def slow_info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> float:
+    """Loop over the 2N views: -log(exp(s_pos) / sum_{j != i} exp(s_ij)), s = dot / tau, averaged."""
+    z = torch.cat([z1, z2]).double()
+    n2 = z.shape[0]
+    total = 0.0
+    for i in range(n2):
+        partner = (i + n2 // 2) % n2
+        logits = {j: float(z[i] @ z[j]) / tau for j in range(n2) if j != i}
+        denom = sum(math.exp(v) for v in logits.values())
+        total += -(logits[partner] - math.log(denom))
+    return total / n2
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_info_nce_matches_slow_loop(n: int, tau: float) -> None:
+    torch.manual_seed(n)
+    z1, z2 = torch.randn(n, 4), torch.randn(n, 4)
+    assert info_nce(z1, z2, tau).item() == pytest.approx(slow_info_nce(z1, z2, tau), rel=1e-5, abs=1e-6)
+
+
+def test_info_nce_hand_case() -> None:
+    # N = 2 orthonormal pairs: each view's logits over the other three views are [1 (partner), 0, 0].
+    z1 = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    want = -math.log(math.e / (math.e + 2))
+    assert info_nce(z1, z1.clone()).item() == pytest.approx(want, rel=1e-6)
+    assert info_nce(z1[:1], z1[:1]).item() == pytest.approx(0.0, abs=1e-7)  # no negatives
+
+
+def tiny(views: str, **kw: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    values = dict(name="duorec", n_items=20, max_len=8, hidden=16, heads=2, layers=2, duorec_views=views,
+                  duorec_lambda=0.3, duorec_tau=0.7)
+    values.update(kw)
+    return build_model(ModelConfig(**values))
+
+
+ITEMS = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5], [0, 0, 0, 9, 8]])
+SUP = torch.tensor([[0, 0, 0, 7, 6], [0, 11, 12, 13, 14], [0, 0, 0, 0, 2]])
+TARGETS = torch.tensor([6, 6, 3])
+
+
+def test_unsup_without_dropout_is_lambda_info_nce_of_identical_views() -> None:
+    model = tiny("unsup", dropout=0.0, attn_dropout=0.0).train()
+    hidden = model.encode(ITEMS)
+    z = hidden[:, -1]
+    loss = model.auxiliary_loss(TrainBatch(ITEMS, TARGETS), hidden)
+    assert loss.item() == pytest.approx(0.3 * slow_info_nce(z.detach(), z.detach(), 0.7), rel=1e-5)
+
+
+def test_unsup_uses_a_second_dropout_pass() -> None:
+    model = tiny("unsup").train()
+    hidden = model.encode(ITEMS)
+    z = hidden[:, -1].detach()
+    loss = model.auxiliary_loss(TrainBatch(ITEMS, TARGETS), hidden).item()
+    assert loss != pytest.approx(0.3 * slow_info_nce(z, z, 0.7), rel=1e-4)  # z' differs from z
+
+
+def test_sup_uses_the_same_target_sequence() -> None:
+    model = tiny("sup", dropout=0.0, attn_dropout=0.0).train()
+    hidden = model.encode(ITEMS)
+    loss = model.auxiliary_loss(TrainBatch(ITEMS, TARGETS, sup_items=SUP), hidden)
+    want = 0.3 * slow_info_nce(hidden[:, -1].detach(), model.encode(SUP)[:, -1].detach(), 0.7)
+    assert loss.item() == pytest.approx(want, rel=1e-5)
+    # the supervised term reads the training pass: a different `hidden` changes it
+    other = model.auxiliary_loss(TrainBatch(ITEMS, TARGETS, sup_items=SUP), torch.zeros_like(hidden))
+    assert other.item() != pytest.approx(loss.item(), rel=1e-3)
+
+
+def test_both_contrasts_a_fresh_dropout_pass_with_the_supervised_view() -> None:
+    model = tiny("both", dropout=0.0, attn_dropout=0.0).train()
+    hidden = model.encode(ITEMS)
+    batch = TrainBatch(ITEMS, TARGETS, sup_items=SUP)
+    loss = model.auxiliary_loss(batch, hidden)
+    want = 0.3 * slow_info_nce(hidden[:, -1].detach(), model.encode(SUP)[:, -1].detach(), 0.7)
+    assert loss.item() == pytest.approx(want, rel=1e-5)
+    # BSARec's us_x: the training pass itself is not in the term
+    assert model.auxiliary_loss(batch, torch.zeros_like(hidden)).item() == pytest.approx(loss.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("views", ["unsup", "sup", "both"])
+def test_gradients_flow(views: str) -> None:
+    model = tiny(views).train()
+    batch = TrainBatch(ITEMS, TARGETS, sup_items=SUP)
+    loss = model.auxiliary_loss(batch, model.encode(ITEMS))
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    assert grads["item_emb.weight"] is not None and grads["item_emb.weight"].abs().sum() > 0
+    assert grads["blocks.0.attention.query.weight"].abs().sum() > 0
+    assert grads["blocks.1.ffn.fc2.weight"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("views", ["sup", "both"])
+def test_supervised_view_without_sup_items_is_a_clear_error(views: str) -> None:
+    model = tiny(views)
+    with pytest.raises(ResdomError, match=r"duorec_views=.*sup_items"):
+        model.auxiliary_loss(TrainBatch(ITEMS, TARGETS), model.encode(ITEMS))
+
+
+def test_sasrec_has_no_auxiliary_loss_and_duorec_is_sasrec_at_inference() -> None:
+    torch.manual_seed(0)
+    sas = build_model(ModelConfig(name="sasrec", n_items=20, max_len=8, hidden=16))
+    torch.manual_seed(0)
+    duo = build_model(ModelConfig(name="duorec", n_items=20, max_len=8, hidden=16))
+    assert sas.auxiliary_loss(TrainBatch(ITEMS, TARGETS), sas.encode(ITEMS)) is None
+    sas.eval()
+    duo.eval()
+    assert torch.allclose(sas.encode(ITEMS), duo.encode(ITEMS))

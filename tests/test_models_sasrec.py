@@ -1,0 +1,146 @@
+"""SASRec / the attention block (SPEC 2): shapes, padding invariance, causality, residual scale, records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from resdom.models import ModelConfig, build_model, recording, residual_scale
+from resdom.models.interface import Diagnosable
+
+
+def tiny(name: str = "sasrec", **kw: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    values = dict(name=name, n_items=20, max_len=8, hidden=16, heads=2, layers=2)
+    values.update(kw)
+    return build_model(ModelConfig(**values))
+
+
+ITEMS = torch.tensor([[0, 0, 0, 3, 4, 5], [1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 7]])
+
+
+@pytest.mark.parametrize("name", ["sasrec", "duorec", "bsarec"])
+def test_forward_shapes(name: str) -> None:
+    model = tiny(name)
+    assert isinstance(model, Diagnosable)
+    h = model.encode(ITEMS)
+    assert h.shape == (3, 6, 16)
+    assert model.item_embeddings().shape == (21, 16)
+    assert (h @ model.item_embeddings().T).shape == (3, 6, 21)
+    assert len(model.attention_blocks()) == 2
+    assert torch.isfinite(h).all()
+
+
+def test_longer_than_max_len_is_cut_to_the_window() -> None:
+    model = tiny().eval()
+    long = torch.arange(1, 13)[None]  # 12 items, max_len 8
+    assert torch.allclose(model.encode(long), model.encode(long[:, -8:]))
+
+
+@pytest.mark.parametrize("name", ["sasrec", "duorec"])
+@pytest.mark.parametrize("positions", ["from_end", "from_start"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_left_padding_invariance(name: str, positions: str, norm_first: bool) -> None:
+    model = tiny(name, positions=positions, norm_first=norm_first).eval()
+    seq = torch.tensor([[3, 9, 4, 12]])
+    for width in (5, 6, 8):
+        padded = torch.nn.functional.pad(seq, (width - 4, 0))
+        out = model.encode(padded)[:, -4:]
+        assert torch.allclose(out, model.encode(seq), atol=1e-5), width
+    # and alone vs in a batch trimmed to a longer neighbour
+    batch = torch.tensor([[0, 0, 0, 0, 3, 9, 4, 12], [1, 2, 3, 4, 5, 6, 7, 8]])
+    assert torch.allclose(model.encode(batch)[0, -4:], model.encode(seq)[0], atol=1e-5)
+
+
+def test_causal_sasrec() -> None:
+    model = tiny().eval()
+    a = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    b = a.clone()
+    b[0, 3] = 17  # change the item at column 3
+    ha, hb = model.encode(a), model.encode(b)
+    assert torch.allclose(ha[:, :3], hb[:, :3], atol=1e-6)
+    assert not torch.allclose(ha[:, 3:], hb[:, 3:], atol=1e-4)
+
+
+def test_pre_ln_and_post_ln_both_run_and_differ() -> None:
+    post, pre = tiny(norm_first=False).eval(), tiny(norm_first=True).eval()
+    hp, hq = post.encode(ITEMS), pre.encode(ITEMS)
+    assert torch.isfinite(hp).all() and torch.isfinite(hq).all()
+    assert not torch.allclose(hp, hq, atol=1e-3)
+    # post-LN outputs are LayerNorm outputs: mean ~0 over d (LN weight 1, bias 0 at init)
+    assert hp.mean(-1).abs().max() < 1e-5
+    assert hq.mean(-1).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["sasrec", "bsarec"])
+def test_residual_scale_acts_in_eval_mode_only(name: str) -> None:
+    model = tiny(name, dropout=0.0, attn_dropout=0.0)
+    model.train()
+    base = model.encode(ITEMS)
+    with residual_scale(model, 0.3):
+        assert torch.allclose(model.encode(ITEMS), base)
+    model.eval()
+    assert torch.allclose(model.encode(ITEMS), base, atol=1e-6)  # no dropout: train == eval at alpha 1
+    with residual_scale(model, 0.3):
+        scaled = model.encode(ITEMS)
+    assert not torch.allclose(scaled, base, atol=1e-3)
+    assert all(b.alpha == 1.0 for b in model.attention_blocks())
+    with residual_scale(model, 0.3, layers=[1]):
+        assert [b.alpha for b in model.attention_blocks()] == [1.0, 0.3]
+        one_layer = model.encode(ITEMS)
+    assert not torch.allclose(one_layer, scaled, atol=1e-3)
+    with pytest.raises(ValueError, match="out of range"):
+        with residual_scale(model, 0.5, layers=[2]):
+            pass
+
+
+def layer_norm(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
+    mu = z.mean(-1, keepdim=True)
+    var = ((z - mu) ** 2).mean(-1, keepdim=True)
+    return w * (z - mu) / torch.sqrt(var + eps) + b
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("alpha", [1.0, 0.7, 0.3, 0.0])
+def test_attention_block_record_reconstruction(norm_first: bool, alpha: float) -> None:
+    model = tiny(norm_first=norm_first).double().eval()
+    with torch.no_grad():  # make biases non-zero so that b_O and b_V matter
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    plain = model.encode(ITEMS)
+    with residual_scale(model, alpha), recording(model) as store, torch.no_grad():
+        out = model.encode(ITEMS)
+    assert [len(s) for s in store] == [1, 1]
+    with residual_scale(model, alpha), torch.no_grad():
+        assert torch.allclose(out, model.encode(ITEMS), atol=1e-12)  # recording changes nothing
+    if alpha == 1.0:
+        assert torch.allclose(out, plain, atol=1e-12)
+    for layer, (rec,) in enumerate(store):
+        block = model.attention_blocks()[layer]
+        assert rec.alpha == alpha and rec.norm_first == norm_first
+        B, H, L, _ = rec.attn_weights.shape
+        assert (B, H, L) == (3, 2, 6) and rec.head_values.shape == (3, 2, 6, 16)
+        # A_i = sum_h sum_j a^h_ij f^h(x_j) + b_O
+        rebuilt = torch.einsum("bhij,bhjd->bid", rec.attn_weights, rec.head_values) + rec.out_bias
+        assert torch.allclose(rebuilt, rec.attn_out, atol=1e-12)
+        assert torch.allclose(rec.z, alpha * rec.x + rec.attn_out, atol=1e-12)
+        if norm_first:
+            assert rec.ln_weight is None and torch.allclose(rec.sublayer_out, rec.z)
+            assert torch.allclose(rec.attn_in, block.attn_ln(rec.x))
+        else:
+            assert torch.allclose(rec.attn_in, rec.x)
+            ln = layer_norm(rec.z, rec.ln_weight, rec.ln_bias, rec.ln_eps)
+            assert torch.allclose(ln, rec.sublayer_out, atol=1e-10)
+        # real queries: no weight on later keys or on padding keys, rows sum to 1 (padding rows are ignored)
+        real = ITEMS > 0
+        later = torch.ones(L, L, dtype=torch.bool).triu(1)[None, None] & real[:, None, :, None]
+        assert rec.attn_weights[later.expand(B, H, L, L)].abs().max() == 0
+        w = rec.attn_weights.transpose(1, 2)[real]  # (n_real, H, L)
+        assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)))
+        pad_keys = (~real)[:, None, None, :].expand(B, H, L, L) & real[:, None, :, None]
+        assert rec.attn_weights[pad_keys].abs().max() == 0
+    # the chain: layer 1's input is layer 0's block output; the model output is layer 1's block output
+    b0, b1 = model.attention_blocks()
+    with torch.no_grad():
+        assert torch.allclose(store[1][0].x, b0.ffn_sublayer(store[0][0].sublayer_out), atol=1e-12)
+        assert torch.allclose(out, b1.ffn_sublayer(store[1][0].sublayer_out), atol=1e-12)
