@@ -1,0 +1,106 @@
+"""Devices and torchrun: ``--device auto|cpu|cuda|mps`` and DistributedDataParallel when WORLD_SIZE > 1.
+
+Under ``torchrun --nproc_per_node N``, every process trains on its shard of the samples; rank 0 evaluates
+and writes every file while the others wait at a barrier. Backend: gloo on CPU, nccl on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from resdom.errors import ResdomError
+
+
+@dataclass
+class DistContext:
+    """rank / world_size (1 outside torchrun), the torch device of this process, and whether we initialised."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+    initialized: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def broadcast_flag(self, value: bool) -> bool:
+        """Rank 0's ``value`` on every rank."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([int(value)], dtype=torch.int64)
+        if dist.get_backend() == "nccl":
+            t = t.to(self.device)
+        dist.broadcast(t, src=0)
+        return bool(t.item())
+
+    def all_reduce_sum(self, value: float) -> float:
+        """Sum of ``value`` over ranks."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            t = t.to(self.device)
+        dist.all_reduce(t)
+        return float(t.item())
+
+    def close(self) -> None:
+        if self.initialized and dist.is_initialized():
+            dist.destroy_process_group()
+            self.initialized = False
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda, then mps, then cpu; an explicit device that is not available is a ResdomError."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ResdomError("train.device: 'cuda' requested but torch sees no CUDA device")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise ResdomError("train.device: 'mps' requested but it is not available")
+    if name not in ("cpu", "cuda", "mps"):
+        raise ResdomError(f"train.device: unknown device {name!r} (auto, cpu, cuda or mps)")
+    return torch.device(name)
+
+
+def setup(device: str = "auto") -> DistContext:
+    """Resolve the device; under torchrun (WORLD_SIZE > 1) join the process group (once per process)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    base = resolve_device(device)
+    if world <= 1:
+        return DistContext(0, 1, base, False)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if base.type == "cuda":
+        torch.cuda.set_device(local_rank)
+        base = torch.device("cuda", local_rank)
+    initialized = False
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if base.type == "cuda" else "gloo")
+        initialized = True
+    return DistContext(dist.get_rank(), dist.get_world_size(), base, initialized)
+
+
+def wrap(module: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
+    """``module`` inside DistributedDataParallel when distributed, else unchanged."""
+    if not ctx.distributed:
+        return module
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=ids)

@@ -1,0 +1,168 @@
+"""Training objectives (SPEC 2), as a small registry: name -> Objective.
+
+Every objective reads the model's final states at real positions only: the states are gathered (``P`` rows)
+*before* the product with the item embeddings, so padded positions cost no ``(B, L, N)`` scores. Scores are
+over the real items 1..N (the padding row is not a class, as in evaluation).
+
+- ``ce_all``: full-softmax CE at every real position (layout ``all``);
+- ``ce_last``: full-softmax CE at the last position, every prefix a sample (layout ``last``);
+- ``bce``: binary CE of the target against one sampled negative per position (original SASRec);
+- ``ce_sampled``: softmax over the target and K negatives shared by the whole batch, drawn from Q
+  (popularity or uniform), each logit corrected by ``- log Q(item)`` (sampled softmax, Jean et al. 2015);
+  accidental hits (a negative equal to the target) are masked.
+
+``TrainConfig.item_chunk`` makes the full-softmax objectives compute their log-sum-exp over item chunks with
+a hand-written backward (``chunked_cross_entropy``), so memory is O(P * chunk) instead of O(P * N).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from resdom.models.base import SequentialRecommender, TrainBatch
+
+
+@dataclass
+class LossContext:
+    """What an objective may need beyond the batch.
+
+    item_chunk: chunk size for full-softmax CE (None = all items at once).
+    n_negatives: ce_sampled's K. log_q: float (N,) log proposal probabilities of items 1..N (ce_sampled).
+    """
+
+    item_chunk: int | None = None
+    n_negatives: int = 256
+    log_q: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Objective:
+    """A training loss. ``layout`` says which samples it trains on (see training.batches)."""
+
+    name: str = ""
+    layout: Literal["all", "last"] = "all"
+    needs_negatives: bool = False  # batches carry one sampled negative per target (bce)
+
+    def loss(self, model: SequentialRecommender, batch: TrainBatch, hidden: torch.Tensor, ctx: LossContext
+             ) -> torch.Tensor:
+        """hidden (B, L, d) = model.encode(batch.items) -> scalar loss (mean over targets)."""
+        raise NotImplementedError
+
+
+def real_positions(hidden: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(states (P, d), targets (P,) in 1..N) at the positions that have a target.
+
+    Layout ``all``: targets (B, L) with 0 at padding; layout ``last``: targets (B,) at column L-1.
+    """
+    if batch.targets.dim() == 1:
+        return hidden[:, -1], batch.targets
+    mask = batch.targets > 0
+    return hidden[mask], batch.targets[mask]
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}) over item chunks, recomputing scores in backward."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, chunk: int) -> torch.Tensor:
+        lse = torch.full((h.shape[0],), -torch.inf, dtype=h.dtype, device=h.device)
+        for s in range(0, emb.shape[0], chunk):
+            lse = torch.logaddexp(lse, torch.logsumexp(h @ emb[s : s + chunk].T, dim=1))
+        pos = (h * emb[t]).sum(-1)
+        ctx.save_for_backward(h, emb, t, lse)
+        ctx.chunk = chunk
+        return (lse - pos).mean()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        h, emb, t, lse = ctx.saved_tensors
+        scale = grad / h.shape[0]
+        gh, ge = torch.zeros_like(h), torch.zeros_like(emb)
+        for s in range(0, emb.shape[0], ctx.chunk):
+            e = emb[s : s + ctx.chunk]
+            p = torch.exp(h @ e.T - lse[:, None]) * scale  # softmax probabilities, (P, chunk)
+            gh += p @ e
+            ge[s : s + ctx.chunk] += p.T @ h
+        gh -= scale * emb[t]
+        ge.index_add_(0, t, -scale * h)
+        return gh, ge, None, None
+
+
+def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor, chunk: int | None = None
+                       ) -> torch.Tensor:
+    """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items.
+
+    ``chunk``: compute over item chunks of this size (same value and gradients, bounded memory).
+    """
+    if h.shape[0] == 0:
+        return h.sum() * 0.0
+    t = targets - 1
+    if chunk is None or chunk >= emb.shape[0]:
+        return F.cross_entropy(h @ emb.T, t)
+    return _ChunkedCrossEntropy.apply(h, emb, t, chunk)
+
+
+class CEAll(Objective):
+    name, layout = "ce_all", "all"
+
+    def loss(self, model, batch, hidden, ctx):
+        h, t = real_positions(hidden, batch)
+        return full_cross_entropy(h, model.item_embeddings()[1:], t, ctx.item_chunk)
+
+
+class CELast(CEAll):
+    name, layout = "ce_last", "last"
+
+
+class BCE(Objective):
+    name, layout, needs_negatives = "bce", "all", True
+
+    def loss(self, model, batch, hidden, ctx):
+        if batch.negatives is None:
+            raise ValueError("bce needs batch.negatives")
+        mask = batch.targets > 0
+        h = hidden[mask]
+        emb = model.item_embeddings()
+        pos = (h * emb[batch.targets[mask]]).sum(-1)
+        neg = (h * emb[batch.negatives[mask]]).sum(-1)
+        return F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos)) + F.binary_cross_entropy_with_logits(
+            neg, torch.zeros_like(neg)
+        )
+
+
+class CESampled(Objective):
+    name, layout = "ce_sampled", "all"
+
+    def loss(self, model, batch, hidden, ctx):
+        if ctx.log_q is None:
+            raise ValueError("ce_sampled needs LossContext.log_q")
+        h, t = real_positions(hidden, batch)
+        emb = model.item_embeddings()
+        log_q = ctx.log_q.to(h.device)
+        negs = torch.multinomial(log_q.exp(), ctx.n_negatives, replacement=True).to(h.device) + 1  # (K,) in 1..N
+        pos = (h * emb[t]).sum(-1, keepdim=True) - log_q[t - 1, None]  # (P, 1)
+        neg = h @ emb[negs].T - log_q[negs - 1][None, :]  # (P, K)
+        neg = neg.masked_fill(negs[None, :] == t[:, None], -torch.inf)  # accidental hits
+        logits = torch.cat([pos, neg], 1)
+        return F.cross_entropy(logits, torch.zeros(len(t), dtype=torch.long, device=h.device))
+
+
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CEAll(), CELast(), BCE(), CESampled())}
+
+
+def get_objective(name: str) -> Objective:
+    """The registered objective ``name``; ValueError listing the known ones otherwise."""
+    try:
+        return OBJECTIVES[name]
+    except KeyError:
+        raise ValueError(f"unknown objective {name!r}; one of {', '.join(OBJECTIVES)}") from None
+
+
+def popularity_log_q(item_counts: torch.Tensor, kind: str = "popularity") -> torch.Tensor:
+    """item_counts (N,) training counts of items 1..N -> log Q (N,): add-one smoothed popularity, or uniform."""
+    counts = item_counts.double() + 1.0 if kind == "popularity" else torch.ones_like(item_counts, dtype=torch.double)
+    return (counts / counts.sum()).log().float()

@@ -1,0 +1,435 @@
+"""The trainer: Adam, early stopping on a validation metric, the best checkpoint, resume, seeds, DDP.
+
+``fit`` writes the run directory described in ``resdom.runs``. Reproducibility: the model is initialised
+from ``seed``, and every epoch draws its randomness (sample order, negatives, DuoRec partners, dropout)
+from generators seeded by ``(seed, epoch)``; no random state is carried from one epoch to the next.
+Hence a run resumed from the state saved after epoch e (weights, Adam moments, early-stopping counters)
+continues exactly as the uninterrupted run would have (on CPU; CUDA kernels may be nondeterministic).
+
+Resume semantics: ``fit`` on a directory holding ``state/`` continues after the last saved epoch, provided
+the model, data and training config match (``epochs``, ``device`` and ``eval_batch_size`` may differ:
+nothing in training depends on them, there is no learning-rate schedule). A finished run (stopped early, or
+at its maximum number of epochs when ``epochs`` is not raised) returns its saved metrics without training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from resdom.data.sequences import SplitData
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_json, atomic_write_text
+from resdom.models import SequentialRecommender, build_model
+from resdom.models.base import TrainBatch
+from resdom.models.config import ModelConfig
+from resdom.runs import data_fingerprint, load_checkpoint, save_checkpoint, versions
+from resdom.training import distributed
+from resdom.training.batches import SampleSet, build_samples, epoch_order, iter_batches, same_target_partners
+from resdom.training.config import DEFAULT_OBJECTIVE, RESUMABLE_FIELDS, TrainConfig, check_pairing
+from resdom.training.objectives import LossContext, Objective, get_objective, popularity_log_q
+
+EpochCallback = Callable[[int, dict[str, Any]], None]
+STATE_FORMAT = "resdom-trainer-state/1"
+
+
+# ----------------------------------------------------------------------------------------------- seeds
+
+
+def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
+    """A 63-bit seed for one random stream of one epoch (stream 0: order, 1: negatives, 2: torch/dropout)."""
+    return int(np.random.SeedSequence([seed, epoch, stream, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+# ------------------------------------------------------------------------------------ early stopping
+
+
+@dataclass
+class EarlyStopping:
+    """Track the best validation value (higher is better) and the epochs since it improved."""
+
+    best_value: float = -math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+
+    def update(self, value: float, epoch: int) -> bool:
+        """Record epoch ``epoch``'s value; True when it is a new best (strictly greater)."""
+        if value > self.best_value:
+            self.best_value, self.best_epoch, self.bad_epochs = value, epoch, 0
+            return True
+        self.bad_epochs += 1
+        return False
+
+    def should_stop(self, patience: int) -> bool:
+        return self.bad_epochs >= patience
+
+
+# ------------------------------------------------------------------------------------- resume state
+
+
+def flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Optimizer state -> (named tensors ``state.<param>.<key>``, JSON data: param groups and non-tensor state)."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for pid, st in sd["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{pid}.{key}"] = value.detach().to("cpu").contiguous()
+            else:
+                scalars[f"{pid}.{key}"] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of ``flatten_optimizer``: a state dict for ``optimizer.load_state_dict``."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = value
+    for name, value in meta.get("scalars", {}).items():
+        pid, key = name.split(".", 1)
+        state.setdefault(int(pid), {})[key] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+class RunFiles:
+    """Paths of a run directory (layout in ``resdom.runs``) and the resume state in ``state/``."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.dir = Path(out_dir)
+        self.config = self.dir / "config.json"
+        self.data = self.dir / "data"
+        self.model = self.dir / "model.safetensors"
+        self.log = self.dir / "metrics.jsonl"
+        self.final = self.dir / "metrics.json"
+        self.state_dir = self.dir / "state"
+        self.state = self.state_dir / "trainer.json"
+
+    def read_state(self) -> dict[str, Any] | None:
+        if not self.state.exists():
+            return None
+        try:
+            state = json.loads(self.state.read_text())
+        except json.JSONDecodeError as e:
+            raise ResdomError(f"{self.state}: resume state is not valid JSON ({e})") from None
+        if state.get("format") != STATE_FORMAT:
+            raise ResdomError(f"{self.state}: not a resdom trainer state (format {state.get('format')!r})")
+        return state
+
+    def save_state(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Weights and Adam moments for ``state['epoch']``, then ``trainer.json`` (the commit point), then prune."""
+        epoch = state["epoch"]
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        opt_tensors, opt_meta = flatten_optimizer(optimizer)
+        files = {"model": f"model-{epoch:04d}.safetensors", "optimizer": f"optimizer-{epoch:04d}.safetensors"}
+        for key, tensors in (("model", weights), ("optimizer", opt_tensors)):
+            tmp = self.state_dir / f".{files[key]}.tmp"
+            save_file(tensors, str(tmp))
+            tmp.replace(self.state_dir / files[key])
+        atomic_write_json(self.state, {**state, "files": files, "optimizer_meta": opt_meta, "format": STATE_FORMAT})
+        for old in self.state_dir.glob("*.safetensors"):
+            if old.name not in files.values():
+                old.unlink(missing_ok=True)
+
+    def load_state_tensors(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        files = state["files"]
+        model.load_state_dict(load_file(str(self.state_dir / files["model"])))
+        opt = load_file(str(self.state_dir / files["optimizer"]))
+        optimizer.load_state_dict(unflatten_optimizer(opt, state["optimizer_meta"]))
+
+    def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
+        """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""
+        if not self.log.exists():
+            return []
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("epoch", 0) <= up_to_epoch:
+                out.append(rec)
+        return out
+
+
+def _check_resumable(files: RunFiles, state: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainConfig,
+                     fingerprint: str) -> None:
+    """The saved run must be the same experiment; name every differing field otherwise."""
+    diffs = []
+    if state.get("data_fingerprint") != fingerprint:
+        diffs.append(f"data fingerprint {state.get('data_fingerprint')} saved vs {fingerprint} now")
+    for section, saved, now, free in (("model", state.get("model", {}), model_cfg.model_dump(), frozenset()),
+                                      ("train", state.get("train", {}), train_cfg.model_dump(), RESUMABLE_FIELDS)):
+        for key in sorted(set(saved) | set(now)):
+            if key not in free and saved.get(key) != now.get(key):
+                diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
+    if diffs:
+        raise ResdomError(
+            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another --out directory or "
+            f"delete {files.state_dir} to start over"
+        )
+
+
+# --------------------------------------------------------------------------------------- train step
+
+
+class TrainStep(nn.Module):
+    """model + objective as one module whose forward returns the loss, so DDP sees every parameter use."""
+
+    def __init__(self, model: SequentialRecommender, objective: Objective, ctx: LossContext) -> None:
+        super().__init__()
+        self.model, self.objective, self.ctx = model, objective, ctx
+
+    def forward(self, items: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None,
+                sup_items: torch.Tensor | None) -> torch.Tensor:
+        """Tensors of a TrainBatch (see models.base) -> scalar loss (objective + the model's auxiliary loss)."""
+        batch = TrainBatch(items, targets, negatives, sup_items)
+        hidden = self.model.encode(items)
+        loss = self.objective.loss(self.model, batch, hidden, self.ctx)
+        aux = self.model.auxiliary_loss(batch, hidden)
+        return loss if aux is None else loss + aux
+
+
+def _needs_partners(model_cfg: ModelConfig) -> bool:
+    return model_cfg.name == "duorec" and model_cfg.duorec_views in ("sup", "both")
+
+
+def _loss_context(split: SplitData, train_cfg: TrainConfig, objective: Objective) -> LossContext:
+    log_q = None
+    if objective.name == "ce_sampled":
+        counts = np.bincount(split.train.items, minlength=split.n_items + 1)[1:]
+        log_q = popularity_log_q(torch.from_numpy(counts), train_cfg.negative_sampling)
+    return LossContext(item_chunk=train_cfg.item_chunk, n_negatives=train_cfg.n_negatives, log_q=log_q)
+
+
+# ---------------------------------------------------------------------------------------------- fit
+
+
+def _progress_enabled(progress: bool | None, is_main: bool) -> bool:
+    if not is_main:
+        return False
+    return sys.stderr.isatty() if progress is None else progress
+
+
+def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_cfg: TrainConfig,
+              device: torch.device) -> dict[str, Any]:
+    """{"metrics": {...}, "n_users": n} of ``which`` (valid | test), full ranking, seen items filtered."""
+    from resdom.evaluation.evaluate import evaluate
+
+    evalset = split.valid if which == "valid" else split.test
+    return evaluate(model, evalset, filter_seen=True, batch_size=train_cfg.eval_batch_size, device=device).to_dict()
+
+
+def _resolve_model_config(model_cfg: ModelConfig, split: SplitData) -> ModelConfig:
+    if model_cfg.n_items == 0:
+        return model_cfg.model_copy(update={"n_items": split.n_items})
+    if model_cfg.n_items != split.n_items:
+        raise ResdomError(f"model.n_items: {model_cfg.n_items} but the data has {split.n_items} items")
+    return model_cfg
+
+
+def fit(
+    split: SplitData,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    out_dir: str | Path,
+    data_info: dict[str, Any] | None = None,
+    *,
+    callbacks: Sequence[EpochCallback] = (),
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Train on ``split.train`` with early stopping on ``split.valid``; evaluate the best model on both splits.
+
+    Writes ``out_dir`` (see ``resdom.runs``) and returns what it writes to ``metrics.json``:
+    ``{"valid": {"metrics", "n_users"}, "test": {...}, "best_epoch", "epochs_run", "stopped", ...}``.
+    ``callbacks`` are called as ``cb(epoch, record)`` after each epoch's state is saved (an exception there
+    interrupts the run; ``fit`` again resumes it). ``progress``: tqdm bars (default: when stderr is a TTY).
+    """
+    model_cfg = _resolve_model_config(model_cfg, split)
+    if train_cfg.objective is None:
+        train_cfg = train_cfg.model_copy(update={"objective": DEFAULT_OBJECTIVE[model_cfg.name]})
+    check_pairing(model_cfg, train_cfg)
+    objective = get_objective(train_cfg.objective)
+    files = RunFiles(Path(out_dir))
+    fingerprint = data_fingerprint(split)
+    dist_ctx = distributed.setup(train_cfg.device)
+    try:
+        return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
+                    callbacks, progress)
+    finally:
+        dist_ctx.close()
+
+
+def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
+         fingerprint: str, data_info: dict[str, Any], dist_ctx: distributed.DistContext,
+         callbacks: Sequence[EpochCallback], progress: bool | None) -> dict[str, Any]:
+    device = dist_ctx.device
+    state = files.read_state()
+    if state is not None:
+        _check_resumable(files, state, model_cfg, train_cfg, fingerprint)
+        if state.get("stopped") == "early_stopping" or state["epoch"] >= train_cfg.epochs:
+            return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
+    if dist_ctx.is_main:
+        _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
+    dist_ctx.barrier()
+
+    torch.manual_seed(train_cfg.seed)
+    model = build_model(model_cfg).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    stopper = EarlyStopping()
+    start_epoch = 1
+    if state is not None:
+        files.load_state_tensors(state, model, optimizer)
+        stopper = EarlyStopping(**state["early_stopping"])
+        start_epoch = state["epoch"] + 1
+    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
+    if len(samples) == 0:
+        raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
+    step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective)).to(device),
+                            dist_ctx)
+
+    from tqdm.auto import tqdm
+
+    show = _progress_enabled(progress, dist_ctx.is_main)
+    bar = tqdm(total=train_cfg.epochs, initial=start_epoch - 1, desc="epochs", disable=not show, dynamic_ncols=True)
+    stopped = None
+    epoch = start_epoch - 1
+    for epoch in range(start_epoch, train_cfg.epochs + 1):
+        loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
+                                             objective, epoch, dist_ctx, show)
+        valid = _evaluate(model, split, "valid", train_cfg, device)
+        value = valid["metrics"][train_cfg.metric]
+        improved = stopper.update(value, epoch)
+        record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
+                  "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
+                  "best_epoch": stopper.best_epoch}
+        if stopper.should_stop(train_cfg.patience):
+            stopped = "early_stopping"
+        elif epoch >= train_cfg.epochs:
+            stopped = "max_epochs"
+        if dist_ctx.is_main:
+            if improved:
+                save_checkpoint(files.model, model, _sidecar_extra(epoch, valid, fingerprint, train_cfg, split))
+            with files.log.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            files.save_state(_state_dict(epoch, stopper, stopped, model_cfg, train_cfg, fingerprint), model,
+                             optimizer)
+        dist_ctx.barrier()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4f}", **{train_cfg.metric: f"{value:.4f}"},
+                        best=f"{stopper.best_value:.4f}@{stopper.best_epoch}")
+        for cb in callbacks:
+            cb(epoch, record)
+        if stopped:
+            break
+    bar.close()
+    state = _state_dict(epoch, stopper, stopped or "max_epochs", model_cfg, train_cfg, fingerprint)
+    return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
+
+
+def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: SampleSet, n_items: int,
+                 model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, epoch: int,
+                 dist_ctx: distributed.DistContext, show: bool) -> tuple[float, int, float]:
+    """One pass over this rank's shard -> (mean loss over all ranks' batches, samples seen by all ranks, seconds).
+
+    The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step.
+    """
+    from tqdm.auto import tqdm
+
+    seed, rank, world = train_cfg.seed, dist_ctx.rank, dist_ctx.world_size
+    order_rng = np.random.default_rng(epoch_seed(seed, epoch, 0))  # same on every rank
+    partners = same_target_partners(samples.last_targets, order_rng) if _needs_partners(model_cfg) else None
+    order = epoch_order(len(samples), order_rng, rank, world)
+    neg_rng = np.random.default_rng(epoch_seed(seed, epoch, 1, rank))
+    torch.manual_seed(epoch_seed(seed, epoch, 2, rank))  # dropout, ce_sampled negatives
+    per_rank = max(1, train_cfg.batch_size // world)
+    batches = iter_batches(samples, order, per_rank, n_items=n_items, rng=neg_rng,
+                           negatives=objective.needs_negatives, partners=partners)
+    step.train()
+    total, count = 0.0, 0
+    start = time.perf_counter()
+    with tqdm(total=-(-len(order) // per_rank), desc=f"epoch {epoch}", leave=False, disable=not show,
+              dynamic_ncols=True) as bar:
+        for batch in batches:
+            b = batch.to(dist_ctx.device)
+            loss = step(b.items, b.targets, b.negatives, b.sup_items)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            count += 1
+            bar.update(1)
+            if count % 20 == 0:
+                bar.set_postfix(loss=f"{total / count:.4f}")
+    seconds = time.perf_counter() - start
+    total, count = dist_ctx.all_reduce_sum(total), dist_ctx.all_reduce_sum(count)
+    return total / max(count, 1), len(order) * world, seconds
+
+
+def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cfg: TrainConfig,
+                   split: SplitData) -> dict[str, Any]:
+    return {"epoch": epoch, "metrics": valid["metrics"], "n_users": valid["n_users"], "split": "valid",
+            "data_fingerprint": fingerprint, "train": train_cfg.model_dump(), "data": split.manifest}
+
+
+def _state_dict(epoch: int, stopper: EarlyStopping, stopped: str | None, model_cfg: ModelConfig,
+                train_cfg: TrainConfig, fingerprint: str) -> dict[str, Any]:
+    return {"epoch": epoch, "early_stopping": asdict(stopper), "stopped": stopped, "model": model_cfg.model_dump(),
+            "train": train_cfg.model_dump(), "data_fingerprint": fingerprint}
+
+
+def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                  fingerprint: str, data_info: dict[str, Any], fresh: bool) -> None:
+    """config.json always (the resolved config); data/ and a fresh metrics log on a fresh start.
+
+    metrics.json is removed in both cases: it is stale as soon as training goes on.
+    """
+    files.final.unlink(missing_ok=True)
+    if fresh:
+        split.save(files.data)
+        for stale in (files.log, files.model, files.model.with_suffix(".json")):
+            stale.unlink(missing_ok=True)
+    elif files.log.exists():  # drop records of epochs after the saved state (a kill between log and state)
+        saved = files.read_state() or {}
+        kept = files.read_log(saved.get("epoch", 0))
+        atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in kept))
+    data = {**data_info, "fingerprint": fingerprint, "n_items": split.n_items, "manifest": split.manifest}
+    atomic_write_json(files.config, {"model": model_cfg.model_dump(), "train": train_cfg.model_dump(),
+                                     "data": data, "versions": versions()})
+
+
+def _finish(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, files: RunFiles, fingerprint: str,
+            state: dict[str, Any], dist_ctx: distributed.DistContext) -> dict[str, Any]:
+    """Evaluate the best checkpoint on valid and test; write metrics.json and the finished state (rank 0)."""
+    if files.final.exists() and state.get("stopped") and files.state.exists():
+        saved = files.read_state() or {}
+        if saved.get("stopped") and saved.get("epoch") == state["epoch"]:
+            return json.loads(files.final.read_text())
+    model, meta = load_checkpoint(files.model, expected=model_cfg, fingerprint=fingerprint)
+    model.to(dist_ctx.device)
+    valid = _evaluate(model, split, "valid", train_cfg, dist_ctx.device)
+    test = _evaluate(model, split, "test", train_cfg, dist_ctx.device)
+    result = {"valid": valid, "test": test, "best_epoch": meta.get("epoch"), "epochs_run": state["epoch"],
+              "stopped": state.get("stopped") or "max_epochs", "metric": train_cfg.metric,
+              "objective": train_cfg.objective, "model": model_cfg.name}
+    if dist_ctx.is_main:
+        if files.state.exists():
+            saved = json.loads(files.state.read_text())
+            saved["stopped"] = result["stopped"]
+            atomic_write_json(files.state, saved)
+        atomic_write_json(files.final, result)
+    dist_ctx.barrier()
+    return result
