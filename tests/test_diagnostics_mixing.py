@@ -1,0 +1,271 @@
+"""Norm-based decomposition (SPEC 4): the terms rebuild the block, the fast path equals a slow reference,
+hand-checkable cases, aggregation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from resdom.data.sequences import EvalSet, Sequences
+from resdom.diagnostics.mixing import (
+    attention_terms,
+    bias_terms,
+    head_ratios,
+    mixing_ratios,
+    norm_of_sums,
+    stages_of,
+    sum_of_norms,
+)
+from resdom.models import build_model, recording, residual_scale
+from resdom.models.config import ModelConfig
+
+
+def make_model(name: str = "sasrec", heads: int = 2, norm_first: bool = False, seed: int = 0, **kw) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(name=name, n_items=30, max_len=8, hidden=8, layers=2, heads=heads, norm_first=norm_first,
+                      init_std=0.4, inner_mult=2, **kw)
+    model = build_model(cfg).double().eval()
+    with torch.no_grad():  # non-trivial biases and LayerNorm parameters, so the bias terms matter
+        for name_, p in model.named_parameters():
+            if name_.endswith("bias") or "ln" in name_:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def make_evalset(n: int = 9, seed: int = 0, max_len: int = 12) -> EvalSet:
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(1, 31, size=int(rng.integers(1, max_len + 1))).tolist() for _ in range(n)]
+    seqs[0] = [5]  # a one-item input
+    return EvalSet(Sequences.from_lists(seqs), rng.integers(1, 31, size=n))
+
+
+def records(model, items: torch.Tensor, alpha: float = 1.0):
+    with torch.no_grad(), residual_scale(model, alpha), recording(model) as store:
+        model.encode(items)
+    return [layer[0] for layer in store]
+
+
+def batch_items(model, evalset: EvalSet) -> torch.Tensor:
+    return torch.from_numpy(evalset.inputs.padded(model.max_len))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Slow reference: every g_ij built one by one from the module's own weights where possible
+
+
+def slow_terms(rec, b: int, i: int, items: torch.Tensor) -> dict[str, dict[int, torch.Tensor]]:
+    """{stage: {j: g_ij}} for real keys j <= i of row b, by explicit loops over heads."""
+    H = rec.attn_weights.shape[1]
+    s = rec.branch_scale
+    out: dict[str, dict[int, torch.Tensor]] = {st: {} for st in stages_of(rec)}
+    for j in range(i + 1):
+        if items[b, j] == 0:
+            continue
+        g = sum(rec.attn_weights[b, h, i, j] * rec.head_values[b, h, j] for h in range(H)) * s
+        out["Attn"][j] = g
+        res = g + (s * rec.alpha * rec.x[b, i] if i == j else 0.0)
+        out["+Res"][j] = res
+        if not rec.norm_first:
+            zi = rec.z[b, i]
+            sd = torch.sqrt(((zi - zi.mean()) ** 2).mean() + rec.ln_eps)
+            out["+LN"][j] = rec.ln_weight * (res - res.mean()) / sd
+    return out
+
+
+def slow_ratios(rec, items: torch.Tensor, definition: str) -> dict[str, torch.Tensor]:
+    B, L = items.shape
+    out = {st: torch.zeros(B, L, dtype=torch.float64) for st in stages_of(rec)}
+    for b in range(B):
+        for i in range(L):
+            if items[b, i] == 0:
+                continue
+            for st, terms in slow_terms(rec, b, i, items).items():
+                own = terms[i]
+                others = [g for j, g in terms.items() if j != i]
+                if not others:
+                    continue  # the first real position: r = 0
+                if definition == "norm_of_sums":
+                    no, ns = torch.linalg.norm(sum(others)), torch.linalg.norm(own)
+                    out[st][b, i] = no / (no + ns) if no + ns > 0 else 0.0
+                else:
+                    so = sum(torch.linalg.norm(g) for g in others)
+                    out[st][b, i] = so / (so + torch.linalg.norm(own)) if so + torch.linalg.norm(own) > 0 else 0.0
+    return out
+
+
+VARIANTS = [
+    pytest.param(dict(name="sasrec", heads=1), id="post-LN-1head"),
+    pytest.param(dict(name="sasrec", heads=2), id="post-LN-2heads"),
+    pytest.param(dict(name="sasrec", heads=4, norm_first=True), id="pre-LN-4heads"),
+    pytest.param(dict(name="bsarec", heads=2, bsa_a=0.6, bsa_c=3), id="bsarec"),
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 0.0])
+def test_decomposition_rebuilds_block_output(variant, alpha):
+    model = make_model(**variant)
+    ev = make_evalset()
+    items = batch_items(model, ev)
+    real = items > 0
+    for rec in records(model, items, alpha):
+        assert rec.alpha == alpha
+        s = rec.branch_scale
+        targets = {"Attn": s * rec.attn_out, "+Res": s * rec.z}
+        if not rec.norm_first:
+            freq = rec.freq_out if rec.freq_out is not None else 0.0
+            targets["+LN"] = rec.sublayer_out - freq
+        assert set(targets) == set(stages_of(rec))
+        for st, want in targets.items():
+            rebuilt = attention_terms(rec, st).sum(2) + bias_terms(rec, st)
+            err = (rebuilt - want)[real].abs().max().item()
+            assert err < 1e-10, (st, err)
+        # the record's z is the real pre-LN sum, and (post-LN) its LayerNorm is the sub-layer output
+        assert torch.allclose(rec.z, alpha * rec.x + rec.attn_out, atol=1e-12)
+
+
+def test_rebuild_uses_the_modules_own_value_path():
+    """head_values are f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h: recomputed from the module's parameters."""
+    model = make_model(heads=2)
+    items = batch_items(model, make_evalset())
+    rec = records(model, items)[0]
+    att = model.attention_blocks()[0].attention
+    v = att.value(rec.attn_in)  # (B, L, d)
+    dh = v.shape[-1] // 2
+    for h in range(2):
+        f = v[..., h * dh:(h + 1) * dh] @ att.out.weight[:, h * dh:(h + 1) * dh].T
+        assert torch.allclose(f, rec.head_values[:, h], atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("definition", ["norm_of_sums", "sum_of_norms"])
+def test_fast_path_equals_slow_reference(variant, definition):
+    model = make_model(**variant)
+    items = batch_items(model, make_evalset(n=6, seed=1))
+    assert (items == 0).any(), "the batch must contain padding"
+    for alpha in (1.0, 0.3):
+        for rec in records(model, items, alpha):
+            fast = norm_of_sums(rec, items) if definition == "norm_of_sums" else sum_of_norms(rec, items)
+            slow = slow_ratios(rec, items, definition)
+            for st in stages_of(rec):
+                assert torch.allclose(fast[st], slow[st], atol=1e-10), (st, (fast[st] - slow[st]).abs().max())
+                assert fast[st][items == 0].abs().max() == 0
+
+
+def test_sum_of_norms_chunking_does_not_change_result():
+    model = make_model(heads=2)
+    items = batch_items(model, make_evalset(n=7, seed=2))
+    rec = records(model, items)[1]
+    whole = sum_of_norms(rec, items)
+    chunked = sum_of_norms(rec, items, budget=1)  # one query position at a time
+    for st in whole:
+        assert torch.allclose(whole[st], chunked[st], atol=1e-12)
+
+
+def test_one_position_sequences_give_zero():
+    model = make_model(heads=2)
+    ev = EvalSet(Sequences.from_lists([[3], [7], [12]]), np.array([1, 2, 3]))
+    for definition in ("norm_of_sums", "sum_of_norms"):
+        res = mixing_ratios(model, ev, definition=definition, per_head=True)
+        for row in res.layers:
+            assert all(v == 0.0 for v in row["all"].values()) and all(v == 0.0 for v in row["last"].values())
+        assert all(v == 0.0 for h in res.per_head for v in h["all"])
+
+
+def test_alpha_zero_makes_res_equal_attn():
+    model = make_model(heads=2)
+    items = batch_items(model, make_evalset())
+    for rec in records(model, items, alpha=0.0):
+        for fn in (norm_of_sums, sum_of_norms):
+            r = fn(rec, items)
+            assert torch.allclose(r["Attn"], r["+Res"], atol=1e-12)
+
+
+def test_zero_value_path_gives_zero_everywhere():
+    model = make_model(heads=2)
+    with torch.no_grad():
+        for block in model.attention_blocks():
+            block.attention.value.weight.zero_()
+            block.attention.value.bias.zero_()
+    items = batch_items(model, make_evalset())
+    for rec in records(model, items):
+        for fn in (norm_of_sums, sum_of_norms):
+            for st, r in fn(rec, items).items():
+                assert r.abs().max().item() == 0.0, st
+
+
+def test_single_head_per_head_ratio_equals_attn_stage():
+    model = make_model(heads=1)
+    items = batch_items(model, make_evalset())
+    for rec in records(model, items):
+        for definition, fn in (("norm_of_sums", norm_of_sums), ("sum_of_norms", sum_of_norms)):
+            assert torch.allclose(head_ratios(rec, items, definition)[:, 0], fn(rec, items)["Attn"], atol=1e-12)
+
+
+def test_per_head_matches_slow_reference():
+    model = make_model(heads=2)
+    items = batch_items(model, make_evalset(n=5, seed=3))
+    rec = records(model, items)[0]
+    hr = head_ratios(rec, items, "norm_of_sums")
+    for b in range(items.shape[0]):
+        for i in range(items.shape[1]):
+            keys = [j for j in range(i) if items[b, j] > 0]
+            if items[b, i] == 0 or not keys:
+                assert hr[:, :, i][b].abs().max() == 0
+                continue
+            for h in range(2):
+                others = sum(rec.attn_weights[b, h, i, j] * rec.head_values[b, h, j] for j in keys)
+                own = rec.attn_weights[b, h, i, i] * rec.head_values[b, h, i]
+                want = others.norm() / (others.norm() + own.norm())
+                assert abs(hr[b, h, i].item() - want.item()) < 1e-10
+
+
+def test_aggregation_and_batch_size_independence():
+    model = make_model(heads=2)
+    ev = make_evalset(n=11, seed=4)
+    a = mixing_ratios(model, ev, batch_size=3)
+    b = mixing_ratios(model, ev, batch_size=100)
+    items = batch_items(model, ev)
+    real = items > 0
+    recs = records(model, items)
+    per_layer = [norm_of_sums(r, items) for r in recs]
+    for layer in range(2):
+        for st in ("Attn", "+Res", "+LN"):
+            want_all = per_layer[layer][st][real].mean().item()
+            want_last = per_layer[layer][st][:, -1].mean().item()
+            assert abs(a.layers[layer]["all"][st] - want_all) < 1e-12
+            assert abs(b.layers[layer]["all"][st] - want_all) < 1e-12
+            assert abs(a.layers[layer]["last"][st] - want_last) < 1e-12
+    for st in ("Attn", "+Res", "+LN"):
+        pooled = torch.stack([p[st][real] for p in per_layer]).mean().item()
+        assert abs(a.pooled["all"][st] - pooled) < 1e-12
+        prof = a.per_position[0]
+        # offset 0 is the last column; offset o is column L-1-o, averaged over users with a real item there
+        col = items.shape[1] - 1 - 2
+        assert abs(prof[st][2] - per_layer[0][st][:, col][real[:, col]].mean().item()) < 1e-12
+    d = a.to_dict()
+    assert d["stages"] == ["Attn", "+Res", "+LN"] and d["n_users"] == 11 and "per_position" in d
+
+
+def test_pre_ln_has_no_ln_stage_and_bsarec_reports_frequency_branch():
+    pre = mixing_ratios(make_model(norm_first=True), make_evalset())
+    assert pre.stages == ["Attn", "+Res"] and pre.frequency_branch is None
+    bsa = mixing_ratios(make_model(name="bsarec", bsa_a=0.6), make_evalset())
+    fb = bsa.frequency_branch
+    assert fb is not None and 0 < fb["pooled"]["all"]["frequency_share"] < 1
+    assert len(fb["layers"]) == 2
+
+
+def test_float32_model_runs_and_stays_in_range():
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_items=30, max_len=8, hidden=8, layers=2, heads=2)
+    model = build_model(cfg).eval()
+    res = mixing_ratios(model, make_evalset(), definition="sum_of_norms")
+    for row in res.layers:
+        assert all(0.0 <= v <= 1.0 for v in row["all"].values())
+
+
+def test_unknown_definition_is_refused():
+    with pytest.raises(ValueError, match="definition"):
+        mixing_ratios(make_model(), make_evalset(), definition="bogus")
