@@ -37,15 +37,22 @@ def _recovery_at_star(run: RunRecord) -> float | None:
     return None
 
 
-def finding_lines(runs: list[RunRecord]) -> list[str]:
-    """Three sentences per (data set, model) group: mixing drop, HRLI vs HRL2I, recovery."""
-    lines: list[str] = []
+def findings_by_group(runs: list[RunRecord]) -> list[tuple[str, list[str]]]:
+    """``(heading, sentences)`` per (data set, model) group: mixing drop, HRLI vs HRL2I, recovery."""
+    out = []
     for (dataset, model), rs in group_runs(runs).items():
-        f = group_findings(rs)
         n = len(rs)
         head = f"{dataset} / {model_label(model)}" + (f" (mean of {n} seeds)" if n > 1 else "")
+        out.append((head, _sentences(group_findings(rs))))
+    return out
+
+
+def finding_lines(runs: list[RunRecord]) -> list[str]:
+    """The findings as printable lines: a heading per group, then its numbered sentences indented."""
+    lines: list[str] = []
+    for head, sentences in findings_by_group(runs):
         lines.append(f"{head}:")
-        lines.extend("  " + s for s in _sentences(f))
+        lines.extend("  " + s for s in sentences)
     return lines
 
 

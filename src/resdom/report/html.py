@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from resdom.report.collect import RunRecord
 from resdom.report.figures import FIGURE_KEYS, ReportFigure
-from resdom.report.findings import finding_lines
+from resdom.report.findings import finding_lines, findings_by_group
 from resdom.report.tables import Table, format_value, to_html, to_markdown
 
 CSS = """
@@ -28,7 +28,8 @@ table.data { border-collapse: collapse; font-size: 0.88em; margin: 0.6em 0 1em; 
 table.data th, table.data td { border-bottom: 1px solid #e4e4e4; padding: 0.3em 0.7em; text-align: left; }
 table.data th { background: #f5f7fa; border-bottom: 2px solid #ccc; } table.data td.num { text-align: right;
   font-variant-numeric: tabular-nums; white-space: nowrap; }
-.findings pre { background: #f7f7f2; border-left: 4px solid #0072B2; padding: 0.8em 1em; white-space: pre-wrap; }
+.findings ol { background: #f7f7f2; border-left: 4px solid #0072B2; padding: 0.6em 1em 0.6em 2.5em; }
+.findings h3 { margin: 1em 0 0.3em; font-size: 1.05em; }
 .missing { color: #a00; font-style: italic; } .error { color: #a00; font-size: 0.85em; }
 """
 
@@ -63,6 +64,14 @@ def _html_table(headers: list[str], rows: list[list[str]], table_id: str) -> str
     return f'<table class="data" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _findings_html(runs: list[RunRecord]) -> str:
+    parts = []
+    for head, sentences in findings_by_group(runs):
+        items = "".join(f"<li>{html.escape(x.split('. ', 1)[-1])}</li>" for x in sentences)
+        parts.append(f"<h3>{html.escape(head)}</h3><ol>{items or '<li>(no diagnostics)</li>'}</ol>")
+    return "".join(parts)
+
+
 def _figure_titles(figures: list[ReportFigure]) -> dict[str, ReportFigure]:
     return {f.key: f for f in figures}
 
@@ -75,8 +84,7 @@ def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list
     parts = [f"<h1>{html.escape(title)}</h1>",
              f'<p class="meta">{len(runs)} run(s), generated {stamp} by resdom.</p>']
     body = [f'<section id="findings" class="findings"><h2>Findings</h2><p class="caption">'
-            f"{html.escape(FINDINGS_CAPTION)}</p><pre>{html.escape(chr(10).join(finding_lines(runs)))}</pre>"
-            "</section>",
+            f"{html.escape(FINDINGS_CAPTION)}</p>{_findings_html(runs)}</section>",
             f'<section id="runs"><h2>Runs</h2><p class="caption">{html.escape(RUNS_CAPTION)}</p>'
             f'{_html_table(RUN_HEADERS, _run_rows(runs), "table-runs")}</section>']
     for key in FIGURE_KEYS:

@@ -1,0 +1,97 @@
+"""Summary tables from the hand-made fixture runs: means and sample standard deviations checked by hand."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from resdom.errors import ResdomError
+from resdom.report import find_run_dirs, read_run, read_runs, summary_tables
+from resdom.report.tables import mean_std, to_csv, to_latex, to_markdown, write_tables
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict:
+    return {t.name: t for t in summary_tables(read_runs(find_run_dirs(FIXTURES)))}
+
+
+def _row(table, dataset: str, model: str) -> dict:
+    return next(r for r in table.rows if r["dataset"] == dataset and r["model"] == model)
+
+
+def test_mean_std_sample() -> None:
+    assert mean_std([1.0]) == (1.0, None)
+    m, s = mean_std([0.8, 0.9])
+    assert m == pytest.approx(0.85) and s == pytest.approx(math.sqrt(0.005))
+
+
+def test_identity_from_config_and_missing_keys() -> None:
+    runs = read_runs(find_run_dirs(FIXTURES))
+    assert [(r.dataset, r.model, r.seed) for r in runs] == [
+        ("toyA", "sasrec", 1), ("toyA", "sasrec", 2), ("toyA", "bsarec", 1), ("toyB", "sasrec", None)]
+    assert runs[-1].diag("recovery") == {}  # absent file: empty, not an error
+
+
+def test_means_and_stds_by_hand(tables: dict) -> None:
+    sas = _row(tables["hrli"], "toyA", "sasrec")
+    assert sas["n"] == 2
+    # HRLI@1: seeds 0.80 and 0.90 -> mean 0.85, sample std sqrt(2 * 0.05^2 / 1) = 0.0707
+    assert sas["HRLI@1"][0] == pytest.approx(0.85) and sas["HRLI@1"][1] == pytest.approx(0.0707107, abs=1e-6)
+    # HRL2I@1: 0.02 and 0.04 -> 0.03 +- 0.01414
+    assert sas["HRL2I@1"] == pytest.approx((0.03, 0.0141421), abs=1e-6)
+    mix = _row(tables["mixing"], "toyA", "sasrec")
+    assert mix["mix_all_Attn"] == pytest.approx((0.85, 0.0707107), abs=1e-6)
+    assert mix["mix_all_+Res"] == pytest.approx((0.25, 0.0707107), abs=1e-6)
+    shuf = _row(tables["shuffle"], "toyA", "sasrec")
+    # relative change of NDCG@10 under full: -0.40 and -0.60 -> -0.50 +- 0.1414
+    assert shuf["shuf_full_rel_NDCG@10"] == pytest.approx((-0.5, 0.1414214), abs=1e-6)
+    acc = _row(tables["accuracy"], "toyA", "sasrec")
+    assert acc["HR@10"] == pytest.approx((0.32, 0.0282843), abs=1e-6)
+    bsa = _row(tables["hrli"], "toyA", "bsarec")
+    assert bsa["n"] == 1 and bsa["HRLI@1"] == (pytest.approx(0.6), None)
+
+
+def test_missing_stage_and_file_give_empty_cells(tables: dict) -> None:
+    assert _row(tables["mixing"], "toyB", "sasrec")["mix_all_+LN"] is None
+    assert all(r["dataset"] != "toyB" for r in tables["recovery"].rows)  # toyB has no recovery.json
+    rec = _row(tables["recovery"], "toyA", "sasrec")
+    # fixture curve: recovery(a) = 2 * res * (1 - a) ** 0.7 with res = 0.2 / 0.3 -> mean at a = 0.2 is 0.5 * 0.8 ** 0.7
+    assert rec["rec_at_0.2"][0] == pytest.approx(0.5 * 0.8 ** 0.7, abs=2e-4)
+    assert set(tables) == {"datasets", "mixing", "hrli", "shuffle", "recovery", "accuracy"}
+    assert [r["dataset"] for r in tables["datasets"].rows] == ["toyA", "toyB"]
+    assert tables["datasets"].rows[1]["items"] == (40.0, None)
+
+
+def test_writers(tables: dict, tmp_path: Path) -> None:
+    md = to_markdown(tables["hrli"])
+    assert "| toyA | sasrec | 2 | 0.850 ± 0.071 | 0.030 ± 0.014 |" in md
+    assert "| toyA | bsarec | 1 | 0.600 | 0.050 |" in md
+    rows = list(csv.DictReader(io.StringIO(to_csv(tables["hrli"]))))
+    first = rows[0]
+    assert (first["dataset"], first["model"], first["n"]) == ("toyA", "sasrec", "2")
+    assert float(first["HRLI@1_mean"]) == pytest.approx(0.85) and float(first["HRLI@1_std"]) == pytest.approx(0.0707107)
+    assert rows[1]["HRLI@1_std"] == ""
+    tex = to_latex(tables["shuffle"])
+    assert r"\begin{tabular}{lllrrrrrrrr}" in tex and r"$\pm$" in tex and r"\%" in tex and r"$\Delta$" in tex
+    assert "\\label{tab:shuffle}" in tex
+    paths = write_tables(list(tables.values()), tmp_path)
+    assert {p.suffix for p in paths} == {".md", ".csv", ".tex"} and (tmp_path / "tables.md").exists()
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    with pytest.raises(ResdomError, match="run directory not found"):
+        read_run(tmp_path / "nope")
+    with pytest.raises(ResdomError, match="not a run directory"):
+        read_run(tmp_path)
+    (tmp_path / "diagnostics").mkdir()
+    (tmp_path / "diagnostics" / "hrli.json").write_text("{broken")
+    with pytest.raises(ResdomError, match="hrli.json: not valid JSON"):
+        read_run(tmp_path)
+    with pytest.raises(ResdomError, match="no run directories"):
+        read_runs([])
