@@ -1,7 +1,167 @@
-"""Placeholder: commands are added by their issue."""
+"""``resdom train`` and ``resdom evaluate``.
+
+Config precedence (lowest first): per-model defaults and BSARec presets, ``--config FILE.yaml`` (sections
+``model:`` and ``train:``), ``--set section.field=value`` (values parsed as YAML scalars), then the explicit
+options ``--epochs``, ``--seed``, ``--device``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from resdom.errors import ResdomError
+
+SECTIONS = ("model", "train")
+
+
+def _fields(section: str) -> set[str]:
+    from resdom.models.config import ModelConfig
+    from resdom.training.config import TrainConfig
+
+    cls = ModelConfig if section == "model" else TrainConfig
+    return set(cls.model_fields)
+
+
+def _check_field(section: str, key: str, where: str) -> None:
+    """ResdomError naming ``section.key`` (and the closest real field) when ``key`` is not a config field."""
+    known = _fields(section)
+    if key not in known:
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = f" (did you mean {section}.{close[0]}?)" if close else f" (known: {', '.join(sorted(known))})"
+        raise ResdomError(f"{where}: unknown field {section}.{key}{hint}")
+
+
+def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
+    """A YAML file with optional ``model:`` and ``train:`` mappings -> {"model": {...}, "train": {...}}."""
+    import yaml
+
+    if not path.is_file():
+        raise ResdomError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ResdomError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise ResdomError(f"{path}: expected a mapping with sections 'model' and 'train'")
+    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for section, values in data.items():
+        if section not in SECTIONS:
+            raise ResdomError(f"{path}: unknown section {section!r} (expected 'model' and/or 'train')")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ResdomError(f"{path}: section {section!r} must be a mapping of field: value")
+        for key in values:
+            _check_field(section, str(key), str(path))
+        out[section].update(values)
+    return out
+
+
+def parse_set(assignments: list[str]) -> dict[str, dict[str, Any]]:
+    """``["model.hidden=64", "train.lr=5e-4"]`` -> {"model": {"hidden": 64}, "train": {"lr": 0.0005}}."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        section, dot, field = key.strip().partition(".")
+        if not sep or not dot or section not in SECTIONS or not field:
+            raise ResdomError(f"--set {item!r}: expected model.<field>=<value> or train.<field>=<value>")
+        _check_field(section, field, f"--set {item!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        out[section][field] = value
+    return out
+
+
+def _merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for layer in layers:
+        for s in SECTIONS:
+            out[s].update(layer.get(s, {}))
+    return out
+
+
+def _format_metrics(metrics: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+def train(
+    source: str = typer.Argument(..., help="registered data set name (beauty, beauty-ts, ..., synthetic) or a path"),
+    model: str = typer.Option("sasrec", "--model", "-m", help="sasrec | duorec | bsarec"),
+    protocol: str = typer.Option("loo", "--protocol", help="loo | gts (SPEC 1)"),
+    out: Path = typer.Option(..., "--out", "-o", help="run directory (resumed when it holds an interrupted run)"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with model: and train: sections"),
+    set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
+    epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
+    seed: int | None = typer.Option(None, "--seed", help="random seed (default 17)"),
+    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="where raw data sets live / are downloaded"),
+    quantile: float = typer.Option(0.9, "--quantile", help="GTS time quantile"),
+) -> None:
+    """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
+    from resdom.training.config import resolve_configs
+    from resdom.training.trainer import fit
+
+    if model not in ("sasrec", "duorec", "bsarec"):
+        raise ResdomError(f"--model: unknown model {model!r} (sasrec, duorec or bsarec)")
+    if protocol not in ("loo", "gts"):
+        raise ResdomError(f"--protocol: unknown protocol {protocol!r} (loo or gts)")
+    explicit = {"train": {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}}
+    values = _merge(read_config_file(config) if config else {}, parse_set(set_), explicit)
+    resolve_configs(model, values["model"], values["train"], source=source, n_items=1)  # fail fast, before data
+
+    from resdom.data.prepare import prepare_split
+
+    split = prepare_split(source, protocol=protocol, quantile=quantile, data_dir=data_dir)
+    model_cfg, train_cfg = resolve_configs(model, values["model"], values["train"], source=source,
+                                           n_items=split.n_items)
+    data_info = {"source": source, "protocol": protocol, "quantile": quantile,
+                 "data_dir": str(data_dir) if data_dir else None}
+    result = fit(split, model_cfg, train_cfg, out, data_info)
+    if int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
+        for name in ("valid", "test"):
+            typer.echo(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
+
+
+def evaluate(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
+    split: str = typer.Option("test", "--split", help="valid | test"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    no_filter: bool = typer.Option(False, "--no-filter", help="do not remove seen items from the ranking"),
+    device: str = typer.Option("cpu", "--device", help="auto | cpu | cuda | mps"),
+    batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
+) -> None:
+    """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
+    from resdom.evaluation.evaluate import evaluate as run_evaluation
+    from resdom.runs import load_run
+    from resdom.training.distributed import resolve_device
+
+    if split not in ("valid", "test"):
+        raise ResdomError(f"--split: expected valid or test, got {split!r}")
+    dev = resolve_device(device)
+    run = load_run(run_dir, device=dev)
+    evalset = run.split.valid if split == "valid" else run.split.test
+    result = run_evaluation(run.model, evalset, filter_seen=not no_filter, batch_size=batch_size, device=dev)
+    if as_json:
+        typer.echo(json.dumps({"split": split, "filtered": not no_filter, **result.to_dict()}, indent=2))
+        return
+    typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'kept' if no_filter else 'filtered'})")
+    for name, value in result.metrics.items():
+        typer.echo(f"  {name:8s} {value:.4f}")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("train")(train)
+    app.command("evaluate")(evaluate)

@@ -1,0 +1,132 @@
+"""Samples and batches (training/batches.py) against slow per-user references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from resdom.data.sequences import Sequences
+from resdom.training.batches import (
+    build_samples,
+    epoch_order,
+    make_batch,
+    same_target_partners,
+    sample_negatives,
+)
+
+SEQS = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [3], [4, 5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1]]
+
+
+def slow_all(seqs: list[list[int]], max_len: int) -> list[tuple[list[int], list[int]]]:
+    out = []
+    for s in seqs:
+        if len(s) >= 2:
+            w = s[-(max_len + 1):]
+            out.append((w[:-1], w[1:]))
+    return out
+
+
+def slow_last(seqs: list[list[int]], max_len: int) -> list[tuple[list[int], int]]:
+    out = []
+    for s in seqs:
+        w = s[-max_len:]
+        for i in range(len(w)):
+            out.append((w[:i], w[i]))
+    return out
+
+
+def left_pad(row: list[int], width: int) -> list[int]:
+    return [0] * (width - len(row)) + row
+
+
+@pytest.mark.parametrize("max_len", [1, 3, 50])
+def test_all_layout_matches_reference(max_len: int) -> None:
+    samples = build_samples(Sequences.from_lists(SEQS), max_len, "all")
+    ref = slow_all(SEQS, max_len)
+    assert len(samples) == len(ref)
+    batch = make_batch(samples, np.arange(len(samples)), n_items=9)
+    width = max(len(x) for x, _ in ref)
+    assert batch.items.shape == (len(ref), width)  # trimmed to the longest input, not max_len
+    for row, (x, y) in enumerate(ref):
+        assert batch.items[row].tolist() == left_pad(x, width)
+        assert batch.targets[row].tolist() == left_pad(y, width)
+
+
+@pytest.mark.parametrize("max_len", [1, 3, 50])
+def test_last_layout_every_prefix(max_len: int) -> None:
+    samples = build_samples(Sequences.from_lists(SEQS), max_len, "last")
+    ref = slow_last(SEQS, max_len)
+    assert len(samples) == len(ref)
+    batch = make_batch(samples, np.arange(len(samples)), n_items=9)
+    width = max(1, max(len(x) for x, _ in ref))
+    assert batch.items.shape == (len(ref), width)
+    assert batch.targets.shape == (len(ref),)
+    for row, (x, y) in enumerate(ref):
+        assert batch.items[row].tolist() == left_pad(x, width)
+        assert int(batch.targets[row]) == y
+    # the first prefix of each user is an empty input (SPEC 6)
+    assert sum(1 for x, _ in ref if not x) == len(SEQS)
+
+
+def test_batch_subset_trims_width() -> None:
+    samples = build_samples(Sequences.from_lists(SEQS), 50, "all")
+    short = make_batch(samples, np.array([1]), n_items=9)  # user [8, 9]: one input item
+    assert short.items.tolist() == [[8]] and short.targets.tolist() == [[9]]
+    fixed = make_batch(samples, np.array([1]), n_items=9, fixed_width=4)
+    assert fixed.items.tolist() == [[0, 0, 0, 8]]
+
+
+def test_negatives_avoid_row_items() -> None:
+    rng = np.random.default_rng(0)
+    samples = build_samples(Sequences.from_lists(SEQS), 50, "all")
+    batch = make_batch(samples, np.arange(len(samples)), n_items=30, rng=rng, negatives=True)
+    neg, tgt, items = batch.negatives.numpy(), batch.targets.numpy(), batch.items.numpy()
+    assert neg.shape == tgt.shape
+    assert ((neg == 0) == (tgt == 0)).all()
+    row_items = np.concatenate([items, tgt], 1)
+    # with 30 items and <= 9 per row, a collision survives 5 draws with probability <= 0.3^5 per entry
+    collisions = sum(int(np.isin(neg[r][tgt[r] > 0], row_items[r][row_items[r] > 0]).sum()) for r in range(len(neg)))
+    assert collisions <= 1
+    assert neg.max() <= 30
+
+
+def test_negatives_are_uniform_over_the_rest() -> None:
+    rng = np.random.default_rng(1)
+    targets = np.ones((4000, 1), dtype=np.int64)
+    neg = sample_negatives(rng, 5, targets, np.ones((4000, 1), dtype=np.int64))
+    counts = np.bincount(neg.ravel(), minlength=6)
+    assert counts[0] == 0 and counts[1] <= 4000 * 0.2**5 * 3 + 5
+    assert np.all(np.abs(counts[2:] / 4000 - 0.25) < 0.03)
+
+
+def test_same_target_partners() -> None:
+    targets = np.array([5, 7, 5, 9, 5, 7, 1])
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        p = same_target_partners(targets, rng)
+        assert (targets[p] == targets).all()
+        assert p[3] == 3 and p[6] == 6  # singletons pair with themselves
+        others = [i for i in range(len(targets)) if i not in (3, 6)]
+        assert all(p[i] != i for i in others)
+    # every member of a group is drawn at some point
+    seen = {int(same_target_partners(targets, np.random.default_rng(s))[0]) for s in range(50)}
+    assert seen == {2, 4}
+
+
+def test_sup_items_have_same_target() -> None:
+    seqs = [[1, 2, 3], [4, 2, 3], [7, 1], [5, 6]]
+    samples = build_samples(Sequences.from_lists(seqs), 50, "all")
+    partners = same_target_partners(samples.last_targets, np.random.default_rng(0))
+    batch = make_batch(samples, np.arange(4), n_items=7, partners=partners)
+    assert batch.sup_items.tolist()[0] == [4, 2] and batch.sup_items.tolist()[1] == [1, 2]
+    assert batch.sup_items.tolist()[3] == [0, 5]  # no other sample ends with 6: itself
+
+
+@pytest.mark.parametrize("n,world", [(10, 1), (10, 2), (11, 2), (7, 3)])
+def test_epoch_order_shards(n: int, world: int) -> None:
+    shards = [epoch_order(n, np.random.default_rng(5), r, world) for r in range(world)]
+    assert len({len(s) for s in shards}) == 1  # same number of steps on every rank
+    union = np.concatenate(shards)
+    assert set(union.tolist()) == set(range(n))
+    assert len(union) == -(-n // world) * world
+    assert (epoch_order(n, np.random.default_rng(5)) != epoch_order(n, np.random.default_rng(6))).any()

@@ -1,0 +1,55 @@
+"""TrainConfig, per-model defaults, BSARec presets and refused pairings."""
+
+from __future__ import annotations
+
+import pytest
+
+from resdom.errors import ResdomError
+from resdom.training.config import TrainConfig, make_train_config, preset_name, resolve_configs
+
+
+def test_defaults() -> None:
+    cfg = TrainConfig()
+    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.patience, cfg.metric, cfg.seed) == (200, 256, 1e-3, 10, "NDCG@10", 17)
+    assert cfg.model_dump()["objective"] is None
+
+
+@pytest.mark.parametrize("name,objective", [("sasrec", "ce_all"), ("duorec", "ce_all"), ("bsarec", "ce_last")])
+def test_default_objective_per_model(name: str, objective: str) -> None:
+    _, train = resolve_configs(name, {}, {}, n_items=10)
+    assert train.objective == objective
+
+
+@pytest.mark.parametrize("objective", ["ce_all", "bce", "ce_sampled"])
+def test_bsarec_refuses_all_position_objectives(objective: str) -> None:
+    with pytest.raises(ResdomError, match="leakage"):
+        resolve_configs("bsarec", {}, {"objective": objective}, n_items=10)
+
+
+@pytest.mark.parametrize("source,preset", [("beauty", "beauty"), ("beauty-ts", "beauty"), ("lastfm", "lastfm"),
+                                           ("/data/raw/bsarec/Beauty.txt", "beauty"), ("sports-ts", "sports"),
+                                           ("ml-1m", "ml-1m"), ("synthetic", None), (None, None)])
+def test_preset_name(source: str | None, preset: str | None) -> None:
+    assert preset_name(source) == preset
+
+
+def test_bsarec_beauty_preset_and_user_override() -> None:
+    model, train = resolve_configs("bsarec", {}, {}, source="beauty-ts", n_items=10)
+    assert (model.bsa_a, model.bsa_c, model.heads, train.lr) == (0.7, 5, 1, 5e-4)
+    model, train = resolve_configs("bsarec", {"bsa_c": 7}, {"lr": 1e-2}, source="beauty", n_items=10)
+    assert (model.bsa_a, model.bsa_c, train.lr) == (0.7, 7, 1e-2)
+    model, train = resolve_configs("sasrec", {}, {}, source="beauty", n_items=10)  # presets are BSARec's only
+    assert (model.heads, train.lr) == (2, 1e-3)
+
+
+def test_bad_values_name_the_field() -> None:
+    with pytest.raises(ResdomError, match=r"train\.lr"):
+        make_train_config(lr=-1)
+    with pytest.raises(ResdomError, match=r"train\.metric"):
+        make_train_config(metric="NDCG@3")
+    with pytest.raises(ResdomError, match=r"train\.batch"):
+        make_train_config(batch=3)
+    with pytest.raises(ResdomError, match=r"model\.hiden"):
+        resolve_configs("sasrec", {"hiden": 3}, {}, n_items=10)
+    with pytest.raises(ResdomError, match=r"model\.name"):
+        resolve_configs("sasrec", {"name": "bsarec"}, {}, n_items=10)

@@ -1,0 +1,153 @@
+"""Objectives (training/objectives.py) against slow per-position references and hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from resdom.data.sequences import Sequences
+from resdom.models import build_model
+from resdom.models.base import TrainBatch
+from resdom.models.config import ModelConfig
+from resdom.training.batches import build_samples, make_batch
+from resdom.training.objectives import (
+    OBJECTIVES,
+    LossContext,
+    full_cross_entropy,
+    get_objective,
+    popularity_log_q,
+    real_positions,
+)
+
+N_ITEMS = 12
+SEQS = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12, 1], [3, 4, 5]]
+
+
+def small_model(name: str = "sasrec") -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, n_items=N_ITEMS, hidden=8, layers=1, heads=2, max_len=6))
+    return model.eval()
+
+
+def test_registry() -> None:
+    assert set(OBJECTIVES) >= {"ce_all", "ce_last", "bce", "ce_sampled"}
+    assert get_objective("ce_last").layout == "last" and get_objective("ce_all").layout == "all"
+    with pytest.raises(ValueError, match="unknown objective"):
+        get_objective("ce_everything")
+
+
+def test_ce_all_matches_per_position_reference() -> None:
+    model = small_model()
+    samples = build_samples(Sequences.from_lists(SEQS), 6, "all")
+    batch = make_batch(samples, np.arange(len(samples)), n_items=N_ITEMS)
+    hidden = model.encode(batch.items)
+    loss = get_objective("ce_all").loss(model, batch, hidden, LossContext())
+    emb = model.item_embeddings()
+    terms = []
+    for b in range(batch.items.shape[0]):
+        for col in range(batch.items.shape[1]):
+            t = int(batch.targets[b, col])
+            if t:
+                logits = hidden[b, col] @ emb[1:].T  # padding row is not a class
+                terms.append(-torch.log_softmax(logits, 0)[t - 1])
+    assert len(terms) == sum(len(s) - 1 for s in SEQS)
+    torch.testing.assert_close(loss, torch.stack(terms).mean())
+
+
+def test_ce_last_reads_last_column() -> None:
+    model = small_model()
+    samples = build_samples(Sequences.from_lists(SEQS), 6, "last")
+    batch = make_batch(samples, np.arange(len(samples)), n_items=N_ITEMS)
+    hidden = model.encode(batch.items)
+    loss = get_objective("ce_last").loss(model, batch, hidden, LossContext())
+    ref = F.cross_entropy(hidden[:, -1] @ model.item_embeddings()[1:].T, batch.targets - 1)
+    torch.testing.assert_close(loss, ref)
+
+
+def test_real_positions_skip_padding() -> None:
+    hidden = torch.arange(2 * 3 * 1, dtype=torch.float32).view(2, 3, 1)
+    batch = TrainBatch(torch.tensor([[0, 1, 2], [3, 4, 5]]), torch.tensor([[0, 2, 3], [4, 5, 6]]))
+    h, t = real_positions(hidden, batch)
+    assert h.squeeze(1).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0] and t.tolist() == [2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 5, 100])
+def test_chunked_ce_equals_full(chunk: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    emb = torch.randn(11, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([1, 11, 5, 5, 2, 9, 3])
+    full = full_cross_entropy(h, emb, t)
+    gh, ge = torch.autograd.grad(full, (h, emb))
+    chunked = full_cross_entropy(h, emb, t, chunk=chunk)
+    ch, ce = torch.autograd.grad(chunked, (h, emb))
+    torch.testing.assert_close(chunked, full)
+    torch.testing.assert_close(ch, gh)
+    torch.testing.assert_close(ce, ge)
+
+
+def test_chunked_ce_gradcheck() -> None:
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    emb = torch.randn(5, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([1, 5, 2])
+    assert torch.autograd.gradcheck(lambda a, b: full_cross_entropy(a, b, t, chunk=2), (h, emb))
+
+
+def test_bce_hand_computed() -> None:
+    """One position, h . e_pos = 2, h . e_neg = -1: loss = log(1 + e^-2) + log(1 + e^-1)."""
+
+    class Stub:
+        def item_embeddings(self) -> torch.Tensor:
+            return torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+
+    hidden = torch.tensor([[[0.0, 0.0], [2.0, -1.0]]])
+    batch = TrainBatch(torch.tensor([[0, 3]]), torch.tensor([[0, 1]]), negatives=torch.tensor([[0, 2]]))
+    loss = get_objective("bce").loss(Stub(), batch, hidden, LossContext())
+    assert math.isclose(float(loss), math.log1p(math.exp(-2)) + math.log1p(math.exp(-1)), rel_tol=1e-6)
+
+
+def test_ce_sampled_logq_reference() -> None:
+    model = small_model()
+    samples = build_samples(Sequences.from_lists(SEQS), 6, "all")
+    batch = make_batch(samples, np.arange(len(samples)), n_items=N_ITEMS)
+    hidden = model.encode(batch.items)
+    counts = torch.arange(1, N_ITEMS + 1)
+    ctx = LossContext(n_negatives=5, log_q=popularity_log_q(counts))
+    torch.manual_seed(4)
+    loss = get_objective("ce_sampled").loss(model, batch, hidden, ctx)
+    torch.manual_seed(4)
+    negs = torch.multinomial(ctx.log_q.exp(), 5, replacement=True) + 1
+    emb, lq = model.item_embeddings(), ctx.log_q
+    terms = []
+    for b in range(batch.items.shape[0]):
+        for col in range(batch.items.shape[1]):
+            t = int(batch.targets[b, col])
+            if not t:
+                continue
+            h = hidden[b, col]
+            logits = [h @ emb[t] - lq[t - 1]] + [
+                h @ emb[n] - lq[n - 1] if int(n) != t else torch.tensor(-math.inf) for n in negs
+            ]
+            terms.append(-torch.log_softmax(torch.stack(logits), 0)[0])
+    torch.testing.assert_close(loss, torch.stack(terms).mean())
+
+
+def test_popularity_log_q() -> None:
+    lq = popularity_log_q(torch.tensor([0, 1, 2]))
+    torch.testing.assert_close(lq.exp(), torch.tensor([1 / 6, 2 / 6, 3 / 6]))
+    torch.testing.assert_close(popularity_log_q(torch.tensor([0, 9]), "uniform").exp(), torch.tensor([0.5, 0.5]))
+
+
+def test_objective_gradient_reaches_embeddings_not_padding_row() -> None:
+    model = small_model().train()
+    samples = build_samples(Sequences.from_lists(SEQS), 6, "all")
+    batch = make_batch(samples, np.arange(len(samples)), n_items=N_ITEMS)
+    loss = get_objective("ce_all").loss(model, batch, model.encode(batch.items), LossContext())
+    loss.backward()
+    grad = model.item_emb.weight.grad
+    assert grad[1:].abs().sum() > 0 and grad[0].abs().sum() == 0
