@@ -1,0 +1,141 @@
+"""Finding a named data set's files: data folder, environment variable, user cache, then download.
+
+Resolution order for each file of a registered data set (``registry.py``):
+
+1. ``data_dir`` (``--data-dir``): a folder laid out like ``shared/data/raw`` (``bsarec/Beauty.txt``, ...);
+   the file must be there;
+2. ``$RESDOM_DATA_DIR``: the same layout; used where the file is there;
+3. the user cache: ``$RESDOM_CACHE_DIR``, else ``$XDG_CACHE_HOME/resdom``, else ``~/.cache/resdom``;
+4. download into the cache from ``$RESDOM_DOWNLOAD_BASE`` (default https://raw.githubusercontent.com)
+   ``/<repository>/<commit>/<path>``: written to a temporary file, its sha256 checked, then renamed, so an
+   interrupted or corrupted download never leaves a file that looks valid.
+
+Every file used is checked against the registry's sha256; a mismatch in a data folder is an error (pass the
+file as a path to use a different version), a mismatch in the cache is replaced by a fresh download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from resdom.data.registry import DEFAULT_BASE_URL, DatasetSpec, RemoteFile
+from resdom.errors import ResdomError
+
+ENV_DATA_DIR = "RESDOM_DATA_DIR"
+ENV_CACHE_DIR = "RESDOM_CACHE_DIR"
+ENV_DOWNLOAD_BASE = "RESDOM_DOWNLOAD_BASE"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ResolvedFile:
+    """A file on disk, where it was found (data-dir, env, cache, download) and its verified sha256."""
+
+    path: Path
+    origin: str
+    sha256: str
+
+
+def cache_dir() -> Path:
+    """The user cache folder for downloads (not created here)."""
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "resdom"
+
+
+def download_base() -> str:
+    return os.environ.get(ENV_DOWNLOAD_BASE) or DEFAULT_BASE_URL
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, streamed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def resolve_dataset_files(spec: DatasetSpec, data_dir: str | Path | None = None) -> list[ResolvedFile]:
+    """The local files of ``spec`` (in ``spec.files`` order), downloading into the cache where needed."""
+    return [resolve_file(f, data_dir) for f in spec.files]
+
+
+def resolve_file(remote: RemoteFile, data_dir: str | Path | None = None) -> ResolvedFile:
+    """One file, by the resolution order in the module docstring."""
+    if data_dir is not None:
+        path = Path(data_dir).expanduser() / remote.local
+        if not path.is_file():
+            raise ResdomError(f"{path}: not found (--data-dir must be laid out like shared/data/raw: {remote.local})")
+        return ResolvedFile(path, "data-dir", _verified(path, remote))
+    env = os.environ.get(ENV_DATA_DIR)
+    if env:
+        path = Path(env).expanduser() / remote.local
+        if path.is_file():
+            return ResolvedFile(path, "env", _verified(path, remote))
+    cached = cache_dir() / remote.local
+    if cached.is_file():
+        digest = sha256_file(cached)
+        if digest == remote.sha256:
+            return ResolvedFile(cached, "cache", digest)
+        print(f"resdom: cached {cached} has the wrong sha256; downloading it again", file=sys.stderr)
+        cached.unlink()
+    download_file(remote.url(download_base()), cached, remote.sha256)
+    return ResolvedFile(cached, "download", remote.sha256)
+
+
+def _verified(path: Path, remote: RemoteFile) -> str:
+    digest = sha256_file(path)
+    if digest != remote.sha256:
+        raise ResdomError(
+            f"{path}: sha256 {digest} does not match the registered {remote.sha256} "
+            f"({remote.repository}@{remote.commit[:8]}:{remote.path}); pass the file as a path to use it anyway"
+        )
+    return digest
+
+
+def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0) -> Path:
+    """Download ``url`` to ``dest``: temporary file beside it, sha256 check, then rename.
+
+    On any failure (network, short read, checksum) the temporary file is removed and a ResdomError raised;
+    ``dest`` is only ever the complete, verified file.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    print(f"resdom: downloading {url}", file=sys.stderr)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        h = hashlib.sha256()
+        size = 0
+        with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=timeout) as response:
+            expected = response.headers.get("Content-Length")
+            while chunk := response.read(_CHUNK):
+                f.write(chunk)
+                h.update(chunk)
+                size += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        if expected is not None and size != int(expected):
+            raise ResdomError(f"{url}: download interrupted ({size} of {expected} bytes); nothing was kept")
+        if h.hexdigest() != sha256:
+            raise ResdomError(
+                f"{url}: downloaded file has sha256 {h.hexdigest()}, expected {sha256}; nothing was kept"
+            )
+        os.replace(tmp, dest)
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+        raise ResdomError(
+            f"{url}: download failed ({type(e).__name__}: {e}); nothing was kept. Offline? Put the files in a "
+            f"folder laid out like shared/data/raw and pass --data-dir or set {ENV_DATA_DIR}"
+        ) from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return dest

@@ -1,0 +1,168 @@
+"""Splits (SPEC 1): leave-one-out and the global temporal split (time-to-split, Gusak et al., RecSys 2025).
+
+Both take full per-user sequences (oldest first) and return training sequences, validation and test
+``EvalSet``s and a manifest fragment (thresholds, counts per part, dropped users). Every part keeps
+``users`` (the user index into the full sequences, for per-user seeding) and ``times`` where present.
+
+Thresholds: ``T = quantile q of all timestamps`` is taken as the order statistic at floor(q * (n - 1))
+(numpy ``method="lower"``). Because parts are cut with ``t <= T`` ("ties at a threshold go to the earlier
+side"), this gives exactly the same parts as pandas' default linear interpolation, which time-to-split uses,
+and the threshold is a real timestamp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from resdom.data.sequences import EvalSet, Sequences, _ranges
+from resdom.errors import ResdomError
+
+
+@dataclass
+class SplitParts:
+    """train (Sequences), valid / test (EvalSet) and ``info``: the split's manifest fragment."""
+
+    train: Sequences
+    valid: EvalSet
+    test: EvalSet
+    info: dict[str, Any]
+
+
+def heads(seqs: Sequences, lengths: np.ndarray) -> Sequences:
+    """The first ``lengths[i]`` items (and times) of each sequence ``i``; ``lengths`` int (n,), 0 <= l <= len."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    flat = _ranges(seqs.offsets[:-1], lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    times = seqs.times[flat] if seqs.times is not None else None
+    return Sequences(offsets, seqs.items[flat], times, seqs.users.copy())
+
+
+def last_items(seqs: Sequences) -> np.ndarray:
+    """int64 (n,): the last item of each (non-empty) sequence."""
+    return seqs.items[seqs.offsets[1:] - 1]
+
+
+def split_loo(seqs: Sequences) -> SplitParts:
+    """Leave-one-out (BSARec): train ``seq[:-2]``; valid input ``seq[:-2]`` target ``seq[-2]``; test input
+    ``seq[:-1]`` target ``seq[-1]``. Users with fewer than 3 items are dropped (counted in ``info``)."""
+    keep = np.flatnonzero(seqs.lengths >= 3)
+    full = seqs.take(keep)
+    n = full.lengths
+    train = heads(full, n - 2)
+    test_inputs = heads(full, n - 1)
+    valid = EvalSet(train, full.items[full.offsets[:-1] + n - 2])
+    test = EvalSet(test_inputs, last_items(full))
+    info = {
+        "protocol": "loo",
+        "thresholds": None,
+        "dropped_users": {"fewer_than_3_items": int(len(seqs) - len(keep))},
+    }
+    return SplitParts(train, valid, test, info)
+
+
+def quantile_threshold(times: np.ndarray, q: float) -> int:
+    """The q-quantile of ``times`` as a real timestamp (order statistic floor(q * (n - 1)))."""
+    if not 0.0 < q < 1.0:
+        raise ResdomError(f"quantile must be strictly between 0 and 1, got {q}")
+    if len(times) == 0:
+        raise ResdomError("no timestamps to take a quantile of")
+    return int(np.quantile(times, q, method="lower"))
+
+
+def _count_at_or_before(seqs: Sequences, threshold: int) -> np.ndarray:
+    """int64 (n,): per sequence, how many interactions have time <= threshold (= a prefix, times sorted)."""
+    row_user = np.repeat(np.arange(len(seqs)), seqs.lengths)
+    return np.bincount(row_user, weights=seqs.times <= threshold, minlength=len(seqs)).astype(np.int64)
+
+
+def time_split(seqs: Sequences, q: float) -> tuple[int, Sequences, EvalSet, dict[str, int]]:
+    """One time-to-split step on ``seqs`` (times sorted within each sequence).
+
+    T = quantile q of all timestamps. Eval users: last interaction after T; target = last item, input = all
+    earlier ones (also those after T); users whose input would be empty are dropped. Kept part: interactions
+    at or before T of users whose second interaction is at or before T (>= 2 interactions, so trainable).
+    Returns (T, kept part, eval set, counts of dropped users).
+    """
+    threshold = quantile_threshold(seqs.times, q)
+    n = seqs.lengths
+    last_time = seqs.times[seqs.offsets[1:] - 1]
+    after = (n > 0) & (last_time > threshold)
+    eval_idx = np.flatnonzero(after & (n >= 2))
+    full = seqs.take(eval_idx)
+    evalset = EvalSet(heads(full, full.lengths - 1), last_items(full))
+    before = _count_at_or_before(seqs, threshold)
+    keep_idx = np.flatnonzero(before >= 2)
+    kept = heads(seqs.take(keep_idx), before[keep_idx])
+    dropped = {
+        "eval_users_with_one_interaction": int((after & (n < 2)).sum()),
+        "users_with_fewer_than_2_before_threshold": int(((before < 2) & (n > 0)).sum()),
+    }
+    return threshold, kept, evalset, dropped
+
+
+def split_gts(seqs: Sequences, quantile: float = 0.9, valid_quantile: float | None = None) -> SplitParts:
+    """Global temporal split (SPEC 1): test by ``time_split(q)`` on all data; validation "by time" is the
+    same rule inside the training pool with ``T_val`` = quantile of the pool's timestamps (``valid_quantile``,
+    default ``quantile``); the model trains on the pool at or before ``T_val`` (users with >= 2 there)."""
+    if seqs.times is None:
+        raise ResdomError("the global temporal split needs timestamps; this source has none (use --protocol loo)")
+    _check_time_sorted(seqs)
+    q_val = quantile if valid_quantile is None else valid_quantile
+    t_test, pool, test, dropped_test = time_split(seqs, quantile)
+    if len(pool) == 0:
+        raise ResdomError(f"no user has 2 interactions at or before T_test = {_iso(t_test)}; raise the quantile")
+    t_val, train, valid, dropped_val = time_split(pool, q_val)
+    info = {
+        "protocol": "gts",
+        "quantile": quantile,
+        "valid_quantile": q_val,
+        "thresholds": {
+            "T_test": t_test, "T_test_iso": _iso(t_test),
+            "T_val": t_val, "T_val_iso": _iso(t_val),
+            "rule": "order statistic floor(q*(n-1)) of all timestamps (same parts as pandas linear quantile); "
+                    "ties at a threshold go to the earlier side (t <= T)",
+        },
+        "pool": _seq_counts(pool),
+        "dropped_users": {"test": dropped_test, "valid": dropped_val},
+    }
+    return SplitParts(train, valid, test, info)
+
+
+def _check_time_sorted(seqs: Sequences) -> None:
+    same = np.ones(len(seqs.items), dtype=bool)  # same[j]: row j belongs to the same sequence as row j - 1
+    starts = seqs.offsets[1:-1]
+    same[starts[starts < len(same)]] = False
+    bad = np.flatnonzero(same[1:] & (seqs.times[1:] < seqs.times[:-1]))
+    if len(bad):
+        raise ResdomError("the global temporal split needs each user's interactions in time order (sort_by_time)")
+
+
+def _iso(ts: int) -> str:
+    return datetime.fromtimestamp(int(ts), tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _seq_counts(seqs: Sequences) -> dict[str, int]:
+    return {
+        "users": int((seqs.lengths > 0).sum()),
+        "items": int(len(np.unique(seqs.items))),
+        "interactions": int(len(seqs.items)),
+    }
+
+
+def part_counts(parts: SplitParts) -> dict[str, dict[str, int]]:
+    """Counts of users / items / interactions per part; eval parts also count targets and cold targets
+    (target items never seen in training)."""
+    train_items = np.unique(parts.train.items)
+    out = {"train": _seq_counts(parts.train)}
+    for name, ev in (("valid", parts.valid), ("test", parts.test)):
+        c = _seq_counts(ev.inputs)
+        c["users"] = len(ev)
+        c["items"] = int(len(np.unique(np.concatenate([ev.inputs.items, ev.targets]))))
+        c["targets"] = len(ev)
+        c["cold_targets"] = int((~np.isin(ev.targets, train_items)).sum())
+        out[name] = c
+    return out
