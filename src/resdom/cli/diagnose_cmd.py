@@ -1,7 +1,65 @@
-"""Placeholder: commands are added by their issue."""
+"""``resdom diagnose RUN_DIR``: the SPEC 4 diagnostics of a trained run, written under RUN_DIR/diagnostics/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
+from resdom.errors import ResdomError
+
+
+def _ints(text: str | None, option: str) -> list[int] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ResdomError(f"{option}: expected comma-separated integers (got {text!r})") from None
+
+
+def _floats(text: str | None, option: str) -> list[float] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ResdomError(f"{option}: expected comma-separated numbers (got {text!r})") from None
+
+
+def diagnose(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
+    what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery"),
+    split: str = typer.Option("test", "--split", help="valid or test (recovery always selects on valid, reports test)"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda"),
+    definition: str = typer.Option("norm_of_sums", "--definition", help="mixing ratio: norm_of_sums or sum_of_norms"),
+    batch_size: int = typer.Option(256, "--batch-size", help="users per batch (lowered for large catalogs)"),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="shuffle seeds, comma-separated"),
+    alphas: str = typer.Option(None, "--alphas", help="residual scales, comma-separated (default 1.0,0.9,...,0.0)"),
+    layers: str = typer.Option(None, "--layers", help="blocks whose residual is scaled (default all), e.g. 0,1"),
+    per_head: bool = typer.Option(False, "--per-head", help="also report per-head mixing ratios"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars (only on a terminal)"),
+) -> None:
+    """Diagnose last-item reliance: position shuffles, last-item hit rates, mixing ratios, alpha sweep, recovery."""
+    from resdom.diagnostics.alpha import ALPHAS
+    from resdom.diagnostics.runner import format_summary, run_all
+
+    seed_list = _ints(seeds, "--seeds")
+    if not seed_list:
+        raise ResdomError("--seeds: give at least one seed")
+    summary = run_all(
+        run_dir, what=what, split=split, device=device, batch_size=batch_size, progress=progress,
+        definition=definition, seeds=seed_list, alphas=_floats(alphas, "--alphas") or ALPHAS,
+        layers=_ints(layers, "--layers"), per_head=per_head,
+    )
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        typer.echo(format_summary(summary))
+        typer.echo(f"written: {Path(run_dir) / 'diagnostics'}/")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("diagnose")(diagnose)

@@ -1,0 +1,248 @@
+"""Run every diagnostic on a trained run directory and write ``RUN_DIR/diagnostics/`` (JSON + CSV, atomically).
+
+Files (schema in docs/architecture.md): ``shuffle``, ``hrli``, ``mixing``, ``alpha``, ``recovery`` as
+``.json`` and ``.csv`` (mixing also ``mixing_per_position.csv``), and ``summary.json``: the headline numbers
+of every diagnostic file present for the same split (so running a subset keeps the others' figures).
+Recovery always selects alpha* on the validation split and reports the test split (SPEC 4), whatever
+``split`` says.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
+from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
+from resdom.diagnostics.hrli import last_item_hit_rates
+from resdom.diagnostics.mixing import DEFINITIONS, mixing_ratios
+from resdom.diagnostics.recovery import miss_recovery
+from resdom.diagnostics.shuffle import position_shuffle
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_json, atomic_write_text
+
+WHAT: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
+SPLITS = ("valid", "test")
+
+
+def parse_what(what: str | Sequence[str]) -> list[str]:
+    """"all" or a comma-separated subset of WHAT (or a list) -> the chosen names in canonical order."""
+    names = [w.strip() for w in (what.split(",") if isinstance(what, str) else what) if w.strip()]
+    if not names or names == ["all"]:
+        return list(WHAT)
+    bad = [w for w in names if w not in WHAT]
+    if bad:
+        raise ResdomError(f"--what: unknown diagnostic {bad[0]!r} (choose all or from {', '.join(WHAT)})")
+    return [w for w in WHAT if w in names]
+
+
+def run_all(
+    run_dir: str | Path, what: str | Sequence[str] = "all", split: str = "test", device: str = "cpu",
+    batch_size: int = DEFAULT_BATCH, progress: bool = True, definition: str = "norm_of_sums",
+    seeds: Sequence[int] = (0, 1, 2), alphas: Sequence[float] = ALPHAS, layers: Sequence[int] | None = None,
+    per_head: bool = False,
+) -> dict[str, Any]:
+    """Diagnose the run in ``run_dir`` on ``split``; write the files; return the summary (also summary.json)."""
+    from resdom.runs import load_run
+
+    names = parse_what(what)
+    if split not in SPLITS:
+        raise ResdomError(f"--split: must be one of {', '.join(SPLITS)} (got {split!r})")
+    if definition not in DEFINITIONS:
+        raise ResdomError(f"--definition: must be one of {', '.join(DEFINITIONS)} (got {definition!r})")
+    if batch_size < 1:
+        raise ResdomError(f"--batch-size: must be >= 1 (got {batch_size})")
+    run = load_run(run_dir, device=device)
+    n_layers = len(run.model.attention_blocks())
+    if layers is not None and any(not 0 <= int(x) < n_layers for x in layers):
+        raise ResdomError(f"--layers: the model has {n_layers} blocks (0..{n_layers - 1}); got {list(layers)}")
+    evalset = getattr(run.split, split)
+    if len(evalset) == 0:
+        raise ResdomError(f"{run.directory}/data: the {split} split has no users")
+    out_dir = Path(run_dir) / "diagnostics"
+    model, common = run.model, {"batch_size": batch_size, "device": device, "progress": progress}
+    timings: dict[str, float] = {}
+    for name in names:
+        t0 = time.perf_counter()
+        if name == "shuffle":
+            res = position_shuffle(model, evalset, seeds=seeds, **common)
+        elif name == "hrli":
+            res = last_item_hit_rates(model, evalset, **common)
+        elif name == "mixing":
+            res = mixing_ratios(model, evalset, definition=definition, per_head=per_head, **common)
+        elif name == "alpha":
+            res = alpha_sweep(model, evalset, alphas=alphas, layers=layers, definition=definition, **common)
+        else:
+            res = miss_recovery(model, run.split.valid, run.split.test, alphas=alphas, layers=layers, **common)
+        if name != "recovery":
+            res.split = split
+        data = res.to_dict()
+        timings[name] = time.perf_counter() - t0
+        data["seconds"] = round(timings[name], 3)
+        atomic_write_json(out_dir / f"{name}.json", data)
+        for suffix, text in CSV_WRITERS[name](data).items():
+            atomic_write_text(out_dir / f"{name}{suffix}.csv", text)
+    summary = summarise(out_dir, split)
+    summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
+    atomic_write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CSV
+
+
+def _csv(header: list[str], rows: list[list[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(["" if v is None else v for v in row] for row in rows)
+    return buf.getvalue()
+
+
+def _shuffle_csv(d: dict[str, Any]) -> dict[str, str]:
+    rows = [["original", m, v, 0.0, 0.0, 1.0] for m, v in d["original"].items()]
+    for name, p in d["perturbations"].items():
+        rows += [[name, m, v, p["metrics_std"][m], p["relative_change"][m], p["jaccard@10"]]
+                 for m, v in p["metrics"].items()]
+    return {"": _csv(["perturbation", "metric", "mean", "std", "relative_change", "jaccard@10"], rows)}
+
+
+def _hrli_csv(d: dict[str, Any]) -> dict[str, str]:
+    return {"": _csv(["metric", "value"], [[k, v] for k, v in d["values"].items()])}
+
+
+def _mixing_csv(d: dict[str, Any]) -> dict[str, str]:
+    rows = [[row["layer"], scope, st, row[scope][st]] for row in d["layers"] for scope in ("all", "last")
+            for st in d["stages"]]
+    rows += [["pooled", scope, st, d["pooled"][scope][st]] for scope in ("all", "last") for st in d["stages"]]
+    pos = [[e["layer"], o, st, e[st][o]] for e in d["per_position"] for st in d["stages"]
+           for o in e["offset_from_end"]]
+    return {"": _csv(["layer", "scope", "stage", "r"], rows),
+            "_per_position": _csv(["layer", "offset_from_end", "stage", "r"], pos)}
+
+
+def _alpha_csv(d: dict[str, Any]) -> dict[str, str]:
+    if not d["rows"]:
+        return {"": ""}
+    stages = list(d["rows"][0]["mixing_all"])
+    metrics = [k for k in d["rows"][0] if k not in ("alpha", "mixing_all", "mixing_last")]
+    header = ["alpha", *[f"mixing_all_{s}" for s in stages], *[f"mixing_last_{s}" for s in stages], *metrics]
+    rows = [[r["alpha"], *[r["mixing_all"][s] for s in stages], *[r["mixing_last"][s] for s in stages],
+             *[r[m] for m in metrics]] for r in d["rows"]]
+    return {"": _csv(header, rows)}
+
+
+def _recovery_csv(d: dict[str, Any]) -> dict[str, str]:
+    K = d["K"]
+    rows = [[sp, r["alpha"], r["recovery"], r[f"HR@{K}"], r["alpha"] == d["alpha_star"]]
+            for sp in ("valid", "test") for r in d[sp]["curve"]]
+    return {"": _csv(["split", "alpha", "recovery", f"HR@{K}", "alpha_star"], rows)}
+
+
+CSV_WRITERS = {"shuffle": _shuffle_csv, "hrli": _hrli_csv, "mixing": _mixing_csv, "alpha": _alpha_csv,
+               "recovery": _recovery_csv}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Summary
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def summarise(out_dir: Path, split: str) -> dict[str, Any]:
+    """Headline numbers of the diagnostics files in ``out_dir`` computed on ``split`` (recovery: always test)."""
+    s: dict[str, Any] = {"split": split}
+    hrli = _read(out_dir / "hrli.json")
+    if hrli.get("split") == split:
+        s["n_users"] = hrli["n_users"]
+        s.update({k: hrli["values"].get(k) for k in ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10")})
+    mix = _read(out_dir / "mixing.json")
+    if mix.get("split") == split:
+        s["n_users"] = mix["n_users"]
+        s["mixing_definition"] = mix["definition"]
+        s["mixing_pooled_all"] = mix["pooled"]["all"]
+        s["mixing_pooled_last"] = mix["pooled"]["last"]
+        if "frequency_branch" in mix:
+            s["frequency_share_all"] = mix["frequency_branch"]["pooled"]["all"]["frequency_share"]
+    sh = _read(out_dir / "shuffle.json")
+    if sh.get("split") == split:
+        s["n_users"] = sh["n_users"]
+        s["original"] = {k: sh["original"].get(k) for k in ("HR@10", "NDCG@10")}
+        s["shuffle_NDCG@10_change"] = {k: p["relative_change"].get("NDCG@10") for k, p in sh["perturbations"].items()}
+        s["shuffle_jaccard@10"] = {k: p["jaccard@10"] for k, p in sh["perturbations"].items()}
+    al = _read(out_dir / "alpha.json")
+    if al.get("split") == split and al.get("rows"):
+        keys = ("alpha", "HRLI@1", "HRL2I@1", "HR@10", "NDCG@10")
+        s["alpha_sweep"] = [{**{k: r.get(k) for k in keys}, "mixing_all": r["mixing_all"]} for r in al["rows"]]
+    rec = _read(out_dir / "recovery.json")
+    if rec:
+        t = rec["test"]
+        s["recovery"] = {"alpha_star": rec["alpha_star"], "recoverable_share": t["recoverable_share"],
+                         "offset_shares": t["offset_shares"], "n_users": t["n_users"],
+                         "recovery_at_alpha_star": rec["test_at_alpha_star"].get("recovery"),
+                         "HR@10_at_alpha_star": rec["test_at_alpha_star"].get(f"HR@{rec['K']}"),
+                         "HR@10_at_alpha_1": rec["test_at_alpha_star"].get(f"HR@{rec['K']}_at_alpha_1"),
+                         "max_recovery": max((r["recovery"] for r in t["curve"] if r["recovery"] is not None),
+                                             default=None)}
+    return jsonable(s)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Readable summary for the CLI
+
+
+def _fmt(v: Any) -> str:
+    return "   n/a" if v is None else f"{v:6.3f}" if isinstance(v, float) else str(v)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few aligned lines / small tables of the summary, for the terminal."""
+    lines = [f"split {summary.get('split')}, {summary.get('n_users', '?')} users"]
+    if "mixing_pooled_all" in summary:
+        stages = list(summary["mixing_pooled_all"])
+        lines.append(f"mixing ratio ({summary.get('mixing_definition')}), pooled over layers:")
+        lines.append("  " + " " * 6 + "".join(f"{st:>8}" for st in stages))
+        for scope in ("all", "last"):
+            vals = summary[f"mixing_pooled_{scope}"]
+            lines.append(f"  {scope:<6}" + "".join(f"{_fmt(vals[st]):>8}" for st in stages))
+        if "frequency_share_all" in summary:
+            lines.append(f"  frequency-branch share of the mixed norm: {_fmt(summary['frequency_share_all'])}")
+    if "HRLI@1" in summary:
+        keys = ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10")
+        lines.append("last-item hit rates (unfiltered): " + "  ".join(f"{k} {_fmt(summary.get(k))}" for k in keys))
+    if "shuffle_NDCG@10_change" in summary:
+        o = summary["original"]
+        lines.append(f"shuffles (original HR@10 {_fmt(o.get('HR@10'))}, NDCG@10 {_fmt(o.get('NDCG@10'))}):")
+        lines.append(f"  {'perturbation':<12} {'dNDCG@10':>9} {'Jaccard@10':>11}")
+        for k, v in summary["shuffle_NDCG@10_change"].items():
+            change = "      n/a" if v is None else f"{100 * v:+8.1f}%"
+            lines.append(f"  {k:<12} {change:>9} {_fmt(summary['shuffle_jaccard@10'][k]):>11}")
+    if "alpha_sweep" in summary:
+        rows = summary["alpha_sweep"]
+        stages = list(rows[0]["mixing_all"]) if rows else []
+        lines.append("residual-scaling sweep:")
+        lines.append("  " + f"{'alpha':>5}" + "".join(f"{'r ' + st:>9}" for st in stages)
+                     + "".join(f"{k:>9}" for k in ("HRLI@1", "HRL2I@1", "HR@10", "NDCG@10")))
+        for r in rows:
+            lines.append("  " + f"{r['alpha']:5.2f}" + "".join(f"{_fmt(r['mixing_all'][st]):>9}" for st in stages)
+                         + "".join(f"{_fmt(r[k]):>9}" for k in ("HRLI@1", "HRL2I@1", "HR@10", "NDCG@10")))
+    if "recovery" in summary:
+        r = summary["recovery"]
+        shares = ", ".join(f"{k} {_fmt(v)}" for k, v in r["offset_shares"].items())
+        lines.append(f"miss recovery (test, {r['n_users']} users): recoverable {_fmt(r['recoverable_share'])} "
+                     f"({shares})")
+        lines.append(f"  alpha* {r['alpha_star']} (chosen on valid): recovery {_fmt(r['recovery_at_alpha_star'])}, "
+                     f"HR@10 {_fmt(r['HR@10_at_alpha_star'])} vs {_fmt(r['HR@10_at_alpha_1'])} at alpha 1; "
+                     f"max recovery over alphas {_fmt(r['max_recovery'])}")
+    return "\n".join(lines)

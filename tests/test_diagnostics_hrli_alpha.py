@@ -1,0 +1,150 @@
+"""Last-item hit rates, the residual-scaling sweep and miss recovery against slow references and hand cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from resdom.data.sequences import EvalSet, Sequences
+from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
+from resdom.diagnostics.common import ranks_of, scores_at, seen_items
+from resdom.diagnostics.hrli import last_item_hit_rates
+from resdom.diagnostics.mixing import mixing_ratios
+from resdom.diagnostics.recovery import miss_recovery, select_alpha, split_recovery
+from resdom.evaluation.evaluate import evaluate
+from resdom.models import build_model, residual_scale
+from resdom.models.config import ModelConfig
+
+N_ITEMS = 25
+
+
+def evalset(n: int = 30, seed: int = 0) -> EvalSet:
+    rng = np.random.default_rng(seed)
+    lists = [rng.integers(1, N_ITEMS + 1, size=int(rng.integers(1, 12))).tolist() for _ in range(n)]
+    lists[0], lists[1] = [4], [4, 9]  # users shorter than 2 and 3 items
+    return EvalSet(Sequences.from_lists(lists), rng.integers(1, N_ITEMS + 1, size=n))
+
+
+def model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_model(ModelConfig(n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)).eval()
+
+
+def slow_ranks(scores: np.ndarray, item: int) -> int:
+    """Pessimistic 0-based rank by counting."""
+    return int((scores >= scores[item]).sum() - 1)
+
+
+def test_hrli_matches_a_slow_reference():
+    m, ev = model(), evalset()
+    res = last_item_hit_rates(m, ev, batch_size=7)
+    items = torch.from_numpy(ev.inputs.padded(m.max_len))
+    with torch.no_grad():
+        scores = (m.encode(items)[:, -1] @ m.item_embeddings().T).numpy()
+    scores[:, 0] = -np.inf
+    for k in (1, 2, 3):
+        for K in (1, 5, 10):
+            hits = 0
+            for u, s in enumerate(ev.inputs.to_lists()):
+                if len(s) >= k and slow_ranks(scores[u], s[-k]) < K:
+                    hits += 1
+            name = "HRLI" if k == 1 else f"HRL{k}I"
+            assert res.values[f"{name}@{K}"] == pytest.approx(hits / len(ev))
+    assert res.n_users == len(ev) and res.to_dict()["filtered"] is False
+
+
+def test_hrli_refuses_filtering_because_it_would_be_zero():
+    m, ev = model(), evalset()
+    with pytest.raises(ValueError, match="identically 0"):
+        last_item_hit_rates(m, ev, filter_seen=True)
+    # and with filtering the last items indeed never reach the top-K
+    idx = np.arange(len(ev))
+    items = torch.from_numpy(ev.inputs.padded(m.max_len))
+    with torch.no_grad():
+        scores = scores_at(m, m.encode(items)[:, -1], seen_items(ev.inputs, idx, "cpu"))
+    last = torch.from_numpy(ev.inputs.items[ev.inputs.offsets[1:] - 1])
+    assert (ranks_of(scores, last) >= 10).all()
+
+
+def test_alpha_sweep_at_one_matches_the_other_diagnostics():
+    m, ev = model(), evalset()
+    res = alpha_sweep(m, ev, alphas=(1.0, 0.0), batch_size=8)
+    row = res.rows[0]
+    filt, unfilt = evaluate(m, ev, filter_seen=True).metrics, evaluate(m, ev, filter_seen=False).metrics
+    assert row["HR@10"] == pytest.approx(filt["HR@10"]) and row["NDCG@10"] == pytest.approx(filt["NDCG@10"])
+    assert row["HR@10_unfiltered"] == pytest.approx(unfilt["HR@10"])
+    assert row["NDCG@10_unfiltered"] == pytest.approx(unfilt["NDCG@10"])
+    h = last_item_hit_rates(m, ev).values
+    assert row["HRLI@1"] == pytest.approx(h["HRLI@1"]) and row["HRL2I@1"] == pytest.approx(h["HRL2I@1"])
+    mix = mixing_ratios(m, ev)
+    assert row["mixing_all"] == pytest.approx(mix.pooled["all"]) and row["mixing_last"] == pytest.approx(
+        mix.pooled["last"])
+    zero = res.rows[1]
+    assert zero["mixing_all"]["Attn"] == pytest.approx(zero["mixing_all"]["+Res"], abs=1e-6)
+    assert all(b.alpha == 1.0 for b in m.attention_blocks())  # restored
+
+
+def test_alpha_sweep_scales_only_the_chosen_layers():
+    m, ev = model(), evalset()
+    res = alpha_sweep(m, ev, alphas=(0.5,), layers=[1])
+    with residual_scale(m, 0.5, [1]):
+        want = evaluate(m, ev).metrics["HR@10"]
+    assert res.rows[0]["HR@10"] == pytest.approx(want) and res.layers == [1]
+    assert list(ALPHAS) == [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
+
+
+def test_select_alpha_by_hand():
+    curve = [{"alpha": 1.0, "recovery": 0.0, "HR@10": 0.50}, {"alpha": 0.8, "recovery": 0.2, "HR@10": 0.496},
+             {"alpha": 0.5, "recovery": 0.4, "HR@10": 0.45}, {"alpha": 0.3, "recovery": 0.2, "HR@10": 0.499}]
+    assert select_alpha(curve) == 0.8  # 0.5 fails the guard; 0.8 and 0.3 tie: the larger alpha
+    assert select_alpha(curve, eps=0.2) == 0.5
+    assert select_alpha([{"alpha": 1.0, "recovery": float("nan"), "HR@10": 0.5},
+                         {"alpha": 0.5, "recovery": float("nan"), "HR@10": 0.5}]) == 1.0  # nothing recoverable
+    assert select_alpha([{"alpha": 1.0, "recovery": 0.0, "HR@10": 0.5},
+                         {"alpha": 0.5, "recovery": 0.9, "HR@10": 0.1}]) == 1.0  # guard: fallback 1
+
+
+def test_recovery_matches_a_slow_reference():
+    m, ev = model(), evalset(n=40, seed=3)
+    K = 5
+    rec = split_recovery(m, ev, alphas=(1.0, 0.4), K=K, batch_size=6)
+    lists = ev.inputs.to_lists()
+    with torch.no_grad():
+        hid = {}
+        for alpha in (1.0, 0.4):
+            with residual_scale(m, alpha):
+                hid[alpha] = m.encode(torch.from_numpy(ev.inputs.padded(m.max_len)))
+    emb = m.item_embeddings().detach().numpy()
+    L = hid[1.0].shape[1]
+
+    def rank(state: torch.Tensor, u: int) -> int:
+        s = state.numpy() @ emb.T
+        s[0] = -np.inf
+        s[lists[u]] = -np.inf  # the whole input's items, also for earlier positions
+        return slow_ranks(s, int(ev.targets[u]))
+
+    recoverable, shares, recovered = 0, np.zeros(3), 0
+    for u, s in enumerate(lists):
+        final_hit = rank(hid[1.0][u, -1], u) < K
+        off = [len(s) >= k + 1 and rank(hid[1.0][u, L - 1 - k], u) < K for k in (1, 2, 3)]
+        shares += np.array(off) & (not final_hit)
+        if not final_hit and any(off):
+            recoverable += 1
+            recovered += rank(hid[0.4][u, -1], u) < K
+    assert rec.recoverable == recoverable and recoverable > 0
+    assert [rec.offset_shares[f"L-{k}"] for k in (1, 2, 3)] == pytest.approx(list(shares / len(ev)))
+    assert rec.curve[0]["recovery"] == 0.0
+    assert rec.curve[1]["recovery"] == pytest.approx(recovered / recoverable)
+
+
+def test_miss_recovery_end_to_end():
+    m = model()
+    res = miss_recovery(m, evalset(seed=1), evalset(seed=2), alphas=(1.0, 0.7, 0.3), batch_size=16)
+    d = res.to_dict()
+    assert d["K"] == 10 and d["eps"] == 0.01 and d["alpha_star"] in (1.0, 0.7, 0.3)
+    assert set(d["test"]) >= {"n_users", "recoverable", "recoverable_share", "offset_shares", "curve"}
+    with residual_scale(m, res.alpha_star):
+        want = evaluate(m, evalset(seed=2)).metrics
+    assert res.test_at_alpha_star["HR@10"] == pytest.approx(want["HR@10"])
+    assert res.test_at_alpha_star["NDCG@10"] == pytest.approx(want["NDCG@10"])
