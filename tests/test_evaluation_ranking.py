@@ -1,0 +1,99 @@
+"""Ranking primitives (SPEC 3) against a slow reference: sort everything, count; metrics by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from resdom.evaluation.ranking import full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+
+
+def slow_rank(scores: list[float], target: int, seen: set[int]) -> int:
+    """0-based pessimistic rank of ``target`` among items 1..N: sort all, ties put the target last."""
+    value = {j: (-math.inf if (j == 0 or j in seen) else s) for j, s in enumerate(scores)}
+    order = sorted(value, key=lambda j: (-value[j], j == target))
+    return order.index(target)
+
+
+def integer_case(seed: int, B: int = 40, N: int = 30, d: int = 3, L: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randint(-2, 3, (B, d), generator=g).double()  # integer scores: many ties
+    emb = torch.randint(-2, 3, (N + 1, d), generator=g).double()
+    seen = torch.randint(0, N + 1, (B, L), generator=g)  # 0 = padding
+    targets = torch.randint(1, N + 1, (B,), generator=g)
+    return hidden, emb, seen, targets
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_pessimistic_ranks_match_slow_reference_with_ties(seed: int, filtered: bool) -> None:
+    hidden, emb, seen, targets = integer_case(seed)
+    raw = hidden @ emb.T
+    scores = full_scores(hidden, emb, seen if filtered else None)
+    ranks = pessimistic_ranks(scores, targets)
+    n_ties = 0
+    for b in range(len(targets)):
+        seen_b = set(seen[b].tolist()) - {0} if filtered else set()
+        t = int(targets[b])
+        assert int(ranks[b]) == slow_rank(raw[b].tolist(), t, seen_b)
+        n_ties += int((raw[b, 1:] == raw[b, t]).sum()) - 1
+    assert n_ties > 0  # the case really has ties
+
+
+def test_ranks_of_several_items_per_row() -> None:
+    hidden, emb, seen, targets = integer_case(5)
+    scores = full_scores(hidden, emb)
+    cols = torch.stack([targets, seen[:, 0].clamp(min=1), seen[:, 1].clamp(min=1)], 1)
+    many = pessimistic_ranks(scores, cols)
+    assert many.shape == (40, 3)
+    for k in range(3):
+        assert torch.equal(many[:, k], pessimistic_ranks(scores, cols[:, k]))
+
+
+def test_full_scores_masks_padding_and_seen_items_only() -> None:
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    emb = torch.tensor([[5.0, 5.0], [1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    seen = torch.tensor([[0, 0, 2], [0, 0, 0]])  # row 1 is all padding
+    s = full_scores(hidden, emb, seen)
+    assert s[0].tolist() == [-math.inf, 1.0, -math.inf, 5.0]
+    assert s[1].tolist() == [-math.inf, 2.0, 4.0, 6.0]
+
+
+def test_target_in_its_own_input_is_a_miss_when_filtering() -> None:
+    N = 30  # > max K: with a catalog of <= 20 items even the last rank would be "in the top 20"
+    hidden = torch.ones(1, 2)
+    emb = torch.zeros(N + 1, 2)
+    emb[3] = 1.0  # item 3 is the best item and the target
+    seen = torch.tensor([[0, 3]])
+    target = torch.tensor([3])
+    assert pessimistic_ranks(full_scores(hidden, emb), target).item() == 0
+    rank = pessimistic_ranks(full_scores(hidden, emb, seen), target).item()
+    assert rank == N  # below all N - 1 other items and the padding column
+    assert all(v == 0.0 for k, v in metrics_from_ranks(torch.tensor([rank])).items() if k != "MRR")
+
+
+def test_all_equal_scores_rank_last() -> None:
+    scores = full_scores(torch.zeros(1, 2), torch.randn(6, 2))  # every real item scores 0
+    assert pessimistic_ranks(scores, torch.tensor([2])).item() == 4  # the other 4 real items tie above
+
+
+def test_metrics_hand_computed() -> None:
+    ranks = torch.tensor([0, 1, 4, 10, 25])
+    m = metrics_from_ranks(ranks, ks=(1, 5, 10, 20))
+    assert m["HR@1"] == pytest.approx(1 / 5)
+    assert m["HR@5"] == pytest.approx(3 / 5)
+    assert m["HR@10"] == pytest.approx(3 / 5)
+    assert m["HR@20"] == pytest.approx(4 / 5)
+    assert m["NDCG@1"] == pytest.approx(1 / 5)
+    assert m["NDCG@5"] == pytest.approx((1 + 1 / math.log2(3) + 1 / math.log2(6)) / 5)
+    assert m["NDCG@20"] == pytest.approx((1 + 1 / math.log2(3) + 1 / math.log2(6) + 1 / math.log2(12)) / 5)
+    assert m["MRR"] == pytest.approx((1 + 1 / 2 + 1 / 5 + 1 / 11 + 1 / 26) / 5)
+    assert set(m) == {"HR@1", "HR@5", "HR@10", "HR@20", "NDCG@1", "NDCG@5", "NDCG@10", "NDCG@20", "MRR"}
+
+
+def test_user_chunk_size_bounds_the_score_matrix() -> None:
+    assert user_chunk_size(100, 256) == 256
+    assert user_chunk_size(1_000_000, 256, budget=10_000_000) == 9
+    assert user_chunk_size(10**9, 256) == 1
