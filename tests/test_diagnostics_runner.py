@@ -1,0 +1,107 @@
+"""run_all and `resdom diagnose` on a tiny trained run: files, schema, CSV, summary, CLI errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from resdom.cli import main as cli_main
+from resdom.diagnostics.runner import WHAT, format_summary, parse_what, run_all
+from resdom.errors import ResdomError
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    from resdom.data.prepare import prepare_split
+    from resdom.models.config import ModelConfig
+    from resdom.training.config import TrainConfig
+    from resdom.training.trainer import fit
+
+    torch.set_num_threads(1)
+    split = prepare_split("synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3")
+    out = tmp_path_factory.mktemp("run")
+    fit(split, ModelConfig(max_len=12, hidden=16, layers=2, heads=2, dropout=0.1, attn_dropout=0.1),
+        TrainConfig(epochs=1, device="cpu", batch_size=64), out, progress=False)
+    return out
+
+
+def test_run_all_writes_every_file_with_the_schema(run_dir):
+    summary = run_all(run_dir, alphas=(1.0, 0.5, 0.0), seeds=(0, 1), progress=False, batch_size=50)
+    diag = run_dir / "diagnostics"
+    for name in WHAT:
+        data = json.loads((diag / f"{name}.json").read_text())
+        assert data["split"] == "test" and data["n_users"] > 0, name
+        rows = list(csv.reader((diag / f"{name}.csv").open()))
+        assert len(rows) > 1, name
+    assert (diag / "mixing_per_position.csv").exists()
+    sh = json.loads((diag / "shuffle.json").read_text())
+    assert sh["seeds"] == [0, 1] and set(sh["perturbations"]["full"]) >= {
+        "metrics", "metrics_std", "relative_change", "jaccard@10"}
+    mix = json.loads((diag / "mixing.json").read_text())
+    assert mix["stages"] == ["Attn", "+Res", "+LN"] and len(mix["layers"]) == 2
+    assert set(mix["layers"][0]) == {"layer", "all", "last"} and set(mix["pooled"]) == {"all", "last"}
+    al = json.loads((diag / "alpha.json").read_text())
+    assert al["layers"] == "all" and [r["alpha"] for r in al["rows"]] == [1.0, 0.5, 0.0]
+    assert set(al["rows"][0]) >= {"alpha", "mixing_all", "mixing_last", "HRLI@1", "HRL2I@1", "HR@10", "NDCG@10",
+                                  "HR@10_unfiltered", "NDCG@10_unfiltered"}
+    rec = json.loads((diag / "recovery.json").read_text())
+    assert set(rec["test"]["offset_shares"]) == {"L-1", "L-2", "L-3"} and rec["K"] == 10
+    assert json.loads((diag / "summary.json").read_text()) == summary
+    assert summary["HRLI@1"] is not None and "mixing_pooled_all" in summary and "recovery" in summary
+    text = format_summary(summary)
+    assert "mixing ratio" in text and "alpha*" in text
+
+
+def test_subset_keeps_the_other_figures_in_the_summary(run_dir):
+    run_all(run_dir, what="hrli,mixing", progress=False)
+    summary = run_all(run_dir, what="hrli", progress=False)
+    assert "mixing_pooled_all" in summary and "HRLI@1" in summary
+    other = run_all(run_dir, what="hrli", split="valid", progress=False)
+    assert other["split"] == "valid" and "mixing_pooled_all" not in other  # mixing.json is for test
+
+
+def test_parse_what():
+    assert parse_what("all") == list(WHAT)
+    assert parse_what("recovery,hrli") == ["hrli", "recovery"]
+    with pytest.raises(ResdomError, match="unknown diagnostic 'bogus'"):
+        parse_what("hrli,bogus")
+
+
+def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["resdom", *args])
+    code = 0
+    try:
+        cli_main.app()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_prints_summary_and_json(run_dir, monkeypatch, capsys):
+    code, out, _ = _cli(monkeypatch, capsys, "diagnose", str(run_dir), "--what", "hrli,mixing", "--no-progress")
+    assert code == 0 and "last-item hit rates" in out and "mixing ratio (norm_of_sums)" in out
+    code, out, _ = _cli(monkeypatch, capsys, "diagnose", str(run_dir), "--what", "mixing", "--json",
+                        "--definition", "sum_of_norms", "--split", "valid")
+    assert code == 0 and json.loads(out)["mixing_definition"] == "sum_of_norms"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--what", "bogus"], "--what"),
+    (["--split", "train"], "--split"),
+    (["--definition", "mean"], "--definition"),
+    (["--layers", "0,7", "--what", "alpha"], "--layers"),
+])
+def test_cli_user_errors_exit_2_with_one_line(run_dir, monkeypatch, capsys, args, message):
+    code, _, err = _cli(monkeypatch, capsys, "diagnose", str(run_dir), *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_missing_run_dir(tmp_path, monkeypatch, capsys):
+    code, _, err = _cli(monkeypatch, capsys, "diagnose", str(tmp_path / "nope"))
+    assert code == 2 and "run directory not found" in err
