@@ -1,7 +1,106 @@
-"""Placeholder: commands are added by their issue."""
+"""``resdom report``, ``resdom demo`` and ``resdom reproduce`` (issue 5; see docs/reports.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import typer
 
+from resdom.errors import ResdomError
+
+
+def _split_list(value: str, option: str) -> list[str]:
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    if not items:
+        raise ResdomError(f"{option}: give a comma-separated list (got {value!r})")
+    return items
+
+
+def _seeds(value: str) -> list[int]:
+    out = []
+    for x in _split_list(value, "--seeds"):
+        try:
+            out.append(int(x))
+        except ValueError:
+            raise ResdomError(f"--seeds: {x!r} is not an integer") from None
+        if out[-1] < 0:
+            raise ResdomError(f"--seeds: {x!r} is negative")
+    return out
+
+
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="run directories, or folders holding run directories"),
+    out: Path = typer.Option(..., "--out", "-o", help="output folder for report.html, report.md, figures, tables"),
+    title: str = typer.Option("resdom report", help="title of the report"),
+) -> None:
+    """Tables, figures and an HTML + Markdown report from one or more run directories."""
+    from resdom.report import build_report, find_run_dirs
+
+    found: list[Path] = []
+    for d in run_dirs:
+        if not d.exists():
+            raise ResdomError(f"{d}: no such directory")
+        runs = find_run_dirs(d)
+        if not runs:
+            raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
+        found += [r for r in runs if r not in found]
+    paths = build_report(found, out, title=title)
+    typer.echo(f"report of {len(found)} run(s): {paths.html}")
+    typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
+
+
+def demo(
+    out: Path = typer.Option(Path("resdom-demo"), "--out", "-o", help="output folder"),
+    epochs: int = typer.Option(None, min=1, help="maximum training epochs (default: the demo's budget)"),
+    device: str = typer.Option("cpu", help="cpu, cuda, mps or auto"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bars"),
+) -> None:
+    """Synthetic data -> SASRec -> every diagnostic -> report, offline, in a few minutes on a laptop CPU."""
+    from resdom.pipeline.demo import DemoSettings, run_demo
+
+    settings = DemoSettings(device=device)
+    if epochs is not None:
+        settings.epochs = epochs
+    result = run_demo(out, settings, progress=not quiet, echo=typer.echo)
+    t = result.timings
+    typer.echo(f"\ndone in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, diagnostics {t['diagnose_s']:.0f} s)")
+    typer.echo(f"report: {result.report_html.resolve()}")
+    typer.echo("\nfindings:")
+    for line in result.findings:
+        typer.echo(line)
+
+
+def reproduce(
+    datasets: str = typer.Option("beauty-ts,toys-ts", help="comma-separated data set names"),
+    models: str = typer.Option("sasrec,duorec,bsarec", help="comma-separated models"),
+    seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
+    out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<model>/seed<k>/ and summary/"),
+    data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),
+    protocol: str = typer.Option("gts", help="gts (global temporal split) or loo (leave-one-out)"),
+    quantile: float = typer.Option(0.9, help="GTS test-time quantile"),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or mps"),
+    epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no per-epoch progress bars"),
+) -> None:
+    """Train and diagnose the grid data sets x models x seeds (resumable), then write summary tables and report."""
+    from resdom.pipeline.reproduce import GridSpec
+    from resdom.pipeline.reproduce import reproduce as run_grid
+
+    spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
+                    data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs)
+    result = run_grid(spec, progress=not quiet, echo=typer.echo)
+    counts = {s: sum(o.status == s for o in result.outcomes) for s in ("done", "skipped", "failed")}
+    typer.echo(f"\n{counts['done']} trained, {counts['skipped']} already finished, {counts['failed']} failed")
+    for o in result.failed:
+        typer.echo(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
+    if result.report_html is not None:
+        typer.echo(f"summary: {result.report_html} (tables in {result.summary_dir / 'tables'})")
+    if result.failed:
+        sys.exit(1)
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("report")(report)
+    app.command("demo")(demo)
+    app.command("reproduce")(reproduce)

@@ -92,9 +92,17 @@ def read_run(run_dir: str | Path) -> RunRecord:
         config=config,
         metrics=metrics,
         diagnostics={k: v for k, v in diagnostics.items() if v},
-        data_stats=data.get("stats") if isinstance(data.get("stats"), dict) else {},
+        data_stats=_data_stats(data),
         error=error_path.read_text().strip() if error_path.is_file() else None,
     )
+
+
+def _data_stats(data: dict[str, Any]) -> dict[str, Any]:
+    """``data.stats`` of config.json, else the statistics in the split manifest (``data.manifest.dataset``)."""
+    for candidate in (data.get("stats"), (data.get("manifest") or {}).get("dataset")):
+        if isinstance(candidate, dict) and candidate:
+            return candidate
+    return {}
 
 
 def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:

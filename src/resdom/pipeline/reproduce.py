@@ -1,0 +1,195 @@
+"""``resdom reproduce``: the grid data sets x models x seeds, one run directory each, then the summary.
+
+Layout::
+
+    DIR/<dataset>/dataset.json           data set statistics (computed once)
+    DIR/<dataset>/<model>/seed<k>/       a run directory (resdom.runs); error.txt when it failed
+    DIR/summary/                         report.html, report.md, figures/, tables/, grid.json
+
+Resumable: a finished run (metrics and diagnostics written) is skipped; an interrupted one resumes through
+``fit`` (it continues from its saved state, on the split saved in the run directory). A failed run writes its
+message to ``error.txt`` and the grid goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resdom.data.sequences import SplitData
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_json
+from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
+
+MODELS = ("sasrec", "duorec", "bsarec")
+
+
+@dataclass
+class GridSpec:
+    """The grid and how to train it. ``epochs`` None = TrainConfig's default (early stopping decides)."""
+
+    datasets: list[str]
+    models: list[str]
+    seeds: list[int]
+    out: Path
+    data_dir: str | None = None
+    protocol: str = "gts"
+    quantile: float = 0.9
+    device: str = "auto"
+    epochs: int | None = None
+    train_values: dict[str, Any] = field(default_factory=dict)
+    model_values: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        for name, values in (("--datasets", self.datasets), ("--models", self.models), ("--seeds", self.seeds)):
+            if not values:
+                raise ResdomError(f"{name}: give at least one value")
+            if len(set(values)) != len(values):
+                raise ResdomError(f"{name}: repeated value in {','.join(map(str, values))}")
+        unknown = [m for m in self.models if m not in MODELS]
+        if unknown:
+            raise ResdomError(f"--models: unknown model {unknown[0]!r}; one of {', '.join(MODELS)}")
+        if self.protocol not in ("gts", "loo"):
+            raise ResdomError(f"--protocol: {self.protocol!r} is not one of gts, loo")
+        bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
+        if bad:
+            raise ResdomError(f"--datasets: {bad[0]!r} is not a data set name (see `resdom data list`)")
+
+    def cells(self) -> list[tuple[str, str, int]]:
+        return [(d, m, s) for d in self.datasets for m in self.models for s in self.seeds]
+
+    def run_dir(self, dataset: str, model: str, seed: int) -> Path:
+        return self.out / dataset / model / f"seed{seed}"
+
+
+@dataclass
+class RunOutcome:
+    """What happened to one cell of the grid: ``done``, ``skipped`` (already finished) or ``failed``."""
+
+    dataset: str
+    model: str
+    seed: int
+    run_dir: str
+    status: str
+    seconds: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class GridResult:
+    outcomes: list[RunOutcome]
+    summary_dir: Path
+    report_html: Path | None
+    findings: list[str]
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+
+class _DataCache:
+    """Prepare each data set's split and statistics at most once, and only when a run needs them."""
+
+    def __init__(self, spec: GridSpec) -> None:
+        self.spec = spec
+        self.splits: dict[str, SplitData | BaseException] = {}
+
+    def stats(self, dataset: str, split: SplitData) -> dict[str, Any]:
+        """Statistics of the whole data set (from the split's manifest), saved once to DIR/<dataset>/dataset.json."""
+        from resdom.data.stats import dataset_stats
+
+        path = self.spec.out / dataset / "dataset.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        stats = split.manifest.get("dataset") or dataset_stats(split.train)
+        atomic_write_json(path, stats)
+        return stats
+
+    def split(self, dataset: str, run_dir: Path) -> SplitData:
+        """The run's own saved split when it has one (resume), else the data set's prepared split."""
+        if (run_dir / "data" / "arrays.npz").is_file():
+            return SplitData.load(run_dir / "data")
+        if dataset not in self.splits:
+            from resdom.data.prepare import prepare_split
+
+            try:
+                self.splits[dataset] = prepare_split(dataset, protocol=self.spec.protocol,
+                                                     quantile=self.spec.quantile, data_dir=self.spec.data_dir)
+            except Exception as e:  # remembered: every run of this data set fails with the same message
+                self.splits[dataset] = e
+        got = self.splits[dataset]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+
+def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, model: str, seed: int, progress: bool) -> RunOutcome:
+    """Train and diagnose one cell unless it is finished; a failure is recorded, never raised."""
+    run_dir = spec.run_dir(dataset, model, seed)
+    outcome = RunOutcome(dataset, model, seed, str(run_dir), "skipped")
+    if is_finished(run_dir, spec.epochs):
+        return outcome
+    t0 = time.perf_counter()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        split = cache.split(dataset, run_dir)
+        train_values = {**spec.train_values, "seed": seed}
+        if spec.epochs is not None:
+            train_values["epochs"] = spec.epochs
+        train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
+                           stats=cache.stats(dataset, split), model_values=spec.model_values,
+                           train_values=train_values, device=spec.device, progress=progress)
+        outcome.status = "done"
+    except Exception as e:
+        outcome.status, outcome.message = "failed", record_failure(run_dir, e)
+    outcome.seconds = time.perf_counter() - t0
+    return outcome
+
+
+def _eta(done_s: list[float], left: int) -> str:
+    if not done_s or not left:
+        return ""
+    s = sum(done_s) / len(done_s) * left
+    return f", about {s / 60:.0f} min left" if s >= 60 else f", about {s:.0f} s left"
+
+
+def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None] = print) -> GridResult:
+    """Run the whole grid (resumably), then write the summary report into ``spec.out / "summary"``."""
+    from resdom.report import build_report, read_runs
+    from resdom.report.findings import finding_lines
+
+    cells = spec.cells()
+    cache = _DataCache(spec)
+    outcomes: list[RunOutcome] = []
+    worked: list[float] = []
+    echo(f"grid: {len(spec.datasets)} data set(s) x {len(spec.models)} model(s) x {len(spec.seeds)} seed(s) = "
+         f"{len(cells)} runs -> {spec.out}")
+    for i, (dataset, model, seed) in enumerate(cells, start=1):
+        tag = f"[{i}/{len(cells)}] {dataset} / {model} / seed {seed}"
+        if not is_finished(spec.run_dir(dataset, model, seed), spec.epochs):
+            echo(f"{tag}: training and diagnostics ...")
+        outcome = run_cell(spec, cache, dataset, model, seed, progress)
+        outcomes.append(outcome)
+        if outcome.status == "done":
+            worked.append(outcome.seconds)
+        left = sum(1 for d, m, s in cells[i:] if not is_finished(spec.run_dir(d, m, s), spec.epochs))
+        detail = {"skipped": "already finished, skipped", "done": f"done in {outcome.seconds:.0f} s",
+                  "failed": f"FAILED: {outcome.message}"}[outcome.status]
+        echo(f"{tag}: {detail}{_eta(worked, left)}")
+    summary_dir = spec.out / "summary"
+    atomic_write_json(summary_dir / "grid.json", {"spec": {**asdict(spec), "out": str(spec.out)},
+                                                  "outcomes": [asdict(o) for o in outcomes]})
+    usable = [Path(o.run_dir) for o in outcomes if (Path(o.run_dir) / "metrics.json").is_file()]
+    if not usable:
+        echo(f"no run finished; nothing to summarise (see {summary_dir / 'grid.json'})")
+        return GridResult(outcomes, summary_dir, None, [])
+    stats = {d: json.loads((spec.out / d / "dataset.json").read_text()) for d in spec.datasets
+             if (spec.out / d / "dataset.json").is_file()}
+    paths = build_report(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
+                         f"({spec.protocol.upper()})", extra_stats=stats)
+    return GridResult(outcomes, summary_dir, paths.html, finding_lines(read_runs(usable)))
