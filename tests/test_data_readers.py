@@ -1,0 +1,250 @@
+"""Readers (SPEC 1): every format, format detection, and every malformed input -> one clear line, exit 2."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from resdom.data.prepare import load_interactions, load_prepared
+from resdom.data.readers import detect_format, read_interactions, split_source_paths
+from resdom.errors import ResdomError
+
+# the same 3 users in every format: u1: 10 20 30 (t 100 200 300), u2: 20 30 (t 150 150), u3: 30 10 (t 50 60)
+EXPECTED_ITEMS = [[10, 20, 30], [20, 30], [30, 10]]
+EXPECTED_TIMES = [[100, 200, 300], [150, 150], [50, 60]]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """Run ``resdom ARGS`` in-process through ``cli.main.app`` (the ResdomError -> exit 2 wrapper)."""
+    from resdom.cli.main import app
+
+    monkeypatch.setattr(sys, "argv", ["resdom", *args])
+    code = 0
+    try:
+        app()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def raw_lists(paths: list[Path], fmt: str | None = None, **cols: str) -> tuple[list, list | None]:
+    raw = read_interactions(paths, fmt, **cols)
+    users = np.unique(raw.users)
+    items = [raw.items[raw.users == u].tolist() for u in users]
+    times = None if raw.times is None else [raw.times[raw.users == u].tolist() for u in users]
+    return items, times
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# formats
+
+
+def test_user_lines(tmp_path: Path) -> None:
+    p = write(tmp_path / "seq.txt", "1 10 20 30\n2 20 30\n\n3 30 10\n")
+    assert detect_format([p]) == "user-lines"
+    assert raw_lists([p]) == (EXPECTED_ITEMS, None)
+
+
+def test_paired_files_and_folder(tmp_path: Path) -> None:
+    items = write(tmp_path / "X_item.txt", "1 10 20 30\n2 20 30\n3 30 10\n")
+    times = write(tmp_path / "X_time.txt", "1 100 200 300\n2 150 150\n3 50 60\n")
+    assert detect_format([items, times]) == "paired"
+    assert raw_lists([items, times]) == (EXPECTED_ITEMS, EXPECTED_TIMES)
+    assert split_source_paths(f"{items},{times}") == [items, times]
+    assert split_source_paths(str(tmp_path)) == [items, times]
+
+
+def test_interaction_lines_with_and_without_time(tmp_path: Path) -> None:
+    p = write(tmp_path / "inter.txt", "1 10 100\n1 20 200\n2 20 150\n1 30 300\n2 30 150\n3 30 50\n3 10 60\n")
+    assert detect_format([p]) == "interactions"
+    assert raw_lists([p]) == (EXPECTED_ITEMS, EXPECTED_TIMES)
+    p2 = write(tmp_path / "inter2.txt", "1 10\n1 20\n2 20\n1 30\n2 30\n3 30\n3 10\n")
+    assert raw_lists([p2]) == (EXPECTED_ITEMS, None)
+
+
+def test_recbole_inter(tmp_path: Path) -> None:
+    p = write(
+        tmp_path / "x.inter",
+        "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
+        "1\t10\t5\t100\n1\t20\t3\t200\n2\t20\t1\t150\n1\t30\t4\t300\n2\t30\t4\t150\n3\t30\t2\t50\n3\t10\t2\t60\n",
+    )
+    assert detect_format([p]) == "recbole"
+    assert raw_lists([p]) == (EXPECTED_ITEMS, EXPECTED_TIMES)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet"])
+def test_tables_with_named_columns(tmp_path: Path, fmt: str) -> None:
+    df = pd.DataFrame({"uid": [1, 1, 2, 1, 2, 3, 3], "iid": [10, 20, 20, 30, 30, 30, 10],
+                       "ts": [100, 200, 150, 300, 150, 50, 60]})
+    p = tmp_path / f"x.{fmt}"
+    if fmt == "parquet":
+        df.to_parquet(p)
+    else:
+        df.to_csv(p, sep="," if fmt == "csv" else "\t", index=False)
+    assert detect_format([p]) == fmt
+    assert raw_lists([p], user_col="uid", item_col="iid", time_col="ts") == (EXPECTED_ITEMS, EXPECTED_TIMES)
+
+
+def test_csv_string_ids_and_dates(tmp_path: Path) -> None:
+    p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nA,x,2020-01-02\nA,y,2020-01-01\nB,x,2020-01-03\n")
+    prepared, _ = load_prepared(str(p), k_core=0)
+    s = prepared.sequences
+    # A's two rows sorted by date (y first); items by first appearance: x -> 1, y -> 2
+    assert s.to_lists() == [[2, 1], [1]]
+    assert list(prepared.item_labels[1:]) == ["x", "y"]
+    assert s.times.tolist() == [1577836800, 1577923200, 1578009600]
+
+
+def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
+    text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
+    plain = write(tmp_path / "ratings.dat", text)
+    gz = tmp_path / "ratings.dat.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    for p in (plain, gz):
+        assert detect_format([p]) == "movielens"
+        assert raw_lists([p]) == (EXPECTED_ITEMS, EXPECTED_TIMES)
+
+
+def test_all_formats_agree_after_preprocessing(tmp_path: Path) -> None:
+    items = write(tmp_path / "a_item.txt", "1 10 20 30\n2 20 30\n3 30 10\n")
+    times = write(tmp_path / "a_time.txt", "1 100 200 300\n2 150 150\n3 50 60\n")
+    ml = write(tmp_path / "ratings.dat", "3::30::2::50\n1::20::3::200\n2::20::1::150\n1::30::4::300\n"
+               "2::30::4::150\n1::10::5::100\n3::10::2::60\n")
+    a = load_interactions(f"{items},{times}", k_core=0)
+    b = load_interactions(str(ml), k_core=0)
+    assert a.to_lists() == b.to_lists() == [[1, 2, 3], [2, 3], [3, 1]]
+    assert a.times.tolist() == b.times.tolist()
+
+
+def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
+    # two tokens a line and unique users: ambiguous, so detection refuses; --format decides
+    p = write(tmp_path / "amb.txt", "1 10\n2 20\n3 30\n")
+    with pytest.raises(ResdomError, match="--format user-lines or --format interactions"):
+        detect_format([p])
+    assert raw_lists([p], "user-lines") == ([[10], [20], [30]], None)
+    assert raw_lists([p], "interactions") == ([[10], [20], [30]], None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# malformed inputs: message names file and line; the CLI exits 2 with one line and no traceback
+
+MALFORMED = {
+    "non-integer item id": ("seq.txt", "1 10 20\n2 20 x7 30\n", None,
+                            r"seq\.txt:2: item id 'x7' is not an integer \(column 3\)"),
+    "non-integer user id": ("seq.txt", "1 10 20\nu2 20 30 40\n", None, r"seq\.txt:2: user id 'u2' is not an integer"),
+    "non-integer id, interactions": ("inter.txt", "1 10\n1 20\n2 3.5\n", "interactions",
+                                     r"inter\.txt:3: item id '3\.5' is not an integer \(column 2\)"),
+    "non-integer id, movielens": ("ratings.dat", "1::10::5::100\n1::abc::5::101\n", None,
+                                  r"ratings\.dat:2: item id 'abc' is not an integer"),
+    "wrong column count, interactions": ("inter.txt", "1 10 100\n1 20 200\n1 30 300 9\n", "interactions",
+                                         r"inter\.txt:3: expected 3 columns .* found 4"),
+    "wrong column count, first line": ("inter.txt", "1 10 100 7 7\n", "interactions",
+                                       r"inter\.txt:1: expected 2 or 3 columns"),
+    "wrong column count, movielens": ("ratings.dat", "1::10::5::100\n1::20::5\n", None,
+                                      r"ratings\.dat:2: expected 4 columns .* found 3"),
+    "wrong column count, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n1,3,4,5\n", None,
+                                r"x\.csv: wrong column count: .*line 3"),
+    "missing value, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n1,,4\n", None,
+                           r"x\.csv:3: missing value in column 'item_id'"),
+    "bad timestamp, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n1,3,soon\n", None,
+                           r"x\.csv:3: timestamp 'soon' in column 'timestamp' is not a number"),
+    "bad timestamp, interactions": ("inter.txt", "1 10 100\n1 20 later\n", "interactions",
+                                    r"inter\.txt:2: timestamp 'later' is not a number"),
+    "missing column, csv": ("x.csv", "user,item_id\n1,2\n", None,
+                            r"x\.csv: missing column 'user_id' \(columns: user, item_id\)"),
+    "missing column, recbole": ("x.inter", "user_id:token\titem:token\n1\t2\n", None,
+                                r"x\.inter: missing column 'item_id'"),
+    "bad recbole header": ("x.inter", "user_id\titem_id:token\n1\t2\n", None, r"x\.inter:1: header field 1 'user_id'"),
+    "empty file": ("seq.txt", "", "user-lines", r"seq\.txt: file is empty"),
+    "blank file": ("seq.txt", "\n\n  \n", None, r"seq\.txt: file is empty"),
+    "empty csv": ("x.csv", "", None, r"x\.csv: file is empty"),
+    "header-only csv": ("x.csv", "user_id,item_id\n", None, r"x\.csv: no rows after the header"),
+    "user on two lines": ("seq.txt", "1 10 20 30\n2 20 30 40\n1 40 50\n", "user-lines",
+                          r"seq\.txt:3: user 1 already has a line \(line 1\)"),
+    "ambiguous format": ("amb.txt", "1 10\n2 20\n", None, r"amb\.txt: cannot tell"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_single_file(case: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    name, text, fmt, pattern = MALFORMED[case]
+    p = write(tmp_path / name, text)
+    with pytest.raises(ResdomError, match=pattern):
+        load_interactions(str(p), fmt=fmt)
+    args = ["data", "stats", str(p)] + (["--format", fmt] if fmt else [])
+    code, out, err = run_cli(args, monkeypatch, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert name in lines[0] and "Traceback" not in err
+
+
+PAIRED_MALFORMED = {
+    "fewer time lines": ("1 10 20\n2 20 30\n", "1 1 2\n", r"t_time\.txt: 1 non-blank lines, but .*t_item\.txt has 2"),
+    "other user on a line": ("1 10 20\n2 20 30\n", "1 1 2\n3 1 2\n",
+                             r"t_time\.txt:2: user 3, but .*t_item\.txt:2 has user 2"),
+    "fewer times than items": ("1 10 20\n2 20 30 40\n", "1 1 2\n2 1 2\n",
+                               r"t_time\.txt:2: 2 times for 3 items on .*t_item\.txt:2"),
+    "decreasing times": ("1 10 20 30\n2 20 30\n", "1 5 6 7\n2 9 8\n", r"t_time\.txt:2: times decrease \(9 then 8"),
+    "non-integer time": ("1 10 20\n", "1 5 x\n", r"t_time\.txt:1: timestamp 'x' is not a number \(column 3\)"),
+    "empty time file": ("1 10 20\n", "", r"t_time\.txt: file is empty"),
+}
+
+
+@pytest.mark.parametrize("case", list(PAIRED_MALFORMED))
+def test_malformed_paired(case: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    items_text, times_text, pattern = PAIRED_MALFORMED[case]
+    items = write(tmp_path / "t_item.txt", items_text)
+    times = write(tmp_path / "t_time.txt", times_text)
+    with pytest.raises(ResdomError, match=pattern):
+        load_interactions(f"{items},{times}")
+    code, _, err = run_cli(["data", "stats", f"{items},{times}"], monkeypatch, capsys)
+    assert code == 2 and "t_time.txt" in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_named_column_parquet(tmp_path: Path) -> None:
+    p = tmp_path / "x.parquet"
+    pd.DataFrame({"user_id": [1], "item_id": [2]}).to_parquet(p)
+    with pytest.raises(ResdomError, match=r"x\.parquet: missing column 'ts'"):
+        load_interactions(str(p), time_col="ts")
+    # the default timestamp column may be absent: no timestamps, recorded
+    raw = read_interactions([p])
+    assert raw.times is None and "no timestamps" in raw.notes[0]
+
+
+def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
+    p = write(tmp_path / "seq.txt", "1 10 20 30\n")
+    cases = [
+        (["data", "stats", str(tmp_path / "nope.txt")], "unknown source"),
+        (["data", "stats", str(p), "--format", "weird"], "unknown format 'weird'"),
+        (["data", "stats", "synthetic:p_lsat=0.2"], "unknown synthetic knob 'p_lsat'"),
+        (["data", "stats", "synthetic:p_last=0.9,p_user=0.9"], "> 1"),
+        (["data", "split", "beauty", "--protocol", "xyz", "--out", str(tmp_path / "o")], "unknown protocol"),
+        (["data", "split", str(p), "--protocol", "gts", "--out", str(tmp_path / "o"), "--k-core", "0"],
+         "needs timestamps"),
+    ]
+    for args, needle in cases:
+        code, _, err = run_cli(args, monkeypatch, capsys)
+        assert code == 2 and needle in err, (args, err)
+    with pytest.raises(ResdomError, match="unknown data option 'kcore'"):
+        load_interactions(str(p), kcore=3)
+
+
+def test_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
+    p = write(tmp_path / "seq.txt", "1 10 20\n2 20 oops 30\n")
+    r = subprocess.run([sys.executable, "-m", "resdom", "data", "stats", str(p)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: {p}:2: item id 'oops' is not an integer (column 3)"
