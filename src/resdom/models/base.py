@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from resdom.models.block import AttentionBlock, causal_mask_bias
+from resdom.models.block import AttentionBlock, causal_mask_bias, trim_record
 from resdom.models.config import ModelConfig
 
 
@@ -44,7 +44,7 @@ class SequentialRecommender(nn.Module):
         self.cfg = cfg
         self.n_items, self.max_len = cfg.n_items, cfg.max_len
         self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0)
-        self.pos_emb = nn.Embedding(cfg.max_len, cfg.hidden)
+        self.pos_emb = nn.Embedding(cfg.max_len + (cfg.positions == "from_end_pad0"), cfg.hidden)
         self.emb_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.emb_dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
@@ -73,6 +73,8 @@ class SequentialRecommender(nn.Module):
         cols = torch.arange(L, device=items.device)
         if self.cfg.positions == "from_end":
             return (cols + (self.max_len - L)).expand_as(items)
+        if self.cfg.positions == "from_end_pad0":
+            return (cols + (self.max_len - L) + 1) * (items > 0)
         lengths = (items > 0).sum(1, keepdim=True)
         return (cols[None, :] - (L - lengths)).clamp(min=0)
 
@@ -92,11 +94,20 @@ class SequentialRecommender(nn.Module):
         """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d)."""
         if items.shape[1] > self.max_len:
             items = items[:, -self.max_len :]
-        mask_bias = causal_mask_bias(items)
+        width = items.shape[1]
+        if not self.cfg.key_padding_mask:  # padded keys are attended to: pad to the width the model knows
+            items = nn.functional.pad(items, (self.max_len - width, 0))
+            recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
+        mask_bias = causal_mask_bias(items, key_padding=self.cfg.key_padding_mask)
         h = self.embed(items)
         for block in self.blocks:
             h = block(h, mask_bias)
-        return self.final_ln(h) if self.final_ln is not None else h
+        h = self.final_ln(h) if self.final_ln is not None else h
+        if items.shape[1] != width:  # records and states of the caller's width only
+            for block, n in zip(self.blocks, recorded):
+                if block.recording is not None:
+                    block.recording[n:] = [trim_record(r, width) for r in block.recording[n:]]
+        return h[:, -width:]
 
     def forward(self, items: torch.Tensor) -> torch.Tensor:
         return self.encode(items)

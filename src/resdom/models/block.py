@@ -17,7 +17,7 @@ attribute check per block.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -65,11 +65,31 @@ class BlockRecord:
     norm_first: bool = False
 
 
-def causal_mask_bias(items: torch.Tensor) -> torch.Tensor:
-    """(B, 1, L, L) additive mask: 0 where key j <= query i and key j is a real item, else -10000."""
+def trim_record(rec: BlockRecord, width: int) -> BlockRecord:
+    """The record of the last ``width`` positions (queries and keys) of a wider, left-padded pass.
+
+    Used when a model without a key-padding mask pads its input to max_len internally: the attention paid to
+    the dropped padding keys stays inside ``attn_out`` and ``z`` but has no g_ij term of its own.
+    """
+    cut = lambda t: t[:, -width:]  # noqa: E731
+    return replace(
+        rec, x=cut(rec.x), attn_in=cut(rec.attn_in), attn_weights=rec.attn_weights[:, :, -width:, -width:],
+        head_values=rec.head_values[:, :, -width:], attn_out=cut(rec.attn_out), z=cut(rec.z),
+        sublayer_out=cut(rec.sublayer_out), freq_out=None if rec.freq_out is None else cut(rec.freq_out),
+    )
+
+
+def causal_mask_bias(items: torch.Tensor, key_padding: bool = True) -> torch.Tensor:
+    """(B, 1, L, L) additive mask: 0 where key j <= query i and key j is a real item, else -10000.
+
+    ``key_padding=False``: the causal part only (padded keys are attended to, as with nn.MultiheadAttention
+    given only a causal ``attn_mask``).
+    """
     L = items.shape[1]
     causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
-    allowed = causal[None, None] & (items > 0)[:, None, None, :]
+    allowed = causal.expand(items.shape[0], 1, L, L)
+    if key_padding:
+        allowed = allowed & (items > 0)[:, None, None, :]
     return (~allowed).to(torch.float32) * MASK_VALUE
 
 

@@ -50,10 +50,17 @@ class ModelConfig(BaseModel):
     )
     final_ln: bool = False
     ln_eps: float = Field(1e-12, gt=0.0)
-    positions: Literal["from_end", "from_start"] = Field(
+    positions: Literal["from_end", "from_start", "from_end_pad0"] = Field(
         "from_end",
         description="position ids: from_end = BSARec's left padding (last item at position max_len-1); "
-        "from_start = right padding (first item at position 0)",
+        "from_start = right padding (first item at position 0); from_end_pad0 = pmixer's SASRec.pytorch "
+        "(last item at position max_len, padding at position 0; the position table has max_len + 1 rows)",
+    )
+    key_padding_mask: bool = Field(
+        True,
+        description="mask padded keys in attention (BSARec, RecBole); False = causal mask only, as in code built "
+        "on nn.MultiheadAttention (pmixer): padded positions then take part in attention, so inputs are always "
+        "left-padded to max_len and results do not depend on the batch width",
     )
     init_std: float = Field(0.02, gt=0.0)
     # DuoRec (SPEC 2)

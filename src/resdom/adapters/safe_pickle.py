@@ -1,0 +1,263 @@
+"""A restricted reader for ``torch.save`` files: tensors, plain containers and inert stand-ins, nothing else.
+
+Unpickling calls whatever callables the file names; a checkpoint from elsewhere is untrusted input. This
+module never lets the file name a real callable except a short list of data constructors:
+
+- ``torch._utils._rebuild_tensor_v2`` / ``_rebuild_parameter`` are replaced by our own functions that
+  cut the tensor out of the storage bytes we read ourselves from the zip archive (``persistent_load``);
+- ``torch.*Storage`` names only select a dtype; ``torch.device`` becomes its string, ``torch.Size`` a tuple;
+- ``collections.OrderedDict``, ``builtins`` containers (set, frozenset, slice, complex, bytearray), numpy
+  arrays, scalars and dtypes (data only);
+- globals under the caller's ``stand_in_prefixes`` (e.g. ``"recbole."``: RecBole's ``Config``, its enums, its
+  model class) become ``Inert`` classes whose instances only collect their constructor arguments and state.
+
+Everything else is refused with a ResdomError that names the global (``module.name``). RecBole (or any
+other package named in the file) is never imported.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from resdom.errors import ResdomError
+
+STORAGE_DTYPES: dict[str, torch.dtype] = {
+    "DoubleStorage": torch.float64, "FloatStorage": torch.float32, "HalfStorage": torch.float16,
+    "BFloat16Storage": torch.bfloat16, "LongStorage": torch.int64, "IntStorage": torch.int32,
+    "ShortStorage": torch.int16, "CharStorage": torch.int8, "ByteStorage": torch.uint8,
+    "BoolStorage": torch.bool, "ComplexFloatStorage": torch.complex64, "ComplexDoubleStorage": torch.complex128,
+}
+
+
+class Inert:
+    """Stand-in for a class named in a pickle: keeps ``args`` (constructor / reduce arguments) and ``state``.
+
+    ``qualname`` is the ``module.name`` the file asked for. Nothing of the original class runs.
+    """
+
+    qualname = "?"
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+        self.state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    @property
+    def value(self) -> Any:
+        """The single constructor argument (an enum member's value), or None."""
+        return self.args[0] if len(self.args) == 1 else None
+
+    def __repr__(self) -> str:
+        return f"<inert {self.qualname} args={self.args!r}>"
+
+
+def make_stand_in(qualname: str) -> type[Inert]:
+    """A fresh ``Inert`` subclass that records ``qualname`` (``module.Name``)."""
+    return type(qualname.rsplit(".", 1)[-1], (Inert,), {"qualname": qualname, "__module__": __name__})
+
+
+class _Global:
+    """A whitelisted callable handed to the unpickler; refuses pickle's BUILD (no attribute writes on it)."""
+
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn, self.name = fn, name
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.fn(*args)
+        except ResdomError:
+            raise
+        except Exception as e:  # a malformed argument list: data error, not a crash
+            raise ResdomError(f"{self.name}: bad arguments in the pickle ({type(e).__name__}: {e})") from None
+
+    def __setstate__(self, state: Any) -> None:
+        raise ResdomError(f"refused: the pickle tries to set state on {self.name}")
+
+
+def _storage_dtype(storage_type: Any) -> torch.dtype:
+    if isinstance(storage_type, _StorageType):
+        return storage_type.dtype
+    raise ResdomError(f"refused: persistent storage of unknown type {storage_type!r}")
+
+
+class _StorageType:
+    """What a ``torch.FloatStorage`` (etc.) global resolves to: only its dtype."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    def __setstate__(self, state: Any) -> None:
+        raise ResdomError("refused: the pickle tries to set state on a storage type")
+
+
+def _rebuild_tensor(storage: torch.Tensor, offset: int, size: Iterable[int], stride: Iterable[int], *_: Any
+                    ) -> torch.Tensor:
+    """Our ``_rebuild_tensor_v2``: a copy of ``storage`` (flat, typed) viewed with (offset, size, stride)."""
+    if not isinstance(storage, torch.Tensor):
+        raise ResdomError("refused: a tensor whose storage is not a stored tensor record")
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    offset = int(offset)
+    if len(size) != len(stride) or offset < 0 or any(s < 0 for s in size) or any(s < 0 for s in stride):
+        raise ResdomError(f"malformed tensor record (size {size}, stride {stride}, offset {offset})")
+    if 0 not in size:
+        last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+        if last >= storage.numel():
+            raise ResdomError(f"malformed tensor record: reads past its storage ({last} >= {storage.numel()})")
+    return storage.as_strided(size, stride, offset).clone()
+
+
+def _rebuild_parameter(data: Any, *_: Any) -> torch.Tensor:
+    if not isinstance(data, torch.Tensor):
+        raise ResdomError("refused: a parameter whose data is not a tensor")
+    return data
+
+
+def _numpy_globals() -> dict[str, Callable[..., Any]]:
+    out: dict[str, Callable[..., Any]] = {}
+    for core in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        out[f"{core}._reconstruct"] = _np_reconstruct
+        out[f"{core}.scalar"] = _np_scalar
+    out["numpy.ndarray"] = _np_reconstruct
+    out["numpy.dtype"] = _np_dtype
+    return out
+
+
+def _np_reconstruct(*_: Any) -> np.ndarray:
+    # pickle then BUILDs the array state (shape, dtype, data bytes) through ndarray.__setstate__ (data only)
+    return np.ndarray.__new__(np.ndarray, (0,), np.uint8)
+
+
+def _np_dtype(spec: Any, *_: Any) -> np.dtype:
+    if not isinstance(spec, str):
+        raise ResdomError(f"refused: numpy dtype spec {spec!r}")
+    dt = np.dtype(spec)
+    if dt.hasobject:
+        raise ResdomError("refused: numpy object dtype")
+    return dt
+
+
+def _np_scalar(dtype: Any, data: Any = b"") -> Any:
+    if not isinstance(dtype, np.dtype) or dtype.hasobject or not isinstance(data, bytes):
+        raise ResdomError(f"refused: numpy scalar of dtype {dtype!r}")
+    return np.frombuffer(data, dtype=dtype, count=1)[0]
+
+
+BASE_GLOBALS: dict[str, Callable[..., Any]] = {
+    "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
+    "torch._utils._rebuild_tensor": _rebuild_tensor,
+    "torch._utils._rebuild_parameter": _rebuild_parameter,
+    "torch.device": lambda *a: ":".join(str(x) for x in a),
+    "torch.Size": tuple,
+    "collections.OrderedDict": OrderedDict,
+    "builtins.set": set,
+    "builtins.frozenset": frozenset,
+    "builtins.slice": slice,
+    "builtins.complex": complex,
+    "builtins.bytearray": bytearray,
+    **_numpy_globals(),
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """``pickle.Unpickler`` whose ``find_class`` allows only ``BASE_GLOBALS``, storage types and inert stand-ins.
+
+    ``storages``: reads one storage record's bytes by key (``archive/data/<key>``); None refuses any
+    persistent reference. ``stand_in_prefixes``: globals whose ``module.name`` starts with one of these
+    (e.g. ``"recbole."``) become ``Inert`` classes (one per name), whatever they are in the real package.
+    """
+
+    def __init__(self, file: io.BytesIO, storages: Callable[[str], bytes] | None = None,
+                 stand_in_prefixes: Iterable[str] = (), source: str = "pickle") -> None:
+        super().__init__(file)
+        self._storages = storages
+        self._prefixes = tuple(stand_in_prefixes)
+        self._stand_ins: dict[str, type[Inert]] = {}
+        self._source = source
+
+    def find_class(self, module: str, name: str) -> Any:
+        qualname = f"{module}.{name}"
+        if self._prefixes and qualname.startswith(self._prefixes):
+            return self._stand_ins.setdefault(qualname, make_stand_in(qualname))
+        if qualname in BASE_GLOBALS:
+            return _Global(BASE_GLOBALS[qualname], qualname)
+        if module == "torch" and name in STORAGE_DTYPES:
+            return _StorageType(STORAGE_DTYPES[name])
+        raise ResdomError(
+            f"{self._source}: refused to load: it needs the global {qualname!r}, which is not a tensor, a plain "
+            "container or a known inert class (resdom never runs code from a checkpoint)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        if self._storages is None or not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
+            raise ResdomError(f"{self._source}: refused persistent reference {str(pid)[:80]!r}")
+        _, storage_type, key, _location, numel = pid
+        dtype = _storage_dtype(storage_type)
+        raw = self._storages(str(key))
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if len(raw) % itemsize or (isinstance(numel, int) and numel * itemsize > len(raw)):
+            raise ResdomError(f"{self._source}: storage record {key} has {len(raw)} bytes, not {numel} x {itemsize}")
+        if not raw:
+            return torch.empty(0, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=dtype)
+
+
+def load_torch_file(path: str | Path, stand_in_prefixes: Iterable[str] = ()) -> Any:
+    """Read a ``torch.save`` zip file with ``RestrictedUnpickler``; returns the unpickled object.
+
+    Raises ResdomError for a file that is not a torch zip checkpoint, that needs a global outside the
+    whitelist, or whose tensor records are malformed. Never imports or calls anything the file names.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ResdomError(f"{path}: file not found")
+    if not zipfile.is_zipfile(path):
+        raise ResdomError(f"{path}: not a torch zip checkpoint (saved with torch < 1.6 or not by torch.save)")
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
+        if len(pkl) != 1:
+            raise ResdomError(f"{path}: not a torch zip checkpoint (no single <name>/data.pkl record)")
+        prefix = pkl[0][: -len("data.pkl")]
+        order = z.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in names else "little"
+        if order != sys.byteorder:
+            raise ResdomError(f"{path}: saved on a {order}-endian machine; this one is {sys.byteorder}-endian")
+
+        def storage(key: str) -> bytes:
+            record = f"{prefix}data/{key}"
+            if record not in names:
+                raise ResdomError(f"{path}: storage record {record} missing")
+            return z.read(record)
+
+        unpickler = RestrictedUnpickler(io.BytesIO(z.read(pkl[0])), storage, stand_in_prefixes, str(path))
+        try:
+            return unpickler.load()
+        except ResdomError:
+            raise
+        except Exception as e:
+            raise ResdomError(f"{path}: malformed pickle ({type(e).__name__}: {e})") from None
+
+
+def loads_restricted(data: bytes, stand_in_prefixes: Iterable[str] = (), source: str = "pickle") -> Any:
+    """Unpickle plain ``data`` (no storages) with the same whitelist as ``load_torch_file``."""
+    try:
+        return RestrictedUnpickler(io.BytesIO(data), None, stand_in_prefixes, source).load()
+    except ResdomError:
+        raise
+    except Exception as e:
+        raise ResdomError(f"{source}: malformed pickle ({type(e).__name__}: {e})") from None
