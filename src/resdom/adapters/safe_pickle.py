@@ -17,6 +17,7 @@ other package named in the file) is never imported.
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import pickle
 import sys
@@ -158,7 +159,15 @@ def _np_scalar(dtype: Any, data: Any = b"") -> Any:
     return np.frombuffer(data, dtype=dtype, count=1)[0]
 
 
+def _latin1_bytes(text: Any, encoding: Any = "latin1") -> bytes:
+    """``_codecs.encode(text, "latin1")``: how protocol-2 pickles write bytes (numpy arrays in torch.save)."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise ResdomError(f"refused: _codecs.encode with {type(text).__name__} / {encoding!r}")
+    return text.encode("latin1")
+
+
 BASE_GLOBALS: dict[str, Callable[..., Any]] = {
+    "_codecs.encode": _latin1_bytes,
     "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
     "torch._utils._rebuild_tensor": _rebuild_tensor,
     "torch._utils._rebuild_parameter": _rebuild_parameter,
@@ -191,6 +200,9 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._source = source
 
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _compat_pickle.NAME_MAPPING:  # Python 2 names in protocol < 3 (torch.save's default)
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         qualname = f"{module}.{name}"
         if self._prefixes and qualname.startswith(self._prefixes):
             return self._stand_ins.setdefault(qualname, make_stand_in(qualname))

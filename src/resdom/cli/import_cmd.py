@@ -1,7 +1,60 @@
-"""Placeholder: commands are added by their issue."""
+"""``resdom import-recbole`` and ``resdom import-pmixer``: turn a model trained elsewhere into a run directory.
+
+The run directory is then read by ``resdom evaluate RUN_DIR`` and ``resdom diagnose RUN_DIR`` like a trained
+one. Checkpoints are read with a restricted unpickler (``resdom.adapters.safe_pickle``): nothing in the file
+is executed, and a file that needs anything beyond tensors, plain containers and inert stand-ins is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import typer
 
+DATA_HELP = "the data the model was trained on: a registered name or a path (prepared as `resdom train` does, LOO)"
+
+
+def _data_options(k_core: int | None) -> dict[str, Any]:
+    return {} if k_core is None else {"k_core": k_core}
+
+
+def import_recbole(
+    checkpoint: Path = typer.Argument(..., help="a RecBole 1.x SASRec checkpoint (.pth saved by its trainer)"),
+    data: str = typer.Option(..., "--data", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", help="run directory to write"),
+    recbole_inter: Path = typer.Option(None, "--recbole-inter", help="RecBole's .inter file, where --data is not it"),
+    data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
+    k_core: int = typer.Option(None, "--k-core", help="resdom's k-core for --data (default: the source's default)"),
+    force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
+) -> None:
+    """Import a RecBole SASRec checkpoint (weights and RecBole's item numbering) as a resdom run."""
+    from resdom.adapters.recbole import import_recbole as run_import
+
+    path = run_import(checkpoint, data, out, data_dir=data_dir, inter_path=recbole_inter, force=force,
+                      **_data_options(k_core))
+    typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+
+
+def import_pmixer(
+    state_dict: Path = typer.Argument(..., help="a pmixer/SASRec.pytorch state dict (torch.save(model.state_dict()))"),
+    data: str = typer.Option(..., "--data", help=DATA_HELP),
+    out: Path = typer.Option(..., "--out", help="run directory to write"),
+    heads: int = typer.Option(1, "--heads", min=1, help="attention heads the model was trained with (num_heads)"),
+    norm_first: bool = typer.Option(False, "--norm-first/--post-ln", help="the model was trained with --norm_first"),
+    max_len: int = typer.Option(None, "--max-len", min=1, help="--maxlen it was trained with (default: from weights)"),
+    data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
+    k_core: int = typer.Option(None, "--k-core", help="resdom's k-core for --data (default: the source's default)"),
+    force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
+) -> None:
+    """Import a pmixer/SASRec.pytorch SASRec state dict (post-LN or --norm-first) as a resdom run."""
+    from resdom.adapters.pmixer import import_pmixer as run_import
+
+    path = run_import(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len, data_dir=data_dir,
+                      force=force, **_data_options(k_core))
+    typer.echo(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("import-recbole")(import_recbole)
+    app.command("import-pmixer")(import_pmixer)
