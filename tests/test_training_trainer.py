@@ -1,0 +1,214 @@
+"""The trainer: files written, early stopping, seeds, resume, finished runs, mismatched setups."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_training_support import toy_split
+
+from resdom.errors import ResdomError
+from resdom.runs import load_run
+from resdom.training.config import resolve_configs
+from resdom.training.trainer import EarlyStopping, RunFiles, fit, flatten_optimizer, unflatten_optimizer
+
+SMALL = {"hidden": 16, "layers": 1, "heads": 2, "max_len": 8}
+
+
+def configs(model: str = "sasrec", n_users: int = 120, **train):
+    split = toy_split(n_users=n_users)
+    values = {"epochs": 3, "batch_size": 32, "device": "cpu", **train}
+    model_cfg, train_cfg = resolve_configs(model, SMALL, values, n_items=split.n_items)
+    return split, model_cfg, train_cfg
+
+
+class Interrupt(Exception):
+    pass
+
+
+def stop_after(epoch: int):
+    def cb(e: int, record: dict) -> None:
+        if e == epoch:
+            raise Interrupt
+
+    return cb
+
+
+def test_run_directory_contents(tmp_path: Path) -> None:
+    split, m, t = configs()
+    result = fit(split, m, t, tmp_path, {"source": "toy"}, progress=False)
+    for name in ("config.json", "model.safetensors", "model.json", "metrics.jsonl", "metrics.json",
+                 "data/arrays.npz", "state/trainer.json"):
+        assert (tmp_path / name).exists(), name
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2, 3]
+    assert all(r["samples_per_s"] > 0 and np.isfinite(r["loss"]) and "NDCG@10" in r["valid"] for r in lines)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["train"]["objective"] == "ce_all" and cfg["model"]["n_items"] == split.n_items
+    assert cfg["data"]["source"] == "toy" and cfg["data"]["manifest"] == split.manifest
+    side = json.loads((tmp_path / "model.json").read_text())
+    assert side["epoch"] == result["best_epoch"] and side["data_fingerprint"] == cfg["data"]["fingerprint"]
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved == json.loads(json.dumps(result))
+    assert result["test"]["n_users"] == len(split.test) and result["valid"]["n_users"] == len(split.valid)
+    best = max(lines, key=lambda r: r["valid"]["NDCG@10"])
+    assert result["best_epoch"] == best["epoch"]
+    assert result["valid"]["metrics"]["NDCG@10"] == pytest.approx(best["valid"]["NDCG@10"], abs=1e-12)
+    # the saved best model is what load_run gives
+    run = load_run(tmp_path)
+    assert run.model.n_items == split.n_items and run.sidecar["epoch"] == result["best_epoch"]
+
+
+def test_training_learns(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=12, lr=5e-3)
+    result = fit(split, m, t, tmp_path, progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["loss"] < lines[0]["loss"] - 0.5
+    assert result["test"]["metrics"]["HR@10"] > 0.5  # 40 items, deterministic successor: learnable
+
+
+def test_same_seed_same_metrics_other_seed_differs(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=2)
+    a = fit(split, m, t, tmp_path / "a", progress=False)
+    b = fit(split, m, t, tmp_path / "b", progress=False)
+    c = fit(split, m, t.model_copy(update={"seed": 18}), tmp_path / "c", progress=False)
+    assert a["test"] == b["test"] and a["valid"] == b["valid"]
+    assert a["valid"]["metrics"] != c["valid"]["metrics"]
+    la = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    lb = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["loss"] for x in la] == [json.loads(x)["loss"] for x in lb]
+
+
+@pytest.mark.parametrize("model,train", [("sasrec", {}), ("bsarec", {}), ("duorec", {}), ("sasrec", {"objective": "bce"})])
+def test_interrupted_run_resumes_to_identical_result(tmp_path: Path, model: str, train: dict) -> None:
+    split, m, t = configs(model, n_users=60, batch_size=64, **train)
+    full = fit(split, m, t, tmp_path / "full", progress=False)
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path / "cut", callbacks=[stop_after(1)], progress=False)
+    state = json.loads((tmp_path / "cut" / "state" / "trainer.json").read_text())
+    assert state["epoch"] == 1 and not (tmp_path / "cut" / "metrics.json").exists()
+    resumed = fit(split, m, t, tmp_path / "cut", progress=False)
+    assert resumed == full
+    full_log = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    cut_log = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["loss"], r["valid"]) for r in cut_log] == [(r["epoch"], r["loss"], r["valid"]) for r in full_log]
+
+
+def test_raising_epochs_continues_like_one_longer_run(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=3)
+    full = fit(split, m, t, tmp_path / "full", progress=False)
+    short = fit(split, m, t.model_copy(update={"epochs": 1}), tmp_path / "cut", progress=False)
+    assert short["epochs_run"] == 1 and short["stopped"] == "max_epochs"
+    longer = fit(split, m, t, tmp_path / "cut", progress=False)
+    assert longer == full
+
+
+def test_finished_run_returns_saved_metrics_without_training(tmp_path: Path, monkeypatch) -> None:
+    split, m, t = configs(epochs=2)
+    first = fit(split, m, t, tmp_path, progress=False)
+    import resdom.training.trainer as trainer
+
+    def no_training(*a, **k):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(trainer, "_train_epoch", no_training)
+    assert fit(split, m, t, tmp_path, progress=False) == first
+    assert fit(split, m, t.model_copy(update={"eval_batch_size": 7}), tmp_path, progress=False) == first
+
+
+def test_early_stopping_with_patience(tmp_path: Path, monkeypatch) -> None:
+    import resdom.training.trainer as trainer
+
+    values = iter([0.1, 0.3, 0.2, 0.3, 0.25, 0.9])
+
+    def fake_eval(model, split, which, train_cfg, device):
+        return {"metrics": {"NDCG@10": next(values) if which == "valid" else 0.0}, "n_users": 1}
+
+    split, m, t = configs(epochs=10, patience=3)
+    monkeypatch.setattr(trainer, "_evaluate", fake_eval)
+    result = fit(split, m, t, tmp_path, progress=False)
+    assert (result["best_epoch"], result["epochs_run"], result["stopped"]) == (2, 5, "early_stopping")
+    state = json.loads((tmp_path / "state" / "trainer.json").read_text())
+    assert state["epoch"] == 5 and state["stopped"] == "early_stopping"
+    assert state["early_stopping"] == {"best_value": 0.3, "best_epoch": 2, "bad_epochs": 3}
+    assert json.loads((tmp_path / "model.json").read_text())["epoch"] == 2
+
+
+def test_early_stopping_unit() -> None:
+    es = EarlyStopping()
+    assert es.update(0.0, 1) and not es.update(0.0, 2) and es.bad_epochs == 1
+    assert es.update(0.1, 3) and es.bad_epochs == 0 and es.best_epoch == 3
+    assert not es.should_stop(1) and not es.update(0.05, 4) and es.should_stop(1)
+
+
+def test_resume_with_other_setup_is_refused(tmp_path: Path) -> None:
+    split, m, t = configs()
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path, callbacks=[stop_after(1)], progress=False)
+    with pytest.raises(ResdomError, match=r"train\.lr: 0\.001 saved vs 0\.002 now"):
+        fit(split, m, t.model_copy(update={"lr": 2e-3}), tmp_path, progress=False)
+    with pytest.raises(ResdomError, match=r"model\.hidden"):
+        fit(split, m.model_copy(update={"hidden": 8}), t, tmp_path, progress=False)
+    other = toy_split(seed=1)
+    with pytest.raises(ResdomError, match="data fingerprint"):
+        fit(other, m, t, tmp_path, progress=False)
+
+
+def test_item_count_mismatch(tmp_path: Path) -> None:
+    split, m, t = configs()
+    with pytest.raises(ResdomError, match=r"model\.n_items"):
+        fit(split, m.model_copy(update={"n_items": 7}), t, tmp_path, progress=False)
+
+
+def test_optimizer_state_roundtrip() -> None:
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(2):
+        model(torch.ones(4, 3)).pow(2).sum().backward()
+        opt.step()
+    tensors, meta = flatten_optimizer(opt)
+    assert set(tensors) == {f"state.{p}.{k}" for p in (0, 1) for k in ("step", "exp_avg", "exp_avg_sq")}
+    meta = json.loads(json.dumps(meta))  # JSON round trip, no pickle
+    other = torch.optim.Adam(torch.nn.Linear(3, 2).parameters(), lr=0.5)
+    other.load_state_dict(unflatten_optimizer(tensors, meta))
+    a, b = opt.state_dict(), other.state_dict()
+    assert a["param_groups"][0]["lr"] == b["param_groups"][0]["lr"] == 0.01
+    for p in (0, 1):
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(a["state"][p][k], b["state"][p][k])
+
+
+def test_state_keeps_only_last_epoch_files(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=3)
+    fit(split, m, t, tmp_path, progress=False)
+    files = RunFiles(tmp_path)
+    names = sorted(p.name for p in files.state_dir.iterdir())
+    assert names == ["model-0003.safetensors", "optimizer-0003.safetensors", "trainer.json"]
+
+
+def test_duorec_supervised_views_train(tmp_path: Path) -> None:
+    split = toy_split(n_users=40)
+    m, t = resolve_configs("duorec", {**SMALL, "duorec_views": "both"}, {"epochs": 1, "batch_size": 32,
+                                                                        "device": "cpu", "objective": "ce_last"},
+                           n_items=split.n_items)
+    result = fit(split, m, t, tmp_path, progress=False)
+    assert result["epochs_run"] == 1 and result["model"] == "duorec"
+
+
+@pytest.mark.parametrize("train", [{"objective": "ce_sampled", "n_negatives": 8}, {"item_chunk": 7}])
+def test_large_catalog_objectives_train(tmp_path: Path, train: dict) -> None:
+    split, m, t = configs(epochs=1, **train)
+    result = fit(split, m, t, tmp_path, progress=False)
+    assert np.isfinite(json.loads((tmp_path / "metrics.jsonl").read_text())["loss"])
+    assert result["test"]["n_users"] == len(split.test)
+
+
+def test_chunked_ce_trains_like_full(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=1)
+    full = fit(split, m, t, tmp_path / "a", progress=False)
+    chunked = fit(split, m, t.model_copy(update={"item_chunk": 7}), tmp_path / "b", progress=False)
+    for k, v in full["test"]["metrics"].items():
+        assert chunked["test"]["metrics"][k] == pytest.approx(v, abs=1e-6)
