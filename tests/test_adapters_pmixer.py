@@ -1,0 +1,177 @@
+"""pmixer/SASRec.pytorch import: a faithful re-implementation of pmixer's current SASRec (post-LN and
+``norm_first``), its state dict imported into resdom, scores equal pmixer's ``predict`` on the same inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from resdom.adapters.pmixer import import_pmixer
+from resdom.errors import ResdomError
+from resdom.evaluation.batches import iter_eval_batches
+from resdom.models.interface import recording, residual_scale
+from resdom.runs import load_run
+
+MAXLEN, HIDDEN, HEADS, BLOCKS = 12, 16, 2, 2
+
+
+class PointWiseFeedForward(nn.Module):
+    """pmixer's FFN: two 1x1 convolutions with ReLU (the residual is added by the caller in the current code)."""
+
+    def __init__(self, hidden: int, dropout: float) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(hidden, hidden, kernel_size=1)
+        self.dropout1 = nn.Dropout(dropout)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv1d(hidden, hidden, kernel_size=1)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dropout2(self.conv2(self.relu(self.dropout1(self.conv1(x.transpose(-1, -2))))))
+        return y.transpose(-1, -2)
+
+
+class PmixerSASRec(nn.Module):
+    """Same modules, names and forward pass as pmixer's current ``model.SASRec`` (inference path)."""
+
+    def __init__(self, item_num: int, maxlen: int, hidden: int, blocks: int, heads: int, dropout: float,
+                 norm_first: bool) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.item_emb = nn.Embedding(item_num + 1, hidden, padding_idx=0)
+        self.pos_emb = nn.Embedding(maxlen + 1, hidden, padding_idx=0)
+        self.emb_dropout = nn.Dropout(dropout)
+        self.attention_layernorms = nn.ModuleList()
+        self.attention_layers = nn.ModuleList()
+        self.forward_layernorms = nn.ModuleList()
+        self.forward_layers = nn.ModuleList()
+        self.last_layernorm = nn.LayerNorm(hidden, eps=1e-8)
+        for _ in range(blocks):
+            self.attention_layernorms.append(nn.LayerNorm(hidden, eps=1e-8))
+            self.attention_layers.append(nn.MultiheadAttention(hidden, heads, dropout))
+            self.forward_layernorms.append(nn.LayerNorm(hidden, eps=1e-8))
+            self.forward_layers.append(PointWiseFeedForward(hidden, dropout))
+
+    def log2feats(self, log_seqs: np.ndarray) -> torch.Tensor:
+        seqs = self.item_emb(torch.as_tensor(log_seqs, dtype=torch.long))
+        seqs = seqs * self.item_emb.embedding_dim ** 0.5
+        poss = np.tile(np.arange(1, log_seqs.shape[1] + 1), [log_seqs.shape[0], 1]) * (log_seqs != 0)
+        seqs = self.emb_dropout(seqs + self.pos_emb(torch.as_tensor(poss, dtype=torch.long)))
+        tl = seqs.shape[1]
+        attention_mask = ~torch.tril(torch.ones((tl, tl), dtype=torch.bool))
+        for i in range(len(self.attention_layers)):
+            seqs = torch.transpose(seqs, 0, 1)
+            if self.norm_first:
+                x = self.attention_layernorms[i](seqs)
+                mha, _ = self.attention_layers[i](x, x, x, attn_mask=attention_mask)
+                seqs = torch.transpose(seqs + mha, 0, 1)
+                seqs = seqs + self.forward_layers[i](self.forward_layernorms[i](seqs))
+            else:
+                mha, _ = self.attention_layers[i](seqs, seqs, seqs, attn_mask=attention_mask)
+                seqs = torch.transpose(self.attention_layernorms[i](seqs + mha), 0, 1)
+                seqs = self.forward_layernorms[i](seqs + self.forward_layers[i](seqs))
+        return self.last_layernorm(seqs)
+
+    def predict(self, log_seqs: np.ndarray, item_indices: np.ndarray) -> torch.Tensor:
+        final = self.log2feats(log_seqs)[:, -1, :]
+        embs = self.item_emb(torch.as_tensor(item_indices, dtype=torch.long))
+        return embs.matmul(final.unsqueeze(-1)).squeeze(-1)
+
+
+def _data_file(path: Path, rng: np.random.Generator) -> tuple[Path, dict[int, list[int]]]:
+    """``user item`` lines (pmixer's format); raw item ids sparse (3k + 2), so resdom's ids differ from them."""
+    raw_items = 3 * np.arange(30) + 2
+    seqs = {u: rng.choice(raw_items, size=int(rng.integers(4, 26))).tolist() for u in range(1, 41)}
+    path.write_text("".join(f"{u} {i}\n" for u, s in seqs.items() for i in s))
+    return path, seqs
+
+
+def _pmixer(norm_first: bool, item_num: int, seed: int) -> PmixerSASRec:
+    torch.manual_seed(seed)
+    model = PmixerSASRec(item_num, MAXLEN, HIDDEN, BLOCKS, HEADS, 0.2, norm_first)
+    for _, p in model.named_parameters():  # pmixer's main.py: xavier_normal_ on every parameter it can
+        try:
+            nn.init.xavier_normal_(p.data)
+        except ValueError:
+            pass
+    with torch.no_grad():  # biases and LayerNorms away from their init, so every weight mapping is exercised
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def _left_pad(seqs: list[list[int]], width: int) -> np.ndarray:
+    out = np.zeros((len(seqs), width), dtype=np.int64)
+    for r, s in enumerate(seqs):
+        s = s[-width:]
+        out[r, width - len(s):] = s
+    return out
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_scores_equal_pmixers(tmp_path: Path, norm_first: bool) -> None:
+    rng = np.random.default_rng(3)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    pm = _pmixer(norm_first, item_num=int(max(max(s) for s in seqs.values())), seed=int(norm_first))
+    torch.save(pm.state_dict(), tmp_path / "sasrec.pth")
+    run_dir = import_pmixer(tmp_path / "sasrec.pth", str(data), tmp_path / "run", heads=HEADS, norm_first=norm_first,
+                            k_core=0)
+    run = load_run(run_dir)
+    assert run.model.cfg.norm_first is norm_first and not run.model.cfg.key_padding_mask
+
+    from resdom.data.prepare import load_prepared
+
+    labels = load_prepared(str(data), k_core=0)[0].item_labels
+    raw_ids = np.array([int(x) for x in labels[1:]])
+    test = run.split.test
+    # pmixer's test input: the user's items but the last, left-padded to maxlen; scores for every item
+    inputs = [[int(labels[x]) for x in test.inputs.sequence(i)] for i in range(len(test))]
+    with torch.no_grad():
+        theirs = pm.predict(_left_pad(inputs, MAXLEN), raw_ids).numpy()
+        # resdom's batches are trimmed to their longest row: scores must not depend on that width
+        ours = np.zeros_like(theirs)
+        for idx, items, _ in iter_eval_batches(test, run.model.max_len, batch_size=7):
+            assert items.shape[1] <= MAXLEN
+            ours[idx] = (run.model.encode(items)[:, -1] @ run.model.item_embeddings().T)[:, 1:].numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert (ours.argmax(1) == theirs.argmax(1)).all()
+
+
+def test_records_have_the_callers_width_and_alpha_acts(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    pm = _pmixer(False, item_num=int(max(max(s) for s in seqs.values())), seed=5)
+    torch.save(pm.state_dict(), tmp_path / "sasrec.pth")
+    run = load_run(import_pmixer(tmp_path / "sasrec.pth", str(data), tmp_path / "run", heads=HEADS, k_core=0))
+    items = torch.tensor([[0, 0, 5, 7], [3, 4, 9, 1]])
+    with torch.no_grad(), recording(run.model) as store:
+        h = run.model.encode(items)
+    assert h.shape == (2, 4, HIDDEN)
+    rec = store[0][0]
+    assert rec.attn_weights.shape == (2, HEADS, 4, 4) and rec.z.shape == (2, 4, HIDDEN)
+    with torch.no_grad(), residual_scale(run.model, 0.3):
+        h_scaled = run.model.encode(items)
+    assert not torch.allclose(h, h_scaled)
+
+    from resdom.diagnostics import mixing_ratios
+
+    result = mixing_ratios(run.model, run.split.test).to_dict()
+    assert 0.0 <= result["pooled"]["all"]["+Res"] <= 1.0
+
+
+def test_wrong_heads_or_max_len_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    torch.save(_pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict(), tmp_path / "s.pth")
+    with pytest.raises(ResdomError, match="not divisible by --heads 3"):
+        import_pmixer(tmp_path / "s.pth", str(data), tmp_path / "a", heads=3, k_core=0)
+    with pytest.raises(ResdomError, match="position table"):
+        import_pmixer(tmp_path / "s.pth", str(data), tmp_path / "b", heads=2, max_len=MAXLEN + 5, k_core=0)
+    torch.save({"weights": torch.ones(3)}, tmp_path / "other.pth")
+    with pytest.raises(ResdomError, match="not a pmixer SASRec state dict"):
+        import_pmixer(tmp_path / "other.pth", str(data), tmp_path / "c", k_core=0)
