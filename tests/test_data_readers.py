@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from resdom.data.prepare import load_interactions, load_prepared
 from resdom.data.readers import detect_format, read_interactions, split_source_paths
@@ -248,3 +250,36 @@ def test_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
                        timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: {p}:2: item id 'oops' is not an integer (column 3)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the vectorised tokenizer agrees with the per-line reference
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="12x \t\r\n\x0b\x1f\xa0\u2028", max_size=60))
+def test_fast_tokenizer_matches_per_line_reference(text: str) -> None:
+    from resdom.data.readers import _tokenize_fast, _tokenize_lines
+
+    ref = _tokenize_lines(Path("f"), text)
+    fast = _tokenize_fast(Path("f"), text)
+    if fast is None:  # exotic whitespace: the reader falls back to the reference
+        return
+    assert fast.tokens == ref.tokens
+    assert fast.counts.tolist() == ref.counts.tolist() and fast.line_no.tolist() == ref.line_no.tolist()
+
+
+def test_fast_tokenizer_used_on_plain_and_crlf_text() -> None:
+    from resdom.data.readers import _tokenize_fast
+
+    tok = _tokenize_fast(Path("f"), "1 2 3\r\n\r\n4  5\r\n")
+    assert tok is not None and tok.counts.tolist() == [3, 2] and tok.line_no.tolist() == [1, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="12x \t\n", max_size=80))
+def test_fast_tokenizer_always_applies_to_plain_text(text: str) -> None:
+    from resdom.data.readers import _tokenize_fast, _tokenize_lines
+
+    fast, ref = _tokenize_fast(Path("f"), text), _tokenize_lines(Path("f"), text)
+    assert fast is not None and fast.tokens == ref.tokens and fast.line_no.tolist() == ref.line_no.tolist()

@@ -93,7 +93,10 @@ def load_prepared(
     explicit = {k: v for k, v in options.items() if k in PREPROCESS_OPTIONS}
     cfg = PreprocessConfig(**{**preset, **explicit})
     prepared = preprocess(raw, cfg)
+    from resdom import __version__
+
     manifest = {
+        "resdom_version": __version__,
         "source": source_record,
         "preprocessing": {"config": cfg.model_dump(), "preset": preset, "steps": prepared.steps},
         "tie_rule": prepared.tie_rule,

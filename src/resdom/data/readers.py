@@ -232,8 +232,11 @@ def _tokenize(path: Path, sep: str | None = None) -> _Tokens:
     if sep is not None:  # e.g. "::": an empty field or a stray space then shows up as a wrong column count
         text = text.replace(sep, " ")
     fast = _tokenize_fast(path, text)
-    if fast is not None:
-        return fast
+    return fast if fast is not None else _tokenize_lines(path, text)
+
+
+def _tokenize_lines(path: Path, text: str) -> _Tokens:
+    """Per-line tokenizer (the reference for ``_tokenize_fast``, and its fallback)."""
     per_line: list[list[str]] = []
     line_no: list[int] = []
     for i, line in enumerate(text.splitlines(), start=1):
