@@ -22,12 +22,13 @@ from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
 from resdom.diagnostics.hrli import last_item_hit_rates
 from resdom.diagnostics.mixing import DEFINITIONS, mixing_ratios
 from resdom.diagnostics.recovery import miss_recovery
-from resdom.diagnostics.shuffle import position_shuffle
+from resdom.diagnostics.shuffle import MODES, position_shuffle
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
 
 WHAT: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
 SPLITS = ("valid", "test")
+STAGES = ("Attn", "+Res", "+LN")
 
 
 def parse_what(what: str | Sequence[str]) -> list[str]:
@@ -206,11 +207,16 @@ def _fmt(v: Any) -> str:
     return "   n/a" if v is None else f"{v:6.3f}" if isinstance(v, float) else str(v)
 
 
+def _ordered(keys: Any, canonical: Sequence[str]) -> list[str]:
+    keys = list(keys)
+    return [k for k in canonical if k in keys] + [k for k in keys if k not in canonical]
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A few aligned lines / small tables of the summary, for the terminal."""
     lines = [f"split {summary.get('split')}, {summary.get('n_users', '?')} users"]
     if "mixing_pooled_all" in summary:
-        stages = list(summary["mixing_pooled_all"])
+        stages = _ordered(summary["mixing_pooled_all"], STAGES)
         lines.append(f"mixing ratio ({summary.get('mixing_definition')}), pooled over layers:")
         lines.append("  " + " " * 6 + "".join(f"{st:>8}" for st in stages))
         for scope in ("all", "last"):
@@ -225,12 +231,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         o = summary["original"]
         lines.append(f"shuffles (original HR@10 {_fmt(o.get('HR@10'))}, NDCG@10 {_fmt(o.get('NDCG@10'))}):")
         lines.append(f"  {'perturbation':<12} {'dNDCG@10':>9} {'Jaccard@10':>11}")
-        for k, v in summary["shuffle_NDCG@10_change"].items():
+        for k in _ordered(summary["shuffle_NDCG@10_change"], MODES):
+            v = summary["shuffle_NDCG@10_change"][k]
             change = "      n/a" if v is None else f"{100 * v:+8.1f}%"
             lines.append(f"  {k:<12} {change:>9} {_fmt(summary['shuffle_jaccard@10'][k]):>11}")
     if "alpha_sweep" in summary:
         rows = summary["alpha_sweep"]
-        stages = list(rows[0]["mixing_all"]) if rows else []
+        stages = _ordered(rows[0]["mixing_all"], STAGES) if rows else []
         lines.append("residual-scaling sweep:")
         lines.append("  " + f"{'alpha':>5}" + "".join(f"{'r ' + st:>9}" for st in stages)
                      + "".join(f"{k:>9}" for k in ("HRLI@1", "HRL2I@1", "HR@10", "NDCG@10")))
