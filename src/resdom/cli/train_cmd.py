@@ -76,12 +76,22 @@ def parse_set(assignments: list[str]) -> dict[str, dict[str, Any]]:
         if not sep or not dot or section not in SECTIONS or not field:
             raise ResdomError(f"--set {item!r}: expected model.<field>=<value> or train.<field>=<value>")
         _check_field(section, field, f"--set {item!r}")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else raw
-        except yaml.YAMLError:
-            value = raw
-        out[section][field] = value
+        out[section][field] = _parse_value(raw, yaml)
     return out
+
+
+def _parse_value(raw: str, yaml) -> Any:  # noqa: ANN001
+    """A YAML scalar; also ``5e-4``, which YAML 1.1 reads as a string."""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,185 @@
+"""``resdom train`` / ``resdom evaluate``: config layering, one-line errors (exit 2), mismatched runs, torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_training_support import toy_split
+
+from resdom.cli.main import app
+from resdom.cli.train_cmd import parse_set, read_config_file
+from resdom.errors import ResdomError
+from resdom.training.config import resolve_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
+TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process -> (exit code, stdout, stderr)."""
+    old = sys.argv
+    sys.argv = ["resdom", *args]
+    try:
+        app()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "run"
+    old = sys.argv
+    sys.argv = ["resdom", "train", SOURCE, "--model", "sasrec", "--out", str(out), "--epochs", "2", *TINY]
+    try:
+        app()
+    except SystemExit as e:
+        assert e.code in (0, None)
+    finally:
+        sys.argv = old
+    return out
+
+
+def test_train_writes_run_and_prints_metrics(trained_run: Path) -> None:
+    cfg = json.loads((trained_run / "config.json").read_text())
+    assert cfg["model"]["hidden"] == 16 and cfg["model"]["layers"] == 1 and cfg["train"]["epochs"] == 2
+    assert cfg["train"]["objective"] == "ce_all" and cfg["data"]["source"] == SOURCE
+    assert cfg["data"]["protocol"] == "loo"
+    result = json.loads((trained_run / "metrics.json").read_text())
+    assert result["test"]["n_users"] == 60
+
+
+def test_evaluate_prints_metrics_and_users(trained_run: Path, capsys) -> None:
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run))
+    assert code == 0 and "60 users" in out and "NDCG@10" in out
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--json")
+    data = json.loads(out)
+    saved = json.loads((trained_run / "metrics.json").read_text())
+    assert data["split"] == "test" and data["filtered"] and data["n_users"] == 60
+    assert data["metrics"] == pytest.approx(saved["test"]["metrics"], abs=1e-12)
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--json", "--split", "valid", "--no-filter")
+    data = json.loads(out)
+    assert not data["filtered"] and data["split"] == "valid"
+
+
+def test_train_again_on_finished_run_does_not_retrain(trained_run: Path, capsys) -> None:
+    before = (trained_run / "metrics.jsonl").read_text()
+    code, out, _ = run_cli(capsys, "train", SOURCE, "--out", str(trained_run), "--epochs", "2", *TINY)
+    assert code == 0 and "best epoch" in out
+    assert (trained_run / "metrics.jsonl").read_text() == before
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--set", "model.hiden=3"], "model.hiden (did you mean model.hidden?)"),
+        (["--set", "train.lr=abc"], "train.lr"),
+        (["--set", "train.lr=-1"], "train.lr"),
+        (["--set", "hidden=3"], "expected model.<field>=<value>"),
+        (["--set", "train.metric=NDCG@7"], "train.metric"),
+        (["--model", "bert4rec"], "--model"),
+        (["--protocol", "random"], "--protocol"),
+        (["--model", "bsarec", "--set", "train.objective=ce_all"], "label leakage"),
+        (["--device", "tpu"], "train.device"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(tmp_path: Path, capsys, args: list[str], needle: str) -> None:
+    code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(tmp_path / "r"), *args)
+    assert code == 2
+    assert needle in err and err.strip().count("\n") == 0 and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # refused before any data is read or written
+
+
+def test_yaml_config_layers(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  hidden: 32\n  heads: 4\ntrain:\n  lr: 0.01\n  epochs: 7\n")
+    values = read_config_file(cfg)
+    assert values == {"model": {"hidden": 32, "heads": 4}, "train": {"lr": 0.01, "epochs": 7}}
+    sets = parse_set(["train.lr=5e-4", "model.emb_scale=true", "train.item_chunk=null"])
+    assert sets == {"model": {"emb_scale": True}, "train": {"lr": 5e-4, "item_chunk": None}}
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("model:\n  hiden: 3\n", "model.hiden"),
+        ("trainer:\n  lr: 1\n", "unknown section 'trainer'"),
+        ("model: [1, 2]\n", "must be a mapping"),
+        ("model:\n  hidden: [\n", "c.yaml:"),
+        ("- 1\n", "expected a mapping"),
+    ],
+)
+def test_bad_yaml_config(tmp_path: Path, capsys, text: str, needle: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(tmp_path / "r"), "--config", str(cfg))
+    assert code == 2 and needle in err and str(cfg) in err
+
+
+def test_bad_yaml_value_names_field(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  hidden: 30\n  heads: 4\n")
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(tmp_path / "r"), "--config", str(cfg))
+    assert code == 2 and "divisible" in err
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_are_valid(path: Path) -> None:
+    values = read_config_file(path)
+    name = "bsarec" if "bsarec" in path.name else "duorec" if "duorec" in path.name else "sasrec"
+    model, train = resolve_configs(name, values["model"], values["train"], source="beauty", n_items=10)
+    assert model.name == name and train.objective in ("ce_all", "ce_last")
+
+
+def test_evaluate_mismatched_checkpoint(trained_run: Path, tmp_path: Path, capsys) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(trained_run, broken)
+    toy_split(n_users=10, n_items=17).save(broken / "data")  # another data set: 17 items
+    code, _, err = run_cli(capsys, "evaluate", str(broken))
+    assert code == 2 and "item count" in err and "17" in err
+    code, _, err = run_cli(capsys, "evaluate", str(tmp_path / "nothing"))
+    assert code == 2 and "not found" in err
+
+
+def test_train_into_run_of_other_data_is_refused(trained_run: Path, tmp_path: Path, capsys) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(trained_run, other)
+    state = json.loads((other / "state" / "trainer.json").read_text())
+    state["stopped"], state["epoch"] = None, 1  # pretend it was interrupted
+    (other / "state" / "trainer.json").write_text(json.dumps(state))
+    code, _, err = run_cli(capsys, "train", SOURCE.replace("n_items=30", "n_items=31"), "--out", str(other),
+                           "--epochs", "2", *TINY)
+    assert code == 2 and "another setup" in err and "model.n_items: 30 saved vs 31 now" in err
+
+
+def test_torchrun_two_cpu_processes(tmp_path: Path) -> None:
+    """DDP on gloo with 2 processes: training completes, rank 0 writes every file once."""
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "resdom",
+           "train", SOURCE, "--out", str(out), "--epochs", "2", *TINY]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("best epoch") == 1  # rank 0 reports
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
+    result = json.loads((out / "metrics.json").read_text())
+    assert result["test"]["n_users"] == 60 and result["epochs_run"] == 2
+    # every sample trained once per epoch across the two ranks (60 users with >= 2 training items)
+    assert all(json.loads(x)["samples_per_s"] > 0 for x in lines)
+
+
+def test_parse_set_errors() -> None:
+    with pytest.raises(ResdomError, match="did you mean train.epochs"):
+        parse_set(["train.epoch=3"])
