@@ -10,7 +10,8 @@ from resdom.training.config import TrainConfig, make_train_config, preset_name, 
 
 def test_defaults() -> None:
     cfg = TrainConfig()
-    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.patience, cfg.metric, cfg.seed) == (200, 256, 1e-3, 10, "NDCG@10", 17)
+    got = (cfg.epochs, cfg.batch_size, cfg.lr, cfg.patience, cfg.metric, cfg.seed)
+    assert got == (200, 256, 1e-3, 10, "NDCG@10", 17)
     assert cfg.model_dump()["objective"] is None
 
 
