@@ -67,6 +67,8 @@ def server(monkeypatch, tmp_path) -> Iterator[Server]:
     monkeypatch.setenv(ENV_DOWNLOAD_BASE, s.base)
     monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path / "cache"))
     monkeypatch.delenv(ENV_DATA_DIR, raising=False)
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)  # the test server is local; a proxy must not be asked
     yield s
     s.httpd.shutdown()
     s.httpd.server_close()
