@@ -119,15 +119,20 @@ def test_beta_is_sqrt_beta_squared_and_shared_at_init() -> None:
     assert torch.allclose(f(x), f.ln(x + lpf + 4.0 * (x - lpf)), atol=1e-6)
 
 
-def test_encode_runs_on_full_window_and_is_trimming_invariant() -> None:
+@pytest.mark.parametrize("key_padding_mask", [True, False])
+def test_encode_runs_on_full_window_and_is_trimming_invariant(key_padding_mask: bool) -> None:
     torch.manual_seed(0)
-    model = build_model(cfg()).eval()
+    model = build_model(cfg(key_padding_mask=key_padding_mask)).eval()
     items = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5]])
     out = model.encode(items)
     assert out.shape == (2, 5, 16)
     for width in (6, 8):
         padded = torch.nn.functional.pad(items, (width - 5, 0))
         assert torch.allclose(model.encode(padded)[:, -5:], out, atol=1e-6)
+    with recording(model) as store:  # two passes: each record trimmed to its own caller's width
+        model.encode(items)
+        model.encode(items[:, -3:])
+    assert [r.x.shape[1] for r in store[0]] == [5, 3] and [r.z.shape[1] for r in store[1]] == [5, 3]
 
 
 def test_frequency_branch_is_not_causal() -> None:
@@ -169,4 +174,3 @@ def test_bsarec_record_reconstruction(alpha: float) -> None:
                 assert torch.allclose(store[1][0].x, blocks[0].ffn_sublayer(rec.sublayer_out), atol=1e-12)
     with torch.no_grad():
         assert torch.allclose(out, blocks[1].ffn_sublayer(store[1][0].sublayer_out), atol=1e-12)
-    assert all(b.record_cols is None for b in blocks)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender
-from resdom.models.block import AttentionBlock, BlockRecord, causal_mask_bias
+from resdom.models.block import AttentionBlock, BlockRecord, causal_mask_bias, trim_record
 from resdom.models.config import ModelConfig
 
 
@@ -58,14 +58,13 @@ class BSARecBlock(AttentionBlock):
 
     ``alpha`` scales the attention residual inside GSP (eval mode only); ``a`` (``cfg.bsa_a``) is fixed.
     Records: ``branch_scale = 1 - a``, ``freq_out = a * DSP``, ``sublayer_out = H1``; ``z`` and the LN
-    are GSP's own, so ``H1 = freq_out + branch_scale * LN(z)``.
+    are GSP's own, so ``H1 = freq_out + branch_scale * LN(z)``; ``attn_in`` is X (post-LN).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.filter = FrequencyLayer(cfg)
         self.a = float(cfg.bsa_a)
-        self.record_cols: int | None = None  # set by BSARec.encode: records keep the last record_cols columns
 
     def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         """H1 (B, L, d) from X (B, L, d); appends a BlockRecord when recording."""
@@ -77,26 +76,15 @@ class BSARecBlock(AttentionBlock):
         gsp = self.attn_ln(z)
         h1 = self.a * dsp + (1.0 - self.a) * gsp
         if record:
-            self.recording.append(self._record(x, weights, head_values, attn, alpha, z, dsp, h1))
+            self.recording.append(
+                BlockRecord(
+                    x=x, attn_in=x, attn_weights=weights, head_values=head_values,
+                    out_bias=self.attention.out.bias, attn_out=attn, alpha=alpha, z=z,
+                    ln_weight=self.attn_ln.weight, ln_bias=self.attn_ln.bias, ln_eps=self.attn_ln.eps,
+                    sublayer_out=h1, branch_scale=1.0 - self.a, freq_out=self.a * dsp, norm_first=False,
+                )
+            )
         return h1
-
-    def _record(
-        self, x: torch.Tensor, weights: torch.Tensor, head_values: torch.Tensor, attn: torch.Tensor,
-        alpha: float, z: torch.Tensor, dsp: torch.Tensor, h1: torch.Tensor,
-    ) -> BlockRecord:
-        """The BlockRecord of one pass, trimmed to the last ``record_cols`` columns (the caller's window).
-
-        Keys outside the kept columns are padding, masked to weight 0, so the trimmed record still rebuilds
-        every real position exactly.
-        """
-        k = x.shape[1] if self.record_cols is None else self.record_cols
-        return BlockRecord(
-            x=x[:, -k:], attn_in=x[:, -k:], attn_weights=weights[:, :, -k:, -k:],
-            head_values=head_values[:, :, -k:], out_bias=self.attention.out.bias, attn_out=attn[:, -k:],
-            alpha=alpha, z=z[:, -k:], ln_weight=self.attn_ln.weight, ln_bias=self.attn_ln.bias,
-            ln_eps=self.attn_ln.eps, sublayer_out=h1[:, -k:], branch_scale=1.0 - self.a,
-            freq_out=(self.a * dsp)[:, -k:], norm_first=False,
-        )
 
 
 class BSARec(SequentialRecommender):
@@ -117,19 +105,21 @@ class BSARec(SequentialRecommender):
 
         The input is left-padded to the full ``max_len`` window before the blocks (the filter sees the whole
         window, SPEC 2), and the last L columns are returned, so batch trimming does not change the output.
-        Block records cover the same L columns.
+        Block records are trimmed to the same L columns (``trim_record``): with the key-padding mask (the
+        default) the dropped padding keys have weight 0, so the trimmed records rebuild every real position.
         """
         if items.shape[1] > self.max_len:
             items = items[:, -self.max_len :]
-        L = items.shape[1]
-        window = nn.functional.pad(items, (self.max_len - L, 0))
-        mask_bias = causal_mask_bias(window)
+        width = items.shape[1]
+        window = nn.functional.pad(items, (self.max_len - width, 0))
+        recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
+        mask_bias = causal_mask_bias(window, key_padding=self.cfg.key_padding_mask)
         h = self.embed(window)
         for block in self.blocks:
-            block.record_cols = L
-            try:
-                h = block(h, mask_bias)
-            finally:
-                block.record_cols = None
+            h = block(h, mask_bias)
         h = self.final_ln(h) if self.final_ln is not None else h
-        return h[:, -L:]
+        if width != self.max_len:
+            for block, n in zip(self.blocks, recorded):
+                if block.recording is not None:
+                    block.recording[n:] = [trim_record(r, width) for r in block.recording[n:]]
+        return h[:, -width:]
