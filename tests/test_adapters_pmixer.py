@@ -175,3 +175,36 @@ def test_wrong_heads_or_max_len_is_refused(tmp_path: Path) -> None:
     torch.save({"weights": torch.ones(3)}, tmp_path / "other.pth")
     with pytest.raises(ResdomError, match="not a pmixer SASRec state dict"):
         import_pmixer(tmp_path / "other.pth", str(data), tmp_path / "c", k_core=0)
+
+
+def test_older_pmixer_checkpoint_is_refused_not_misread(tmp_path: Path) -> None:
+    """The older model.py had a maxlen-row position table; pmixer's file names say maxlen, so it is caught."""
+    rng = np.random.default_rng(6)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    state = _pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict()
+    state["pos_emb.weight"] = state["pos_emb.weight"][1:]  # MAXLEN rows, as the older code made
+    path = tmp_path / f"SASRec.epoch=20.lr=0.001.layer=2.head=2.hidden=16.maxlen={MAXLEN}.pth"
+    torch.save(state, path)
+    with pytest.raises(ResdomError, match="older pmixer model.py"):
+        import_pmixer(path, str(data), tmp_path / "run", heads=HEADS, k_core=0)
+
+
+def test_cli_import_pmixer_norm_first(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(7)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    path = tmp_path / f"SASRec.epoch=20.lr=0.001.layer=2.head=2.hidden=16.maxlen={MAXLEN}.pth"
+    torch.save(_pmixer(True, int(max(max(s) for s in seqs.values())), 0).state_dict(), path)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "resdom", "import-pmixer", str(path), "--data", str(data), "--out", str(out),
+           "--heads", str(HEADS), "--norm-first", "--k-core", "0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    run = load_run(out)
+    assert run.model.cfg.norm_first and run.model.max_len == MAXLEN
+    assert run.config["imported_from"]["format"] == "pmixer"
+    bad_cmd = cmd[:8] + [str(tmp_path / "run2"), "--heads", "3", "--k-core", "0"]
+    bad = subprocess.run(bad_cmd, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--heads 3" in bad.stderr and "Traceback" not in bad.stderr

@@ -13,12 +13,14 @@ The current pmixer model (``model.py``, with ``args.norm_first``) maps onto resd
 
 The state dict does not say how many heads the model has, nor whether it was ``norm_first``: pass both as
 trained (pmixer's defaults: 1 head, post-LN). ``max_len`` defaults to the position table size - 1 (some
-pmixer versions fix that table at 201 rows while training with ``--maxlen 50``: then pass 50). pmixer's item
+pmixer versions fix that table at 201 rows while training with ``--maxlen 50``: then pass 50; pmixer's file
+names carry it, ``...maxlen=50.pth``, and are read when ``--max-len`` is not given). pmixer's item
 ids are the integers of its data file, so each resdom item id takes the row of its raw id.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,12 @@ def read_pmixer_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def maxlen_from_name(path: str | Path) -> int | None:
+    """The ``maxlen=N`` pmixer writes into its checkpoint names (``SASRec.epoch=...maxlen=200.pth``), or None."""
+    match = re.search(r"maxlen=(\d+)", Path(path).name)
+    return int(match.group(1)) if match else None
+
+
 def pmixer_model_config(state: dict[str, torch.Tensor], n_items: int, heads: int, norm_first: bool,
                         max_len: int | None = None, where: str = "state dict") -> ModelConfig:
     """resdom's ModelConfig equal to a pmixer SASRec with these weights."""
@@ -55,7 +63,13 @@ def pmixer_model_config(state: dict[str, torch.Tensor], n_items: int, heads: int
     if layers == 0 or pos_rows == 0:
         raise ResdomError(f"{where}: no attention_layers.*.in_proj_weight / pos_emb.weight (not pmixer's SASRec)")
     max_len = pos_rows - 1 if max_len is None else max_len
-    if not 1 <= max_len <= pos_rows - 1:
+    if max_len == pos_rows:
+        raise ResdomError(
+            f"{where}: the position table has maxlen = {max_len} rows, as written by the older pmixer model.py "
+            "(positions from 0, query LN(x) with raw keys and values, zeroed padding states), which this importer "
+            "does not read; it reads the current code, whose table has maxlen + 1 rows (row 0 = padding)"
+        )
+    if not 1 <= max_len < pos_rows:
         raise ResdomError(f"{where}: max_len {max_len} needs a position table of {max_len + 1} rows; it has "
                           f"{pos_rows} (this importer reads the current pmixer code, whose row 0 is padding)")
     if hidden % heads:
@@ -118,6 +132,8 @@ def import_pmixer(state_path: str | Path, source: str, out: str | Path, heads: i
                   **data_options: Any) -> Path:
     """Read a pmixer SASRec state dict, map it onto resdom's SASRec for ``source`` (LOO), write run ``out``."""
     state = read_pmixer_state_dict(state_path)
+    if max_len is None:
+        max_len = maxlen_from_name(state_path)
     data: ImportData = load_import_data(source, data_dir, **data_options)
     model = pmixer_model(state, data.item_labels, heads, norm_first, max_len, str(state_path))
     imported = {"format": "pmixer", "path": str(Path(state_path).resolve()), "heads": heads,
