@@ -11,13 +11,15 @@ Writes, into OUT_DIR (default tests/fixtures/recbole):
   (increasing raw id) differ; rows shuffled so the timestamp order matters; timestamps unique);
 - ``sasrec_tiny.pth``: the checkpoint exactly as RecBole's trainer saves it (``Config`` object pickled);
 - ``expected.npz``: RecBole's own ``full_sort_predict`` scores for the test users (float32, columns in RecBole
-  item-id order), the users' tokens, their input item tokens (oldest first) and RecBole's item-token table.
+  item-id order), the users' tokens, their input item tokens (oldest first) and RecBole's item-token table;
+- ``numbering.json``: RecBole's item-token table of ``tiny.inter`` under filtering settings (``FILTERS``).
 
 RecBole is only imported here. Nothing is reloaded through RecBole (its loader fails on torch >= 2.6).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -96,8 +98,37 @@ def main(out_dir: Path) -> None:
         trainer.fit(train_data, valid_data=None, saved=True, show_progress=False)  # saves after every epoch
         shutil.copy(trainer.saved_model_file, out_dir / "sasrec_tiny.pth")
         expected = test_scores(model, dataset, test_data)
+        numbering = recbole_numberings(tmp)
     np.savez_compressed(out_dir / "expected.npz", **expected)
+    tmp_json = out_dir / ".numbering.json.tmp"
+    tmp_json.write_text(json.dumps(numbering, indent=1, sort_keys=True) + "\n")
+    tmp_json.replace(out_dir / "numbering.json")
     print(f"wrote {out_dir}: {len(rows)} interactions, {len(expected['users'])} test users, torch {torch.__version__}")
+
+
+FILTERS = {  # RecBole settings that change its item numbering; numbering.json holds RecBole's result for each
+    "kcore": {"user_inter_num_interval": "[5,inf)", "item_inter_num_interval": "[17,inf)"},
+    "intervals": {"user_inter_num_interval": "[6,10];(12,inf)", "item_inter_num_interval": "(10,40]"},
+    "dedup_last": {"rm_dup_inter": "last", "item_inter_num_interval": "[12,inf)"},
+}
+
+
+def recbole_numberings(data_path: Path) -> dict:
+    """{name: {"config": the settings the importer reads, "tokens": RecBole's item table}} for FILTERS."""
+    from recbole.config import Config
+    from recbole.data import create_dataset
+
+    keys = ["field_separator", "USER_ID_FIELD", "ITEM_ID_FIELD", "TIME_FIELD", "rm_dup_inter", "val_interval",
+            "user_inter_num_interval", "item_inter_num_interval", "load_col", "benchmark_filename",
+            "alias_of_item_id", "encoding"]
+    out = {}
+    for name, extra in FILTERS.items():
+        cfg = recbole_config(data_path, data_path / "saved")
+        config = Config(model="SASRec", dataset="tiny", config_dict={**cfg, **extra})
+        dataset = create_dataset(config)
+        out[name] = {"config": {k: config.final_config_dict.get(k) for k in keys},
+                     "tokens": [str(t) for t in dataset.field2id_token[dataset.iid_field]]}
+    return out
 
 
 def test_scores(model, dataset, test_data) -> dict[str, np.ndarray]:

@@ -46,6 +46,26 @@ def test_item_numbering_is_recboles(expected: dict[str, np.ndarray]) -> None:
     assert tokens[1:] != sorted(tokens[1:], key=int)
 
 
+@pytest.mark.parametrize("name", ["kcore", "intervals", "dedup_last"])
+def test_item_numbering_under_recbole_filters(name: str) -> None:
+    """numbering.json: RecBole's own item tables of tiny.inter under filtering settings (made by the script)."""
+    case = json.loads((FIXTURE / "numbering.json").read_text())[name]
+    tokens = recbole_item_tokens(INTER, case["config"])
+    assert tokens == case["tokens"] and len(tokens) < 41
+
+
+def test_numbering_that_depends_on_tie_order_is_refused(tmp_path: Path) -> None:
+    inter = tmp_path / "ties.inter"
+    inter.write_text("user_id:token\titem_id:token\ttimestamp:float\n"
+                     "u1\t5\t10\nu1\t6\t10\nu2\t5\t11\nu2\t7\t12\n")
+    config = {"rm_dup_inter": "first", "USER_ID_FIELD": "user_id", "ITEM_ID_FIELD": "item_id"}
+    with pytest.raises(ResdomError, match="2 items are first seen at a tied timestamp"):
+        recbole_item_tokens(inter, config)
+    assert recbole_item_tokens(inter, {**config, "rm_dup_inter": None}) == ["[PAD]", "5", "6", "7"]
+    with pytest.raises(ResdomError, match="val_interval"):
+        recbole_item_tokens(inter, {**config, "val_interval": {"timestamp": "[0,11]"}})
+
+
 def _resdom_inputs(expected: dict[str, np.ndarray], labels: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
     """RecBole's test inputs in resdom ids (left-padded), and RecBole's score column of each resdom item id."""
     rid = {str(lab): i for i, lab in enumerate(labels) if i}

@@ -96,9 +96,10 @@ def recbole_item_tokens(inter_path: str | Path, config: dict[str, Any]) -> list[
     """RecBole's item table for ``inter_path`` under ``config``: entry k is the token of item id k (0 = [PAD]).
 
     Reproduces RecBole 1.x ``Dataset``: load the ``.inter`` columns as strings, drop rows with a missing user or
-    item, ``rm_dup_inter`` (after a sort by time), ``user_inter_num_interval`` / ``item_inter_num_interval``
-    (iterated), then ``pandas.factorize`` of the item column in row order. Settings that change the numbering
-    in other ways (``val_interval``, item features, aliases, benchmark files) are refused by name.
+    item, ``rm_dup_inter`` (after a sort by time; refused where tied timestamps make RecBole's order depend on its
+    unstable sort), ``user_inter_num_interval`` / ``item_inter_num_interval`` (iterated), then
+    ``pandas.factorize`` of the item column in row order. Settings that change the numbering in other ways
+    (``val_interval``, item features, aliases, benchmark files) are refused by name.
     """
     inter_path = Path(inter_path)
     _refuse_unsupported(config, inter_path)
@@ -112,12 +113,27 @@ def recbole_item_tokens(inter_path: str | Path, config: dict[str, Any]) -> list[
         if keep not in ("first", "last"):
             raise ResdomError(f"{inter_path}: rm_dup_inter {keep!r} is not 'first' or 'last'")
         if time in df:
-            df = df.sort_values(by=[time], ascending=True)
+            df = df.sort_values(by=[time], ascending=True, kind="stable")
         df = df.drop_duplicates(subset=[uid, iid], keep=keep)
     df = _filter_by_inter_num(df, uid, iid, config.get("user_inter_num_interval"),
                               config.get("item_inter_num_interval"))
+    if keep is not None and time in df:
+        _check_no_tied_first_times(df, iid, time, inter_path)
     _, uniques = pd.factorize(df[iid].to_numpy())
     return ["[PAD]"] + [str(t) for t in uniques]
+
+
+def _check_no_tied_first_times(df: pd.DataFrame, iid: str, time: str, path: Path) -> None:
+    """With ``rm_dup_inter`` RecBole numbers items after an *unstable* sort by time: items first seen at the same
+    timestamp get an order that depends on numpy's sort implementation, which cannot be rebuilt. Refuse then."""
+    first = df.groupby(iid, sort=False)[time].min()
+    tied = int(first.duplicated(keep=False).sum())
+    if tied:
+        raise ResdomError(
+            f"{path}: RecBole's rm_dup_inter sorts interactions by {time!r} with an unstable sort, and {tied} items "
+            "are first seen at a tied timestamp: their RecBole ids depend on numpy's sort and cannot be rebuilt "
+            "(retrain without rm_dup_inter, or deduplicate the .inter file beforehand)"
+        )
 
 
 def _refuse_unsupported(config: dict[str, Any], path: Path) -> None:

@@ -7,7 +7,7 @@ module never lets the file name a real callable except a short list of data cons
   cut the tensor out of the storage bytes we read ourselves from the zip archive (``persistent_load``);
 - ``torch.*Storage`` names only select a dtype; ``torch.device`` becomes its string, ``torch.Size`` a tuple;
 - ``collections.OrderedDict``, ``builtins`` containers (set, frozenset, slice, complex, bytearray), numpy
-  arrays, scalars and dtypes (data only);
+  arrays, scalars and non-object dtypes (data only), ``_codecs.encode`` for latin-1 bytes only (protocol 2);
 - globals under the caller's ``stand_in_prefixes`` (e.g. ``"recbole."``: RecBole's ``Config``, its enums, its
   model class) become ``Inert`` classes whose instances only collect their constructor arguments and state.
 
