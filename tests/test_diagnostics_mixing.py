@@ -153,14 +153,14 @@ def test_fast_path_equals_slow_reference(variant, definition):
                 assert fast[st][items == 0].abs().max() == 0
 
 
-def test_sum_of_norms_chunking_does_not_change_result():
+def test_attention_terms_in_chunks_equal_the_whole():
     model = make_model(heads=2)
     items = batch_items(model, make_evalset(n=7, seed=2))
     rec = records(model, items)[1]
-    whole = sum_of_norms(rec, items)
-    chunked = sum_of_norms(rec, items, budget=1)  # one query position at a time
-    for st in whole:
-        assert torch.allclose(whole[st], chunked[st], atol=1e-12)
+    for st in stages_of(rec):
+        whole = attention_terms(rec, st)
+        parts = torch.cat([attention_terms(rec, st, slice(q, q + 3)) for q in range(0, items.shape[1], 3)], 1)
+        assert torch.allclose(whole, parts, atol=1e-12)
 
 
 def test_one_position_sequences_give_zero():
@@ -203,11 +203,12 @@ def test_single_head_per_head_ratio_equals_attn_stage():
             assert torch.allclose(head_ratios(rec, items, definition)[:, 0], fn(rec, items)["Attn"], atol=1e-12)
 
 
-def test_per_head_matches_slow_reference():
+@pytest.mark.parametrize("definition", ["norm_of_sums", "sum_of_norms"])
+def test_per_head_matches_slow_reference(definition):
     model = make_model(heads=2)
     items = batch_items(model, make_evalset(n=5, seed=3))
     rec = records(model, items)[0]
-    hr = head_ratios(rec, items, "norm_of_sums")
+    hr = head_ratios(rec, items, definition)
     for b in range(items.shape[0]):
         for i in range(items.shape[1]):
             keys = [j for j in range(i) if items[b, j] > 0]
@@ -215,9 +216,10 @@ def test_per_head_matches_slow_reference():
                 assert hr[:, :, i][b].abs().max() == 0
                 continue
             for h in range(2):
-                others = sum(rec.attn_weights[b, h, i, j] * rec.head_values[b, h, j] for j in keys)
-                own = rec.attn_weights[b, h, i, i] * rec.head_values[b, h, i]
-                want = others.norm() / (others.norm() + own.norm())
+                terms = [rec.attn_weights[b, h, i, j] * rec.head_values[b, h, j] for j in keys]
+                own = (rec.attn_weights[b, h, i, i] * rec.head_values[b, h, i]).norm()
+                no = sum(terms).norm() if definition == "norm_of_sums" else sum(t.norm() for t in terms)
+                want = no / (no + own)
                 assert abs(hr[b, h, i].item() - want.item()) < 1e-10
 
 

@@ -13,9 +13,10 @@ frequency branch). The factor s cancels in every ratio.
 Mixing ratio at position i: ``||sum_{j!=i} g_ij|| / (||sum_{j!=i} g_ij|| + ||g_ii||)`` (``norm_of_sums``, the
 default) or ``sum_{j!=i} ||g_ij|| / sum_j ||g_ij||`` (``sum_of_norms``). ``norm_of_sums`` needs no (B, L, L, d)
 tensor: ``sum_j g_ij(Attn) = s * (attn_out_i - b_O)``, ``g_ii`` comes from the diagonal of the attention
-weights and the head values, and the +LN stage is linear in g. ``sum_of_norms`` materialises g for a chunk
-of query positions at a time (bounded memory). A ratio with a zero denominator is 0; the first real
-position (it attends only to itself under the causal mask) has r = 0 exactly; padding is excluded.
+weights and the head values, and the +LN stage is linear in g. ``sum_of_norms`` needs none either: off the
+diagonal ||g_ij||^2 is a quadratic form in the attention weights with the Gram matrix of key j's head values
+(B L^2 H^2 work). A ratio with a zero denominator is 0; the first real position (it attends only to itself
+under the causal mask) has r = 0 exactly; padding is excluded.
 
 Aggregation: "all" = mean over every real position of every evaluated user (position-weighted, the first
 position's r = 0 included); "last" = mean at the last real position (column L-1); pooled = mean over layers
@@ -38,7 +39,6 @@ from resdom.models.interface import Diagnosable, recording
 
 Definition = Literal["norm_of_sums", "sum_of_norms"]
 DEFINITIONS: tuple[str, ...] = ("norm_of_sums", "sum_of_norms")
-CHUNK_BUDGET = 8_000_000  # floats per materialised (B, c, L, d) chunk of g_ij (sum_of_norms)
 
 
 def stages_of(rec: BlockRecord) -> tuple[str, ...]:
@@ -53,7 +53,11 @@ def stages_of(rec: BlockRecord) -> tuple[str, ...]:
 def self_terms(rec: BlockRecord) -> torch.Tensor:
     """g_ii(Attn) = s * sum_h a^h_ii f^h(x_i): (B, L, d) from the diagonal of the weights and the head values."""
     diag = torch.diagonal(rec.attn_weights, dim1=-2, dim2=-1)  # (B, H, L)
-    return rec.branch_scale * torch.einsum("bhi,bhid->bid", diag, rec.head_values)
+    hv = rec.head_values
+    own = diag[:, 0, :, None] * hv[:, 0]  # a loop over heads reads each head's values once (faster than einsum)
+    for h in range(1, hv.shape[1]):
+        own.addcmul_(diag[:, h, :, None], hv[:, h])
+    return own if rec.branch_scale == 1.0 else own.mul_(rec.branch_scale)
 
 
 def ln_inverse_scale(rec: BlockRecord) -> torch.Tensor:
@@ -81,7 +85,7 @@ def bias_terms(rec: BlockRecord, stage: str) -> torch.Tensor:
 def attention_terms(rec: BlockRecord, stage: str, queries: slice | None = None) -> torch.Tensor:
     """g_ij at ``stage`` for query positions ``queries`` (default all): (B, c, L, d), rows i, columns j.
 
-    Materialises c * L vectors per user: call it on chunks of queries (``sum_of_norms``) or in tests.
+    Materialises c * L vectors per user (for tests and inspection; the ratios never need it).
     """
     queries = slice(0, rec.z.shape[1]) if queries is None else queries
     q0 = queries.start or 0
@@ -117,58 +121,89 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 
 
 def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tensor]:
-    """{stage: r (B, L)} by norm of sums; items (B, L) left-padded; padding rows hold 0, first real r = 0."""
+    """{stage: r (B, L)} by norm of sums; items (B, L) left-padded; padding rows hold 0, first real r = 0.
+
+    As ``others_and_self`` but leaving out the +LN stage's 1/sqrt(Var(z_i)+eps): a positive factor common to
+    both terms of position i, it cancels in r_i (and costs a variance per position).
+    """
+    s = rec.branch_scale
+    own = self_terms(rec)
+    others = torch.sub(rec.attn_out, rec.out_bias)
+    if s != 1.0:
+        others.mul_(s)
+    others.sub_(own)
+    own_res = torch.add(own, rec.x, alpha=s * rec.alpha)
+    no = torch.linalg.vector_norm(others, dim=-1)
+    norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
+             "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
+    if not rec.norm_first:
+        norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
+    drop = first_real(items) | (items == 0)
+    return {st: torch.where(drop, 0.0, _ratio(a, a + b)) for st, (a, b) in norms.items()}
+
+
+def _centred_norm(v: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """||gamma * (v - mean_d v)|| over the last dimension: (..., d) -> (...)."""
+    return torch.linalg.vector_norm((v - v.mean(-1, keepdim=True)).mul_(gamma), dim=-1)
+
+
+def _allowed_keys(items: torch.Tensor) -> torch.Tensor:
+    """bool (B, L, L): key j is real and j <= i (what query i may attend to under the masks)."""
+    L = items.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
+    return (items > 0)[:, None, :] & causal[None]
+
+
+def _term_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """||sum_h a^h_ij v^h_j|| for every (i, j): weights (B, H, L, L), values (B, H, L, d) -> (B, L, L).
+
+    Via the per-key Gram matrices G_j[h, k] = <v^h_j, v^k_j>: ||.||^2 = sum_{h,k} a^h_ij a^k_ij G_j[h, k], so
+    the cost is B L^2 H^2 and no (B, L, L, d) tensor is built.
+    """
+    gram = torch.einsum("bhjd,bkjd->bjhk", values, values)  # (B, L, H, H)
+    q = torch.einsum("bhij,bjhk->bkij", weights, gram)  # (B, H, L, L)
+    return (q * weights).sum(1).clamp_min(0.0).sqrt()
+
+
+def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{stage: r (B, L)} by sum of norms, ``sum_{j!=i} ||g_ij|| / sum_j ||g_ij||``.
+
+    Off the diagonal g_ij(+Res) = g_ij(Attn), and g_ij(+LN) is the same linear map of every head value
+    (gamma * centred * 1/sqrt(Var(z_i)+eps)), so all off-diagonal norms come from Gram matrices of the (mapped)
+    head values (``_term_norms``); the diagonal terms g_ii are built directly, (B, L, d) each.
+    """
+    s = abs(rec.branch_scale)
+    allowed = _allowed_keys(items)
+    off = allowed & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
+    own_attn = self_terms(rec)
+    own_res = own_attn + rec.branch_scale * rec.alpha * rec.x
+    others = {"Attn": s * _term_norms(rec.attn_weights, rec.head_values)}
+    others["+Res"] = others["Attn"]
+    own = {"Attn": own_attn.norm(dim=-1), "+Res": own_res.norm(dim=-1)}
+    if not rec.norm_first:  # 1/sqrt(Var(z_i)+eps) is common to every term of query i: it cancels in r_i
+        mapped = ln_linear(rec, rec.head_values, 1.0)  # gamma * centred f^h_j, (B, H, L, d)
+        others["+LN"] = s * _term_norms(rec.attn_weights, mapped)
+        own["+LN"] = ln_linear(rec, own_res, 1.0).norm(dim=-1)
     first = first_real(items)
     out = {}
-    for stage, (others, own) in others_and_self(rec).items():
-        no, ns = others.norm(dim=-1), own.norm(dim=-1)
-        out[stage] = torch.where(first | (items == 0), 0.0, _ratio(no, no + ns))
+    for st in stages_of(rec):
+        total_others = (others[st] * off).sum(-1)
+        out[st] = torch.where(first | (items == 0), 0.0, _ratio(total_others, total_others + own[st]))
     return out
-
-
-def sum_of_norms(rec: BlockRecord, items: torch.Tensor, budget: int = CHUNK_BUDGET) -> dict[str, torch.Tensor]:
-    """{stage: r (B, L)} by sum of norms, materialising g_ij for chunks of queries of <= ``budget`` floats."""
-    B, L, d = rec.z.shape
-    chunk = max(1, min(L, budget // max(1, B * L * d)))
-    key_ok = (items > 0)[:, None, :]  # (B, 1, L)
-    causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
-    first = first_real(items)
-    stages = stages_of(rec)
-    out = {st: torch.zeros(B, L, dtype=rec.z.dtype, device=rec.z.device) for st in stages}
-    for q0 in range(0, L, chunk):
-        q = slice(q0, min(L, q0 + chunk))
-        c = q.stop - q0
-        allowed = key_ok & causal[None, q, :]  # (B, c, L): keys a query may attend to
-        rows = torch.arange(c, device=items.device)
-        for st in stages:
-            norms = attention_terms(rec, st, q).norm(dim=-1) * allowed  # (B, c, L)
-            own = norms[:, rows, q0 + rows]
-            total = norms.sum(-1)
-            out[st][:, q] = _ratio(total - own, total)
-    return {st: torch.where(first | (items == 0), 0.0, r) for st, r in out.items()}
 
 
 def head_ratios(rec: BlockRecord, items: torch.Tensor, definition: str) -> torch.Tensor:
     """(B, H, L): Attn-stage mixing ratio of each head's own terms a^h_ij f^h(x_j)."""
     w, hv = rec.attn_weights, rec.head_values
     diag = torch.diagonal(w, dim1=-2, dim2=-1)  # (B, H, L)
-    own = diag[..., None] * hv  # (B, H, L, d)
+    own_norm = diag * hv.norm(dim=-1)  # ||a^h_ii f^h(x_i)||
     if definition == "norm_of_sums":
-        others = torch.einsum("bhij,bhjd->bhid", w, hv) - own
-        no, ns = others.norm(dim=-1), own.norm(dim=-1)
-        r = _ratio(no, no + ns)
-    else:
-        B, H, L, d = hv.shape
-        chunk = max(1, min(L, CHUNK_BUDGET // max(1, B * H * L * d)))
-        causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
-        r = torch.zeros(B, H, L, dtype=hv.dtype, device=hv.device)
-        for q0 in range(0, L, chunk):
-            q = slice(q0, min(L, q0 + chunk))
-            norms = torch.einsum("bhij,bhjd->bhijd", w[:, :, q, :], hv).norm(dim=-1)
-            norms = norms * ((items > 0)[:, None, None, :] & causal[None, None, q, :])
-            rows = torch.arange(q.stop - q0, device=items.device)
-            total = norms.sum(-1)
-            r[:, :, q] = _ratio(total - norms[:, :, rows, q0 + rows], total)
+        others = torch.einsum("bhij,bhjd->bhid", w, hv) - diag[..., None] * hv
+        no = others.norm(dim=-1)
+    else:  # ||a^h_ij f^h(x_j)|| = a^h_ij ||f^h(x_j)||
+        off = _allowed_keys(items) & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
+        no = torch.einsum("bhij,bhj->bhi", w * off[:, None], hv.norm(dim=-1))
+    r = _ratio(no, no + own_norm)
     mask = (first_real(items) | (items == 0))[:, None, :]
     return torch.where(mask, 0.0, r)
 
