@@ -26,7 +26,7 @@ position's r = 0 included); "last" = mean at the last real position (column L-1)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -285,7 +285,6 @@ class MixingResult:
     per_head: list[dict[str, Any]] | None = None
     frequency_branch: dict[str, Any] | None = None
     split: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -296,7 +295,6 @@ class MixingResult:
             d["per_head"] = self.per_head
         if self.frequency_branch is not None:
             d["frequency_branch"] = self.frequency_branch
-        d.update(self.extra)
         return jsonable(d)
 
 
