@@ -7,6 +7,7 @@ import pytest
 
 from resdom.data.sequences import Sequences
 from resdom.training.batches import (
+    bucket_by_length,
     build_samples,
     epoch_order,
     make_batch,
@@ -130,3 +131,18 @@ def test_epoch_order_shards(n: int, world: int) -> None:
     assert set(union.tolist()) == set(range(n))
     assert len(union) == -(-n // world) * world
     assert (epoch_order(n, np.random.default_rng(5)) != epoch_order(n, np.random.default_rng(6))).any()
+
+
+def test_bucket_by_length_is_a_permutation_with_homogeneous_batches() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 50, size=1000)
+    order = rng.permutation(1000)
+    bucketed = bucket_by_length(order, lengths, 10, 100, np.random.default_rng(1))
+    assert sorted(bucketed.tolist()) == list(range(1000))
+    spread = lambda o: np.mean([np.ptp(lengths[o[i : i + 10]]) for i in range(0, 1000, 10)])  # noqa: E731
+    assert spread(bucketed) < spread(order) / 5  # a window of 1000 samples: batches of near-equal lengths
+    same = bucket_by_length(order, lengths, 10, 100, np.random.default_rng(1))
+    assert (same == bucketed).all()
+    # batch order is shuffled: not sorted by length overall
+    firsts = [lengths[bucketed[i]] for i in range(0, 1000, 10)]
+    assert firsts != sorted(firsts)

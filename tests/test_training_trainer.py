@@ -203,7 +203,9 @@ def test_duorec_supervised_views_train(tmp_path: Path) -> None:
     assert result["epochs_run"] == 1 and result["model"] == "duorec"
 
 
-@pytest.mark.parametrize("train", [{"objective": "ce_sampled", "n_negatives": 8}, {"item_chunk": 7}])
+@pytest.mark.parametrize(
+    "train", [{"objective": "ce_sampled", "n_negatives": 8}, {"item_chunk": 7}, {"length_buckets": 2}]
+)
 def test_large_catalog_objectives_train(tmp_path: Path, train: dict) -> None:
     split, m, t = configs(epochs=1, **train)
     result = fit(split, m, t, tmp_path, progress=False)

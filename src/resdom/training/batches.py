@@ -183,6 +183,26 @@ def epoch_order(n_samples: int, rng: np.random.Generator, rank: int = 0, world: 
     return perm
 
 
+def bucket_by_length(
+    order: np.ndarray, lengths: np.ndarray, batch_size: int, window: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Length bucketing: within each window of ``window`` batches of ``order``, sort samples by input length,
+    cut into batches, then shuffle all batches. int64 (len(order),), a permutation of ``order``.
+
+    Batches are trimmed to their longest input, so similar lengths together cost less padding; the window
+    keeps the order random at the scale of the epoch. ``lengths``: int64 (S,) input length of every sample.
+    """
+    span = batch_size * window
+    parts = []
+    for s in range(0, len(order), span):
+        chunk = order[s : s + span]
+        parts.append(chunk[np.argsort(lengths[chunk], kind="stable")])
+    ordered = np.concatenate(parts) if parts else order
+    starts = np.arange(0, len(ordered), batch_size)
+    batches = [ordered[a : a + batch_size] for a in starts]
+    return np.concatenate([batches[i] for i in rng.permutation(len(batches))]) if batches else ordered
+
+
 def iter_batches(
     samples: SampleSet,
     order: np.ndarray,

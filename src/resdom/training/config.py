@@ -46,6 +46,9 @@ class TrainConfig(BaseModel):
     negative_sampling: Literal["popularity", "uniform"] = Field(
         "popularity", description="ce_sampled: proposal distribution Q (log-Q corrected)"
     )
+    length_buckets: int = Field(
+        0, ge=0, description="length bucketing: sort by length within windows of this many batches (0 = off)"
+    )
     item_chunk: int | None = Field(
         None, ge=1, description="full-softmax CE over items in chunks of this size (bounded memory); None = one go"
     )

@@ -36,16 +36,6 @@ class DistContext:
         if self.distributed:
             dist.barrier()
 
-    def broadcast_flag(self, value: bool) -> bool:
-        """Rank 0's ``value`` on every rank."""
-        if not self.distributed:
-            return value
-        t = torch.tensor([int(value)], dtype=torch.int64)
-        if dist.get_backend() == "nccl":
-            t = t.to(self.device)
-        dist.broadcast(t, src=0)
-        return bool(t.item())
-
     def all_reduce_sum(self, value: float) -> float:
         """Sum of ``value`` over ranks."""
         if not self.distributed:

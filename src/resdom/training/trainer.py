@@ -36,7 +36,14 @@ from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
 from resdom.runs import data_fingerprint, load_checkpoint, save_checkpoint, versions
 from resdom.training import distributed
-from resdom.training.batches import SampleSet, build_samples, epoch_order, iter_batches, same_target_partners
+from resdom.training.batches import (
+    SampleSet,
+    bucket_by_length,
+    build_samples,
+    epoch_order,
+    iter_batches,
+    same_target_partners,
+)
 from resdom.training.config import DEFAULT_OBJECTIVE, RESUMABLE_FIELDS, TrainConfig, check_pairing
 from resdom.training.objectives import LossContext, Objective, get_objective, popularity_log_q
 
@@ -353,9 +360,11 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     order_rng = np.random.default_rng(epoch_seed(seed, epoch, 0))  # same on every rank
     partners = same_target_partners(samples.last_targets, order_rng) if _needs_partners(model_cfg) else None
     order = epoch_order(len(samples), order_rng, rank, world)
+    per_rank = max(1, train_cfg.batch_size // world)
+    if train_cfg.length_buckets:
+        order = bucket_by_length(order, samples.end - samples.start, per_rank, train_cfg.length_buckets, order_rng)
     neg_rng = np.random.default_rng(epoch_seed(seed, epoch, 1, rank))
     torch.manual_seed(epoch_seed(seed, epoch, 2, rank))  # dropout, ce_sampled negatives
-    per_rank = max(1, train_cfg.batch_size // world)
     batches = iter_batches(samples, order, per_rank, n_items=n_items, rng=neg_rng,
                            negatives=objective.needs_negatives, partners=partners)
     step.train()
