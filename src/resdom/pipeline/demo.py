@@ -5,7 +5,8 @@ Layout of the output directory::
     OUT/run/          the SASRec run directory (resdom.runs), with diagnostics/
     OUT/report.html   the report (also report.md, figures/, tables/)
 
-Running it again resumes / reuses the run: a finished training is not repeated.
+Running it again resumes / reuses the run (on the split saved in ``OUT/run/data``): a finished training is not
+repeated; the diagnostics and the report are redone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resdom.data.sequences import SplitData
 from resdom.pipeline.common import train_and_diagnose
 
 
@@ -63,7 +65,8 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     echo(f"[1/3] data: {s.source} ({s.protocol} split)")
-    split = prepare_split(s.source, protocol=s.protocol)
+    saved = run_dir / "data" / "arrays.npz"
+    split = SplitData.load(saved.parent) if saved.is_file() else prepare_split(s.source, protocol=s.protocol)
     stats = split.manifest.get("dataset") or dataset_stats(split.train)
     timings["data_s"] = time.perf_counter() - t0
     echo(f"      {stats['users']:,} users, {stats['items']:,} items, {stats['interactions']:,} interactions; "

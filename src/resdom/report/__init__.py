@@ -43,8 +43,6 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
     ``extra_stats``: data set statistics by data set name, for runs whose config.json lacks ``data.stats``.
     """
-    from matplotlib.figure import Figure  # noqa: F401  (figures use the object API; no pyplot, no display)
-
     from resdom.report.html import render_html, render_markdown
 
     out_dir = Path(out_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,27 +48,29 @@ class ReportFigure:
     title: str
     caption: str
     figure: Figure
+    _png: bytes | None = field(default=None, repr=False)
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``<key>.png`` (150 dpi) and ``<key>.pdf`` into ``out_dir``; returns ``{"png": p, "pdf": p}``."""
         from resdom.io import atomic_write_bytes
 
         out_dir = Path(out_dir)
-        paths = {}
-        for ext, kw in (("png", {"dpi": 150}), ("pdf", {})):
-            import io
-
-            buf = io.BytesIO()
-            self.figure.savefig(buf, format=ext, **kw)
-            paths[ext] = out_dir / f"{self.key}.{ext}"
-            atomic_write_bytes(paths[ext], buf.getvalue())
+        paths = {"png": out_dir / f"{self.key}.png", "pdf": out_dir / f"{self.key}.pdf"}
+        atomic_write_bytes(paths["png"], self.png_bytes())
+        atomic_write_bytes(paths["pdf"], self._render("pdf"))
         return paths
 
     def png_bytes(self) -> bytes:
+        """The PNG (150 dpi), rendered once and reused by the HTML page."""
+        if self._png is None:
+            self._png = self._render("png", dpi=150)
+        return self._png
+
+    def _render(self, fmt: str, **kw: Any) -> bytes:
         import io
 
         buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=110)
+        self.figure.savefig(buf, format=fmt, **kw)
         return buf.getvalue()
 
 

@@ -63,20 +63,31 @@ def _fmt(x: float | None, pct: bool = False) -> str:
 
 
 def _sentences(f: dict[str, float | None]) -> list[str]:
+    """The three findings, worded by what the numbers show (they need not agree with the paper)."""
     out = []
-    if f["mix_all_Attn"] is not None:
+    attn, res = f["mix_all_Attn"], f["mix_all_+Res"]
+    if attn is not None and res is not None:
         ln = f" and {_fmt(f['mix_all_+LN'])} at +LN" if f["mix_all_+LN"] is not None else ""
-        out.append(f"1. Mixing ratio drops from {_fmt(f['mix_all_Attn'])} at Attn to {_fmt(f['mix_all_+Res'])} at "
-                   f"+Res{ln}: the residual swamps the context attention gathered.")
-    if f["HRLI@1"] is not None:
-        out.append(f"2. HRLI@1 = {_fmt(f['HRLI@1'])} vs HRL2I@1 = {_fmt(f['HRL2I@1'])}: the top-1 item is the last "
-                   "input item far more often than the second to last.")
+        verb = "drops" if res < attn else "rises"
+        meaning = ("the residual swamps the context attention gathered" if res < 0.5 * attn
+                   else "the residual dilutes the context only mildly" if res < attn
+                   else "the residual does not dominate here")
+        out.append(f"1. Mixing ratio {verb} from {_fmt(attn)} at Attn to {_fmt(res)} at +Res{ln}: {meaning}.")
+    hrli, hrl2i = f["HRLI@1"], f["HRL2I@1"]
+    if hrli is not None and hrl2i is not None:
+        if hrli >= 0.1 and hrli > 2 * hrl2i:
+            meaning = "the top-1 item is the last input item far more often than the second to last"
+        elif hrli < 0.1 and hrl2i < 0.1:
+            meaning = "neither recent input item is often ranked first (the model predicts successors, not echoes)"
+        else:
+            meaning = "the last input item is not singled out"
+        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}: {meaning}.")
     if f["rec_share"] is not None:
         band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" for a in RECOVERY_ALPHAS)
         star = ""
         if f["alpha_star"] is not None:
             star = (f"; α* = {f['alpha_star']:.1f} (chosen on validation) recovers {_fmt(f['rec_star'], pct=True)}"
                     f" with test HR@10 {_fmt(f['HR@10_at_star'])} vs {_fmt(f['HR@10'])} at α=1")
-        out.append(f"3. Recoverable misses = {_fmt(f['rec_share'], pct=True)} of test users; lowering α recovers "
-                   f"{band}{star}.")
+        out.append(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
+                   f"{_fmt(f['rec_share'], pct=True)} of test users; lowering α recovers {band}{star}.")
     return out
