@@ -30,7 +30,7 @@ class DemoSettings:
 
     source: str = "synthetic"
     protocol: str = "gts"
-    epochs: int = 30
+    epochs: int = 15
     patience: int = 5
     batch_size: int = 128
     lr: float = 2e-3
