@@ -5,9 +5,10 @@ from resdom.diagnostics.alpha import ALPHAS, AlphaResult, alpha_sweep
 from resdom.diagnostics.hrli import HRLIResult, last_item_hit_rates
 from resdom.diagnostics.mixing import MixingResult, mixing_ratios
 from resdom.diagnostics.recovery import RecoveryResult, miss_recovery
+from resdom.diagnostics.runner import run_all
 from resdom.diagnostics.shuffle import MODES, ShuffleResult, position_shuffle
 
 __all__ = [
     "ALPHAS", "MODES", "AlphaResult", "HRLIResult", "MixingResult", "RecoveryResult", "ShuffleResult",
-    "alpha_sweep", "last_item_hit_rates", "miss_recovery", "mixing_ratios", "position_shuffle",
+    "alpha_sweep", "last_item_hit_rates", "miss_recovery", "mixing_ratios", "position_shuffle", "run_all",
 ]
