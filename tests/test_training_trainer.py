@@ -18,7 +18,7 @@ from resdom.training.trainer import EarlyStopping, RunFiles, fit, flatten_optimi
 SMALL = {"hidden": 16, "layers": 1, "heads": 2, "max_len": 8}
 
 
-def configs(model: str = "sasrec", n_users: int = 120, **train):
+def configs(model: str = "sasrec", n_users: int = 60, **train):
     split = toy_split(n_users=n_users)
     values = {"epochs": 3, "batch_size": 32, "device": "cpu", **train}
     model_cfg, train_cfg = resolve_configs(model, SMALL, values, n_items=split.n_items)
@@ -63,7 +63,7 @@ def test_run_directory_contents(tmp_path: Path) -> None:
 
 
 def test_training_learns(tmp_path: Path) -> None:
-    split, m, t = configs(epochs=12, lr=5e-3)
+    split, m, t = configs(n_users=120, epochs=12, lr=5e-3)
     result = fit(split, m, t, tmp_path, progress=False)
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["loss"] < lines[0]["loss"] - 0.5
@@ -86,7 +86,7 @@ def test_same_seed_same_metrics_other_seed_differs(tmp_path: Path) -> None:
     "model,train", [("sasrec", {}), ("bsarec", {}), ("duorec", {}), ("sasrec", {"objective": "bce"})]
 )
 def test_interrupted_run_resumes_to_identical_result(tmp_path: Path, model: str, train: dict) -> None:
-    split, m, t = configs(model, n_users=60, batch_size=64, **train)
+    split, m, t = configs(model, n_users=30 if model == "bsarec" else 60, batch_size=64, **train)
     full = fit(split, m, t, tmp_path / "full", progress=False)
     with pytest.raises(Interrupt):
         fit(split, m, t, tmp_path / "cut", callbacks=[stop_after(1)], progress=False)
@@ -187,16 +187,16 @@ def test_optimizer_state_roundtrip() -> None:
 
 
 def test_state_keeps_only_last_epoch_files(tmp_path: Path) -> None:
-    split, m, t = configs(epochs=3)
+    split, m, t = configs(n_users=30, epochs=2)
     fit(split, m, t, tmp_path, progress=False)
     files = RunFiles(tmp_path)
     names = sorted(p.name for p in files.state_dir.iterdir())
-    assert names == ["model-0003.safetensors", "optimizer-0003.safetensors", "trainer.json"]
+    assert names == ["model-0002.safetensors", "optimizer-0002.safetensors", "trainer.json"]
 
 
 def test_duorec_supervised_views_train(tmp_path: Path) -> None:
-    split = toy_split(n_users=40)
-    m, t = resolve_configs("duorec", {**SMALL, "duorec_views": "both"}, {"epochs": 1, "batch_size": 32,
+    split = toy_split(n_users=20)
+    m, t = resolve_configs("duorec", {**SMALL, "duorec_views": "both"}, {"epochs": 1, "batch_size": 64,
                                                                         "device": "cpu", "objective": "ce_last"},
                            n_items=split.n_items)
     result = fit(split, m, t, tmp_path, progress=False)
