@@ -219,3 +219,31 @@ def test_chunked_ce_trains_like_full(tmp_path: Path) -> None:
     chunked = fit(split, m, t.model_copy(update={"item_chunk": 7}), tmp_path / "b", progress=False)
     for k, v in full["test"]["metrics"].items():
         assert chunked["test"]["metrics"][k] == pytest.approx(v, abs=1e-6)
+
+
+def test_ctrl_c_mid_epoch_then_resume(tmp_path: Path, monkeypatch) -> None:
+    """A KeyboardInterrupt inside epoch 2 (weights half-updated in memory) resumes from epoch 1's state."""
+    import resdom.training.trainer as trainer
+
+    split, m, t = configs(epochs=3, batch_size=16)
+    full = fit(split, m, t, tmp_path / "full", progress=False)
+    original = trainer.TrainStep.forward
+    calls = {"n": 0}
+
+    def flaky(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 6:  # 60 samples / 16 = 4 steps per epoch: the 2nd step of epoch 2
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(trainer.TrainStep, "forward", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        fit(split, m, t, tmp_path / "cut", progress=False)
+    monkeypatch.setattr(trainer.TrainStep, "forward", original)
+    assert json.loads((tmp_path / "cut" / "state" / "trainer.json").read_text())["epoch"] == 1
+    # a kill between the log line and the state: a record of a later epoch and a torn line
+    with (tmp_path / "cut" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"epoch": 2, "loss": 0.0}) + "\n" + '{"epoch": 3, "lo')
+    assert fit(split, m, t, tmp_path / "cut", progress=False) == full
+    epochs = [json.loads(x)["epoch"] for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3]

@@ -138,7 +138,12 @@ def train(
                                            n_items=split.n_items)
     data_info = {"source": source, "protocol": protocol, "quantile": quantile,
                  "data_dir": str(data_dir) if data_dir else None}
-    result = fit(split, model_cfg, train_cfg, out, data_info)
+    try:
+        result = fit(split, model_cfg, train_cfg, out, data_info)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
+                   err=True)
+        raise typer.Exit(130) from None
     if int(os.environ.get("RANK", "0")) == 0:
         typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
         for name in ("valid", "test"):
