@@ -247,3 +247,9 @@ def test_ctrl_c_mid_epoch_then_resume(tmp_path: Path, monkeypatch) -> None:
     assert fit(split, m, t, tmp_path / "cut", progress=False) == full
     epochs = [json.loads(x)["epoch"] for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2, 3]
+
+
+def test_diverging_loss_is_a_clear_error(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=2, lr=1e30)
+    with pytest.raises(ResdomError, match="diverged at epoch 1"):
+        fit(split, m, t, tmp_path, progress=False)

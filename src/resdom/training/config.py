@@ -42,6 +42,9 @@ class TrainConfig(BaseModel):
     seed: int = Field(17, ge=0)
     device: DeviceName = "auto"
     eval_batch_size: int = Field(256, ge=1)
+    threads: int | None = Field(
+        None, ge=1, description="CPU threads for torch (None: torch's default); 1 is fastest on a busy machine"
+    )
     n_negatives: int = Field(256, ge=1, description="ce_sampled: shared negatives per batch")
     negative_sampling: Literal["popularity", "uniform"] = Field(
         "popularity", description="ce_sampled: proposal distribution Q (log-Q corrected)"

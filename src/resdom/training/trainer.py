@@ -284,6 +284,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
          fingerprint: str, data_info: dict[str, Any], dist_ctx: distributed.DistContext,
          callbacks: Sequence[EpochCallback], progress: bool | None) -> dict[str, Any]:
     device = dist_ctx.device
+    if train_cfg.threads is not None:
+        torch.set_num_threads(train_cfg.threads)
     state = files.read_state()
     if state is not None:
         _check_resumable(files, state, model_cfg, train_cfg, fingerprint)
@@ -317,6 +319,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     for epoch in range(start_epoch, train_cfg.epochs + 1):
         loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
                                              objective, epoch, dist_ctx, show)
+        if not math.isfinite(loss):
+            raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
         valid = _evaluate(model, split, "valid", train_cfg, device)
         value = valid["metrics"][train_cfg.metric]
         improved = stopper.update(value, epoch)
