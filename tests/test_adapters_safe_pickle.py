@@ -90,10 +90,14 @@ def test_stand_in_prefix_does_not_cover_other_modules() -> None:
         loads_restricted(data, stand_in_prefixes=("recbole.",))
 
 
-def test_build_on_a_whitelisted_global_is_refused() -> None:
+def test_build_on_a_whitelisted_global_or_its_result_is_refused() -> None:
     # GLOBAL collections.OrderedDict, then BUILD {"x": 1} on the callable itself: must not touch our objects
     data = b"\x80\x02ccollections\nOrderedDict\n}X\x01\x00\x00\x00xK\x01sb."
-    with pytest.raises(ResdomError, match="set state"):
+    with pytest.raises(ResdomError, match="sets state on a _Global"):
+        loads_restricted(data)
+    # bytearray() then BUILD: only stand-ins, OrderedDicts and numpy objects take state
+    data = b"\x80\x02c__builtin__\nbytearray\n)R}X\x01\x00\x00\x00xK\x01sb."
+    with pytest.raises(ResdomError, match="sets state on a bytearray"):
         loads_restricted(data)
 
 

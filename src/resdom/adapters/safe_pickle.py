@@ -183,8 +183,15 @@ BASE_GLOBALS: dict[str, Callable[..., Any]] = {
 }
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """``pickle.Unpickler`` whose ``find_class`` allows only ``BASE_GLOBALS``, storage types and inert stand-ins.
+_BUILDABLE = (Inert, OrderedDict, np.ndarray, np.dtype)
+
+
+class RestrictedUnpickler(pickle._Unpickler):
+    """A pickle unpickler whose ``find_class`` allows only ``BASE_GLOBALS``, storage types and inert stand-ins.
+
+    It is Python's own pure-Python ``Unpickler`` (so that every opcode can be checked) with one more rule:
+    BUILD (pickle's "set this object's state") applies only to inert stand-ins, ``OrderedDict`` (a state
+    dict's ``_metadata``) and numpy arrays / dtypes, never to a tensor or a whitelisted callable.
 
     ``storages``: reads one storage record's bytes by key (``archive/data/<key>``); None refuses any
     persistent reference. ``stand_in_prefixes``: globals whose ``module.name`` starts with one of these
@@ -214,6 +221,16 @@ class RestrictedUnpickler(pickle.Unpickler):
             f"{self._source}: refused to load: it needs the global {qualname!r}, which is not a tensor, a plain "
             "container or a known inert class (resdom never runs code from a checkpoint)"
         )
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def load_build(self) -> None:
+        inst = self.stack[-2] if len(self.stack) >= 2 else None
+        if not isinstance(inst, _BUILDABLE):
+            raise ResdomError(f"{self._source}: refused: the pickle sets state on a {type(inst).__name__}")
+        pickle._Unpickler.load_build(self)
+
+    dispatch[pickle.BUILD[0]] = load_build
 
     def persistent_load(self, pid: Any) -> Any:
         if self._storages is None or not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
