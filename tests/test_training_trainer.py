@@ -253,3 +253,12 @@ def test_diverging_loss_is_a_clear_error(tmp_path: Path) -> None:
     split, m, t = configs(epochs=2, lr=1e30)
     with pytest.raises(ResdomError, match="diverged at epoch 1"):
         fit(split, m, t, tmp_path, progress=False)
+
+
+def test_progress_bar_shows_loss_and_metric(tmp_path: Path, capsys) -> None:
+    split, m, t = configs(n_users=20, epochs=1)
+    fit(split, m, t, tmp_path / "on", progress=True)
+    err = capsys.readouterr().err
+    assert "epochs" in err and "loss=" in err and "NDCG@10=" in err
+    fit(split, m, t, tmp_path / "off")  # default: only when stderr is a terminal (it is not under pytest)
+    assert capsys.readouterr().err == ""
