@@ -7,6 +7,7 @@ instead of a training config). ``resdom evaluate`` and ``resdom diagnose`` read 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,8 +115,12 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
               force: bool = False) -> Path:
     """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ResdomError(f"{out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()) and not force:
         raise ResdomError(f"{out}: exists and is not empty (choose another --out, or --force to overwrite)")
+    for stale in ("diagnostics", "state"):  # results of whatever model was there before
+        shutil.rmtree(out / stale, ignore_errors=True)
     fingerprint = data_fingerprint(data.split)
     data.split.save(out / "data")
     save_checkpoint(out / "model.safetensors", model, {
