@@ -101,10 +101,13 @@ def test_findings_wording_follows_the_numbers() -> None:
     from resdom.report.findings import _sentences
 
     base = {"mix_all_Attn": 0.8, "mix_all_+Res": 0.2, "mix_all_+LN": None, "HRLI@1": 0.85, "HRL2I@1": 0.03,
-            "rec_share": None, "alpha_star": None}
+            "HRLI@10": None, "HRL2I@10": None, "rec_share": None, "alpha_star": None}
     s = _sentences(base)
     assert s[0] == "1. Mixing ratio drops from 0.800 at Attn to 0.200 at +Res: the residual swamps the context " \
                    "attention gathered."
     assert "far more often than the second to last" in s[1] and len(s) == 2
     s = _sentences({**base, "mix_all_+Res": 0.9, "HRLI@1": 0.0, "HRL2I@1": 0.01})
     assert "rises" in s[0] and "does not dominate" in s[0] and "neither recent input item" in s[1]
+    s = _sentences({**base, "HRLI@1": 0.0, "HRL2I@1": 0.003, "HRLI@10": 0.995, "HRL2I@10": 0.01})
+    assert s[1] == ("2. HRLI@1 = 0.000 vs HRL2I@1 = 0.003 (HRLI@10 = 0.995 vs HRL2I@10 = 0.010): the last input "
+                    "item is rarely ranked first, but stays in the top-10 far more often than the second to last.")

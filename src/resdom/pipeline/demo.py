@@ -30,8 +30,8 @@ class DemoSettings:
 
     source: str = "synthetic"
     protocol: str = "gts"
-    epochs: int = 15
-    patience: int = 5
+    epochs: int = 10
+    patience: int = 3
     batch_size: int = 128
     lr: float = 2e-3
     seed: int = 17

@@ -184,12 +184,15 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
     summary_dir = spec.out / "summary"
     atomic_write_json(summary_dir / "grid.json", {"spec": {**asdict(spec), "out": str(spec.out)},
                                                   "outcomes": [asdict(o) for o in outcomes]})
-    usable = [Path(o.run_dir) for o in outcomes if (Path(o.run_dir) / "metrics.json").is_file()]
-    if not usable:
+    finished = [Path(o.run_dir) for o in outcomes if (Path(o.run_dir) / "metrics.json").is_file()]
+    # failed cells that got as far as writing their config are listed in the report's run table, with the error
+    usable = [Path(o.run_dir) for o in outcomes
+              if (Path(o.run_dir) / "metrics.json").is_file() or (Path(o.run_dir) / "config.json").is_file()]
+    if not finished:
         echo(f"no run finished; nothing to summarise (see {summary_dir / 'grid.json'})")
         return GridResult(outcomes, summary_dir, None, [])
     stats = {d: json.loads((spec.out / d / "dataset.json").read_text()) for d in spec.datasets
              if (spec.out / d / "dataset.json").is_file()}
     paths = build_report(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
                          f"({spec.protocol.upper()})", extra_stats=stats)
-    return GridResult(outcomes, summary_dir, paths.html, finding_lines(read_runs(usable)))
+    return GridResult(outcomes, summary_dir, paths.html, finding_lines(read_runs(finished)))

@@ -60,6 +60,11 @@ class ReportFigure:
         atomic_write_bytes(paths["pdf"], self._render("pdf"))
         return paths
 
+    @property
+    def display_width(self) -> int:
+        """Width in CSS pixels to show the PNG at (about 100 px per inch of figure), so fonts look alike."""
+        return int(round(self.figure.get_figwidth() * 100))
+
     def png_bytes(self) -> bytes:
         """The PNG (150 dpi), rendered once and reused by the HTML page."""
         if self._png is None:
@@ -226,14 +231,14 @@ def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
-    fig, axes = _new_figure(4, width_per=3.6)
+    fig, axes = _new_figure(2, width_per=4.4, height=3.1, nrows=2)
     panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
         ("mixing ratio at +Res", lambda row: _dig(row, "mixing_all", "+Res")),
         ("HRLI@1", lambda row: _dig(row, "HRLI@1")),
         ("HR@10", lambda row: _dig(row, "HR@10")),
         ("NDCG@10", lambda row: _dig(row, "NDCG@10")),
     ]
-    for ax, (label, value) in zip(axes[0], panels):
+    for ax, (label, value) in zip(axes.flat, panels):
         _line_panel(ax, groups, datasets, _alpha_rows, value, label)
         ax.set_title(label)
     _model_legend(fig, models, _dataset_handles(datasets))

@@ -21,7 +21,7 @@ def group_findings(runs: list[RunRecord]) -> dict[str, float | None]:
     """Mean over ``runs`` of the numbers behind the three findings."""
     vals = [run_values(r) for r in runs]
     keys = ["mix_all_Attn", "mix_all_+Res", "mix_all_+LN", "HRLI@1", "HRL2I@1", "rec_share", "alpha_star",
-            "HR@10", "HR@10_at_star"] + [f"rec_at_{a}" for a in RECOVERY_ALPHAS]
+            "HRLI@10", "HRL2I@10", "HR@10", "HR@10_at_star"] + [f"rec_at_{a}" for a in RECOVERY_ALPHAS]
     out = {k: _mean([v.get(k) for v in vals]) for k in keys}
     out["rec_star"] = _mean([_recovery_at_star(r) for r in runs])
     return out
@@ -73,15 +73,19 @@ def _sentences(f: dict[str, float | None]) -> list[str]:
                    else "the residual dilutes the context only mildly" if res < attn
                    else "the residual does not dominate here")
         out.append(f"1. Mixing ratio {verb} from {_fmt(attn)} at Attn to {_fmt(res)} at +Res{ln}: {meaning}.")
-    hrli, hrl2i = f["HRLI@1"], f["HRL2I@1"]
+    hrli, hrl2i, hrli10, hrl2i10 = f["HRLI@1"], f["HRL2I@1"], f["HRLI@10"], f["HRL2I@10"]
     if hrli is not None and hrl2i is not None:
+        at10 = f" (HRLI@10 = {_fmt(hrli10)} vs HRL2I@10 = {_fmt(hrl2i10)})" if hrli10 is not None else ""
         if hrli >= 0.1 and hrli > 2 * hrl2i:
             meaning = "the top-1 item is the last input item far more often than the second to last"
+        elif hrli10 is not None and hrli10 >= 0.1 and hrli10 > 2 * (hrl2i10 or 0.0):
+            meaning = "the last input item is rarely ranked first, but stays in the top-10 far more often than the " \
+                      "second to last"
         elif hrli < 0.1 and hrl2i < 0.1:
-            meaning = "neither recent input item is often ranked first (the model predicts successors, not echoes)"
+            meaning = "neither recent input item is often ranked high"
         else:
             meaning = "the last input item is not singled out"
-        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}: {meaning}.")
+        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}.")
     if f["rec_share"] is not None:
         band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" for a in RECOVERY_ALPHAS)
         star = ""

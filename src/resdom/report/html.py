@@ -98,7 +98,8 @@ def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list
         data = base64.b64encode(fig.png_bytes()).decode("ascii")
         body.append(f'<section id="fig-{key}" class="figure-section"><h2>{html.escape(fig.title)}</h2>'
                     f'<p class="caption">{html.escape(fig.caption)}</p><figure>'
-                    f'<img src="data:image/png;base64,{data}" alt="{html.escape(fig.title)}" data-figure="{key}">'
+                    f'<img src="data:image/png;base64,{data}" alt="{html.escape(fig.title)}" data-figure="{key}" '
+                    f'width="{fig.display_width}">'
                     "</figure></section>")
     toc.append('<li><a href="#tables">Summary tables</a></li>')
     tab_html = [f'<section id="tables"><h2>Summary tables</h2><p class="caption">{html.escape(TABLES_CAPTION)}</p>']
