@@ -271,3 +271,16 @@ def test_progress_bar_shows_loss_and_metric(tmp_path: Path, capsys) -> None:
     assert "epochs" in err and "loss=" in err and "NDCG@10=" in err
     fit(split, m, t, tmp_path / "off")  # default: only when stderr is a terminal (it is not under pytest)
     assert capsys.readouterr().err == ""
+
+
+def test_unusable_splits_are_clear_errors(tmp_path: Path) -> None:
+    from resdom.data.sequences import EvalSet, Sequences, SplitData
+
+    split, m, t = configs(n_users=10)
+    no_valid = SplitData(split.train, EvalSet(Sequences.from_lists([]), []), split.test, split.n_items, {})
+    with pytest.raises(ResdomError, match="no validation users"):
+        fit(no_valid, m, t, tmp_path / "a", progress=False)
+    one_item = SplitData(Sequences.from_lists([[1]] * 10), split.valid, split.test, split.n_items, {})
+    with pytest.raises(ResdomError, match="no training samples for ce_all"):
+        fit(one_item, m, t, tmp_path / "b", progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # refused before writing

@@ -291,6 +291,11 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         _check_resumable(files, state, model_cfg, train_cfg, fingerprint)
         if state.get("stopped") == "early_stopping" or state["epoch"] >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
+    if len(split.valid) == 0:
+        raise ResdomError("the split has no validation users: early stopping and the best checkpoint need them")
+    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
+    if len(samples) == 0:
+        raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
     if dist_ctx.is_main:
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
     dist_ctx.barrier()
@@ -304,9 +309,6 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         files.load_state_tensors(state, model, optimizer)
         stopper = EarlyStopping(**state["early_stopping"])
         start_epoch = state["epoch"] + 1
-    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
-    if len(samples) == 0:
-        raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
     step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective)).to(device),
                             dist_ctx)
 
