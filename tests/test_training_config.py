@@ -54,3 +54,22 @@ def test_bad_values_name_the_field() -> None:
         resolve_configs("sasrec", {"hiden": 3}, {}, n_items=10)
     with pytest.raises(ResdomError, match=r"model\.name"):
         resolve_configs("sasrec", {"name": "bsarec"}, {}, n_items=10)
+
+
+def test_resolve_device() -> None:
+    import torch
+
+    from resdom.training.distributed import resolve_device, setup
+
+    auto = resolve_device("auto")
+    if torch.cuda.is_available():
+        assert auto.type == "cuda"
+    elif not torch.backends.mps.is_available():
+        assert auto.type == "cpu"
+    assert resolve_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ResdomError, match="cuda"):
+            resolve_device("cuda")
+    ctx = setup("cpu")  # outside torchrun: one process, no process group
+    assert (ctx.rank, ctx.world_size, ctx.distributed, ctx.is_main) == (0, 1, False, True)
+    assert ctx.all_reduce_sum(2.5) == 2.5
