@@ -8,6 +8,7 @@ unfiltered.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +23,12 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
-    ranks_filtered_and_not,
+    ranks_of,
+    recent_items,
+    scores_at,
     seen_items,
 )
-from resdom.diagnostics.hrli import hrli_from_ranks, last_item_ranks
+from resdom.diagnostics.hrli import hrli_from_ranks
 from resdom.diagnostics.mixing import MixingAccumulator
 from resdom.evaluation.ranking import metrics_from_ranks
 from resdom.models.interface import Diagnosable, recording, residual_scale
@@ -70,10 +73,15 @@ def alpha_row(
         for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
             states = model.encode(items)[:, -1]
             acc.add([layer.pop() for layer in store], items)
-            f, u = ranks_filtered_and_not(model, states, targets, seen_items(evalset.inputs, idx, items.device))
-            filt.append(f.cpu())
-            unfilt.append(u.cpu())
-            last.append(last_item_ranks(model, evalset, idx, states, (1, 2)).cpu().numpy())
+            # one score matrix: columns (target, last item, second-to-last item), unfiltered and filtered
+            recent = torch.from_numpy(np.stack([recent_items(evalset.inputs, idx, k) for k in (1, 2)], 1))
+            wanted = torch.cat([targets[:, None], recent.to(targets.device)], 1)  # (B, 3)
+            scores = scores_at(model, states, None)
+            u = ranks_of(scores, wanted)
+            scores.scatter_(1, seen_items(evalset.inputs, idx, items.device), -math.inf)  # now filtered
+            filt.append(ranks_of(scores, targets).cpu())
+            unfilt.append(u[:, 0].cpu())
+            last.append(u[:, 1:].cpu().numpy())
     mix = acc.result()
     mf = metrics_from_ranks(torch.cat(filt), (10,))
     mu = metrics_from_ranks(torch.cat(unfilt), (10,))

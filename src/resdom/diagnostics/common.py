@@ -95,15 +95,6 @@ def seen_items(inputs: Sequences, index: np.ndarray, device: torch.device | str)
     return torch.from_numpy(inputs.padded(1 << 62, index)).to(device)
 
 
-def ranks_filtered_and_not(
-    model: Diagnosable, states: torch.Tensor, items: torch.Tensor, seen: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """states (B, d), items (B,) or (B, k), seen (B, H) -> (filtered ranks, unfiltered ranks), shapes of items."""
-    unfiltered = scores_at(model, states, None)
-    filtered = unfiltered.clone().scatter_(1, seen, -math.inf)
-    return ranks_of(filtered, items), ranks_of(unfiltered, items)
-
-
 def recent_items(inputs: Sequences, index: np.ndarray, k: int) -> np.ndarray:
     """int64 (B,): the k-th most recent input item of each selected sequence (k = 1: the last), 0 if shorter."""
     ends = inputs.offsets[index + 1]
