@@ -146,3 +146,15 @@ def test_bucket_by_length_is_a_permutation_with_homogeneous_batches() -> None:
     # batch order is shuffled: not sorted by length overall
     firsts = [lengths[bucketed[i]] for i in range(0, 1000, 10)]
     assert firsts != sorted(firsts)
+
+
+def test_bucket_by_length_keeps_a_short_last_batch_last() -> None:
+    """With a short final batch, every full batch must still come from one sorted run of a window."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 50, size=1005)
+    bucketed = bucket_by_length(np.arange(1005), lengths, 10, 4, np.random.default_rng(2))
+    assert sorted(bucketed.tolist()) == list(range(1005))
+    assert set(bucketed[-5:].tolist()) == set(range(1000, 1005))  # the short batch: the last window's tail
+    for b in range(100):
+        batch = lengths[bucketed[b * 10 : (b + 1) * 10]]
+        assert (np.diff(batch) >= 0).all()  # each full batch is a sorted slice, not two batches mixed

@@ -198,9 +198,9 @@ def bucket_by_length(
         chunk = order[s : s + span]
         parts.append(chunk[np.argsort(lengths[chunk], kind="stable")])
     ordered = np.concatenate(parts) if parts else order
-    starts = np.arange(0, len(ordered), batch_size)
-    batches = [ordered[a : a + batch_size] for a in starts]
-    return np.concatenate([batches[i] for i in rng.permutation(len(batches))]) if batches else ordered
+    n_full = len(ordered) // batch_size  # a short last batch stays last, so later batches keep their bounds
+    full = ordered[: n_full * batch_size].reshape(n_full, batch_size)[rng.permutation(n_full)]
+    return np.concatenate([full.reshape(-1), ordered[n_full * batch_size :]])
 
 
 def iter_batches(

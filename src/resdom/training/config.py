@@ -50,7 +50,9 @@ class TrainConfig(BaseModel):
         "popularity", description="ce_sampled: proposal distribution Q (log-Q corrected)"
     )
     length_buckets: int = Field(
-        0, ge=0, description="length bucketing: sort by length within windows of this many batches (0 = off)"
+        16, ge=0,
+        description="length bucketing: sort by length within windows of this many batches, batches then shuffled "
+        "(0 = off); short-sequence data sets stop paying for the longest sequence in every batch",
     )
     item_chunk: int | None = Field(
         None, ge=1, description="full-softmax CE over items in chunks of this size (bounded memory); None = one go"
