@@ -19,3 +19,11 @@ def shared_raw() -> Path:
     if not raw.is_dir():
         pytest.skip(f"real data not found at {raw} (set RESDOM_SHARED_DATA to the shared/data folder)")
     return raw
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread() -> None:
+    """pytest-xdist runs one worker per core: one torch thread each avoids oversubscribing the CPU."""
+    import torch
+
+    torch.set_num_threads(1)
