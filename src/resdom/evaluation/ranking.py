@@ -41,7 +41,8 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
     flat = items.dim() == 1
     cols = items[:, None] if flat else items
     own = scores.gather(1, cols)  # (B, k)
-    ranks = (scores[:, None, :] >= own[:, :, None]).sum(-1) - 1
+    # int32 accumulation: about 2x faster than summing bools into int64 on CPU (counts <= N + 1 < 2^31)
+    ranks = (scores[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32).to(torch.int64) - 1
     return ranks[:, 0] if flat else ranks
 
 

@@ -1,0 +1,85 @@
+"""Time RecBole 1.2.1's SASRec training epochs (run with the RecBole venv's python, started by run.py).
+
+    RECBOLE_PYTHON benchmarks/recbole_driver.py DATA_PATH DATASET JSON_ARGS
+
+DATA_PATH/DATASET/DATASET.inter is a RecBole atomic file (user_id:token, item_id:token, timestamp:float).
+Settings mirror resdom's side of the comparison: d 64, 2 layers, 2 heads, inner 256, GELU, dropout 0.5 / 0.5,
+LayerNorm eps 1e-12, max length 50, CE over all items at the last position with every prefix a sample
+(RecBole's data augmentation), Adam lr 1e-3, batch 256, leave-one-out by time, no filtering. Only
+``trainer._train_epoch`` is timed (RecBole's checkpoint loading fails on torch >= 2.6; nothing is reloaded).
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tasks import Phase, set_threads  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
+
+
+def recbole_config(data_path: str, checkpoint_dir: str, args: dict) -> dict:
+    return {
+        "data_path": data_path, "checkpoint_dir": checkpoint_dir, "use_gpu": False, "seed": args.get("seed", 17),
+        "reproducibility": True, "state": "ERROR", "show_progress": False, "save_dataset": False,
+        "save_dataloaders": False, "load_col": {"inter": ["user_id", "item_id", "timestamp"]},
+        "user_inter_num_interval": "[0,inf)", "item_inter_num_interval": "[0,inf)",
+        "MAX_ITEM_LIST_LENGTH": args.get("max_len", 50), "hidden_size": 64, "inner_size": 256, "n_layers": 2,
+        "n_heads": 2, "hidden_dropout_prob": 0.5, "attn_dropout_prob": 0.5, "hidden_act": "gelu",
+        "layer_norm_eps": 1e-12, "initializer_range": 0.02, "loss_type": "CE", "train_neg_sample_args": None,
+        "epochs": args.get("epochs", 1), "train_batch_size": 256, "learning_rate": 1e-3,
+        "eval_args": {"split": {"LS": "valid_and_test"}, "order": "TO", "mode": "full", "group_by": "user"},
+        "eval_batch_size": 256, "metrics": ["Hit", "NDCG"], "topk": [10], "valid_metric": "NDCG@10",
+        "worker": 0,
+    }
+
+
+def main(data_path: str, dataset_name: str, args: dict) -> dict:
+    import recbole
+    import torch
+    from recbole.config import Config
+    from recbole.data import create_dataset, data_preparation
+    from recbole.model.sequential_recommender import SASRec
+    from recbole.trainer import Trainer
+    from recbole.utils import init_seed
+
+    out: dict = {"recbole": recbole.__version__, "torch": torch.__version__}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Config(model="SASRec", dataset=dataset_name, config_dict=recbole_config(data_path, tmp, args))
+        init_seed(config["seed"], config["reproducibility"])
+        out["threads"] = set_threads(args.get("threads"))
+        with Phase() as prep:
+            dataset = create_dataset(config)
+            train_data, _valid_data, test_data = data_preparation(config, dataset)
+        out["prepare"] = prep.to_dict()
+        out["data"] = {"users": int(dataset.user_num - 1), "items": int(dataset.item_num - 1),
+                       "interactions": int(dataset.inter_num), "train_samples": int(len(train_data.dataset))}
+        init_seed(config["seed"], config["reproducibility"])
+        model = SASRec(config, train_data.dataset)
+        trainer = Trainer(config, model)
+        out["params"] = sum(p.numel() for p in model.parameters())
+        records = []
+        n = len(train_data.dataset)
+        for epoch in range(int(args.get("epochs", 1))):
+            with Phase() as ph:
+                loss = trainer._train_epoch(train_data, epoch, show_progress=False)
+            loss = float(sum(loss)) if isinstance(loss, tuple) else float(loss)
+            records.append({"epoch": epoch + 1, "loss_sum": round(loss, 3), "samples": n,
+                            "samples_per_s": round(n / ph.seconds, 1), **ph.to_dict()})
+        out["epochs"] = records
+        if args.get("evaluate"):
+            t0 = time.perf_counter()
+            result = trainer.evaluate(test_data, load_best_model=False, show_progress=False)
+            out["test"] = {"metrics": {k: float(v) for k, v in dict(result).items()},
+                           "seconds": round(time.perf_counter() - t0, 3)}
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(f"usage: {sys.argv[0]} DATA_PATH DATASET JSON_ARGS")
+    print(json.dumps(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))), flush=True)

@@ -1,0 +1,629 @@
+"""resdom's benchmark suite: one command, every figure a ratio or side by side, measured in one run.
+
+    python benchmarks/run.py [--quick] [--only recbole,eval,mixing,memory,scale,scaling,ddp]
+
+Sections (see benchmarks/README.md and docs/scaling.md):
+
+- ``recbole``  training throughput of resdom's SASRec vs RecBole 1.2.1's SASRec, Beauty LOO, same sizes and loss;
+- ``eval``     full-ranking evaluation users/s vs a naive full sort (argsort of every score);
+- ``mixing``   the mixing-ratio diagnostic (norm of sums, sum of norms) vs a plain forward pass, and memory;
+- ``memory``   peak RSS of training / evaluation / mixing at 10k, 100k and 1M items;
+- ``scale``    the scale check: 1,000,000 items, 50,000 users, max length 200 (ce_sampled epoch, evaluation, mixing);
+- ``scaling``  seconds per epoch as users, items and sequence length grow (table + benchmarks/scaling.png);
+- ``ddp``      two gloo processes (torchrun) give the single process's evaluation metrics.
+
+Every measurement runs in a fresh process (``benchmarks/tasks.py``), so peaks do not mix. Results go into
+benchmarks/RESULTS.md inside an auto-generated block; each section is replaced only when it is measured again,
+and text outside the block (accuracy figures, notes) is kept. ``--quick`` uses micro sizes and writes
+benchmarks/out/RESULTS.quick.md unless ``--results`` says otherwise.
+
+RecBole runs in its own virtual environment: ``--recbole-python``, else ``$RESDOM_RECBOLE_PYTHON``, else
+benchmarks/.recbole-venv (made with scripts/make_recbole_venv.sh when missing and ``--setup-recbole`` is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TASKS = HERE / "tasks.py"
+OUT = HERE / "out"
+RESULTS = HERE / "RESULTS.md"
+DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared" / "data" / "raw"))
+BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
+END = "<!-- END benchmarks/run.py auto-generated block -->"
+SECTIONS = ("recbole", "eval", "mixing", "memory", "scale", "scaling", "ddp")
+TITLES = {
+    "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
+    "eval": "Full-ranking evaluation: resdom vs a naive full sort",
+    "mixing": "Mixing-ratio diagnostic vs a plain forward pass",
+    "memory": "Peak memory at 10k, 100k and 1M items",
+    "scale": "Scale check: 1,000,000 items, 50,000 users, max length 200",
+    "scaling": "Scaling curve: seconds per epoch vs users, items, sequence length",
+    "ddp": "Two gloo processes (torchrun) vs one process",
+}
+
+
+# ------------------------------------------------------------------------------------------ subprocesses
+
+
+@dataclass
+class Context:
+    quick: bool
+    data_dir: Path
+    out: Path
+    recbole_python: str | None
+    threads: int | None
+    commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
+
+    def task(self, name: str, args: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
+        """Run ``tasks.py name args`` in a fresh process -> its JSON result ({"error": ...} on failure)."""
+        if self.threads and "threads" not in args:
+            args = {**args, "threads": self.threads}
+        cmd = [sys.executable, str(TASKS), name, json.dumps(args, separators=(",", ":"))]
+        return self.run_json(cmd, timeout)
+
+    def run_json(self, cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+        self.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd))
+        print(f"[bench] {self.commands[-1][:220]}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                                  env={**os.environ, **(env or {})})
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s"}
+        wall = time.perf_counter() - t0
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
+        result = json.loads(lines[-1])
+        result["process_wall_s"] = round(wall, 2)
+        return result
+
+
+def _rel(s: str) -> str:
+    """Paths under the repository shown relative to it (the commands in RESULTS.md run from the root)."""
+    return s.replace(str(ROOT) + "/", "")
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def synthetic(n_users: int, n_items: int, max_len: int, min_len: int | None = None, seed: int = 0) -> dict:
+    """Data spec for tasks.py: the synthetic generator, lengths uniform in [min_len, max_len + 3] so the
+    training part (LOO drops 2 items) fills a window of ``max_len``."""
+    lo = max(3, min_len if min_len is not None else max_len // 2)
+    return {"synthetic": {"n_users": n_users, "n_items": n_items, "min_len": lo, "max_len": max_len + 3,
+                          "n_clusters": min(20, n_items), "seed": seed}}
+
+
+def fmt(v: Any, nd: int = 1) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def ratio(a: float | None, b: float | None, nd: int = 2) -> str:
+    return "n/a" if not a or not b else f"{a / b:.{nd}f}x"
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def err(res: dict[str, Any]) -> str | None:
+    return res.get("error")
+
+
+def errors_note(results: dict[str, dict[str, Any]]) -> str:
+    bad = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
+    if not bad:
+        return ""
+    return "\n\n**Failed measurements:**\n" + "\n".join(f"- {k}: `{v[:600]}`" for k, v in bad.items())
+
+
+def mean_epoch(res: dict[str, Any], key: str, skip_first: bool = False) -> float | None:
+    eps = res.get("epochs") or []
+    if skip_first and len(eps) > 1:
+        eps = eps[1:]
+    vals = [e[key] for e in eps if e.get(key) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+# ------------------------------------------------------------------------------------------- recbole
+
+
+def write_recbole_inter(src: Path, dest_dir: Path, name: str, max_users: int | None) -> Path:
+    """Beauty.txt (``user item item ...``, oldest first) -> DEST/NAME/NAME.inter with increasing timestamps."""
+    folder = dest_dir / name
+    folder.mkdir(parents=True, exist_ok=True)
+    t = 0
+    with src.open() as f, (folder / f"{name}.inter").open("w") as out:
+        out.write("user_id:token\titem_id:token\ttimestamp:float\n")
+        for n, line in enumerate(f):
+            if max_users is not None and n >= max_users:
+                break
+            user, *items = line.split()
+            for item in items:
+                out.write(f"{user}\t{item}\t{t}\n")
+                t += 1
+    return folder / f"{name}.inter"
+
+
+def find_recbole_python(explicit: str | None, setup: bool) -> str | None:
+    for cand in (explicit, os.environ.get("RESDOM_RECBOLE_PYTHON"), str(HERE / ".recbole-venv" / "bin" / "python")):
+        if cand and Path(cand).exists():
+            return cand
+    if setup:
+        subprocess.run(["bash", str(ROOT / "scripts" / "make_recbole_venv.sh"), str(HERE / ".recbole-venv")],
+                       check=True)
+        return str(HERE / ".recbole-venv" / "bin" / "python")
+    return None
+
+
+def section_recbole(ctx: Context) -> str:
+    beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
+    max_users = 300 if ctx.quick else None
+    resdom_epochs, recbole_epochs = (1, 1) if ctx.quick else (2, 1)
+    if max_users:  # a slice of Beauty as a path source, no k-core (RecBole gets the same slice, unfiltered)
+        tmp_txt = ctx.out / "beauty_slice.txt"
+        tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
+        data = {"source": str(tmp_txt), "options": {"k_core": 0}}
+    else:
+        data = {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    train = {"objective": "ce_last", "batch_size": 256, "lr": 1e-3}
+    model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
+             "attn_dropout": 0.5}
+    ours = ctx.task("train", {"data": data, "model": model, "train": train, "epochs": resdom_epochs,
+                              "evaluate": True})
+    theirs: dict[str, Any] = {"error": "RecBole venv not found (--recbole-python, $RESDOM_RECBOLE_PYTHON, "
+                                       "benchmarks/.recbole-venv or --setup-recbole)"}
+    if ctx.recbole_python:
+        with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
+            write_recbole_inter(beauty, Path(tmp), "Beauty", max_users)
+            args = {"epochs": recbole_epochs, "evaluate": True, "max_len": 50}
+            if ctx.threads:
+                args["threads"] = ctx.threads
+            cmd = [ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty", json.dumps(args)]
+            theirs = ctx.run_json(cmd, timeout=7200)
+            ctx.commands[-1] = ctx.commands[-1].replace(tmp, "$TMP") + \
+                "   # $TMP/Beauty/Beauty.inter written from Beauty.txt by run.py (write_recbole_inter)"
+    ours_sps = mean_epoch(ours, "samples_per_s")
+    theirs_sps = mean_epoch(theirs, "samples_per_s")
+    ours_s, theirs_s = mean_epoch(ours, "seconds"), mean_epoch(theirs, "seconds")
+    rows = []
+    if not err(ours):
+        for e in ours["epochs"]:
+            rows.append([f"resdom epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
+                         e["peak_rss_mb"]])
+    if not err(theirs):
+        for e in theirs["epochs"]:
+            rows.append([f"RecBole epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
+                         e["peak_rss_mb"]])
+    text = [table(["run", "samples", "s / epoch", "samples / s", "peak RSS MiB (epoch)"], rows)]
+    text.append(f"\n**Throughput ratio (samples/s, mean over timed epochs): {ratio(ours_sps, theirs_sps)}**; "
+                f"seconds per epoch: resdom {fmt(ours_s)} s vs RecBole {fmt(theirs_s)} s "
+                f"({ratio(theirs_s, ours_s)} less time). Goal: >= 5x.")
+    if not err(ours) and not err(theirs) and "test" in ours and "test" in theirs:
+        on, tn = ours["test"]["metrics"], theirs["test"]["metrics"]
+        text.append(
+            f"\nTest metrics after the timed epochs (full ranking, seen items filtered; only a check that both "
+            f"learn, far from convergence): resdom after {len(ours['epochs'])} epoch(s) HR@10 "
+            f"{on['HR@10']:.4f} NDCG@10 {on['NDCG@10']:.4f} ({ours['test']['n_users']:,} users); RecBole after "
+            f"{len(theirs['epochs'])} epoch(s) HR@10 {tn.get('hit@10', float('nan')):.4f} NDCG@10 "
+            f"{tn.get('ndcg@10', float('nan')):.4f}. Converged accuracy is compared outside this block.")
+    if not err(ours):
+        d = ours["data"]
+        text.append(f"\nData: {d['users']:,} users, {d['items']:,} items, {d['train_interactions']:,} training "
+                    f"interactions (avg {d['avg_train_len']}); resdom {ours['params']:,} parameters, "
+                    f"torch threads {ours['threads']}.")
+    if not err(theirs):
+        d = theirs["data"]
+        text.append(f"RecBole: {d['users']:,} users, {d['items']:,} items, {d['train_samples']:,} training samples "
+                    f"(augmented prefixes), {theirs['params']:,} parameters, threads {theirs['threads']}, "
+                    f"dataset preparation {theirs['prepare']['seconds']} s (not timed in the epoch).")
+    text.append(
+        "\nSame model sizes (d 64, 2 layers, 2 heads, inner 256, GELU, dropout 0.5/0.5, max length 50), "
+        "same loss (CE over all items at the last position, every prefix of the training part a sample), "
+        "Adam lr 1e-3, batch 256, same torch build. Sample counts differ slightly by construction: resdom's "
+        "`ce_last` also trains the empty prefix (target = first item, as BSARec's code) and takes prefixes of the "
+        "last 50 training items; RecBole starts at prefix length 1 and keeps every prefix (truncated to 50); "
+        "RecBole's softmax also includes the padding item. Both figures are samples per second of their own "
+        "sample sets. What makes the difference: resdom trims each batch to its longest real prefix "
+        "(Beauty prefixes are short) and gathers states before the output product; RecBole pads every batch "
+        "to 50.")
+    return "\n".join(text) + errors_note({"resdom": ours, "recbole": theirs})
+
+
+# ---------------------------------------------------------------------------------------------- eval
+
+
+def section_eval(ctx: Context) -> str:
+    if ctx.quick:
+        cases = [("synthetic 2k items", synthetic(300, 2000, 50), 50, None),
+                 ("synthetic 100k items", synthetic(100, 100_000, 50), 50, 64)]
+    else:
+        cases = [("Beauty test (LOO)", {"source": "beauty", "data_dir": str(ctx.data_dir)}, 50, None),
+                 ("synthetic 1M items, max len 200", synthetic(2000, 1_000_000, 200), 200, 310)]
+    rows, results = [], {}
+    for label, data, max_len, max_users in cases:
+        args = {"data": data, "model": {"max_len": max_len, "inner_size": 256},
+                **({"max_users": max_users} if max_users else {})}
+        ours = ctx.task("eval", {**args, "impl": "resdom"})
+        naive = ctx.task("eval", {**args, "impl": "naive"})
+        results[f"{label} resdom"], results[f"{label} naive"] = ours, naive
+        if err(ours) or err(naive):
+            continue
+        same = max(abs(ours["metrics"][k] - naive["metrics"][k]) for k in ours["metrics"] if k != "MRR")
+        rows.append([label, ours["users"], ours["items"], ours["users_per_s"], naive["users_per_s"],
+                     ratio(ours["users_per_s"], naive["users_per_s"]), ours["peak_rss_mb"], naive["peak_rss_mb"],
+                     f"{same:.1e}"])
+    text = [table(["data", "users", "items", "resdom users/s", "naive users/s", "speed-up",
+                   "resdom peak MiB", "naive peak MiB", "max abs diff HR/NDCG"], rows)]
+    text.append(
+        "\nBoth score every item for every user (full ranking, seen items at -inf) with the same untrained, seeded "
+        "SASRec and the same user chunks (resdom keeps a chunk's users x items score matrix within 32M floats). "
+        "resdom counts, per user, the items scoring >= the target (pessimistic ties); the naive one argsorts "
+        "all scores of each user and looks the target up. HR/NDCG agree (last column; MRR differs only by tie "
+        "handling).")
+    return "\n".join(text) + errors_note(results)
+
+
+# -------------------------------------------------------------------------------------------- mixing
+
+
+def section_mixing(ctx: Context) -> str:
+    if ctx.quick:
+        cases = [("synthetic, max len 50", synthetic(300, 500, 50), 50, None)]
+    else:
+        cases = [("Beauty test (LOO), max len 50", {"source": "beauty", "data_dir": str(ctx.data_dir)}, 50, None),
+                 ("synthetic, max len 200", synthetic(3000, 10_000, 200, min_len=150), 200, None)]
+    rows, results = [], {}
+    for label, data, max_len, max_users in cases:
+        args = {"data": data, "model": {"max_len": max_len, "inner_size": 256},
+                **({"max_users": max_users} if max_users else {})}
+        fwd = ctx.task("mixing", {**args, "what": "forward"})
+        nos = ctx.task("mixing", {**args, "what": "norm_of_sums"})
+        son = ctx.task("mixing", {**args, "what": "sum_of_norms"})
+        results.update({f"{label} forward": fwd, f"{label} norm_of_sums": nos, f"{label} sum_of_norms": son})
+        if err(fwd):
+            continue
+        for name, r, goal in (("norm_of_sums", nos, 1.5), ("sum_of_norms", son, 5.0)):
+            if err(r):
+                continue
+            x = r["seconds"] / fwd["seconds"]
+            rows.append([label, r["users"], name, fwd["seconds"], r["seconds"], f"{x:.2f}x",
+                         "yes" if x <= goal else "**no**", f"<= {goal}x", fwd["peak_rss_mb"] - fwd["rss_before_mb"],
+                         r["peak_rss_mb"] - r["rss_before_mb"], r["peak_rss_mb"]])
+    text = [table(["data", "users", "definition", "forward s", "mixing s", "cost vs forward", "within goal",
+                   "goal", "forward peak increase MiB", "mixing peak increase MiB", "mixing peak RSS MiB"], rows)]
+    text.append(
+        "\nSame untrained seeded SASRec (d 64, 2 layers, 2 heads), same batches (`diagnostics.common.batches`, 256 "
+        "users), eval mode, no autograd. \"Forward\" is `model.encode` over the test inputs; \"mixing\" is "
+        "`resdom.diagnostics.mixing_ratios` over the same inputs (its recording forward pass included), all "
+        "stages (Attn, +Res, +LN), per layer, pooled, per position. Peak increase = peak RSS during the phase "
+        "minus RSS when it started (each measurement in its own process).")
+    return "\n".join(text) + errors_note(results)
+
+
+# ------------------------------------------------------------------------------------- memory / scale
+
+
+def _three_phases(ctx: Context, data: dict, max_len: int, tag: str, eval_users: int | None,
+                  train_extra: dict | None = None) -> dict[str, dict[str, Any]]:
+    """ce_sampled training (1 epoch, model saved) -> evaluation -> mixing, each in its own process."""
+    path = ctx.out / f"{tag}.safetensors"
+    model = {"max_len": max_len, "inner_size": 256}
+    train = {"objective": "ce_sampled", "n_negatives": 256, **(train_extra or {})}
+    tr = ctx.task("train", {"data": data, "model": model, "train": train, "epochs": 1, "save": str(path)})
+    if err(tr):
+        return {"train": tr}
+    extra = {"max_users": eval_users} if eval_users else {}
+    ev = ctx.task("eval", {"data": data, "model_path": str(path), "impl": "resdom", **extra})
+    mx = ctx.task("mixing", {"data": data, "model_path": str(path), "what": "norm_of_sums", **extra})
+    return {"train": tr, "eval": ev, "mixing": mx}
+
+
+def section_memory(ctx: Context) -> str:
+    sizes = [10_000, 100_000] if ctx.quick else [10_000, 100_000, 1_000_000]
+    users, max_len, eval_users = (200, 50, 100) if ctx.quick else (10_000, 200, 2_000)
+    rows, results = [], {}
+    for n in sizes:
+        data = synthetic(users, n, max_len, min_len=20)
+        r = _three_phases(ctx, data, max_len, f"memory_{n}", eval_users)
+        results.update({f"{n} items {k}": v for k, v in r.items()})
+        tr = r["train"]
+        if err(tr):
+            continue
+        ep = tr["epochs"][0]
+        ev, mx = r.get("eval", {}), r.get("mixing", {})
+        rows.append([f"{n:,}", ep["rss_before_mb"], ep["peak_rss_mb"], ep["seconds"],
+                     ev.get("peak_rss_mb"), ev.get("seconds"), mx.get("peak_rss_mb"), mx.get("seconds")])
+    text = [table(["items", "train: RSS before MiB", "train: peak MiB", "train s/epoch", "eval: peak MiB",
+                   f"eval s ({eval_users:,} users)", "mixing: peak MiB", f"mixing s ({eval_users:,} users)"], rows)]
+    text.append(
+        f"\nSynthetic data, {users:,} users, lengths 20..{max_len + 3}, SASRec d 64, max length {max_len}; one "
+        "epoch of `ce_sampled` (256 shared negatives, log-Q corrected), then full-ranking evaluation and the "
+        "norm-of-sums mixing ratio on the first test users, each phase in a process of its own. Peak = the "
+        "process's peak resident memory during the phase (kernel VmHWM reset at the phase's start); it includes "
+        "Python, torch and the data. The item table (items x 64 floats) with its Adam moments and dense "
+        "gradient is what grows with the catalogue: 4 x 256 MB at 1M items.")
+    return "\n".join(text) + errors_note(results)
+
+
+def section_scale(ctx: Context) -> str:
+    users, items, max_len = (500, 100_000, 200) if ctx.quick else (50_000, 1_000_000, 200)
+    data = synthetic(users, items, max_len, min_len=20)
+    r = _three_phases(ctx, data, max_len, "scale", None)
+    rows = []
+    tr = r["train"]
+    if not err(tr):
+        ep = tr["epochs"][0]
+        d = tr["data"]
+        rows.append(["train: 1 epoch of ce_sampled", f"{d['users']:,} users ({ep['samples']:,} samples, "
+                     f"{ep['target_positions']:,} target positions)", ep["seconds"], ep["peak_rss_mb"]])
+    for key, label in (("eval", "full-ranking evaluation (test, seen filtered)"),
+                       ("mixing", "mixing ratio (norm of sums, test)")):
+        x = r.get(key, {})
+        if x and not err(x):
+            rows.append([label, f"{x['users']:,} users x {x['items']:,} items", x["seconds"], x["peak_rss_mb"]])
+    text = [table(["phase", "size", "seconds", "peak RSS MiB"], rows)]
+    if not err(tr):
+        d = tr["data"]
+        text.append(f"\nSynthetic data (resdom.data.synthetic): {d['users']:,} users, {d['items']:,} items, "
+                    f"{d['train_interactions']:,} training interactions (lengths 20..{max_len + 3}); SASRec d 64, "
+                    f"2 layers, max length {max_len}, {tr['params']:,} parameters; torch threads {tr['threads']}. "
+                    "Machine limit: 24 GiB RAM. All three phases completed: " +
+                    ("yes." if all(k in r and not err(r[k]) for k in ("train", "eval", "mixing")) else "**no**."))
+    return "\n".join(text) + errors_note(r)
+
+
+# -------------------------------------------------------------------------------------------- scaling
+
+
+def section_scaling(ctx: Context) -> str:
+    if ctx.quick:
+        base, users_axis, items_axis, len_axis = (200, 1000, 50), [100, 200], [1000, 10_000], [20, 50]
+    else:
+        base = (4000, 10_000, 50)
+        users_axis, items_axis, len_axis = [2000, 4000, 8000, 16_000], [10_000, 100_000, 1_000_000], [50, 100, 200]
+    points = ([("users", (u, base[1], base[2])) for u in users_axis]
+              + [("items", (base[0], n, base[2])) for n in items_axis]
+              + [("max length", (base[0], base[1], L)) for L in len_axis])
+    cache: dict[tuple, dict] = {}
+    rows, results, series = [], {}, {"users": [], "items": [], "max length": []}
+    for axis, (u, n, L) in points:
+        if (u, n, L) not in cache:
+            cache[(u, n, L)] = ctx.task("train", {"data": synthetic(u, n, L),
+                                                  "model": {"max_len": L, "inner_size": 256},
+                                                  "train": {"objective": "ce_sampled"}, "epochs": 1})
+        res = cache[(u, n, L)]
+        results[f"{axis} {u}/{n}/{L}"] = res
+        if err(res):
+            continue
+        ep = res["epochs"][0]
+        x = {"users": u, "items": n, "max length": L}[axis]
+        series[axis].append((x, ep["seconds"]))
+        rows.append([axis, u, n, L, ep["samples"], ep["target_positions"], ep["seconds"], ep["samples_per_s"],
+                     round(ep["target_positions"] / ep["seconds"]), ep["peak_rss_mb"]])
+    png = (ctx.out if ctx.quick else HERE) / "scaling.png"
+    plotted = plot_scaling(series, png, base)
+    text = [table(["axis", "users", "items", "max len", "samples", "target positions", "s / epoch", "samples/s",
+                   "positions/s", "peak RSS MiB"], rows)]
+    text.append(
+        f"\nOne epoch of `ce_sampled` (256 shared negatives) on synthetic data, SASRec d 64, 2 layers, 2 heads; "
+        f"base point {base[0]:,} users, {base[1]:,} items, max length {base[2]}; lengths uniform in "
+        "[max len / 2, max len + 3], so longer windows hold longer sequences. Each point in its own process.")
+    if plotted:
+        text.append(f"\n![scaling curve]({_rel(str(png)).removeprefix('benchmarks/')})")
+    return "\n".join(text) + errors_note(results)
+
+
+def plot_scaling(series: dict[str, list[tuple[int, float]]], path: Path, base: tuple) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, (axis, pts) in zip(axes, series.items()):
+        if pts:
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, "o-")
+        ax.set_xscale("log" if axis != "max length" else "linear")
+        ax.set_xlabel(axis)
+        ax.set_ylabel("seconds per epoch")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"resdom SASRec, ce_sampled; base {base[0]:,} users, {base[1]:,} items, max len {base[2]}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ ddp
+
+
+def section_ddp(ctx: Context) -> str:
+    source = "synthetic:n_users=600,n_items=200" if ctx.quick else "synthetic:n_users=4000,n_items=1000"
+    epochs = "1" if ctx.quick else "3"
+    base = ctx.out / "ddp"
+    shutil.rmtree(base, ignore_errors=True)
+    env = {"OMP_NUM_THREADS": "1"}
+    results: dict[str, dict[str, Any]] = {}
+
+    def train(out: Path, nproc: int) -> dict[str, Any]:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] \
+            if nproc > 1 else [sys.executable]
+        cmd = [*launcher, "-m", "resdom", "train", source, "--out", str(out), "--epochs", epochs, "--device", "cpu"]
+        if nproc == 1:
+            cmd += ["--set", "train.threads=2"]
+        ctx.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd))
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=1800)
+        if p.returncode != 0:
+            return {"error": p.stderr[-1500:]}
+        metrics = json.loads((out / "metrics.json").read_text())
+        log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        return {"test": metrics["test"], "wall_s": round(time.perf_counter() - t0, 1),
+                "epoch_s": [r["seconds"] for r in log]}
+
+    results["train 1 process"] = single = train(base / "single", 1)
+    evals = {}
+    if not err(single):
+        run_args = json.dumps({"run_dir": str(base / "single"), "batch_size": 64})
+        evals[1] = ctx.run_json([sys.executable, str(TASKS), "eval_run", run_args], 600, env)
+        evals[2] = ctx.run_json([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                                 "2", str(TASKS), "eval_run", run_args], 600, env)
+        results["evaluate 1 process"], results["evaluate 2 processes"] = evals[1], evals[2]
+    results["train 2 processes"] = double = train(base / "ddp2", 2)
+    rows = []
+    for n, r in evals.items():
+        if not err(r):
+            m = r["metrics"]
+            rows.append([f"evaluate the 1-process run, {n} process(es) (world {r['world_size']})", r["n_users"],
+                         f"{m['HR@10']:.6f}", f"{m['NDCG@10']:.6f}", f"{m['MRR']:.6f}", r["ranks_sha256_16"]])
+    text = [table(["run", "test users", "HR@10", "NDCG@10", "MRR", "sha256 of all ranks (16 hex)"], rows)]
+    if len(rows) == 2:
+        same = evals[1]["metrics"] == evals[2]["metrics"] and evals[1]["ranks_sha256_16"] == evals[2]["ranks_sha256_16"]
+        text.append(f"\n**Same evaluation metrics and per-user ranks with 2 gloo processes as with one: "
+                    f"{'yes' if same else 'NO'}** (users sharded `r::2`, ranks all-gathered).")
+    if not err(single) and not err(double):
+        s, d = single["test"]["metrics"], double["test"]["metrics"]
+        d_epoch = sum(double["epoch_s"]) / len(double["epoch_s"])
+        s_epoch = sum(single["epoch_s"]) / len(single["epoch_s"])
+        text.append(
+            f"\nTraining under DDP (`torchrun --nproc_per_node 2`, gloo, 1 thread each, global batch 256 = 2 x 128) "
+            f"vs 1 process (2 threads), {epochs} epochs, test NDCG@10 {d['NDCG@10']:.4f} vs {s['NDCG@10']:.4f}, "
+            f"HR@10 {d['HR@10']:.4f} vs {s['HR@10']:.4f}; seconds per epoch {fmt(d_epoch, 2)} vs {fmt(s_epoch, 2)}. "
+            "Trained weights differ (each rank draws its own dropout masks; the loss is averaged per rank), "
+            "so only evaluation is expected to match exactly.")
+    return "\n".join(text) + errors_note(results)
+
+
+# --------------------------------------------------------------------------------------- RESULTS.md
+
+
+def machine_info() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+                                ).stdout.strip()
+    except OSError:
+        commit = "?"
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, {mem} RAM; Python {platform.python_version()}, torch "
+            f"{torch.__version__} ({torch.get_num_threads()} threads by default); commit {commit}")
+
+
+def render_section(name: str, body: str, commands: list[str], command_line: str, seconds: float) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cmds = "\n".join(commands)
+    return (f"<!-- section:{name} -->\n### {TITLES[name]}\n\n"
+            f"Measured {stamp} on {machine_info()}; section took {seconds:.0f} s.\n"
+            f"Command: `{command_line}`\n\n{body}\n\n"
+            f"<details><summary>Exact measurement commands (run from the repository root)</summary>\n\n"
+            f"```\n{cmds}\n```\n</details>\n<!-- /section:{name} -->")
+
+
+def merge_results(path: Path, new_sections: dict[str, str]) -> str:
+    """The new RESULTS.md text: ``new_sections`` replace their namesakes in the auto-generated block; other
+    sections of the block and all text outside it are kept."""
+    old = path.read_text() if path.exists() else ""
+    before, after, inner = old, "", ""
+    if BEGIN in old and END in old:
+        before, rest = old.split(BEGIN, 1)
+        inner, after = rest.split(END, 1)
+    elif not old:
+        before = "# Benchmarks\n\nFigures outside the auto-generated block below are written by hand.\n\n"
+    sections = {m.group(1): m.group(0)
+                for m in re.finditer(r"(?s)<!-- section:(\w+) -->.*?<!-- /section:\1 -->", inner)}
+    sections.update(new_sections)
+    ordered = [sections[k] for k in SECTIONS if k in sections] + \
+        [v for k, v in sections.items() if k not in SECTIONS]
+    block = (f"{BEGIN}\n## Speed and scale (auto-generated by `python benchmarks/run.py`)\n\n"
+             + "\n\n".join(ordered) + f"\n{END}")
+    return before.rstrip("\n") + ("\n\n" if before.strip() else "") + block + (after if after.strip() else "\n")
+
+
+RUNNERS: dict[str, Callable[[Context], str]] = {
+    "recbole": section_recbole, "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
+    "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="micro sizes (smoke run, minutes)")
+    p.add_argument("--only", default="", help=f"comma-separated sections: {','.join(SECTIONS)}")
+    p.add_argument("--results", type=Path, default=None, help="results file (default benchmarks/RESULTS.md; "
+                   "benchmarks/out/RESULTS.quick.md with --quick)")
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="raw data laid out like shared/data/raw")
+    p.add_argument("--recbole-python", default=None, help="python of a RecBole 1.2.1 venv")
+    p.add_argument("--setup-recbole", action="store_true", help="make benchmarks/.recbole-venv when missing")
+    p.add_argument("--threads", type=int, default=None, help="torch threads in every measurement (default: torch's)")
+    a = p.parse_args(argv)
+    names = [s.strip() for s in a.only.split(",") if s.strip()] or list(SECTIONS)
+    bad = [n for n in names if n not in SECTIONS]
+    if bad:
+        p.error(f"unknown section {bad[0]!r}; sections: {', '.join(SECTIONS)}")
+    results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
+    OUT.mkdir(parents=True, exist_ok=True)
+    recbole = find_recbole_python(a.recbole_python, a.setup_recbole) if "recbole" in names else None
+    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads)
+    for name in names:
+        ctx.commands = []
+        t0 = time.perf_counter()
+        body = RUNNERS[name](ctx)
+        command_line = "python benchmarks/run.py" + (" --quick" if a.quick else "") + f" --only {name}" + \
+            (f" --threads {a.threads}" if a.threads else "")
+        section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)
+        results.parent.mkdir(parents=True, exist_ok=True)
+        tmp = results.with_name(f".{results.name}.tmp")
+        tmp.write_text(merge_results(results, {name: section}))
+        tmp.replace(results)  # written after every section: a later failure keeps what was measured
+        print(f"[bench] {name}: done in {time.perf_counter() - t0:.0f} s -> {_rel(str(results))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

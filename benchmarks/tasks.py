@@ -1,0 +1,322 @@
+"""Measurement tasks of the benchmark suite. Each task runs in a process of its own, so peak memory does not mix:
+
+    python benchmarks/tasks.py TASK '{"json": "arguments"}'
+
+prints one JSON line (the task's result) last on stdout. ``run.py`` starts these processes; the smoke test
+calls the functions directly at micro sizes.
+
+Memory: ``Phase`` resets the kernel's peak-RSS counter (``/proc/self/clear_refs`` 5, Linux >= 4.0) when a phase
+starts and reads ``VmHWM`` when it ends, so a phase's peak excludes what data preparation touched before it;
+``rss_before_mb`` is the resident size when the phase starts (Python, torch, data, model).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+# ------------------------------------------------------------------------------------------------- memory
+
+
+def _status_mb(key: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def rss_mb() -> float:
+    """Current resident set size in MiB."""
+    v = _status_mb("VmRSS")
+    return v if v is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size since the last reset (VmHWM), in MiB; getrusage's lifetime peak elsewhere."""
+    v = _status_mb("VmHWM")
+    return v if v is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def reset_peak() -> bool:
+    """Reset the peak-RSS counter to the current RSS; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class Phase:
+    """``with Phase() as p: ...`` -> p.seconds, p.rss_before_mb, p.peak_mb (peak RSS during the phase)."""
+
+    def __enter__(self) -> Phase:
+        self.exact = reset_peak()
+        self.rss_before_mb = rss_mb()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.peak_mb = peak_rss_mb()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 3), "rss_before_mb": round(self.rss_before_mb, 1),
+                "peak_rss_mb": round(self.peak_mb, 1), "peak_is_phase_only": self.exact}
+
+
+# --------------------------------------------------------------------------------------------------- data
+
+
+def load_split(data: dict[str, Any]):
+    """``{"source": "beauty", "data_dir": ...}`` (prepared as the CLI does) or ``{"synthetic": {knobs}}``
+    (resdom.data.synthetic's generator, split leave-one-out directly: no preprocessing pass) -> SplitData."""
+    from resdom.data.sequences import SplitData
+
+    if "synthetic" in data:
+        from resdom.data.splits import split_loo
+        from resdom.data.synthetic import SyntheticConfig, generate
+
+        cfg = SyntheticConfig(**data["synthetic"])
+        parts = split_loo(generate(cfg))
+        return SplitData(parts.train, parts.valid, parts.test, cfg.n_items, {"synthetic": cfg.model_dump()})
+    from resdom.data.prepare import prepare_split
+
+    return prepare_split(data["source"], protocol=data.get("protocol", "loo"), data_dir=data.get("data_dir"),
+                         **data.get("options", {}))
+
+
+def data_summary(split) -> dict[str, Any]:
+    lengths = split.train.lengths
+    return {"users": int(len(split.train)), "items": int(split.n_items), "train_interactions": int(lengths.sum()),
+            "avg_train_len": round(float(lengths.mean()), 2) if len(lengths) else 0.0,
+            "test_users": int(len(split.test))}
+
+
+def set_threads(threads: int | None) -> int:
+    if threads:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+# ----------------------------------------------------------------------------------------------- training
+
+
+def make_configs(split, model: dict[str, Any], train: dict[str, Any]):
+    from resdom.training.config import resolve_configs
+
+    return resolve_configs(model.get("name", "sasrec"), {k: v for k, v in model.items() if k != "name"}, train,
+                           n_items=split.n_items)
+
+
+def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int):
+    """Train a fresh model for ``epochs`` epochs with the trainer's own epoch loop (``trainer._train_epoch``:
+    the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs)."""
+    from resdom.models import build_model
+    from resdom.training import distributed, trainer
+    from resdom.training.batches import build_samples
+    from resdom.training.objectives import get_objective
+
+    model_cfg, train_cfg = make_configs(split, model, train)
+    objective = get_objective(train_cfg.objective)
+    torch.manual_seed(train_cfg.seed)
+    net = build_model(model_cfg)
+    optimizer = torch.optim.Adam(net.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
+    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective))
+    ctx = distributed.DistContext()
+    records = []
+    for epoch in range(1, epochs + 1):
+        with Phase() as ph:
+            loss, n_seen, _ = trainer._train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
+                                                   objective, epoch, ctx, False)
+        positions = int((samples.end - samples.start).sum()) if objective.layout == "all" else len(samples)
+        records.append({"epoch": epoch, "loss": round(loss, 5), "samples": n_seen,
+                        "target_positions": positions, "samples_per_s": round(n_seen / ph.seconds, 1),
+                        **ph.to_dict()})
+    return net, records, (model_cfg, train_cfg)
+
+
+def save_model(net, model_cfg, path: str | Path) -> None:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(path))
+    path.with_suffix(".json").write_text(json.dumps(model_cfg.model_dump()))
+
+
+def load_model(path: str | Path):
+    from safetensors.torch import load_file
+
+    from resdom.models import ModelConfig, build_model
+
+    path = Path(path)
+    net = build_model(ModelConfig(**json.loads(path.with_suffix(".json").read_text())))
+    net.load_state_dict(load_file(str(path)))
+    return net.eval()
+
+
+def model_for(split, args: dict[str, Any]):
+    """The saved model ``args["model_path"]``, or a fresh (seeded, untrained) one from ``args["model"]``."""
+    if args.get("model_path"):
+        return load_model(args["model_path"])
+    from resdom.models import build_model
+
+    model_cfg, _ = make_configs(split, args.get("model", {}), {})
+    torch.manual_seed(0)
+    return build_model(model_cfg).eval()
+
+
+def test_metrics(net, split, batch_size: int = 256) -> dict[str, Any]:
+    from resdom.evaluation.evaluate import evaluate
+
+    with Phase() as ph:
+        res = evaluate(net, split.test, filter_seen=True, batch_size=batch_size)
+    return {**res.to_dict(), **ph.to_dict()}
+
+
+def task_train(args: dict[str, Any]) -> dict[str, Any]:
+    """Train ``epochs`` epochs; optionally the test metrics after them and the model saved for later tasks."""
+    threads = set_threads(args.get("threads"))
+    split = load_split(args["data"])
+    net, records, (model_cfg, train_cfg) = train_epochs(split, args.get("model", {}), args.get("train", {}),
+                                                        int(args.get("epochs", 1)))
+    out: dict[str, Any] = {"data": data_summary(split), "threads": threads, "epochs": records,
+                           "objective": train_cfg.objective, "model": model_cfg.model_dump(),
+                           "params": sum(p.numel() for p in net.parameters())}
+    if args.get("evaluate"):
+        out["test"] = test_metrics(net, split)
+    if args.get("save"):
+        save_model(net, model_cfg, args["save"])
+    out["process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- evaluation
+
+
+def naive_ranks(net, evalset, batch_size: int = 256) -> torch.Tensor:
+    """The textbook full ranking: score every item, drop seen ones, argsort all scores of each user, find the
+    target's position. Same user chunks and seen-item rule as resdom's evaluation; ties broken by item id."""
+    from resdom.evaluation.batches import iter_eval_batches
+    from resdom.evaluation.ranking import user_chunk_size
+
+    emb = net.item_embeddings()
+    chunk = user_chunk_size(net.n_items, batch_size)
+    history = max(1, int(evalset.inputs.lengths.max(initial=1)))
+    out = []
+    with torch.no_grad():
+        for idx, items, targets in iter_eval_batches(evalset, net.max_len, chunk):
+            scores = net.encode(items)[:, -1] @ emb.T
+            scores[:, 0] = -math.inf
+            scores.scatter_(1, torch.from_numpy(evalset.inputs.padded(history, idx)), -math.inf)
+            order = torch.argsort(scores, dim=1, descending=True, stable=True)
+            out.append((order == targets[:, None]).int().argmax(1))
+    return torch.cat(out)
+
+
+def task_eval(args: dict[str, Any]) -> dict[str, Any]:
+    """Users/s of resdom's full-ranking evaluation (``impl="resdom"``) or the naive full sort (``"naive"``)."""
+    from resdom.evaluation.evaluate import evaluate
+    from resdom.evaluation.ranking import metrics_from_ranks
+
+    threads = set_threads(args.get("threads"))
+    split = load_split(args["data"])
+    evalset = split.test
+    if args.get("max_users"):
+        evalset = type(evalset)(evalset.inputs.take(np.arange(min(len(evalset), args["max_users"]))),
+                                evalset.targets[: args["max_users"]])
+    net = model_for(split, args)
+    impl = args.get("impl", "resdom")
+    with Phase() as ph:
+        if impl == "resdom":
+            res = evaluate(net, evalset, filter_seen=True, batch_size=args.get("batch_size", 256))
+            metrics = res.metrics
+        elif impl == "naive":
+            metrics = metrics_from_ranks(naive_ranks(net, evalset, args.get("batch_size", 256)))
+        else:
+            raise ValueError(f"unknown impl {impl!r}")
+    return {"impl": impl, "threads": threads, "users": len(evalset), "items": split.n_items,
+            "users_per_s": round(len(evalset) / ph.seconds, 1), "metrics": metrics, **ph.to_dict()}
+
+
+# ------------------------------------------------------------------------------------------------- mixing
+
+
+def task_mixing(args: dict[str, Any]) -> dict[str, Any]:
+    """A plain forward pass over the test inputs (``what="forward"``) or the mixing ratio (``norm_of_sums`` /
+    ``sum_of_norms``), with the diagnostics' own batches."""
+    from resdom.diagnostics.common import batches, inference
+    from resdom.diagnostics.mixing import mixing_ratios
+
+    threads = set_threads(args.get("threads"))
+    split = load_split(args["data"])
+    evalset = split.test
+    if args.get("max_users"):
+        evalset = type(evalset)(evalset.inputs.take(np.arange(min(len(evalset), args["max_users"]))),
+                                evalset.targets[: args["max_users"]])
+    net = model_for(split, args)
+    what, bs = args.get("what", "forward"), args.get("batch_size", 256)
+    pooled = None
+    with Phase() as ph:
+        if what == "forward":
+            with inference(net):
+                for _, items, _ in batches(net, evalset, bs):
+                    net.encode(items)
+        else:
+            pooled = mixing_ratios(net, evalset, definition=what, batch_size=bs).pooled
+    return {"what": what, "threads": threads, "users": len(evalset), "items": split.n_items,
+            "users_per_s": round(len(evalset) / ph.seconds, 1), "pooled": pooled, **ph.to_dict()}
+
+
+# -------------------------------------------------------------------------------------------- distributed
+
+
+def task_eval_run(args: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate a run directory's best model on its test split (one process, or each rank under torchrun with
+    the process group joined: users sharded and gathered). Returns metrics and a digest of every rank."""
+    import hashlib
+
+    from resdom.evaluation.evaluate import evaluate
+    from resdom.runs import load_run
+    from resdom.training import distributed
+
+    set_threads(args.get("threads"))
+    ctx = distributed.setup("cpu")
+    try:
+        run = load_run(args["run_dir"])
+        res = evaluate(run.model, run.split.test, filter_seen=True, batch_size=args.get("batch_size", 64),
+                       return_ranks=True)
+        digest = hashlib.sha256(np.ascontiguousarray(res.ranks, dtype=np.int64).tobytes()).hexdigest()[:16]
+        return {"rank": ctx.rank, "world_size": ctx.world_size, **res.to_dict(), "ranks_sha256_16": digest}
+    finally:
+        ctx.close()
+
+
+TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "eval_run": task_eval_run}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 3 or argv[1] not in TASKS:
+        sys.exit(f"usage: python {argv[0]} {{{','.join(TASKS)}}} JSON_ARGS")
+    result = TASKS[argv[1]](json.loads(argv[2]))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result, default=float), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,119 @@
+"""The benchmark suite's code paths at micro sizes (benchmarks/run.py, benchmarks/tasks.py); no RecBole."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from resdom.evaluation.ranking import pessimistic_ranks
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tasks = _load("tasks")
+run = _load("run")
+
+TINY = {"synthetic": {"n_users": 40, "n_items": 30, "min_len": 4, "max_len": 12, "n_clusters": 3}}
+MODEL = {"max_len": 10, "hidden": 16, "heads": 2, "inner_size": 32}
+
+
+@pytest.mark.parametrize("objective", ["ce_last", "ce_sampled"])
+def test_train_task_times_epochs_and_saves(tmp_path: Path, objective: str) -> None:
+    path = tmp_path / "m.safetensors"
+    out = tasks.task_train({"data": TINY, "model": MODEL, "train": {"objective": objective, "n_negatives": 8},
+                            "epochs": 2, "evaluate": True, "save": str(path), "threads": 1})
+    assert [e["epoch"] for e in out["epochs"]] == [1, 2]
+    assert all(e["samples_per_s"] > 0 and e["peak_rss_mb"] > 0 for e in out["epochs"])
+    assert out["test"]["n_users"] == 40 and out["objective"] == objective
+    net = tasks.load_model(path)
+    assert net.n_items == 30 and not net.training
+
+
+def test_eval_task_naive_full_sort_agrees_with_resdom() -> None:
+    args = {"data": TINY, "model": MODEL, "threads": 1}
+    ours = tasks.task_eval({**args, "impl": "resdom"})
+    naive = tasks.task_eval({**args, "impl": "naive"})
+    assert ours["users"] == naive["users"] == 40
+    for k in ("HR@10", "NDCG@10", "HR@1"):
+        assert ours["metrics"][k] == pytest.approx(naive["metrics"][k])
+
+
+def test_mixing_task_forward_and_both_definitions() -> None:
+    args = {"data": TINY, "model": MODEL, "threads": 1, "max_users": 16}
+    fwd = tasks.task_mixing({**args, "what": "forward"})
+    assert fwd["users"] == 16 and fwd["pooled"] is None
+    for what in ("norm_of_sums", "sum_of_norms"):
+        res = tasks.task_mixing({**args, "what": what})
+        assert 0.0 <= res["pooled"]["all"]["+Res"] <= 1.0
+
+
+def test_phase_measures_peak_of_the_phase_only() -> None:
+    with tasks.Phase() as ph:
+        block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB touched inside the phase
+        block.sum()
+    d = ph.to_dict()
+    assert d["seconds"] >= 0 and d["peak_rss_mb"] >= d["rss_before_mb"]
+    if d["peak_is_phase_only"]:
+        assert d["peak_rss_mb"] - d["rss_before_mb"] > 40
+
+
+def test_merge_results_replaces_only_measured_sections(tmp_path: Path) -> None:
+    path = tmp_path / "RESULTS.md"
+    first = {"eval": run.render_section("eval", "EVAL-1", ["cmd a"], "python benchmarks/run.py --only eval", 1.0),
+             "ddp": run.render_section("ddp", "DDP-1", ["cmd b"], "python benchmarks/run.py --only ddp", 1.0)}
+    path.write_text("# Benchmarks\n\nAccuracy by hand.\n\n" + run.merge_results(tmp_path / "none.md", first)
+                    .split("\n\n", 2)[2] + "\nTrailing notes.\n")
+    text = run.merge_results(path, {"eval": run.render_section("eval", "EVAL-2", [], "x", 1.0)})
+    assert "Accuracy by hand." in text and "Trailing notes." in text
+    assert "EVAL-2" in text and "EVAL-1" not in text and "DDP-1" in text
+    assert text.count(run.BEGIN) == 1 and text.count(run.END) == 1
+    assert text.index("section:eval") < text.index("section:ddp")  # canonical order
+
+
+def test_run_main_quick_eval_section_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run.py end to end for one section, its task processes replaced by in-process calls."""
+
+    def in_process(self, cmd, timeout, env=None):  # noqa: ANN001
+        self.commands.append(" ".join(cmd))
+        return tasks.TASKS[cmd[2]]({**json.loads(cmd[3]), "threads": 1})
+
+    monkeypatch.setattr(run.Context, "run_json", in_process)
+    monkeypatch.setattr(run, "synthetic", lambda u, n, L, min_len=None, seed=0: {
+        "synthetic": {"n_users": 30, "n_items": min(n, 2000), "min_len": 4, "max_len": 12, "n_clusters": 3}})
+    results = tmp_path / "R.md"
+    assert run.main(["--quick", "--only", "eval", "--results", str(results)]) == 0
+    text = results.read_text()
+    assert "<!-- section:eval -->" in text and "| synthetic 2k items | 30 |" in text
+    assert "tasks.py eval" in text and "Failed" not in text
+
+
+def test_recbole_inter_file(tmp_path: Path) -> None:
+    src = tmp_path / "B.txt"
+    src.write_text("u1 5 7 5\nu2 9 8\nu3 1 2\n")
+    path = run.write_recbole_inter(src, tmp_path, "B", max_users=2)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "user_id:token\titem_id:token\ttimestamp:float"
+    assert lines[1:] == ["u1\t5\t0", "u1\t7\t1", "u1\t5\t2", "u2\t9\t3", "u2\t8\t4"]
+
+
+def test_pessimistic_ranks_stay_int64_and_count_ties() -> None:
+    """ranking.pessimistic_ranks accumulates in int32 (speed); the result is int64, ties count against."""
+    scores = torch.tensor([[0.0, 1.0, 1.0, 2.0, 1.0], [3.0, -1.0, 3.0, 3.0, 0.5]])
+    ranks = pessimistic_ranks(scores, torch.tensor([2, 4]))
+    assert ranks.dtype == torch.int64 and ranks.tolist() == [3, 3]
+    many = pessimistic_ranks(scores, torch.tensor([[1, 3], [0, 1]]))
+    assert many.dtype == torch.int64 and many.tolist() == [[3, 0], [2, 4]]
