@@ -122,9 +122,10 @@ def make_configs(split, model: dict[str, Any], train: dict[str, Any]):
                            n_items=split.n_items)
 
 
-def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int):
+def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int, device: str = "cpu"):
     """Train a fresh model for ``epochs`` epochs with the trainer's own epoch loop (``trainer._train_epoch``:
-    the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs)."""
+    the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs).
+    The loop reads every batch's loss back (a device sync), so wall times are complete on CUDA too."""
     from resdom.models import build_model
     from resdom.training import distributed, trainer
     from resdom.training.batches import build_samples
@@ -133,11 +134,11 @@ def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: in
     model_cfg, train_cfg = make_configs(split, model, train)
     objective = get_objective(train_cfg.objective)
     torch.manual_seed(train_cfg.seed)
-    net = build_model(model_cfg)
+    net = build_model(model_cfg).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     samples = build_samples(split.train, model_cfg.max_len, objective.layout)
-    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective))
-    ctx = distributed.DistContext()
+    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective)).to(device)
+    ctx = distributed.DistContext(device=torch.device(device))
     records = []
     for epoch in range(1, epochs + 1):
         with Phase() as ph:
