@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from test_training_support import toy_split
 
 from resdom.cli.main import app
@@ -21,14 +20,6 @@ from resdom.training.config import resolve_configs
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is much faster than several (and than a busy machine's spare cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 

@@ -26,14 +26,6 @@ from resdom.training.objectives import (
 N_ITEMS = 12
 SEQS = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12, 1], [3, 4, 5]]
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is much faster than several (and than a busy machine's spare cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 
 def small_model(name: str = "sasrec") -> torch.nn.Module:

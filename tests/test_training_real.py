@@ -7,19 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from resdom.cli.main import app
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is much faster than several (and than a busy machine's spare cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 
 @pytest.mark.slow

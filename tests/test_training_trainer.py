@@ -17,14 +17,6 @@ from resdom.training.trainer import EarlyStopping, RunFiles, fit, flatten_optimi
 
 SMALL = {"hidden": 16, "layers": 1, "heads": 2, "max_len": 8}
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is much faster than several (and than a busy machine's spare cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 
 def configs(model: str = "sasrec", n_users: int = 60, **train):

@@ -90,20 +90,29 @@ class SequentialRecommender(nn.Module):
             return self.emb_ln(self.emb_dropout(x))
         return self.emb_dropout(x)
 
+    def full_window(self) -> bool:
+        """True when outputs depend on padding, so inputs are left-padded to ``max_len`` before the blocks:
+        without a key-padding mask padded keys are attended to; BSARec's filter sees the whole window."""
+        return not self.cfg.key_padding_mask
+
     def encode(self, items: torch.Tensor) -> torch.Tensor:
-        """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d)."""
+        """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
+
+        Results do not depend on L (batch trimming): where ``full_window()``, the blocks run on the padded
+        ``max_len`` window and the states and block records of the caller's L columns are returned.
+        """
         if items.shape[1] > self.max_len:
             items = items[:, -self.max_len :]
         width = items.shape[1]
-        if not self.cfg.key_padding_mask:  # padded keys are attended to: pad to the width the model knows
+        recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
+        if self.full_window():
             items = nn.functional.pad(items, (self.max_len - width, 0))
-            recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
         mask_bias = causal_mask_bias(items, key_padding=self.cfg.key_padding_mask)
         h = self.embed(items)
         for block in self.blocks:
             h = block(h, mask_bias)
         h = self.final_ln(h) if self.final_ln is not None else h
-        if items.shape[1] != width:  # records and states of the caller's width only
+        if items.shape[1] != width:
             for block, n in zip(self.blocks, recorded):
                 if block.recording is not None:
                     block.recording[n:] = [trim_record(r, width) for r in block.recording[n:]]

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender
-from resdom.models.block import AttentionBlock, BlockRecord, causal_mask_bias, trim_record
+from resdom.models.block import AttentionBlock, BlockRecord
 from resdom.models.config import ModelConfig
 
 
@@ -100,26 +100,7 @@ class BSARec(SequentialRecommender):
     def make_block(self, cfg: ModelConfig) -> nn.Module:
         return BSARecBlock(cfg)
 
-    def encode(self, items: torch.Tensor) -> torch.Tensor:
-        """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
-
-        The input is left-padded to the full ``max_len`` window before the blocks (the filter sees the whole
-        window, SPEC 2), and the last L columns are returned, so batch trimming does not change the output.
-        Block records are trimmed to the same L columns (``trim_record``): with the key-padding mask (the
-        default) the dropped padding keys have weight 0, so the trimmed records rebuild every real position.
-        """
-        if items.shape[1] > self.max_len:
-            items = items[:, -self.max_len :]
-        width = items.shape[1]
-        window = nn.functional.pad(items, (self.max_len - width, 0))
-        recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
-        mask_bias = causal_mask_bias(window, key_padding=self.cfg.key_padding_mask)
-        h = self.embed(window)
-        for block in self.blocks:
-            h = block(h, mask_bias)
-        h = self.final_ln(h) if self.final_ln is not None else h
-        if width != self.max_len:
-            for block, n in zip(self.blocks, recorded):
-                if block.recording is not None:
-                    block.recording[n:] = [trim_record(r, width) for r in block.recording[n:]]
-        return h[:, -width:]
+    def full_window(self) -> bool:
+        """Always: the low-pass filter sees the whole padded window (SPEC 2). With the key-padding mask (the
+        default) the dropped padding keys have weight 0, so the trimmed records rebuild every real position."""
+        return True
