@@ -122,10 +122,12 @@ def make_configs(split, model: dict[str, Any], train: dict[str, Any]):
                            n_items=split.n_items)
 
 
-def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int, device: str = "cpu"):
+def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int, device: str = "cpu",
+                 after_epoch: Any = None):
     """Train a fresh model for ``epochs`` epochs with the trainer's own epoch loop (``trainer._train_epoch``:
     the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs).
-    The loop reads every batch's loss back (a device sync), so wall times are complete on CUDA too."""
+    The loop reads every batch's loss back (a device sync), so wall times are complete on CUDA too.
+    ``after_epoch(epoch, model)`` (untimed) may return a dict, stored in the epoch's record as ``"after"``."""
     from resdom.models import build_model
     from resdom.training import distributed, trainer
     from resdom.training.batches import build_samples
@@ -148,6 +150,10 @@ def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: in
         records.append({"epoch": epoch, "loss": round(loss, 5), "samples": n_seen,
                         "target_positions": positions, "samples_per_s": round(n_seen / ph.seconds, 1),
                         **ph.to_dict()})
+        if after_epoch is not None:
+            extra = after_epoch(epoch, net)
+            if extra is not None:
+                records[-1]["after"] = extra
     return net, records, (model_cfg, train_cfg)
 
 
@@ -194,13 +200,15 @@ def task_train(args: dict[str, Any]) -> dict[str, Any]:
     """Train ``epochs`` epochs; optionally the test metrics after them and the model saved for later tasks."""
     threads = set_threads(args.get("threads"))
     split = load_split(args["data"])
-    net, records, (model_cfg, train_cfg) = train_epochs(split, args.get("model", {}), args.get("train", {}),
-                                                        int(args.get("epochs", 1)))
+    each = args.get("evaluate") == "each_epoch"  # test metrics after every epoch (untimed)
+    net, records, (model_cfg, train_cfg) = train_epochs(
+        split, args.get("model", {}), args.get("train", {}), int(args.get("epochs", 1)),
+        after_epoch=(lambda epoch, net: {"test": test_metrics(net, split)}) if each else None)
     out: dict[str, Any] = {"data": data_summary(split), "threads": threads, "epochs": records,
                            "objective": train_cfg.objective, "model": model_cfg.model_dump(),
                            "params": sum(p.numel() for p in net.parameters())}
     if args.get("evaluate"):
-        out["test"] = test_metrics(net, split)
+        out["test"] = records[-1]["after"]["test"] if each else test_metrics(net, split)
     if args.get("save"):
         save_model(net, model_cfg, args["save"])
     out["process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)

@@ -34,8 +34,11 @@ MODEL = {"max_len": 10, "hidden": 16, "heads": 2, "inner_size": 32}
 @pytest.mark.parametrize("objective", ["ce_last", "ce_sampled"])
 def test_train_task_times_epochs_and_saves(tmp_path: Path, objective: str) -> None:
     path = tmp_path / "m.safetensors"
+    evaluate = "each_epoch" if objective == "ce_last" else True
     out = tasks.task_train({"data": TINY, "model": MODEL, "train": {"objective": objective, "n_negatives": 8},
-                            "epochs": 2, "evaluate": True, "save": str(path), "threads": 1})
+                            "epochs": 2, "evaluate": evaluate, "save": str(path), "threads": 1})
+    if evaluate == "each_epoch":
+        assert [e["after"]["test"]["n_users"] for e in out["epochs"]] == [40, 40]
     assert [e["epoch"] for e in out["epochs"]] == [1, 2]
     assert all(e["samples_per_s"] > 0 and e["peak_rss_mb"] > 0 for e in out["epochs"])
     assert out["test"]["n_users"] == 40 and out["objective"] == objective
