@@ -70,6 +70,7 @@ class Context:
     out: Path
     recbole_python: str | None
     threads: int | None
+    recbole_users: int | None = None
     commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
 
     def task(self, name: str, args: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
@@ -185,9 +186,9 @@ def find_recbole_python(explicit: str | None, setup: bool) -> str | None:
 
 def section_recbole(ctx: Context) -> str:
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
-    max_users = 300 if ctx.quick else None
+    max_users = 300 if ctx.quick else ctx.recbole_users
     resdom_epochs, recbole_epochs = (1, 1) if ctx.quick else (2, 1)
-    if max_users:  # a slice of Beauty as a path source, no k-core (RecBole gets the same slice, unfiltered)
+    if max_users:  # the first users of Beauty as a path source, no k-core (RecBole gets the same, unfiltered)
         tmp_txt = ctx.out / "beauty_slice.txt"
         tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
         data = {"source": str(tmp_txt), "options": {"k_core": 0}}
@@ -223,6 +224,9 @@ def section_recbole(ctx: Context) -> str:
             rows.append([f"RecBole epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
                          e["peak_rss_mb"]])
     text = [table(["run", "samples", "s / epoch", "samples / s", "peak RSS MiB (epoch)"], rows)]
+    if max_users:
+        text.append(f"\nData subset: the first {max_users:,} users of Beauty.txt for both libraries (the whole "
+                    "file: run without --recbole-users).")
     text.append(f"\n**Throughput ratio (samples/s, mean over timed epochs): {ratio(ours_sps, theirs_sps)}**; "
                 f"seconds per epoch: resdom {fmt(ours_s)} s vs RecBole {fmt(theirs_s)} s "
                 f"({ratio(theirs_s, ours_s)} less time). Goal: >= 5x.")
@@ -554,8 +558,10 @@ def machine_info() -> str:
                                 ).stdout.strip()
     except OSError:
         commit = "?"
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return (f"{cpu}, {os.cpu_count()} logical CPUs, {mem} RAM; Python {platform.python_version()}, torch "
-            f"{torch.__version__} ({torch.get_num_threads()} threads by default); commit {commit}")
+            f"{torch.__version__} ({torch.get_num_threads()} threads by default); commit {commit}; load average "
+            f"when the section ended {load} (1/5/15 min)")
 
 
 def render_section(name: str, body: str, commands: list[str], command_line: str, seconds: float) -> str:
@@ -604,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recbole-python", default=None, help="python of a RecBole 1.2.1 venv")
     p.add_argument("--setup-recbole", action="store_true", help="make benchmarks/.recbole-venv when missing")
     p.add_argument("--threads", type=int, default=None, help="torch threads in every measurement (default: torch's)")
+    p.add_argument("--recbole-users", type=int, default=None,
+                   help="recbole section: only the first N users of Beauty.txt, for both libraries (default: all)")
     a = p.parse_args(argv)
     names = [s.strip() for s in a.only.split(",") if s.strip()] or list(SECTIONS)
     bad = [n for n in names if n not in SECTIONS]
@@ -612,13 +620,14 @@ def main(argv: list[str] | None = None) -> int:
     results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
     OUT.mkdir(parents=True, exist_ok=True)
     recbole = find_recbole_python(a.recbole_python, a.setup_recbole) if "recbole" in names else None
-    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads)
+    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users)
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
         body = RUNNERS[name](ctx)
         command_line = "python benchmarks/run.py" + (" --quick" if a.quick else "") + f" --only {name}" + \
-            (f" --threads {a.threads}" if a.threads else "")
+            (f" --threads {a.threads}" if a.threads else "") + \
+            (f" --recbole-users {a.recbole_users}" if a.recbole_users and name == "recbole" else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)
         results.parent.mkdir(parents=True, exist_ok=True)
         tmp = results.with_name(f".{results.name}.tmp")
