@@ -355,7 +355,7 @@ def _three_phases(ctx: Context, data: dict, max_len: int, tag: str, eval_users: 
 
 def section_memory(ctx: Context) -> str:
     sizes = [10_000, 100_000] if ctx.quick else [10_000, 100_000, 1_000_000]
-    users, max_len, eval_users = (200, 50, 100) if ctx.quick else (10_000, 200, 2_000)
+    users, max_len, eval_users = (200, 50, 100) if ctx.quick else (4_000, 200, 1_000)
     rows, results = [], {}
     for n in sizes:
         data = synthetic(users, n, max_len, min_len=20)
@@ -482,6 +482,7 @@ def section_ddp(ctx: Context) -> str:
     base = ctx.out / "ddp"
     shutil.rmtree(base, ignore_errors=True)
     env = {"OMP_NUM_THREADS": "1"}
+    single_threads = ctx.threads or 2  # the one-process run: --threads, else both cores
     results: dict[str, dict[str, Any]] = {}
 
     def train(out: Path, nproc: int) -> dict[str, Any]:
@@ -489,7 +490,7 @@ def section_ddp(ctx: Context) -> str:
             if nproc > 1 else [sys.executable]
         cmd = [*launcher, "-m", "resdom", "train", source, "--out", str(out), "--epochs", epochs, "--device", "cpu"]
         if nproc == 1:
-            cmd += ["--set", "train.threads=2"]
+            cmd += ["--set", f"train.threads={single_threads}"]
         ctx.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd))
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=1800)
@@ -526,7 +527,8 @@ def section_ddp(ctx: Context) -> str:
         s_epoch = sum(single["epoch_s"]) / len(single["epoch_s"])
         text.append(
             f"\nTraining under DDP (`torchrun --nproc_per_node 2`, gloo, 1 thread each, global batch 256 = 2 x 128) "
-            f"vs 1 process (2 threads), {epochs} epochs, test NDCG@10 {d['NDCG@10']:.4f} vs {s['NDCG@10']:.4f}, "
+            f"vs 1 process ({single_threads} thread(s)), {epochs} epochs, "
+            f"test NDCG@10 {d['NDCG@10']:.4f} vs {s['NDCG@10']:.4f}, "
             f"HR@10 {d['HR@10']:.4f} vs {s['HR@10']:.4f}; seconds per epoch {fmt(d_epoch, 2)} vs {fmt(s_epoch, 2)}. "
             "Trained weights differ (each rank draws its own dropout masks; the loss is averaged per rank), "
             "so only evaluation is expected to match exactly.")
