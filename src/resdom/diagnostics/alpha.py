@@ -19,6 +19,7 @@ import torch
 from resdom.data.sequences import EvalSet
 from resdom.diagnostics.common import (
     DEFAULT_BATCH,
+    all_users,
     batches,
     check_model,
     inference,
@@ -82,11 +83,13 @@ def alpha_row(
             filt.append(ranks_of(scores, targets).cpu())
             unfilt.append(u[:, 0].cpu())
             last.append(u[:, 1:].cpu().numpy())
+    n = len(evalset)
+    acc.merge_ranks(n)
     mix = acc.result()
-    mf = metrics_from_ranks(torch.cat(filt), (10,))
-    mu = metrics_from_ranks(torch.cat(unfilt), (10,))
+    mf = metrics_from_ranks(torch.from_numpy(all_users(torch.cat(filt).numpy(), n)), (10,))
+    mu = metrics_from_ranks(torch.from_numpy(all_users(torch.cat(unfilt).numpy(), n)), (10,))
     row: dict[str, Any] = {"alpha": alpha, "mixing_all": mix.pooled["all"], "mixing_last": mix.pooled["last"]}
-    row.update(hrli_from_ranks(np.concatenate(last), (1, 2), (1,)))
+    row.update(hrli_from_ranks(all_users(np.concatenate(last), n), (1, 2), (1,)))
     row.update({"HR@10": mf["HR@10"], "NDCG@10": mf["NDCG@10"],
                 "HR@10_unfiltered": mu["HR@10"], "NDCG@10_unfiltered": mu["NDCG@10"]})
     return row

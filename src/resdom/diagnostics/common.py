@@ -3,6 +3,11 @@
 Diagnostics touch a model only through ``resdom.models.interface`` (``encode``, ``item_embeddings``,
 ``attention_blocks``, ``recording``, ``residual_scale``) and ranking only through
 ``resdom.evaluation.ranking``. Ranks are 0-based and pessimistic; a rank >= K is a miss at K.
+
+Under ``torch.distributed`` with W > 1 processes (and at least W users) ``batches`` yields only this rank's
+users ``r::W`` (as ``resdom.evaluation.evaluate``); per-user results are put back together with
+``all_users`` (all-gathered, in user order) and running sums with ``sum_over_ranks``, so every process
+returns the numbers of one process.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.evaluation.batches import iter_eval_batches
+from resdom.evaluation.evaluate import gather_users, rank_and_world
 from resdom.evaluation.ranking import full_scores, pessimistic_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
@@ -58,21 +65,49 @@ def show_progress(progress: bool) -> bool:
     return bool(progress) and sys.stderr.isatty()
 
 
+def shard(n: int) -> tuple[int, int]:
+    """(rank, world) over which ``n`` users are split: torch.distributed's when it runs W > 1 processes and
+    n >= W; else (0, 1), every process doing every user."""
+    rank, world = rank_and_world()
+    return (rank, world) if n >= world else (0, 1)
+
+
 def batches(
     model: Diagnosable, evalset: EvalSet, batch_size: int, device: torch.device | str | None = None,
     desc: str = "", progress: bool = False,
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
     """(example indices (B,), items int64 (B, L) left-padded, targets (B,)) on the model's device.
 
-    The batch is capped so its (B, n_items + 1) score matrix stays within the ranking module's budget.
+    Only this rank's users (``shard``), in order. The batch is capped so its (B, n_items + 1) score matrix
+    stays within the ranking module's budget.
     """
     from tqdm.auto import tqdm
 
     device = model_device(model) if device is None else torch.device(device)
     size = user_chunk_size(model.n_items, batch_size)
-    it = iter_eval_batches(evalset, model.max_len, size, device)
-    bar = tqdm(it, total=math.ceil(len(evalset) / size), desc=desc, leave=False, disable=not show_progress(progress))
+    rank, world = shard(len(evalset))
+    index = np.arange(rank, len(evalset), world, dtype=np.int64)
+    it = iter_eval_batches(evalset, model.max_len, size, device, index)
+    bar = tqdm(it, total=math.ceil(len(index) / size), desc=desc, leave=False, disable=not show_progress(progress))
     yield from bar
+
+
+def all_users(local: np.ndarray, n: int) -> np.ndarray:
+    """Per-user rows of this rank's users (in ``batches`` order) -> the rows of all ``n`` users, in user order
+    (``local`` itself in one process)."""
+    rank, world = shard(n)
+    return local if world == 1 else gather_users(torch.from_numpy(local), n, rank, world).numpy()
+
+
+def sum_over_ranks(values: np.ndarray, n: int) -> np.ndarray:
+    """float64 sums over this rank's share of ``n`` users -> sums over all of them (unchanged in one process)."""
+    if shard(n)[1] == 1:
+        return values
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
+    if dist.get_backend() == "nccl":
+        t = t.to(torch.device("cuda", torch.cuda.current_device()))
+    dist.all_reduce(t)
+    return t.cpu().numpy()
 
 
 def scores_at(model: Diagnosable, states: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:

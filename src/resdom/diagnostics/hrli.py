@@ -18,6 +18,7 @@ import torch
 from resdom.data.sequences import EvalSet
 from resdom.diagnostics.common import (
     DEFAULT_BATCH,
+    all_users,
     batches,
     check_model,
     inference,
@@ -83,5 +84,5 @@ def last_item_hit_rates(
         for idx, items, _ in batches(model, evalset, batch_size, device, "hrli", progress):
             states = model.encode(items)[:, -1]
             parts.append(last_item_ranks(model, evalset, idx, states, ks).cpu().numpy())
-    ranks = np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64)
+    ranks = all_users(np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64), len(evalset))
     return HRLIResult(hrli_from_ranks(ranks, ks, Ks), len(evalset))

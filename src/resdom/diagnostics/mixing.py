@@ -33,7 +33,15 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet
-from resdom.diagnostics.common import DEFAULT_BATCH, batches, check_model, first_real, inference, jsonable
+from resdom.diagnostics.common import (
+    DEFAULT_BATCH,
+    batches,
+    check_model,
+    first_real,
+    inference,
+    jsonable,
+    sum_over_ranks,
+)
 from resdom.models.block import BlockRecord
 from resdom.models.interface import Diagnosable, recording
 
@@ -341,6 +349,22 @@ class MixingAccumulator:
         self.freq["frequency"].add(layer, rec.freq_out.norm(dim=-1), real)
         self.freq["attention"].add(layer, (rec.sublayer_out - rec.freq_out).norm(dim=-1), real)
 
+    def merge_ranks(self, n: int) -> None:
+        """After the last batch of a set of ``n`` users fed through ``common.batches``: add up the running sums
+        of every rank (no-op in one process). Call once."""
+        if self.stages is None:  # every rank has users whenever they are sharded (common.shard)
+            return
+        means = [*self.means.values(), *(self.heads or []), *(self.freq or {}).values()]
+        fields = ("all_sum", "all_n", "last_sum", "last_n", "pos_sum", "pos_n")
+        arrays = [getattr(m, f) for m in means for f in fields]
+        total = sum_over_ranks(np.concatenate([[float(self.n_users)], *[a.ravel() for a in arrays]]), n)
+        self.n_users, start = int(round(total[0])), 1
+        for m in means:
+            for f in fields:
+                a = getattr(m, f)
+                setattr(m, f, total[start : start + a.size].reshape(a.shape))
+                start += a.size
+
     def result(self) -> MixingResult:
         if self.stages is None:
             raise ValueError("no batches were seen (empty evaluation set?)")
@@ -396,4 +420,5 @@ def mixing_ratios(
         for _, items, _ in batches(model, evalset, batch_size, device, "mixing", progress):
             model.encode(items)
             acc.add([layer.pop() for layer in store], items)
+    acc.merge_ranks(len(evalset))
     return acc.result()

@@ -29,6 +29,7 @@ from resdom.diagnostics.alpha import ALPHAS, check_alphas
 from resdom.diagnostics.common import (
     DEFAULT_BATCH,
     MISS,
+    all_users,
     batches,
     check_model,
     inference,
@@ -67,7 +68,8 @@ def position_ranks(
             real = items[:, c] > 0
             cols.append(r if k == 0 else torch.where(real, r, torch.full_like(r, MISS)))
         out.append(torch.stack(cols, 1).cpu().numpy())
-    return np.concatenate(out) if out else np.zeros((0, len(offsets)), dtype=np.int64)
+    local = np.concatenate(out) if out else np.zeros((0, len(offsets)), dtype=np.int64)
+    return all_users(local, len(evalset))
 
 
 def final_ranks(

@@ -4,7 +4,8 @@ Files (schema in docs/architecture.md): ``shuffle``, ``hrli``, ``mixing``, ``alp
 ``.json`` and ``.csv`` (mixing also ``mixing_per_position.csv``), and ``summary.json``: the headline numbers
 of every diagnostic file present for the same split (so running a subset keeps the others' figures).
 Recovery always selects alpha* on the validation split and reports the test split (SPEC 4), whatever
-``split`` says.
+``split`` says. Under ``torch.distributed`` every process computes its shard of the users (``common.batches``),
+rank 0 alone writes the files, and every process returns rank 0's summary.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+
 from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
 from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
 from resdom.diagnostics.hrli import last_item_hit_rates
@@ -24,6 +27,7 @@ from resdom.diagnostics.mixing import DEFINITIONS, mixing_ratios
 from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.shuffle import MODES, position_shuffle
 from resdom.errors import ResdomError
+from resdom.evaluation.evaluate import rank_and_world
 from resdom.io import atomic_write_json, atomic_write_text
 
 WHAT: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
@@ -68,6 +72,7 @@ def run_all(
     out_dir = Path(run_dir) / "diagnostics"
     model, common = run.model, {"batch_size": batch_size, "device": device, "progress": progress}
     timings: dict[str, float] = {}
+    rank, world = rank_and_world()
     for name in names:
         t0 = time.perf_counter()
         if name == "shuffle":
@@ -85,12 +90,19 @@ def run_all(
         data = res.to_dict()
         timings[name] = time.perf_counter() - t0
         data["seconds"] = round(timings[name], 3)
-        atomic_write_json(out_dir / f"{name}.json", data)
-        for suffix, text in CSV_WRITERS[name](data).items():
-            atomic_write_text(out_dir / f"{name}{suffix}.csv", text)
-    summary = summarise(out_dir, split)
-    summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
-    atomic_write_json(out_dir / "summary.json", summary)
+        if rank == 0:
+            atomic_write_json(out_dir / f"{name}.json", data)
+            for suffix, text in CSV_WRITERS[name](data).items():
+                atomic_write_text(out_dir / f"{name}{suffix}.csv", text)
+    summary: dict[str, Any] = {}
+    if rank == 0:
+        summary = summarise(out_dir, split)
+        summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
+        atomic_write_json(out_dir / "summary.json", summary)
+    if world > 1:
+        box = [summary]
+        dist.broadcast_object_list(box, src=0)
+        summary = box[0]
     return summary
 
 

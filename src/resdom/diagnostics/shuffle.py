@@ -28,6 +28,7 @@ import torch
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics.common import (
     DEFAULT_BATCH,
+    all_users,
     batches,
     check_model,
     inference,
@@ -115,7 +116,8 @@ def _ranks_and_top(
         scores = scores_at(model, model.encode(items)[:, -1], seen)
         ranks.append(ranks_of(scores, targets).cpu().numpy())
         tops.append(scores.topk(top, dim=1).indices.cpu().numpy())
-    return np.concatenate(ranks), np.concatenate(tops)
+    n = len(evalset)
+    return all_users(np.concatenate(ranks), n), all_users(np.concatenate(tops), n)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ class EvalResult:
         return {"metrics": dict(self.metrics), "n_users": int(self.n_users)}
 
 
-def _world() -> tuple[int, int]:
+def rank_and_world() -> tuple[int, int]:
     """(rank, world size); (0, 1) when torch.distributed is not in use."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist.get_rank(), dist.get_world_size()
@@ -67,18 +67,20 @@ def _local_ranks(
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
 
 
-def _gather_ranks(local: torch.Tensor, n: int, rank: int, world: int, device: torch.device) -> torch.Tensor:
-    """All ranks' shards (rank r holds users r::world) -> int64 (n,) in evaluation-set order."""
+def gather_users(local: torch.Tensor, n: int, rank: int, world: int) -> torch.Tensor:
+    """All ranks' rows (rank r holds users r::world, in order) -> (n, ...) on the CPU, in user order.
+
+    ``local``: (len(range(rank, n, world)), ...) of any dtype the backend can all_gather.
+    """
     per_rank = -(-n // world)
-    comm_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else device
-    padded = torch.full((per_rank,), -1, dtype=torch.int64, device=comm_device)
+    comm_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    padded = torch.zeros((per_rank, *local.shape[1:]), dtype=local.dtype, device=comm_device)
     padded[: len(local)] = local.to(comm_device)
     parts = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(parts, padded)
-    full = torch.empty(n, dtype=torch.int64)
+    full = torch.empty((n, *local.shape[1:]), dtype=local.dtype)
     for r, part in enumerate(parts):
-        count = len(range(r, n, world))
-        full[r::world] = part[:count].cpu()
+        full[r::world] = part[: len(range(r, n, world))].cpu()
     return full
 
 
@@ -100,7 +102,7 @@ def evaluate(
     """
     device = torch.device(device)
     inner = _unwrap(model)
-    rank, world = _world()
+    rank, world = rank_and_world()
     n = len(evalset)
     index = np.arange(rank, n, world, dtype=np.int64)
     was_training = bool(getattr(inner, "training", False))
@@ -113,7 +115,7 @@ def evaluate(
         if was_training:
             inner.train(True)
     if world > 1:
-        ranks = _gather_ranks(ranks, n, rank, world, device)
+        ranks = gather_users(ranks, n, rank, world)
     return EvalResult(
         metrics=metrics_from_ranks(ranks, tuple(ks)),
         n_users=n,
