@@ -180,6 +180,20 @@ def test_torchrun_two_cpu_processes(tmp_path: Path) -> None:
     # every sample trained once per epoch across the two ranks (60 users with >= 2 training items)
     assert all(json.loads(x)["samples_per_s"] > 0 for x in lines)
 
+    # diagnose under torchrun: users sharded over the two ranks, rank 0 prints the same summary as one process
+    diag = ["-m", "resdom", "diagnose", str(out), "--json", "--no-progress", "--what", "hrli,mixing,shuffle",
+            "--seeds", "0"]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          *diag], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-2000:]
+    one = subprocess.run([sys.executable, *diag], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-2000:]
+    a, b = json.loads(two.stdout), json.loads(one.stdout)
+    for key in ("HRLI@1", "HRL2I@1", "n_users"):
+        assert a[key] == b[key]
+    for key in ("mixing_pooled_all", "mixing_pooled_last", "shuffle_NDCG@10_change"):
+        assert a[key] == pytest.approx(b[key], abs=1e-6)
+
 
 def test_parse_set_errors() -> None:
     with pytest.raises(ResdomError, match="did you mean train.epochs"):

@@ -33,7 +33,7 @@ def diagnose(
     what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery"),
     split: str = typer.Option("test", "--split", help="valid or test (recovery always selects on valid, reports test)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-    device: str = typer.Option("cpu", "--device", help="torch device, e.g. cpu or cuda"),
+    device: str = typer.Option("cpu", "--device", help="auto, cpu, cuda or mps; under torchrun users are sharded"),
     definition: str = typer.Option("norm_of_sums", "--definition", help="mixing ratio: norm_of_sums or sum_of_norms"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per batch (lowered for large catalogs)"),
     seeds: str = typer.Option("0,1,2", "--seeds", help="shuffle seeds, comma-separated"),
@@ -49,11 +49,19 @@ def diagnose(
     seed_list = _ints(seeds, "--seeds")
     if not seed_list:
         raise ResdomError("--seeds: give at least one seed")
-    summary = run_all(
-        run_dir, what=what, split=split, device=device, batch_size=batch_size, progress=progress,
-        definition=definition, seeds=seed_list, alphas=_floats(alphas, "--alphas") or ALPHAS,
-        layers=_ints(layers, "--layers"), per_head=per_head,
-    )
+    from resdom.training.distributed import setup
+
+    ctx = setup(device)  # under torchrun: join the process group; each rank diagnoses its shard of users
+    try:
+        summary = run_all(
+            run_dir, what=what, split=split, device=ctx.device, batch_size=batch_size,
+            progress=progress and ctx.is_main, definition=definition, seeds=seed_list,
+            alphas=_floats(alphas, "--alphas") or ALPHAS, layers=_ints(layers, "--layers"), per_head=per_head,
+        )
+    finally:
+        ctx.close()
+    if not ctx.is_main:
+        return
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
