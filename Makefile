@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,7 @@ test: setup
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: setup
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --setup-recbole
 
 clean:
 	rm -rf $(VENV) resdom-demo .pytest_cache
