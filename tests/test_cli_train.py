@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 from test_training_support import toy_split
 
-from resdom.cli.main import app
 from resdom.cli.train_cmd import parse_set, read_config_file
 from resdom.errors import ResdomError
 from resdom.training.config import resolve_configs
@@ -25,15 +25,7 @@ TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.m
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     """Run the CLI in-process -> (exit code, stdout, stderr)."""
-    old = sys.argv
-    sys.argv = ["resdom", *args]
-    try:
-        app()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
+    code = invoke(*args)
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -41,14 +33,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "run"
-    old = sys.argv
-    sys.argv = ["resdom", "train", SOURCE, "--model", "sasrec", "--out", str(out), "--epochs", "2", *TINY]
-    try:
-        app()
-    except SystemExit as e:
-        assert e.code in (0, None)
-    finally:
-        sys.argv = old
+    assert invoke("train", SOURCE, "--model", "sasrec", "--out", str(out), "--epochs", "2", *TINY) == 0
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cli_helpers import invoke
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,14 +30,7 @@ def write(path: Path, text: str) -> Path:
 
 def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     """Run ``resdom ARGS`` in-process through ``cli.main.app`` (the ResdomError -> exit 2 wrapper)."""
-    from resdom.cli.main import app
-
-    monkeypatch.setattr(sys, "argv", ["resdom", *args])
-    code = 0
-    try:
-        app()
-    except SystemExit as e:
-        code = int(e.code or 0)
+    code = invoke(*args)
     out, err = capsys.readouterr()
     return code, out, err
 

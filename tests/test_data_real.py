@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import invoke
 
 from resdom.data.prepare import load_prepared, prepare_split
 
@@ -30,13 +30,9 @@ MANIFEST = {
 
 
 def cli_json(args: list[str], monkeypatch, capsys) -> dict:
-    from resdom.cli.main import app
-
-    monkeypatch.setattr(sys, "argv", ["resdom", *args])
-    with pytest.raises(SystemExit) as exc:
-        app()
+    code = invoke(*args)
     out, err = capsys.readouterr()
-    assert exc.value.code == 0, err
+    assert code == 0, err
     return json.loads(out)
 
 

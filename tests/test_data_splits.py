@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cli_helpers import invoke
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -196,16 +197,10 @@ def test_prepare_split_manifest_and_roundtrip(protocol: str, tmp_path) -> None:
 
 
 def test_split_cli_writes_arrays_and_manifest(tmp_path, monkeypatch, capsys) -> None:
-    import sys
-
-    from resdom.cli.main import app
-
-    monkeypatch.setattr(sys, "argv", ["resdom", "data", "split", "synthetic:n_users=200", "--protocol", "gts",
-                                      "--quantile", "0.8", "--out", str(tmp_path / "o")])
-    with pytest.raises(SystemExit) as exc:
-        app()
+    code = invoke("data", "split", "synthetic:n_users=200", "--protocol", "gts", "--quantile", "0.8",
+                  "--out", str(tmp_path / "o"))
     out, err = capsys.readouterr()
-    assert exc.value.code == 0, err
+    assert code == 0, err
     assert (tmp_path / "o" / "arrays.npz").exists() and (tmp_path / "o" / "manifest.json").exists()
     assert "T_test" in out and "train" in out and "test" in out
     assert SplitData.load(tmp_path / "o").manifest["quantile"] == 0.8

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-import torch
-
-from resdom.cli.main import app
+from cli_helpers import invoke
 
 
 @pytest.mark.slow
@@ -19,23 +16,11 @@ def test_diagnose_lastfm_run(shared_raw: Path, tmp_path: Path, capsys) -> None:
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        split = prepare_split("lastfm", data_dir=shared_raw)
-        run = tmp_path / "run"
-        fit(split, ModelConfig(max_len=50, hidden=32, layers=2, heads=2), TrainConfig(epochs=2, device="cpu"), run,
-            progress=False)
-        old = sys.argv
-        sys.argv = ["resdom", "diagnose", str(run), "--what", "hrli,mixing,shuffle", "--seeds", "0", "--json"]
-        try:
-            app()
-        except SystemExit as e:
-            assert e.code in (0, None)
-        finally:
-            sys.argv = old
-    finally:
-        torch.set_num_threads(threads)
+    split = prepare_split("lastfm", data_dir=shared_raw)
+    run = tmp_path / "run"
+    fit(split, ModelConfig(max_len=50, hidden=32, layers=2, heads=2), TrainConfig(epochs=2, device="cpu"), run,
+        progress=False)
+    assert invoke("diagnose", str(run), "--what", "hrli,mixing,shuffle", "--seeds", "0", "--json") == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["n_users"] == 1090 and summary["split"] == "test"
     mix = summary["mixing_pooled_all"]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import invoke
 
-from resdom.cli import main as cli_main
 from resdom.diagnostics.runner import WHAT, format_summary, parse_what, run_all
 from resdom.errors import ResdomError
 
@@ -73,12 +72,7 @@ def test_parse_what():
 
 
 def _cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["resdom", *args])
-    code = 0
-    try:
-        cli_main.app()
-    except SystemExit as e:
-        code = int(e.code or 0)
+    code = invoke(*args)
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -3,27 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-from resdom.cli.main import app
+from cli_helpers import invoke
 
 
 @pytest.mark.slow
 def test_sasrec_one_epoch_on_lastfm(shared_raw: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
-    old = sys.argv
-    sys.argv = ["resdom", "train", "lastfm", "--model", "sasrec", "--protocol", "loo", "--out", str(out),
-                "--data-dir", str(shared_raw), "--epochs", "1", "--device", "cpu",
-                "--set", "model.hidden=32", "--set", "model.layers=1"]
-    try:
-        app()
-    except SystemExit as e:
-        assert e.code in (0, None)
-    finally:
-        sys.argv = old
+    assert invoke("train", "lastfm", "--model", "sasrec", "--protocol", "loo", "--out", str(out),
+                  "--data-dir", str(shared_raw), "--epochs", "1", "--device", "cpu",
+                  "--set", "model.hidden=32", "--set", "model.layers=1") == 0
     assert "test (1090 users)" in capsys.readouterr().out
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["data"]["source"] == "lastfm" and cfg["model"]["n_items"] == 3646
