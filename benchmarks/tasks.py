@@ -19,10 +19,13 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from resdom.data.sequences import EvalSet, SplitData
 
 # ------------------------------------------------------------------------------------------------- memory
 
@@ -238,6 +241,16 @@ def naive_ranks(net, evalset, batch_size: int = 256) -> torch.Tensor:
     return torch.cat(out)
 
 
+def first_test_users(split: SplitData, n: int | None) -> EvalSet:
+    """The test set, cut to its first ``n`` users when ``n`` is given."""
+    from resdom.data.sequences import EvalSet
+
+    if not n:
+        return split.test
+    keep = np.arange(min(len(split.test), n))
+    return EvalSet(split.test.inputs.take(keep), split.test.targets[keep])
+
+
 def task_eval(args: dict[str, Any]) -> dict[str, Any]:
     """Users/s of resdom's full-ranking evaluation (``impl="resdom"``) or the naive full sort (``"naive"``)."""
     from resdom.evaluation.evaluate import evaluate
@@ -245,10 +258,7 @@ def task_eval(args: dict[str, Any]) -> dict[str, Any]:
 
     threads = set_threads(args.get("threads"))
     split = load_split(args["data"])
-    evalset = split.test
-    if args.get("max_users"):
-        evalset = type(evalset)(evalset.inputs.take(np.arange(min(len(evalset), args["max_users"]))),
-                                evalset.targets[: args["max_users"]])
+    evalset = first_test_users(split, args.get("max_users"))
     net = model_for(split, args)
     impl = args.get("impl", "resdom")
     with Phase() as ph:
@@ -274,10 +284,7 @@ def task_mixing(args: dict[str, Any]) -> dict[str, Any]:
 
     threads = set_threads(args.get("threads"))
     split = load_split(args["data"])
-    evalset = split.test
-    if args.get("max_users"):
-        evalset = type(evalset)(evalset.inputs.take(np.arange(min(len(evalset), args["max_users"]))),
-                                evalset.targets[: args["max_users"]])
+    evalset = first_test_users(split, args.get("max_users"))
     net = model_for(split, args)
     what, bs = args.get("what", "forward"), args.get("batch_size", 256)
     pooled = None
