@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from resdom.models.block import AttentionBlock, causal_mask_bias, trim_record
+from resdom.models.block import AttentionBlock, Dropout, causal_mask_bias, trim_record
 from resdom.models.config import ModelConfig
 
 
@@ -46,7 +46,7 @@ class SequentialRecommender(nn.Module):
         self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0)
         self.pos_emb = nn.Embedding(cfg.max_len + (cfg.positions == "from_end_pad0"), cfg.hidden)
         self.emb_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
-        self.emb_dropout = nn.Dropout(cfg.dropout)
+        self.emb_dropout = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
         self.final_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps) if cfg.final_ln else None
         self.apply(self._init_weights)

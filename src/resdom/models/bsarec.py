@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender
-from resdom.models.block import AttentionBlock, BlockRecord
+from resdom.models.block import AttentionBlock, BlockRecord, Dropout
 from resdom.models.config import ModelConfig
 
 
@@ -39,7 +39,7 @@ class FrequencyLayer(nn.Module):
         super().__init__()
         self.c = cfg.bsa_c // 2 + 1  # number of kept rfft bins (SPEC 2: bins >= c//2+1 zeroed)
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, cfg.hidden))
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
 
     @property
