@@ -276,3 +276,16 @@ def test_unusable_splits_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match="no training samples for ce_all"):
         fit(one_item, m, t, tmp_path / "b", progress=False)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # refused before writing
+
+
+@pytest.mark.parametrize(("model", "bucketed"), [("sasrec", True), ("bsarec", False)])
+def test_length_bucketing_only_for_trimmed_models(tmp_path: Path, monkeypatch, model: str, bucketed: bool) -> None:
+    """BSARec runs every batch on the full window, so bucketing would only make its batches less random."""
+    import resdom.training.trainer as trainer
+
+    calls = []
+    real = trainer.bucket_by_length
+    monkeypatch.setattr(trainer, "bucket_by_length", lambda *a: calls.append(a[3]) or real(*a))
+    split, m, t = configs(model, epochs=2, length_buckets=4)
+    fit(split, m, t, tmp_path, progress=False)
+    assert calls == ([4, 4] if bucketed else [])

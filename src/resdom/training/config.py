@@ -52,7 +52,8 @@ class TrainConfig(BaseModel):
     length_buckets: int = Field(
         16, ge=0,
         description="length bucketing: sort by length within windows of this many batches, batches then shuffled "
-        "(0 = off); short-sequence data sets stop paying for the longest sequence in every batch",
+        "(0 = off); short-sequence data sets stop paying for the longest sequence in every batch. Not used for "
+        "full-window models (BSARec), whose batches cost max_len whatever their lengths",
     )
     item_chunk: int | None = Field(
         None, ge=1, description="full-softmax CE over items in chunks of this size (bounded memory); None = one go"

@@ -318,9 +318,11 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     bar = tqdm(total=train_cfg.epochs, initial=start_epoch - 1, desc="epochs", disable=not show, dynamic_ncols=True)
     stopped = None
     epoch = start_epoch - 1
+    # a full-window model (BSARec) pays for max_len in every batch anyway: bucketing would only bias batches
+    buckets = 0 if model.full_window() else train_cfg.length_buckets
     for epoch in range(start_epoch, train_cfg.epochs + 1):
         loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
-                                             objective, epoch, dist_ctx, show)
+                                             objective, epoch, buckets, dist_ctx, show)
         if not math.isfinite(loss):
             raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
         valid = _evaluate(model, split, "valid", train_cfg, device)
@@ -354,11 +356,12 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
 
 
 def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: SampleSet, n_items: int,
-                 model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, epoch: int,
+                 model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, epoch: int, buckets: int,
                  dist_ctx: distributed.DistContext, show: bool) -> tuple[float, int, float]:
     """One pass over this rank's shard -> (mean loss over all ranks' batches, samples seen by all ranks, seconds).
 
-    The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step.
+    The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step;
+    ``buckets``: length-bucketing window in batches (0 = plain shuffle).
     """
     from tqdm.auto import tqdm
 
@@ -367,8 +370,8 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     partners = same_target_partners(samples.last_targets, order_rng) if _needs_partners(model_cfg) else None
     order = epoch_order(len(samples), order_rng, rank, world)
     per_rank = max(1, train_cfg.batch_size // world)
-    if train_cfg.length_buckets:
-        order = bucket_by_length(order, samples.end - samples.start, per_rank, train_cfg.length_buckets, order_rng)
+    if buckets:
+        order = bucket_by_length(order, samples.end - samples.start, per_rank, buckets, order_rng)
     neg_rng = np.random.default_rng(epoch_seed(seed, epoch, 1, rank))
     torch.manual_seed(epoch_seed(seed, epoch, 2, rank))  # dropout, ce_sampled negatives
     batches = iter_batches(samples, order, per_rank, n_items=n_items, rng=neg_rng,
