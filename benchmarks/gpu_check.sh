@@ -52,18 +52,24 @@ def show_epochs(label, records):
               f"{e['target_positions'] / e['seconds']:,.0f} target positions/s, loss {e['loss']:.4f}")
 
 
+def timed_evaluation(net, split, label):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    res = evaluate(net, split.test, device=dev)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    print(f"evaluation{label}: {len(split.test):,} users in {dt:.1f} s = {len(split.test) / dt:,.0f} users/s; "
+          f"HR@10 {res.metrics['HR@10']:.4f} NDCG@10 {res.metrics['NDCG@10']:.4f}; "
+          f"peak CUDA memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+
+
 # 2. ce_all over 20k items with the chunked cross-entropy (hand-written backward) on CUDA
 split = data(20_000, 20_000, 200)
 net, recs, _ = tasks.train_epochs(split, {"max_len": 200, "inner_size": 256},
                                   {"objective": "ce_all", "item_chunk": 8192}, epochs=2, device=dev)
 show_epochs("ce_all 20k users x 20k items, L 200 (item_chunk 8192)", recs)
-torch.cuda.synchronize()
-t = time.perf_counter()
-res = evaluate(net, split.test, device=dev)
-torch.cuda.synchronize()
-dt = time.perf_counter() - t
-print(f"evaluation: {len(split.test):,} users in {dt:.1f} s = {len(split.test) / dt:,.0f} users/s; "
-      f"HR@10 {res.metrics['HR@10']:.4f} NDCG@10 {res.metrics['NDCG@10']:.4f}")
+timed_evaluation(net, split, "")
 
 # 3. the scale check on CUDA: 1M items, 50k users, max length 200, ce_sampled
 split = data(50_000, 1_000_000, 200)
@@ -72,13 +78,7 @@ net, recs, _ = tasks.train_epochs(split, {"max_len": 200, "inner_size": 256},
                                   {"objective": "ce_sampled", "n_negatives": 256}, epochs=1, device=dev)
 show_epochs("ce_sampled 50k users x 1M items, L 200", recs)
 print(f"  peak CUDA memory in training {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-torch.cuda.reset_peak_memory_stats()
-t = time.perf_counter()
-res = evaluate(net, split.test, device=dev)
-torch.cuda.synchronize()
-dt = time.perf_counter() - t
-print(f"evaluation over 1M items: {len(split.test):,} users in {dt:.1f} s = {len(split.test) / dt:,.0f} users/s "
-      f"(HR@10 {res.metrics['HR@10']:.4f}); peak CUDA memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+timed_evaluation(net, split, " over 1M items")
 
 net.eval()
 timings = {}
