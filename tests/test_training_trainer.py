@@ -289,3 +289,22 @@ def test_length_bucketing_only_for_trimmed_models(tmp_path: Path, monkeypatch, m
     split, m, t = configs(model, epochs=2, length_buckets=4)
     fit(split, m, t, tmp_path, progress=False)
     assert calls == ([4, 4] if bucketed else [])
+
+
+def test_a_run_directory_in_use_is_refused(tmp_path: Path) -> None:
+    """Two trainers writing one directory would interleave checkpoints; the second is a clear error."""
+    from resdom.io import directory_lock
+
+    split, m, t = configs(epochs=1)
+    with directory_lock(tmp_path, "training"), pytest.raises(ResdomError, match="another process is already"):
+        fit(split, m, t, tmp_path, progress=False)
+    assert not (tmp_path / "state").exists()
+    fit(split, m, t, tmp_path, progress=False)  # free again once released
+    assert (tmp_path / "metrics.json").exists()
+
+
+def test_threads_may_change_on_resume(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=1)
+    fit(split, m, t, tmp_path, progress=False)
+    t2 = t.model_copy(update={"epochs": 2, "threads": 1})
+    assert fit(split, m, t2, tmp_path, progress=False)["epochs_run"] == 2

@@ -1,6 +1,7 @@
 """Atomic file output: write to a temporary file beside the target, then rename.
 
-An interrupted run never leaves a half-written file that looks valid.
+An interrupted run never leaves a half-written file that looks valid. ``directory_lock`` keeps two processes
+from writing one run directory at once.
 """
 
 from __future__ import annotations
@@ -8,8 +9,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from resdom.errors import ResdomError
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -33,6 +38,31 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+@contextmanager
+def directory_lock(directory: str | Path, what: str) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``directory/.lock`` (the OS drops it when the process ends, however).
+
+    Another process holding it is a ResdomError naming the directory. A no-op where ``fcntl`` is missing.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ResdomError(f"{directory}: another process is already {what} there; wait for it to finish "
+                              "or choose another directory") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _json_default(obj: Any) -> Any:

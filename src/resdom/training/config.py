@@ -68,7 +68,7 @@ class TrainConfig(BaseModel):
 
 
 # Fields that may differ between an interrupted run and its resumption without changing the result.
-RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size"})
+RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads"})
 
 
 def make_train_config(**values: Any) -> TrainConfig:

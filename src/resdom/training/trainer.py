@@ -7,13 +7,14 @@ Hence a run resumed from the state saved after epoch e (weights, Adam moments, e
 continues exactly as the uninterrupted run would have (on CPU; CUDA kernels may be nondeterministic).
 
 Resume semantics: ``fit`` on a directory holding ``state/`` continues after the last saved epoch, provided
-the model, data and training config match (``epochs``, ``device`` and ``eval_batch_size`` may differ:
+the model, data and training config match (``epochs``, ``device``, ``eval_batch_size``, ``threads`` may differ:
 nothing in training depends on them, there is no learning-rate schedule). A finished run (stopped early, or
 at its maximum number of epochs when ``epochs`` is not raised) returns its saved metrics without training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -30,7 +31,7 @@ from torch import nn
 
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json, atomic_write_text
+from resdom.io import atomic_write_json, atomic_write_text, directory_lock
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
@@ -274,15 +275,17 @@ def fit(
     fingerprint = data_fingerprint(split)
     dist_ctx = distributed.setup(train_cfg.device)
     try:
-        return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
-                    callbacks, progress)
+        with contextlib.ExitStack() as held:
+            return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
+                        callbacks, progress, held)
     finally:
         dist_ctx.close()
 
 
 def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
          fingerprint: str, data_info: dict[str, Any], dist_ctx: distributed.DistContext,
-         callbacks: Sequence[EpochCallback], progress: bool | None) -> dict[str, Any]:
+         callbacks: Sequence[EpochCallback], progress: bool | None, held: contextlib.ExitStack) -> dict[str, Any]:
+    """``held``: where rank 0 keeps the run directory's lock until ``fit`` returns."""
     device = dist_ctx.device
     if train_cfg.threads is not None:
         torch.set_num_threads(train_cfg.threads)
@@ -297,6 +300,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     if len(samples) == 0:
         raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
     if dist_ctx.is_main:
+        held.enter_context(directory_lock(files.dir, "training"))
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
     dist_ctx.barrier()
 
