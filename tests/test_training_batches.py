@@ -10,6 +10,7 @@ from resdom.training.batches import (
     bucket_by_length,
     build_samples,
     epoch_order,
+    length_groups,
     make_batch,
     same_target_partners,
     sample_negatives,
@@ -158,3 +159,49 @@ def test_bucket_by_length_keeps_a_short_last_batch_last() -> None:
     for b in range(100):
         batch = lengths[bucketed[b * 10 : (b + 1) * 10]]
         assert (np.diff(batch) >= 0).all()  # each full batch is a sorted slice, not two batches mixed
+
+
+def padded_size(groups: list[np.ndarray], lengths: np.ndarray) -> int:
+    return sum(len(g) * max(1, int(lengths[g].max())) for g in groups)
+
+
+def slow_best_padded_size(lengths: list[int], k: int) -> int:
+    """Every way of putting the samples into at most k groups (tiny inputs only)."""
+    import itertools
+
+    n, best = len(lengths), None
+    for labels in itertools.product(range(k), repeat=n):
+        groups = [np.array([i for i in range(n) if labels[i] == g]) for g in range(k)]
+        size = padded_size([g for g in groups if len(g)], np.array(lengths))
+        best = size if best is None else min(best, size)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("k", [2, 3])
+def test_length_groups_are_optimal_and_a_permutation(seed: int, k: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 30, size=7)
+    idx = rng.permutation(7)
+    groups = length_groups(idx, lengths, k)
+    assert len(groups) <= k and all(len(g) for g in groups)
+    assert sorted(np.concatenate(groups).tolist()) == sorted(idx.tolist())
+    assert padded_size(groups, lengths) == slow_best_padded_size(lengths.tolist(), k)
+    widths = [lengths[g].max() for g in groups]
+    assert widths == sorted(widths)
+
+
+def test_length_groups_hand_case_and_k1() -> None:
+    lengths = np.array([50, 2, 3, 2, 49, 3, 1, 2])
+    idx = np.arange(8)
+    assert [g.tolist() for g in length_groups(idx, lengths, 1)] == [idx.tolist()]
+    # two groups: the six short samples (width 3) and the two long ones (width 50): 6*3 + 2*50 = 118
+    groups = length_groups(idx, lengths, 2)
+    assert [sorted(g.tolist()) for g in groups] == [[1, 2, 3, 5, 6, 7], [0, 4]]
+    assert padded_size(groups, lengths) == 118 < 8 * 50
+    # a real batch of Beauty-like lengths: 256 samples mostly short, a few long
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.geometric(1 / 8, size=256), 50)
+    big = np.arange(256)
+    sizes = [padded_size(length_groups(big, lengths, k), lengths) for k in (1, 2, 4, 8)]
+    assert sizes == sorted(sizes, reverse=True) and sizes[2] < sizes[0] / 2

@@ -9,7 +9,9 @@ its target(s) come right after it. Two layouts:
   (BSARec / RecBole style; the first prefix has an empty input), target = the item after the prefix.
 
 Batches are left-padded (last item at column L-1) and trimmed to their longest real input, except where a
-fixed width is asked for (BSARec: its FFT sees the whole padded window, SPEC 2).
+fixed width is asked for (BSARec: its FFT sees the whole padded window, SPEC 2). A batch may be cut into a few
+groups of similar input length (``length_groups``), each trimmed to its own longest input: the trainer
+accumulates their gradients, so the update is that of the whole batch at a fraction of the padding.
 """
 
 from __future__ import annotations
@@ -203,18 +205,53 @@ def bucket_by_length(
     return np.concatenate([full.reshape(-1), ordered[n_full * batch_size :]])
 
 
+def length_groups(idx: np.ndarray, lengths: np.ndarray, k: int) -> list[np.ndarray]:
+    """Cut one batch ``idx`` into at most ``k`` groups of similar input length (each trimmed to its own longest
+    input when made into a TrainBatch), minimising the padded size ``sum_g |g| * max(lengths in g)``.
+
+    Exact, by dynamic programming over the sorted lengths (k-1 vectorised (B, B) steps). Groups come out in
+    increasing length, together a permutation of ``idx``; ``k`` = 1 gives ``[idx]``.
+    """
+    if k <= 1 or len(idx) <= 1:
+        return [idx]
+    order = idx[np.argsort(lengths[idx], kind="stable")]
+    B = len(order)
+    width = np.maximum(lengths[order], 1).astype(np.float64)  # width[j-1]: the widest of the first j samples
+    j = np.arange(1, B + 1)
+    i = np.arange(B)
+    cost = np.concatenate([[0.0], j * width])  # cost[j]: least padded size of the first j samples, one group
+    last_starts = []
+    for _ in range(k - 1):
+        # the last group is samples i..j-1 (padded to width[j-1]); the first i are grouped as well as possible
+        split_cost = cost[:B, None] + (j[None, :] - i[:, None]) * width[None, :]
+        split_cost[i[:, None] >= j[None, :]] = np.inf
+        start = split_cost.argmin(0)
+        cost = np.concatenate([[0.0], split_cost[start, i]])
+        last_starts.append(start)
+    bounds = [B]
+    for start in reversed(last_starts):
+        if bounds[-1] == 0:
+            break
+        bounds.append(int(start[bounds[-1] - 1]))
+    bounds = sorted(set(bounds) | {0})
+    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def iter_batches(
     samples: SampleSet,
     order: np.ndarray,
     batch_size: int,
     *,
     n_items: int,
+    groups: int = 1,
     fixed_width: int | None = None,
     rng: np.random.Generator | None = None,
     negatives: bool = False,
     partners: np.ndarray | None = None,
-) -> Iterator[TrainBatch]:
-    """Consecutive batches of ``batch_size`` samples taken from ``order`` (the last one may be smaller)."""
+) -> Iterator[list[TrainBatch]]:
+    """Consecutive batches of ``batch_size`` samples taken from ``order`` (the last one may be smaller), each as
+    a list of up to ``groups`` TrainBatches of similar input length (``length_groups``)."""
+    lengths = samples.end - samples.start
     for s in range(0, len(order), batch_size):
-        yield make_batch(samples, order[s : s + batch_size], n_items=n_items, fixed_width=fixed_width, rng=rng,
-                         negatives=negatives, partners=partners)
+        yield [make_batch(samples, g, n_items=n_items, fixed_width=fixed_width, rng=rng, negatives=negatives,
+                          partners=partners) for g in length_groups(order[s : s + batch_size], lengths, groups)]

@@ -49,11 +49,17 @@ class TrainConfig(BaseModel):
     negative_sampling: Literal["popularity", "uniform"] = Field(
         "popularity", description="ce_sampled: proposal distribution Q (log-Q corrected)"
     )
+    length_groups: int = Field(
+        4, ge=1,
+        description="cut each batch into up to this many groups of similar input length, each padded only to its "
+        "own longest input, and accumulate their gradients: the same update as the whole batch, less padding "
+        "(1 = one pass per batch). Used with ce_all, ce_last and bce, not with DuoRec or BSARec",
+    )
     length_buckets: int = Field(
-        16, ge=0,
+        0, ge=0,
         description="length bucketing: sort by length within windows of this many batches, batches then shuffled "
-        "(0 = off); short-sequence data sets stop paying for the longest sequence in every batch. Not used for "
-        "full-window models (BSARec), whose batches cost max_len whatever their lengths",
+        "(0 = off, plain shuffling). Faster still, but batches of similar lengths train worse (SASRec ce_all on "
+        "Beauty: valid NDCG@10 0.062 with 16 against 0.066 without). Not used for full-window models (BSARec)",
     )
     item_chunk: int | None = Field(
         None, ge=1, description="full-softmax CE over items in chunks of this size (bounded memory); None = one go"

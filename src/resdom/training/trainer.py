@@ -211,6 +211,35 @@ class TrainStep(nn.Module):
         return loss if aux is None else loss + aux
 
 
+def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: distributed.DistContext) -> float:
+    """Backpropagate one batch given as groups (``batches.length_groups``) -> the batch's loss.
+
+    Each group's loss (a mean over its targets) is weighted by its share of the batch's targets, so the summed
+    gradients are those of the whole batch's mean loss. Under DDP gradients are averaged over ranks once, at the
+    last group's backward.
+    """
+    n_targets = [int((p.targets > 0).sum()) for p in parts]
+    total = 0.0
+    for n, (part, share) in enumerate(zip(parts, n_targets)):
+        last = n == len(parts) - 1
+        with contextlib.nullcontext() if last or not dist_ctx.distributed else step.no_sync():
+            b = part.to(dist_ctx.device)
+            loss = step(b.items, b.targets, b.negatives, b.sup_items)
+            if len(parts) > 1:
+                loss = loss * (share / max(sum(n_targets), 1))
+            loss.backward()
+        total += float(loss.detach())
+    return total
+
+
+def _groups_are_exact(model: SequentialRecommender, objective: Objective) -> bool:
+    """Whether a batch's loss is the target-weighted mean of its groups' losses (``length_groups``): a mean over
+    targets (not ce_sampled, whose negatives are drawn per call), no batch-wide auxiliary loss (DuoRec's
+    InfoNCE), and a model that trims batches at all (not BSARec)."""
+    return (objective.name in ("ce_all", "ce_last", "bce") and not model.full_window()
+            and type(model).auxiliary_loss is SequentialRecommender.auxiliary_loss)
+
+
 def _needs_partners(model_cfg: ModelConfig) -> bool:
     return model_cfg.name == "duorec" and model_cfg.duorec_views in ("sup", "both")
 
@@ -322,11 +351,9 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     bar = tqdm(total=train_cfg.epochs, initial=start_epoch - 1, desc="epochs", disable=not show, dynamic_ncols=True)
     stopped = None
     epoch = start_epoch - 1
-    # a full-window model (BSARec) pays for max_len in every batch anyway: bucketing would only bias batches
-    buckets = 0 if model.full_window() else train_cfg.length_buckets
     for epoch in range(start_epoch, train_cfg.epochs + 1):
         loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
-                                             objective, epoch, buckets, dist_ctx, show)
+                                             objective, epoch, dist_ctx, show)
         if not math.isfinite(loss):
             raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
         valid = _evaluate(model, split, "valid", train_cfg, device)
@@ -360,12 +387,12 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
 
 
 def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: SampleSet, n_items: int,
-                 model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, epoch: int, buckets: int,
+                 model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, epoch: int,
                  dist_ctx: distributed.DistContext, show: bool) -> tuple[float, int, float]:
     """One pass over this rank's shard -> (mean loss over all ranks' batches, samples seen by all ranks, seconds).
 
-    The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step;
-    ``buckets``: length-bucketing window in batches (0 = plain shuffle).
+    The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step. Each batch
+    is cut into up to ``length_groups`` groups of similar length where that is exact (``backward_groups``).
     """
     from tqdm.auto import tqdm
 
@@ -374,24 +401,25 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     partners = same_target_partners(samples.last_targets, order_rng) if _needs_partners(model_cfg) else None
     order = epoch_order(len(samples), order_rng, rank, world)
     per_rank = max(1, train_cfg.batch_size // world)
+    model = getattr(step, "module", step).model  # under DDP step is the wrapper
+    # a full-window model (BSARec) pays for max_len in every batch anyway: bucketing would only bias batches
+    buckets = 0 if model.full_window() else train_cfg.length_buckets
+    groups = train_cfg.length_groups if _groups_are_exact(model, objective) else 1
     if buckets:
         order = bucket_by_length(order, samples.end - samples.start, per_rank, buckets, order_rng)
     neg_rng = np.random.default_rng(epoch_seed(seed, epoch, 1, rank))
     torch.manual_seed(epoch_seed(seed, epoch, 2, rank))  # dropout, ce_sampled negatives
-    batches = iter_batches(samples, order, per_rank, n_items=n_items, rng=neg_rng,
+    batches = iter_batches(samples, order, per_rank, n_items=n_items, groups=groups, rng=neg_rng,
                            negatives=objective.needs_negatives, partners=partners)
     step.train()
     total, count = 0.0, 0
     start = time.perf_counter()
     with tqdm(total=-(-len(order) // per_rank), desc=f"epoch {epoch}", leave=False, disable=not show,
               dynamic_ncols=True) as bar:
-        for batch in batches:
-            b = batch.to(dist_ctx.device)
-            loss = step(b.items, b.targets, b.negatives, b.sup_items)
+        for parts in batches:
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            total += backward_groups(step, parts, dist_ctx)
             optimizer.step()
-            total += float(loss.detach())
             count += 1
             bar.update(1)
             if count % 20 == 0:
