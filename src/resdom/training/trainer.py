@@ -219,7 +219,7 @@ def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: dist
     last group's backward.
     """
     n_targets = [int((p.targets > 0).sum()) for p in parts]
-    total = 0.0
+    total = torch.zeros((), device=dist_ctx.device)
     for n, (part, share) in enumerate(zip(parts, n_targets)):
         last = n == len(parts) - 1
         with contextlib.nullcontext() if last or not dist_ctx.distributed else step.no_sync():
@@ -228,8 +228,8 @@ def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: dist
             if len(parts) > 1:
                 loss = loss * (share / max(sum(n_targets), 1))
             loss.backward()
-        total += float(loss.detach())
-    return total
+        total += loss.detach()
+    return float(total)  # one device sync per batch
 
 
 def _groups_are_exact(model: SequentialRecommender, objective: Objective) -> bool:
