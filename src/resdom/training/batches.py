@@ -209,32 +209,34 @@ def length_groups(idx: np.ndarray, lengths: np.ndarray, k: int) -> list[np.ndarr
     """Cut one batch ``idx`` into at most ``k`` groups of similar input length (each trimmed to its own longest
     input when made into a TrainBatch), minimising the padded size ``sum_g |g| * max(lengths in g)``.
 
-    Exact, by dynamic programming over the sorted lengths (k-1 vectorised (B, B) steps). Groups come out in
-    increasing length, together a permutation of ``idx``; ``k`` = 1 gives ``[idx]``.
+    Exact, by dynamic programming over the distinct lengths (an optimal cut never separates equal lengths):
+    k-1 vectorised (U, U) steps for U distinct lengths (U <= max_len + 1, whatever the batch size). Groups come
+    out in increasing length, together a permutation of ``idx``; ``k`` = 1 gives ``[idx]``.
     """
     if k <= 1 or len(idx) <= 1:
         return [idx]
     order = idx[np.argsort(lengths[idx], kind="stable")]
-    B = len(order)
-    width = np.maximum(lengths[order], 1).astype(np.float64)  # width[j-1]: the widest of the first j samples
-    j = np.arange(1, B + 1)
-    i = np.arange(B)
-    cost = np.concatenate([[0.0], j * width])  # cost[j]: least padded size of the first j samples, one group
+    width, counts = np.unique(np.maximum(lengths[order], 1), return_counts=True)  # padded width of each length
+    U = len(width)
+    before = np.concatenate([[0], np.cumsum(counts)])  # before[u]: samples shorter than width[u]
+    u = np.arange(1, U + 1)
+    a = np.arange(U)
+    cost = np.concatenate([[0.0], before[1:] * width.astype(np.float64)])  # first u lengths in one group
     last_starts = []
     for _ in range(k - 1):
-        # the last group is samples i..j-1 (padded to width[j-1]); the first i are grouped as well as possible
-        split_cost = cost[:B, None] + (j[None, :] - i[:, None]) * width[None, :]
-        split_cost[i[:, None] >= j[None, :]] = np.inf
+        # the last group holds lengths a..u-1 (padded to width[u-1]); lengths 0..a-1 are grouped as well as possible
+        split_cost = cost[:U, None] + (before[None, 1:] - before[:U, None]) * width[None, :].astype(np.float64)
+        split_cost[a[:, None] >= u[None, :]] = np.inf
         start = split_cost.argmin(0)
-        cost = np.concatenate([[0.0], split_cost[start, i]])
+        cost = np.concatenate([[0.0], split_cost[start, a]])
         last_starts.append(start)
-    bounds = [B]
+    bounds = [U]
     for start in reversed(last_starts):
         if bounds[-1] == 0:
             break
         bounds.append(int(start[bounds[-1] - 1]))
-    bounds = sorted(set(bounds) | {0})
-    return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    cuts = before[sorted(set(bounds) | {0})]
+    return [order[x:y] for x, y in zip(cuts[:-1], cuts[1:])]
 
 
 def iter_batches(
