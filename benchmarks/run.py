@@ -259,9 +259,9 @@ def section_recbole(ctx: Context) -> str:
         "`ce_last` also trains the empty prefix (target = first item, as BSARec's code) and takes prefixes of the "
         "last 50 training items; RecBole starts at prefix length 1 and keeps every prefix (truncated to 50); "
         "RecBole's softmax also includes the padding item. Both figures are samples per second of their own "
-        "sample sets. What makes the difference: resdom trims each batch to its longest real prefix "
-        "(Beauty prefixes are short) and gathers states before the output product; RecBole pads every batch "
-        "to 50.")
+        "sample sets. What makes the difference: resdom cuts each batch into groups of similar prefix length, "
+        "each trimmed to its longest real prefix (Beauty prefixes are short), and gathers states before the "
+        "output product; RecBole pads every batch to 50.")
     return "\n".join(text) + errors_note({"resdom": ours, "recbole": theirs})
 
 

@@ -255,8 +255,10 @@ def _tokenize_fast(path: Path, text: str) -> _Tokens | None:
     Returns None (use the per-line path) where str.split / splitlines could disagree with the byte view:
     exotic line breaks, bare carriage returns, or non-ASCII whitespace (token counts then differ).
     """
-    if any(c in text for c in "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029") or text.count("\r") != text.count("\r\n"):
+    if any(c in text for c in "\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029") or text.count("\r") != text.count("\r\n"):
         return None
+    if not text.isascii() and any(c.isspace() for c in set(text) if ord(c) > 127):
+        return None  # str.split also splits at Unicode spaces (U+00A0, U+3000, ...)
     tokens = text.split()
     data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     newline = data == 10
