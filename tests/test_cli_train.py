@@ -183,3 +183,28 @@ def test_torchrun_two_cpu_processes(tmp_path: Path) -> None:
 def test_parse_set_errors() -> None:
     with pytest.raises(ResdomError, match="did you mean train.epochs"):
         parse_set(["train.epoch=3"])
+
+
+def test_busy_machine_hint(monkeypatch) -> None:
+    """Several torch threads on a machine another process keeps busy: a hint; otherwise nothing."""
+    import os
+
+    import torch
+
+    from resdom.cli.train_cmd import busy_machine_hint
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    hint = busy_machine_hint(None, "cpu")
+    assert hint is not None and "load 1.0 on 2 cores" in hint and "train.threads=1" in hint
+    assert busy_machine_hint(1, "cpu") is None  # threads chosen
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert busy_machine_hint(None, "cpu") is None  # idle machine
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert busy_machine_hint(None, "cpu") is None  # one thread already
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert busy_machine_hint(None, "cpu") is None  # the user set it

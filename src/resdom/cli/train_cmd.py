@@ -106,6 +106,22 @@ def _format_metrics(metrics: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
 
 
+def busy_machine_hint(threads: int | None, device: str) -> str | None:
+    """A one-line hint when torch would run several CPU threads on a machine other processes already keep busy:
+    OpenMP threads then wait on each other, and steps were 3x-40x slower on 2 cores beside one busy process."""
+    import torch
+
+    if threads is not None or "OMP_NUM_THREADS" in os.environ or not hasattr(os, "getloadavg"):
+        return None
+    if device != "cpu" and torch.cuda.is_available():
+        return None
+    n, cores, load = torch.get_num_threads(), os.cpu_count() or 1, os.getloadavg()[0]
+    if n > 1 and load >= 0.75 and n + load > cores + 0.5:
+        return (f"note: this machine is busy (load {load:.1f} on {cores} cores) and torch would use {n} threads, "
+                "which then wait on each other; OMP_NUM_THREADS=1 or --set train.threads=1 is likely much faster")
+    return None
+
+
 def train(
     source: str = typer.Argument(..., help="registered data set name (beauty, beauty-ts, ..., synthetic) or a path"),
     model: str = typer.Option("sasrec", "--model", "-m", help="sasrec | duorec | bsarec"),
@@ -138,6 +154,9 @@ def train(
                                            n_items=split.n_items)
     data_info = {"source": source, "protocol": protocol, "quantile": quantile,
                  "data_dir": str(data_dir) if data_dir else None}
+    hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
+    if hint and int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(hint, err=True)
     try:
         result = fit(split, model_cfg, train_cfg, out, data_info)
     except KeyboardInterrupt:
