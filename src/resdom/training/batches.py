@@ -221,12 +221,15 @@ def length_groups(idx: np.ndarray, lengths: np.ndarray, k: int) -> list[np.ndarr
     before = np.concatenate([[0], np.cumsum(counts)])  # before[u]: samples shorter than width[u]
     u = np.arange(1, U + 1)
     a = np.arange(U)
-    cost = np.concatenate([[0.0], before[1:] * width.astype(np.float64)])  # first u lengths in one group
+    w = width.astype(np.float64)
+    # group_cost[a, u-1]: lengths a..u-1 in one group, padded to width[u-1] (inf where the group would be empty)
+    group_cost = (before[None, 1:] - before[:U, None]) * w[None, :]
+    group_cost[a[:, None] >= u[None, :]] = np.inf
+    cost = np.concatenate([[0.0], before[1:] * w])  # first u lengths in one group
     last_starts = []
     for _ in range(k - 1):
-        # the last group holds lengths a..u-1 (padded to width[u-1]); lengths 0..a-1 are grouped as well as possible
-        split_cost = cost[:U, None] + (before[None, 1:] - before[:U, None]) * width[None, :].astype(np.float64)
-        split_cost[a[:, None] >= u[None, :]] = np.inf
+        # the last group holds lengths a..u-1; lengths 0..a-1 are grouped as well as possible
+        split_cost = cost[:U, None] + group_cost
         start = split_cost.argmin(0)
         cost = np.concatenate([[0.0], split_cost[start, a]])
         last_starts.append(start)
