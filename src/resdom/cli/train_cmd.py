@@ -154,8 +154,9 @@ def train(
                                            n_items=split.n_items)
     data_info = {"source": source, "protocol": protocol, "quantile": quantile,
                  "data_dir": str(data_dir) if data_dir else None}
+    is_main = int(os.environ.get("RANK", "0")) == 0
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
-    if hint and int(os.environ.get("RANK", "0")) == 0:
+    if hint and is_main:
         typer.echo(hint, err=True)
     try:
         result = fit(split, model_cfg, train_cfg, out, data_info)
@@ -163,7 +164,7 @@ def train(
         typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
                    err=True)
         raise typer.Exit(130) from None
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_main:
         typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
         for name in ("valid", "test"):
             typer.echo(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
