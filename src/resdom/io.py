@@ -6,6 +6,7 @@ from writing one run directory at once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -15,6 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, streamed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -63,6 +73,24 @@ def directory_lock(directory: str | Path, what: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def is_locked(directory: str | Path) -> bool:
+    """True while another process holds ``directory/.lock`` (``directory_lock``): e.g. a trainer is running there."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return False
+    lock = Path(directory) / ".lock"
+    if not lock.is_file():
+        return False
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return False
 
 
 def _json_default(obj: Any) -> Any:

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json
+from resdom.io import atomic_write_json, is_locked, sha256_file
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.config import ModelConfig
 
@@ -46,6 +46,15 @@ def data_fingerprint(split: SplitData) -> str:
     """A short hash identifying a prepared split (its manifest and item count)."""
     blob = json.dumps({"manifest": split.manifest, "n_items": split.n_items}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def checkpoint_id(path: str | Path) -> str:
+    """A content hash (16 hex digits of sha256) of a weights file: what every stored result names as the checkpoint
+    it was computed on, so a result of an older model is never mistaken for one of the current model."""
+    try:
+        return sha256_file(path)[:16]
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read the checkpoint ({e.strerror})") from None
 
 
 def save_checkpoint(path: str | Path, model: SequentialRecommender, extra: dict[str, Any] | None = None) -> None:
@@ -126,6 +135,15 @@ class Run:
     split: SplitData
     config: dict[str, Any]
     sidecar: dict[str, Any]
+    checkpoint: str  # checkpoint_id of model.safetensors
+    training: bool = False  # a trainer holds the run directory: the checkpoint is the best one *so far*
+
+    def training_note(self) -> str | None:
+        """A one-line note for the user when the run is still training, else None."""
+        if not self.training:
+            return None
+        return (f"note: {self.directory} is still training; these results are of its best checkpoint so far "
+                f"(epoch {self.sidecar.get('epoch', '?')}, {self.checkpoint}) and go stale when it improves")
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
@@ -139,7 +157,11 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     split = SplitData.load(run_dir / "data")
     if split.n_items != read_sidecar(ckpt)["model"].get("n_items"):
         raise ResdomError(f"{ckpt}: checkpoint item count does not match {run_dir / 'data'} ({split.n_items} items)")
-    model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprint(split))
+    for _ in range(3):  # a trainer may replace the best checkpoint meanwhile: the hash must be of what was loaded
+        before = checkpoint_id(ckpt)
+        model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprint(split))
+        if checkpoint_id(ckpt) == before:
+            break
     config_path = run_dir / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
-    return Run(run_dir, model.to(device), split, config, meta)
+    return Run(run_dir, model.to(device), split, config, meta, before, training=is_locked(run_dir))

@@ -187,6 +187,8 @@ def evaluate(
         raise ResdomError(f"--split: expected valid or test, got {split!r}")
     dev = resolve_device(device)
     run = load_run(run_dir, device=dev)
+    if run.training_note():
+        typer.echo(run.training_note(), err=True)
     evalset = run.split.valid if split == "valid" else run.split.test
     result = run_evaluation(run.model, evalset, filter_seen=not no_filter, batch_size=batch_size, device=dev)
     if as_json:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from resdom.data.registry import DEFAULT_BASE_URL, DatasetSpec, RemoteFile
 from resdom.errors import ResdomError
+from resdom.io import sha256_file
 
 ENV_DATA_DIR = "RESDOM_DATA_DIR"
 ENV_CACHE_DIR = "RESDOM_CACHE_DIR"
@@ -54,15 +55,6 @@ def cache_dir() -> Path:
 
 def download_base() -> str:
     return os.environ.get(ENV_DOWNLOAD_BASE) or DEFAULT_BASE_URL
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes, streamed."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def resolve_dataset_files(spec: DatasetSpec, data_dir: str | Path | None = None) -> list[ResolvedFile]:

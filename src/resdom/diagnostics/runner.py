@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,8 @@ def run_all(
     if batch_size < 1:
         raise ResdomError(f"--batch-size: must be >= 1 (got {batch_size})")
     run = load_run(run_dir, device=device)
+    if run.training_note() and rank_and_world()[0] == 0:
+        print(run.training_note(), file=sys.stderr)
     n_layers = len(run.model.attention_blocks())
     if layers is not None and any(not 0 <= int(x) < n_layers for x in layers):
         raise ResdomError(f"--layers: the model has {n_layers} blocks (0..{n_layers - 1}); got {list(layers)}")
@@ -70,6 +73,8 @@ def run_all(
     if len(evalset) == 0:
         raise ResdomError(f"{run.directory}/data: the {split} split has no users")
     out_dir = Path(run_dir) / "diagnostics"
+    if rank_and_world()[0] == 0:
+        discard_stale(out_dir, run.checkpoint)
     model, common = run.model, {"batch_size": batch_size, "device": device, "progress": progress}
     timings: dict[str, float] = {}
     rank, world = rank_and_world()
@@ -90,13 +95,14 @@ def run_all(
         data = res.to_dict()
         timings[name] = time.perf_counter() - t0
         data["seconds"] = round(timings[name], 3)
+        data["checkpoint"] = run.checkpoint
         if rank == 0:
             atomic_write_json(out_dir / f"{name}.json", data)
             for suffix, text in CSV_WRITERS[name](data).items():
                 atomic_write_text(out_dir / f"{name}{suffix}.csv", text)
     summary: dict[str, Any] = {}
     if rank == 0:
-        summary = summarise(out_dir, split)
+        summary = summarise(out_dir, split, run.checkpoint)
         summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
         atomic_write_json(out_dir / "summary.json", summary)
     if world > 1:
@@ -166,16 +172,35 @@ CSV_WRITERS = {"shuffle": _shuffle_csv, "hrli": _hrli_csv, "mixing": _mixing_csv
 # Summary
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read_file(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return {}
 
 
-def summarise(out_dir: Path, split: str) -> dict[str, Any]:
-    """Headline numbers of the diagnostics files in ``out_dir`` computed on ``split`` (recovery: always test)."""
-    s: dict[str, Any] = {"split": split}
+def discard_stale(out_dir: Path, checkpoint: str) -> list[str]:
+    """Delete the diagnostics files in ``out_dir`` computed on another checkpoint than ``checkpoint`` (or naming
+    none): they describe a model that is no longer there. Returns the names of the results removed."""
+    removed = []
+    for name in (*WHAT, "summary"):
+        path = out_dir / f"{name}.json"
+        if path.is_file() and _read_file(path).get("checkpoint") != checkpoint:
+            for stale in (path, *out_dir.glob(f"{name}*.csv")):
+                stale.unlink(missing_ok=True)
+            removed.append(name)
+    return removed
+
+
+def summarise(out_dir: Path, split: str, checkpoint: str) -> dict[str, Any]:
+    """Headline numbers of the diagnostics files in ``out_dir`` computed on ``split`` (recovery: always test) and on
+    the checkpoint ``checkpoint`` (``resdom.runs.checkpoint_id``); files of any other checkpoint are left out."""
+    s: dict[str, Any] = {"split": split, "checkpoint": checkpoint}
+
+    def _read(path: Path) -> dict[str, Any]:
+        d = _read_file(path)
+        return d if d.get("checkpoint") == checkpoint else {}
+
     hrli = _read(out_dir / "hrli.json")
     if hrli.get("split") == split:
         s["n_users"] = hrli["n_users"]

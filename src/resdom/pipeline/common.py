@@ -28,18 +28,20 @@ def resolve_device(device: str) -> str:
 
 
 def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
-    """True when the run has final metrics and diagnostics written after them (and, when ``epochs`` is given,
-    was trained with that epoch budget)."""
-    metrics, summary = run_dir / "metrics.json", run_dir / "diagnostics" / "summary.json"
-    if not (metrics.is_file() and summary.is_file()) or summary.stat().st_mtime < metrics.stat().st_mtime:
-        return False
-    if epochs is None:
-        return True
+    """True when the run has final metrics and diagnostics, both of the checkpoint now in ``run_dir`` (and, when
+    ``epochs`` is given, was trained with that epoch budget)."""
+    from resdom.runs import checkpoint_id
+
     try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        summary = json.loads((run_dir / "diagnostics" / "summary.json").read_text())
         config = json.loads((run_dir / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        current = checkpoint_id(run_dir / "model.safetensors")
+    except (OSError, json.JSONDecodeError, ResdomError):
         return False
-    return config.get("train", {}).get("epochs") == epochs
+    if not metrics.get("checkpoint") == summary.get("checkpoint") == current:
+        return False  # computed on another checkpoint than the one now in the run directory
+    return epochs is None or config.get("train", {}).get("epochs") == epochs
 
 
 def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: str, protocol: str,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
+from resdom.io import sha256_file
 
 DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
 
@@ -32,6 +33,7 @@ class RunRecord:
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     data_stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    stale: list[str] = field(default_factory=list)  # results left out: computed on another checkpoint
 
     @property
     def label(self) -> str:
@@ -78,6 +80,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     metrics = _maybe(run_dir / "metrics.json")
     if not config and not metrics and not any(diagnostics.values()):
         raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
+    stale = _drop_stale(run_dir, metrics, diagnostics)
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
@@ -94,7 +97,25 @@ def read_run(run_dir: str | Path) -> RunRecord:
         diagnostics={k: v for k, v in diagnostics.items() if v},
         data_stats=_data_stats(data),
         error=error_path.read_text().strip() if error_path.is_file() else None,
+        stale=stale,
     )
+
+
+def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]]) -> list[str]:
+    """Empty (in place) the results computed on another checkpoint than the run's ``model.safetensors``; returns
+    their names. A run directory without weights (a results-store cell) is checked against ``metrics.json``'s
+    checkpoint instead."""
+    weights = run_dir / "model.safetensors"
+    current = sha256_file(weights)[:16] if weights.is_file() else metrics.get("checkpoint")
+    stale = []
+    if metrics and weights.is_file() and metrics.get("checkpoint") != current:
+        metrics.clear()
+        stale.append("metrics")
+    for name, d in diagnostics.items():
+        if d and d.get("checkpoint") != current:
+            d.clear()
+            stale.append(name)
+    return stale
 
 
 def _data_stats(data: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,9 @@ def _run_rows(runs: list[RunRecord]) -> list[list[str]]:
         v = run_values(r)
         num = [format_value(v[k], "ratio") if v.get(k) is not None else "–" for k in ("HR@10", "NDCG@10")]
         users = format_value(v["n_users"], "count") if v.get("n_users") is not None else "–"
-        status = "failed: " + r.error.splitlines()[0][:120] if r.error else "ok"
+        status = ("failed: " + r.error.splitlines()[0][:120] if r.error
+                  else f"stale, left out: {', '.join(r.stale)} (computed on another checkpoint; rerun resdom diagnose)"
+                  if r.stale else "ok")
         rows.append([r.dataset, r.model, "–" if r.seed is None else str(r.seed), r.protocol or "–", users, *num,
                      status, str(r.path)])
     return rows

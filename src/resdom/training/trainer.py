@@ -35,7 +35,7 @@ from resdom.io import atomic_write_json, atomic_write_text, directory_lock
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.runs import data_fingerprint, load_checkpoint, save_checkpoint, versions
+from resdom.runs import checkpoint_id, data_fingerprint, load_checkpoint, save_checkpoint, versions
 from resdom.training import distributed
 from resdom.training.batches import (
     SampleSet,
@@ -474,7 +474,7 @@ def _finish(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, fi
     test = _evaluate(model, split, "test", train_cfg, dist_ctx.device)
     result = {"valid": valid, "test": test, "best_epoch": meta.get("epoch"), "epochs_run": state["epoch"],
               "stopped": state.get("stopped") or "max_epochs", "metric": train_cfg.metric,
-              "objective": train_cfg.objective, "model": model_cfg.name}
+              "objective": train_cfg.objective, "model": model_cfg.name, "checkpoint": checkpoint_id(files.model)}
     if dist_ctx.is_main:
         if files.state.exists():
             saved = json.loads(files.state.read_text())
