@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from resdom.models.block import AttentionBlock, Dropout, causal_mask_bias, trim_record
+from resdom.models.block import AttentionBlock, Dropout, QueryLNBlock, causal_mask_bias, trim_record
 from resdom.models.config import ModelConfig
 
 
@@ -50,9 +50,11 @@ class SequentialRecommender(nn.Module):
         self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
         self.final_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps) if cfg.final_ln else None
         self.apply(self._init_weights)
+        for block in self.blocks:
+            block.reset_parameters()
 
     def make_block(self, cfg: ModelConfig) -> nn.Module:
-        return AttentionBlock(cfg)
+        return QueryLNBlock(cfg) if cfg.query_ln else AttentionBlock(cfg)
 
     def _init_weights(self, module: nn.Module) -> None:
         # SPEC 6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.

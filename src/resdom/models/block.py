@@ -33,8 +33,8 @@ class BlockRecord:
     """What one attention sub-layer computed in one forward pass, by name.
 
     Shapes: B batch, H heads, L positions, d hidden.
-      x:            (B, L, d) residual input X of the block.
-      attn_in:      (B, L, d) what attention read: X (post-LN) or LN(X) (pre-LN).
+      x:            (B, L, d) what the residual carries: X of the block (LN_a(X) in the query-LN block).
+      attn_in:      (B, L, d) what attention's keys and values read: X (post-LN, query-LN) or LN(X) (pre-LN).
       attn_weights: (B, H, L, L) a^h_ij (rows i query, columns j key), before dropout.
       head_values:  (B, H, L, d) f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, b_O excluded.
       out_bias:     (d,) b_O.
@@ -125,10 +125,14 @@ class MultiHeadAttention(nn.Module):
         return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, dh)
 
     def forward(
-        self, x: torch.Tensor, mask_bias: torch.Tensor, record: bool = False
+        self, x: torch.Tensor, mask_bias: torch.Tensor, record: bool = False, kv: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """x (B, L, d), mask_bias (B, 1, L, L) -> (A (B, L, d), weights (B,H,L,L) | None, f^h (B,H,L,d) | None)."""
-        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        """x (B, L, d), mask_bias (B, 1, L, L) -> (A (B, L, d), weights (B,H,L,L) | None, f^h (B,H,L,d) | None).
+
+        Queries come from ``x``, keys and values from ``kv`` (default ``x``); f^h is of the values' input.
+        """
+        kv = x if kv is None else kv
+        q, k, v = self._split(self.query(x)), self._split(self.key(kv)), self._split(self.value(kv))
         p = self.attn_dropout if self.training else 0.0
         # SDPA unless recording, or training with dropout on CPU, where its bernoulli mask costs 2x the pass
         if not record and (p == 0.0 or x.device.type != "cpu"):
@@ -147,15 +151,16 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Linear(d, inner) -> GELU (exact, erf) or ReLU -> Linear(inner, d)."""
+    """Linear(d, inner) -> GELU (exact, erf) or ReLU -> [Dropout] -> Linear(inner, d)."""
 
-    def __init__(self, hidden: int, inner: int, activation: str) -> None:
+    def __init__(self, hidden: int, inner: int, activation: str, inner_dropout: float = 0.0) -> None:
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(hidden, inner), nn.Linear(inner, hidden)
         self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.inner_dropout = Dropout(inner_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        return self.fc2(self.inner_dropout(self.act(self.fc1(x))))
 
 
 class AttentionBlock(nn.Module):
@@ -204,3 +209,53 @@ class AttentionBlock(nn.Module):
     def forward(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         """x (B, L, d), mask_bias (B, 1, L, L) -> (B, L, d)."""
         return self.ffn_sublayer(self.attention_sublayer(x, mask_bias))
+
+    def reset_parameters(self) -> None:
+        """Initialisation beyond the model-wide one (``SequentialRecommender._init_weights``); none here."""
+
+
+class QueryLNBlock(AttentionBlock):
+    """time-to-split's SASRec block and the reference paper's DuoRec block (SPEC 6, "a third block")::
+
+        Q  = LN_a(X)
+        A  = MHA(query = Q, key = X, value = X)
+        H  = LN_f(alpha * Q + A)                     # the residual is Q = LN_a(X), not X
+        X' = H + Dropout(W_2 Dropout(ReLU(W_1 H)))   # the FFN's own residual, no LayerNorm after it
+
+    As ``nn.MultiheadAttention`` there: dropout on the attention weights only, and the query/key/value
+    projections initialised Xavier-uniform over the stacked (3d, d) matrix. Records: ``x`` = LN_a(X) (the
+    residual term), ``attn_in`` = X (keys and values: f^h comes from the raw X), the LayerNorm is LN_f.
+    ``attn_ln`` is LN_a, ``ffn_ln`` is LN_f.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation, inner_dropout=cfg.dropout)
+
+    def reset_parameters(self) -> None:
+        a = self.attention
+        bound = math.sqrt(6.0 / (4 * a.query.in_features))  # xavier_uniform_ of the stacked (3d, d) in_proj_weight
+        for lin in (a.query, a.key, a.value):
+            nn.init.uniform_(lin.weight, -bound, bound)
+
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        """H from X (B, L, d); appends a BlockRecord when recording."""
+        record = self.recording is not None
+        q = self.attn_ln(x)
+        a, weights, head_values = self.attention(q, mask_bias, record, kv=x)
+        alpha = self.effective_alpha()
+        z = alpha * q + a  # the residual connection
+        h = self.ffn_ln(z)
+        if record:
+            self.recording.append(
+                BlockRecord(
+                    x=q, attn_in=x, attn_weights=weights, head_values=head_values,
+                    out_bias=self.attention.out.bias, attn_out=a, alpha=alpha, z=z,
+                    ln_weight=self.ffn_ln.weight, ln_bias=self.ffn_ln.bias, ln_eps=self.ffn_ln.eps,
+                    sublayer_out=h,
+                )
+            )
+        return h
+
+    def ffn_sublayer(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.dropout(self.ffn(h))

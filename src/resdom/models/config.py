@@ -44,6 +44,10 @@ class ModelConfig(BaseModel):
     inner_size: int | None = Field(None, ge=1, description="explicit FFN inner size (overrides inner_mult)")
     activation: Literal["gelu", "relu"] = "gelu"
     norm_first: bool = Field(False, description="pre-LN blocks (X + MHA(LN(X))) instead of post-LN")
+    query_ln: bool = Field(
+        False, description="the query-LN block of time-to-split's SASRec and the paper's DuoRec: H = LN_f(alpha * "
+        "LN_a(X) + MHA(LN_a(X), X, X)), X' = H + FFN(H) with dropout inside the FFN; use with final_ln"
+    )
     emb_scale: bool = Field(False, description="multiply item embeddings by sqrt(hidden)")
     embedding: Literal["ln_dropout", "dropout_ln", "dropout"] = Field(
         "ln_dropout", description="input: Dropout(LN(E+P)) (BSARec), LN(Dropout(E+P)) (reference), Dropout(E+P)"
@@ -75,8 +79,10 @@ class ModelConfig(BaseModel):
     def _check(self) -> ModelConfig:
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
-        if self.name == "bsarec" and self.norm_first:
-            raise ValueError("bsarec is post-LN only (norm_first must be false)")
+        if self.name == "bsarec" and (self.norm_first or self.query_ln):
+            raise ValueError("bsarec is post-LN only (norm_first and query_ln must be false)")
+        if self.norm_first and self.query_ln:
+            raise ValueError("norm_first and query_ln are two different blocks; choose one")
         return self
 
     @property
