@@ -6,9 +6,11 @@ from writing one run directory at once.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,27 +29,127 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+def no_space_message(path: str | Path | None) -> str:
+    return (f"{path or 'output'}: no space left on device; free space and rerun (the run resumes: a training run "
+            "continues from its last saved epoch)")
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """A full disk (ENOSPC, or a quota: EDQUOT) while writing ``path`` -> a ResdomError naming it."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        yield
+    except OSError as e:
+        if e.errno in NO_SPACE:
+            raise ResdomError(no_space_message(path)) from None
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary ``.NAME.*.tmp`` beside ``path``, then rename it; a full disk is a ResdomError
+    and leaves ``path`` as it was (the temporary file is removed)."""
+    atomic_write_files({Path(path): data})
+
+
+def atomic_write_files(files: dict[Path, bytes]) -> None:
+    """``atomic_write_bytes`` for files that belong together (weights and their sidecar): every temporary file is
+    written before the first rename, so a full disk leaves all of them as they were."""
+    done: dict[Path, str] = {}
+    try:
+        for path, data in files.items():
+            with writing(path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, done[path] = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(done[path], file_mode())  # mkstemp makes 0600: colleagues could not read the report
+        for path, tmp in done.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in done.values():
+            Path(tmp).unlink(missing_ok=True)  # those not renamed
+
+
+def safetensors_bytes(tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> bytes:
+    """A safetensors file's content, for ``atomic_write_*`` (safetensors' own file writer reports a full disk as
+    an error of its own type, without errno)."""
+    from safetensors.torch import save
+
+    return save(tensors, metadata=metadata)
+
+
+def remove_temporaries(directory: str | Path) -> list[Path]:
+    """Delete the temporary files an interrupted (killed) writer left in ``directory``: ``.*.tmp`` (this
+    module's) and ``.tmp*``; returns them. Call it only while no other process writes there."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = sorted({p for pattern in (".*.tmp", ".tmp*") for p in directory.glob(pattern) if p.is_file()})
+    for p in found:
+        p.unlink(missing_ok=True)
+    return found
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as the indented, key-sorted JSON text (UTF-8) every resdom JSON file holds (``json_order``)."""
+    return (json.dumps(json_order(obj), indent=2, default=_json_default) + "\n").encode("utf-8")
+
+
+def file_mode() -> int:
+    """The permission bits a new file gets from the user's umask (``0o666 & ~umask``), as ``open()`` would."""
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask can only be read by setting it, racing other threads)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_METRIC = re.compile(r"(HR|NDCG|MRR|HRL(\d*)I)(?:@(\d+))?(.*)")
+_FAMILY = {"HR": 0, "NDCG": 1, "MRR": 2}
+
+
+def metric_key(name: Any) -> tuple[Any, ...]:
+    """Sort key putting metric names in the canonical order HR@1, HR@5, HR@10, HR@20, NDCG@1, ..., MRR, then
+    HRLI@K, HRL2I@K, ... (a suffix such as ``_unfiltered`` groups after the plain names); other keys follow,
+    alphabetically."""
+    m = _METRIC.fullmatch(str(name))
+    if m is None:
+        return (1, str(name))
+    family, k_last, cutoff, suffix = m.groups()
+    rank = _FAMILY.get(family, 3)
+    return (0, suffix, rank, int(k_last or 1) if rank == 3 else 0, int(cutoff or 0))
+
+
+def json_order(obj: Any) -> Any:
+    """``obj`` with every mapping's keys in ``metric_key`` order (dicts, lists and tuples are rebuilt), so files
+    list metrics in one order whatever order they were computed in."""
+    if isinstance(obj, dict):
+        return {k: json_order(obj[k]) for k in sorted(obj, key=metric_key)}
+    if isinstance(obj, (list, tuple)):
+        return [json_order(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    atomic_write_bytes(path, json_bytes(obj))
 
 
 @contextmanager
