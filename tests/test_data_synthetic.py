@@ -124,3 +124,40 @@ def test_planted_structure_survives_the_split_and_is_learnable() -> None:
 
     assert hit_rate("synthetic:n_users=1500", 1) > 0.55  # p_last = 0.6
     assert hit_rate("synthetic:n_users=1500,p_last=0,p_skip2=0.7", 2) > 0.6
+
+
+def test_near_knob_draws_ring_neighbours_of_the_last_item() -> None:
+    cfg = SyntheticConfig(p_near=0.7, near_radius=2, p_last=0.0, p_skip2=0.0, p_user=0.2)
+    seqs, truth = generate(cfg), planted_structure(cfg)
+    assert sorted(truth.ring.tolist()) == list(range(1, 501))
+    assert all(truth.ring[truth.ring_pos[i]] == i for i in range(1, 501))
+    prev, nxt = pairs(seqs, 1)
+    dist = (truth.ring_pos[nxt] - truth.ring_pos[prev]) % 500
+    dist = np.minimum(dist, 500 - dist)
+    near = (dist >= 1) & (dist <= 2)
+    assert 0.69 < near.mean() < 0.74  # 0.7 planted + chance hits (4 of 500) of the other 30%
+    shares = np.bincount(dist[near], minlength=3)[1:] / near.sum()
+    assert abs(shares[0] - 0.5) < 0.02  # offsets 1 and 2 equally likely
+    assert (prev == nxt).mean() < 0.01  # a neighbour is never the last item itself
+    assert set(truth.near(int(truth.ring[0]), 2)) == {int(truth.ring[k]) for k in (-2, -1, 1, 2)}
+
+
+def test_near_knob_off_leaves_the_other_draws_unchanged() -> None:
+    """p_near has its own random stream: the same knobs with p_near = 0 give the same sequences whatever
+    near_radius is, and a positive p_near leaves the times as they were."""
+    base = generate(SyntheticConfig(n_users=300))
+    assert np.array_equal(base.items, generate(SyntheticConfig(n_users=300, near_radius=5)).items)
+    near = generate(SyntheticConfig(n_users=300, p_last=0.3, p_near=0.3))
+    assert np.array_equal(base.times, near.times) and not np.array_equal(base.items, near.items)
+
+
+def test_demo_preset() -> None:
+    cfg = parse_synthetic_source("synthetic:demo")
+    assert (cfg.p_near, cfg.near_radius, cfg.p_last, cfg.p_skip2, cfg.p_user) == (0.7, 2, 0.0, 0.0, 0.2)
+    assert (cfg.n_users, cfg.n_items) == (3000, 500)
+    over = parse_synthetic_source("synthetic:demo,n_users=200,p_user=0.1")
+    assert (over.n_users, over.p_user, over.p_near) == (200, 0.1, 0.7)
+    with pytest.raises(ResdomError, match="expected knob=value"):
+        parse_synthetic_source("synthetic:n_users=5,demo")  # a preset comes first
+    with pytest.raises(ResdomError, match="near_radius"):
+        parse_synthetic_source("synthetic:demo,n_items=4")
