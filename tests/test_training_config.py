@@ -73,3 +73,57 @@ def test_resolve_device() -> None:
     ctx = setup("cpu")  # outside torchrun: one process, no process group
     assert (ctx.rank, ctx.world_size, ctx.distributed, ctx.is_main) == (0, 1, False, True)
     assert ctx.all_reduce_sum(2.5) == 2.5
+
+
+# ------------------------------------------------------------------------------------- protocol defaults
+
+
+def test_gts_trains_the_reference_papers_models_unless_overridden() -> None:
+    sas, train = resolve_configs("sasrec", {}, {}, n_items=10, protocol="gts")
+    got = (sas.embedding, sas.emb_scale, sas.ln_eps, sas.inner, sas.activation, sas.positions, sas.max_len,
+           sas.query_ln, sas.final_ln, train.objective, train.seed, train.epochs, train.patience, train.metric)
+    assert got == ("dropout_ln", True, 1e-8, 64, "relu", "from_start", 200, False, False, "ce_all", 17, 300, 10,
+                   "NDCG@10")
+    duo, train = resolve_configs("duorec", {}, {}, n_items=10, protocol="gts")
+    assert (duo.query_ln, duo.final_ln, duo.embedding, duo.max_len, duo.duorec_views, train.objective) == (
+        True, True, "dropout", 200, "unsup", "ce_all")
+    mine, train = resolve_configs("sasrec", {"max_len": 50}, {"epochs": 7}, n_items=10, protocol="gts")
+    assert (mine.max_len, mine.embedding, train.epochs) == (50, "dropout_ln", 7)
+
+
+def test_loo_keeps_bsarecs_code_base() -> None:
+    sas, _ = resolve_configs("sasrec", {}, {}, n_items=10, protocol="loo")
+    assert (sas.embedding, sas.inner, sas.activation, sas.ln_eps, sas.max_len) == ("ln_dropout", 256, "gelu", 1e-12,
+                                                                                   50)
+
+
+@pytest.mark.parametrize("protocol", ["loo", "gts"])
+@pytest.mark.parametrize("source,want", [("beauty-ts", (0.7, 5, 1, 5e-4)), ("sports-ts", (0.3, 5, 4, 1e-3)),
+                                         ("toys-ts", (0.7, 3, 1, 1e-3)), ("yelp", (0.7, 3, 4, 1e-3)),
+                                         ("lastfm", (0.9, 3, 1, 1e-3)), ("ml-1m", (0.3, 9, 4, 5e-4))])
+def test_bsarec_published_settings_under_both_protocols(protocol: str, source: str, want: tuple) -> None:
+    model, train = resolve_configs("bsarec", {}, {}, source=source, n_items=10, protocol=protocol)
+    assert (model.bsa_a, model.bsa_c, model.heads, train.lr) == want
+    assert model.init_padding and model.embedding == "ln_dropout" and train.objective == "ce_last"
+
+
+def test_bsarec_padding_row_is_initialised_like_the_others() -> None:
+    import torch
+
+    from resdom.models import build_model
+
+    torch.manual_seed(0)
+    bsa, _ = resolve_configs("bsarec", {}, {}, n_items=50, protocol="gts")
+    sas, _ = resolve_configs("sasrec", {}, {}, n_items=50, protocol="gts")
+    pad = build_model(bsa).item_emb.weight[0].detach()
+    assert 0.01 < float(pad.std()) < 0.03  # N(0, 0.02) as every other row
+    assert float(build_model(sas).item_emb.weight[0].detach().abs().max()) == 0.0
+
+
+def test_named_variant() -> None:
+    from resdom.training.config import model_variant
+
+    name, values = model_variant("sasrec-tts")
+    model, _ = resolve_configs(name, values, {}, n_items=10, protocol="gts")
+    assert (model.name, model.query_ln, model.final_ln, model.max_len) == ("sasrec", True, True, 128)
+    assert model_variant("bsarec") == ("bsarec", {})

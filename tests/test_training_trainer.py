@@ -365,3 +365,21 @@ def test_length_groups_train_like_one_pass_per_batch(tmp_path: Path) -> None:
     logs = [[json.loads(x)["loss"] for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
             for d in ("one", "four")]
     assert logs[1] == pytest.approx(logs[0], rel=1e-4)
+
+
+def test_resume_of_a_run_saved_before_a_config_field_existed(tmp_path: Path) -> None:
+    """A field added to ModelConfig / TrainConfig later holds its default in older saved state: resumable."""
+    split, m, t = configs(epochs=2)
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path, callbacks=[stop_after(1)], progress=False)
+    state_file = tmp_path / "state" / "trainer.json"
+    state = json.loads(state_file.read_text())
+    del state["model"]["query_ln"], state["model"]["init_padding"]
+    state_file.write_text(json.dumps(state))
+    assert fit(split, m, t, tmp_path, progress=False)["epochs_run"] == 2
+    state["model"]["hidden"] = 999  # a real difference is still refused
+    state["epoch"] = 1
+    state["stopped"] = None
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(ResdomError, match="model.hidden"):
+        fit(split, m, t, tmp_path, progress=False)

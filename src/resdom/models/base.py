@@ -62,7 +62,7 @@ class SequentialRecommender(nn.Module):
             nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None and not self.cfg.init_padding:
                 with torch.no_grad():
                     module.weight[module.padding_idx].zero_()
         elif isinstance(module, nn.LayerNorm):

@@ -10,14 +10,27 @@ from resdom.errors import ResdomError
 
 ModelName = Literal["sasrec", "duorec", "bsarec"]
 
-# BSARec per-data-set presets (SPEC 2 and 6): (a, c, heads, lr).
+# BSARec per-data-set presets (SPEC 8: its published settings): architecture part (a, c, heads); the learning rate
+# is training.config.BSAREC_TRAIN_PRESETS.
 BSAREC_PRESETS: dict[str, dict[str, float | int]] = {
     "beauty": {"bsa_a": 0.7, "bsa_c": 5, "heads": 1},
-    "sports": {"bsa_a": 0.3, "bsa_c": 5, "heads": 1},
+    "sports": {"bsa_a": 0.3, "bsa_c": 5, "heads": 4},
     "toys": {"bsa_a": 0.7, "bsa_c": 3, "heads": 1},
-    "yelp": {"bsa_a": 0.7, "bsa_c": 3, "heads": 1},
+    "yelp": {"bsa_a": 0.7, "bsa_c": 3, "heads": 4},
     "lastfm": {"bsa_a": 0.9, "bsa_c": 3, "heads": 1},
-    "ml-1m": {"bsa_a": 0.3, "bsa_c": 9, "heads": 1},
+    "ml-1m": {"bsa_a": 0.3, "bsa_c": 9, "heads": 4},
+}
+
+# Architectures of the reference code bases (SPEC 6), as ModelConfig values.
+# The reference paper's SASRec: post-LN blocks, LN(Dropout(E * sqrt(d) + P)) input, FFN d with ReLU, max length 200.
+REFERENCE_POST_LN: dict[str, object] = {
+    "embedding": "dropout_ln", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1, "activation": "relu",
+    "positions": "from_start", "max_len": 200,
+}
+# time-to-split's SASRec and the paper's DuoRec: the query-LN block, Dropout(E * sqrt(d) + P) input, a final LN.
+REFERENCE_QUERY_LN: dict[str, object] = {
+    "query_ln": True, "final_ln": True, "embedding": "dropout", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1,
+    "activation": "relu", "positions": "from_start",
 }
 
 
@@ -67,6 +80,10 @@ class ModelConfig(BaseModel):
         "left-padded to max_len and results do not depend on the batch width",
     )
     init_std: float = Field(0.02, gt=0.0)
+    init_padding: bool = Field(
+        False, description="initialise the padding item's embedding row like the others instead of zero (BSARec's "
+        "code: its gradient is zero, but its frequency filter mixes padded positions in, so the row matters)"
+    )
     # DuoRec (SPEC 2)
     duorec_tau: float = Field(1.0, gt=0.0)
     duorec_lambda: float = Field(0.1, ge=0.0)

@@ -57,7 +57,7 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
     stats = stats if stats is not None else split.manifest.get("dataset", {})
     model_cfg, train_cfg = resolve_configs(model, model_values, {"device": device, **(train_values or {})},
-                                           source=source, n_items=split.n_items)
+                                           source=source, n_items=split.n_items, protocol=protocol)
     t0 = time.perf_counter()
     metrics = fit(split, model_cfg, train_cfg, run_dir,
                   data_info={"source": source, "protocol": protocol, "stats": stats}, progress=progress)

@@ -13,7 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from resdom.errors import ResdomError
 from resdom.evaluation.ranking import KS
-from resdom.models.config import BSAREC_PRESETS, ModelConfig, format_validation_error
+from resdom.models.config import (
+    BSAREC_PRESETS,
+    REFERENCE_POST_LN,
+    REFERENCE_QUERY_LN,
+    ModelConfig,
+    format_validation_error,
+)
 
 ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
@@ -21,8 +27,41 @@ DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 # Objective used when the user does not choose one (SPEC 2): BSARec's low-pass filter is not causal.
 DEFAULT_OBJECTIVE: dict[str, str] = {"sasrec": "ce_all", "duorec": "ce_all", "bsarec": "ce_last"}
 
-# Training-side part of BSARec's presets (SPEC 6); the architecture part is models.config.BSAREC_PRESETS.
-BSAREC_TRAIN_PRESETS: dict[str, dict[str, Any]] = {"beauty": {"lr": 5e-4}, "lastfm": {"lr": 1e-3}}
+# Training-side part of BSARec's presets (SPEC 8); the architecture part is models.config.BSAREC_PRESETS.
+BSAREC_TRAIN_PRESETS: dict[str, dict[str, Any]] = {
+    "beauty": {"lr": 5e-4}, "sports": {"lr": 1e-3}, "toys": {"lr": 1e-3}, "yelp": {"lr": 1e-3}, "lastfm": {"lr": 1e-3},
+    "ml-1m": {"lr": 5e-4},
+}
+
+# Named variants of a model, usable wherever a grid names its models: label -> (model, model values).
+MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # time-to-split's own SASRec at its default max length (SPEC 8: the published GTS results of the paper's code)
+    "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
+}
+
+
+def protocol_defaults(model_name: str, protocol: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model values, train values) a protocol implies for a model, under the user's own (SPEC 6).
+
+    GTS follows the reference paper's code: SASRec with its post-LN block at max length 200, DuoRec with the
+    query-LN block its DuoRec uses (unsupervised view, ce_all), up to 300 epochs. LOO follows BSARec's code base
+    (ModelConfig's defaults). BSARec keeps its own architecture under both, its padding row initialised as there.
+    """
+    if model_name == "bsarec":
+        return {"init_padding": True}, {}
+    if protocol == "gts" and model_name == "sasrec":
+        return dict(REFERENCE_POST_LN), {"epochs": 300}
+    if protocol == "gts" and model_name == "duorec":
+        return {**REFERENCE_QUERY_LN, "max_len": 200, "duorec_views": "unsup"}, {"epochs": 300}
+    return {}, {}
+
+
+def model_variant(label: str) -> tuple[str, dict[str, Any]]:
+    """A model name or a ``MODEL_VARIANTS`` label -> (model name, the variant's model values)."""
+    if label in MODEL_VARIANTS:
+        name, values = MODEL_VARIANTS[label]
+        return name, dict(values)
+    return label, {}
 
 METRIC_NAMES = tuple(f"{m}@{k}" for m in ("HR", "NDCG") for k in KS) + ("MRR",)
 
@@ -106,21 +145,25 @@ def resolve_configs(
     train_values: dict[str, Any] | None = None,
     source: str | None = None,
     n_items: int = 0,
+    protocol: str | None = None,
 ) -> tuple[ModelConfig, TrainConfig]:
-    """Apply per-model defaults and presets under the user's explicit values, validate, and check the pairing.
+    """Apply the protocol's defaults, then presets, then the user's explicit values; validate; check the pairing.
 
-    ``model_values`` / ``train_values`` hold only what the user set (YAML, ``--set``, options); preset values
-    fill the other fields. Raises ResdomError naming the bad field.
+    ``model_values`` / ``train_values`` hold only what the user set (YAML, ``--set``, options); protocol defaults
+    (``protocol_defaults``) and BSARec's per-data-set presets fill the other fields. Raises ResdomError naming
+    the bad field.
     """
     model_values = dict(model_values or {})
     train_values = dict(train_values or {})
     if "name" in model_values and model_values["name"] != model_name:
         raise ResdomError(f"model.name: {model_values['name']!r} contradicts --model {model_name!r}")
+    merged_model, merged_train = protocol_defaults(model_name, protocol)
     preset = preset_name(source) if model_name == "bsarec" else None
-    merged_model: dict[str, Any] = dict(BSAREC_PRESETS[preset]) if preset else {}
+    if preset:
+        merged_model.update(BSAREC_PRESETS[preset])
+        merged_train.update(BSAREC_TRAIN_PRESETS.get(preset, {}))
     merged_model.update(model_values)
     merged_model.update(name=model_name, n_items=n_items)
-    merged_train: dict[str, Any] = dict(BSAREC_TRAIN_PRESETS.get(preset, {})) if preset else {}
     merged_train.update(train_values)
     from resdom.models.config import make_model_config
 

@@ -179,8 +179,12 @@ def _check_resumable(files: RunFiles, state: dict[str, Any], model_cfg: ModelCon
     diffs = []
     if state.get("data_fingerprint") != fingerprint:
         diffs.append(f"data fingerprint {state.get('data_fingerprint')} saved vs {fingerprint} now")
-    for section, saved, now, free in (("model", state.get("model", {}), model_cfg.model_dump(), frozenset()),
-                                      ("train", state.get("train", {}), train_cfg.model_dump(), RESUMABLE_FIELDS)):
+    for section, saved, now, free, cls in (
+        ("model", state.get("model", {}), model_cfg.model_dump(), frozenset(), ModelConfig),
+        ("train", state.get("train", {}), train_cfg.model_dump(), RESUMABLE_FIELDS, TrainConfig),
+    ):
+        # a field added to resdom after the run was saved holds its default there
+        saved = {**{k: f.default for k, f in cls.model_fields.items() if k in now and k not in saved}, **saved}
         for key in sorted(set(saved) | set(now)):
             if key not in free and saved.get(key) != now.get(key):
                 diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
