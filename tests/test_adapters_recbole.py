@@ -13,7 +13,13 @@ import pytest
 import torch
 
 from resdom.adapters.common import load_import_data
-from resdom.adapters.recbole import import_recbole, read_recbole_checkpoint, recbole_item_tokens
+from resdom.adapters.recbole import (
+    import_recbole,
+    read_recbole_checkpoint,
+    recbole_import_data,
+    recbole_interactions,
+    recbole_item_tokens,
+)
 from resdom.errors import ResdomError
 from resdom.runs import load_run
 
@@ -62,8 +68,58 @@ def test_numbering_that_depends_on_tie_order_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match="2 items are first seen at a tied timestamp"):
         recbole_item_tokens(inter, config)
     assert recbole_item_tokens(inter, {**config, "rm_dup_inter": None}) == ["[PAD]", "5", "6", "7"]
-    with pytest.raises(ResdomError, match="val_interval"):
-        recbole_item_tokens(inter, {**config, "val_interval": {"timestamp": "[0,11]"}})
+    with pytest.raises(ResdomError, match="alias_of_item_id"):
+        recbole_item_tokens(inter, {**config, "alias_of_item_id": ["x"]})
+    # the same unstable sort orders one user's interactions at one time: the numbering is fine, the order is not
+    inter.write_text("user_id:token\titem_id:token\ttimestamp:float\n"
+                     "u1\t5\t10\nu1\t6\t11\nu2\t5\t12\nu2\t6\t12\n")
+    assert recbole_item_tokens(inter, config) == ["[PAD]", "5", "6"]
+    with pytest.raises(ResdomError, match="1 users have several interactions at one timestamp"):
+        recbole_interactions(inter, config)
+    assert recbole_interactions(inter, {**config, "rm_dup_inter": None}).items.tolist() == ["5", "6", "5", "6"]
+
+
+def test_val_interval_and_interaction_counts_as_recbole(tmp_path: Path) -> None:
+    """RecBole's _filter_by_field_value (float intervals, token lists) before _filter_by_inter_num."""
+    inter = tmp_path / "v.inter"
+    rows = [("u1", "a", 1, 10), ("u1", "b", 5, 11), ("u1", "c", 4, 12), ("u2", "a", 2, 13), ("u2", "c", 5, 14),
+            ("u3", "b", 3, 15), ("u3", "d", 5, 16)]
+    inter.write_text("user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
+                     + "".join(f"{u}\t{i}\t{r}\t{t}\n" for u, i, r, t in rows))
+    rb = recbole_interactions(inter, {"val_interval": {"rating": "[3,inf)"}})
+    assert rb.item_tokens == ["[PAD]", "b", "c", "d"] and rb.items.tolist() == ["b", "c", "c", "b", "d"]
+    steps = {st["step"]: st for st in rb.steps}
+    assert steps["val_interval"]["removed_interactions"] == 2
+    rb = recbole_interactions(inter, {"val_interval": {"rating": "[3,inf)"}, "item_inter_num_interval": "[2,inf)"})
+    assert rb.item_tokens == ["[PAD]", "b", "c"] and rb.items.tolist() == ["b", "c", "c", "b"]  # d: 1 left
+    with pytest.raises(ResdomError, match="no interactions left"):  # the count filters cascade to nothing
+        recbole_interactions(inter, {"val_interval": {"rating": "[3,inf)"}, "user_inter_num_interval": "[2,inf)",
+                                     "item_inter_num_interval": "[2,inf)"})
+    rb = recbole_interactions(inter, {"val_interval": {"item_id": ["a", "d"]}})
+    assert rb.item_tokens == ["[PAD]", "a", "d"]
+
+
+def test_order_is_recboles_float32_time_order(tmp_path: Path) -> None:
+    """RecBole sorts by the float32 of the (min-max normalised) time with stable sorts: near-equal times tie
+    and keep file order, where an exact time sort would swap them."""
+    inter = tmp_path / "t.inter"
+    t0 = 500_000_000
+    rows = [("u1", "x", 0), ("u1", "a", t0 + 10), ("u1", "b", t0 + 3), ("u1", "c", t0 + 200), ("u2", "a", 10**9),
+            ("u2", "b", 1), ("u2", "c", 2)]
+    inter.write_text("user_id:token\titem_id:token\ttimestamp:float\n"
+                     + "".join(f"{u}\t{i}\t{t}\n" for u, i, t in rows))
+    for normalize_all in (True, None):  # normalised: (t - 0) / 1e9 in float32; raw: float32 spacing 32 s at 5e8
+        rb = recbole_interactions(inter, {"normalize_all": normalize_all})
+        assert rb.normalised is bool(normalize_all)
+        assert rb.items.tolist() == ["x", "a", "b", "c", "b", "c", "a"]  # a (t0+10) stays before b (t0+3)
+        assert rb.users_reordered == 1
+    data = recbole_import_data(recbole_interactions(inter, {"normalize_all": True}), {"kind": "path"})
+    seq = data.split.test.inputs.sequence(0).tolist() + [int(data.split.test.targets[0])]
+    assert [data.item_labels[i] for i in seq] == ["x", "a", "b", "c"]
+    from resdom.data.prepare import load_prepared
+
+    prepared, _ = load_prepared(str(inter), k_core=0)  # resdom's own order: exact times
+    assert [prepared.item_labels[i] for i in prepared.sequences.sequence(0)] == ["x", "b", "a", "c"]
 
 
 def _resdom_inputs(expected: dict[str, np.ndarray], labels: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
@@ -127,7 +183,7 @@ def test_other_data_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.inter"  # one item fewer than the model was trained on
     other.write_text("".join([lines[0]] + [x for x in lines[1:] if x.split("\t")[1] != item]))
     with pytest.raises(ResdomError, match="trained on other data"):
-        import_recbole(CKPT, str(other), tmp_path / "run", k_core=0)
+        import_recbole(CKPT, str(other), tmp_path / "run")
 
 
 def test_existing_output_is_not_overwritten(run_dir: Path) -> None:

@@ -21,6 +21,7 @@ ids are the integers of its data file, so each resdom item id takes the row of i
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,15 +128,45 @@ def pmixer_model(state: dict[str, torch.Tensor], item_labels: np.ndarray, heads:
     return model
 
 
+PMIXER_PREPROCESSING = {"k_core": None, "remove_repeats": False, "sort_by_time": False}
+
+
 def import_pmixer(state_path: str | Path, source: str, out: str | Path, heads: int = 1, norm_first: bool = False,
                   max_len: int | None = None, data_dir: str | Path | None = None, force: bool = False,
-                  **data_options: Any) -> Path:
-    """Read a pmixer SASRec state dict, map it onto resdom's SASRec for ``source`` (LOO), write run ``out``."""
+                  log: Callable[[str], None] | None = None, **data_options: Any) -> Path:
+    """Read a pmixer SASRec state dict, map it onto resdom's SASRec for ``source`` (LOO), write run ``out``.
+
+    pmixer's ``data_partition`` reads its ``user item`` file as it is: no filtering, each user's items in file
+    order. That is the default here (``PMIXER_PREPROCESSING``); ``data_options`` (e.g. ``k_core``) override it.
+    ``log`` receives a line saying what was applied.
+    """
     state = read_pmixer_state_dict(state_path)
     if max_len is None:
         max_len = maxlen_from_name(state_path)
-    data: ImportData = load_import_data(source, data_dir, **data_options)
+    data: ImportData = load_import_data(source, data_dir, **{**PMIXER_PREPROCESSING, **data_options})
     model = pmixer_model(state, data.item_labels, heads, norm_first, max_len, str(state_path))
+    applied = describe_pmixer_data(data)
     imported = {"format": "pmixer", "path": str(Path(state_path).resolve()), "heads": heads,
-                "norm_first": norm_first, "max_len": model.max_len}
-    return write_run(out, model, data, imported, force)
+                "norm_first": norm_first, "max_len": model.max_len, "preprocessing": applied}
+    path = write_run(out, model, data, imported, force)
+    for line in applied if log is not None else ():
+        log(line)
+    return path
+
+
+def describe_pmixer_data(data: ImportData) -> list[str]:
+    """What was applied to the data, in a line or two (printed by ``resdom import-pmixer``)."""
+    pre = data.manifest.get("preprocessing", {})
+    cfg = pre.get("config", {})
+    steps = {s["step"]: s for s in pre.get("steps", [])}
+    read, result = steps.get("read", {}), steps.get("result", {})
+    k = cfg.get("k_core")
+    filters = "no filtering, as pmixer" if not k and not cfg.get("remove_repeats") else (
+        f"k-core {k}" if k else "") + (" and consecutive-repeat removal" if cfg.get("remove_repeats") else "")
+    order = "each user's items in file order, as pmixer" if not cfg.get("sort_by_time") else data.manifest.get(
+        "tie_rule", "sorted by time")
+    return [
+        f"pmixer preprocessing: {filters.strip()}; {order}: {read.get('interactions')} interactions read -> "
+        f"{result.get('interactions')} interactions, {result.get('users')} users, {result.get('items')} items",
+        f"test split: leave-one-out, {len(data.split.test)} users (pmixer's data_partition: users with >= 3 items)",
+    ]

@@ -8,10 +8,14 @@ RecBole's SASRec (``recbole/model/sequential_recommender/sasrec.py``, 1.2.1) is 
   ``hidden_act`` (gelu = exact erf GELU, or relu); no final LayerNorm; scores ``h @ item_embedding.T``.
 
 Weights map one to one (``query/key/value/dense`` -> ``query/key/value/out``; the attention sub-layer's and
-the FFN's LayerNorms -> ``attn_ln`` / ``ffn_ln``; ``LayerNorm`` -> ``emb_ln``). Item rows are re-ordered:
-RecBole numbers item tokens in order of first appearance (``pandas.factorize``) in its ``.inter`` file after
-its own filtering, so ``recbole_item_tokens`` rebuilds that numbering from the data file and the
-checkpoint's config, and each resdom item id takes the row of its raw id.
+the FFN's LayerNorms -> ``attn_ln`` / ``ffn_ln``; ``LayerNorm`` -> ``emb_ln``).
+
+The data is RecBole's, rebuilt from its ``.inter`` file and the checkpoint's config (``recbole_interactions``):
+its filters (``rm_dup_inter``, ``val_interval``, ``user_inter_num_interval`` / ``item_inter_num_interval``),
+its item numbering (``pandas.factorize`` in row order after filtering; each resdom item id takes the row of
+its raw id) and its sequence order (by user, then by the float32 of the, usually min-max normalised, timestamp
+with stable sorts, so near-equal times keep file order). resdom's own preprocessing (k-core, time sort) is
+not applied. The LOO test split of those sequences is RecBole's ``LS: valid_and_test`` test split.
 
 The checkpoint is read with ``safe_pickle`` (RecBole's ``Config`` and enums become inert stand-ins); RecBole
 need not be installed and no code from the file runs.
@@ -19,7 +23,7 @@ need not be installed and no code from the file runs.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from resdom.adapters.common import ImportData, load_import_data, load_weights, source_rows, take_rows, write_run
+from resdom.adapters.common import ImportData, load_weights, source_rows, take_rows, write_run
 from resdom.adapters.safe_pickle import Inert, load_torch_file
 from resdom.errors import ResdomError
 from resdom.models import build_model
@@ -89,7 +93,95 @@ def _final_config(config: Any, path: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# RecBole's item numbering
+# RecBole's data pipeline (recbole/data/dataset/dataset.py and sequential_dataset.py, 1.2.1)
+
+ORDER_RULE = ("RecBole's order: grouped by user; within a user by the float32 value of the (min-max normalised, "
+              "where RecBole normalises it) timestamp, with a stable sort, so times that are equal in float32 keep "
+              "the order of the rows before it (file order; time order after rm_dup_inter)")
+
+
+@dataclass
+class RecBoleInteractions:
+    """The interactions a RecBole 1.x sequential model was trained and evaluated on, rebuilt without RecBole.
+
+    users, items: (n,) str tokens, in RecBole's sequence order (grouped by user, each user's rows in RecBole's
+    time order); times: (n,) float64 raw timestamps, aligned; item_tokens: RecBole's item table (entry k = token
+    of item id k, 0 = ``[PAD]``); steps: what was applied (manifest records); time_key: the sort key RecBole used.
+    """
+
+    path: Path
+    users: np.ndarray
+    items: np.ndarray
+    times: np.ndarray
+    item_tokens: list[str]
+    steps: list[dict[str, Any]]
+    settings: dict[str, Any]
+    normalised: bool
+    users_reordered: int
+
+    @property
+    def n_users(self) -> int:
+        return int(len(pd.unique(self.users)))
+
+
+def _fields(config: dict[str, Any]) -> tuple[str, str, str]:
+    return (config.get("USER_ID_FIELD") or "user_id", config.get("ITEM_ID_FIELD") or "item_id",
+            config.get("TIME_FIELD") or "timestamp")
+
+
+def _recbole_frame(inter_path: Path, config: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, str],
+                                                                       list[dict[str, Any]]]:
+    """RecBole's ``_data_filtering`` of the ``.inter`` rows: (kept rows in RecBole's row order, field types, steps).
+
+    ``_filter_nan_user_or_item``, ``_remove_duplication`` (``rm_dup_inter``: sort by time, then
+    ``drop_duplicates``), ``_filter_by_field_value`` (``val_interval``), ``_filter_by_inter_num``
+    (``user_inter_num_interval`` / ``item_inter_num_interval``, repeated to a fixed point).
+    """
+    _refuse_unsupported(config, inter_path)
+    sep = config.get("field_separator") or "\t"
+    uid, iid, time = _fields(config)
+    val = config.get("val_interval") or {}
+    if not isinstance(val, dict):
+        raise ResdomError(f"{inter_path}: RecBole setting val_interval={val!r} is not a mapping of field -> interval")
+    df, types = _read_inter(inter_path, sep, [uid, iid], [time, *val], config.get("encoding"))
+    steps: list[dict[str, Any]] = [{"step": "read", "interactions": len(df), "file": str(inter_path)}]
+
+    def record(step: str, before: int, **extra: Any) -> None:
+        steps.append({"step": step, "removed_interactions": before - len(df), **extra})
+
+    n = len(df)
+    df = df[df[uid].notna() & df[iid].notna()]
+    record("filter_nan_user_or_item", n)
+    keep = config.get("rm_dup_inter")
+    if keep is not None:
+        if keep not in ("first", "last"):
+            raise ResdomError(f"{inter_path}: rm_dup_inter {keep!r} is not 'first' or 'last'")
+        n = len(df)
+        if time in df:
+            df = df.sort_values(by=[time], ascending=True, kind="stable")
+        df = df.drop_duplicates(subset=[uid, iid], keep=keep)
+        record("rm_dup_inter", n, keep=keep, sorted_by=time if time in df else None)
+    for field, interval in val.items():
+        if field not in df:
+            raise ResdomError(f"{inter_path}: RecBole setting val_interval names {field!r}, which is not a column "
+                              "of the .inter file")
+        n = len(df)
+        if types[field] == "float":
+            df = df[_within_array(df[field].to_numpy(dtype=np.float64), _parse_intervals(interval) or [])]
+        elif types[field] == "token":
+            df = df[df[field].isin(interval)]
+        else:
+            raise ResdomError(f"{inter_path}: val_interval on the {types[field]} field {field!r} is not supported")
+        record("val_interval", n, field=field, interval=interval)
+    n = len(df)
+    user_iv, item_iv = config.get("user_inter_num_interval"), config.get("item_inter_num_interval")
+    df = _filter_by_inter_num(df, uid, iid, user_iv, item_iv)
+    record("filter_by_inter_num", n, user_inter_num_interval=user_iv, item_inter_num_interval=item_iv)
+    if len(df) == 0:
+        raise ResdomError(f"{inter_path}: no interactions left after RecBole's filtering settings")
+    if keep is not None and time in df:
+        _check_no_tied_first_times(df, iid, time, inter_path)
+    return df, types, steps
 
 
 def recbole_item_tokens(inter_path: str | Path, config: dict[str, Any]) -> list[str]:
@@ -97,30 +189,71 @@ def recbole_item_tokens(inter_path: str | Path, config: dict[str, Any]) -> list[
 
     Reproduces RecBole 1.x ``Dataset``: load the ``.inter`` columns as strings, drop rows with a missing user or
     item, ``rm_dup_inter`` (after a sort by time; refused where tied timestamps make RecBole's order depend on its
-    unstable sort), ``user_inter_num_interval`` / ``item_inter_num_interval`` (iterated), then
+    unstable sort), ``val_interval``, ``user_inter_num_interval`` / ``item_inter_num_interval`` (iterated), then
     ``pandas.factorize`` of the item column in row order. Settings that change the numbering in other ways
-    (``val_interval``, item features, aliases, benchmark files) are refused by name.
+    (item features, aliases, benchmark files) are refused by name.
     """
-    inter_path = Path(inter_path)
-    _refuse_unsupported(config, inter_path)
-    sep = config.get("field_separator") or "\t"
-    uid, iid, time = config.get("USER_ID_FIELD", "user_id"), config.get("ITEM_ID_FIELD", "item_id"), \
-        config.get("TIME_FIELD", "timestamp")
-    df = _read_inter(inter_path, sep, uid, iid, time, config.get("encoding"))
-    df = df[df[uid].notna() & df[iid].notna()]
-    keep = config.get("rm_dup_inter")
-    if keep is not None:
-        if keep not in ("first", "last"):
-            raise ResdomError(f"{inter_path}: rm_dup_inter {keep!r} is not 'first' or 'last'")
-        if time in df:
-            df = df.sort_values(by=[time], ascending=True, kind="stable")
-        df = df.drop_duplicates(subset=[uid, iid], keep=keep)
-    df = _filter_by_inter_num(df, uid, iid, config.get("user_inter_num_interval"),
-                              config.get("item_inter_num_interval"))
-    if keep is not None and time in df:
-        _check_no_tied_first_times(df, iid, time, inter_path)
+    df, _, _ = _recbole_frame(Path(inter_path), config)
+    _, iid, _ = _fields(config)
     _, uniques = pd.factorize(df[iid].to_numpy())
     return ["[PAD]"] + [str(t) for t in uniques]
+
+
+def recbole_interactions(inter_path: str | Path, config: dict[str, Any]) -> RecBoleInteractions:
+    """The per-user sequences RecBole 1.x builds for a sequential model from ``inter_path`` under ``config``.
+
+    After the filtering of ``recbole_item_tokens``, RecBole normalises float fields (``normalize_all``, or
+    ``normalize_field`` naming the time field: ``(t - min) / (max - min)`` in float64), stores them as float32
+    tensors, and ``SequentialDataset.data_augmentation`` sorts by ``[user, time]`` with ``Interaction.sort``:
+    one ``np.argsort(kind="stable")`` per key, the time first. So each user's rows are ordered by the float32
+    key, and rows whose keys are equal in float32 (on ml-100k, times a few seconds apart) keep their row order.
+    """
+    inter_path = Path(inter_path)
+    df, types, steps = _recbole_frame(inter_path, config)
+    uid, iid, time = _fields(config)
+    if time not in df:
+        raise ResdomError(f"{inter_path}: no time column {time!r}: RecBole's sequential models sort by it "
+                          "(TIME_FIELD)")
+    if types[time] != "float":
+        raise ResdomError(f"{inter_path}: the time field {time!r} has type {types[time]!r}; the importer needs "
+                          "'float' (RecBole would sort by its remapped token ids)")
+    times = df[time].to_numpy(dtype=np.float64)
+    if not np.isfinite(times).all():
+        k = int(np.flatnonzero(~np.isfinite(times))[0])
+        raise ResdomError(f"{inter_path}: missing or non-finite timestamp {times[k]!r} (RecBole would fill it with "
+                          "the column's mean; not supported by the importer)")
+    discretization = config.get("discretization") or {}
+    if isinstance(discretization, dict) and time in discretization:
+        raise ResdomError(f"{inter_path}: RecBole setting discretization of {time!r} is not supported")
+    if config.get("rm_dup_inter") is not None:
+        _check_no_tied_user_times(df, uid, time, inter_path)
+    fields = config.get("normalize_field")
+    normalised = bool(fields and time in fields) or (not fields and config.get("normalize_all") is True)
+    if normalised:
+        mx, mn = times.max(), times.min()
+        key = np.ones(len(times)) if mx == mn else (times - mn) / (mx - mn)
+    else:
+        key = times
+    key32 = key.astype(np.float32)
+    users, items = df[uid].to_numpy(dtype=object), df[iid].to_numpy(dtype=object)
+    ucode, _ = pd.factorize(users)
+    pos = np.arange(len(df))
+    order = np.lexsort((pos, key32, ucode))  # = RecBole's stable sort by time, then by user
+    exact = np.lexsort((pos, times, ucode))  # a stable sort by the exact times, for the record
+    moved = order != exact
+    users_reordered = int(len(np.unique(ucode[exact[moved]])))
+    _, uniques = pd.factorize(items)
+    tokens = ["[PAD]"] + [str(t) for t in uniques]
+    steps.append({"step": "order", "rule": ORDER_RULE, "time_field": time, "normalised": normalised,
+                  "users_reordered_vs_exact_times": users_reordered})
+    settings = {k: config.get(k) for k in RECBOLE_DATA_SETTINGS}
+    return RecBoleInteractions(inter_path, users[order], items[order], times[order], tokens, steps, settings,
+                               normalised, users_reordered)
+
+
+RECBOLE_DATA_SETTINGS = ("field_separator", "USER_ID_FIELD", "ITEM_ID_FIELD", "TIME_FIELD", "rm_dup_inter",
+                         "val_interval", "user_inter_num_interval", "item_inter_num_interval", "normalize_all",
+                         "normalize_field", "load_col", "MAX_ITEM_LIST_LENGTH", "eval_args")
 
 
 def _check_no_tied_first_times(df: pd.DataFrame, iid: str, time: str, path: Path) -> None:
@@ -136,64 +269,88 @@ def _check_no_tied_first_times(df: pd.DataFrame, iid: str, time: str, path: Path
         )
 
 
+def _check_no_tied_user_times(df: pd.DataFrame, uid: str, time: str, path: Path) -> None:
+    """The same unstable sort orders a user's interactions at one timestamp: refuse where that happens."""
+    tied = df.duplicated(subset=[uid, time], keep=False)
+    if tied.any():
+        n_users = int(df.loc[tied, uid].nunique())
+        raise ResdomError(
+            f"{path}: RecBole's rm_dup_inter sorts interactions by {time!r} with an unstable sort, and {n_users} "
+            "users have several interactions at one timestamp: their order in RecBole depends on numpy's sort and "
+            "cannot be rebuilt (retrain without rm_dup_inter, or deduplicate the .inter file beforehand)"
+        )
+
+
 def _refuse_unsupported(config: dict[str, Any], path: Path) -> None:
-    checks = {
-        "val_interval": config.get("val_interval"), "benchmark_filename": config.get("benchmark_filename"),
-        "alias_of_item_id": config.get("alias_of_item_id"),
-    }
+    checks = {"benchmark_filename": config.get("benchmark_filename"),
+              "alias_of_item_id": config.get("alias_of_item_id"), "alias_of_user_id": config.get("alias_of_user_id")}
     for key, value in checks.items():
         if value:
             raise ResdomError(f"{path}: RecBole setting {key}={value!r} is not supported by the importer")
     load_col = config.get("load_col")
-    if isinstance(load_col, dict) and "item" in load_col:
-        raise ResdomError(f"{path}: RecBole setting load_col loads item features ('item'), which changes the "
-                          "item numbering; not supported by the importer")
+    for source in ("user", "item"):
+        if isinstance(load_col, dict) and source in load_col:
+            raise ResdomError(f"{path}: RecBole setting load_col loads {source} features ({source!r}), which "
+                              f"change RecBole's {source} filtering or numbering; not supported by the importer")
+        feat = path.with_suffix(f".{source}")
+        if load_col is None and feat.is_file():
+            raise ResdomError(f"{path}: RecBole's load_col is unset, so it also loaded {feat.name}, whose {source} "
+                              "features change its filtering or numbering; not supported by the importer")
 
 
-def _read_inter(path: Path, sep: str, uid: str, iid: str, time: str, encoding: str | None) -> pd.DataFrame:
-    """The user, item (and time) columns of a RecBole atomic file, read as RecBole reads them."""
+def _read_inter(path: Path, sep: str, ids: list[str], optional: list[str], encoding: str | None
+                ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Columns of a RecBole atomic file read as RecBole reads them (float as float64, the rest as str): the
+    ``ids`` columns (required, type token) and those of ``optional`` that the header has; (frame, field types)."""
     if not path.is_file():
         raise ResdomError(f"{path}: RecBole .inter file not found")
-    with open(path, encoding=encoding or "utf-8") as f:
-        header = f.readline().rstrip("\n").split(sep)
+    try:
+        with open(path, encoding=encoding or "utf-8") as f:
+            header = f.readline()[:-1].split(sep)
+    except UnicodeDecodeError:
+        raise ResdomError(f"{path}: not readable as {encoding or 'utf-8'} text") from None
     fields = {}
     for col in header:
         name, _, ftype = col.partition(":")
         fields[name] = (col, ftype)
-    for name in (uid, iid):
+    for name in ids:
         if name not in fields:
             raise ResdomError(f"{path}:1: no column {name!r} in the header (has {', '.join(fields)})")
         if fields[name][1] != "token":
             raise ResdomError(f"{path}:1: column {name!r} has type {fields[name][1]!r}; the importer needs 'token'")
-    cols = [fields[uid][0], fields[iid][0]] + ([fields[time][0]] if time in fields else [])
+    names = list(dict.fromkeys(ids + [c for c in optional if c in fields]))
+    cols = [fields[c][0] for c in names]
     dtype = {c: (np.float64 if c.endswith(":float") else str) for c in cols}
     try:
         df = pd.read_csv(path, delimiter=sep, usecols=cols, dtype=dtype, encoding=encoding or "utf-8",
                          engine="python")
-    except (ValueError, pd.errors.ParserError) as e:
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as e:
         raise ResdomError(f"{path}: cannot read as a RecBole atomic file ({e})") from None
-    df.columns = [c.partition(":")[0] for c in cols]
-    return df
+    df = df[cols]
+    df.columns = names
+    return df, {c: fields[c][1] for c in names}
 
 
 def _parse_intervals(text: Any) -> list[tuple[str, float, float, str]] | None:
+    """RecBole's ``_parse_intervals_str``: ``"[5,inf);(0,2]"`` -> [("[", 5, inf, ")"), ...]; illegal parts skipped."""
     if text is None:
         return None
     out = []
     for part in str(text).split(";"):
         part = part.strip()
-        lo, _, hi = part[1:-1].partition(",")
-        if len(part) < 2 or part[0] not in "([" or part[-1] not in ")]" or not _:
+        pair = part[1:-1].split(",")
+        if not (len(pair) == 2 and part[:1] in ("(", "[") and part[-1:] in (")", "]")):
             continue  # RecBole warns and skips an illegal interval
-        out.append((part[0], float(lo), float(hi), part[-1]))
+        out.append((part[0], float(pair[0]), float(pair[1]), part[-1]))
     return out
 
 
-def _within(n: int, intervals: list[tuple[str, float, float, str]]) -> bool:
-    result = True
+def _within_array(values: np.ndarray, intervals: list[tuple[str, float, float, str]]) -> np.ndarray:
+    """RecBole's ``_within_intervals`` on an array (True everywhere for no intervals)."""
+    result = np.ones(len(values), dtype=bool)
     for k, (lb, lo, hi, rb) in enumerate(intervals):
-        ok = (n >= lo if lb == "[" else n > lo) and (n <= hi if rb == "]" else n < hi)
-        result = ok if k == 0 else result or ok
+        ok = (values >= lo if lb == "[" else values > lo) & (values <= hi if rb == "]" else values < hi)
+        result = ok if k == 0 else result | ok
     return result
 
 
@@ -203,13 +360,130 @@ def _filter_by_inter_num(df: pd.DataFrame, uid: str, iid: str, user_iv: Any, ite
     if user_iv is None and item_iv is None:
         return df
     while True:
-        uc = Counter(df[uid].to_numpy()) if user_iv else Counter()
-        ic = Counter(df[iid].to_numpy()) if item_iv else Counter()
-        ban_u = {u for u, n in uc.items() if not _within(n, user_iv)} if user_iv else set()
-        ban_i = {i for i, n in ic.items() if not _within(n, item_iv)} if item_iv else set()
-        if not ban_u and not ban_i:
+        ban = np.zeros(len(df), dtype=bool)
+        for col, iv in ((uid, user_iv), (iid, item_iv)):
+            if iv:  # RecBole counts nothing for an empty (or all-illegal) interval list
+                counts = df[col].map(df[col].value_counts()).to_numpy(dtype=np.float64)
+                ban |= ~_within_array(counts, iv)
+        if not ban.any():
             return df
-        df = df[~(df[uid].isin(ban_u) | df[iid].isin(ban_i))]
+        df = df[~ban]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the data resdom evaluates an imported RecBole model on
+
+
+def _id_array(tokens: np.ndarray) -> np.ndarray:
+    """int64 where every token is a canonical decimal integer (then resdom numbers items by increasing raw id, as
+    when it reads the same file itself), else the str tokens."""
+    s = pd.Series(tokens, dtype=object).astype(str)
+    if len(s) and s.str.fullmatch(r"0|-?[1-9]\d{0,17}").all():
+        return s.to_numpy().astype(np.int64)
+    return s.to_numpy(dtype=object)
+
+
+def resolve_inter(source: str, data_dir: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """(RecBole .inter file, manifest source record) of ``--data``: a registered RecBole data set or a path."""
+    from resdom.data.download import resolve_dataset_files, sha256_file
+    from resdom.data.registry import DATASETS
+
+    if source in DATASETS:
+        spec = DATASETS[source]
+        if spec.fmt != "recbole":
+            raise ResdomError(f"data set {source!r} is in format {spec.fmt!r}, not a RecBole .inter file; give the "
+                              "file RecBole trained on")
+        (resolved,) = resolve_dataset_files(spec, data_dir)
+        record = {"kind": "registry", "name": source, "format": "recbole",
+                  "files": [{"path": str(resolved.path), "sha256": resolved.sha256, "origin": resolved.origin}]}
+        return Path(resolved.path), record
+    path = Path(source)
+    if not path.is_file():
+        raise ResdomError(f"{source}: no such file, and not a registered RecBole data set; give the .inter file "
+                          "RecBole trained on")
+    record = {"kind": "path", "name": source, "format": "recbole",
+              "files": [{"path": str(path.resolve()), "sha256": sha256_file(path)}]}
+    return path, record
+
+
+def recbole_import_data(rb: RecBoleInteractions, source_record: dict[str, Any]) -> ImportData:
+    """resdom's LOO split of RecBole's sequences ``rb`` (each user's order kept exactly), with its manifest.
+
+    RecBole's ``LS: valid_and_test`` split of the augmented sequences gives the same test set: the last item of
+    every user with >= 3 interactions, its input all earlier items (the model reads the last max_len).
+    """
+    from resdom import __version__
+    from resdom.data.preprocess import PreprocessConfig, preprocess
+    from resdom.data.readers import RawInteractions
+    from resdom.data.splits import part_counts, split_loo
+    from resdom.data.stats import dataset_stats
+
+    times = np.floor(rb.times)
+    if np.abs(times).max(initial=0) >= 2.0**62:
+        raise ResdomError(f"{rb.path}: timestamps out of the range resdom stores (|t| < 2^62 s)")
+    raw = RawInteractions(_id_array(rb.users), _id_array(rb.items), times.astype(np.int64), "recbole", [rb.path])
+    # the rows already are in RecBole's order: group by user only, keep every row (no k-core, no repeat removal)
+    prepared = preprocess(raw, PreprocessConfig(k_core=None, remove_repeats=False, sort_by_time=False))
+    seqs = prepared.sequences
+    remap = [s for s in prepared.steps if s["step"] == "remap"]
+    steps = rb.steps + remap + [s for s in prepared.steps if s["step"] == "result"]
+    manifest: dict[str, Any] = {
+        "resdom_version": __version__,
+        "source": source_record,
+        "preprocessing": {"framework": "recbole", "settings": _jsonable(rb.settings), "steps": _jsonable(steps)},
+        "tie_rule": ORDER_RULE,
+        "n_items": prepared.n_items,
+        "n_users": len(seqs),
+        "has_timestamps": True,
+        "dataset": dataset_stats(seqs),
+    }
+    parts = split_loo(seqs)
+    manifest.update(parts.info)
+    manifest["counts"] = part_counts(parts)
+    from resdom.data.sequences import SplitData
+
+    split = SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
+    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), manifest)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return repr(obj)
+
+
+def describe_recbole_data(rb: RecBoleInteractions, data: ImportData, ckpt: RecBoleCheckpoint) -> list[str]:
+    """What the import applied, in a few lines (printed by ``resdom import-recbole``)."""
+    s = rb.settings
+    read = rb.steps[0]["interactions"]
+    removed = sum(st.get("removed_interactions", 0) for st in rb.steps)
+    filters = ", ".join(f"{k}={s.get(k)!r}" for k in ("rm_dup_inter", "val_interval", "user_inter_num_interval",
+                                                      "item_inter_num_interval"))
+    lines = [
+        f"RecBole preprocessing, as the checkpoint's config says: {filters}: {read} interactions read, {removed} "
+        f"removed -> {len(rb.items)} interactions, {rb.n_users} users, {len(rb.item_tokens) - 1} items",
+        f"order: each user's interactions by float32 {'min-max normalised ' if rb.normalised else ''}timestamp "
+        f"(normalize_all={s.get('normalize_all')!r}, normalize_field={s.get('normalize_field')!r}), ties in "
+        f"file order; this differs from exact time order for {rb.users_reordered} users",
+        f"test split: RecBole's leave-one-out, {len(data.split.test)} users, inputs = last "
+        f"{ckpt.get('MAX_ITEM_LIST_LENGTH')} items (MAX_ITEM_LIST_LENGTH); RecBole's full-ranking evaluation of "
+        "sequential models does not filter seen items: compare with `resdom evaluate --no-filter`",
+    ]
+    ev = ckpt.get("eval_args") or {}
+    split, order, mode = ev.get("split"), ev.get("order"), ev.get("mode")
+    mode = mode.get("test") if isinstance(mode, dict) else mode  # RecBole 1.2 stores {"valid": .., "test": ..}
+    if split not in ({"LS": "valid_and_test"}, {"LS": "test_only"}) or order != "TO" or mode != "full":
+        lines.append(f"note: RecBole evaluated this model with eval_args split={split!r}, order={order!r}, "
+                     f"mode={mode!r}; resdom's test split is the leave-one-out one above, full ranking, so its "
+                     "numbers are not RecBole's")
+    return lines
+
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -269,18 +543,18 @@ def recbole_state_dict(ckpt: RecBoleCheckpoint, cfg: ModelConfig, rows: np.ndarr
     return out
 
 
-def recbole_model(ckpt: RecBoleCheckpoint, data: ImportData, inter_path: str | Path | None = None
-                  ) -> SequentialRecommender:
-    """resdom SASRec (eval mode) whose scores equal the checkpoint's on ``data``'s items."""
-    inter = Path(inter_path) if inter_path is not None else _inter_file(data, ckpt)
-    tokens = recbole_item_tokens(inter, ckpt.config)
+def recbole_model(ckpt: RecBoleCheckpoint, data: ImportData, item_tokens: list[str]) -> SequentialRecommender:
+    """resdom SASRec (eval mode) whose scores equal the checkpoint's on ``data``'s items.
+
+    ``item_tokens``: RecBole's item table (``recbole_item_tokens``); each resdom item id takes the row of its token.
+    """
     n_rows = int(ckpt.state_dict["item_embedding.weight"].shape[0])
-    if len(tokens) != n_rows:
+    if len(item_tokens) != n_rows:
         raise ResdomError(
-            f"{ckpt.path}: the model has {n_rows - 1} items but RecBole's numbering of {inter} gives "
-            f"{len(tokens) - 1}: the checkpoint was trained on other data or other filtering settings"
+            f"{ckpt.path}: the model has {n_rows - 1} items but RecBole's numbering of the data gives "
+            f"{len(item_tokens) - 1}: the checkpoint was trained on other data or other filtering settings"
         )
-    rows = source_rows(data.item_labels, tokens, str(ckpt.path))
+    rows = source_rows(data.item_labels, item_tokens, str(ckpt.path))
     cfg = recbole_model_config(ckpt, data.split.n_items)
     model = build_model(cfg)
     state = recbole_state_dict(ckpt, cfg, rows)
@@ -288,24 +562,23 @@ def recbole_model(ckpt: RecBoleCheckpoint, data: ImportData, inter_path: str | P
     return model
 
 
-def _inter_file(data: ImportData, ckpt: RecBoleCheckpoint) -> Path:
-    files = data.source_files
-    inter = [f for f in files if f.suffix == ".inter"]
-    if len(inter) != 1:
-        raise ResdomError(
-            f"{ckpt.path}: --data is not a RecBole .inter file ({', '.join(map(str, files)) or 'no files'}); give "
-            "the .inter file RecBole trained on (--recbole-inter) to rebuild its item numbering"
-        )
-    return inter[0]
-
-
 def import_recbole(checkpoint: str | Path, source: str, out: str | Path, data_dir: str | Path | None = None,
-                   inter_path: str | Path | None = None, force: bool = False, **data_options: Any) -> Path:
-    """Read a RecBole SASRec checkpoint, map it onto resdom's SASRec for ``source`` (LOO) and write run ``out``."""
+                   force: bool = False, log: Callable[[str], None] | None = None) -> Path:
+    """Read a RecBole SASRec checkpoint, rebuild RecBole's data from ``source`` (its ``.inter`` file, or a
+    registered RecBole data set) under the checkpoint's own settings, and write run ``out``.
+
+    ``log`` receives a few lines saying what was applied (filters, order, split).
+    """
     ckpt = read_recbole_checkpoint(checkpoint)
-    data = load_import_data(source, data_dir, **data_options)
-    model = recbole_model(ckpt, data, inter_path)
+    inter, source_record = resolve_inter(source, data_dir)
+    rb = recbole_interactions(inter, ckpt.config)
+    data = recbole_import_data(rb, source_record)
+    model = recbole_model(ckpt, data, rb.item_tokens)
+    applied = describe_recbole_data(rb, data, ckpt)
     imported = {"format": "recbole", "path": str(Path(checkpoint).resolve()), "epoch": ckpt.epoch,
                 "dataset": ckpt.get("dataset"), "model": ckpt.get("model"),
-                "max_item_list_length": ckpt.get("MAX_ITEM_LIST_LENGTH")}
-    return write_run(out, model, data, imported, force)
+                "max_item_list_length": ckpt.get("MAX_ITEM_LIST_LENGTH"), "preprocessing": applied}
+    path = write_run(out, model, data, imported, force)
+    for line in applied if log is not None else ():
+        log(line)
+    return path

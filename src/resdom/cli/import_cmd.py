@@ -12,7 +12,10 @@ from typing import Any
 
 import typer
 
-DATA_HELP = "the data the model was trained on: a registered name or a path (prepared as `resdom train` does, LOO)"
+RECBOLE_DATA_HELP = ("RecBole's .inter file the model was trained on, or a registered RecBole data set (ml-100k); "
+                     "RecBole's own filters, numbering and order are rebuilt from the checkpoint's config")
+PMIXER_DATA_HELP = ("the data file the model was trained on (pmixer's `user item` lines), or a registered name; "
+                    "used as it is, as pmixer does (no k-core, file order)")
 
 
 def _data_options(k_core: int | None) -> dict[str, Any]:
@@ -21,37 +24,35 @@ def _data_options(k_core: int | None) -> dict[str, Any]:
 
 def import_recbole(
     checkpoint: Path = typer.Argument(..., help="a RecBole 1.x SASRec checkpoint (.pth saved by its trainer)"),
-    data: str = typer.Option(..., "--data", help=DATA_HELP),
+    data: str = typer.Option(..., "--data", help=RECBOLE_DATA_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
-    recbole_inter: Path = typer.Option(None, "--recbole-inter", help="RecBole's .inter file, where --data is not it"),
     data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
-    k_core: int = typer.Option(None, "--k-core", help="resdom's k-core for --data (default: the source's default)"),
     force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
 ) -> None:
-    """Import a RecBole SASRec checkpoint (weights and RecBole's item numbering) as a resdom run."""
+    """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
     from resdom.adapters.recbole import import_recbole as run_import
 
-    path = run_import(checkpoint, data, out, data_dir=data_dir, inter_path=recbole_inter, force=force,
-                      **_data_options(k_core))
-    typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+    path = run_import(checkpoint, data, out, data_dir=data_dir, force=force, log=typer.echo)
+    typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter; diagnose: "
+               f"resdom diagnose {path})")
 
 
 def import_pmixer(
     state_dict: Path = typer.Argument(..., help="a pmixer/SASRec.pytorch state dict (torch.save(model.state_dict()))"),
-    data: str = typer.Option(..., "--data", help=DATA_HELP),
+    data: str = typer.Option(..., "--data", help=PMIXER_DATA_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
     heads: int = typer.Option(1, "--heads", min=1, help="attention heads the model was trained with (num_heads)"),
     norm_first: bool = typer.Option(False, "--norm-first/--post-ln", help="the model was trained with --norm_first"),
     max_len: int = typer.Option(None, "--max-len", min=1, help="--maxlen it was trained with (default: from weights)"),
     data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
-    k_core: int = typer.Option(None, "--k-core", help="resdom's k-core for --data (default: the source's default)"),
+    k_core: int = typer.Option(None, "--k-core", min=0, help="a k-core to apply to --data (default: none, as pmixer)"),
     force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
 ) -> None:
     """Import a pmixer/SASRec.pytorch SASRec state dict (post-LN or --norm-first) as a resdom run."""
     from resdom.adapters.pmixer import import_pmixer as run_import
 
     path = run_import(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len, data_dir=data_dir,
-                      force=force, **_data_options(k_core))
+                      force=force, log=typer.echo, **_data_options(k_core))
     typer.echo(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
 
 
