@@ -1,0 +1,203 @@
+"""The reader, preprocessing and split options shared by ``data stats``, ``data split`` and ``train``: declared
+once here (``DataOptions`` and the ``data_options`` decorator), so every command reads data the same way.
+
+A command decorated with ``@data_options(split=...)`` takes one parameter ``data: DataOptions``; the decorator
+adds the options to the command's signature (as Typer sees it) and packs them into that parameter::
+
+    @data_options(split=True)
+    def train(source: str = typer.Argument(...), ..., data: DataOptions = DEFAULT) -> None:
+        split = data.split(source)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from resdom.errors import ResdomError
+
+SOURCE_HELP = (
+    "A registered data set (see 'resdom data list'), 'synthetic' or 'synthetic:knob=value,...', or a path: "
+    "one file, 'items.txt,times.txt' (paired files), or a folder with one *item* and one *time* file."
+)
+DATA_DIR_HELP = (
+    "Folder laid out like shared/data/raw (bsarec/Beauty.txt, ...) holding the registered files. "
+    "Default: $RESDOM_DATA_DIR, then the user cache ($RESDOM_CACHE_DIR or ~/.cache/resdom), then download."
+)
+FORMAT_HELP = "Input format: user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens (default: detect)."
+PROTOCOLS = ("loo", "gts")
+DEFAULT_PROTOCOL = "loo"
+DEFAULT_QUANTILE = 0.9
+
+# (name, annotation, typer option): the reader and preprocessing options, then the split options
+_READ_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("data_dir", Path | None, typer.Option(None, "--data-dir", help=DATA_DIR_HELP)),
+    ("fmt", str | None, typer.Option(None, "--format", help=FORMAT_HELP)),
+    ("k_core", int | None,
+     typer.Option(None, "--k-core", help="Iterative k-core (0: off). Default 5; ml-100k / ml-1m-part: off.")),
+    ("remove_repeats", bool | None,
+     typer.Option(None, "--remove-repeats/--keep-repeats",
+                  help="Remove consecutive repeats of an item within a user (default keep).")),
+    ("user_col", str | None,
+     typer.Option(None, "--user-col", help="User column (csv/tsv/parquet/recbole; default user_id).")),
+    ("item_col", str | None,
+     typer.Option(None, "--item-col", help="Item column (csv/tsv/parquet/recbole; default item_id).")),
+    ("time_col", str | None,
+     typer.Option(None, "--time-col", help="Timestamp column (csv/tsv/parquet/recbole; default timestamp).")),
+)
+_SPLIT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("protocol", str | None,
+     typer.Option(None, "--protocol", help="loo (leave-one-out, the default) or gts (global temporal split).")),
+    ("quantile", float | None,
+     typer.Option(None, "--quantile", help="GTS: T_test = this quantile of all timestamps (default 0.9).")),
+    ("valid_quantile", float | None,
+     typer.Option(None, "--valid-quantile",
+                  help="GTS: T_val = this quantile of the training pool's times (default: --quantile).")),
+)
+_FLAGS = {name: opt.param_decls[0] for name, _, opt in (*_READ_OPTIONS, *_SPLIT_OPTIONS)}
+
+
+def is_split_dir(source: str | Path) -> bool:
+    """Whether ``source`` is a folder written by ``resdom data split`` (arrays.npz + manifest.json)."""
+    path = Path(str(source))
+    return path.is_dir() and (path / "arrays.npz").is_file() and (path / "manifest.json").is_file()
+
+
+def split_manifest(source: str | Path) -> dict[str, Any]:
+    """The manifest.json of a split folder (``is_split_dir``)."""
+    path = Path(str(source)) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResdomError(f"{path}: cannot read the split's manifest ({e}); run `resdom data split` again") from None
+    if not isinstance(manifest, dict):
+        raise ResdomError(f"{path}: not a split manifest (expected a JSON object); run `resdom data split` again")
+    return manifest
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """What the user gave of the shared data options; None = the source's preset or the default."""
+
+    data_dir: Path | None = None
+    fmt: str | None = None
+    k_core: int | None = None
+    remove_repeats: bool | None = None
+    user_col: str | None = None
+    item_col: str | None = None
+    time_col: str | None = None
+    protocol: str | None = None
+    quantile: float | None = None
+    valid_quantile: float | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The options the user set, by field name."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def preprocess_options(self) -> dict[str, Any]:
+        """Keyword options of ``prepare.load_prepared`` (reader columns, preprocessing) that the user set."""
+        keep = ("k_core", "remove_repeats", "user_col", "item_col", "time_col")
+        return {k: v for k, v in self.given().items() if k in keep}
+
+    def load_prepared(self, source: str) -> tuple[Any, dict[str, Any]]:
+        """``prepare.load_prepared`` of ``source`` with these options (for ``data stats``)."""
+        from resdom.data.prepare import load_prepared
+
+        return load_prepared(source, self.data_dir, self.fmt, **self.preprocess_options())
+
+    @property
+    def resolved_protocol(self) -> str:
+        protocol = self.protocol or DEFAULT_PROTOCOL
+        if protocol not in PROTOCOLS:
+            raise ResdomError(f"--protocol: unknown protocol {protocol!r} (loo or gts)")
+        return protocol
+
+    def split(self, source: str) -> Any:
+        """The SplitData of ``source``: read, preprocessed and split with these options, or, for a folder written
+        by ``resdom data split``, exactly the split saved there (then no reader or preprocessing option applies)."""
+        from resdom.data.prepare import prepare_split
+        from resdom.data.sequences import SplitData
+
+        if is_split_dir(source):
+            manifest = split_manifest(source)
+            self._check_saved_split(source, manifest)
+            return SplitData.load(source)
+        opts = self.preprocess_options()
+        if self.valid_quantile is not None:
+            opts["valid_quantile"] = self.valid_quantile
+        quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
+        return prepare_split(source, self.resolved_protocol, quantile, self.data_dir, self.fmt, **opts)
+
+    def _check_saved_split(self, source: str, manifest: dict[str, Any]) -> None:
+        """A saved split is used as it is: an option that would change it is an error naming the option."""
+        saved = manifest.get("protocol")
+        if self.protocol is not None:
+            self.resolved_protocol  # noqa: B018 (validates the name)
+            if saved is not None and self.protocol != saved:
+                raise ResdomError(f"--protocol {self.protocol}: {source} holds a {saved} split (written by "
+                                  "`resdom data split`); leave --protocol out or split the data again")
+        for name in ("quantile", "valid_quantile"):
+            value = getattr(self, name)
+            if value is not None and value != manifest.get(name):
+                raise ResdomError(f"{_FLAGS[name]} {value}: {source} is a saved {saved} split "
+                                  f"({name} {manifest.get(name)}); leave the option out or split the data again")
+        other = [k for k in self.given() if k not in ("protocol", "quantile", "valid_quantile")]
+        if other:
+            raise ResdomError(f"{_FLAGS[other[0]]}: does not apply to {source}, a split saved by `resdom data split` "
+                              "(its manifest.json records how it was read and preprocessed); give the option to "
+                              "`resdom data split` instead")
+
+    def record(self, source: str) -> dict[str, Any]:
+        """How the data was obtained, for the run's config.json (``data``)."""
+        out: dict[str, Any] = {"source": source}
+        if is_split_dir(source):
+            manifest = split_manifest(source)
+            out.update(prepared_split=str(Path(source).resolve()), protocol=manifest.get("protocol"),
+                       quantile=manifest.get("quantile"), data_dir=None)
+            return out
+        out.update(protocol=self.resolved_protocol,
+                   quantile=DEFAULT_QUANTILE if self.quantile is None else self.quantile,
+                   data_dir=str(self.data_dir) if self.data_dir else None)
+        extra = {k: v for k, v in self.given().items() if k not in ("protocol", "quantile", "data_dir")}
+        if extra:
+            out["options"] = extra
+        return out
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def data_options(*, split: bool) -> Callable[[F], F]:
+    """Add the shared data options (and, with ``split``, --protocol, --quantile, --valid-quantile) to a Typer
+    command whose parameter ``data: DataOptions`` receives them."""
+    declared = _READ_OPTIONS + (_SPLIT_OPTIONS if split else ())
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn)
+        if "data" not in sig.parameters:
+            raise TypeError(f"{fn.__name__}: a command with @data_options needs a parameter 'data: DataOptions'")
+        params = [p for p in sig.parameters.values() if p.name != "data"]
+        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+                   for name, ann, opt in declared]
+        names = [name for name, _, _ in declared]
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            values = {n: kwargs.pop(n, None) for n in names}
+            return fn(*args, data=DataOptions(**values), **kwargs)
+
+        annotations = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "data"}
+        annotations.update({name: ann for name, ann, _ in declared})
+        command.__annotations__ = annotations
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        return command  # type: ignore[return-value]
+
+    return decorate
+
