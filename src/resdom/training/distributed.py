@@ -52,8 +52,9 @@ class DistContext:
             self.initialized = False
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda, then mps, then cpu; an explicit device that is not available is a ResdomError."""
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """``auto`` -> cuda, then mps, then cpu; an explicit device that is not available is a ResdomError naming
+    ``option`` (the setting the user gave it with: ``train.device``, or a command's ``--device``)."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -61,18 +62,19 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ResdomError("train.device: 'cuda' requested but torch sees no CUDA device")
+        raise ResdomError(f"{option}: 'cuda' requested but torch sees no CUDA device")
     if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
-        raise ResdomError("train.device: 'mps' requested but it is not available")
+        raise ResdomError(f"{option}: 'mps' requested but it is not available")
     if name not in ("cpu", "cuda", "mps"):
-        raise ResdomError(f"train.device: unknown device {name!r} (auto, cpu, cuda or mps)")
+        raise ResdomError(f"{option}: unknown device {name!r} (auto, cpu, cuda or mps)")
     return torch.device(name)
 
 
-def setup(device: str = "auto") -> DistContext:
-    """Resolve the device; under torchrun (WORLD_SIZE > 1) join the process group (once per process)."""
+def setup(device: str = "auto", option: str = "train.device") -> DistContext:
+    """Resolve the device (``option``: as in ``resolve_device``); under torchrun (WORLD_SIZE > 1) join the process
+    group (once per process)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    base = resolve_device(device)
+    base = resolve_device(device, option)
     if world <= 1:
         return DistContext(0, 1, base, False)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
