@@ -28,7 +28,7 @@ from pathlib import Path
 
 from resdom.data.registry import DEFAULT_BASE_URL, DatasetSpec, RemoteFile
 from resdom.errors import ResdomError
-from resdom.io import sha256_file
+from resdom.io import file_mode, sha256_file
 
 ENV_DATA_DIR = "RESDOM_DATA_DIR"
 ENV_CACHE_DIR = "RESDOM_CACHE_DIR"
@@ -102,9 +102,11 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
     ``dest`` is only ever the complete, verified file.
     """
     dest = Path(dest)
+    created = _missing_parents(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     print(f"resdom: downloading {url}", file=sys.stderr)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    ok = False
     try:
         h = hashlib.sha256()
         size = 0
@@ -122,7 +124,9 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
             raise ResdomError(
                 f"{url}: downloaded file has sha256 {h.hexdigest()}, expected {sha256}; nothing was kept"
             )
+        os.chmod(tmp, file_mode())  # mkstemp's 0600 -> what the user's umask gives any new file
         os.replace(tmp, dest)
+        ok = True
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
         raise ResdomError(
             f"{url}: download failed ({type(e).__name__}: {e}); nothing was kept. Offline? Put the files in a "
@@ -130,4 +134,27 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
         ) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
+        if not ok:
+            _remove_empty(created)
     return dest
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist yet, deepest first (what ``mkdir(parents=True)`` creates)."""
+    out = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        out.append(parent)
+        parent = parent.parent
+    return out
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) where they are empty: a failed download leaves no empty cache folder."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty: another process put a file there
+            break
