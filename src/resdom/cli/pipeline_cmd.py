@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from resdom.errors import ResdomError
+
+if TYPE_CHECKING:
+    from resdom.pipeline.reproduce import GridSpec
 
 
 def _split_list(value: str, option: str) -> list[str]:
@@ -89,7 +93,11 @@ def reproduce(
 
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs)
-    result = run_grid(spec, progress=not quiet, echo=typer.echo)
+    try:
+        result = run_grid(spec, progress=not quiet, echo=typer.echo)
+    except KeyboardInterrupt:
+        typer.echo(_grid_interrupted_message(spec), err=True)
+        raise typer.Exit(130) from None
     counts = {s: sum(o.status == s for o in result.outcomes) for s in ("done", "skipped", "failed")}
     typer.echo(f"\n{counts['done']} trained, {counts['skipped']} already finished, {counts['failed']} failed")
     for o in result.failed:
@@ -98,6 +106,17 @@ def reproduce(
         typer.echo(f"summary: {result.report_html} (tables in {result.summary_dir / 'tables'})")
     if result.failed:
         sys.exit(1)
+
+
+def _grid_interrupted_message(spec: GridSpec) -> str:
+    """What an interrupted ``reproduce`` kept and how to go on: finished runs stay, the interrupted one resumes."""
+    from resdom.pipeline.common import is_finished
+
+    cells = spec.cells()
+    done = sum(is_finished(spec.run_dir(d, m, s), spec.epochs) for d, m, s in cells)
+    return (f"interrupted: {spec.out} keeps the {done} of {len(cells)} runs that finished (trained and diagnosed) "
+            "and the interrupted run's last finished epoch; run the same command to go on (finished runs are "
+            "skipped, the interrupted one resumes, then the summary is written)")
 
 
 def register(app: typer.Typer) -> None:

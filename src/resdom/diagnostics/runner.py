@@ -78,7 +78,8 @@ def run_all(
     model, common = run.model, {"batch_size": batch_size, "device": device, "progress": progress}
     timings: dict[str, float] = {}
     rank, world = rank_and_world()
-    for name in names:
+    lines = progress and rank == 0 and not sys.stderr.isatty()  # a log gets one line per stage instead of bars
+    for i, name in enumerate(names, start=1):
         t0 = time.perf_counter()
         if name == "shuffle":
             res = position_shuffle(model, evalset, seeds=seeds, **common)
@@ -100,6 +101,9 @@ def run_all(
             atomic_write_json(out_dir / f"{name}.json", data)
             for suffix, text in CSV_WRITERS[name](data).items():
                 atomic_write_text(out_dir / f"{name}{suffix}.csv", text)
+        if lines:
+            print(f"diagnose [{i}/{len(names)}] {name}: done in {timings[name]:.0f} s -> {out_dir / name}.json",
+                  file=sys.stderr, flush=True)
     summary: dict[str, Any] = {}
     if rank == 0:
         summary = summarise(out_dir, split, run.checkpoint)
@@ -221,11 +225,14 @@ def summarise(out_dir: Path, split: str, checkpoint: str) -> dict[str, Any]:
         s["shuffle_jaccard@10"] = {k: p["jaccard@10"] for k, p in sh["perturbations"].items()}
     al = _read(out_dir / "alpha.json")
     if al.get("split") == split and al.get("rows"):
+        s.setdefault("n_users", al.get("n_users"))
         keys = ("alpha", "HRLI@1", "HRL2I@1", "HR@10", "NDCG@10")
         s["alpha_sweep"] = [{**{k: r.get(k) for k in keys}, "mixing_all": r["mixing_all"]} for r in al["rows"]]
     rec = _read(out_dir / "recovery.json")
     if rec:
         t = rec["test"]
+        if split == "test":
+            s.setdefault("n_users", t["n_users"])
         s["recovery"] = {"alpha_star": rec["alpha_star"], "recoverable_share": t["recoverable_share"],
                          "offset_shares": t["offset_shares"], "n_users": t["n_users"],
                          "recovery_at_alpha_star": rec["test_at_alpha_star"].get("recovery"),
