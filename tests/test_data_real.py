@@ -26,6 +26,7 @@ MANIFEST = {
     "toys-ts": (19412, 11924, 167597, 5108),
     "yelp-ts": (30431, 20033, 316354, None),
     "ml-100k": (943, 1682, 100000, None),
+    "video-ts": (24303, 10672, 231780, 5395),
 }
 
 
@@ -45,6 +46,8 @@ def test_data_stats_gives_manifest_counts(name: str, shared_raw: Path, monkeypat
         assert stats["span_days"] == span
     if name == "beauty":
         assert round(stats["avg_length"], 2) == 8.88 and stats["min_length"] == 5
+    if name == "video-ts":  # ids from 0 in the file: remapped to 1..N, relative days read as seconds
+        assert round(stats["avg_length"], 2) == 9.54 and stats["min_length"] == 5
     assert stats["source"]["files"][0]["origin"] == "data-dir"
 
 

@@ -62,7 +62,10 @@ def read_source(
         if fmt is not None and fmt != spec.fmt:
             raise ResdomError(f"data set {source!r} is in format {spec.fmt!r}; --format {fmt} does not apply")
         resolved = resolve_dataset_files(spec, data_dir)
-        raw = read_interactions([r.path for r in resolved], spec.fmt, **reader_options)
+        raw = read_interactions([r.path for r in resolved], spec.fmt, **{**spec.reader, **reader_options})
+        if spec.seconds_per_time_unit != 1 and raw.times is not None:
+            raw.times = raw.times * spec.seconds_per_time_unit
+            raw.notes.append(f"times multiplied by {spec.seconds_per_time_unit} (the file's unit) to seconds")
         files = [
             {"path": str(r.path), "sha256": r.sha256, "origin": r.origin,
              "upstream": f"{f.repository}@{f.commit}:{f.path}"}

@@ -19,6 +19,7 @@ _TICOSEREC = ("KingGugu/TiCoSeRec", "302b2959f27bb16bb77acae5a471de82819bd1bd")
 _MK4SREC = ("lzq123456789/MK4SRec", "95c3081df6aa0b50cf511253f0b80d2733dd286a")
 _RECBOLE = ("RUCAIBox/RecBole", "7b02be5ec80a88310f2d04a27a82adfcbb5dc211")
 _DSMLAI = ("dev-sumanta/dsmlai", "ccdc1fec54b4ab00fe37154ce2a38200c932bf6a")
+_COPE = ("DiMarzioBian/CoPE", "69a1dd543955cd0ebd5cb137f4c2e7bdd3cda089")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class DatasetSpec:
     files: tuple[RemoteFile, ...]
     description: str
     preset: dict[str, Any] = field(default_factory=dict)
+    reader: dict[str, Any] = field(default_factory=dict)  # reader options (column names) for this file
+    seconds_per_time_unit: int = 1  # the file's times are in units of this many seconds (days: 86400)
 
 
 def _f(local: str, origin: tuple[str, str], path: str, sha256: str) -> RemoteFile:
@@ -104,6 +107,12 @@ DATASETS: dict[str, DatasetSpec] = {
             _f("yelp-ts/Yelp_time_org_rank.txt", _TICOSEREC, "data/Yelp-A/Yelp_time_org_rank.txt",
                "79b0f02a3dcbbc8799fe79725ccbba55735212e81247f7595385cb359fd95de0"),
         ), "Yelp with timestamps in seconds (TiCoSeRec files)"),
+        DatasetSpec("video-ts", "csv", (
+            _f("amazon-video-ts/videogames_5.csv", _COPE, "data_processed/videogames_5.csv",
+               "a0c2e2540a8f2f1a63970baabb283a83d40f698566da81c2e803826ac7662f52"),
+        ), "Amazon Video Games 2014, 5-core, with relative day timestamps (CoPE file; day 0 = the earliest review, "
+           "so split dates count from 1970-01-01)",
+            reader={"user_col": "user", "item_col": "item", "time_col": "ts"}, seconds_per_time_unit=86400),
         DatasetSpec("ml-100k", "recbole", (
             _f("ml-100k/ml-100k.inter", _RECBOLE, "dataset/ml-100k/ml-100k.inter",
                "4edb74e2a81178c2ba9ff381495f754f996c4aea351b1272ca36b43da0935eff"),

@@ -47,12 +47,14 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
 
 
 def metrics_from_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = KS) -> dict[str, float]:
-    """ranks (n,) 0-based -> {"HR@K", "NDCG@K" for K in ks, "MRR"}, means over users (NDCG = 1/log2(rank+2))."""
+    """ranks (n,) 0-based -> {"HR@K" for K in ks, "NDCG@K" for K in ks, "MRR"} in that order (``io.metric_key``),
+    means over users (NDCG = 1/log2(rank+2))."""
     ranks = ranks.double()
     out: dict[str, float] = {}
+    ks = tuple(sorted(ks))
     for k in ks:
-        hit = ranks < k
-        out[f"HR@{k}"] = hit.double().mean().item()
-        out[f"NDCG@{k}"] = torch.where(hit, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
+        out[f"HR@{k}"] = (ranks < k).double().mean().item()
+    for k in ks:
+        out[f"NDCG@{k}"] = torch.where(ranks < k, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
     out["MRR"] = (1.0 / (ranks + 1.0)).mean().item()
     return out

@@ -260,9 +260,13 @@ def _loss_context(split: SplitData, train_cfg: TrainConfig, objective: Objective
 
 
 def _progress_enabled(progress: bool | None, is_main: bool) -> bool:
-    if not is_main:
-        return False
-    return sys.stderr.isatty() if progress is None else progress
+    """tqdm bars: on rank 0, unless ``progress`` is False, and only on a terminal (a log gets plain lines)."""
+    return is_main and progress is not False and sys.stderr.isatty()
+
+
+def _progress_lines(progress: bool | None, is_main: bool) -> bool:
+    """One plain line per epoch on stderr where bars are not shown (output is a log or a pipe)."""
+    return is_main and progress is not False and not sys.stderr.isatty()
 
 
 def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_cfg: TrainConfig,
@@ -351,11 +355,12 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
 
     from tqdm.auto import tqdm
 
-    show = _progress_enabled(progress, dist_ctx.is_main)
+    show, lines = _progress_enabled(progress, dist_ctx.is_main), _progress_lines(progress, dist_ctx.is_main)
     bar = tqdm(total=train_cfg.epochs, initial=start_epoch - 1, desc="epochs", disable=not show, dynamic_ncols=True)
     stopped = None
     epoch = start_epoch - 1
     for epoch in range(start_epoch, train_cfg.epochs + 1):
+        epoch_start = time.perf_counter()
         loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
                                              objective, epoch, dist_ctx, show)
         if not math.isfinite(loss):
@@ -381,6 +386,10 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}", **{train_cfg.metric: f"{value:.4f}"},
                         best=f"{stopper.best_value:.4f}@{stopper.best_epoch}")
+        if lines:
+            print(f"epoch {epoch}/{train_cfg.epochs}: loss {loss:.4f}, valid {train_cfg.metric} {value:.4f} (best "
+                  f"{stopper.best_value:.4f} at epoch {stopper.best_epoch}), {time.perf_counter() - epoch_start:.0f} s",
+                  file=sys.stderr, flush=True)
         for cb in callbacks:
             cb(epoch, record)
         if stopped:
