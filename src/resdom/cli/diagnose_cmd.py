@@ -28,6 +28,27 @@ def _floats(text: str | None, option: str) -> list[float] | None:
         raise ResdomError(f"{option}: expected comma-separated numbers (got {text!r})") from None
 
 
+def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
+    """Modification time (ns) of each diagnostic's JSON file under RUN_DIR/diagnostics (None: absent)."""
+    out: dict[str, int | None] = {}
+    for name in names:
+        path = Path(run_dir) / "diagnostics" / f"{name}.json"
+        out[name] = path.stat().st_mtime_ns if path.is_file() else None
+    return out
+
+
+def _interrupted_message(run_dir: Path, names: list[str], before: dict[str, int | None]) -> str:
+    """What an interrupted ``diagnose`` kept (the diagnostics it finished: each file is written when its
+    diagnostic is done) and the command that computes the rest."""
+    now = _mtimes(run_dir, names)
+    done = [n for n in names if now[n] is not None and now[n] != before[n]]
+    left = [n for n in names if n not in done]
+    kept = (f"{Path(run_dir) / 'diagnostics'}/ keeps the diagnostics finished before the interruption "
+            f"({', '.join(done)})" if done else "no diagnostic had finished, nothing new was written")
+    return (f"interrupted: {kept}; to compute the rest, run `resdom diagnose {run_dir} --what {','.join(left)}` "
+            "with the same other options (summary.json then covers all of them)")
+
+
 def diagnose(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
     what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery"),
@@ -44,20 +65,26 @@ def diagnose(
 ) -> None:
     """Diagnose last-item reliance: position shuffles, last-item hit rates, mixing ratios, alpha sweep, recovery."""
     from resdom.diagnostics.alpha import ALPHAS
-    from resdom.diagnostics.runner import format_summary, run_all
+    from resdom.diagnostics.runner import format_summary, parse_what, run_all
 
     seed_list = _ints(seeds, "--seeds")
     if not seed_list:
         raise ResdomError("--seeds: give at least one seed")
     from resdom.training.distributed import setup
 
-    ctx = setup(device)  # under torchrun: join the process group; each rank diagnoses its shard of users
+    names = parse_what(what)
+    before = _mtimes(run_dir, names)
+    ctx = setup(device, "--device")  # under torchrun: join the process group; each rank diagnoses its shard of users
     try:
         summary = run_all(
             run_dir, what=what, split=split, device=ctx.device, batch_size=batch_size,
             progress=progress and ctx.is_main, definition=definition, seeds=seed_list,
             alphas=_floats(alphas, "--alphas") or ALPHAS, layers=_ints(layers, "--layers"), per_head=per_head,
         )
+    except KeyboardInterrupt:
+        if ctx.is_main:
+            typer.echo(_interrupted_message(run_dir, names, before), err=True)
+        raise typer.Exit(130) from None
     finally:
         ctx.close()
     if not ctx.is_main:

@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from resdom.cli.data_options import SOURCE_HELP, DataOptions, data_options, is_split_dir, split_manifest
 from resdom.errors import ResdomError
 
 SECTIONS = ("model", "train")
@@ -103,7 +104,9 @@ def _merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _format_metrics(metrics: dict[str, float]) -> str:
-    return "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+    from resdom.io import metric_key
+
+    return "  ".join(f"{k} {metrics[k]:.4f}" for k in sorted(metrics, key=metric_key))
 
 
 def busy_machine_hint(threads: int | None, device: str) -> str | None:
@@ -122,18 +125,18 @@ def busy_machine_hint(threads: int | None, device: str) -> str | None:
     return None
 
 
+@data_options(split=True)
 def train(
-    source: str = typer.Argument(..., help="registered data set name (beauty, beauty-ts, ..., synthetic) or a path"),
+    source: str = typer.Argument(..., help=SOURCE_HELP + " Or a folder written by `resdom data split`: trains on "
+                                 "exactly that split."),
     model: str = typer.Option("sasrec", "--model", "-m", help="sasrec | duorec | bsarec"),
-    protocol: str = typer.Option("loo", "--protocol", help="loo | gts (SPEC 1)"),
     out: Path = typer.Option(..., "--out", "-o", help="run directory (resumed when it holds an interrupted run)"),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with model: and train: sections"),
     set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
     epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
     seed: int | None = typer.Option(None, "--seed", help="random seed (default 17)"),
     device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="where raw data sets live / are downloaded"),
-    quantile: float = typer.Option(0.9, "--quantile", help="GTS time quantile"),
+    data: DataOptions = DataOptions(),
 ) -> None:
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
     from resdom.training.config import resolve_configs
@@ -141,19 +144,16 @@ def train(
 
     if model not in ("sasrec", "duorec", "bsarec"):
         raise ResdomError(f"--model: unknown model {model!r} (sasrec, duorec or bsarec)")
-    if protocol not in ("loo", "gts"):
-        raise ResdomError(f"--protocol: unknown protocol {protocol!r} (loo or gts)")
+    data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
+    preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     explicit = {"train": {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}}
     values = _merge(read_config_file(config) if config else {}, parse_set(set_), explicit)
-    resolve_configs(model, values["model"], values["train"], source=source, n_items=1)  # fail fast, before data
+    resolve_configs(model, values["model"], values["train"], source=preset_source, n_items=1)  # fail fast
 
-    from resdom.data.prepare import prepare_split
-
-    split = prepare_split(source, protocol=protocol, quantile=quantile, data_dir=data_dir)
-    model_cfg, train_cfg = resolve_configs(model, values["model"], values["train"], source=source,
+    split = data.split(source)
+    model_cfg, train_cfg = resolve_configs(model, values["model"], values["train"], source=preset_source,
                                            n_items=split.n_items)
-    data_info = {"source": source, "protocol": protocol, "quantile": quantile,
-                 "data_dir": str(data_dir) if data_dir else None}
+    data_info = data.record(source)
     is_main = int(os.environ.get("RANK", "0")) == 0
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
@@ -185,7 +185,7 @@ def evaluate(
 
     if split not in ("valid", "test"):
         raise ResdomError(f"--split: expected valid or test, got {split!r}")
-    dev = resolve_device(device)
+    dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
@@ -195,8 +195,10 @@ def evaluate(
         typer.echo(json.dumps({"split": split, "filtered": not no_filter, **result.to_dict()}, indent=2))
         return
     typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'kept' if no_filter else 'filtered'})")
-    for name, value in result.metrics.items():
-        typer.echo(f"  {name:8s} {value:.4f}")
+    from resdom.io import metric_key
+
+    for name in sorted(result.metrics, key=metric_key):
+        typer.echo(f"  {name:8s} {result.metrics[name]:.4f}")
 
 
 def register(app: typer.Typer) -> None:
