@@ -1,0 +1,269 @@
+"""Issue 13, "the first hour": what a new user runs first works as README says (each case reproduced, then the
+right behaviour asserted). Own CSV files and saved splits train; logs get plain progress lines, not bars;
+Ctrl-C says what was kept; files follow the umask; errors name the user's own option; metrics keep one order."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from cli_helpers import invoke
+
+from resdom.cli.main import _typer_app
+from resdom.data.sequences import SplitData
+from resdom.io import atomic_write_json, metric_key
+from resdom.runs import data_fingerprint
+
+SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
+TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
+GRID_SOURCE = "synthetic:n_users=60"  # --datasets is comma-separated: one knob only
+CANONICAL = ["HR@1", "HR@5", "HR@10", "HR@20", "NDCG@1", "NDCG@5", "NDCG@10", "NDCG@20", "MRR"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = invoke(*args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def user_error(code: int, err: str, *needles: str) -> None:
+    """A user's mistake: exit 2, one line naming the culprit, no traceback."""
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def write_csv(path: Path, n_users: int = 50) -> Path:
+    """Interactions with the user's own column names (not user_id / item_id / timestamp)."""
+    rng = np.random.default_rng(0)
+    rows = ["customer,product,ts"]
+    for u in range(n_users):
+        t = 1_600_000_000 + 1_000 * u
+        for _ in range(int(rng.integers(6, 11))):
+            t += int(rng.integers(100, 100_000))
+            rows.append(f"c{u},p{int(rng.integers(0, 20))},{t}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("first-hour") / "run"
+    assert invoke("train", SOURCE, "--out", str(out), "--epochs", "2", *TINY) == 0
+    return out
+
+
+# ------------------------------------------------------------------------------- own data, saved splits
+
+
+def test_csv_with_own_column_names_trains_end_to_end(tmp_path: Path, capsys) -> None:
+    csv = write_csv(tmp_path / "shop.csv")
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", str(csv), "--out", str(run), "--epochs", "1", *TINY)
+    user_error(code, err, "missing column 'user_id'", "--user-col")  # before: train had no such option at all
+    code, out, err = run_cli(capsys, "train", str(csv), "--user-col", "customer", "--item-col", "product",
+                             "--time-col", "ts", "--k-core", "0", "--protocol", "gts", "--valid-quantile", "0.85",
+                             "--out", str(run), "--epochs", "1", *TINY)
+    assert code == 0, err
+    assert "test (" in out and (run / "metrics.json").is_file()
+    data = json.loads((run / "config.json").read_text())["data"]
+    assert data["protocol"] == "gts" and data["manifest"]["valid_quantile"] == 0.85
+    assert data["options"] == {"item_col": "product", "k_core": 0, "time_col": "ts", "user_col": "customer",
+                               "valid_quantile": 0.85}
+    assert data["manifest"]["preprocessing"]["config"]["k_core"] is None  # --k-core 0: off
+
+
+def test_train_on_a_saved_split_uses_exactly_that_split(tmp_path: Path, capsys) -> None:
+    csv = write_csv(tmp_path / "shop.csv")
+    prepared = tmp_path / "prepared" / "shop"
+    cols = ["--user-col", "customer", "--item-col", "product", "--time-col", "ts"]
+    code, _, err = run_cli(capsys, "data", "split", str(csv), *cols, "--protocol", "gts", "--out", str(prepared))
+    assert code == 0, err
+    run = tmp_path / "run"
+    code, out, err = run_cli(capsys, "train", str(prepared), "--out", str(run), "--epochs", "1", *TINY)
+    assert code == 0, err
+    saved = SplitData.load(prepared)
+    used = SplitData.load(run / "data")
+    assert used.manifest == saved.manifest and data_fingerprint(used) == data_fingerprint(saved)
+    for a, b in ((used.train, saved.train), (used.test.inputs, saved.test.inputs)):
+        assert np.array_equal(a.items, b.items) and np.array_equal(a.offsets, b.offsets)
+    assert np.array_equal(used.test.targets, saved.test.targets)
+    config = json.loads((run / "config.json").read_text())["data"]
+    assert config["fingerprint"] == data_fingerprint(saved) and config["protocol"] == "gts"
+    assert config["prepared_split"] == str(prepared.resolve())
+    # the same command again resumes / returns the finished run: the fingerprint still matches
+    code, _, err = run_cli(capsys, "train", str(prepared), "--out", str(run), "--epochs", "1", *TINY)
+    assert code == 0, err
+    # options that would change a saved split are refused, naming the option
+    code, _, err = run_cli(capsys, "train", str(prepared), "--out", str(tmp_path / "r2"), "--k-core", "3", *TINY)
+    user_error(code, err, "--k-core", str(prepared), "resdom data split")
+    code, _, err = run_cli(capsys, "train", str(prepared), "--out", str(tmp_path / "r2"), "--protocol", "loo", *TINY)
+    user_error(code, err, "--protocol loo", "gts split")
+
+
+def _option_names(*path: str) -> set[str]:
+    command = typer.main.get_command(_typer_app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    return {opt for p in command.params for opt in p.opts + p.secondary_opts}
+
+
+def test_stats_split_and_train_share_one_set_of_data_options() -> None:
+    data_opts = {"--data-dir", "--format", "--k-core", "--remove-repeats", "--keep-repeats", "--user-col",
+                 "--item-col", "--time-col"}
+    split_opts = {"--protocol", "--quantile", "--valid-quantile"}
+    stats, split, train = _option_names("data", "stats"), _option_names("data", "split"), _option_names("train")
+    assert data_opts <= stats and not split_opts & stats
+    assert data_opts | split_opts <= split and data_opts | split_opts <= train
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+def test_logs_get_one_line_per_epoch_and_per_stage_not_bars(trained_run: Path, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "2", *TINY)
+    assert code == 0, err
+    lines = [x for x in err.splitlines() if x.startswith("epoch ")]
+    assert [x.split(":")[0] for x in lines] == ["epoch 1/2", "epoch 2/2"], err
+    assert "valid NDCG@10" in lines[0] and "\r" not in err and "it/s" not in err
+    code, _, err = run_cli(capsys, "diagnose", str(trained_run), "--what", "hrli,mixing")
+    assert code == 0, err
+    assert [x.split(":")[0] for x in err.splitlines() if x.startswith("diagnose [")] == \
+        ["diagnose [1/2] hrli", "diagnose [2/2] mixing"], err
+    assert "\r" not in err and "it/s" not in err
+
+
+def test_reproduce_log_has_plain_lines_only(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "grid"
+    code, stdout, err = run_cli(capsys, "reproduce", "--datasets", GRID_SOURCE, "--models", "sasrec", "--seeds", "1",
+                                "--protocol", "loo", "--device", "cpu", "--epochs", "2", "--out", str(out))
+    assert code == 0, stdout + err
+    log = stdout + err
+    assert "\r" not in log and "it/s" not in log and "%|" not in log  # no tqdm bar in a log
+    assert "epoch 2/2" in err and "diagnose [5/5] recovery" in err
+    assert len(log.splitlines()) < 40
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C
+
+
+def test_ctrl_c_on_diagnose_says_what_was_kept(trained_run: Path, capsys, monkeypatch) -> None:
+    import resdom.diagnostics.runner as runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "alpha_sweep", interrupted)
+    code, _, err = run_cli(capsys, "diagnose", str(trained_run))
+    assert code == 130 and "Traceback" not in err
+    assert "interrupted" in err and "shuffle, hrli, mixing" in err, err
+    assert f"resdom diagnose {trained_run} --what alpha,recovery" in err
+    assert (trained_run / "diagnostics" / "mixing.json").is_file()
+
+
+def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypatch) -> None:
+    import resdom.training.trainer as trainer
+
+    real_fit = trainer.fit
+
+    def fit(split, model_cfg, train_cfg, *args, **kwargs):
+        if train_cfg.seed == 2:
+            raise KeyboardInterrupt
+        return real_fit(split, model_cfg, train_cfg, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "fit", fit)
+    out = tmp_path / "grid"
+    code, _, err = run_cli(capsys, "reproduce", "--datasets", GRID_SOURCE, "--models", "sasrec", "--seeds", "1,2",
+                           "--protocol", "loo", "--device", "cpu", "--epochs", "1", "--out", str(out), "--quiet")
+    assert code == 130 and "Traceback" not in err
+    assert "interrupted" in err and "1 of 2 runs" in err and "run the same command" in err, err
+
+
+# ------------------------------------------------------------------------------------------------- umask
+
+
+@pytest.fixture
+def umask() -> Iterator[callable]:
+    old = os.umask(0o022)
+    try:
+        yield os.umask
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_output_files_follow_the_umask(tmp_path: Path, umask) -> None:
+    umask(0o022)
+    atomic_write_json(tmp_path / "a.json", {"x": 1})
+    assert _mode(tmp_path / "a.json") == 0o644  # before: 0600, colleagues could not read reports
+    umask(0o027)
+    atomic_write_json(tmp_path / "b.json", {"x": 1})
+    assert _mode(tmp_path / "b.json") == 0o640
+    umask(0o002)
+    code = invoke("data", "split", SOURCE, "--out", str(tmp_path / "split"))
+    assert code == 0
+    assert _mode(tmp_path / "split" / "arrays.npz") == 0o664 and _mode(tmp_path / "split" / "manifest.json") == 0o664
+
+
+# ------------------------------------------------------------------------------------------- small fixes
+
+
+@pytest.mark.parametrize("command", ["evaluate", "diagnose"])
+def test_device_errors_name_the_commands_own_option(trained_run: Path, capsys, command: str) -> None:
+    code, _, err = run_cli(capsys, command, str(trained_run), "--device", "tpu")
+    user_error(code, err, "--device: unknown device 'tpu'")
+    assert "train.device" not in err
+
+
+def test_alpha_summary_names_its_users(trained_run: Path, capsys) -> None:
+    code, out, err = run_cli(capsys, "diagnose", str(trained_run), "--what", "alpha", "--alphas", "1,0.5")
+    assert code == 0, err
+    assert out.splitlines()[0] == "split test, 60 users", out  # before: "split test, ? users"
+
+
+def test_metrics_keep_one_order_between_runs(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    args = ("train", SOURCE, "--out", str(run), "--epochs", "1", *TINY)
+    code, first, err = run_cli(capsys, *args)
+    assert code == 0, err
+    code, again, err = run_cli(capsys, *args)  # finished: the saved metrics are printed
+    assert code == 0, err
+    metric_lines = [x for x in first.splitlines() if x.startswith(("valid", "test"))]
+    assert metric_lines == [x for x in again.splitlines() if x.startswith(("valid", "test"))]
+    names = metric_lines[1].split(": ", 1)[1].split()[::2]
+    assert names == CANONICAL
+    saved = json.loads((run / "metrics.json").read_text())
+    assert list(saved["test"]["metrics"]) == CANONICAL
+    assert list(json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["valid"]) == CANONICAL
+    code, out, _ = run_cli(capsys, "evaluate", str(run))
+    assert [x.split()[0] for x in out.splitlines()[1:]] == CANONICAL
+    assert sorted(reversed(CANONICAL), key=metric_key) == CANONICAL
+
+
+def test_failed_offline_download_leaves_no_empty_cache_folder(tmp_path: Path, capsys, monkeypatch) -> None:
+    from resdom.data.download import ENV_CACHE_DIR, ENV_DATA_DIR, ENV_DOWNLOAD_BASE
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(ENV_CACHE_DIR, str(cache))
+    monkeypatch.setenv(ENV_DOWNLOAD_BASE, "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.delenv(ENV_DATA_DIR, raising=False)
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    code, _, err = run_cli(capsys, "data", "stats", "beauty")
+    assert code == 2 and "Traceback" not in err and "download failed" in err and "--data-dir" in err
+    assert not cache.exists(), sorted(str(p) for p in cache.rglob("*"))
+    # a cache folder that existed before is kept (only what the download created goes)
+    cache.mkdir()
+    code, _, err = run_cli(capsys, "data", "stats", "beauty")
+    assert code == 2 and cache.is_dir() and list(cache.iterdir()) == []
