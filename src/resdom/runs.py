@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from pydantic import ValidationError
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json, is_locked, sha256_file
+from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.config import ModelConfig
 
@@ -58,16 +60,36 @@ def checkpoint_id(path: str | Path) -> str:
 
 
 def save_checkpoint(path: str | Path, model: SequentialRecommender, extra: dict[str, Any] | None = None) -> None:
-    """Write ``path`` (.safetensors) and its sidecar ``path.with_suffix('.json')``, each atomically."""
+    """Write ``path`` (.safetensors) and its sidecar ``path.with_suffix('.json')``, together atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata={"format": CHECKPOINT_FORMAT})
-    tmp.replace(path)
     sidecar = {"format": CHECKPOINT_FORMAT, "model": model.cfg.model_dump(), "versions": versions()}
     sidecar.update(extra or {})
-    atomic_write_json(path.with_suffix(".json"), sidecar)
+    atomic_write_files({path: safetensors_bytes(tensors, metadata={"format": CHECKPOINT_FORMAT}),
+                        path.with_suffix(".json"): json_bytes(sidecar)})
+
+
+def read_safetensors(path: str | Path, what_to_do: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a truncated, empty or foreign file is a ResdomError naming it and
+    ending with ``what_to_do``."""
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise ResdomError(f"{path}: cannot read the weights, the file is truncated or not a safetensors file "
+                          f"({e}); {what_to_do}") from None
+
+
+def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
+    """ResdomError naming the first floating-point tensor of ``state`` holding NaN or infinity.
+
+    Such weights score items as NaN, and NaN compares false with every score: each target would rank first.
+    """
+    for name, t in state.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ResdomError(f"{where}: weight {name!r} holds {bad} NaN or infinite value(s) of {t.numel()}; "
+                              "a model with such weights cannot be evaluated (did its training diverge?)")
 
 
 def read_sidecar(path: str | Path) -> dict[str, Any]:
@@ -76,10 +98,15 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
         raise ResdomError(f"{side}: checkpoint sidecar missing (expected beside {Path(path).name})")
     try:
         meta = json.loads(side.read_text())
-    except json.JSONDecodeError as e:
-        raise ResdomError(f"{side}: not valid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResdomError(f"{side}: not valid JSON ({e}); the file is truncated or corrupt: retrain or re-import "
+                          "the run") from None
+    if not isinstance(meta, dict):
+        meta = {"format": f"a JSON {type(meta).__name__}"}
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise ResdomError(f"{side}: not a resdom checkpoint (format {meta.get('format')!r})")
+    if not isinstance(meta.get("model"), dict):
+        raise ResdomError(f"{side}: the sidecar has no model config; retrain or re-import the run")
     return meta
 
 
@@ -95,7 +122,11 @@ def load_checkpoint(
     if not path.exists():
         raise ResdomError(f"{path}: checkpoint not found")
     meta = read_sidecar(path)
-    cfg = ModelConfig(**meta["model"])
+    try:
+        cfg = ModelConfig(**meta["model"])
+    except ValidationError as e:
+        raise ResdomError(f"{path.with_suffix('.json')}: invalid model config ({e.errors()[0]['msg']} at "
+                          f"{'.'.join(map(str, e.errors()[0]['loc']))})") from None
     if expected is not None:
         diff = {k for k, v in expected.model_dump().items() if cfg.model_dump().get(k) != v}
         if diff:
@@ -108,7 +139,8 @@ def load_checkpoint(
             f" vs {fingerprint})"
         )
     model = build_model(cfg)
-    state = load_file(str(path))
+    state = read_safetensors(path, f"retrain (delete {path.parent / 'state'} and rerun `resdom train`) or re-import "
+                                   "the run")
     own = model.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     bad = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
@@ -121,9 +153,24 @@ def load_checkpoint(
         if bad:
             parts.append(f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in bad[:3]]}")
         raise ResdomError(f"{path}: weights do not fit the model in its sidecar ({'; '.join(parts)})")
+    check_finite(state, str(path))
     model.load_state_dict(state)
     model.eval()
     return model, meta
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A run's ``config.json`` ({} where absent); a file that is not a JSON object is a ResdomError naming it."""
+    if not path.exists():
+        return {}
+    fix = "the file is damaged: delete it (evaluate and diagnose do without it; resuming `resdom train` rewrites it)"
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResdomError(f"{path}: not valid JSON ({e}); {fix}") from None
+    if not isinstance(config, dict):
+        raise ResdomError(f"{path}: expected a JSON object, found {type(config).__name__}; {fix}")
+    return config
 
 
 @dataclass
@@ -162,6 +209,5 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
         model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprint(split))
         if checkpoint_id(ckpt) == before:
             break
-    config_path = run_dir / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    config = read_config(run_dir / "config.json")
     return Run(run_dir, model.to(device), split, config, meta, before, training=is_locked(run_dir))

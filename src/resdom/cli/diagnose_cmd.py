@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from resdom.cli.values import parse_alphas, positive_int
 from resdom.errors import ResdomError
 
 
@@ -17,15 +18,6 @@ def _ints(text: str | None, option: str) -> list[int] | None:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ResdomError(f"{option}: expected comma-separated integers (got {text!r})") from None
-
-
-def _floats(text: str | None, option: str) -> list[float] | None:
-    if text is None or not text.strip():
-        return None
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ResdomError(f"{option}: expected comma-separated numbers (got {text!r})") from None
 
 
 def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
@@ -58,7 +50,7 @@ def diagnose(
     definition: str = typer.Option("norm_of_sums", "--definition", help="mixing ratio: norm_of_sums or sum_of_norms"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per batch (lowered for large catalogs)"),
     seeds: str = typer.Option("0,1,2", "--seeds", help="shuffle seeds, comma-separated"),
-    alphas: str = typer.Option(None, "--alphas", help="residual scales, comma-separated (default 1.0,0.9,...,0.0)"),
+    alphas: str = typer.Option(None, "--alphas", help="residual scales in [0, 1], comma-separated (default 1,0.9..0)"),
     layers: str = typer.Option(None, "--layers", help="blocks whose residual is scaled (default all), e.g. 0,1"),
     per_head: bool = typer.Option(False, "--per-head", help="also report per-head mixing ratios"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars (only on a terminal)"),
@@ -70,6 +62,8 @@ def diagnose(
     seed_list = _ints(seeds, "--seeds")
     if not seed_list:
         raise ResdomError("--seeds: give at least one seed")
+    alpha_list = parse_alphas(alphas) or ALPHAS
+    positive_int(batch_size, "--batch-size")
     from resdom.training.distributed import setup
 
     names = parse_what(what)
@@ -79,7 +73,7 @@ def diagnose(
         summary = run_all(
             run_dir, what=what, split=split, device=ctx.device, batch_size=batch_size,
             progress=progress and ctx.is_main, definition=definition, seeds=seed_list,
-            alphas=_floats(alphas, "--alphas") or ALPHAS, layers=_ints(layers, "--layers"), per_head=per_head,
+            alphas=alpha_list, layers=_ints(layers, "--layers"), per_head=per_head,
         )
     except KeyboardInterrupt:
         if ctx.is_main:

@@ -49,3 +49,10 @@ def app() -> None:
     except ResdomError as e:
         typer.secho(f"error: {e}", err=True, fg="red")
         sys.exit(2)
+    except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...)
+        from resdom.io import NO_SPACE, no_space_message
+
+        if e.errno not in NO_SPACE:
+            raise
+        typer.secho(f"error: {no_space_message(e.filename)}", err=True, fg="red")
+        sys.exit(2)

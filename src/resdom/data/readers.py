@@ -12,6 +12,10 @@ Formats (``fmt`` names, as accepted by ``--format``):
 
 Every malformed input raises ``ResdomError`` naming the file and line (or row). Readers do no
 preprocessing: rows come back in source order; ``preprocess.py`` sorts, filters and remaps.
+
+Timestamps are Unix seconds in ``[TIME_MIN, TIME_MAX]`` (0001-01-01 to 9999-12-31 UTC, what Python's datetime
+represents: the split writes its thresholds as dates, and spans and differences stay far from int64 overflow);
+a value outside (1e20, -1e12, milliseconds after 1978) is an error naming its file and line.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from resdom.errors import ResdomError
 
 FORMATS = ("user-lines", "paired", "interactions", "recbole", "csv", "tsv", "parquet", "movielens")
 DEFAULT_COLUMNS = {"user_col": "user_id", "item_col": "item_id", "time_col": "timestamp"}
+TIME_MIN = -62_135_596_800  # 0001-01-01T00:00:00Z in Unix seconds
+TIME_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z
 _SNIFF_LINES = 2000
 
 
@@ -296,8 +302,31 @@ def _to_int(tok: _Tokens, select: np.ndarray, what: Callable[[int], str]) -> np.
     raise ResdomError(f"{tok.path}: an integer does not fit in 64 bits")  # overflow
 
 
+def _time_range_error(where: str, value: object) -> ResdomError:
+    return ResdomError(
+        f"{where}: timestamp {value!r} is outside the supported range, Unix seconds from {TIME_MIN} to {TIME_MAX} "
+        "(years 1 to 9999); timestamps must be Unix seconds (milliseconds: divide by 1000)"
+    )
+
+
+def _first_out_of_range(values: np.ndarray) -> int | None:
+    bad = np.flatnonzero((values < TIME_MIN) | (values > TIME_MAX))
+    return int(bad[0]) if len(bad) else None
+
+
 def _to_time(tok: _Tokens, select: np.ndarray) -> np.ndarray:
-    """int64 Unix seconds of the tokens at ``select``; integers, or decimals floored to the second."""
+    """int64 Unix seconds (in ``[TIME_MIN, TIME_MAX]``) of the tokens at ``select``; integers, or decimals floored
+    to the second."""
+    values = _parse_times(tok, select)
+    k = _first_out_of_range(values)
+    if k is not None:
+        line, col = tok.locate(int(select[k]))
+        raise _time_range_error(f"{tok.path}:{line} (column {col})", tok.tokens[int(select[k])])
+    return values if values.dtype == np.int64 else np.floor(values).astype(np.int64)
+
+
+def _parse_times(tok: _Tokens, select: np.ndarray) -> np.ndarray:
+    """int64 values of the tokens at ``select`` where all are integers, else float64 (all finite)."""
     ints = tok.all_int64()
     if ints is not None:
         return ints[select]
@@ -311,7 +340,7 @@ def _to_time(tok: _Tokens, select: np.ndarray) -> np.ndarray:
     except ValueError:
         values = None
     if values is not None and np.isfinite(values).all():
-        return np.floor(values).astype(np.int64)
+        return values
     for k, t in enumerate(picked):
         try:
             if not np.isfinite(float(t)):
@@ -540,7 +569,11 @@ def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.n
     numeric = pd.to_numeric(col, errors="coerce")
     bad = np.flatnonzero(pd.isna(numeric.to_numpy()) | ~np.isfinite(numeric.to_numpy(dtype=np.float64)))
     if len(bad) == 0:
-        return np.floor(numeric.to_numpy(dtype=np.float64)).astype(np.int64)
+        values = numeric.to_numpy(dtype=np.float64)
+        k = _first_out_of_range(values)
+        if k is not None:
+            raise _time_range_error(f"{where(k)} (column {name!r})", col.iloc[k])
+        return np.floor(values).astype(np.int64)
     if len(bad) < len(col):  # a mix of numbers and text: the first text value is the error
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is not a number")

@@ -9,6 +9,8 @@ diagnostics consume; it saves to a directory as ``arrays.npz`` (no pickles) plus
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,17 +162,48 @@ class SplitData:
         path = directory / "arrays.npz"
         if not path.exists():
             raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json)")
-        with np.load(path, allow_pickle=False) as z:
-            a = {k: z[k] for k in z.files}
+        redo = ("prepare it again (`resdom data split`; in a run directory, delete its state/ and rerun "
+                "`resdom train`, which rewrites data/)")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                a = {k: z[k] for k in z.files}
 
-        def seqs(name: str) -> Sequences:
-            return Sequences(a[f"{name}_offsets"], a[f"{name}_items"], a.get(f"{name}_times"), a[f"{name}_users"])
+            def seqs(name: str) -> Sequences:
+                out = Sequences(a[f"{name}_offsets"], a[f"{name}_items"], a.get(f"{name}_times"),
+                                a[f"{name}_users"])
+                _check_csr(out, int(a["n_items"]), name)
+                return out
 
-        manifest = json.loads((directory / "manifest.json").read_text())
-        return cls(
-            train=seqs("train"),
-            valid=EvalSet(seqs("valid"), a["valid_targets"]),
-            test=EvalSet(seqs("test"), a["test_targets"]),
-            n_items=int(a["n_items"]),
-            manifest=manifest,
-        )
+            split = cls(
+                train=seqs("train"),
+                valid=EvalSet(seqs("valid"), a["valid_targets"]),
+                test=EvalSet(seqs("test"), a["test_targets"]),
+                n_items=int(a["n_items"]),
+            )
+            for name, ev in (("valid", split.valid), ("test", split.test)):
+                if len(ev) and (ev.targets.min() < 1 or ev.targets.max() > split.n_items):
+                    raise ValueError(f"{name} targets outside 1..{split.n_items}")
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+            detail = f"no array {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
+            raise ResdomError(f"{path}: not a readable prepared split, the file is truncated or corrupt ({detail}); "
+                              f"{redo}") from None
+        manifest_path = directory / "manifest.json"
+        try:
+            split.manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ResdomError(f"{manifest_path}: cannot read it ({e}); {redo}") from None
+        if not isinstance(split.manifest, dict):
+            raise ResdomError(f"{manifest_path}: expected a JSON object; {redo}")
+        return split
+
+
+def _check_csr(seqs: Sequences, n_items: int, name: str) -> None:
+    """ValueError where loaded arrays cannot be sequences of items 1..n_items (a damaged file)."""
+    o = seqs.offsets
+    if (len(o) == 0 or o[0] != 0 or o[-1] != len(seqs.items) or len(seqs.users) != len(o) - 1
+            or bool((np.diff(o) < 0).any())):
+        raise ValueError(f"inconsistent {name} offsets")
+    if len(seqs.items) and (seqs.items.min() < 1 or seqs.items.max() > n_items):
+        raise ValueError(f"{name} item ids outside 1..{n_items}")
+    if seqs.times is not None and len(seqs.times) != len(seqs.items):
+        raise ValueError(f"{name} times do not match its items")

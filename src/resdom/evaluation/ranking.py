@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from resdom.errors import ResdomError
+
 KS = (1, 5, 10, 20)
 SCORE_BUDGET = 32_000_000  # floats per (users x items) score chunk: 128 MB in float32
 
@@ -25,8 +27,15 @@ def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor
     """hidden (B, d), item_emb (N+1, d), seen (B, L) item ids or None -> scores (B, N+1) float.
 
     Column 0 (padding) is -inf; with ``seen``, items in each row's input are -inf (seen-item filtering).
+    A NaN or infinite score of a real item is a ResdomError: NaN compares false with everything, so ranking it
+    would make every such target a hit at rank 0 (or -1).
     """
     scores = hidden @ item_emb.T
+    if not bool(torch.isfinite(scores[:, 1:]).all()):
+        raise ResdomError(
+            "the model scores items as NaN or infinity, so no ranking of them means anything; its weights are "
+            "broken (non-finite values, or overflow): retrain or re-import the run"
+        )
     scores[:, 0] = -math.inf
     if seen is not None:
         scores.scatter_(1, seen, -math.inf)  # seen 0 (padding) hits column 0, already -inf

@@ -26,16 +26,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json, atomic_write_text, directory_lock
+from resdom.io import (
+    atomic_write_files,
+    atomic_write_json,
+    atomic_write_text,
+    directory_lock,
+    remove_temporaries,
+    safetensors_bytes,
+    writing,
+)
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.runs import checkpoint_id, data_fingerprint, load_checkpoint, save_checkpoint, versions
+from resdom.runs import checkpoint_id, data_fingerprint, load_checkpoint, read_safetensors, save_checkpoint, versions
 from resdom.training import distributed
 from resdom.training.batches import (
     SampleSet,
@@ -125,15 +132,23 @@ class RunFiles:
         self.state_dir = self.dir / "state"
         self.state = self.state_dir / "trainer.json"
 
+    def restart_hint(self) -> str:
+        return f"delete {self.state_dir} to restart the run from epoch 1"
+
     def read_state(self) -> dict[str, Any] | None:
         if not self.state.exists():
             return None
         try:
             state = json.loads(self.state.read_text())
-        except json.JSONDecodeError as e:
-            raise ResdomError(f"{self.state}: resume state is not valid JSON ({e})") from None
-        if state.get("format") != STATE_FORMAT:
-            raise ResdomError(f"{self.state}: not a resdom trainer state (format {state.get('format')!r})")
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ResdomError(f"{self.state}: resume state is truncated or not valid JSON ({e}); "
+                              f"{self.restart_hint()}") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ResdomError(f"{self.state}: not a resdom trainer state (format {found!r}); {self.restart_hint()}")
+        missing = [k for k in ("epoch", "files", "optimizer_meta", "early_stopping") if k not in state]
+        if missing:
+            raise ResdomError(f"{self.state}: resume state lacks {', '.join(missing)}; {self.restart_hint()}")
         return state
 
     def save_state(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -143,20 +158,28 @@ class RunFiles:
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         opt_tensors, opt_meta = flatten_optimizer(optimizer)
         files = {"model": f"model-{epoch:04d}.safetensors", "optimizer": f"optimizer-{epoch:04d}.safetensors"}
-        for key, tensors in (("model", weights), ("optimizer", opt_tensors)):
-            tmp = self.state_dir / f".{files[key]}.tmp"
-            save_file(tensors, str(tmp))
-            tmp.replace(self.state_dir / files[key])
+        atomic_write_files({self.state_dir / files["model"]: safetensors_bytes(weights),
+                            self.state_dir / files["optimizer"]: safetensors_bytes(opt_tensors)})
         atomic_write_json(self.state, {**state, "files": files, "optimizer_meta": opt_meta, "format": STATE_FORMAT})
         for old in self.state_dir.glob("*.safetensors"):
             if old.name not in files.values():
                 old.unlink(missing_ok=True)
 
     def load_state_tensors(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        files = state["files"]
-        model.load_state_dict(load_file(str(self.state_dir / files["model"])))
-        opt = load_file(str(self.state_dir / files["optimizer"]))
-        optimizer.load_state_dict(unflatten_optimizer(opt, state["optimizer_meta"]))
+        paths = {key: self.state_dir / name for key, name in state["files"].items()}
+        for key in ("model", "optimizer"):
+            if key not in paths or not paths[key].is_file():
+                raise ResdomError(f"{self.state}: its {key} file {paths.get(key, '?')} is missing; "
+                                  f"{self.restart_hint()}")
+        weights = read_safetensors(paths["model"], self.restart_hint())
+        opt = read_safetensors(paths["optimizer"], self.restart_hint())
+        try:
+            model.load_state_dict(weights)
+            optimizer.load_state_dict(unflatten_optimizer(opt, state["optimizer_meta"]))
+        except (RuntimeError, ValueError, KeyError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
+                              f"{self.restart_hint()}") from None
 
     def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
         """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""
@@ -338,6 +361,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
     if dist_ctx.is_main:
         held.enter_context(directory_lock(files.dir, "training"))
+        for folder in (files.dir, files.state_dir, files.data):  # what a killed trainer left half-written
+            remove_temporaries(folder)
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
     dist_ctx.barrier()
 
@@ -378,7 +403,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         if dist_ctx.is_main:
             if improved:
                 save_checkpoint(files.model, model, _sidecar_extra(epoch, valid, fingerprint, train_cfg, split))
-            with files.log.open("a") as f:
+            with writing(files.log), files.log.open("a") as f:  # a torn last line is dropped on resume
                 f.write(json.dumps(record) + "\n")
             files.save_state(_state_dict(epoch, stopper, stopped, model_cfg, train_cfg, fingerprint), model,
                              optimizer)

@@ -1,0 +1,343 @@
+"""Issue 13, broken inputs: non-finite weights or scores are never ranked, impossible timestamps are refused with
+file and line, and a damaged file or a full disk ends with one line naming the file (exit 2, no traceback),
+leaving nothing half-written; orphaned temporaries are removed; option values are checked alike everywhere."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import invoke
+
+import resdom.io as rio
+from resdom.adapters.common import ImportData, load_weights, write_run
+from resdom.data.prepare import prepare_split
+from resdom.data.readers import TIME_MAX, TIME_MIN, read_interactions
+from resdom.data.sequences import SplitData
+from resdom.diagnostics import last_item_hit_rates
+from resdom.errors import ResdomError
+from resdom.evaluation.evaluate import evaluate
+from resdom.evaluation.ranking import full_scores
+from resdom.models import ModelConfig, build_model
+from resdom.runs import load_checkpoint
+
+SOURCE = "synthetic:n_users=40,n_items=25,min_len=5,max_len=10"
+TINY = ["--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.max_len=8", "--device", "cpu"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = invoke(*args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_error(code: int, err: str, *needles: str) -> str:
+    """Assert a clean failure: exit 2, no traceback, one ``error:`` line holding every needle; returns it."""
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def tiny_model(n_items: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(ModelConfig(name="sasrec", n_items=n_items, max_len=8, hidden=8, layers=1, heads=1)).eval()
+
+
+@pytest.fixture(scope="module")
+def split() -> SplitData:
+    return prepare_split(SOURCE, protocol="loo")
+
+
+def make_run(out: Path, split: SplitData, nan_at: tuple[int, int] | None = None) -> Path:
+    """A run directory (no training): ``write_run`` of an untrained model, optionally with one NaN weight."""
+    model = tiny_model(split.n_items)
+    if nan_at is not None:
+        with torch.no_grad():
+            model.item_embeddings()[nan_at] = float("nan")
+    labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
+    return write_run(out, model, ImportData(split, labels, split.manifest), {"format": "test"})
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path, split: SplitData) -> Path:
+    return make_run(tmp_path / "run", split)
+
+
+# ------------------------------------------------------------------------------------- non-finite scores
+
+
+def test_nan_scores_are_refused_not_ranked_first(split: SplitData) -> None:
+    hidden, emb = torch.randn(3, 8), torch.randn(6, 8)
+    emb[0] = float("nan")  # the padding row is masked anyway: not an error
+    assert torch.isinf(full_scores(hidden, emb)[:, 0]).all()
+    emb[4, 2] = float("nan")
+    with pytest.raises(ResdomError, match="NaN or infinity"):
+        full_scores(hidden, emb)
+    hidden[1, 0] = float("inf")
+    with pytest.raises(ResdomError, match="NaN or infinity"):
+        full_scores(hidden, torch.randn(6, 8))
+
+    model = tiny_model(split.n_items)
+    with torch.no_grad():
+        model.item_embeddings()[5, 0] = float("nan")
+    # before: HR@1 = 1.0 and NDCG@10 = inf (NaN compares false, so the target ranked -1)
+    with pytest.raises(ResdomError, match="NaN or infinity"):
+        evaluate(model, split.test)
+    with pytest.raises(ResdomError, match="NaN or infinity"):  # diagnostics rank through the same primitive
+        last_item_hit_rates(model, split.test)
+
+
+def test_nan_weights_in_a_run_are_refused_at_load(tmp_path: Path, split: SplitData,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path / "nan", split, nan_at=(3, 1))
+    with pytest.raises(ResdomError, match="item_emb.weight' holds 1 NaN"):
+        load_checkpoint(run / "model.safetensors")
+    for args in (["evaluate", str(run)], ["diagnose", str(run), "--what", "hrli", "--no-progress"]):
+        code, out, err = run_cli(capsys, *args)
+        one_line_error(code, err, "model.safetensors", "NaN")
+        assert "HR@" not in out
+
+
+def test_importers_refuse_non_finite_weights() -> None:
+    model = tiny_model(10)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    load_weights(model, state, "ok.pth")
+    name = next(k for k in state if k.endswith("attention.query.weight"))
+    state[name][0, 0] = float("inf")
+    with pytest.raises(ResdomError, match=rf"bad\.pth: weight '{name}' holds 1 NaN or infinite"):
+        load_weights(model, state, "bad.pth")
+
+
+def test_cli_import_pmixer_refuses_nan_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_adapters_pmixer import HEADS, _data_file, _pmixer
+
+    data, seqs = _data_file(tmp_path / "data.txt", np.random.default_rng(1))
+    state = _pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict()
+    state["attention_layers.0.in_proj_weight"][0, 0] = float("nan")
+    torch.save(state, tmp_path / "sasrec.pth")
+    code, _, err = run_cli(capsys, "import-pmixer", str(tmp_path / "sasrec.pth"), "--data", str(data), "--out",
+                           str(tmp_path / "run"), "--heads", str(HEADS), "--k-core", "0")
+    one_line_error(code, err, "sasrec.pth", "NaN or infinite")
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+# ---------------------------------------------------------------------------------------------- timestamps
+
+
+@pytest.mark.parametrize("bad", ["1e20", "-1e12", "100000000000000000000", "-1000000000000", "1700000000000"])
+def test_timestamps_outside_the_range_are_refused_with_file_and_line(
+    tmp_path: Path, bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "inter.txt"
+    path.write_text(f"1 10 1000\n1 11 2000\n2 10 {bad}\n2 12 3000\n")
+    code, out, err = run_cli(capsys, "data", "stats", str(path), "--format", "interactions")
+    one_line_error(code, err, f"{path}:3 (column 3)", repr(bad), str(TIME_MAX))
+    assert "span" not in out
+    csv = tmp_path / "inter.csv"
+    csv.write_text(f"user_id,item_id,timestamp\n1,10,1000\n2,10,{bad}\n")
+    code, _, err = run_cli(capsys, "data", "split", str(csv), "--out", str(tmp_path / "split"))
+    one_line_error(code, err, f"{csv}:3", "outside the supported range")
+    assert not (tmp_path / "split").exists()
+
+
+def test_timestamps_at_the_range_ends_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "inter.txt"
+    path.write_text(f"1 10 {TIME_MIN}\n1 11 {TIME_MAX}\n2 10 {float(TIME_MAX) - 0.5}\n")
+    raw = read_interactions([path], "interactions")
+    assert raw.times.tolist() == [TIME_MIN, TIME_MAX, TIME_MAX - 1]
+
+
+# ---------------------------------------------------------------------------------------- damaged files
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_damaged_weights_or_sidecar_is_one_line(run_dir: Path, damage: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("model.safetensors", "model.json"):
+        path = run_dir / name
+        original = path.read_bytes()
+        path.write_bytes(b"" if damage == "empty" else original[: len(original) // 2])
+        code, out, err = run_cli(capsys, "evaluate", str(run_dir))
+        one_line_error(code, err, str(path))
+        assert out == ""
+        path.write_bytes(original)
+    assert run_cli(capsys, "evaluate", str(run_dir))[0] == 0
+
+
+def test_config_json_that_is_not_json_is_one_line(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (run_dir / "config.json").write_text('{"model": {"name": "sas')
+    code, _, err = run_cli(capsys, "evaluate", str(run_dir))
+    one_line_error(code, err, str(run_dir / "config.json"), "not valid JSON")
+    code, _, err = run_cli(capsys, "diagnose", str(run_dir), "--what", "hrli", "--no-progress")
+    one_line_error(code, err, "config.json")
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped", "manifest"])
+def test_corrupt_split_is_one_line(run_dir: Path, damage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = run_dir / "data" / "arrays.npz"
+    data = bytearray(path.read_bytes())
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    elif damage == "flipped":  # inside the first compressed array: a CRC or zlib error
+        data[len(data) // 4] ^= 0xFF
+        path.write_bytes(bytes(data))
+    else:
+        path = run_dir / "data" / "manifest.json"
+        path.write_text("{")
+    with pytest.raises(ResdomError, match=str(path)):
+        SplitData.load(run_dir / "data")
+    code, _, err = run_cli(capsys, "evaluate", str(run_dir))
+    one_line_error(code, err, str(path), "prepare it again")
+
+
+# ------------------------------------------------------------------------------------- resume and disks
+
+
+@pytest.fixture()
+def trained(tmp_path: Path) -> Path:
+    out = tmp_path / "trained"
+    assert invoke("train", SOURCE, "--out", str(out), "--epochs", "1", *TINY) == 0
+    return out
+
+
+@pytest.mark.parametrize("which", ["model", "optimizer", "trainer.json"])
+def test_truncated_resume_state_names_the_file_and_the_way_out(
+    trained: Path, which: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    state = trained / "state"
+    path = state / "trainer.json" if which == "trainer.json" else state / f"{which}-0001.safetensors"
+    path.write_bytes(path.read_bytes()[:40])
+    before = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file() and p.name != ".lock"}
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    one_line_error(code, err, str(path), f"delete {state}")
+    after = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file() and p.name != ".lock"}
+    assert after.keys() <= before.keys()  # nothing new, nothing half-written (metrics.json may be gone: stale)
+    assert {k: after[k] for k in ("model.safetensors", "model.json")} == {
+        k: before[k] for k in ("model.safetensors", "model.json")}
+    # the advice works: a fresh start
+    for p in state.iterdir():
+        p.unlink()
+    state.rmdir()
+    assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)[0] == 0
+    assert json.loads((trained / "metrics.json").read_text())["epochs_run"] == 2
+
+
+def test_orphaned_temporaries_are_removed_by_the_next_training(trained: Path) -> None:
+    orphans = [trained / "state" / ".tmpk2j3", trained / "state" / ".model-0002.safetensors.tmp",
+               trained / ".model.safetensors.tmp", trained / ".config.json.x81k.tmp", trained / "data" / ".a.npz.tmp"]
+    for p in orphans:
+        p.write_bytes(b"\0" * 64)
+    assert invoke("train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY) == 0
+    assert not [p for p in orphans if p.exists()]
+    assert (trained / "state" / "trainer.json").exists() and (trained / ".lock").exists()
+
+
+def _full_disk_after(monkeypatch: pytest.MonkeyPatch, n_ok: int) -> None:
+    """Every ``io`` write after the first ``n_ok`` fails as on a full disk (at fsync, after the data went out)."""
+    calls = {"n": 0}
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] > n_ok:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(rio.os, "fsync", fsync)
+
+
+def _temporaries(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp")]
+
+
+@pytest.mark.parametrize("n_ok", [0, 4, 7])
+def test_full_disk_during_training_is_one_line_and_the_run_resumes(
+    tmp_path: Path, n_ok: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    _full_disk_after(monkeypatch, n_ok)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), "--epochs", "2", *TINY)
+    one_line_error(code, err, "no space left on device", "free space and rerun")
+    assert not _temporaries(out)
+    if (out / "model.safetensors").exists():  # weights and sidecar are written together, or not at all
+        load_checkpoint(out / "model.safetensors")
+    monkeypatch.undo()
+    assert run_cli(capsys, "train", SOURCE, "--out", str(out), "--epochs", "2", *TINY)[0] == 0
+    assert json.loads((out / "metrics.json").read_text())["epochs_run"] == 2
+
+
+def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    _full_disk_after(monkeypatch, 1)
+    code, _, err = run_cli(capsys, "report", str(run_dir), "--out", str(tmp_path / "report"))
+    one_line_error(code, err, str(tmp_path / "report"), "no space left on device")
+    assert not _temporaries(tmp_path / "report")
+
+
+def test_atomic_write_files_leaves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = tmp_path / "a.bin", tmp_path / "b.json"
+    rio.atomic_write_files({a: b"old a", b: b"old b"})
+    _full_disk_after(monkeypatch, 1)
+    with pytest.raises(ResdomError, match=f"{b}: no space left"):
+        rio.atomic_write_files({a: b"new a", b: b"new b"})
+    assert (a.read_bytes(), b.read_bytes()) == (b"old a", b"old b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.json"]
+
+
+def test_other_os_errors_are_not_disguised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(rio.os, "fsync", fsync)
+    with pytest.raises(OSError, match="Input/output"):
+        rio.atomic_write_bytes(tmp_path / "x", b"x")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------- option values
+
+
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["diagnose", "RUN", "--alphas", "1,0.5,1.5"], ("--alphas", "[0, 1]", "1.5")),
+        (["diagnose", "RUN", "--alphas", "-0.1"], ("--alphas", "-0.1")),
+        (["diagnose", "RUN", "--alphas", "nan"], ("--alphas", "nan")),
+        (["diagnose", "RUN", "--alphas", "1,x"], ("--alphas", "numbers")),
+        (["diagnose", "RUN", "--batch-size", "0"], ("--batch-size", "at least 1")),
+        (["diagnose", "RUN", "--batch-size", "-3"], ("--batch-size", "-3")),
+        (["evaluate", "RUN", "--batch-size", "0"], ("--batch-size", "at least 1")),
+        (["evaluate", "RUN", "--batch-size", "-1"], ("--batch-size", "-1")),
+        (["train", SOURCE, "--out", "NEW", "--set", "train.batch_size=0"], ("train.batch_size",)),
+        (["train", SOURCE, "--out", "NEW", "--set", "train.eval_batch_size=-2"], ("train.eval_batch_size",)),
+    ],
+)
+def test_alphas_and_batch_sizes_are_checked_in_every_command(
+    run_dir: Path, tmp_path: Path, args: list[str], needles: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [str(run_dir) if a == "RUN" else str(tmp_path / "new") if a == "NEW" else a for a in args]
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    code, out, err = run_cli(capsys, *args)
+    one_line_error(code, err, *needles)
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before  # refused before any work
+    assert not (tmp_path / "new").exists()
+
+
+def test_alphas_in_range_are_accepted(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "diagnose", str(run_dir), "--what", "alpha", "--alphas", "1,0.25,0",
+                           "--no-progress", "--json")
+    assert code == 0, err
+    rows = json.loads((run_dir / "diagnostics" / "alpha.json").read_text())["rows"]
+    assert [r["alpha"] for r in rows] == [1.0, 0.25, 0.0]
