@@ -78,6 +78,9 @@ def test_csv_with_own_column_names_trains_end_to_end(tmp_path: Path, capsys) -> 
     assert data["options"] == {"item_col": "product", "k_core": 0, "time_col": "ts", "user_col": "customer",
                                "valid_quantile": 0.85}
     assert data["manifest"]["preprocessing"]["config"]["k_core"] is None  # --k-core 0: off
+    for command in (["data", "stats"], ["data", "split", "--out", str(tmp_path / "s")], ["train", "--out", str(run)]):
+        code, _, err = run_cli(capsys, *command, str(csv), "--k-core", "-1")
+        user_error(code, err, "--k-core: must be 0 (off) or more")  # before: a pydantic traceback
 
 
 def test_train_on_a_saved_split_uses_exactly_that_split(tmp_path: Path, capsys) -> None:

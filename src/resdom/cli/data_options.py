@@ -97,6 +97,10 @@ class DataOptions:
     quantile: float | None = None
     valid_quantile: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.k_core is not None and self.k_core < 0:
+            raise ResdomError(f"--k-core: must be 0 (off) or more (got {self.k_core})")
+
     def given(self) -> dict[str, Any]:
         """The options the user set, by field name."""
         return {k: v for k, v in asdict(self).items() if v is not None}
