@@ -37,9 +37,11 @@ def report(
     run_dirs: list[Path] = typer.Argument(..., help="run directories, or folders holding run directories"),
     out: Path = typer.Option(..., "--out", "-o", help="output folder for report.html, report.md, figures, tables"),
     title: str = typer.Option("resdom report", help="title of the report"),
+    doc: Path = typer.Option(None, "--doc", help="a Markdown document whose `<!-- resdom:table NAME -->` blocks are "
+                             "refilled with these tables (e.g. docs/results.md from the results store)"),
 ) -> None:
-    """Tables, figures and an HTML + Markdown report from one or more run directories."""
-    from resdom.report import build_report, find_run_dirs
+    """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
+    from resdom.report import build_report, find_run_dirs, read_runs
 
     found: list[Path] = []
     for d in run_dirs:
@@ -51,6 +53,20 @@ def report(
         found += [r for r in runs if r not in found]
     paths = build_report(found, out, title=title)
     typer.echo(f"report of {len(found)} run(s): {paths.html}")
+    if doc is not None:
+        from resdom.io import atomic_write_text
+        from resdom.pipeline.store import block_names, fill_blocks
+        from resdom.report.tables import to_markdown
+
+        if not doc.is_file():
+            raise ResdomError(f"{doc}: no such document")
+        text = doc.read_text()
+        filled = fill_blocks(text, {t.name: to_markdown(t) for t in paths.tables_data}, where=str(doc))
+        atomic_write_text(doc, filled)
+        typer.echo(f"  {doc}: {len(block_names(text))} table block(s) refilled")
+    stale = [r for r in read_runs(found) if r.stale]
+    for r in stale:
+        typer.echo(f"  left out of {r.label}: {', '.join(r.stale)} (computed on another checkpoint)", err=True)
     typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 
 
@@ -86,13 +102,18 @@ def reproduce(
     device: str = typer.Option("auto", help="auto, cpu, cuda or mps"),
     epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no per-epoch progress bars"),
+    store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
+                               "STORE/<dataset>/<model>/seed<k>/ (small text files, meant to be committed)"),
 ) -> None:
-    """Train and diagnose the grid data sets x models x seeds (resumable), then write summary tables and report."""
+    """Train and diagnose the grid data sets x models x seeds (resumable), then write summary tables and report.
+
+    Models: sasrec, duorec, bsarec, or a named variant (sasrec-tts: time-to-split's SASRec, max length 128)."""
     from resdom.pipeline.reproduce import GridSpec
     from resdom.pipeline.reproduce import reproduce as run_grid
 
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
-                    data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs)
+                    data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
+                    store=store)
     try:
         result = run_grid(spec, progress=not quiet, echo=typer.echo)
     except KeyboardInterrupt:

@@ -47,8 +47,10 @@ def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
 def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: str, protocol: str,
                        stats: dict[str, Any] | None = None, model_values: dict[str, Any] | None = None,
                        train_values: dict[str, Any] | None = None, device: str = "auto",
-                       progress: bool = True) -> dict[str, Any]:
+                       progress: bool = True, label: str | None = None) -> dict[str, Any]:
     """Train ``model`` on ``split`` into ``run_dir`` (resuming whatever is there), then run every diagnostic.
+
+    ``label``: the name reports give the run (a ``training.config.MODEL_VARIANTS`` label; default ``model``).
 
     Returns ``{"metrics": <metrics.json>, "diagnostics": <summary.json>, "train_s", "diagnose_s"}``.
     """
@@ -60,7 +62,8 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
                                            source=source, n_items=split.n_items, protocol=protocol)
     t0 = time.perf_counter()
     metrics = fit(split, model_cfg, train_cfg, run_dir,
-                  data_info={"source": source, "protocol": protocol, "stats": stats}, progress=progress)
+                  data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
+                  progress=progress)
     t1 = time.perf_counter()
     summary = _run_all()(run_dir, what=DIAGNOSTICS, split="test", device=resolve_device(device), progress=progress)
     t2 = time.perf_counter()

@@ -24,8 +24,16 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
+from resdom.pipeline.store import export_cell
 
 MODELS = ("sasrec", "duorec", "bsarec")
+
+
+def known_labels() -> tuple[str, ...]:
+    """What ``--models`` accepts: the models and the named variants of ``training.config.MODEL_VARIANTS``."""
+    from resdom.training.config import MODEL_VARIANTS
+
+    return (*MODELS, *MODEL_VARIANTS)
 
 
 @dataclass
@@ -43,6 +51,7 @@ class GridSpec:
     epochs: int | None = None
     train_values: dict[str, Any] = field(default_factory=dict)
     model_values: dict[str, Any] = field(default_factory=dict)
+    store: Path | None = None  # the results store (resdom.pipeline.store): each finished cell is exported there
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -51,9 +60,10 @@ class GridSpec:
                 raise ResdomError(f"{name}: give at least one value")
             if len(set(values)) != len(values):
                 raise ResdomError(f"{name}: repeated value in {','.join(map(str, values))}")
-        unknown = [m for m in self.models if m not in MODELS]
+        unknown = [m for m in self.models if m not in known_labels()]
         if unknown:
-            raise ResdomError(f"--models: unknown model {unknown[0]!r}; one of {', '.join(MODELS)}")
+            raise ResdomError(f"--models: unknown model {unknown[0]!r}; one of {', '.join(known_labels())}")
+        self.store = Path(self.store) if self.store is not None else None
         if self.protocol not in ("gts", "loo"):
             raise ResdomError(f"--protocol: {self.protocol!r} is not one of gts, loo")
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
@@ -78,6 +88,8 @@ class RunOutcome:
     status: str
     seconds: float = 0.0
     message: str = ""
+    stored: str = ""  # the cell's folder in the results store, when it was exported
+    diagnose_s: float | None = None
 
 
 @dataclass
@@ -128,27 +140,49 @@ class _DataCache:
         return got
 
 
-def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, model: str, seed: int, progress: bool) -> RunOutcome:
-    """Train and diagnose one cell unless it is finished; a failure is recorded, never raised."""
-    run_dir = spec.run_dir(dataset, model, seed)
-    outcome = RunOutcome(dataset, model, seed, str(run_dir), "skipped")
-    if is_finished(run_dir, spec.epochs):
-        return outcome
+def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: int, progress: bool) -> RunOutcome:
+    """Train and diagnose one cell unless it is finished, then store it (``spec.store``); a failure is recorded,
+    never raised."""
+    from resdom.training.config import model_variant
+
+    run_dir = spec.run_dir(dataset, label, seed)
+    outcome = RunOutcome(dataset, label, seed, str(run_dir), "skipped")
     t0 = time.perf_counter()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        split = cache.split(dataset, run_dir)
-        train_values = {**spec.train_values, "seed": seed}
-        if spec.epochs is not None:
-            train_values["epochs"] = spec.epochs
-        train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
-                           stats=cache.stats(dataset, split), model_values=spec.model_values,
-                           train_values=train_values, device=spec.device, progress=progress)
-        outcome.status = "done"
+        if not is_finished(run_dir, spec.epochs):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            split = cache.split(dataset, run_dir)
+            train_values = {**spec.train_values, "seed": seed}
+            if spec.epochs is not None:
+                train_values["epochs"] = spec.epochs
+            model, variant = model_variant(label)
+            out = train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
+                                     stats=cache.stats(dataset, split), model_values={**variant, **spec.model_values},
+                                     train_values=train_values, device=spec.device, progress=progress, label=label)
+            outcome.status = "done"
+            outcome.diagnose_s = out["diagnose_s"]
+        if spec.store is not None:
+            outcome.stored = str(export_cell(run_dir, spec.store, dataset, label, seed,
+                                             compute=cell_compute(run_dir, outcome.diagnose_s)))
     except Exception as e:
         outcome.status, outcome.message = "failed", record_failure(run_dir, e)
     outcome.seconds = time.perf_counter() - t0
     return outcome
+
+
+def cell_compute(run_dir: Path, diagnose_s: float | None) -> dict[str, Any]:
+    """What a cell's training cost: epochs, summed epoch seconds (training passes, without validation), device,
+    threads, the machine's CPU count, and the diagnostics' seconds where this session ran them."""
+    import os
+    import platform
+
+    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    train = json.loads((run_dir / "config.json").read_text()).get("train", {})
+    diag = json.loads((run_dir / "diagnostics" / "summary.json").read_text()).get("seconds", {})
+    return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
+            "diagnose_seconds": round(diagnose_s if diagnose_s is not None else sum(diag.values()), 1),
+            "device": train.get("device"), "threads": train.get("threads"), "cpu_count": os.cpu_count(),
+            "machine": platform.machine()}
 
 
 def _eta(done_s: list[float], left: int) -> str:
@@ -180,7 +214,8 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
         left = sum(1 for d, m, s in cells[i:] if not is_finished(spec.run_dir(d, m, s), spec.epochs))
         detail = {"skipped": "already finished, skipped", "done": f"done in {outcome.seconds:.0f} s",
                   "failed": f"FAILED: {outcome.message}"}[outcome.status]
-        echo(f"{tag}: {detail}{_eta(worked, left)}")
+        stored = f"; stored in {outcome.stored}" if outcome.stored else ""
+        echo(f"{tag}: {detail}{stored}{_eta(worked, left)}")
     summary_dir = spec.out / "summary"
     atomic_write_json(summary_dir / "grid.json", {"spec": {**asdict(spec), "out": str(spec.out)},
                                                   "outcomes": [asdict(o) for o in outcomes]})

@@ -35,6 +35,7 @@ class ReportPaths:
     figures: dict[str, dict[str, Path]] = field(default_factory=dict)
     tables: list[Path] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    tables_data: list[Table] = field(default_factory=list)
 
 
 def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
@@ -54,4 +55,4 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, figures, tables, title))
     atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
-    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs))
+    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables)

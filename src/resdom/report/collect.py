@@ -34,6 +34,7 @@ class RunRecord:
     data_stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     stale: list[str] = field(default_factory=list)  # results left out: computed on another checkpoint
+    cell: dict[str, Any] = field(default_factory=dict)  # a results-store cell's cell.json (compute, identity)
 
     @property
     def label(self) -> str:
@@ -89,7 +90,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     return RunRecord(
         path=run_dir,
         dataset=str(data.get("source") or data.get("name") or run_dir.parent.parent.name or "data"),
-        model=str(model.get("name") or "model"),
+        model=str(config.get("label") or data.get("label") or model.get("name") or "model"),
         seed=int(seed) if isinstance(seed, (int, float)) else None,
         protocol=data.get("protocol"),
         config=config,
@@ -98,6 +99,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         data_stats=_data_stats(data),
         error=error_path.read_text().strip() if error_path.is_file() else None,
         stale=stale,
+        cell=_maybe(run_dir / "cell.json"),
     )
 
 
@@ -135,7 +137,7 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
                                        str(r.path)))
 
 
-MODEL_ORDER = ("sasrec", "duorec", "bsarec")
+MODEL_ORDER = ("sasrec", "sasrec-tts", "duorec", "bsarec")
 
 
 def model_order(name: str) -> int:

@@ -73,6 +73,10 @@ def run_values(run: RunRecord) -> dict[str, float | None]:
     for m in ("HR@10", "NDCG@10", "HR@20", "NDCG@20"):
         v[m] = _get(test, m)
     v["n_users"] = _get(run.metrics, "test", "n_users") or _get(run.diag("hrli"), "n_users")
+    v["best_epoch"], v["epochs_run"] = _get(run.metrics, "best_epoch"), _get(run.metrics, "epochs_run")
+    v["early_stopped"] = float(run.metrics["stopped"] == "early_stopping") if "stopped" in run.metrics else None
+    seconds = _get(run.cell, "compute", "train_seconds")
+    v["train_min"] = None if seconds is None else seconds / 60
     mixing = run.diag("mixing")
     for where in ("all", "last"):
         for stage in ("Attn", "+Res", "+LN"):
@@ -183,6 +187,11 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
         ("accuracy", "Accuracy",
          "Test HR@K and NDCG@K with full ranking over all items and seen items filtered.",
          [Column(k, k) for k in ("HR@10", "NDCG@10", "HR@20", "NDCG@20")] + [Column("n_users", "Users", "count")]),
+        ("training", "Training",
+         "Best epoch (by validation NDCG@10), epochs run, the share of seeds ended by early stopping (1 = all; "
+         "otherwise the epoch cap ended them) and the summed training-pass minutes per seed (results-store cells).",
+         [Column("best_epoch", "Best epoch", "num"), Column("epochs_run", "Epochs", "num"),
+          Column("early_stopped", "Early-stopped", "num"), Column("train_min", "Train min", "num")]),
     ]
     tables = [dataset_table(runs, extra_stats)]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]

@@ -1,0 +1,124 @@
+"""The results store: small, text-only records of finished reproduction cells, meant to be committed.
+
+Layout (one cell = data set x model label x seed)::
+
+    STORE/<dataset>/<label>/seed<k>/
+        config.json      the run's resolved config (model, train, data without the bulky manifest parts) + "label"
+        metrics.json     final valid / test metrics of the best checkpoint, best epoch, epochs run, how it stopped
+        curve.jsonl      one line per epoch: loss, validation metrics, seconds (and the training monitor's numbers)
+        cell.json        identity, checkpoint hash, compute (train / diagnose seconds, device, threads), versions
+        diagnostics/     every diagnostic's JSON (shuffle, hrli, mixing, alpha, recovery, summary)
+
+No weights, nothing pickled; every JSON names the checkpoint it was computed on (``resdom.runs.checkpoint_id``),
+so ``report.collect.read_run`` reads a cell like a run directory and leaves out anything of another checkpoint.
+A cell is exported only when the run is finished (its metrics and diagnostics are of the same checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_files, json_bytes
+
+MAX_CELL_BYTES = 200_000
+DIAGNOSTIC_FILES = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
+_MANIFEST_KEPT = ("protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users", "tie_rule",
+                  "pool", "dropped_users")
+
+
+def cell_dir(store: str | Path, dataset: str, label: str, seed: int) -> Path:
+    return Path(store) / dataset / label / f"seed{seed}"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResdomError(f"{path}: cannot read ({e})") from None
+
+
+def _config_record(config: dict[str, Any], label: str) -> dict[str, Any]:
+    data = dict(config.get("data", {}))
+    manifest = data.pop("manifest", {}) or {}
+    data["manifest"] = {k: manifest[k] for k in _MANIFEST_KEPT if k in manifest}
+    source = manifest.get("source", {})
+    if source:
+        data["manifest"]["source"] = {k: source.get(k) for k in ("kind", "name", "format")} | {
+            "files": [{k: f.get(k) for k in ("sha256", "upstream")} for f in source.get("files", [])]}
+    return {"label": label, "model": config.get("model", {}), "train": config.get("train", {}), "data": data,
+            "versions": config.get("versions", {})}
+
+
+def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str, seed: int,
+                compute: dict[str, Any] | None = None) -> Path:
+    """Write the store record of the finished run ``run_dir``; returns the cell's folder.
+
+    Refuses (ResdomError) a run whose metrics and diagnostics are not all of its current checkpoint, and a record
+    over ``MAX_CELL_BYTES``. All files are written before the first is renamed into place.
+    """
+    from resdom.pipeline.common import is_finished
+    from resdom.runs import checkpoint_id
+
+    run_dir = Path(run_dir)
+    if not is_finished(run_dir):
+        raise ResdomError(f"{run_dir}: not finished (final metrics and diagnostics of its current checkpoint are "
+                          "needed before it can be stored)")
+    checkpoint = checkpoint_id(run_dir / "model.safetensors")
+    metrics = _read(run_dir / "metrics.json")
+    config = _read(run_dir / "config.json")
+    curve = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    out = cell_dir(store, dataset, label, seed)
+    files: dict[Path, bytes] = {
+        out / "config.json": json_bytes(_config_record(config, label)),
+        out / "metrics.json": json_bytes(metrics),
+        out / "curve.jsonl": ("\n".join(curve) + "\n").encode(),
+        out / "cell.json": json_bytes({
+            "dataset": dataset, "label": label, "model": config.get("model", {}).get("name"), "seed": seed,
+            "checkpoint": checkpoint, "best_epoch": metrics.get("best_epoch"), "epochs_run": metrics.get("epochs_run"),
+            "stopped": metrics.get("stopped"), "compute": compute or {}, "versions": config.get("versions", {}),
+        }),
+    }
+    for name in DIAGNOSTIC_FILES:
+        path = run_dir / "diagnostics" / f"{name}.json"
+        if path.is_file():
+            d = _read(path)
+            if d.get("checkpoint") != checkpoint:
+                raise ResdomError(f"{path}: computed on checkpoint {d.get('checkpoint')}, not {checkpoint}; "
+                                  "rerun `resdom diagnose` first")
+            files[out / "diagnostics" / f"{name}.json"] = json_bytes(d)
+    size = sum(len(b) for b in files.values())
+    if size > MAX_CELL_BYTES:
+        raise ResdomError(f"{run_dir}: the store record would be {size:,} bytes (limit {MAX_CELL_BYTES:,})")
+    atomic_write_files(files)
+    return out
+
+
+def store_cells(store: str | Path) -> list[Path]:
+    """The cell folders below ``store`` (those holding cell.json), sorted."""
+    return sorted(p.parent for p in Path(store).rglob("cell.json"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generated blocks inside a hand-written document
+
+_BLOCK = re.compile(r"(<!-- resdom:table (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /resdom:table -->)", re.S)
+
+
+def fill_blocks(text: str, tables: dict[str, str], where: str = "document") -> str:
+    """Replace the body of every ``<!-- resdom:table NAME -->`` ... ``<!-- /resdom:table -->`` block of ``text``
+    with ``tables[NAME]``; a block naming an unknown table is a ResdomError."""
+    def sub(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in tables:
+            raise ResdomError(f"{where}: block names table {name!r}; known: {', '.join(sorted(tables))}")
+        return m.group(1) + tables[name] + m.group(4)
+
+    return _BLOCK.sub(sub, text)
+
+
+def block_names(text: str) -> list[str]:
+    return [m.group("name") for m in _BLOCK.finditer(text)]

@@ -1,0 +1,99 @@
+"""The results store: cells exported from finished runs, read back by the report, and documents refilled from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import invoke
+
+from resdom.diagnostics.runner import run_all
+from resdom.errors import ResdomError
+from resdom.pipeline.reproduce import GridSpec, reproduce
+from resdom.pipeline.store import MAX_CELL_BYTES, export_cell, fill_blocks, store_cells
+from resdom.report.collect import read_run
+from resdom.report.tables import run_values
+from resdom.runs import checkpoint_id
+
+SOURCE = "synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3"
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    from resdom.data.prepare import prepare_split
+    from resdom.models.config import ModelConfig
+    from resdom.training.config import TrainConfig
+    from resdom.training.trainer import fit
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("run")
+    fit(prepare_split(SOURCE, protocol="gts"), ModelConfig(max_len=12, hidden=16, layers=1, heads=2),
+        TrainConfig(epochs=2, device="cpu", batch_size=32), out, progress=False,
+        data_info={"source": SOURCE, "protocol": "gts"})
+    run_all(out, alphas=(1.0, 0.5, 0.0), seeds=(0,), progress=False)
+    return out
+
+
+def test_export_writes_a_small_text_record_of_the_checkpoint(finished_run, tmp_path):
+    cell = export_cell(finished_run, tmp_path / "results", "toy", "sasrec", 1, compute={"train_seconds": 12.0})
+    assert cell == tmp_path / "results" / "toy" / "sasrec" / "seed1"
+    names = sorted(str(p.relative_to(cell)) for p in cell.rglob("*") if p.is_file())
+    assert names == ["cell.json", "config.json", "curve.jsonl", "diagnostics/alpha.json", "diagnostics/hrli.json",
+                     "diagnostics/mixing.json", "diagnostics/recovery.json", "diagnostics/shuffle.json",
+                     "diagnostics/summary.json", "metrics.json"]
+    assert sum(p.stat().st_size for p in cell.rglob("*") if p.is_file()) < MAX_CELL_BYTES
+    ckpt = checkpoint_id(finished_run / "model.safetensors")
+    meta = json.loads((cell / "cell.json").read_text())
+    assert (meta["checkpoint"], meta["label"], meta["seed"], meta["epochs_run"]) == (ckpt, "sasrec", 1, 2)
+    config = json.loads((cell / "config.json").read_text())
+    assert config["label"] == "sasrec" and config["model"]["hidden"] == 16
+    assert "thresholds" in config["data"]["manifest"] and "preprocessing" not in config["data"]["manifest"]
+    assert len((cell / "curve.jsonl").read_text().splitlines()) == 2
+    # the report reads the cell like a run directory, with the checkpoint check against metrics.json
+    rec = read_run(cell)
+    assert rec.stale == [] and rec.model == "sasrec" and rec.diag("hrli")["checkpoint"] == ckpt
+    v = run_values(rec)
+    assert v["NDCG@10"] == json.loads((finished_run / "metrics.json").read_text())["test"]["metrics"]["NDCG@10"]
+    assert (v["epochs_run"], v["train_min"]) == (2.0, 0.2)
+    assert store_cells(tmp_path / "results") == [cell]
+
+
+def test_an_unfinished_or_stale_run_is_not_stored(finished_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(finished_run, run)
+    (run / "diagnostics" / "summary.json").unlink()
+    with pytest.raises(ResdomError, match="not finished"):
+        export_cell(run, tmp_path / "results", "toy", "sasrec", 1)
+    assert not (tmp_path / "results").exists()
+
+
+def test_fill_blocks_replaces_only_named_blocks():
+    doc = "intro\n<!-- resdom:table hrli -->\nold\n<!-- /resdom:table -->\nprose\n"
+    assert fill_blocks(doc, {"hrli": "| new |\n"}) == "intro\n<!-- resdom:table hrli -->\n| new |\n" \
+        "<!-- /resdom:table -->\nprose\n"
+    with pytest.raises(ResdomError, match="'hrli'"):
+        fill_blocks(doc, {"mixing": ""}, where="doc.md")
+
+
+def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_path, capsys):
+    spec = GridSpec([SOURCE], ["sasrec-tts"], [1], tmp_path / "grid", protocol="gts", device="cpu", epochs=1,
+                    store=tmp_path / "results",
+                    model_values={"max_len": 12, "hidden": 16, "layers": 1}, train_values={"batch_size": 32})
+    result = reproduce(spec, progress=False, echo=lambda _: None)
+    assert [o.status for o in result.outcomes] == ["done"], result.outcomes
+    cell = tmp_path / "results" / SOURCE / "sasrec-tts" / "seed1"
+    config = json.loads((cell / "config.json").read_text())
+    assert config["label"] == "sasrec-tts" and config["model"]["query_ln"] and config["model"]["final_ln"]
+    assert read_run(cell).model == "sasrec-tts"
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Results\n<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n")
+    assert invoke("report", str(tmp_path / "results"), "--out", str(tmp_path / "rep"), "--doc", str(doc)) == 0
+    text = doc.read_text()
+    assert "| Data set | Model | Seeds | HR@10 |" in text and "sasrec-tts | 1 |" in text
+    # a second pass over the grid stores the finished cell again without training it
+    again = reproduce(spec, progress=False, echo=lambda _: None)
+    assert [o.status for o in again.outcomes] == ["skipped"] and again.outcomes[0].stored == str(cell)
