@@ -208,3 +208,29 @@ def test_cli_import_pmixer_norm_first(tmp_path: Path) -> None:
     bad_cmd = cmd[:8] + [str(tmp_path / "run2"), "--heads", "3", "--k-core", "0"]
     bad = subprocess.run(bad_cmd, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--heads 3" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_default_applies_pmixers_preprocessing_none(tmp_path: Path) -> None:
+    """pmixer's data_partition uses its file as it is: no k-core (a rare item stays), file order, users with
+    >= 3 items tested; the import does the same by default and says so."""
+    rng = np.random.default_rng(8)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    rare = 3 * 30 + 2  # an item seen once, by a user with 3 items; a 5-core would drop both
+    seqs[41] = [2, rare, 5]
+    seqs[42] = [5, 8]  # fewer than 3 items: trained on only, as in pmixer
+    data.write_text("".join(f"{u} {i}\n" for u, s in seqs.items() for i in s))
+    torch.save(_pmixer(False, rare, 0).state_dict(), tmp_path / "s.pth")
+    lines: list[str] = []
+    run = load_run(import_pmixer(tmp_path / "s.pth", str(data), tmp_path / "run", heads=HEADS, log=lines.append))
+    test = run.split.test
+    assert len(test) == len([s for s in seqs.values() if len(s) >= 3])
+    from resdom.data.prepare import load_prepared
+
+    prepared, _ = load_prepared(str(data), k_core=0)
+    il, ul = prepared.item_labels, prepared.user_labels
+    ours = {int(ul[test.inputs.users[i]]): [int(il[x]) for x in test.inputs.sequence(i)] + [int(il[test.targets[i]])]
+            for i in range(len(test))}
+    assert ours == {u: s for u, s in seqs.items() if len(s) >= 3}  # pmixer's sequences, in file order
+    assert run.split.n_items == len(set().union(*seqs.values())) and rare in il.tolist()
+    assert "no filtering, as pmixer" in lines[0] and "file order" in lines[0]
+    assert run.config["imported_from"]["preprocessing"] == lines

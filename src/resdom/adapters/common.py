@@ -30,11 +30,13 @@ class ImportData:
     split:        the LOO split of the source, as ``prepare_split`` makes it.
     item_labels:  (n_items + 1,) raw id of each resdom item id (entry 0, padding, is None).
     manifest:     the split's manifest (source record with file paths, preprocessing).
+    user_labels:  (U,) raw id of each user index of the split's sequences (``inputs.users``), where known.
     """
 
     split: SplitData
     item_labels: np.ndarray
     manifest: dict[str, Any]
+    user_labels: np.ndarray | None = None
 
     @property
     def source_files(self) -> list[Path]:
@@ -50,7 +52,8 @@ def load_import_data(source: str, data_dir: str | Path | None = None, **options:
     if prepared.n_items != split.n_items:  # both come from the same code path; a mismatch is a bug
         raise ResdomError(f"{source}: item count differs between preparation passes ({prepared.n_items} vs "
                           f"{split.n_items})")
-    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), split.manifest)
+    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), split.manifest,
+                      np.asarray(prepared.user_labels, dtype=object))
 
 
 def _keys(labels: Sequence[Any]) -> list[str]:

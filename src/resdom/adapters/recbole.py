@@ -443,7 +443,8 @@ def recbole_import_data(rb: RecBoleInteractions, source_record: dict[str, Any]) 
     from resdom.data.sequences import SplitData
 
     split = SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
-    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), manifest)
+    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), manifest,
+                      np.asarray(prepared.user_labels, dtype=object))
 
 
 def _jsonable(obj: Any) -> Any:
