@@ -383,3 +383,34 @@ def test_resume_of_a_run_saved_before_a_config_field_existed(tmp_path: Path) -> 
     state_file.write_text(json.dumps(state))
     with pytest.raises(ResdomError, match="model.hidden"):
         fit(split, m, t, tmp_path, progress=False)
+
+
+def test_monitor_records_reliance_curve_without_changing_training(tmp_path: Path) -> None:
+    split, m, t = configs(epochs=3)
+    plain = fit(split, m, t, tmp_path / "plain", progress=False)
+    watched = fit(split, m, t.model_copy(update={"monitor_every": 2, "monitor_users": 25}), tmp_path / "watched",
+                  progress=False)
+    assert watched["test"] == plain["test"]
+    log = [json.loads(line) for line in (tmp_path / "watched" / "metrics.jsonl").read_text().splitlines()]
+    assert [("monitor" in r) for r in log] == [False, True, False]
+    assert [r["loss"] for r in log] == [json.loads(x)["loss"] for x in
+                                        (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    mon = log[1]["monitor"]
+    assert mon["n_users"] == 25 and 0.0 <= mon["HRL2I@1"] <= 1.0 and 0.0 <= mon["HRLI@1"] <= 1.0
+    assert set(mon["mixing_all"]) == {"Attn", "+Res", "+LN"}
+
+
+def test_monitor_equals_the_full_diagnostics_on_the_same_users() -> None:
+    from resdom.diagnostics.hrli import last_item_hit_rates
+    from resdom.diagnostics.mixing import mixing_ratios
+    from resdom.diagnostics.monitor import cheap_diagnostics, monitor_subset
+    from resdom.models import build_model
+
+    split, m, _ = configs()
+    torch.manual_seed(0)
+    model = build_model(m).eval()
+    sub = monitor_subset(split.valid, 20, seed=3)
+    assert len(sub) == 20 and np.array_equal(sub.targets, monitor_subset(split.valid, 20, seed=3).targets)
+    got = cheap_diagnostics(model, sub)
+    assert got["HRLI@1"] == last_item_hit_rates(model, sub).to_dict()["values"]["HRLI@1"]
+    assert got["mixing_last"] == mixing_ratios(model, sub).to_dict()["pooled"]["last"]

@@ -103,6 +103,11 @@ class TrainConfig(BaseModel):
     item_chunk: int | None = Field(
         None, ge=1, description="full-softmax CE over items in chunks of this size (bounded memory); None = one go"
     )
+    monitor_every: int = Field(
+        0, ge=0, description="every this many epochs, record HRLI@1, HRL2I@1 and the mixing ratio of the current "
+        "model on a fixed validation subsample into metrics.jsonl (\"monitor\"); 0 = off. Changes no training result"
+    )
+    monitor_users: int = Field(1024, ge=1, description="validation users the monitor uses (a fixed random subset)")
 
     @field_validator("metric")
     @classmethod
@@ -113,7 +118,7 @@ class TrainConfig(BaseModel):
 
 
 # Fields that may differ between an interrupted run and its resumption without changing the result.
-RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads"})
+RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads", "monitor_every", "monitor_users"})
 
 
 def make_train_config(**values: Any) -> TrainConfig:

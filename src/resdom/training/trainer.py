@@ -396,6 +396,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
                   "best_epoch": stopper.best_epoch}
+        if train_cfg.monitor_every and epoch % train_cfg.monitor_every == 0:
+            record["monitor"] = _monitor(model, split, train_cfg, device)
         if stopper.should_stop(train_cfg.patience):
             stopped = "early_stopping"
         elif epoch >= train_cfg.epochs:
@@ -465,6 +467,14 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     seconds = time.perf_counter() - start
     total, count = dist_ctx.all_reduce_sum(total), dist_ctx.all_reduce_sum(count)
     return total / max(count, 1), len(order) * world, seconds
+
+
+def _monitor(model: SequentialRecommender, split: SplitData, train_cfg: TrainConfig,
+             device: torch.device) -> dict[str, Any]:
+    """``train.monitor_every``: the cheap diagnostics of the current model (resdom.diagnostics.monitor)."""
+    from resdom.diagnostics.monitor import cheap_diagnostics, monitor_subset
+
+    return cheap_diagnostics(model, monitor_subset(split.valid, train_cfg.monitor_users, train_cfg.seed), device)
 
 
 def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cfg: TrainConfig,

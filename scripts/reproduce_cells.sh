@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Train the reproduction grid cell group by cell group, one torch thread, and commit each cell to the results
+# store as soon as it is finished. Resumable: rerun it and finished cells are skipped (stored again unchanged).
+#   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
+# Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
+# (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GRID=${GRID:-runs/repro}; STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../shared/data/raw}
+DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+for group in "$@"; do
+  read -r dataset label seeds <<<"$group"
+  echo "== $(date -u +%FT%TZ) $dataset / $label / seeds $seeds"
+  .venv/bin/resdom reproduce --datasets "$dataset" --models "$label" --seeds "$seeds" --out "$GRID" \
+    --store "$STORE" --data-dir "$DATA_DIR" --device "$DEVICE" --protocol gts -q
+  if [ "$COMMIT" = 1 ]; then
+    for seed in ${seeds//,/ }; do
+      cell="$STORE/$dataset/$label/seed$seed"
+      [ -f "$cell/cell.json" ] || continue
+      git add "$cell" 2>/dev/null
+      git diff --cached --quiet -- "$cell" && continue
+      for try in 1 2 3 4 5; do
+        git commit -q -m "results: $dataset / $label / seed $seed" -- "$cell" && break
+        sleep 5  # another git process holds the index
+      done
+    done
+  fi
+done

@@ -1,0 +1,31 @@
+"""The training monitor: the cheap diagnostics (HRLI@1 / HRL2I@1 and the mixing ratio) on a fixed validation
+subsample, for a curve of last-item reliance against epoch (``train.monitor_every``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from resdom.data.sequences import EvalSet
+from resdom.diagnostics.hrli import last_item_hit_rates
+from resdom.diagnostics.mixing import mixing_ratios
+from resdom.models.interface import Diagnosable
+
+
+def monitor_subset(evalset: EvalSet, n_users: int, seed: int) -> EvalSet:
+    """The same ``n_users`` examples of ``evalset`` (all when fewer) for every epoch, drawn with ``seed``."""
+    if len(evalset) <= n_users:
+        return evalset
+    index = np.sort(np.random.default_rng(seed).choice(len(evalset), size=n_users, replace=False))
+    return EvalSet(evalset.inputs.take(index), evalset.targets[index])
+
+
+def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None) -> dict[str, Any]:
+    """{"n_users", "HRLI@1", "HRL2I@1", "mixing_all": {stage: r}, "mixing_last": {stage: r}} of ``model``
+    (unfiltered last-item hit rates; mixing by norm of sums, pooled over layers). Leaves the model in eval mode."""
+    model.eval()
+    hrli = last_item_hit_rates(model, evalset, ks=(1, 2), Ks=(1,), device=device).to_dict()
+    mix = mixing_ratios(model, evalset, device=device).to_dict()
+    return {"n_users": hrli["n_users"], "HRLI@1": hrli["values"]["HRLI@1"], "HRL2I@1": hrli["values"]["HRL2I@1"],
+            "mixing_all": mix["pooled"]["all"], "mixing_last": mix["pooled"]["last"]}
