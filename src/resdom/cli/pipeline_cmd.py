@@ -104,6 +104,8 @@ def reproduce(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no per-epoch progress bars"),
     store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
                                "STORE/<dataset>/<model>/seed<k>/ (small text files, meant to be committed)"),
+    monitor_every: int = typer.Option(5, "--monitor-every", min=0, help="record HRLI@1, HRL2I@1 and the mixing "
+                                      "ratio on 1,024 validation users every N epochs (0 = off)"),
 ) -> None:
     """Train and diagnose the grid data sets x models x seeds (resumable), then write summary tables and report.
 
@@ -113,7 +115,7 @@ def reproduce(
 
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
-                    store=store)
+                    store=store, train_values={"monitor_every": monitor_every})
     try:
         result = run_grid(spec, progress=not quiet, echo=typer.echo)
     except KeyboardInterrupt:
