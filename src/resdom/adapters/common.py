@@ -20,7 +20,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
-from resdom.runs import data_fingerprint, save_checkpoint, versions
+from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
 
 
 @dataclass
@@ -103,13 +103,14 @@ def take_rows(table: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
 
 
 def load_weights(model: SequentialRecommender, state: dict[str, torch.Tensor], what: str) -> None:
-    """Load a complete, shape-checked state dict into ``model`` (eval mode afterwards)."""
+    """Load a complete, shape-checked, finite state dict into ``model`` (eval mode afterwards)."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     bad = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own if k in state and
            tuple(state[k].shape) != tuple(own[k].shape)]
     if missing or bad:
         raise ResdomError(f"{what}: weights do not fit (missing {missing[:3]}, shape mismatch {bad[:3]})")
+    check_finite({k: v for k, v in state.items() if k in own}, what)
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items() if k in own})
     model.eval()
 
