@@ -75,3 +75,82 @@ def test_report_without_diagnostics(tmp_path: Path) -> None:
     html = paths.html.read_text()
     assert paths.figures == {} and html.count('class="missing"') == len(FIGURE_KEYS)
     assert "toyB" in html and "0.200" in html  # the run and its test HR@10 from metrics.json
+
+
+def test_figures_say_how_many_users(figures: dict) -> None:
+    for key, f in figures.items():
+        note = "200 test users" if key == "recovery" else "200 test users in each data set"  # toyB: no recovery
+        assert f.caption.endswith(f" {note}."), key
+        assert f"n = {note}" in [t.get_text() for t in f.figure.texts], key
+    # one data set with its own count
+    only_b = {f.key: f for f in all_figures(read_runs([FIXTURES / "toyB_sasrec_seed1"]))}
+    assert only_b["hrli"].caption.endswith("Shares of 200 test users.")
+
+
+def test_small_bars_carry_their_value(figures: dict) -> None:
+    ax = figures["hrli"].figure.axes[0]  # toyA: HRL2I@1 0.03 (SASRec mean) and 0.05 (BSARec), HRL2I@10 0.035, 0.058
+    labels = sorted(t.get_text() for t in ax.texts if t.get_text())
+    assert labels == ["0.030", "0.035", "0.050", "0.058"]  # the tall HRLI bars carry none
+
+
+def _coinciding_runs(tmp_path: Path) -> list:
+    """toyA BSARec and an identical copy labelled SASRec (every curve coincides), with +LN equal to +Res."""
+    import json
+
+    dirs = []
+    for model in ("sasrec", "bsarec"):
+        run = tmp_path / model
+        shutil.copytree(FIXTURES / "toyA_bsarec_seed1", run)
+        config = json.loads((run / "config.json").read_text())
+        config["model"]["name"] = model
+        (run / "config.json").write_text(json.dumps(config))
+        mixing = json.loads((run / "diagnostics" / "mixing.json").read_text())
+        for entry in mixing["per_position"]:
+            entry["+LN"] = list(entry["+Res"])
+        (run / "diagnostics" / "mixing.json").write_text(json.dumps(mixing))
+        dirs.append(run)
+    return read_runs(dirs)
+
+
+def test_coinciding_lines_stay_visible(tmp_path: Path) -> None:
+    """Where two lines lie on each other, the one drawn later is narrower or marked differently, so the earlier
+    one still shows."""
+    import numpy as np
+
+    figs = {f.key: f for f in all_figures(_coinciding_runs(tmp_path))}
+    pairs = 0
+    for key in ("alpha_sweep", "recovery", "mixing_per_position"):
+        for ax in figs[key].figure.axes:
+            lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1]
+            for i, a in enumerate(lines):
+                for b in lines[i + 1:]:
+                    if len(a.get_ydata()) != len(b.get_ydata()) or not np.allclose(a.get_ydata(), b.get_ydata()):
+                        continue
+                    pairs += 1
+                    first, second = sorted((a, b), key=lambda ln: ln.get_zorder())
+                    assert second.get_zorder() > first.get_zorder(), key
+                    assert second.get_linewidth() < first.get_linewidth() or \
+                        second.get_marker() != first.get_marker(), key
+    # alpha sweep: 4 panels; recovery: 2; per position: each stage of the two models, +Res/+LN within and across
+    assert pairs >= 4 + 2 + 3 + 4
+
+
+def test_findings_say_how_many_users(tmp_path: Path) -> None:
+    import json
+
+    from resdom.report import finding_lines
+
+    text = "\n".join(finding_lines(read_runs(find_run_dirs(FIXTURES))))
+    assert "at +LN (all positions of 200 test users): the residual swamps" in text
+    assert "(HRLI@10 = 0.960 vs HRL2I@10 = 0.035; shares of 200 test users)" in text
+    assert "with the residual scaled to α = 0 HRLI@1 is 0.000" in text  # the sweep's lowest alpha
+    assert "= 8.0% of 200 test users (16 users); of these 16, lowering α recovers 46.4% at α=0.1" in text
+    # seeds resting on different numbers of users give the range
+    runs = []
+    for name, n in (("toyA_sasrec_seed1", 200), ("toyA_sasrec_seed2", 190)):
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+        hrli = tmp_path / name / "diagnostics" / "hrli.json"
+        hrli.write_text(json.dumps({**json.loads(hrli.read_text()), "n_users": n}))
+        runs.append(tmp_path / name)
+    text = "\n".join(finding_lines(read_runs(runs)))
+    assert "shares of 190–200 test users" in text

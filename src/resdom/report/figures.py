@@ -3,6 +3,10 @@
 Every figure aggregates runs by (data set, model): the mean over seeds, with the standard deviation as error bars
 or a shaded band where there are several seeds. Colours mark models (``MODEL_COLORS``), line styles mark data
 sets, and in per-position plots line styles mark stages.
+
+Readability: every figure says (in a note under it and in its caption) how many test users its numbers rest on;
+lines that may coincide differ in marker and width, drawn widest first, so one never hides another; bars too
+short to read carry their value.
 """
 
 from __future__ import annotations
@@ -24,9 +28,17 @@ from resdom.report.collect import RunRecord, model_order
 MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73"}
 _EXTRA_COLORS = ("#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
 MODEL_LABELS: dict[str, str] = {"sasrec": "SASRec", "duorec": "DuoRec", "bsarec": "BSARec"}
+MODEL_MARKERS: dict[str, str] = {"sasrec": "o", "duorec": "s", "bsarec": "^"}
 DATASET_STYLES = ("-", "--", ":", "-.")
 STAGES = ("Attn", "+Res", "+LN")
 STAGE_STYLES = {"Attn": "-", "+Res": "--", "+LN": ":"}
+# +Res and +LN often coincide (the LayerNorm barely changes the ratio): +Res is drawn wide and pale under a thin,
+# marked +LN, so both stay visible
+STAGE_LOOKS: dict[str, dict[str, Any]] = {"Attn": {"linewidth": 2.2, "zorder": 3},
+                                          "+Res": {"linewidth": 3.4, "alpha": 0.45, "zorder": 2},
+                                          "+LN": {"linewidth": 1.2, "marker": "x", "markersize": 3.5, "markevery": 3,
+                                                  "zorder": 4}}
+SMALL_BAR = 0.08  # bars lower than this share of the axis height carry their value
 
 
 def model_color(model: str) -> str:
@@ -38,6 +50,10 @@ def model_color(model: str) -> str:
 
 def model_label(model: str) -> str:
     return MODEL_LABELS.get(model, model)
+
+
+def model_marker(model: str) -> str:
+    return MODEL_MARKERS.get(model, "D")
 
 
 @dataclass
@@ -120,9 +136,71 @@ def _new_figure(n_panels: int, width_per: float = 4.2, height: float = 3.4, nrow
     return fig, axes
 
 
-def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None) -> None:
-    handles = [Patch(color=model_color(m), label=model_label(m)) for m in models] + (extra or [])
+def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False) -> None:
+    """Colour patches per model (``markers``: a line with the model's marker, for line plots), then ``extra``."""
+    if markers:
+        handles: list[Any] = [Line2D([], [], color=model_color(m), marker=model_marker(m), label=model_label(m))
+                              for m in models]
+    else:
+        handles = [Patch(color=model_color(m), label=model_label(m)) for m in models]
+    handles += extra or []
     fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 6), frameon=False)
+
+
+def _users(groups: dict[tuple[str, str], list[RunRecord]], count: Callable[[RunRecord], Any]) -> dict[str, str]:
+    """Test users behind each data set's numbers: ``{dataset: "398"}`` (a range where runs differ); data sets whose
+    runs do not say are left out."""
+    out: dict[str, set[int]] = {}
+    for (dataset, _), rs in groups.items():
+        for r in rs:
+            n = count(r)
+            if isinstance(n, (int, float)) and not isinstance(n, bool):
+                out.setdefault(dataset, set()).add(int(n))
+    return {d: f"{min(ns):,}" if len(ns) == 1 else f"{min(ns):,}–{max(ns):,}" for d, ns in sorted(out.items())}
+
+
+def users_note(users: dict[str, str]) -> str:
+    """``"398 test users"``; for several data sets ``"200 test users in each data set"`` or
+    ``"200 (toyA), 150 (toyB) test users"``; "" when unknown."""
+    counts = set(users.values())
+    if not counts:
+        return ""
+    if len(counts) == 1:
+        return f"{counts.pop()} test users" + (" in each data set" if len(users) > 1 else "")
+    return ", ".join(f"{n} ({d})" for d, n in users.items()) + " test users"
+
+
+def _note(fig: Figure, users: dict[str, str], what: str = "Shares of") -> str:
+    """Write the user count under the figure; returns the caption's sentence about it ("" when unknown)."""
+    note = users_note(users)
+    if not note:
+        return ""
+    fig.supxlabel(f"n = {note}", fontsize=8, color="#444444")
+    return f" {what} {note}."
+
+
+def _line_looks(i: int, n: int) -> dict[str, Any]:
+    """Width and marker size of the i-th of n lines drawn in a panel: each narrower than the last and drawn above
+    it, so a line that coincides with an earlier one leaves that one's edges visible."""
+    if n <= 1:
+        return {"linewidth": 1.8, "markersize": 4.5, "zorder": 2}
+    return {"linewidth": max(0.8, 3.8 - 1.8 * i), "markersize": max(2.8, 8.0 - 2.5 * i), "zorder": 2 + i}
+
+
+def _label_small_bars(ax: Any) -> None:
+    """Write the value over every bar lower than ``SMALL_BAR`` of the axis height (a zero bar reads 0.000, a
+    missing one stays blank)."""
+    low, high = ax.get_ylim()
+    limit = SMALL_BAR * (high - low)
+    for container in ax.containers:
+        if not hasattr(container, "patches"):
+            continue
+        labels = []
+        for rect in container.patches:
+            h = rect.get_height()
+            labels.append(f"{h:.3f}" if np.isfinite(h) and abs(h) < limit else "")
+        if any(labels):
+            ax.bar_label(container, labels=labels, padding=2, fontsize=7)
 
 
 def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str, models: list[str],
@@ -169,12 +247,14 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("stage of the attention block")
         ax.set_ylabel("mixing ratio (context share)")
+        _label_small_bars(ax)
     _model_legend(fig, models, [Line2D([], [], marker="D", color="black", linestyle="none", markersize=4,
                                        label="last position")])
+    users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Pooled over the positions of")
     return ReportFigure("mixing_by_stage", "Mixing ratio by stage",
                         "Bars give the share of each stage's output that comes from other positions (pooled over "
                         "layers, all positions; diamonds: last position): a drop from Attn to +Res means the "
-                        "residual swamps the context that attention gathered.", fig)
+                        "residual swamps the context that attention gathered." + users, fig)
 
 
 def _alpha_rows(run: RunRecord) -> list[dict[str, Any]]:
@@ -203,13 +283,15 @@ def _curve_stats(runs: list[RunRecord], rows_of: Callable[[RunRecord], list[dict
 def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], datasets: list[str],
                 rows_of: Callable[[RunRecord], list[dict[str, Any]]], value: Callable[[dict[str, Any]], float | None],
                 ylabel: str) -> None:
+    drawn, n = 0, len(groups)
     for (dataset, model), rs in groups.items():
         stats = _curve_stats(rs, rows_of, value)
         if stats is None:
             continue
         a, mean, std = stats
         style = DATASET_STYLES[datasets.index(dataset) % len(DATASET_STYLES)]
-        ax.plot(a, mean, style, color=model_color(model), marker="o", markersize=3)
+        ax.plot(a, mean, style, color=model_color(model), marker=model_marker(model), **_line_looks(drawn, n))
+        drawn += 1
         if len(rs) > 1:
             ax.fill_between(a, mean - std, mean + std, color=model_color(model), alpha=0.15, linewidth=0)
     ax.set_xlabel("residual scale α")
@@ -241,11 +323,12 @@ def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
     for ax, (label, value) in zip(axes.flat, panels):
         _line_panel(ax, groups, datasets, _alpha_rows, value, label)
         ax.set_title(label)
-    _model_legend(fig, models, _dataset_handles(datasets))
+    _model_legend(fig, models, _dataset_handles(datasets), markers=True)
+    users = _note(fig, _users(groups, lambda r: r.diag("alpha").get("n_users")), "Each point rests on")
     return ReportFigure("alpha_sweep", "Residual scaling sweep",
                         "Each panel plots one quantity against the residual scale α applied at inference (α = 1 is "
                         "the trained model): reading right to left, lowering α should raise mixing, lower HRLI@1 "
-                        "and cost some accuracy.", fig)
+                        "and cost some accuracy." + users, fig)
 
 
 def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
@@ -272,11 +355,13 @@ def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
             ax.set_ylabel(f"test {metric}")
             if row == 1:
                 ax.set_xlabel("input order at inference")
+            _label_small_bars(ax)
     _model_legend(fig, models)
+    users = _note(fig, _users(groups, lambda r: r.diag("shuffle").get("n_users")), "Each bar rests on")
     return ReportFigure("shuffle", "Position shuffle",
                         "Test accuracy with the original input order, with all items but the last permuted "
                         "(keep_last) and with every item permuted (full): a small keep_last drop next to a large "
-                        "full drop means the prediction rests on the last item.", fig)
+                        "full drop means the prediction rests on the last item." + users, fig)
 
 
 def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
@@ -292,11 +377,13 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("share of test users")
         ax.set_xlabel("k-th most recent input item in the unfiltered top-K")
+        _label_small_bars(ax)
     _model_legend(fig, models)
+    users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
     return ReportFigure("hrli", "Last-item hit rates",
                         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is "
                         "in the unfiltered top-K: a high HRLI next to a near-zero HRL2I means the model echoes "
-                        "the last item specifically, not recent items in general.", fig)
+                        "the last item specifically, not recent items in general." + users, fig)
 
 
 def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
@@ -318,11 +405,19 @@ def fig_recovery(runs: list[RunRecord]) -> ReportFigure | None:
         _line_panel(ax, groups, datasets, _recovery_rows, lambda row, k=key: _dig(row, k), label)
     axes[0][0].set_title("share of recoverable misses hit")
     axes[0][1].set_title("test accuracy")
-    _model_legend(fig, models, _dataset_handles(datasets) + [Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
+    _model_legend(fig, models, _dataset_handles(datasets) + [Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")],
+                  markers=True)
+    users = _note(fig, _users(groups, _recovery_counts), "Computed on")
     return ReportFigure("recovery", "Miss recovery against α",
                         "Left: the share of recoverable misses (targets that an earlier position ranked in the "
                         "top-10 but the final one missed) that the final position hits at residual scale α; right: "
-                        "HR@10 at the same α, the price paid.", fig)
+                        "HR@10 at the same α, the price paid." + users, fig)
+
+
+def _recovery_counts(run: RunRecord) -> int | None:
+    test = run.diag("recovery").get("test", {})
+    n = test.get("n_users") if isinstance(test, dict) else None
+    return n if isinstance(n, int) else run.diag("recovery").get("n_users")
 
 
 def _per_position(run: RunRecord, layer: int) -> dict[str, Any] | None:
@@ -344,11 +439,17 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
     layer_names = set()
     stages_seen: list[str] = []
     for ax, dataset in zip(axes[0], datasets):
+        drawn = 0
         for model in models:
             entries = [e for e in (_per_position(r, layer) for r in groups.get((dataset, model), [])) if e]
             if not entries:
                 continue
             layer_names |= {int(e.get("layer", 0)) for e in entries}
+            # each further model narrower and above the one before, so equal curves of two models both show
+            looks = {stage: {**STAGE_LOOKS[stage], "zorder": STAGE_LOOKS[stage]["zorder"] + 3 * drawn,
+                             "linewidth": STAGE_LOOKS[stage]["linewidth"] * max(0.25, 1 - 0.65 * drawn)}
+                     for stage in STAGES}
+            drawn += 1
             for stage in STAGES:
                 series = [np.asarray(e[stage], dtype=float) for e in entries if isinstance(e.get(stage), list)]
                 if not series:
@@ -357,19 +458,22 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
                     stages_seen.append(stage)
                 n = min(min(len(s) for s in series), max_offset)
                 mean = np.mean([s[:n] for s in series], axis=0)
-                ax.plot(np.arange(n), mean, STAGE_STYLES[stage], color=model_color(model), linewidth=1.5)
+                ax.plot(np.arange(n), mean, STAGE_STYLES[stage], color=model_color(model), **looks[stage])
         ax.set_title(dataset)
         ax.set_xlabel("offset from the last position (0 = last)")
         ax.set_ylabel("mixing ratio")
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
-    stage_handles = [Line2D([], [], color="grey", linestyle=STAGE_STYLES[s], label=s) for s in stages_seen]
+    stage_handles = [Line2D([], [], color="grey", linestyle=STAGE_STYLES[s], label=s, **STAGE_LOOKS[s])
+                     for s in stages_seen]
     _model_legend(fig, models, stage_handles)
     which = ", ".join(str(x) for x in sorted(layer_names))
+    users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Averaged over")
     return ReportFigure("mixing_per_position", f"Mixing ratio by position (layer {which})",
                         f"Mixing ratio of layer {which} at each position, counted back from the last one (0), per "
                         "stage (line style) and model (colour): the gap between the solid Attn line and the dashed "
-                        "+Res line is the context the residual swamps at that position.", fig)
+                        "+Res line is the context the residual swamps at that position (the wide pale +Res line "
+                        "shows under the thin marked +LN line where the two coincide)." + users, fig)
 
 
 FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [

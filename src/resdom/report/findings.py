@@ -1,11 +1,16 @@
 """The three findings that matter, in words with their numbers, per (data set, model) (means over seeds).
 
 1. the mixing-ratio drop from Attn to +Res (pooled over layers, all positions);
-2. HRLI@1 against HRL2I@1;
+2. HRLI@1 against HRL2I@1 (and HRLI@1 with the residual scaled to the sweep's lowest alpha);
 3. what lowering alpha recovers: Recovery(alpha) in 0.1-0.3 and at alpha*, with the HR@10 it costs.
+
+Each finding says how many test users its numbers rest on (the diagnostics files' ``n_users``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from resdom.report.collect import RunRecord
 from resdom.report.figures import group_runs, model_label
@@ -17,14 +22,49 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def group_findings(runs: list[RunRecord]) -> dict[str, float | None]:
-    """Mean over ``runs`` of the numbers behind the three findings."""
+def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
+    """Mean over ``runs`` of the numbers behind the three findings, and the test users they rest on (``n_*``,
+    strings)."""
     vals = [run_values(r) for r in runs]
     keys = ["mix_all_Attn", "mix_all_+Res", "mix_all_+LN", "HRLI@1", "HRL2I@1", "rec_share", "alpha_star",
             "HRLI@10", "HRL2I@10", "HR@10", "HR@10_at_star"] + [f"rec_at_{a}" for a in RECOVERY_ALPHAS]
     out = {k: _mean([v.get(k) for v in vals]) for k in keys}
     out["rec_star"] = _mean([_recovery_at_star(r) for r in runs])
+    lowest = [_hrli_at_lowest_alpha(r) for r in runs]
+    alphas = {a for a, _ in filter(None, lowest)}
+    if len(alphas) == 1 and all(lowest):  # one alpha shared by every run, else no mean to speak of
+        out["alpha_low"] = alphas.pop()
+        out["HRLI@1_at_alpha_low"] = _mean([v for _, v in filter(None, lowest)])
+    out["n_mixing"] = _count(runs, lambda r: r.diag("mixing").get("n_users"))
+    out["n_hrli"] = _count(runs, lambda r: r.diag("hrli").get("n_users"))
+    out["n_recovery"] = _count(runs, lambda r: _test_value(r, "n_users"))
+    out["n_recoverable"] = _count(runs, lambda r: _test_value(r, "recoverable"))
     return out
+
+
+def _test_value(run: RunRecord, key: str) -> Any:
+    test = run.diag("recovery").get("test")
+    return test.get(key) if isinstance(test, dict) else None
+
+
+def _count(runs: list[RunRecord], get: Callable[[RunRecord], Any]) -> str | None:
+    """The number of test users behind a finding: ``"398"``, a range ``"390–398"`` where seeds differ, None when
+    no run says."""
+    ns = {int(n) for n in (get(r) for r in runs)
+          if isinstance(n, (int, float)) and not isinstance(n, bool)}
+    if not ns:
+        return None
+    return f"{min(ns):,}" if len(ns) == 1 else f"{min(ns):,}–{max(ns):,}"
+
+
+def _hrli_at_lowest_alpha(run: RunRecord) -> tuple[float, float] | None:
+    """(alpha, HRLI@1) at the lowest alpha of the run's sweep, when below 1."""
+    rows = [r for r in run.diag("alpha").get("rows", []) if isinstance(r, dict)
+            and isinstance(r.get("alpha"), (int, float)) and isinstance(r.get("HRLI@1"), (int, float))]
+    if not rows:
+        return None
+    low = min(rows, key=lambda r: float(r["alpha"]))
+    return (round(float(low["alpha"]), 6), float(low["HRLI@1"])) if float(low["alpha"]) < 1.0 else None
 
 
 def _recovery_at_star(run: RunRecord) -> float | None:
@@ -62,12 +102,14 @@ def _fmt(x: float | None, pct: bool = False) -> str:
     return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
 
 
-def _sentences(f: dict[str, float | None]) -> list[str]:
+def _sentences(f: dict[str, Any]) -> list[str]:
     """The three findings, worded by what the numbers show (they need not agree with the paper)."""
     out = []
     attn, res = f["mix_all_Attn"], f["mix_all_+Res"]
     if attn is not None and res is not None:
         ln = f" and {_fmt(f['mix_all_+LN'])} at +LN" if f["mix_all_+LN"] is not None else ""
+        if f.get("n_mixing"):
+            ln += f" (all positions of {f['n_mixing']} test users)"
         verb = "drops" if res < attn else "rises"
         meaning = ("the residual swamps the context attention gathered" if res < 0.5 * attn
                    else "the residual dilutes the context only mildly" if res < attn
@@ -75,7 +117,10 @@ def _sentences(f: dict[str, float | None]) -> list[str]:
         out.append(f"1. Mixing ratio {verb} from {_fmt(attn)} at Attn to {_fmt(res)} at +Res{ln}: {meaning}.")
     hrli, hrl2i, hrli10, hrl2i10 = f["HRLI@1"], f["HRL2I@1"], f["HRLI@10"], f["HRL2I@10"]
     if hrli is not None and hrl2i is not None:
-        at10 = f" (HRLI@10 = {_fmt(hrli10)} vs HRL2I@10 = {_fmt(hrl2i10)})" if hrli10 is not None else ""
+        inner = [f"HRLI@10 = {_fmt(hrli10)} vs HRL2I@10 = {_fmt(hrl2i10)}"] if hrli10 is not None else []
+        if f.get("n_hrli"):
+            inner.append(f"shares of {f['n_hrli']} test users")
+        at10 = f" ({'; '.join(inner)})" if inner else ""
         if hrli >= 0.1 and hrli > 2 * hrl2i:
             meaning = "the top-1 item is the last input item far more often than the second to last"
         elif hrli10 is not None and hrli10 >= 0.1 and hrli10 > 2 * (hrl2i10 or 0.0):
@@ -85,13 +130,19 @@ def _sentences(f: dict[str, float | None]) -> list[str]:
             meaning = "neither recent input item is often ranked high"
         else:
             meaning = "the last input item is not singled out"
-        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}.")
+        low = ""
+        if f.get("HRLI@1_at_alpha_low") is not None:
+            low = f"; with the residual scaled to α = {f['alpha_low']:g} HRLI@1 is {_fmt(f['HRLI@1_at_alpha_low'])}"
+        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}.")
     if f["rec_share"] is not None:
         band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" for a in RECOVERY_ALPHAS)
         star = ""
         if f["alpha_star"] is not None:
             star = (f"; α* = {f['alpha_star']:.1f} (chosen on validation) recovers {_fmt(f['rec_star'], pct=True)}"
                     f" with test HR@10 {_fmt(f['HR@10_at_star'])} vs {_fmt(f['HR@10'])} at α=1")
+        of = f"{f['n_recovery']} test users" if f.get("n_recovery") else "test users"
+        count = f" ({f['n_recoverable']} users)" if f.get("n_recoverable") is not None else ""
+        these = f"of these {f['n_recoverable']}, " if f.get("n_recoverable") is not None else ""
         out.append(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
-                   f"{_fmt(f['rec_share'], pct=True)} of test users; lowering α recovers {band}{star}.")
+                   f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {these}lowering α recovers {band}{star}.")
     return out
