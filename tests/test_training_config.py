@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from resdom.errors import ResdomError
-from resdom.training.config import TrainConfig, make_train_config, preset_name, resolve_configs
+from resdom.models.bsarec import preset_name
+from resdom.training.config import TrainConfig, make_train_config, resolve_configs
 
 
 def test_defaults() -> None:
@@ -127,3 +128,30 @@ def test_named_variant() -> None:
     model, _ = resolve_configs(name, values, {}, n_items=10, protocol="gts")
     assert (model.name, model.query_ln, model.final_ln, model.max_len) == ("sasrec", True, True, 128)
     assert model_variant("bsarec") == ("bsarec", {})
+
+
+def test_a_field_of_another_model_is_refused_but_its_default_passes() -> None:
+    with pytest.raises(ResdomError, match=r"model\.bsa_a: applies to bsarec only, not to sasrec"):
+        resolve_configs("sasrec", {"bsa_a": 0.3}, {}, n_items=10)
+    with pytest.raises(ResdomError, match=r"model\.duorec_tau: applies to duorec only"):
+        resolve_configs("bsarec", {"duorec_tau": 0.5}, {}, n_items=10)
+    saved, _ = resolve_configs("sasrec", {}, {}, n_items=10)  # a run's own config.json holds every field
+    again, _ = resolve_configs("sasrec", saved.model_dump(exclude={"name", "n_items"}), {}, n_items=10)
+    assert again == saved
+
+
+def test_models_carry_their_traits() -> None:
+    import torch
+
+    from resdom.models import MODEL_CLASSES, build_model
+    from resdom.names import MODELS
+
+    assert tuple(MODEL_CLASSES) == MODELS
+    assert [MODEL_CLASSES[m].default_objective for m in MODELS] == ["ce_all", "ce_all", "ce_last"]
+    assert [MODEL_CLASSES[m].causal for m in MODELS] == [True, True, False]
+    torch.manual_seed(0)
+    built = {m: build_model(resolve_configs(m, {}, {}, n_items=10)[0]) for m in MODELS}
+    assert [built[m].exact_length_groups() for m in MODELS] == [True, False, False]
+    assert not built["duorec"].needs_partners()
+    duo_both = build_model(resolve_configs("duorec", {"duorec_views": "both"}, {}, n_items=10)[0])
+    assert duo_both.needs_partners()

@@ -148,11 +148,13 @@ def train(
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     explicit = {"train": {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}}
     values = _merge(read_config_file(config) if config else {}, parse_set(set_), explicit)
-    resolve_configs(model, values["model"], values["train"], source=preset_source, n_items=1)  # fail fast
+    protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
+    resolve_configs(model, values["model"], values["train"], source=preset_source, n_items=1,
+                    protocol=protocol)  # fail fast
 
     split = data.split(source)
     model_cfg, train_cfg = resolve_configs(model, values["model"], values["train"], source=preset_source,
-                                           n_items=split.n_items)
+                                           n_items=split.n_items, protocol=protocol)
     data_info = data.record(source)
     is_main = int(os.environ.get("RANK", "0")) == 0
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)

@@ -4,28 +4,31 @@ from __future__ import annotations
 
 from resdom.models.base import SequentialRecommender, TrainBatch
 from resdom.models.block import AttentionBlock, BlockRecord
+from resdom.models.bsarec import BSARec
 from resdom.models.config import ModelConfig
+from resdom.models.duorec import DuoRec
 from resdom.models.interface import Diagnosable, recording, residual_scale
+from resdom.models.sasrec import SASRec
+from resdom.names import MODELS
+
+MODEL_CLASSES: dict[str, type[SequentialRecommender]] = {cls.name: cls for cls in (SASRec, DuoRec, BSARec)}
+assert tuple(MODEL_CLASSES) == MODELS, "resdom.names.MODELS and the model classes disagree"
+
+
+def model_class(name: str) -> type[SequentialRecommender]:
+    """The class of the model called ``name`` (one of ``resdom.names.MODELS``)."""
+    try:
+        return MODEL_CLASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; one of {', '.join(MODELS)}") from None
 
 
 def build_model(cfg: ModelConfig) -> SequentialRecommender:
     """The model named by ``cfg.name``."""
-    if cfg.name == "sasrec":
-        from resdom.models.sasrec import SASRec
-
-        return SASRec(cfg)
-    if cfg.name == "duorec":
-        from resdom.models.duorec import DuoRec
-
-        return DuoRec(cfg)
-    if cfg.name == "bsarec":
-        from resdom.models.bsarec import BSARec
-
-        return BSARec(cfg)
-    raise ValueError(f"unknown model {cfg.name!r}")
+    return model_class(cfg.name)(cfg)
 
 
 __all__ = [
-    "AttentionBlock", "BlockRecord", "Diagnosable", "ModelConfig", "SequentialRecommender", "TrainBatch",
-    "build_model", "recording", "residual_scale",
+    "MODEL_CLASSES", "AttentionBlock", "BlockRecord", "Diagnosable", "ModelConfig", "SequentialRecommender",
+    "TrainBatch", "build_model", "model_class", "recording", "residual_scale",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -35,7 +36,27 @@ class TrainBatch:
 
 
 class SequentialRecommender(nn.Module):
-    """Embeddings -> blocks -> (final LN). Subclasses may override ``make_block`` and ``auxiliary_loss``."""
+    """Embeddings -> blocks -> (final LN). Subclasses may override ``make_block`` and ``auxiliary_loss``.
+
+    A model carries its own traits, so that training and diagnostics never ask for a model by name:
+    ``default_objective``; ``causal`` (False: a position's output sees later positions, so an all-position
+    objective would leak labels; ``noncausal_reason`` says why); ``own_fields`` (ModelConfig fields that mean
+    something for this model only); ``defaults(protocol, source)`` (the model and train values its reference
+    code base uses under a protocol, and per-data-set presets); ``needs_partners()`` (batches need
+    ``sup_items``); ``exact_length_groups()`` (a batch may be cut into length groups with the same update).
+    """
+
+    name: ClassVar[str] = ""
+    default_objective: ClassVar[str] = "ce_all"
+    causal: ClassVar[bool] = True
+    noncausal_reason: ClassVar[str] = ""
+    own_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(model values, train values) this model's reference code uses under ``protocol`` on ``source``; the
+        user's own values go on top (``training.config.resolve_configs``)."""
+        return {}, {}
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -133,3 +154,12 @@ class SequentialRecommender(nn.Module):
     def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor | None:
         """Extra training loss beyond the objective (DuoRec's InfoNCE); hidden is encode(batch.items)."""
         return None
+
+    def needs_partners(self) -> bool:
+        """Whether training batches must carry ``sup_items`` (another training input with the same target)."""
+        return False
+
+    def exact_length_groups(self) -> bool:
+        """Whether a batch's loss is the target-weighted mean of its length groups' losses: the model trims
+        batches (not ``full_window``) and has no batch-wide auxiliary loss."""
+        return not self.full_window() and type(self).auxiliary_loss is SequentialRecommender.auxiliary_loss

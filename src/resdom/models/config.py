@@ -7,19 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from resdom.errors import ResdomError
+from resdom.names import MODELS
 
-ModelName = Literal["sasrec", "duorec", "bsarec"]
-
-# BSARec per-data-set presets (SPEC 8: its published settings): architecture part (a, c, heads); the learning rate
-# is training.config.BSAREC_TRAIN_PRESETS.
-BSAREC_PRESETS: dict[str, dict[str, float | int]] = {
-    "beauty": {"bsa_a": 0.7, "bsa_c": 5, "heads": 1},
-    "sports": {"bsa_a": 0.3, "bsa_c": 5, "heads": 4},
-    "toys": {"bsa_a": 0.7, "bsa_c": 3, "heads": 1},
-    "yelp": {"bsa_a": 0.7, "bsa_c": 3, "heads": 4},
-    "lastfm": {"bsa_a": 0.9, "bsa_c": 3, "heads": 1},
-    "ml-1m": {"bsa_a": 0.3, "bsa_c": 9, "heads": 4},
-}
+ModelName = Literal[MODELS]  # type: ignore[valid-type]
 
 # Architectures of the reference code bases (SPEC 6), as ModelConfig values.
 # The reference paper's SASRec: post-LN blocks, LN(Dropout(E * sqrt(d) + P)) input, FFN d with ReLU, max length 200.

@@ -17,11 +17,14 @@ the reference code).
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 import torch.nn.functional as F
 
 from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender, TrainBatch
+from resdom.models.config import REFERENCE_QUERY_LN
 
 
 def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
@@ -40,7 +43,23 @@ def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tens
 
 
 class DuoRec(SequentialRecommender):
-    """SASRec encoder with DuoRec's contrastive regulariser as ``auxiliary_loss``."""
+    """SASRec encoder with DuoRec's contrastive regulariser as ``auxiliary_loss``.
+
+    Defaults: BSARec's code base under LOO; under GTS the reference paper's DuoRec (the query-LN block at max
+    length 200, the unsupervised view, ``ce_all``, up to 300 epochs).
+    """
+
+    name: ClassVar[str] = "duorec"
+    own_fields: ClassVar[tuple[str, ...]] = ("duorec_tau", "duorec_lambda", "duorec_views")
+
+    @classmethod
+    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        if protocol == "gts":
+            return {**REFERENCE_QUERY_LN, "max_len": 200, "duorec_views": "unsup"}, {"epochs": 300}
+        return {}, {}
+
+    def needs_partners(self) -> bool:
+        return self.cfg.duorec_views in ("sup", "both")
 
     def last_state(self, items: torch.Tensor) -> torch.Tensor:
         """items (B, L) left-padded -> (B, d) the state at column L-1 (a fresh pass, dropout as in the mode)."""

@@ -6,54 +6,23 @@ filled in, presets applied), so it can be rebuilt from ``config.json``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from resdom.errors import ResdomError
-from resdom.evaluation.ranking import KS
-from resdom.models.config import (
-    BSAREC_PRESETS,
-    REFERENCE_POST_LN,
-    REFERENCE_QUERY_LN,
-    ModelConfig,
-    format_validation_error,
-)
+from resdom.models import MODEL_CLASSES, model_class
+from resdom.models.config import REFERENCE_QUERY_LN, ModelConfig, format_validation_error
+from resdom.names import METRICS
 
 ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
-
-# Objective used when the user does not choose one (SPEC 2): BSARec's low-pass filter is not causal.
-DEFAULT_OBJECTIVE: dict[str, str] = {"sasrec": "ce_all", "duorec": "ce_all", "bsarec": "ce_last"}
-
-# Training-side part of BSARec's presets (SPEC 8); the architecture part is models.config.BSAREC_PRESETS.
-BSAREC_TRAIN_PRESETS: dict[str, dict[str, Any]] = {
-    "beauty": {"lr": 5e-4}, "sports": {"lr": 1e-3}, "toys": {"lr": 1e-3}, "yelp": {"lr": 1e-3}, "lastfm": {"lr": 1e-3},
-    "ml-1m": {"lr": 5e-4},
-}
 
 # Named variants of a model, usable wherever a grid names its models: label -> (model, model values).
 MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # time-to-split's own SASRec at its default max length (SPEC 8: the published GTS results of the paper's code)
     "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
 }
-
-
-def protocol_defaults(model_name: str, protocol: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(model values, train values) a protocol implies for a model, under the user's own (SPEC 6).
-
-    GTS follows the reference paper's code: SASRec with its post-LN block at max length 200, DuoRec with the
-    query-LN block its DuoRec uses (unsupervised view, ce_all), up to 300 epochs. LOO follows BSARec's code base
-    (ModelConfig's defaults). BSARec keeps its own architecture under both, its padding row initialised as there.
-    """
-    if model_name == "bsarec":
-        return {"init_padding": True}, {}
-    if protocol == "gts" and model_name == "sasrec":
-        return dict(REFERENCE_POST_LN), {"epochs": 300}
-    if protocol == "gts" and model_name == "duorec":
-        return {**REFERENCE_QUERY_LN, "max_len": 200, "duorec_views": "unsup"}, {"epochs": 300}
-    return {}, {}
 
 
 def model_variant(label: str) -> tuple[str, dict[str, Any]]:
@@ -63,7 +32,7 @@ def model_variant(label: str) -> tuple[str, dict[str, Any]]:
         return name, dict(values)
     return label, {}
 
-METRIC_NAMES = tuple(f"{m}@{k}" for m in ("HR", "NDCG") for k in KS) + ("MRR",)
+METRIC_NAMES = METRICS
 
 
 class TrainConfig(BaseModel):
@@ -129,21 +98,6 @@ def make_train_config(**values: Any) -> TrainConfig:
         raise ResdomError(format_validation_error(e, "train")) from None
 
 
-def preset_name(source: str | None) -> str | None:
-    """The BSARec preset matching a data source name or path (``beauty-ts`` -> ``beauty``), or None."""
-    if not source:
-        return None
-    name = Path(str(source)).name.lower()
-    for suffix in (".txt", ".inter", ".csv", ".tsv", ".parquet", ".gz", ".dat"):
-        name = name.removesuffix(suffix)
-    name = name.removesuffix("-ts").removesuffix("_ts")
-    aliases = {"sports_and_outdoors": "sports", "toys_and_games": "toys", "ml1m": "ml-1m"}
-    name = aliases.get(name, name)
-    if name in BSAREC_PRESETS:
-        return name
-    return next((p for p in BSAREC_PRESETS if name.startswith(p + "-") or name.startswith(p + "_")), None)
-
-
 def resolve_configs(
     model_name: str,
     model_values: dict[str, Any] | None = None,
@@ -162,11 +116,12 @@ def resolve_configs(
     train_values = dict(train_values or {})
     if "name" in model_values and model_values["name"] != model_name:
         raise ResdomError(f"model.name: {model_values['name']!r} contradicts --model {model_name!r}")
-    merged_model, merged_train = protocol_defaults(model_name, protocol)
-    preset = preset_name(source) if model_name == "bsarec" else None
-    if preset:
-        merged_model.update(BSAREC_PRESETS[preset])
-        merged_train.update(BSAREC_TRAIN_PRESETS.get(preset, {}))
+    try:
+        cls = model_class(model_name)
+    except ValueError as e:
+        raise ResdomError(f"--model: {e}") from None
+    _check_own_fields(model_name, model_values)
+    merged_model, merged_train = cls.defaults(protocol, source)
     merged_model.update(model_values)
     merged_model.update(name=model_name, n_items=n_items)
     merged_train.update(train_values)
@@ -174,20 +129,31 @@ def resolve_configs(
 
     model_cfg = make_model_config(**merged_model)
     train_cfg = make_train_config(**merged_train)
-    if train_cfg.objective is None:
-        train_cfg = train_cfg.model_copy(update={"objective": DEFAULT_OBJECTIVE[model_name]})
-    check_pairing(model_cfg, train_cfg)
+    train_cfg = with_objective(model_cfg, train_cfg)
     return model_cfg, train_cfg
 
 
-def check_pairing(model_cfg: ModelConfig, train_cfg: TrainConfig) -> None:
-    """Refuse objective/model pairs that are wrong by construction (SPEC 2)."""
+def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfig:
+    """``train_cfg`` with the model's default objective where none is set, after refusing objective/model pairs
+    that are wrong by construction (an all-position objective on a non-causal model, SPEC 2)."""
     from resdom.training.objectives import get_objective
 
-    objective = get_objective(train_cfg.objective or DEFAULT_OBJECTIVE[model_cfg.name])
-    if model_cfg.name == "bsarec" and objective.layout == "all":
-        raise ResdomError(
-            f"train.objective: {objective.name!r} cannot train bsarec: its low-pass filter is not causal, so every "
-            "position sees later items of the window, including the very item it must predict (label leakage, "
-            "SPEC 2); use ce_last (the default for bsarec)"
-        )
+    cls = model_class(model_cfg.name)
+    if train_cfg.objective is None:
+        train_cfg = train_cfg.model_copy(update={"objective": cls.default_objective})
+    objective = get_objective(train_cfg.objective)
+    if not cls.causal and objective.layout == "all":
+        raise ResdomError(f"train.objective: {objective.name!r} cannot train {cls.name}: {cls.noncausal_reason}; "
+                          f"use {cls.default_objective} (the default for {cls.name})")
+    return train_cfg
+
+
+def _check_own_fields(model_name: str, values: dict[str, Any]) -> None:
+    """A field of another model, set to anything but its default, is an error naming it (a run's own config.json
+    holds every field at its default, so it passes)."""
+    for other, cls in MODEL_CLASSES.items():
+        if other == model_name:
+            continue
+        for key in cls.own_fields:
+            if key in values and values[key] != ModelConfig.model_fields[key].default:
+                raise ResdomError(f"model.{key}: applies to {other} only, not to {model_name}")

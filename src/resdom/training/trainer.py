@@ -52,7 +52,7 @@ from resdom.training.batches import (
     iter_batches,
     same_target_partners,
 )
-from resdom.training.config import DEFAULT_OBJECTIVE, RESUMABLE_FIELDS, TrainConfig, check_pairing
+from resdom.training.config import RESUMABLE_FIELDS, TrainConfig, with_objective
 from resdom.training.objectives import LossContext, Objective, get_objective, popularity_log_q
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
@@ -259,18 +259,6 @@ def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: dist
     return float(total)  # one device sync per batch
 
 
-def _groups_are_exact(model: SequentialRecommender, objective: Objective) -> bool:
-    """Whether a batch's loss is the target-weighted mean of its groups' losses (``length_groups``): a mean over
-    targets (not ce_sampled, whose negatives are drawn per call), no batch-wide auxiliary loss (DuoRec's
-    InfoNCE), and a model that trims batches at all (not BSARec)."""
-    return (objective.name in ("ce_all", "ce_last", "bce") and not model.full_window()
-            and type(model).auxiliary_loss is SequentialRecommender.auxiliary_loss)
-
-
-def _needs_partners(model_cfg: ModelConfig) -> bool:
-    return model_cfg.name == "duorec" and model_cfg.duorec_views in ("sup", "both")
-
-
 def _loss_context(split: SplitData, train_cfg: TrainConfig, objective: Objective) -> LossContext:
     log_q = None
     if objective.name == "ce_sampled":
@@ -327,9 +315,7 @@ def fit(
     interrupts the run; ``fit`` again resumes it). ``progress``: tqdm bars (default: when stderr is a TTY).
     """
     model_cfg = _resolve_model_config(model_cfg, split)
-    if train_cfg.objective is None:
-        train_cfg = train_cfg.model_copy(update={"objective": DEFAULT_OBJECTIVE[model_cfg.name]})
-    check_pairing(model_cfg, train_cfg)
+    train_cfg = with_objective(model_cfg, train_cfg)
     objective = get_objective(train_cfg.objective)
     files = RunFiles(Path(out_dir))
     fingerprint = data_fingerprint(split)
@@ -438,13 +424,15 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
 
     seed, rank, world = train_cfg.seed, dist_ctx.rank, dist_ctx.world_size
     order_rng = np.random.default_rng(epoch_seed(seed, epoch, 0))  # same on every rank
-    partners = same_target_partners(samples.last_targets, order_rng) if _needs_partners(model_cfg) else None
+    model = getattr(step, "module", step).model  # under DDP step is the wrapper
+    partners = same_target_partners(samples.last_targets, order_rng) if model.needs_partners() else None
     order = epoch_order(len(samples), order_rng, rank, world)
     per_rank = max(1, train_cfg.batch_size // world)
-    model = getattr(step, "module", step).model  # under DDP step is the wrapper
     # a full-window model (BSARec) pays for max_len in every batch anyway: bucketing would only bias batches
     buckets = 0 if model.full_window() else train_cfg.length_buckets
-    groups = train_cfg.length_groups if _groups_are_exact(model, objective) else 1
+    # exact only for a mean over targets (not ce_sampled, whose negatives are drawn per call) on a model that allows it
+    exact = objective.name in ("ce_all", "ce_last", "bce") and model.exact_length_groups()
+    groups = train_cfg.length_groups if exact else 1
     if buckets:
         order = bucket_by_length(order, samples.end - samples.start, per_rank, buckets, order_rng)
     neg_rng = np.random.default_rng(epoch_seed(seed, epoch, 1, rank))

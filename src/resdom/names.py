@@ -1,0 +1,10 @@
+"""The vocabulary shared by every layer, in one place: models, protocols, diagnostics, block stages, metrics."""
+
+from __future__ import annotations
+
+MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec")  # models.MODEL_CLASSES holds a class for each
+PROTOCOLS: tuple[str, ...] = ("loo", "gts")
+DIAGNOSTICS: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
+STAGES: tuple[str, ...] = ("Attn", "+Res", "+LN")  # the stages of an attention block, in computation order
+CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)  # K of HR@K / NDCG@K
+METRICS: tuple[str, ...] = (*(f"HR@{k}" for k in CUTOFFS), *(f"NDCG@{k}" for k in CUTOFFS), "MRR")
