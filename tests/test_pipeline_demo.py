@@ -1,4 +1,5 @@
-"""End to end on tiny synthetic data: the demo, and the reproduction grid (resume, skip, failures)."""
+"""End to end on tiny synthetic data: the demo, and the reproduction grid (resume, skip, failures); the demo at its
+real size shows the phenomenon it exists to show (issue 13)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,45 @@ def test_demo_end_to_end_and_rerun(tmp_path: Path) -> None:
     log_lines = (run / "metrics.jsonl").read_text().count("\n")
     run_demo(tmp_path / "demo", settings, progress=False, echo=lines.append)
     assert (run / "metrics.jsonl").read_text().count("\n") == log_lines
+    # a demo folder made from other data (an older demo's default) is refused, not silently reused
+    from resdom.errors import ResdomError
+
+    with pytest.raises(ResdomError, match="was made from 'synthetic:n_users=120"):
+        run_demo(tmp_path / "demo", DemoSettings(source=TINY + ",seed=1"), progress=False, echo=lines.append)
+
+
+def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
+    """``resdom demo``'s own setting (synthetic:demo, full size, about 25 s of CPU): the trained SASRec ranks the
+    last input item first far more often than the second to last, the residual swamps the mixing, a keep_last
+    shuffle costs little and a full one much, and scaling the residual down lowers HRLI@1; the printed findings
+    carry these numbers and the user counts."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = run_demo(tmp_path / "demo", DemoSettings(), progress=False, echo=lambda _: None)
+    finally:
+        torch.set_num_threads(threads)
+    diag = result.run_dir / "diagnostics"
+    hrli = json.loads((diag / "hrli.json").read_text())
+    h1, h2 = hrli["values"]["HRLI@1"], hrli["values"]["HRL2I@1"]
+    assert h1 >= 0.3 and h1 >= 3 * h2, (h1, h2)
+    mixing = json.loads((diag / "mixing.json").read_text())["pooled"]["all"]
+    assert mixing["+Res"] < 0.5 * mixing["Attn"], mixing
+    shuffle = json.loads((diag / "shuffle.json").read_text())["perturbations"]
+    keep, full = (shuffle[m]["relative_change"]["NDCG@10"] for m in ("keep_last", "full"))
+    assert keep > -0.1 and full < -0.3, (keep, full)
+    rows = sorted(json.loads((diag / "alpha.json").read_text())["rows"], key=lambda r: -r["alpha"])
+    sweep = [r["HRLI@1"] for r in rows]  # alpha 1.0, 0.9, ..., 0.0
+    assert rows[0]["alpha"] == 1.0 and rows[-1]["alpha"] == 0.0
+    assert all(b <= a + 0.02 for a, b in zip(sweep, sweep[1:])), sweep  # non-increasing as alpha falls
+    assert sweep[-1] < sweep[0] - 0.2, sweep
+    text = "\n".join(result.findings)
+    n = hrli["n_users"]
+    assert f"HRLI@1 = {h1:.3f} vs HRL2I@1 = {h2:.3f}" in text and f"shares of {n:,} test users" in text
+    assert f"from {mixing['Attn']:.3f} at Attn to {mixing['+Res']:.3f} at +Res" in text
+    assert f"with the residual scaled to α = 0 HRLI@1 is {sweep[-1]:.3f}" in text
 
 
 def test_reproduce_grid_resume_and_failures(tmp_path: Path) -> None:
