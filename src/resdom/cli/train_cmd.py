@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from resdom.cli.data_options import SOURCE_HELP, DataOptions, data_options, is_split_dir, split_manifest
+from resdom.cli.values import positive_int
 from resdom.errors import ResdomError
 
 SECTIONS = ("model", "train")
@@ -187,6 +188,7 @@ def evaluate(
 
     if split not in ("valid", "test"):
         raise ResdomError(f"--split: expected valid or test, got {split!r}")
+    positive_int(batch_size, "--batch-size")
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
     if run.training_note():
