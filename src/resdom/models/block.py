@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -164,7 +165,12 @@ class FeedForward(nn.Module):
 
 
 class AttentionBlock(nn.Module):
-    """One transformer block with a settable residual scale ``alpha`` on the attention sub-layer."""
+    """One transformer block with a settable residual scale ``alpha`` on the attention sub-layer.
+
+    The sub-layer is ``residual_sum`` (the one residual line of the code base, shared by every block variant)
+    followed by ``sublayer_output``; variants change what the residual carries (``residual_and_queries``), what
+    follows the sum, or mix in another branch (BSARec), never the residual line itself.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -174,31 +180,49 @@ class AttentionBlock(nn.Module):
         self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation)
         self.ffn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.dropout = Dropout(cfg.dropout)
+        self.attn_out_dropout: nn.Module = self.dropout  # dropout on A before the sum (none in the query-LN block)
         self.alpha = 1.0  # residual scale; used only in eval mode (SPEC 2)
         self.recording: list[BlockRecord] | None = None  # set by interface.record()
 
     def effective_alpha(self) -> float:
         return 1.0 if self.training else self.alpha
 
-    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
-        """H1 from X (B, L, d); appends a BlockRecord when recording."""
-        record = self.recording is not None
-        attn_in = self.attn_ln(x) if self.norm_first else x
-        a, weights, head_values = self.attention(attn_in, mask_bias, record)
+    def residual_and_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(what the residual carries, what attention's queries read): (X, X) post-LN, (X, LN(X)) pre-LN.
+        Keys and values read the queries' input, except in the query-LN block (the raw X)."""
+        return x, (self.attn_ln(x) if self.norm_first else x)
+
+    def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        return queries
+
+    def residual_sum(self, x: torch.Tensor, mask_bias: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Z = alpha * R + Dropout(MHA(Q, KV)) from X (B, L, d), and the record's fields of this pass."""
+        r, q = self.residual_and_queries(x)
+        kv = self.key_values(x, q)
+        a, weights, head_values = self.attention(q, mask_bias, self.recording is not None, kv=kv)
         alpha = self.effective_alpha()
-        z = alpha * x + self.dropout(a)  # the residual connection
-        h1 = z if self.norm_first else self.attn_ln(z)
-        if record:
-            self.recording.append(
-                BlockRecord(
-                    x=x, attn_in=attn_in, attn_weights=weights, head_values=head_values,
-                    out_bias=self.attention.out.bias, attn_out=a, alpha=alpha, z=z,
-                    ln_weight=None if self.norm_first else self.attn_ln.weight,
-                    ln_bias=None if self.norm_first else self.attn_ln.bias,
-                    ln_eps=None if self.norm_first else self.attn_ln.eps,
-                    sublayer_out=h1, norm_first=self.norm_first,
-                )
-            )
+        z = alpha * r + self.attn_out_dropout(a)  # the residual connection
+        return z, {"x": r, "attn_in": kv, "attn_weights": weights, "head_values": head_values,
+                   "out_bias": self.attention.out.bias, "attn_out": a, "alpha": alpha, "z": z}
+
+    def sum_norm(self) -> nn.LayerNorm | None:
+        """The LayerNorm applied to Z (the +LN stage); None for pre-LN blocks."""
+        return None if self.norm_first else self.attn_ln
+
+    def record(self, parts: dict[str, Any], **extra: Any) -> None:
+        """Append this pass's BlockRecord when recording."""
+        if self.recording is not None:
+            ln = self.sum_norm()
+            self.recording.append(BlockRecord(
+                **parts, ln_weight=None if ln is None else ln.weight, ln_bias=None if ln is None else ln.bias,
+                ln_eps=None if ln is None else ln.eps, norm_first=ln is None, **extra))
+
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        """H1 from X (B, L, d): LN(Z) (post-LN) or Z (pre-LN); appends a BlockRecord when recording."""
+        z, parts = self.residual_sum(x, mask_bias)
+        ln = self.sum_norm()
+        h1 = z if ln is None else ln(z)
+        self.record(parts, sublayer_out=h1)
         return h1
 
     def ffn_sublayer(self, h1: torch.Tensor) -> torch.Tensor:
@@ -231,6 +255,7 @@ class QueryLNBlock(AttentionBlock):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation, inner_dropout=cfg.dropout)
+        self.attn_out_dropout = nn.Identity()
 
     def reset_parameters(self) -> None:
         a = self.attention
@@ -238,24 +263,15 @@ class QueryLNBlock(AttentionBlock):
         for lin in (a.query, a.key, a.value):
             nn.init.uniform_(lin.weight, -bound, bound)
 
-    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
-        """H from X (B, L, d); appends a BlockRecord when recording."""
-        record = self.recording is not None
+    def residual_and_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.attn_ln(x)
-        a, weights, head_values = self.attention(q, mask_bias, record, kv=x)
-        alpha = self.effective_alpha()
-        z = alpha * q + a  # the residual connection
-        h = self.ffn_ln(z)
-        if record:
-            self.recording.append(
-                BlockRecord(
-                    x=q, attn_in=x, attn_weights=weights, head_values=head_values,
-                    out_bias=self.attention.out.bias, attn_out=a, alpha=alpha, z=z,
-                    ln_weight=self.ffn_ln.weight, ln_bias=self.ffn_ln.bias, ln_eps=self.ffn_ln.eps,
-                    sublayer_out=h,
-                )
-            )
-        return h
+        return q, q
+
+    def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def sum_norm(self) -> nn.LayerNorm:
+        return self.ffn_ln
 
     def ffn_sublayer(self, h: torch.Tensor) -> torch.Tensor:
         return h + self.dropout(self.ffn(h))

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender
-from resdom.models.block import AttentionBlock, BlockRecord, Dropout
+from resdom.models.block import AttentionBlock, Dropout
 from resdom.models.config import ModelConfig
 
 
@@ -71,22 +71,10 @@ class BSARecBlock(AttentionBlock):
 
     def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         """H1 (B, L, d) from X (B, L, d); appends a BlockRecord when recording."""
-        record = self.recording is not None
         dsp = self.filter(x)
-        attn, weights, head_values = self.attention(x, mask_bias, record)
-        alpha = self.effective_alpha()
-        z = alpha * x + self.dropout(attn)  # the attention residual connection
-        gsp = self.attn_ln(z)
-        h1 = self.a * dsp + (1.0 - self.a) * gsp
-        if record:
-            self.recording.append(
-                BlockRecord(
-                    x=x, attn_in=x, attn_weights=weights, head_values=head_values,
-                    out_bias=self.attention.out.bias, attn_out=attn, alpha=alpha, z=z,
-                    ln_weight=self.attn_ln.weight, ln_bias=self.attn_ln.bias, ln_eps=self.attn_ln.eps,
-                    sublayer_out=h1, branch_scale=1.0 - self.a, freq_out=self.a * dsp, norm_first=False,
-                )
-            )
+        z, parts = self.residual_sum(x, mask_bias)  # GSP's pre-LN sum: the shared attention residual
+        h1 = self.a * dsp + (1.0 - self.a) * self.attn_ln(z)
+        self.record(parts, sublayer_out=h1, branch_scale=1.0 - self.a, freq_out=self.a * dsp)
         return h1
 
 
