@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
-from resdom.diagnostics.mixing import (
+from resdom.diagnostics.decomposition import (
     attention_terms,
     bias_terms,
     head_ratios,
-    mixing_ratios,
     norm_of_sums,
     stages_of,
     sum_of_norms,
 )
+from resdom.diagnostics.mixing import mixing_ratios
 from resdom.models import build_model, recording, residual_scale
 from resdom.models.config import ModelConfig
 

@@ -1,0 +1,194 @@
+"""The norm-based decomposition of an attention block (SPEC 4; Kobayashi et al. 2021) and the mixing ratios of
+one block's record, under both definitions. Aggregation over users and layers is ``resdom.diagnostics.mixing``.
+
+Per layer, query position i and key position j, with s the branch scale (BSARec's 1 - a, else 1)::
+
+    g_ij(Attn) = s * sum_h a^h_ij f^h(x_j)                          f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h
+    g_ij(+Res) = g_ij(Attn) + [i == j] * s * alpha * x_i           (pre-LN: the raw x_i; no +LN stage)
+    g_ij(+LN)  = gamma * (g_ij(+Res) - mean_d g_ij(+Res)) / sqrt(Var_d(z_i) + eps)
+
+(x_i is what the residual carries: LN_a(x_i) in the query-LN block.) Bias terms: ``s * b_O`` (Attn, +Res) and
+``s * (gamma * (b_O - mean b_O) / sqrt(Var(z_i) + eps) + beta)`` (+LN); the terms plus the bias terms rebuild
+``s * attn_out``, ``s * z`` and ``s * LN(z)`` (= H1 minus BSARec's frequency branch). The factor s cancels in
+every ratio.
+
+Mixing ratio at position i: ``||sum_{j!=i} g_ij|| / (||sum_{j!=i} g_ij|| + ||g_ii||)`` (``norm_of_sums``, the
+default) or ``sum_{j!=i} ||g_ij|| / sum_j ||g_ij||`` (``sum_of_norms``). ``norm_of_sums`` needs no (B, L, L, d)
+tensor: ``sum_j g_ij(Attn) = s * (attn_out_i - b_O)``, ``g_ii`` comes from the diagonal of the attention
+weights and the head values, and the +LN stage is linear in g. ``sum_of_norms`` needs none either: off the
+diagonal ||g_ij||^2 is a quadratic form in the attention weights with the Gram matrix of key j's head values
+(B L^2 H^2 work). A ratio with a zero denominator is 0; the first real position (it attends only to itself
+under the causal mask) has r = 0 exactly; padding is excluded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from resdom.diagnostics.common import first_real
+from resdom.models.block import BlockRecord
+
+DEFINITIONS: tuple[str, ...] = ("norm_of_sums", "sum_of_norms")
+
+
+def stages_of(rec: BlockRecord) -> tuple[str, ...]:
+    """("Attn", "+Res", "+LN") for post-LN blocks, ("Attn", "+Res") for pre-LN."""
+    return ("Attn", "+Res") if rec.norm_first else ("Attn", "+Res", "+LN")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The decomposition itself
+
+
+def self_terms(rec: BlockRecord) -> torch.Tensor:
+    """g_ii(Attn) = s * sum_h a^h_ii f^h(x_i): (B, L, d) from the diagonal of the weights and the head values."""
+    diag = torch.diagonal(rec.attn_weights, dim1=-2, dim2=-1)  # (B, H, L)
+    hv = rec.head_values
+    own = diag[:, 0, :, None] * hv[:, 0]  # a loop over heads reads each head's values once (faster than einsum)
+    for h in range(1, hv.shape[1]):
+        own.addcmul_(diag[:, h, :, None], hv[:, h])
+    return own if rec.branch_scale == 1.0 else own.mul_(rec.branch_scale)
+
+
+def ln_inverse_scale(rec: BlockRecord) -> torch.Tensor:
+    """(B, L, 1): 1 / sqrt(Var_d(z_i) + eps), the real LayerNorm's scale (biased variance, as LayerNorm)."""
+    z = rec.z
+    return torch.rsqrt(z.var(-1, unbiased=False, keepdim=True) + rec.ln_eps)
+
+
+def ln_linear(rec: BlockRecord, v: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """The +LN stage's linear map ``gamma * (v - mean_d v) * inv``; v (..., d), inv broadcastable to v."""
+    return rec.ln_weight * (v - v.mean(-1, keepdim=True)) * inv
+
+
+def bias_terms(rec: BlockRecord, stage: str) -> torch.Tensor:
+    """(B, L, d): what the stage's output holds beside sum_j g_ij (b_O, and after LN: its share and beta)."""
+    s = rec.branch_scale
+    b = rec.out_bias.to(rec.z.dtype).expand_as(rec.z)
+    if stage in ("Attn", "+Res"):
+        return s * b
+    if stage == "+LN" and not rec.norm_first:
+        return s * (ln_linear(rec, b, ln_inverse_scale(rec)) + rec.ln_bias)
+    raise ValueError(f"unknown stage {stage!r} for this block (stages: {stages_of(rec)})")
+
+
+def attention_terms(rec: BlockRecord, stage: str, queries: slice | None = None) -> torch.Tensor:
+    """g_ij at ``stage`` for query positions ``queries`` (default all): (B, c, L, d), rows i, columns j.
+
+    Materialises c * L vectors per user (for tests and inspection; the ratios never need it).
+    """
+    queries = slice(0, rec.z.shape[1]) if queries is None else queries
+    q0 = queries.start or 0
+    s = rec.branch_scale
+    g = s * torch.einsum("bhij,bhjd->bijd", rec.attn_weights[:, :, queries, :], rec.head_values)
+    if stage == "Attn":
+        return g
+    c = g.shape[1]
+    rows = torch.arange(c, device=g.device)
+    g[:, rows, q0 + rows, :] += s * rec.alpha * rec.x[:, queries, :]
+    if stage == "+Res":
+        return g
+    if stage == "+LN" and not rec.norm_first:
+        return ln_linear(rec, g, ln_inverse_scale(rec)[:, queries, None, :])
+    raise ValueError(f"unknown stage {stage!r} for this block (stages: {stages_of(rec)})")
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.zeros_like(num))
+
+
+def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{stage: r (B, L)} by norm of sums; items (B, L) left-padded; padding rows hold 0, first real r = 0.
+
+    As the decomposition's own sums, but leaving out the +LN stage's 1/sqrt(Var(z_i)+eps): a positive factor common to
+    both terms of position i, it cancels in r_i (and costs a variance per position).
+    """
+    s = rec.branch_scale
+    own = self_terms(rec)
+    others = torch.sub(rec.attn_out, rec.out_bias)
+    if s != 1.0:
+        others.mul_(s)
+    others.sub_(own)
+    own_res = torch.add(own, rec.x, alpha=s * rec.alpha)
+    no = torch.linalg.vector_norm(others, dim=-1)
+    norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
+             "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
+    if not rec.norm_first:
+        norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
+    drop = first_real(items) | (items == 0)
+    return {st: torch.where(drop, 0.0, _ratio(a, a + b)) for st, (a, b) in norms.items()}
+
+
+def _centred_norm(v: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """||gamma * (v - mean_d v)|| over the last dimension: (..., d) -> (...)."""
+    return torch.linalg.vector_norm((v - v.mean(-1, keepdim=True)).mul_(gamma), dim=-1)
+
+
+def _allowed_keys(items: torch.Tensor) -> torch.Tensor:
+    """bool (B, L, L): key j is real and j <= i (what query i may attend to under the masks)."""
+    L = items.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
+    return (items > 0)[:, None, :] & causal[None]
+
+
+def _term_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """||sum_h a^h_ij v^h_j|| for every (i, j): weights (B, H, L, L), values (B, H, L, d) -> (B, L, L).
+
+    Via the per-key Gram matrices G_j[h, k] = <v^h_j, v^k_j>: ||.||^2 = sum_{h,k} a^h_ij a^k_ij G_j[h, k], so
+    the cost is B L^2 H^2 and no (B, L, L, d) tensor is built.
+    """
+    gram = torch.einsum("bhjd,bkjd->bjhk", values, values)  # (B, L, H, H)
+    q = torch.einsum("bhij,bjhk->bkij", weights, gram)  # (B, H, L, L)
+    return (q * weights).sum(1).clamp_min(0.0).sqrt()
+
+
+def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{stage: r (B, L)} by sum of norms, ``sum_{j!=i} ||g_ij|| / sum_j ||g_ij||``.
+
+    Off the diagonal g_ij(+Res) = g_ij(Attn), and g_ij(+LN) is the same linear map of every head value
+    (gamma * centred * 1/sqrt(Var(z_i)+eps)), so all off-diagonal norms come from Gram matrices of the (mapped)
+    head values (``_term_norms``); the diagonal terms g_ii are built directly, (B, L, d) each.
+    """
+    s = abs(rec.branch_scale)
+    allowed = _allowed_keys(items)
+    off = allowed & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
+    own_attn = self_terms(rec)
+    own_res = own_attn + rec.branch_scale * rec.alpha * rec.x
+    others = {"Attn": s * _term_norms(rec.attn_weights, rec.head_values)}
+    others["+Res"] = others["Attn"]
+    own = {"Attn": own_attn.norm(dim=-1), "+Res": own_res.norm(dim=-1)}
+    if not rec.norm_first:  # 1/sqrt(Var(z_i)+eps) is common to every term of query i: it cancels in r_i
+        mapped = ln_linear(rec, rec.head_values, 1.0)  # gamma * centred f^h_j, (B, H, L, d)
+        others["+LN"] = s * _term_norms(rec.attn_weights, mapped)
+        own["+LN"] = ln_linear(rec, own_res, 1.0).norm(dim=-1)
+    first = first_real(items)
+    out = {}
+    for st in stages_of(rec):
+        total_others = (others[st] * off).sum(-1)
+        out[st] = torch.where(first | (items == 0), 0.0, _ratio(total_others, total_others + own[st]))
+    return out
+
+
+def head_ratios(rec: BlockRecord, items: torch.Tensor, definition: str) -> torch.Tensor:
+    """(B, H, L): Attn-stage mixing ratio of each head's own terms a^h_ij f^h(x_j)."""
+    w, hv = rec.attn_weights, rec.head_values
+    diag = torch.diagonal(w, dim1=-2, dim2=-1)  # (B, H, L)
+    own_norm = diag * hv.norm(dim=-1)  # ||a^h_ii f^h(x_i)||
+    if definition == "norm_of_sums":
+        others = torch.einsum("bhij,bhjd->bhid", w, hv) - diag[..., None] * hv
+        no = others.norm(dim=-1)
+    else:  # ||a^h_ij f^h(x_j)|| = a^h_ij ||f^h(x_j)||
+        off = _allowed_keys(items) & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
+        no = torch.einsum("bhij,bhj->bhi", w * off[:, None], hv.norm(dim=-1))
+    r = _ratio(no, no + own_norm)
+    mask = (first_real(items) | (items == 0))[:, None, :]
+    return torch.where(mask, 0.0, r)
+
+
+def ratios(rec: BlockRecord, items: torch.Tensor, definition: str = "norm_of_sums") -> dict[str, torch.Tensor]:
+    """{stage: r (B, L)} for one block's record under ``definition``."""
+    if definition == "norm_of_sums":
+        return norm_of_sums(rec, items)
+    if definition == "sum_of_norms":
+        return sum_of_norms(rec, items)
+    raise ValueError(f"unknown mixing-ratio definition {definition!r} (choose from {', '.join(DEFINITIONS)})")
