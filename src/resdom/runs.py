@@ -1,16 +1,5 @@
-"""Run directories and checkpoints: safetensors weights plus a JSON sidecar; nothing pickled.
-
-Layout of ``RUN_DIR`` (written by training, read by evaluate / diagnose / report)::
-
-    config.json        resolved config: {"model": ModelConfig, "train": TrainConfig, "data": {...}}
-    data/              the prepared split (arrays.npz + manifest.json), so a run is self-contained
-    model.safetensors  best weights (by validation metric)
-    model.json         sidecar: model config, data fingerprint, versions, epoch, metrics
-    metrics.jsonl      one JSON line per epoch
-    metrics.json       final metrics per split, with the number of evaluated users
-    state/             resume state (last epoch's weights, optimiser, trainer state)
-    diagnostics/       outputs of ``resdom diagnose``
-"""
+"""Checkpoints (safetensors weights plus a JSON sidecar; nothing pickled) and loading a run directory whose
+layout ``resdom.rundir.RunDir`` owns."""
 
 from __future__ import annotations
 
@@ -31,6 +20,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.config import ModelConfig
+from resdom.rundir import RunDir
 
 CHECKPOINT_FORMAT = "resdom-checkpoint/1"
 
@@ -195,19 +185,20 @@ class Run:
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     """Load a run directory's best model (eval mode, on ``device``), its split and its config."""
-    run_dir = Path(run_dir)
+    files = RunDir(run_dir)
+    run_dir = files.dir
     if not run_dir.is_dir():
         raise ResdomError(f"{run_dir}: run directory not found")
-    ckpt = run_dir / "model.safetensors"
+    ckpt = files.model
     if not ckpt.exists():
-        raise ResdomError(f"{run_dir}: no model.safetensors (has training finished at least one epoch?)")
-    split = SplitData.load(run_dir / "data")
+        raise ResdomError(f"{run_dir}: no {ckpt.name} (has training finished at least one epoch?)")
+    split = SplitData.load(files.data)
     if split.n_items != read_sidecar(ckpt)["model"].get("n_items"):
-        raise ResdomError(f"{ckpt}: checkpoint item count does not match {run_dir / 'data'} ({split.n_items} items)")
+        raise ResdomError(f"{ckpt}: checkpoint item count does not match {files.data} ({split.n_items} items)")
     for _ in range(3):  # a trainer may replace the best checkpoint meanwhile: the hash must be of what was loaded
         before = checkpoint_id(ckpt)
         model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprint(split))
         if checkpoint_id(ckpt) == before:
             break
-    config = read_config(run_dir / "config.json")
+    config = read_config(files.config)
     return Run(run_dir, model.to(device), split, config, meta, before, training=is_locked(run_dir))

@@ -20,6 +20,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
+from resdom.rundir import RunDir
 from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
 
 
@@ -123,19 +124,20 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
         raise ResdomError(f"{out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()) and not force:
         raise ResdomError(f"{out}: exists and is not empty (choose another --out, or --force to overwrite)")
-    for stale in ("diagnostics", "state"):  # results of whatever model was there before
-        shutil.rmtree(out / stale, ignore_errors=True)
+    run = RunDir(out)
+    for stale in (run.diagnostics, run.state_dir):  # results of whatever model was there before
+        shutil.rmtree(stale, ignore_errors=True)
     fingerprint = data_fingerprint(data.split)
-    data.split.save(out / "data")
-    save_checkpoint(out / "model.safetensors", model, {
+    data.split.save(run.data)
+    save_checkpoint(run.model, model, {
         "data_fingerprint": fingerprint, "imported_from": imported_from, "data": data.manifest,
     })
-    atomic_write_json(out / "config.json", {
+    atomic_write_json(run.config, {
         "model": model.cfg.model_dump(), "train": None, "imported_from": imported_from,
         "data": {"source": data.manifest.get("source", {}).get("name"), "protocol": "loo",
                  "fingerprint": fingerprint, "n_items": data.split.n_items, "manifest": data.manifest},
         "versions": versions(),
     })
-    for stale in ("metrics.json", "metrics.jsonl"):
-        (out / stale).unlink(missing_ok=True)
+    for stale in (run.final, run.log):
+        stale.unlink(missing_ok=True)
     return out

@@ -66,13 +66,16 @@ _FLAGS = {name: opt.param_decls[0] for name, _, opt in (*_READ_OPTIONS, *_SPLIT_
 
 def is_split_dir(source: str | Path) -> bool:
     """Whether ``source`` is a folder written by ``resdom data split`` (arrays.npz + manifest.json)."""
-    path = Path(str(source))
-    return path.is_dir() and (path / "arrays.npz").is_file() and (path / "manifest.json").is_file()
+    from resdom.data.sequences import SplitData
+
+    return SplitData.exists(str(source))
 
 
 def split_manifest(source: str | Path) -> dict[str, Any]:
     """The manifest.json of a split folder (``is_split_dir``)."""
-    path = Path(str(source)) / "manifest.json"
+    from resdom.data.sequences import SplitData
+
+    path = Path(str(source)) / SplitData.MANIFEST
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:

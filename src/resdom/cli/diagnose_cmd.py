@@ -9,6 +9,7 @@ import typer
 
 from resdom.cli.values import parse_alphas, positive_int
 from resdom.errors import ResdomError
+from resdom.rundir import RunDir
 
 
 def _ints(text: str | None, option: str) -> list[int] | None:
@@ -24,7 +25,7 @@ def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
     """Modification time (ns) of each diagnostic's JSON file under RUN_DIR/diagnostics (None: absent)."""
     out: dict[str, int | None] = {}
     for name in names:
-        path = Path(run_dir) / "diagnostics" / f"{name}.json"
+        path = RunDir(run_dir).diagnostic(name)
         out[name] = path.stat().st_mtime_ns if path.is_file() else None
     return out
 

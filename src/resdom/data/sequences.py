@@ -153,13 +153,20 @@ class SplitData:
 
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
-        atomic_write_bytes(directory / "arrays.npz", buf.getvalue())
-        atomic_write_text(directory / "manifest.json", json.dumps(self.manifest, indent=2, sort_keys=True))
+        atomic_write_bytes(directory / self.ARRAYS, buf.getvalue())
+        atomic_write_text(directory / self.MANIFEST, json.dumps(self.manifest, indent=2, sort_keys=True))
+
+    ARRAYS, MANIFEST = "arrays.npz", "manifest.json"  # the layout of a split directory
+
+    @classmethod
+    def exists(cls, directory: str | Path) -> bool:
+        """Whether ``directory`` holds a saved split (``save``'s two files)."""
+        return (Path(directory) / cls.ARRAYS).is_file() and (Path(directory) / cls.MANIFEST).is_file()
 
     @classmethod
     def load(cls, directory: str | Path) -> SplitData:
         directory = Path(directory)
-        path = directory / "arrays.npz"
+        path = directory / cls.ARRAYS
         if not path.exists():
             raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json)")
         redo = ("prepare it again (`resdom data split`; in a run directory, delete its state/ and rerun "
@@ -187,7 +194,7 @@ class SplitData:
             detail = f"no array {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
             raise ResdomError(f"{path}: not a readable prepared split, the file is truncated or corrupt ({detail}); "
                               f"{redo}") from None
-        manifest_path = directory / "manifest.json"
+        manifest_path = directory / cls.MANIFEST
         try:
             split.manifest = json.loads(manifest_path.read_text())
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

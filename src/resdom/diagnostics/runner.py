@@ -30,6 +30,7 @@ from resdom.diagnostics.shuffle import MODES, position_shuffle
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import rank_and_world
 from resdom.io import atomic_write_json, atomic_write_text
+from resdom.rundir import RunDir
 
 WHAT: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
 SPLITS = ("valid", "test")
@@ -72,7 +73,8 @@ def run_all(
     evalset = getattr(run.split, split)
     if len(evalset) == 0:
         raise ResdomError(f"{run.directory}/data: the {split} split has no users")
-    out_dir = Path(run_dir) / "diagnostics"
+    files = RunDir(run_dir)
+    out_dir = files.diagnostics
     if rank_and_world()[0] == 0:
         discard_stale(out_dir, run.checkpoint)
     model, common = run.model, {"batch_size": batch_size, "device": device, "progress": progress}
@@ -98,17 +100,17 @@ def run_all(
         data["seconds"] = round(timings[name], 3)
         data["checkpoint"] = run.checkpoint
         if rank == 0:
-            atomic_write_json(out_dir / f"{name}.json", data)
+            atomic_write_json(files.diagnostic(name), data)
             for suffix, text in CSV_WRITERS[name](data).items():
-                atomic_write_text(out_dir / f"{name}{suffix}.csv", text)
+                atomic_write_text(files.diagnostic(name, f"{suffix}.csv"), text)
         if lines:
-            print(f"diagnose [{i}/{len(names)}] {name}: done in {timings[name]:.0f} s -> {out_dir / name}.json",
+            print(f"diagnose [{i}/{len(names)}] {name}: done in {timings[name]:.0f} s -> {files.diagnostic(name)}",
                   file=sys.stderr, flush=True)
     summary: dict[str, Any] = {}
     if rank == 0:
         summary = summarise(out_dir, split, run.checkpoint)
         summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
-        atomic_write_json(out_dir / "summary.json", summary)
+        atomic_write_json(files.summary, summary)
     if world > 1:
         box = [summary]
         dist.broadcast_object_list(box, src=0)
@@ -188,7 +190,7 @@ def discard_stale(out_dir: Path, checkpoint: str) -> list[str]:
     none): they describe a model that is no longer there. Returns the names of the results removed."""
     removed = []
     for name in (*WHAT, "summary"):
-        path = out_dir / f"{name}.json"
+        path = out_dir / f"{name}.json"  # RunDir.diagnostic's naming
         if path.is_file() and _read_file(path).get("checkpoint") != checkpoint:
             for stale in (path, *out_dir.glob(f"{name}*.csv")):
                 stale.unlink(missing_ok=True)

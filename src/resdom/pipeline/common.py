@@ -13,9 +13,9 @@ from typing import Any
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_text
+from resdom.rundir import RunDir
 
 DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery")
-ERROR_FILE = "error.txt"
 
 
 def resolve_device(device: str) -> str:
@@ -33,10 +33,11 @@ def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
     from resdom.runs import checkpoint_id
 
     try:
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-        summary = json.loads((run_dir / "diagnostics" / "summary.json").read_text())
-        config = json.loads((run_dir / "config.json").read_text())
-        current = checkpoint_id(run_dir / "model.safetensors")
+        files = RunDir(run_dir)
+        metrics = json.loads(files.final.read_text())
+        summary = json.loads(files.summary.read_text())
+        config = json.loads(files.config.read_text())
+        current = checkpoint_id(files.model)
     except (OSError, json.JSONDecodeError, ResdomError):
         return False
     if not metrics.get("checkpoint") == summary.get("checkpoint") == current:
@@ -67,7 +68,7 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
     t1 = time.perf_counter()
     summary = _run_all()(run_dir, what=DIAGNOSTICS, split="test", device=resolve_device(device), progress=progress)
     t2 = time.perf_counter()
-    (run_dir / ERROR_FILE).unlink(missing_ok=True)
+    RunDir(run_dir).error.unlink(missing_ok=True)
     return {"metrics": metrics, "diagnostics": summary, "train_s": t1 - t0, "diagnose_s": t2 - t1}
 
 
@@ -85,5 +86,5 @@ def record_failure(run_dir: Path, error: BaseException) -> str:
     message = str(error) if isinstance(error, ResdomError) else f"{type(error).__name__}: {error}"
     message = " ".join(message.split()) or type(error).__name__
     detail = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    atomic_write_text(run_dir / ERROR_FILE, f"{message}\n\n{detail}")
+    atomic_write_text(RunDir(run_dir).error, f"{message}\n\n{detail}")
     return message

@@ -25,6 +25,7 @@ from typing import Any
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.pipeline.common import train_and_diagnose
+from resdom.rundir import RunDir
 
 
 @dataclass
@@ -73,10 +74,10 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     echo(f"[1/3] data: {s.source} ({s.protocol} split)")
-    saved = run_dir / "data" / "arrays.npz"
-    split = SplitData.load(saved.parent) if saved.is_file() else prepare_split(s.source, protocol=s.protocol)
+    saved = RunDir(run_dir).data
+    split = SplitData.load(saved) if SplitData.exists(saved) else prepare_split(s.source, protocol=s.protocol)
     made_from = (split.manifest.get("source") or {}).get("name")
-    if saved.is_file() and made_from != s.source:
+    if SplitData.exists(saved) and made_from != s.source:
         raise ResdomError(f"{run_dir} was made from {made_from!r}, not {s.source!r} (an older demo?): "
                           f"delete {out_dir} or choose another --out")
     stats = split.manifest.get("dataset") or dataset_stats(split.train)

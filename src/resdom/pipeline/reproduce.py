@@ -25,6 +25,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
+from resdom.rundir import RunDir
 
 MODELS = ("sasrec", "duorec", "bsarec")
 
@@ -124,8 +125,8 @@ class _DataCache:
 
     def split(self, dataset: str, run_dir: Path) -> SplitData:
         """The run's own saved split when it has one (resume), else the data set's prepared split."""
-        if (run_dir / "data" / "arrays.npz").is_file():
-            return SplitData.load(run_dir / "data")
+        if SplitData.exists(RunDir(run_dir).data):
+            return SplitData.load(RunDir(run_dir).data)
         if dataset not in self.splits:
             from resdom.data.prepare import prepare_split
 
@@ -176,9 +177,10 @@ def cell_compute(run_dir: Path, diagnose_s: float | None) -> dict[str, Any]:
     import os
     import platform
 
-    epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    train = json.loads((run_dir / "config.json").read_text()).get("train", {})
-    diag = json.loads((run_dir / "diagnostics" / "summary.json").read_text()).get("seconds", {})
+    files = RunDir(run_dir)
+    epochs = [json.loads(line) for line in files.log.read_text().splitlines() if line.strip()]
+    train = json.loads(files.config.read_text()).get("train", {})
+    diag = json.loads(files.summary.read_text()).get("seconds", {})
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(diagnose_s if diagnose_s is not None else sum(diag.values()), 1),
             "device": train.get("device"), "threads": train.get("threads"), "cpu_count": os.cpu_count(),
@@ -219,10 +221,10 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
     summary_dir = spec.out / "summary"
     atomic_write_json(summary_dir / "grid.json", {"spec": {**asdict(spec), "out": str(spec.out)},
                                                   "outcomes": [asdict(o) for o in outcomes]})
-    finished = [Path(o.run_dir) for o in outcomes if (Path(o.run_dir) / "metrics.json").is_file()]
+    finished = [Path(o.run_dir) for o in outcomes if RunDir(o.run_dir).final.is_file()]
     # failed cells that got as far as writing their config are listed in the report's run table, with the error
     usable = [Path(o.run_dir) for o in outcomes
-              if (Path(o.run_dir) / "metrics.json").is_file() or (Path(o.run_dir) / "config.json").is_file()]
+              if RunDir(o.run_dir).final.is_file() or RunDir(o.run_dir).config.is_file()]
     if not finished:
         echo(f"no run finished; nothing to summarise (see {summary_dir / 'grid.json'})")
         return GridResult(outcomes, summary_dir, None, [])

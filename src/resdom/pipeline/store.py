@@ -23,6 +23,7 @@ from typing import Any
 
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, json_bytes
+from resdom.rundir import RunDir
 
 MAX_CELL_BYTES = 200_000
 DIAGNOSTIC_FILES = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
@@ -67,39 +68,40 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
     if not is_finished(run_dir):
         raise ResdomError(f"{run_dir}: not finished (final metrics and diagnostics of its current checkpoint are "
                           "needed before it can be stored)")
-    checkpoint = checkpoint_id(run_dir / "model.safetensors")
-    metrics = _read(run_dir / "metrics.json")
-    config = _read(run_dir / "config.json")
-    curve = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    out = cell_dir(store, dataset, label, seed)
+    run = RunDir(run_dir)
+    checkpoint = checkpoint_id(run.model)
+    metrics = _read(run.final)
+    config = _read(run.config)
+    curve = [line for line in run.log.read_text().splitlines() if line.strip()]
+    cell = RunDir(cell_dir(store, dataset, label, seed))
     files: dict[Path, bytes] = {
-        out / "config.json": json_bytes(_config_record(config, label)),
-        out / "metrics.json": json_bytes(metrics),
-        out / "curve.jsonl": ("\n".join(curve) + "\n").encode(),
-        out / "cell.json": json_bytes({
+        cell.config: json_bytes(_config_record(config, label)),
+        cell.final: json_bytes(metrics),
+        cell.curve: ("\n".join(curve) + "\n").encode(),
+        cell.cell: json_bytes({
             "dataset": dataset, "label": label, "model": config.get("model", {}).get("name"), "seed": seed,
             "checkpoint": checkpoint, "best_epoch": metrics.get("best_epoch"), "epochs_run": metrics.get("epochs_run"),
             "stopped": metrics.get("stopped"), "compute": compute or {}, "versions": config.get("versions", {}),
         }),
     }
     for name in DIAGNOSTIC_FILES:
-        path = run_dir / "diagnostics" / f"{name}.json"
+        path = run.diagnostic(name)
         if path.is_file():
             d = _read(path)
             if d.get("checkpoint") != checkpoint:
                 raise ResdomError(f"{path}: computed on checkpoint {d.get('checkpoint')}, not {checkpoint}; "
                                   "rerun `resdom diagnose` first")
-            files[out / "diagnostics" / f"{name}.json"] = json_bytes(d)
+            files[cell.diagnostic(name)] = json_bytes(d)
     size = sum(len(b) for b in files.values())
     if size > MAX_CELL_BYTES:
         raise ResdomError(f"{run_dir}: the store record would be {size:,} bytes (limit {MAX_CELL_BYTES:,})")
     atomic_write_files(files)
-    return out
+    return cell.dir
 
 
 def store_cells(store: str | Path) -> list[Path]:
     """The cell folders below ``store`` (those holding cell.json), sorted."""
-    return sorted(p.parent for p in Path(store).rglob("cell.json"))
+    return sorted(p.parent for p in Path(store).rglob(RunDir(".").cell.name))
 
 
 # ---------------------------------------------------------------------------------------------------------

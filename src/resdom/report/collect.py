@@ -15,6 +15,7 @@ from typing import Any
 
 from resdom.errors import ResdomError
 from resdom.io import sha256_file
+from resdom.rundir import RunDir
 
 DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
 
@@ -76,9 +77,10 @@ def read_run(run_dir: str | Path) -> RunRecord:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ResdomError(f"{run_dir}: run directory not found")
-    config = _maybe(run_dir / "config.json")
-    diagnostics = {name: _maybe(run_dir / "diagnostics" / f"{name}.json") for name in DIAGNOSTICS}
-    metrics = _maybe(run_dir / "metrics.json")
+    files = RunDir(run_dir)
+    config = _maybe(files.config)
+    diagnostics = {name: _maybe(files.diagnostic(name)) for name in DIAGNOSTICS}
+    metrics = _maybe(files.final)
     if not config and not metrics and not any(diagnostics.values()):
         raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
     stale = _drop_stale(run_dir, metrics, diagnostics)
@@ -86,7 +88,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     seed = train.get("seed")
-    error_path = run_dir / "error.txt"
+    error_path = files.error
     return RunRecord(
         path=run_dir,
         dataset=str(data.get("source") or data.get("name") or run_dir.parent.parent.name or "data"),
@@ -99,7 +101,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         data_stats=_data_stats(data),
         error=error_path.read_text().strip() if error_path.is_file() else None,
         stale=stale,
-        cell=_maybe(run_dir / "cell.json"),
+        cell=_maybe(files.cell),
     )
 
 
@@ -107,7 +109,7 @@ def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, d
     """Empty (in place) the results computed on another checkpoint than the run's ``model.safetensors``; returns
     their names. A run directory without weights (a results-store cell) is checked against ``metrics.json``'s
     checkpoint instead."""
-    weights = run_dir / "model.safetensors"
+    weights = RunDir(run_dir).model
     current = sha256_file(weights)[:16] if weights.is_file() else metrics.get("checkpoint")
     stale = []
     if metrics and weights.is_file() and metrics.get("checkpoint") != current:
@@ -149,8 +151,8 @@ def find_run_dirs(root: str | Path) -> list[Path]:
     """Run directories below ``root`` (those holding config.json or diagnostics/), sorted; ``root`` itself if it is
     one."""
     root = Path(root)
-    if (root / "config.json").is_file() or (root / "diagnostics").is_dir():
+    if RunDir(root).is_run():
         return [root]
-    found = {p.parent for p in root.rglob("config.json")} | {p.parent for p in root.rglob("diagnostics")
-                                                            if p.is_dir()}
+    found = {p.parent for p in root.rglob(RunDir(".").config.name)} | {
+        p.parent for p in root.rglob(RunDir(".").diagnostics.name) if p.is_dir()}
     return sorted(p for p in found if "summary" not in p.relative_to(root).parts)

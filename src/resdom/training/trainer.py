@@ -42,6 +42,7 @@ from resdom.io import (
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
+from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id, data_fingerprint, load_checkpoint, read_safetensors, save_checkpoint, versions
 from resdom.training import distributed
 from resdom.training.batches import (
@@ -119,18 +120,8 @@ def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) 
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-class RunFiles:
-    """Paths of a run directory (layout in ``resdom.runs``) and the resume state in ``state/``."""
-
-    def __init__(self, out_dir: Path) -> None:
-        self.dir = Path(out_dir)
-        self.config = self.dir / "config.json"
-        self.data = self.dir / "data"
-        self.model = self.dir / "model.safetensors"
-        self.log = self.dir / "metrics.jsonl"
-        self.final = self.dir / "metrics.json"
-        self.state_dir = self.dir / "state"
-        self.state = self.state_dir / "trainer.json"
+class RunFiles(RunDir):
+    """A run directory (layout in ``resdom.rundir``) as the trainer writes it, and the resume state in ``state/``."""
 
     def restart_hint(self) -> str:
         return f"delete {self.state_dir} to restart the run from epoch 1"
