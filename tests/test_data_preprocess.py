@@ -1,4 +1,4 @@
-"""Preprocessing (SPEC 1): k-core (fixed point, equals a slow reference), repeats, stable tie order, remapping."""
+"""Preprocessing (spec §1): k-core (fixed point, equals a slow reference), repeats, stable tie order, remapping."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Readers (SPEC 1): every format, format detection, and every malformed input -> one clear line, exit 2."""
+"""Readers (spec §1): every format, format detection, and every malformed input -> one clear line, exit 2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Splits (SPEC 1): LOO and GTS by hand, against a slow time-to-split reference, and leakage properties."""
+"""Splits (spec §1): LOO and GTS by hand, against a slow time-to-split reference, and leakage properties."""
 
 from __future__ import annotations
 

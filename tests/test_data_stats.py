@@ -1,4 +1,4 @@
-"""dataset_stats (SPEC 1) on hand-computed cases."""
+"""dataset_stats (spec §1) on hand-computed cases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Norm-based decomposition (SPEC 4): the terms rebuild the block, the fast path equals a slow reference,
+"""Norm-based decomposition (spec §4): the terms rebuild the block, the fast path equals a slow reference,
 hand-checkable cases, aggregation."""
 
 from __future__ import annotations

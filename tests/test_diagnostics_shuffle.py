@@ -1,4 +1,4 @@
-"""Position shuffles (SPEC 4): perturbations, per-user seeding, batch-size independence, hand cases."""
+"""Position shuffles (spec §4): perturbations, per-user seeding, batch-size independence, hand cases."""
 
 from __future__ import annotations
 

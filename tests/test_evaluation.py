@@ -1,4 +1,4 @@
-"""The evaluation loop (SPEC 3): against a per-user slow reference, batch-size independence, filtering,
+"""The evaluation loop (spec §3): against a per-user slow reference, batch-size independence, filtering,
 any Diagnosable, and sharding across two gloo processes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ranking primitives (SPEC 3) against a slow reference: sort everything, count; metrics by hand."""
+"""Ranking primitives (spec §3) against a slow reference: sort everything, count; metrics by hand."""
 
 from __future__ import annotations
 

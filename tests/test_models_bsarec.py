@@ -1,4 +1,4 @@
-"""BSARec (SPEC 2): the low-pass filter, the layer against a slow numpy reference, records, the window."""
+"""BSARec (spec §2): the low-pass filter, the layer against a slow numpy reference, records, the window."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def np_linear(x: np.ndarray, lin: torch.nn.Linear) -> np.ndarray:
 
 
 def slow_bsarec_layer(block: BSARecBlock, x: np.ndarray, items: np.ndarray, alpha: float, c: int) -> np.ndarray:
-    """One sequence: x (L, d), items (L,) -> the block output (L, d), written out from SPEC 2 (eval mode)."""
+    """One sequence: x (L, d), items (L,) -> the block output (L, d), written out from spec §2 (eval mode)."""
     L, d = x.shape
     keep = c // 2 + 1  # bins >= c//2+1 zeroed
     beta = block.filter.sqrt_beta.detach().numpy().reshape(d) ** 2

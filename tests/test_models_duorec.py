@@ -1,4 +1,4 @@
-"""DuoRec (SPEC 2): InfoNCE against a slow loop, the three views, gradients, the missing-view error."""
+"""DuoRec (spec §2): InfoNCE against a slow loop, the three views, gradients, the missing-view error."""
 
 from __future__ import annotations
 

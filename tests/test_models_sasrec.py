@@ -1,4 +1,4 @@
-"""SASRec / the attention block (SPEC 2): shapes, padding invariance, causality, residual scale, records."""
+"""SASRec / the attention block (spec §2): shapes, padding invariance, causality, residual scale, records."""
 
 from __future__ import annotations
 

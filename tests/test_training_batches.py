@@ -66,7 +66,7 @@ def test_last_layout_every_prefix(max_len: int) -> None:
     for row, (x, y) in enumerate(ref):
         assert batch.items[row].tolist() == left_pad(x, width)
         assert int(batch.targets[row]) == y
-    # the first prefix of each user is an empty input (SPEC 6)
+    # the first prefix of each user is an empty input (spec §6)
     assert sum(1 for x, _ in ref if not x) == len(SEQS)
 
 

@@ -1,4 +1,4 @@
-"""``resdom data``: statistics, splits and the registry of named data sets (SPEC 1)."""
+"""``resdom data``: statistics, splits and the registry of named data sets (spec §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Data layer: readers -> preprocessing -> splits (SPEC section 1).
+"""Data layer: readers -> preprocessing -> splits (spec §1).
 
 ``prepare_split``, ``load_interactions``, ``dataset_stats``, ``SyntheticConfig`` and ``generate`` are
 imported lazily (they pull in pandas), so ``import resdom.data.sequences`` stays light.

@@ -1,4 +1,4 @@
-"""From a source string to a prepared, split data set (SPEC 1): read -> preprocess -> split -> manifest.
+"""From a source string to a prepared, split data set (spec §1): read -> preprocess -> split -> manifest.
 
 ``source`` is one of:
 
@@ -127,7 +127,7 @@ def prepare_split(
     fmt: str | None = None,
     **options: Any,
 ) -> SplitData:
-    """Read, preprocess and split ``source`` (module docstring) by ``protocol`` ``loo`` or ``gts`` (SPEC 1).
+    """Read, preprocess and split ``source`` (module docstring) by ``protocol`` ``loo`` or ``gts`` (spec §1).
 
     The manifest holds: protocol, thresholds (timestamps and ISO dates, GTS), counts per part, the
     preprocessing applied, the source files' sha256, the tie rule and the dropped users.

@@ -1,4 +1,4 @@
-"""Preprocessing (SPEC 1): ordering, consecutive-repeat removal, iterative k-core, id remapping.
+"""Preprocessing (spec §1): ordering, consecutive-repeat removal, iterative k-core, id remapping.
 
 Order of operations, each optional and recorded in ``Prepared.steps``:
 

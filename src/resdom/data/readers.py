@@ -1,4 +1,4 @@
-"""Readers: every input format of SPEC 1 into one raw interaction table (``RawInteractions``).
+"""Readers: every input format of spec §1 into one raw interaction table (``RawInteractions``).
 
 Formats (``fmt`` names, as accepted by ``--format``):
 

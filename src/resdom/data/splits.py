@@ -1,4 +1,4 @@
-"""Splits (SPEC 1): leave-one-out and the global temporal split (time-to-split, Gusak et al., RecSys 2025).
+"""Splits (spec §1): leave-one-out and the global temporal split (time-to-split, Gusak et al., RecSys 2025).
 
 Both take full per-user sequences (oldest first) and return training sequences, validation and test
 ``EvalSet``s and a manifest fragment (thresholds, counts per part, dropped users). Every part keeps
@@ -105,7 +105,7 @@ def time_split(seqs: Sequences, q: float) -> tuple[int, Sequences, EvalSet, dict
 
 
 def split_gts(seqs: Sequences, quantile: float = 0.9, valid_quantile: float | None = None) -> SplitParts:
-    """Global temporal split (SPEC 1): test by ``time_split(q)`` on all data; validation "by time" is the
+    """Global temporal split (spec §1): test by ``time_split(q)`` on all data; validation "by time" is the
     same rule inside the training pool with ``T_val`` = quantile of the pool's timestamps (``valid_quantile``,
     default ``quantile``); the model trains on the pool at or before ``T_val`` (users with >= 2 there)."""
     if seqs.times is None:

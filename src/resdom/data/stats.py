@@ -1,4 +1,4 @@
-"""Data set statistics (SPEC 1): users, items, interactions, average and max length, density, span in days."""
+"""Data set statistics (spec §1): users, items, interactions, average and max length, density, span in days."""
 
 from __future__ import annotations
 

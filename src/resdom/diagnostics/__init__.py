@@ -1,4 +1,4 @@
-"""Diagnostics of last-item reliance (SPEC 4): shuffles, last-item hit rates, norm-based decomposition,
+"""Diagnostics of last-item reliance (spec §4): shuffles, last-item hit rates, norm-based decomposition,
 residual-scaling sweep, miss recovery. They use a model only through ``resdom.models.interface``."""
 
 from resdom.diagnostics.alpha import ALPHAS, AlphaResult, alpha_sweep

@@ -1,4 +1,4 @@
-"""Residual-scaling sweep (SPEC 4): ``h_i = alpha * x_i + Attn(x)_i`` at inference, alpha from 1.0 to 0.0.
+"""Residual-scaling sweep (spec §4): ``h_i = alpha * x_i + Attn(x)_i`` at inference, alpha from 1.0 to 0.0.
 
 For each alpha (set with ``residual_scale`` in all or the chosen layers, same trained weights) one recorded
 pass over the set gives: pooled mixing ratios per stage ("all" real positions and "last" position),

@@ -1,4 +1,4 @@
-"""The norm-based decomposition of an attention block (SPEC 4; Kobayashi et al. 2021) and the mixing ratios of
+"""The norm-based decomposition of an attention block (spec §4; Kobayashi et al. 2021) and the mixing ratios of
 one block's record, under both definitions. Aggregation over users and layers is ``resdom.diagnostics.mixing``.
 
 Per layer, query position i and key position j, with s the branch scale (BSARec's 1 - a, else 1)::

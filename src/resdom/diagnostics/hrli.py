@@ -1,4 +1,4 @@
-"""Last-item hit rates (SPEC 4): ``HRLkI@K`` = share of evaluated users whose k-th most recent input item is in
+"""Last-item hit rates (spec §4): ``HRLkI@K`` = share of evaluated users whose k-th most recent input item is in
 the unfiltered top-K of the final-position prediction.
 
 k = 1 is HRLI, k = 2 HRL2I, k = 3 HRL3I. Users with fewer than k input items count as misses. Rankings are

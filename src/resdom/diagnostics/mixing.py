@@ -1,4 +1,4 @@
-"""Mixing ratios of every attention block over an evaluation set (SPEC 4): the per-block ratios of
+"""Mixing ratios of every attention block over an evaluation set (spec §4): the per-block ratios of
 ``resdom.diagnostics.decomposition``, aggregated over users, positions and layers.
 
 Aggregation: "all" = mean over every real position of every evaluated user (position-weighted, the first
@@ -84,7 +84,7 @@ class _Mean:
 
 @dataclass
 class MixingResult:
-    """Mixing ratios per layer / pooled, "all" real positions and "last" position, per stage (SPEC 4).
+    """Mixing ratios per layer / pooled, "all" real positions and "last" position, per stage (spec §4).
 
     layers[l] = {"layer": l, "all": {stage: r}, "last": {stage: r}}; pooled = {"all": {...}, "last": {...}};
     per_position[l] = {"layer": l, "offset_from_end": [0, 1, ...], stage: [r, ...]};

@@ -1,4 +1,4 @@
-"""Miss recovery (SPEC 4).
+"""Miss recovery (spec §4).
 
 At alpha = 1 and K = 10, a user's prediction is read at the final column (L-1, "position L") and at columns
 L-1-k for k = 1, 2, 3 ("positions L-1, L-2, L-3": the output state at index last - k of the same input;
@@ -160,7 +160,7 @@ def miss_recovery(
     eps: float = 0.01, layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False,
 ) -> RecoveryResult:
-    """SPEC 4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well."""
+    """spec §4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well."""
     model = check_model(model)
     alphas = check_alphas(alphas)
     if 1.0 not in alphas:

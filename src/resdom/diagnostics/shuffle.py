@@ -1,4 +1,4 @@
-"""Inference-time position shuffles (SPEC 4).
+"""Inference-time position shuffles (spec §4).
 
 Perturbations act on the window the model reads (the last ``max_len`` items of each input):
 
@@ -131,7 +131,7 @@ def position_shuffle(
     filter_seen: bool = True, ks: tuple[int, ...] = KS, batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False,
 ) -> ShuffleResult:
-    """Metrics of ``model`` on ``evalset`` with original and perturbed inputs (SPEC 4), means / std over seeds."""
+    """Metrics of ``model`` on ``evalset`` with original and perturbed inputs (spec §4), means / std over seeds."""
     model = check_model(model)
     for m in modes:
         if m not in MODES:

@@ -1,1 +1,1 @@
-"""Full-ranking evaluation (SPEC section 3)."""
+"""Full-ranking evaluation (spec §3)."""

@@ -1,4 +1,4 @@
-"""Full-ranking primitives (SPEC section 3), shared by evaluation and diagnostics.
+"""Full-ranking primitives (spec §3), shared by evaluation and diagnostics.
 
 Ranks are 0-based and pessimistic: every other item scoring >= the target ranks above it. Scores of
 the padding item (column 0) and, when filtering, of items in the input are -inf; a target whose own

@@ -1,4 +1,4 @@
-"""Models (SPEC section 2): SASRec, DuoRec, BSARec sharing one block interface."""
+"""Models (spec §2): SASRec, DuoRec, BSARec sharing one block interface."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BSARec (Shin et al., AAAI 2024): attention mixed with a frequency-domain branch (SPEC sections 2 and 6).
+"""BSARec (Shin et al., AAAI 2024): attention mixed with a frequency-domain branch (spec §2 and §6).
 
 Each layer (post-LN only)::
 
@@ -12,7 +12,7 @@ as in the authors' code (``FrequencyLayer``, ``BSARecLayer``, ``FeedForward``): 
 signal before its residual, the attention sub-layer is the ordinary post-LN one, and beta is parameterised
 as ``sqrt_beta ** 2`` with ``sqrt_beta ~ N(0, 1)``, the same initial value in every layer (their encoder
 deep-copies one block). The filter is not causal and sees the whole window, padding included, so BSARec
-always runs on the full ``max_len`` window, left-padded (SPEC 2: the padding side is part of the model).
+always runs on the full ``max_len`` window, left-padded (spec §2: the padding side is part of the model).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class FrequencyLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.c = cfg.bsa_c // 2 + 1  # number of kept rfft bins (SPEC 2: bins >= c//2+1 zeroed)
+        self.c = cfg.bsa_c // 2 + 1  # number of kept rfft bins (spec §2: bins >= c//2+1 zeroed)
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, cfg.hidden))
         self.dropout = Dropout(cfg.dropout)
         self.ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
@@ -78,7 +78,7 @@ class BSARecBlock(AttentionBlock):
         return h1
 
 
-# BSARec's published per-data-set settings (SPEC 8): (a, c, heads) and the learning rate.
+# BSARec's published per-data-set settings (spec §8): (a, c, heads) and the learning rate.
 PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "beauty": ({"bsa_a": 0.7, "bsa_c": 5, "heads": 1}, {"lr": 5e-4}),
     "sports": ({"bsa_a": 0.3, "bsa_c": 5, "heads": 4}, {"lr": 1e-3}),
@@ -116,7 +116,7 @@ class BSARec(SequentialRecommender):
     causal: ClassVar[bool] = False
     noncausal_reason: ClassVar[str] = (
         "its low-pass filter is not causal, so every position sees later items of the window, including the very "
-        "item it must predict (label leakage, SPEC 2)")
+        "item it must predict (label leakage, spec §2)")
     own_fields: ClassVar[tuple[str, ...]] = ("bsa_a", "bsa_c")
 
     @classmethod
@@ -136,6 +136,6 @@ class BSARec(SequentialRecommender):
         return BSARecBlock(cfg)
 
     def full_window(self) -> bool:
-        """Always: the low-pass filter sees the whole padded window (SPEC 2). With the key-padding mask (the
+        """Always: the low-pass filter sees the whole padded window (spec §2). With the key-padding mask (the
         default) the dropped padding keys have weight 0, so the trimmed records rebuild every real position."""
         return True

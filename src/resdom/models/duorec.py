@@ -1,4 +1,4 @@
-"""DuoRec (Qiu et al., WSDM 2022): SASRec plus a contrastive loss between two views of each sequence (SPEC 2).
+"""DuoRec (Qiu et al., WSDM 2022): SASRec plus a contrastive loss between two views of each sequence (spec §2).
 
 Loss = objective + lambda * InfoNCE(z, z'), z the last-position state (column L-1, left padding). Views
 (``cfg.duorec_views``):

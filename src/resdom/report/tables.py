@@ -135,7 +135,7 @@ def aggregate(runs: list[RunRecord], columns: list[Column], name: str, title: st
 
 
 def dataset_table(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] | None = None) -> Table:
-    """Data set statistics (SPEC 1), one row per data set, from each run's ``config.json`` ``data.stats``
+    """Data set statistics (spec §1), one row per data set, from each run's ``config.json`` ``data.stats``
     (or ``extra_stats[dataset]``)."""
     cols = [Column("users", "Users", "count"), Column("items", "Items", "count"),
             Column("interactions", "Interactions", "count"), Column("avg_length", "Avg. length", "num"),
@@ -163,7 +163,7 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
     """All paper tables for ``runs``, in the paper's order; tables with no data are kept but empty."""
     specs: list[tuple[str, str, str, list[Column]]] = [
         ("mixing", "Mixing ratio by stage",
-         "Share of the attention-block output that comes from other positions (SPEC 4, norm of sums), pooled over "
+         "Share of the attention-block output that comes from other positions (spec §4, norm of sums), pooled over "
          "layers, at all real positions and at the last one; 1 = all context, 0 = all self.",
          [Column(f"mix_{w}_{s}", f"{s} ({w})") for w in ("all", "last") for s in ("Attn", "+Res", "+LN")]),
         ("hrli", "Last-item hit rates",

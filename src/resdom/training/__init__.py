@@ -1,4 +1,4 @@
-"""Training (SPEC 2 objectives, SPEC 6 protocol): config, samples and batches, objectives, the trainer, DDP."""
+"""Training (spec §2 objectives, spec §6 protocol): config, samples and batches, objectives, the trainer, DDP."""
 
 from resdom.training.config import TrainConfig, make_train_config, resolve_configs
 from resdom.training.objectives import OBJECTIVES, Objective, get_objective

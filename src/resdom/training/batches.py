@@ -1,4 +1,4 @@
-"""Training samples and batches (SPEC 2 "Training objectives", SPEC 6), built with array operations only.
+"""Training samples and batches (spec §2 "Training objectives", spec §6), built with array operations only.
 
 A *sample* is a span of the flat training item array: its input is ``items[start:end]`` (oldest first) and
 its target(s) come right after it. Two layouts:
@@ -9,7 +9,7 @@ its target(s) come right after it. Two layouts:
   (BSARec / RecBole style; the first prefix has an empty input), target = the item after the prefix.
 
 Batches are left-padded (last item at column L-1) and trimmed to their longest real input, except where a
-fixed width is asked for (BSARec: its FFT sees the whole padded window, SPEC 2). A batch may be cut into a few
+fixed width is asked for (BSARec: its FFT sees the whole padded window, spec §2). A batch may be cut into a few
 groups of similar input length (``length_groups``), each trimmed to its own longest input: the trainer
 accumulates their gradients, so the update is that of the whole batch at a fraction of the padding.
 """
@@ -111,7 +111,7 @@ def sample_negatives(
 def same_target_partners(targets: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """int64 (S,): for each sample, a random *other* sample with the same target (itself if it has none).
 
-    DuoRec's supervised view (SPEC 2). Vectorised: group by target via a stable sort, draw a uniform
+    DuoRec's supervised view (spec §2). Vectorised: group by target via a stable sort, draw a uniform
     position in the group that skips the sample's own.
     """
     S = len(targets)

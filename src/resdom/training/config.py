@@ -20,7 +20,7 @@ DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 
 # Named variants of a model, usable wherever a grid names its models: label -> (model, model values).
 MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # time-to-split's own SASRec at its default max length (SPEC 8: the published GTS results of the paper's code)
+    # time-to-split's own SASRec at its default max length (spec §8: the published GTS results of the paper's code)
     "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
 }
 
@@ -36,7 +36,7 @@ METRIC_NAMES = METRICS
 
 
 class TrainConfig(BaseModel):
-    """How a model is trained (SPEC 2 and 6). ``objective=None`` means the model's default."""
+    """How a model is trained (spec §2 and §6). ``objective=None`` means the model's default."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -135,7 +135,7 @@ def resolve_configs(
 
 def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfig:
     """``train_cfg`` with the model's default objective where none is set, after refusing objective/model pairs
-    that are wrong by construction (an all-position objective on a non-causal model, SPEC 2)."""
+    that are wrong by construction (an all-position objective on a non-causal model, spec §2)."""
     from resdom.training.objectives import get_objective
 
     cls = model_class(model_cfg.name)

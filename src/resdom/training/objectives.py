@@ -1,4 +1,4 @@
-"""Training objectives (SPEC 2), as a small registry: name -> Objective.
+"""Training objectives (spec §2), as a small registry: name -> Objective.
 
 Every objective reads the model's final states at real positions only: the states are gathered (``P`` rows)
 *before* the product with the item embeddings, so padded positions cost no ``(B, L, N)`` scores. Scores are
