@@ -131,8 +131,9 @@ def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: in
     the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs).
     The loop reads every batch's loss back (a device sync), so wall times are complete on CUDA too.
     ``after_epoch(epoch, model)`` (untimed) may return a dict, stored in the epoch's record as ``"after"``."""
+    from resdom import distributed
     from resdom.models import build_model
-    from resdom.training import distributed, trainer
+    from resdom.training import trainer
     from resdom.training.batches import build_samples
     from resdom.training.objectives import get_objective
 
@@ -307,9 +308,9 @@ def task_eval_run(args: dict[str, Any]) -> dict[str, Any]:
     the process group joined: users sharded and gathered). Returns metrics and a digest of every rank."""
     import hashlib
 
+    from resdom import distributed
     from resdom.evaluation.evaluate import evaluate
     from resdom.runs import load_run
-    from resdom.training import distributed
 
     set_threads(args.get("threads"))
     ctx = distributed.setup("cpu")

@@ -60,7 +60,7 @@ def test_bad_values_name_the_field() -> None:
 def test_resolve_device() -> None:
     import torch
 
-    from resdom.training.distributed import resolve_device, setup
+    from resdom.distributed import resolve_device, setup
 
     auto = resolve_device("auto")
     if torch.cuda.is_available():
@@ -147,11 +147,11 @@ def test_models_carry_their_traits() -> None:
     from resdom.names import MODELS
 
     assert tuple(MODEL_CLASSES) == MODELS
-    assert [MODEL_CLASSES[m].default_objective for m in MODELS] == ["ce_all", "ce_all", "ce_last"]
-    assert [MODEL_CLASSES[m].causal for m in MODELS] == [True, True, False]
+    assert [MODEL_CLASSES[m].default_objective for m in MODELS] == ["ce_all", "ce_all", "ce_last", "mlm", "ce_all"]
+    assert [MODEL_CLASSES[m].causal for m in MODELS] == [True, True, False, False, True]
     torch.manual_seed(0)
     built = {m: build_model(resolve_configs(m, {}, {}, n_items=10)[0]) for m in MODELS}
-    assert [built[m].exact_length_groups() for m in MODELS] == [True, False, False]
+    assert [built[m].exact_length_groups() for m in MODELS] == [True, False, False, False, True]
     assert not built["duorec"].needs_partners()
     duo_both = build_model(resolve_configs("duorec", {"duorec_views": "both"}, {}, n_items=10)[0])
     assert duo_both.needs_partners()

@@ -313,9 +313,9 @@ def test_threads_may_change_on_resume(tmp_path: Path) -> None:
 @pytest.mark.parametrize("objective", ["ce_all", "ce_last", "bce"])
 def test_grouped_backward_gives_the_whole_batch_gradient(objective: str) -> None:
     """backward_groups over length groups = one backward of the whole batch (same loss, same gradients)."""
+    from resdom.distributed import setup
     from resdom.models import TrainBatch, build_model
     from resdom.training.batches import build_samples, length_groups, make_batch
-    from resdom.training.distributed import setup
     from resdom.training.objectives import LossContext, get_objective
     from resdom.training.trainer import TrainStep, backward_groups
 

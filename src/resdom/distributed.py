@@ -1,4 +1,5 @@
-"""Devices and torchrun: ``--device auto|cpu|cuda|mps`` and DistributedDataParallel when WORLD_SIZE > 1.
+"""Devices, ranks and gathering, in one place: ``--device auto|cpu|cuda|mps``, torchrun's process group,
+DistributedDataParallel when WORLD_SIZE > 1, and the per-user gather of sharded evaluation and diagnostics.
 
 Under ``torchrun --nproc_per_node N``, every process trains on its shard of the samples; rank 0 evaluates
 and writes every file while the others wait at a barrier. Backend: gloo on CPU, nccl on CUDA.
@@ -96,3 +97,27 @@ def wrap(module: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
 
     ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=ids)
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) when torch.distributed is not in use."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather_users(local: torch.Tensor, n: int, rank: int, world: int) -> torch.Tensor:
+    """All ranks' rows (rank r holds users r::world, in order) -> (n, ...) on the CPU, in user order.
+
+    ``local``: (len(range(rank, n, world)), ...) of any dtype the backend can all_gather.
+    """
+    per_rank = -(-n // world)
+    comm_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    padded = torch.zeros((per_rank, *local.shape[1:]), dtype=local.dtype, device=comm_device)
+    padded[: len(local)] = local.to(comm_device)
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    full = torch.empty((n, *local.shape[1:]), dtype=local.dtype)
+    for r, part in enumerate(parts):
+        full[r::world] = part[: len(range(r, n, world))].cpu()
+    return full

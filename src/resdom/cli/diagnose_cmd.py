@@ -1,4 +1,4 @@
-"""``resdom diagnose RUN_DIR``: the SPEC 4 diagnostics of a trained run, written under RUN_DIR/diagnostics/."""
+"""``resdom diagnose RUN_DIR``: the spec §4 diagnostics of a trained run, written under RUN_DIR/diagnostics/."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def diagnose(
         raise ResdomError("--seeds: give at least one seed")
     alpha_list = parse_alphas(alphas) or ALPHAS
     positive_int(batch_size, "--batch-size")
-    from resdom.training.distributed import setup
+    from resdom.distributed import setup
 
     names = parse_what(what)
     before = _mtimes(run_dir, names)

@@ -182,9 +182,9 @@ def evaluate(
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
+    from resdom.distributed import resolve_device
     from resdom.evaluation.evaluate import evaluate as run_evaluation
     from resdom.runs import load_run
-    from resdom.training.distributed import resolve_device
 
     if split not in ("valid", "test"):
         raise ResdomError(f"--split: expected valid or test, got {split!r}")

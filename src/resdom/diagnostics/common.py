@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences
+from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import iter_eval_batches
-from resdom.evaluation.evaluate import gather_users, rank_and_world
 from resdom.evaluation.ranking import full_scores, pessimistic_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 

@@ -3,7 +3,7 @@
 Files (schema in docs/architecture.md): ``shuffle``, ``hrli``, ``mixing``, ``alpha``, ``recovery`` as
 ``.json`` and ``.csv`` (mixing also ``mixing_per_position.csv``), and ``summary.json``: the headline numbers
 of every diagnostic file present for the same split (so running a subset keeps the others' figures).
-Recovery always selects alpha* on the validation split and reports the test split (SPEC 4), whatever
+Recovery always selects alpha* on the validation split and reports the test split (spec §4), whatever
 ``split`` says. Under ``torch.distributed`` every process computes its shard of the users (``common.batches``),
 rank 0 alone writes the files, and every process returns rank 0's summary.
 """
@@ -24,11 +24,11 @@ import torch.distributed as dist
 from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
 from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
 from resdom.diagnostics.hrli import last_item_hit_rates
-from resdom.diagnostics.mixing import DEFINITIONS, mixing_ratios
+from resdom.diagnostics.mixing import DEFINITIONS, NEEDS_ATTENTION, has_attention, mixing_ratios, require_attention
 from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.shuffle import MODES, position_shuffle
+from resdom.distributed import rank_and_world
 from resdom.errors import ResdomError
-from resdom.evaluation.evaluate import rank_and_world
 from resdom.io import atomic_write_json, atomic_write_text
 from resdom.rundir import RunDir
 
@@ -46,6 +46,22 @@ def parse_what(what: str | Sequence[str]) -> list[str]:
     if bad:
         raise ResdomError(f"--what: unknown diagnostic {bad[0]!r} (choose all or from {', '.join(WHAT)})")
     return [w for w in WHAT if w in names]
+
+
+def applicable(model: Any, names: list[str], note: bool = True) -> list[str]:
+    """``names`` without the diagnostics that do not apply to ``model`` (mixing and alpha need attention blocks;
+    GRU4Rec has none), skipped with a note on stderr when every diagnostic was asked for, refused in one line
+    (ResdomError) when one was asked for by name."""
+    skipped = [n for n in names if n in NEEDS_ATTENTION] if not has_attention(model) else []
+    if not skipped:
+        return names
+    if names != list(WHAT):
+        require_attention(model, skipped[0])
+    if note:
+        name = getattr(getattr(model, "cfg", None), "name", None) or type(model).__name__
+        print(f"note: {name} has no attention blocks, so {' and '.join(skipped)} do not apply and are skipped; "
+              "recovery is alpha-free", file=sys.stderr)
+    return [n for n in names if n not in NEEDS_ATTENTION]
 
 
 def run_all(
@@ -67,6 +83,7 @@ def run_all(
     run = load_run(run_dir, device=device)
     if run.training_note() and rank_and_world()[0] == 0:
         print(run.training_note(), file=sys.stderr)
+    names = applicable(run.model, names, rank_and_world()[0] == 0)
     n_layers = len(run.model.attention_blocks())
     if layers is not None and any(not 0 <= int(x) < n_layers for x in layers):
         raise ResdomError(f"--layers: the model has {n_layers} blocks (0..{n_layers - 1}); got {list(layers)}")

@@ -1,4 +1,4 @@
-"""The full-ranking evaluation loop (SPEC section 3).
+"""The full-ranking evaluation loop (spec §3).
 
 Each user's prediction is read at the last column of the left-padded input (``encode(items)[:, -1]``) and
 scored against every item; ranks are 0-based and pessimistic (``ranking.py``). With ``filter_seen`` every
@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.nn import parallel as nn_parallel
 
 from resdom.data.sequences import EvalSet
+from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import iter_eval_batches
 from resdom.evaluation.ranking import KS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
 
@@ -37,13 +37,6 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data: ``{"metrics": {...}, "n_users": n}`` (ranks are left out)."""
         return {"metrics": dict(self.metrics), "n_users": int(self.n_users)}
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size); (0, 1) when torch.distributed is not in use."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _unwrap(model: Any) -> Any:
@@ -65,23 +58,6 @@ def _local_ranks(
         scores = full_scores(hidden, item_emb, seen)  # (B, N+1)
         out.append(pessimistic_ranks(scores, targets).cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
-
-
-def gather_users(local: torch.Tensor, n: int, rank: int, world: int) -> torch.Tensor:
-    """All ranks' rows (rank r holds users r::world, in order) -> (n, ...) on the CPU, in user order.
-
-    ``local``: (len(range(rank, n, world)), ...) of any dtype the backend can all_gather.
-    """
-    per_rank = -(-n // world)
-    comm_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    padded = torch.zeros((per_rank, *local.shape[1:]), dtype=local.dtype, device=comm_device)
-    padded[: len(local)] = local.to(comm_device)
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    full = torch.empty((n, *local.shape[1:]), dtype=local.dtype)
-    for r, part in enumerate(parts):
-        full[r::world] = part[: len(range(r, n, world))].cpu()
-    return full
 
 
 def evaluate(

@@ -11,20 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from resdom.data.sequences import SplitData
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_text
 from resdom.rundir import RunDir
 
 DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery")
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; anything else unchanged."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
@@ -66,7 +58,8 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
                   data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
                   progress=progress)
     t1 = time.perf_counter()
-    summary = _run_all()(run_dir, what=DIAGNOSTICS, split="test", device=resolve_device(device), progress=progress)
+    summary = _run_all()(run_dir, what=DIAGNOSTICS, split="test", device=str(resolve_device(device)),
+                             progress=progress)
     t2 = time.perf_counter()
     RunDir(run_dir).error.unlink(missing_ok=True)
     return {"metrics": metrics, "diagnostics": summary, "train_s": t1 - t0, "diagnose_s": t2 - t1}

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from resdom import distributed
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import (
@@ -44,7 +45,6 @@ from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id, data_fingerprint, load_checkpoint, read_safetensors, save_checkpoint, versions
-from resdom.training import distributed
 from resdom.training.batches import (
     SampleSet,
     bucket_by_length,
@@ -221,9 +221,10 @@ class TrainStep(nn.Module):
 
     def forward(self, items: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None,
                 sup_items: torch.Tensor | None) -> torch.Tensor:
-        """Tensors of a TrainBatch (see models.base) -> scalar loss (objective + the model's auxiliary loss)."""
-        batch = TrainBatch(items, targets, negatives, sup_items)
-        hidden = self.model.encode(items)
+        """Tensors of a TrainBatch (see models.base) -> scalar loss (objective + the model's auxiliary loss).
+
+        The model makes its own training inputs from the batch (``training_states``: BERT4Rec masks there)."""
+        batch, hidden = self.model.training_states(TrainBatch(items, targets, negatives, sup_items))
         loss = self.objective.loss(self.model, batch, hidden, self.ctx)
         aux = self.model.auxiliary_loss(batch, hidden)
         return loss if aux is None else loss + aux
