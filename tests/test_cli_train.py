@@ -208,3 +208,13 @@ def test_busy_machine_hint(monkeypatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert busy_machine_hint(None, "cpu") is None  # the user set it
+
+
+def test_a_runs_own_config_json_reruns_it(trained_run: Path, tmp_path: Path) -> None:
+    saved = json.loads((trained_run / "config.json").read_text())
+    values = read_config_file(trained_run / "config.json")
+    assert "n_items" not in values["model"] and set(values) == {"model", "train"}
+    name = saved["model"]["name"]
+    model, train = resolve_configs(name, values["model"], values["train"], n_items=saved["model"]["n_items"],
+                                   protocol=saved["data"].get("protocol"))
+    assert model.model_dump() == saved["model"] and train.model_dump() == saved["train"]

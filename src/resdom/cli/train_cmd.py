@@ -39,8 +39,16 @@ def _check_field(section: str, key: str, where: str) -> None:
         raise ResdomError(f"{where}: unknown field {section}.{key}{hint}")
 
 
+# What a run's own config.json (or a results-store cell's) holds beside model and train: a record of how it came to
+# be, not settings; ``--config RUN/config.json`` reruns the run from its record.
+RECORD_SECTIONS = ("data", "versions", "label", "imported_from")
+
+
 def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
-    """A YAML file with optional ``model:`` and ``train:`` mappings -> {"model": {...}, "train": {...}}."""
+    """A YAML file with optional ``model:`` and ``train:`` mappings -> {"model": {...}, "train": {...}}.
+
+    A run's saved ``config.json`` is accepted too: its record sections are skipped, and ``model.n_items`` (set
+    from the data) is dropped."""
     import yaml
 
     if not path.is_file():
@@ -55,6 +63,8 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
         raise ResdomError(f"{path}: expected a mapping with sections 'model' and 'train'")
     out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     for section, values in data.items():
+        if section in RECORD_SECTIONS:
+            continue
         if section not in SECTIONS:
             raise ResdomError(f"{path}: unknown section {section!r} (expected 'model' and/or 'train')")
         if values is None:
@@ -64,6 +74,7 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
         for key in values:
             _check_field(section, str(key), str(path))
         out[section].update(values)
+    out["model"].pop("n_items", None)
     return out
 
 
