@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +29,10 @@ from resdom.diagnostics.common import (
 )
 from resdom.models.interface import Diagnosable
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
 
 def hrli_name(k: int, K: int) -> str:
     """"HRLI@K" for k = 1, "HRLkI@K" otherwise (docs/architecture.md)."""
@@ -45,6 +49,23 @@ class HRLIResult:
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values})
+
+    def to_frame(self) -> pd.DataFrame:
+        """pandas DataFrame, one row per HRLkI@K: columns ``metric``, ``recency`` (k), ``cutoff`` (K), ``value``."""
+        import pandas as pd
+
+        rows = []
+        for name, v in self.values.items():
+            head, _, K = name.partition("@")
+            k = head[3:-1] or "1"  # "HRLI" -> 1, "HRL2I" -> 2
+            rows.append((name, int(k), int(K), v))
+        return pd.DataFrame(rows, columns=["metric", "recency", "cutoff", "value"])
+
+    def plot(self, model: str = "model") -> Figure:
+        """Bars of HRLI@1, HRL2I@1, HRLI@10 and HRL2I@10 (a matplotlib Figure)."""
+        from resdom.report.figures import result_figure
+
+        return result_figure("hrli", self.to_dict(), model)
 
 
 def hrli_from_ranks(ranks: np.ndarray, ks: Sequence[int], Ks: Sequence[int]) -> dict[str, float]:

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
+from resdom.data.sequences import SplitData
 from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
 from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
 from resdom.diagnostics.hrli import last_item_hit_rates
@@ -30,6 +32,7 @@ from resdom.diagnostics.shuffle import MODES, position_shuffle
 from resdom.distributed import rank_and_world
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
+from resdom.models.interface import Diagnosable
 from resdom.rundir import RunDir
 
 WHAT: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
@@ -62,6 +65,33 @@ def applicable(model: Any, names: list[str], note: bool = True) -> list[str]:
         print(f"note: {name} has no attention blocks, so {' and '.join(skipped)} do not apply and are skipped; "
               "recovery is alpha-free", file=sys.stderr)
     return [n for n in names if n not in NEEDS_ATTENTION]
+
+
+def compute_diagnostic(
+    name: str, model: Diagnosable, split: SplitData, part: str = "test", *, recency: Sequence[int] = (1, 2, 3),
+    cutoffs: Sequence[int] = (1, 5, 10), definition: str = "norm_of_sums", seeds: Sequence[int] = (0, 1, 2),
+    alphas: Sequence[float] = ALPHAS, layers: Sequence[int] | None = None, per_head: bool = False,
+    batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
+) -> Any:
+    """The result object of diagnostic ``name`` (one of WHAT) of ``model`` on ``split``'s ``part`` (valid | test),
+    its ``split`` set to ``part``; recovery selects alpha* on valid and reports test whatever ``part`` says.
+    ``recency`` / ``cutoffs``: the k / K of HRLkI@K. What ``run_all`` writes and ``resdom.diagnose`` returns."""
+    evalset = getattr(split, part)
+    common = {"batch_size": batch_size, "device": device, "progress": progress}
+    if name == "shuffle":
+        res = position_shuffle(model, evalset, seeds=seeds, **common)
+    elif name == "hrli":
+        res = last_item_hit_rates(model, evalset, ks=recency, Ks=cutoffs, **common)
+    elif name == "mixing":
+        res = mixing_ratios(model, evalset, definition=definition, per_head=per_head, **common)
+    elif name == "alpha":
+        res = alpha_sweep(model, evalset, alphas=alphas, layers=layers, definition=definition, **common)
+    elif name == "recovery":
+        return miss_recovery(model, split.valid, split.test, alphas=alphas, layers=layers, **common)
+    else:
+        raise ValueError(f"unknown diagnostic {name!r} (one of {', '.join(WHAT)})")
+    res.split = part
+    return res
 
 
 def run_all(
@@ -100,18 +130,8 @@ def run_all(
     lines = progress and rank == 0 and not sys.stderr.isatty()  # a log gets one line per stage instead of bars
     for i, name in enumerate(names, start=1):
         t0 = time.perf_counter()
-        if name == "shuffle":
-            res = position_shuffle(model, evalset, seeds=seeds, **common)
-        elif name == "hrli":
-            res = last_item_hit_rates(model, evalset, **common)
-        elif name == "mixing":
-            res = mixing_ratios(model, evalset, definition=definition, per_head=per_head, **common)
-        elif name == "alpha":
-            res = alpha_sweep(model, evalset, alphas=alphas, layers=layers, definition=definition, **common)
-        else:
-            res = miss_recovery(model, run.split.valid, run.split.test, alphas=alphas, layers=layers, **common)
-        if name != "recovery":
-            res.split = split
+        res = compute_diagnostic(name, model, run.split, split, definition=definition, seeds=seeds, alphas=alphas,
+                                 layers=layers, per_head=per_head, **common)
         data = res.to_dict()
         timings[name] = time.perf_counter() - t0
         data["seconds"] = round(timings[name], 3)

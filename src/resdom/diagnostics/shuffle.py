@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,10 @@ from resdom.diagnostics.common import (
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
 from resdom.models.interface import Diagnosable
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 MODES: tuple[str, ...] = ("keep_last", "full", "last_only", "drop_last", "reverse")
 RANDOM_MODES = frozenset({"keep_last", "full"})
@@ -100,6 +104,22 @@ class ShuffleResult:
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.n_users, "seeds": self.seeds, "filtered": self.filtered,
                          "original": self.original, "perturbations": self.perturbations})
+
+    def to_frame(self) -> pd.DataFrame:
+        """pandas DataFrame, one row per (perturbation, metric), "original" first: columns ``perturbation``,
+        ``metric``, ``mean`` (over seeds), ``std``, ``relative_change`` ((p - o) / o), ``jaccard@10``."""
+        import pandas as pd
+
+        rows = [("original", m, v, 0.0, 0.0, 1.0) for m, v in self.original.items()]
+        rows += [(name, m, v, p["metrics_std"][m], p["relative_change"][m], p["jaccard@10"])
+                 for name, p in self.perturbations.items() for m, v in p["metrics"].items()]
+        return pd.DataFrame(rows, columns=["perturbation", "metric", "mean", "std", "relative_change", "jaccard@10"])
+
+    def plot(self, model: str = "model") -> Figure:
+        """Bars of HR@10 and NDCG@10 with the original order, keep_last and full shuffles (a matplotlib Figure)."""
+        from resdom.report.figures import result_figure
+
+        return result_figure("shuffle", self.to_dict(), model)
 
 
 def _ranks_and_top(

@@ -13,7 +13,7 @@ the metrics of the whole set.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import iter_eval_batches
 from resdom.evaluation.ranking import KS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -37,6 +40,12 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data: ``{"metrics": {...}, "n_users": n}`` (ranks are left out)."""
         return {"metrics": dict(self.metrics), "n_users": int(self.n_users)}
+
+    def to_frame(self) -> pd.DataFrame:
+        """A pandas DataFrame, one row per metric: columns ``metric``, ``value``, ``n_users``."""
+        import pandas as pd
+
+        return pd.DataFrame([{"metric": k, "value": v, "n_users": self.n_users} for k, v in self.metrics.items()])
 
 
 def _unwrap(model: Any) -> Any:

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from resdom.errors import ResdomError
 from resdom.report.collect import RunRecord, model_order
 
 # Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
@@ -129,9 +130,20 @@ def _dig(d: Any, *path: str) -> float | None:
     return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
 
 
+class NotebookFigure(Figure):
+    """A matplotlib Figure that a notebook shows (as a PNG) when it is a cell's value, without pyplot."""
+
+    def _repr_png_(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+
 def _new_figure(n_panels: int, width_per: float = 4.2, height: float = 3.4, nrows: int = 1) -> tuple[Figure, Any]:
     ncols = max(1, n_panels)
-    fig = Figure(figsize=(max(6.0, width_per * ncols), height * nrows), layout="constrained")
+    fig = NotebookFigure(figsize=(max(6.0, width_per * ncols), height * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     return fig, axes
 
@@ -480,6 +492,25 @@ FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
     fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_recovery, fig_per_position,
 ]
 FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "recovery", "mixing_per_position")
+
+
+def result_figure(name: str, data: dict[str, Any], model: str = "model", title: str = "") -> Figure:
+    """The report's figure of one diagnostic result of one model, drawn from ``data`` (the result's ``to_dict()``).
+
+    ``name``: shuffle, hrli, mixing (ratio by stage), mixing_per_position, alpha or recovery; ``model``: the
+    legend's label (and colour, for resdom's own model names); ``title``: the panel title.
+    """
+    builders: dict[str, Callable[[list[RunRecord]], ReportFigure | None]] = {
+        "shuffle": fig_shuffle, "hrli": fig_hrli, "mixing": fig_mixing_stages, "mixing_per_position": fig_per_position,
+        "alpha": fig_alpha_sweep, "recovery": fig_recovery}
+    if name not in builders:
+        raise ResdomError(f"no figure named {name!r} (one of {', '.join(builders)})")
+    kind = "mixing" if name == "mixing_per_position" else name
+    record = RunRecord(path=Path("."), dataset=title, model=model, seed=None, protocol=None, diagnostics={kind: data})
+    figure = builders[name]([record])
+    if figure is None:
+        raise ResdomError(f"{name}: the result holds nothing to plot")
+    return figure.figure
 
 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:

@@ -1,0 +1,486 @@
+"""The Python API: prepare or load a split, fit a model, evaluate it, diagnose it, save and load runs.
+
+    import resdom
+    split = resdom.prepare_split("synthetic:demo", protocol="gts")
+    fitted = resdom.fit(split, "sasrec", epochs=10)        # in memory; out="runs/x" writes a run directory
+    resdom.evaluate(fitted, cutoffs=(10,)).metrics          # {"HR@10": ..., "NDCG@10": ..., "MRR": ...}
+    diagnosis = resdom.diagnose(fitted)                     # shuffle, hrli, mixing, alpha, recovery
+    diagnosis.mixing.plot()                                 # every result: to_dict(), to_frame(), plot()
+
+One vocabulary throughout: ``split`` is a SplitData (train sequences, valid and test examples), ``part`` names
+one of its evaluation sets (``"valid"`` or ``"test"``), ``cutoffs`` are the K of @K metrics, ``recency`` the k
+of HRLkI (the k-th most recent input item), ``device`` is ``"auto"`` (cuda, then mps, then cpu) or a device name.
+A user's mistake is a ResdomError naming the parameter. The CLI commands ``train``, ``evaluate`` and
+``diagnose`` are a thin layer over these functions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from resdom.data.prepare import prepare_split
+from resdom.data.sequences import EvalSet, SplitData
+from resdom.diagnostics.alpha import ALPHAS
+from resdom.errors import ResdomError
+from resdom.names import DIAGNOSTICS, MODELS
+from resdom.rundir import RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+    from matplotlib.figure import Figure
+
+    from resdom.diagnostics import AlphaResult, HRLIResult, MixingResult, RecoveryResult, ShuffleResult
+    from resdom.evaluation.evaluate import EvalResult
+    from resdom.models import ModelConfig, SequentialRecommender
+    from resdom.training.config import TrainConfig
+    from resdom.training.trainer import EpochCallback
+
+__all__ = ["Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "load_split", "prepare_split"]
+
+PARTS = ("valid", "test")
+
+
+# ------------------------------------------------------------------------------------------------- data
+
+
+def load_split(path: str | Path) -> SplitData:
+    """The split saved in folder ``path`` (``resdom data split``, ``SplitData.save``, or a run's ``data/``).
+
+    Arrays: ``train`` (CSR sequences of item ids 1..n_items), ``valid`` / ``test`` (input sequences and one
+    target each); ``manifest`` says how it was made.
+    """
+    return SplitData.load(path)
+
+
+# ---------------------------------------------------------------------------------------------- fitted
+
+
+@dataclass
+class Fitted:
+    """A trained (or imported) model in memory, with what it was trained on and how.
+
+    ``model``: the best checkpoint (by validation ``train_config.metric``), in eval mode; it maps left-padded
+    item ids int64 (B, L) to states (B, L, d), scored against ``model.item_embeddings()`` (n_items + 1, d).
+    ``split``: its data. ``model_config`` / ``train_config``: the resolved configs (``train_config`` is None for
+    an imported model). ``metrics``: what ``metrics.json`` holds (``{"valid": {"metrics", "n_users"},
+    "test": {...}, "best_epoch", "epochs_run", "stopped", ...}``; {} when the model was not trained here).
+    ``history``: one record per epoch (``metrics.jsonl``: loss, validation metrics, seconds). ``config``: the
+    run's ``config.json``; ``sidecar``: the checkpoint's ``model.json``; ``checkpoint``: the weights' hash.
+    ``directory``: the run directory it was written to or loaded from (None: in memory only).
+    """
+
+    model: SequentialRecommender
+    split: SplitData
+    model_config: ModelConfig
+    train_config: TrainConfig | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    sidecar: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+    directory: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """The model's name (``sasrec``, ``duorec``, ...)."""
+        return str(self.model_config.name)
+
+    def __repr__(self) -> str:
+        test = (self.metrics.get("test") or {}).get("metrics") or {}
+        shown = ", ".join(f"{k} {test[k]:.4f}" for k in ("HR@10", "NDCG@10") if k in test)
+        where = f", directory={str(self.directory)!r}" if self.directory is not None else ""
+        return (f"Fitted({self.name}, {self.split.n_items} items, best epoch {self.metrics.get('best_epoch', '-')}"
+                f"{', test ' + shown if shown else ''}{where})")
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write a run directory at ``path`` that every CLI command reads (``resdom evaluate / diagnose / report``):
+        ``config.json``, ``data/``, ``model.safetensors`` + ``model.json``, ``metrics.json``, ``metrics.jsonl``.
+
+        No resume state is written: ``resdom train`` there starts afresh. A non-empty ``path`` is refused unless
+        ``overwrite``. Returns ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
+        """
+        from resdom.io import atomic_write_json, atomic_write_text
+        from resdom.runs import checkpoint_id, save_checkpoint
+
+        files = RunDir(path)
+        if files.dir.exists() and not files.dir.is_dir():
+            raise ResdomError(f"{files.dir}: exists and is not a directory")
+        if files.dir.is_dir() and any(files.dir.iterdir()) and not overwrite:
+            raise ResdomError(f"{files.dir}: exists and is not empty (choose another path, or overwrite=True)")
+        self.split.save(files.data)
+        extra = {k: v for k, v in self.sidecar.items() if k not in ("format", "model", "versions")}
+        save_checkpoint(files.model, self.model, extra)
+        checkpoint = checkpoint_id(files.model)
+        atomic_write_json(files.config, self.config)
+        if self.metrics:
+            atomic_write_json(files.final, {**self.metrics, "checkpoint": checkpoint})
+        else:
+            files.final.unlink(missing_ok=True)
+        atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in self.history))
+        self.checkpoint, self.directory = checkpoint, files.dir
+        if self.metrics:
+            self.metrics = {**self.metrics, "checkpoint": checkpoint}
+        return files.dir
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file ([] where absent; a torn last line is dropped, as the trainer does)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def load_run(path: str | Path, device: str = "auto") -> Fitted:
+    """The run directory ``path`` (trained by ``resdom train`` / ``fit(out=...)``, imported, or ``Fitted.save``)
+    as a Fitted: its best model on ``device``, its split, configs, metrics and epoch history."""
+    from resdom.runs import load_run as read_run
+    from resdom.training.config import TrainConfig
+
+    run = read_run(path, device=_device(device))
+    files = RunDir(run.directory)
+    train = run.config.get("train")
+    metrics = {}
+    if files.final.is_file():
+        try:
+            metrics = json.loads(files.final.read_text())
+        except (OSError, ValueError) as e:
+            raise ResdomError(f"{files.final}: cannot read it ({e}); delete it or train the run again") from None
+    return Fitted(run.model, run.split, run.model.cfg, TrainConfig(**train) if isinstance(train, dict) else None,
+                  metrics if isinstance(metrics, dict) else {}, _read_jsonl(files.log), run.config, run.sidecar,
+                  run.checkpoint, run.directory)
+
+
+# ------------------------------------------------------------------------------------------------- fit
+
+
+def _import_tqdm_quietly() -> None:
+    """Import ``tqdm.auto`` (training's and the diagnostics' bars) without the warning it gives in a notebook that
+    lacks ipywidgets: resdom draws bars only on a terminal and prints plain lines elsewhere."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import tqdm.auto  # noqa: F401
+
+
+def _config_fields() -> tuple[set[str], set[str]]:
+    from resdom.models.config import ModelConfig
+    from resdom.training.config import TrainConfig
+
+    return set(ModelConfig.model_fields) - {"name", "n_items"}, set(TrainConfig.model_fields)
+
+
+def _route_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``fit``'s keyword options -> (model values, train values), by field name; an unknown one is a ResdomError
+    naming it and the closest field."""
+    model_fields, train_fields = _config_fields()
+    model_values, train_values = {}, {}
+    for key, value in options.items():
+        if key in model_fields:
+            model_values[key] = value
+        elif key in train_fields:
+            train_values[key] = value
+        else:
+            known = sorted(model_fields | train_fields)
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(known)}"
+            raise ResdomError(f"fit: unknown option {key!r} ({hint})")
+    return model_values, train_values
+
+
+def fit(
+    split: SplitData,
+    model: str | ModelConfig = "sasrec",
+    *,
+    out: str | Path | None = None,
+    device: str = "auto",
+    progress: bool | None = None,
+    data_info: dict[str, Any] | None = None,
+    callbacks: Sequence[EpochCallback] = (),
+    **options: Any,
+) -> Fitted:
+    """Train ``model`` on ``split.train`` with early stopping on ``split.valid``; returns the best model in memory.
+
+    ``model``: a name (``resdom.names.MODELS``) or a ModelConfig. ``options``: any ModelConfig or TrainConfig
+    field by name (``hidden=64, layers=2, max_len=50, epochs=10, lr=1e-3, batch_size=256, seed=17, ...``), on
+    top of the model's defaults for the split's protocol and data set (as ``resdom train``). ``out``: a run
+    directory to write (and resume, as ``resdom train --out``); without it training runs in a private temporary
+    directory that is removed before returning, so nothing is left on disk (``Fitted.save`` writes it later).
+    ``progress``: tqdm bars (None: on a terminal; elsewhere one line per epoch on stderr; False: silent).
+    ``data_info``: recorded in ``config.json`` under ``data`` (how the split was obtained). ``callbacks``:
+    ``cb(epoch, record)`` after each epoch (``training.trainer.fit``).
+    """
+    from resdom.models.config import ModelConfig
+    from resdom.training.config import resolve_configs
+    from resdom.training.trainer import fit as train
+
+    if not isinstance(split, SplitData):
+        raise ResdomError(f"split: expected a SplitData (resdom.prepare_split or resdom.load_split), got "
+                          f"{type(split).__name__}")
+    model_values, train_values = _route_options(options)
+    _import_tqdm_quietly()
+    if isinstance(model, ModelConfig):
+        if model.n_items not in (0, split.n_items):
+            raise ResdomError(f"model.n_items: {model.n_items} but the split has {split.n_items} items")
+        model_values = {**model.model_dump(exclude={"name", "n_items"}), **model_values}
+        name = model.name
+    elif isinstance(model, str):
+        if model not in MODELS:
+            raise ResdomError(f"model: unknown model {model!r} (one of {', '.join(MODELS)})")
+        name = model
+    else:
+        raise ResdomError(f"model: expected a model name ({', '.join(MODELS)}) or a ModelConfig, got "
+                          f"{type(model).__name__}")
+    _device(device)  # an unknown or unavailable device fails before any data is touched
+    source = (split.manifest.get("source") or {}).get("name")
+    protocol = split.manifest.get("protocol")
+    model_cfg, train_cfg = resolve_configs(name, model_values, {**train_values, "device": device}, source=source,
+                                           n_items=split.n_items, protocol=protocol)
+    info = data_info if data_info is not None else {"source": source, "protocol": protocol}
+    if out is not None:
+        train(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress)
+        return load_run(out, device)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ResdomError("out: needed under torchrun (every process must train into the same run directory)")
+    with tempfile.TemporaryDirectory(prefix="resdom-fit-") as tmp:
+        train(split, model_cfg, train_cfg, tmp, info, callbacks=callbacks, progress=progress)
+        fitted = load_run(tmp, device)
+    fitted.directory = None
+    return fitted
+
+
+# -------------------------------------------------------------------------------------------- evaluate
+
+
+def _device(device: str | torch.device) -> torch.device:
+    import torch
+
+    from resdom.distributed import resolve_device
+
+    if isinstance(device, torch.device):
+        return device
+    return resolve_device(str(device), "device")
+
+
+def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
+    """``values`` as a tuple of ints >= 1; a ResdomError naming ``what`` otherwise."""
+    if isinstance(values, (int, str)) or not isinstance(values, Sequence) or not values:
+        raise ResdomError(f"{what}: expected a non-empty sequence of integers >= 1, e.g. (1, 5, 10) (got {values!r})")
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+    if bad:
+        raise ResdomError(f"{what}: every value must be an integer >= 1 (got {bad[0]!r})")
+    return tuple(int(v) for v in values)
+
+
+def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -> tuple[Any, Any]:
+    """(Diagnosable model, split or evaluation set): a Fitted gives its own split where ``split`` is None."""
+    from resdom.diagnostics.common import check_model
+
+    if isinstance(model, Fitted):
+        model, split = model.model, model.split if split is None else split
+    try:
+        check_model(model)
+    except TypeError as e:
+        raise ResdomError(f"model: {e}") from None
+    if split is None:
+        raise ResdomError(f"split: {what} needs the data (a SplitData) when the model is not a Fitted")
+    return model, split
+
+
+def _check_part(part: str) -> str:
+    if part not in PARTS:
+        raise ResdomError(f"part: expected valid or test (got {part!r})")
+    return part
+
+
+def _on_device(model: Any, device: torch.device) -> Any:
+    """``model`` moved to ``device`` (in place, as ``nn.Module.to``) where it is a torch module."""
+    return model.to(device) if hasattr(model, "to") else model
+
+
+def evaluate(
+    model: Fitted | Any,
+    split: SplitData | EvalSet | None = None,
+    *,
+    part: str = "test",
+    cutoffs: Sequence[int] = (1, 5, 10, 20),
+    filter_seen: bool = True,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> EvalResult:
+    """Full-ranking HR@K and NDCG@K (K in ``cutoffs``) and MRR of ``model`` on ``split``'s ``part``.
+
+    ``model``: a Fitted or any Diagnosable (``encode`` int64 (B, L) -> (B, L, d), ``item_embeddings`` (N + 1, d));
+    it is moved to ``device``. ``split``: a SplitData (its ``part`` is used), an EvalSet, or None for a Fitted's
+    own split. ``filter_seen``: items of each user's input score -inf (a target in its own input is then a miss).
+    Returns an EvalResult: ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``.
+    """
+    from resdom.cli.values import positive_int
+    from resdom.evaluation.evaluate import evaluate as run_evaluation
+
+    model, data = _model_and_split(model, split, "evaluate")
+    cutoffs = _positive_ints(cutoffs, "cutoffs")
+    positive_int(batch_size, "batch_size")
+    evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))
+    if not isinstance(evalset, EvalSet):
+        raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(data).__name__}")
+    dev = _device(device)
+    return run_evaluation(_on_device(model, dev), evalset, filter_seen=filter_seen, batch_size=batch_size,
+                          device=dev, ks=cutoffs)
+
+
+# -------------------------------------------------------------------------------------------- diagnose
+
+
+@dataclass
+class Diagnosis:
+    """The diagnostics of one model on one part of a split, as result objects (None: not computed).
+
+    Each result has ``to_dict()`` (the JSON of ``RUN_DIR/diagnostics/<name>.json``), ``to_frame()`` (a pandas
+    table, the rows of its CSV file) and ``plot()`` (a matplotlib Figure, as in the report).
+    """
+
+    part: str
+    model: str = "model"
+    shuffle: ShuffleResult | None = None
+    hrli: HRLIResult | None = None
+    mixing: MixingResult | None = None
+    alpha: AlphaResult | None = None
+    recovery: RecoveryResult | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """{name: result} of the diagnostics computed, in ``resdom.names.DIAGNOSTICS`` order."""
+        return {n: getattr(self, n) for n in DIAGNOSTICS if getattr(self, n) is not None}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in DIAGNOSTICS:
+            raise KeyError(f"unknown diagnostic {name!r} (one of {', '.join(DIAGNOSTICS)})")
+        result = getattr(self, name)
+        if result is None:
+            raise KeyError(f"{name} was not computed (diagnose(..., what=...) chose {', '.join(self.results)})")
+        return result
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """{name: result.to_dict()} of every diagnostic computed."""
+        return {n: r.to_dict() for n, r in self.results.items()}
+
+    def to_frame(self, name: str) -> pd.DataFrame:
+        """The table of diagnostic ``name`` (``self[name].to_frame()``)."""
+        return self[name].to_frame()
+
+    def plot(self, name: str = "mixing", **options: Any) -> Figure:
+        """The figure of diagnostic ``name`` (``self[name].plot(...)``, labelled with the model's name)."""
+        return self[name].plot(model=self.model, **options)
+
+    def __repr__(self) -> str:
+        return f"Diagnosis(part={self.part!r}, computed={list(self.results)})"
+
+
+def _what(what: str | Sequence[str]) -> list[str]:
+    from resdom.diagnostics.runner import parse_what
+
+    try:
+        return parse_what(what)
+    except ResdomError as e:
+        raise ResdomError(str(e).replace("--what", "what", 1)) from None
+
+
+def _alphas(alphas: Sequence[float]) -> list[float]:
+    from resdom.cli.values import ALPHA_RANGE
+
+    lo, hi = ALPHA_RANGE
+    try:
+        values = [float(a) for a in alphas]
+    except (TypeError, ValueError):
+        raise ResdomError(f"alphas: expected a sequence of numbers in [{lo:g}, {hi:g}] (got {alphas!r})") from None
+    bad = [a for a in values if not lo <= a <= hi]
+    if bad or not values:
+        raise ResdomError(f"alphas: residual scales must lie in [{lo:g}, {hi:g}] "
+                          f"({'got ' + format(bad[0], 'g') if bad else 'give at least one'})")
+    return values
+
+
+def diagnose(
+    model: Fitted | Any,
+    split: SplitData | None = None,
+    what: str | Sequence[str] = "all",
+    *,
+    part: str = "test",
+    recency: Sequence[int] = (1, 2, 3),
+    cutoffs: Sequence[int] = (1, 5, 10),
+    definition: str = "norm_of_sums",
+    seeds: Sequence[int] = (0, 1, 2),
+    alphas: Sequence[float] = ALPHAS,
+    layers: Sequence[int] | None = None,
+    per_head: bool = False,
+    batch_size: int = 256,
+    device: str = "auto",
+    progress: bool = False,
+) -> Diagnosis:
+    """The diagnostics of last-item reliance of ``model`` on ``split``'s ``part``, in memory (nothing written).
+
+    ``model``: a Fitted or any model satisfying ``resdom.models.interface.Diagnosable`` (trained here or imported
+    by an adapter); it is moved to ``device``. ``split``: a SplitData (None: a Fitted's own). ``what``: ``"all"``
+    or some of shuffle, hrli, mixing, alpha, recovery (a list or a comma-separated string). ``recency`` and
+    ``cutoffs``: the k and K of HRLkI@K (unfiltered rankings). ``definition``: the mixing ratio, ``norm_of_sums``
+    or ``sum_of_norms``. ``seeds``: shuffle seeds. ``alphas``: residual scales in [0, 1] of the sweep and of
+    recovery, applied to ``layers`` (None: every block). Recovery selects alpha* on ``valid`` and reports
+    ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s (``diagnostics.runner.run_all``).
+    """
+    from resdom.cli.values import positive_int
+    from resdom.diagnostics.mixing import DEFINITIONS
+    from resdom.diagnostics.runner import applicable, compute_diagnostic
+
+    label = model.name if isinstance(model, Fitted) else str(getattr(getattr(model, "cfg", None), "name", "model"))
+    model, data = _model_and_split(model, split, "diagnose")
+    if not isinstance(data, SplitData):
+        raise ResdomError(f"split: diagnose needs a SplitData (recovery uses valid and test), got "
+                          f"{type(data).__name__}")
+    names = applicable(model, _what(what))  # mixing and alpha need attention blocks (GRU4Rec has none)
+    _check_part(part)
+    options: dict[str, Any] = {
+        "recency": _positive_ints(recency, "recency"), "cutoffs": _positive_ints(cutoffs, "cutoffs"),
+        "seeds": [int(s) for s in seeds], "alphas": _alphas(alphas), "definition": definition,
+        "per_head": bool(per_head), "batch_size": positive_int(batch_size, "batch_size"), "progress": progress,
+    }
+    if definition not in DEFINITIONS:
+        raise ResdomError(f"definition: must be one of {', '.join(DEFINITIONS)} (got {definition!r})")
+    if not options["seeds"]:
+        raise ResdomError("seeds: give at least one shuffle seed")
+    n_layers = len(model.attention_blocks())
+    if layers is not None:
+        layers = [int(x) for x in layers]
+        if any(not 0 <= x < n_layers for x in layers):
+            raise ResdomError(f"layers: the model has {n_layers} blocks (0..{n_layers - 1}); got {layers}")
+    for name in names:
+        evalset = data.test if name == "recovery" else getattr(data, part)
+        if len(evalset) == 0 or (name == "recovery" and len(data.valid) == 0):
+            raise ResdomError(f"split: {name} needs users in {'valid and test' if name == 'recovery' else part}")
+    dev = _device(device)
+    model = _on_device(model, dev)
+    _import_tqdm_quietly()
+    out = Diagnosis(part, label)
+    for name in names:
+        t0 = time.perf_counter()
+        setattr(out, name, compute_diagnostic(name, model, data, part, layers=layers, device=dev, **options))
+        out.seconds[name] = time.perf_counter() - t0
+    return out
