@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec")  # models.MODEL_CLASSES holds a class for each
+# models.MODEL_CLASSES holds a class for each; bert4rec and gru4rec are the paper's contrast models (spec §7)
+MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
 PROTOCOLS: tuple[str, ...] = ("loo", "gts")
 DIAGNOSTICS: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
 STAGES: tuple[str, ...] = ("Attn", "+Res", "+LN")  # the stages of an attention block, in computation order

@@ -30,9 +30,9 @@ from resdom.diagnostics.common import (
     seen_items,
 )
 from resdom.diagnostics.hrli import hrli_from_ranks
-from resdom.diagnostics.mixing import MixingAccumulator
+from resdom.diagnostics.mixing import MixingAccumulator, require_attention
 from resdom.evaluation.ranking import metrics_from_ranks
-from resdom.models.interface import Diagnosable, recording, residual_scale
+from resdom.models.interface import Diagnosable, block_tokens, block_width, recording, residual_scale
 
 ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  # 1.0, 0.9, ..., 0.0
 
@@ -68,12 +68,12 @@ def alpha_row(
     batch_size: int, device: str | torch.device | None, progress: bool,
 ) -> dict[str, Any]:
     """The sweep's row at one alpha (model already in inference mode)."""
-    acc = MixingAccumulator(len(model.attention_blocks()), model.max_len, definition)
+    acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
     filt, unfilt, last = [], [], []
     with residual_scale(model, alpha, layers), recording(model) as store:
         for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
             states = model.encode(items)[:, -1]
-            acc.add([layer.pop() for layer in store], items)
+            acc.add([layer.pop() for layer in store], block_tokens(model, items))
             # one score matrix: columns (target, last item, second-to-last item), unfiltered and filtered
             recent = torch.from_numpy(np.stack([recent_items(evalset.inputs, idx, k) for k in (1, 2)], 1))
             wanted = torch.cat([targets[:, None], recent.to(targets.device)], 1)  # (B, 3)
@@ -102,6 +102,7 @@ def alpha_sweep(
 ) -> AlphaResult:
     """One row per alpha in ``alphas``; ``layers`` = the blocks whose residual is scaled (default all)."""
     model = check_model(model)
+    require_attention(model, "alpha")
     alphas = check_alphas(alphas)
     chosen = None if layers is None else [int(x) for x in layers]
     with inference(model):

@@ -19,6 +19,11 @@ weights and the head values, and the +LN stage is linear in g. ``sum_of_norms`` 
 diagonal ||g_ij||^2 is a quadratic form in the attention weights with the Gram matrix of key j's head values
 (B L^2 H^2 work). A ratio with a zero denominator is 0; the first real position (it attends only to itself
 under the causal mask) has r = 0 exactly; padding is excluded.
+
+A bidirectional block (``rec.causal`` False: BERT4Rec) has no causal mask: query i may attend to every real key,
+before and after it, so "others" are all real positions j != i and no position is special (the first real
+position's r is computed like any other; only a row's single real token, which sees nothing else, has r = 0).
+The terms and the rebuild are the same: they never assumed j <= i.
 """
 
 from __future__ import annotations
@@ -98,7 +103,8 @@ def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 
 
 def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tensor]:
-    """{stage: r (B, L)} by norm of sums; items (B, L) left-padded; padding rows hold 0, first real r = 0.
+    """{stage: r (B, L)} by norm of sums; items (B, L) left-padded; padding rows hold 0, and in a causal block the
+    first real position's r is 0.
 
     As the decomposition's own sums, but leaving out the +LN stage's 1/sqrt(Var(z_i)+eps): a positive factor common to
     both terms of position i, it cancels in r_i (and costs a variance per position).
@@ -115,8 +121,16 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
     if not rec.norm_first:
         norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
-    drop = first_real(items) | (items == 0)
+    drop = _excluded(rec, items)
     return {st: torch.where(drop, 0.0, _ratio(a, a + b)) for st, (a, b) in norms.items()}
+
+
+def _excluded(rec: BlockRecord, items: torch.Tensor) -> torch.Tensor:
+    """bool (B, L): positions whose r is 0 by definition: padding, and the positions that attend only to
+    themselves: under the causal mask the first real one, in a bidirectional block the only real one of a row."""
+    if rec.causal:
+        return first_real(items) | (items == 0)
+    return (items == 0) | ((items > 0).sum(1, keepdim=True) == 1)
 
 
 def _centred_norm(v: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
@@ -124,11 +138,13 @@ def _centred_norm(v: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm((v - v.mean(-1, keepdim=True)).mul_(gamma), dim=-1)
 
 
-def _allowed_keys(items: torch.Tensor) -> torch.Tensor:
-    """bool (B, L, L): key j is real and j <= i (what query i may attend to under the masks)."""
+def _allowed_keys(items: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """bool (B, L, L): what query i may attend to under the masks: key j is real and (causal) j <= i."""
     L = items.shape[1]
-    causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
-    return (items > 0)[:, None, :] & causal[None]
+    real = (items > 0)[:, None, :].expand(items.shape[0], L, L)
+    if not causal:
+        return real
+    return real & torch.ones(L, L, dtype=torch.bool, device=items.device).tril()[None]
 
 
 def _term_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -150,7 +166,7 @@ def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     head values (``_term_norms``); the diagonal terms g_ii are built directly, (B, L, d) each.
     """
     s = abs(rec.branch_scale)
-    allowed = _allowed_keys(items)
+    allowed = _allowed_keys(items, rec.causal)
     off = allowed & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
     own_attn = self_terms(rec)
     own_res = own_attn + rec.branch_scale * rec.alpha * rec.x
@@ -161,11 +177,11 @@ def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
         mapped = ln_linear(rec, rec.head_values, 1.0)  # gamma * centred f^h_j, (B, H, L, d)
         others["+LN"] = s * _term_norms(rec.attn_weights, mapped)
         own["+LN"] = ln_linear(rec, own_res, 1.0).norm(dim=-1)
-    first = first_real(items)
+    drop = _excluded(rec, items)
     out = {}
     for st in stages_of(rec):
         total_others = (others[st] * off).sum(-1)
-        out[st] = torch.where(first | (items == 0), 0.0, _ratio(total_others, total_others + own[st]))
+        out[st] = torch.where(drop, 0.0, _ratio(total_others, total_others + own[st]))
     return out
 
 
@@ -178,10 +194,10 @@ def head_ratios(rec: BlockRecord, items: torch.Tensor, definition: str) -> torch
         others = torch.einsum("bhij,bhjd->bhid", w, hv) - diag[..., None] * hv
         no = others.norm(dim=-1)
     else:  # ||a^h_ij f^h(x_j)|| = a^h_ij ||f^h(x_j)||
-        off = _allowed_keys(items) & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
+        off = _allowed_keys(items, rec.causal) & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
         no = torch.einsum("bhij,bhj->bhi", w * off[:, None], hv.norm(dim=-1))
     r = _ratio(no, no + own_norm)
-    mask = (first_real(items) | (items == 0))[:, None, :]
+    mask = _excluded(rec, items)[:, None, :]
     return torch.where(mask, 0.0, r)
 
 

@@ -5,6 +5,10 @@ Aggregation: "all" = mean over every real position of every evaluated user (posi
 position's r = 0 included); "last" = mean at the last real position (column L-1); pooled = mean over layers
 (every layer has the same positions). Per head (on request): the Attn-stage ratio of each head's own terms
 ``a^h_ij f^h(x_j)``.
+
+Positions are those the blocks see (``interface.block_tokens``): for BERT4Rec the input items and the appended
+``[MASK]``, so "last" is the ``[MASK]`` position, where its prediction is read (as the last column is for the
+causal models). A model without attention blocks (GRU4Rec) has no mixing ratio: ``require_attention`` refuses it.
 """
 
 from __future__ import annotations
@@ -25,10 +29,26 @@ from resdom.diagnostics.common import (
     sum_over_ranks,
 )
 from resdom.diagnostics.decomposition import DEFINITIONS, head_ratios, ratios, stages_of
+from resdom.errors import ResdomError
 from resdom.models.block import BlockRecord
-from resdom.models.interface import Diagnosable, recording
+from resdom.models.interface import Diagnosable, block_tokens, block_width, recording
 
-__all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "mixing_ratios"]
+__all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "mixing_ratios", "require_attention"]
+
+NEEDS_ATTENTION: tuple[str, ...] = ("mixing", "alpha")  # the diagnostics that read attention blocks
+
+
+def has_attention(model: Diagnosable) -> bool:
+    """Whether ``model`` has attention blocks (and so a mixing ratio and a residual to scale)."""
+    return len(model.attention_blocks()) > 0
+
+
+def require_attention(model: Diagnosable, what: str) -> None:
+    """ResdomError (one line) when ``model`` has no attention blocks: ``what`` (mixing / alpha) does not apply."""
+    if not has_attention(model):
+        name = getattr(getattr(model, "cfg", None), "name", None) or type(model).__name__
+        raise ResdomError(f"{what}: {name} has no attention blocks (no attention, no residual around it), so the "
+                          "mixing ratio and the residual-scaling sweep do not apply; shuffle, hrli and recovery do")
 
 Definition = Literal["norm_of_sums", "sum_of_norms"]
 
@@ -222,11 +242,12 @@ def mixing_ratios(
 ) -> MixingResult:
     """Mixing ratios of every attention block over ``evalset``'s inputs (the model's eval mode, its alphas)."""
     model = check_model(model)
+    require_attention(model, "mixing")
     n_layers = len(model.attention_blocks())
-    acc = MixingAccumulator(n_layers, model.max_len, definition, per_head)
+    acc = MixingAccumulator(n_layers, block_width(model), definition, per_head)
     with inference(model), recording(model) as store:
         for _, items, _ in batches(model, evalset, batch_size, device, "mixing", progress):
             model.encode(items)
-            acc.add([layer.pop() for layer in store], items)
+            acc.add([layer.pop() for layer in store], block_tokens(model, items))
     acc.merge_ranks(len(evalset))
     return acc.result()

@@ -9,7 +9,7 @@ import numpy as np
 
 from resdom.data.sequences import EvalSet
 from resdom.diagnostics.hrli import last_item_hit_rates
-from resdom.diagnostics.mixing import mixing_ratios
+from resdom.diagnostics.mixing import has_attention, mixing_ratios
 from resdom.models.interface import Diagnosable
 
 
@@ -23,9 +23,10 @@ def monitor_subset(evalset: EvalSet, n_users: int, seed: int) -> EvalSet:
 
 def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None) -> dict[str, Any]:
     """{"n_users", "HRLI@1", "HRL2I@1", "mixing_all": {stage: r}, "mixing_last": {stage: r}} of ``model``
-    (unfiltered last-item hit rates; mixing by norm of sums, pooled over layers). Leaves the model in eval mode."""
+    (unfiltered last-item hit rates; mixing by norm of sums, pooled over layers; None for a model without attention
+    blocks, GRU4Rec). Leaves the model in eval mode."""
     model.eval()
     hrli = last_item_hit_rates(model, evalset, ks=(1, 2), Ks=(1,), device=device).to_dict()
-    mix = mixing_ratios(model, evalset, device=device).to_dict()
+    pooled = mixing_ratios(model, evalset, device=device).to_dict()["pooled"] if has_attention(model) else {}
     return {"n_users": hrli["n_users"], "HRLI@1": hrli["values"]["HRLI@1"], "HRL2I@1": hrli["values"]["HRL2I@1"],
-            "mixing_all": mix["pooled"]["all"], "mixing_last": mix["pooled"]["last"]}
+            "mixing_all": pooled.get("all"), "mixing_last": pooled.get("last")}

@@ -13,6 +13,11 @@ not credited for items it could not have filtered. Users with fewer than k+1 ite
 - alpha* = argmax Recovery on validation subject to HR@10(alpha) >= (1 - eps) HR@10(1); ties go to the
   larger alpha; alpha = 1 when R is empty or nothing else passes the guard. Test metrics are then
   reported at alpha*.
+
+BERT4Rec reads its prediction at an appended ``[MASK]`` (column L-1 of ``encode``); column L-1-k sits on its
+k-th most recent input item, so offset k is hit only where that column holds an item
+(``interface.state_tokens``). A model without attention blocks (GRU4Rec) has no residual to scale: its recovery
+is alpha-free (the recoverable set and the per-offset shares; the curve holds alpha = 1 only, alpha* = 1).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from resdom.diagnostics.common import (
     seen_items,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
-from resdom.models.interface import Diagnosable, residual_scale
+from resdom.models.interface import Diagnosable, residual_scale, state_tokens
 
 OFFSETS = (1, 2, 3)
 
@@ -56,6 +61,7 @@ def position_ranks(
     out = []
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
         hidden = model.encode(items)  # (B, L, d)
+        tokens = state_tokens(model, items)  # the token each column of hidden sits on
         seen = seen_items(evalset.inputs, idx, items.device)
         L = items.shape[1]
         cols = []
@@ -65,7 +71,7 @@ def position_ranks(
                 cols.append(torch.full_like(targets, MISS))
                 continue
             r = ranks_of(scores_at(model, hidden[:, c], seen), targets)
-            real = items[:, c] > 0
+            real = tokens[:, c] > 0
             cols.append(r if k == 0 else torch.where(real, r, torch.full_like(r, MISS)))
         out.append(torch.stack(cols, 1).cpu().numpy())
     local = np.concatenate(out) if out else np.zeros((0, len(offsets)), dtype=np.int64)
@@ -163,6 +169,8 @@ def miss_recovery(
     """spec §4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well."""
     model = check_model(model)
     alphas = check_alphas(alphas)
+    if not model.attention_blocks():  # nothing to scale (GRU4Rec): alpha-free
+        alphas = [1.0]
     if 1.0 not in alphas:
         alphas = [1.0, *alphas]
     if K < 1 or not 0.0 <= eps < 1.0:

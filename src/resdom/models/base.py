@@ -43,7 +43,12 @@ class SequentialRecommender(nn.Module):
     objective would leak labels; ``noncausal_reason`` says why); ``own_fields`` (ModelConfig fields that mean
     something for this model only); ``defaults(protocol, source)`` (the model and train values its reference
     code base uses under a protocol, and per-data-set presets); ``needs_partners()`` (batches need
-    ``sup_items``); ``exact_length_groups()`` (a batch may be cut into length groups with the same update).
+    ``sup_items``); ``exact_length_groups()`` (a batch may be cut into length groups with the same update);
+    ``train_layouts`` (the sample layouts of ``training.batches`` it can train from); ``unused_fields``
+    (ModelConfig fields that mean nothing for this model, refused when set). Hooks a model may override:
+    ``training_states(batch)`` (its training inputs and states from a TrainBatch: BERT4Rec masks there),
+    ``mask_bias(tokens)`` (the attention mask), ``block_tokens(items)`` (the tokens its blocks see and record,
+    when it adds some: BERT4Rec's appended [MASK]).
     """
 
     name: ClassVar[str] = ""
@@ -51,6 +56,8 @@ class SequentialRecommender(nn.Module):
     causal: ClassVar[bool] = True
     noncausal_reason: ClassVar[str] = ""
     own_fields: ClassVar[tuple[str, ...]] = ()
+    unused_fields: ClassVar[tuple[str, ...]] = ()
+    train_layouts: ClassVar[tuple[str, ...]] = ("all", "last")
 
     @classmethod
     def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -78,7 +85,7 @@ class SequentialRecommender(nn.Module):
         return QueryLNBlock(cfg) if cfg.query_ln else AttentionBlock(cfg)
 
     def _init_weights(self, module: nn.Module) -> None:
-        # SPEC 6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.
+        # spec §6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, 0.0, self.cfg.init_std)
             if isinstance(module, nn.Linear) and module.bias is not None:
@@ -94,10 +101,11 @@ class SequentialRecommender(nn.Module):
         """(B, L) position ids for a left-padded batch (see ModelConfig.positions)."""
         L = items.shape[1]
         cols = torch.arange(L, device=items.device)
+        capacity = self.cfg.max_len  # rows of the position table (one more for from_end_pad0)
         if self.cfg.positions == "from_end":
-            return (cols + (self.max_len - L)).expand_as(items)
+            return (cols + (capacity - L)).expand_as(items)
         if self.cfg.positions == "from_end_pad0":
-            return (cols + (self.max_len - L) + 1) * (items > 0)
+            return (cols + (capacity - L) + 1) * (items > 0)
         lengths = (items > 0).sum(1, keepdim=True)
         return (cols[None, :] - (L - lengths)).clamp(min=0)
 
@@ -106,7 +114,10 @@ class SequentialRecommender(nn.Module):
         e = self.item_emb(items)
         if self.cfg.emb_scale:
             e = e * math.sqrt(self.cfg.hidden)
-        x = e + self.pos_emb(self.position_ids(items))
+        return self.input_norm(e + self.pos_emb(self.position_ids(items)))
+
+    def input_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """The input's LayerNorm and dropout (``cfg.embedding``) on E + P (B, L, d)."""
         if self.cfg.embedding == "ln_dropout":
             return self.emb_dropout(self.emb_ln(x))
         if self.cfg.embedding == "dropout_ln":
@@ -124,13 +135,27 @@ class SequentialRecommender(nn.Module):
         Results do not depend on L (batch trimming): where ``full_window()``, the blocks run on the padded
         ``max_len`` window and the states and block records of the caller's L columns are returned.
         """
-        if items.shape[1] > self.max_len:
-            items = items[:, -self.max_len :]
+        return self.encode_tokens(items)
+
+    def mask_bias(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, 1, L, L) additive attention mask for the token ids ``tokens`` (B, L): causal (and key padding)."""
+        return causal_mask_bias(tokens, key_padding=self.cfg.key_padding_mask)
+
+    def block_tokens(self, items: torch.Tensor) -> torch.Tensor:
+        """The token ids (B, L') of the positions the blocks see (and record) for the input ``items`` (B, L):
+        the items themselves here; BERT4Rec appends its [MASK]."""
+        return items
+
+    def encode_tokens(self, items: torch.Tensor) -> torch.Tensor:
+        """The encoder itself: token ids (B, L) left-padded, L <= cfg.max_len positions -> states (B, L, d)."""
+        capacity = self.cfg.max_len  # rows of the position table
+        if items.shape[1] > capacity:
+            items = items[:, -capacity:]
         width = items.shape[1]
         recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
         if self.full_window():
-            items = nn.functional.pad(items, (self.max_len - width, 0))
-        mask_bias = causal_mask_bias(items, key_padding=self.cfg.key_padding_mask)
+            items = nn.functional.pad(items, (capacity - width, 0))
+        mask_bias = self.mask_bias(items)
         h = self.embed(items)
         for block in self.blocks:
             h = block(h, mask_bias)
@@ -150,6 +175,11 @@ class SequentialRecommender(nn.Module):
 
     def attention_blocks(self) -> Sequence[nn.Module]:
         return list(self.blocks)
+
+    def training_states(self, batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor]:
+        """(the batch the objective scores, its states): what the model trains on, made from a TrainBatch of
+        ``training.batches``. Here the batch itself and ``encode(batch.items)``; BERT4Rec masks the input."""
+        return batch, self.encode(batch.items)
 
     def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor | None:
         """Extra training loss beyond the objective (DuoRec's InfoNCE); hidden is encode(batch.items)."""

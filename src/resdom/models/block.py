@@ -1,4 +1,4 @@
-"""The causal self-attention block (SPEC section 2) and its named internals.
+"""The causal self-attention block (spec §2) and its named internals.
 
 Post-LN (default)::
 
@@ -47,6 +47,8 @@ class BlockRecord:
       branch_scale: factor on the attention branch in H1 (BSARec: 1 - a; otherwise 1).
       freq_out:     (B, L, d) BSARec's frequency-branch contribution a * DSP; None otherwise.
       norm_first:   True for pre-LN blocks (no +LN stage).
+      causal:       True when query i attends to keys j <= i only; False for a bidirectional block (BERT4Rec),
+                    where every real key is attended to and the first real position is not special.
     """
 
     x: torch.Tensor
@@ -64,6 +66,7 @@ class BlockRecord:
     branch_scale: float = 1.0
     freq_out: torch.Tensor | None = None
     norm_first: bool = False
+    causal: bool = True
 
 
 def trim_record(rec: BlockRecord, width: int) -> BlockRecord:
@@ -91,6 +94,14 @@ def causal_mask_bias(items: torch.Tensor, key_padding: bool = True) -> torch.Ten
     allowed = causal.expand(items.shape[0], 1, L, L)
     if key_padding:
         allowed = allowed & (items > 0)[:, None, None, :]
+    return (~allowed).to(torch.float32) * MASK_VALUE
+
+
+def padding_mask_bias(items: torch.Tensor) -> torch.Tensor:
+    """(B, 1, L, L) additive mask of a bidirectional block: 0 where key j is a real token, else -10000 (every
+    query attends to every real key, before and after it)."""
+    L = items.shape[1]
+    allowed = (items > 0)[:, None, None, :].expand(items.shape[0], 1, L, L)
     return (~allowed).to(torch.float32) * MASK_VALUE
 
 
@@ -181,8 +192,9 @@ class AttentionBlock(nn.Module):
         self.ffn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.dropout = Dropout(cfg.dropout)
         self.attn_out_dropout: nn.Module = self.dropout  # dropout on A before the sum (none in the query-LN block)
-        self.alpha = 1.0  # residual scale; used only in eval mode (SPEC 2)
+        self.alpha = 1.0  # residual scale; used only in eval mode (spec §2)
         self.recording: list[BlockRecord] | None = None  # set by interface.record()
+        self.causal = True  # what the model's mask lets a query see (recorded); False in BERT4Rec's blocks
 
     def effective_alpha(self) -> float:
         return 1.0 if self.training else self.alpha
@@ -215,7 +227,7 @@ class AttentionBlock(nn.Module):
             ln = self.sum_norm()
             self.recording.append(BlockRecord(
                 **parts, ln_weight=None if ln is None else ln.weight, ln_bias=None if ln is None else ln.bias,
-                ln_eps=None if ln is None else ln.eps, norm_first=ln is None, **extra))
+                ln_eps=None if ln is None else ln.eps, norm_first=ln is None, causal=self.causal, **extra))
 
     def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         """H1 from X (B, L, d): LN(Z) (post-LN) or Z (pre-LN); appends a BlockRecord when recording."""
@@ -239,7 +251,7 @@ class AttentionBlock(nn.Module):
 
 
 class QueryLNBlock(AttentionBlock):
-    """time-to-split's SASRec block and the reference paper's DuoRec block (SPEC 6, "a third block")::
+    """time-to-split's SASRec block and the reference paper's DuoRec block (spec §6, "a third block")::
 
         Q  = LN_a(X)
         A  = MHA(query = Q, key = X, value = X)

@@ -1,4 +1,4 @@
-"""Typed, validated model configuration (SPEC section 2). Round-trips to plain data via ``model_dump``."""
+"""Typed, validated model configuration (spec §2). Round-trips to plain data via ``model_dump``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from resdom.names import MODELS
 
 ModelName = Literal[MODELS]  # type: ignore[valid-type]
 
-# Architectures of the reference code bases (SPEC 6), as ModelConfig values.
+# Architectures of the reference code bases (spec §6), as ModelConfig values.
 # The reference paper's SASRec: post-LN blocks, LN(Dropout(E * sqrt(d) + P)) input, FFN d with ReLU, max length 200.
 REFERENCE_POST_LN: dict[str, object] = {
     "embedding": "dropout_ln", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1, "activation": "relu",
@@ -27,7 +27,7 @@ REFERENCE_QUERY_LN: dict[str, object] = {
 class ModelConfig(BaseModel):
     """Architecture of a causal self-attention recommender.
 
-    Defaults follow BSARec's code base (SPEC 6): ``Dropout(LayerNorm(E + P))`` input, post-LN blocks,
+    Defaults follow BSARec's code base (spec §6): ``Dropout(LayerNorm(E + P))`` input, post-LN blocks,
     FFN 4d GELU, LayerNorm eps 1e-12, positions counted from the right (left padding). The reference
     paper's code is ``embedding="dropout_ln", emb_scale=True, ln_eps=1e-8, inner_mult=1,
     activation="relu", positions="from_start"``.
@@ -74,20 +74,28 @@ class ModelConfig(BaseModel):
         False, description="initialise the padding item's embedding row like the others instead of zero (BSARec's "
         "code: its gradient is zero, but its frequency filter mixes padded positions in, so the row matters)"
     )
-    # DuoRec (SPEC 2)
+    # DuoRec (spec §2)
     duorec_tau: float = Field(1.0, gt=0.0)
     duorec_lambda: float = Field(0.1, ge=0.0)
     duorec_views: Literal["unsup", "sup", "both"] = "unsup"
-    # BSARec (SPEC 2)
+    # BSARec (spec §2)
     bsa_a: float = Field(0.9, ge=0.0, le=1.0)
     bsa_c: int = Field(3, ge=1)
+    # BERT4Rec (spec §7)
+    mask_prob: float = Field(
+        0.2, gt=0.0, lt=1.0, description="bert4rec: probability that a real training position is replaced by [MASK] "
+        "(labels only there)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
-        if self.hidden % self.heads:
+        if self.name != "gru4rec" and self.hidden % self.heads:  # gru4rec has no attention heads
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if self.name == "bsarec" and (self.norm_first or self.query_ln):
             raise ValueError("bsarec is post-LN only (norm_first and query_ln must be false)")
+        if self.name == "bert4rec" and (self.max_len < 2 or not self.key_padding_mask):
+            raise ValueError("bert4rec needs max_len >= 2 (its input items and the appended [MASK]) and "
+                             "key_padding_mask (its attention is bidirectional: padding must not be attended to)")
         if self.norm_first and self.query_ln:
             raise ValueError("norm_first and query_ln are two different blocks; choose one")
         return self

@@ -9,7 +9,14 @@ A model is diagnosable when it has:
 - ``item_embeddings() -> (n_items + 1, d)``: scores are ``hidden @ item_embeddings().T``; row 0 is padding;
 - ``attention_blocks() -> Sequence[block]``, where each block has a float attribute ``alpha`` (the residual
   scale of its attention sub-layer, honoured in eval mode) and an attribute ``recording`` which is either
-  None or a list that the block appends one ``BlockRecord`` to per forward pass.
+  None or a list that the block appends one ``BlockRecord`` to per forward pass. A model without attention
+  (GRU4Rec) returns no blocks: the mixing ratio and the residual-scaling sweep do not apply to it.
+
+Optional: ``block_tokens(items) -> tokens`` (B, L'), the token ids of the positions its blocks see and record,
+when the model adds tokens of its own (BERT4Rec appends ``[MASK]``: L' = L + 1, and ``encode`` returns the
+states of the last L of them, so column L-1 is the [MASK] position where the prediction is read and column
+L-1-k sits on the k-th most recent input item). Without it the blocks see ``items`` itself (``block_tokens``
+below).
 
 ``recording(model)`` and ``residual_scale(model, alpha)`` below are the two ways diagnostics touch a model.
 See docs/adapters.md for wrapping a model written outside resdom.
@@ -36,6 +43,22 @@ class Diagnosable(Protocol):
     def item_embeddings(self) -> torch.Tensor: ...
 
     def attention_blocks(self) -> Sequence[Any]: ...
+
+
+def block_tokens(model: Diagnosable, items: torch.Tensor) -> torch.Tensor:
+    """The token ids (B, L') of the positions ``model``'s blocks see (and record) for the input ``items`` (B, L)."""
+    fn = getattr(model, "block_tokens", None)
+    return items if fn is None else fn(items)
+
+
+def block_width(model: Diagnosable) -> int:
+    """The most positions a block record of ``model`` covers: the width of ``block_tokens`` of a full window."""
+    return int(block_tokens(model, torch.ones(1, model.max_len, dtype=torch.int64)).shape[1])
+
+
+def state_tokens(model: Diagnosable, items: torch.Tensor) -> torch.Tensor:
+    """(B, L): the token each column of ``encode(items)`` sits on (the last L of ``block_tokens``); 0 = padding."""
+    return block_tokens(model, items)[:, -items.shape[1] :]
 
 
 @contextmanager

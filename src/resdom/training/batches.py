@@ -6,7 +6,9 @@ its target(s) come right after it. Two layouts:
 - ``all`` (``ce_all``, ``bce``, ``ce_sampled``): one sample per user with >= 2 training items: the last
   ``max_len + 1`` items, input = all but the last, targets = the next item at every input position.
 - ``last`` (``ce_last``): every prefix of each user's last ``max_len`` training items is a sample
-  (BSARec / RecBole style; the first prefix has an empty input), target = the item after the prefix.
+  (BSARec / RecBole style; the first prefix has an empty input), target = the item after the prefix;
+- ``window`` (``mlm``, BERT4Rec): one sample per user with >= 1 training item: its last ``max_len`` items,
+  targets = the same items (the model masks some and keeps labels there, ``training_states``).
 
 Batches are left-padded (last item at column L-1) and trimmed to their longest real input, except where a
 fixed width is asked for (BSARec: its FFT sees the whole padded window, spec §2). A batch may be cut into a few
@@ -26,7 +28,7 @@ import torch
 from resdom.data.sequences import Sequences, _ranges
 from resdom.models.base import TrainBatch
 
-Layout = Literal["all", "last"]
+Layout = Literal["all", "last", "window"]
 NEGATIVE_ROUNDS = 4  # bce: resampling rounds for negatives that hit an item of the row (see sample_negatives)
 
 
@@ -35,7 +37,8 @@ class SampleSet:
     """Training samples as spans of ``items``: sample i has input ``items[start[i]:end[i]]``.
 
     items: int64 (T,) the flat training item array. start, end: int64 (S,), 0 <= end - start <= max_len.
-    layout ``all``: targets of sample i are ``items[start[i]+1 : end[i]+1]``; ``last``: the target is ``items[end[i]]``.
+    layout ``all``: targets of sample i are ``items[start[i]+1 : end[i]+1]``; ``last``: the target is ``items[end[i]]``;
+    ``window``: the targets are the input itself.
     """
 
     items: np.ndarray
@@ -48,8 +51,9 @@ class SampleSet:
 
     @property
     def last_targets(self) -> np.ndarray:
-        """int64 (S,): the item after each sample's input (its only target for ``last``, its final one for ``all``)."""
-        return self.items[self.end]
+        """int64 (S,): each sample's final target: the item after its input (its only target for ``last``, its final
+        one for ``all``); for ``window`` its own last item."""
+        return self.items[self.end - 1] if self.layout == "window" else self.items[self.end]
 
 
 def build_samples(train: Sequences, max_len: int, layout: Layout) -> SampleSet:
@@ -65,6 +69,10 @@ def build_samples(train: Sequences, max_len: int, layout: Layout) -> SampleSet:
         first = ends - m
         end = _ranges(first, m)
         start = np.repeat(first, m)
+    elif layout == "window":
+        keep = n >= 1
+        end = ends[keep]
+        start = np.maximum(train.offsets[:-1][keep], end - max_len)
     else:
         raise ValueError(f"unknown layout {layout!r}")
     return SampleSet(train.items, start.astype(np.int64), end.astype(np.int64), layout)
@@ -144,7 +152,7 @@ def make_batch(
 ) -> TrainBatch:
     """The TrainBatch of samples ``idx`` (B,).
 
-    items (B, L) left-padded; targets (B, L) (0 at padding) for layout ``all`` or (B,) for ``last``;
+    items (B, L) left-padded; targets (B, L) (0 at padding) for layouts ``all`` and ``window`` or (B,) for ``last``;
     negatives (B, L) when asked (needs ``rng``); sup_items (B, L2) = inputs of ``partners[idx]`` when given.
     """
     start, end = samples.start[idx], samples.end[idx]
@@ -152,6 +160,8 @@ def make_batch(
     items = _spans(samples.items, start, end, width)
     if samples.layout == "all":
         targets = _spans(samples.items, start, end, width, shift=1)
+    elif samples.layout == "window":
+        targets = items.copy()
     else:
         targets = samples.items[end]
     neg = None

@@ -15,7 +15,7 @@ from resdom.models import MODEL_CLASSES, model_class
 from resdom.models.config import REFERENCE_QUERY_LN, ModelConfig, format_validation_error
 from resdom.names import METRICS
 
-ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled"]
+ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 
 # Named variants of a model, usable wherever a grid names its models: label -> (model, model values).
@@ -40,7 +40,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: ObjectiveName | None = Field(None, description="ce_all | ce_last | bce | ce_sampled")
+    objective: ObjectiveName | None = Field(None, description="ce_all | ce_last | bce | ce_sampled | mlm")
     epochs: int = Field(200, ge=1, description="maximum number of epochs")
     batch_size: int = Field(256, ge=1)
     lr: float = Field(1e-3, gt=0.0)
@@ -135,8 +135,9 @@ def resolve_configs(
 
 def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfig:
     """``train_cfg`` with the model's default objective where none is set, after refusing objective/model pairs
-    that are wrong by construction (an all-position objective on a non-causal model, spec §2)."""
-    from resdom.training.objectives import get_objective
+    that are wrong by construction (an all-position objective on a non-causal model, spec §2; a sample layout the
+    model cannot train from, such as masked-item CE on a model that does not mask its input)."""
+    from resdom.training.objectives import OBJECTIVES, get_objective
 
     cls = model_class(model_cfg.name)
     if train_cfg.objective is None:
@@ -145,12 +146,26 @@ def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfi
     if not cls.causal and objective.layout == "all":
         raise ResdomError(f"train.objective: {objective.name!r} cannot train {cls.name}: {cls.noncausal_reason}; "
                           f"use {cls.default_objective} (the default for {cls.name})")
+    if objective.layout not in cls.train_layouts:
+        fits = [o.name for o in OBJECTIVES.values() if o.layout in cls.train_layouts]
+        raise ResdomError(f"train.objective: {objective.name!r} cannot train {cls.name}: it needs a model that "
+                          f"{LAYOUT_NEEDS.get(objective.layout, 'trains from ' + objective.layout + ' samples')}; "
+                          f"use one of {', '.join(fits)} (default {cls.default_objective})")
     return train_cfg
 
 
+# What a sample layout asks of the model (for the refusal of a layout a model does not list in train_layouts).
+LAYOUT_NEEDS = {"window": "masks its own input (bert4rec)", "all": "reads a prediction at every position",
+                "last": "reads a prediction at the last position"}
+
+
 def _check_own_fields(model_name: str, values: dict[str, Any]) -> None:
-    """A field of another model, set to anything but its default, is an error naming it (a run's own config.json
-    holds every field at its default, so it passes)."""
+    """A field of another model, or one that means nothing for this model (``unused_fields``: GRU4Rec's attention
+    fields), set to anything but its default, is an error naming it (a run's own config.json holds every such
+    field at its default, so it passes)."""
+    for key in model_class(model_name).unused_fields:
+        if key in values and values[key] != ModelConfig.model_fields[key].default:
+            raise ResdomError(f"model.{key}: does not apply to {model_name} (nothing in it uses {key}); leave it out")
     for other, cls in MODEL_CLASSES.items():
         if other == model_name:
             continue

@@ -9,7 +9,9 @@ over the real items 1..N (the padding row is not a class, as in evaluation).
 - ``bce``: binary CE of the target against one sampled negative per position (original SASRec);
 - ``ce_sampled``: softmax over the target and K negatives shared by the whole batch, drawn from Q
   (popularity or uniform), each logit corrected by ``- log Q(item)`` (sampled softmax, Jean et al. 2015);
-  accidental hits (a negative equal to the target) are masked.
+  accidental hits (a negative equal to the target) are masked;
+- ``mlm``: masked-item CE (BERT4Rec, spec §7): the model's ``training_states`` masks the window of layout
+  ``window`` and keeps labels at the masked positions only; full-softmax CE there.
 
 ``TrainConfig.item_chunk`` makes the full-softmax objectives compute their log-sum-exp over item chunks with
 a hand-written backward (``chunked_cross_entropy``), so memory is O(P * chunk) instead of O(P * N).
@@ -44,7 +46,7 @@ class Objective:
     """A training loss. ``layout`` says which samples it trains on (see training.batches)."""
 
     name: str = ""
-    layout: Literal["all", "last"] = "all"
+    layout: Literal["all", "last", "window"] = "all"
     needs_negatives: bool = False  # batches carry one sampled negative per target (bce)
 
     def loss(self, model: SequentialRecommender, batch: TrainBatch, hidden: torch.Tensor, ctx: LossContext
@@ -56,7 +58,8 @@ class Objective:
 def real_positions(hidden: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(states (P, d), targets (P,) in 1..N) at the positions that have a target.
 
-    Layout ``all``: targets (B, L) with 0 at padding; layout ``last``: targets (B,) at column L-1.
+    Layout ``all``: targets (B, L) with 0 at padding (``mlm``: 0 where not masked); layout ``last``: targets (B,)
+    at column L-1.
     """
     if batch.targets.dim() == 1:
         return hidden[:, -1], batch.targets
@@ -118,6 +121,12 @@ class CELast(CEAll):
     name, layout = "ce_last", "last"
 
 
+class MaskedItemCE(CEAll):
+    """Labels only where the model masked its input (``training_states``), so CE at every position with a target."""
+
+    name, layout = "mlm", "window"
+
+
 class BCE(Objective):
     name, layout, needs_negatives = "bce", "all", True
 
@@ -151,7 +160,7 @@ class CESampled(Objective):
         return F.cross_entropy(logits, torch.zeros(len(t), dtype=torch.long, device=h.device))
 
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CEAll(), CELast(), BCE(), CESampled())}
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CEAll(), CELast(), BCE(), CESampled(), MaskedItemCE())}
 
 
 def get_objective(name: str) -> Objective:
