@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,6 +33,10 @@ from resdom.diagnostics.hrli import hrli_from_ranks
 from resdom.diagnostics.mixing import MixingAccumulator, require_attention
 from resdom.evaluation.ranking import metrics_from_ranks
 from resdom.models.interface import Diagnosable, block_tokens, block_width, recording, residual_scale
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  # 1.0, 0.9, ..., 0.0
 
@@ -61,6 +65,26 @@ class AlphaResult:
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.n_users, "layers": self.layers,
                          "definition": self.definition, "rows": self.rows})
+
+    def to_frame(self) -> pd.DataFrame:
+        """pandas DataFrame, one row per alpha: ``alpha``, ``mixing_all_<stage>`` and ``mixing_last_<stage>`` (pooled
+        ratios), then HRLI@1, HRL2I@1, HR@10, NDCG@10 and their unfiltered HR / NDCG."""
+        import pandas as pd
+
+        flat = []
+        for r in self.rows:
+            row = {"alpha": r["alpha"]}
+            for scope in ("all", "last"):
+                row.update({f"mixing_{scope}_{st}": v for st, v in r[f"mixing_{scope}"].items()})
+            row.update({k: v for k, v in r.items() if k not in ("alpha", "mixing_all", "mixing_last")})
+            flat.append(row)
+        return pd.DataFrame(flat)
+
+    def plot(self, model: str = "model") -> Figure:
+        """Mixing ratio at +Res, HRLI@1, HR@10 and NDCG@10 against alpha (a matplotlib Figure)."""
+        from resdom.report.figures import result_figure
+
+        return result_figure("alpha", self.to_dict(), model)
 
 
 def alpha_row(

@@ -14,7 +14,7 @@ causal models). A model without attention blocks (GRU4Rec) has no mixing ratio: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -32,6 +32,10 @@ from resdom.diagnostics.decomposition import DEFINITIONS, head_ratios, ratios, s
 from resdom.errors import ResdomError
 from resdom.models.block import BlockRecord
 from resdom.models.interface import Diagnosable, block_tokens, block_width, recording
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 __all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "mixing_ratios", "require_attention"]
 
@@ -132,6 +136,28 @@ class MixingResult:
         if self.frequency_branch is not None:
             d["frequency_branch"] = self.frequency_branch
         return jsonable(d)
+
+    def to_frame(self, per_position: bool = False) -> pd.DataFrame:
+        """pandas DataFrame of the ratios r in [0, 1]: columns ``layer`` (an int, or "pooled"), ``scope`` ("all"
+        positions or the "last"), ``stage``, ``r``; with ``per_position``: ``layer``, ``offset_from_end`` (0 = the
+        last position), ``stage``, ``r``."""
+        import pandas as pd
+
+        if per_position:
+            rows = [(e["layer"], o, st, e[st][o]) for e in self.per_position for st in self.stages
+                    for o in e["offset_from_end"]]
+            return pd.DataFrame(rows, columns=["layer", "offset_from_end", "stage", "r"])
+        rows = [(row["layer"], scope, st, row[scope][st]) for row in self.layers for scope in ("all", "last")
+                for st in self.stages]
+        rows += [("pooled", scope, st, self.pooled[scope][st]) for scope in ("all", "last") for st in self.stages]
+        return pd.DataFrame(rows, columns=["layer", "scope", "stage", "r"])
+
+    def plot(self, model: str = "model", per_position: bool = False) -> Figure:
+        """The mixing ratio by stage, pooled over layers (bars: all positions, diamonds: the last position); with
+        ``per_position``: the last layer's ratio against the offset from the last position. A matplotlib Figure."""
+        from resdom.report.figures import result_figure
+
+        return result_figure("mixing_per_position" if per_position else "mixing", self.to_dict(), model)
 
 
 class MixingAccumulator:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -45,6 +45,10 @@ from resdom.diagnostics.common import (
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
 from resdom.models.interface import Diagnosable, residual_scale, state_tokens
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 OFFSETS = (1, 2, 3)
 
@@ -159,6 +163,21 @@ class RecoveryResult:
         return jsonable({"split": self.split, "n_users": self.test.n_users, "K": self.K, "eps": self.eps,
                          "layers": self.layers, "valid": self.valid.to_dict(), "test": self.test.to_dict(),
                          "alpha_star": self.alpha_star, "test_at_alpha_star": self.test_at_alpha_star})
+
+    def to_frame(self) -> pd.DataFrame:
+        """pandas DataFrame, one row per (split, alpha): ``split`` (valid, test), ``alpha``, ``recovery`` (share of the
+        recoverable misses hit), ``HR@K``, ``alpha_star`` (whether it is the alpha chosen on valid)."""
+        import pandas as pd
+
+        rows = [(name, r["alpha"], r["recovery"], r[f"HR@{self.K}"], r["alpha"] == self.alpha_star)
+                for name, sr in (("valid", self.valid), ("test", self.test)) for r in sr.curve]
+        return pd.DataFrame(rows, columns=["split", "alpha", "recovery", f"HR@{self.K}", "alpha_star"])
+
+    def plot(self, model: str = "model") -> Figure:
+        """Recovery(alpha) and HR@10(alpha) on the test split (a matplotlib Figure)."""
+        from resdom.report.figures import result_figure
+
+        return result_figure("recovery", self.to_dict(), model)
 
 
 def miss_recovery(

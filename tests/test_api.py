@@ -1,0 +1,175 @@
+"""The Python API (resdom.api, issue 12): fit in memory, save to a run directory the CLI reads, evaluate and
+diagnose with the CLI's numbers, tables and figures of every result, one-line errors naming the parameter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+
+import resdom
+from resdom.errors import ResdomError
+from tests.cli_helpers import invoke
+
+SOURCE = "synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0"
+SMALL = {"epochs": 2, "hidden": 16, "layers": 2, "heads": 2, "max_len": 12, "batch_size": 64, "seed": 0}
+FAST = {"seeds": (0,), "alphas": (1.0, 0.5, 0.0), "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def split():
+    return resdom.prepare_split(SOURCE)
+
+
+@pytest.fixture(scope="module")
+def fitted(split):
+    return resdom.fit(split, "sasrec", device="cpu", progress=False, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def diagnosis(fitted):
+    return resdom.diagnose(fitted, **FAST)
+
+
+@pytest.fixture(scope="module")
+def run_dir(fitted, tmp_path_factory) -> Path:
+    saved = resdom.Fitted(**{**fitted.__dict__})  # a copy: save() records its directory on the object
+    return saved.save(tmp_path_factory.mktemp("api") / "run")
+
+
+def test_import_resdom_loads_no_torch():
+    code = "import sys, resdom; assert 'torch' not in sys.modules, 'torch loaded'; assert 'fit' in dir(resdom)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert resdom.fit is resdom.api.fit and resdom.Diagnosis is resdom.api.Diagnosis
+
+
+def test_fit_without_out_writes_nothing_and_returns_a_usable_model(split, tmp_path, monkeypatch):
+    private, cwd = tmp_path / "tmp", tmp_path / "cwd"
+    private.mkdir()
+    cwd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    monkeypatch.chdir(cwd)
+    fitted = resdom.fit(split, "sasrec", device="cpu", progress=False, **{**SMALL, "epochs": 1})
+    left = [p.name for p in private.iterdir() if not p.name.startswith("torchinductor_")]  # torch's own cache
+    assert left == [] and list(cwd.iterdir()) == []  # the temporary run directory is gone
+    assert fitted.directory is None and not fitted.model.training
+    assert fitted.model_config.hidden == 16 and fitted.model_config.n_items == split.n_items
+    assert fitted.train_config.epochs == 1 and fitted.train_config.objective == "ce_all"
+    assert fitted.metrics["epochs_run"] == 1 and len(fitted.history) == 1
+    assert fitted.metrics["test"]["n_users"] == len(split.test)
+    result = resdom.evaluate(fitted)
+    assert result.metrics == pytest.approx(fitted.metrics["test"]["metrics"], abs=1e-12)  # the best checkpoint
+
+
+def test_fit_with_out_writes_a_run_directory(split, tmp_path):
+    fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
+    assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()
+    assert resdom.load_run(tmp_path / "run", device="cpu").checkpoint == fitted.checkpoint
+
+
+def test_saved_run_gives_the_cli_the_same_numbers(fitted, run_dir, capsys):
+    assert invoke("evaluate", str(run_dir), "--json") == 0
+    cli = json.loads(capsys.readouterr().out)
+    api = resdom.evaluate(fitted, device="cpu")
+    assert cli["metrics"] == api.metrics and cli["n_users"] == api.n_users
+    assert invoke("evaluate", str(run_dir), "--split", "valid", "--no-filter", "--json") == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli["metrics"] == resdom.evaluate(fitted, part="valid", filter_seen=False, device="cpu").metrics
+    loaded = resdom.load_run(run_dir, device="cpu")
+    assert loaded.checkpoint == loaded.metrics["checkpoint"]  # metrics.json names the saved weights
+    assert loaded.model_config == fitted.model_config and loaded.train_config == fitted.train_config
+    assert loaded.history == fitted.history and loaded.metrics["test"] == fitted.metrics["test"]
+
+
+def test_evaluate_cutoffs_and_evalset(fitted):
+    result = resdom.evaluate(fitted.model, fitted.split.valid, cutoffs=(3, 7), device="cpu")
+    assert list(result.metrics) == ["HR@3", "HR@7", "NDCG@3", "NDCG@7", "MRR"]
+    assert list(result.to_frame().columns) == ["metric", "value", "n_users"]
+
+
+def test_diagnose_equals_run_all(diagnosis, run_dir):
+    from resdom.diagnostics.runner import run_all
+
+    run_all(run_dir, what="all", progress=False, seeds=[0], alphas=[1.0, 0.5, 0.0])
+    for name, mine in diagnosis.to_dict().items():
+        written = json.loads((run_dir / "diagnostics" / f"{name}.json").read_text())
+        assert {k: v for k, v in written.items() if k not in ("seconds", "checkpoint")} == mine, name
+    assert list(diagnosis.results) == ["shuffle", "hrli", "mixing", "alpha", "recovery"]
+
+
+def test_diagnose_any_diagnosable_with_its_split(fitted, diagnosis):
+    alone = resdom.diagnose(fitted.model, fitted.split, what="hrli,mixing", device="cpu")
+    assert alone.shuffle is None and list(alone.results) == ["hrli", "mixing"]
+    assert alone.hrli.to_dict() == diagnosis.hrli.to_dict()
+    assert alone.mixing.to_dict() == diagnosis.mixing.to_dict()
+    custom = resdom.diagnose(fitted, what=["hrli"], recency=(1, 4), cutoffs=(2,), device="cpu")
+    assert list(custom.hrli.values) == ["HRLI@2", "HRL4I@2"]
+
+
+def test_to_frame_columns(diagnosis):
+    columns = {
+        "shuffle": ["perturbation", "metric", "mean", "std", "relative_change", "jaccard@10"],
+        "hrli": ["metric", "recency", "cutoff", "value"],
+        "mixing": ["layer", "scope", "stage", "r"],
+        "recovery": ["split", "alpha", "recovery", "HR@10", "alpha_star"],
+    }
+    for name, cols in columns.items():
+        assert list(diagnosis.to_frame(name).columns) == cols, name
+    alpha = diagnosis.alpha.to_frame()
+    assert list(alpha.columns[:4]) == ["alpha", "mixing_all_Attn", "mixing_all_+Res", "mixing_all_+LN"]
+    assert {"HRLI@1", "HRL2I@1", "HR@10", "NDCG@10"} <= set(alpha.columns) and alpha["alpha"].tolist() == [1, .5, 0]
+    per_position = diagnosis.mixing.to_frame(per_position=True)
+    assert list(per_position.columns) == ["layer", "offset_from_end", "stage", "r"]
+    hrli = diagnosis.hrli.to_frame().set_index("metric")
+    assert hrli.loc["HRL2I@10", "recency"] == 2 and hrli.loc["HRL2I@10", "cutoff"] == 10
+    pooled = diagnosis.mixing.to_frame().query("layer == 'pooled' and scope == 'all'").set_index("stage")["r"]
+    assert pooled.to_dict() == pytest.approx(diagnosis.mixing.pooled["all"])
+
+
+def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
+    for name in ("shuffle", "hrli", "mixing", "alpha", "recovery"):
+        fig = diagnosis.plot(name)
+        assert isinstance(fig, Figure) and fig.axes, name
+        assert fig._repr_png_().startswith(b"\x89PNG"), name  # what Jupyter displays as the cell's value
+    assert isinstance(diagnosis.mixing.plot(per_position=True), Figure)
+    legend = [t.get_text() for t in diagnosis.plot("mixing").legends[0].get_texts()]
+    assert "SASRec" in legend
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s, f: resdom.fit(s, "nosuchmodel"), "model: unknown model 'nosuchmodel'"),
+    (lambda s, f: resdom.fit(s, epochz=3), "unknown option 'epochz' (did you mean epochs?)"),
+    (lambda s, f: resdom.fit(s, lr=-1.0), "train.lr"),
+    (lambda s, f: resdom.fit(s, hidden=0), "model.hidden"),
+    (lambda s, f: resdom.fit(SOURCE), "split: expected a SplitData"),
+    (lambda s, f: resdom.fit(s, device="tpu"), "device: unknown device 'tpu'"),
+    (lambda s, f: resdom.evaluate(f, cutoffs=(0, 10)), "cutoffs: every value must be an integer >= 1 (got 0)"),
+    (lambda s, f: resdom.evaluate(f, cutoffs=10), "cutoffs: expected a non-empty sequence"),
+    (lambda s, f: resdom.evaluate(f, part="train"), "part: expected valid or test"),
+    (lambda s, f: resdom.evaluate(f, batch_size=0), "batch_size: must be at least 1"),
+    (lambda s, f: resdom.evaluate(object(), s), "model: object is not diagnosable"),
+    (lambda s, f: resdom.diagnose(f.model), "split: diagnose needs the data"),
+    (lambda s, f: resdom.diagnose(f, what="nope"), "what: unknown diagnostic 'nope'"),
+    (lambda s, f: resdom.diagnose(f, alphas=(1.0, 2.0)), "alphas: residual scales must lie in [0, 1] (got 2)"),
+    (lambda s, f: resdom.diagnose(f, layers=(5,)), "layers: the model has 2 blocks"),
+    (lambda s, f: resdom.diagnose(f, recency=(0,)), "recency: every value must be an integer >= 1"),
+    (lambda s, f: resdom.diagnose(f, definition="norms"), "definition: must be one of"),
+    (lambda s, f: resdom.load_run("no/such/run"), "no/such/run: run directory not found"),
+])
+def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, call, message):
+    with pytest.raises(ResdomError) as e:
+        call(split, fitted)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_save_refuses_a_non_empty_directory(fitted, run_dir):
+    copy = resdom.Fitted(**{**fitted.__dict__})
+    with pytest.raises(ResdomError, match="exists and is not empty"):
+        copy.save(run_dir)
+    assert copy.directory is None
