@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -256,12 +257,18 @@ def test_diverging_loss_is_a_clear_error(tmp_path: Path) -> None:
         fit(split, m, t, tmp_path, progress=False)
 
 
-def test_progress_bar_shows_loss_and_metric(tmp_path: Path, capsys) -> None:
+def test_progress_bar_shows_loss_and_metric(tmp_path: Path, capsys, monkeypatch) -> None:
     split, m, t = configs(n_users=20, epochs=1)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars only on a terminal
     fit(split, m, t, tmp_path / "on", progress=True)
     err = capsys.readouterr().err
-    assert "epochs" in err and "loss=" in err and "NDCG@10=" in err
-    fit(split, m, t, tmp_path / "off")  # default: only when stderr is a terminal (it is not under pytest)
+    assert "epochs" in err and "loss=" in err and "NDCG@10=" in err and "epoch 1/1:" not in err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    for progress in (True, None):  # a log (stderr not a terminal) gets one plain line per epoch, never a bar
+        fit(split, m, t, tmp_path / f"log-{progress}", progress=progress)
+        err = capsys.readouterr().err
+        assert err.startswith("epoch 1/1: loss ") and "valid NDCG@10" in err and "\r" not in err, err
+    fit(split, m, t, tmp_path / "off", progress=False)
     assert capsys.readouterr().err == ""
 
 
