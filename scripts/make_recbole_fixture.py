@@ -1,7 +1,7 @@
 """Make the RecBole 1.2.1 SASRec fixture in tests/fixtures/recbole (run ONCE, in the RecBole venv).
 
-    bash scripts/make_recbole_venv.sh /work/recbole-venv
-    /work/recbole-venv/bin/python scripts/make_recbole_fixture.py [OUT_DIR]
+    bash scripts/make_recbole_venv.sh                       # -> benchmarks/.recbole-venv
+    OMP_NUM_THREADS=1 benchmarks/.recbole-venv/bin/python scripts/make_recbole_fixture.py [OUT_DIR]
 
 Writes, into OUT_DIR (default tests/fixtures/recbole):
 

@@ -197,6 +197,121 @@ def test_cli_import_and_error_exit(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").exists() and (out / "data" / "arrays.npz").exists()
+    # it says what it applied: RecBole's settings from the checkpoint, not resdom's k-core
+    assert "RecBole preprocessing, as the checkpoint's config says: rm_dup_inter=None" in done.stdout
+    assert "user_inter_num_interval='[0,inf)'" in done.stdout and "40 items" in done.stdout
+    assert "60 users" in done.stdout and "--no-filter" in done.stdout
     bad = subprocess.run(cmd[:4] + [str(tmp_path / "nope.pth")] + cmd[5:-1] + [str(tmp_path / "x")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "nope.pth" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a RecBole SASRec trained on the real ml-100k (scripts/make_recbole_ml100k_fixture.py, in RecBole's own venv)
+
+ML100K = Path(__file__).parent / "fixtures" / "recbole_ml100k"
+ML100K_CKPT = ML100K / "sasrec_ml100k.pth"
+
+
+@pytest.fixture(scope="module")
+def ml100k_inter(shared_raw: Path) -> Path:
+    path = shared_raw / "ml-100k" / "ml-100k.inter"
+    if not path.is_file():
+        pytest.skip(f"real ml-100k not found at {path} (RecBole's dataset/ml-100k/ml-100k.inter)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ml100k_recbole() -> dict:
+    """RecBole's own test split (users, inputs, targets, target ranks) and printed test evaluation."""
+    with np.load(ML100K / "test_split.npz", allow_pickle=False) as z:
+        split = {k: z[k] for k in z.files}
+    return {**split, **json.loads((ML100K / "recbole_eval.json").read_text())}
+
+
+@pytest.fixture(scope="module")
+def ml100k_data(ml100k_inter: Path):
+    """RecBole's data rebuilt from the real file and the checkpoint's config, and resdom's split of it."""
+    rb = recbole_interactions(ml100k_inter, read_recbole_checkpoint(ML100K_CKPT).config)
+    return rb, recbole_import_data(rb, {"kind": "path"})
+
+
+@pytest.fixture(scope="module")
+def ml100k_run(ml100k_inter: Path, shared_raw: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Imported with the registered name (its file found in --data-dir); the CLI test gives the path."""
+    return import_recbole(ML100K_CKPT, "ml-100k", tmp_path_factory.mktemp("ml100k") / "run", data_dir=shared_raw)
+
+
+def _test_split_by_user(split_data, item_labels: np.ndarray, user_labels: np.ndarray, width: int
+                        ) -> dict[str, tuple]:
+    """{user token: (last ``width`` input item tokens, target token)} of a split's test set."""
+    test = split_data.test
+    return {str(user_labels[test.inputs.users[i]]): (
+        tuple(str(item_labels[x]) for x in test.inputs.sequence(i)[-width:]), str(item_labels[test.targets[i]]))
+        for i in range(len(test))}
+
+
+def test_ml100k_fixture_is_small_and_from_recbole(ml100k_recbole: dict) -> None:
+    assert ML100K_CKPT.stat().st_size < 3_000_000
+    assert ml100k_recbole["versions"]["recbole"] == "1.2.1" and ml100k_recbole["normalize_all"] is True
+    assert ml100k_recbole["n_test_users"] == len(ml100k_recbole["users"]) == 943
+
+
+def test_ml100k_inputs_and_targets_are_recboles_user_by_user(ml100k_inter: Path, ml100k_data, ml100k_recbole: dict
+                                                             ) -> None:
+    """RecBole orders by float32 normalised times (ties keep file order); resdom's own exact-time order differs
+    for some users, the import's order for none."""
+    from resdom.data.prepare import load_prepared, prepare_split
+
+    rb, data = ml100k_data
+    width = int(read_recbole_checkpoint(ML100K_CKPT).config["MAX_ITEM_LIST_LENGTH"])
+    theirs = {u: (tuple(s.split()), t) for u, s, t in
+              zip(ml100k_recbole["users"], ml100k_recbole["inputs"], ml100k_recbole["targets"])}
+    ours = _test_split_by_user(data.split, data.item_labels, data.user_labels, width)
+    assert len(ours) == len(theirs) == 943
+    assert ours == theirs
+    assert data.split.n_items == 1682  # nothing filtered: RecBole's ml-100k preset has no interaction-count filter
+    # resdom's own preparation of the same file (exact times, stable): other inputs or targets for ~4% of users
+    prepared, _ = load_prepared(str(ml100k_inter), k_core=0)
+    own = _test_split_by_user(prepare_split(str(ml100k_inter), k_core=0), prepared.item_labels,
+                              prepared.user_labels, width)
+    differ = sum(own[u] != theirs[u] for u in theirs)
+    assert 0.02 < differ / len(theirs) < 0.08, differ
+    assert rb.users_reordered >= differ
+
+
+def test_ml100k_no_filter_metrics_equal_recboles(ml100k_run: Path, ml100k_data, ml100k_recbole: dict) -> None:
+    """The bar: `resdom import-recbole` + `--no-filter` evaluation == RecBole's own printed test evaluation."""
+    from resdom.evaluation.evaluate import evaluate
+
+    run = load_run(ml100k_run)
+    assert run.split.n_items == 1682 and run.config["imported_from"]["preprocessing"]
+    result = evaluate(run.model, run.split.test, filter_seen=False, return_ranks=True)
+    recbole = ml100k_recbole["recbole_test_result"]
+    assert result.n_users == 943
+    assert abs(result.metrics["HR@10"] - recbole["hit@10"]) <= 1e-4, (result.metrics, recbole)
+    assert abs(result.metrics["NDCG@10"] - recbole["ndcg@10"]) <= 1e-4, (result.metrics, recbole)
+    # user by user: the target's rank under resdom's scores is RecBole's (both pessimistic, over all items)
+    _, data = ml100k_data  # the same split as the run's (same code), with the user tokens
+    assert np.array_equal(data.split.test.targets, run.split.test.targets)
+    ours = {str(data.user_labels[u]): int(r) for u, r in zip(run.split.test.inputs.users, result.ranks)}
+    theirs = dict(zip(ml100k_recbole["users"].tolist(), ml100k_recbole["ranks"].tolist()))
+    differ = [u for u in theirs if ours[u] != theirs[u]]
+    assert len(differ) <= 2, f"{len(differ)} users rank their target differently (e.g. {differ[:3]})"
+
+
+def test_ml100k_cli_import_prints_what_it_applied(ml100k_inter: Path, tmp_path: Path, ml100k_recbole: dict) -> None:
+    out = tmp_path / "cli"
+    done = subprocess.run([sys.executable, "-m", "resdom", "import-recbole", str(ML100K_CKPT), "--data",
+                           str(ml100k_inter), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "100000 interactions read, 0 removed" in done.stdout and "1682 items" in done.stdout, done.stdout
+    assert "float32 min-max normalised timestamp" in done.stdout and "943 users" in done.stdout, done.stdout
+    ev = subprocess.run([sys.executable, "-m", "resdom", "evaluate", str(out), "--no-filter", "--json"],
+                        capture_output=True, text=True, timeout=300)
+    assert ev.returncode == 0, ev.stderr
+    got = json.loads(ev.stdout)
+    recbole = ml100k_recbole["recbole_test_result"]
+    assert got["n_users"] == 943 and not got["filtered"]
+    assert abs(got["metrics"]["HR@10"] - recbole["hit@10"]) <= 1e-4
+    assert abs(got["metrics"]["NDCG@10"] - recbole["ndcg@10"]) <= 1e-4
