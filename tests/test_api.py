@@ -173,3 +173,13 @@ def test_save_refuses_a_non_empty_directory(fitted, run_dir):
     with pytest.raises(ResdomError, match="exists and is not empty"):
         copy.save(run_dir)
     assert copy.directory is None
+
+
+def test_save_overwrite_drops_the_old_models_state_and_diagnostics(fitted, tmp_path):
+    old = tmp_path / "run"
+    for folder in ("state", "diagnostics"):
+        (old / folder).mkdir(parents=True)
+        (old / folder / "x.json").write_text("{}")
+    resdom.Fitted(**{**fitted.__dict__}).save(old, overwrite=True)
+    assert not (old / "state").exists() and not (old / "diagnostics").exists()
+    assert resdom.load_run(old, device="cpu").checkpoint == json.loads((old / "metrics.json").read_text())["checkpoint"]

@@ -106,8 +106,11 @@ class Fitted:
         ``config.json``, ``data/``, ``model.safetensors`` + ``model.json``, ``metrics.json``, ``metrics.jsonl``.
 
         No resume state is written: ``resdom train`` there starts afresh. A non-empty ``path`` is refused unless
-        ``overwrite``. Returns ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
+        ``overwrite`` (then its resume state and diagnostics, of whatever model was there, are removed). Returns
+        ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
         """
+        import shutil
+
         from resdom.io import atomic_write_json, atomic_write_text
         from resdom.runs import checkpoint_id, save_checkpoint
 
@@ -116,6 +119,8 @@ class Fitted:
             raise ResdomError(f"{files.dir}: exists and is not a directory")
         if files.dir.is_dir() and any(files.dir.iterdir()) and not overwrite:
             raise ResdomError(f"{files.dir}: exists and is not empty (choose another path, or overwrite=True)")
+        for stale in (files.state_dir, files.diagnostics):
+            shutil.rmtree(stale, ignore_errors=True)
         self.split.save(files.data)
         extra = {k: v for k, v in self.sidecar.items() if k not in ("format", "model", "versions")}
         save_checkpoint(files.model, self.model, extra)
@@ -151,18 +156,22 @@ def load_run(path: str | Path, device: str = "auto") -> Fitted:
     """The run directory ``path`` (trained by ``resdom train`` / ``fit(out=...)``, imported, or ``Fitted.save``)
     as a Fitted: its best model on ``device``, its split, configs, metrics and epoch history."""
     from resdom.runs import load_run as read_run
-    from resdom.training.config import TrainConfig
+    from resdom.training.config import make_train_config
 
     run = read_run(path, device=_device(device))
     files = RunDir(run.directory)
     train = run.config.get("train")
+    try:
+        train_config = make_train_config(**train) if isinstance(train, dict) else None
+    except ResdomError as e:
+        raise ResdomError(f"{files.config}: {e}") from None
     metrics = {}
     if files.final.is_file():
         try:
             metrics = json.loads(files.final.read_text())
         except (OSError, ValueError) as e:
             raise ResdomError(f"{files.final}: cannot read it ({e}); delete it or train the run again") from None
-    return Fitted(run.model, run.split, run.model.cfg, TrainConfig(**train) if isinstance(train, dict) else None,
+    return Fitted(run.model, run.split, run.model.cfg, train_config,
                   metrics if isinstance(metrics, dict) else {}, _read_jsonl(files.log), run.config, run.sidecar,
                   run.checkpoint, run.directory)
 
