@@ -154,3 +154,40 @@ def test_findings_say_how_many_users(tmp_path: Path) -> None:
         runs.append(tmp_path / name)
     text = "\n".join(finding_lines(read_runs(runs)))
     assert "shares of 190–200 test users" in text
+
+
+def _five_model_runs() -> list:
+    from resdom.names import MODELS
+    from resdom.report.collect import RunRecord
+
+    runs = []
+    for d, dataset in enumerate(("beauty-ts", "sports-ts")):
+        for m, model in enumerate(MODELS):
+            for seed in (1, 2):
+                hrli = {"n_users": 100, "values": {"HRLI@1": 0.1 * m + 0.01 * seed + 0.2 * d, "HRL2I@1": 0.02 * m}}
+                shuffle = {"n_users": 100, "original": {"HR@10": 0.1, "NDCG@10": 0.05},
+                           "perturbations": {p: {"metrics": {"HR@10": 0.08, "NDCG@10": 0.04}} for p in
+                                             ("keep_last", "full")}}
+                runs.append(RunRecord(Path(f"/x/{dataset}/{model}/seed{seed}"), dataset, model, seed, "gts",
+                                      diagnostics={"hrli": hrli, "shuffle": shuffle}))
+    return runs
+
+
+def test_reliance_by_model_figure_has_all_five_models() -> None:
+    """The paper's Figure 2: per data set, HRLI@1 and HRL2I@1 bars for every model, in the paper's order."""
+    from resdom.names import MODELS
+    from resdom.report.figures import fig_reliance_by_model, fig_shuffle
+
+    fig = fig_reliance_by_model(_five_model_runs())
+    assert fig is not None and fig.key == "hrli_by_model"
+    for d, ax in enumerate(fig.figure.axes):
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        assert labels == ["SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"]
+        hrli, hrl2i = (c.patches for c in ax.containers if hasattr(c, "patches"))
+        for m, model in enumerate(MODELS):
+            assert hrli[m].get_height() == pytest.approx(0.1 * m + 0.015 + 0.2 * d)  # mean of the two seeds
+            assert hrl2i[m].get_height() == pytest.approx(0.02 * m)
+            assert to_hex(hrli[m].get_facecolor()) == MODEL_COLORS[model].lower()
+    shuffle = fig_shuffle(_five_model_runs())
+    colours = {to_hex(p.get_facecolor()) for p in shuffle.figure.axes[0].patches}
+    assert colours == {MODEL_COLORS[m].lower() for m in MODELS}

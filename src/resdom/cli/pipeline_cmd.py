@@ -109,7 +109,9 @@ def reproduce(
 ) -> None:
     """Train and diagnose the grid data sets x models x seeds (resumable), then write summary tables and report.
 
-    Models: sasrec, duorec, bsarec, or a named variant (sasrec-tts: time-to-split's SASRec, max length 128)."""
+    Models: sasrec, duorec, bsarec, the contrast models bert4rec and gru4rec (the paper's Figure 2:
+    --models sasrec,duorec,bsarec,bert4rec,gru4rec), or a named variant (sasrec-tts: time-to-split's SASRec, max
+    length 128)."""
     from resdom.pipeline.reproduce import GridSpec
     from resdom.pipeline.reproduce import reproduce as run_grid
 

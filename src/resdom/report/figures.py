@@ -23,15 +23,17 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from resdom.errors import ResdomError
+from resdom.names import STAGES
 from resdom.report.collect import RunRecord, model_order
 
 # Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
-MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73"}
-_EXTRA_COLORS = ("#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
-MODEL_LABELS: dict[str, str] = {"sasrec": "SASRec", "duorec": "DuoRec", "bsarec": "BSARec"}
-MODEL_MARKERS: dict[str, str] = {"sasrec": "o", "duorec": "s", "bsarec": "^"}
+MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73",
+                                "bert4rec": "#D55E00", "gru4rec": "#CC79A7"}
+_EXTRA_COLORS = ("#56B4E9", "#000000", "#F0E442", "#999999")
+MODEL_LABELS: dict[str, str] = {"sasrec": "SASRec", "duorec": "DuoRec", "bsarec": "BSARec", "bert4rec": "BERT4Rec",
+                                "gru4rec": "GRU4Rec"}
+MODEL_MARKERS: dict[str, str] = {"sasrec": "o", "duorec": "s", "bsarec": "^", "bert4rec": "v", "gru4rec": "P"}
 DATASET_STYLES = ("-", "--", ":", "-.")
-STAGES = ("Attn", "+Res", "+LN")
 STAGE_STYLES = {"Attn": "-", "+Res": "--", "+LN": ":"}
 # +Res and +LN often coincide (the LayerNorm barely changes the ratio): +Res is drawn wide and pale under a thin,
 # marked +LN, so both stay visible
@@ -398,6 +400,45 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
                         "the last item specifically, not recent items in general." + users, fig)
 
 
+def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
+    """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("hrli") for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    cats = ["HRLI@1", "HRL2I@1"]
+    looks = {"HRLI@1": {}, "HRL2I@1": {"alpha": 0.45, "hatch": "///"}}
+    fig, axes = _new_figure(len(datasets), width_per=max(4.2, 0.9 * len(models) + 1.2))
+    x = np.arange(len(models))
+    for ax, dataset in zip(axes[0], datasets):
+        for j, cat in enumerate(cats):
+            stats = [_stats([_dig(r.diag("hrli"), "values", cat) for r in groups.get((dataset, m), [])])
+                     for m in models]
+            several = any(len(groups.get((dataset, m), [])) > 1 for m in models)
+            ax.bar(x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4,
+                   yerr=[s[1] if s else 0.0 for s in stats] if several else None,
+                   color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=3,
+                   **looks[cat])
+        ax.set_xticks(x, [model_label(m) for m in models], rotation=30 if len(models) > 3 else 0)
+        ax.set_xlim(-0.6, len(models) - 0.4)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(dataset)
+        ax.set_xlabel("model")
+        ax.set_ylabel("share of test users (top-1)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        _label_small_bars(ax)
+    fig.legend(handles=[Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
+                        Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item")],
+               loc="outside upper center", ncol=2, frameon=False)  # the models are named on the x axis
+    users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
+    return ReportFigure("hrli_by_model", "Last-item reliance by model (the paper's Figure 2)",
+                        "For each model, the share of test users whose last input item (solid) and second-to-last "
+                        "input item (hatched) is ranked first, unfiltered: the causal self-attention models rank "
+                        "the last item first far more often than the one before it, the contrast models (BERT4Rec, "
+                        "GRU4Rec) should not." + users, fig)
+
+
 def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
     test = run.diag("recovery").get("test", {})
     curve = test.get("curve", []) if isinstance(test, dict) else []
@@ -489,9 +530,10 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
 
 
 FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
-    fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_recovery, fig_per_position,
+    fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_reliance_by_model, fig_recovery, fig_per_position,
 ]
-FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "recovery", "mixing_per_position")
+FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "hrli_by_model", "recovery",
+               "mixing_per_position")
 
 
 def result_figure(name: str, data: dict[str, Any], model: str = "model", title: str = "") -> Figure:
