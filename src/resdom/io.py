@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
+from resdom.names import STAGES
 
 
 def sha256_file(path: str | Path) -> str:
@@ -124,15 +125,14 @@ def _umask() -> int:
 
 _METRIC = re.compile(r"(HRL(\d*)I|HR|NDCG|MRR)(?:@(\d+))?((?:_.*)?)")
 _FAMILY = {"HR": 0, "NDCG": 1, "MRR": 2}
-_STAGES = ("Attn", "+Res", "+LN")  # the stages of an attention block, in the order of its computation
 
 
 def metric_key(name: Any) -> tuple[Any, ...]:
     """Sort key putting metric names in the canonical order HR@1, HR@5, HR@10, HR@20, NDCG@1, ..., MRR, then
     HRLI@K, HRL2I@K, ... (a suffix such as ``_unfiltered`` groups after the plain names), then the block stages
     Attn, +Res, +LN; other keys follow, alphabetically."""
-    if name in _STAGES:
-        return (0, "", 4, _STAGES.index(name), 0)
+    if name in STAGES:
+        return (0, "", 4, STAGES.index(name), 0)
     m = _METRIC.fullmatch(str(name))
     if m is None:
         return (1, str(name))

@@ -18,6 +18,7 @@ import typer
 from resdom.cli.data_options import SOURCE_HELP, DataOptions, data_options, is_split_dir, split_manifest
 from resdom.cli.values import positive_int
 from resdom.errors import ResdomError
+from resdom.names import MODELS
 
 SECTIONS = ("model", "train")
 
@@ -141,7 +142,7 @@ def busy_machine_hint(threads: int | None, device: str) -> str | None:
 def train(
     source: str = typer.Argument(..., help=SOURCE_HELP + " Or a folder written by `resdom data split`: trains on "
                                  "exactly that split."),
-    model: str = typer.Option("sasrec", "--model", "-m", help="sasrec | duorec | bsarec"),
+    model: str = typer.Option("sasrec", "--model", "-m", help=" | ".join(MODELS)),
     out: Path = typer.Option(..., "--out", "-o", help="run directory (resumed when it holds an interrupted run)"),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with model: and train: sections"),
     set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
@@ -154,8 +155,8 @@ def train(
     from resdom.training.config import resolve_configs
     from resdom.training.trainer import fit
 
-    if model not in ("sasrec", "duorec", "bsarec"):
-        raise ResdomError(f"--model: unknown model {model!r} (sasrec, duorec or bsarec)")
+    if model not in MODELS:
+        raise ResdomError(f"--model: unknown model {model!r} ({', '.join(MODELS)})")
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     explicit = {"train": {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}}

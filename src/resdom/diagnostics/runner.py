@@ -33,11 +33,11 @@ from resdom.distributed import rank_and_world
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
 from resdom.models.interface import Diagnosable
+from resdom.names import DIAGNOSTICS, STAGES
 from resdom.rundir import RunDir
 
-WHAT: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
+WHAT: tuple[str, ...] = DIAGNOSTICS
 SPLITS = ("valid", "test")
-STAGES = ("Attn", "+Res", "+LN")
 
 
 def parse_what(what: str | Sequence[str]) -> list[str]:

@@ -13,8 +13,9 @@ import math
 import torch
 
 from resdom.errors import ResdomError
+from resdom.names import CUTOFFS
 
-KS = (1, 5, 10, 20)
+KS = CUTOFFS
 SCORE_BUDGET = 32_000_000  # floats per (users x items) score chunk: 128 MB in float32
 
 

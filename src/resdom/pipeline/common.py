@@ -14,9 +14,8 @@ from resdom.data.sequences import SplitData
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_text
+from resdom.names import DIAGNOSTICS
 from resdom.rundir import RunDir
-
-DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery")
 
 
 def is_finished(run_dir: Path, epochs: int | None = None) -> bool:

@@ -23,11 +23,10 @@ from typing import Any
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
+from resdom.names import MODELS
 from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.rundir import RunDir
-
-MODELS = ("sasrec", "duorec", "bsarec")
 
 
 def known_labels() -> tuple[str, ...]:

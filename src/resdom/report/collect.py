@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resdom import names
 from resdom.errors import ResdomError
 from resdom.io import sha256_file
 from resdom.rundir import RunDir
 
-DIAGNOSTICS = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
+DIAGNOSTICS = (*names.DIAGNOSTICS, "summary")
 
 
 @dataclass
@@ -139,7 +140,7 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
                                        str(r.path)))
 
 
-MODEL_ORDER = ("sasrec", "sasrec-tts", "duorec", "bsarec")
+MODEL_ORDER = (names.MODELS[0], "sasrec-tts", *names.MODELS[1:])  # the paper's order, variants beside
 
 
 def model_order(name: str) -> int:
