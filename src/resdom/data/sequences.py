@@ -74,7 +74,7 @@ class Sequences:
         starts, ends = self.offsets[index], self.offsets[index + 1]
         lengths = ends - starts
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        flat = _ranges(starts, lengths)
+        flat = ranges(starts, lengths)
         times = self.times[flat] if self.times is not None else None
         return Sequences(offsets, self.items[flat], times, self.users[index])
 
@@ -97,7 +97,7 @@ class Sequences:
         return out
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for each (s, l), vectorised."""
     total = int(lengths.sum())
     if total == 0:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from resdom.data.sequences import EvalSet, Sequences, _ranges
+from resdom.data.sequences import EvalSet, Sequences, ranges
 from resdom.errors import ResdomError
 
 
@@ -35,7 +35,7 @@ class SplitParts:
 def heads(seqs: Sequences, lengths: np.ndarray) -> Sequences:
     """The first ``lengths[i]`` items (and times) of each sequence ``i``; ``lengths`` int (n,), 0 <= l <= len."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    flat = _ranges(seqs.offsets[:-1], lengths)
+    flat = ranges(seqs.offsets[:-1], lengths)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     times = seqs.times[flat] if seqs.times is not None else None
     return Sequences(offsets, seqs.items[flat], times, seqs.users.copy())

@@ -146,9 +146,9 @@ def window(inputs: Sequences, max_len: int) -> Sequences:
     lengths = np.minimum(inputs.lengths, max_len)
     starts = ends - lengths
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    from resdom.data.sequences import _ranges
+    from resdom.data.sequences import ranges
 
-    flat = _ranges(starts, lengths)
+    flat = ranges(starts, lengths)
     times = inputs.times[flat] if inputs.times is not None else None
     return Sequences(offsets, inputs.items[flat], times, inputs.users.copy())
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +56,12 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
                   data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
                   progress=progress)
     t1 = time.perf_counter()
-    summary = _run_all()(run_dir, what=DIAGNOSTICS, split="test", device=str(resolve_device(device)),
-                             progress=progress)
+    from resdom.diagnostics.runner import run_all
+
+    summary = run_all(run_dir, what=DIAGNOSTICS, split="test", device=str(resolve_device(device)), progress=progress)
     t2 = time.perf_counter()
     RunDir(run_dir).error.unlink(missing_ok=True)
     return {"metrics": metrics, "diagnostics": summary, "train_s": t1 - t0, "diagnose_s": t2 - t1}
-
-
-def _run_all() -> Callable[..., dict[str, Any]]:
-    """``resdom.diagnostics.run_all`` (the agreed entry point; its home module as a fallback)."""
-    try:
-        from resdom.diagnostics import run_all
-    except ImportError:
-        from resdom.diagnostics.runner import run_all
-    return run_all
 
 
 def record_failure(run_dir: Path, error: BaseException) -> str:

@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from resdom.data.sequences import Sequences, _ranges
+from resdom.data.sequences import Sequences, ranges
 from resdom.models.base import TrainBatch
 
 Layout = Literal["all", "last", "window"]
@@ -67,7 +67,7 @@ def build_samples(train: Sequences, max_len: int, layout: Layout) -> SampleSet:
     elif layout == "last":
         m = np.minimum(n, max_len)  # the last m training items; each is the target of one prefix
         first = ends - m
-        end = _ranges(first, m)
+        end = ranges(first, m)
         start = np.repeat(first, m)
     elif layout == "window":
         keep = n >= 1
