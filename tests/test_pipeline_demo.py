@@ -110,8 +110,10 @@ def test_reproduce_grid_resume_and_failures(tmp_path: Path) -> None:
 def test_grid_spec_validation(tmp_path: Path) -> None:
     from resdom.errors import ResdomError
 
-    with pytest.raises(ResdomError, match="--models: unknown model 'gru4rec'"):
-        GridSpec(["beauty-ts"], ["gru4rec"], [1], tmp_path)
+    with pytest.raises(ResdomError, match="--models: unknown model 'caser'"):
+        GridSpec(["beauty-ts"], ["caser"], [1], tmp_path)
+    assert GridSpec(["beauty-ts"], ["sasrec", "duorec", "bsarec", "bert4rec", "gru4rec"], [1], tmp_path).models[-1] \
+        == "gru4rec"  # the paper's five models
     with pytest.raises(ResdomError, match="--seeds: repeated"):
         GridSpec(["beauty-ts"], ["sasrec"], [1, 1], tmp_path)
     with pytest.raises(ResdomError, match="--protocol"):
