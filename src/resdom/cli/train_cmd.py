@@ -152,8 +152,8 @@ def train(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
+    from resdom.api import fit
     from resdom.training.config import resolve_configs
-    from resdom.training.trainer import fit
 
     if model not in MODELS:
         raise ResdomError(f"--model: unknown model {model!r} ({', '.join(MODELS)})")
@@ -174,7 +174,7 @@ def train(
     if hint and is_main:
         typer.echo(hint, err=True)
     try:
-        result = fit(split, model_cfg, train_cfg, out, data_info)
+        result = fit(split, model_cfg, out=out, data_info=data_info, **train_cfg.model_dump()).metrics
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
                    err=True)
@@ -194,8 +194,8 @@ def evaluate(
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
+    from resdom.api import evaluate as run_evaluation
     from resdom.distributed import resolve_device
-    from resdom.evaluation.evaluate import evaluate as run_evaluation
     from resdom.runs import load_run
 
     if split not in ("valid", "test"):
@@ -205,8 +205,8 @@ def evaluate(
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
-    evalset = run.split.valid if split == "valid" else run.split.test
-    result = run_evaluation(run.model, evalset, filter_seen=not no_filter, batch_size=batch_size, device=dev)
+    result = run_evaluation(run.model, run.split, part=split, filter_seen=not no_filter, batch_size=batch_size,
+                            device=dev)
     if as_json:
         typer.echo(json.dumps({"split": split, "filtered": not no_filter, **result.to_dict()}, indent=2))
         return
