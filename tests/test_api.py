@@ -183,3 +183,14 @@ def test_save_overwrite_drops_the_old_models_state_and_diagnostics(fitted, tmp_p
     resdom.Fitted(**{**fitted.__dict__}).save(old, overwrite=True)
     assert not (old / "state").exists() and not (old / "diagnostics").exists()
     assert resdom.load_run(old, device="cpu").checkpoint == json.loads((old / "metrics.json").read_text())["checkpoint"]
+
+
+def test_diagnose_a_model_without_attention_skips_what_does_not_apply(split, capsys):
+    gru = resdom.fit(split, "gru4rec", device="cpu", progress=False, epochs=1, hidden=16, max_len=12, seed=0)
+    diagnosis = resdom.diagnose(gru, **FAST)
+    assert list(diagnosis.results) == ["shuffle", "hrli", "recovery"]
+    assert "gru4rec has no attention blocks" in capsys.readouterr().err
+    with pytest.raises(ResdomError, match="mixing: gru4rec has no attention blocks"):
+        resdom.diagnose(gru, what="mixing", device="cpu")
+    with pytest.raises(KeyError, match="mixing was not computed"):
+        diagnosis.plot("mixing")
