@@ -471,7 +471,8 @@ def describe_recbole_data(rb: RecBoleInteractions, data: ImportData, ckpt: RecBo
         f"removed -> {len(rb.items)} interactions, {rb.n_users} users, {len(rb.item_tokens) - 1} items",
         f"order: each user's interactions by float32 {'min-max normalised ' if rb.normalised else ''}timestamp "
         f"(normalize_all={s.get('normalize_all')!r}, normalize_field={s.get('normalize_field')!r}), ties in "
-        f"file order; this differs from exact time order for {rb.users_reordered} users",
+        f"{'exact time order (rm_dup_inter sorted the rows)' if s.get('rm_dup_inter') else 'file order'}; this "
+        f"differs from exact time order for {rb.users_reordered} users",
         f"test split: RecBole's leave-one-out, {len(data.split.test)} users, inputs = last "
         f"{ckpt.get('MAX_ITEM_LIST_LENGTH')} items (MAX_ITEM_LIST_LENGTH); RecBole's full-ranking evaluation of "
         "sequential models does not filter seen items: compare with `resdom evaluate --no-filter`",
