@@ -79,7 +79,8 @@ def test_report_without_diagnostics(tmp_path: Path) -> None:
 
 def test_figures_say_how_many_users(figures: dict) -> None:
     for key, f in figures.items():
-        note = "200 test users" if key == "recovery" else "200 test users in each data set"  # toyB: no recovery
+        note = {"recovery": "200 test users",  # toyB has no recovery, and no training monitor:
+                "reliance_curve": "50 validation users"}.get(key, "200 test users in each data set")
         assert f.caption.endswith(f" {note}."), key
         assert f"n = {note}" in [t.get_text() for t in f.figure.texts], key
     # one data set with its own count
@@ -191,3 +192,17 @@ def test_reliance_by_model_figure_has_all_five_models() -> None:
     shuffle = fig_shuffle(_five_model_runs())
     colours = {to_hex(p.get_facecolor()) for p in shuffle.figure.axes[0].patches}
     assert colours == {MODEL_COLORS[m].lower() for m in MODELS}
+
+
+def test_reliance_curve_is_the_seed_mean_of_the_training_monitor() -> None:
+    from resdom.report import find_run_dirs, read_runs
+    from resdom.report.figures import fig_reliance_curve
+
+    runs = read_runs(find_run_dirs(Path(__file__).resolve().parent / "fixtures" / "diagnostics"))
+    fig = fig_reliance_curve(runs)
+    assert fig is not None and fig.key == "reliance_curve" and fig.caption.endswith("on 50 validation users.")
+    hrli_ax = fig.figure.axes[0]  # first row: HRLI@1; toyA only (toyB has no monitor)
+    lines = hrli_ax.get_lines()
+    # fixture monitors at epochs 2 and 4: sasrec seeds (0.2, 0.6) and (0.4, 0.8) -> means 0.3, 0.7; bsarec 0.05, 0.1
+    assert sorted(list(line.get_ydata()) for line in lines) == [pytest.approx([0.05, 0.1]), pytest.approx([0.3, 0.7])]
+    assert all(list(line.get_xdata()) == [2, 4] for line in lines)

@@ -88,6 +88,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     out = train_and_diagnose(split, "sasrec", run_dir, source=s.source, protocol=s.protocol, stats=stats,
                              model_values=dict(s.model),
                              train_values={"epochs": s.epochs, "patience": s.patience, "batch_size": s.batch_size,
+                                           "monitor_every": 1,
                                            "lr": s.lr, "seed": s.seed},
                              device=s.device, progress=progress)
     timings["train_s"], timings["diagnose_s"] = out["train_s"], out["diagnose_s"]

@@ -37,6 +37,7 @@ class RunRecord:
     error: str | None = None
     stale: list[str] = field(default_factory=list)  # results left out: computed on another checkpoint
     cell: dict[str, Any] = field(default_factory=dict)  # a results-store cell's cell.json (compute, identity)
+    curve: list[dict[str, Any]] = field(default_factory=list)  # the epoch log (metrics.jsonl / a cell's curve.jsonl)
 
     @property
     def label(self) -> str:
@@ -103,7 +104,23 @@ def read_run(run_dir: str | Path) -> RunRecord:
         error=error_path.read_text().strip() if error_path.is_file() else None,
         stale=stale,
         cell=_maybe(files.cell),
+        curve=_read_lines(files.curve if files.curve.is_file() else files.log),
     )
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (a torn line is skipped); [] when absent."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
 
 
 def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]]) -> list[str]:

@@ -173,20 +173,20 @@ def _users(groups: dict[tuple[str, str], list[RunRecord]], count: Callable[[RunR
     return {d: f"{min(ns):,}" if len(ns) == 1 else f"{min(ns):,}–{max(ns):,}" for d, ns in sorted(out.items())}
 
 
-def users_note(users: dict[str, str]) -> str:
+def users_note(users: dict[str, str], split: str = "test") -> str:
     """``"398 test users"``; for several data sets ``"200 test users in each data set"`` or
-    ``"200 (toyA), 150 (toyB) test users"``; "" when unknown."""
+    ``"200 (toyA), 150 (toyB) test users"``; "" when unknown. ``split``: whose users (test, validation)."""
     counts = set(users.values())
     if not counts:
         return ""
     if len(counts) == 1:
-        return f"{counts.pop()} test users" + (" in each data set" if len(users) > 1 else "")
-    return ", ".join(f"{n} ({d})" for d, n in users.items()) + " test users"
+        return f"{counts.pop()} {split} users" + (" in each data set" if len(users) > 1 else "")
+    return ", ".join(f"{n} ({d})" for d, n in users.items()) + f" {split} users"
 
 
-def _note(fig: Figure, users: dict[str, str], what: str = "Shares of") -> str:
+def _note(fig: Figure, users: dict[str, str], what: str = "Shares of", split: str = "test") -> str:
     """Write the user count under the figure; returns the caption's sentence about it ("" when unknown)."""
-    note = users_note(users)
+    note = users_note(users, split)
     if not note:
         return ""
     fig.supxlabel(f"n = {note}", fontsize=8, color="#444444")
@@ -439,6 +439,56 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
                         "GRU4Rec) should not." + users, fig)
 
 
+def _monitor_rows(run: RunRecord) -> list[dict[str, Any]]:
+    """(epoch, monitor) of the epochs where the training monitor ran (``train.monitor_every``)."""
+    return [{"epoch": r["epoch"], **r["monitor"]} for r in run.curve
+            if isinstance(r.get("monitor"), dict) and isinstance(r.get("epoch"), int)]
+
+
+def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
+    """Last-item reliance against training epoch (the training monitor): HRLI@1, HRL2I@1 and the mixing ratio
+    at +Res (last position), one line per model (mean over seeds at the epochs every seed reached), one
+    column of panels per data set."""
+    groups = {k: v for k, v in group_runs(runs).items() if any(_monitor_rows(r) for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
+        ("HRLI@1", lambda row: _dig(row, "HRLI@1")),
+        ("HRL2I@1", lambda row: _dig(row, "HRL2I@1")),
+        ("mixing ratio at +Res (last)", lambda row: _dig(row, "mixing_last", "+Res")),
+    ]
+    fig = NotebookFigure(figsize=(max(6.0, 4.4 * len(datasets)), 2.6 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), len(datasets), squeeze=False)
+    for col, dataset in enumerate(datasets):
+        keys = [(dataset, m) for m in models if (dataset, m) in groups]
+        for row, (label, value) in enumerate(panels):
+            ax = axes[row][col]
+            for drawn, key in enumerate(keys):
+                per_run = [{r["epoch"]: value(r) for r in _monitor_rows(run)} for run in groups[key]]
+                per_run = [{e: v for e, v in d.items() if v is not None} for d in per_run]
+                per_run = [d for d in per_run if d]
+                if not per_run:
+                    continue
+                epochs = sorted(set.intersection(*(set(d) for d in per_run)))
+                mean = [float(np.mean([d[e] for d in per_run])) for e in epochs]
+                ax.plot(epochs, mean, color=model_color(key[1]), marker=model_marker(key[1]),
+                        **_line_looks(drawn, len(keys)))
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(dataset)
+            ax.set_xlabel("training epoch")
+    _model_legend(fig, models, markers=True)
+    users = _note(fig, _users(groups, lambda r: next((m.get("n_users") for m in _monitor_rows(r)), None)),
+                  "Each point rests on", split="validation")
+    return ReportFigure("reliance_curve", "Last-item reliance during training",
+                        "HRLI@1, HRL2I@1 and the +Res mixing ratio at the last position of the current model on a "
+                        "fixed validation subsample, every few epochs of training: does reliance on the last item "
+                        "appear as the model converges, and for which models?" + users, fig)
+
+
 def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
     test = run.diag("recovery").get("test", {})
     curve = test.get("curve", []) if isinstance(test, dict) else []
@@ -531,9 +581,10 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
 
 FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
     fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_reliance_by_model, fig_recovery, fig_per_position,
+    fig_reliance_curve,
 ]
 FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "hrli_by_model", "recovery",
-               "mixing_per_position")
+               "mixing_per_position", "reliance_curve")
 
 
 def result_figure(name: str, data: dict[str, Any], model: str = "model", title: str = "") -> Figure:
