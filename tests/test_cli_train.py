@@ -74,7 +74,7 @@ def test_train_again_on_finished_run_does_not_retrain(trained_run: Path, capsys)
         (["--set", "train.lr=-1"], "train.lr"),
         (["--set", "hidden=3"], "expected model.<field>=<value>"),
         (["--set", "train.metric=NDCG@7"], "train.metric"),
-        (["--model", "bert4rec"], "--model"),
+        (["--model", "caser"], "--model"),
         (["--protocol", "random"], "--protocol"),
         (["--model", "bsarec", "--set", "train.objective=ce_all"], "label leakage"),
         (["--device", "tpu"], "train.device"),
