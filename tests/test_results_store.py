@@ -97,3 +97,28 @@ def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_p
     # a second pass over the grid stores the finished cell again without training it
     again = reproduce(spec, progress=False, echo=lambda _: None)
     assert [o.status for o in again.outcomes] == ["skipped"] and again.outcomes[0].stored == str(cell)
+
+
+def test_a_resumed_cell_keeps_diagnostics_of_its_checkpoint_and_renames_old_metrics(finished_run, tmp_path):
+    """A cell whose metrics.json predates checkpoint names (or lacks one diagnostic) is completed, not redone."""
+    import shutil
+
+    from resdom.data.sequences import SplitData
+    from resdom.pipeline.common import missing_diagnostics, train_and_diagnose
+
+    run = tmp_path / "old"
+    shutil.copytree(finished_run, run)
+    metrics = json.loads((run / "metrics.json").read_text())
+    del metrics["checkpoint"]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "diagnostics" / "alpha.json").unlink()
+    kept = (run / "diagnostics" / "hrli.json").stat().st_mtime_ns
+    assert missing_diagnostics(run) == ["alpha"]
+    config = json.loads((run / "config.json").read_text())
+    out = train_and_diagnose(SplitData.load(run / "data"), "sasrec", run, source=SOURCE, protocol="gts",
+                             model_values={k: v for k, v in config["model"].items() if k not in ("name", "n_items")},
+                             train_values={"epochs": 2, "batch_size": 32, "device": "cpu"}, device="cpu",
+                             progress=False)
+    assert out["metrics"]["checkpoint"] == checkpoint_id(run / "model.safetensors")
+    assert (run / "diagnostics" / "hrli.json").stat().st_mtime_ns == kept  # not recomputed
+    assert missing_diagnostics(run) == [] and export_cell(run, tmp_path / "results", "toy", "sasrec", 1).is_dir()

@@ -58,10 +58,48 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
     t1 = time.perf_counter()
     from resdom.diagnostics.runner import run_all
 
-    summary = run_all(run_dir, what=DIAGNOSTICS, split="test", device=str(resolve_device(device)), progress=progress)
+    missing = missing_diagnostics(run_dir)  # a resumed cell keeps what was computed on its current checkpoint
+    summary = run_all(run_dir, what=missing, split="test", device=str(resolve_device(device)),
+                      progress=progress) if missing else _resummarise(run_dir)
     t2 = time.perf_counter()
     RunDir(run_dir).error.unlink(missing_ok=True)
     return {"metrics": metrics, "diagnostics": summary, "train_s": t1 - t0, "diagnose_s": t2 - t1}
+
+
+def missing_diagnostics(run_dir: Path) -> list[str]:
+    """The diagnostics (of ``DIAGNOSTICS``) whose file in ``run_dir`` is absent or of another checkpoint."""
+    from resdom.runs import checkpoint_id
+
+    files = RunDir(run_dir)
+    current = checkpoint_id(files.model)
+    missing = []
+    for name in DIAGNOSTICS:
+        try:
+            ok = json.loads(files.diagnostic(name).read_text()).get("checkpoint") == current
+        except (OSError, json.JSONDecodeError, AttributeError):
+            ok = False
+        if not ok:
+            missing.append(name)
+    return missing
+
+
+def _resummarise(run_dir: Path) -> dict[str, Any]:
+    """summary.json again from the diagnostics files of the current checkpoint (none is recomputed)."""
+    from resdom.diagnostics.runner import summarise
+    from resdom.io import atomic_write_json
+    from resdom.runs import checkpoint_id
+
+    files = RunDir(run_dir)
+    old: Any = {}
+    try:
+        old = json.loads(files.summary.read_text())
+    except (OSError, json.JSONDecodeError):
+        pass
+    summary = summarise(files.diagnostics, "test", checkpoint_id(files.model))
+    if isinstance(old, dict) and old.get("checkpoint") == summary["checkpoint"] and "seconds" in old:
+        summary["seconds"] = old["seconds"]
+    atomic_write_json(files.summary, summary)  # computed from files of this very checkpoint: nothing stale
+    return summary
 
 
 def record_failure(run_dir: Path, error: BaseException) -> str:

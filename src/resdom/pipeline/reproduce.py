@@ -23,7 +23,7 @@ from typing import Any
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
-from resdom.names import MODELS
+from resdom.names import DIAGNOSTICS, MODELS
 from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.rundir import RunDir
@@ -89,7 +89,6 @@ class RunOutcome:
     seconds: float = 0.0
     message: str = ""
     stored: str = ""  # the cell's folder in the results store, when it was exported
-    diagnose_s: float | None = None
 
 
 @dataclass
@@ -156,32 +155,35 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
             if spec.epochs is not None:
                 train_values["epochs"] = spec.epochs
             model, variant = model_variant(label)
-            out = train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
-                                     stats=cache.stats(dataset, split), model_values={**variant, **spec.model_values},
-                                     train_values=train_values, device=spec.device, progress=progress, label=label)
+            train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
+                               stats=cache.stats(dataset, split), model_values={**variant, **spec.model_values},
+                               train_values=train_values, device=spec.device, progress=progress, label=label)
             outcome.status = "done"
-            outcome.diagnose_s = out["diagnose_s"]
         if spec.store is not None:
             outcome.stored = str(export_cell(run_dir, spec.store, dataset, label, seed,
-                                             compute=cell_compute(run_dir, outcome.diagnose_s)))
+                                             compute=cell_compute(run_dir)))
     except Exception as e:
         outcome.status, outcome.message = "failed", record_failure(run_dir, e)
     outcome.seconds = time.perf_counter() - t0
     return outcome
 
 
-def cell_compute(run_dir: Path, diagnose_s: float | None) -> dict[str, Any]:
-    """What a cell's training cost: epochs, summed epoch seconds (training passes, without validation), device,
-    threads, the machine's CPU count, and the diagnostics' seconds where this session ran them."""
+def cell_compute(run_dir: Path) -> dict[str, Any]:
+    """What a cell cost: epochs, summed epoch seconds (training passes, without validation), the diagnostics'
+    summed seconds (each file records its own), device, threads and the machine's CPU count."""
     import os
     import platform
 
     files = RunDir(run_dir)
     epochs = [json.loads(line) for line in files.log.read_text().splitlines() if line.strip()]
     train = json.loads(files.config.read_text()).get("train", {})
-    diag = json.loads(files.summary.read_text()).get("seconds", {})
+    diag = {}
+    for name in DIAGNOSTICS:  # each diagnostic's file says how long it took, whichever session computed it
+        path = files.diagnostic(name)
+        if path.is_file():
+            diag[name] = json.loads(path.read_text()).get("seconds") or 0.0
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
-            "diagnose_seconds": round(diagnose_s if diagnose_s is not None else sum(diag.values()), 1),
+            "diagnose_seconds": round(sum(diag.values()), 1),
             "device": train.get("device"), "threads": train.get("threads"), "cpu_count": os.cpu_count(),
             "machine": platform.machine()}
 

@@ -489,13 +489,24 @@ def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, tra
                                      "data": data, "versions": versions()})
 
 
+def _read_final(files: RunFiles) -> dict[str, Any]:
+    try:
+        final = json.loads(files.final.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}  # unreadable: recomputed from the best checkpoint
+    return final if isinstance(final, dict) else {}
+
+
 def _finish(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, files: RunFiles, fingerprint: str,
             state: dict[str, Any], dist_ctx: distributed.DistContext) -> dict[str, Any]:
     """Evaluate the best checkpoint on valid and test; write metrics.json and the finished state (rank 0)."""
     if files.final.exists() and state.get("stopped") and files.state.exists():
         saved = files.read_state() or {}
-        if saved.get("stopped") and saved.get("epoch") == state["epoch"]:
-            return json.loads(files.final.read_text())
+        final = _read_final(files)
+        # reused only when it names the checkpoint now in the run (older metrics.json files name none)
+        if saved.get("stopped") and saved.get("epoch") == state["epoch"] and final.get("checkpoint") == checkpoint_id(
+                files.model):
+            return final
     model, meta = load_checkpoint(files.model, expected=model_cfg, fingerprint=fingerprint)
     model.to(dist_ctx.device)
     valid = _evaluate(model, split, "valid", train_cfg, dist_ctx.device)
