@@ -27,8 +27,8 @@ from resdom.rundir import RunDir
 
 MAX_CELL_BYTES = 200_000
 DIAGNOSTIC_FILES = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
-_MANIFEST_KEPT = ("protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users", "tie_rule",
-                  "pool", "dropped_users")
+_MANIFEST_KEPT = ("dataset", "protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users",
+                  "tie_rule", "pool", "dropped_users")
 
 
 def cell_dir(store: str | Path, dataset: str, label: str, seed: int) -> Path:
