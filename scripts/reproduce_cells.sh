@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train the reproduction grid cell group by cell group, one torch thread, and commit each cell to the results
-# store as soon as it is finished. Resumable: rerun it and finished cells are skipped (stored again unchanged).
+# store as soon as it is finished, with docs/results.md and docs/results/ regenerated from the store. Resumable: rerun it and finished cells are skipped (stored again unchanged).
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
@@ -20,8 +20,12 @@ for group in "$@"; do
       [ -f "$cell/cell.json" ] || continue
       git add "$cell" 2>/dev/null
       git diff --cached --quiet -- "$cell" && continue
+      # the document regenerated from the store in the same commit, so it never lags behind the cells
+      .venv/bin/resdom report "$STORE" --out docs/results --doc docs/results.md \
+        --title "resdom reproduction (results store)" >/dev/null && rm -f docs/results/figures/*.pdf
+      git add docs/results.md docs/results 2>/dev/null
       for try in 1 2 3 4 5; do
-        git commit -q -m "results: $dataset / $label / seed $seed" -- "$cell" && break
+        git commit -q -m "results: $dataset / $label / seed $seed" -- "$cell" docs/results.md docs/results && break
         sleep 5  # another git process holds the index
       done
     done
