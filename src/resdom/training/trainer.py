@@ -1,7 +1,7 @@
 """The trainer: Adam, early stopping on a validation metric, the best checkpoint, resume, seeds, DDP.
 
 ``fit`` writes the run directory described in ``resdom.runs``. Reproducibility: the model is initialised
-from ``seed``, and every epoch draws its randomness (sample order, negatives, DuoRec partners, dropout)
+from ``seed``, and every epoch draws its randomness (sample order, negatives, same-target partners, dropout)
 from generators seeded by ``(seed, epoch)``; no random state is carried from one epoch to the next.
 Hence a run resumed from the state saved after epoch e (weights, Adam moments, early-stopping counters)
 continues exactly as the uninterrupted run would have (on CPU; CUDA kernels may be nondeterministic).
@@ -223,7 +223,7 @@ class TrainStep(nn.Module):
                 sup_items: torch.Tensor | None) -> torch.Tensor:
         """Tensors of a TrainBatch (see models.base) -> scalar loss (objective + the model's auxiliary loss).
 
-        The model makes its own training inputs from the batch (``training_states``: BERT4Rec masks there)."""
+        The model makes its own training inputs from the batch (``training_states``: a masked model masks there)."""
         batch, hidden = self.model.training_states(TrainBatch(items, targets, negatives, sup_items))
         loss = self.objective.loss(self.model, batch, hidden, self.ctx)
         aux = self.model.auxiliary_loss(batch, hidden)
@@ -420,7 +420,7 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     partners = same_target_partners(samples.last_targets, order_rng) if model.needs_partners() else None
     order = epoch_order(len(samples), order_rng, rank, world)
     per_rank = max(1, train_cfg.batch_size // world)
-    # a full-window model (BSARec) pays for max_len in every batch anyway: bucketing would only bias batches
+    # a full-window model pays for max_len in every batch anyway: bucketing would only bias batches
     buckets = 0 if model.full_window() else train_cfg.length_buckets
     # exact only for a mean over targets (not ce_sampled, whose negatives are drawn per call) on a model that allows it
     exact = objective.name in ("ce_all", "ce_last", "bce") and model.exact_length_groups()
