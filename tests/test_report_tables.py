@@ -114,3 +114,16 @@ def test_findings_wording_follows_the_numbers() -> None:
     s = _sentences({**base, "HRLI@1": 0.0, "HRL2I@1": 0.003, "HRLI@10": 0.995, "HRL2I@10": 0.01})
     assert s[1] == ("2. HRLI@1 = 0.000 vs HRL2I@1 = 0.003 (HRLI@10 = 0.995 vs HRL2I@10 = 0.010): the last input "
                     "item is rarely ranked first, but stays in the top-10 far more often than the second to last.")
+
+
+def test_every_table_column_comes_from_run_values_or_a_result_class() -> None:
+    from resdom.report.tables import TABLE_RESULTS, run_values
+
+    run = read_run(FIXTURES / "toyA_sasrec_seed1")
+    values = run_values(run)
+    for table in summary_tables([run]):
+        if table.per_model:
+            assert {c.key for c in table.columns} <= set(values), table.name
+    # the result classes own their table numbers: an empty result gives None for each of its keys, not an error
+    for result in TABLE_RESULTS.values():
+        assert all(v is None for v in result.table_values({}).values())

@@ -166,6 +166,15 @@ def first_real(items: torch.Tensor) -> torch.Tensor:
     return (cols[None, :] == (L - lengths)[:, None]) & (lengths[:, None] > 0)
 
 
+def number_at(d: Any, *path: str) -> float | None:
+    """The number at ``d[path[0]][path[1]]...`` of a result's ``to_dict()``, or None where absent / not a number."""
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+
+
 def safe_div(num: float, den: float) -> float | None:
     """num / den, or None where den is 0 (JSON null rather than NaN)."""
     return None if den == 0 else float(num) / float(den)

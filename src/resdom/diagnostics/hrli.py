@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
+    number_at,
     ranks_of,
     recent_items,
     scores_at,
@@ -46,6 +47,13 @@ class HRLIResult:
     values: dict[str, float]
     n_users: int
     split: str | None = None
+
+    TABLE_KEYS: ClassVar[tuple[str, ...]] = ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10", "HRL2I@10")
+
+    @classmethod
+    def table_values(cls, d: dict[str, Any]) -> dict[str, float | None]:
+        """The numbers of this result's ``to_dict()`` that the report's tables show, by table key."""
+        return {k: number_at(d, "values", k) for k in cls.TABLE_KEYS}
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values})

@@ -26,12 +26,14 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
+    number_at,
     sum_over_ranks,
 )
 from resdom.diagnostics.decomposition import DEFINITIONS, head_ratios, ratios, stages_of
 from resdom.errors import ResdomError
 from resdom.models.block import BlockRecord
 from resdom.models.interface import Diagnosable, block_tokens, block_width, recording
+from resdom.names import STAGES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -125,6 +127,11 @@ class MixingResult:
     per_head: list[dict[str, Any]] | None = None
     frequency_branch: dict[str, Any] | None = None
     split: str | None = None
+
+    @staticmethod
+    def table_values(d: dict[str, Any]) -> dict[str, float | None]:
+        """The numbers of this result's ``to_dict()`` that the report's tables show: ``mix_<scope>_<stage>``, pooled."""
+        return {f"mix_{w}_{st}": number_at(d, "pooled", w, st) for w in ("all", "last") for st in STAGES}
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
+    number_at,
     ranks_of,
     scores_at,
     seen_items,
@@ -158,6 +159,22 @@ class RecoveryResult:
     test_at_alpha_star: dict[str, float]
     layers: str | list[int] = "all"
     split: str = "test"
+
+    TABLE_ALPHAS: ClassVar[tuple[float, ...]] = (0.1, 0.2, 0.3)  # the alphas the paper's table reports
+
+    @classmethod
+    def table_values(cls, d: dict[str, Any]) -> dict[str, float | None]:
+        """The numbers of this result's ``to_dict()`` that the report's tables show (``rec_*``, alpha*)."""
+        v: dict[str, float | None] = {"rec_share": number_at(d, "test", "recoverable_share")}
+        for off in ("L-1", "L-2", "L-3"):
+            v[f"rec_{off}"] = number_at(d, "test", "offset_shares", off)
+        curve = d.get("test", {}).get("curve", []) if isinstance(d.get("test"), dict) else []
+        for a in cls.TABLE_ALPHAS:
+            v[f"rec_at_{a}"] = next((number_at(row, "recovery") for row in curve if isinstance(row, dict)
+                                     and abs(float(row.get("alpha", -9)) - a) < 1e-6), None)
+        v["alpha_star"] = number_at(d, "alpha_star")
+        v["HR@10_at_star"] = number_at(d, "test_at_alpha_star", "HR@10")
+        return v
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.test.n_users, "K": self.K, "eps": self.eps,

@@ -33,6 +33,7 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
+    number_at,
     ranks_of,
     scores_at,
     seen_items,
@@ -100,6 +101,19 @@ class ShuffleResult:
     perturbations: dict[str, dict[str, Any]]
     n_users: int
     split: str | None = None
+
+    @staticmethod
+    def table_values(d: dict[str, Any]) -> dict[str, float | None]:
+        """The numbers of this result's ``to_dict()`` that the report's tables show (``shuf_*`` keys)."""
+        v: dict[str, float | None] = {}
+        for m in ("HR@10", "NDCG@10"):
+            v[f"shuf_orig_{m}"] = number_at(d, "original", m)
+            for p in ("keep_last", "full"):
+                v[f"shuf_{p}_{m}"] = number_at(d, "perturbations", p, "metrics", m)
+                v[f"shuf_{p}_rel_{m}"] = number_at(d, "perturbations", p, "relative_change", m)
+        for p in ("keep_last", "full"):
+            v[f"shuf_{p}_jacc"] = number_at(d, "perturbations", p, "jaccard@10")
+        return v
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.n_users, "seeds": self.seeds, "filtered": self.filtered,

@@ -16,10 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resdom.diagnostics.common import number_at
+from resdom.diagnostics.hrli import HRLIResult
+from resdom.diagnostics.mixing import MixingResult
+from resdom.diagnostics.recovery import RecoveryResult
+from resdom.diagnostics.shuffle import ShuffleResult
 from resdom.io import atomic_write_text
 from resdom.report.collect import RunRecord, model_order
 
-RECOVERY_ALPHAS = (0.1, 0.2, 0.3)
+RECOVERY_ALPHAS = RecoveryResult.TABLE_ALPHAS
+TABLE_RESULTS: dict[str, Any] = {"mixing": MixingResult, "hrli": HRLIResult, "shuffle": ShuffleResult,
+                                 "recovery": RecoveryResult}
 
 
 @dataclass(frozen=True)
@@ -51,56 +58,19 @@ class Table:
 # ---------------------------------------------------------------- per-run numbers
 
 
-def _get(d: Any, *path: str) -> float | None:
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return None
-        d = d[p]
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
-
-
-def _curve_at(curve: list[dict[str, Any]], alpha: float, key: str) -> float | None:
-    for row in curve or []:
-        if isinstance(row, dict) and abs(float(row.get("alpha", -9)) - alpha) < 1e-6:
-            return _get(row, key)
-    return None
-
-
 def run_values(run: RunRecord) -> dict[str, float | None]:
     """Every number the tables use, for one run (None where the run lacks it)."""
     v: dict[str, float | None] = {}
     test = run.test_metrics()
     for m in ("HR@10", "NDCG@10", "HR@20", "NDCG@20"):
-        v[m] = _get(test, m)
-    v["n_users"] = _get(run.metrics, "test", "n_users") or _get(run.diag("hrli"), "n_users")
-    v["best_epoch"], v["epochs_run"] = _get(run.metrics, "best_epoch"), _get(run.metrics, "epochs_run")
+        v[m] = number_at(test, m)
+    v["n_users"] = number_at(run.metrics, "test", "n_users") or number_at(run.diag("hrli"), "n_users")
+    v["best_epoch"], v["epochs_run"] = number_at(run.metrics, "best_epoch"), number_at(run.metrics, "epochs_run")
     v["early_stopped"] = float(run.metrics["stopped"] == "early_stopping") if "stopped" in run.metrics else None
-    seconds = _get(run.cell, "compute", "train_seconds")
+    seconds = number_at(run.cell, "compute", "train_seconds")
     v["train_min"] = None if seconds is None else seconds / 60
-    mixing = run.diag("mixing")
-    for where in ("all", "last"):
-        for stage in ("Attn", "+Res", "+LN"):
-            v[f"mix_{where}_{stage}"] = _get(mixing, "pooled", where, stage)
-    hrli = run.diag("hrli").get("values", {})
-    for name in ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10", "HRL2I@10"):
-        v[name] = _get(hrli, name)
-    shuffle = run.diag("shuffle")
-    for m in ("HR@10", "NDCG@10"):
-        v[f"shuf_orig_{m}"] = _get(shuffle, "original", m)
-        for p in ("keep_last", "full"):
-            v[f"shuf_{p}_{m}"] = _get(shuffle, "perturbations", p, "metrics", m)
-            v[f"shuf_{p}_rel_{m}"] = _get(shuffle, "perturbations", p, "relative_change", m)
-    for p in ("keep_last", "full"):
-        v[f"shuf_{p}_jacc"] = _get(shuffle, "perturbations", p, "jaccard@10")
-    rec = run.diag("recovery")
-    v["rec_share"] = _get(rec, "test", "recoverable_share")
-    for off in ("L-1", "L-2", "L-3"):
-        v[f"rec_{off}"] = _get(rec, "test", "offset_shares", off)
-    curve = rec.get("test", {}).get("curve", []) if isinstance(rec.get("test"), dict) else []
-    for a in RECOVERY_ALPHAS:
-        v[f"rec_at_{a}"] = _curve_at(curve, a, "recovery")
-    v["alpha_star"] = _get(rec, "alpha_star")
-    v["HR@10_at_star"] = _get(rec, "test_at_alpha_star", "HR@10")
+    for name, result in TABLE_RESULTS.items():  # each result class knows which of its numbers the tables show
+        v.update(result.table_values(run.diag(name)))
     return v
 
 
