@@ -32,7 +32,15 @@ from resdom.diagnostics.common import (
 from resdom.diagnostics.hrli import hrli_from_ranks
 from resdom.diagnostics.mixing import MixingAccumulator, require_attention
 from resdom.evaluation.ranking import metrics_from_ranks
-from resdom.models.interface import Diagnosable, block_tokens, block_width, recording, residual_scale
+from resdom.models.interface import (
+    Diagnosable,
+    block_tokens,
+    block_width,
+    final_states,
+    recording,
+    residual_scale,
+    trained_scale,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,17 +62,25 @@ def check_alphas(alphas: Sequence[float]) -> list[float]:
 @dataclass
 class AlphaResult:
     """rows: one dict per alpha: {"alpha", "mixing_all": {stage: r}, "mixing_last": {...}, "HRLI@1", "HRL2I@1",
-    "HR@10", "NDCG@10", "HR@10_unfiltered", "NDCG@10_unfiltered"}."""
+    "HR@10", "NDCG@10", "HR@10_unfiltered", "NDCG@10_unfiltered"}.
+
+    ``alpha`` multiplies the residual scale each block was trained with (``interface.residual_scale``).
+    ``trained_scale``: one entry per block (a number, or one per channel for a per-channel gate), present only when
+    some block was trained with a scale other than 1 (docs/remedies.md); the scale used at row alpha in a swept
+    layer is then ``trained_scale * alpha``. Without it every trained scale is 1 and alpha is the scale used."""
 
     layers: str | list[int]
     rows: list[dict[str, Any]]
     n_users: int
     definition: str = "norm_of_sums"
     split: str | None = None
+    trained_scale: list[Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {} if self.trained_scale is None else {"trained_scale": self.trained_scale,
+                                                        "scale_used": "trained_scale * alpha"}
         return jsonable({"split": self.split, "n_users": self.n_users, "layers": self.layers,
-                         "definition": self.definition, "rows": self.rows})
+                         "definition": self.definition, **extra, "rows": self.rows})
 
     def to_frame(self) -> pd.DataFrame:
         """pandas DataFrame, one row per alpha: ``alpha``, ``mixing_all_<stage>`` and ``mixing_last_<stage>`` (pooled
@@ -94,9 +110,9 @@ def alpha_row(
     """The sweep's row at one alpha (model already in inference mode)."""
     acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
     filt, unfilt, last = [], [], []
-    with residual_scale(model, alpha, layers), recording(model) as store:
+    with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums") as store:
         for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
-            states = model.encode(items)[:, -1]
+            states = final_states(model, items)
             acc.add([layer.pop() for layer in store], block_tokens(model, items))
             # one score matrix: columns (target, last item, second-to-last item), unfiltered and filtered
             recent = torch.from_numpy(np.stack([recent_items(evalset.inputs, idx, k) for k in (1, 2)], 1))
@@ -131,4 +147,12 @@ def alpha_sweep(
     chosen = None if layers is None else [int(x) for x in layers]
     with inference(model):
         rows = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress) for a in alphas]
-    return AlphaResult("all" if chosen is None else chosen, rows, len(evalset), definition)
+    return AlphaResult("all" if chosen is None else chosen, rows, len(evalset), definition,
+                       trained_scale=trained_scales(model))
+
+
+def trained_scales(model: Diagnosable) -> list[Any] | None:
+    """Per block, the residual scale it was trained with (a float, or a list per channel); None when all are 1."""
+    scales = [trained_scale(b) for b in model.attention_blocks()]
+    plain = [s.tolist() if isinstance(s, torch.Tensor) else s for s in scales]
+    return None if all(s == 1.0 for s in plain) else plain

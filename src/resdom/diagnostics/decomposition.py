@@ -7,7 +7,9 @@ Per layer, query position i and key position j, with s the branch scale (BSARec'
     g_ij(+Res) = g_ij(Attn) + [i == j] * s * alpha * x_i           (pre-LN: the raw x_i; no +LN stage)
     g_ij(+LN)  = gamma * (g_ij(+Res) - mean_d g_ij(+Res)) / sqrt(Var_d(z_i) + eps)
 
-(x_i is what the residual carries: LN_a(x_i) in the query-LN block.) Bias terms: ``s * b_O`` (Attn, +Res) and
+(x_i is what the residual carries: LN_a(x_i) in the query-LN block; alpha is the record's residual scale, the one
+the pass used: a float, or a (d,) vector for a per-channel residual gate, multiplied channel-wise.)
+Bias terms: ``s * b_O`` (Attn, +Res) and
 ``s * (gamma * (b_O - mean b_O) / sqrt(Var(z_i) + eps) + beta)`` (+LN); the terms plus the bias terms rebuild
 ``s * attn_out``, ``s * z`` and ``s * LN(z)`` (= H1 minus BSARec's frequency branch). The factor s cancels in
 every ratio.
@@ -46,13 +48,23 @@ def stages_of(rec: BlockRecord) -> tuple[str, ...]:
 
 
 def self_terms(rec: BlockRecord) -> torch.Tensor:
-    """g_ii(Attn) = s * sum_h a^h_ii f^h(x_i): (B, L, d) from the diagonal of the weights and the head values."""
+    """g_ii(Attn) = s * sum_h a^h_ii f^h(x_i): (B, L, d) from the diagonal of the weights and the head values (a
+    light record holds the sum itself)."""
+    if rec.attn_self is not None:
+        return rec.attn_self * rec.branch_scale
     diag = torch.diagonal(rec.attn_weights, dim1=-2, dim2=-1)  # (B, H, L)
     hv = rec.head_values
     own = diag[:, 0, :, None] * hv[:, 0]  # a loop over heads reads each head's values once (faster than einsum)
     for h in range(1, hv.shape[1]):
         own.addcmul_(diag[:, h, :, None], hv[:, h])
     return own if rec.branch_scale == 1.0 else own.mul_(rec.branch_scale)
+
+
+def residual_term(rec: BlockRecord, own: torch.Tensor) -> torch.Tensor:
+    """g_ii(+Res) = g_ii(Attn) + s * alpha * x_i (B, L, d); alpha a float or a per-channel (d,) scale."""
+    if isinstance(rec.alpha, torch.Tensor):
+        return own + (rec.branch_scale * rec.alpha.to(rec.x.dtype)) * rec.x
+    return torch.add(own, rec.x, alpha=rec.branch_scale * rec.alpha)
 
 
 def ln_inverse_scale(rec: BlockRecord) -> torch.Tensor:
@@ -115,7 +127,7 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     if s != 1.0:
         others.mul_(s)
     others.sub_(own)
-    own_res = torch.add(own, rec.x, alpha=s * rec.alpha)
+    own_res = residual_term(rec, own)
     no = torch.linalg.vector_norm(others, dim=-1)
     norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
@@ -169,7 +181,7 @@ def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     allowed = _allowed_keys(items, rec.causal)
     off = allowed & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
     own_attn = self_terms(rec)
-    own_res = own_attn + rec.branch_scale * rec.alpha * rec.x
+    own_res = residual_term(rec, own_attn)
     others = {"Attn": s * _term_norms(rec.attn_weights, rec.head_values)}
     others["+Res"] = others["Attn"]
     own = {"Attn": own_attn.norm(dim=-1), "+Res": own_res.norm(dim=-1)}

@@ -28,7 +28,7 @@ from resdom.diagnostics.common import (
     recent_items,
     scores_at,
 )
-from resdom.models.interface import Diagnosable
+from resdom.models.interface import Diagnosable, final_states
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,7 +111,7 @@ def last_item_hit_rates(
     parts = []
     with inference(model):
         for idx, items, _ in batches(model, evalset, batch_size, device, "hrli", progress):
-            states = model.encode(items)[:, -1]
+            states = final_states(model, items)
             parts.append(last_item_ranks(model, evalset, idx, states, ks).cpu().numpy())
     ranks = all_users(np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64), len(evalset))
     return HRLIResult(hrli_from_ranks(ranks, ks, Ks), len(evalset))

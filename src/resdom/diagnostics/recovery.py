@@ -45,7 +45,7 @@ from resdom.diagnostics.common import (
     seen_items,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
-from resdom.models.interface import Diagnosable, residual_scale, state_tokens
+from resdom.models.interface import Diagnosable, prediction_states, residual_scale, state_tokens
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,12 +60,16 @@ def position_ranks(
 ) -> np.ndarray:
     """int64 (n, len(offsets)): filtered rank of the target read at column L-1-k for each k in ``offsets``.
 
+    Read from the model's prediction states (``interface.prediction_states``): with a readout other than the
+    last state, column L-1-k is the readout of the prefix that ends at it (the mean of its last k' real states,
+    or the attention pooling over its real states), never a raw encoder state.
+
     For k >= 1, columns that are padding (fewer than k+1 items) or outside the batch get MISS. Runs at the
     model's current alphas, in inference mode.
     """
     out = []
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
-        hidden = model.encode(items)  # (B, L, d)
+        hidden = prediction_states(model, model.encode(items), items)  # (B, L, d)
         tokens = state_tokens(model, items)  # the token each column of hidden sits on
         seen = seen_items(evalset.inputs, idx, items.device)
         L = items.shape[1]

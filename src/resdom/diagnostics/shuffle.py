@@ -40,7 +40,7 @@ from resdom.diagnostics.common import (
     window,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
-from resdom.models.interface import Diagnosable
+from resdom.models.interface import Diagnosable, final_states
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -147,7 +147,7 @@ def _ranks_and_top(
     top = min(TOP, model.n_items)
     for idx, items, targets in batches(model, fed, batch_size, device, desc, progress):
         seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
-        scores = scores_at(model, model.encode(items)[:, -1], seen)
+        scores = scores_at(model, final_states(model, items), seen)
         ranks.append(ranks_of(scores, targets).cpu().numpy())
         tops.append(scores.topk(top, dim=1).indices.cpu().numpy())
     n = len(evalset)

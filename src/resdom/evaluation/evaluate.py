@@ -1,6 +1,7 @@
 """The full-ranking evaluation loop (spec §3).
 
-Each user's prediction is read at the last column of the left-padded input (``encode(items)[:, -1]``) and
+Each user's prediction is read at the last column of the left-padded input (``interface.final_states``: the
+model's readout of ``encode(items)``, by default ``encode(items)[:, -1]``) and
 scored against every item; ranks are 0-based and pessimistic (``ranking.py``). With ``filter_seen`` every
 item of the user's whole input sequence scores -inf, not only the last ``max_len`` items the model reads (as
 in BSARec's code, which removes the whole history), so a target that is in its own input ranks last: a miss
@@ -23,6 +24,7 @@ from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import iter_eval_batches
 from resdom.evaluation.ranking import KS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+from resdom.models.interface import final_states
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +64,7 @@ def _local_ranks(
     item_emb = model.item_embeddings()
     out = []
     for idx, items, targets in iter_eval_batches(evalset, model.max_len, chunk, device, index):
-        hidden = model.encode(items)[:, -1]  # (B, d): prediction at the last column
+        hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
         seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
         scores = full_scores(hidden, item_emb, seen)  # (B, N+1)
         out.append(pessimistic_ranks(scores, targets).cpu())

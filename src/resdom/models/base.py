@@ -77,6 +77,8 @@ class SequentialRecommender(nn.Module):
         self.emb_dropout = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
         self.final_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps) if cfg.final_ln else None
+        # readout="pool": the one query vector of the attention pooling (zero: the pooling starts as a plain mean)
+        self.readout_query = nn.Parameter(torch.zeros(cfg.hidden)) if cfg.readout == "pool" else None
         self.apply(self._init_weights)
         for block in self.blocks:
             block.reset_parameters()
@@ -168,6 +170,35 @@ class SequentialRecommender(nn.Module):
 
     def forward(self, items: torch.Tensor) -> torch.Tensor:
         return self.encode(items)
+
+    def readout(self, hidden: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """hidden = encode(items) (B, L, d), items (B, L) left-padded -> prediction states (B, L, d).
+
+        Column c is the prediction after the prefix that ends at column c (``cfg.readout``, docs/remedies.md):
+        ``last`` the state at c itself (``hidden``, unchanged); ``mean`` the mean of the states of the last
+        ``readout_k`` real positions <= c; ``pool`` sum_j w_cj h_j over the real positions j <= c, with
+        ``w_c = softmax_j(q . h_j / sqrt(d))`` and q the learned ``readout_query``. A column with no real position
+        at or before it (an empty prefix) keeps its own state.
+        """
+        kind = self.cfg.readout
+        if kind == "last":
+            return hidden
+        real = items > 0
+        if kind == "mean":
+            k = self.cfg.readout_k
+            w = real.to(hidden.dtype)[..., None]
+            sums = (hidden * w).cumsum(1)
+            counts = w.cumsum(1)
+            if k < hidden.shape[1]:
+                sums = torch.cat([sums[:, :k], sums[:, k:] - sums[:, :-k]], 1)
+                counts = torch.cat([counts[:, :k], counts[:, k:] - counts[:, :-k]], 1)
+            return torch.where(counts > 0, sums / counts.clamp_min(1.0), hidden)
+        L = hidden.shape[1]
+        allowed = real[:, None, :] & torch.ones(L, L, dtype=torch.bool, device=items.device).tril()[None]
+        logits = (hidden @ self.readout_query.to(hidden.dtype)) / math.sqrt(hidden.shape[-1])  # (B, L)
+        logits = logits[:, None, :].expand(-1, L, -1).masked_fill(~allowed, torch.finfo(hidden.dtype).min)
+        pooled = logits.softmax(-1) @ hidden  # (B, L, d)
+        return torch.where(allowed.any(-1, keepdim=True), pooled, hidden)
 
     def item_embeddings(self) -> torch.Tensor:
         """(n_items + 1, d): the tied output layer; scores = hidden @ item_embeddings().T."""

@@ -3,11 +3,15 @@
 Post-LN (default)::
 
     A  = MHA(X)
-    Z  = alpha * X + Dropout(A)          # alpha: residual scale, 1 while training
+    Z  = alpha * X + Dropout(A)          # alpha: residual scale (below)
     H1 = LayerNorm(Z)
     H2 = LayerNorm(H1 + Dropout(FFN(H1)))
 
 Pre-LN: ``Z = alpha * X + Dropout(MHA(LN(X)))``, ``H1 = Z``, ``H2 = H1 + Dropout(FFN(LN(H1)))``.
+
+The residual scale of a pass (``effective_alpha``) is the trained scale ``base_scale()`` (1; or
+``ModelConfig.residual_scale``; or the learned gate of ``residual_gate``, a scalar or a (d,) vector), times the
+inference-time ``alpha`` (1 unless a diagnostic sets it through ``interface.residual_scale``) in eval mode.
 
 Diagnostics read a block only through ``BlockRecord`` (what one forward pass computed, by name) and the
 ``alpha`` attribute; see ``resdom.models.interface``. Recording is off by default and then costs one
@@ -40,7 +44,7 @@ class BlockRecord:
       head_values:  (B, H, L, d) f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, b_O excluded.
       out_bias:     (d,) b_O.
       attn_out:     (B, L, d) MHA output A (with b_O), before dropout.
-      alpha:        residual scale used in this pass.
+      alpha:        residual scale used in this pass: a float, or a (d,) tensor (per-channel residual gate).
       z:            (B, L, d) the pre-LN sum alpha * X + A.
       ln_weight, ln_bias, ln_eps: the LayerNorm applied to Z (post-LN); None for pre-LN.
       sublayer_out: (B, L, d) H1, the attention sub-layer's output (for BSARec the mixed output).
@@ -49,15 +53,18 @@ class BlockRecord:
       norm_first:   True for pre-LN blocks (no +LN stage).
       causal:       True when query i attends to keys j <= i only; False for a bidirectional block (BERT4Rec),
                     where every real key is attended to and the first real position is not special.
+      attn_self:    (B, L, d) the self terms sum_h a^h_ii f^h(x_i). A *light* record (``recording(model,
+                    weights=False)``, enough for the norm-of-sums ratio) has it and leaves ``attn_weights`` and
+                    ``head_values`` None: no (B, H, L, L) tensor, and on CPU the fused attention kernel runs.
     """
 
     x: torch.Tensor
     attn_in: torch.Tensor
-    attn_weights: torch.Tensor
-    head_values: torch.Tensor
+    attn_weights: torch.Tensor | None
+    head_values: torch.Tensor | None
     out_bias: torch.Tensor
     attn_out: torch.Tensor
-    alpha: float
+    alpha: float | torch.Tensor
     z: torch.Tensor
     ln_weight: torch.Tensor | None
     ln_bias: torch.Tensor | None
@@ -67,6 +74,14 @@ class BlockRecord:
     freq_out: torch.Tensor | None = None
     norm_first: bool = False
     causal: bool = True
+    attn_self: torch.Tensor | None = None  # (B, L, d) sum_h a^h_ii f^h(x_i): all a light record keeps
+
+
+def recorded_scale(alpha: float | torch.Tensor) -> float | torch.Tensor:
+    """A residual scale as a BlockRecord holds it: a float, or a detached (d,) tensor for a per-channel gate."""
+    if isinstance(alpha, torch.Tensor):
+        return float(alpha.detach()) if alpha.dim() == 0 else alpha.detach()
+    return float(alpha)
 
 
 def trim_record(rec: BlockRecord, width: int) -> BlockRecord:
@@ -77,8 +92,10 @@ def trim_record(rec: BlockRecord, width: int) -> BlockRecord:
     """
     cut = lambda t: t[:, -width:]  # noqa: E731
     return replace(
-        rec, x=cut(rec.x), attn_in=cut(rec.attn_in), attn_weights=rec.attn_weights[:, :, -width:, -width:],
-        head_values=rec.head_values[:, :, -width:], attn_out=cut(rec.attn_out), z=cut(rec.z),
+        rec, x=cut(rec.x), attn_in=cut(rec.attn_in),
+        attn_weights=None if rec.attn_weights is None else rec.attn_weights[:, :, -width:, -width:],
+        head_values=None if rec.head_values is None else rec.head_values[:, :, -width:],
+        attn_self=None if rec.attn_self is None else cut(rec.attn_self), attn_out=cut(rec.attn_out), z=cut(rec.z),
         sublayer_out=cut(rec.sublayer_out), freq_out=None if rec.freq_out is None else cut(rec.freq_out),
     )
 
@@ -136,6 +153,28 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = t.shape
         return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, dh)
 
+    def with_self_terms(self, x: torch.Tensor, mask_bias: torch.Tensor,
+                        kv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A (B, L, d), sum_h a^h_ii f^h(x_i) (B, L, d)) without the (B, H, L, L) weights where that can be done:
+        on CPU in eval mode the fused kernel returns each row's log-sum-exp, so a^h_ii = exp(s^h_ii - lse^h_i);
+        elsewhere the explicit weights are formed and only their diagonal kept."""
+        kv = x if kv is None else kv
+        q, k, v = self._split(self.query(x)), self._split(self.key(kv)), self._split(self.value(kv))
+        scale = 1.0 / math.sqrt(self.head_dim)
+        bias = mask_bias.to(q.dtype)
+        if x.device.type == "cpu" and not (self.training and self.attn_dropout > 0):
+            ctx, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
+                                                                                    attn_mask=bias, scale=scale)
+            own = (q * k).sum(-1) * scale + torch.diagonal(bias, dim1=-2, dim2=-1)  # s^h_ii (B, H, L)
+            diag = (own - lse).exp()
+        else:
+            weights = (q @ k.transpose(-1, -2) * scale + bias).softmax(-1)
+            ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
+            diag = torch.diagonal(weights, dim1=-2, dim2=-1)
+        out = self.out(ctx.transpose(1, 2).flatten(2))
+        own_values = (diag[..., None] * v).transpose(1, 2).flatten(2)  # (B, L, d): heads side by side
+        return out, own_values @ self.out.weight.T  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
+
     def forward(
         self, x: torch.Tensor, mask_bias: torch.Tensor, record: bool = False, kv: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -192,12 +231,25 @@ class AttentionBlock(nn.Module):
         self.ffn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.dropout = Dropout(cfg.dropout)
         self.attn_out_dropout: nn.Module = self.dropout  # dropout on A before the sum (none in the query-LN block)
-        self.alpha = 1.0  # residual scale; used only in eval mode (spec §2)
-        self.recording: list[BlockRecord] | None = None  # set by interface.record()
+        self.alpha = 1.0  # inference-time residual scale, a factor on base_scale() in eval mode only (spec §2)
+        self.fixed_scale = float(cfg.residual_scale)
+        gate_shape = {"none": None, "scalar": (), "channel": (cfg.hidden,)}[cfg.residual_gate]
+        self.residual_gate = None if gate_shape is None else nn.Parameter(torch.ones(gate_shape))
+        self.recording: list[BlockRecord] | None = None  # set by interface.recording()
+        self.record_weights = True  # False: light records (the self terms only), set by interface.recording()
         self.causal = True  # what the model's mask lets a query see (recorded); False in BERT4Rec's blocks
 
-    def effective_alpha(self) -> float:
-        return 1.0 if self.training else self.alpha
+    def base_scale(self) -> float | torch.Tensor:
+        """The trained residual scale: the learned gate (a 0-d or (d,) parameter), else the fixed scale (1 by
+        default)."""
+        return self.fixed_scale if self.residual_gate is None else self.residual_gate
+
+    def effective_alpha(self) -> float | torch.Tensor:
+        """The residual scale of this pass: base_scale() in training, base_scale() * alpha in eval mode."""
+        base = self.base_scale()
+        if self.training or self.alpha == 1.0:
+            return base
+        return base * self.alpha
 
     def residual_and_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(what the residual carries, what attention's queries read): (X, X) post-LN, (X, LN(X)) pre-LN.
@@ -211,11 +263,15 @@ class AttentionBlock(nn.Module):
         """Z = alpha * R + Dropout(MHA(Q, KV)) from X (B, L, d), and the record's fields of this pass."""
         r, q = self.residual_and_queries(x)
         kv = self.key_values(x, q)
-        a, weights, head_values = self.attention(q, mask_bias, self.recording is not None, kv=kv)
+        weights = head_values = own = None
+        if self.recording is not None and not self.record_weights:
+            a, own = self.attention.with_self_terms(q, mask_bias, kv=kv)
+        else:
+            a, weights, head_values = self.attention(q, mask_bias, self.recording is not None, kv=kv)
         alpha = self.effective_alpha()
         z = alpha * r + self.attn_out_dropout(a)  # the residual connection
-        return z, {"x": r, "attn_in": kv, "attn_weights": weights, "head_values": head_values,
-                   "out_bias": self.attention.out.bias, "attn_out": a, "alpha": alpha, "z": z}
+        return z, {"x": r, "attn_in": kv, "attn_weights": weights, "head_values": head_values, "attn_self": own,
+                   "out_bias": self.attention.out.bias, "attn_out": a, "alpha": recorded_scale(alpha), "z": z}
 
     def sum_norm(self) -> nn.LayerNorm | None:
         """The LayerNorm applied to Z (the +LN stage); None for pre-LN blocks."""

@@ -51,6 +51,19 @@ class ModelConfig(BaseModel):
         False, description="the query-LN block of time-to-split's SASRec and the paper's DuoRec: H = LN_f(alpha * "
         "LN_a(X) + MHA(LN_a(X), X, X)), X' = H + FFN(H) with dropout inside the FFN; use with final_ln"
     )
+    residual_scale: float = Field(
+        1.0, ge=0.0, description="remedy (docs/remedies.md): a fixed scale a on the attention sub-layer's residual, "
+        "Z = a * R + Dropout(A), in training and inference; the inference-time alpha multiplies it"
+    )
+    residual_gate: Literal["none", "scalar", "channel"] = Field(
+        "none", description="remedy: a learned residual scale per layer (one number, or one per channel), "
+        "initialised at 1, in place of residual_scale"
+    )
+    readout: Literal["last", "mean", "pool"] = Field(
+        "last", description="remedy: the prediction state after a prefix: its last output state (last), the mean of "
+        "its last readout_k real states (mean), or a learned attention pooling over all its real states (pool)"
+    )
+    readout_k: int = Field(3, ge=1, description="readout='mean': how many of the last real states are averaged")
     emb_scale: bool = Field(False, description="multiply item embeddings by sqrt(hidden)")
     embedding: Literal["ln_dropout", "dropout_ln", "dropout"] = Field(
         "ln_dropout", description="input: Dropout(LN(E+P)) (BSARec), LN(Dropout(E+P)) (reference), Dropout(E+P)"
@@ -96,6 +109,8 @@ class ModelConfig(BaseModel):
         if self.name == "bert4rec" and (self.max_len < 2 or not self.key_padding_mask):
             raise ValueError("bert4rec needs max_len >= 2 (its input items and the appended [MASK]) and "
                              "key_padding_mask (its attention is bidirectional: padding must not be attended to)")
+        if self.residual_gate != "none" and self.residual_scale != 1.0:
+            raise ValueError("residual_gate replaces residual_scale (the gate starts at 1); set one of them")
         if self.norm_first and self.query_ln:
             raise ValueError("norm_first and query_ln are two different blocks; choose one")
         return self

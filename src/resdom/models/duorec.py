@@ -62,8 +62,9 @@ class DuoRec(SequentialRecommender):
         return self.cfg.duorec_views in ("sup", "both")
 
     def last_state(self, items: torch.Tensor) -> torch.Tensor:
-        """items (B, L) left-padded -> (B, d) the state at column L-1 (a fresh pass, dropout as in the mode)."""
-        return self.encode(items)[:, -1]
+        """items (B, L) left-padded -> (B, d) the prediction state at column L-1 (the readout of a fresh pass,
+        dropout as in the mode)."""
+        return self.readout(self.encode(items), items)[:, -1]
 
     def _sup_items(self, batch: TrainBatch) -> torch.Tensor:
         if batch.sup_items is None:
@@ -77,10 +78,9 @@ class DuoRec(SequentialRecommender):
     def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor:
         """batch.items (B, L), hidden = encode(batch.items) (B, L, d) -> scalar lambda * InfoNCE."""
         views = self.cfg.duorec_views
-        if views == "unsup":
-            z1, z2 = hidden[:, -1], self.last_state(batch.items)
-        elif views == "sup":
-            z1, z2 = hidden[:, -1], self.last_state(self._sup_items(batch))
+        if views in ("unsup", "sup"):
+            z1 = self.readout(hidden, batch.items)[:, -1]
+            z2 = self.last_state(batch.items if views == "unsup" else self._sup_items(batch))
         else:  # "both": BSARec's us_x
             sup = self._sup_items(batch)
             z1, z2 = self.last_state(batch.items), self.last_state(sup)

@@ -12,6 +12,12 @@ A model is diagnosable when it has:
   None or a list that the block appends one ``BlockRecord`` to per forward pass. A model without attention
   (GRU4Rec) returns no blocks: the mixing ratio and the residual-scaling sweep do not apply to it.
 
+Optional: ``readout(hidden, items) -> states`` (B, L, d), the prediction states: column c is the prediction
+after the prefix that ends at column c. Without it the prediction states are ``hidden`` itself (the last output
+state); resdom's remedies (docs/remedies.md) read the mean of the last k states or an attention pooling
+instead. Evaluation, every diagnostic and the training objectives read predictions only through
+``prediction_states`` / ``final_states`` below, never a column of ``encode`` directly.
+
 Optional: ``block_tokens(items) -> tokens`` (B, L'), the token ids of the positions its blocks see and record,
 when the model adds tokens of its own (BERT4Rec appends ``[MASK]``: L' = L + 1, and ``encode`` returns the
 states of the last L of them, so column L-1 is the [MASK] position where the prediction is read and column
@@ -61,23 +67,59 @@ def state_tokens(model: Diagnosable, items: torch.Tensor) -> torch.Tensor:
     return block_tokens(model, items)[:, -items.shape[1] :]
 
 
+def prediction_states(model: Diagnosable, hidden: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """hidden = ``model.encode(items)`` (B, L, d) -> the prediction states (B, L, d): the model's ``readout``, else
+    ``hidden`` itself. Column L-1 is the prediction for the item after ``items``; column L-1-k the readout of the
+    prefix that ends k items earlier (miss recovery)."""
+    fn = getattr(model, "readout", None)
+    return hidden if fn is None else fn(hidden, items)
+
+
+def final_states(model: Diagnosable, items: torch.Tensor) -> torch.Tensor:
+    """items (B, L) left-padded -> (B, d): the prediction for the next item (column L-1 of the prediction
+    states of ``encode(items)``)."""
+    return prediction_states(model, model.encode(items), items)[:, -1]
+
+
+def trained_scale(block: Any) -> float | torch.Tensor:
+    """The residual scale a block was trained with: ``base_scale()`` (a float, or a detached 0-d / (d,) tensor
+    for a learned gate); 1.0 for a block without one (an adapter's)."""
+    fn = getattr(block, "base_scale", None)
+    scale = 1.0 if fn is None else fn()
+    if isinstance(scale, torch.Tensor):
+        return float(scale.detach()) if scale.dim() == 0 else scale.detach()
+    return float(scale)
+
+
 @contextmanager
-def recording(model: Diagnosable) -> Iterator[list[list[BlockRecord]]]:
-    """Record every attention block while inside: ``store[layer]`` gets one BlockRecord per forward pass."""
+def recording(model: Diagnosable, weights: bool = True) -> Iterator[list[list[BlockRecord]]]:
+    """Record every attention block while inside: ``store[layer]`` gets one BlockRecord per forward pass.
+
+    ``weights=False`` asks for light records (``BlockRecord.attn_self`` instead of the (B, H, L, L) weights and the
+    per-head values), enough for the norm-of-sums ratio; a block that cannot make them records in full.
+    """
     blocks = list(model.attention_blocks())
     store: list[list[BlockRecord]] = [[] for _ in blocks]
     for block, records in zip(blocks, store):
         block.recording = records
+        if hasattr(block, "record_weights"):
+            block.record_weights = weights
     try:
         yield store
     finally:
         for block in blocks:
             block.recording = None
+            if hasattr(block, "record_weights"):
+                block.record_weights = True
 
 
 @contextmanager
 def residual_scale(model: Diagnosable, alpha: float, layers: Iterable[int] | None = None) -> Iterator[None]:
-    """Set the attention residual scale to ``alpha`` in ``layers`` (default: all), restoring it on exit."""
+    """Set the inference-time residual scale to ``alpha`` in ``layers`` (default: all), restoring it on exit.
+
+    ``alpha`` multiplies the scale the block was trained with (``trained_scale``: 1 for the base models, a < 1
+    for ``ModelConfig.residual_scale``, the learned gate for ``residual_gate``), so alpha = 1 is always the model
+    as trained; the scale actually used is ``trained_scale(block) * alpha`` (what the BlockRecord holds)."""
     blocks = list(model.attention_blocks())
     chosen = range(len(blocks)) if layers is None else list(layers)
     for i in chosen:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from resdom.models.base import SequentialRecommender, TrainBatch
+from resdom.models.interface import prediction_states
 
 
 @dataclass
@@ -55,12 +56,18 @@ class Objective:
         raise NotImplementedError
 
 
-def real_positions(hidden: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def real_positions(hidden: torch.Tensor, batch: TrainBatch, model: SequentialRecommender | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """(states (P, d), targets (P,) in 1..N) at the positions that have a target.
+
+    With ``model`` the states are its prediction states (``interface.prediction_states``: the readout of column
+    c is the prediction after the prefix ending at c), so every objective trains the readout it is evaluated by.
 
     Layout ``all``: targets (B, L) with 0 at padding (``mlm``: 0 where not masked); layout ``last``: targets (B,)
     at column L-1.
     """
+    if model is not None:
+        hidden = prediction_states(model, hidden, batch.items)
     if batch.targets.dim() == 1:
         return hidden[:, -1], batch.targets
     mask = batch.targets > 0
@@ -113,7 +120,7 @@ class CEAll(Objective):
     name, layout = "ce_all", "all"
 
     def loss(self, model, batch, hidden, ctx):
-        h, t = real_positions(hidden, batch)
+        h, t = real_positions(hidden, batch, model)
         return full_cross_entropy(h, model.item_embeddings()[1:], t, ctx.item_chunk)
 
 
@@ -134,7 +141,7 @@ class BCE(Objective):
         if batch.negatives is None:
             raise ValueError("bce needs batch.negatives")
         mask = batch.targets > 0
-        h = hidden[mask]
+        h = prediction_states(model, hidden, batch.items)[mask]
         emb = model.item_embeddings()
         pos = (h * emb[batch.targets[mask]]).sum(-1)
         neg = (h * emb[batch.negatives[mask]]).sum(-1)
@@ -149,7 +156,7 @@ class CESampled(Objective):
     def loss(self, model, batch, hidden, ctx):
         if ctx.log_q is None:
             raise ValueError("ce_sampled needs LossContext.log_q")
-        h, t = real_positions(hidden, batch)
+        h, t = real_positions(hidden, batch, model)
         emb = model.item_embeddings()
         log_q = ctx.log_q.to(h.device)
         negs = torch.multinomial(log_q.exp(), ctx.n_negatives, replacement=True).to(h.device) + 1  # (K,) in 1..N
