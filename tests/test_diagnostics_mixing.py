@@ -13,6 +13,7 @@ from resdom.diagnostics.decomposition import (
     bias_terms,
     head_ratios,
     norm_of_sums,
+    self_terms,
     stages_of,
     sum_of_norms,
 )
@@ -272,3 +273,33 @@ def test_float32_model_runs_and_stays_in_range():
 def test_unknown_definition_is_refused():
     with pytest.raises(ValueError, match="definition"):
         mixing_ratios(make_model(), make_evalset(), definition="bogus")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_light_records_give_the_full_records_self_terms_and_ratios(variant, dtype):
+    """recording(weights=False) keeps only sum_h a^h_ii f^h(x_i) (fused kernel on CPU): the same self terms and the
+    same norm-of-sums ratios as the full record, and no (B, H, L, L) tensor."""
+    model = make_model(**variant).to(dtype)
+    items = batch_items(model, make_evalset())
+    with torch.no_grad(), recording(model) as full_store:
+        full_out = model.encode(items)
+    with torch.no_grad(), recording(model, weights=False) as light_store:
+        light_out = model.encode(items)
+    tol = 1e-10 if dtype == torch.float64 else 2e-5  # float32: the fused kernel sums in another order
+    real = items > 0  # (padding rows, all of whose keys are masked at -10000, differ in float32: they never count)
+    assert torch.allclose(full_out[real], light_out[real], atol=tol)
+    for full, light in zip([s[0] for s in full_store], [s[0] for s in light_store]):
+        assert light.attn_weights is None and light.head_values is None and light.attn_self is not None
+        assert torch.allclose(self_terms(full)[real], self_terms(light)[real], atol=tol)
+        a, b = norm_of_sums(full, items), norm_of_sums(light, items)
+        for st in a:
+            assert torch.allclose(a[st], b[st], atol=tol * 10), st  # padding: 0 in both
+    assert all(getattr(b, "record_weights", True) for b in model.attention_blocks())  # restored
+    got = mixing_ratios(model, make_evalset()).to_dict()["pooled"]  # the light path, against the slow loop
+    slow = {st: [] for st in stages_of(full_store[0][0])}
+    for rec in [s[0] for s in full_store]:
+        for st, r in slow_ratios(rec, items, "norm_of_sums").items():
+            slow[st].append(r[items > 0].mean().item())
+    for st, rs in slow.items():
+        assert got["all"][st] == pytest.approx(sum(rs) / len(rs), abs=max(tol * 100, 1e-6)), st

@@ -278,7 +278,8 @@ def mixing_ratios(
     require_attention(model, "mixing")
     n_layers = len(model.attention_blocks())
     acc = MixingAccumulator(n_layers, block_width(model), definition, per_head)
-    with inference(model), recording(model) as store:
+    light = definition == "norm_of_sums" and not per_head  # no (B, H, L, L) weights needed
+    with inference(model), recording(model, weights=not light) as store:
         for _, items, _ in batches(model, evalset, batch_size, device, "mixing", progress):
             model.encode(items)
             acc.add([layer.pop() for layer in store], block_tokens(model, items))
