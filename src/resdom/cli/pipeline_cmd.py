@@ -133,6 +133,51 @@ def reproduce(
         sys.exit(1)
 
 
+def remedies(
+    dataset: str = typer.Argument(..., help="data set name (e.g. beauty-ts, synthetic:demo)"),
+    variants: str = typer.Option("base,res0.5,gate,gate-channel,preln,mean3,pool",
+                                 help="comma-separated variants (docs/remedies.md): base, res0.5, res0.75, gate, "
+                                 "gate-channel, preln, mean3, pool"),
+    model: str = typer.Option("sasrec", help="the base model: sasrec, duorec or bsarec"),
+    seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
+    out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<label>/seed<k>/ and summary/"),
+    data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),
+    protocol: str = typer.Option("gts", help="gts (global temporal split) or loo (leave-one-out)"),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or mps"),
+    epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
+    set_values: list[str] = typer.Option(None, "--set", help="extra settings for every variant, model.FIELD=VALUE or "
+                                         "train.FIELD=VALUE (e.g. --set model.hidden=16)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no per-epoch progress bars"),
+    store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
+                               "STORE/<dataset>/<label>/seed<k>/"),
+) -> None:
+    """Train each training-time remedy variant of MODEL with its protocol, diagnose it, and compare: a per-variant
+    table (accuracy, HRLI, +Res mixing, recoverable misses, training time; mean ± std over seeds) and a figure of
+    NDCG@10 against HRLI@1 beside the base model's inference-time alpha sweep (docs/remedies.md)."""
+    from resdom.cli.train_cmd import parse_set
+    from resdom.pipeline.remedies import remedies as run_remedies
+    from resdom.pipeline.remedies import remedy_grid
+
+    values = parse_set(set_values or [])
+    model_values, train_values = values.get("model", {}), values.get("train", {})
+    spec = remedy_grid(dataset, model, _split_list(variants, "--variants"), _seeds(seeds), out, data_dir=data_dir,
+                       protocol=protocol, device=device, epochs=epochs, store=store, train_values=train_values,
+                       model_values=model_values)
+    try:
+        result = run_remedies(spec, progress=not quiet, echo=typer.echo)
+    except KeyboardInterrupt:
+        typer.echo(_grid_interrupted_message(spec), err=True)
+        raise typer.Exit(130) from None
+    for o in result.grid.failed:
+        typer.echo(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
+    if result.table_md is not None:
+        typer.echo(f"remedies table: {result.table_md}")
+    if result.figure is not None:
+        typer.echo(f"remedies figure: {result.figure}")
+    if result.grid.failed:
+        sys.exit(1)
+
+
 def _grid_interrupted_message(spec: GridSpec) -> str:
     """What an interrupted ``reproduce`` kept and how to go on: finished runs stay, the interrupted one resumes."""
     from resdom.pipeline.common import is_finished
@@ -148,3 +193,4 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report)
     app.command("demo")(demo)
     app.command("reproduce")(reproduce)
+    app.command("remedies")(remedies)

@@ -609,3 +609,56 @@ def result_figure(name: str, data: dict[str, Any], model: str = "model", title: 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     """Every figure that the runs have data for, in report order."""
     return [f for f in (build(runs) for build in FIGURE_BUILDERS) if f is not None]
+
+
+def fig_remedies(runs: list[RunRecord], base: str | None = None, order: list[str] | None = None
+                 ) -> ReportFigure | None:
+    """Accuracy against reliance (``resdom remedies``, docs/remedies.md): test NDCG@10 against HRLI@1, one point per
+    variant label (mean over seeds, std as error bars), and ``base``'s inference-time alpha sweep as a curve on the
+    same axes (mean over its seeds at each alpha; NDCG@10 filtered, HRLI@1 unfiltered, as the points). One panel per
+    data set. Not one of the report's standard figures (``FIGURE_BUILDERS``)."""
+    from matplotlib import colormaps
+
+    from resdom.report.tables import run_values
+
+    groups = group_runs(runs)
+    datasets = _datasets(groups)
+    labels = [m for m in (order or []) if any(k[1] == m for k in groups)]
+    labels += [m for m in _models(groups) if m not in labels]
+    points = {k: v for k, v in groups.items() if any(run_values(r)["HRLI@1"] is not None for r in v)}
+    if not points:
+        return None
+    fig, axes = _new_figure(len(datasets), width_per=5.0, height=4.0)
+    for ax, dataset in zip(axes.flat, datasets):
+        if base is not None and (dataset, base) in groups:
+            x = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: _dig(row, "HRLI@1"))
+            y = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: _dig(row, "NDCG@10"))
+            if x is not None and y is not None and list(x[0]) == list(y[0]):
+                ax.plot(x[1], y[1], "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
+                        label=f"{model_label(base)}: inference α sweep")
+                for a, xi, yi in zip(x[0], x[1], y[1]):
+                    if round(a * 10) % 5 == 0:  # label α = 0, 0.5, 1
+                        ax.annotate(f"α={a:g}", (xi, yi), fontsize=7, color="#666666", textcoords="offset points",
+                                    xytext=(3, -9))
+        for i, label in enumerate(labels):
+            rs = points.get((dataset, label))
+            if not rs:
+                continue
+            vals = [run_values(r) for r in rs]
+            sx, sy = _stats([v["HRLI@1"] for v in vals]), _stats([v["NDCG@10"] for v in vals])
+            if sx is None or sy is None:
+                continue
+            color = model_color(label) if label == base else colormaps["tab10"](i % 10)
+            ax.errorbar(sx[0], sy[0], xerr=sx[1], yerr=sy[1], fmt=model_marker(label.split("-")[0]), color=color,
+                        capsize=3, markersize=6, zorder=3, label=f"{label} (n={len(vals)})")
+            ax.annotate(label, (sx[0], sy[0]), fontsize=7, textcoords="offset points", xytext=(4, 4))
+        ax.set_xlabel("HRLI@1 (reliance on the last item)")
+        ax.set_ylabel("NDCG@10 (test)")
+        ax.set_title(dataset)
+        ax.legend(fontsize=7, loc="best")
+    users = _note(fig, _users(points, lambda r: r.diag("hrli").get("n_users")), "Each point rests on")
+    return ReportFigure("remedies", "Remedies: accuracy against last-item reliance",
+                        "Each point is a training-time variant (mean over seeds, error bars one standard deviation); "
+                        "the grey curve is the base model's inference-time residual scaling: a variant above and to "
+                        "the left of the curve buys lower reliance at less accuracy cost than lowering α after "
+                        "training." + users, fig)

@@ -69,6 +69,9 @@ def run_values(run: RunRecord) -> dict[str, float | None]:
     v["early_stopped"] = float(run.metrics["stopped"] == "early_stopping") if "stopped" in run.metrics else None
     seconds = number_at(run.cell, "compute", "train_seconds")
     v["train_min"] = None if seconds is None else seconds / 60
+    epoch_s = [row.get("seconds") for row in run.curve if isinstance(row, dict)]
+    logged = sum(x for x in epoch_s if isinstance(x, (int, float))) if epoch_s else None
+    v["train_s"] = seconds if seconds is not None else logged  # the remedies table: store cells or run directories
     for name, result in TABLE_RESULTS.items():  # each result class knows which of its numbers the tables show
         v.update(result.table_values(run.diag(name)))
     return v
@@ -166,6 +169,23 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
     tables = [dataset_table(runs, extra_stats)]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
     return tables
+
+
+def remedies_table(runs: list[RunRecord], order: list[str] | None = None) -> Table:
+    """The per-variant table of ``resdom remedies`` (docs/remedies.md): one row per (data set, variant label),
+    rows in ``order`` (the labels as given), mean ± std over seeds."""
+    cols = [Column("HR@10", "HR@10"), Column("NDCG@10", "NDCG@10"), Column("HRLI@1", "HRLI@1"),
+            Column("HRL2I@1", "HRL2I@1"), Column("mix_all_+Res", "+Res (all)"), Column("mix_last_+Res", "+Res (last)"),
+            Column("rec_share", "Recoverable"), Column("train_s", "Train s", "num")]
+    table = aggregate(runs, cols, "remedies", "Remedies: accuracy and last-item reliance per variant",
+                      "Test HR@10 / NDCG@10 (filtered, full ranking), HRLI@1 / HRL2I@1 (unfiltered), the pooled +Res "
+                      "mixing ratio (norm of sums, all real positions and the last), the share of test users whose "
+                      "miss is recoverable from positions L-1..L-3, and the summed training-pass seconds; mean ± std "
+                      "over seeds (n).")
+    if order:
+        rank = {m: i for i, m in enumerate(order)}
+        table.rows.sort(key=lambda r: (r["dataset"], rank.get(r["model"], len(rank))))
+    return table
 
 
 # ---------------------------------------------------------------- formatting

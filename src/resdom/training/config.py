@@ -24,6 +24,40 @@ MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
 }
 
+# Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's
+# own protocol defaults. Registered in MODEL_VARIANTS as "<model>-<variant>" for SASRec, DuoRec and BSARec (BSARec
+# is post-LN only: no preln); "base" is the model itself.
+REMEDIES: dict[str, dict[str, Any]] = {
+    "base": {},
+    "res0.5": {"residual_scale": 0.5},
+    "res0.75": {"residual_scale": 0.75},
+    "gate": {"residual_gate": "scalar"},
+    "gate-channel": {"residual_gate": "channel"},
+    "preln": {"norm_first": True, "query_ln": False},
+    "mean3": {"readout": "mean", "readout_k": 3},
+    "pool": {"readout": "pool"},
+}
+REMEDY_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec")
+
+
+def remedy_label(model: str, variant: str) -> str:
+    """The grid label of ``variant`` (a REMEDIES key) of ``model``: the model itself for "base"; a ResdomError
+    naming --variants / --model otherwise."""
+    if model not in REMEDY_MODELS:
+        raise ResdomError(f"--model: remedies apply to {', '.join(REMEDY_MODELS)}, not {model!r}")
+    if variant not in REMEDIES:
+        raise ResdomError(f"--variants: unknown variant {variant!r}; one of {', '.join(REMEDIES)}")
+    label = model if variant == "base" else f"{model}-{variant}"
+    if label != model and label not in MODEL_VARIANTS:
+        raise ResdomError(f"--variants: {variant!r} does not apply to {model} (it is post-LN only)")
+    return label
+
+
+for _model in REMEDY_MODELS:
+    for _variant, _values in REMEDIES.items():
+        if _variant != "base" and not (_model == "bsarec" and _variant == "preln"):
+            MODEL_VARIANTS[f"{_model}-{_variant}"] = (_model, dict(_values))
+
 
 def model_variant(label: str) -> tuple[str, dict[str, Any]]:
     """A model name or a ``MODEL_VARIANTS`` label -> (model name, the variant's model values)."""
