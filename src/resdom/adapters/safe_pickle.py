@@ -47,6 +47,8 @@ class Inert:
     """
 
     qualname = "?"
+    args: tuple[Any, ...] = ()  # also when pickle's NEWOBJ makes the instance with cls.__new__ (no __init__)
+    state: Any = None
 
     def __init__(self, *args: Any) -> None:
         self.args = args
@@ -153,6 +155,13 @@ def _np_dtype(spec: Any, *_: Any) -> np.dtype:
     return dt
 
 
+def _np_dtype_or_object(spec: Any, *_: Any) -> np.dtype:
+    """``numpy.dtype`` that also allows ``"O"`` (object arrays of ids): only with ``object_arrays``."""
+    if isinstance(spec, str) and spec in ("O", "O8", "O4"):
+        return np.dtype(object)
+    return _np_dtype(spec)
+
+
 def _np_scalar(dtype: Any, data: Any = b"") -> Any:
     if not isinstance(dtype, np.dtype) or dtype.hasobject or not isinstance(data, bytes):
         raise ResdomError(f"refused: numpy scalar of dtype {dtype!r}")
@@ -199,8 +208,9 @@ class RestrictedUnpickler(pickle._Unpickler):
     """
 
     def __init__(self, file: io.BytesIO, storages: Callable[[str], bytes] | None = None,
-                 stand_in_prefixes: Iterable[str] = (), source: str = "pickle") -> None:
+                 stand_in_prefixes: Iterable[str] = (), source: str = "pickle", object_arrays: bool = False) -> None:
         super().__init__(file)
+        self._object_arrays = object_arrays
         self._storages = storages
         self._prefixes = tuple(stand_in_prefixes)
         self._stand_ins: dict[str, type[Inert]] = {}
@@ -213,6 +223,8 @@ class RestrictedUnpickler(pickle._Unpickler):
         qualname = f"{module}.{name}"
         if self._prefixes and qualname.startswith(self._prefixes):
             return self._stand_ins.setdefault(qualname, make_stand_in(qualname))
+        if qualname == "numpy.dtype" and self._object_arrays:
+            return _Global(_np_dtype_or_object, qualname)
         if qualname in BASE_GLOBALS:
             return _Global(BASE_GLOBALS[qualname], qualname)
         if module == "torch" and name in STORAGE_DTYPES:
@@ -228,6 +240,13 @@ class RestrictedUnpickler(pickle._Unpickler):
         inst = self.stack[-2] if len(self.stack) >= 2 else None
         if not isinstance(inst, _BUILDABLE):
             raise ResdomError(f"{self._source}: refused: the pickle sets state on a {type(inst).__name__}")
+        if isinstance(inst, np.ndarray):  # an object array's elements must come as a list of unpickled objects
+            state = self.stack[-1]
+            if not (isinstance(state, tuple) and len(state) == 5 and isinstance(state[2], np.dtype)):
+                raise ResdomError(f"{self._source}: refused: malformed numpy array state")
+            if state[2].hasobject and not (isinstance(state[4], list) and all(
+                    isinstance(x, (str, int, float, bool, type(None))) for x in state[4])):
+                raise ResdomError(f"{self._source}: refused: a numpy object array of anything but str / int / float")
         pickle._Unpickler.load_build(self)
 
     dispatch[pickle.BUILD[0]] = load_build
@@ -258,28 +277,50 @@ def load_torch_file(path: str | Path, stand_in_prefixes: Iterable[str] = ()) -> 
     if not zipfile.is_zipfile(path):
         raise ResdomError(f"{path}: not a torch zip checkpoint (saved with torch < 1.6 or not by torch.save)")
     with zipfile.ZipFile(path) as z:
-        names = z.namelist()
-        pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
-        if len(pkl) != 1:
-            raise ResdomError(f"{path}: not a torch zip checkpoint (no single <name>/data.pkl record)")
-        prefix = pkl[0][: -len("data.pkl")]
-        order = z.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in names else "little"
-        if order != sys.byteorder:
-            raise ResdomError(f"{path}: saved on a {order}-endian machine; this one is {sys.byteorder}-endian")
+        return _load_archive(z, stand_in_prefixes, str(path))
 
-        def storage(key: str) -> bytes:
-            record = f"{prefix}data/{key}"
-            if record not in names:
-                raise ResdomError(f"{path}: storage record {record} missing")
-            return z.read(record)
 
-        unpickler = RestrictedUnpickler(io.BytesIO(z.read(pkl[0])), storage, stand_in_prefixes, str(path))
-        try:
-            return unpickler.load()
-        except ResdomError:
-            raise
-        except Exception as e:
-            raise ResdomError(f"{path}: malformed pickle ({type(e).__name__}: {e})") from None
+def load_torch_bytes(data: bytes, stand_in_prefixes: Iterable[str] = (), source: str = "checkpoint",
+                     object_arrays: bool = False) -> Any:
+    """``load_torch_file`` for the bytes of a ``torch.save`` zip archive held in memory (e.g. inside a pickle).
+
+    ``object_arrays``: also accept numpy object arrays whose elements are str / int / float / None (RecTools keeps
+    its external item ids so); the elements themselves are unpickled under the same whitelist."""
+    if not isinstance(data, (bytes, bytearray)) or data[:4] != b"PK\x03\x04":
+        raise ResdomError(f"{source}: not a torch zip checkpoint")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as e:
+        raise ResdomError(f"{source}: not a torch zip checkpoint ({e})") from None
+    with archive as z:
+        return _load_archive(z, stand_in_prefixes, source, object_arrays)
+
+
+def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: str, object_arrays: bool = False
+                  ) -> Any:
+    """Unpickle the ``<name>/data.pkl`` record of an open torch zip archive with ``RestrictedUnpickler``."""
+    names = z.namelist()
+    pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
+    if len(pkl) != 1:
+        raise ResdomError(f"{path}: not a torch zip checkpoint (no single <name>/data.pkl record)")
+    prefix = pkl[0][: -len("data.pkl")]
+    order = z.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in names else "little"
+    if order != sys.byteorder:
+        raise ResdomError(f"{path}: saved on a {order}-endian machine; this one is {sys.byteorder}-endian")
+
+    def storage(key: str) -> bytes:
+        record = f"{prefix}data/{key}"
+        if record not in names:
+            raise ResdomError(f"{path}: storage record {record} missing")
+        return z.read(record)
+
+    unpickler = RestrictedUnpickler(io.BytesIO(z.read(pkl[0])), storage, stand_in_prefixes, str(path), object_arrays)
+    try:
+        return unpickler.load()
+    except ResdomError:
+        raise
+    except Exception as e:
+        raise ResdomError(f"{path}: malformed pickle ({type(e).__name__}: {e})") from None
 
 
 def loads_restricted(data: bytes, stand_in_prefixes: Iterable[str] = (), source: str = "pickle") -> Any:

@@ -1,4 +1,4 @@
-"""``resdom import-recbole`` and ``resdom import-pmixer``: turn a model trained elsewhere into a run directory.
+"""``resdom import-recbole``, ``import-pmixer``, ``import-rectools``: turn a model from elsewhere into a run directory.
 
 The run directory is then read by ``resdom evaluate RUN_DIR`` and ``resdom diagnose RUN_DIR`` like a trained
 one. Checkpoints are read with a restricted unpickler (``resdom.adapters.safe_pickle``): nothing in the file
@@ -56,6 +56,23 @@ def import_pmixer(
     typer.echo(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
 
 
+def import_rectools(
+    model_file: Path = typer.Argument(..., help="a RecTools SASRecModel / BERT4RecModel file (model.save) or its "
+                                      "Lightning checkpoint (.ckpt)"),
+    data: str = typer.Option(..., "--data", help="the interactions the model was trained on (a file or a registered "
+                             "name); items the model does not know are dropped, as RecTools' recommend does"),
+    out: Path = typer.Option(..., "--out", help="run directory to write"),
+    data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
+    force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
+) -> None:
+    """Import a RecTools SASRec or BERT4Rec model (id embeddings, dot-product scores) as a resdom run."""
+    from resdom.adapters.rectools import import_rectools as run_import
+
+    path = run_import(model_file, data, out, data_dir=data_dir, force=force, log=typer.echo)
+    typer.echo(f"imported {model_file} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+
+
 def register(app: typer.Typer) -> None:
     app.command("import-recbole")(import_recbole)
     app.command("import-pmixer")(import_pmixer)
+    app.command("import-rectools")(import_rectools)

@@ -76,7 +76,8 @@ class SequentialRecommender(nn.Module):
         self.emb_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.emb_dropout = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
-        self.final_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps) if cfg.final_ln else None
+        final_eps = cfg.ln_eps if cfg.final_ln_eps is None else cfg.final_ln_eps
+        self.final_ln = nn.LayerNorm(cfg.hidden, eps=final_eps) if cfg.final_ln else None
         # readout="pool": the one query vector of the attention pooling (zero: the pooling starts as a plain mean)
         self.readout_query = nn.Parameter(torch.zeros(cfg.hidden)) if cfg.readout == "pool" else None
         self.apply(self._init_weights)
@@ -159,8 +160,10 @@ class SequentialRecommender(nn.Module):
             items = nn.functional.pad(items, (capacity - width, 0))
         mask_bias = self.mask_bias(items)
         h = self.embed(items)
+        real = (items > 0).unsqueeze(-1).to(h.dtype) if self.cfg.zero_padding else None
         for block in self.blocks:
-            h = block(h, mask_bias)
+            h = block(h if real is None else h * real, mask_bias)
+        h = h if real is None else h * real
         h = self.final_ln(h) if self.final_ln is not None else h
         if items.shape[1] != width:
             for block, n in zip(self.blocks, recorded):

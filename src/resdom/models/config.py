@@ -70,6 +70,12 @@ class ModelConfig(BaseModel):
     )
     final_ln: bool = False
     ln_eps: float = Field(1e-12, gt=0.0)
+    final_ln_eps: float | None = Field(None, gt=0.0, description="eps of the final LayerNorm (default ln_eps); "
+                                       "RecTools' SASRec: 1e-8 there, 1e-5 in its blocks")
+    zero_padding: bool = Field(
+        False, description="multiply the states of padded positions by 0 before every block and before the final "
+        "LayerNorm (RecTools' SASRec 'timeline mask'): without a key-padding mask, padded keys then read X = 0"
+    )
     positions: Literal["from_end", "from_start", "from_end_pad0"] = Field(
         "from_end",
         description="position ids: from_end = BSARec's left padding (last item at position max_len-1); "
