@@ -5,6 +5,7 @@
 Sections (background in docs/scaling.md):
 
 - ``recbole``  training throughput of resdom's SASRec vs RecBole 1.2.1's SASRec, Beauty LOO, same sizes and loss;
+- ``rectools`` the same against RecTools 0.19's SASRec (its architecture and full-softmax loss on both sides);
 - ``eval``     full-ranking evaluation users/s vs a naive full sort (argsort of every score);
 - ``mixing``   the mixing-ratio diagnostic (norm of sums, sum of norms) vs a plain forward pass, and memory;
 - ``memory``   peak RSS of training / evaluation / mixing at 10k, 100k and 1M items;
@@ -19,6 +20,8 @@ benchmarks/out/RESULTS.quick.md unless ``--results`` says otherwise.
 
 RecBole runs in its own virtual environment: ``--recbole-python``, else ``$RESDOM_RECBOLE_PYTHON``, else
 benchmarks/.recbole-venv (made with scripts/make_recbole_venv.sh when missing and ``--setup-recbole`` is given).
+RecTools likewise: ``--rectools-python``, ``$RESDOM_RECTOOLS_PYTHON``, benchmarks/.rectools-venv
+(scripts/make_rectools_venv.sh, ``--setup-rectools``), driven by benchmarks/rectools_driver.py.
 """
 
 from __future__ import annotations
@@ -48,9 +51,10 @@ RESULTS = HERE / "RESULTS.md"
 DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared" / "data" / "raw"))
 BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
 END = "<!-- END benchmarks/run.py auto-generated block -->"
-SECTIONS = ("recbole", "batching", "eval", "mixing", "memory", "scale", "scaling", "ddp")
+SECTIONS = ("recbole", "rectools", "batching", "eval", "mixing", "memory", "scale", "scaling", "ddp")
 TITLES = {
     "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
+    "rectools": "Training throughput: resdom vs RecTools 0.19 (SASRec, Beauty LOO)",
     "batching": "Batching: length groups and length bucketing vs one pass per batch (SASRec, Beauty LOO)",
     "eval": "Full-ranking evaluation: resdom vs a naive full sort",
     "mixing": "Mixing-ratio diagnostic vs a plain forward pass",
@@ -72,6 +76,7 @@ class Context:
     recbole_python: str | None
     threads: int | None
     recbole_users: int | None = None
+    rectools_python: str | None = None
     commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
 
     def task(self, name: str, args: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
@@ -263,6 +268,91 @@ def section_recbole(ctx: Context) -> str:
         "each trimmed to its longest real prefix (Beauty prefixes are short), and gathers states before the "
         "output product; RecBole pads every batch to 50.")
     return "\n".join(text) + errors_note({"resdom": ours, "recbole": theirs})
+
+
+# ------------------------------------------------------------------------------------------ rectools
+
+# RecTools' SASRec (SASRecTransformerLayers, d 64, 2 blocks, 2 heads, dropout 0.5, max length 50) as resdom's
+# ModelConfig: the mapping of resdom.adapters.rectools (docs/adapters.md), so both train the same network.
+RECTOOLS_SASREC = {
+    "max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "dropout": 0.5, "attn_dropout": 0.5, "inner_size": 64,
+    "activation": "relu", "query_ln": True, "final_ln": True, "embedding": "dropout", "ln_eps": 1e-5,
+    "final_ln_eps": 1e-8, "zero_padding": True, "key_padding_mask": False, "positions": "from_end",
+}
+
+
+def find_rectools_python(explicit: str | None, setup: bool) -> str | None:
+    for cand in (explicit, os.environ.get("RESDOM_RECTOOLS_PYTHON"), str(HERE / ".rectools-venv" / "bin" / "python")):
+        if cand and Path(cand).exists():
+            return cand
+    if setup:
+        subprocess.run(["bash", str(ROOT / "scripts" / "make_rectools_venv.sh"), str(HERE / ".rectools-venv")],
+                       check=True)
+        return str(HERE / ".rectools-venv" / "bin" / "python")
+    return None
+
+
+def section_rectools(ctx: Context) -> str:
+    """resdom vs RecTools 0.19 SASRec: the same network (RecTools' block), RecTools' loss (full-softmax CE at every
+    position of each user's window, one sample per user), batch 256, Adam 1e-3, same thread count."""
+    beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
+    max_users = 300 if ctx.quick else ctx.recbole_users
+    epochs = 1 if ctx.quick else 2
+    if max_users:
+        tmp_txt = ctx.out / "beauty_slice.txt"
+        tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
+        data = {"source": str(tmp_txt), "options": {"k_core": 0}}
+    else:
+        data = {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    ours = ctx.task("train", {"data": data, "model": RECTOOLS_SASREC,
+                              "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3},
+                              "epochs": epochs, "evaluate": "each_epoch"})
+    theirs: dict[str, Any] = {"error": "RecTools venv not found (--rectools-python, $RESDOM_RECTOOLS_PYTHON, "
+                                       "benchmarks/.rectools-venv or --setup-rectools)"}
+    if ctx.rectools_python:
+        args: dict[str, Any] = {"epochs": epochs, "evaluate": True, "max_len": 50}
+        if max_users:
+            args["max_users"] = max_users
+        if ctx.threads:
+            args["threads"] = ctx.threads
+        theirs = ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty), json.dumps(args)],
+                              timeout=7200)
+    rows = []
+    for label, res in (("resdom", ours), ("RecTools", theirs)):
+        if not err(res):
+            for e in res["epochs"]:
+                rows.append([f"{label} epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
+                             e["peak_rss_mb"]])
+    text = [table(["run", "samples", "s / epoch", "samples / s", "peak RSS MiB (epoch)"], rows)]
+    if max_users:
+        text.append(f"\nData subset: the first {max_users:,} users of Beauty.txt for both libraries.")
+    ours_sps, theirs_sps = mean_epoch(ours, "samples_per_s"), mean_epoch(theirs, "samples_per_s")
+    ours_s, theirs_s = mean_epoch(ours, "seconds"), mean_epoch(theirs, "seconds")
+    text.append(f"\n**Throughput ratio (samples/s, mean over timed epochs): {ratio(ours_sps, theirs_sps)}**; seconds "
+                f"per epoch: resdom {fmt(ours_s)} s vs RecTools {fmt(theirs_s)} s. Goal: >= 2x.")
+    if not err(ours) and not err(theirs) and "test" in theirs:
+        mine = ours["epochs"][-1].get("after", {}).get("test")
+        tn = theirs["test"]["metrics"]
+        if mine:
+            on = mine["metrics"]
+            text.append(
+                f"\nTest metrics after {epochs} epoch(s) (full ranking, the input's items filtered, "
+                f"{mine['n_users']:,} / {theirs['test']['n_users']:,} users): resdom HR@10 {on['HR@10']:.4f} "
+                f"NDCG@10 {on['NDCG@10']:.4f}; RecTools HR@10 {tn['HR@10']:.4f} NDCG@10 {tn['NDCG@10']:.4f}.")
+    if not err(theirs):
+        d = theirs["data"]
+        text.append(f"\nRecTools {theirs['rectools']} (Lightning {theirs['lightning']}, torch {theirs['torch']}): "
+                    f"{d['train_samples']:,} training samples (one window per user), {theirs['params']:,} parameters, "
+                    f"threads {theirs['threads']}; it ranks the {d['model_items']:,} items of its training windows "
+                    f"(of {d['items']:,}), a test target outside them is a miss.")
+    if not err(ours):
+        text.append(f"resdom: {ours['params']:,} parameters, objective {ours['objective']}, threads {ours['threads']}.")
+    text.append(
+        "\nSame network on both sides: RecTools' SASRec block (query-LN, FFN of inner size d with ReLU, final "
+        "LayerNorm, padded states zeroed, causal mask only), mapped onto resdom's model as `resdom import-rectools` "
+        "does (docs/adapters.md); same loss: full-catalogue softmax CE at every position of each user's last 50 "
+        "training items.")
+    return "\n".join(text) + errors_note({"resdom": ours, "rectools": theirs})
 
 
 # ------------------------------------------------------------------------------------------ batching
@@ -630,7 +720,7 @@ def merge_results(path: Path, new_sections: dict[str, str]) -> str:
 
 
 RUNNERS: dict[str, Callable[[Context], str]] = {
-    "recbole": section_recbole, "batching": section_batching,
+    "recbole": section_recbole, "rectools": section_rectools, "batching": section_batching,
     "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
     "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
 }
@@ -645,9 +735,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="raw data laid out like shared/data/raw")
     p.add_argument("--recbole-python", default=None, help="python of a RecBole 1.2.1 venv")
     p.add_argument("--setup-recbole", action="store_true", help="make benchmarks/.recbole-venv when missing")
+    p.add_argument("--rectools-python", default=None, help="python of a RecTools 0.19 venv")
+    p.add_argument("--setup-rectools", action="store_true", help="make benchmarks/.rectools-venv when missing")
     p.add_argument("--threads", type=int, default=None, help="torch threads in every measurement (default: torch's)")
     p.add_argument("--recbole-users", type=int, default=None,
-                   help="recbole section: only the first N users of Beauty.txt, for both libraries (default: all)")
+                   help="recbole and rectools sections: only the first N users of Beauty.txt, for both libraries "
+                   "(default: all)")
     a = p.parse_args(argv)
     names = [s.strip() for s in a.only.split(",") if s.strip()] or list(SECTIONS)
     bad = [n for n in names if n not in SECTIONS]
@@ -656,14 +749,15 @@ def main(argv: list[str] | None = None) -> int:
     results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
     OUT.mkdir(parents=True, exist_ok=True)
     recbole = find_recbole_python(a.recbole_python, a.setup_recbole) if "recbole" in names else None
-    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users)
+    rectools = find_rectools_python(a.rectools_python, a.setup_rectools) if "rectools" in names else None
+    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools)
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
         body = RUNNERS[name](ctx)
         command_line = "python benchmarks/run.py" + (" --quick" if a.quick else "") + f" --only {name}" + \
             (f" --threads {a.threads}" if a.threads else "") + \
-            (f" --recbole-users {a.recbole_users}" if a.recbole_users and name == "recbole" else "")
+            (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools") else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)
         results.parent.mkdir(parents=True, exist_ok=True)
         tmp = results.with_name(f".{results.name}.tmp")

@@ -210,3 +210,33 @@ def test_ml100k_metrics_and_inputs_equal_rectools(kind: str, ml100k_inter: Path,
     inputs = z["inputs"][:, :-1] if kind == "bert4rec" else z["inputs"]
     for user, row in zip(z["users"].tolist(), inputs):
         assert ours[user] == [int(v) for v in row if v >= 0]
+
+
+def test_object_arrays_only_when_asked_and_only_of_plain_ids(tmp_path: Path) -> None:
+    from resdom.adapters.safe_pickle import load_torch_bytes
+
+    def saved(obj: object) -> bytes:
+        path = tmp_path / "x.pt"
+        torch.save(obj, path)
+        return path.read_bytes()
+
+    ids = saved({"ids": np.array(["PAD", 7, 9], dtype=object)})
+    with pytest.raises(ResdomError, match="object dtype"):
+        load_torch_bytes(ids)
+    assert load_torch_bytes(ids, object_arrays=True)["ids"].tolist() == ["PAD", 7, 9]
+    nested = saved({"ids": np.array([np.zeros(2), "PAD"], dtype=object)})
+    with pytest.raises(ResdomError, match="object array of anything but"):
+        load_torch_bytes(nested, object_arrays=True)
+
+
+def test_benchmark_trains_the_network_the_importer_maps() -> None:
+    """benchmarks/run.py's RecTools section gives resdom RecTools' SASRec as the importer maps it (d 64 there)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import run as bench
+
+    ck = read_rectools_file(_file("sasrec"))
+    mapped = rectools_model_config(ck, 10).model_dump()
+    sizes = {"n_items", "max_len", "hidden", "dropout", "attn_dropout", "inner_size", "emb_scale"}
+    assert {k: v for k, v in bench.RECTOOLS_SASREC.items() if k not in sizes} == \
+        {k: mapped[k] for k in bench.RECTOOLS_SASREC if k not in sizes}
+    assert bench.RECTOOLS_SASREC["inner_size"] == bench.RECTOOLS_SASREC["hidden"] == 64

@@ -1,0 +1,112 @@
+"""Time RecTools 0.19's SASRec training epochs (run with the RecTools venv's python, started by run.py).
+
+    RECTOOLS_PYTHON benchmarks/rectools_driver.py BEAUTY_TXT JSON_ARGS
+
+BEAUTY_TXT has one user per line, ``user item item ...`` oldest first (BSARec's Beauty.txt); ``max_users`` in
+the arguments keeps the first N lines. Leave-one-out as resdom's split: RecTools fits on each user's items but
+the last two; the test input is every item but the last, the target the last (full ranking over the model's
+items, the input's items filtered: ``recommend(filter_viewed=True)``). Settings mirror resdom's side of the
+comparison: d 64, 2 blocks, 2 heads, dropout 0.5, session_max_len 50, batch 256, Adam lr 1e-3, RecTools'
+default ``softmax`` loss (full-catalogue CE at every position of a user's window, one sample per user), id
+embeddings only. Each training epoch is timed by a Lightning callback (epoch start to epoch end, data loading
+included, as resdom's epoch). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tasks import Phase, set_threads  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
+
+
+def read_beauty(path: str, max_users: int | None):
+    import pandas as pd
+
+    users, items = [], []
+    with open(path) as f:
+        for n, line in enumerate(f):
+            if max_users is not None and n >= max_users:
+                break
+            user, *seq = line.split()
+            users += [user] * len(seq)
+            items += seq
+    df = pd.DataFrame({"user_id": users, "item_id": items, "weight": 1.0})
+    df["datetime"] = pd.to_datetime(np.arange(len(df)), unit="s")  # file order = time order
+    df["pos_from_end"] = df.groupby("user_id", sort=False).cumcount(ascending=False)
+    return df
+
+
+def main(beauty: str, args: dict) -> dict:
+    import pytorch_lightning as pl
+    import rectools
+    import torch
+    from rectools.dataset import Dataset
+    from rectools.models import SASRecModel
+    from rectools.models.nn.item_net import IdEmbeddingsItemNet
+
+    out: dict = {"rectools": rectools.__version__, "torch": torch.__version__, "lightning": pl.__version__}
+    out["threads"] = set_threads(args.get("threads"))
+    pl.seed_everything(int(args.get("seed", 17)), verbose=False)
+    with Phase() as prep:
+        df = read_beauty(beauty, args.get("max_users"))
+        train = df[df["pos_from_end"] >= 2].drop(columns="pos_from_end")
+        history = df[df["pos_from_end"] >= 1].drop(columns="pos_from_end")
+        test = df[df["pos_from_end"] == 0]
+        dataset = Dataset.construct(train)
+    out["prepare"] = prep.to_dict()
+
+    epochs = int(args.get("epochs", 1))
+    records: list[dict] = []
+
+    class EpochTimer(pl.Callback):
+        def on_train_epoch_start(self, trainer, module) -> None:  # noqa: ANN001
+            self.phase = Phase().__enter__()
+
+        def on_train_epoch_end(self, trainer, module) -> None:  # noqa: ANN001
+            self.phase.__exit__(None, None, None)
+            loss = trainer.callback_metrics.get("train_loss")
+            records.append({"epoch": len(records) + 1, "loss": None if loss is None else round(float(loss), 4),
+                            **self.phase.to_dict()})
+
+    model = SASRecModel(n_blocks=2, n_heads=2, n_factors=64, dropout_rate=0.5, session_max_len=int(args.get(
+        "max_len", 50)), batch_size=256, lr=1e-3, loss="softmax", epochs=epochs,
+        item_net_block_types=(IdEmbeddingsItemNet,), recommend_torch_device="cpu", dataloader_num_workers=0,
+        deterministic=False)
+    model._trainer = pl.Trainer(max_epochs=epochs, min_epochs=epochs, enable_progress_bar=False,  # noqa: SLF001
+                                enable_model_summary=False, logger=False, enable_checkpointing=False,
+                                accelerator="cpu", devices=1, callbacks=[EpochTimer()])
+    t0 = time.perf_counter()
+    model.fit(dataset)
+    out["fit_seconds"] = round(time.perf_counter() - t0, 3)
+    n_samples = len(model.data_preparator.train_dataset.user_id_map.external_ids)  # one window per user
+    for r in records:
+        r["samples"] = n_samples
+        r["samples_per_s"] = round(n_samples / r["seconds"], 1)
+    out["epochs"] = records
+    out["params"] = sum(p.numel() for p in model.lightning_model.torch_model.parameters())
+    out["data"] = {"users": int(df["user_id"].nunique()), "items": int(df["item_id"].nunique()),
+                   "train_interactions": len(train), "train_samples": n_samples,
+                   "model_items": len(model.data_preparator.get_known_item_ids())}
+    if args.get("evaluate"):
+        t0 = time.perf_counter()
+        users = test["user_id"].to_numpy()
+        reco = model.recommend(users=users, dataset=Dataset.construct(history), k=10, filter_viewed=True)
+        target = dict(zip(test["user_id"], test["item_id"]))
+        hits = reco[reco["item_id"] == reco["user_id"].map(target)]
+        n = len(users)
+        out["test"] = {"n_users": n, "metrics": {
+            "HR@10": len(hits) / n, "NDCG@10": float((1.0 / np.log2(hits["rank"].to_numpy() + 1)).sum() / n)},
+            "seconds": round(time.perf_counter() - t0, 3)}
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(f"usage: {sys.argv[0]} BEAUTY_TXT JSON_ARGS")
+    print(json.dumps(main(sys.argv[1], json.loads(sys.argv[2]))), flush=True)
