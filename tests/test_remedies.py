@@ -358,3 +358,21 @@ def test_remedies_end_to_end(tmp_path, capsys):
     assert len(alpha["trained_scale"]) == 1 and len(alpha["trained_scale"][0]) == 8
     assert invoke("remedies", "synthetic:demo", "--variants", "base,nope", "--out", str(out)) == 2
     assert "--variants: unknown variant 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gate", ["scalar", "channel"])
+def test_light_records_give_the_same_ratio_with_a_gate(gate):
+    """The norm-of-sums ratio from a light record (self terms only) equals the full record's with a learned gate."""
+    model = make_model(residual_gate=gate).eval()
+    set_gates(model)
+    items = make_items()
+    with torch.no_grad(), residual_scale(model, 0.7):
+        with recording(model) as full:
+            model.encode(items)
+        with recording(model, weights=False) as light:
+            model.encode(items)
+    for a, b in zip(full, light):
+        assert b[0].attn_weights is None
+        ra, rb = norm_of_sums(a[0], items), norm_of_sums(b[0], items)
+        for st in ra:
+            assert torch.allclose(ra[st], rb[st], atol=1e-10), st
