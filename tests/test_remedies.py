@@ -376,3 +376,17 @@ def test_light_records_give_the_same_ratio_with_a_gate(gate):
         ra, rb = norm_of_sums(a[0], items), norm_of_sums(b[0], items)
         for st in ra:
             assert torch.allclose(ra[st], rb[st], atol=1e-10), st
+
+
+def test_remedy_labels_resolve_on_the_base_protocol():
+    from resdom.pipeline.remedies import remedy_grid
+    from resdom.training.config import model_variant, resolve_configs
+
+    spec = remedy_grid("synthetic:demo", "duorec", ["base", "preln", "gate-channel"], [1], "/tmp/unused")
+    assert spec.models == ["duorec", "duorec-preln", "duorec-gate-channel"]
+    name, values = model_variant("duorec-preln")
+    cfg, _ = resolve_configs(name, values, {}, n_items=5, protocol="gts")
+    assert cfg.norm_first and not cfg.query_ln and cfg.final_ln  # the paper's DuoRec, pre-LN blocks
+    name, values = model_variant("bsarec-pool")
+    cfg, _ = resolve_configs(name, values, {}, n_items=5, protocol="gts")
+    assert cfg.readout == "pool" and cfg.bsa_a == ModelConfig().bsa_a
