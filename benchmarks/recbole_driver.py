@@ -7,6 +7,7 @@ Settings mirror resdom's side of the comparison: d 64, 2 layers, 2 heads, inner 
 LayerNorm eps 1e-12, max length 50, CE over all items at the last position with every prefix a sample
 (RecBole's data augmentation), Adam lr 1e-3, batch 256, leave-one-out by time, no filtering. Only
 ``trainer._train_epoch`` is timed (RecBole's checkpoint loading fails on torch >= 2.6; nothing is reloaded).
+``"valid_each_epoch": true`` adds RecBole's own validation metrics after every epoch (untimed).
 Prints one JSON line.
 """
 
@@ -50,11 +51,12 @@ def main(data_path: str, dataset_name: str, args: dict) -> dict:
     out: dict = {"recbole": recbole.__version__, "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as tmp:
         config = Config(model="SASRec", dataset=dataset_name, config_dict=recbole_config(data_path, tmp, args))
+        valid_each = bool(args.get("valid_each_epoch"))
         init_seed(config["seed"], config["reproducibility"])
         out["threads"] = set_threads(args.get("threads"))
         with Phase() as prep:
             dataset = create_dataset(config)
-            train_data, _valid_data, test_data = data_preparation(config, dataset)
+            train_data, valid_data, test_data = data_preparation(config, dataset)
         out["prepare"] = prep.to_dict()
         out["data"] = {"users": int(dataset.user_num - 1), "items": int(dataset.item_num - 1),
                        "interactions": int(dataset.inter_num), "train_samples": int(len(train_data.dataset))}
@@ -70,6 +72,9 @@ def main(data_path: str, dataset_name: str, args: dict) -> dict:
             loss = float(sum(loss)) if isinstance(loss, tuple) else float(loss)
             records.append({"epoch": epoch + 1, "loss_sum": round(loss, 3), "samples": n,
                             "samples_per_s": round(n / ph.seconds, 1), **ph.to_dict()})
+            if valid_each:  # untimed: validation NDCG@10 for the time-to-accuracy curve
+                valid = trainer.evaluate(valid_data, load_best_model=False, show_progress=False)
+                records[-1]["valid"] = {k: float(v) for k, v in dict(valid).items()}
         out["epochs"] = records
         if args.get("evaluate"):
             t0 = time.perf_counter()

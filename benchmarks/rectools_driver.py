@@ -9,7 +9,9 @@ items, the input's items filtered: ``recommend(filter_viewed=True)``). Settings 
 comparison: d 64, 2 blocks, 2 heads, dropout 0.5, session_max_len 50, batch 256, Adam lr 1e-3, RecTools'
 default ``softmax`` loss (full-catalogue CE at every position of a user's window, one sample per user), id
 embeddings only. Each training epoch is timed by a Lightning callback (epoch start to epoch end, data loading
-included, as resdom's epoch). Prints one JSON line.
+included, as resdom's epoch). ``"valid_each_epoch": true`` adds, after every epoch (untimed), HR@10 / NDCG@10
+of each user's second-to-last item given the training part, computed from RecTools' own torch model on its
+own recommend batches, full ranking over its items with the input's items filtered. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -42,6 +44,45 @@ def read_beauty(path: str, max_users: int | None):
     return df
 
 
+def rectools_valid(model, torch_model, dataset, valid, batch_size: int = 256) -> dict:  # noqa: ANN001
+    """HR@10 / NDCG@10 of ``valid`` (one target per user) from RecTools' torch model on its recommend batches
+    of ``dataset`` (each user's training part): full ranking over the model's items, the input's items filtered
+    (all of them, as ``recommend(filter_viewed=True)``), pessimistic ties. A target the model does not know is a
+    miss. Checked against ``recommend`` on the ml-100k fixture of tests/fixtures/rectools (the same HR / NDCG)."""
+    import torch
+
+    prep = model.data_preparator
+    users = valid["user_id"].to_numpy()
+    data = prep.transform_dataset_u2i(dataset, users)
+    ids = prep.item_id_map
+    known = set(prep.get_known_item_ids().tolist())
+    target = dict(zip(valid["user_id"], valid["item_id"]))
+    order = data.user_id_map.get_external_sorted_by_internal()
+    seen = data.get_user_item_matrix(include_weights=False).tocsr()  # every item of the input, as filter_viewed
+    was_training = torch_model.training
+    torch_model.eval()
+    ranks, start = [], 0
+    with torch.no_grad():
+        for batch in prep.get_dataloader_recommend(data, batch_size):
+            x = batch["x"]
+            logits = torch_model(batch)
+            scores = (logits[:, -1] if logits.dim() == 3 else logits).clone()
+            scores[:, : prep.n_item_extra_tokens] = -torch.inf
+            for row, user in enumerate(order[start : start + len(x)]):
+                scores[row, seen.indices[seen.indptr[start + row] : seen.indptr[start + row + 1]]] = -torch.inf
+                t = target[user]
+                if t not in known:
+                    ranks.append(10**9)
+                    continue
+                s = scores[row, int(ids.convert_to_internal([t])[0])]
+                ranks.append(int((scores[row] >= s).sum()))
+            start += len(x)
+    torch_model.train(was_training)
+    r = np.asarray(ranks)
+    return {"n_users": len(r), "metrics": {"HR@10": float((r <= 10).mean()),
+                                           "NDCG@10": float(np.where(r <= 10, 1 / np.log2(r + 1), 0).mean())}}
+
+
 def main(beauty: str, args: dict) -> dict:
     import pytorch_lightning as pl
     import rectools
@@ -58,6 +99,7 @@ def main(beauty: str, args: dict) -> dict:
         train = df[df["pos_from_end"] >= 2].drop(columns="pos_from_end")
         history = df[df["pos_from_end"] >= 1].drop(columns="pos_from_end")
         test = df[df["pos_from_end"] == 0]
+        valid = df[df["pos_from_end"] == 1]
         dataset = Dataset.construct(train)
     out["prepare"] = prep.to_dict()
 
@@ -74,13 +116,18 @@ def main(beauty: str, args: dict) -> dict:
             records.append({"epoch": len(records) + 1, "loss": None if loss is None else round(float(loss), 4),
                             **self.phase.to_dict()})
 
+    class ValidMetrics(pl.Callback):
+        def on_train_epoch_end(self, trainer, module) -> None:  # noqa: ANN001
+            records[-1]["valid"] = rectools_valid(model, module.torch_model, dataset, valid)
+
     model = SASRecModel(n_blocks=2, n_heads=2, n_factors=64, dropout_rate=0.5, session_max_len=int(args.get(
         "max_len", 50)), batch_size=256, lr=1e-3, loss="softmax", epochs=epochs,
         item_net_block_types=(IdEmbeddingsItemNet,), recommend_torch_device="cpu", dataloader_num_workers=0,
         deterministic=False)
     model._trainer = pl.Trainer(max_epochs=epochs, min_epochs=epochs, enable_progress_bar=False,  # noqa: SLF001
                                 enable_model_summary=False, logger=False, enable_checkpointing=False,
-                                accelerator="cpu", devices=1, callbacks=[EpochTimer()])
+                                accelerator="cpu", devices=1,
+                                callbacks=[EpochTimer()] + ([ValidMetrics()] if args.get("valid_each_epoch") else []))
     t0 = time.perf_counter()
     model.fit(dataset)
     out["fit_seconds"] = round(time.perf_counter() - t0, 3)

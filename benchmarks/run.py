@@ -6,6 +6,7 @@ Sections (background in docs/scaling.md):
 
 - ``recbole``  training throughput of resdom's SASRec vs RecBole 1.2.1's SASRec, Beauty LOO, same sizes and loss;
 - ``rectools`` the same against RecTools 0.19's SASRec (its architecture and full-softmax loss on both sides);
+- ``tta``      time to accuracy: validation NDCG@10 against training seconds, resdom / RecBole / RecTools SASRec;
 - ``eval``     full-ranking evaluation users/s vs a naive full sort (argsort of every score);
 - ``mixing``   the mixing-ratio diagnostic (norm of sums, sum of norms) vs a plain forward pass, and memory;
 - ``memory``   peak RSS of training / evaluation / mixing at 10k, 100k and 1M items;
@@ -51,10 +52,11 @@ RESULTS = HERE / "RESULTS.md"
 DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared" / "data" / "raw"))
 BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
 END = "<!-- END benchmarks/run.py auto-generated block -->"
-SECTIONS = ("recbole", "rectools", "batching", "eval", "mixing", "memory", "scale", "scaling", "ddp")
+SECTIONS = ("recbole", "rectools", "tta", "batching", "eval", "mixing", "memory", "scale", "scaling", "ddp")
 TITLES = {
     "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
     "rectools": "Training throughput: resdom vs RecTools 0.19 (SASRec, Beauty LOO)",
+    "tta": "Time to accuracy: validation NDCG@10 against training seconds (SASRec, Beauty LOO)",
     "batching": "Batching: length groups and length bucketing vs one pass per batch (SASRec, Beauty LOO)",
     "eval": "Full-ranking evaluation: resdom vs a naive full sort",
     "mixing": "Mixing-ratio diagnostic vs a plain forward pass",
@@ -77,6 +79,8 @@ class Context:
     threads: int | None
     recbole_users: int | None = None
     rectools_python: str | None = None
+    tta_epochs: int = 30
+    tta_target: float = 0.06
     commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
 
     def task(self, name: str, args: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
@@ -353,6 +357,109 @@ def section_rectools(ctx: Context) -> str:
         "does (docs/adapters.md); same loss: full-catalogue softmax CE at every position of each user's last 50 "
         "training items.")
     return "\n".join(text) + errors_note({"resdom": ours, "rectools": theirs})
+
+
+# --------------------------------------------------------------------------------------- time to accuracy
+
+
+def curve(records: list[dict[str, Any]], ndcg: Callable[[dict[str, Any]], float | None]) -> list[tuple[float, float]]:
+    """[(cumulative training seconds, validation NDCG@10)] after each epoch (validation itself untimed)."""
+    out, total = [], 0.0
+    for r in records:
+        total += r["seconds"]
+        v = ndcg(r)
+        if v is not None:
+            out.append((round(total, 2), round(float(v), 4)))
+    return out
+
+
+def time_to(points: list[tuple[float, float]], target: float) -> float | None:
+    return next((t for t, v in points if v >= target), None)
+
+
+def section_tta(ctx: Context) -> str:
+    """Each library's SASRec with its own loss (resdom ce_all, RecBole CE at the last position over augmented
+    prefixes, RecTools softmax at every position), d 64, 2 blocks, 2 heads, dropout 0.5, max length 50, batch 256,
+    Adam 1e-3; validation NDCG@10 (full ranking, seen items filtered; RecBole's unfiltered, as its own) after
+    every epoch, against cumulative training seconds. RecBole gets a fifth of the epochs (it is ~7x slower per
+    epoch); its curve is cut short there and not extrapolated."""
+    beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
+    max_users = 300 if ctx.quick else ctx.recbole_users
+    epochs = 2 if ctx.quick else ctx.tta_epochs
+    rb_epochs = 1 if ctx.quick else max(1, epochs // 5)
+    if max_users:
+        tmp_txt = ctx.out / "beauty_slice.txt"
+        tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
+        data = {"source": str(tmp_txt), "options": {"k_core": 0}}
+    else:
+        data = {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
+             "attn_dropout": 0.5}
+    results: dict[str, dict[str, Any]] = {}
+    results["resdom"] = ctx.task("train", {"data": data, "model": model, "epochs": epochs,
+                                           "evaluate": "valid_each_epoch",
+                                           "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}})
+    missing = "venv not found (see --recbole-python / --rectools-python)"
+    results["RecBole"] = {"error": "RecBole " + missing}
+    if ctx.recbole_python:
+        with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
+            write_recbole_inter(beauty, Path(tmp), "Beauty", max_users)
+            args = {"epochs": rb_epochs, "valid_each_epoch": True, "max_len": 50,
+                    **({"threads": ctx.threads} if ctx.threads else {})}
+            results["RecBole"] = ctx.run_json([ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty",
+                                               json.dumps(args)], timeout=4 * 3600)
+            ctx.commands[-1] = ctx.commands[-1].replace(tmp, "$TMP")
+    results["RecTools"] = {"error": "RecTools " + missing}
+    if ctx.rectools_python:
+        args = {"epochs": epochs, "valid_each_epoch": True, "max_len": 50,
+                **({"max_users": max_users} if max_users else {}), **({"threads": ctx.threads} if ctx.threads else {})}
+        results["RecTools"] = ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty),
+                                            json.dumps(args)], timeout=4 * 3600)
+    readers: dict[str, Callable[[dict[str, Any]], float | None]] = {
+        "resdom": lambda r: r.get("after", {}).get("valid", {}).get("metrics", {}).get("NDCG@10"),
+        "RecBole": lambda r: r.get("valid", {}).get("ndcg@10"),
+        "RecTools": lambda r: r.get("valid", {}).get("metrics", {}).get("NDCG@10"),
+    }
+    curves = {k: curve(v["epochs"], readers[k]) for k, v in results.items() if not err(v)}
+    target = ctx.tta_target
+    reach = {k: time_to(c, target) for k, c in curves.items()}
+    rows = [[k, len(c), c[-1][0] if c else None, f"{max((v for _, v in c), default=0.0):.4f}",
+             "not reached" if reach[k] is None else reach[k],
+             ratio(reach[k], reach.get("resdom")) if k != "resdom" else "1.00x"] for k, c in curves.items()]
+    text = [table(["library", "epochs", "training s", "best valid NDCG@10", f"s to valid NDCG@10 >= {target}",
+                   "time vs resdom"], rows)]
+    png = (ctx.out if ctx.quick else HERE) / "time_to_accuracy.png"
+    if plot_tta(curves, png, target):
+        text.append(f"\n![time to accuracy]({_rel(str(png)).removeprefix('benchmarks/')})")
+    text.append(
+        "\nCurves (cumulative training seconds, validation NDCG@10): "
+        + "; ".join(f"{k} {c}" for k, c in curves.items()) + ". " + " ".join((section_tta.__doc__ or "").split()))
+    return "\n".join(text) + errors_note(results)
+
+
+def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, target: float) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, pts in curves.items():
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, "o-", label=name, markersize=3)
+    ax.axhline(target, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("training seconds (cumulative, validation not counted)")
+    ax.set_ylabel("validation NDCG@10")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 # ------------------------------------------------------------------------------------------ batching
@@ -722,7 +829,7 @@ def merge_results(path: Path, new_sections: dict[str, str]) -> str:
 
 
 RUNNERS: dict[str, Callable[[Context], str]] = {
-    "recbole": section_recbole, "rectools": section_rectools, "batching": section_batching,
+    "recbole": section_recbole, "rectools": section_rectools, "tta": section_tta, "batching": section_batching,
     "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
     "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
 }
@@ -739,6 +846,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setup-recbole", action="store_true", help="make benchmarks/.recbole-venv when missing")
     p.add_argument("--rectools-python", default=None, help="python of a RecTools 0.19 venv")
     p.add_argument("--setup-rectools", action="store_true", help="make benchmarks/.rectools-venv when missing")
+    p.add_argument("--tta-epochs", type=int, default=30, help="tta section: epochs for resdom and RecTools "
+                   "(RecBole a fifth of them)")
+    p.add_argument("--tta-target", type=float, default=0.06, help="tta section: validation NDCG@10 to reach")
     p.add_argument("--threads", type=int, default=None, help="torch threads in every measurement (default: torch's)")
     p.add_argument("--recbole-users", type=int, default=None,
                    help="recbole and rectools sections: only the first N users of Beauty.txt, for both libraries "
@@ -750,16 +860,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown section {bad[0]!r}; sections: {', '.join(SECTIONS)}")
     results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
     OUT.mkdir(parents=True, exist_ok=True)
-    recbole = find_recbole_python(a.recbole_python, a.setup_recbole) if "recbole" in names else None
-    rectools = find_rectools_python(a.rectools_python, a.setup_rectools) if "rectools" in names else None
-    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools)
+    recbole = find_recbole_python(a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & set(names) else None
+    rectools = find_rectools_python(a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & set(names) else None
+    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target)
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
         body = RUNNERS[name](ctx)
         command_line = "python benchmarks/run.py" + (" --quick" if a.quick else "") + f" --only {name}" + \
             (f" --threads {a.threads}" if a.threads else "") + \
-            (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools") else "")
+            (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools", "tta")
+             else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)
         results.parent.mkdir(parents=True, exist_ok=True)
         tmp = results.with_name(f".{results.name}.tmp")

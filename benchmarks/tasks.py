@@ -200,14 +200,26 @@ def test_metrics(net, split, batch_size: int = 256) -> dict[str, Any]:
     return {**res.to_dict(), **ph.to_dict()}
 
 
+def valid_metrics(net, split, batch_size: int = 256) -> dict[str, Any]:
+    from resdom.evaluation.evaluate import evaluate
+
+    with Phase() as ph:
+        res = evaluate(net, split.valid, filter_seen=True, batch_size=batch_size)
+    return {**res.to_dict(), **ph.to_dict()}
+
+
 def task_train(args: dict[str, Any]) -> dict[str, Any]:
-    """Train ``epochs`` epochs; optionally the test metrics after them and the model saved for later tasks."""
+    """Train ``epochs`` epochs; optionally the test metrics after them and the model saved for later tasks.
+    ``evaluate``: ``"each_epoch"`` test metrics after every epoch, ``"valid_each_epoch"`` validation metrics
+    after every epoch (both untimed, in the epoch's record under ``"after"``), anything else true: test at the end."""
     threads = set_threads(args.get("threads"))
     split = load_split(args["data"])
     each = args.get("evaluate") == "each_epoch"  # test metrics after every epoch (untimed)
+    valid = args.get("evaluate") == "valid_each_epoch"
+    after = (lambda epoch, net: {"test": test_metrics(net, split)}) if each else (
+        (lambda epoch, net: {"valid": valid_metrics(net, split)}) if valid else None)
     net, records, (model_cfg, train_cfg) = train_epochs(
-        split, args.get("model", {}), args.get("train", {}), int(args.get("epochs", 1)),
-        after_epoch=(lambda epoch, net: {"test": test_metrics(net, split)}) if each else None)
+        split, args.get("model", {}), args.get("train", {}), int(args.get("epochs", 1)), after_epoch=after)
     out: dict[str, Any] = {"data": data_summary(split), "threads": threads, "epochs": records,
                            "objective": train_cfg.objective, "model": model_cfg.model_dump(),
                            "params": sum(p.numel() for p in net.parameters())}

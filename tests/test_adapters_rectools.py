@@ -240,3 +240,14 @@ def test_benchmark_trains_the_network_the_importer_maps() -> None:
     assert {k: v for k, v in bench.RECTOOLS_SASREC.items() if k not in sizes} == \
         {k: mapped[k] for k in bench.RECTOOLS_SASREC if k not in sizes}
     assert bench.RECTOOLS_SASREC["inner_size"] == bench.RECTOOLS_SASREC["hidden"] == 64
+
+
+def test_time_to_accuracy_curve_helpers() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import run as bench
+
+    records = [{"seconds": 1.0, "v": 0.01}, {"seconds": 2.0, "v": None}, {"seconds": 1.5, "v": 0.07}]
+    points = bench.curve(records, lambda r: r["v"])
+    assert points == [(1.0, 0.01), (4.5, 0.07)]
+    assert bench.time_to(points, 0.06) == 4.5 and bench.time_to(points, 0.1) is None
+    assert "tta" in bench.SECTIONS and "tta" in bench.RUNNERS
