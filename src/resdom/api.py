@@ -30,6 +30,7 @@ from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.errors import ResdomError
+from resdom.io import read_jsonl
 from resdom.names import DIAGNOSTICS, MODELS
 from resdom.rundir import RunDir
 
@@ -137,21 +138,6 @@ class Fitted:
         return files.dir
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file ([] where absent; a torn last line is dropped, as the trainer does)."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
-
-
 def load_run(path: str | Path, device: str = "auto") -> Fitted:
     """The run directory ``path`` (trained by ``resdom train`` / ``fit(out=...)``, imported, or ``Fitted.save``)
     as a Fitted: its best model on ``device``, its split, configs, metrics and epoch history."""
@@ -172,7 +158,7 @@ def load_run(path: str | Path, device: str = "auto") -> Fitted:
         except (OSError, ValueError) as e:
             raise ResdomError(f"{files.final}: cannot read it ({e}); delete it or train the run again") from None
     return Fitted(run.model, run.split, run.model.cfg, train_config,
-                  metrics if isinstance(metrics, dict) else {}, _read_jsonl(files.log), run.config, run.sidecar,
+                  metrics if isinstance(metrics, dict) else {}, read_jsonl(files.log), run.config, run.sidecar,
                   run.checkpoint, run.directory)
 
 

@@ -49,6 +49,22 @@ def writing(path: str | Path) -> Iterator[None]:
         raise
 
 
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file ([] where absent; a torn line, as a kill leaves, is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to a temporary ``.NAME.*.tmp`` beside ``path``, then rename it; a full disk is a ResdomError
     and leaves ``path`` as it was (the temporary file is removed)."""

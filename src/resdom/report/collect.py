@@ -15,7 +15,7 @@ from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
-from resdom.io import sha256_file
+from resdom.io import read_jsonl, sha256_file
 from resdom.rundir import RunDir
 
 DIAGNOSTICS = (*names.DIAGNOSTICS, "summary")
@@ -104,23 +104,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
         error=error_path.read_text().strip() if error_path.is_file() else None,
         stale=stale,
         cell=_maybe(files.cell),
-        curve=_read_lines(files.curve if files.curve.is_file() else files.log),
+        curve=read_jsonl(files.curve if files.curve.is_file() else files.log),
     )
-
-
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file (a torn line is skipped); [] when absent."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]]) -> list[str]:
