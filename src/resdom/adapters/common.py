@@ -39,6 +39,19 @@ class ImportData:
     manifest: dict[str, Any]
     user_labels: np.ndarray | None = None
 
+    @classmethod
+    def leave_one_out(cls, prepared: Any, manifest: dict[str, Any]) -> ImportData:
+        """The LOO split of ``prepared`` (a ``data.preprocess`` result: sequences, n_items, item and user labels),
+        with the split's thresholds and counts added to ``manifest``."""
+        from resdom.data.splits import part_counts, split_loo
+
+        parts = split_loo(prepared.sequences)
+        manifest.update(parts.info)
+        manifest["counts"] = part_counts(parts)
+        split = SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
+        return cls(split, np.asarray(prepared.item_labels, dtype=object), manifest,
+                   np.asarray(prepared.user_labels, dtype=object))
+
     @property
     def source_files(self) -> list[Path]:
         return [Path(f["path"]) for f in self.manifest.get("source", {}).get("files", [])]

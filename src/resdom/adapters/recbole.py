@@ -415,7 +415,6 @@ def recbole_import_data(rb: RecBoleInteractions, source_record: dict[str, Any]) 
     from resdom import __version__
     from resdom.data.preprocess import PreprocessConfig, preprocess
     from resdom.data.readers import RawInteractions
-    from resdom.data.splits import part_counts, split_loo
     from resdom.data.stats import dataset_stats
 
     times = np.floor(rb.times)
@@ -437,14 +436,7 @@ def recbole_import_data(rb: RecBoleInteractions, source_record: dict[str, Any]) 
         "has_timestamps": True,
         "dataset": dataset_stats(seqs),
     }
-    parts = split_loo(seqs)
-    manifest.update(parts.info)
-    manifest["counts"] = part_counts(parts)
-    from resdom.data.sequences import SplitData
-
-    split = SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
-    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), manifest,
-                      np.asarray(prepared.user_labels, dtype=object))
+    return ImportData.leave_one_out(prepared, manifest)
 
 
 def _jsonable(obj: Any) -> Any:

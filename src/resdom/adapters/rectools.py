@@ -224,8 +224,6 @@ def rectools_import_data(source: str, known_items: list[Any], data_dir: str | Pa
     from resdom import __version__
     from resdom.data.prepare import read_source
     from resdom.data.preprocess import PreprocessConfig, preprocess
-    from resdom.data.sequences import SplitData
-    from resdom.data.splits import part_counts, split_loo
     from resdom.data.stats import dataset_stats
 
     raw, record, _preset = read_source(source, data_dir)
@@ -249,12 +247,7 @@ def rectools_import_data(source: str, known_items: list[Any], data_dir: str | Pa
         "tie_rule": prepared.tie_rule, "n_items": prepared.n_items, "n_users": len(seqs),
         "has_timestamps": seqs.times is not None, "dataset": dataset_stats(seqs),
     }
-    parts = split_loo(seqs)
-    manifest.update(parts.info)
-    manifest["counts"] = part_counts(parts)
-    split = SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
-    return ImportData(split, np.asarray(prepared.item_labels, dtype=object), manifest,
-                      np.asarray(prepared.user_labels, dtype=object))
+    return ImportData.leave_one_out(prepared, manifest)
 
 
 def import_rectools(path: str | Path, source: str, out: str | Path, data_dir: str | Path | None = None,
