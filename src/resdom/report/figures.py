@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from resdom.diagnostics.common import number_at
 from resdom.errors import ResdomError
 from resdom.names import STAGES
 from resdom.report.collect import RunRecord, model_order
@@ -122,14 +123,6 @@ def _stats(values: list[float | None]) -> tuple[float, float] | None:
     if not xs:
         return None
     return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
-
-
-def _dig(d: Any, *path: str) -> float | None:
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return None
-        d = d[p]
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
 
 
 class NotebookFigure(Figure):
@@ -251,11 +244,11 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
                                        for r in v)]
     fig, axes = _new_figure(len(datasets))
     for ax, dataset in zip(axes[0], datasets):
-        _bars(ax, groups, dataset, models, stages, lambda r, s: _dig(r.diag("mixing"), "pooled", "all", s))
+        _bars(ax, groups, dataset, models, stages, lambda r, s: number_at(r.diag("mixing"), "pooled", "all", s))
         width = 0.8 / max(1, len(models))
         for i, model in enumerate(models):
             rs = groups.get((dataset, model), [])
-            last = [_stats([_dig(r.diag("mixing"), "pooled", "last", s) for r in rs]) for s in stages]
+            last = [_stats([number_at(r.diag("mixing"), "pooled", "last", s) for r in rs]) for s in stages]
             xs = np.arange(len(stages)) - 0.4 + width * (i + 0.5)
             ax.plot(xs, [s[0] if s else np.nan for s in last], "D", color="black", markersize=4, linestyle="none")
         ax.set_ylim(0, 1.05)
@@ -329,10 +322,10 @@ def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
     datasets, models = _datasets(groups), _models(groups)
     fig, axes = _new_figure(2, width_per=4.4, height=3.1, nrows=2)
     panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
-        ("mixing ratio at +Res", lambda row: _dig(row, "mixing_all", "+Res")),
-        ("HRLI@1", lambda row: _dig(row, "HRLI@1")),
-        ("HR@10", lambda row: _dig(row, "HR@10")),
-        ("NDCG@10", lambda row: _dig(row, "NDCG@10")),
+        ("mixing ratio at +Res", lambda row: number_at(row, "mixing_all", "+Res")),
+        ("HRLI@1", lambda row: number_at(row, "HRLI@1")),
+        ("HR@10", lambda row: number_at(row, "HR@10")),
+        ("NDCG@10", lambda row: number_at(row, "NDCG@10")),
     ]
     for ax, (label, value) in zip(axes.flat, panels):
         _line_panel(ax, groups, datasets, _alpha_rows, value, label)
@@ -359,8 +352,8 @@ def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
         def f(r: RunRecord, cat: str) -> float | None:
             sh = r.diag("shuffle")
             if cat == "original":
-                return _dig(sh, "original", metric)
-            return _dig(sh, "perturbations", cat, "metrics", metric)
+                return number_at(sh, "original", metric)
+            return number_at(sh, "perturbations", cat, "metrics", metric)
         return f
 
     for row, metric in enumerate(metrics):
@@ -387,7 +380,7 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
     cats = ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"]
     fig, axes = _new_figure(len(datasets))
     for ax, dataset in zip(axes[0], datasets):
-        _bars(ax, groups, dataset, models, cats, lambda r, c: _dig(r.diag("hrli"), "values", c))
+        _bars(ax, groups, dataset, models, cats, lambda r, c: number_at(r.diag("hrli"), "values", c))
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("share of test users")
         ax.set_xlabel("k-th most recent input item in the unfiltered top-K")
@@ -412,7 +405,7 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
     x = np.arange(len(models))
     for ax, dataset in zip(axes[0], datasets):
         for j, cat in enumerate(cats):
-            stats = [_stats([_dig(r.diag("hrli"), "values", cat) for r in groups.get((dataset, m), [])])
+            stats = [_stats([number_at(r.diag("hrli"), "values", cat) for r in groups.get((dataset, m), [])])
                      for m in models]
             several = any(len(groups.get((dataset, m), [])) > 1 for m in models)
             ax.bar(x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4,
@@ -454,9 +447,9 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
         return None
     datasets, models = _datasets(groups), _models(groups)
     panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
-        ("HRLI@1", lambda row: _dig(row, "HRLI@1")),
-        ("HRL2I@1", lambda row: _dig(row, "HRL2I@1")),
-        ("mixing ratio at +Res (last)", lambda row: _dig(row, "mixing_last", "+Res")),
+        ("HRLI@1", lambda row: number_at(row, "HRLI@1")),
+        ("HRL2I@1", lambda row: number_at(row, "HRL2I@1")),
+        ("mixing ratio at +Res (last)", lambda row: number_at(row, "mixing_last", "+Res")),
     ]
     fig = NotebookFigure(figsize=(max(6.0, 4.4 * len(datasets)), 2.6 * len(panels)), layout="constrained")
     axes = fig.subplots(len(panels), len(datasets), squeeze=False)
@@ -505,7 +498,7 @@ def fig_recovery(runs: list[RunRecord]) -> ReportFigure | None:
     for ax, (label, key) in zip(axes[0], (("Recovery(α)", "recovery"),
                                            ("HR@10", "HR@10"))):
         ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0)
-        _line_panel(ax, groups, datasets, _recovery_rows, lambda row, k=key: _dig(row, k), label)
+        _line_panel(ax, groups, datasets, _recovery_rows, lambda row, k=key: number_at(row, k), label)
     axes[0][0].set_title("share of recoverable misses hit")
     axes[0][1].set_title("test accuracy")
     _model_legend(fig, models, _dataset_handles(datasets) + [Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")],
@@ -631,8 +624,8 @@ def fig_remedies(runs: list[RunRecord], base: str | None = None, order: list[str
     fig, axes = _new_figure(len(datasets), width_per=5.0, height=4.0)
     for ax, dataset in zip(axes.flat, datasets):
         if base is not None and (dataset, base) in groups:
-            x = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: _dig(row, "HRLI@1"))
-            y = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: _dig(row, "NDCG@10"))
+            x = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "HRLI@1"))
+            y = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "NDCG@10"))
             if x is not None and y is not None and list(x[0]) == list(y[0]):
                 ax.plot(x[1], y[1], "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
                         label=f"{model_label(base)}: inference α sweep")
