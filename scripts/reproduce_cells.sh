@@ -4,15 +4,19 @@
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
+# Training runs from a frozen copy of src/ (runs/code-<commit>/), so editing the code while the grid runs cannot
+# break a cell half way (modules are imported lazily); the report is regenerated with the checkout's own code.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GRID=${GRID:-runs/repro}; STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../shared/data/raw}
 DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+CODE="runs/code-$(git rev-parse --short HEAD)"
+[ -d "$CODE/src" ] || { mkdir -p "$CODE" && cp -r src "$CODE/.tmp" && mv "$CODE/.tmp" "$CODE/src"; }
 for group in "$@"; do
   read -r dataset label seeds <<<"$group"
   echo "== $(date -u +%FT%TZ) $dataset / $label / seeds $seeds"
-  .venv/bin/resdom reproduce --datasets "$dataset" --models "$label" --seeds "$seeds" --out "$GRID" \
+  PYTHONPATH="$PWD/$CODE/src" .venv/bin/resdom reproduce --datasets "$dataset" --models "$label" --seeds "$seeds" --out "$GRID" \
     --store "$STORE" --data-dir "$DATA_DIR" --device "$DEVICE" --protocol gts -q
   if [ "$COMMIT" = 1 ]; then
     for seed in ${seeds//,/ }; do
