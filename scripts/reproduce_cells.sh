@@ -12,7 +12,9 @@ GRID=${GRID:-runs/repro}; STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../share
 DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 CODE="runs/code-$(git rev-parse --short HEAD)"
-[ -d "$CODE/src" ] || { mkdir -p "$CODE" && cp -r src "$CODE/.tmp" && mv "$CODE/.tmp" "$CODE/src"; }
+if [ ! -d "$CODE/src" ]; then  # copied aside, then renamed: two scripts started together never share a half copy
+  mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
+fi
 for group in "$@"; do
   read -r dataset label seeds <<<"$group"
   echo "== $(date -u +%FT%TZ) $dataset / $label / seeds $seeds"
