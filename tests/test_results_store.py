@@ -122,3 +122,10 @@ def test_a_resumed_cell_keeps_diagnostics_of_its_checkpoint_and_renames_old_metr
     assert out["metrics"]["checkpoint"] == checkpoint_id(run / "model.safetensors")
     assert (run / "diagnostics" / "hrli.json").stat().st_mtime_ns == kept  # not recomputed
     assert missing_diagnostics(run) == [] and export_cell(run, tmp_path / "results", "toy", "sasrec", 1).is_dir()
+
+
+def test_cell_compute_records_the_threads_the_epochs_ran_with(finished_run):
+    from resdom.pipeline.reproduce import cell_compute
+
+    compute = cell_compute(finished_run)  # the fixture trained with torch.set_num_threads(1) and no train.threads
+    assert (compute["epochs"], compute["threads"], compute["device"]) == (2, 1, "cpu")

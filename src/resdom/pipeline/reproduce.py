@@ -184,8 +184,16 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
             diag[name] = json.loads(path.read_text()).get("seconds") or 0.0
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(sum(diag.values()), 1),
-            "device": train.get("device"), "threads": train.get("threads"), "cpu_count": os.cpu_count(),
+            "device": train.get("device"), "threads": _threads(train, epochs), "cpu_count": os.cpu_count(),
             "machine": platform.machine()}
+
+
+def _threads(train: dict[str, Any], epochs: list[dict[str, Any]]) -> int | str | None:
+    """The torch threads the epochs ran with (each epoch record says; a resumed run may differ: "1-2")."""
+    seen = sorted({r["threads"] for r in epochs if r.get("threads")})
+    if not seen:
+        return train.get("threads")
+    return seen[0] if len(seen) == 1 else f"{seen[0]}-{seen[-1]}"
 
 
 def _eta(done_s: list[float], left: int) -> str:

@@ -373,7 +373,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         improved = stopper.update(value, epoch)
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
-                  "best_epoch": stopper.best_epoch}
+                  "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads()}
         if train_cfg.monitor_every and epoch % train_cfg.monitor_every == 0:
             record["monitor"] = _monitor(model, split, train_cfg, device)
         if stopper.should_stop(train_cfg.patience):
