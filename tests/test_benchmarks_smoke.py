@@ -62,6 +62,9 @@ def test_mixing_task_forward_and_both_definitions() -> None:
     for what in ("norm_of_sums", "sum_of_norms"):
         res = tasks.task_mixing({**args, "what": what})
         assert 0.0 <= res["pooled"]["all"]["+Res"] <= 1.0
+    timing = tasks.task_mixing({**args, "what": "timing", "rounds": 2})
+    assert timing["rounds"] == 2 and set(timing["seconds"]) == {"forward", "norm_of_sums", "sum_of_norms"}
+    assert all(v > 0 for v in timing["seconds"].values())
 
 
 def test_phase_measures_peak_of_the_phase_only() -> None:

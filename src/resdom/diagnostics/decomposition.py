@@ -30,6 +30,8 @@ The terms and the rebuild are the same: they never assumed j <= i.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from resdom.diagnostics.common import first_real
@@ -51,7 +53,7 @@ def self_terms(rec: BlockRecord) -> torch.Tensor:
     """g_ii(Attn) = s * sum_h a^h_ii f^h(x_i): (B, L, d) from the diagonal of the weights and the head values (a
     light record holds the sum itself)."""
     if rec.attn_self is not None:
-        return rec.attn_self * rec.branch_scale
+        return rec.attn_self if rec.branch_scale == 1.0 else rec.attn_self * rec.branch_scale
     diag = torch.diagonal(rec.attn_weights, dim1=-2, dim2=-1)  # (B, H, L)
     hv = rec.head_values
     own = diag[:, 0, :, None] * hv[:, 0]  # a loop over heads reads each head's values once (faster than einsum)
@@ -62,9 +64,14 @@ def self_terms(rec: BlockRecord) -> torch.Tensor:
 
 def residual_term(rec: BlockRecord, own: torch.Tensor) -> torch.Tensor:
     """g_ii(+Res) = g_ii(Attn) + s * alpha * x_i (B, L, d); alpha a float or a per-channel (d,) scale."""
+    return _with_residual(rec, own, rec.x)
+
+
+def _with_residual(rec: BlockRecord, own: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """own + s * alpha * x for self terms and residual inputs of the same positions (..., d)."""
     if isinstance(rec.alpha, torch.Tensor):
-        return own + (rec.branch_scale * rec.alpha.to(rec.x.dtype)) * rec.x
-    return torch.add(own, rec.x, alpha=rec.branch_scale * rec.alpha)
+        return own + (rec.branch_scale * rec.alpha.to(x.dtype)) * x
+    return torch.add(own, x, alpha=rec.branch_scale * rec.alpha)
 
 
 def ln_inverse_scale(rec: BlockRecord) -> torch.Tensor:
@@ -119,22 +126,30 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     first real position's r is 0.
 
     As the decomposition's own sums, but leaving out the +LN stage's 1/sqrt(Var(z_i)+eps): a positive factor common to
-    both terms of position i, it cancels in r_i (and costs a variance per position).
+    both terms of position i, it cancels in r_i (and costs a variance per position). Computed at the positions
+    that have a ratio only (a batch padded to its longest user is mostly padding).
     """
     s = rec.branch_scale
-    own = self_terms(rec)
-    others = torch.sub(rec.attn_out, rec.out_bias)
+    keep = ~_excluded(rec, items)
+    own = self_terms(rec)[keep]  # (N, d)
+    others = torch.sub(rec.attn_out[keep], rec.out_bias)
     if s != 1.0:
         others.mul_(s)
     others.sub_(own)
-    own_res = residual_term(rec, own)
+    own_res = _with_residual(rec, own, rec.x[keep])
     no = torch.linalg.vector_norm(others, dim=-1)
     norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
     if not rec.norm_first:
         norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
-    drop = _excluded(rec, items)
-    return {st: torch.where(drop, 0.0, _ratio(a, a + b)) for st, (a, b) in norms.items()}
+    return {st: _scatter(keep, _ratio(a, a + b)) for st, (a, b) in norms.items()}
+
+
+def _scatter(keep: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """(B, L) holding ``values`` (N,) at the N True positions of ``keep`` and 0 elsewhere."""
+    out = torch.zeros(keep.shape, dtype=values.dtype, device=values.device)
+    out[keep] = values
+    return out
 
 
 def _excluded(rec: BlockRecord, items: torch.Tensor) -> torch.Tensor:
@@ -176,7 +191,38 @@ def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     Off the diagonal g_ij(+Res) = g_ij(Attn), and g_ij(+LN) is the same linear map of every head value
     (gamma * centred * 1/sqrt(Var(z_i)+eps)), so all off-diagonal norms come from Gram matrices of the (mapped)
     head values (``_term_norms``); the diagonal terms g_ii are built directly, (B, L, d) each.
+
+    The (L, L) work is done per group of rows of similar length, each cut to its last ``w`` columns (w a power
+    of two >= the group's real lengths): a left-padded row's real queries and keys are its last columns, padded
+    keys are no term of any ratio, so the cut changes no number and a batch padded to one long user costs what
+    its own lengths cost.
     """
+    B, L = items.shape
+    n_real = (items > 0).sum(1)
+    widths = torch.clamp(2 ** torch.ceil(torch.log2(n_real.clamp_min(1).double())), max=L).long()
+    out = {st: torch.zeros(B, L, dtype=rec.z.dtype, device=rec.z.device) for st in stages_of(rec)}
+    for w in torch.unique(widths).tolist():
+        rows = torch.nonzero(widths == w).flatten()
+        part = _dense_sum_of_norms(_rows(rec, rows, w), items[rows, -w:])
+        for st, r in part.items():
+            out[st][rows, -w:] = r
+    return out
+
+
+def _rows(rec: BlockRecord, rows: torch.Tensor, width: int) -> BlockRecord:
+    """The record of batch rows ``rows``, cut to their last ``width`` positions (queries and keys)."""
+    def take(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t[rows, -width:]
+
+    return replace(
+        rec, x=take(rec.x), attn_in=take(rec.attn_in), attn_out=take(rec.attn_out), z=take(rec.z),
+        sublayer_out=take(rec.sublayer_out), freq_out=take(rec.freq_out), attn_self=take(rec.attn_self),
+        attn_weights=None if rec.attn_weights is None else rec.attn_weights[rows][:, :, -width:, -width:],
+        head_values=None if rec.head_values is None else rec.head_values[rows][:, :, -width:])
+
+
+def _dense_sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``sum_of_norms`` over the record's full (L, L) block."""
     s = abs(rec.branch_scale)
     allowed = _allowed_keys(items, rec.causal)
     off = allowed & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]

@@ -53,7 +53,8 @@ class BlockRecord:
       norm_first:   True for pre-LN blocks (no +LN stage).
       causal:       True when query i attends to keys j <= i only; False for a bidirectional block (BERT4Rec),
                     where every real key is attended to and the first real position is not special.
-      attn_self:    (B, L, d) the self terms sum_h a^h_ii f^h(x_i). A *light* record (``recording(model,
+      attn_self:    (B, L, d) the self terms sum_h a^h_ii f^h(x_i) (0 where a query's own key is masked:
+                    padding, whose ratio is 0 by definition). A *light* record (``recording(model,
                     weights=False)``, enough for the norm-of-sums ratio) has it and leaves ``attn_weights`` and
                     ``head_values`` None: no (B, H, L, L) tensor, and on CPU the fused attention kernel runs.
     """
@@ -165,12 +166,19 @@ class MultiHeadAttention(nn.Module):
         if x.device.type == "cpu" and not (self.training and self.attn_dropout > 0):
             ctx, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
                                                                                     attn_mask=bias, scale=scale)
-            own = (q * k).sum(-1) * scale + torch.diagonal(bias, dim1=-2, dim2=-1)  # s^h_ii (B, H, L)
-            diag = (own - lse).exp()
-        else:
-            weights = (q @ k.transpose(-1, -2) * scale + bias).softmax(-1)
-            ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
-            diag = torch.diagonal(weights, dim1=-2, dim2=-1)
+            out = self.out(ctx.transpose(1, 2).flatten(2))
+            # only the queries that may see their own key (a masked one has a^h_ii = 0): padding is most of a batch
+            own_bias = torch.diagonal(bias, dim1=-2, dim2=-1)[:, 0]  # (B or 1, L), heads share the mask
+            sees = (own_bias > MASK_VALUE / 2).expand(x.shape[0], x.shape[1])
+            qs, ks, vs = (t.transpose(1, 2)[sees] for t in (q, k, v))  # (N, H, dh)
+            s_ii = (qs * ks).sum(-1) * scale + own_bias.expand_as(sees)[sees][:, None]  # (N, H)
+            a_ii = (s_ii - lse.transpose(1, 2)[sees]).exp()
+            own = torch.zeros_like(out)
+            own[sees] = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
+            return out, own  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
+        weights = (q @ k.transpose(-1, -2) * scale + bias).softmax(-1)
+        ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
+        diag = torch.diagonal(weights, dim1=-2, dim2=-1)
         out = self.out(ctx.transpose(1, 2).flatten(2))
         own_values = (diag[..., None] * v).transpose(1, 2).flatten(2)  # (B, L, d): heads side by side
         return out, own_values @ self.out.weight.T  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
