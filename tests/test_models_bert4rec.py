@@ -399,21 +399,3 @@ def test_diagnose_mixing_reports_three_stages(planted, capsys) -> None:
     assert all(0.0 <= mix["pooled"][s][st] <= 1.0 for s in ("all", "last") for st in mix["stages"])
 
 
-def test_interrupted_bert4rec_run_resumes_to_identical_result(tmp_path: Path) -> None:
-    from test_training_support import toy_split
-
-    split = toy_split(n_users=40)
-    m, t = resolve_configs("bert4rec", {"max_len": 8, "hidden": 16, "layers": 1},
-                           {"epochs": 3, "batch_size": 16, "device": "cpu"}, n_items=split.n_items)
-    full = fit(split, m, t, tmp_path / "full", progress=False)
-
-    class Stop(Exception):
-        pass
-
-    def stop(epoch: int, record: dict) -> None:
-        if epoch == 1:
-            raise Stop
-
-    with pytest.raises(Stop):
-        fit(split, m, t, tmp_path / "cut", callbacks=[stop], progress=False)
-    assert fit(split, m, t, tmp_path / "cut", progress=False) == full

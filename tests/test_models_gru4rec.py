@@ -189,26 +189,6 @@ def test_diagnose_all_on_gru4rec_runs_what_applies(planted, capsys) -> None:
     assert "last-item hit rates" in captured.out and "miss recovery" in captured.out
 
 
-def test_interrupted_gru4rec_run_resumes_to_identical_result(tmp_path: Path) -> None:
-    from test_training_support import toy_split
-
-    split = toy_split(n_users=40)
-    m, t = resolve_configs("gru4rec", {"max_len": 8, "hidden": 16, "layers": 2},
-                           {"epochs": 3, "batch_size": 16, "device": "cpu"}, n_items=split.n_items)
-    full = fit(split, m, t, tmp_path / "full", progress=False)
-
-    class Stop(Exception):
-        pass
-
-    def stop(epoch: int, record: dict) -> None:
-        if epoch == 1:
-            raise Stop
-
-    with pytest.raises(Stop):
-        fit(split, m, t, tmp_path / "cut", callbacks=[stop], progress=False)
-    assert fit(split, m, t, tmp_path / "cut", progress=False) == full
-
-
 def test_reproduce_runs_the_contrast_models(tmp_path: Path) -> None:
     """``reproduce --models bert4rec,gru4rec``: every cell trains and is diagnosed with what applies, and the
     report has the paper's Figure 2 with both models."""

@@ -85,7 +85,8 @@ def test_same_seed_same_metrics_other_seed_differs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "model,train", [("sasrec", {}), ("bsarec", {}), ("duorec", {}), ("sasrec", {"objective": "bce"})]
+    "model,train", [("sasrec", {}), ("bsarec", {}), ("duorec", {}), ("sasrec", {"objective": "bce"}),
+                    ("bert4rec", {}), ("gru4rec", {})]
 )
 def test_interrupted_run_resumes_to_identical_result(tmp_path: Path, model: str, train: dict) -> None:
     split, m, t = configs(model, n_users=30 if model == "bsarec" else 60, batch_size=64, **train)
