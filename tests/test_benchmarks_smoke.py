@@ -123,3 +123,29 @@ def test_pessimistic_ranks_stay_int64_and_count_ties() -> None:
     assert ranks.dtype == torch.int64 and ranks.tolist() == [3, 3]
     many = pessimistic_ranks(scores, torch.tensor([[1, 3], [0, 1]]))
     assert many.dtype == torch.int64 and many.tolist() == [[3, 0], [2, 4]]
+
+
+def test_tta_section_times_a_target_and_the_value_every_library_reached(tmp_path: Path, monkeypatch) -> None:
+    """The time-to-accuracy table from each library's curve (cumulative training seconds, validation NDCG@10)."""
+    (tmp_path / "bsarec").mkdir()
+    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
+    ours = {"epochs": [{"seconds": 2.0, "after": {"valid": {"metrics": {"NDCG@10": v}}}} for v in (0.02, 0.05, 0.07)]}
+    recbole = {"epochs": [{"seconds": 20.0, "valid": {"ndcg@10": v}} for v in (0.03, 0.045)]}
+    rectools = {"epochs": [{"seconds": 5.0, "valid": {"metrics": {"NDCG@10": v}}} for v in (0.01, 0.046, 0.065)]}
+
+    def fake(self, cmd, timeout, env=None):  # noqa: ANN001
+        self.commands.append(" ".join(cmd))
+        return recbole if "recbole_driver.py" in cmd[1] else rectools
+
+    monkeypatch.setattr(run.Context, "run_json", fake)
+    monkeypatch.setattr(run.Context, "task", lambda self, name, args, timeout=3600: ours)
+    (tmp_path / "out").mkdir()
+    ctx = run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python", tta_target=0.06)
+    text = run.section_tta(ctx)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| library")}
+    # >= 0.06: resdom after 6 s, RecTools after 15 s, RecBole never; >= 0.045 (RecBole's best): 4 / 40 / 10 s
+    assert rows["resdom"][3:7] == ["6.0", "1.00x", "4.0", "1.00x"]
+    assert rows["RecTools"][3:7] == ["15.0", "2.50x", "10.0", "2.50x"]
+    assert rows["RecBole"][3] == "not reached" and rows["RecBole"][5:7] == ["40.0", "10.00x"]
+    assert "s to >= 0.045 (reached by all)" in text
