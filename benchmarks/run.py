@@ -550,7 +550,7 @@ def section_mixing(ctx: Context) -> str:
     for label, data, max_len, max_users in cases:
         args = {"data": data, "model": {"max_len": max_len, "inner_size": 256},
                 **({"max_users": max_users} if max_users else {})}
-        timing = ctx.task("mixing", {**args, "what": "timing", "rounds": 2 if ctx.quick else 3})
+        timing = ctx.task("mixing", {**args, "what": "timing", "rounds": 2 if ctx.quick else 5})
         fwd = ctx.task("mixing", {**args, "what": "forward"})
         nos = ctx.task("mixing", {**args, "what": "norm_of_sums"})
         son = ctx.task("mixing", {**args, "what": "sum_of_norms"})

@@ -130,26 +130,25 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     that have a ratio only (a batch padded to its longest user is mostly padding).
     """
     s = rec.branch_scale
-    keep = ~_excluded(rec, items)
-    own = self_terms(rec)[keep]  # (N, d)
-    others = torch.sub(rec.attn_out[keep], rec.out_bias)
+    B, L, d = rec.z.shape
+    rows = torch.nonzero(~_excluded(rec, items).flatten()).flatten()  # flat (b, i) of the positions with a ratio
+
+    def take(t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (N, d) at ``rows``
+        return t.reshape(B * L, d).index_select(0, rows)
+
+    own = take(self_terms(rec))
+    others = torch.sub(take(rec.attn_out), rec.out_bias)
     if s != 1.0:
         others.mul_(s)
     others.sub_(own)
-    own_res = _with_residual(rec, own, rec.x[keep])
+    own_res = _with_residual(rec, own, take(rec.x))
     no = torch.linalg.vector_norm(others, dim=-1)
     norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
     if not rec.norm_first:
         norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
-    return {st: _scatter(keep, _ratio(a, a + b)) for st, (a, b) in norms.items()}
-
-
-def _scatter(keep: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """(B, L) holding ``values`` (N,) at the N True positions of ``keep`` and 0 elsewhere."""
-    out = torch.zeros(keep.shape, dtype=values.dtype, device=values.device)
-    out[keep] = values
-    return out
+    return {st: rec.z.new_zeros(B * L).index_copy_(0, rows, _ratio(a, a + b)).view(B, L)
+            for st, (a, b) in norms.items()}
 
 
 def _excluded(rec: BlockRecord, items: torch.Tensor) -> torch.Tensor:

@@ -160,7 +160,8 @@ class MultiHeadAttention(nn.Module):
         on CPU in eval mode the fused kernel returns each row's log-sum-exp, so a^h_ii = exp(s^h_ii - lse^h_i);
         elsewhere the explicit weights are formed and only their diagonal kept."""
         kv = x if kv is None else kv
-        q, k, v = self._split(self.query(x)), self._split(self.key(kv)), self._split(self.value(kv))
+        lin = self.query(x), self.key(kv), self.value(kv)  # (B, L, d) each, contiguous
+        q, k, v = (self._split(t) for t in lin)
         scale = 1.0 / math.sqrt(self.head_dim)
         bias = mask_bias.to(q.dtype)
         if x.device.type == "cpu" and not (self.training and self.attn_dropout > 0):
@@ -168,14 +169,14 @@ class MultiHeadAttention(nn.Module):
                                                                                     attn_mask=bias, scale=scale)
             out = self.out(ctx.transpose(1, 2).flatten(2))
             # only the queries that may see their own key (a masked one has a^h_ii = 0): padding is most of a batch
-            own_bias = torch.diagonal(bias, dim1=-2, dim2=-1)[:, 0]  # (B or 1, L), heads share the mask
-            sees = (own_bias > MASK_VALUE / 2).expand(x.shape[0], x.shape[1])
-            qs, ks, vs = (t.transpose(1, 2)[sees] for t in (q, k, v))  # (N, H, dh)
-            s_ii = (qs * ks).sum(-1) * scale + own_bias.expand_as(sees)[sees][:, None]  # (N, H)
-            a_ii = (s_ii - lse.transpose(1, 2)[sees]).exp()
-            own = torch.zeros_like(out)
-            own[sees] = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
-            return out, own  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
+            B, L, d = out.shape
+            own_bias = torch.diagonal(bias, dim1=-2, dim2=-1)[:, 0].expand(B, L).reshape(-1)  # heads share the mask
+            rows = torch.nonzero(own_bias > MASK_VALUE / 2).flatten()  # flat (b, i) of those queries
+            qs, ks, vs = (t.reshape(B * L, d).index_select(0, rows).view(-1, self.heads, self.head_dim) for t in lin)
+            s_ii = (qs * ks).sum(-1) * scale + own_bias.index_select(0, rows)[:, None]  # (N, H)
+            a_ii = (s_ii - lse.transpose(1, 2).reshape(B * L, self.heads).index_select(0, rows)).exp()
+            own = out.new_zeros(B * L, d).index_copy_(0, rows, (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T)
+            return out, own.view(B, L, d)  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
         weights = (q @ k.transpose(-1, -2) * scale + bias).softmax(-1)
         ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
         diag = torch.diagonal(weights, dim1=-2, dim2=-1)
