@@ -97,6 +97,21 @@ def test_order_rows_is_stable_on_reversed_ties() -> None:
     assert order_rows(np.array([1, 0, 1, 0]), None).tolist() == [1, 3, 0, 2]
 
 
+def test_ties_by_item_order_equal_times_by_increasing_raw_item_id() -> None:
+    users, times = np.array([0, 0, 0, 0, 1, 1]), np.array([2, 2, 2, 1, 5, 5])
+    items = np.array([7, 3, 5, 9, 2, 1])
+    assert order_rows(users, times, items).tolist() == [3, 1, 2, 0, 5, 4]
+    p = preprocess(raw([0, 0, 0, 0, 1, 1], [47, 43, 45, 49, 42, 41], [2, 2, 2, 1, 5, 5]),
+                   PreprocessConfig(k_core=None, ties="item"))
+    labels = p.item_labels
+    assert [labels[i] for i in p.sequences.sequence(0)] == [49, 43, 45, 47]
+    assert [labels[i] for i in p.sequences.sequence(1)] == [41, 42]
+    assert "increasing raw item id" in p.tie_rule
+    assert next(s for s in p.steps if s["step"] == "order")["rule"] == p.tie_rule
+    with pytest.raises(ResdomError, match="no timestamps"):
+        preprocess(raw([0, 0], [1, 2]), PreprocessConfig(k_core=None, ties="item"))
+
+
 def test_consecutive_repeats() -> None:
     users = np.array([0, 0, 0, 0, 1, 1])
     items = np.array([5, 5, 6, 5, 5, 5])

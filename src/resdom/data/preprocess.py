@@ -3,7 +3,8 @@
 Order of operations, each optional and recorded in ``Prepared.steps``:
 
 1. order: group by user; within a user sort by timestamp with a *stable* sort, so ties keep source order
-   (the rule matters: tie order creates or destroys sequential signal); without timestamps source order;
+   (the rule matters: tie order creates or destroys sequential signal), or with ``ties="item"`` by increasing
+   raw item id; without timestamps source order;
 2. remove consecutive repeats of the same item within a user (off by default: the MANIFEST counts of Yelp
    include its 3,873 repeats);
 3. iterative k-core (default k = 5): drop items with < k interactions and users with < k, until stable.
@@ -17,7 +18,7 @@ All steps are vectorised (numpy), no Python loop per interaction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
 
 TIE_RULE = "stable sort by timestamp within each user; equal timestamps keep source order"
+TIE_RULE_ITEM = "sort by timestamp within each user; equal timestamps by increasing raw item id (ties='item')"
 TIE_RULE_NO_TIMES = "no timestamps: each user's interactions in source order"
 
 
@@ -40,6 +42,8 @@ class PreprocessConfig(BaseModel):
     remove_repeats: bool = False
     sort_by_time: bool = True
     remap: bool = True
+    # equal timestamps of a user: "source" keeps the file's order, "item" orders them by increasing raw item id
+    ties: Literal["source", "item"] = "source"
 
     @field_validator("k_core")
     @classmethod
@@ -76,11 +80,13 @@ def encode_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int64), np.asarray(labels, dtype=object)
 
 
-def order_rows(users: np.ndarray, times: np.ndarray | None) -> np.ndarray:
-    """int64 (n,) row order: grouped by user code, then by time (stable: ties keep source order)."""
+def order_rows(users: np.ndarray, times: np.ndarray | None, items: np.ndarray | None = None) -> np.ndarray:
+    """int64 (n,) row order: grouped by user code, then by time; equal times keep source order (stable), or,
+    with ``items`` (codes in increasing raw id), go by increasing item."""
     pos = np.arange(len(users), dtype=np.int64)
-    keys = (pos, users) if times is None else (pos, times, users)
-    return np.lexsort(keys)
+    if times is None:
+        return np.lexsort((pos, users))
+    return np.lexsort((pos, times, users) if items is None else (pos, items, times, users))
 
 
 def consecutive_repeat_mask(users: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -120,10 +126,14 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     steps: list[dict[str, Any]] = [_counts_step("read", ucode, icode, fmt=raw.fmt, notes=raw.notes)]
 
     use_times = times is not None and cfg.sort_by_time
-    order = order_rows(ucode, times if use_times else None)
+    if cfg.ties == "item" and not use_times:
+        raise ResdomError(f"{_files(raw)}: ties='item' orders interactions of equal time, but there are no "
+                          "timestamps to sort by")
+    tie = (TIE_RULE_ITEM if cfg.ties == "item" else TIE_RULE) if use_times else TIE_RULE_NO_TIMES
+    order = order_rows(ucode, times if use_times else None, icode if cfg.ties == "item" else None)
     ucode, icode = ucode[order], icode[order]
     times = times[order] if times is not None else None
-    steps.append(_order_step(ucode, times, use_times, moved=int((order != np.arange(len(order))).sum())))
+    steps.append(_order_step(ucode, times, tie, moved=int((order != np.arange(len(order))).sum())))
 
     keep = np.ones(len(icode), dtype=bool)
     rounds = 0
@@ -172,7 +182,6 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     offsets = np.concatenate([[0], np.cumsum(np.bincount(user_idx, minlength=n_users))]).astype(np.int64)
     seqs = Sequences(offsets, item_ids, times, np.arange(n_users, dtype=np.int64))
     steps.append(_counts_step("result", user_idx, item_ids))
-    tie = TIE_RULE if use_times else TIE_RULE_NO_TIMES
     return Prepared(seqs, len(item_labels) - 1, ulabels[new_users], item_labels, steps, tie)
 
 
@@ -194,9 +203,8 @@ def _counts_step(name: str, users: np.ndarray, items: np.ndarray, **extra: Any) 
             "interactions": int(len(items)), **extra}
 
 
-def _order_step(users: np.ndarray, times: np.ndarray | None, use_times: bool, moved: int) -> dict[str, Any]:
-    step: dict[str, Any] = {"step": "order", "rule": TIE_RULE if use_times else TIE_RULE_NO_TIMES,
-                            "rows_moved": moved}
+def _order_step(users: np.ndarray, times: np.ndarray | None, rule: str, moved: int) -> dict[str, Any]:
+    step: dict[str, Any] = {"step": "order", "rule": rule, "rows_moved": moved}
     if times is not None:
         same_user = users[1:] == users[:-1]
         step["equal_time_neighbours"] = int((same_user & (times[1:] == times[:-1])).sum())
