@@ -93,9 +93,8 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("beauty-ts", "paired", _BEAUTY_TS,
                     "Amazon Beauty 2014, 5-core, with day-resolution timestamps (TiCoSeRec files)"),
         DatasetSpec("beauty-ts-itemties", "paired", _BEAUTY_TS,
-                    "beauty-ts with same-day interactions ordered by increasing item id: TiCoSeRec numbers items by "
-                    "first appearance in the review file and shuffled same-day ties, so this restores, in 77,342 of "
-                    "77,402 tied pairs, the review file's order (the order time-to-split keeps)",
+                    "beauty-ts with same-day interactions by increasing item id: the review file's order, which "
+                    "time-to-split keeps (TiCoSeRec numbered items by first appearance there, then shuffled ties)",
                     preset={"ties": "item"}),
         DatasetSpec("sports-ts", "paired", (
             _f("amazon-sports-ts/Sports_item_org_rank.txt", _TICOSEREC, "data/Sports/Sports_item_org_rank.txt",
