@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,3 +122,40 @@ def test_sasrec_has_no_auxiliary_loss_and_duorec_is_sasrec_at_inference() -> Non
     sas.eval()
     duo.eval()
     assert torch.allclose(sas.encode(ITEMS), duo.encode(ITEMS))
+
+
+@pytest.mark.parametrize("model", ["duorec", "sasrec"])
+def test_training_passes_in_length_groups_give_the_same_states_and_gradients(model: str) -> None:
+    """``encode_groups`` (set by the trainer for DuoRec): rows encoded in groups of similar length, each cut to
+    its own longest row, give the ungrouped states at every real position and the same loss gradients."""
+    from resdom.training.objectives import LossContext, get_objective
+    from resdom.training.trainer import TrainStep
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(name=model, n_items=30, max_len=12, hidden=16, layers=2, heads=2, dropout=0.0,
+                      attn_dropout=0.0)
+    net = build_model(cfg).double().train()
+    rng = np.random.default_rng(0)
+    lengths = [1, 2, 3, 5, 8, 12, 4, 9, 2, 7]
+    items = torch.zeros(len(lengths), 12, dtype=torch.long)
+    for r, n in enumerate(lengths):
+        items[r, 12 - n:] = torch.from_numpy(rng.integers(1, 31, size=n))
+    targets = torch.where(items > 0, torch.from_numpy(rng.integers(1, 31, size=items.shape)), 0)
+    real = items > 0
+    step = TrainStep(net, get_objective("ce_all"), LossContext())
+    grads = {}
+    for groups in (1, 3):
+        net.encode_groups = groups
+        h = net.encode(items)
+        if groups == 1:
+            whole = h
+        else:
+            assert torch.allclose(h[real], whole[real], atol=1e-12)
+        net.zero_grad()
+        step(items, targets, None, None).backward()
+        grads[groups] = [p.grad.clone() for p in net.parameters() if p.grad is not None]
+    assert len(grads[1]) == len(grads[3])
+    assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(grads[1], grads[3]))
+    net.eval()  # never in evaluation
+    net.encode_groups = 3
+    assert torch.equal(net.encode(items), net.encode_tokens(items))

@@ -127,6 +127,8 @@ class SequentialRecommender(nn.Module):
             return self.emb_ln(self.emb_dropout(x))
         return self.emb_dropout(x)
 
+    encode_groups: int = 1  # training passes in up to this many length groups (``encode``; set by the trainer)
+
     def full_window(self) -> bool:
         """True when outputs depend on padding, so inputs are left-padded to ``max_len`` before the blocks:
         without a key-padding mask padded keys are attended to; BSARec's filter sees the whole window."""
@@ -136,9 +138,27 @@ class SequentialRecommender(nn.Module):
         """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
 
         Results do not depend on L (batch trimming): where ``full_window()``, the blocks run on the padded
-        ``max_len`` window and the states and block records of the caller's L columns are returned.
+        ``max_len`` window and the states and block records of the caller's L columns are returned. In training
+        with ``encode_groups`` > 1 (set by the trainer where it cannot cut the batch itself: a batch-wide loss
+        such as DuoRec's InfoNCE) the rows are encoded in groups of similar length (``encode_in_groups``).
         """
+        if self.training and self.encode_groups > 1 and not self.full_window() and items.shape[0] > 1:
+            return self.encode_in_groups(items, self.encode_groups)
         return self.encode_tokens(items)
+
+    def encode_in_groups(self, items: torch.Tensor, groups: int) -> torch.Tensor:
+        """``encode_tokens`` per group of rows of similar length (rows sorted by length, cut into ``groups``
+        equal parts), each cut to its own longest row: the same states at real positions, since the states do
+        not depend on the width, for a fraction of the padded work. Padded positions carry no state anyone reads
+        (0 left of a group's width)."""
+        B, L = items.shape
+        lengths = (items > 0).sum(1)
+        order = torch.argsort(lengths, stable=True)
+        parts = []
+        for rows in torch.tensor_split(order, min(groups, B)):
+            width = max(int(lengths[rows].max()), 1)
+            parts.append(nn.functional.pad(self.encode_tokens(items[rows, -width:]), (0, 0, L - width, 0)))
+        return torch.cat(parts)[torch.argsort(order)]
 
     def mask_bias(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, 1, L, L) additive attention mask for the token ids ``tokens`` (B, L): causal (and key padding)."""

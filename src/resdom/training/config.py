@@ -95,7 +95,9 @@ class TrainConfig(BaseModel):
         4, ge=1,
         description="cut each batch into up to this many groups of similar input length, each padded only to its "
         "own longest input, and accumulate their gradients: the same update as the whole batch, less padding "
-        "(1 = one pass per batch). Used with ce_all, ce_last and bce, not with DuoRec or BSARec",
+        "(1 = one pass per batch). With ce_all, ce_last and bce; where a loss needs the whole batch (DuoRec, "
+        "ce_sampled) the model encodes the batch's rows in as many groups instead (the same states); not BSARec, "
+        "whose filter always sees the full window",
     )
     length_buckets: int = Field(
         0, ge=0,

@@ -410,7 +410,8 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     """One pass over this rank's shard -> (mean loss over all ranks' batches, samples seen by all ranks, seconds).
 
     The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step. Each batch
-    is cut into up to ``length_groups`` groups of similar length where that is exact (``backward_groups``).
+    is cut into up to ``length_groups`` groups of similar length where that is exact (``backward_groups``);
+    elsewhere the model's training passes encode its rows in that many groups (``SequentialRecommender.encode``).
     """
     from tqdm.auto import tqdm
 
@@ -425,6 +426,8 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     # exact only for a mean over targets (not ce_sampled, whose negatives are drawn per call) on a model that allows it
     exact = objective.name in ("ce_all", "ce_last", "bce") and model.exact_length_groups()
     groups = train_cfg.length_groups if exact else 1
+    # otherwise the model encodes its batch in length groups itself (DuoRec's InfoNCE needs the whole batch)
+    model.encode_groups = 1 if exact else train_cfg.length_groups
     if buckets:
         order = bucket_by_length(order, samples.end - samples.start, per_rank, buckets, order_rng)
     neg_rng = np.random.default_rng(epoch_seed(seed, epoch, 1, rank))
