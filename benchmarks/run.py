@@ -184,27 +184,34 @@ def write_recbole_inter(src: Path, dest_dir: Path, name: str, max_users: int | N
     return folder / f"{name}.inter"
 
 
-def find_recbole_python(explicit: str | None, setup: bool) -> str | None:
-    for cand in (explicit, os.environ.get("RESDOM_RECBOLE_PYTHON"), str(HERE / ".recbole-venv" / "bin" / "python")):
+def find_peer_python(peer: str, explicit: str | None, setup: bool) -> str | None:
+    """The python of a peer library's venv (``peer`` recbole | rectools): ``explicit``, $RESDOM_<PEER>_PYTHON,
+    benchmarks/.<peer>-venv, or (``setup``) that venv made by scripts/make_<peer>_venv.sh; None if none."""
+    venv = HERE / f".{peer}-venv"
+    for cand in (explicit, os.environ.get(f"RESDOM_{peer.upper()}_PYTHON"), str(venv / "bin" / "python")):
         if cand and Path(cand).exists():
             return cand
     if setup:
-        subprocess.run(["bash", str(ROOT / "scripts" / "make_recbole_venv.sh"), str(HERE / ".recbole-venv")],
-                       check=True)
-        return str(HERE / ".recbole-venv" / "bin" / "python")
+        subprocess.run(["bash", str(ROOT / "scripts" / f"make_{peer}_venv.sh"), str(venv)], check=True)
+        return str(venv / "bin" / "python")
     return None
+
+
+def beauty_data(ctx: Context, max_users: int | None) -> dict[str, Any]:
+    """tasks.py data spec of Beauty: the first ``max_users`` users of Beauty.txt as a path source with no k-core
+    (the peers get the same, unfiltered), or the registered data set."""
+    if not max_users:
+        return {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    tmp_txt = ctx.out / "beauty_slice.txt"
+    tmp_txt.write_text("".join((ctx.data_dir / "bsarec" / "Beauty.txt").read_text().splitlines(True)[:max_users]))
+    return {"source": str(tmp_txt), "options": {"k_core": 0}}
 
 
 def section_recbole(ctx: Context) -> str:
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
     resdom_epochs, recbole_epochs = (1, 1) if ctx.quick else (2, 1)
-    if max_users:  # the first users of Beauty as a path source, no k-core (RecBole gets the same, unfiltered)
-        tmp_txt = ctx.out / "beauty_slice.txt"
-        tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
-        data = {"source": str(tmp_txt), "options": {"k_core": 0}}
-    else:
-        data = {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    data = beauty_data(ctx, max_users)
     train = {"objective": "ce_last", "batch_size": 256, "lr": 1e-3}
     model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
              "attn_dropout": 0.5}
@@ -286,29 +293,13 @@ RECTOOLS_SASREC = {
 }
 
 
-def find_rectools_python(explicit: str | None, setup: bool) -> str | None:
-    for cand in (explicit, os.environ.get("RESDOM_RECTOOLS_PYTHON"), str(HERE / ".rectools-venv" / "bin" / "python")):
-        if cand and Path(cand).exists():
-            return cand
-    if setup:
-        subprocess.run(["bash", str(ROOT / "scripts" / "make_rectools_venv.sh"), str(HERE / ".rectools-venv")],
-                       check=True)
-        return str(HERE / ".rectools-venv" / "bin" / "python")
-    return None
-
-
 def section_rectools(ctx: Context) -> str:
     """resdom vs RecTools 0.19 SASRec: the same network (RecTools' block), RecTools' loss (full-softmax CE at every
     position of each user's window, one sample per user), batch 256, Adam 1e-3, same thread count."""
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
     epochs = 1 if ctx.quick else 2
-    if max_users:
-        tmp_txt = ctx.out / "beauty_slice.txt"
-        tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
-        data = {"source": str(tmp_txt), "options": {"k_core": 0}}
-    else:
-        data = {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    data = beauty_data(ctx, max_users)
     ours = ctx.task("train", {"data": data, "model": RECTOOLS_SASREC,
                               "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3},
                               "epochs": epochs, "evaluate": "each_epoch"})
@@ -388,12 +379,7 @@ def section_tta(ctx: Context) -> str:
     max_users = 300 if ctx.quick else ctx.recbole_users
     epochs = 2 if ctx.quick else ctx.tta_epochs
     rb_epochs = 1 if ctx.quick else max(1, epochs // 5)
-    if max_users:
-        tmp_txt = ctx.out / "beauty_slice.txt"
-        tmp_txt.write_text("".join(beauty.read_text().splitlines(True)[:max_users]))
-        data = {"source": str(tmp_txt), "options": {"k_core": 0}}
-    else:
-        data = {"source": "beauty", "data_dir": str(ctx.data_dir)}
+    data = beauty_data(ctx, max_users)
     model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
              "attn_dropout": 0.5}
     results: dict[str, dict[str, Any]] = {}
@@ -872,8 +858,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown section {bad[0]!r}; sections: {', '.join(SECTIONS)}")
     results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
     OUT.mkdir(parents=True, exist_ok=True)
-    recbole = find_recbole_python(a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & set(names) else None
-    rectools = find_rectools_python(a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & set(names) else None
+    need = set(names)
+    recbole = find_peer_python("recbole", a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & need else None
+    rectools = find_peer_python("rectools", a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & need else None
     ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target)
     for name in names:
         ctx.commands = []
