@@ -116,6 +116,18 @@ def take_rows(table: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     return table[torch.from_numpy(rows)].clone()
 
 
+def attention_weights(dst: str, in_proj_weight: torch.Tensor, in_proj_bias: torch.Tensor, out_weight: torch.Tensor,
+                      out_bias: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``nn.MultiheadAttention``'s packed in_proj (3d, d) / (3d,) and out_proj as resdom's ``{dst}attention.*``
+    (query, key, value, out) weights and biases."""
+    d = in_proj_weight.shape[1]
+    out = {f"{dst}attention.out.weight": out_weight, f"{dst}attention.out.bias": out_bias}
+    for k, name in enumerate(("query", "key", "value")):
+        out[f"{dst}attention.{name}.weight"] = in_proj_weight[k * d : (k + 1) * d]
+        out[f"{dst}attention.{name}.bias"] = in_proj_bias[k * d : (k + 1) * d]
+    return out
+
+
 def load_weights(model: SequentialRecommender, state: dict[str, torch.Tensor], what: str) -> None:
     """Load a complete, shape-checked, finite state dict into ``model`` (eval mode afterwards)."""
     own = model.state_dict()

@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from resdom.adapters.common import ImportData, load_import_data, load_weights, source_rows, take_rows, write_run
+from resdom.adapters.common import (
+    ImportData,
+    attention_weights,
+    load_import_data,
+    load_weights,
+    source_rows,
+    take_rows,
+    write_run,
+)
 from resdom.adapters.safe_pickle import load_torch_file
 from resdom.errors import ResdomError
 from resdom.models import build_model
@@ -99,13 +107,10 @@ def pmixer_state_dict(state: dict[str, torch.Tensor], cfg: ModelConfig, rows: np
         "final_ln.weight": get("last_layernorm.weight"), "final_ln.bias": get("last_layernorm.bias"),
     }
     for i in range(cfg.layers):
-        w, b = get(f"attention_layers.{i}.in_proj_weight"), get(f"attention_layers.{i}.in_proj_bias")
-        dst = f"blocks.{i}."
-        for k, name in enumerate(("query", "key", "value")):
-            out[f"{dst}attention.{name}.weight"] = w[k * d : (k + 1) * d]
-            out[f"{dst}attention.{name}.bias"] = b[k * d : (k + 1) * d]
+        mha, dst = f"attention_layers.{i}.", f"blocks.{i}."
+        out.update(attention_weights(dst, get(mha + "in_proj_weight"), get(mha + "in_proj_bias"),
+                                     get(mha + "out_proj.weight"), get(mha + "out_proj.bias")))
         for p in ("weight", "bias"):
-            out[f"{dst}attention.out.{p}"] = get(f"attention_layers.{i}.out_proj.{p}")
             out[f"{dst}attn_ln.{p}"] = get(f"attention_layernorms.{i}.{p}")
             out[f"{dst}ffn_ln.{p}"] = get(f"forward_layernorms.{i}.{p}")
             for conv, fc in (("conv1", "fc1"), ("conv2", "fc2")):

@@ -45,7 +45,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from resdom.adapters.common import ImportData, _keys, load_weights, source_rows, take_rows, write_run
+from resdom.adapters.common import (
+    ImportData,
+    _keys,
+    attention_weights,
+    load_weights,
+    source_rows,
+    take_rows,
+    write_run,
+)
 from resdom.adapters.safe_pickle import Inert, load_torch_bytes, loads_restricted
 from resdom.errors import ResdomError
 from resdom.models import build_model
@@ -192,12 +200,10 @@ def rectools_state_dict(ck: RecToolsCheckpoint, cfg: ModelConfig, rows: np.ndarr
     lns = {"sasrec": ("q_layer_norm", "ff_layer_norm"), "bert4rec": ("layer_norm_1", "layer_norm_2")}[cfg.name]
     for i in range(cfg.layers):
         src, dst = f"transformer_layers.transformer_blocks.{i}.", f"blocks.{i}."
-        w, b = get(src + "multi_head_attn.in_proj_weight"), get(src + "multi_head_attn.in_proj_bias")
-        for k, name in enumerate(("query", "key", "value")):
-            out[f"{dst}attention.{name}.weight"] = w[k * d : (k + 1) * d]
-            out[f"{dst}attention.{name}.bias"] = b[k * d : (k + 1) * d]
+        mha = src + "multi_head_attn."
+        out.update(attention_weights(dst, get(mha + "in_proj_weight"), get(mha + "in_proj_bias"),
+                                     get(mha + "out_proj.weight"), get(mha + "out_proj.bias")))
         for p in ("weight", "bias"):
-            out[f"{dst}attention.out.{p}"] = get(f"{src}multi_head_attn.out_proj.{p}")
             out[f"{dst}attn_ln.{p}"] = get(f"{src}{lns[0]}.{p}")
             out[f"{dst}ffn_ln.{p}"] = get(f"{src}{lns[1]}.{p}")
             out[f"{dst}ffn.fc1.{p}"] = get(f"{src}feed_forward.ff_linear_1.{p}")
