@@ -1,9 +1,9 @@
-"""How much sequential signal the order of same-day interactions carries (docs/results.md, beauty-ts).
+"""How much sequential signal the order of same-day interactions carries (docs/results.md, beauty-ts, sports-ts).
 
-    python scripts/tie_order_check.py [--data-dir ../shared/data/raw]
+    python scripts/tie_order_check.py [--dataset beauty|sports] [--data-dir ../shared/data/raw]
 
-For ``beauty-ts`` (TiCoSeRec's files, same-day items in the order those files give), the review file's order (the
-S3-Rec ``bsarec/Beauty.txt`` of the same reviews) and ``beauty-ts-itemties`` (same-day items by increasing item
+For ``<dataset>-ts`` (TiCoSeRec's files, same-day items in the order those files give), the review file's order (the
+S3-Rec ``bsarec/`` file of the same reviews) and ``<dataset>-ts-itemties`` (same-day items by increasing item
 id): how the items of equal-time neighbour pairs are ordered, how many GTS test targets differ, and a last-item
 bigram predictor's test HR@10 / NDCG@10 (scores = how often each item followed the last input item in the training
 sequences; full ranking, the input's items filtered, ties counted against the target as resdom's evaluation does).
@@ -32,22 +32,27 @@ def tie_pairs(name: str, data_dir: str) -> tuple[int, int]:
     return int((tied & (step > 0)).sum()), int((tied & (step < 0)).sum())
 
 
-def review_file_order(data_dir: str) -> tuple[int, int, int]:
-    """(pairs, smaller TiCoSeRec id first, larger first) over the equal-time neighbour pairs, in the order of the
-    S3-Rec file of the same reviews (``bsarec/Beauty.txt``, its own ids; users on the same lines, items in the
-    same order up to same-day ties). Its ids are mapped to TiCoSeRec's through the positions without a tie."""
+# data set -> (S3-Rec review-order file, timestamped item file, its time file), under the data directory
+FILES = {
+    "beauty": ("bsarec/Beauty.txt", "amazon-beauty-ts/Beauty_item_org_rank.txt",
+               "amazon-beauty-ts/Beauty_time_org_rank.txt"),
+    "sports": ("bsarec/Sports_and_Outdoors.txt", "amazon-sports-ts/Sports_item_org_rank.txt",
+               "amazon-sports-ts/Sports_time_org_rank.txt"),
+}
+
+
+def review_file_order(data_dir: str, name: str) -> tuple[int, int, int]:
+    """(pairs, smaller timestamped-file id first, larger first) over the equal-time neighbour pairs, in the order
+    of the S3-Rec file of the same reviews (its own ids; users on the same lines, items in the same order up to
+    same-day ties). Its ids are mapped to the timestamped file's through the positions without a tie."""
     root = Path(data_dir)
-    s3 = [line.split()[1:] for line in (root / "bsarec" / "Beauty.txt").read_text().splitlines()]
-    tico = [line.split()[1:] for line in (root / "amazon-beauty-ts" / "Beauty_item_org_rank.txt").read_text()
-            .splitlines()]
-    days = [line.split()[1:] for line in (root / "amazon-beauty-ts" / "Beauty_time_org_rank.txt").read_text()
-            .splitlines()]
+    s3, tico, days = ([line.split()[1:] for line in (root / f).read_text().splitlines()] for f in FILES[name])
     to_tico: dict[str, str] = {}
     for a, b, t in zip(s3, tico, days):
         for i in range(len(t)):
             if (i == 0 or t[i] != t[i - 1]) and (i == len(t) - 1 or t[i] != t[i + 1]):  # no tie: same position
                 if to_tico.setdefault(a[i], b[i]) != b[i]:
-                    raise SystemExit(f"the two Beauty files disagree on item {a[i]}: not the same reviews")
+                    raise SystemExit(f"the two {name} files disagree on item {a[i]}: not the same reviews")
     pairs = up = down = 0
     for a, t in zip(s3, days):
         for i in range(1, len(t)):
@@ -85,14 +90,16 @@ def bigram_metrics(split: SplitData, chunk: int = 512) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default="../shared/data/raw")
+    p.add_argument("--dataset", choices=sorted(FILES), default="beauty")
     a = p.parse_args()
-    splits = {name: prepare_split(name, "gts", data_dir=a.data_dir) for name in ("beauty-ts", "beauty-ts-itemties")}
-    base, ordered = splits["beauty-ts"], splits["beauty-ts-itemties"]
+    names = (f"{a.dataset}-ts", f"{a.dataset}-ts-itemties")
+    splits = {name: prepare_split(name, "gts", data_dir=a.data_dir) for name in names}
+    base, ordered = splits[names[0]], splits[names[1]]
     print(f"test users {len(base.test):,}; test targets that differ between the two orders: "
           f"{int((base.test.targets != ordered.test.targets).sum()):,}")
-    pairs, up, down = review_file_order(a.data_dir)
-    print(f"review file order (S3-Rec's Beauty.txt, ids mapped): {pairs:,} equal-time neighbour pairs with both ids "
-          f"mapped, smaller TiCoSeRec id first {up:,}, larger first {down:,}")
+    pairs, up, down = review_file_order(a.data_dir, a.dataset)
+    print(f"review file order ({FILES[a.dataset][0]}, ids mapped): {pairs:,} equal-time neighbour pairs with both ids "
+          f"mapped, smaller timestamped-file id first {up:,}, larger first {down:,}")
     for name, split in splits.items():
         up, down = tie_pairs(name, a.data_dir)
         print(f"{name}: equal-time neighbour pairs, smaller item id first {up:,}, larger first {down:,}")

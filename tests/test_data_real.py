@@ -71,17 +71,18 @@ def test_beauty_ts_ties_and_same_interactions_as_bsarec(shared_raw: Path) -> Non
     assert sorted(np.bincount(ts.sequences.items)) == sorted(np.bincount(plain.sequences.items))
 
 
-def test_beauty_ts_itemties_reorders_only_same_day_items(shared_raw: Path) -> None:
-    a = prepare_split("beauty-ts", "gts", data_dir=shared_raw)
-    b = prepare_split("beauty-ts-itemties", "gts", data_dir=shared_raw)
-    assert a.manifest["counts"]["test"]["users"] == b.manifest["counts"]["test"]["users"] == 6110
+@pytest.mark.parametrize(("name", "users", "differ"), [("beauty", 6110, 1465), ("sports", 10203, 2632)])
+def test_itemties_reorders_only_same_day_items(shared_raw: Path, name: str, users: int, differ: int) -> None:
+    a = prepare_split(f"{name}-ts", "gts", data_dir=shared_raw)
+    b = prepare_split(f"{name}-ts-itemties", "gts", data_dir=shared_raw)
+    assert a.manifest["counts"]["test"]["users"] == b.manifest["counts"]["test"]["users"] == users
     assert "increasing raw item id" in b.manifest["tie_rule"]
     for u in range(0, len(a.test), 97):  # same items and days per user; same-day items in increasing id
         sa, sb = a.test.inputs.sequence(u).tolist() + [a.test.targets[u]], b.test.inputs.sequence(u).tolist() + [
             b.test.targets[u]]
         assert sorted(sa) == sorted(sb)
-    # the order decides the test target of 1,465 of the 6,110 test users (every one of them a same-day tie)
-    assert int((a.test.targets != b.test.targets).sum()) == 1465
+    # the order decides the test target of that many test users (every one of them a same-day tie)
+    assert int((a.test.targets != b.test.targets).sum()) == differ
 
 
 def test_gts_beauty_ts_threshold_date(shared_raw: Path, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -67,6 +67,13 @@ _BEAUTY_TS = (
        "4e6a6e30f9dba1985ad9adae79a891df6b403e2132f0422a6f6e88f67d1fcc75"),
 )
 
+_SPORTS_TS = (
+    _f("amazon-sports-ts/Sports_item_org_rank.txt", _TICOSEREC, "data/Sports/Sports_item_org_rank.txt",
+       "f4891c83d23c7cdc2981098230d8831fdb1f45b3fc4ec24f3b199310287745e5"),
+    _f("amazon-sports-ts/Sports_time_org_rank.txt", _TICOSEREC, "data/Sports/Sports_time_org_rank.txt",
+       "c442ed4744f1de95b00744861bbaa503fcc98380d8b7ec08d52231450356c3a2"),
+)
+
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
@@ -96,12 +103,11 @@ DATASETS: dict[str, DatasetSpec] = {
                     "beauty-ts with same-day interactions by increasing item id: the review file's order, which "
                     "time-to-split keeps (TiCoSeRec numbered items by first appearance there, then shuffled ties)",
                     preset={"ties": "item"}),
-        DatasetSpec("sports-ts", "paired", (
-            _f("amazon-sports-ts/Sports_item_org_rank.txt", _TICOSEREC, "data/Sports/Sports_item_org_rank.txt",
-               "f4891c83d23c7cdc2981098230d8831fdb1f45b3fc4ec24f3b199310287745e5"),
-            _f("amazon-sports-ts/Sports_time_org_rank.txt", _TICOSEREC, "data/Sports/Sports_time_org_rank.txt",
-               "c442ed4744f1de95b00744861bbaa503fcc98380d8b7ec08d52231450356c3a2"),
-        ), "Amazon Sports and Outdoors 2014, 5-core, with day-resolution timestamps (TiCoSeRec files)"),
+        DatasetSpec("sports-ts", "paired", _SPORTS_TS,
+                    "Amazon Sports and Outdoors 2014, 5-core, with day-resolution timestamps (TiCoSeRec files)"),
+        DatasetSpec("sports-ts-itemties", "paired", _SPORTS_TS,
+                    "sports-ts with same-day interactions by increasing item id (the review file's order, as for "
+                    "beauty-ts-itemties)", preset={"ties": "item"}),
         DatasetSpec("toys-ts", "paired", (
             _f("amazon-toys-ts/Toys_item.txt", _MK4SREC, "data/Toys/Toys_item.txt",
                "59dd749906e27d273523a0516f09043c9d555742544c728424681d0d4fbc8160"),
