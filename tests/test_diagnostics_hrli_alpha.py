@@ -148,3 +148,28 @@ def test_miss_recovery_end_to_end():
         want = evaluate(m, evalset(seed=2)).metrics
     assert res.test_at_alpha_star["HR@10"] == pytest.approx(want["HR@10"])
     assert res.test_at_alpha_star["NDCG@10"] == pytest.approx(want["NDCG@10"])
+
+
+def test_miss_recovery_reuses_the_alpha_sweeps_ranks_without_changing_a_number(monkeypatch):
+    m, valid, test = model(), evalset(seed=1), evalset(seed=2)
+    alphas = (1.0, 0.7, 0.3)
+    fresh = miss_recovery(m, valid, test, alphas=alphas, layers=[1], batch_size=16).to_dict()
+    sweeps = {part: alpha_sweep(m, s, alphas=alphas, layers=[1], batch_size=7).target_ranks
+              for part, s in (("valid", valid), ("test", test))}
+    for part, s in (("valid", valid), ("test", test)):  # the sweep's ranks are the final position's own
+        for a in alphas:
+            with residual_scale(m, a, [1]):
+                want = evaluate(m, s).metrics
+            got = sweeps[part][a]
+            assert got.shape == (len(s),) and float((got < 10).mean()) == pytest.approx(want["HR@10"])
+    import resdom.diagnostics.recovery as recovery
+
+    calls, real = [], recovery.final_ranks
+    monkeypatch.setattr(recovery, "final_ranks", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    reused = miss_recovery(m, valid, test, alphas=alphas, layers=[1], batch_size=16, known_ranks=sweeps).to_dict()
+    assert calls == []  # nothing ranked again
+    assert reused == fresh
+    half = miss_recovery(m, valid, test, alphas=alphas, layers=[1], batch_size=16,
+                         known_ranks={"test": sweeps["test"]})
+    assert calls == [0.7, 0.3]  # valid only, at the alphas other than 1
+    assert half.test.to_dict() == fresh["test"]

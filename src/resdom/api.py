@@ -474,8 +474,10 @@ def diagnose(
     model = _on_device(model, dev)
     _import_tqdm_quietly()
     out = Diagnosis(part, label)
+    ranks: dict[str, Any] = {}  # the alpha sweep's target ranks, reused by recovery
     for name in names:
         t0 = time.perf_counter()
-        setattr(out, name, compute_diagnostic(name, model, data, part, layers=layers, device=dev, **options))
+        setattr(out, name, compute_diagnostic(name, model, data, part, layers=layers, device=dev, ranks=ranks,
+                                              **options))
         out.seconds[name] = time.perf_counter() - t0
     return out

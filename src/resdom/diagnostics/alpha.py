@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -75,6 +75,7 @@ class AlphaResult:
     definition: str = "norm_of_sums"
     split: str | None = None
     trained_scale: list[Any] | None = None
+    target_ranks: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {} if self.trained_scale is None else {"trained_scale": self.trained_scale,
@@ -106,8 +107,8 @@ class AlphaResult:
 def alpha_row(
     model: Diagnosable, evalset: EvalSet, alpha: float, layers: Sequence[int] | None, definition: str,
     batch_size: int, device: str | torch.device | None, progress: bool,
-) -> dict[str, Any]:
-    """The sweep's row at one alpha (model already in inference mode)."""
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The sweep's row at one alpha and the filtered target ranks (n,) (model already in inference mode)."""
     acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
     filt, unfilt, last = [], [], []
     with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums") as store:
@@ -126,13 +127,14 @@ def alpha_row(
     n = len(evalset)
     acc.merge_ranks(n)
     mix = acc.result()
-    mf = metrics_from_ranks(torch.from_numpy(all_users(torch.cat(filt).numpy(), n)), (10,))
+    ranks = all_users(torch.cat(filt).numpy(), n)
+    mf = metrics_from_ranks(torch.from_numpy(ranks), (10,))
     mu = metrics_from_ranks(torch.from_numpy(all_users(torch.cat(unfilt).numpy(), n)), (10,))
     row: dict[str, Any] = {"alpha": alpha, "mixing_all": mix.pooled["all"], "mixing_last": mix.pooled["last"]}
     row.update(hrli_from_ranks(all_users(np.concatenate(last), n), (1, 2), (1,)))
     row.update({"HR@10": mf["HR@10"], "NDCG@10": mf["NDCG@10"],
                 "HR@10_unfiltered": mu["HR@10"], "NDCG@10_unfiltered": mu["NDCG@10"]})
-    return row
+    return row, ranks
 
 
 def alpha_sweep(
@@ -146,9 +148,9 @@ def alpha_sweep(
     alphas = check_alphas(alphas)
     chosen = None if layers is None else [int(x) for x in layers]
     with inference(model):
-        rows = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress) for a in alphas]
-    return AlphaResult("all" if chosen is None else chosen, rows, len(evalset), definition,
-                       trained_scale=trained_scales(model))
+        done = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress) for a in alphas]
+    return AlphaResult("all" if chosen is None else chosen, [row for row, _ in done], len(evalset), definition,
+                       trained_scale=trained_scales(model), target_ranks={a: r for a, (_, r) in zip(alphas, done)})
 
 
 def trained_scales(model: Diagnosable) -> list[Any] | None:

@@ -22,7 +22,7 @@ is alpha-free (the recoverable set and the per-offset shares; the curve holds al
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -116,8 +116,11 @@ class SplitRecovery:
 def split_recovery(
     model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = 10, layers: Sequence[int] | None = None,
     batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
+    known: Mapping[float, np.ndarray] | None = None,
 ) -> SplitRecovery:
-    """Recoverable set at alpha = 1 and Recovery(alpha) / HR@K(alpha) for each alpha (model in inference mode)."""
+    """Recoverable set at alpha = 1 and Recovery(alpha) / HR@K(alpha) for each alpha (model in inference mode).
+    ``known``: {alpha: final-position ranks (n,)} already computed on this split at these layers (the alpha
+    sweep's), used instead of ranking again."""
     n = len(evalset)
     with residual_scale(model, 1.0, layers):
         base = position_ranks(model, evalset, (0, *OFFSETS), batch_size, device, progress)
@@ -128,7 +131,12 @@ def split_recovery(
               for i, k in enumerate(OFFSETS)}
     curve, by_alpha = [], {}
     for a in alphas:
-        ranks = base[:, 0] if a == 1.0 else final_ranks(model, evalset, a, layers, batch_size, device, progress)
+        if a == 1.0:
+            ranks = base[:, 0]
+        elif known is not None and a in known:
+            ranks = known[a]
+        else:
+            ranks = final_ranks(model, evalset, a, layers, batch_size, device, progress)
         by_alpha[a] = ranks
         hit = ranks < K
         rec = float((hit & recoverable).sum() / recoverable.sum()) if recoverable.any() else float("nan")
@@ -205,8 +213,11 @@ def miss_recovery(
     model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = 10,
     eps: float = 0.01, layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False,
+    known_ranks: Mapping[str, Mapping[float, np.ndarray]] | None = None,
 ) -> RecoveryResult:
-    """spec §4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well."""
+    """spec §4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well.
+    ``known_ranks``: {"valid" | "test": {alpha: final-position target ranks}} from an alpha sweep of the same
+    model, split and ``layers`` (``diagnostics.alpha.AlphaResult.target_ranks``), reused, not recomputed."""
     model = check_model(model)
     alphas = check_alphas(alphas)
     if not model.attention_blocks():  # nothing to scale (GRU4Rec): alpha-free
@@ -217,8 +228,9 @@ def miss_recovery(
         raise ValueError(f"need K >= 1 and 0 <= eps < 1 (got K={K}, eps={eps})")
     chosen = None if layers is None else [int(x) for x in layers]
     with inference(model):
-        v = split_recovery(model, valid, alphas, K, chosen, batch_size, device, progress)
-        t = split_recovery(model, test, alphas, K, chosen, batch_size, device, progress)
+        known = known_ranks or {}
+        v = split_recovery(model, valid, alphas, K, chosen, batch_size, device, progress, known.get("valid"))
+        t = split_recovery(model, test, alphas, K, chosen, batch_size, device, progress, known.get("test"))
     a_star = select_alpha(v.curve, K, eps)
     ranks = t.ranks_by_alpha[a_star]
     at_star = metrics_from_ranks(torch.from_numpy(ranks), tuple(sorted({*KS, K})))

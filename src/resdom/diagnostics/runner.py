@@ -72,10 +72,14 @@ def compute_diagnostic(
     cutoffs: Sequence[int] = (1, 5, 10), definition: str = "norm_of_sums", seeds: Sequence[int] = (0, 1, 2),
     alphas: Sequence[float] = ALPHAS, layers: Sequence[int] | None = None, per_head: bool = False,
     batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
+    ranks: dict[str, Any] | None = None,
 ) -> Any:
     """The result object of diagnostic ``name`` (one of WHAT) of ``model`` on ``split``'s ``part`` (valid | test),
     its ``split`` set to ``part``; recovery selects alpha* on valid and reports test whatever ``part`` says.
-    ``recency`` / ``cutoffs``: the k / K of HRLkI@K. What ``run_all`` writes and ``resdom.diagnose`` returns."""
+    ``recency`` / ``cutoffs``: the k / K of HRLkI@K. What ``run_all`` writes and ``resdom.diagnose`` returns.
+    ``ranks``: a dict a caller keeps across the diagnostics of one model (same ``layers`` and ``alphas``): the
+    alpha sweep leaves its target ranks there under ``part`` and recovery reuses them, so the split is not
+    ranked at every alpha twice."""
     evalset = getattr(split, part)
     common = {"batch_size": batch_size, "device": device, "progress": progress}
     if name == "shuffle":
@@ -86,8 +90,11 @@ def compute_diagnostic(
         res = mixing_ratios(model, evalset, definition=definition, per_head=per_head, **common)
     elif name == "alpha":
         res = alpha_sweep(model, evalset, alphas=alphas, layers=layers, definition=definition, **common)
+        if ranks is not None:
+            ranks[part] = res.target_ranks
     elif name == "recovery":
-        return miss_recovery(model, split.valid, split.test, alphas=alphas, layers=layers, **common)
+        return miss_recovery(model, split.valid, split.test, alphas=alphas, layers=layers, known_ranks=ranks,
+                             **common)
     else:
         raise ValueError(f"unknown diagnostic {name!r} (one of {', '.join(WHAT)})")
     res.split = part
@@ -126,12 +133,13 @@ def run_all(
         discard_stale(out_dir, run.checkpoint)
     model, common = run.model, {"batch_size": batch_size, "device": device, "progress": progress}
     timings: dict[str, float] = {}
+    ranks: dict[str, Any] = {}  # the alpha sweep's target ranks, reused by recovery
     rank, world = rank_and_world()
     lines = progress and rank == 0 and not sys.stderr.isatty()  # a log gets one line per stage instead of bars
     for i, name in enumerate(names, start=1):
         t0 = time.perf_counter()
         res = compute_diagnostic(name, model, run.split, split, definition=definition, seeds=seeds, alphas=alphas,
-                                 layers=layers, per_head=per_head, **common)
+                                 layers=layers, per_head=per_head, ranks=ranks, **common)
         data = res.to_dict()
         timings[name] = time.perf_counter() - t0
         data["seconds"] = round(timings[name], 3)
