@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One worker through the reproduction queue (scripts/grid.txt: "data set  model  seed" a line, in the order
+# they should be trained). Start one worker per free core; each takes the first cell that is neither stored in
+# results/ nor claimed by a live worker, trains, diagnoses and commits it with scripts/reproduce_cells.sh, and
+# goes on until the queue is done. A cell that was started before (by any worker, in any session) resumes in
+# the run folder that holds it (runs/repro*/); a new cell goes to $GRID.
+#   scripts/reproduce_queue.sh [QUEUE]            # e.g. twice, in the background, on a 2-core machine
+# Env: GRID (default runs/repro), and those of scripts/reproduce_cells.sh. A failed cell is skipped (its run
+# folder keeps error.txt) and not retried by this worker.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+QUEUE=${1:-scripts/grid.txt}
+STORE=${STORE:-results}
+CLAIMS=runs/claims
+mkdir -p "$CLAIMS"
+declare -A failed=()
+
+claim() {  # atomic: mkdir succeeds for one worker; a claim whose worker died is taken over
+  local dir="$CLAIMS/$1"
+  if mkdir "$dir" 2>/dev/null; then echo $$ >"$dir/pid"; return 0; fi
+  local owner; owner=$(cat "$dir/pid" 2>/dev/null || echo "")
+  if [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null; then return 1; fi
+  mkdir -p "$dir" && echo $$ >"$dir/pid"; return 0
+}
+
+while true; do
+  next=""
+  while read -r dataset label seed _; do
+    [[ -z "${dataset:-}" || "$dataset" == \#* ]] && continue
+    key="$dataset+$label+$seed"
+    [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ] && continue
+    [ -n "${failed[$key]:-}" ] && continue
+    grid=${GRID:-runs/repro}
+    for dir in runs/repro*/; do  # resume where the cell was started
+      [ -d "$dir$dataset/$label/seed$seed" ] && { grid=${dir%/}; break; }
+    done
+    run="$grid/$dataset/$label/seed$seed"
+    # a process outside the queue trains there (it holds the run's lock): leave the cell to it
+    [ -f "$run/.lock" ] && ! flock -n "$run/.lock" true && continue
+    claim "$key" || continue
+    # stored between the check above and the claim (its worker has just released it): not ours to train again
+    if [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ]; then rm -rf "${CLAIMS:?}/$key"; continue; fi
+    next="$dataset $label $seed $grid"; break
+  done <"$QUEUE"
+  [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken)"; exit 0; }
+  read -r dataset label seed grid <<<"$next"
+  GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
+  [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ] || failed[$dataset+$label+$seed]=1
+  rm -rf "$CLAIMS/$dataset+$label+$seed"
+done
