@@ -91,6 +91,19 @@ def test_chunked_ce_equals_full(chunk: int) -> None:
     torch.testing.assert_close(ce, ge)
 
 
+def test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck() -> None:
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(9, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    emb = torch.randn(13, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([1, 13, 5, 5, 2, 9, 3, 13, 7])
+    ours = full_cross_entropy(h, emb, t)
+    ref = torch.nn.functional.cross_entropy(h @ emb.T, t - 1)
+    torch.testing.assert_close(ours, ref)
+    for a, b in zip(torch.autograd.grad(ours * 3.0, (h, emb)), torch.autograd.grad(ref * 3.0, (h, emb))):
+        torch.testing.assert_close(a, b)  # an upstream gradient other than 1 scales through
+    assert torch.autograd.gradcheck(lambda a, b: full_cross_entropy(a, b, t), (h, emb))
+
+
 def test_chunked_ce_gradcheck() -> None:
     g = torch.Generator().manual_seed(1)
     h = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)

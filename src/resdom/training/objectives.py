@@ -74,6 +74,28 @@ def real_positions(hidden: torch.Tensor, batch: TrainBatch, model: SequentialRec
     return hidden[mask], batch.targets[mask]
 
 
+class _CrossEntropy(torch.autograd.Function):
+    """mean_p (logsumexp_n s_pn - s_p,t_p) of a score matrix, gradient softmax(s_p) - onehot(t_p) over P.
+
+    ``F.cross_entropy``'s value and gradient in fewer passes over the (P, N) scores on CPU (no log-softmax
+    tensor, no zero-filled gradient for the gather): about a quarter less time for the loss of a
+    beauty-ts-sized batch (P 2,000, N 12,101), which is most of a training step."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        lse = torch.logsumexp(scores, dim=1)
+        ctx.save_for_backward(scores, t, lse)
+        return (lse - scores.gather(1, t[:, None]).squeeze(1)).mean()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        scores, t, lse = ctx.saved_tensors
+        scale = grad / scores.shape[0]
+        g = scores.sub(lse[:, None]).exp_().mul_(scale)  # softmax probabilities / P
+        g[torch.arange(len(t), device=t.device), t] -= scale
+        return g, None
+
+
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}) over item chunks, recomputing scores in backward."""
 
@@ -112,7 +134,7 @@ def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor
         return h.sum() * 0.0
     t = targets - 1
     if chunk is None or chunk >= emb.shape[0]:
-        return F.cross_entropy(h @ emb.T, t)
+        return _CrossEntropy.apply(h @ emb.T, t)
     return _ChunkedCrossEntropy.apply(h, emb, t, chunk)
 
 
