@@ -5,13 +5,32 @@
 # goes on until the queue is done. A cell that was started before (by any worker, in any session) resumes in
 # the run folder that holds it (runs/repro*/); a new cell goes to $GRID.
 #   scripts/reproduce_queue.sh [QUEUE]            # e.g. twice, in the background, on a 2-core machine
+#   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones
 # Env: GRID (default runs/repro), and those of scripts/reproduce_cells.sh. A failed cell is skipped (its run
 # folder keeps error.txt) and not retried by this worker.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+STATUS=0; [ "${1:-}" = --status ] && { STATUS=1; shift; }
 QUEUE=${1:-scripts/grid.txt}
 STORE=${STORE:-results}
 CLAIMS=runs/claims
+if [ "$STATUS" = 1 ]; then
+  planned=0 stored=0 busy=() next=()
+  while read -r dataset label seed _; do
+    [[ -z "${dataset:-}" || "$dataset" == \#* ]] && continue
+    planned=$((planned + 1))
+    cell="$dataset $label $seed"
+    if [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ]; then stored=$((stored + 1)); continue; fi
+    for lock in runs/repro*/"$dataset/$label/seed$seed/.lock"; do  # a trainer holds its run's lock
+      [ -f "$lock" ] && ! flock -n "$lock" true && { busy+=("$cell"); continue 2; }
+    done
+    next+=("$cell")
+  done <"$QUEUE"
+  echo "$stored of $planned planned cells stored in $STORE/"
+  for c in "${busy[@]}"; do echo "being trained: $c"; done
+  for c in "${next[@]:0:5}"; do echo "next open: $c"; done
+  exit 0
+fi
 mkdir -p "$CLAIMS"
 declare -A failed=()
 
