@@ -14,18 +14,30 @@ STATUS=0; [ "${1:-}" = --status ] && { STATUS=1; shift; }
 QUEUE=${1:-scripts/grid.txt}
 STORE=${STORE:-results}
 CLAIMS=runs/claims
+
+cells() {  # the queue's cells, "data set  model  seed" a line, comments and blank lines left out
+  grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$QUEUE"
+}
+stored() { [ -f "$STORE/$1/$2/seed$3/cell.json" ]; }
+grid_of() {  # the run folder that holds the cell (where it was started), else $GRID
+  local dir
+  for dir in runs/repro*/; do [ -d "$dir$1/$2/seed$3" ] && { echo "${dir%/}"; return; }; done
+  echo "${GRID:-runs/repro}"
+}
+training() {  # a trainer (a worker's or anyone's) holds the run's lock
+  local lock="$1/$2/$3/seed$4/.lock"
+  [ -f "$lock" ] && ! flock -n "$lock" true
+}
+
 if [ "$STATUS" = 1 ]; then
   planned=0 stored=0 busy=() next=()
   while read -r dataset label seed _; do
-    [[ -z "${dataset:-}" || "$dataset" == \#* ]] && continue
     planned=$((planned + 1))
-    cell="$dataset $label $seed"
-    if [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ]; then stored=$((stored + 1)); continue; fi
-    for lock in runs/repro*/"$dataset/$label/seed$seed/.lock"; do  # a trainer holds its run's lock
-      [ -f "$lock" ] && ! flock -n "$lock" true && { busy+=("$cell"); continue 2; }
-    done
-    next+=("$cell")
-  done <"$QUEUE"
+    if stored "$dataset" "$label" "$seed"; then stored=$((stored + 1))
+    elif training "$(grid_of "$dataset" "$label" "$seed")" "$dataset" "$label" "$seed"; then
+      busy+=("$dataset $label $seed")
+    else next+=("$dataset $label $seed"); fi
+  done < <(cells)
   echo "$stored of $planned planned cells stored in $STORE/"
   for c in "${busy[@]}"; do echo "being trained: $c"; done
   for c in "${next[@]:0:5}"; do echo "next open: $c"; done
@@ -45,25 +57,20 @@ claim() {  # atomic: mkdir succeeds for one worker; a claim whose worker died is
 while true; do
   next=""
   while read -r dataset label seed _; do
-    [[ -z "${dataset:-}" || "$dataset" == \#* ]] && continue
     key="$dataset+$label+$seed"
-    [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ] && continue
+    stored "$dataset" "$label" "$seed" && continue
     [ -n "${failed[$key]:-}" ] && continue
-    grid=${GRID:-runs/repro}
-    for dir in runs/repro*/; do  # resume where the cell was started
-      [ -d "$dir$dataset/$label/seed$seed" ] && { grid=${dir%/}; break; }
-    done
-    run="$grid/$dataset/$label/seed$seed"
-    # a process outside the queue trains there (it holds the run's lock): leave the cell to it
-    [ -f "$run/.lock" ] && ! flock -n "$run/.lock" true && continue
+    grid=$(grid_of "$dataset" "$label" "$seed")
+    # a process outside the queue trains there: leave the cell to it
+    training "$grid" "$dataset" "$label" "$seed" && continue
     claim "$key" || continue
     # stored between the check above and the claim (its worker has just released it): not ours to train again
-    if [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ]; then rm -rf "${CLAIMS:?}/$key"; continue; fi
+    if stored "$dataset" "$label" "$seed"; then rm -rf "${CLAIMS:?}/$key"; continue; fi
     next="$dataset $label $seed $grid"; break
-  done <"$QUEUE"
+  done < <(cells)
   [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken)"; exit 0; }
   read -r dataset label seed grid <<<"$next"
   GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
-  [ -f "$STORE/$dataset/$label/seed$seed/cell.json" ] || failed[$dataset+$label+$seed]=1
-  rm -rf "$CLAIMS/$dataset+$label+$seed"
+  stored "$dataset" "$label" "$seed" || failed[$dataset+$label+$seed]=1
+  rm -rf "${CLAIMS:?}/$dataset+$label+$seed"
 done

@@ -407,10 +407,9 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
         for j, cat in enumerate(cats):
             cells = [groups.get((dataset, m), []) for m in models]
             stats = [_stats([number_at(r.diag("hrli"), "values", cat) for r in c]) for c in cells]
-            several = any(len(c) > 1 for c in cells)
-            # an error bar only where there is a spread to show: none for a model with one seed
+            # an error bar only where there is a spread to show: none (NaN) for a model with one seed
             ax.bar(x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4,
-                   yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)] if several else None,
+                   yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)],
                    color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=3,
                    **looks[cat])
         ax.set_xticks(x, [model_label(m) for m in models], rotation=30 if len(models) > 3 else 0)

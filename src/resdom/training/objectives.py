@@ -78,8 +78,8 @@ class _CrossEntropy(torch.autograd.Function):
     """mean_p (logsumexp_n s_pn - s_p,t_p) of a score matrix, gradient softmax(s_p) - onehot(t_p) over P.
 
     ``F.cross_entropy``'s value and gradient in fewer passes over the (P, N) scores on CPU (no log-softmax
-    tensor, no zero-filled gradient for the gather): about a quarter less time for the loss of a
-    beauty-ts-sized batch (P 2,000, N 12,101), which is most of a training step."""
+    tensor, no zero-filled gradient for the gather): at P 2,000, N 12,101 the loss with its score products
+    takes about 15% less time, a beauty-ts SASRec training step 2-8% less."""
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
