@@ -53,12 +53,13 @@ RESULTS = HERE / "RESULTS.md"
 DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared" / "data" / "raw"))
 BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
 END = "<!-- END benchmarks/run.py auto-generated block -->"
-SECTIONS = ("recbole", "rectools", "tta", "batching", "eval", "mixing", "memory", "scale", "scaling", "ddp")
+SECTIONS = ("recbole", "rectools", "tta", "batching", "last", "eval", "mixing", "memory", "scale", "scaling", "ddp")
 TITLES = {
     "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
     "rectools": "Training throughput: resdom vs RecTools 0.19 (SASRec, Beauty LOO)",
     "tta": "Time to accuracy: validation NDCG@10 against training seconds (SASRec, Beauty LOO)",
     "batching": "Batching: length groups and length bucketing vs one pass per batch (SASRec, Beauty LOO)",
+    "last": "Last-column encoding: the final block's queries only where the loss or the ranking reads (beauty-ts)",
     "eval": "Full-ranking evaluation: resdom vs a naive full sort",
     "mixing": "Mixing-ratio diagnostic vs a plain forward pass",
     "memory": "Peak memory at 10k, 100k and 1M items",
@@ -458,6 +459,42 @@ def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, target: f
 # ------------------------------------------------------------------------------------------ batching
 
 
+def section_last(ctx: Context) -> str:
+    if ctx.quick:
+        cases = [("synthetic", synthetic(300, 500, 50), ("bsarec",))]
+    else:
+        cases = [("beauty-ts (GTS)", {"source": "beauty-ts", "protocol": "gts", "data_dir": str(ctx.data_dir)},
+                  ("bsarec", "duorec", "sasrec"))]
+    rows, results = [], {}
+    for label, data, models in cases:
+        for name in models:
+            r = ctx.task("last_columns", {"data": data, "model": name, "rounds": 2 if ctx.quick else 3,
+                                          "steps": 2 if ctx.quick else 6, "eval_users": 200 if ctx.quick else 1024})
+            results[f"{label} {name}"] = r
+            if err(r):
+                continue
+            sec = r["seconds"]
+            rows.append([label, name, r["objective"], r["max_len"], f"{r['steps']} x {r['batch_size']}",
+                         sec["train_full"], sec["train_last"], ratio(sec["train_full"], sec["train_last"]),
+                         r["eval_users"], sec["eval_full"], sec["eval_last"], ratio(sec["eval_full"], sec["eval_last"]),
+                         f"{r['max_state_diff']:.1e}"])
+    text = [table(["data", "model", "objective", "max len", "train batches", "train s (all columns)",
+                   "train s (last)", "train speed-up", "eval users", "eval s (all columns)", "eval s (last)",
+                   "eval speed-up", "max state diff"], rows)]
+    text.append(
+        "\nSame seeded untrained model (the protocol's defaults and BSARec's Beauty preset), same real batches "
+        "(the trainer's length groups, DuoRec's partners) and test users. \"All columns\": the model made to "
+        "encode every column; \"last\": what the trainer and `final_states` run, `encode(items, last=k)`, "
+        "where the final block computes its queries, residual, LayerNorms and feed-forward layer at the k "
+        "columns the loss or the ranking reads (keys and values everywhere). Training: forward and backward of "
+        "every batch, no update; evaluation: the prediction states of the users, no autograd. Seconds: the "
+        "fastest of interleaved rounds in one process. Max state diff: the largest absolute difference of the "
+        "evaluated prediction states (floating-point order only; the training losses and gradients are equal "
+        "without dropout, `tests/test_models_last_columns.py`). SASRec's `ce_all` and DuoRec's reads every "
+        "column of its training pass (only DuoRec's second view and the evaluation gain).")
+    return "\n".join(text) + errors_note(results)
+
+
 def section_batching(ctx: Context) -> str:
     """One epoch of SASRec per batching setting, side by side: plain batches, length groups, bucketing."""
     data = synthetic(600, 2000, 50, min_len=3) if ctx.quick else {"source": "beauty", "data_dir": str(ctx.data_dir)}
@@ -828,6 +865,7 @@ def merge_results(path: Path, new_sections: dict[str, str]) -> str:
 
 RUNNERS: dict[str, Callable[[Context], str]] = {
     "recbole": section_recbole, "rectools": section_rectools, "tta": section_tta, "batching": section_batching,
+    "last": section_last,
     "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
     "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
 }

@@ -323,6 +323,71 @@ def task_mixing(args: dict[str, Any]) -> dict[str, Any]:
     return {**info, "users_per_s": round(len(evalset) / ph.seconds, 1), "pooled": pooled, **ph.to_dict()}
 
 
+def task_last_columns(args: dict[str, Any]) -> dict[str, Any]:
+    """Training steps and evaluation passes with the final block's queries at the columns read (``encode(items,
+    last=k)``, what the trainer and evaluation use) against the same model made to encode every column: the
+    fastest of interleaved rounds of the same real batches, and the largest difference of the evaluated states
+    (the training losses differ by their dropout draws; their equality without dropout is a unit test)."""
+    from resdom import distributed
+    from resdom.diagnostics.common import batches, inference
+    from resdom.models import build_model
+    from resdom.models.interface import final_states
+    from resdom.training import trainer
+    from resdom.training.batches import build_samples, epoch_order, iter_batches, same_target_partners
+    from resdom.training.config import resolve_configs
+    from resdom.training.objectives import get_objective
+
+    threads = set_threads(args.get("threads"))
+    data = args["data"]
+    split = load_split(data)
+    model_cfg, train_cfg = resolve_configs(args["model"], {}, {}, source=data.get("source"), n_items=split.n_items,
+                                           protocol=data.get("protocol"))
+    objective = get_objective(train_cfg.objective)
+    torch.manual_seed(0)
+    net = build_model(model_cfg)
+    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
+    rng = np.random.default_rng(0)
+    partners = same_target_partners(samples.last_targets, rng) if net.needs_partners() else None
+    groups = train_cfg.length_groups if objective.name in ("ce_all", "ce_last") and net.exact_length_groups() else 1
+    net.encode_groups = 1 if groups > 1 else train_cfg.length_groups
+    order = epoch_order(len(samples), rng)[: args.get("steps", 6) * train_cfg.batch_size]
+    train_batches = list(iter_batches(samples, order, train_cfg.batch_size, n_items=split.n_items, groups=groups,
+                                      partners=partners))
+    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective))
+    ctx = distributed.DistContext(device=torch.device("cpu"))
+    evalset = first_test_users(split, args.get("eval_users", 1024))
+    encode = net.encode
+
+    def set_full(full: bool) -> None:
+        net.encode = (lambda items, last=0: encode(items)) if full else encode
+
+    def train_pass() -> None:  # gradients only, no update: both modes see the same weights
+        net.train()
+        for parts in train_batches:
+            net.zero_grad(set_to_none=True)
+            trainer.backward_groups(step, parts, ctx)
+
+    def eval_pass() -> torch.Tensor:
+        with inference(net):
+            return torch.cat([final_states(net, items) for _, items, _ in batches(net, evalset, 256)])
+
+    best: dict[str, float] = {}
+    out: dict[str, Any] = {}
+    for _ in range(args.get("rounds", 3)):
+        for full in (False, True):
+            set_full(full)
+            for kind, fn in (("train", train_pass), ("eval", eval_pass)):
+                t0 = time.perf_counter()
+                out[kind, full] = fn()
+                key = f"{kind}_{'full' if full else 'last'}"
+                best[key] = min(best.get(key, math.inf), time.perf_counter() - t0)
+    set_full(False)
+    dstate = float((out["eval", False] - out["eval", True]).abs().max())
+    return {"threads": threads, "model": args["model"], "objective": objective.name, "max_len": model_cfg.max_len,
+            "steps": len(train_batches), "batch_size": train_cfg.batch_size, "eval_users": len(evalset),
+            "seconds": {k: round(v, 3) for k, v in best.items()}, "max_state_diff": dstate}
+
+
 # -------------------------------------------------------------------------------------------- distributed
 
 
@@ -347,7 +412,8 @@ def task_eval_run(args: dict[str, Any]) -> dict[str, Any]:
         ctx.close()
 
 
-TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "eval_run": task_eval_run}
+TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "last_columns": task_last_columns,
+         "eval_run": task_eval_run}
 
 
 def main(argv: list[str]) -> None:

@@ -67,6 +67,15 @@ def test_mixing_task_forward_and_both_definitions() -> None:
     assert all(v > 0 for v in timing["seconds"].values())
 
 
+@pytest.mark.parametrize("model", ["bsarec", "duorec"])
+def test_last_columns_task_times_both_modes_on_the_same_states(model: str) -> None:
+    res = tasks.task_last_columns({"data": TINY, "model": model, "threads": 1, "rounds": 1, "steps": 1,
+                                   "eval_users": 16})
+    assert set(res["seconds"]) == {"train_full", "train_last", "eval_full", "eval_last"}
+    assert all(v > 0 for v in res["seconds"].values()) and res["eval_users"] == 16
+    assert res["max_state_diff"] < 1e-5
+
+
 def test_phase_measures_peak_of_the_phase_only() -> None:
     with tasks.Phase() as ph:
         block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB touched inside the phase

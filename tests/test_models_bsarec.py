@@ -10,7 +10,7 @@ import torch
 
 from resdom.models import ModelConfig, build_model, recording, residual_scale
 from resdom.models.block import causal_mask_bias
-from resdom.models.bsarec import BSARecBlock, low_pass
+from resdom.models.bsarec import BSARecBlock, low_pass, low_pass_fft, low_pass_matrix
 
 
 def cfg(**kw: object) -> ModelConfig:
@@ -38,6 +38,22 @@ def test_low_pass_matches_explicit_dft(L: int, keep: int) -> None:
     got = low_pass(x, keep).numpy()
     for b in range(2):
         np.testing.assert_allclose(got[b], dft_low_pass(x[b].numpy(), keep), atol=1e-10)
+
+
+@pytest.mark.parametrize("L", [5, 50])
+@pytest.mark.parametrize("keep", [1, 3, 30])
+def test_low_pass_matrix_is_the_fft_filter(L: int, keep: int) -> None:
+    """``low_pass`` (one product with ``low_pass_matrix``) equals the two-FFT filter of the authors' code in value
+    and gradient, float32 too; ``last`` gives its last rows."""
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        x = torch.randn(3, L, 4, dtype=dtype, requires_grad=True)
+        w = torch.randn(3, L, 4, dtype=dtype)
+        (g_fft,) = torch.autograd.grad((low_pass_fft(x, keep) * w).sum(), x)
+        (g_mat,) = torch.autograd.grad((low_pass(x, keep) * w).sum(), x)
+        torch.testing.assert_close(low_pass(x, keep), low_pass_fft(x, keep), atol=tol, rtol=tol)
+        torch.testing.assert_close(g_mat, g_fft, atol=tol, rtol=tol)
+        torch.testing.assert_close(low_pass(x, keep, last=2), low_pass_fft(x, keep)[:, -2:], atol=tol, rtol=tol)
+    assert low_pass_matrix(L, keep).dtype == torch.float32 and low_pass_matrix(L, keep).shape == (L, L)
 
 
 @pytest.mark.parametrize("keep", [1, 2, 5])

@@ -45,7 +45,7 @@ from resdom.diagnostics.common import (
     seen_items,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
-from resdom.models.interface import Diagnosable, prediction_states, residual_scale, state_tokens
+from resdom.models.interface import Diagnosable, last_prediction_states, residual_scale, state_tokens
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +69,7 @@ def position_ranks(
     """
     out = []
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
-        hidden = prediction_states(model, model.encode(items), items)  # (B, L, d)
+        hidden = last_prediction_states(model, items, max(offsets) + 1)  # (B, L, d), read at L-1-k only
         tokens = state_tokens(model, items)  # the token each column of hidden sits on
         seen = seen_items(evalset.inputs, idx, items.device)
         L = items.shape[1]

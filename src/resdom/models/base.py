@@ -134,19 +134,28 @@ class SequentialRecommender(nn.Module):
         without a key-padding mask padded keys are attended to; BSARec's filter sees the whole window."""
         return not self.cfg.key_padding_mask
 
-    def encode(self, items: torch.Tensor) -> torch.Tensor:
+    def encode(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
         """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
 
         Results do not depend on L (batch trimming): where ``full_window()``, the blocks run on the padded
         ``max_len`` window and the states and block records of the caller's L columns are returned. In training
         with ``encode_groups`` > 1 (set by the trainer where it cannot cut the batch itself: a batch-wide loss
         such as DuoRec's InfoNCE) the rows are encoded in groups of similar length (``encode_in_groups``).
+        ``last`` > 0: only the states of the last ``last`` columns are computed, the same values (the final
+        block runs its queries there only, ``AttentionBlock.forward``); the other columns are 0, unless the
+        blocks record (records cover every position). For a caller that reads no other column
+        (``readout_width``).
         """
         if self.training and self.encode_groups > 1 and not self.full_window() and items.shape[0] > 1:
-            return self.encode_in_groups(items, self.encode_groups)
-        return self.encode_tokens(items)
+            return self.encode_in_groups(items, self.encode_groups, last)
+        return self.encode_tokens(items, last)
 
-    def encode_in_groups(self, items: torch.Tensor, groups: int) -> torch.Tensor:
+    def readout_width(self) -> int:
+        """How many of the last columns of ``encode`` the prediction at column L-1 reads: 1 (``readout="last"``),
+        ``readout_k`` (``mean``), 0 = all (``pool``). ``encode(items, last=readout_width())`` is enough for it."""
+        return {"last": 1, "mean": self.cfg.readout_k, "pool": 0}[self.cfg.readout]
+
+    def encode_in_groups(self, items: torch.Tensor, groups: int, last: int = 0) -> torch.Tensor:
         """``encode_tokens`` per group of rows of similar length (rows sorted by length, cut into ``groups``
         equal parts), each cut to its own longest row: the same states at real positions, since the states do
         not depend on the width, for a fraction of the padded work. Padded positions carry no state anyone reads
@@ -157,7 +166,7 @@ class SequentialRecommender(nn.Module):
         parts = []
         for rows in torch.tensor_split(order, min(groups, B)):
             width = max(int(lengths[rows].max()), 1)
-            parts.append(nn.functional.pad(self.encode_tokens(items[rows, -width:]), (0, 0, L - width, 0)))
+            parts.append(nn.functional.pad(self.encode_tokens(items[rows, -width:], last), (0, 0, L - width, 0)))
         return torch.cat(parts)[torch.argsort(order)]
 
     def mask_bias(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -169,8 +178,9 @@ class SequentialRecommender(nn.Module):
         the items themselves here; BERT4Rec appends its [MASK]."""
         return items
 
-    def encode_tokens(self, items: torch.Tensor) -> torch.Tensor:
-        """The encoder itself: token ids (B, L) left-padded, L <= cfg.max_len positions -> states (B, L, d)."""
+    def encode_tokens(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
+        """The encoder itself: token ids (B, L) left-padded, L <= cfg.max_len positions -> states (B, L, d)
+        (``last`` > 0: only the last ``last`` columns computed; see ``encode``)."""
         capacity = self.cfg.max_len  # rows of the position table
         if items.shape[1] > capacity:
             items = items[:, -capacity:]
@@ -181,10 +191,16 @@ class SequentialRecommender(nn.Module):
         mask_bias = self.mask_bias(items)
         h = self.embed(items)
         real = (items > 0).unsqueeze(-1).to(h.dtype) if self.cfg.zero_padding else None
-        for block in self.blocks:
-            h = block(h if real is None else h * real, mask_bias)
+        last = 0 if any(b.recording is not None for b in self.blocks) else min(last, width)  # records: all
+        for n, block in enumerate(self.blocks):
+            h = h if real is None else h * real
+            h = block(h, mask_bias, last) if last and n == len(self.blocks) - 1 else block(h, mask_bias)
+        if last:
+            h, real = h[:, -last:], None if real is None else real[:, -last:]
         h = h if real is None else h * real
         h = self.final_ln(h) if self.final_ln is not None else h
+        if last:
+            return nn.functional.pad(h, (0, 0, width - last, 0))
         if items.shape[1] != width:
             for block, n in zip(self.blocks, recorded):
                 if block.recording is not None:
@@ -233,7 +249,8 @@ class SequentialRecommender(nn.Module):
     def training_states(self, batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor]:
         """(the batch the objective scores, its states): what the model trains on, made from a TrainBatch of
         ``training.batches``. Here the batch itself and ``encode(batch.items)``; BERT4Rec masks the input."""
-        return batch, self.encode(batch.items)
+        last = self.readout_width() if batch.targets.dim() == 1 else 0  # layout "last": only column L-1 is read
+        return batch, self.encode(batch.items, last)
 
     def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor | None:
         """Extra training loss beyond the objective (DuoRec's InfoNCE); hidden is encode(batch.items)."""

@@ -100,12 +100,13 @@ class BERT4Rec(SequentialRecommender):
         mask = torch.full((items.shape[0], 1), self.mask_id, dtype=items.dtype, device=items.device)
         return torch.cat([items, mask], dim=1)
 
-    def encode(self, items: torch.Tensor) -> torch.Tensor:
+    def encode(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
         """items (B, L) left-padded, L <= max_len -> (B, L, d): the states of the last L of the L + 1 positions of
-        ``items`` + ``[MASK]``; column L-1 is ``[MASK]``. Longer inputs keep their last ``max_len`` items."""
+        ``items`` + ``[MASK]``; column L-1 is ``[MASK]``. Longer inputs keep their last ``max_len`` items.
+        ``last``: as in ``SequentialRecommender.encode``."""
         if items.shape[1] > self.max_len:
             items = items[:, -self.max_len :]
-        return self.encode_tokens(self.block_tokens(items))[:, 1:]
+        return self.encode_tokens(self.block_tokens(items), min(last, items.shape[1]))[:, 1:]
 
     def item_embeddings(self) -> torch.Tensor:
         """(n_items + 1, d): rows 0..N of the tied embedding; the [MASK] row is never ranked."""
@@ -123,7 +124,7 @@ class BERT4Rec(SequentialRecommender):
         """Layout ``window`` (``mlm``): mask the window, encode it as it is (no appended [MASK]), labels at the
         masked positions. Layout ``last`` (``ce_last``): the prefix with [MASK] appended, read there."""
         if batch.targets.dim() == 1:
-            return batch, self.encode(batch.items)
+            return batch, self.encode(batch.items, self.readout_width())
         tokens, labels = self.mask_items(batch.items, batch.targets)
         return TrainBatch(tokens, labels), self.encode_tokens(tokens)
 

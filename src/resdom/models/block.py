@@ -269,10 +269,18 @@ class AttentionBlock(nn.Module):
     def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         return queries
 
-    def residual_sum(self, x: torch.Tensor, mask_bias: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Z = alpha * R + Dropout(MHA(Q, KV)) from X (B, L, d), and the record's fields of this pass."""
+    def residual_sum(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0
+                     ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Z = alpha * R + Dropout(MHA(Q, KV)) from X (B, L, d), and the record's fields of this pass.
+
+        ``last`` > 0: Z of the last ``last`` positions only (B, last, d): queries and residual there, keys and
+        values everywhere (``forward``)."""
         r, q = self.residual_and_queries(x)
         kv = self.key_values(x, q)
+        if last:
+            if self.recording is not None:
+                raise ValueError("a block records every position: last=0 while recording")
+            r, q, mask_bias = r[:, -last:], q[:, -last:], mask_bias[:, :, -last:]
         weights = head_values = own = None
         if self.recording is not None and not self.record_weights:
             a, own = self.attention.with_self_terms(q, mask_bias, kv=kv)
@@ -295,9 +303,9 @@ class AttentionBlock(nn.Module):
                 **parts, ln_weight=None if ln is None else ln.weight, ln_bias=None if ln is None else ln.bias,
                 ln_eps=None if ln is None else ln.eps, norm_first=ln is None, causal=self.causal, **extra))
 
-    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0) -> torch.Tensor:
         """H1 from X (B, L, d): LN(Z) (post-LN) or Z (pre-LN); appends a BlockRecord when recording."""
-        z, parts = self.residual_sum(x, mask_bias)
+        z, parts = self.residual_sum(x, mask_bias, last)
         ln = self.sum_norm()
         h1 = z if ln is None else ln(z)
         self.record(parts, sublayer_out=h1)
@@ -308,9 +316,11 @@ class AttentionBlock(nn.Module):
             return h1 + self.dropout(self.ffn(self.ffn_ln(h1)))
         return self.ffn_ln(h1 + self.dropout(self.ffn(h1)))
 
-    def forward(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
-        """x (B, L, d), mask_bias (B, 1, L, L) -> (B, L, d)."""
-        return self.ffn_sublayer(self.attention_sublayer(x, mask_bias))
+    def forward(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0) -> torch.Tensor:
+        """x (B, L, d), mask_bias (B, 1, L, L) -> (B, L, d); with ``last`` > 0 the output of the last ``last``
+        positions only (B, last, d), the same values: every other step of a block is position-wise, so only
+        the attention's keys and values need the earlier positions."""
+        return self.ffn_sublayer(self.attention_sublayer(x, mask_bias, last))
 
     def reset_parameters(self) -> None:
         """Initialisation beyond the model-wide one (``SequentialRecommender._init_weights``); none here."""

@@ -64,7 +64,7 @@ class DuoRec(SequentialRecommender):
     def last_state(self, items: torch.Tensor) -> torch.Tensor:
         """items (B, L) left-padded -> (B, d) the prediction state at column L-1 (the readout of a fresh pass,
         dropout as in the mode)."""
-        return self.readout(self.encode(items), items)[:, -1]
+        return self.readout(self.encode(items, self.readout_width()), items)[:, -1]
 
     def _sup_items(self, batch: TrainBatch) -> torch.Tensor:
         if batch.sup_items is None:

@@ -58,8 +58,9 @@ class GRU4Rec(SequentialRecommender):
             nn.init.normal_(self.item_emb.weight, 0.0, cfg.init_std)
             self.item_emb.weight[0].zero_()
 
-    def encode(self, items: torch.Tensor) -> torch.Tensor:
-        """items (B, L) left-padded -> (B, L, d): the GRU's output at each real position (0 at padding)."""
+    def encode(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
+        """items (B, L) left-padded -> (B, L, d): the GRU's output at each real position (0 at padding). ``last``
+        changes nothing: the recurrence computes every earlier state anyway."""
         if items.shape[1] > self.max_len:
             items = items[:, -self.max_len :]
         B, L = items.shape

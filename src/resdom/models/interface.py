@@ -18,6 +18,10 @@ state); resdom's remedies (docs/remedies.md) read the mean of the last k states 
 instead. Evaluation, every diagnostic and the training objectives read predictions only through
 ``prediction_states`` / ``final_states`` below, never a column of ``encode`` directly.
 
+Optional: ``readout_width() -> k`` with ``encode(items, last=k)``: the prediction at column L-1 reads only the
+last k columns of ``encode`` (0: all), and ``encode`` can compute just those (``last_prediction_states`` asks
+for them).
+
 Optional: ``block_tokens(items) -> tokens`` (B, L'), the token ids of the positions its blocks see and record,
 when the model adds tokens of its own (BERT4Rec appends ``[MASK]``: L' = L + 1, and ``encode`` returns the
 states of the last L of them, so column L-1 is the [MASK] position where the prediction is read and column
@@ -75,10 +79,19 @@ def prediction_states(model: Diagnosable, hidden: torch.Tensor, items: torch.Ten
     return hidden if fn is None else fn(hidden, items)
 
 
+def last_prediction_states(model: Diagnosable, items: torch.Tensor, n: int = 1) -> torch.Tensor:
+    """items (B, L) left-padded -> ``prediction_states`` (B, L, d), exact in the last ``n`` columns: a model with
+    ``readout_width`` encodes only the columns those read (the rest are not meant to be read)."""
+    width = getattr(model, "readout_width", None)
+    k = 0 if width is None else width()
+    hidden = model.encode(items) if k == 0 else model.encode(items, n + k - 1)
+    return prediction_states(model, hidden, items)
+
+
 def final_states(model: Diagnosable, items: torch.Tensor) -> torch.Tensor:
     """items (B, L) left-padded -> (B, d): the prediction for the next item (column L-1 of the prediction
     states of ``encode(items)``)."""
-    return prediction_states(model, model.encode(items), items)[:, -1]
+    return last_prediction_states(model, items)[:, -1]
 
 
 def trained_scale(block: Any) -> float | torch.Tensor:
