@@ -468,7 +468,7 @@ def section_last(ctx: Context) -> str:
     rows, results = [], {}
     for label, data, models in cases:
         for name in models:
-            r = ctx.task("last_columns", {"data": data, "model": name, "rounds": 2 if ctx.quick else 3,
+            r = ctx.task("last_columns", {"data": data, "model": name, "rounds": 2 if ctx.quick else 6,
                                           "steps": 2 if ctx.quick else 6, "eval_users": 200 if ctx.quick else 1024})
             results[f"{label} {name}"] = r
             if err(r):
@@ -488,10 +488,11 @@ def section_last(ctx: Context) -> str:
         "where the final block computes its queries, residual, LayerNorms and feed-forward layer at the k "
         "columns the loss or the ranking reads (keys and values everywhere). Training: forward and backward of "
         "every batch, no update; evaluation: the prediction states of the users, no autograd. Seconds: the "
-        "fastest of interleaved rounds in one process. Max state diff: the largest absolute difference of the "
-        "evaluated prediction states (floating-point order only; the training losses and gradients are equal "
-        "without dropout, `tests/test_models_last_columns.py`). SASRec's `ce_all` and DuoRec's reads every "
-        "column of its training pass (only DuoRec's second view and the evaluation gain).")
+        "fastest of 6 interleaved rounds in one process (which mode goes first alternates). Max state diff: "
+        "the largest absolute difference of the evaluated prediction states (floating-point order only; the "
+        "training losses and gradients are equal without dropout, `tests/test_models_last_columns.py`). "
+        "SASRec's and DuoRec's `ce_all` read every column of the training pass: only DuoRec's second view and "
+        "the evaluation gain there.")
     return "\n".join(text) + errors_note(results)
 
 

@@ -75,25 +75,27 @@ def real_positions(hidden: torch.Tensor, batch: TrainBatch, model: SequentialRec
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """mean_p (logsumexp_n s_pn - s_p,t_p) of a score matrix, gradient softmax(s_p) - onehot(t_p) over P.
+    """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}), the score product inside: gradients (P - onehot) E / P and
+    (P - onehot)^T H / P, P the softmax probabilities.
 
-    ``F.cross_entropy``'s value and gradient in fewer passes over the (P, N) scores on CPU (no log-softmax
-    tensor, no zero-filled gradient for the gather): at P 2,000, N 12,101 the loss with its score products
-    takes about 15% less time, a beauty-ts SASRec training step 2-8% less."""
+    ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient with fewer passes over the (P, N) scores on CPU:
+    one fused log-softmax (torch's log-sum-exp makes four), the probabilities exponentiated once in backward
+    and the 1/P scale put on the (P, d) and (N, d) products. At P 600, N 12,101, d 64 the loss with its three
+    products takes 15% less time than the product followed by a log-sum-exp loss (200 vs 237 ms, one thread)."""
 
     @staticmethod
-    def forward(ctx, scores: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        lse = torch.logsumexp(scores, dim=1)
-        ctx.save_for_backward(scores, t, lse)
-        return (lse - scores.gather(1, t[:, None]).squeeze(1)).mean()
+    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        log_p = torch.log_softmax(h @ emb.T, dim=1)
+        ctx.save_for_backward(h, emb, t, log_p)
+        return -log_p.gather(1, t[:, None]).mean()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        scores, t, lse = ctx.saved_tensors
-        scale = grad / scores.shape[0]
-        g = scores.sub(lse[:, None]).exp_().mul_(scale)  # softmax probabilities / P
-        g[torch.arange(len(t), device=t.device), t] -= scale
-        return g, None
+        h, emb, t, log_p = ctx.saved_tensors
+        scale = grad / h.shape[0]
+        g = log_p.exp()  # softmax probabilities
+        g[torch.arange(len(t), device=t.device), t] -= 1.0
+        return (g @ emb).mul_(scale), (g.T @ h).mul_(scale), None
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -134,7 +136,7 @@ def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor
         return h.sum() * 0.0
     t = targets - 1
     if chunk is None or chunk >= emb.shape[0]:
-        return _CrossEntropy.apply(h @ emb.T, t)
+        return _CrossEntropy.apply(h, emb, t)
     return _ChunkedCrossEntropy.apply(h, emb, t, chunk)
 
 
