@@ -13,6 +13,7 @@ from resdom.data.sequences import Sequences
 from resdom.models import build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
+from resdom.training import objectives
 from resdom.training.batches import build_samples, make_batch
 from resdom.training.objectives import (
     OBJECTIVES,
@@ -91,7 +92,10 @@ def test_chunked_ce_equals_full(chunk: int) -> None:
     torch.testing.assert_close(ce, ge)
 
 
-def test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck() -> None:
+@pytest.mark.parametrize("rows", [1, 2, 4, 9, 64])
+def test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of ``rows`` rows (64 on CPU by default): blocks of one row, uneven last blocks and one block alike."""
+    monkeypatch.setattr(objectives, "CPU_ROWS", rows)
     g = torch.Generator().manual_seed(2)
     h = torch.randn(9, 4, generator=g, dtype=torch.float64, requires_grad=True)
     emb = torch.randn(13, 4, generator=g, dtype=torch.float64, requires_grad=True)
