@@ -79,7 +79,8 @@ CPU_ROWS = 64  # rows of the (rows, N) score blocks of _CrossEntropy on CPU: a b
 
 class _CrossEntropy(torch.autograd.Function):
     """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}) over blocks of ``rows`` rows of h, the scores recomputed
-    in backward: gradients (P - onehot) E / P and (P - onehot)^T H / P, P the softmax probabilities.
+    in backward: gradients (S - Y) E / P and (S - Y)^T H / P over the P rows, S the softmax probabilities and
+    Y the one-hot targets.
 
     ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each (rows, N) block of
     scores is made, reduced and dropped while it sits in cache (on CPU 64 rows; elsewhere one block of all
@@ -102,11 +103,11 @@ class _CrossEntropy(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         h, emb, t, lse = ctx.saved_tensors
         gh, ge = torch.empty_like(h), torch.zeros_like(emb)
-        cols = torch.arange(min(ctx.rows, h.shape[0]), device=h.device)
+        block_rows = torch.arange(min(ctx.rows, h.shape[0]), device=h.device)
         for s in range(0, h.shape[0], ctx.rows):
             hb = h[s : s + ctx.rows]
             g = (hb @ emb.T).sub_(lse[s : s + ctx.rows, None]).exp_()  # softmax probabilities of the block
-            g[cols[: len(hb)], t[s : s + ctx.rows]] -= 1.0
+            g[block_rows[: len(hb)], t[s : s + ctx.rows]] -= 1.0
             torch.mm(g, emb, out=gh[s : s + ctx.rows])
             ge.addmm_(g.T, hb)
         scale = grad / h.shape[0]
