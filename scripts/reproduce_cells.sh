@@ -13,7 +13,11 @@ DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 CODE="runs/code-$(git rev-parse --short HEAD)"
 if [ ! -d "$CODE/src" ]; then  # copied aside, then renamed: two scripts started together never share a half copy
-  mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
+  # SOURCE_COMMIT: what every epoch and config.json of these cells records as their code (resdom.runs.source_commit)
+  dirty=$(git status --porcelain -- src | head -c1)
+  mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" \
+    && echo "$(git rev-parse --short HEAD)${dirty:+-dirty}" > "$tmp/src/resdom/SOURCE_COMMIT" \
+    && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
 fi
 for group in "$@"; do
   read -r dataset label seeds <<<"$group"

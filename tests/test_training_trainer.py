@@ -318,6 +318,31 @@ def test_threads_may_change_on_resume(tmp_path: Path) -> None:
     assert fit(split, m, t2, tmp_path, progress=False)["epochs_run"] == 2
 
 
+def test_the_source_commit_is_recorded_per_epoch_and_in_the_config(tmp_path: Path, monkeypatch) -> None:
+    """A resumed run trained by other code says so epoch by epoch; the cell's compute lists both commits."""
+    import resdom
+    from resdom import runs
+    from resdom.pipeline.reproduce import cell_compute
+    from resdom.training import trainer
+
+    assert runs.source_commit(tmp_path) is None  # no SOURCE_COMMIT file
+    (tmp_path / "SOURCE_COMMIT").write_text("abc1234\n")
+    assert runs.source_commit(tmp_path) == "abc1234"
+    assert runs.source_commit(Path(resdom.__file__).parent) is None  # a checkout records none
+    split, m, t = configs(epochs=1)
+    run = tmp_path / "run"
+    monkeypatch.setattr(trainer, "source_commit", lambda: "abc1234")
+    monkeypatch.setattr(runs, "source_commit", lambda: "abc1234")
+    fit(split, m, t, run, progress=False)
+    monkeypatch.setattr(trainer, "source_commit", lambda: "def5678")
+    monkeypatch.setattr(runs, "source_commit", lambda: "def5678")
+    fit(split, m, t.model_copy(update={"epochs": 2}), run, progress=False)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["source"] for r in records] == ["abc1234", "def5678"]
+    assert json.loads((run / "config.json").read_text())["versions"]["source"] == "def5678"
+    assert cell_compute(run)["sources"] == ["abc1234", "def5678"]
+
+
 @pytest.mark.parametrize("objective", ["ce_all", "ce_last", "bce"])
 def test_grouped_backward_gives_the_whole_batch_gradient(objective: str) -> None:
     """backward_groups over length groups = one backward of the whole batch (same loss, same gradients)."""

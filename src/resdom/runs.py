@@ -25,13 +25,28 @@ from resdom.rundir import RunDir
 CHECKPOINT_FORMAT = "resdom-checkpoint/1"
 
 
+def source_commit(package_dir: str | Path | None = None) -> str | None:
+    """The commit of the source tree resdom runs from, where one is recorded: the file ``SOURCE_COMMIT`` in the
+    package directory (``scripts/reproduce_cells.sh`` writes it into the frozen copy its cells train from);
+    None otherwise."""
+    import resdom
+
+    path = Path(package_dir or Path(resdom.__file__).parent) / "SOURCE_COMMIT"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
 def versions() -> dict[str, str]:
     import numpy
 
     import resdom
 
-    return {"resdom": resdom.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
-            "python": platform.python_version()}
+    found = {"resdom": resdom.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+             "python": platform.python_version()}
+    commit = source_commit()
+    return found if commit is None else {**found, "source": commit}
 
 
 def data_fingerprint(split: SplitData) -> str:

@@ -170,7 +170,8 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
 
 def cell_compute(run_dir: Path) -> dict[str, Any]:
     """What a cell cost: epochs, summed epoch seconds (training passes, without validation), the diagnostics'
-    summed seconds (each file records its own), device, threads and the machine's CPU count."""
+    summed seconds (each file records its own), device, threads, the machine's CPU count and, where the epochs
+    recorded them, the source commits that trained them (``sources``)."""
     import os
     import platform
 
@@ -185,7 +186,14 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(sum(diag.values()), 1),
             "device": train.get("device"), "threads": _threads(train, epochs), "cpu_count": os.cpu_count(),
-            "machine": platform.machine()}
+            "machine": platform.machine(), **_sources(epochs)}
+
+
+def _sources(epochs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """``{"sources": [...]}``: the source commits the epochs were trained by, in order of first use (each epoch
+    record says where it was recorded, ``runs.source_commit``); {} when none was."""
+    seen = list(dict.fromkeys(r["source"] for r in epochs if r.get("source")))
+    return {"sources": seen} if seen else {}
 
 
 def _threads(train: dict[str, Any], epochs: list[dict[str, Any]]) -> int | str | None:

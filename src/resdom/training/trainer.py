@@ -44,7 +44,15 @@ from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
 from resdom.rundir import RunDir
-from resdom.runs import checkpoint_id, data_fingerprint, load_checkpoint, read_safetensors, save_checkpoint, versions
+from resdom.runs import (
+    checkpoint_id,
+    data_fingerprint,
+    load_checkpoint,
+    read_safetensors,
+    save_checkpoint,
+    source_commit,
+    versions,
+)
 from resdom.training.batches import (
     SampleSet,
     bucket_by_length,
@@ -348,6 +356,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     model = build_model(model_cfg).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     stopper = EarlyStopping()
+    source = source_commit()
     start_epoch = 1
     if state is not None:
         files.load_state_tensors(state, model, optimizer)
@@ -374,6 +383,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
                   "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads()}
+        if source is not None:
+            record["source"] = source  # the commit that trained this epoch (a resumed run may change it)
         if train_cfg.monitor_every and epoch % train_cfg.monitor_every == 0:
             record["monitor"] = _monitor(model, split, train_cfg, device)
         if stopper.should_stop(train_cfg.patience):
