@@ -28,6 +28,22 @@ training() {  # a trainer (a worker's or anyone's) holds the run's lock
   local lock="$1/$2/$3/seed$4/.lock"
   [ -f "$lock" ] && ! flock -n "$lock" true
 }
+progress() {  # ", epoch E (best B, ...)" of a started cell, from its epoch log; nothing for a new one
+  local run="$1/$2/$3/seed$4"
+  [ -f "$run/metrics.jsonl" ] || return 0
+  .venv/bin/python - "$run" <<'PY'
+import json, sys
+from pathlib import Path
+run = Path(sys.argv[1])
+log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+if log:
+    last = log[-1]
+    patience = json.loads((run / "config.json").read_text()).get("train", {}).get("patience", 10)
+    left = last["best_epoch"] + patience - last["epoch"]
+    print(f", epoch {last['epoch']} (best {last['best_epoch']}, last epoch {last['seconds'] / 60:.1f} min, "
+          f"at most {left} more unless it improves)", end="")
+PY
+}
 
 if [ "$STATUS" = 1 ]; then
   planned=0 stored=0 busy=() next=()
@@ -39,8 +55,8 @@ if [ "$STATUS" = 1 ]; then
     else next+=("$dataset $label $seed"); fi
   done < <(cells)
   echo "$stored of $planned planned cells stored in $STORE/"
-  for c in "${busy[@]}"; do echo "being trained: $c"; done
-  for c in "${next[@]:0:5}"; do echo "next open: $c"; done
+  for c in "${busy[@]}"; do echo "being trained: $c$(progress "$(grid_of $c)" $c)"; done
+  for c in "${next[@]:0:5}"; do echo "next open: $c$(progress "$(grid_of $c)" $c)"; done
   exit 0
 fi
 mkdir -p "$CLAIMS"
