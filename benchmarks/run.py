@@ -53,13 +53,15 @@ RESULTS = HERE / "RESULTS.md"
 DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared" / "data" / "raw"))
 BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
 END = "<!-- END benchmarks/run.py auto-generated block -->"
-SECTIONS = ("recbole", "rectools", "tta", "batching", "last", "eval", "mixing", "memory", "scale", "scaling", "ddp")
+SECTIONS = ("recbole", "rectools", "tta", "batching", "last", "ce", "eval", "mixing", "memory", "scale", "scaling",
+            "ddp")
 TITLES = {
     "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
     "rectools": "Training throughput: resdom vs RecTools 0.19 (SASRec, Beauty LOO)",
     "tta": "Time to accuracy: validation NDCG@10 against training seconds (SASRec, Beauty LOO)",
     "batching": "Batching: length groups and length bucketing vs one pass per batch (SASRec, Beauty LOO)",
     "last": "Last-column encoding: the final block's queries only where the loss or the ranking reads (beauty-ts)",
+    "ce": "Full-softmax cross-entropy: resdom's blocks of rows vs F.cross_entropy of the score matrix",
     "eval": "Full-ranking evaluation: resdom vs a naive full sort",
     "mixing": "Mixing-ratio diagnostic vs a plain forward pass",
     "memory": "Peak memory at 10k, 100k and 1M items",
@@ -496,6 +498,30 @@ def section_last(ctx: Context) -> str:
     return "\n".join(text) + errors_note(results)
 
 
+def section_ce(ctx: Context) -> str:
+    # P: the target positions of a ce_all batch of 256 beauty-ts / sports-ts sequences (about 2,000), N their items
+    cases = [(500, 2_000)] if ctx.quick else [(2_000, 12_101), (2_000, 18_357), (256, 12_101), (2_000, 100_000)]
+    rows, results = [], {}
+    for P, N in cases:
+        r = ctx.task("cross_entropy", {"P": P, "N": N, "rounds": 2 if ctx.quick else 6})
+        results[f"P {P}, N {N}"] = r
+        if err(r):
+            continue
+        sec = r["seconds"]
+        rows.append([f"{P:,}", f"{N:,}", r["d"], round(sec["torch"] * 1e3), round(sec["resdom"] * 1e3),
+                     ratio(sec["torch"], sec["resdom"]), f"{r['loss_diff']:.1e}", f"{r['grad_diff']:.1e}"])
+    text = [table(["rows P", "items N", "d", "F.cross_entropy ms", "resdom ms", "speed-up", "loss diff",
+                   "max grad diff"], rows)]
+    text.append(
+        "\nForward and backward of the mean full-softmax cross-entropy of P states against N item embeddings "
+        "(float32, random N(0, 0.3^2) entries): `F.cross_entropy(h @ E.T, t)` against resdom's "
+        "`training.objectives.full_cross_entropy` (blocks of 64 rows on CPU scored, reduced and dropped in "
+        "cache, scored again in backward; no (P, N) tensor kept). Seconds: the fastest of interleaved rounds in "
+        "one process, the order alternating. P 2,000 is about a `ce_all` batch of 256 beauty-ts sequences, "
+        "P 256 a `ce_last` batch.")
+    return "\n".join(text) + errors_note(results)
+
+
 def section_batching(ctx: Context) -> str:
     """One epoch of SASRec per batching setting, side by side: plain batches, length groups, bucketing."""
     data = synthetic(600, 2000, 50, min_len=3) if ctx.quick else {"source": "beauty", "data_dir": str(ctx.data_dir)}
@@ -866,7 +892,7 @@ def merge_results(path: Path, new_sections: dict[str, str]) -> str:
 
 RUNNERS: dict[str, Callable[[Context], str]] = {
     "recbole": section_recbole, "rectools": section_rectools, "tta": section_tta, "batching": section_batching,
-    "last": section_last,
+    "last": section_last, "ce": section_ce,
     "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
     "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
 }

@@ -388,6 +388,36 @@ def task_last_columns(args: dict[str, Any]) -> dict[str, Any]:
             "seconds": {k: round(v, 3) for k, v in best.items()}, "max_state_diff": dstate}
 
 
+def task_cross_entropy(args: dict[str, Any]) -> dict[str, Any]:
+    """The full-softmax CE of ``P`` states against ``N`` items (d ``d``), forward and backward: ``F.cross_entropy``
+    of the score product against resdom's ``full_cross_entropy`` (blocks of rows, no (P, N) tensor kept), the
+    fastest of interleaved rounds, and the largest differences of loss and gradients."""
+    import torch.nn.functional as F
+
+    from resdom.training.objectives import full_cross_entropy
+
+    threads = set_threads(args.get("threads"))
+    P, N, d = int(args["P"]), int(args["N"]), int(args.get("d", 64))
+    g = torch.Generator().manual_seed(0)
+    h0, emb0 = torch.randn(P, d, generator=g) * 0.3, torch.randn(N, d, generator=g) * 0.3
+    targets = torch.randint(1, N + 1, (P,), generator=g)
+    impls = {"torch": lambda h, e: F.cross_entropy(h @ e.T, targets - 1), "resdom": lambda h, e: full_cross_entropy(
+        h, e, targets)}
+    best: dict[str, float] = {}
+    out: dict[str, tuple] = {}
+    for n in range(args.get("rounds", 5)):
+        for name in (list(impls) if n % 2 == 0 else list(impls)[::-1]):
+            h, e = h0.clone().requires_grad_(), emb0.clone().requires_grad_()
+            t0 = time.perf_counter()
+            loss = impls[name](h, e)
+            loss.backward()
+            best[name] = min(best.get(name, math.inf), time.perf_counter() - t0)
+            out[name] = (float(loss.detach()), h.grad, e.grad)
+    (lt, ht, et), (lr, hr, er) = out["torch"], out["resdom"]
+    return {"threads": threads, "P": P, "N": N, "d": d, "seconds": {k: round(v, 4) for k, v in best.items()},
+            "loss_diff": abs(lt - lr), "grad_diff": max(float((ht - hr).abs().max()), float((et - er).abs().max()))}
+
+
 # -------------------------------------------------------------------------------------------- distributed
 
 
@@ -413,7 +443,7 @@ def task_eval_run(args: dict[str, Any]) -> dict[str, Any]:
 
 
 TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "last_columns": task_last_columns,
-         "eval_run": task_eval_run}
+         "cross_entropy": task_cross_entropy, "eval_run": task_eval_run}
 
 
 def main(argv: list[str]) -> None:

@@ -76,6 +76,12 @@ def test_last_columns_task_times_both_modes_on_the_same_states(model: str) -> No
     assert res["max_state_diff"] < 1e-5
 
 
+def test_cross_entropy_task_compares_equal_losses() -> None:
+    res = tasks.task_cross_entropy({"P": 70, "N": 50, "d": 8, "rounds": 2, "threads": 1})  # two row blocks
+    assert set(res["seconds"]) == {"torch", "resdom"} and all(v > 0 for v in res["seconds"].values())
+    assert res["loss_diff"] < 1e-5 and res["grad_diff"] < 1e-6
+
+
 def test_phase_measures_peak_of_the_phase_only() -> None:
     with tasks.Phase() as ph:
         block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB touched inside the phase
