@@ -503,7 +503,7 @@ def section_ce(ctx: Context) -> str:
     cases = [(500, 2_000)] if ctx.quick else [(2_000, 12_101), (2_000, 18_357), (256, 12_101), (2_000, 100_000)]
     rows, results = [], {}
     for P, N in cases:
-        r = ctx.task("cross_entropy", {"P": P, "N": N, "rounds": 2 if ctx.quick else 6})
+        r = ctx.task("cross_entropy", {"P": P, "N": N, "rounds": 2 if ctx.quick else 12})
         results[f"P {P}, N {N}"] = r
         if err(r):
             continue
@@ -516,7 +516,7 @@ def section_ce(ctx: Context) -> str:
         "\nForward and backward of the mean full-softmax cross-entropy of P states against N item embeddings "
         "(float32, random N(0, 0.3^2) entries): `F.cross_entropy(h @ E.T, t)` against resdom's "
         "`training.objectives.full_cross_entropy` (blocks of 64 rows on CPU scored, reduced and dropped in "
-        "cache, scored again in backward; no (P, N) tensor kept). Seconds: the fastest of interleaved rounds in "
+        "cache, scored again in backward; no (P, N) tensor kept). Times: the fastest of 12 interleaved rounds in "
         "one process, the order alternating. P 2,000 is about a `ce_all` batch of 256 beauty-ts sequences, "
         "P 256 a `ce_last` batch.")
     return "\n".join(text) + errors_note(results)
