@@ -28,6 +28,10 @@ training() {  # a trainer (a worker's or anyone's) holds the run's lock
   local lock="$1/$2/$3/seed$4/.lock"
   [ -f "$lock" ] && ! flock -n "$lock" true
 }
+claimed() {  # a live worker holds the cell's claim (runs/claims/, see claim below)
+  local owner; owner=$(cat "$CLAIMS/$1/pid" 2>/dev/null) || return 1
+  [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null
+}
 progress() {  # ", epoch E (best B, ...)" of a started cell, from its epoch log; nothing for a new one
   local run="$1/$2/$3/seed$4"
   [ -f "$run/metrics.jsonl" ] || return 0
@@ -50,12 +54,13 @@ if [ "$STATUS" = 1 ]; then
   while read -r dataset label seed _; do
     planned=$((planned + 1))
     if stored "$dataset" "$label" "$seed"; then stored=$((stored + 1))
-    elif training "$(grid_of "$dataset" "$label" "$seed")" "$dataset" "$label" "$seed"; then
+    elif training "$(grid_of "$dataset" "$label" "$seed")" "$dataset" "$label" "$seed" \
+      || claimed "$dataset+$label+$seed"; then  # a live worker's claim: training, or diagnosing after it
       busy+=("$dataset $label $seed")
     else next+=("$dataset $label $seed"); fi
   done < <(cells)
   echo "$stored of $planned planned cells stored in $STORE/"
-  for c in "${busy[@]}"; do echo "being trained: $c$(progress "$(grid_of $c)" $c)"; done
+  for c in "${busy[@]}"; do echo "being trained or diagnosed: $c$(progress "$(grid_of $c)" $c)"; done
   for c in "${next[@]:0:5}"; do echo "next open: $c$(progress "$(grid_of $c)" $c)"; done
   exit 0
 fi
