@@ -84,9 +84,8 @@ class _CrossEntropy(torch.autograd.Function):
 
     ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each (rows, N) block of
     scores is made, reduced and dropped while it sits in cache (on CPU 64 rows; elsewhere one block of all
-    rows), one extra block product in backward instead of (P, N) tensors through memory. On CPU at P 2,000,
-    d 64 the loss with its products takes 1.25-1.5x less time than a stored log-softmax (N 12,101: 434 vs 578
-    ms; N 18,357: 663 vs 1,001 ms; best of 6 interleaved rounds, one thread, loaded machine)."""
+    rows), one extra block product in backward instead of (P, N) tensors through memory. Against
+    ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce" (1.47x at P 2,000, N 12,101)."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int) -> torch.Tensor:
