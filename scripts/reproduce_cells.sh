@@ -31,11 +31,11 @@ for group in "$@"; do
       git add "$cell" 2>/dev/null
       git diff --cached --quiet -- "$cell" && continue
       # the document regenerated from the store in the same commit, so it never lags behind the cells
-      .venv/bin/resdom report "$STORE" --out docs/results --doc docs/results.md \
+      .venv/bin/resdom report "$STORE" --out docs/results --doc docs/results.md --doc docs/remedies.md \
         --title "resdom reproduction (results store)" >/dev/null && rm -f docs/results/figures/*.pdf
-      git add docs/results.md docs/results 2>/dev/null
+      git add docs/results.md docs/remedies.md docs/results 2>/dev/null
       for try in 1 2 3 4 5; do
-        git commit -q -m "results: $dataset / $label / seed $seed" -- "$cell" docs/results.md docs/results && break
+        git commit -q -m "results: $dataset / $label / seed $seed" -- "$cell" docs/results.md docs/remedies.md docs/results && break
         sleep 5  # another git process holds the index
       done
     done

@@ -346,7 +346,7 @@ def test_remedies_end_to_end(tmp_path, capsys):
                   "--set", "model.heads=1", "--set", "train.threads=1")
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    md = (out / "summary" / "remedies.md").read_text()
+    md = (out / "summary" / "tables" / "remedies.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| synthetic:demo")]
     assert [r.split("|")[2].strip() for r in rows] == ["sasrec", "sasrec-gate-channel", "sasrec-mean3"]
     assert (out / "summary" / "figures" / "remedies.png").is_file()

@@ -63,7 +63,8 @@ def test_missing_stage_and_file_give_empty_cells(tables: dict) -> None:
     rec = _row(tables["recovery"], "toyA", "sasrec")
     # fixture curve: recovery(a) = 2 * res * (1 - a) ** 0.7 with res = 0.2 / 0.3 -> mean at a = 0.2 is 0.5 * 0.8 ** 0.7
     assert rec["rec_at_0.2"][0] == pytest.approx(0.5 * 0.8 ** 0.7, abs=2e-4)
-    assert set(tables) == {"datasets", "mixing", "hrli", "shuffle", "recovery", "accuracy", "training"}
+    assert set(tables) == {"datasets", "mixing", "hrli", "shuffle", "recovery", "accuracy", "training", "remedies"}
+    assert tables["remedies"].empty  # the fixtures hold no remedy variant
     train = _row(tables["training"], "toyA", "bsarec")  # fixture metrics: best epoch 4 of 5, stopped at the cap
     assert (train["best_epoch"], train["epochs_run"], train["early_stopped"], train["train_min"]) == (
         (4.0, None), (5.0, None), (0.0, None), None)

@@ -1,4 +1,5 @@
-"""docs/results.md and docs/results/tables/ are exactly what the committed results store regenerates."""
+"""docs/results.md, docs/remedies.md and docs/results/tables/ are exactly what the committed results store
+regenerates."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ def test_committed_tables_equal_what_the_store_regenerates() -> None:
     cells = store_cells(ROOT / "results")
     assert cells, "results/ holds no cell"
     tables = {t.name: to_markdown(t) for t in summary_tables(read_runs(cells))}
-    doc = (ROOT / "docs" / "results.md").read_text()
-    assert set(block_names(doc)) <= set(tables) and "accuracy" in block_names(doc)
-    assert fill_blocks(doc, tables) == doc, "docs/results.md is stale: rerun the command it names"
+    for name, needed in (("results.md", "accuracy"), ("remedies.md", "remedies")):
+        doc = (ROOT / "docs" / name).read_text()
+        assert set(block_names(doc)) <= set(tables) and needed in block_names(doc), name
+        assert fill_blocks(doc, tables) == doc, f"docs/{name} is stale: rerun the command docs/results.md names"
     for name, text in tables.items():
         committed = ROOT / "docs" / "results" / "tables" / f"{name}.md"
         assert committed.read_text() == text, f"{committed} is stale: rerun the command in docs/results.md"

@@ -99,6 +99,34 @@ def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_p
     assert [o.status for o in again.outcomes] == ["skipped"] and again.outcomes[0].stored == str(cell)
 
 
+def test_report_fills_the_remedies_block_of_a_second_document_from_the_variants_and_their_base(
+        finished_run, tmp_path):
+    """A store with a remedy variant: the remedies table holds the variant and its base on that data set only (not
+    the other model, not the data set without variants), the figure is drawn, and a bad document writes nothing."""
+    store = tmp_path / "results"
+    for dataset, label in (("toy", "sasrec"), ("toy", "sasrec-gate"), ("toy", "duorec"), ("other", "sasrec")):
+        config_path = export_cell(finished_run, store, dataset, label, 1) / "config.json"
+        config = json.loads(config_path.read_text())
+        config["data"]["source"] = dataset  # the report's data set name
+        config_path.write_text(json.dumps(config))
+    results_doc, remedies_doc = tmp_path / "results.md", tmp_path / "remedies.md"
+    results_doc.write_text("<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n")
+    remedies_doc.write_text("# Remedies\n<!-- resdom:table remedies -->\nold\n<!-- /resdom:table -->\nprose\n")
+    bad = tmp_path / "bad.md"
+    bad.write_text("<!-- resdom:table nope -->\n<!-- /resdom:table -->\n")
+    rep = tmp_path / "rep"
+    args = ["report", str(store), "--out", str(rep), "--doc", str(results_doc)]
+    assert invoke(*args, "--doc", str(bad)) == 2
+    assert results_doc.read_text() == "<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n"  # nothing written
+    assert invoke(*args, "--doc", str(remedies_doc)) == 0
+    text = remedies_doc.read_text()
+    rows = [line.split("|")[1:3] for line in text.splitlines() if line.startswith(("| toy", "| other"))]
+    assert [[c.strip() for c in r] for r in rows] == [["toy", "sasrec"], ["toy", "sasrec-gate"]]
+    assert text.endswith("<!-- /resdom:table -->\nprose\n") and "old" not in text
+    assert "| toy | duorec |" in results_doc.read_text() and "| other | sasrec |" in results_doc.read_text()
+    assert (rep / "figures" / "remedies.png").is_file() and (rep / "tables" / "remedies.csv").is_file()
+
+
 def test_a_resumed_cell_keeps_diagnostics_of_its_checkpoint_and_renames_old_metrics(finished_run, tmp_path):
     """A cell whose metrics.json predates checkpoint names (or lacks one diagnostic) is completed, not redone."""
     import shutil

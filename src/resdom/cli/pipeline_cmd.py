@@ -37,8 +37,9 @@ def report(
     run_dirs: list[Path] = typer.Argument(..., help="run directories, or folders holding run directories"),
     out: Path = typer.Option(..., "--out", "-o", help="output folder for report.html, report.md, figures, tables"),
     title: str = typer.Option("resdom report", help="title of the report"),
-    doc: Path = typer.Option(None, "--doc", help="a Markdown document whose `<!-- resdom:table NAME -->` blocks are "
-                             "refilled with these tables (e.g. docs/results.md from the results store)"),
+    docs: list[Path] = typer.Option(None, "--doc", help="a Markdown document whose `<!-- resdom:table NAME -->` "
+                                    "blocks are refilled with these tables (e.g. docs/results.md from the results "
+                                    "store); repeat for several"),
 ) -> None:
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
     from resdom.report import build_report, find_run_dirs, read_runs
@@ -53,17 +54,19 @@ def report(
         found += [r for r in runs if r not in found]
     paths = build_report(found, out, title=title)
     typer.echo(f"report of {len(found)} run(s): {paths.html}")
-    if doc is not None:
+    if docs:
         from resdom.io import atomic_write_text
         from resdom.pipeline.store import block_names, fill_blocks
         from resdom.report.tables import to_markdown
 
-        if not doc.is_file():
-            raise ResdomError(f"{doc}: no such document")
-        text = doc.read_text()
-        filled = fill_blocks(text, {t.name: to_markdown(t) for t in paths.tables_data}, where=str(doc))
-        atomic_write_text(doc, filled)
-        typer.echo(f"  {doc}: {len(block_names(text))} table block(s) refilled")
+        tables = {t.name: to_markdown(t) for t in paths.tables_data}
+        missing = [d for d in docs if not d.is_file()]
+        if missing:
+            raise ResdomError(f"{missing[0]}: no such document")
+        filled = {d: fill_blocks(d.read_text(), tables, where=str(d)) for d in docs}  # all checked before any write
+        for d, text in filled.items():
+            atomic_write_text(d, text)
+            typer.echo(f"  {d}: {len(block_names(text))} table block(s) refilled")
     stale = [r for r in read_runs(found) if r.stale]
     for r in stale:
         typer.echo(f"  left out of {r.label}: {', '.join(r.stale)} (computed on another checkpoint)", err=True)

@@ -601,29 +601,37 @@ def result_figure(name: str, data: dict[str, Any], model: str = "model", title: 
 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     """Every figure that the runs have data for, in report order."""
-    return [f for f in (build(runs) for build in FIGURE_BUILDERS) if f is not None]
+    from resdom.report.tables import remedy_runs
+
+    builders = [*FIGURE_BUILDERS, lambda rs: fig_remedies(remedy_runs(rs))]  # remedies: only where variants ran
+    return [f for f in (build(runs) for build in builders) if f is not None]
 
 
-def fig_remedies(runs: list[RunRecord], base: str | None = None, order: list[str] | None = None
-                 ) -> ReportFigure | None:
+def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> ReportFigure | None:
     """Accuracy against reliance (``resdom remedies``, docs/remedies.md): test NDCG@10 against HRLI@1, one point per
-    variant label (mean over seeds, std as error bars), and ``base``'s inference-time alpha sweep as a curve on the
-    same axes (mean over its seeds at each alpha; NDCG@10 filtered, HRLI@1 unfiltered, as the points). One panel per
-    data set. Not one of the report's standard figures (``FIGURE_BUILDERS``)."""
+    variant label (mean over seeds, std as error bars), and the base model's inference-time alpha sweep as a curve on
+    the same axes (mean over its seeds at each alpha; NDCG@10 filtered, HRLI@1 unfiltered, as the points). One panel
+    per data set and base model (a variant's base: ``training.config.remedy_variant``); ``order``: the labels' legend
+    order (default ``REMEDY_LABELS``). Drawn beside the standard figures where remedy variants ran (``all_figures``)."""
     from matplotlib import colormaps
 
     from resdom.report.tables import run_values
+    from resdom.training.config import REMEDY_LABELS, remedy_variant
+
+    def base_of(label: str) -> str:
+        parts = remedy_variant(label)
+        return label if parts is None else parts[0]
 
     groups = group_runs(runs)
-    datasets = _datasets(groups)
-    labels = [m for m in (order or []) if any(k[1] == m for k in groups)]
-    labels += [m for m in _models(groups) if m not in labels]
+    order = list(order or REMEDY_LABELS)
+    labels = sorted({m for _, m in groups}, key=lambda m: (order.index(m) if m in order else len(order), m))
     points = {k: v for k, v in groups.items() if any(run_values(r)["HRLI@1"] is not None for r in v)}
     if not points:
         return None
-    fig, axes = _new_figure(len(datasets), width_per=5.0, height=4.0)
-    for ax, dataset in zip(axes.flat, datasets):
-        if base is not None and (dataset, base) in groups:
+    panels = sorted({(d, base_of(m)) for d, m in points}, key=lambda p: (p[0], model_order(p[1])))
+    fig, axes = _new_figure(len(panels), width_per=5.0, height=4.0)
+    for ax, (dataset, base) in zip(axes.flat, panels):
+        if (dataset, base) in groups:
             x = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "HRLI@1"))
             y = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "NDCG@10"))
             if x is not None and y is not None and list(x[0]) == list(y[0]):
@@ -633,7 +641,7 @@ def fig_remedies(runs: list[RunRecord], base: str | None = None, order: list[str
                     if round(a * 10) % 5 == 0:  # label α = 0, 0.5, 1
                         ax.annotate(f"α={a:g}", (xi, yi), fontsize=7, color="#666666", textcoords="offset points",
                                     xytext=(3, -9))
-        for i, label in enumerate(labels):
+        for i, label in enumerate(m for m in labels if base_of(m) == base):
             rs = points.get((dataset, label))
             if not rs:
                 continue
@@ -642,12 +650,12 @@ def fig_remedies(runs: list[RunRecord], base: str | None = None, order: list[str
             if sx is None or sy is None:
                 continue
             color = model_color(label) if label == base else colormaps["tab10"](i % 10)
-            ax.errorbar(sx[0], sy[0], xerr=sx[1], yerr=sy[1], fmt=model_marker(label.split("-")[0]), color=color,
+            ax.errorbar(sx[0], sy[0], xerr=sx[1], yerr=sy[1], fmt=model_marker(base), color=color,
                         capsize=3, markersize=6, zorder=3, label=f"{label} (n={len(vals)})")
             ax.annotate(label, (sx[0], sy[0]), fontsize=7, textcoords="offset points", xytext=(4, 4))
         ax.set_xlabel("HRLI@1 (reliance on the last item)")
         ax.set_ylabel("NDCG@10 (test)")
-        ax.set_title(dataset)
+        ax.set_title(dataset if len({b for _, b in panels}) == 1 else f"{dataset}: {model_label(base)}")
         ax.legend(fontsize=7, loc="best")
     users = _note(fig, _users(points, lambda r: r.diag("hrli").get("n_users")), "Each point rests on")
     return ReportFigure("remedies", "Remedies: accuracy against last-item reliance",

@@ -168,12 +168,26 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
     ]
     tables = [dataset_table(runs, extra_stats)]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
-    return tables
+    return tables + [remedies_table(remedy_runs(runs))]
+
+
+def remedy_runs(runs: list[RunRecord]) -> list[RunRecord]:
+    """The runs a remedies comparison reads: every training-time variant (``training.config.remedy_variant``)
+    and, on each data set where a variant of a model ran, that model's own runs (the base)."""
+    from resdom.training.config import remedy_variant
+
+    parts = {r.model: remedy_variant(r.model) for r in runs}
+    bases = {(r.dataset, p[0]) for r in runs if (p := parts[r.model]) is not None}
+    return [r for r in runs if parts[r.model] is not None or (r.dataset, r.model) in bases]
 
 
 def remedies_table(runs: list[RunRecord], order: list[str] | None = None) -> Table:
     """The per-variant table of ``resdom remedies`` (docs/remedies.md): one row per (data set, variant label),
-    rows in ``order`` (the labels as given), mean ± std over seeds."""
+    rows in ``order`` (default ``training.config.REMEDY_LABELS``: each model, then its variants), mean ± std over
+    seeds."""
+    from resdom.training.config import REMEDY_LABELS
+
+    order = list(order or REMEDY_LABELS)
     cols = [Column("HR@10", "HR@10"), Column("NDCG@10", "NDCG@10"), Column("HRLI@1", "HRLI@1"),
             Column("HRL2I@1", "HRL2I@1"), Column("mix_all_+Res", "+Res (all)"), Column("mix_last_+Res", "+Res (last)"),
             Column("rec_share", "Recoverable"), Column("train_s", "Train s", "num")]
@@ -182,9 +196,8 @@ def remedies_table(runs: list[RunRecord], order: list[str] | None = None) -> Tab
                       "mixing ratio (norm of sums, all real positions and the last), the share of test users whose "
                       "miss is recoverable from positions L-1..L-3, and the summed training-pass seconds; mean ± std "
                       "over seeds (n).")
-    if order:
-        rank = {m: i for i, m in enumerate(order)}
-        table.rows.sort(key=lambda r: (r["dataset"], rank.get(r["model"], len(rank))))
+    rank = {m: i for i, m in enumerate(order)}
+    table.rows.sort(key=lambda r: (r["dataset"], rank.get(r["model"], len(rank))))
     return table
 
 

@@ -57,6 +57,19 @@ for _model in REMEDY_MODELS:
     for _variant, _values in REMEDIES.items():
         if _variant != "base" and not (_model == "bsarec" and _variant == "preln"):
             MODEL_VARIANTS[f"{_model}-{_variant}"] = (_model, dict(_values))
+# Every remedy grid label, in the comparison's order: each model, then its variants in REMEDIES order.
+REMEDY_LABELS: tuple[str, ...] = tuple(
+    m if v == "base" else f"{m}-{v}" for m in REMEDY_MODELS for v in REMEDIES
+    if v == "base" or f"{m}-{v}" in MODEL_VARIANTS)
+
+
+def remedy_variant(label: str) -> tuple[str, str] | None:
+    """(model, variant) of a remedy variant's grid label ("sasrec-gate" -> ("sasrec", "gate")); None for any other
+    label, the base models themselves included."""
+    model = label.split("-", 1)[0]
+    if label == model or label not in REMEDY_LABELS:
+        return None
+    return model, label[len(model) + 1:]
 
 
 def model_variant(label: str) -> tuple[str, dict[str, Any]]:
