@@ -115,7 +115,7 @@ def test_diagnose_any_diagnosable_with_its_split(fitted, diagnosis):
 def test_to_frame_columns(diagnosis):
     columns = {
         "shuffle": ["perturbation", "metric", "mean", "std", "relative_change", "jaccard@10"],
-        "hrli": ["metric", "recency", "cutoff", "value"],
+        "hrli": ["metric", "recency", "cutoff", "band", "n_users", "value"],
         "mixing": ["layer", "scope", "stage", "r"],
         "recovery": ["split", "alpha", "recovery", "HR@10", "alpha_star"],
     }
@@ -126,7 +126,9 @@ def test_to_frame_columns(diagnosis):
     assert {"HRLI@1", "HRL2I@1", "HR@10", "NDCG@10"} <= set(alpha.columns) and alpha["alpha"].tolist() == [1, .5, 0]
     per_position = diagnosis.mixing.to_frame(per_position=True)
     assert list(per_position.columns) == ["layer", "offset_from_end", "stage", "r"]
-    hrli = diagnosis.hrli.to_frame().set_index("metric")
+    hrli = diagnosis.hrli.to_frame()
+    assert set(hrli["band"]) == {"all", "0", "1-4", "5-19", "20+"}  # the split's training frequencies are known
+    hrli = hrli[hrli["band"] == "all"].set_index("metric")
     assert hrli.loc["HRL2I@10", "recency"] == 2 and hrli.loc["HRL2I@10", "cutoff"] == 10
     pooled = diagnosis.mixing.to_frame().query("layer == 'pooled' and scope == 'all'").set_index("stage")["r"]
     assert pooled.to_dict() == pytest.approx(diagnosis.mixing.pooled["all"])

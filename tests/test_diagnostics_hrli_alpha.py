@@ -54,6 +54,58 @@ def test_hrli_matches_a_slow_reference():
     assert res.n_users == len(ev) and res.to_dict()["filtered"] is False
 
 
+def test_hrli_by_last_item_frequency_matches_a_slow_reference():
+    """Per band of the last input item's training frequency (counted by hand from a list of training sequences):
+    each band's rates over its own users, the bands partition the users, the table's seen / unseen split."""
+    from resdom.data.sequences import item_counts
+    from resdom.diagnostics.hrli import HRLIResult, band_names
+
+    m, base = model(), evalset()
+    lists = base.inputs.to_lists()
+    for u, last in zip(range(2, 8), (1, 2, 3, 4, 10, 20)):  # a user ending in each band
+        lists[u][-1] = last
+    ev = EvalSet(Sequences.from_lists(lists), base.targets)
+    rng = np.random.default_rng(5)
+    train = [rng.integers(8, 13, size=int(rng.integers(3, 9))).tolist() for _ in range(40)]  # 8-12: 20+ times
+    train += [[1, 2, 2], [3] * 6, [4] * 7, [4, 4]]  # 1, 2: 1-4 times; 3, 4: 5-19; 5-7 and 13-25 never
+    counts = item_counts(Sequences.from_lists(train), N_ITEMS)
+    res = last_item_hit_rates(m, ev, batch_size=7, train_counts=counts)
+    items = torch.from_numpy(ev.inputs.padded(m.max_len))
+    with torch.no_grad():
+        scores = (m.encode(items)[:, -1] @ m.item_embeddings().T).numpy()
+    scores[:, 0] = -np.inf
+
+    def band(item: int) -> str:
+        c = sum(seq.count(item) for seq in train)
+        return "0" if c == 0 else "1-4" if c < 5 else "5-19" if c < 20 else "20+"
+
+    assert list(res.by_frequency) == band_names() == ["0", "1-4", "5-19", "20+"]
+    assert sum(b["n_users"] for b in res.by_frequency.values()) == len(ev)
+    for name, b in res.by_frequency.items():
+        users = [u for u, s in enumerate(lists) if band(s[-1]) == name]
+        assert b["n_users"] == len(users) > 0, name
+        for k, K in ((1, 1), (2, 1), (1, 10)):
+            hits = sum(len(lists[u]) >= k and slow_ranks(scores[u], lists[u][-k]) < K for u in users)
+            key = "HRLI" if k == 1 else f"HRL{k}I"
+            assert b["values"][f"{key}@{K}"] == pytest.approx(hits / len(users)), (name, k, K)
+    table = HRLIResult.table_values(res.to_dict())
+    cold = [u for u, s in enumerate(lists) if band(s[-1]) == "0"]
+    warm = [u for u in range(len(ev)) if u not in cold]
+    top1 = scores.argmax(1)
+    assert table["unseen_share"] == pytest.approx(len(cold) / len(ev))
+    assert table["HRLI@1_unseen"] == pytest.approx(np.mean([top1[u] == lists[u][-1] for u in cold]))
+    assert table["HRLI@1_seen"] == pytest.approx(np.mean([top1[u] == lists[u][-1] for u in warm]))
+    assert table["HRLI@1"] == pytest.approx(res.values["HRLI@1"])
+    frame = res.to_frame()
+    assert set(frame["band"]) == {"all", *band_names()}
+    row = frame[(frame["band"] == "0") & (frame["metric"] == "HRLI@1")].iloc[0]
+    assert row["n_users"] == len(cold) and row["value"] == pytest.approx(table["HRLI@1_unseen"])
+    # without frequencies: no bands, and the table's band columns are empty
+    plain = last_item_hit_rates(m, ev, batch_size=7)
+    assert plain.by_frequency is None and "by_frequency" not in plain.to_dict()
+    assert HRLIResult.table_values(plain.to_dict())["unseen_share"] is None
+
+
 def test_hrli_refuses_filtering_because_it_would_be_zero():
     m, ev = model(), evalset()
     with pytest.raises(ValueError, match="identically 0"):

@@ -206,3 +206,14 @@ def test_reliance_curve_is_the_seed_mean_of_the_training_monitor() -> None:
     # fixture monitors at epochs 2 and 4: sasrec seeds (0.2, 0.6) and (0.4, 0.8) -> means 0.3, 0.7; bsarec 0.05, 0.1
     assert sorted(list(line.get_ydata()) for line in lines) == [pytest.approx([0.05, 0.1]), pytest.approx([0.3, 0.7])]
     assert all(list(line.get_xdata()) == [2, 4] for line in lines)
+
+
+def test_hrli_by_frequency_lines_are_seed_means_per_band(figures: dict) -> None:
+    fig = figures["hrli_by_frequency"].figure
+    ax = fig.axes[0]  # toyA's lines; its twin holds the share bars
+    share = next(a for a in fig.axes[1:] if a.get_shared_x_axes().joined(a, ax))
+    sasrec = next(line for line in ax.get_lines() if to_hex(line.get_color()) == MODEL_COLORS["sasrec"].lower())
+    # fixture bands: HRLI@1 0.4x, 1x, 1.1x, 1.3x (capped at 1) of seeds 0.80 and 0.90
+    want = [sum(min(1.0, round(h * c, 4)) for h in (0.8, 0.9)) / 2 for c in (0.4, 1.0, 1.1, 1.3)]
+    assert list(sasrec.get_ydata()) == pytest.approx(want)
+    assert [p.get_height() for p in share.patches] == pytest.approx([0.2, 0.2, 0.3, 0.3])  # 40, 40, 60, 60 users

@@ -55,6 +55,12 @@ def test_means_and_stds_by_hand(tables: dict) -> None:
     assert acc["HR@10"] == pytest.approx((0.32, 0.0282843), abs=1e-6)
     bsa = _row(tables["hrli"], "toyA", "bsarec")
     assert bsa["n"] == 1 and bsa["HRLI@1"] == (pytest.approx(0.6), None)
+    # last item never in training: 40 of 200 users; HRLI@1 over them 0.4 x 0.80 and 0.4 x 0.90 -> 0.34 +- 0.0283;
+    # over the 160 others (40 x 1.0 + 60 x 1.1 + 60 x 1.3) / 160 = 1.15 x HRLI@1, capped at 1 per band for 0.90
+    assert sas["unseen_share"] == pytest.approx((0.2, 0.0))
+    assert sas["HRLI@1_unseen"] == pytest.approx((0.34, 0.0282843), abs=1e-6)
+    seen = [(40 * h + 60 * min(1.0, 1.1 * h) + 60 * min(1.0, 1.3 * h)) / 160 for h in (0.8, 0.9)]
+    assert sas["HRLI@1_seen"][0] == pytest.approx(sum(seen) / 2, abs=1e-4)
 
 
 def test_missing_stage_and_file_give_empty_cells(tables: dict) -> None:

@@ -97,6 +97,11 @@ class Sequences:
         return out
 
 
+def item_counts(seqs: Sequences, n_items: int) -> np.ndarray:
+    """int64 (n_items + 1,): how often each item id occurs in ``seqs`` (id 0, padding, never)."""
+    return np.bincount(seqs.items, minlength=n_items + 1).astype(np.int64)
+
+
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + l)`` for each (s, l), vectorised."""
     total = int(lengths.sum())

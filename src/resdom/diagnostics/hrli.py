@@ -4,6 +4,13 @@ the unfiltered top-K of the final-position prediction.
 k = 1 is HRLI, k = 2 HRL2I, k = 3 HRL3I. Users with fewer than k input items count as misses. Rankings are
 never filtered: with seen-item filtering every input item scores -inf and HRLI is identically 0, so the API
 refuses ``filter_seen=True`` rather than report that.
+
+Given the items' training frequencies (``train_counts``: how often each item occurs in the training sequences),
+the same rates are also reported per band of the user's last input item's frequency (``FREQUENCY_BANDS``: never
+in training, 1-4, 5-19, 20 or more times). A last item the model never saw in training has an embedding that
+was trained only as a negative (or not at all), so what the residual carries from it scores low: under a
+temporal split, where the last input items include items that appear only after the training period, the
+overall HRLI@1 mixes these cold items with warm ones (docs/results.md, video-ts).
 """
 
 from __future__ import annotations
@@ -40,34 +47,71 @@ def hrli_name(k: int, K: int) -> str:
     return f"HRLI@{K}" if k == 1 else f"HRL{k}I@{K}"
 
 
+# Lower edges of the bands of the last input item's training frequency: 0 (never in training), 1-4, 5-19, 20+.
+FREQUENCY_BANDS: tuple[int, ...] = (0, 1, 5, 20)
+
+
+def band_names(edges: Sequence[int] = FREQUENCY_BANDS) -> list[str]:
+    """(0, 1, 5, 20) -> ["0", "1-4", "5-19", "20+"]."""
+    out = []
+    for lo, hi in zip(edges, [*edges[1:], None]):
+        out.append(f"{lo}+" if hi is None else str(lo) if hi == lo + 1 else f"{lo}-{hi - 1}")
+    return out
+
+
 @dataclass
 class HRLIResult:
-    """values: {"HRLI@1": v, "HRL2I@1": v, ...} over ``n_users`` (unfiltered rankings)."""
+    """values: {"HRLI@1": v, "HRL2I@1": v, ...} over ``n_users`` (unfiltered rankings). ``by_frequency``: the same
+    per band of the last input item's training frequency, ``{band: {"n_users": n, "values": {...}}}`` (every band
+    of ``FREQUENCY_BANDS``, users without an input item in none), or None when the frequencies were not given."""
 
     values: dict[str, float]
     n_users: int
     split: str | None = None
+    by_frequency: dict[str, dict[str, Any]] | None = None
 
     TABLE_KEYS: ClassVar[tuple[str, ...]] = ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10", "HRL2I@10")
 
     @classmethod
     def table_values(cls, d: dict[str, Any]) -> dict[str, float | None]:
-        """The numbers of this result's ``to_dict()`` that the report's tables show, by table key."""
-        return {k: number_at(d, "values", k) for k in cls.TABLE_KEYS}
+        """The numbers of this result's ``to_dict()`` that the report's tables show, by table key: the rates, and
+        where the bands are known the share of users whose last item never occurs in training
+        (``unseen_share``) and HRLI@1 over those (``HRLI@1_unseen``) and over the others (``HRLI@1_seen``)."""
+        out = {k: number_at(d, "values", k) for k in cls.TABLE_KEYS}
+        out["unseen_share"] = out["HRLI@1_unseen"] = out["HRLI@1_seen"] = None
+        bands = d.get("by_frequency")
+        if not isinstance(bands, dict) or not bands:
+            return out
+        rows = [(number_at(b, "n_users") or 0, number_at(b, "values", "HRLI@1")) for b in bands.values()]
+        (n_cold, cold), warm = rows[0], rows[1:]  # the first band: never in training
+        n_warm = sum(n for n, _ in warm)
+        if n_cold + n_warm:
+            out["unseen_share"] = n_cold / (n_cold + n_warm)
+        out["HRLI@1_unseen"] = cold if n_cold else None
+        if n_warm:
+            out["HRLI@1_seen"] = sum(n * (v or 0.0) for n, v in warm) / n_warm
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable({"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values})
+        d = {"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values}
+        if self.by_frequency is not None:
+            d["by_frequency"] = self.by_frequency
+        return jsonable(d)
 
     def to_frame(self) -> pd.DataFrame:
-        """pandas DataFrame, one row per HRLkI@K: columns ``metric``, ``recency`` (k), ``cutoff`` (K), ``value``."""
+        """pandas DataFrame, one row per HRLkI@K and last-item band: columns ``metric``, ``recency`` (k), ``cutoff``
+        (K), ``band`` ("all", or a band of the last item's training frequency), ``n_users``, ``value``."""
         import pandas as pd
 
+        groups = [("all", self.n_users, self.values)]
+        groups += [(band, b["n_users"], b["values"]) for band, b in (self.by_frequency or {}).items()]
         rows = []
-        for name, v in self.values.items():
-            head, _, K = name.partition("@")
-            k = head[3:-1] or "1"  # "HRLI" -> 1, "HRL2I" -> 2
-            rows.append((name, int(k), int(K), v))
-        return pd.DataFrame(rows, columns=["metric", "recency", "cutoff", "value"])
+        for band, n, values in groups:
+            for name, v in values.items():
+                head, _, K = name.partition("@")
+                k = head[3:-1] or "1"  # "HRLI" -> 1, "HRL2I" -> 2
+                rows.append((name, int(k), int(K), band, n, v))
+        return pd.DataFrame(rows, columns=["metric", "recency", "cutoff", "band", "n_users", "value"])
 
     def plot(self, model: str = "model") -> Figure:
         """Bars of HRLI@1, HRL2I@1, HRLI@10 and HRL2I@10 (a matplotlib Figure)."""
@@ -85,6 +129,17 @@ def hrli_from_ranks(ranks: np.ndarray, ks: Sequence[int], Ks: Sequence[int]) -> 
     return out
 
 
+def hrli_by_frequency(ranks: np.ndarray, last_counts: np.ndarray, ks: Sequence[int], Ks: Sequence[int],
+                      edges: Sequence[int] = FREQUENCY_BANDS) -> dict[str, dict[str, Any]]:
+    """``hrli_from_ranks`` per band of ``last_counts`` (n,): each user's last input item's training frequency, -1
+    for a user without input items (in no band)."""
+    out = {}
+    for name, lo, hi in zip(band_names(edges), edges, [*edges[1:], None]):
+        mask = (last_counts >= lo) & (last_counts < hi if hi is not None else True)
+        out[name] = {"n_users": int(mask.sum()), "values": hrli_from_ranks(ranks[mask], ks, Ks)}
+    return out
+
+
 def last_item_ranks(
     model: Diagnosable, evalset: EvalSet, index: np.ndarray, states: torch.Tensor, ks: Sequence[int]
 ) -> torch.Tensor:
@@ -97,9 +152,11 @@ def last_item_ranks(
 def last_item_hit_rates(
     model: Diagnosable, evalset: EvalSet, ks: Sequence[int] = (1, 2, 3), Ks: Sequence[int] = (1, 5, 10),
     filter_seen: bool = False, batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None,
-    progress: bool = False,
+    progress: bool = False, train_counts: np.ndarray | None = None,
 ) -> HRLIResult:
-    """HRLkI@K for every k in ``ks`` and K in ``Ks`` on the model's unfiltered final-position rankings."""
+    """HRLkI@K for every k in ``ks`` and K in ``Ks`` on the model's unfiltered final-position rankings;
+    ``train_counts`` (n_items + 1,): each item's number of occurrences in the training sequences
+    (``data.sequences.item_counts``), for the rates per band of the last item's frequency."""
     if filter_seen:
         raise ValueError(
             "last-item hit rates need unfiltered rankings: with seen-item filtering every input item scores "
@@ -114,4 +171,9 @@ def last_item_hit_rates(
             states = final_states(model, items)
             parts.append(last_item_ranks(model, evalset, idx, states, ks).cpu().numpy())
     ranks = all_users(np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64), len(evalset))
-    return HRLIResult(hrli_from_ranks(ranks, ks, Ks), len(evalset))
+    bands = None
+    if train_counts is not None:
+        last = recent_items(evalset.inputs, np.arange(len(evalset)), 1)
+        counts = np.where(last > 0, np.asarray(train_counts)[last], -1)
+        bands = hrli_by_frequency(ranks, counts, ks, Ks)
+    return HRLIResult(hrli_from_ranks(ranks, ks, Ks), len(evalset), by_frequency=bands)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from resdom.data.sequences import SplitData
+from resdom.data.sequences import SplitData, item_counts
 from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
 from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
 from resdom.diagnostics.hrli import last_item_hit_rates
@@ -85,7 +85,8 @@ def compute_diagnostic(
     if name == "shuffle":
         res = position_shuffle(model, evalset, seeds=seeds, **common)
     elif name == "hrli":
-        res = last_item_hit_rates(model, evalset, ks=recency, Ks=cutoffs, **common)
+        res = last_item_hit_rates(model, evalset, ks=recency, Ks=cutoffs,
+                                  train_counts=item_counts(split.train, split.n_items), **common)
     elif name == "mixing":
         res = mixing_ratios(model, evalset, definition=definition, per_head=per_head, **common)
     elif name == "alpha":
@@ -154,7 +155,10 @@ def run_all(
     summary: dict[str, Any] = {}
     if rank == 0:
         summary = summarise(out_dir, split, run.checkpoint)
-        summary["seconds"] = {k: round(v, 3) for k, v in timings.items()}
+        # every diagnostic file of this checkpoint says what it cost, also those an earlier call computed
+        done = {n: _read_file(files.diagnostic(n)) for n in WHAT if files.diagnostic(n).is_file()}
+        summary["seconds"] = {n: d["seconds"] for n, d in done.items()
+                              if d.get("checkpoint") == run.checkpoint and "seconds" in d}
         atomic_write_json(files.summary, summary)
     if world > 1:
         box = [summary]
@@ -184,7 +188,10 @@ def _shuffle_csv(d: dict[str, Any]) -> dict[str, str]:
 
 
 def _hrli_csv(d: dict[str, Any]) -> dict[str, str]:
-    return {"": _csv(["metric", "value"], [[k, v] for k, v in d["values"].items()])}
+    groups = [("all", d["n_users"], d["values"])]
+    groups += [(band, b["n_users"], b["values"]) for band, b in (d.get("by_frequency") or {}).items()]
+    return {"": _csv(["band", "n_users", "metric", "value"],
+                     [[band, n, k, v] for band, n, values in groups for k, v in values.items()])}
 
 
 def _mixing_csv(d: dict[str, Any]) -> dict[str, str]:

@@ -432,6 +432,58 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
                         "GRU4Rec) should not." + users, fig)
 
 
+def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
+    """HRLI@1 against the band of the last input item's training frequency (``hrli.json`` ``by_frequency``), one
+    line per model (mean over seeds, error bars where seeds differ), and grey bars for the share of test users in
+    each band; one panel per data set."""
+    from resdom.diagnostics.hrli import band_names
+
+    def bands(r: RunRecord) -> dict[str, Any]:
+        b = r.diag("hrli").get("by_frequency")
+        return b if isinstance(b, dict) else {}
+
+    groups = {k: v for k, v in group_runs(runs).items() if any(bands(r) for r in v)}
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    names = band_names()
+    x = np.arange(len(names))
+    fig, axes = _new_figure(len(datasets))
+    for ax, dataset in zip(axes[0], datasets):
+        share = ax.twinx()
+        shown = False
+        for i, m in enumerate(models):
+            rs = [r for r in groups.get((dataset, m), []) if bands(r)]
+            if not rs:
+                continue
+            stats = [_stats([number_at(bands(r), b, "values", "HRLI@1") for r in rs]) for b in names]
+            if not shown:  # the bands' user shares: the same test users for every model of a data set
+                n = np.array([number_at(bands(rs[0]), b, "n_users") or 0 for b in names], dtype=float)
+                share.bar(x, n / max(n.sum(), 1.0), 0.6, color="#dddddd", zorder=0)
+                shown = True
+            ax.errorbar(x + 0.06 * (i - (len(models) - 1) / 2), [st[0] if st else np.nan for st in stats],
+                        yerr=[st[1] if st and len(rs) > 1 else np.nan for st in stats], color=model_color(m),
+                        marker=model_marker(m), capsize=3, label=model_label(m), zorder=3)
+        ax.set_zorder(share.get_zorder() + 1)
+        ax.patch.set_visible(False)  # the lines over the share bars
+        ax.set_xticks(x, names)
+        ax.set_ylim(0, 1.05)
+        share.set_ylim(0, 1.05)
+        ax.set_title(dataset)
+        ax.set_xlabel("training occurrences of the last input item")
+        ax.set_ylabel("HRLI@1 (lines)")
+        share.set_ylabel("share of test users (grey bars)", color="#777777")
+        share.set_xlabel(ax.get_xlabel())  # the twin's x axis is not drawn; labelled for whoever reads the axes
+        ax.grid(axis="y", alpha=0.3)
+    _model_legend(fig, models, markers=True)
+    users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
+    return ReportFigure("hrli_by_frequency", "Last-item reliance by the last item's training frequency",
+                        "HRLI@1 over the test users whose last input item occurs 0, 1-4, 5-19 or 20+ times in the "
+                        "training sequences (lines), and the share of test users in each band (grey bars): a last "
+                        "item never seen in training (band 0, its embedding trained only as a negative) is rarely "
+                        "ranked first, so a data set with many such users shows a lower overall HRLI@1." + users, fig)
+
+
 def _monitor_rows(run: RunRecord) -> list[dict[str, Any]]:
     """(epoch, monitor) of the epochs where the training monitor ran (``train.monitor_every``)."""
     return [{"epoch": r["epoch"], **r["monitor"]} for r in run.curve
@@ -573,10 +625,10 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
 
 
 FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
-    fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_reliance_by_model, fig_recovery, fig_per_position,
-    fig_reliance_curve,
+    fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_reliance_by_model, fig_hrli_by_frequency,
+    fig_recovery, fig_per_position, fig_reliance_curve,
 ]
-FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "hrli_by_model", "recovery",
+FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "hrli_by_model", "hrli_by_frequency", "recovery",
                "mixing_per_position", "reliance_curve")
 
 

@@ -141,8 +141,11 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
          [Column(f"mix_{w}_{s}", f"{s} ({w})") for w in ("all", "last") for s in ("Attn", "+Res", "+LN")]),
         ("hrli", "Last-item hit rates",
          "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is in the "
-         "unfiltered top-K.",
-         [Column(k, k) for k in ("HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10")]),
+         "unfiltered top-K; then the share of test users whose last input item never occurs in the training "
+         "sequences (unseen), and HRLI@1 over the users whose last item was seen in training and over the others.",
+         [Column(k, k) for k in ("HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10")]
+         + [Column("unseen_share", "Unseen last"), Column("HRLI@1_seen", "HRLI@1 (seen)"),
+            Column("HRLI@1_unseen", "HRLI@1 (unseen)")]),
         ("shuffle", "Position shuffle",
          "Test NDCG@10 with the original order, with all items but the last permuted (keep_last) and with all "
          "items permuted (full), and the relative change of NDCG@10 and HR@10.",

@@ -1,0 +1,66 @@
+"""Recompute diagnostics of stored cells with the checkout's code, on the checkpoint each cell names.
+
+    python scripts/rediagnose_cells.py --what hrli [--store results] [--runs 'runs/repro*'] [--dry-run]
+
+For when a diagnostic learns something new (e.g. hrli's rates per band of the last item's training frequency):
+for every cell in the store, the run directory under ``--runs`` (``<runs>/<data set>/<label>/seed<k>``) whose
+checkpoint is the one the cell names is diagnosed again (``--what``, one torch thread) and the cell is exported
+again from it (``pipeline.store.export_cell``; its compute recomputed by ``cell_compute``, so the diagnostics'
+seconds are those of the files now there). A cell without such a run directory is left as it is and named. Then
+regenerate the documents (the command in docs/results.md) and commit the cells with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from resdom.diagnostics.runner import parse_what, run_all
+from resdom.pipeline.reproduce import cell_compute
+from resdom.pipeline.store import export_cell, store_cells
+from resdom.runs import checkpoint_id
+
+
+def run_dir_of(cell: Path, meta: dict, runs: str) -> Path | None:
+    """The run directory holding the checkpoint ``meta`` names, under any folder matching ``runs``."""
+    for root in sorted(glob.glob(runs)):
+        run = Path(root) / meta["dataset"] / meta["label"] / f"seed{meta['seed']}"
+        model = run / "model.safetensors"
+        if model.is_file() and checkpoint_id(model) == meta["checkpoint"]:
+            return run
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", required=True, help="comma-separated diagnostics (resdom diagnose --what)")
+    ap.add_argument("--store", default="results")
+    ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
+    ap.add_argument("--dry-run", action="store_true", help="only say which cells would be diagnosed again")
+    args = ap.parse_args()
+    what = parse_what(args.what)
+    torch.set_num_threads(1)
+    missing = []
+    for cell in store_cells(args.store):
+        meta = json.loads((cell / "cell.json").read_text())
+        run = run_dir_of(cell, meta, args.runs)
+        if run is None:
+            missing.append(str(cell))
+            continue
+        print(f"{cell}: {', '.join(what)} from {run}", flush=True)
+        if args.dry_run:
+            continue
+        run_all(run, what=what, device="cpu", progress=False)
+        export_cell(run, args.store, meta["dataset"], meta["label"], meta["seed"], compute=cell_compute(run))
+    for cell in missing:
+        print(f"{cell}: left as it is (no run directory with its checkpoint under {args.runs})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
