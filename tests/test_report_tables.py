@@ -121,6 +121,10 @@ def test_findings_wording_follows_the_numbers() -> None:
     s = _sentences({**base, "HRLI@1": 0.0, "HRL2I@1": 0.003, "HRLI@10": 0.995, "HRL2I@10": 0.01})
     assert s[1] == ("2. HRLI@1 = 0.000 vs HRL2I@1 = 0.003 (HRLI@10 = 0.995 vs HRL2I@10 = 0.010): the last input "
                     "item is rarely ranked first, but stays in the top-10 far more often than the second to last.")
+    s = _sentences({**base, "unseen_share": 0.314, "HRLI@1_seen": 0.708})
+    assert s[1].endswith("second to last; 31.4% of these users' last items never occur in training (HRLI@1 over "
+                         "the others: 0.708).")
+    assert _sentences({**base, "unseen_share": 0.001, "HRLI@1_seen": 0.85})[1] == _sentences(base)[1]  # too few
 
 
 def test_every_table_column_comes_from_run_values_or_a_result_class() -> None:

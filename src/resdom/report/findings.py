@@ -27,7 +27,8 @@ def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
     strings)."""
     vals = [run_values(r) for r in runs]
     keys = ["mix_all_Attn", "mix_all_+Res", "mix_all_+LN", "HRLI@1", "HRL2I@1", "rec_share", "alpha_star",
-            "HRLI@10", "HRL2I@10", "HR@10", "HR@10_at_star"] + [f"rec_at_{a}" for a in RECOVERY_ALPHAS]
+            "HRLI@10", "HRL2I@10", "HR@10", "HR@10_at_star", "unseen_share", "HRLI@1_seen"] + [
+                f"rec_at_{a}" for a in RECOVERY_ALPHAS]
     out = {k: _mean([v.get(k) for v in vals]) for k in keys}
     out["rec_star"] = _mean([_recovery_at_star(r) for r in runs])
     lowest = [_hrli_at_lowest_alpha(r) for r in runs]
@@ -133,7 +134,11 @@ def _sentences(f: dict[str, Any]) -> list[str]:
         low = ""
         if f.get("HRLI@1_at_alpha_low") is not None:
             low = f"; with the residual scaled to α = {f['alpha_low']:g} HRLI@1 is {_fmt(f['HRLI@1_at_alpha_low'])}"
-        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}.")
+        cold = ""
+        if (f.get("unseen_share") or 0.0) >= 0.005 and f.get("HRLI@1_seen") is not None:
+            cold = (f"; {_fmt(f['unseen_share'], pct=True)} of these users' last items never occur in training "
+                    f"(HRLI@1 over the others: {_fmt(f['HRLI@1_seen'])})")
+        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}{cold}.")
     if f["rec_share"] is not None:
         band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" for a in RECOVERY_ALPHAS)
         star = ""
