@@ -54,6 +54,14 @@ def test_run_all_writes_every_file_with_the_schema(run_dir):
     assert summary["HRLI@1"] is not None and "mixing_pooled_all" in summary and "recovery" in summary
     text = format_summary(summary)
     assert "mixing ratio" in text and "alpha*" in text
+    bands = json.loads((diag / "hrli.json").read_text())["by_frequency"]
+    assert summary["HRLI@1_by_frequency"] == {b: {"n_users": v["n_users"], "HRLI@1": v["values"]["HRLI@1"]}
+                                              for b, v in bands.items()}
+    assert sum(v["n_users"] for v in bands.values()) == summary["n_users"]
+    line = next(t for t in text.splitlines() if "by the last item's occurrences" in t)
+    assert all(f"{b}: " in line for b in ("0", "1-4", "5-19", "20+"))
+    hrli_rows = list(csv.DictReader((diag / "hrli.csv").open()))
+    assert {r["band"] for r in hrli_rows} == {"all", *bands} and hrli_rows[0]["n_users"] == str(summary["n_users"])
 
 
 def test_subset_keeps_the_other_figures_in_the_summary(run_dir):

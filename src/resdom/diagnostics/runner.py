@@ -263,6 +263,9 @@ def summarise(out_dir: Path, split: str, checkpoint: str) -> dict[str, Any]:
     if hrli.get("split") == split:
         s["n_users"] = hrli["n_users"]
         s.update({k: hrli["values"].get(k) for k in ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10")})
+        if isinstance(hrli.get("by_frequency"), dict):
+            s["HRLI@1_by_frequency"] = {b: {"n_users": v["n_users"], "HRLI@1": v["values"].get("HRLI@1")}
+                                        for b, v in hrli["by_frequency"].items()}
     mix = _read(out_dir / "mixing.json")
     if mix.get("split") == split:
         s["n_users"] = mix["n_users"]
@@ -325,6 +328,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     if "HRLI@1" in summary:
         keys = ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10")
         lines.append("last-item hit rates (unfiltered): " + "  ".join(f"{k} {_fmt(summary.get(k))}" for k in keys))
+        if "HRLI@1_by_frequency" in summary:
+            lines.append("  HRLI@1 by the last item's occurrences in training: " + "  ".join(
+                f"{b}: {_fmt(v['HRLI@1'])} ({v['n_users']:,} users)"
+                for b, v in summary["HRLI@1_by_frequency"].items()))
     if "shuffle_NDCG@10_change" in summary:
         o = summary["original"]
         lines.append(f"shuffles (original HR@10 {_fmt(o.get('HR@10'))}, NDCG@10 {_fmt(o.get('NDCG@10'))}):")
