@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from resdom.pipeline.store import block_names, fill_blocks, store_cells
-from resdom.report import read_runs, summary_tables
-from resdom.report.tables import to_markdown
+from resdom.report import document_blocks, read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_committed_tables_equal_what_the_store_regenerates() -> None:
     cells = store_cells(ROOT / "results")
     assert cells, "results/ holds no cell"
-    tables = {t.name: to_markdown(t) for t in summary_tables(read_runs(cells))}
+    tables = document_blocks(read_runs(cells))
     for name, needed in (("results.md", "accuracy"), ("remedies.md", "remedies")):
         doc = (ROOT / "docs" / name).read_text()
         assert set(block_names(doc)) <= set(tables) and needed in block_names(doc), name

@@ -6,7 +6,11 @@ Markdown twin. See docs/reports.md.
     OUT/report.html      self-contained (figures embedded as base64 PNG)
     OUT/report.md        Markdown twin (links figures/*.png)
     OUT/figures/         <key>.png and <key>.pdf per figure
-    OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them
+    OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them; claims.md, the
+                         paper's claims checked per (data set, causal model) (report.claims)
+
+``document_blocks(runs)`` gives the Markdown of every table by name, for the ``<!-- resdom:table NAME -->`` blocks
+of a hand-written document (``resdom report --doc``).
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from resdom.io import atomic_write_text
+from resdom.report.claims import claims_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, read_run, read_runs
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
-from resdom.report.tables import Table, summary_tables, write_tables
+from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
-__all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "find_run_dirs",
-           "finding_lines", "read_run", "read_runs", "summary_tables"]
+__all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_blocks",
+           "find_run_dirs", "finding_lines", "read_run", "read_runs", "summary_tables"]
 
 
 @dataclass
@@ -52,7 +57,15 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     figures = all_figures(runs)
     fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
     table_paths = write_tables(tables, out_dir / "tables")
+    atomic_write_text(out_dir / "tables" / "claims.md", claims_markdown(runs))
+    table_paths.append(out_dir / "tables" / "claims.md")
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, figures, tables, title))
     atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables)
+
+
+def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
+    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built) and ``claims``."""
+    tables = summary_tables(runs) if tables is None else tables
+    return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs)}

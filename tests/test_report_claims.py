@@ -1,0 +1,55 @@
+"""The claims table (report.claims): each cell the seeds' mean of the numbers behind a claim and the verdict, on
+the hand-made fixtures (tests/fixtures/diagnostics/make_fixtures.py) and on hand cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resdom.report import find_run_dirs, read_runs
+from resdom.report.claims import _lower_hr, _monotone, claims_markdown, hrli_range, is_causal
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[tuple[str, str], list[str]]:
+    lines = claims_markdown(read_runs(find_run_dirs(FIXTURES))).splitlines()
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    return {(c[0], c[1]): c[2:] for c in cells}
+
+
+def test_claims_cells_are_seed_means_with_their_verdicts(rows) -> None:
+    assert list(rows) == [("toyA", "sasrec"), ("toyA", "bsarec"), ("toyB", "sasrec")]
+    seeds, attn, res, hrli, shuffle, mono, lower, rec = rows[("toyA", "sasrec")]
+    assert seeds == "2"
+    assert attn == "0.850 ✓"  # 0.80, 0.90
+    assert res == "0.250 / 0.270 ✓"  # +Res 0.20, 0.30; +LN 0.22, 0.32: within 0.05 of +Res
+    assert hrli == "0.850 / 0.030 ✓"
+    assert shuffle == "-3.0% / -50.0% ✓"  # keep_last -2%, -4%; full -40%, -60%
+    assert mono == "2/2 ✓" and lower == "2/2 ✓"
+    # fixture recovery 2 * res * (1 - a) ** 0.7 at a = 0.1..0.3, seeds' res 0.2 / 0.3: 39-46%, above 10-33%
+    assert rec == f"{100 * 0.5 * 0.7 ** 0.7:.0f}-{100 * 0.5 * 0.9 ** 0.7:.0f}% ✗" == "39-46% ✗"
+    pre_ln = rows[("toyB", "sasrec")]
+    assert pre_ln[2] == "0.150 / – ✓" and pre_ln[3] == "0.500 / 0.010 ✗" and pre_ln[7] == "–"  # no recovery.json
+
+
+def test_sweep_checks_by_hand() -> None:
+    def row(alpha: float, mix: float, hrli: float, hr: float) -> dict:
+        return {"alpha": alpha, "mixing_all": {"+Res": mix}, "HRLI@1": hrli, "HR@10": hr}
+
+    good = [row(1.0, 0.1, 0.8, 0.04), row(0.5, 0.3, 0.5, 0.041), row(0.0, 0.7, 0.01, 0.02)]
+    assert _monotone(good) and _lower_hr(good)
+    wobble = [row(1.0, 0.1, 0.8, 0.04), row(0.5, 0.097, 0.803, 0.05), row(0.0, 0.7, 0.01, 0.05)]
+    assert _monotone(wobble) and not _lower_hr(wobble)  # steps under TOL (0.005) are noise; HR@10 did not fall
+    broken = [row(1.0, 0.3, 0.8, 0.04), row(0.5, 0.2, 0.8, 0.03)]
+    assert not _monotone(broken)
+    assert _monotone([row(1.0, 0.1, 0.8, 0.04)]) is None and _monotone([{"alpha": 1.0}, {"alpha": 0.5}]) is None
+
+
+def test_which_models_and_ranges() -> None:
+    assert is_causal("sasrec") and is_causal("sasrec-tts") and is_causal("bsarec")
+    assert not is_causal("bert4rec") and not is_causal("gru4rec") and not is_causal("sasrec-gate")
+    assert hrli_range("ml-1m-part") == (0.4, 0.6) and hrli_range("beauty-ts") == (0.8, 0.9)
+    assert "(no data)" in claims_markdown([])
