@@ -431,6 +431,7 @@ def test_monitor_records_reliance_curve_without_changing_training(tmp_path: Path
     mon = log[1]["monitor"]
     assert mon["n_users"] == 25 and 0.0 <= mon["HRL2I@1"] <= 1.0 and 0.0 <= mon["HRLI@1"] <= 1.0
     assert set(mon["mixing_all"]) == {"Attn", "+Res", "+LN"}
+    assert 0.0 <= mon["unseen_share"] <= 1.0 and "HRLI@1_seen" in mon
 
 
 def test_monitor_equals_the_full_diagnostics_on_the_same_users() -> None:
@@ -447,3 +448,20 @@ def test_monitor_equals_the_full_diagnostics_on_the_same_users() -> None:
     got = cheap_diagnostics(model, sub)
     assert got["HRLI@1"] == last_item_hit_rates(model, sub).to_dict()["values"]["HRLI@1"]
     assert got["mixing_last"] == mixing_ratios(model, sub).to_dict()["pooled"]["last"]
+    # with training frequencies: HRLI@1 over the users whose last item is in training, by hand
+    from resdom.data.sequences import item_counts
+
+    counts = item_counts(split.train, split.n_items)
+    counts[sub.inputs.items[sub.inputs.offsets[1:3] - 1]] = 0  # make the first two users' last items unseen
+    banded = cheap_diagnostics(model, sub, train_counts=counts)
+    last = sub.inputs.items[sub.inputs.offsets[1:] - 1]
+    seen = counts[last] > 0
+    hits = last_item_hit_rates(model, sub, Ks=(1,)).values  # overall only: recompute per user below
+    items = torch.from_numpy(sub.inputs.padded(model.max_len))
+    with torch.no_grad():
+        scores = model.encode(items)[:, -1] @ model.item_embeddings().T
+    scores[:, 0] = -float("inf")
+    top1_is_last = (scores.argmax(1).numpy() == last)
+    assert banded["HRLI@1"] == hits["HRLI@1"] == pytest.approx(top1_is_last.mean())
+    assert banded["unseen_share"] == pytest.approx(1 - seen.mean()) and not seen[:2].any()
+    assert banded["HRLI@1_seen"] == pytest.approx(top1_is_last[seen].mean())

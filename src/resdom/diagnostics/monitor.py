@@ -21,12 +21,21 @@ def monitor_subset(evalset: EvalSet, n_users: int, seed: int) -> EvalSet:
     return EvalSet(evalset.inputs.take(index), evalset.targets[index])
 
 
-def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None) -> dict[str, Any]:
+def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None,
+                      train_counts: np.ndarray | None = None) -> dict[str, Any]:
     """{"n_users", "HRLI@1", "HRL2I@1", "mixing_all": {stage: r}, "mixing_last": {stage: r}} of ``model``
     (unfiltered last-item hit rates; mixing by norm of sums, pooled over layers; None for a model without attention
-    blocks, GRU4Rec). Leaves the model in eval mode."""
+    blocks, GRU4Rec); with ``train_counts`` (``data.sequences.item_counts`` of the training sequences) also
+    "unseen_share" and "HRLI@1_seen" (HRLI@1 over the users whose last item occurs in training; None if none does).
+    Leaves the model in eval mode."""
+    from resdom.diagnostics.hrli import HRLIResult
+
     model.eval()
-    hrli = last_item_hit_rates(model, evalset, ks=(1, 2), Ks=(1,), device=device).to_dict()
+    hrli = last_item_hit_rates(model, evalset, ks=(1, 2), Ks=(1,), device=device, train_counts=train_counts)
     pooled = mixing_ratios(model, evalset, device=device).to_dict()["pooled"] if has_attention(model) else {}
-    return {"n_users": hrli["n_users"], "HRLI@1": hrli["values"]["HRLI@1"], "HRL2I@1": hrli["values"]["HRL2I@1"],
-            "mixing_all": pooled.get("all"), "mixing_last": pooled.get("last")}
+    out = {"n_users": hrli.n_users, "HRLI@1": hrli.values["HRLI@1"], "HRL2I@1": hrli.values["HRL2I@1"],
+           "mixing_all": pooled.get("all"), "mixing_last": pooled.get("last")}
+    if train_counts is not None:
+        table = HRLIResult.table_values(hrli.to_dict())
+        out.update({"unseen_share": table["unseen_share"], "HRLI@1_seen": table["HRLI@1_seen"]})
+    return out

@@ -466,9 +466,11 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
 def _monitor(model: SequentialRecommender, split: SplitData, train_cfg: TrainConfig,
              device: torch.device) -> dict[str, Any]:
     """``train.monitor_every``: the cheap diagnostics of the current model (resdom.diagnostics.monitor)."""
+    from resdom.data.sequences import item_counts
     from resdom.diagnostics.monitor import cheap_diagnostics, monitor_subset
 
-    return cheap_diagnostics(model, monitor_subset(split.valid, train_cfg.monitor_users, train_cfg.seed), device)
+    return cheap_diagnostics(model, monitor_subset(split.valid, train_cfg.monitor_users, train_cfg.seed), device,
+                             train_counts=item_counts(split.train, split.n_items))
 
 
 def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cfg: TrainConfig,
