@@ -217,3 +217,31 @@ def test_hrli_by_frequency_lines_are_seed_means_per_band(figures: dict) -> None:
     want = [sum(min(1.0, round(h * c, 4)) for h in (0.8, 0.9)) / 2 for c in (0.4, 1.0, 1.1, 1.3)]
     assert list(sasrec.get_ydata()) == pytest.approx(want)
     assert [p.get_height() for p in share.patches] == pytest.approx([0.2, 0.2, 0.3, 0.3])  # 40, 40, 60, 60 users
+
+
+def test_reliance_curve_draws_hrli_over_seen_last_items_dotted_where_recorded(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from resdom.report import find_run_dirs, read_runs
+    from resdom.report.figures import fig_reliance_curve
+
+    shutil.copytree(FIXTURES, tmp_path / "runs")
+    for seed, values in ((1, (0.3, 0.9)), (2, (0.5, 0.7))):  # HRLI@1_seen at epochs 2, 4 -> means 0.4, 0.8
+        log = tmp_path / "runs" / f"toyA_sasrec_seed{seed}" / "metrics.jsonl"
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        marked = iter(values)
+        for r in rows:
+            if "monitor" in r:
+                r["monitor"]["HRLI@1_seen"] = next(marked)
+        log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = fig_reliance_curve(read_runs(find_run_dirs(tmp_path / "runs")))
+    lines = fig.figure.axes[0].get_lines()
+    dotted = [line for line in lines if line.get_linestyle() == ":"]
+    assert len(dotted) == 1 and to_hex(dotted[0].get_color()) == MODEL_COLORS["sasrec"].lower()
+    assert list(dotted[0].get_ydata()) == pytest.approx([0.4, 0.8]) and len(lines) == 3
+    assert not any(line.get_linestyle() == ":" for line in fig.figure.axes[1].get_lines())  # HRL2I@1 panel
+    legend = [t.get_text() for t in fig.figure.legends[0].get_texts()]
+    assert legend[-1] == "HRLI@1 over last items seen in training"
+    plain = fig_reliance_curve(read_runs(find_run_dirs(FIXTURES)))
+    assert "HRLI@1 over last items seen in training" not in [t.get_text() for t in plain.figure.legends[0].get_texts()]

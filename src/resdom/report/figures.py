@@ -503,35 +503,43 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
         ("HRL2I@1", lambda row: number_at(row, "HRL2I@1")),
         ("mixing ratio at +Res (last)", lambda row: number_at(row, "mixing_last", "+Res")),
     ]
+    # dotted in the HRLI@1 panel: over the users whose last item occurs in training (monitors that record it)
+    seen: Callable[[dict[str, Any]], float | None] = lambda row: number_at(row, "HRLI@1_seen")  # noqa: E731
     fig = NotebookFigure(figsize=(max(6.0, 4.4 * len(datasets)), 2.6 * len(panels)), layout="constrained")
     axes = fig.subplots(len(panels), len(datasets), squeeze=False)
+    dotted = False
     for col, dataset in enumerate(datasets):
         keys = [(dataset, m) for m in models if (dataset, m) in groups]
         for row, (label, value) in enumerate(panels):
             ax = axes[row][col]
+            series = [(value, {})] + ([(seen, {"linestyle": ":", "marker": None})] if row == 0 else [])
             for drawn, key in enumerate(keys):
-                per_run = [{r["epoch"]: value(r) for r in _monitor_rows(run)} for run in groups[key]]
-                per_run = [{e: v for e, v in d.items() if v is not None} for d in per_run]
-                per_run = [d for d in per_run if d]
-                if not per_run:
-                    continue
-                epochs = sorted(set.intersection(*(set(d) for d in per_run)))
-                mean = [float(np.mean([d[e] for d in per_run])) for e in epochs]
-                ax.plot(epochs, mean, color=model_color(key[1]), marker=model_marker(key[1]),
-                        **_line_looks(drawn, len(keys)))
+                for fn, extra in series:
+                    per_run = [{r["epoch"]: fn(r) for r in _monitor_rows(run)} for run in groups[key]]
+                    per_run = [{e: v for e, v in d.items() if v is not None} for d in per_run]
+                    per_run = [d for d in per_run if d]
+                    if not per_run:
+                        continue
+                    epochs = sorted(set.intersection(*(set(d) for d in per_run)))
+                    mean = [float(np.mean([d[e] for d in per_run])) for e in epochs]
+                    ax.plot(epochs, mean, color=model_color(key[1]),
+                            **{"marker": model_marker(key[1]), **_line_looks(drawn, len(keys)), **extra})
+                    dotted = dotted or fn is seen
             ax.set_ylim(-0.02, 1.02)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
             if row == 0:
                 ax.set_title(dataset)
             ax.set_xlabel("training epoch")
-    _model_legend(fig, models, markers=True)
+    extra = [Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training")]
+    _model_legend(fig, models, markers=True, extra=extra if dotted else None)
     users = _note(fig, _users(groups, lambda r: next((m.get("n_users") for m in _monitor_rows(r)), None)),
                   "Each point rests on", split="validation")
     return ReportFigure("reliance_curve", "Last-item reliance during training",
                         "HRLI@1, HRL2I@1 and the +Res mixing ratio at the last position of the current model on a "
-                        "fixed validation subsample, every few epochs of training: does reliance on the last item "
-                        "appear as the model converges, and for which models?" + users, fig)
+                        "fixed validation subsample, every few epochs of training (dotted, where the monitor "
+                        "recorded it: HRLI@1 over the users whose last item occurs in training): does reliance on "
+                        "the last item appear as the model converges, and for which models?" + users, fig)
 
 
 def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
