@@ -100,6 +100,11 @@ def test_hrli_by_last_item_frequency_matches_a_slow_reference():
     assert set(frame["band"]) == {"all", *band_names()}
     row = frame[(frame["band"] == "0") & (frame["metric"] == "HRLI@1")].iloc[0]
     assert row["n_users"] == len(cold) and row["value"] == pytest.approx(table["HRLI@1_unseen"])
+    # an empty band (its rates NaN before JSON, None after) does not spoil the seen average
+    d = {"values": {"HRLI@1": 0.5}, "by_frequency": {
+        "0": {"n_users": 2, "values": {"HRLI@1": 0.0}}, "1-4": {"n_users": 0, "values": {"HRLI@1": float("nan")}},
+        "5-19": {"n_users": 2, "values": {"HRLI@1": 1.0}}}}
+    assert HRLIResult.table_values(d)["HRLI@1_seen"] == 1.0 and HRLIResult.table_values(d)["unseen_share"] == 0.5
     # without frequencies: no bands, and the table's band columns are empty
     plain = last_item_hit_rates(m, ev, batch_size=7)
     assert plain.by_frequency is None and "by_frequency" not in plain.to_dict()

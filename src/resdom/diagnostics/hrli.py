@@ -83,7 +83,7 @@ class HRLIResult:
         if not isinstance(bands, dict) or not bands:
             return out
         rows = [(number_at(b, "n_users") or 0, number_at(b, "values", "HRLI@1")) for b in bands.values()]
-        (n_cold, cold), warm = rows[0], rows[1:]  # the first band: never in training
+        (n_cold, cold), warm = rows[0], [(n, v) for n, v in rows[1:] if n]  # band 0: never in training
         n_warm = sum(n for n, _ in warm)
         if n_cold + n_warm:
             out["unseen_share"] = n_cold / (n_cold + n_warm)
