@@ -1,13 +1,14 @@
 """Recompute diagnostics of stored cells with the checkout's code, on the checkpoint each cell names.
 
-    python scripts/rediagnose_cells.py --what hrli [--store results] [--runs 'runs/repro*'] [--dry-run]
+    python scripts/rediagnose_cells.py --what hrli [CELL ...] [--store results] [--runs 'runs/repro*'] [--dry-run]
 
 For when a diagnostic learns something new (e.g. hrli's rates per band of the last item's training frequency):
-for every cell in the store, the run directory under ``--runs`` (``<runs>/<data set>/<label>/seed<k>``) whose
-checkpoint is the one the cell names is diagnosed again (``--what``, one torch thread) and the cell is exported
-again from it (``pipeline.store.export_cell``; its compute recomputed by ``cell_compute``, so the diagnostics'
-seconds are those of the files now there). A cell without such a run directory is left as it is and named. Then
-regenerate the documents (the command in docs/results.md) and commit the cells with them.
+for every cell in the store (or each CELL folder given), the run directory under ``--runs``
+(``<runs>/<data set>/<label>/seed<k>``) whose checkpoint is the one the cell names is diagnosed again
+(``--what``, one torch thread) and the cell is exported again from it (``pipeline.store.export_cell``; its
+compute recomputed by ``cell_compute``, so the diagnostics' seconds are those of the files now there). A cell
+without such a run directory is left as it is and named. Then regenerate the documents (the command in
+docs/results.md) and commit the cells with them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def run_dir_of(cell: Path, meta: dict, runs: str) -> Path | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cells", nargs="*", type=Path, help="cell folders (default: every cell of --store)")
     ap.add_argument("--what", required=True, help="comma-separated diagnostics (resdom diagnose --what)")
     ap.add_argument("--store", default="results")
     ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
@@ -46,7 +48,7 @@ def main() -> int:
     what = parse_what(args.what)
     torch.set_num_threads(1)
     missing = []
-    for cell in store_cells(args.store):
+    for cell in args.cells or store_cells(args.store):
         meta = json.loads((cell / "cell.json").read_text())
         run = run_dir_of(cell, meta, args.runs)
         if run is None:
