@@ -26,13 +26,15 @@ def test_claims_cells_are_seed_means_with_their_verdicts(rows) -> None:
     assert seeds == "2"
     assert attn == "0.850 ✓"  # 0.80, 0.90
     assert res == "0.250 / 0.270 ✓"  # +Res 0.20, 0.30; +LN 0.22, 0.32: within 0.05 of +Res
-    assert hrli == "0.850 / 0.030 ✓"
+    seen = [(40 * h + 60 * min(1.0, round(1.1 * h, 4)) + 60 * min(1.0, round(1.3 * h, 4))) / 160 for h in (0.8, 0.9)]
+    assert hrli == f"0.850 / 0.030 (seen {sum(seen) / 2:.3f}) ✓"  # fixture bands: 40 unseen of 200 users
     assert shuffle == "-3.0% / -50.0% ✓"  # keep_last -2%, -4%; full -40%, -60%
     assert mono == "2/2 ✓" and lower == "2/2 ✓"
     # fixture recovery 2 * res * (1 - a) ** 0.7 at a = 0.1..0.3, seeds' res 0.2 / 0.3: 39-46%, above 10-33%
     assert rec == f"{100 * 0.5 * 0.7 ** 0.7:.0f}-{100 * 0.5 * 0.9 ** 0.7:.0f}% ✗" == "39-46% ✗"
     pre_ln = rows[("toyB", "sasrec")]
-    assert pre_ln[2] == "0.150 / – ✓" and pre_ln[3] == "0.500 / 0.010 ✗" and pre_ln[7] == "–"  # no recovery.json
+    assert pre_ln[2] == "0.150 / – ✓" and pre_ln[3].startswith("0.500 / 0.010 (seen ") and pre_ln[3].endswith(" ✗")
+    assert pre_ln[7] == "–"  # no recovery.json
 
 
 def test_sweep_checks_by_hand() -> None:
