@@ -57,9 +57,8 @@ def report(
     if docs:
         from resdom.io import atomic_write_text
         from resdom.pipeline.store import block_names, fill_blocks
-        from resdom.report import document_blocks
 
-        tables = document_blocks(read_runs(found), paths.tables_data)
+        tables = paths.blocks
         missing = [d for d in docs if not d.is_file()]
         if missing:
             raise ResdomError(f"{missing[0]}: no such document")

@@ -41,6 +41,7 @@ class ReportPaths:
     tables: list[Path] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     tables_data: list[Table] = field(default_factory=list)
+    blocks: dict[str, str] = field(default_factory=dict)  # document_blocks of the same runs, for ``--doc``
 
 
 def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
@@ -57,12 +58,13 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     figures = all_figures(runs)
     fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
     table_paths = write_tables(tables, out_dir / "tables")
-    atomic_write_text(out_dir / "tables" / "claims.md", claims_markdown(runs))
+    blocks = document_blocks(runs, tables)
+    atomic_write_text(out_dir / "tables" / "claims.md", blocks["claims"])
     table_paths.append(out_dir / "tables" / "claims.md")
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, figures, tables, title))
     atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
-    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables)
+    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks)
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
