@@ -245,3 +245,31 @@ def test_reliance_curve_draws_hrli_over_seen_last_items_dotted_where_recorded(tm
     assert legend[-1] == "HRLI@1 over last items seen in training"
     plain = fig_reliance_curve(read_runs(find_run_dirs(FIXTURES)))
     assert "HRLI@1 over last items seen in training" not in [t.get_text() for t in plain.figure.legends[0].get_texts()]
+
+
+def test_many_data_sets_wrap_onto_lines_of_panels() -> None:
+    """Six data sets: four panels on the first line, two on the second, each panel's axes stacked in its column
+    (the shuffle figure's HR@10 above its NDCG@10), and no empty axes left in the grid."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import MAX_COLUMNS, fig_reliance_by_model, fig_shuffle
+
+    datasets = [f"set{i}" for i in range(6)]
+    shuffle = {"n_users": 10, "original": {"HR@10": 0.1, "NDCG@10": 0.05},
+               "perturbations": {p: {"metrics": {"HR@10": 0.08, "NDCG@10": 0.04}} for p in ("keep_last", "full")}}
+    runs = [RunRecord(Path(f"/x/{d}/sasrec/seed1"), d, "sasrec", 1, "gts",
+                      diagnostics={"hrli": {"n_users": 10, "values": {"HRLI@1": 0.5 + 0.05 * i, "HRL2I@1": 0.0}},
+                                   "shuffle": shuffle})
+            for i, d in enumerate(datasets)]
+    assert MAX_COLUMNS == 4
+    fig = fig_reliance_by_model(runs).figure
+    assert [ax.get_title() for ax in fig.axes] == datasets
+    grid = [ax.get_subplotspec() for ax in fig.axes]
+    assert [(g.rowspan.start, g.colspan.start) for g in grid] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
+    bars = next(c for c in fig.axes[5].containers if hasattr(c, "patches"))
+    assert bars.patches[0].get_height() == pytest.approx(0.75)  # set5's HRLI@1
+    fig = fig_shuffle(runs).figure
+    assert len(fig.axes) == 12
+    where = {(ax.get_title(), ax.get_ylabel()): (ax.get_subplotspec().rowspan.start,
+                                                 ax.get_subplotspec().colspan.start) for ax in fig.axes}
+    assert where[("set4", "test HR@10")] == (2, 0) and where[("set4", "test NDCG@10")] == (3, 0)
+    assert where[("set3", "test HR@10")] == (0, 3) and where[("set3", "test NDCG@10")] == (1, 3)

@@ -136,10 +136,25 @@ class NotebookFigure(Figure):
         return buf.getvalue()
 
 
+MAX_COLUMNS = 4  # panels side by side; more data sets wrap onto further rows of panels
+
+
 def _new_figure(n_panels: int, width_per: float = 4.2, height: float = 3.4, nrows: int = 1) -> tuple[Figure, Any]:
-    ncols = max(1, n_panels)
-    fig = NotebookFigure(figsize=(max(6.0, width_per * ncols), height * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    """A figure of ``n_panels`` panels (one per data set, say), each a column of ``nrows`` axes -> (figure,
+    ``axes``), ``axes[row, i]`` the axes of row ``row`` of panel ``i``. At most ``MAX_COLUMNS`` panels share a
+    line; the next ones go below, each line of panels ``nrows`` axes high (the grid's unused cells are removed)."""
+    n_panels = max(1, n_panels)
+    ncols = min(n_panels, MAX_COLUMNS)
+    lines = -(-n_panels // ncols)
+    fig = NotebookFigure(figsize=(max(6.0, width_per * ncols), height * nrows * lines), layout="constrained")
+    grid = fig.subplots(nrows * lines, ncols, squeeze=False)
+    axes = np.empty((nrows, n_panels), dtype=object)
+    for row in range(nrows):
+        for i in range(n_panels):
+            axes[row, i] = grid[(i // ncols) * nrows + row][i % ncols]
+    for i in range(n_panels, lines * ncols):
+        for row in range(nrows):
+            fig.delaxes(grid[(i // ncols) * nrows + row][i % ncols])
     return fig, axes
 
 
@@ -505,8 +520,7 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
     ]
     # dotted in the HRLI@1 panel: over the users whose last item occurs in training (monitors that record it)
     seen: Callable[[dict[str, Any]], float | None] = lambda row: number_at(row, "HRLI@1_seen")  # noqa: E731
-    fig = NotebookFigure(figsize=(max(6.0, 4.4 * len(datasets)), 2.6 * len(panels)), layout="constrained")
-    axes = fig.subplots(len(panels), len(datasets), squeeze=False)
+    fig, axes = _new_figure(len(datasets), width_per=4.4, height=2.6, nrows=len(panels))
     dotted = False
     for col, dataset in enumerate(datasets):
         keys = [(dataset, m) for m in models if (dataset, m) in groups]
