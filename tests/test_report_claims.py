@@ -55,3 +55,40 @@ def test_which_models_and_ranges() -> None:
     assert not is_causal("bert4rec") and not is_causal("gru4rec") and not is_causal("sasrec-gate")
     assert hrli_range("ml-1m-part") == (0.4, 0.6) and hrli_range("beauty-ts") == (0.8, 0.9)
     assert "(no data)" in claims_markdown([])
+
+
+def _cell(dataset: str, model: str, seed: int, ndcg: float, hrli: float):
+    from resdom.report.collect import RunRecord
+
+    return RunRecord(Path(f"/x/{dataset}/{model}/seed{seed}"), dataset, model, seed, "gts",
+                     metrics={"test": {"HR@10": 2 * ndcg, "NDCG@10": ndcg}},
+                     diagnostics={"hrli": {"n_users": 100, "values": {"HRLI@1": hrli, "HRL2I@1": 0.01}}})
+
+
+def test_remedy_verdicts_by_hand() -> None:
+    """Base NDCG@10 0.020 ± 0.001, HRLI@1 0.80 ± 0.01 (seeds 0.019/0.020/0.021, 0.79/0.80/0.81). A variant wins only
+    where both differences exceed the two spreads together; one seed is not judged; a variant without its base on
+    the data set, and the base itself, get no row."""
+    from resdom.report.claims import remedy_verdicts_markdown
+
+    runs = [_cell("d", "sasrec", s, n, h) for s, n, h in ((1, 0.019, 0.79), (2, 0.020, 0.80), (3, 0.021, 0.81))]
+    runs += [_cell("d", "sasrec-gate", s, n, h) for s, n, h in ((1, 0.023, 0.60), (2, 0.025, 0.62))]  # wins
+    runs += [_cell("d", "sasrec-pool", s, n, h) for s, n, h in ((1, 0.021, 0.70), (2, 0.0225, 0.72))]  # level acc
+    runs += [_cell("d", "sasrec-mean3", s, n, h) for s, n, h in ((1, 0.010, 0.20), (2, 0.012, 0.22))]  # costs
+    runs += [_cell("d", "sasrec-preln", 1, 0.030, 0.10)]
+    runs += [_cell("e", "sasrec-gate", 1, 0.030, 0.10), _cell("e", "sasrec-gate", 2, 0.031, 0.11)]  # no base on e
+    lines = remedy_verdicts_markdown(runs).splitlines()
+    rows = {tuple(c.strip() for c in line.strip("|").split("|"))[1]: [c.strip() for c in line.strip("|").split("|")]
+            for line in lines[2:]}
+    assert list(rows) == ["sasrec-gate", "sasrec-preln", "sasrec-mean3", "sasrec-pool"]  # REMEDY_LABELS order
+    gate = rows["sasrec-gate"]
+    assert gate[2] == "2 / 3"
+    std = lambda a, b: abs(a - b) / 2 ** 0.5  # noqa: E731  the sample std of two values
+    assert gate[3] == f"0.0240 ± {std(0.023, 0.025):.4f} (base 0.0200 ± 0.0010, +20.0%)"
+    assert gate[4] == f"0.6100 ± {std(0.60, 0.62):.4f} (base 0.8000 ± 0.0100, -23.8%)"
+    assert gate[5] == "✓ yes: higher NDCG@10 at lower HRLI@1"
+    # pool: NDCG@10 +0.00175 against spreads 0.00106 + 0.001 together: level
+    assert rows["sasrec-pool"][5] == "✗ no: NDCG@10 level, HRLI@1 lower"
+    assert rows["sasrec-mean3"][5] == "✗ no: NDCG@10 lower, HRLI@1 lower"
+    assert rows["sasrec-preln"][2] == "1 / 3" and rows["sasrec-preln"][5] == "not judged (fewer than 2 seeds)"
+    assert remedy_verdicts_markdown(runs[:3]).splitlines()[2].startswith("| (no data) |")

@@ -7,7 +7,8 @@ Markdown twin. See docs/reports.md.
     OUT/report.md        Markdown twin (links figures/*.png)
     OUT/figures/         <key>.png and <key>.pdf per figure
     OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them; claims.md, the
-                         paper's claims checked per (data set, causal model) (report.claims)
+                         paper's claims checked per (data set, causal model), and remedy_verdicts.md, each
+                         remedy variant against its base model (report.claims)
 
 ``document_blocks(runs)`` gives the Markdown of every table by name, for the ``<!-- resdom:table NAME -->`` blocks
 of a hand-written document (``resdom report --doc``).
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.io import atomic_write_text
-from resdom.report.claims import claims_markdown
+from resdom.report.claims import claims_markdown, remedy_verdicts_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, read_run, read_runs
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
@@ -59,8 +60,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
     table_paths = write_tables(tables, out_dir / "tables")
     blocks = document_blocks(runs, tables)
-    atomic_write_text(out_dir / "tables" / "claims.md", blocks["claims"])
-    table_paths.append(out_dir / "tables" / "claims.md")
+    for name in ("claims", "remedy_verdicts"):
+        atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
+        table_paths.append(out_dir / "tables" / f"{name}.md")
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, figures, tables, title))
     atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
@@ -68,6 +70,8 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
-    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built) and ``claims``."""
+    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims`` and
+    ``remedy_verdicts``."""
     tables = summary_tables(runs) if tables is None else tables
-    return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs)}
+    return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
+            "remedy_verdicts": remedy_verdicts_markdown(runs)}
