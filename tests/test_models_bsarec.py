@@ -10,7 +10,7 @@ import torch
 
 from resdom.models import ModelConfig, build_model, recording, residual_scale
 from resdom.models.block import causal_mask_bias
-from resdom.models.bsarec import BSARecBlock, low_pass, low_pass_fft, low_pass_matrix
+from resdom.models.bsarec import BSARecBlock, frequency_residual_scale, low_pass, low_pass_fft, low_pass_matrix
 
 
 def cfg(**kw: object) -> ModelConfig:
@@ -75,13 +75,15 @@ def np_linear(x: np.ndarray, lin: torch.nn.Linear) -> np.ndarray:
     return x @ lin.weight.detach().numpy().T + lin.bias.detach().numpy()
 
 
-def slow_bsarec_layer(block: BSARecBlock, x: np.ndarray, items: np.ndarray, alpha: float, c: int) -> np.ndarray:
-    """One sequence: x (L, d), items (L,) -> the block output (L, d), written out from spec §2 (eval mode)."""
+def slow_bsarec_layer(block: BSARecBlock, x: np.ndarray, items: np.ndarray, alpha: float, c: int,
+                      freq_residual: float = 1.0) -> np.ndarray:
+    """One sequence: x (L, d), items (L,) -> the block output (L, d), written out from spec §2 (eval mode), the
+    frequency branch's residual scaled by ``freq_residual``."""
     L, d = x.shape
     keep = c // 2 + 1  # bins >= c//2+1 zeroed
     beta = block.filter.sqrt_beta.detach().numpy().reshape(d) ** 2
     lpf = dft_low_pass(x, keep)
-    dsp = np_ln(x + lpf + beta * (x - lpf), block.filter.ln)
+    dsp = np_ln(freq_residual * x + lpf + beta * (x - lpf), block.filter.ln)
     att = block.attention
     H, dh = att.heads, att.head_dim
     q, k, v = np_linear(x, att.query), np_linear(x, att.key), np_linear(x, att.value)
@@ -102,20 +104,21 @@ def slow_bsarec_layer(block: BSARecBlock, x: np.ndarray, items: np.ndarray, alph
 
 
 @pytest.mark.parametrize("bsa_c", [1, 3, 5, 9])
-@pytest.mark.parametrize("alpha", [1.0, 0.4])
-def test_bsarec_layer_matches_slow_reference(bsa_c: int, alpha: float) -> None:
+@pytest.mark.parametrize(("alpha", "freq_residual"), [(1.0, 1.0), (0.4, 1.0), (0.4, 0.4), (1.0, 0.0)])
+def test_bsarec_layer_matches_slow_reference(bsa_c: int, alpha: float, freq_residual: float) -> None:
     torch.manual_seed(1)
     block = BSARecBlock(cfg(bsa_c=bsa_c)).double().eval()
     with torch.no_grad():
         for p in block.parameters():
             p.add_(0.1 * torch.randn_like(p))
     block.alpha = alpha
+    block.filter.residual = freq_residual
     items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8]])
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     with torch.no_grad():
         got = block(x, causal_mask_bias(items).double()).numpy()
     for b in range(2):
-        want = slow_bsarec_layer(block, x[b].numpy(), items[b].numpy(), alpha, bsa_c)
+        want = slow_bsarec_layer(block, x[b].numpy(), items[b].numpy(), alpha, bsa_c, freq_residual)
         np.testing.assert_allclose(got[b], want, atol=1e-9)
 
 
@@ -190,3 +193,29 @@ def test_bsarec_record_reconstruction(alpha: float) -> None:
                 assert torch.allclose(store[1][0].x, blocks[0].ffn_sublayer(rec.sublayer_out), atol=1e-12)
     with torch.no_grad():
         assert torch.allclose(out, blocks[1].ffn_sublayer(store[1][0].sublayer_out), atol=1e-12)
+
+
+def test_frequency_residual_scale_acts_in_eval_only_and_restores() -> None:
+    """``frequency_residual_scale`` sets every layer's frequency residual for the ``with`` block only, changes
+    nothing at s = 1 nor in training mode, and refuses a model without a frequency branch."""
+    torch.manual_seed(0)
+    model = build_model(cfg()).eval()
+    items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8]])
+    with torch.no_grad():
+        base = model.encode(items)
+        with frequency_residual_scale(model, 1.0):
+            assert torch.equal(model.encode(items), base)
+        with frequency_residual_scale(model, 0.0):
+            assert [b.filter.residual for b in model.blocks] == [0.0, 0.0]
+            scaled = model.encode(items)
+        assert [b.filter.residual for b in model.blocks] == [1.0, 1.0]
+        assert not torch.allclose(scaled, base)
+        model.train()
+        torch.manual_seed(5)
+        trained = model.encode(items)
+        with frequency_residual_scale(model, 0.0):
+            torch.manual_seed(5)
+            assert torch.equal(model.encode(items), trained)
+    with pytest.raises(ValueError, match="no BSARec frequency branch"):
+        with frequency_residual_scale(build_model(ModelConfig(name="sasrec", n_items=20, max_len=8)), 0.5):
+            pass

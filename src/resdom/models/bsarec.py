@@ -17,7 +17,9 @@ always runs on the full ``max_len`` window, left-padded (spec §2: the padding s
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,7 +54,11 @@ def low_pass(x: torch.Tensor, c: int, last: int = 0) -> torch.Tensor:
 
 
 class FrequencyLayer(nn.Module):
-    """DSP = LayerNorm(X + Dropout(LPF(X) + beta * (X - LPF(X)))), beta = sqrt_beta**2 (d,)."""
+    """DSP = LayerNorm(s * X + Dropout(LPF(X) + beta * (X - LPF(X)))), beta = sqrt_beta**2 (d,).
+
+    ``s`` (``residual``) is 1 as trained; in eval mode ``frequency_residual_scale`` sets it, the frequency
+    branch's counterpart of the attention residual's inference-time alpha (docs/results.md, BSARec on video-ts).
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -60,6 +66,7 @@ class FrequencyLayer(nn.Module):
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, cfg.hidden))
         self.dropout = Dropout(cfg.dropout)
         self.ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
+        self.residual = 1.0
 
     @property
     def beta(self) -> torch.Tensor:
@@ -72,7 +79,26 @@ class FrequencyLayer(nn.Module):
         lpf = low_pass(x, self.c, last)
         if last:
             x = x[:, -last:]
-        return self.ln(x + self.dropout(lpf + self.beta * (x - lpf)))
+        res = x if self.training or self.residual == 1.0 else self.residual * x
+        return self.ln(res + self.dropout(lpf + self.beta * (x - lpf)))
+
+
+@contextlib.contextmanager
+def frequency_residual_scale(model: nn.Module, s: float) -> Iterator[None]:
+    """Scale the residual X of every BSARec frequency branch (``FrequencyLayer``) by ``s`` in eval mode, restoring
+    it on exit; with ``interface.residual_scale`` (the attention residual) it scales both routes by which X's own
+    row reaches the sub-layer's output. A model without frequency branches is a ValueError."""
+    layers = [m for m in model.modules() if isinstance(m, FrequencyLayer)]
+    if not layers:
+        raise ValueError("the model has no BSARec frequency branch")
+    saved = [f.residual for f in layers]
+    try:
+        for f in layers:
+            f.residual = float(s)
+        yield
+    finally:
+        for f, r in zip(layers, saved):
+            f.residual = r
 
 
 class BSARecBlock(AttentionBlock):
