@@ -91,4 +91,5 @@ def test_remedy_verdicts_by_hand() -> None:
     assert rows["sasrec-pool"][5] == "✗ no: NDCG@10 level, HRLI@1 lower"
     assert rows["sasrec-mean3"][5] == "✗ no: NDCG@10 lower, HRLI@1 lower"
     assert rows["sasrec-preln"][2] == "1 / 3" and rows["sasrec-preln"][5] == "not judged (fewer than 2 seeds)"
+    assert rows["sasrec-preln"][3] == "0.0300 (base 0.0200 ± 0.0010, +50.0%)"  # no spread shown for one seed
     assert remedy_verdicts_markdown(runs[:3]).splitlines()[2].startswith("| (no data) |")

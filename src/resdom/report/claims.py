@@ -189,8 +189,12 @@ def _direction(v: tuple[float, float, int], b: tuple[float, float, int]) -> str:
 
 
 def _against(v: tuple[float, float, int], b: tuple[float, float, int]) -> str:
+    """"mean ± std (base mean ± std, relative change)", the ± std left out for a single seed."""
+    def text(x: tuple[float, float, int]) -> str:
+        return f"{x[0]:.4f}" if x[2] < 2 else f"{x[0]:.4f} ± {x[1]:.4f}"
+
     rel = f", {100 * (v[0] - b[0]) / b[0]:+.1f}%" if b[0] else ""
-    return f"{v[0]:.4f} ± {v[1]:.4f} (base {b[0]:.4f} ± {b[1]:.4f}{rel})"
+    return f"{text(v)} (base {text(b)}{rel})"
 
 
 def remedy_verdict(variant: list[RunRecord], base: list[RunRecord]) -> tuple[str, str, str, str] | None:
