@@ -13,13 +13,12 @@ share of the two branches' norms from the cell's ``mixing.json``. No training; a
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import torch
-from rediagnose_cells import run_dir_of
+from rediagnose_cells import cell_arguments, cells_with_runs
 
 from resdom.api import evaluate, load_run
 from resdom.diagnostics.hrli import last_item_hit_rates
@@ -48,19 +47,10 @@ def check(run: Path) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cells", nargs="*", type=Path, help="cell folders (default: every BSARec cell of --store)")
-    ap.add_argument("--store", default="results")
-    ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
-    args = ap.parse_args()
+    args = cell_arguments(__doc__.splitlines()[0]).parse_args()
     torch.set_num_threads(1)
     cells = args.cells or [c for c in store_cells(args.store) if c.parent.name == "bsarec"]
-    for cell in cells:
-        meta = json.loads((cell / "cell.json").read_text())
-        run = run_dir_of(cell, meta, args.runs)
-        if run is None:
-            print(f"{cell}: no run directory with its checkpoint under {args.runs}", file=sys.stderr)
-            continue
+    for cell, _, run in cells_with_runs(cells, args.runs):
         config = json.loads((run / "config.json").read_text())["model"]
         mixing = json.loads((cell / "diagnostics" / "mixing.json").read_text())
         share = mixing.get("frequency_branch", {}).get("pooled", {}).get("all", {}).get("frequency_share")

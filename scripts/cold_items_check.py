@@ -13,15 +13,13 @@ seconds a cell on one core.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from rediagnose_cells import run_dir_of
+from rediagnose_cells import cell_arguments, cells_with_runs
 
 from resdom.api import load_run
 from resdom.data.sequences import item_counts
@@ -74,18 +72,9 @@ def check(run: Path) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cells", nargs="*", type=Path, help="cell folders (default: every cell of --store)")
-    ap.add_argument("--store", default="results")
-    ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
-    args = ap.parse_args()
+    args = cell_arguments(__doc__.splitlines()[0]).parse_args()
     torch.set_num_threads(1)
-    for cell in args.cells or store_cells(args.store):
-        meta = json.loads((cell / "cell.json").read_text())
-        run = run_dir_of(cell, meta, args.runs)
-        if run is None:
-            print(f"{cell}: no run directory with its checkpoint under {args.runs}", file=sys.stderr)
-            continue
+    for cell, _, run in cells_with_runs(args.cells or store_cells(args.store), args.runs):
         r = check(run)
         pairs = "–" if r["cos_pairs_cold"] is None else f"{r['cos_pairs_cold']:.3f}"
         against = "–" if r["cos_cold_mean_state"] is None else f"{r['cos_cold_mean_state']:+.3f}"

@@ -17,6 +17,7 @@ import argparse
 import glob
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -37,30 +38,43 @@ def run_dir_of(cell: Path, meta: dict, runs: str) -> Path | None:
     return None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cell_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments every script over stored cells takes: CELL folders, ``--store``, ``--runs``."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("cells", nargs="*", type=Path, help="cell folders (default: every cell of --store)")
-    ap.add_argument("--what", required=True, help="comma-separated diagnostics (resdom diagnose --what)")
     ap.add_argument("--store", default="results")
     ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
+    return ap
+
+
+def cells_with_runs(cells: list[Path], runs: str) -> Iterator[tuple[Path, dict, Path]]:
+    """(cell, its cell.json, the run directory with its checkpoint) for each cell; a cell without one is named on
+    stderr and skipped."""
+    for cell in cells:
+        if not (cell / "cell.json").is_file():
+            print(f"{cell}: skipped (not a results-store cell: no cell.json)", file=sys.stderr)
+            continue
+        meta = json.loads((cell / "cell.json").read_text())
+        run = run_dir_of(cell, meta, runs)
+        if run is None:
+            print(f"{cell}: skipped (no run directory with its checkpoint under {runs})", file=sys.stderr)
+            continue
+        yield cell, meta, run
+
+
+def main() -> int:
+    ap = cell_arguments(__doc__.splitlines()[0])
+    ap.add_argument("--what", required=True, help="comma-separated diagnostics (resdom diagnose --what)")
     ap.add_argument("--dry-run", action="store_true", help="only say which cells would be diagnosed again")
     args = ap.parse_args()
     what = parse_what(args.what)
     torch.set_num_threads(1)
-    missing = []
-    for cell in args.cells or store_cells(args.store):
-        meta = json.loads((cell / "cell.json").read_text())
-        run = run_dir_of(cell, meta, args.runs)
-        if run is None:
-            missing.append(str(cell))
-            continue
+    for cell, meta, run in cells_with_runs(args.cells or store_cells(args.store), args.runs):
         print(f"{cell}: {', '.join(what)} from {run}", flush=True)
         if args.dry_run:
             continue
         run_all(run, what=what, device="cpu", progress=False)
         export_cell(run, args.store, meta["dataset"], meta["label"], meta["seed"], compute=cell_compute(run))
-    for cell in missing:
-        print(f"{cell}: left as it is (no run directory with its checkpoint under {args.runs})", file=sys.stderr)
     return 0
 
 
