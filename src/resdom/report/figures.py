@@ -495,8 +495,9 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
     return ReportFigure("hrli_by_frequency", "Last-item reliance by the last item's training frequency",
                         "HRLI@1 over the test users whose last input item occurs 0, 1-4, 5-19 or 20+ times in the "
                         "training sequences (lines), and the share of test users in each band (grey bars): a last "
-                        "item never seen in training (band 0, its embedding trained only as a negative) is rarely "
-                        "ranked first, so a data set with many such users shows a lower overall HRLI@1." + users, fig)
+                        "item never seen in training (band 0: its embedding, trained only as a negative, points away "
+                        "from the prediction states) is rarely ranked first, so a data set with many such users shows "
+                        "a lower overall HRLI@1." + users, fig)
 
 
 def _monitor_rows(run: RunRecord) -> list[dict[str, Any]]:
