@@ -150,21 +150,31 @@ def is_causal(label: str) -> bool:
     return model_variant(label)[0] in CAUSAL and remedy_variant(label) is None
 
 
+def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[str, str], list[RunRecord]]:
+    """The runs with results, by (data set, model label), for the labels ``keep`` accepts."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in runs:
+        if keep(r.model) and (r.diagnostics or r.metrics):
+            groups.setdefault((r.dataset, r.model), []).append(r)
+    return groups
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; a "(no data)" row where there are no rows."""
+    rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
 def claims_markdown(runs: list[RunRecord]) -> str:
     """The claims table (Markdown): each cell the mean over seeds of the numbers behind the claim, then ✓ when
     they meet it, ✗ when not; for the alpha-sweep claims, the seeds in which it holds."""
-    groups: dict[tuple[str, str], list[RunRecord]] = {}
-    for r in runs:
-        if is_causal(r.model) and (r.diagnostics or r.metrics):
-            groups.setdefault((r.dataset, r.model), []).append(r)
-    header = ["Data set", "Model", "Seeds", *(c.header for c in CLAIMS)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    groups = _groups(runs, is_causal)
+    rows = []
     for (dataset, model), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]), kv[0][1])):
         cells = [c.check(dataset, rs) for c in CLAIMS]
-        lines.append("| " + " | ".join([dataset, model, str(len(rs)), *(x or "–" for x in cells)]) + " |")
-    if not groups:
-        lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([dataset, model, str(len(rs)), *(x or "–" for x in cells)])
+    return _markdown(["Data set", "Model", "Seeds", *(c.header for c in CLAIMS)], rows)
 
 
 # ------------------------------------------------------------------ remedies (docs/remedies.md)
@@ -223,21 +233,15 @@ def remedy_verdicts_markdown(runs: list[RunRecord]) -> str:
     """One row per (data set, remedy variant) with its base model's runs on that data set (``remedy_verdict``)."""
     from resdom.training.config import REMEDY_LABELS, remedy_variant
 
-    groups: dict[tuple[str, str], list[RunRecord]] = {}
-    for r in runs:
-        if r.diagnostics or r.metrics:
-            groups.setdefault((r.dataset, r.model), []).append(r)
+    groups = _groups(runs, lambda label: True)
     rank = {m: i for i, m in enumerate(REMEDY_LABELS)}
-    header = ["Data set", "Variant", "Seeds (variant / base)", "Test NDCG@10", "HRLI@1",
-              "Higher NDCG@10 at lower HRLI@1?"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    rows = []
     for (dataset, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], rank.get(kv[0][1], len(rank)))):
         parts = remedy_variant(label)
         if parts is None or (dataset, parts[0]) not in groups:
             continue
         row = remedy_verdict(rs, groups[(dataset, parts[0])])
         if row is not None:
-            lines.append("| " + " | ".join([dataset, label, *row]) + " |")
-    if len(lines) == 2:
-        lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
-    return "\n".join(lines) + "\n"
+            rows.append([dataset, label, *row])
+    return _markdown(["Data set", "Variant", "Seeds (variant / base)", "Test NDCG@10", "HRLI@1",
+                      "Higher NDCG@10 at lower HRLI@1?"], rows)
