@@ -24,7 +24,7 @@ from rediagnose_cells import cell_arguments, cells_with_runs
 from resdom.api import load_run
 from resdom.data.sequences import item_counts
 from resdom.diagnostics.common import batches, ranks_of, recent_items, scores_at
-from resdom.diagnostics.hrli import FREQUENCY_BANDS, band_names
+from resdom.diagnostics.hrli import band_masks
 from resdom.models.interface import final_states
 from resdom.pipeline.store import store_cells
 
@@ -62,9 +62,7 @@ def check(run: Path) -> dict:
            "cos_pairs_cold": mean_pair_cosine(cold) if len(cold) > 1 else None,
            "cos_cold_mean_state": float(F.cosine_similarity(cold.mean(0), torch.cat(states).mean(0), dim=0))
            if len(cold) else None, "bands": {}}
-    edges = [*FREQUENCY_BANDS[1:], np.inf]
-    for name, lo, hi in zip(band_names(), FREQUENCY_BANDS, edges):
-        m = (freq >= lo) & (freq < hi)
+    for name, m in band_masks(freq).items():
         if m.any():
             out["bands"][name] = {"n_users": int(m.sum()), "HRLI@1": float(np.mean(ranks[m] == 0)),
                                   "median_rank": float(np.median(ranks[m])), "cos_state_last": float(cosines[m].mean())}

@@ -133,11 +133,15 @@ def hrli_by_frequency(ranks: np.ndarray, last_counts: np.ndarray, ks: Sequence[i
                       edges: Sequence[int] = FREQUENCY_BANDS) -> dict[str, dict[str, Any]]:
     """``hrli_from_ranks`` per band of ``last_counts`` (n,): each user's last input item's training frequency, -1
     for a user without input items (in no band)."""
-    out = {}
-    for name, lo, hi in zip(band_names(edges), edges, [*edges[1:], None]):
-        mask = (last_counts >= lo) & (last_counts < hi if hi is not None else True)
-        out[name] = {"n_users": int(mask.sum()), "values": hrli_from_ranks(ranks[mask], ks, Ks)}
-    return out
+    return {name: {"n_users": int(mask.sum()), "values": hrli_from_ranks(ranks[mask], ks, Ks)}
+            for name, mask in band_masks(last_counts, edges).items()}
+
+
+def band_masks(last_counts: np.ndarray, edges: Sequence[int] = FREQUENCY_BANDS) -> dict[str, np.ndarray]:
+    """{band name: bool mask (n,)} of the users whose last input item's training frequency (``last_counts``) lies
+    in each band (-1, a user without input items, in none)."""
+    return {name: (last_counts >= lo) & (last_counts < hi if hi is not None else True)
+            for name, lo, hi in zip(band_names(edges), edges, [*edges[1:], None])}
 
 
 def last_item_ranks(
