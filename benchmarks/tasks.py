@@ -59,9 +59,10 @@ def reset_peak() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return True
     except OSError:
         return False
+    hwm, rss = _status_mb("VmHWM"), _status_mb("VmRSS")  # some kernels accept the write and ignore it
+    return hwm is not None and rss is not None and hwm - rss < 1.0
 
 
 class Phase:
@@ -75,7 +76,7 @@ class Phase:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
-        self.peak_mb = peak_rss_mb()
+        self.peak_mb = max(peak_rss_mb(), rss_mb())
 
     def to_dict(self) -> dict[str, Any]:
         return {"seconds": round(self.seconds, 3), "rss_before_mb": round(self.rss_before_mb, 1),

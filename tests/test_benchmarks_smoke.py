@@ -82,14 +82,29 @@ def test_cross_entropy_task_compares_equal_losses() -> None:
     assert res["loss_diff"] < 1e-5 and res["grad_diff"] < 1e-6
 
 
-def test_phase_measures_peak_of_the_phase_only() -> None:
+def test_phase_peak_covers_what_the_phase_held() -> None:
     with tasks.Phase() as ph:
         block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB touched inside the phase
+        inside = tasks.rss_mb()
         block.sum()
     d = ph.to_dict()
-    assert d["seconds"] >= 0 and d["peak_rss_mb"] >= d["rss_before_mb"]
-    if d["peak_is_phase_only"]:
-        assert d["peak_rss_mb"] - d["rss_before_mb"] > 40
+    assert d["seconds"] >= 0 and d["peak_rss_mb"] >= max(inside, d["rss_before_mb"]) - 0.1
+
+
+def test_phase_peak_leaves_out_what_came_before() -> None:
+    """A freed 256 MiB block raised the lifetime peak; where the peak can be reset, the phase must not see it.
+    (Whether freed memory leaves RSS, and whether the peak resets, depend on the allocator and the kernel.)"""
+    block = np.ones(256 * 1024 * 1024 // 8)
+    high = tasks.peak_rss_mb()
+    del block
+    if high - tasks.rss_mb() < 200:
+        pytest.skip("the freed block stayed resident here")
+    with tasks.Phase() as ph:
+        pass
+    d = ph.to_dict()
+    if not d["peak_is_phase_only"]:
+        pytest.skip("this kernel does not reset the peak RSS")
+    assert d["peak_rss_mb"] < high - 100
 
 
 def test_merge_results_replaces_only_measured_sections(tmp_path: Path) -> None:

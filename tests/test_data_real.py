@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -93,11 +92,8 @@ def test_gts_beauty_ts_threshold_date(shared_raw: Path, tmp_path: Path, monkeypa
     assert split.manifest["counts"]["test"]["users"] == len(split.test) > 0
 
 
-def test_gts_yelp_ts_takes_seconds(shared_raw: Path) -> None:
-    t0 = time.perf_counter()
-    split = prepare_split("yelp-ts", "gts", data_dir=shared_raw)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 10.0, elapsed  # ~1 s on one core
+def test_gts_yelp_ts(shared_raw: Path) -> None:
+    split = prepare_split("yelp-ts", "gts", data_dir=shared_raw)  # ~1 s on one core
     assert split.n_items == 20033 and len(split.test) > 0
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -22,10 +20,8 @@ def pairs(seqs, gap: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(src), np.concatenate(dst)
 
 
-def test_defaults_are_seeded_and_fast() -> None:
-    t0 = time.perf_counter()
+def test_defaults_are_seeded() -> None:
     a = generate(SyntheticConfig())
-    assert time.perf_counter() - t0 < 1.0
     b = generate(SyntheticConfig())
     assert np.array_equal(a.items, b.items) and np.array_equal(a.times, b.times)
     c = generate(SyntheticConfig(seed=1))

@@ -69,12 +69,11 @@ def test_notebook_cells_are_the_scripts():
 def test_quickstart_notebook_runs_without_errors():
     pytest.importorskip("nbclient")
     nb = build_notebook()
-    seconds = execute(nb)
+    execute(nb)
     shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in shown if o.output_type == "error"]
     images = [o for o in shown if "image/png" in o.get("data", {})]
     assert len(images) >= 4, "the figures (mixing, hrli, alpha, RecBole mixing) are shown"
-    assert seconds < 300, f"the notebook took {seconds:.0f} s"
 
 
 if __name__ == "__main__":
