@@ -4,6 +4,7 @@
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
+# The commit holds the cell and the regenerated documents only (see commit_cell).
 # Training runs from a frozen copy of src/ (runs/code-<commit>/), so editing the code while the grid runs cannot
 # break a cell half way (modules are imported lazily); the report is regenerated with the checkout's own code.
 set -uo pipefail
@@ -19,6 +20,34 @@ if [ ! -d "$CODE/src" ]; then  # copied aside, then renamed: two scripts started
     && echo "$(git rev-parse --short HEAD)${dirty:+-dirty}" > "$tmp/src/resdom/SOURCE_COMMIT" \
     && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
 fi
+DOCS=(docs/results.md docs/remedies.md)
+report() { .venv/bin/resdom report "$STORE" --out docs/results --title "resdom reproduction (results store)" "$@" >/dev/null \
+  && rm -f docs/results/figures/*.pdf; }
+commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated from the store, so they never lag
+  # The documents are refilled on HEAD's own copies and committed through a temporary index, so an edit in
+  # progress in docs/results.md or docs/remedies.md never rides along with a cell; the working copies are refilled
+  # in the same pass (their prose kept). HEAD moves only if no other commit came in meanwhile (else: 1, retry).
+  local cell=$1 msg=$2 tmp head doc heads=() works=() ok=1
+  git add "$cell" 2>/dev/null; git diff --cached --quiet HEAD -- "$cell" && return 0  # stored before, unchanged
+  tmp=$(mktemp -d) && head=$(git rev-parse HEAD) || return 1
+  for doc in "${DOCS[@]}"; do
+    git show "$head:$doc" > "$tmp/${doc##*/}" && heads+=(--doc "$tmp/${doc##*/}") && works+=(--doc "$doc") || ok=0
+  done
+  # a working copy that cannot be refilled (a block being edited) is left as it is
+  [ "$ok" = 1 ] && { report "${heads[@]}" "${works[@]}" || report "${heads[@]}"; } || { rm -rf "$tmp"; return 1; }
+  ( export GIT_INDEX_FILE="$tmp/index"
+    git read-tree "$head" && git add "$cell" docs/results || exit 1
+    for doc in "${DOCS[@]}"; do
+      git update-index --add --cacheinfo "100644,$(git hash-object -w "$tmp/${doc##*/}"),$doc" || exit 1
+    done
+    commit=$(git commit-tree "$(git write-tree)" -p "$head" -m "$msg") && git update-ref HEAD "$commit" "$head" )
+  ok=$?
+  rm -rf "$tmp"
+  if [ "$ok" = 0 ]; then  # the index's entries of these paths: the new HEAD's
+    for try in 1 2 3; do git reset -q -- "$cell" docs/results "${DOCS[@]}" && break; sleep 2; done
+  fi
+  return "$ok"
+}
 for group in "$@"; do
   read -r dataset label seeds <<<"$group"
   echo "== $(date -u +%FT%TZ) $dataset / $label / seeds $seeds"
@@ -28,15 +57,9 @@ for group in "$@"; do
     for seed in ${seeds//,/ }; do
       cell="$STORE/$dataset/$label/seed$seed"
       [ -f "$cell/cell.json" ] || continue
-      git add "$cell" 2>/dev/null
-      git diff --cached --quiet -- "$cell" && continue
-      # the document regenerated from the store in the same commit, so it never lags behind the cells
-      .venv/bin/resdom report "$STORE" --out docs/results --doc docs/results.md --doc docs/remedies.md \
-        --title "resdom reproduction (results store)" >/dev/null && rm -f docs/results/figures/*.pdf
-      git add docs/results.md docs/remedies.md docs/results 2>/dev/null
       for try in 1 2 3 4 5; do
-        git commit -q -m "results: $dataset / $label / seed $seed" -- "$cell" docs/results.md docs/remedies.md docs/results && break
-        sleep 5  # another git process holds the index
+        commit_cell "$cell" "results: $dataset / $label / seed $seed" && break
+        sleep 5  # another commit moved HEAD meanwhile, or another git process holds the index
       done
     done
   fi
