@@ -11,7 +11,7 @@ import pytest
 
 from resdom.errors import ResdomError
 from resdom.report import find_run_dirs, read_run, read_runs, summary_tables
-from resdom.report.tables import mean_std, to_csv, to_latex, to_markdown, write_tables
+from resdom.report.tables import Column, Table, mean_std, to_csv, to_latex, to_markdown, write_tables
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
 
@@ -92,6 +92,17 @@ def test_writers(tables: dict, tmp_path: Path) -> None:
     assert "\\label{tab:shuffle}" in tex
     paths = write_tables(list(tables.values()), tmp_path)
     assert {p.suffix for p in paths} == {".md", ".csv", ".tex"} and (tmp_path / "tables.md").exists()
+
+
+def test_seed_columns_show_every_seed() -> None:
+    cols = [Column("best_epoch", "Best epoch", "each"), Column("early_stopped", "Ended by early stopping", "of"),
+            Column("train_min", "Train min", "count")]
+    table = Table("training", "Training", "", cols, [{
+        "dataset": "d", "model": "sasrec", "n": 3, "best_epoch": (33.0, 9.17), "early_stopped": (2 / 3, 0.58),
+        "train_min": (44.18, 17.63), "values": {"best_epoch": [25.0, 43.0, 31.0], "early_stopped": [1.0, 0.0, 1.0],
+                                                "train_min": [63.8, 39.1, 29.6]}}])
+    assert "| d | sasrec | 3 | 25 / 43 / 31 | 2 of 3 | 44 ± 18 |" in to_markdown(table)
+    assert "25 / 43 / 31 & 2 of 3 & 44 $\\pm$ 18" in to_latex(table)
 
 
 def test_bad_inputs(tmp_path: Path) -> None:

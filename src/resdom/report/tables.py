@@ -32,7 +32,9 @@ TABLE_RESULTS: dict[str, Any] = {"mixing": MixingResult, "hrli": HRLIResult, "sh
 @dataclass(frozen=True)
 class Column:
     """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``:
-    ``ratio`` (3 decimals), ``pct`` (signed percent, 1 decimal), ``count`` (integer), ``num`` (2 decimals)."""
+    ``ratio`` (3 decimals), ``pct`` (signed percent, 1 decimal), ``count`` (integer), ``num`` (2 decimals), all
+    as mean ± std; ``each`` (every seed's integer, in seed order: ``25 / 43 / 31``) and ``of`` (a 0/1 flag as
+    ``2 of 3`` seeds)."""
 
     key: str
     label: str
@@ -41,7 +43,8 @@ class Column:
 
 @dataclass
 class Table:
-    """An aggregated table: ``rows`` of ``{"dataset", "model", "n", key: (mean, std | None)}``."""
+    """An aggregated table: ``rows`` of ``{"dataset", "model", "n", key: (mean, std | None), "values": {key:
+    [each run's value]}}``."""
 
     name: str
     title: str
@@ -98,10 +101,11 @@ def aggregate(runs: list[RunRecord], columns: list[Column], name: str, title: st
         groups.setdefault((run.dataset, run.model), []).append(run_values(run))
     table = Table(name, title, caption, columns)
     for (dataset, model), vals in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]))):
-        row: dict[str, Any] = {"dataset": dataset, "model": model, "n": len(vals)}
+        row: dict[str, Any] = {"dataset": dataset, "model": model, "n": len(vals), "values": {}}
         for col in columns:
             xs = [x[col.key] for x in vals if x.get(col.key) is not None]
             row[col.key] = mean_std(xs) if xs else None
+            row["values"][col.key] = xs
         if any(row[c.key] is not None for c in columns):
             table.rows.append(row)
     return table
@@ -164,10 +168,11 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
          "Test HR@K and NDCG@K with full ranking over all items and seen items filtered.",
          [Column(k, k) for k in ("HR@10", "NDCG@10", "HR@20", "NDCG@20")] + [Column("n_users", "Users", "count")]),
         ("training", "Training",
-         "Best epoch (by validation NDCG@10), epochs run, the share of seeds ended by early stopping (1 = all; "
-         "otherwise the epoch cap ended them) and the summed training-pass minutes per seed (results-store cells).",
-         [Column("best_epoch", "Best epoch", "num"), Column("epochs_run", "Epochs", "num"),
-          Column("early_stopped", "Early-stopped", "num"), Column("train_min", "Train min", "num")]),
+         "Best epoch (by validation NDCG@10) and epochs run, each seed's in seed order; how many seeds early "
+         "stopping ended (the others: the epoch cap); the summed training-pass minutes per seed, mean ± std "
+         "(results-store cells).",
+         [Column("best_epoch", "Best epoch", "each"), Column("epochs_run", "Epochs", "each"),
+          Column("early_stopped", "Ended by early stopping", "of"), Column("train_min", "Train min", "count")]),
     ]
     tables = [dataset_table(runs, extra_stats)]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
@@ -193,7 +198,7 @@ def remedies_table(runs: list[RunRecord], order: list[str] | None = None) -> Tab
     order = list(order or REMEDY_LABELS)
     cols = [Column("HR@10", "HR@10"), Column("NDCG@10", "NDCG@10"), Column("HRLI@1", "HRLI@1"),
             Column("HRL2I@1", "HRL2I@1"), Column("mix_all_+Res", "+Res (all)"), Column("mix_last_+Res", "+Res (last)"),
-            Column("rec_share", "Recoverable"), Column("train_s", "Train s", "num")]
+            Column("rec_share", "Recoverable"), Column("train_s", "Train s", "count")]
     table = aggregate(runs, cols, "remedies", "Remedies: accuracy and last-item reliance per variant",
                       "Test HR@10 / NDCG@10 (filtered, full ranking), HRLI@1 / HRL2I@1 (unfiltered), the pooled +Res "
                       "mixing ratio (norm of sums, all real positions and the last), the share of test users whose "
@@ -230,6 +235,16 @@ def format_cell(cell: tuple[float, float | None] | None, kind: str, pm: str = " 
     return text
 
 
+def cell_text(row: dict[str, Any], col: Column, pm: str = " ± ") -> str:
+    """The text of one table cell: ``format_cell`` of the mean ± std, or the seeds' values for ``each`` / ``of``."""
+    xs = row.get("values", {}).get(col.key)
+    if col.kind == "each" and xs:
+        return " / ".join(format_value(x, "count") for x in xs)
+    if col.kind == "of" and xs:
+        return f"{sum(1 for x in xs if x)} of {len(xs)}"
+    return format_cell(row[col.key], col.kind, pm)
+
+
 def _headers(table: Table) -> list[str]:
     first = ["Data set", "Model", "Seeds"] if table.per_model else ["Data set"]
     return first + [c.label for c in table.columns]
@@ -244,7 +259,7 @@ def to_markdown(table: Table) -> str:
     header = _headers(table)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.rows:
-        cells = _lead(table, row) + [format_cell(row[c.key], c.kind) for c in table.columns]
+        cells = _lead(table, row) + [cell_text(row, c) for c in table.columns]
         lines.append("| " + " | ".join(cells) + " |")
     if not table.rows:
         lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
@@ -283,7 +298,7 @@ def to_latex(table: Table) -> str:
              r"\toprule", " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
     for row in table.rows:
         cells = [latex_escape(x) for x in _lead(table, row)]
-        cells += [latex_escape(format_cell(row[c.key], c.kind)) for c in table.columns]
+        cells += [latex_escape(cell_text(row, c)) for c in table.columns]
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
@@ -297,7 +312,7 @@ def to_html(table: Table) -> str:
     body = []
     for row in table.rows:
         lead = "".join(f"<td>{html.escape(x)}</td>" for x in _lead(table, row))
-        nums = "".join(f'<td class="num">{html.escape(format_cell(row[c.key], c.kind))}</td>' for c in table.columns)
+        nums = "".join(f'<td class="num">{html.escape(cell_text(row, c))}</td>' for c in table.columns)
         body.append(f"<tr>{lead}{nums}</tr>")
     if not body:
         body.append(f'<tr><td colspan="{len(_headers(table))}">(no data)</td></tr>')
