@@ -6,6 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.colors import to_hex
 
@@ -273,3 +274,24 @@ def test_many_data_sets_wrap_onto_lines_of_panels() -> None:
                                                  ax.get_subplotspec().colspan.start) for ax in fig.axes}
     assert where[("set4", "test HR@10")] == (2, 0) and where[("set4", "test NDCG@10")] == (3, 0)
     assert where[("set3", "test HR@10")] == (0, 3) and where[("set3", "test NDCG@10")] == (1, 3)
+
+
+def test_remedy_points_close_together_get_an_inset() -> None:
+    from matplotlib.figure import Figure
+
+    from resdom.report.figures import _zoom_on_points
+
+    def panel(points: list[tuple[float, float]]):
+        ax = Figure().add_subplot()
+        ax.plot([0.0, 0.9], [0.008, 0.020])  # an alpha sweep's span
+        drawn = [{"x": x, "y": y, "xerr": 0.005, "yerr": 0.0002} for x, y in points]
+        for p in drawn:
+            ax.errorbar(**p)
+        return ax, _zoom_on_points(ax, drawn, (np.array([0.0, 0.9]), np.array([0.008, 0.020])))
+
+    ax, inset = panel([(0.83, 0.0194), (0.82, 0.0195)])  # the variants on the base's spot
+    assert inset is not None and len(ax.child_axes) == 1
+    lo, hi = inset.get_xlim()
+    assert lo < 0.815 and hi > 0.835 and hi - lo < 0.1  # the points and their error bars, enlarged
+    assert panel([(0.83, 0.0194), (0.30, 0.0150)])[1] is None  # spread over the axes: nothing to enlarge
+    assert panel([(0.83, 0.0194)])[1] is None  # one point

@@ -682,6 +682,34 @@ def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     return [f for f in (build(runs) for build in builders) if f is not None]
 
 
+def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarray, np.ndarray] | None,
+                    share: float = 0.2) -> Any | None:
+    """An inset in the lower right of ``ax`` that shows the ``points`` (``errorbar`` keywords) and the part of the
+    ``curve`` near them, where two or more points, error bars included, take less than ``share`` of both axes'
+    spans (variants that land on the base model's spot); returns the inset, or None where none is needed."""
+    if len(points) < 2:
+        return None
+    lo_x = min(p["x"] - p["xerr"] for p in points)
+    hi_x = max(p["x"] + p["xerr"] for p in points)
+    lo_y = min(p["y"] - p["yerr"] for p in points)
+    hi_y = max(p["y"] + p["yerr"] for p in points)
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    if hi_x - lo_x >= share * (x1 - x0) or hi_y - lo_y >= share * (y1 - y0):
+        return None
+    pad_x = max(hi_x - lo_x, 0.01 * (x1 - x0)) * 0.3
+    pad_y = max(hi_y - lo_y, 0.01 * (y1 - y0)) * 0.3
+    inset = ax.inset_axes([0.45, 0.1, 0.52, 0.45])
+    if curve is not None:
+        inset.plot(*curve, "-", color="#999999", linewidth=1.2, marker=".", zorder=1)
+    for p in points:
+        inset.errorbar(**p)
+    inset.set_xlim(lo_x - pad_x, hi_x + pad_x)
+    inset.set_ylim(lo_y - pad_y, hi_y + pad_y)
+    inset.tick_params(labelsize=6)
+    ax.indicate_inset_zoom(inset, edgecolor="#999999")
+    return inset
+
+
 def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> ReportFigure | None:
     """Accuracy against reliance (``resdom remedies``, docs/remedies.md): test NDCG@10 against HRLI@1, one point per
     variant label (mean over seeds, std as error bars), and the base model's inference-time alpha sweep as a curve on
@@ -706,11 +734,13 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
     panels = sorted({(d, base_of(m)) for d, m in points}, key=lambda p: (p[0], model_order(p[1])))
     fig, axes = _new_figure(len(panels), width_per=5.0, height=4.0)
     for ax, (dataset, base) in zip(axes.flat, panels):
+        curve, drawn = None, []
         if (dataset, base) in groups:
             x = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "HRLI@1"))
             y = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "NDCG@10"))
             if x is not None and y is not None and list(x[0]) == list(y[0]):
-                ax.plot(x[1], y[1], "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
+                curve = (x[1], y[1])
+                ax.plot(*curve, "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
                         label=f"{model_label(base)}: inference α sweep")
                 for a, xi, yi in zip(x[0], x[1], y[1]):
                     if round(a * 10) % 5 == 0:  # label α = 0, 0.5, 1
@@ -725,16 +755,19 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
             if sx is None or sy is None:
                 continue
             color = model_color(label) if label == base else colormaps["tab10"](i % 10)
-            ax.errorbar(sx[0], sy[0], xerr=sx[1], yerr=sy[1], fmt=model_marker(base), color=color,
-                        capsize=3, markersize=6, zorder=3, label=f"{label} (n={len(vals)})")
-            ax.annotate(label, (sx[0], sy[0]), fontsize=7, textcoords="offset points", xytext=(4, 4))
+            point = {"x": sx[0], "y": sy[0], "xerr": sx[1], "yerr": sy[1], "fmt": model_marker(base), "color": color,
+                     "capsize": 3, "markersize": 6, "zorder": 3}
+            ax.errorbar(**point, label=f"{label} (n={len(vals)})")
+            drawn.append(point)
         ax.set_xlabel("HRLI@1 (reliance on the last item)")
         ax.set_ylabel("NDCG@10 (test)")
         ax.set_title(dataset if len({b for _, b in panels}) == 1 else f"{dataset}: {model_label(base)}")
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left")
+        _zoom_on_points(ax, drawn, curve)
     users = _note(fig, _users(points, lambda r: r.diag("hrli").get("n_users")), "Each point rests on")
     return ReportFigure("remedies", "Remedies: accuracy against last-item reliance",
                         "Each point is a training-time variant (mean over seeds, error bars one standard deviation); "
                         "the grey curve is the base model's inference-time residual scaling: a variant above and to "
                         "the left of the curve buys lower reliance at less accuracy cost than lowering α after "
-                        "training." + users, fig)
+                        "training. Where the variants land close together, the inset (lower right) enlarges the "
+                        "framed area." + users, fig)
