@@ -5,7 +5,8 @@
 # goes on until the queue is done. A cell that was started before (by any worker, in any session) resumes in
 # the run folder that holds it (runs/repro*/); a new cell goes to $GRID.
 #   scripts/reproduce_queue.sh [QUEUE]            # e.g. twice, in the background, on a 2-core machine
-#   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones
+#   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
+#                                                 # and the CPU hours the open ones may take
 # Env: GRID (default runs/repro), and those of scripts/reproduce_cells.sh. A failed cell is skipped (its run
 # folder keeps error.txt) and not retried by this worker.
 set -uo pipefail
@@ -49,6 +50,28 @@ if log:
 PY
 }
 
+estimate() {  # CELLS: the cells not stored, "data set  model  seed" a line -> the CPU hours they may take
+  .venv/bin/python - "$STORE" "$1" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+cost = {}  # (data set, model) -> training + diagnosis seconds of each stored cell
+for f in Path(sys.argv[1]).glob("*/*/seed*/cell.json"):
+    c = json.loads(f.read_text())["compute"]
+    cost.setdefault((f.parts[-4], f.parts[-3]), []).append(c.get("train_seconds", 0) + c.get("diagnose_seconds", 0))
+def guess(dataset, model):  # the same model on this data set, else on any, else any cell
+    for pick in (lambda k: k == (dataset, model), lambda k: k[1] == model, lambda k: True):
+        xs = [x for k, v in cost.items() if pick(k) for x in v]
+        if xs:
+            return statistics.mean(xs)
+    return 0.0
+open_cells = [line.split()[:2] for line in sys.argv[2].splitlines() if line.strip()]
+if open_cells and cost:
+    hours = sum(guess(d, m) for d, m in open_cells) / 3600
+    print(f"open cells: {len(open_cells)}, about {hours:.0f} CPU hours (each costed as the stored cells of the same "
+          "model on the same data set, else on any, at one thread; a started cell counted whole)")
+PY
+}
+
 if [ "$STATUS" = 1 ]; then
   planned=0 stored=0 busy=() next=()
   while read -r dataset label seed _; do
@@ -62,6 +85,7 @@ if [ "$STATUS" = 1 ]; then
   echo "$stored of $planned planned cells stored in $STORE/"
   for c in "${busy[@]}"; do echo "being trained or diagnosed: $c$(progress "$(grid_of $c)" $c)"; done
   for c in "${next[@]:0:5}"; do echo "next open: $c$(progress "$(grid_of $c)" $c)"; done
+  estimate "$(printf '%s\n' "${busy[@]}" "${next[@]}")"
   exit 0
 fi
 mkdir -p "$CLAIMS"
