@@ -2,6 +2,7 @@
 # Train the reproduction grid cell group by cell group, one torch thread, and commit each cell to the results
 # store as soon as it is finished, with docs/results.md and docs/results/ regenerated from the store. Resumable: rerun it and finished cells are skipped (stored again unchanged).
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
+#   scripts/reproduce_cells.sh --commit results/beauty-ts/sasrec/seed1 ...   # commit cells stored by hand
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
 # The commit holds the cell and the regenerated documents only (see commit_cell).
@@ -12,14 +13,6 @@ cd "$(dirname "$0")/.."
 GRID=${GRID:-runs/repro}; STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../shared/data/raw}
 DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-CODE="runs/code-$(git rev-parse --short HEAD)"
-if [ ! -d "$CODE/src" ]; then  # copied aside, then renamed: two scripts started together never share a half copy
-  # SOURCE_COMMIT: what every epoch and config.json of these cells records as their code (resdom.runs.source_commit)
-  dirty=$(git status --porcelain -- src | head -c1)
-  mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" \
-    && echo "$(git rev-parse --short HEAD)${dirty:+-dirty}" > "$tmp/src/resdom/SOURCE_COMMIT" \
-    && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
-fi
 DOCS=(docs/results.md docs/remedies.md)
 report() { .venv/bin/resdom report "$STORE" --out docs/results --title "resdom reproduction (results store)" "$@" >/dev/null \
   && rm -f docs/results/figures/*.pdf; }
@@ -48,6 +41,31 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
   fi
   return "$ok"
 }
+commit_with_retries() {  # CELL: its commit, "results: <data set> / <model> / seed <k>"
+  local cell=${1%/} seed dataset label try
+  seed=${cell##*/seed}; label=${cell%/seed*}; dataset=${label%/*}; label=${label##*/}; dataset=${dataset##*/}
+  for try in 1 2 3 4 5; do
+    commit_cell "$cell" "results: $dataset / $label / seed $seed" && return 0
+    sleep 5  # another commit moved HEAD meanwhile, or another git process holds the index
+  done
+  return 1
+}
+if [ "${1:-}" = --commit ]; then  # commit cells of $STORE stored by hand (resdom reproduce --store)
+  shift; status=0
+  for cell in "$@"; do
+    [ -f "$cell/cell.json" ] || { echo "$cell: not a results-store cell (no cell.json)" >&2; status=2; continue; }
+    commit_with_retries "$cell" || status=1
+  done
+  exit "$status"
+fi
+CODE="runs/code-$(git rev-parse --short HEAD)"
+if [ ! -d "$CODE/src" ]; then  # copied aside, then renamed: two scripts started together never share a half copy
+  # SOURCE_COMMIT: what every epoch and config.json of these cells records as their code (resdom.runs.source_commit)
+  dirty=$(git status --porcelain -- src | head -c1)
+  mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" \
+    && echo "$(git rev-parse --short HEAD)${dirty:+-dirty}" > "$tmp/src/resdom/SOURCE_COMMIT" \
+    && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
+fi
 for group in "$@"; do
   read -r dataset label seeds <<<"$group"
   echo "== $(date -u +%FT%TZ) $dataset / $label / seeds $seeds"
@@ -56,11 +74,7 @@ for group in "$@"; do
   if [ "$COMMIT" = 1 ]; then
     for seed in ${seeds//,/ }; do
       cell="$STORE/$dataset/$label/seed$seed"
-      [ -f "$cell/cell.json" ] || continue
-      for try in 1 2 3 4 5; do
-        commit_cell "$cell" "results: $dataset / $label / seed $seed" && break
-        sleep 5  # another commit moved HEAD meanwhile, or another git process holds the index
-      done
+      [ -f "$cell/cell.json" ] && commit_with_retries "$cell"
     done
   fi
 done

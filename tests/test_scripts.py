@@ -63,3 +63,50 @@ def test_bsarec_residual_rows_with_the_frequency_residual_as_trained_are_the_alp
             for key in ("HRLI@1", "HRL2I@1", "HR@10", "NDCG@10"):
                 assert r[key] == pytest.approx(sweep[r["alpha"]][key]), (r, key)
     assert rows[0]["HRLI@1"] != rows[4]["HRLI@1"] or rows[0]["HRL2I@1"] != rows[4]["HRL2I@1"]
+
+
+def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
+    """scripts/reproduce_cells.sh commits a stored cell with the documents refilled on HEAD's copies: an edit in
+    progress in docs/results.md stays in the working copy (refilled too), out of the commit."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".venv" / "bin" / "resdom").exists() or shutil.which("git") is None:
+        pytest.skip("needs the project's .venv (make test makes it) and git")
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "reproduce_cells.sh", repo / "scripts")
+    (repo / ".venv").symlink_to(root / ".venv")
+    (repo / "docs").mkdir()
+    block = "<!-- resdom:table {} -->\n<!-- /resdom:table -->\n"
+    (repo / "docs" / "results.md").write_text("# R\n\n" + block.format("accuracy") + "\nProse.\n")
+    (repo / "docs" / "remedies.md").write_text("# M\n\n" + block.format("remedies"))
+    (repo / ".gitignore").write_text(".venv\n")
+    first, second = "results/beauty-ts/gru4rec/seed1", "results/beauty-ts/bert4rec/seed1"
+    shutil.copytree(root / first, repo / first)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    shutil.copytree(root / second, repo / second)
+    with open(repo / "docs" / "results.md", "a") as f:
+        f.write("AN EDIT IN PROGRESS\n")
+    done = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", second], cwd=repo, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert git("log", "-1", "--format=%s").strip() == "results: beauty-ts / bert4rec / seed 1"
+    committed, working = git("show", "HEAD:docs/results.md"), (repo / "docs" / "results.md").read_text()
+    for text in (committed, working):
+        assert "| beauty-ts | bert4rec | 1 |" in text and "| beauty-ts | gru4rec | 1 |" in text
+    assert "AN EDIT IN PROGRESS" not in committed and working.endswith("Prose.\nAN EDIT IN PROGRESS\n")
+    assert f"{second}/cell.json" in git("show", "--name-only", "--format=", "HEAD").split()
+    assert git("status", "--porcelain").split("\n")[0] == " M docs/results.md"
+    bad = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", "results/nope"], cwd=repo,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "results/nope: not a results-store cell" in bad.stderr
