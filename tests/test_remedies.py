@@ -356,6 +356,9 @@ def test_remedies_end_to_end(tmp_path, capsys):
     alpha = json.loads((out / "synthetic:demo" / "sasrec-gate-channel" / "seed1" / "diagnostics" / "alpha.json")
                        .read_text())
     assert len(alpha["trained_scale"]) == 1 and len(alpha["trained_scale"][0]) == 8
+    header = [c.strip() for c in md.splitlines()[0].split("|")]
+    scales = [r.split("|")[header.index("Residual scale")].strip() for r in rows]  # the gates' mean; 1 elsewhere
+    assert scales == ["–", f"{sum(alpha['trained_scale'][0]) / 8:.2f}", "–"]
     assert invoke("remedies", "synthetic:demo", "--variants", "base,nope", "--out", str(out)) == 2
     assert "--variants: unknown variant 'nope'" in capsys.readouterr().err
 

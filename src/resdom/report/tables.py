@@ -31,10 +31,10 @@ TABLE_RESULTS: dict[str, Any] = {"mixing": MixingResult, "hrli": HRLIResult, "sh
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``:
-    ``ratio`` (3 decimals), ``pct`` (signed percent, 1 decimal), ``count`` (integer), ``num`` (2 decimals), all
-    as mean ± std; ``each`` (every seed's integer, in seed order: ``25 / 43 / 31``) and ``of`` (a 0/1 flag as
-    ``2 of 3`` seeds)."""
+    """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``: ``ratio``
+    (3 decimals), ``metric`` (4 decimals: HR@K, NDCG@K), ``pct`` (signed percent, 1 decimal), ``count``
+    (integer), ``num`` (2 decimals), all as mean ± std; ``each`` (every seed's integer, in seed order:
+    ``25 / 43 / 31``) and ``of`` (a 0/1 flag as ``2 of 3`` seeds)."""
 
     key: str
     label: str
@@ -75,6 +75,9 @@ def run_values(run: RunRecord) -> dict[str, float | None]:
     epoch_s = [row.get("seconds") for row in run.curve if isinstance(row, dict)]
     logged = sum(x for x in epoch_s if isinstance(x, (int, float))) if epoch_s else None
     v["train_s"] = seconds if seconds is not None else logged  # the remedies table: store cells or run directories
+    scale = run.diag("alpha").get("trained_scale")  # per layer: a number, or one per channel (remedy variants only)
+    flat = [float(x) for layer in scale or [] for x in (layer if isinstance(layer, list) else [layer])]
+    v["trained_scale"] = sum(flat) / len(flat) if flat else None
     for name, result in TABLE_RESULTS.items():  # each result class knows which of its numbers the tables show
         v.update(result.table_values(run.diag(name)))
     return v
@@ -153,8 +156,8 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
         ("shuffle", "Position shuffle",
          "Test NDCG@10 with the original order, with all items but the last permuted (keep_last) and with all "
          "items permuted (full), and the relative change of NDCG@10 and HR@10.",
-         [Column("shuf_orig_NDCG@10", "NDCG@10"), Column("shuf_keep_last_NDCG@10", "keep_last"),
-          Column("shuf_full_NDCG@10", "full"), Column("shuf_keep_last_rel_NDCG@10", "ΔNDCG keep_last", "pct"),
+         [Column("shuf_orig_NDCG@10", "NDCG@10", "metric"), Column("shuf_keep_last_NDCG@10", "keep_last", "metric"),
+          Column("shuf_full_NDCG@10", "full", "metric"), Column("shuf_keep_last_rel_NDCG@10", "ΔNDCG keep_last", "pct"),
           Column("shuf_full_rel_NDCG@10", "ΔNDCG full", "pct"), Column("shuf_keep_last_rel_HR@10", "ΔHR keep_last",
                                                                         "pct"),
           Column("shuf_full_rel_HR@10", "ΔHR full", "pct"), Column("shuf_full_jacc", "Jaccard@10 full")]),
@@ -163,10 +166,11 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
          "offset, and Recovery(alpha) = share of the recoverable set hit at residual scale alpha.",
          [Column("rec_share", "Recoverable"), Column("rec_L-1", "L-1"), Column("rec_L-2", "L-2"),
           Column("rec_L-3", "L-3")] + [Column(f"rec_at_{a}", f"Rec(α={a})") for a in RECOVERY_ALPHAS]
-         + [Column("alpha_star", "α*", "num"), Column("HR@10_at_star", "HR@10 at α*")]),
+         + [Column("alpha_star", "α*", "num"), Column("HR@10_at_star", "HR@10 at α*", "metric")]),
         ("accuracy", "Accuracy",
          "Test HR@K and NDCG@K with full ranking over all items and seen items filtered.",
-         [Column(k, k) for k in ("HR@10", "NDCG@10", "HR@20", "NDCG@20")] + [Column("n_users", "Users", "count")]),
+         [Column(k, k, "metric") for k in ("HR@10", "NDCG@10", "HR@20", "NDCG@20")]
+         + [Column("n_users", "Users", "count")]),
         ("training", "Training",
          "Best epoch (by validation NDCG@10) and epochs run, each seed's in seed order; how many seeds early "
          "stopping ended (the others: the epoch cap); the summed training-pass minutes per seed, mean ± std "
@@ -196,14 +200,16 @@ def remedies_table(runs: list[RunRecord], order: list[str] | None = None) -> Tab
     from resdom.training.config import REMEDY_LABELS
 
     order = list(order or REMEDY_LABELS)
-    cols = [Column("HR@10", "HR@10"), Column("NDCG@10", "NDCG@10"), Column("HRLI@1", "HRLI@1"),
+    cols = [Column("HR@10", "HR@10", "metric"), Column("NDCG@10", "NDCG@10", "metric"), Column("HRLI@1", "HRLI@1"),
             Column("HRL2I@1", "HRL2I@1"), Column("mix_all_+Res", "+Res (all)"), Column("mix_last_+Res", "+Res (last)"),
-            Column("rec_share", "Recoverable"), Column("train_s", "Train s", "count")]
+            Column("rec_share", "Recoverable"), Column("trained_scale", "Residual scale", "num"),
+            Column("train_s", "Train s", "count")]
     table = aggregate(runs, cols, "remedies", "Remedies: accuracy and last-item reliance per variant",
                       "Test HR@10 / NDCG@10 (filtered, full ranking), HRLI@1 / HRL2I@1 (unfiltered), the pooled +Res "
                       "mixing ratio (norm of sums, all real positions and the last), the share of test users whose "
-                      "miss is recoverable from positions L-1..L-3, and the summed training-pass seconds; mean ± std "
-                      "over seeds (n).")
+                      "miss is recoverable from positions L-1..L-3, the residual scale trained into the blocks (the "
+                      "fixed scale, or the learned gates' mean over layers and channels; – for the base model's 1), "
+                      "and the summed training-pass seconds; mean ± std over seeds (n).")
     rank = {m: i for i, m in enumerate(order)}
     table.rows.sort(key=lambda r: (r["dataset"], rank.get(r["model"], len(rank))))
     return table
@@ -219,6 +225,8 @@ def format_value(x: float, kind: str) -> str:
         return f"{x:,.0f}"
     if kind == "num":
         return f"{x:.2f}"
+    if kind == "metric":
+        return f"{x:.4f}"
     if kind == "sci":
         return f"{x:.2e}" if x < 0.01 else f"{x:.4f}"
     return f"{x:.3f}"
