@@ -243,14 +243,14 @@ def format_cell(cell: tuple[float, float | None] | None, kind: str, pm: str = " 
     return text
 
 
-def cell_text(row: dict[str, Any], col: Column, pm: str = " ± ") -> str:
+def cell_text(row: dict[str, Any], col: Column) -> str:
     """The text of one table cell: ``format_cell`` of the mean ± std, or the seeds' values for ``each`` / ``of``."""
     xs = row.get("values", {}).get(col.key)
     if col.kind == "each" and xs:
         return " / ".join(format_value(x, "count") for x in xs)
     if col.kind == "of" and xs:
         return f"{sum(1 for x in xs if x)} of {len(xs)}"
-    return format_cell(row[col.key], col.kind, pm)
+    return format_cell(row[col.key], col.kind)
 
 
 def _headers(table: Table) -> list[str]:
