@@ -11,7 +11,7 @@ import pytest
 
 from resdom.errors import ResdomError
 from resdom.report import find_run_dirs, read_run, read_runs, summary_tables
-from resdom.report.tables import Column, Table, mean_std, to_csv, to_latex, to_markdown, write_tables
+from resdom.report.tables import Column, Table, format_cell, mean_std, to_csv, to_latex, to_markdown, write_tables
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
 
@@ -102,6 +102,7 @@ def test_seed_columns_show_every_seed() -> None:
         "train_min": (44.18, 17.63), "values": {"best_epoch": [25.0, 43.0, 31.0], "early_stopped": [1.0, 0.0, 1.0],
                                                 "train_min": [63.8, 39.1, 29.6]}}])
     assert "| d | sasrec | 3 | 25 / 43 / 31 | 2 of 3 | 44 ± 18 |" in to_markdown(table)
+    assert format_cell((6110.0, 0.0), "count") == "6,110" and format_cell((0.5, 0.0), "ratio") == "0.500 ± 0.000"
     assert "25 / 43 / 31 & 2 of 3 & 44 $\\pm$ 18" in to_latex(table)
 
 

@@ -233,12 +233,12 @@ def format_value(x: float, kind: str) -> str:
 
 
 def format_cell(cell: tuple[float, float | None] | None, kind: str, pm: str = " ± ") -> str:
-    """``mean ± std`` (``mean`` alone for one seed; ``–`` when missing)."""
+    """``mean ± std`` (``mean`` alone for one seed, and for a count that every seed shares; ``–`` when missing)."""
     if cell is None:
         return "–"
     mean, std = cell
     text = format_value(mean, kind)
-    if std is not None:
+    if std is not None and not (kind == "count" and std == 0):
         text += pm + (f"{100 * std:.1f}%" if kind == "pct" else format_value(std, kind))
     return text
 
