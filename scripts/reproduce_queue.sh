@@ -7,8 +7,10 @@
 #   scripts/reproduce_queue.sh [QUEUE]            # e.g. twice, in the background, on a 2-core machine
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
 #                                                 # and the CPU hours the open ones may take
-# Env: GRID (default runs/repro), and those of scripts/reproduce_cells.sh. A failed cell is skipped (its run
-# folder keeps error.txt) and not retried by this worker.
+# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost,
+# as in --status, would not end by then; run folders may not outlive the machine, so a cell cut off is lost), and
+# those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried
+# by this worker.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATUS=0; [ "${1:-}" = --status ] && { STATUS=1; shift; }
@@ -50,8 +52,9 @@ if log:
 PY
 }
 
-estimate() {  # CELLS: the cells not stored, "data set  model  seed" a line -> the CPU hours they may take
-  .venv/bin/python - "$STORE" "$1" <<'PY'
+estimate() {  # CELLS ["seconds"]: the cells not stored, "data set  model  seed" a line -> the CPU hours they may
+  # take (a sentence), or with "seconds" each cell's estimated seconds, a line each
+  .venv/bin/python - "$STORE" "$1" "${2:-}" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 cost = {}  # (data set, model) -> training + diagnosis seconds of each stored cell
@@ -65,7 +68,10 @@ def guess(dataset, model):  # the same model on this data set, else on any, else
             return statistics.mean(xs)
     return 0.0
 open_cells = [line.split()[:2] for line in sys.argv[2].splitlines() if line.strip()]
-if open_cells and cost:
+if sys.argv[3] == "seconds":
+    for d, m in open_cells:
+        print(round(guess(d, m)))
+elif open_cells and cost:
     hours = sum(guess(d, m) for d, m in open_cells) / 3600
     print(f"open cells: {len(open_cells)}, about {hours:.0f} CPU hours (each costed as the stored cells of the same "
           "model on the same data set, else on any, at one thread; a started cell counted whole)")
@@ -91,6 +97,12 @@ fi
 mkdir -p "$CLAIMS"
 declare -A failed=()
 
+fits() {  # DATA SET MODEL: the cell's estimated cost ends before UNTIL (always, without UNTIL)
+  [ -z "${UNTIL:-}" ] && return 0
+  local left; left=$(( $(date -d "$UNTIL" +%s) - $(date +%s) ))
+  [ "$(estimate "$1 $2 0" seconds)" -le "$left" ]
+}
+
 claim() {  # atomic: mkdir succeeds for one worker; a claim whose worker died is taken over
   local dir="$CLAIMS/$1"
   if mkdir "$dir" 2>/dev/null; then echo $$ >"$dir/pid"; return 0; fi
@@ -108,12 +120,14 @@ while true; do
     grid=$(grid_of "$dataset" "$label" "$seed")
     # a process outside the queue trains there: leave the cell to it
     training "$grid" "$dataset" "$label" "$seed" && continue
+    fits "$dataset" "$label" || continue
     claim "$key" || continue
     # stored between the check above and the claim (its worker has just released it): not ours to train again
     if stored "$dataset" "$label" "$seed"; then rm -rf "${CLAIMS:?}/$key"; continue; fi
     next="$dataset $label $seed $grid"; break
   done < <(cells)
-  [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken)"; exit 0; }
+  [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken, or none fits before" \
+    "${UNTIL:-the end})"; exit 0; }
   read -r dataset label seed grid <<<"$next"
   GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
   stored "$dataset" "$label" "$seed" || failed[$dataset+$label+$seed]=1

@@ -110,3 +110,46 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     bad = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", "results/nope"], cwd=repo,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "results/nope: not a results-store cell" in bad.stderr
+
+
+def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path) -> None:
+    """scripts/reproduce_queue.sh with UNTIL skips the open cells whose estimated cost (the stored cells of the same
+    model on the same data set) runs past it, and takes the ones that fit, in the queue's order."""
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".venv" / "bin" / "python").exists():
+        pytest.skip("needs the project's .venv (make test makes it)")
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "reproduce_queue.sh", repo / "scripts")
+    (repo / ".venv").symlink_to(root / ".venv")
+    # the trainer replaced by a stub that records the cells it is given
+    stub = repo / "scripts" / "reproduce_cells.sh"
+    stub.write_text('#!/usr/bin/env bash\necho "$@" >> started.txt\n')
+    stub.chmod(0o755)
+    minutes = {"gru4rec": 40, "bert4rec": 70}
+    for model, m in minutes.items():
+        cell = repo / "results" / "beauty-ts" / model / "seed1"
+        cell.mkdir(parents=True)
+        cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": m * 60 - 60,
+                                                                      "diagnose_seconds": 60}}))
+    (repo / "scripts" / "grid.txt").write_text(
+        "# planned\nbeauty-ts bert4rec 1\nbeauty-ts bert4rec 2\nbeauty-ts gru4rec 2\nbeauty-ts gru4rec 3\n")
+    (repo / "runs").mkdir()
+
+    def queue(until: str) -> list[str]:
+        (repo / "started.txt").unlink(missing_ok=True)
+        done = subprocess.run(["bash", "scripts/reproduce_queue.sh"], cwd=repo, capture_output=True, text=True,
+                              env={**os.environ, "UNTIL": until}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "none fits before" in done.stdout
+        started = repo / "started.txt"
+        return started.read_text().splitlines() if started.exists() else []
+
+    assert queue("now + 50 minutes") == ["beauty-ts gru4rec 2", "beauty-ts gru4rec 3"]
+    assert queue("now + 80 minutes") == ["beauty-ts bert4rec 2", "beauty-ts gru4rec 2", "beauty-ts gru4rec 3"]
+    assert queue("now + 30 minutes") == []
