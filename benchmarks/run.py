@@ -515,8 +515,9 @@ def section_ce(ctx: Context) -> str:
     text.append(
         "\nForward and backward of the mean full-softmax cross-entropy of P states against N item embeddings "
         "(float32, random N(0, 0.3^2) entries): `F.cross_entropy(h @ E.T, t)` against resdom's "
-        "`training.objectives.full_cross_entropy` (blocks of 64 rows on CPU scored, reduced and dropped in "
-        "cache, scored again in backward; no (P, N) tensor kept). Times: the fastest of 12 interleaved rounds in "
+        "`training.objectives.full_cross_entropy` (blocks of 64 rows on CPU scored, turned into probabilities "
+        "and both gradient products and dropped while in cache, so backward only scales the gradients; no "
+        "(P, N) tensor kept, no score computed twice). Times: the fastest of 12 interleaved rounds in "
         "one process, the order alternating. P 2,000 is about a `ce_all` batch of 256 beauty-ts sequences, "
         "P 256 a `ce_last` batch.")
     return "\n".join(text) + errors_note(results)

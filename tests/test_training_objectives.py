@@ -108,6 +108,27 @@ def test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck(rows: int, monk
     assert torch.autograd.gradcheck(lambda a, b: full_cross_entropy(a, b, t), (h, emb))
 
 
+def test_full_ce_gradients_of_one_input_and_value_without_gradients() -> None:
+    """The gradients made in forward: right when only one input needs them; under no_grad the value alone."""
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(70, 4, generator=g, dtype=torch.float64)  # two blocks of 64 rows and more
+    emb = torch.randn(13, 4, generator=g, dtype=torch.float64)
+    t = torch.randint(1, 14, (70,), generator=g)
+    ref_h, ref_e = h.clone().requires_grad_(), emb.clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(ref_h @ ref_e.T, t - 1)
+    ref.backward()
+    e_only = emb.clone().requires_grad_()
+    full_cross_entropy(h, e_only, t).backward()
+    torch.testing.assert_close(e_only.grad, ref_e.grad)
+    h_only = h.clone().requires_grad_()
+    full_cross_entropy(h_only, emb, t).backward()
+    torch.testing.assert_close(h_only.grad, ref_h.grad)
+    with torch.no_grad():
+        value = full_cross_entropy(h.clone().requires_grad_(), emb, t)
+    assert not value.requires_grad
+    torch.testing.assert_close(value, ref.detach())
+
+
 def test_chunked_ce_gradcheck() -> None:
     g = torch.Generator().manual_seed(1)
     h = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)

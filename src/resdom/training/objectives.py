@@ -78,39 +78,40 @@ CPU_ROWS = 64  # rows of the (rows, N) score blocks of _CrossEntropy on CPU: a b
 
 
 class _CrossEntropy(torch.autograd.Function):
-    """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}) over blocks of ``rows`` rows of h, the scores recomputed
-    in backward: gradients (S - Y) E / P and (S - Y)^T H / P over the P rows, S the softmax probabilities and
-    Y the one-hot targets.
+    """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}) over blocks of ``rows`` rows of h, with its gradients
+    (S - Y) E / P and (S - Y)^T H / P over the P rows (S the softmax probabilities, Y the one-hot targets)
+    computed in the same pass: backward only scales them by the upstream gradient (the loss is a scalar).
 
     ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each (rows, N) block of
-    scores is made, reduced and dropped while it sits in cache (on CPU 64 rows; elsewhere one block of all
-    rows), one extra block product in backward instead of (P, N) tensors through memory. Against
-    ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce" (1.47x at P 2,000, N 12,101)."""
+    scores is made, turned into probabilities and both gradient products while it sits in cache (on CPU 64 rows;
+    elsewhere one block of all rows), then dropped; one exponential and three block products a score, none
+    recomputed. Against ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce"."""
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int) -> torch.Tensor:
+    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int, grads: bool) -> torch.Tensor:
         lse = torch.empty(h.shape[0], dtype=h.dtype, device=h.device)
+        gh = torch.empty_like(h) if grads else h.new_empty(0)
+        ge = torch.zeros_like(emb) if grads else emb.new_empty(0)
+        block_rows = torch.arange(min(rows, h.shape[0]), device=h.device)
         for s in range(0, h.shape[0], rows):
-            scores = h[s : s + rows] @ emb.T
+            hb = h[s : s + rows]
+            scores = hb @ emb.T
             top = scores.amax(1, keepdim=True)
-            lse[s : s + rows] = scores.sub_(top).exp_().sum(1).log_().add_(top.squeeze(1))
-        ctx.save_for_backward(h, emb, t, lse)
-        ctx.rows = rows
+            z = scores.sub_(top).exp_().sum(1, keepdim=True)  # scores now exp(score - top)
+            lse[s : s + rows] = z.log().add_(top).squeeze(1)
+            if grads:
+                g = scores.div_(z)  # the softmax probabilities of the block
+                g[block_rows[: len(hb)], t[s : s + rows]] -= 1.0
+                torch.mm(g, emb, out=gh[s : s + rows])
+                ge.addmm_(g.T, hb)
+        ctx.save_for_backward(gh, ge)
         return (lse - (h * emb[t]).sum(-1)).mean()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        h, emb, t, lse = ctx.saved_tensors
-        gh, ge = torch.empty_like(h), torch.zeros_like(emb)
-        block_rows = torch.arange(min(ctx.rows, h.shape[0]), device=h.device)
-        for s in range(0, h.shape[0], ctx.rows):
-            hb = h[s : s + ctx.rows]
-            g = (hb @ emb.T).sub_(lse[s : s + ctx.rows, None]).exp_()  # softmax probabilities of the block
-            g[block_rows[: len(hb)], t[s : s + ctx.rows]] -= 1.0
-            torch.mm(g, emb, out=gh[s : s + ctx.rows])
-            ge.addmm_(g.T, hb)
-        scale = grad / h.shape[0]
-        return gh.mul_(scale), ge.mul_(scale), None, None
+        gh, ge = ctx.saved_tensors
+        scale = grad / gh.shape[0]
+        return gh * scale, ge * scale, None, None, None
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
@@ -151,7 +152,8 @@ def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor
         return h.sum() * 0.0
     t = targets - 1
     if chunk is None or chunk >= emb.shape[0]:
-        return _CrossEntropy.apply(h, emb, t, CPU_ROWS if h.device.type == "cpu" else h.shape[0])
+        grads = torch.is_grad_enabled() and (h.requires_grad or emb.requires_grad)  # else the value only
+        return _CrossEntropy.apply(h, emb, t, CPU_ROWS if h.device.type == "cpu" else h.shape[0], grads)
     return _ChunkedCrossEntropy.apply(h, emb, t, chunk)
 
 
