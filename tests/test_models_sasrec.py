@@ -144,3 +144,20 @@ def test_attention_block_record_reconstruction(norm_first: bool, alpha: float) -
     with torch.no_grad():
         assert torch.allclose(store[1][0].x, b0.ffn_sublayer(store[0][0].sublayer_out), atol=1e-12)
         assert torch.allclose(out, b1.ffn_sublayer(store[1][0].sublayer_out), atol=1e-12)
+
+
+@pytest.mark.parametrize("key_padding", [True, False])
+def test_mask_biases_against_a_loop(key_padding: bool) -> None:
+    """causal_mask_bias: -10000 where key j > query i or (key padding) item j is padding, else 0;
+    padding_mask_bias: -10000 where item j is padding."""
+    from resdom.models.block import MASK_VALUE, causal_mask_bias, padding_mask_bias
+
+    items = torch.tensor([[0, 0, 3, 1, 2], [4, 5, 0, 6, 7], [0, 0, 0, 0, 0]])
+    causal, padding = causal_mask_bias(items, key_padding=key_padding), padding_mask_bias(items)
+    assert causal.shape == padding.shape == (3, 1, 5, 5) and causal.dtype == padding.dtype == torch.float32
+    for b in range(3):
+        for i in range(5):
+            for j in range(5):
+                masked = j > i or (key_padding and items[b, j] == 0)
+                assert causal[b, 0, i, j] == (MASK_VALUE if masked else 0.0)
+                assert padding[b, 0, i, j] == (MASK_VALUE if items[b, j] == 0 else 0.0)

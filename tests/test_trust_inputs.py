@@ -85,6 +85,9 @@ def test_nan_scores_are_refused_not_ranked_first(split: SplitData) -> None:
     hidden[1, 0] = float("inf")
     with pytest.raises(ResdomError, match="NaN or infinity"):
         full_scores(hidden, torch.randn(6, 8))
+    # every score finite (2.9e38) while their sum overflows: ranked, not refused
+    big = full_scores(torch.full((2, 1), 1.7e19), torch.full((6, 1), 1.7e19))
+    assert torch.isfinite(big[:, 1:]).all() and torch.isinf(big[:, 1:].sum())
 
     model = tiny_model(split.n_items)
     with torch.no_grad():

@@ -108,19 +108,19 @@ def causal_mask_bias(items: torch.Tensor, key_padding: bool = True) -> torch.Ten
     given only a causal ``attn_mask``).
     """
     L = items.shape[1]
-    causal = torch.ones(L, L, dtype=torch.bool, device=items.device).tril()
-    allowed = causal.expand(items.shape[0], 1, L, L)
-    if key_padding:
-        allowed = allowed & (items > 0)[:, None, None, :]
-    return (~allowed).to(torch.float32) * MASK_VALUE
+    future = torch.ones(L, L, dtype=torch.bool, device=items.device).triu(1)
+    causal = torch.zeros(L, L, device=items.device).masked_fill_(future, MASK_VALUE)
+    if not key_padding:
+        return causal.expand(items.shape[0], 1, L, L).contiguous()
+    return causal.expand(items.shape[0], 1, L, L).masked_fill((items == 0)[:, None, None, :], MASK_VALUE)
 
 
 def padding_mask_bias(items: torch.Tensor) -> torch.Tensor:
     """(B, 1, L, L) additive mask of a bidirectional block: 0 where key j is a real token, else -10000 (every
     query attends to every real key, before and after it)."""
     L = items.shape[1]
-    allowed = (items > 0)[:, None, None, :].expand(items.shape[0], 1, L, L)
-    return (~allowed).to(torch.float32) * MASK_VALUE
+    return torch.zeros(items.shape[0], 1, L, L, device=items.device).masked_fill_(
+        (items == 0)[:, None, None, :], MASK_VALUE)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
