@@ -195,6 +195,28 @@ def test_reliance_by_model_figure_has_all_five_models() -> None:
     assert colours == {MODEL_COLORS[m].lower() for m in MODELS}
 
 
+def test_reliance_by_model_panels_hold_their_own_models_and_no_remedy_variants() -> None:
+    """Each panel names the models run on its data set; in the report's figures the remedy variants are left to
+    the remedies figure (the standard figures show the models)."""
+    import dataclasses
+
+    from resdom.report.figures import fig_reliance_by_model
+
+    runs = [r for r in _five_model_runs() if r.dataset == "beauty-ts" or r.model in ("sasrec", "gru4rec")]
+    fig = fig_reliance_by_model(runs)
+    ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.figure.axes]
+    assert ticks == [["SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"], ["SASRec", "GRU4Rec"]]
+    gru = next(c for c in fig.figure.axes[1].containers if hasattr(c, "patches")).patches[1]
+    assert gru.get_height() == pytest.approx(0.1 * 4 + 0.015 + 0.2) and \
+        to_hex(gru.get_facecolor()) == MODEL_COLORS["gru4rec"].lower()
+    variant = [dataclasses.replace(r, model="sasrec-res0.5", path=Path(str(r.path).replace("sasrec", "v")))
+               for r in runs if r.model == "sasrec"]
+    figs = {f.key: f for f in all_figures(runs + variant)}
+    assert [[t.get_text() for t in ax.get_xticklabels()] for ax in figs["hrli_by_model"].figure.axes] == ticks
+    alone = {f.key: f for f in all_figures(variant)}  # nothing but variants: the standard figures show them
+    assert "sasrec-res0.5" in [t.get_text().lower() for t in alone["hrli_by_model"].figure.axes[0].get_xticklabels()]
+
+
 def test_reliance_curve_is_the_seed_mean_of_the_training_monitor() -> None:
     from resdom.report import find_run_dirs, read_runs
     from resdom.report.figures import fig_reliance_curve

@@ -409,16 +409,19 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
 
 
 def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
-    """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set."""
+    """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set
+    holding the models that ran on it (a model keeps its colour in every panel)."""
     groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("hrli") for r in v)}
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
+    datasets = _datasets(groups)
     cats = ["HRLI@1", "HRL2I@1"]
     looks = {"HRLI@1": {}, "HRL2I@1": {"alpha": 0.45, "hatch": "///"}}
-    fig, axes = _new_figure(len(datasets), width_per=max(4.2, 0.9 * len(models) + 1.2))
-    x = np.arange(len(models))
+    most = max(len(_models({k: v for k, v in groups.items() if k[0] == d})) for d in datasets)
+    fig, axes = _new_figure(len(datasets), width_per=max(4.2, 0.9 * most + 1.2))
     for ax, dataset in zip(axes[0], datasets):
+        models = _models({k: v for k, v in groups.items() if k[0] == dataset})  # the models run on this data set
+        x = np.arange(len(models))
         for j, cat in enumerate(cats):
             cells = [groups.get((dataset, m), []) for m in models]
             stats = [_stats([number_at(r.diag("hrli"), "values", cat) for r in c]) for c in cells]
@@ -428,7 +431,7 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
                    color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=3,
                    **looks[cat])
         ax.set_xticks(x, [model_label(m) for m in models], rotation=30 if len(models) > 3 else 0)
-        ax.set_xlim(-0.6, len(models) - 0.4)
+        ax.set_xlim(-0.6, max(len(models), 3) - 0.4)  # a panel of one or two models keeps bars of usual width
         ax.set_ylim(0, 1.05)
         ax.set_title(dataset)
         ax.set_xlabel("model")
@@ -675,11 +678,15 @@ def result_figure(name: str, data: dict[str, Any], model: str = "model", title: 
 
 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
-    """Every figure that the runs have data for, in report order."""
+    """Every figure that the runs have data for, in report order. The remedy variants are drawn in the remedies
+    figure only; the standard figures show the models (and the variants where nothing else ran)."""
     from resdom.report.tables import remedy_runs
+    from resdom.training.config import remedy_variant
 
-    builders = [*FIGURE_BUILDERS, lambda rs: fig_remedies(remedy_runs(rs))]  # remedies: only where variants ran
-    return [f for f in (build(runs) for build in builders) if f is not None]
+    models = [r for r in runs if remedy_variant(r.model) is None] or runs
+    figures = [build(models) for build in FIGURE_BUILDERS]
+    figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
+    return [f for f in figures if f is not None]
 
 
 def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarray, np.ndarray] | None,
