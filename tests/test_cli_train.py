@@ -218,3 +218,14 @@ def test_a_runs_own_config_json_reruns_it(trained_run: Path, tmp_path: Path) -> 
     model, train = resolve_configs(name, values["model"], values["train"], n_items=saved["model"]["n_items"],
                                    protocol=saved["data"].get("protocol"))
     assert model.model_dump() == saved["model"] and train.model_dump() == saved["train"]
+
+
+def test_keep_freed_memory_sets_glibc_malloc_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from resdom.cli.main import keep_freed_memory
+
+    monkeypatch.setenv("RESDOM_MALLOC", "system")
+    assert keep_freed_memory() is False
+    monkeypatch.delenv("RESDOM_MALLOC")
+    assert keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
