@@ -8,7 +8,8 @@
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
 #                                                 # and the CPU hours the open ones may take
 # Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost,
-# as in --status, would not end by then; run folders may not outlive the machine, so a cell cut off is lost), and
+# as in --status but scaled by how fast this worker's finished cells went against their estimates, would not end
+# by then; run folders may not outlive the machine, so a cell cut off is lost), and
 # those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried
 # by this worker.
 set -uo pipefail
@@ -97,10 +98,17 @@ fi
 mkdir -p "$CLAIMS"
 declare -A failed=()
 
-fits() {  # DATA SET MODEL: the cell's estimated cost ends before UNTIL (always, without UNTIL)
+# This machine's speed against the stored cells': the seconds the cells this worker finished took, over what
+# estimate said they would (1 until one is finished), applied to the next estimates.
+took=1 said=1
+fits() {  # DATA SET MODEL: the cell's estimated cost, at this machine's speed, ends before UNTIL (always, without)
   [ -z "${UNTIL:-}" ] && return 0
   local left; left=$(( $(date -d "$UNTIL" +%s) - $(date +%s) ))
-  [ "$(estimate "$1 $2 0" seconds)" -le "$left" ]
+  [ $(( $(estimate "$1 $2 0" seconds) * took / said )) -le "$left" ]
+}
+cost_of() {  # DATA SET MODEL SEED: the training and diagnosis seconds of the stored cell
+  .venv/bin/python -c 'import json, sys; c = json.load(open(sys.argv[1]))["compute"]
+print(round(c.get("train_seconds", 0) + c.get("diagnose_seconds", 0)))' "$STORE/$1/$2/seed$3/cell.json"
 }
 
 claim() {  # atomic: mkdir succeeds for one worker; a claim whose worker died is taken over
@@ -129,7 +137,11 @@ while true; do
   [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken, or none fits before" \
     "${UNTIL:-the end})"; exit 0; }
   read -r dataset label seed grid <<<"$next"
+  guess=$(estimate "$dataset $label 0" seconds)
   GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
-  stored "$dataset" "$label" "$seed" || failed[$dataset+$label+$seed]=1
+  if stored "$dataset" "$label" "$seed"; then
+    # a cell resumed from an earlier start counts its earlier epochs too: the factor errs on the slow side
+    [ "$guess" -gt 0 ] && { took=$(( took + $(cost_of "$dataset" "$label" "$seed") )); said=$(( said + guess )); }
+  else failed[$dataset+$label+$seed]=1; fi
   rm -rf "${CLAIMS:?}/$dataset+$label+$seed"
 done

@@ -112,13 +112,12 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "results/nope: not a results-store cell" in bad.stderr
 
 
-def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path) -> None:
-    """scripts/reproduce_queue.sh with UNTIL skips the open cells whose estimated cost (the stored cells of the same
-    model on the same data set) runs past it, and takes the ones that fit, in the queue's order."""
+def _queue_repo(tmp_path: Path, grid: str) -> Path:
+    """A checkout holding scripts/reproduce_queue.sh, the grid ``grid``, stored beauty-ts cells of gru4rec (40
+    minutes) and bert4rec (70 minutes), and a stub trainer that records the cells it is given and, with
+    STUB_STORES set, stores each as a cell that took 4 minutes."""
     import json
-    import os
     import shutil
-    import subprocess
 
     root = Path(__file__).resolve().parents[1]
     if not (root / ".venv" / "bin" / "python").exists():
@@ -127,29 +126,49 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(root / "scripts" / "reproduce_queue.sh", repo / "scripts")
     (repo / ".venv").symlink_to(root / ".venv")
-    # the trainer replaced by a stub that records the cells it is given
     stub = repo / "scripts" / "reproduce_cells.sh"
-    stub.write_text('#!/usr/bin/env bash\necho "$@" >> started.txt\n')
+    stub.write_text('#!/usr/bin/env bash\necho "$@" >> started.txt\nread -r d m s <<<"$1"\n'
+                    'if [ -n "${STUB_STORES:-}" ]; then mkdir -p results/$d/$m/seed$s\n'
+                    '  echo \'{"compute": {"train_seconds": 200, "diagnose_seconds": 40}}\' \\\n'
+                    '    > results/$d/$m/seed$s/cell.json\n'
+                    'fi\n')
     stub.chmod(0o755)
-    minutes = {"gru4rec": 40, "bert4rec": 70}
-    for model, m in minutes.items():
+    for model, minutes in {"gru4rec": 40, "bert4rec": 70}.items():
         cell = repo / "results" / "beauty-ts" / model / "seed1"
         cell.mkdir(parents=True)
-        cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": m * 60 - 60,
+        cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": minutes * 60 - 60,
                                                                       "diagnose_seconds": 60}}))
-    (repo / "scripts" / "grid.txt").write_text(
-        "# planned\nbeauty-ts bert4rec 1\nbeauty-ts bert4rec 2\nbeauty-ts gru4rec 2\nbeauty-ts gru4rec 3\n")
+    (repo / "scripts" / "grid.txt").write_text(grid)
     (repo / "runs").mkdir()
+    return repo
 
-    def queue(until: str) -> list[str]:
-        (repo / "started.txt").unlink(missing_ok=True)
-        done = subprocess.run(["bash", "scripts/reproduce_queue.sh"], cwd=repo, capture_output=True, text=True,
-                              env={**os.environ, "UNTIL": until}, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert "none fits before" in done.stdout
-        started = repo / "started.txt"
-        return started.read_text().splitlines() if started.exists() else []
 
-    assert queue("now + 50 minutes") == ["beauty-ts gru4rec 2", "beauty-ts gru4rec 3"]
-    assert queue("now + 80 minutes") == ["beauty-ts bert4rec 2", "beauty-ts gru4rec 2", "beauty-ts gru4rec 3"]
-    assert queue("now + 30 minutes") == []
+def _run_queue(repo: Path, until: str, **env: str) -> list[str]:
+    import os
+    import subprocess
+
+    (repo / "started.txt").unlink(missing_ok=True)
+    done = subprocess.run(["bash", "scripts/reproduce_queue.sh"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "UNTIL": until, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "none fits before" in done.stdout
+    started = repo / "started.txt"
+    return started.read_text().splitlines() if started.exists() else []
+
+
+def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path) -> None:
+    """scripts/reproduce_queue.sh with UNTIL skips the open cells whose estimated cost (the stored cells of the same
+    model on the same data set) runs past it, and takes the ones that fit, in the queue's order."""
+    repo = _queue_repo(tmp_path, "# planned\nbeauty-ts bert4rec 1\nbeauty-ts bert4rec 2\nbeauty-ts gru4rec 2\n"
+                                 "beauty-ts gru4rec 3\n")
+    assert _run_queue(repo, "now + 50 minutes") == ["beauty-ts gru4rec 2", "beauty-ts gru4rec 3"]
+    assert _run_queue(repo, "now + 80 minutes") == ["beauty-ts bert4rec 2", "beauty-ts gru4rec 2",
+                                                    "beauty-ts gru4rec 3"]
+    assert _run_queue(repo, "now + 30 minutes") == []
+
+
+def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path) -> None:
+    """A worker whose first cell took a tenth of its estimate (4 of 40 minutes) takes a 70-minute cell with 50
+    minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
+    repo = _queue_repo(tmp_path, "beauty-ts gru4rec 2\nbeauty-ts bert4rec 2\n")
+    assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1") == ["beauty-ts gru4rec 2", "beauty-ts bert4rec 2"]
