@@ -100,11 +100,14 @@ declare -A failed=()
 
 # This machine's speed against the stored cells': the seconds the cells this worker finished took, over what
 # estimate said they would (1 until one is finished), applied to the next estimates.
-took=1 said=1
-fits() {  # DATA SET MODEL: the cell's estimated cost, at this machine's speed, ends before UNTIL (always, without)
+took=1 said=1 guess=0
+fits() {  # DATA SET MODEL: the cell's estimated cost, at this machine's speed, ends before UNTIL (always, without);
+  # leaves the unscaled estimate in guess (0 without UNTIL)
+  guess=0
   [ -z "${UNTIL:-}" ] && return 0
   local left; left=$(( $(date -d "$UNTIL" +%s) - $(date +%s) ))
-  [ $(( $(estimate "$1 $2 0" seconds) * took / said )) -le "$left" ]
+  guess=$(estimate "$1 $2 0" seconds)
+  [ $(( guess * took / said )) -le "$left" ]
 }
 cost_of() {  # DATA SET MODEL SEED: the training and diagnosis seconds of the stored cell
   .venv/bin/python -c 'import json, sys; c = json.load(open(sys.argv[1]))["compute"]
@@ -136,8 +139,7 @@ while true; do
   done < <(cells)
   [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken, or none fits before" \
     "${UNTIL:-the end})"; exit 0; }
-  read -r dataset label seed grid <<<"$next"
-  guess=$(estimate "$dataset $label 0" seconds)
+  read -r dataset label seed grid <<<"$next"  # guess: the estimate fits made for this cell
   GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
   if stored "$dataset" "$label" "$seed"; then
     # a cell resumed from an earlier start counts its earlier epochs too: the factor errs on the slow side

@@ -415,12 +415,12 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
     if not groups:
         return None
     datasets = _datasets(groups)
+    ran = {d: _models({k: v for k, v in groups.items() if k[0] == d}) for d in datasets}  # each set's models
     cats = ["HRLI@1", "HRL2I@1"]
     looks = {"HRLI@1": {}, "HRL2I@1": {"alpha": 0.45, "hatch": "///"}}
-    most = max(len(_models({k: v for k, v in groups.items() if k[0] == d})) for d in datasets)
-    fig, axes = _new_figure(len(datasets), width_per=max(4.2, 0.9 * most + 1.2))
+    fig, axes = _new_figure(len(datasets), width_per=max(4.2, 0.9 * max(map(len, ran.values())) + 1.2))
     for ax, dataset in zip(axes[0], datasets):
-        models = _models({k: v for k, v in groups.items() if k[0] == dataset})  # the models run on this data set
+        models = ran[dataset]
         x = np.arange(len(models))
         for j, cat in enumerate(cats):
             cells = [groups.get((dataset, m), []) for m in models]
