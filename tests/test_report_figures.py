@@ -316,4 +316,7 @@ def test_remedy_points_close_together_get_an_inset() -> None:
     lo, hi = inset.get_xlim()
     assert lo < 0.815 and hi > 0.835 and hi - lo < 0.1  # the points and their error bars, enlarged
     assert panel([(0.83, 0.0194), (0.30, 0.0150)])[1] is None  # spread over the axes: nothing to enlarge
+    # a readout variant far from the base: the inset still enlarges the two near the base, and only them
+    ax, inset = panel([(0.83, 0.0194), (0.19, 0.0205), (0.82, 0.0195)])
+    assert inset is not None and inset.get_xlim()[0] > 0.7 and len(inset.containers) == 2
     assert panel([(0.83, 0.0194)])[1] is None  # one point

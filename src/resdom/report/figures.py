@@ -691,18 +691,26 @@ def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
 
 def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarray, np.ndarray] | None,
                     share: float = 0.2) -> Any | None:
-    """An inset in the lower right of ``ax`` that shows the ``points`` (``errorbar`` keywords) and the part of the
-    ``curve`` near them, where two or more points, error bars included, take less than ``share`` of both axes'
-    spans (variants that land on the base model's spot); returns the inset, or None where none is needed."""
+    """An inset in the lower right of ``ax`` that enlarges the points (``errorbar`` keywords) that land close to the
+    first one (the base model's): those whose error bars fit, with the first's, in less than ``share`` of both axes'
+    spans (variants on the base model's spot), and the part of the ``curve`` near them. Points further away stay
+    where they are. Returns the inset, or None where fewer than two points are that close."""
     if len(points) < 2:
         return None
-    lo_x = min(p["x"] - p["xerr"] for p in points)
-    hi_x = max(p["x"] + p["xerr"] for p in points)
-    lo_y = min(p["y"] - p["yerr"] for p in points)
-    hi_y = max(p["y"] + p["yerr"] for p in points)
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-    if hi_x - lo_x >= share * (x1 - x0) or hi_y - lo_y >= share * (y1 - y0):
+
+    def box(ps: list[dict[str, Any]]) -> tuple[float, float, float, float]:
+        return (min(p["x"] - p["xerr"] for p in ps), max(p["x"] + p["xerr"] for p in ps),
+                min(p["y"] - p["yerr"] for p in ps), max(p["y"] + p["yerr"] for p in ps))
+
+    def close(ps: list[dict[str, Any]]) -> bool:
+        lo_x, hi_x, lo_y, hi_y = box(ps)
+        return hi_x - lo_x < share * (x1 - x0) and hi_y - lo_y < share * (y1 - y0)
+
+    points = [points[0], *(p for p in points[1:] if close([points[0], p]))]
+    if len(points) < 2 or not close(points):
         return None
+    lo_x, hi_x, lo_y, hi_y = box(points)
     pad_x = max(hi_x - lo_x, 0.01 * (x1 - x0)) * 0.3
     pad_y = max(hi_y - lo_y, 0.01 * (y1 - y0)) * 0.3
     inset = ax.inset_axes([0.45, 0.1, 0.52, 0.45])
@@ -739,7 +747,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
     if not points:
         return None
     panels = sorted({(d, base_of(m)) for d, m in points}, key=lambda p: (p[0], model_order(p[1])))
-    fig, axes = _new_figure(len(panels), width_per=5.0, height=4.0)
+    fig, axes = _new_figure(len(panels), width_per=7.0, height=4.0)
     for ax, (dataset, base) in zip(axes.flat, panels):
         curve, drawn = None, []
         if (dataset, base) in groups:
@@ -769,12 +777,12 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
         ax.set_xlabel("HRLI@1 (reliance on the last item)")
         ax.set_ylabel("NDCG@10 (test)")
         ax.set_title(dataset if len({b for _, b in panels}) == 1 else f"{dataset}: {model_label(base)}")
-        ax.legend(fontsize=7, loc="upper left")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside: hides no point
         _zoom_on_points(ax, drawn, curve)
     users = _note(fig, _users(points, lambda r: r.diag("hrli").get("n_users")), "Each point rests on")
     return ReportFigure("remedies", "Remedies: accuracy against last-item reliance",
                         "Each point is a training-time variant (mean over seeds, error bars one standard deviation); "
                         "the grey curve is the base model's inference-time residual scaling: a variant above and to "
                         "the left of the curve buys lower reliance at less accuracy cost than lowering α after "
-                        "training. Where the variants land close together, the inset (lower right) enlarges the "
+                        "training. Where variants land close to the base model, the inset (lower right) enlarges the "
                         "framed area." + users, fig)
