@@ -320,3 +320,30 @@ def test_remedy_points_close_together_get_an_inset() -> None:
     ax, inset = panel([(0.83, 0.0194), (0.19, 0.0205), (0.82, 0.0195)])
     assert inset is not None and inset.get_xlim()[0] > 0.7 and len(inset.containers) == 2
     assert panel([(0.83, 0.0194)])[1] is None  # one point
+
+
+def test_sweeps_of_more_data_sets_than_line_styles_get_a_column_each() -> None:
+    """Up to four data sets share each quantity's panel, one line style each; with five, no style could tell two
+    of them apart, so each data set gets its own column of panels (a row per quantity) holding its lines only."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import DATASET_STYLES, fig_alpha_sweep
+
+    def runs(n: int) -> list[RunRecord]:
+        rows = [{"alpha": a, "HRLI@1": 0.1 * i + a / 2, "HR@10": 0.1, "NDCG@10": 0.05, "mixing_all": {"+Res": 0.2}}
+                for i, a in enumerate((0.0, 0.5, 1.0))]
+        return [RunRecord(Path(f"/x/set{i}/sasrec/seed1"), f"set{i}", "sasrec", 1, "gts",
+                          diagnostics={"alpha": {"n_users": 10, "rows": [{**r, "HRLI@1": r["HRLI@1"] + i} for r in rows]}})
+                for i in range(n)]
+
+    assert len(DATASET_STYLES) == 4
+    few = fig_alpha_sweep(runs(4)).figure
+    assert len(few.axes) == 4 and {len(ax.get_lines()) for ax in few.axes} == {4}
+    assert len({ln.get_linestyle() for ln in few.axes[1].get_lines()}) == 4
+    many = fig_alpha_sweep(runs(5)).figure
+    assert len(many.axes) == 5 * 4
+    titles = [ax.get_title() for ax in many.axes]
+    for i in range(5):
+        hrli = many.axes[titles.index(f"set{i}: HRLI@1")]
+        (line,) = hrli.get_lines()  # set i's line alone
+        assert list(line.get_ydata()) == pytest.approx([i + 0.0, i + 0.35, i + 0.7])
+    assert not [t for t in many.legends[0].get_texts() if t.get_text().startswith("set")]  # titles name them

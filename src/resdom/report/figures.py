@@ -214,15 +214,16 @@ def _label_small_bars(ax: Any) -> None:
     missing one stays blank)."""
     low, high = ax.get_ylim()
     limit = SMALL_BAR * (high - low)
-    for container in ax.containers:
-        if not hasattr(container, "patches"):
-            continue
+    bars = [c for c in ax.containers if hasattr(c, "patches")]
+    upright = len(bars) > 2  # narrow bars side by side: written upwards, so neighbours' values do not overlap
+    for container in bars:
         labels = []
         for rect in container.patches:
             h = rect.get_height()
             labels.append(f"{h:.3f}" if np.isfinite(h) and abs(h) < limit else "")
         if any(labels):
-            ax.bar_label(container, labels=labels, padding=2, fontsize=7)
+            ax.bar_label(container, labels=labels, padding=2, fontsize=6 if upright else 7,
+                         rotation=90 if upright else 0)
 
 
 def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str, models: list[str],
@@ -329,23 +330,46 @@ def _dataset_handles(datasets: list[str]) -> list[Line2D]:
             for i, d in enumerate(datasets)]
 
 
+Quantity = tuple[str, Callable[[dict[str, Any]], float | None]]  # (ylabel / title, value of a sweep row)
+
+
+def _sweep_figure(groups: dict[tuple[str, str], list[RunRecord]], rows_of: Callable[[RunRecord], list[dict[str, Any]]],
+                  quantities: list[Quantity], grid: tuple[int, int], width_per: float, height: float,
+                  decorate: Callable[[Any], None] = lambda ax: None, extra: list[Any] | None = None) -> Figure:
+    """Curves against alpha, one panel per quantity (``grid``: its panels' columns x rows), every data set in each
+    panel with a line style of its own; or, where there are more data sets than line styles, a column of panels
+    per data set (a row per quantity), so that no two data sets share a style. ``decorate``: drawn on each panel
+    first; ``extra``: legend entries after the models'."""
+    datasets, models = _datasets(groups), _models(groups)
+    per_dataset = len(datasets) > len(DATASET_STYLES)
+    if per_dataset:
+        fig, axes = _new_figure(len(datasets), width_per=width_per, height=height, nrows=len(quantities))
+        cells = [(axes[row, i], [d], q, f"{d}: {q[0]}") for i, d in enumerate(datasets)
+                 for row, q in enumerate(quantities)]
+    else:
+        fig, axes = _new_figure(grid[0], width_per=width_per, height=height, nrows=grid[1])
+        cells = [(ax, datasets, q, q[0]) for ax, q in zip(axes.flat, quantities)]
+    for ax, shown, (label, value), title in cells:
+        decorate(ax)
+        _line_panel(ax, {k: v for k, v in groups.items() if k[0] in shown}, shown, rows_of, value, label)
+        ax.set_title(title, fontsize=10)
+    handles = [] if per_dataset else _dataset_handles(datasets)
+    _model_legend(fig, models, handles + (extra or []), markers=True)
+    return fig
+
+
 def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
     """Four panels against alpha: mixing ratio at +Res (all positions), HRLI@1, HR@10, NDCG@10."""
     groups = {k: v for k, v in group_runs(runs).items() if any(_alpha_rows(r) for r in v)}
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
-    fig, axes = _new_figure(2, width_per=4.4, height=3.1, nrows=2)
-    panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
+    quantities: list[Quantity] = [
         ("mixing ratio at +Res", lambda row: number_at(row, "mixing_all", "+Res")),
         ("HRLI@1", lambda row: number_at(row, "HRLI@1")),
         ("HR@10", lambda row: number_at(row, "HR@10")),
         ("NDCG@10", lambda row: number_at(row, "NDCG@10")),
     ]
-    for ax, (label, value) in zip(axes.flat, panels):
-        _line_panel(ax, groups, datasets, _alpha_rows, value, label)
-        ax.set_title(label)
-    _model_legend(fig, models, _dataset_handles(datasets), markers=True)
+    fig = _sweep_figure(groups, _alpha_rows, quantities, (2, 2), width_per=4.4, height=3.1)
     users = _note(fig, _users(groups, lambda r: r.diag("alpha").get("n_users")), "Each point rests on")
     return ReportFigure("alpha_sweep", "Residual scaling sweep",
                         "Each panel plots one quantity against the residual scale α applied at inference (α = 1 is "
@@ -571,21 +595,16 @@ def fig_recovery(runs: list[RunRecord]) -> ReportFigure | None:
     groups = {k: v for k, v in group_runs(runs).items() if any(_recovery_rows(r) for r in v)}
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
-    fig, axes = _new_figure(2, width_per=4.6)
-    for ax, (label, key) in zip(axes[0], (("Recovery(α)", "recovery"),
-                                           ("HR@10", "HR@10"))):
-        ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0)
-        _line_panel(ax, groups, datasets, _recovery_rows, lambda row, k=key: number_at(row, k), label)
-    axes[0][0].set_title("share of recoverable misses hit")
-    axes[0][1].set_title("test accuracy")
-    _model_legend(fig, models, _dataset_handles(datasets) + [Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")],
-                  markers=True)
+    quantities: list[Quantity] = [("Recovery(α)", lambda row: number_at(row, "recovery")),
+                                  ("HR@10", lambda row: number_at(row, "HR@10"))]
+    fig = _sweep_figure(groups, _recovery_rows, quantities, (2, 1), width_per=4.6, height=3.4,
+                        decorate=lambda ax: ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0),
+                        extra=[Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
     users = _note(fig, _users(groups, _recovery_counts), "Computed on")
     return ReportFigure("recovery", "Miss recovery against α",
-                        "Left: the share of recoverable misses (targets that an earlier position ranked in the "
-                        "top-10 but the final one missed) that the final position hits at residual scale α; right: "
-                        "HR@10 at the same α, the price paid." + users, fig)
+                        "Left (or top): the share of recoverable misses (targets that an earlier position ranked in "
+                        "the top-10 but the final one missed) that the final position hits at residual scale α; "
+                        "right (or below): HR@10 at the same α, the price paid." + users, fig)
 
 
 def _recovery_counts(run: RunRecord) -> int | None:
