@@ -331,8 +331,8 @@ def test_sweeps_of_more_data_sets_than_line_styles_get_a_column_each() -> None:
     def runs(n: int) -> list[RunRecord]:
         rows = [{"alpha": a, "HRLI@1": 0.1 * i + a / 2, "HR@10": 0.1, "NDCG@10": 0.05, "mixing_all": {"+Res": 0.2}}
                 for i, a in enumerate((0.0, 0.5, 1.0))]
-        return [RunRecord(Path(f"/x/set{i}/sasrec/seed1"), f"set{i}", "sasrec", 1, "gts",
-                          diagnostics={"alpha": {"n_users": 10, "rows": [{**r, "HRLI@1": r["HRLI@1"] + i} for r in rows]}})
+        return [RunRecord(Path(f"/x/set{i}/sasrec/seed1"), f"set{i}", "sasrec", 1, "gts", diagnostics={
+                    "alpha": {"n_users": 10, "rows": [{**r, "HRLI@1": r["HRLI@1"] + i} for r in rows]}})
                 for i in range(n)]
 
     assert len(DATASET_STYLES) == 4
