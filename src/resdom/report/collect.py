@@ -8,6 +8,7 @@ back to something readable (the directory name). Diagnostics are the JSON files 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,8 +147,17 @@ MODEL_ORDER = (names.MODELS[0], "sasrec-tts", *names.MODELS[1:])  # the paper's 
 
 
 def model_order(name: str) -> int:
-    """Sort key: the paper's order SASRec, DuoRec, BSARec, then anything else."""
-    return MODEL_ORDER.index(name) if name in MODEL_ORDER else len(MODEL_ORDER)
+    """Sort key: the paper's order SASRec (time-to-split's beside it), DuoRec, BSARec, the contrast models, then the
+    remedy variants in their comparison's order (``training.config.REMEDY_LABELS``), then anything else."""
+    order = _full_model_order()
+    return order.index(name) if name in order else len(order)
+
+
+@functools.cache
+def _full_model_order() -> tuple[str, ...]:
+    from resdom.training.config import REMEDY_LABELS  # imported here: it loads the models (torch)
+
+    return (*MODEL_ORDER, *(label for label in REMEDY_LABELS if label not in MODEL_ORDER))
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
