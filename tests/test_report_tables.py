@@ -150,3 +150,17 @@ def test_every_table_column_comes_from_run_values_or_a_result_class() -> None:
     # the result classes own their table numbers: an empty result gives None for each of its keys, not an error
     for result in TABLE_RESULTS.values():
         assert all(v is None for v in result.table_values({}).values())
+
+
+def test_tables_list_remedy_variants_in_the_comparisons_order() -> None:
+    """Models in the paper's order, the contrast models, then each model's variants as the remedies table orders
+    them (not by path, which put sasrec-gate-channel before sasrec-gate), then anything else."""
+    from resdom.report.collect import model_order
+    from resdom.training.config import REMEDY_LABELS
+
+    labels = ["other", "sasrec-pool", "sasrec-gate-channel", "gru4rec", "sasrec-gate", "duorec-mean3", "sasrec-tts",
+              "sasrec", "sasrec-res0.5"]
+    assert sorted(labels, key=model_order) == ["sasrec", "sasrec-tts", "gru4rec", "sasrec-res0.5", "sasrec-gate",
+                                               "sasrec-gate-channel", "sasrec-pool", "duorec-mean3", "other"]
+    variants = [m for m in REMEDY_LABELS if "-" in m]
+    assert sorted(reversed(variants), key=model_order) == variants
