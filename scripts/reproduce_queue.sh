@@ -62,8 +62,25 @@ cost = {}  # (data set, model) -> training + diagnosis seconds of each stored ce
 for f in Path(sys.argv[1]).glob("*/*/seed*/cell.json"):
     c = json.loads(f.read_text())["compute"]
     cost.setdefault((f.parts[-4], f.parts[-3]), []).append(c.get("train_seconds", 0) + c.get("diagnose_seconds", 0))
-def guess(dataset, model):  # the same model on this data set, else on any, else any cell
-    for pick in (lambda k: k == (dataset, model), lambda k: k[1] == model, lambda k: True):
+def mean(dataset, model):
+    return statistics.mean(cost[(dataset, model)]) if (dataset, model) in cost else None
+def scaled(dataset, model):  # the model's cost on other data sets, each times how much more (or less) a model
+    # stored on both cost on this one than there (SASRec's ratio where it has one): None where no pair has it
+    out = []
+    for other in sorted({d for d, m in cost if m == model and d != dataset}):
+        refs = [m for d, m in cost if d == dataset and (other, m) in cost and mean(other, m) > 0]
+        if refs:
+            ref = "sasrec" if "sasrec" in refs else sorted(refs)[0]
+            out.append(mean(other, model) * mean(dataset, ref) / mean(other, ref))
+    return statistics.mean(out) if out else None
+def guess(dataset, model):  # the same model on this data set, else scaled from others, else on any, else any cell
+    known = mean(dataset, model)
+    if known is not None:
+        return known
+    known = scaled(dataset, model)
+    if known is not None:
+        return known
+    for pick in (lambda k: k[1] == model, lambda k: True):
         xs = [x for k, v in cost.items() if pick(k) for x in v]
         if xs:
             return statistics.mean(xs)
@@ -75,7 +92,8 @@ if sys.argv[3] == "seconds":
 elif open_cells and cost:
     hours = sum(guess(d, m) for d, m in open_cells) / 3600
     print(f"open cells: {len(open_cells)}, about {hours:.0f} CPU hours (each costed as the stored cells of the same "
-          "model on the same data set, else on any, at one thread; a started cell counted whole)")
+          "model on the same data set, else as the model's cells on other data sets scaled by a model stored on both, "
+          "else on any, at one thread; a started cell counted whole)")
 PY
 }
 

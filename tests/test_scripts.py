@@ -172,3 +172,16 @@ def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path)
     minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
     repo = _queue_repo(tmp_path, "beauty-ts gru4rec 2\nbeauty-ts bert4rec 2\n")
     assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1") == ["beauty-ts gru4rec 2", "beauty-ts bert4rec 2"]
+
+
+def test_the_queue_scales_a_models_cost_to_a_data_set_it_has_not_run_on(tmp_path: Path) -> None:
+    """bert4rec has run on beauty-ts only (70 minutes). On ml-100k, where gru4rec took a tenth of its beauty-ts
+    time, its estimate is a tenth too (7 minutes) and fits 20 minutes; on toys-ts, where no model has run, it is the
+    beauty-ts cost and does not fit."""
+    import json
+
+    repo = _queue_repo(tmp_path, "toys-ts bert4rec 1\nml-100k bert4rec 1\n")
+    cell = repo / "results" / "ml-100k" / "gru4rec" / "seed1"
+    cell.mkdir(parents=True)
+    cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": 200, "diagnose_seconds": 40}}))
+    assert _run_queue(repo, "now + 20 minutes") == ["ml-100k bert4rec 1"]
