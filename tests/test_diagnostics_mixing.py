@@ -100,7 +100,8 @@ VARIANTS = [
     pytest.param(dict(name="sasrec", heads=2), id="post-LN-2heads"),
     pytest.param(dict(name="sasrec", heads=4, norm_first=True), id="pre-LN-4heads"),
     pytest.param(dict(name="bsarec", heads=2, bsa_a=0.6, bsa_c=3), id="bsarec"),
-    pytest.param(dict(name="duorec", heads=2, query_ln=True, final_ln=True), id="query-LN"),
+    pytest.param(dict(name="duorec", heads=2, query_ln=True, final_ln=True, query_ln_kv="input"), id="query-LN"),
+    pytest.param(dict(name="duorec", heads=2, query_ln=True, final_ln=True, query_ln_kv="query"), id="paper-DuoRec"),
 ]
 
 

@@ -159,3 +159,130 @@ def test_training_passes_in_length_groups_give_the_same_states_and_gradients(mod
     net.eval()  # never in evaluation
     net.encode_groups = 3
     assert torch.equal(net.encode(items), net.encode_tokens(items))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The reference paper's DuoRec block (spec §6), against a literal written-out forward of that block
+
+
+def paper_duorec_forward(model, right: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The paper's DuoRec encoder written out from its parameters, right padding, eval mode::
+
+        X0 = (E[item] * sqrt(d) + P[pos]) * not_padding
+        per block: Q = LN_a(X); A = MHA(Q, Q, Q) causal; H = LN_f(alpha * Q + A); X = (H + FFN(H)) * not_padding
+        out = LN_last(X)
+    MHA is torch's nn.MultiheadAttention with the block's projections copied in."""
+    from torch import nn
+
+    d = model.cfg.hidden
+    pad = (right == 0).unsqueeze(-1)
+    x = model.item_emb(right) * d**0.5 + model.pos_emb(torch.arange(right.shape[1]).expand_as(right))
+    x = x.masked_fill(pad, 0.0)
+    causal = ~torch.tril(torch.ones(right.shape[1], right.shape[1], dtype=torch.bool))
+    for block in model.blocks:
+        a = block.attention
+        mha = nn.MultiheadAttention(d, model.cfg.heads, batch_first=True).double().eval()
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(torch.cat([a.query.weight, a.key.weight, a.value.weight]))
+            mha.in_proj_bias.copy_(torch.cat([a.query.bias, a.key.bias, a.value.bias]))
+            mha.out_proj.weight.copy_(a.out.weight)
+            mha.out_proj.bias.copy_(a.out.bias)
+        q = torch.nn.functional.layer_norm(x, (d,), block.attn_ln.weight, block.attn_ln.bias, block.attn_ln.eps)
+        att, _ = mha(q, q, q, attn_mask=causal)
+        h = block.ffn_ln(alpha * q + att)
+        ffn = block.ffn.fc2(torch.relu(block.ffn.fc1(h)))
+        x = (h + ffn).masked_fill(pad, 0.0)
+    return model.final_ln(x)
+
+
+def paper_duorec(**kw: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    values = dict(name="duorec", n_items=40, max_len=10, hidden=16, layers=2, heads=2, query_ln=True,
+                  query_ln_kv="query", final_ln=True, embedding="dropout", emb_scale=True, ln_eps=1e-8,
+                  inner_mult=1, activation="relu", positions="from_start")
+    values.update(kw)
+    model = build_model(ModelConfig(**values)).double().eval()
+    with torch.no_grad():  # non-trivial biases and LayerNorm parameters
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "ln" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.4, 0.0])
+def test_paper_duorec_block_equals_its_written_out_forward(alpha: float) -> None:
+    from resdom.models import residual_scale
+    from resdom.models.block import PaperDuoRecBlock
+
+    model = paper_duorec()
+    assert all(isinstance(b, PaperDuoRecBlock) for b in model.blocks)
+    rng = np.random.default_rng(1)
+    seqs = [rng.integers(1, 41, size=int(rng.integers(1, 11))).tolist() for _ in range(7)]
+    from resdom.data.sequences import Sequences
+
+    left = torch.from_numpy(Sequences.from_lists(seqs).padded(10))  # resdom: left padding
+    right = torch.zeros_like(left)
+    for b, s in enumerate(seqs):
+        right[b, : len(s)] = torch.tensor(s)
+    with torch.no_grad(), residual_scale(model, alpha):
+        mine, theirs = model.encode(left), paper_duorec_forward(model, right, alpha)
+        scores = mine[:, -1] @ model.item_embeddings().T  # (B, n_items + 1): the readout of the last column
+        want = theirs[torch.arange(len(seqs)), torch.tensor([len(s) - 1 for s in seqs])] @ model.item_emb.weight.T
+    for b, s in enumerate(seqs):
+        n = len(s)
+        assert torch.allclose(mine[b, -n:], theirs[b, :n], atol=1e-10), b
+    assert torch.allclose(scores, want, atol=1e-9)
+
+
+def test_paper_duorec_differs_from_the_time_to_split_block_on_the_same_weights() -> None:
+    """keys and values from Q, not X: the same weights give other states (the bug this block fixes)."""
+    paper = paper_duorec()
+    tts = paper_duorec(query_ln_kv="input")
+    tts.load_state_dict(paper.state_dict())
+    items = torch.tensor([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        assert (paper.encode(items) - tts.encode(items)).abs().max() > 1e-3
+
+
+def test_paper_duorec_drops_out_the_attention_output_in_training_only() -> None:
+    from resdom.models.block import PaperDuoRecBlock, QueryLNBlock
+
+    x, mask = torch.randn(3, 6, 16, dtype=torch.float64), torch.zeros(3, 1, 6, 6, dtype=torch.float64)
+    for kv, drops in (("query", True), ("input", False)):
+        block = paper_duorec(query_ln_kv=kv, dropout=0.5, attn_dropout=0.0).blocks[0]
+        assert isinstance(block, PaperDuoRecBlock if drops else QueryLNBlock)
+        want = block.eval().attention_sublayer(x, mask)
+        torch.manual_seed(1)
+        got = block.train().attention_sublayer(x, mask)
+        assert torch.allclose(got, want) != drops, kv  # out_dropout acts on A in the paper's block only
+
+
+def test_paper_duorec_record_names_q_as_residual_and_keys_and_rebuilds_the_sum() -> None:
+    from resdom.models import recording, residual_scale
+
+    model = paper_duorec()
+    items = torch.tensor([[0, 0, 3, 4, 5, 6], [0, 0, 0, 0, 7, 8]])
+    with torch.no_grad(), residual_scale(model, 0.5), recording(model) as store:
+        model.encode(items)
+    rec, block = store[0][0], model.blocks[0]
+    assert torch.equal(rec.x, rec.attn_in)  # the residual Q = LN_a(X) is also what keys and values read
+    assert rec.alpha == 0.5 and torch.allclose(rec.z, 0.5 * rec.x + rec.attn_out)
+    assert torch.allclose(rec.sublayer_out, block.ffn_ln(rec.z))
+
+
+def test_gts_duorec_is_the_paper_block_and_duorec_tts_the_earlier_one() -> None:
+    from resdom.models.block import PaperDuoRecBlock, QueryLNBlock
+    from resdom.training.config import model_variant
+
+    assert DUOREC_GTS_DEFAULTS()["query_ln_kv"] == "query"
+    name, values = model_variant("duorec-tts")
+    assert name == "duorec" and values["query_ln_kv"] == "input"
+    paper = build_model(ModelConfig(name="duorec", n_items=5, **{**DUOREC_GTS_DEFAULTS(), "max_len": 8}))
+    earlier = build_model(ModelConfig(name="duorec", n_items=5, **{**DUOREC_GTS_DEFAULTS(), **values, "max_len": 8}))
+    assert type(paper.blocks[0]) is PaperDuoRecBlock and type(earlier.blocks[0]) is QueryLNBlock
+
+
+def DUOREC_GTS_DEFAULTS() -> dict:
+    from resdom.models.duorec import DuoRec
+
+    return DuoRec.defaults("gts", None)[0]

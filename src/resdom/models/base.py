@@ -10,7 +10,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from resdom.models.block import AttentionBlock, Dropout, QueryLNBlock, causal_mask_bias, trim_record
+from resdom.models.block import (
+    AttentionBlock,
+    Dropout,
+    PaperDuoRecBlock,
+    QueryLNBlock,
+    causal_mask_bias,
+    trim_record,
+)
 from resdom.models.config import ModelConfig
 
 
@@ -85,7 +92,9 @@ class SequentialRecommender(nn.Module):
             block.reset_parameters()
 
     def make_block(self, cfg: ModelConfig) -> nn.Module:
-        return QueryLNBlock(cfg) if cfg.query_ln else AttentionBlock(cfg)
+        if cfg.query_ln:
+            return PaperDuoRecBlock(cfg) if cfg.query_ln_kv == "query" else QueryLNBlock(cfg)
+        return AttentionBlock(cfg)
 
     def _init_weights(self, module: nn.Module) -> None:
         # spec §6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.

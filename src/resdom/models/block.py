@@ -327,7 +327,7 @@ class AttentionBlock(nn.Module):
 
 
 class QueryLNBlock(AttentionBlock):
-    """time-to-split's SASRec block and the reference paper's DuoRec block (spec §6, "a third block")::
+    """time-to-split's SASRec block (spec §6, "a third block"; the paper's DuoRec block is ``PaperDuoRecBlock``)::
 
         Q  = LN_a(X)
         A  = MHA(query = Q, key = X, value = X)
@@ -363,3 +363,24 @@ class QueryLNBlock(AttentionBlock):
 
     def ffn_sublayer(self, h: torch.Tensor) -> torch.Tensor:
         return h + self.dropout(self.ffn(h))
+
+
+class PaperDuoRecBlock(QueryLNBlock):
+    """The reference paper's DuoRec block (spec §6): the query-LN block with keys and values from Q as well::
+
+        Q  = LN_a(X)
+        A  = MHA(query = Q, key = Q, value = Q)
+        H  = LN_f(alpha * Q + Dropout(A))            # out_dropout on A (training only)
+        X' = H + Dropout(W_2 Dropout(ReLU(W_1 H)))
+
+    Records: ``x`` = ``attn_in`` = Q (the residual and what the heads read, so f^h(x_j) comes from Q_j and the
+    diagonal term is g_ii = alpha * Q_i + sum_h a^h_ii f^h(Q_i)); the LayerNorm of the +LN stage is LN_f.
+    ``QueryLNBlock`` (keys and values from the raw X, no dropout on A) is time-to-split's SASRec block.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.attn_out_dropout = self.dropout
+
+    def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        return queries

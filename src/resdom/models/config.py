@@ -17,7 +17,8 @@ REFERENCE_POST_LN: dict[str, object] = {
     "embedding": "dropout_ln", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1, "activation": "relu",
     "positions": "from_start", "max_len": 200,
 }
-# time-to-split's SASRec and the paper's DuoRec: the query-LN block, Dropout(E * sqrt(d) + P) input, a final LN.
+# time-to-split's SASRec and the paper's DuoRec: the query-LN block, Dropout(E * sqrt(d) + P) input, a final LN
+# (the paper's DuoRec adds query_ln_kv="query": keys and values from LN_a(X), dropout on the attention output).
 REFERENCE_QUERY_LN: dict[str, object] = {
     "query_ln": True, "final_ln": True, "embedding": "dropout", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1,
     "activation": "relu", "positions": "from_start",
@@ -50,6 +51,10 @@ class ModelConfig(BaseModel):
     query_ln: bool = Field(
         False, description="the query-LN block of time-to-split's SASRec and the paper's DuoRec: H = LN_f(alpha * "
         "LN_a(X) + MHA(LN_a(X), X, X)), X' = H + FFN(H) with dropout inside the FFN; use with final_ln"
+    )
+    query_ln_kv: Literal["input", "query"] = Field(
+        "input", description="query_ln: what attention's keys and values read: the block's input X (time-to-split's "
+        "SASRec, no dropout on A) or Q = LN_a(X) with dropout on A (the paper's DuoRec: MHA(Q, Q, Q))"
     )
     residual_scale: float = Field(
         1.0, ge=0.0, description="remedy (docs/remedies.md): a fixed scale a on the attention sub-layer's residual, "

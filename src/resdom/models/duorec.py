@@ -45,8 +45,10 @@ def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tens
 class DuoRec(SequentialRecommender):
     """SASRec encoder with DuoRec's contrastive regulariser as ``auxiliary_loss``.
 
-    Defaults: BSARec's code base under LOO; under GTS the reference paper's DuoRec (the query-LN block at max
-    length 200, the unsupervised view, ``ce_all``, up to 300 epochs).
+    Defaults: BSARec's code base under LOO; under GTS the reference paper's DuoRec (its block, ``PaperDuoRecBlock``:
+    attention MHA(Q, Q, Q) on Q = LN_a(X) with dropout on its output; max length 200, the unsupervised view,
+    ``ce_all``, up to 300 epochs). ``duorec-tts`` keeps the earlier GTS DuoRec, on time-to-split's SASRec block
+    (keys and values from the raw X, no dropout on A).
     """
 
     name: ClassVar[str] = "duorec"
@@ -55,7 +57,7 @@ class DuoRec(SequentialRecommender):
     @classmethod
     def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
         if protocol == "gts":
-            return {**REFERENCE_QUERY_LN, "max_len": 200, "duorec_views": "unsup"}, {"epochs": 300}
+            return {**REFERENCE_QUERY_LN, "query_ln_kv": "query", "max_len": 200, "duorec_views": "unsup"}, {"epochs": 300}
         return {}, {}
 
     def needs_partners(self) -> bool:

@@ -35,7 +35,7 @@ class GRU4Rec(SequentialRecommender):
 
     name: ClassVar[str] = "gru4rec"
     unused_fields: ClassVar[tuple[str, ...]] = (
-        "heads", "attn_dropout", "inner_mult", "inner_size", "activation", "norm_first", "query_ln", "emb_scale",
+        "heads", "attn_dropout", "inner_mult", "inner_size", "activation", "norm_first", "query_ln", "query_ln_kv", "emb_scale",
         "embedding", "final_ln", "ln_eps", "positions", "key_padding_mask", "init_padding",
         "residual_scale", "residual_gate", "readout", "readout_k",
     )

@@ -22,6 +22,8 @@ DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # time-to-split's own SASRec at its default max length (spec §8: the published GTS results of the paper's code)
     "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
+    # DuoRec on time-to-split's SASRec block (keys and values from the raw X): resdom's GTS DuoRec before the fix
+    "duorec-tts": ("duorec", {**REFERENCE_QUERY_LN, "query_ln_kv": "input"}),
 }
 
 # Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's
