@@ -78,7 +78,13 @@ class SequentialRecommender(nn.Module):
             raise ValueError("ModelConfig.n_items must be set from the data (>= 1)")
         self.cfg = cfg
         self.n_items, self.max_len = cfg.n_items, cfg.max_len
-        self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0)
+        # readout="query": row N + 1 is the learned query token, appended after the input and never ranked
+        self.query_id = cfg.n_items + 1 if cfg.readout == "query" else None
+        if self.query_id is not None:
+            self.max_len = cfg.max_len - 1  # input items; the query token takes the last of cfg.max_len positions
+        self.item_emb = nn.Embedding(cfg.n_items + 1 + (self.query_id is not None), cfg.hidden, padding_idx=0)
+        self.out_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0) if cfg.output == "untied" else None
+        self.out_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False) if cfg.output == "projected" else None
         self.pos_emb = nn.Embedding(cfg.max_len + (cfg.positions == "from_end_pad0"), cfg.hidden)
         self.emb_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.emb_dropout = Dropout(cfg.dropout)
@@ -155,6 +161,10 @@ class SequentialRecommender(nn.Module):
         blocks record (records cover every position). For a caller that reads no other column
         (``readout_width``).
         """
+        if self.query_id is not None:  # the states of the last L of the L + 1 positions: column L-1 is the query
+            if items.shape[1] > self.max_len:
+                items = items[:, -self.max_len:]
+            return self.encode_tokens(self.block_tokens(items), min(last, items.shape[1]))[:, 1:]
         if self.training and self.encode_groups > 1 and not self.full_window() and items.shape[0] > 1:
             return self.encode_in_groups(items, self.encode_groups, last)
         return self.encode_tokens(items, last)
@@ -162,7 +172,7 @@ class SequentialRecommender(nn.Module):
     def readout_width(self) -> int:
         """How many of the last columns of ``encode`` the prediction at column L-1 reads: 1 (``readout="last"``),
         ``readout_k`` (``mean``), 0 = all (``pool``). ``encode(items, last=readout_width())`` is enough for it."""
-        return {"last": 1, "mean": self.cfg.readout_k, "pool": 0}[self.cfg.readout]
+        return {"last": 1, "mean": self.cfg.readout_k, "pool": 0, "query": 1}[self.cfg.readout]
 
     def encode_in_groups(self, items: torch.Tensor, groups: int, last: int = 0) -> torch.Tensor:
         """``encode_tokens`` per group of rows of similar length (rows sorted by length, cut into ``groups``
@@ -184,8 +194,12 @@ class SequentialRecommender(nn.Module):
 
     def block_tokens(self, items: torch.Tensor) -> torch.Tensor:
         """The token ids (B, L') of the positions the blocks see (and record) for the input ``items`` (B, L):
-        the items themselves here; BERT4Rec appends its [MASK]."""
-        return items
+        the items themselves, or (``readout="query"``) the items then the query token; BERT4Rec appends its
+        [MASK]."""
+        if self.query_id is None:
+            return items
+        query = torch.full((items.shape[0], 1), self.query_id, dtype=items.dtype, device=items.device)
+        return torch.cat([items, query], dim=1)
 
     def encode_tokens(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
         """The encoder itself: token ids (B, L) left-padded, L <= cfg.max_len positions -> states (B, L, d)
@@ -229,7 +243,7 @@ class SequentialRecommender(nn.Module):
         at or before it (an empty prefix) keeps its own state.
         """
         kind = self.cfg.readout
-        if kind == "last":
+        if kind in ("last", "query"):  # query: column L-1 already holds the query token's state (``encode``)
             return hidden
         real = items > 0
         if kind == "mean":
@@ -249,8 +263,13 @@ class SequentialRecommender(nn.Module):
         return torch.where(allowed.any(-1, keepdim=True), pooled, hidden)
 
     def item_embeddings(self) -> torch.Tensor:
-        """(n_items + 1, d): the tied output layer; scores = hidden @ item_embeddings().T."""
-        return self.item_emb.weight
+        """(n_items + 1, d): the output layer; scores = hidden @ item_embeddings().T. ``cfg.output``: the input
+        embeddings (tied), a table of their own (untied), or the input embeddings projected, ``E W^T``
+        (projected); a query token's row is never ranked."""
+        if self.out_emb is not None:
+            return self.out_emb.weight
+        emb = self.item_emb.weight[: self.n_items + 1]
+        return emb if self.out_proj is None else self.out_proj(emb)
 
     def attention_blocks(self) -> Sequence[nn.Module]:
         return list(self.blocks)

@@ -64,7 +64,7 @@ class BERT4Rec(SequentialRecommender):
         "its attention is bidirectional, so every position sees the later items of its input, including the very "
         "item it must predict (label leakage)")
     own_fields: ClassVar[tuple[str, ...]] = ("mask_prob",)
-    unused_fields: ClassVar[tuple[str, ...]] = ("readout", "readout_k")  # its prediction is the [MASK] state
+    unused_fields: ClassVar[tuple[str, ...]] = ("readout", "readout_k", "output")  # its prediction is the [MASK] state
     train_layouts: ClassVar[tuple[str, ...]] = ("window", "last")
 
     @classmethod

@@ -64,9 +64,14 @@ class ModelConfig(BaseModel):
         "none", description="remedy: a learned residual scale per layer (one number, or one per channel), "
         "initialised at 1, in place of residual_scale"
     )
-    readout: Literal["last", "mean", "pool"] = Field(
+    readout: Literal["last", "mean", "pool", "query"] = Field(
         "last", description="remedy: the prediction state after a prefix: its last output state (last), the mean of "
-        "its last readout_k real states (mean), or a learned attention pooling over all its real states (pool)"
+        "its last readout_k real states (mean), a learned attention pooling over all its real states (pool), or the "
+        "state of a learned query token appended after the prefix (query; trains with ce_last)"
+    )
+    output: Literal["tied", "untied", "projected"] = Field(
+        "tied", description="the output item embeddings: the input embeddings (tied), a table of their own "
+        "(untied), or the input embeddings through a learned d x d projection (projected)"
     )
     readout_k: int = Field(3, ge=1, description="readout='mean': how many of the last real states are averaged")
     emb_scale: bool = Field(False, description="multiply item embeddings by sqrt(hidden)")

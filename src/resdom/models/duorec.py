@@ -57,7 +57,8 @@ class DuoRec(SequentialRecommender):
     @classmethod
     def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
         if protocol == "gts":
-            return {**REFERENCE_QUERY_LN, "query_ln_kv": "query", "max_len": 200, "duorec_views": "unsup"}, {"epochs": 300}
+            model = {**REFERENCE_QUERY_LN, "query_ln_kv": "query", "max_len": 200, "duorec_views": "unsup"}
+            return model, {"epochs": 300}
         return {}, {}
 
     def needs_partners(self) -> bool:

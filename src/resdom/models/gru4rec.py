@@ -35,9 +35,9 @@ class GRU4Rec(SequentialRecommender):
 
     name: ClassVar[str] = "gru4rec"
     unused_fields: ClassVar[tuple[str, ...]] = (
-        "heads", "attn_dropout", "inner_mult", "inner_size", "activation", "norm_first", "query_ln", "query_ln_kv", "emb_scale",
-        "embedding", "final_ln", "ln_eps", "positions", "key_padding_mask", "init_padding",
-        "residual_scale", "residual_gate", "readout", "readout_k",
+        "heads", "attn_dropout", "inner_mult", "inner_size", "activation", "norm_first", "query_ln", "query_ln_kv",
+        "emb_scale", "embedding", "final_ln", "ln_eps", "positions", "key_padding_mask", "init_padding",
+        "residual_scale", "residual_gate", "readout", "readout_k", "output",
     )
 
     @classmethod
@@ -52,6 +52,7 @@ class GRU4Rec(SequentialRecommender):
         self.cfg = cfg
         self.n_items, self.max_len = cfg.n_items, cfg.max_len
         self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0)
+        self.query_id = self.out_emb = self.out_proj = None  # tied output, read at the last item (the base's hooks)
         self.gru = nn.GRU(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True,
                           dropout=cfg.dropout if cfg.layers > 1 else 0.0)
         with torch.no_grad():

@@ -59,6 +59,16 @@ for _model in REMEDY_MODELS:
     for _variant, _values in REMEDIES.items():
         if _variant != "base" and not (_model == "bsarec" and _variant == "preln"):
             MODEL_VARIANTS[f"{_model}-{_variant}"] = (_model, dict(_values))
+# Probes of the residual account (docs/results.md, "Beyond the paper"): read out at a learned query token appended
+# after the prefix (no own-item residual at the readout position), and untied or projected output embeddings.
+PROBES: dict[str, dict[str, Any]] = {
+    "query": {"readout": "query"},
+    "untied": {"output": "untied"},
+    "projected": {"output": "projected"},
+}
+for _model in ("sasrec", "duorec"):
+    for _probe, _values in PROBES.items():
+        MODEL_VARIANTS[f"{_model}-{_probe}"] = (_model, dict(_values))
 # Every remedy grid label, in the comparison's order: each model, then its variants in REMEDIES order.
 REMEDY_LABELS: tuple[str, ...] = tuple(
     m if v == "base" else f"{m}-{v}" for m in REMEDY_MODELS for v in REMEDIES
@@ -191,9 +201,13 @@ def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfi
     from resdom.training.objectives import OBJECTIVES, get_objective
 
     cls = model_class(model_cfg.name)
-    if train_cfg.objective is None:
-        train_cfg = train_cfg.model_copy(update={"objective": cls.default_objective})
+    if train_cfg.objective is None:  # a query token is read after the whole prefix only: one prediction a sample
+        default = "ce_last" if model_cfg.readout == "query" else cls.default_objective
+        train_cfg = train_cfg.model_copy(update={"objective": default})
     objective = get_objective(train_cfg.objective)
+    if model_cfg.readout == "query" and objective.layout != "last":
+        raise ResdomError(f"train.objective: {objective.name!r} cannot train model.readout='query': the query token "
+                          "is read after the whole prefix only; use ce_last")
     if not cls.causal and objective.layout == "all":
         raise ResdomError(f"train.objective: {objective.name!r} cannot train {cls.name}: {cls.noncausal_reason}; "
                           f"use {cls.default_objective} (the default for {cls.name})")
