@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,47 @@ def test_read_users_round_trip(tmp_path: Path) -> None:
     assert metric_values(ev, "HRLI@1").tolist() == [1, 1, 0, 1, 0, 0]
     ints = write_users(tmp_path / "b" / "users.npz", ranks, last_seen=np.ones(6, np.uint8))  # 0/1 ints are read
     assert read_users(ints).last_seen.dtype == bool
+
+
+def _lzma_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
+    """An .npz as the evidence writer makes it: LZMA members, 2-d arrays column-major."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_LZMA) as zf:
+        for name, arr in arrays.items():
+            with zf.open(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w") as f:
+                np.lib.format.write_array(f, np.asfortranarray(arr) if arr.ndim == 2 else arr, allow_pickle=False)
+    return path
+
+
+def test_read_users_with_caps_and_extra_arrays(tmp_path: Path) -> None:
+    """Ranks capped per array (header "caps"; an entry at its cap means >= cap), uint8, LZMA members and an extra
+    array: read as written; a cutoff at or beyond an array's cap is refused."""
+    caps = {"target_rank": 255, "target_rank_unfiltered": 255, "last_rank": 255, "alpha_target_rank": 21,
+            "alpha_target_rank_unfiltered": 21, "alpha_last_rank": 2}
+    head = {"version": 1, "split": "test", "n_users": 4, "n_items": 3000, "alphas": [0.5, 1.0], "rank_cap": 21,
+            "caps": caps, "K": 10}
+    rank = np.array([1, 9, 254, 255], np.uint8)  # 255: beyond 254
+    arrays = {"header": np.array(json.dumps(head)), "user": np.arange(4, dtype=np.int32), "target_rank": rank,
+              "target_rank_unfiltered": rank, "last_rank": np.array([1, 2, 255, 1], np.uint8),
+              "last_seen": np.array([True, True, False, True]), "last_freq": np.array([3, 1, 0, 9], np.int32),
+              "alpha_target_rank": np.full((2, 4), 21, np.uint8),
+              "alpha_target_rank_unfiltered": np.ones((2, 4), np.uint8),
+              "alpha_last_rank": np.array([[1, 2, 2, 1], [1, 2, 2, 1]], np.uint8), "recoverable": np.zeros(4, bool)}
+    path = _lzma_npz(tmp_path / "users.npz", arrays)
+    ev = read_users(path)
+    assert ev.header["K"] == 10 and ev.alpha_last_rank.tolist() == [[1, 2, 2, 1]] * 2
+    assert metric_values(ev, "HR@254").tolist() == [1, 1, 1, 0]
+    assert metric_values(ev, "NDCG@10") == pytest.approx([1, 1 / math.log2(10), 0, 0])
+    assert metric_values(ev, "HRLI@1").tolist() == [1, 0, 0, 1]
+    with pytest.raises(ResdomError, match=r"users.npz: HR@255 needs ranks up to 255, but target_rank is capped at "
+                                          r"255 \(exact for K <= 254\)"):
+        metric_values(ev, "HR@255")
+    arrays["alpha_last_rank"] = np.full((2, 4), 3, np.uint8)
+    with pytest.raises(ResdomError, match="'alpha_last_rank' holds rank 3 outside 1..2"):
+        read_users(_lzma_npz(tmp_path / "over" / "users.npz", arrays))
+    arrays["header"] = np.array(json.dumps({**head, "caps": {"last_rank": 0}}))
+    with pytest.raises(ResdomError, match="header caps must map"):
+        read_users(_lzma_npz(tmp_path / "caps" / "users.npz", arrays))
 
 
 def _malformed(tmp: Path) -> dict[str, tuple[Path, str]]:

@@ -2,7 +2,7 @@
 of one data set on one metric, with the statistics of ``report.stats`` (paired bootstrap over users with the seeds
 resampled hierarchically, Holm across the comparisons of one table, TOST for equivalence). NumPy only (no torch).
 
-A cell ``STORE/<data set>/<label>/seed<k>/`` may hold ``users.npz`` (``np.savez_compressed``)::
+A cell ``STORE/<data set>/<label>/seed<k>/`` may hold ``users.npz`` (an ``.npz`` archive, any member compression)::
 
     header                  0-d str array, JSON: {"version": 1, "split": "test", "n_users": U, "n_items": N,
                             "alphas": [...], "rank_cap": C, ...}
@@ -16,6 +16,10 @@ A cell ``STORE/<data set>/<label>/seed<k>/`` may hold ``users.npz`` (``np.savez_
     alpha_last_rank         (A, U) int likewise for the last input item
     recoverable             (U,) bool  missed at the final position, hit by an earlier one
 
+Other arrays (e.g. ``alpha_target_rank_unfiltered``) and header keys are allowed and ignored. Where the header has
+``caps`` ({array name: cap}), that array's ranks are capped there (an entry equal to its cap means ">= cap", as
+for ``rank_cap``): a metric at cutoff K needs K < cap, and asking for more is refused (``metric_values``).
+
 Metrics (``metric_values``): ``HR@K`` and ``NDCG@K`` on the filtered target rank (``HR@K/unfiltered``,
 ``NDCG@K/unfiltered`` on the unfiltered one) and ``HRLI@K`` on the last item's rank.
 
@@ -26,6 +30,7 @@ gets the verdict "no per-user evidence" with the cells named, and no numbers.
 from __future__ import annotations
 
 import json
+import lzma
 import math
 import re
 import zipfile
@@ -110,11 +115,23 @@ def _header(path: Path, raw: np.ndarray) -> dict[str, Any]:
             raise _bad(path, f"header {key} must be a positive integer (got {header[key]!r})")
     if not isinstance(header["split"], str):
         raise _bad(path, f"header split must be a string (got {header['split']!r})")
+    caps = header.get("caps", {})
+    if not isinstance(caps, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                             for v in caps.values()):
+        raise _bad(path, f"header caps must map array names to positive integers (got {caps!r})")
     alphas = header["alphas"]
     if not isinstance(alphas, list) or not all(isinstance(a, (int, float)) and not isinstance(a, bool)
                                                for a in alphas):
         raise _bad(path, f"header alphas must be a list of numbers (got {alphas!r})")
     return header
+
+
+def _cap(header: dict[str, Any], name: str) -> int:
+    """The largest rank array ``name`` may hold: its ``caps`` entry, else rank_cap (per alpha) or n_items."""
+    caps = header.get("caps") or {}
+    if name in caps:
+        return int(caps[name])
+    return header["rank_cap"] if name in PER_ALPHA else header["n_items"]
 
 
 def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple[int, ...], header: dict[str, Any]) -> np.ndarray:
@@ -134,7 +151,7 @@ def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple[int, ...],
         if np.min(arr) < 0:
             raise _bad(path, f"'{name}' has a negative frequency")
         return arr
-    hi = header["rank_cap"] if name in PER_ALPHA else header["n_items"]
+    hi = _cap(header, name)
     bad = np.flatnonzero(((arr < 1) | (arr > hi)).ravel())
     if bad.size:
         value = arr.ravel()[bad[0]]
@@ -155,7 +172,7 @@ def read_users(path: str | Path) -> UserEvidence:
             arrays = {name: npz[name] for name in npz.files}
     except ResdomError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, KeyError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, KeyError) as e:
         raise _bad(path, f"not a readable .npz file ({type(e).__name__}: {e})") from None
     missing = [k for k in ("header", *PER_USER, *PER_ALPHA) if k not in arrays]
     if missing:
@@ -181,10 +198,13 @@ def metric_values(ev: UserEvidence, metric: str) -> np.ndarray:
     """(U,) the per-user values of ``metric`` in one cell: HR@K = rank <= K, NDCG@K = 1/log2(rank + 1) within K,
     HRLI@K = last_rank <= K."""
     kind, k, unfiltered = parse_metric(metric)
-    if kind == "HRLI":
-        return hit_at(ev.last_rank, k)
-    rank = ev.target_rank_unfiltered if unfiltered else ev.target_rank
-    return hit_at(rank, k) if kind == "HR" else ndcg_at(rank, k)
+    name = "last_rank" if kind == "HRLI" else "target_rank_unfiltered" if unfiltered else "target_rank"
+    cap = (ev.header.get("caps") or {}).get(name)
+    if cap is not None and k >= cap:
+        raise ResdomError(f"{ev.path}: {metric} needs ranks up to {k}, but {name} is capped at {cap} "
+                          f"(exact for K <= {cap - 1})")
+    rank = getattr(ev, name)
+    return ndcg_at(rank, k) if kind == "NDCG" else hit_at(rank, k)
 
 
 def default_margin(metric: str) -> Margin:
