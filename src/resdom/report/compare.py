@@ -1,0 +1,379 @@
+"""Comparison tables on per-user evidence: read the ``users.npz`` of results-store cells and compare two model labels
+of one data set on one metric, with the statistics of ``report.stats`` (paired bootstrap over users with the seeds
+resampled hierarchically, Holm across the comparisons of one table, TOST for equivalence). NumPy only (no torch).
+
+A cell ``STORE/<data set>/<label>/seed<k>/`` may hold ``users.npz`` (an ``.npz`` archive, any member compression)::
+
+    header                  0-d str array, JSON: {"version": 1, "split": "test", "n_users": U, "n_items": N,
+                            "alphas": [...], "rank_cap": C, ...}
+    user                    (U,) int   test-user ids, the same users in the same order in every cell of a data set
+    target_rank             (U,) int   filtered 1-based pessimistic rank of the target
+    target_rank_unfiltered  (U,) int
+    last_rank               (U,) int   1-based rank of the last input item in the unfiltered ranking
+    last_seen               (U,) bool  the last item has training interactions
+    last_freq               (U,) int   the last item's training frequency
+    alpha_target_rank       (A, U) int filtered target rank at each alpha of header["alphas"], capped at rank_cap
+    alpha_last_rank         (A, U) int likewise for the last input item
+    recoverable             (U,) bool  missed at the final position, hit by an earlier one
+
+Other arrays (e.g. ``alpha_target_rank_unfiltered``) and header keys are allowed and ignored. Where the header has
+``caps`` ({array name: cap}), that array's ranks are capped there (an entry equal to its cap means ">= cap", as
+for ``rank_cap``): a metric at cutoff K needs K < cap, and asking for more is refused (``metric_values``).
+
+Metrics (``metric_values``): ``HR@K`` and ``NDCG@K`` on the filtered target rank (``HR@K/unfiltered``,
+``NDCG@K/unfiltered`` on the unfiltered one) and ``HRLI@K`` on the last item's rank.
+
+A comparison's difference is other - baseline. A row whose cells lack ``users.npz`` (or whose label has no cells)
+gets the verdict "no per-user evidence" with the cells named, and no numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import math
+import re
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from resdom.errors import ResdomError
+from resdom.report.stats import (
+    BootstrapResult,
+    Margin,
+    bootstrap_diff,
+    equivalence_test,
+    hit_at,
+    holm,
+    ndcg_at,
+    verdict,
+)
+
+USERS_FILE = "users.npz"
+VERSION = 1
+HEADER_KEYS = ("version", "split", "n_users", "n_items", "alphas", "rank_cap")
+PER_USER = ("user", "target_rank", "target_rank_unfiltered", "last_rank", "last_seen", "last_freq", "recoverable")
+PER_ALPHA = ("alpha_target_rank", "alpha_last_rank")
+BOOLS = ("last_seen", "recoverable")
+NO_EVIDENCE = "no per-user evidence"
+_METRIC = re.compile(r"^(HR|NDCG|HRLI)@([1-9][0-9]*)(/unfiltered)?$")
+_SEED_DIR = re.compile(r"^seed([0-9]+)$")
+
+
+# --- reading users.npz ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UserEvidence:
+    """One cell's per-user evidence (the arrays of ``users.npz``; (U,) per user, (A, U) per alpha)."""
+
+    path: Path
+    header: dict[str, Any]
+    user: np.ndarray
+    target_rank: np.ndarray
+    target_rank_unfiltered: np.ndarray
+    last_rank: np.ndarray
+    last_seen: np.ndarray
+    last_freq: np.ndarray
+    recoverable: np.ndarray
+    alpha_target_rank: np.ndarray
+    alpha_last_rank: np.ndarray
+
+    @property
+    def n_users(self) -> int:
+        return int(self.user.size)
+
+    @property
+    def split(self) -> str:
+        return str(self.header["split"])
+
+
+def _bad(path: Path, what: str) -> ResdomError:
+    return ResdomError(f"{path}: {what}".replace("\n", " "))
+
+
+def _header(path: Path, raw: np.ndarray) -> dict[str, Any]:
+    if raw.ndim != 0 or raw.dtype.kind not in "US":
+        raise _bad(path, f"'header' must be a 0-d string array (got dtype {raw.dtype}, shape {raw.shape})")
+    text = raw.item()
+    try:
+        header = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _bad(path, f"'header' is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise _bad(path, "'header' must be a JSON object")
+    missing = [k for k in HEADER_KEYS if k not in header]
+    if missing:
+        raise _bad(path, f"header lacks {', '.join(missing)}")
+    if header["version"] != VERSION:
+        raise _bad(path, f"header version {header['version']!r} is not supported (expected {VERSION})")
+    for key in ("n_users", "n_items", "rank_cap"):
+        if not isinstance(header[key], int) or isinstance(header[key], bool) or header[key] < 1:
+            raise _bad(path, f"header {key} must be a positive integer (got {header[key]!r})")
+    if not isinstance(header["split"], str):
+        raise _bad(path, f"header split must be a string (got {header['split']!r})")
+    caps = header.get("caps", {})
+    if not isinstance(caps, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                             for v in caps.values()):
+        raise _bad(path, f"header caps must map array names to positive integers (got {caps!r})")
+    alphas = header["alphas"]
+    if not isinstance(alphas, list) or not all(isinstance(a, (int, float)) and not isinstance(a, bool)
+                                               for a in alphas):
+        raise _bad(path, f"header alphas must be a list of numbers (got {alphas!r})")
+    return header
+
+
+def _cap(header: dict[str, Any], name: str) -> int:
+    """The largest rank array ``name`` may hold: its ``caps`` entry, else rank_cap (per alpha) or n_items."""
+    caps = header.get("caps") or {}
+    if name in caps:
+        return int(caps[name])
+    return header["rank_cap"] if name in PER_ALPHA else header["n_items"]
+
+
+def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple[int, ...], header: dict[str, Any]) -> np.ndarray:
+    if arr.shape != shape:
+        raise _bad(path, f"'{name}' has shape {arr.shape}, expected {shape}")
+    if name in BOOLS:
+        if arr.dtype.kind == "b":
+            return arr
+        if arr.dtype.kind in "iu" and np.all((arr == 0) | (arr == 1)):
+            return arr.astype(bool)
+        raise _bad(path, f"'{name}' must be boolean (got dtype {arr.dtype})")
+    if arr.dtype.kind not in "iu":
+        raise _bad(path, f"'{name}' must be integer (got dtype {arr.dtype})")
+    if name == "user" or arr.size == 0:
+        return arr
+    if name == "last_freq":
+        if np.min(arr) < 0:
+            raise _bad(path, f"'{name}' has a negative frequency")
+        return arr
+    hi = _cap(header, name)
+    bad = np.flatnonzero(((arr < 1) | (arr > hi)).ravel())
+    if bad.size:
+        value = arr.ravel()[bad[0]]
+        raise _bad(path, f"'{name}' holds rank {value} outside 1..{hi} ({bad.size} such entries)")
+    return arr
+
+
+def read_users(path: str | Path) -> UserEvidence:
+    """Read and check one ``users.npz`` (module docstring). A malformed file is a ResdomError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise _bad(path, "no such file")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not hasattr(loaded, "files"):
+            raise _bad(path, "not an .npz archive (a single array)")
+        with loaded as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except ResdomError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, KeyError) as e:
+        raise _bad(path, f"not a readable .npz file ({type(e).__name__}: {e})") from None
+    missing = [k for k in ("header", *PER_USER, *PER_ALPHA) if k not in arrays]
+    if missing:
+        raise _bad(path, f"lacks {', '.join(missing)}")
+    header = _header(path, arrays["header"])
+    n_users, n_alphas = header["n_users"], len(header["alphas"])
+    checked = {name: _check_array(path, name, arrays[name], (n_users,), header) for name in PER_USER}
+    checked.update({name: _check_array(path, name, arrays[name], (n_alphas, n_users), header) for name in PER_ALPHA})
+    if np.unique(checked["user"]).size != n_users:
+        raise _bad(path, "'user' repeats a user id")
+    return UserEvidence(path=path, header=header, **checked)
+
+
+def parse_metric(metric: str) -> tuple[str, int, bool]:
+    """``"NDCG@10"`` -> ``("NDCG", 10, False)``; ``"HR@10/unfiltered"`` -> ``("HR", 10, True)``."""
+    m = _METRIC.match(metric)
+    if m is None or (m.group(1) == "HRLI" and m.group(3)):
+        raise ResdomError(f"metric {metric!r}: expected HR@K, NDCG@K, HR@K/unfiltered, NDCG@K/unfiltered or HRLI@K")
+    return m.group(1), int(m.group(2)), bool(m.group(3))
+
+
+def metric_values(ev: UserEvidence, metric: str) -> np.ndarray:
+    """(U,) the per-user values of ``metric`` in one cell: HR@K = rank <= K, NDCG@K = 1/log2(rank + 1) within K,
+    HRLI@K = last_rank <= K."""
+    kind, k, unfiltered = parse_metric(metric)
+    name = "last_rank" if kind == "HRLI" else "target_rank_unfiltered" if unfiltered else "target_rank"
+    cap = (ev.header.get("caps") or {}).get(name)
+    if cap is not None and k >= cap:
+        raise ResdomError(f"{ev.path}: {metric} needs ranks up to {k}, but {name} is capped at {cap} "
+                          f"(exact for K <= {cap - 1})")
+    rank = getattr(ev, name)
+    return ndcg_at(rank, k) if kind == "NDCG" else hit_at(rank, k)
+
+
+def default_margin(metric: str) -> Margin:
+    """±5% of the baseline's value for HR and NDCG; ±0.02 (absolute) for HRLI, a proportion of users."""
+    kind, _, _ = parse_metric(metric)
+    return Margin(0.02, relative=False) if kind == "HRLI" else Margin(0.05, relative=True)
+
+
+def label_evidence(store: str | Path, dataset: str, label: str) -> tuple[list[UserEvidence], list[str]]:
+    """The evidence of every seed cell of ``label`` on ``dataset`` (in seed order) and the cells without any
+    (``"<data set>/<label>/seed<k>"``, or ``"<data set>/<label> (no cells)"``)."""
+    root = Path(store) / dataset / label
+    seeds = sorted((int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
+                   if p.is_dir() and (m := _SEED_DIR.match(p.name)))
+    if not seeds:
+        return [], [f"{dataset}/{label} (no cells)"]
+    found, missing = [], []
+    for k, cell in seeds:
+        if (cell / USERS_FILE).is_file():
+            found.append(read_users(cell / USERS_FILE))
+        else:
+            missing.append(f"{dataset}/{label}/seed{k}")
+    return found, missing
+
+
+def _check_pairing(evidence: list[UserEvidence]) -> None:
+    first = evidence[0]
+    for ev in evidence[1:]:
+        for key in ("split", "n_items"):
+            if ev.header[key] != first.header[key]:
+                raise ResdomError(f"{ev.path}: {key} {ev.header[key]!r} differs from {first.path} "
+                                  f"({first.header[key]!r}); per-user evidence cannot be paired")
+        if not np.array_equal(ev.user, first.user):
+            raise ResdomError(f"{ev.path}: its users (or their order) differ from {first.path}'s; per-user evidence "
+                              "cannot be paired")
+
+
+# --- the comparison table -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """Compare ``other`` against ``baseline`` (model labels of the store) on ``dataset`` and ``metric``; ``margin``:
+    the equivalence margin (None: ``default_margin(metric)``)."""
+
+    dataset: str
+    baseline: str
+    other: str
+    metric: str
+    margin: Margin | None = None
+
+
+@dataclass
+class ComparisonRow:
+    """One row: the means (mean over seeds of the mean over users), the bootstrap of other - baseline, the
+    Holm-adjusted p-values of the difference and of the equivalence test, and the verdict. Numbers are None for a
+    row without per-user evidence (``missing`` names the cells)."""
+
+    comparison: Comparison
+    verdict: str
+    margin: Margin
+    baseline_mean: float | None = None
+    other_mean: float | None = None
+    diff: BootstrapResult | None = None
+    margin_abs: float | None = None
+    p_equiv: float | None = None  # TOST, unadjusted
+    p_holm: float | None = None
+    p_equiv_holm: float | None = None
+    n_seeds_baseline: int = 0
+    n_seeds_other: int = 0
+    n_users: int = 0
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ComparisonTable:
+    """The rows of one table; ``n_boot``: the bootstrap replicates each row used."""
+
+    title: str
+    rows: list[ComparisonRow]
+    n_boot: int
+    alpha: float
+
+
+def _effective_n_boot(n_boot: int, m: int, alpha: float) -> int:
+    """At least enough replicates that the smallest Holm-adjusted p (m * 2 / (n_boot + 1)) is a fifth of alpha."""
+    return max(n_boot, math.ceil(10 * m / alpha))
+
+
+def _evidence_row(c: Comparison, margin: Margin, base: list[UserEvidence], other: list[UserEvidence],
+                  n_boot: int, seed: int, alpha: float) -> ComparisonRow:
+    _check_pairing(base + other)
+    a = [metric_values(ev, c.metric) for ev in other]
+    b = [metric_values(ev, c.metric) for ev in base]
+    result = bootstrap_diff(a, b, n_boot=n_boot, seed=seed)
+    base_mean, other_mean = float(np.mean([x.mean() for x in b])), float(np.mean([x.mean() for x in a]))
+    m_abs = margin.absolute(base_mean)
+    p_equiv = equivalence_test(result, m_abs, alpha).p_value if m_abs > 0 else None
+    return ComparisonRow(c, "", margin, base_mean, other_mean, result, m_abs, p_equiv,
+                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users)
+
+
+def compare_table(store: str | Path, comparisons: list[Comparison], title: str = "", n_boot: int = 2000,
+                  seed: int = 0, alpha: float = 0.05) -> ComparisonTable:
+    """Compare each of ``comparisons`` on the per-user evidence of ``store``; Holm across the rows that have
+    evidence (the difference p-values and, separately, the equivalence p-values). Row i's bootstrap uses seed
+    ``seed + i``; ``n_boot`` is raised where needed so that Holm's smallest p can fall below alpha / 5."""
+    rows: list[ComparisonRow] = []
+    pending: list[tuple[int, Comparison, Margin, list[UserEvidence], list[UserEvidence]]] = []
+    for i, c in enumerate(comparisons):
+        margin = c.margin or default_margin(c.metric)
+        base, miss_b = label_evidence(store, c.dataset, c.baseline)
+        other, miss_o = label_evidence(store, c.dataset, c.other)
+        missing = miss_b + miss_o
+        if missing:
+            rows.append(ComparisonRow(c, f"{NO_EVIDENCE} ({', '.join(missing)})", margin, missing=missing))
+        else:
+            rows.append(ComparisonRow(c, "", margin))
+            pending.append((i, c, margin, base, other))
+    n_boot = _effective_n_boot(n_boot, len(pending), alpha)
+    for i, c, margin, base, other in pending:
+        rows[i] = _evidence_row(c, margin, base, other, n_boot, seed + i, alpha)
+    done = [rows[i] for i, *_ in pending]
+    p_holm = holm([r.diff.p_value for r in done]) if done else []
+    p_eq_holm = holm([np.nan if r.p_equiv is None else r.p_equiv for r in done]) if done else []
+    for r, p, q in zip(done, p_holm, p_eq_holm):
+        r.p_holm = float(p)
+        r.p_equiv_holm = None if np.isnan(q) else float(q)
+        r.verdict = verdict(r.diff.estimate, r.p_holm, r.p_equiv_holm, r.margin.text(), alpha)
+    return ComparisonTable(title, rows, n_boot, alpha)
+
+
+# --- Markdown -------------------------------------------------------------------------------------------------------
+
+COLUMNS = ("data set", "comparison", "metric", "baseline", "other", "difference [95% CI]", "Holm p", "verdict",
+           "seeds", "users")
+
+
+def _label(name: str, n_seeds: int) -> str:
+    return f"{name} (1 seed)" if n_seeds == 1 else name
+
+
+def _p(p: float, d: BootstrapResult) -> str:
+    """The Holm p; ``≤`` where no replicate fell on the other side of 0 (the raw p is at its floor, 2/(n_boot+1))."""
+    if p < 0.001:
+        return "<0.001"
+    return f"≤{p:.3f}" if d.p_value <= 2 / (d.n_boot + 1) else f"{p:.3f}"
+
+
+def _cells(r: ComparisonRow) -> list[str]:
+    c = r.comparison
+    head = [c.dataset, f"{_label(c.other, r.n_seeds_other)} vs {_label(c.baseline, r.n_seeds_baseline)}", c.metric]
+    if r.diff is None:
+        return head + ["–", "–", "–", "–", r.verdict, "–", "–"]
+    d = r.diff
+    return head + [f"{r.baseline_mean:.4f}", f"{r.other_mean:.4f}", f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]",
+                   _p(r.p_holm, d), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
+
+
+def comparison_markdown(table: ComparisonTable) -> str:
+    """The table as Markdown: a header row, one row per comparison (difference = other - baseline; seeds:
+    baseline / other), and a note on the method."""
+    lines = [f"**{table.title}**", ""] if table.title else []
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
+    m = sum(r.diff is not None for r in table.rows)
+    note = (f"Difference: other - baseline, mean over seeds of the mean over users; 95% CI from a paired bootstrap "
+            f"over users with each side's seeds resampled ({table.n_boot} replicates). Holm across the {m} "
+            f"comparisons with evidence. Verdict at alpha {table.alpha:g}: higher/lower by the Holm-adjusted p; else "
+            "equivalent by two one-sided tests (Holm-adjusted) against the stated margin (a relative margin is a "
+            "share of the baseline's mean); else undecided. A (1 seed) side adds no seed-to-seed variation.")
+    lines += ["", note]
+    return "\n".join(lines) + "\n"

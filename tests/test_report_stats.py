@@ -1,0 +1,369 @@
+"""report.stats: per-user metrics, Wilson intervals, the paired hierarchical bootstrap, Holm, TOST and verdicts,
+against hand-computed cases, slow literal references and small coverage simulations."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from resdom.report.stats import (
+    BootstrapResult,
+    Margin,
+    bootstrap_diff,
+    equivalence_test,
+    hit_at,
+    holm,
+    ndcg_at,
+    verdict,
+    wilson,
+)
+
+Z95, Z90, Z99 = 1.959963984540054, 1.6448536269514722, 2.5758293035489004
+SRC = Path(__file__).resolve().parents[1] / "src" / "resdom" / "report"
+
+
+# --- metrics ----------------------------------------------------------------------------------------------------
+
+def test_metrics_from_ranks_by_hand() -> None:
+    ranks = np.array([1, 2, 3, 10, 11, 500])
+    assert hit_at(ranks, 10).tolist() == [1, 1, 1, 1, 0, 0]
+    assert hit_at(ranks, 1).tolist() == [1, 0, 0, 0, 0, 0]
+    expected = [1.0, 1 / math.log2(3), 0.5, 1 / math.log2(11), 0.0, 0.0]
+    assert ndcg_at(ranks, 10) == pytest.approx(expected, abs=1e-15)
+    assert ndcg_at([3], 10)[0] == 0.5  # 1 / log2(4)
+    with pytest.raises(ValueError, match="1-based"):
+        hit_at([0, 1], 10)
+
+
+# --- Wilson -----------------------------------------------------------------------------------------------------
+
+def _wilson_by_bisection(k: int, n: int, z: float) -> tuple[float, float]:
+    """The score interval as the roots of n (p - pi)^2 = z^2 pi (1 - pi), one on each side of p = k / n."""
+    p = k / n
+
+    def f(pi: float) -> float:
+        return n * (p - pi) ** 2 - z * z * pi * (1 - pi)
+
+    def root(lo: float, hi: float) -> float:  # f(lo) and f(hi) of opposite signs
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if (f(mid) > 0) == (f(lo) > 0):
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    return (0.0 if k == 0 else root(0.0, p)), (1.0 if k == n else root(1.0, p))
+
+
+def test_wilson_hand_values() -> None:
+    assert wilson(3, 10) == pytest.approx((0.107791, 0.603222), abs=1e-6)  # 3/10: 0.1078 .. 0.6032
+    assert wilson(50, 100) == pytest.approx((0.403832, 0.596168), abs=1e-6)
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(Z95**2 / (10 + Z95**2), abs=1e-12)  # 0.2775
+    lo, hi = wilson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(10 / (10 + Z95**2), abs=1e-12)  # 0.7225
+    assert wilson(3, 520, conf=0.99)[0] < 3 / 520 < wilson(3, 520, conf=0.99)[1]
+
+
+@pytest.mark.parametrize("conf,z", [(0.95, Z95), (0.90, Z90), (0.99, Z99)])
+def test_wilson_matches_the_score_test_inversion(conf: float, z: float) -> None:
+    for n in (1, 2, 7, 40, 520, 10000):
+        for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            assert wilson(k, n, conf) == pytest.approx(_wilson_by_bisection(k, n, z), abs=1e-9), (k, n, conf)
+
+
+def test_wilson_rejects_nonsense() -> None:
+    for k, n in ((1, 0), (-1, 5), (6, 5), (1.5, 5)):
+        with pytest.raises(ValueError):
+            wilson(k, n)
+    with pytest.raises(ValueError):
+        wilson(1, 5, conf=1.0)
+
+
+# --- bootstrap ----------------------------------------------------------------------------------------------------
+
+def _reference_bootstrap(a: list[np.ndarray], b: list[np.ndarray], n_boot: int, seed: int,
+                         stat=np.mean) -> np.ndarray:
+    """A replicate at a time, literally: draw U users, then each side's seeds, with the draws bootstrap_diff makes
+    (one chunk: all users first, then the seeds of a, then of b)."""
+    rng = np.random.default_rng(seed)
+    n_users = a[0].size
+    users = rng.integers(0, n_users, size=(n_boot, n_users))
+    sa = rng.integers(0, len(a), size=(n_boot, len(a))) if len(a) > 1 else np.zeros((n_boot, 1), int)
+    sb = rng.integers(0, len(b), size=(n_boot, len(b))) if len(b) > 1 else np.zeros((n_boot, 1), int)
+    out = np.empty(n_boot)
+    for r in range(n_boot):
+        va = np.mean([stat(a[s][users[r]]) for s in sa[r]])
+        vb = np.mean([stat(b[s][users[r]]) for s in sb[r]])
+        out[r] = va - vb
+    return out
+
+
+@pytest.fixture
+def paired() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=60)
+    return ([x + 0.3 + rng.normal(scale=0.4, size=60) for _ in range(3)],
+            [x + rng.normal(scale=0.4, size=60) for _ in range(2)])
+
+
+def test_bootstrap_matches_a_literal_replicate_loop(paired) -> None:
+    a, b = paired
+    r = bootstrap_diff(a, b, n_boot=300, seed=5)
+    assert r.distribution == pytest.approx(_reference_bootstrap(a, b, 300, 5), abs=1e-12)
+    assert r.estimate == pytest.approx(np.mean([x.mean() for x in a]) - np.mean([x.mean() for x in b]), abs=1e-14)
+    assert (r.lo, r.hi) == pytest.approx(tuple(np.quantile(r.distribution, [0.025, 0.975])))
+    med = bootstrap_diff(a, b, stat=np.median, n_boot=300, seed=5)
+    assert med.distribution == pytest.approx(_reference_bootstrap(a, b, 300, 5, np.median), abs=1e-12)
+    assert med.estimate == pytest.approx(np.mean([np.median(x) for x in a]) - np.mean([np.median(x) for x in b]))
+
+
+def test_bootstrap_mean_fast_path_equals_the_generic_path(paired) -> None:
+    a, b = paired
+    fast = bootstrap_diff(a, b, n_boot=500, seed=3)
+    slow = bootstrap_diff(a, b, stat=lambda x, axis: np.mean(x, axis=axis), n_boot=500, seed=3)
+    assert fast.distribution == pytest.approx(slow.distribution, abs=1e-12)
+
+
+def test_bootstrap_chunks_give_the_same_statistics(monkeypatch, paired) -> None:
+    import resdom.report.stats as stats
+    a, b = paired
+    whole = bootstrap_diff(a, b, n_boot=2000, seed=1)
+    monkeypatch.setattr(stats, "_CHUNK_ELEMENTS", 60 * 7)  # 7 replicates a chunk
+    chunked = bootstrap_diff(a, b, n_boot=2000, seed=1)
+    assert chunked.distribution.shape == (2000,)
+    assert abs(chunked.lo - whole.lo) < 0.05 and abs(chunked.hi - whole.hi) < 0.05
+
+
+def test_bootstrap_p_value_hand_cases() -> None:
+    x = np.linspace(0, 1, 40)
+    same = bootstrap_diff([x], [x], n_boot=999)
+    assert same.estimate == 0 and same.p_value == 1.0 and (same.lo, same.hi) == (0.0, 0.0)
+    shifted = bootstrap_diff([x + 0.1], [x], n_boot=999)  # every replicate is +0.1
+    assert shifted.estimate == pytest.approx(0.1) and shifted.p_value == pytest.approx(2 / 1000)
+    assert np.all(np.isclose(shifted.distribution, 0.1))
+
+
+def test_bootstrap_p_value_is_two_sided_with_the_plus_one_correction(paired) -> None:
+    a, b = paired
+    b = [x + 0.27 for x in b]  # a small difference: the replicates straddle 0
+    r = bootstrap_diff(a, b, n_boot=1000, seed=2)
+    below, above = np.sum(r.distribution <= 0), np.sum(r.distribution >= 0)
+    assert 0 < below < 1000 and 0 < above < 1000
+    assert r.p_value == pytest.approx(min(1.0, 2 * (1 + min(below, above)) / 1001))
+    one = bootstrap_diff(a[0], b[0], n_boot=1000, seed=2)  # one seed a side: only users drawn, so swapping mirrors
+    swapped = bootstrap_diff(b[0], a[0], n_boot=1000, seed=2)
+    assert swapped.estimate == pytest.approx(-one.estimate) and swapped.p_value == pytest.approx(one.p_value)
+    assert (swapped.lo, swapped.hi) == pytest.approx((-one.hi, -one.lo))
+
+
+def test_bootstrap_is_paired_by_user() -> None:
+    """A large user effect shared by both sides cancels: the interval is as wide as the paired differences' standard
+    error, not as the unpaired one (which is ~10 times wider here)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(scale=3.0, size=400)
+    a, b = x + 0.5 + rng.normal(scale=0.3, size=400), x + rng.normal(scale=0.3, size=400)
+    r = bootstrap_diff([a], [b], n_boot=4000, seed=1)
+    paired_width = 2 * Z95 * np.std(a - b) / math.sqrt(400)
+    assert (r.hi - r.lo) == pytest.approx(paired_width, rel=0.1)
+    assert (r.hi - r.lo) < 0.2 * 2 * Z95 * math.sqrt(np.var(a) + np.var(b)) / math.sqrt(400)
+
+
+def test_bootstrap_seeds_and_flags() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=100)
+    one = bootstrap_diff(x + 1, x, n_boot=200)  # a bare (U,) array is one seed
+    assert one.single_seed and (one.n_seeds_a, one.n_seeds_b, one.n_users) == (1, 1, 100)
+    assert one.n_boot == 200 and one.conf == 0.95
+    mixed = bootstrap_diff([x + 1, x + 1.2], [x], n_boot=200)
+    assert mixed.single_seed and (mixed.n_seeds_a, mixed.n_seeds_b) == (2, 1)
+    multi = bootstrap_diff(np.stack([x + 1, x + 1.2]), [x, x + 0.1], n_boot=200)
+    assert not multi.single_seed and (multi.n_seeds_a, multi.n_seeds_b) == (2, 2)
+    # the seeds' spread enters: two seeds 0.2 apart give replicates at 1.0, 1.1 and 1.2 (users cancel exactly)
+    assert set(np.round(mixed.distribution, 10)) == {1.0, 1.1, 1.2}
+    assert one.ci(0.9) == pytest.approx((1.0, 1.0))
+
+
+def test_bootstrap_is_deterministic_per_seed(paired) -> None:
+    a, b = paired
+    assert np.array_equal(bootstrap_diff(a, b, n_boot=100, seed=4).distribution,
+                          bootstrap_diff(a, b, n_boot=100, seed=4).distribution)
+    assert not np.array_equal(bootstrap_diff(a, b, n_boot=100, seed=4).distribution,
+                              bootstrap_diff(a, b, n_boot=100, seed=5).distribution)
+
+
+def test_bootstrap_rejects_unpaired_or_empty_input() -> None:
+    with pytest.raises(ValueError, match="same users"):
+        bootstrap_diff([np.zeros(5)], [np.zeros(6)])
+    with pytest.raises(ValueError, match="same users"):
+        bootstrap_diff([np.zeros(5), np.zeros(4)], [np.zeros(5)])
+    with pytest.raises(ValueError, match="no seeds"):
+        bootstrap_diff([], [np.zeros(5)])
+    with pytest.raises(ValueError, match="finite"):
+        bootstrap_diff([np.array([1.0, np.nan])], [np.zeros(2)])
+    with pytest.raises(ValueError, match="n_boot"):
+        bootstrap_diff([np.zeros(2)], [np.zeros(2)], n_boot=0)
+
+
+# --- coverage -----------------------------------------------------------------------------------------------------
+
+def _coverage(make, truth: float, n_sets: int = 200, n_boot: int = 400) -> float:
+    """The share of ``n_sets`` simulated data sets whose 95% interval holds ``truth``; make(rng) -> (a, b)."""
+    rng = np.random.default_rng(12345)
+    hits = 0
+    for i in range(n_sets):
+        a, b = make(rng)
+        r = bootstrap_diff(a, b, n_boot=n_boot, seed=i)
+        hits += r.lo <= truth <= r.hi
+    return hits / n_sets
+
+
+def test_coverage_single_seed_continuous() -> None:
+    def make(rng):
+        x = rng.normal(size=150)
+        return [x + 0.2 + rng.normal(scale=0.5, size=150)], [x + rng.normal(scale=0.5, size=150)]
+
+    assert 0.90 <= _coverage(make, 0.2) <= 0.99  # measured 0.935 (nominal 0.95; sd of the estimate 0.015)
+
+
+def test_coverage_single_seed_hits() -> None:
+    """Hits (HR-like 0/1 per user) with a shared user difficulty; truth: P(N(0, 1.25) > c) for each side."""
+    cut_a, cut_b = 0.6, 0.8
+    dist = NormalDist(0, math.sqrt(1.25))
+    truth = (1 - dist.cdf(cut_a)) - (1 - dist.cdf(cut_b))
+
+    def make(rng):
+        x = rng.normal(size=300)
+        return ([(x + rng.normal(scale=0.5, size=300) > cut_a).astype(float)],
+                [(x + rng.normal(scale=0.5, size=300) > cut_b).astype(float)])
+
+    assert 0.90 <= _coverage(make, truth) <= 0.99  # measured 0.94
+
+
+def _seeded(tau: float, n_seeds: int, flatten: bool):
+    """Each side: S seeds, each with its own shift N(0, tau) and per-user noise; truth 0.2 over seeds and users.
+    ``flatten``: average the seeds per user first (a users-only bootstrap that ignores the seeds)."""
+
+    def make(rng):
+        x = rng.normal(size=120)
+        side = [[mu + x + rng.normal(scale=tau) + rng.normal(scale=0.5, size=120) for _ in range(n_seeds)]
+                for mu in (0.2, 0.0)]
+        return tuple(np.mean(s, axis=0) for s in side) if flatten else tuple(side)
+
+    return make
+
+
+def test_coverage_hierarchical_seeds() -> None:
+    # a moderate seed effect: near nominal (measured 0.98)
+    assert 0.90 <= _coverage(_seeded(0.05, 5, False), 0.2) <= 1.0
+    # a seed effect larger than the users' noise: resampling the seeds keeps coverage up (5 seeds, percentile:
+    # measured 0.89), a users-only bootstrap of the seed means collapses (measured 0.315)
+    assert _coverage(_seeded(0.2, 5, False), 0.2) >= 0.8
+    assert _coverage(_seeded(0.2, 5, True), 0.2) < 0.5
+    # no seed effect: the per-seed user noise is counted by both levels, so the interval is conservative (0.99)
+    assert _coverage(_seeded(0.0, 5, False), 0.2) >= 0.97
+
+
+# --- Holm ---------------------------------------------------------------------------------------------------------
+
+def _holm_rejects(p: list[float], alpha: float) -> set[int]:
+    """Holm's procedure as published: walk up the sorted p-values, reject while p_(i) <= alpha / (m - i + 1)."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    out = set()
+    for rank, i in enumerate(order):
+        if p[i] > alpha / (len(p) - rank):
+            break
+        out.add(i)
+    return out
+
+
+def test_holm_hand_cases() -> None:
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1, then monotone
+    assert holm([0.02]) == pytest.approx([0.02])
+    out = holm([0.01, np.nan, 0.04])  # NaN: no test, not counted
+    assert out[0] == pytest.approx(0.02) and np.isnan(out[1]) and out[2] == pytest.approx(0.04)
+    assert holm([]).shape == (0,)
+    with pytest.raises(ValueError):
+        holm([0.5, 1.5])
+
+
+def test_holm_agrees_with_the_sequential_procedure() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        m = int(rng.integers(1, 12))
+        p = np.round(rng.beta(0.4, 2.0, size=m), 3).tolist()  # rounding makes ties
+        adj = holm(p)
+        assert np.all(adj >= np.asarray(p) - 1e-15) and np.all(adj <= 1)
+        for alpha in (0.01, 0.05, 0.1):
+            assert {i for i in range(m) if adj[i] <= alpha} == _holm_rejects(p, alpha)
+
+
+# --- equivalence and verdict ----------------------------------------------------------------------------------------
+
+def _result(dist: np.ndarray) -> BootstrapResult:
+    lo, hi = np.quantile(dist, [0.025, 0.975])
+    return BootstrapResult(float(np.mean(dist)), float(lo), float(hi), 1.0, dist, 3, 3, 100)
+
+
+def test_equivalence_hand_case() -> None:
+    res = _result(np.arange(-50, 950) / 1000)  # -0.050 .. 0.949
+    eq = equivalence_test(res, 0.9)
+    assert eq.p_value == pytest.approx(51 / 1001)  # 50 replicates >= 0.9, none <= -0.9
+    assert not eq.equivalent
+    assert equivalence_test(res, 0.95).p_value == pytest.approx(1 / 1001) and equivalence_test(res, 0.95).equivalent
+    assert (eq.lo, eq.hi) == pytest.approx(tuple(np.quantile(res.distribution, [0.05, 0.95])))
+    with pytest.raises(ValueError):
+        equivalence_test(res, 0.0)
+
+
+def test_tost_agrees_with_the_90_percent_interval() -> None:
+    rng = np.random.default_rng(8)
+    decided = 0
+    for _ in range(200):
+        res = _result(rng.normal(rng.uniform(-0.05, 0.05), rng.uniform(0.005, 0.03), size=2000))
+        margin = float(rng.uniform(0.01, 0.08))
+        eq = equivalence_test(res, margin)
+        lo, hi = res.ci(0.90)
+        if min(abs(lo + margin), abs(hi - margin)) > 1e-3:  # away from the boundary
+            decided += 1
+            assert eq.equivalent == (-margin < lo and hi < margin)
+    assert decided > 150
+
+
+def test_margin() -> None:
+    assert Margin(0.05).absolute(0.04) == pytest.approx(0.002) and Margin(0.05).text() == "5%"
+    assert Margin(0.02, relative=False).absolute(0.7) == 0.02 and Margin(0.02, relative=False).text() == "0.02"
+    with pytest.raises(ValueError):
+        Margin(0.0)
+
+
+def test_verdict_branches() -> None:
+    assert verdict(0.01, 0.001, 0.2, "5%") == "higher"
+    assert verdict(-0.01, 0.001, 0.001, "5%") == "lower"  # a difference wins over equivalence
+    assert verdict(0.001, 0.4, 0.01, "5%") == "equivalent (within ±5%)"
+    assert verdict(0.001, 0.4, 0.2, "5%") == "undecided"
+    assert verdict(0.0, 0.9, None, "5%") == "undecided"  # no equivalence test, no equivalence
+    assert verdict(0.01, 0.04, None, "0.02", alpha=0.01) == "undecided"
+    allowed = {"higher", "lower", "equivalent (within ±5%)", "undecided"}
+    for est in (-1.0, 0.0, 1.0):
+        for p in (0.0, 0.049, 0.05, 0.5, 1.0):
+            for q in (None, 0.0, 0.049, 0.05, 1.0):
+                assert verdict(est, p, q, "5%") in allowed
+
+
+def test_modules_import_no_torch() -> None:
+    """stats.py and compare.py import only NumPy, the standard library and resdom.errors / resdom.report.stats."""
+    allowed = {"numpy", "resdom.errors", "resdom.report.stats", "__future__", "json", "lzma", "math", "re",
+               "zipfile", "zlib", "dataclasses", "pathlib", "typing", "collections.abc", "statistics"}
+    for name in ("stats.py", "compare.py"):
+        tree = ast.parse((SRC / name).read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert imported <= allowed, (name, imported - allowed)
