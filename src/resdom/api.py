@@ -213,7 +213,8 @@ def fit(
 ) -> Fitted:
     """Train ``model`` on ``split.train`` with early stopping on ``split.valid``; returns the best model in memory.
 
-    ``model``: a name (``resdom.names.MODELS``) or a ModelConfig. ``options``: any ModelConfig or TrainConfig
+    ``model``: a name (``resdom.names.MODELS`` or a variant label such as ``sasrec-tts``, any case) or a
+    ModelConfig. ``options``: any ModelConfig or TrainConfig
     field by name (``hidden=64, layers=2, max_len=50, epochs=10, lr=1e-3, batch_size=256, seed=17, ...``), on
     top of the model's defaults for the split's protocol and data set (as ``resdom train``). ``out``: a run
     directory to write (and resume, as ``resdom train --out``); without it training runs in a private temporary
@@ -237,9 +238,11 @@ def fit(
         model_values = {**model.model_dump(exclude={"name", "n_items"}), **model_values}
         name = model.name
     elif isinstance(model, str):
-        if model not in MODELS:
-            raise ResdomError(f"model: unknown model {model!r} (one of {', '.join(MODELS)})")
-        name = model
+        from resdom.training.config import canonical_label, model_variant
+
+        label = canonical_label(model, "model")  # "SASRec", "sasrec-tts", ...
+        name, variant = model_variant(label)
+        model_values = {**variant, **model_values}
     else:
         raise ResdomError(f"model: expected a model name ({', '.join(MODELS)}) or a ModelConfig, got "
                           f"{type(model).__name__}")
@@ -249,6 +252,8 @@ def fit(
     model_cfg, train_cfg = resolve_configs(name, model_values, {**train_values, "device": device}, source=source,
                                            n_items=split.n_items, protocol=protocol)
     info = data_info if data_info is not None else {"source": source, "protocol": protocol}
+    if isinstance(model, str) and label != name and data_info is None:
+        info["label"] = label  # reports name the run by its variant
     if out is not None:
         train(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress)
         return load_run(out, device)

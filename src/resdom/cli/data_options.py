@@ -208,3 +208,72 @@ def data_options(*, split: bool) -> Callable[[F], F]:
 
     return decorate
 
+
+
+# ------------------------------------------------------------------ the data: section of a --config file
+
+
+def _config_key(flag: str) -> str:
+    """``--remove-repeats/--keep-repeats`` -> ``remove_repeats``: a flag's key in a config file's ``data:``."""
+    return flag.split("/")[0].lstrip("-").replace("-", "_")
+
+
+def data_config_keys() -> dict[str, str]:
+    """Key of a config file's ``data:`` section -> DataOptions field (``format`` -> ``fmt``); one per data option."""
+    return {_config_key(flag): name for name, flag in _FLAGS.items()}
+
+
+def _config_value(key: str, annotation: Any, value: Any, where: str) -> Any:
+    """``value`` of ``data.<key>`` checked against the option's type (YAML gives int, float, bool, str)."""
+    import typing
+
+    if value is None:
+        return None
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    kind = kinds[0]
+    checks = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str),
+              Path: lambda v: isinstance(v, str)}
+    if kind in checks and not checks[kind](value):
+        raise ResdomError(f"{where}: data.{key} must be {getattr(kind, '__name__', kind)} (got {value!r})")
+    if key == "protocol" and value not in PROTOCOLS:
+        raise ResdomError(f"{where}: data.protocol: unknown protocol {value!r} (loo or gts)")
+    return Path(value) if kind is Path else float(value) if kind is float else value
+
+
+def data_config_values(section: dict[str, Any], where: str) -> dict[str, Any]:
+    """A config file's ``data:`` mapping (keys as the options without dashes: protocol, quantile, k_core, format,
+    user_col, ...) -> DataOptions field values; ResdomError naming ``where`` and the key for anything else."""
+    import difflib
+
+    keys = data_config_keys()
+    annotations = {name: ann for name, ann, _ in (*_READ_OPTIONS, *_SPLIT_OPTIONS)}
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        key = str(key)
+        if key not in keys:
+            close = difflib.get_close_matches(key, sorted(keys), n=1)
+            hint = f" (did you mean data.{close[0]}?)" if close else f" (known: {', '.join(sorted(keys))})"
+            raise ResdomError(f"{where}: unknown field data.{key}{hint}")
+        out[keys[key]] = _config_value(key, annotations[keys[key]], value, where)
+    return out
+
+
+def with_config_data(options: DataOptions, values: dict[str, Any]) -> DataOptions:
+    """``options`` with the config file's data ``values`` (DataOptions fields) where the command line gave none:
+    the command line wins, as for model and train fields."""
+    from dataclasses import replace
+
+    return replace(options, **{k: v for k, v in values.items() if getattr(options, k) is None})
+
+
+def data_config_section(options: DataOptions) -> dict[str, Any]:
+    """Every data setting as a config file's ``data:`` section (None: the source's own default), protocol and
+    quantile resolved."""
+    keys = {field: key for key, field in data_config_keys().items()}
+    split_first = [name for name, _, _ in _SPLIT_OPTIONS] + [name for name, _, _ in _READ_OPTIONS]
+    out = {keys[name]: getattr(options, name) for name in split_first}
+    out.update(protocol=options.resolved_protocol,
+               quantile=DEFAULT_QUANTILE if options.quantile is None else options.quantile)
+    return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from resdom.cli.values import parse_alphas, positive_int
+from resdom.cli.values import parse_alphas, positive_int, progress_option
 from resdom.errors import ResdomError
 from resdom.rundir import RunDir
 
@@ -47,14 +47,15 @@ def diagnose(
     what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery"),
     split: str = typer.Option("test", "--split", help="valid or test (recovery always selects on valid, reports test)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-    device: str = typer.Option("cpu", "--device", help="auto, cpu, cuda or mps; under torchrun users are sharded"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu), cpu, cuda or mps; under "
+                               "torchrun users are sharded"),
     definition: str = typer.Option("norm_of_sums", "--definition", help="mixing ratio: norm_of_sums or sum_of_norms"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per batch (lowered for large catalogs)"),
     seeds: str = typer.Option("0,1,2", "--seeds", help="shuffle seeds, comma-separated"),
     alphas: str = typer.Option(None, "--alphas", help="residual scales in [0, 1], comma-separated (default 1,0.9..0)"),
     layers: str = typer.Option(None, "--layers", help="blocks whose residual is scaled (default all), e.g. 0,1"),
     per_head: bool = typer.Option(False, "--per-head", help="also report per-head mixing ratios"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars (only on a terminal)"),
+    progress: bool = progress_option(),
 ) -> None:
     """Diagnose last-item reliance: position shuffles, last-item hit rates, mixing ratios, alpha sweep, recovery."""
     from resdom.diagnostics.alpha import ALPHAS

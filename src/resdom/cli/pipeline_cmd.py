@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from resdom.cli.values import progress_option, quiet_alias
 from resdom.errors import ResdomError
 
 if TYPE_CHECKING:
@@ -75,8 +76,9 @@ def report(
 def demo(
     out: Path = typer.Option(Path("resdom-demo"), "--out", "-o", help="output folder"),
     epochs: int = typer.Option(None, min=1, help="maximum training epochs (default: the demo's budget)"),
-    device: str = typer.Option("cpu", help="cpu, cuda, mps or auto"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bars"),
+    device: str = typer.Option("auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps"),
+    progress: bool = progress_option(),
+    quiet: bool = quiet_alias(),
 ) -> None:
     """Synthetic data -> SASRec -> every diagnostic -> report, offline, in a few minutes on a laptop CPU."""
     from resdom.pipeline.demo import DemoSettings, run_demo
@@ -84,7 +86,7 @@ def demo(
     settings = DemoSettings(device=device)
     if epochs is not None:
         settings.epochs = epochs
-    result = run_demo(out, settings, progress=not quiet, echo=typer.echo)
+    result = run_demo(out, settings, progress=progress and not quiet, echo=typer.echo)
     t = result.timings
     typer.echo(f"\ndone in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, diagnostics {t['diagnose_s']:.0f} s)")
     typer.echo(f"report: {result.report_html.resolve()}")
@@ -95,15 +97,17 @@ def demo(
 
 def reproduce(
     datasets: str = typer.Option("beauty-ts,toys-ts", help="comma-separated data set names"),
-    models: str = typer.Option("sasrec,duorec,bsarec", help="comma-separated models"),
+    models: str = typer.Option("sasrec,duorec,bsarec", help="comma-separated models or variants (any case; "
+                               "`resdom config list`)"),
     seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
     out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<model>/seed<k>/ and summary/"),
     data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),
     protocol: str = typer.Option("gts", help="gts (global temporal split) or loo (leave-one-out)"),
     quantile: float = typer.Option(0.9, help="GTS test-time quantile"),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or mps"),
+    device: str = typer.Option("auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps"),
     epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no per-epoch progress bars"),
+    progress: bool = progress_option(),
+    quiet: bool = quiet_alias(),
     store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
                                "STORE/<dataset>/<model>/seed<k>/ (small text files, meant to be committed)"),
     monitor_every: int = typer.Option(5, "--monitor-every", min=0, help="record HRLI@1, HRL2I@1 and the mixing "
@@ -121,7 +125,7 @@ def reproduce(
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
                     store=store, train_values={"monitor_every": monitor_every})
     try:
-        result = run_grid(spec, progress=not quiet, echo=typer.echo)
+        result = run_grid(spec, progress=progress and not quiet, echo=typer.echo)
     except KeyboardInterrupt:
         typer.echo(_grid_interrupted_message(spec), err=True)
         raise typer.Exit(130) from None
@@ -140,16 +144,17 @@ def remedies(
     variants: str = typer.Option("base,res0.5,gate,gate-channel,preln,mean3,pool",
                                  help="comma-separated variants (docs/remedies.md): base, res0.5, res0.75, gate, "
                                  "gate-channel, preln, mean3, pool"),
-    model: str = typer.Option("sasrec", help="the base model: sasrec, duorec or bsarec"),
+    model: str = typer.Option("sasrec", help="the base model: sasrec, duorec or bsarec (any case)"),
     seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
     out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<label>/seed<k>/ and summary/"),
     data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),
     protocol: str = typer.Option("gts", help="gts (global temporal split) or loo (leave-one-out)"),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or mps"),
+    device: str = typer.Option("auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps"),
     epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
     set_values: list[str] = typer.Option(None, "--set", help="extra settings for every variant, model.FIELD=VALUE or "
                                          "train.FIELD=VALUE (e.g. --set model.hidden=16)"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no per-epoch progress bars"),
+    progress: bool = progress_option(),
+    quiet: bool = quiet_alias(),
     store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
                                "STORE/<dataset>/<label>/seed<k>/"),
 ) -> None:
@@ -166,7 +171,7 @@ def remedies(
                        protocol=protocol, device=device, epochs=epochs, store=store, train_values=train_values,
                        model_values=model_values)
     try:
-        result = run_remedies(spec, progress=not quiet, echo=typer.echo)
+        result = run_remedies(spec, progress=progress and not quiet, echo=typer.echo)
     except KeyboardInterrupt:
         typer.echo(_grid_interrupted_message(spec), err=True)
         raise typer.Exit(130) from None

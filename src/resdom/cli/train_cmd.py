@@ -1,8 +1,9 @@
 """``resdom train`` and ``resdom evaluate``.
 
-Config precedence (lowest first): per-model defaults and BSARec presets, ``--config FILE.yaml`` (sections
-``model:`` and ``train:``), ``--set section.field=value`` (values parsed as YAML scalars), then the explicit
-options ``--epochs``, ``--seed``, ``--device``.
+Config precedence (lowest first): per-model defaults and BSARec presets, a named variant's values (``--model
+sasrec-tts``), ``--config FILE.yaml`` or a shipped configuration's name (sections ``model:``, ``train:`` and
+``data:``), ``--set section.field=value`` (values parsed as YAML scalars), then the explicit options ``--epochs``,
+``--seed``, ``--device`` and the data options (which win over the file's ``data:``).
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from resdom.cli.data_options import SOURCE_HELP, DataOptions, data_options, is_split_dir, split_manifest
-from resdom.cli.values import positive_int
+from resdom.cli.values import parse_cutoffs, positive_int, progress_option
 from resdom.errors import ResdomError
-from resdom.names import MODELS
+from resdom.names import CUTOFFS
 
 SECTIONS = ("model", "train")
 
@@ -41,19 +43,36 @@ def _check_field(section: str, key: str, where: str) -> None:
 
 
 # What a run's own config.json (or a results-store cell's) holds beside model and train: a record of how it came to
-# be, not settings; ``--config RUN/config.json`` reruns the run from its record.
+# be, not settings; ``--config RUN/config.json`` reruns the run from its record (its ``data`` is a record too).
 RECORD_SECTIONS = ("data", "versions", "label", "imported_from")
 
 
-def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
-    """A YAML file with optional ``model:`` and ``train:`` mappings -> {"model": {...}, "train": {...}}.
+def config_path(path: Path) -> Path:
+    """``path`` itself where it is a file, else the shipped reference configuration of that name
+    (``resdom config list``: ``--config sasrec_loo``); a ResdomError naming both otherwise."""
+    from resdom.resources import reference_config, reference_configs
 
-    A run's saved ``config.json`` is accepted too: its record sections are skipped, and ``model.n_items`` (set
-    from the data) is dropped."""
+    if path.is_file():
+        return path
+    shipped = reference_config(path)
+    if shipped is not None:
+        return shipped
+    raise ResdomError(f"{path}: config file not found (nor a shipped configuration: "
+                      f"{', '.join(reference_configs())}; see `resdom config list`)")
+
+
+def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
+    """A YAML file (or a shipped configuration's name) with optional ``model:``, ``train:`` and ``data:`` mappings
+    -> {"model": {...}, "train": {...}} plus "data" (DataOptions fields) where the file has a ``data:`` section.
+
+    ``data:`` holds the data options without their dashes (protocol, quantile, k_core, format, user_col, ...), as
+    ``resdom config show`` prints them. A run's saved ``config.json`` is accepted too: its record sections (its
+    ``data`` included) are skipped, and ``model.n_items`` (set from the data) is dropped."""
     import yaml
 
-    if not path.is_file():
-        raise ResdomError(f"{path}: config file not found")
+    from resdom.cli.data_options import data_config_values
+
+    path = config_path(path)
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
@@ -61,17 +80,21 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ResdomError(f"{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(data, dict):
-        raise ResdomError(f"{path}: expected a mapping with sections 'model' and 'train'")
+        raise ResdomError(f"{path}: expected a mapping with sections 'model', 'train' and 'data'")
+    is_record = any(k in data for k in RECORD_SECTIONS if k != "data")
     out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     for section, values in data.items():
-        if section in RECORD_SECTIONS:
+        if section in RECORD_SECTIONS and (is_record or section != "data"):
             continue
-        if section not in SECTIONS:
-            raise ResdomError(f"{path}: unknown section {section!r} (expected 'model' and/or 'train')")
+        if section not in (*SECTIONS, "data"):
+            raise ResdomError(f"{path}: unknown section {section!r} (expected 'model', 'train' and/or 'data')")
         if values is None:
             continue
         if not isinstance(values, dict):
             raise ResdomError(f"{path}: section {section!r} must be a mapping of field: value")
+        if section == "data":
+            out["data"] = data_config_values(values, str(path))
+            continue
         for key in values:
             _check_field(section, str(key), str(path))
         out[section].update(values)
@@ -138,43 +161,93 @@ def busy_machine_hint(threads: int | None, device: str) -> str | None:
     return None
 
 
+DEFAULT_MODEL = "sasrec"
+MODEL_HELP = ("sasrec | duorec | bsarec | bert4rec | gru4rec, or a named variant (sasrec-tts, sasrec-gate, ...; "
+              "`resdom config list`); any case. Default: the config file's model.name, else sasrec")
+
+
+@dataclass
+class CommandConfig:
+    """What ``train`` and ``config show`` resolve from --model, --config, --set and the options: the model's label
+    (a model or a MODEL_VARIANTS label), the model it names, the user's model / train values (the variant's values
+    lowest, then the file's, --set, the options) and the data options (the command line over the file's data:)."""
+
+    label: str
+    name: str
+    values: dict[str, dict[str, Any]]
+    data: DataOptions
+
+
+def _model_label(option: str | None, file_name: Any, config: Path | None) -> str:
+    """The label of --model, else of the config file's ``model.name``, else the default; both given and naming
+    different models is an error."""
+    from resdom.training.config import canonical_label, model_variant
+
+    label = canonical_label(option, "--model") if option is not None else None
+    named = canonical_label(str(file_name), f"{config}: model.name") if file_name is not None else None
+    if label is not None and named is not None and model_variant(label)[0] != model_variant(named)[0]:
+        raise ResdomError(f"model.name: {file_name!r} in {config} contradicts --model {option!r}")
+    return label or named or DEFAULT_MODEL
+
+
+def command_config(model: str | None, config: Path | None, set_: list[str], explicit: dict[str, Any],
+                   data: DataOptions) -> CommandConfig:
+    """The layers of a command's configuration (module docstring) -> CommandConfig; nothing is validated yet
+    beyond field names (``resolve_configs`` does)."""
+    from resdom.cli.data_options import with_config_data
+    from resdom.training.config import model_variant
+
+    file_values = read_config_file(config) if config else {}
+    file_model = dict(file_values.get("model", {}))
+    label = _model_label(model, file_model.pop("name", None), config)
+    name, variant = model_variant(label)
+    values = _merge({"model": variant}, {"model": file_model, "train": file_values.get("train", {})},
+                    parse_set(set_), {"train": explicit})
+    return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {})))
+
+
 @data_options(split=True)
 def train(
     source: str = typer.Argument(..., help=SOURCE_HELP + " Or a folder written by `resdom data split`: trains on "
                                  "exactly that split."),
-    model: str = typer.Option("sasrec", "--model", "-m", help=" | ".join(MODELS)),
+    model: str | None = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     out: Path = typer.Option(..., "--out", "-o", help="run directory (resumed when it holds an interrupted run)"),
-    config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with model: and train: sections"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with model:, train: and data: "
+                                       "sections, or a shipped configuration's name (`resdom config list`)"),
     set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
     epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
     seed: int | None = typer.Option(None, "--seed", help="random seed (default 17)"),
-    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
+    device: str | None = typer.Option(None, "--device", help="auto (the default: cuda, then mps, then cpu) | cpu | "
+                                      "cuda | mps"),
+    progress: bool = progress_option(),
     data: DataOptions = DataOptions(),
 ) -> None:
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
     from resdom.api import fit
     from resdom.training.config import resolve_configs
 
-    if model not in MODELS:
-        raise ResdomError(f"--model: unknown model {model!r} ({', '.join(MODELS)})")
+    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
+    cfg = command_config(model, config, set_, explicit, data)
+    data, values = cfg.data, cfg.values
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
-    explicit = {"train": {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}}
-    values = _merge(read_config_file(config) if config else {}, parse_set(set_), explicit)
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
-    resolve_configs(model, values["model"], values["train"], source=preset_source, n_items=1,
+    resolve_configs(cfg.name, values["model"], values["train"], source=preset_source, n_items=1,
                     protocol=protocol)  # fail fast
 
     split = data.split(source)
-    model_cfg, train_cfg = resolve_configs(model, values["model"], values["train"], source=preset_source,
+    model_cfg, train_cfg = resolve_configs(cfg.name, values["model"], values["train"], source=preset_source,
                                            n_items=split.n_items, protocol=protocol)
     data_info = data.record(source)
+    if cfg.label != cfg.name:
+        data_info["label"] = cfg.label  # reports name the run by its variant
     is_main = int(os.environ.get("RANK", "0")) == 0
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
         typer.echo(hint, err=True)
     try:
-        result = fit(split, model_cfg, out=out, data_info=data_info, **train_cfg.model_dump()).metrics
+        result = fit(split, model_cfg, out=out, data_info=data_info, progress=None if progress else False,
+                     **train_cfg.model_dump()).metrics
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
                    err=True)
@@ -190,7 +263,9 @@ def evaluate(
     split: str = typer.Option("test", "--split", help="valid | test"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     no_filter: bool = typer.Option(False, "--no-filter", help="do not remove seen items from the ranking"),
-    device: str = typer.Option("cpu", "--device", help="auto | cpu | cuda | mps"),
+    cutoffs: str = typer.Option(",".join(map(str, CUTOFFS)), "--cutoffs", help="the K of HR@K and NDCG@K, "
+                                "comma-separated"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
@@ -200,13 +275,14 @@ def evaluate(
 
     if split not in ("valid", "test"):
         raise ResdomError(f"--split: expected valid or test, got {split!r}")
+    ks = parse_cutoffs(cutoffs)
     positive_int(batch_size, "--batch-size")
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
     result = run_evaluation(run.model, run.split, part=split, filter_seen=not no_filter, batch_size=batch_size,
-                            device=dev)
+                            device=dev, cutoffs=ks)
     if as_json:
         typer.echo(json.dumps({"split": split, "filtered": not no_filter, **result.to_dict()}, indent=2))
         return

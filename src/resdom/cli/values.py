@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import typer
+
 from resdom.errors import ResdomError
 
 ALPHA_RANGE = (0.0, 1.0)  # residual scales: 1 = the trained model, 0 = no attention residual
@@ -29,3 +33,32 @@ def parse_alphas(text: str | None, option: str = "--alphas") -> list[float] | No
     if not values:
         raise ResdomError(f"{option}: give at least one residual scale")
     return values
+
+
+PROGRESS_HELP = ("progress: bars on a terminal; in a log, one line per epoch and per diagnostic "
+                 "(--no-progress: none)")
+
+
+def progress_option() -> Any:
+    """The one progress flag of every command that computes: ``--progress/--no-progress`` (default on)."""
+    return typer.Option(True, "--progress/--no-progress", help=PROGRESS_HELP)
+
+
+def quiet_alias() -> Any:
+    """``-q`` / ``--quiet``, kept hidden for older scripts: the same as ``--no-progress``."""
+    return typer.Option(False, "--quiet", "-q", hidden=True, help="the same as --no-progress")
+
+
+def parse_cutoffs(text: str, option: str = "--cutoffs") -> tuple[int, ...]:
+    """``"1,5,10,20"`` -> (1, 5, 10, 20): the K of HR@K / NDCG@K, each at least 1, none repeated."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ResdomError(f"{option}: expected comma-separated integers (got {text!r})") from None
+    if not values:
+        raise ResdomError(f"{option}: give at least one cutoff")
+    for v in values:
+        positive_int(v, option)
+    if len(set(values)) != len(values):
+        raise ResdomError(f"{option}: repeated cutoff in {text!r}")
+    return tuple(values)

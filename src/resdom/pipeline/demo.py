@@ -44,7 +44,7 @@ class DemoSettings:
     batch_size: int = 128
     lr: float = 2e-3
     seed: int = 17
-    device: str = "cpu"
+    device: str = "auto"
     model: dict[str, Any] = field(default_factory=lambda: {"hidden": 64, "layers": 2, "heads": 2, "max_len": 50,
                                                            "dropout": 0.2, "attn_dropout": 0.2})
 

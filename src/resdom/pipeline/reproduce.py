@@ -23,7 +23,7 @@ from typing import Any
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
-from resdom.names import DIAGNOSTICS, MODELS
+from resdom.names import DIAGNOSTICS
 from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.rundir import RunDir
@@ -31,9 +31,9 @@ from resdom.rundir import RunDir
 
 def known_labels() -> tuple[str, ...]:
     """What ``--models`` accepts: the models and the named variants of ``training.config.MODEL_VARIANTS``."""
-    from resdom.training.config import MODEL_VARIANTS
+    from resdom.training.config import model_labels
 
-    return (*MODELS, *MODEL_VARIANTS)
+    return model_labels()
 
 
 @dataclass
@@ -54,15 +54,15 @@ class GridSpec:
     store: Path | None = None  # the results store (resdom.pipeline.store): each finished cell is exported there
 
     def __post_init__(self) -> None:
+        from resdom.training.config import canonical_label
+
         self.out = Path(self.out)
+        self.models = [canonical_label(m, "--models") for m in self.models]  # "SASRec" -> "sasrec"
         for name, values in (("--datasets", self.datasets), ("--models", self.models), ("--seeds", self.seeds)):
             if not values:
                 raise ResdomError(f"{name}: give at least one value")
             if len(set(values)) != len(values):
                 raise ResdomError(f"{name}: repeated value in {','.join(map(str, values))}")
-        unknown = [m for m in self.models if m not in known_labels()]
-        if unknown:
-            raise ResdomError(f"--models: unknown model {unknown[0]!r}; one of {', '.join(known_labels())}")
         self.store = Path(self.store) if self.store is not None else None
         if self.protocol not in ("gts", "loo"):
             raise ResdomError(f"--protocol: {self.protocol!r} is not one of gts, loo")

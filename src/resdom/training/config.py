@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from resdom.errors import ResdomError
 from resdom.models import MODEL_CLASSES, model_class
 from resdom.models.config import REFERENCE_QUERY_LN, ModelConfig, format_validation_error
-from resdom.names import METRICS
+from resdom.names import METRICS, MODELS
 
 ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
@@ -44,7 +44,8 @@ REMEDY_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec")
 
 def remedy_label(model: str, variant: str) -> str:
     """The grid label of ``variant`` (a REMEDIES key) of ``model``: the model itself for "base"; a ResdomError
-    naming --variants / --model otherwise."""
+    naming --variants / --model otherwise. Both are read case-insensitively."""
+    model, variant = str(model).strip().lower(), str(variant).strip().lower()
     if model not in REMEDY_MODELS:
         raise ResdomError(f"--model: remedies apply to {', '.join(REMEDY_MODELS)}, not {model!r}")
     if variant not in REMEDIES:
@@ -90,6 +91,25 @@ def model_variant(label: str) -> tuple[str, dict[str, Any]]:
         name, values = MODEL_VARIANTS[label]
         return name, dict(values)
     return label, {}
+
+
+def model_labels() -> tuple[str, ...]:
+    """Every name a command accepts for a model: the models (``names.MODELS``), then the ``MODEL_VARIANTS``."""
+    return (*MODELS, *MODEL_VARIANTS)
+
+
+def canonical_label(name: str, option: str = "--model") -> str:
+    """``name`` as a model or variant label (``model_labels``), read case-insensitively ("SASRec-TTS" ->
+    "sasrec-tts"); a ResdomError naming ``option``, the closest label and every label otherwise."""
+    import difflib
+
+    key = str(name).strip().lower()
+    known = model_labels()
+    if key in known:
+        return key
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ResdomError(f"{option}: unknown model {name!r}{hint}; one of {', '.join(known)}")
 
 METRIC_NAMES = METRICS
 

@@ -1,0 +1,113 @@
+"""``resdom config``: the shipped reference configurations, and the full resolved configuration of a model.
+
+``resdom config show MODEL`` resolves exactly as ``resdom train`` does (defaults for the protocol, a variant's
+values, ``--config``, ``--set``, the options) and prints every setting, data settings included, as YAML that
+``resdom train DATA --config FILE`` accepts and trains unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from resdom.cli.data_options import DataOptions, data_options
+from resdom.cli.train_cmd import MODEL_HELP, command_config
+from resdom.errors import ResdomError
+
+config_app = typer.Typer(help="Configurations: the shipped reference configs, the full config of a model.",
+                         no_args_is_help=True)
+
+
+@config_app.command("list")
+def list_cmd() -> None:
+    """The reference configurations shipped with resdom (use one with `--config NAME`), then the model names."""
+    from resdom.resources import describe_config, reference_configs
+    from resdom.training.config import model_labels
+
+    for name, path in reference_configs().items():
+        typer.echo(f"{name:<22} {describe_config(path)}")
+    typer.echo(f"\nmodels and variants (--model, any case): {', '.join(model_labels())}")
+
+
+def applies(name: str, field: str) -> bool:
+    """Whether ModelConfig ``field`` means anything for model ``name`` (not another model's own field, not one of
+    its unused fields, not n_items: that is set from the data)."""
+    from resdom.models import MODEL_CLASSES
+
+    cls = MODEL_CLASSES[name]
+    others = {f for other, c in MODEL_CLASSES.items() if other != name for f in c.own_fields}
+    return field != "n_items" and field not in cls.unused_fields and (field in cls.own_fields or field not in others)
+
+
+def full_config(model: str | None = None, config: Path | None = None, set_: list[str] | None = None,
+                explicit: dict[str, Any] | None = None, data: DataOptions | None = None,
+                dataset: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(label, {"model": ..., "train": ..., "data": ...}): every setting resolved as ``resdom train`` resolves it
+    (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty). Model fields that do not apply to the
+    model are left out; ``model.name`` is the label (a variant's, e.g. sasrec-tts); values are plain YAML types."""
+    from resdom.cli.data_options import data_config_section
+    from resdom.training.config import resolve_configs
+
+    cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions())
+    protocol = cfg.data.resolved_protocol
+    model_cfg, train_cfg = resolve_configs(cfg.name, cfg.values["model"], cfg.values["train"], source=dataset,
+                                           n_items=1, protocol=protocol)
+    shown_model = {k: v for k, v in model_cfg.model_dump(mode="json").items() if applies(cfg.name, k)}
+    shown_model["name"] = cfg.label  # a variant's label (sasrec-tts): training from the file records it
+    return cfg.label, {"model": shown_model, "train": train_cfg.model_dump(mode="json"),
+                       "data": data_config_section(cfg.data)}
+
+
+def config_text(label: str, values: dict[str, Any], dataset: str | None) -> str:
+    """The YAML of ``full_config`` with a header saying what it is and how to use it."""
+    import yaml
+
+    import resdom
+
+    where = f", presets of {dataset}" if dataset else ""
+    header = [
+        f"# resdom {resdom.__version__}: the full configuration of {label} ({values['data']['protocol']}{where}).",
+        "# Every setting is explicit, so `resdom train DATA --config THIS_FILE --out RUN` trains exactly this;",
+        "# options given on the command line win over the file. data: null = the source's own default (format:",
+        "# detected; k_core: the source's preset; columns: user_id, item_id, timestamp; valid_quantile: quantile).",
+    ]
+    body = yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
+    return "\n".join(header) + "\n" + body
+
+
+@config_app.command("show")
+@data_options(split=True)
+def show_cmd(
+    model: str | None = typer.Argument(None, help=MODEL_HELP),
+    config: Path | None = typer.Option(None, "--config", "-c", help="a YAML file or a shipped configuration's name "
+                                       "(`resdom config list`), layered as in `resdom train`"),
+    set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
+    epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
+    seed: int | None = typer.Option(None, "--seed", help="random seed"),
+    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
+    dataset: str | None = typer.Option(None, "--dataset", help="apply this data set's presets (BSARec's per-data-set "
+                                       "values); nothing is read"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write the YAML to this file instead of printing it"),
+    data: DataOptions = DataOptions(),
+) -> None:
+    """Print the full configuration `resdom train` would use for MODEL (model, train and data settings) as YAML
+    that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
+    from resdom.io import atomic_write_text
+
+    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
+    label, values = full_config(model, config, set_, explicit, data, dataset)
+    text = config_text(label, values, dataset)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    if out.is_dir():
+        raise ResdomError(f"--out {out}: is a folder; give a file name")
+    atomic_write_text(out, text)
+    typer.echo(f"{label}: written to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``config`` group to the ``resdom`` app."""
+    app.add_typer(config_app, name="config")
