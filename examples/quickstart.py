@@ -74,14 +74,15 @@ resdom.load_run(run_dir)
 #
 # `resdom.adapters.import_recbole` turns a RecBole SASRec checkpoint and its `.inter` file into a run
 # directory (RecBole itself is not needed). Any model that satisfies `resdom.models.interface.Diagnosable`
-# can be diagnosed the same way. The fixture is a tiny RecBole model (40 items, 60 users).
+# can be diagnosed the same way. The example ships with resdom: a tiny RecBole model (40 items, 60 users) and
+# the `.inter` file it was trained on.
 
 # %%
 from resdom.adapters import import_recbole
+from resdom.resources import recbole_example
 
-fixture = Path("..") / "tests" / "fixtures" / "recbole"
-imported = resdom.load_run(import_recbole(fixture / "sasrec_tiny.pth", str(fixture / "tiny.inter"),
-                                          scratch / "recbole"))
+checkpoint, inter = recbole_example()
+imported = resdom.load_run(import_recbole(checkpoint, str(inter), scratch / "recbole"))
 recbole = resdom.diagnose(imported, what="hrli,mixing")
 recbole.mixing.to_frame().query("layer == 'pooled'")
 

@@ -120,12 +120,14 @@ def test_bad_yaml_value_names_field(tmp_path: Path, capsys) -> None:
     assert code == 2 and "divisible" in err
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "src" / "resdom" / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_example_configs_are_valid(path: Path) -> None:
     values = read_config_file(path)
     name = "bsarec" if "bsarec" in path.name else "duorec" if "duorec" in path.name else "sasrec"
+    assert values["model"].get("name", name) == name  # the shipped configs name their model (smoke.yaml: any)
     model, train = resolve_configs(name, values["model"], values["train"], source="beauty", n_items=10)
     assert model.name == name and train.objective in ("ce_all", "ce_last")
+    assert values.get("data", {}).get("protocol", "loo") in ("loo", "gts")
 
 
 def test_evaluate_mismatched_checkpoint(trained_run: Path, tmp_path: Path, capsys) -> None:

@@ -1,0 +1,327 @@
+"""One behaviour across commands (issue 28 §4): the same device default, one progress flag, ``evaluate --cutoffs``,
+model names in any case and every model / variant name the docs use accepted by ``train``; ``resdom config``
+(shipped reference configs, ``config show`` printing a full config that ``--config`` trains unchanged)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from cli_helpers import invoke
+from typer.core import TyperOption
+
+from resdom.cli.main import _typer_app
+from resdom.errors import ResdomError
+from resdom.training.config import MODEL_VARIANTS, TrainConfig, canonical_label, model_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
+TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
+COMPUTING = ("train", "evaluate", "diagnose", "demo", "reproduce", "remedies")  # commands that run a model
+PROGRESSING = ("train", "diagnose", "demo", "reproduce", "remedies")  # commands that show progress
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = invoke(*args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def command(name: str) -> Any:
+    """The click command (Typer's) of ``resdom NAME``."""
+    group = typer.main.get_command(_typer_app)
+    return group.commands[name]  # type: ignore[attr-defined]
+
+
+def options(cmd: Any) -> list[Any]:
+    return [p for p in cmd.params if isinstance(p, TyperOption)]
+
+
+def option(cmd: Any, flag: str) -> Any:
+    return next((p for p in options(cmd) if flag in (*p.opts, *p.secondary_opts)), None)
+
+
+# ------------------------------------------------------------------------------------------- the same defaults
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+def test_every_computing_command_defaults_to_device_auto(name: str) -> None:
+    opt = option(command(name), "--device")
+    assert opt is not None, f"{name} has no --device"
+    # train's None falls through to TrainConfig's default
+    default = TrainConfig().device if opt.default is None else opt.default
+    assert default == "auto", f"resdom {name} --device defaults to {default!r}"
+
+
+def test_demo_settings_default_to_device_auto() -> None:
+    from resdom.pipeline.demo import DemoSettings
+
+    assert DemoSettings().device == "auto"
+
+
+@pytest.mark.parametrize("name", PROGRESSING)
+def test_one_progress_flag_spelled_the_same_way(name: str) -> None:
+    cmd = command(name)
+    opt = option(cmd, "--progress")
+    assert opt is not None and opt.opts == ["--progress"] and opt.secondary_opts == ["--no-progress"], name
+    assert opt.default is True
+    visible = [f for p in options(cmd) if not p.hidden
+               for f in (*p.opts, *p.secondary_opts) if re.search(r"quiet|progress|^-q$|silent|verbose", f)]
+    assert sorted(visible) == ["--no-progress", "--progress"], f"{name}: {visible}"
+
+
+def test_quiet_is_kept_as_a_hidden_alias_of_no_progress(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    reproduce_mod = importlib.import_module("resdom.pipeline.reproduce")  # the package exports a function so named
+    seen: list[bool] = []
+
+    def fake(spec: Any, progress: bool = True, echo: Any = print) -> Any:
+        seen.append(progress)
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(reproduce_mod, "reproduce", fake)
+    for flag, expected in (("-q", False), ("--quiet", False), ("--no-progress", False), ("--progress", True)):
+        assert invoke("reproduce", "--datasets", "x", "--models", "sasrec", "--out", "/tmp/never", flag) == 0
+        assert seen.pop() is expected, flag
+    capsys.readouterr()
+
+
+# ------------------------------------------------------------------------------------------- evaluate --cutoffs
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("consistency") / "run"
+    assert invoke("train", SOURCE, "--model", "SASRec", "--out", str(out), "--epochs", "2", "--no-progress",
+                  *TINY) == 0
+    return out
+
+
+def test_train_takes_model_names_in_any_case(trained_run: Path) -> None:
+    config = json.loads((trained_run / "config.json").read_text())
+    assert config["model"]["name"] == "sasrec" and "label" not in config["data"]
+
+
+def test_evaluate_cutoffs(trained_run: Path, capsys) -> None:
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--json")
+    default = json.loads(out)["metrics"]
+    assert code == 0 and set(default) == {*(f"{m}@{k}" for m in ("HR", "NDCG") for k in (1, 5, 10, 20)), "MRR"}
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--json", "--cutoffs", "3,20,5")
+    chosen = json.loads(out)["metrics"]
+    assert code == 0 and set(chosen) == {"HR@3", "HR@5", "HR@20", "NDCG@3", "NDCG@5", "NDCG@20", "MRR"}
+    for key in ("HR@5", "HR@20", "NDCG@5", "NDCG@20", "MRR"):  # the same users, the same ranks
+        assert chosen[key] == pytest.approx(default[key], abs=1e-12)
+    assert default["HR@1"] <= chosen["HR@3"] <= default["HR@5"]
+    assert default["NDCG@1"] <= chosen["NDCG@3"] <= default["NDCG@5"]
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--cutoffs", "3")
+    assert code == 0 and "HR@3" in out and "HR@10" not in out
+
+
+@pytest.mark.parametrize("value,needle", [("0", "at least 1"), ("a,b", "comma-separated integers"),
+                                          ("5,5", "repeated"), (",", "at least one")])
+def test_bad_cutoffs_are_one_line(trained_run: Path, capsys, value: str, needle: str) -> None:
+    code, _, err = run_cli(capsys, "evaluate", str(trained_run), "--cutoffs", value)
+    assert code == 2 and "--cutoffs" in err and needle in err and err.strip().count("\n") == 0
+
+
+# ------------------------------------------------------------------------------------------- model names
+
+
+def doc_model_names() -> set[str]:
+    """Every model or variant name README.md, docs/spec.md and docs/remedies.md use: after --model / --models,
+    and in backticks."""
+    names: set[str] = set()
+    for doc in ("README.md", "docs/spec.md", "docs/remedies.md"):
+        text = (ROOT / doc).read_text()
+        for arg in re.findall(r"--models?[ =]([A-Za-z0-9.,-]+)", text):
+            names.update(x for x in arg.split(",") if x and not x.startswith("."))
+        names.update(re.findall(r"`((?:sasrec|duorec|bsarec|bert4rec|gru4rec)[a-z0-9.-]*)`", text, re.IGNORECASE))
+    return names
+
+
+def test_the_docs_name_models_and_variants() -> None:
+    names = doc_model_names()
+    assert {"sasrec", "duorec", "bsarec", "sasrec-tts", "sasrec-gate"} <= names  # the parser finds them
+
+
+@pytest.fixture
+def fake_fit(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """``resdom train`` up to training: ``api.fit`` records what it was given instead of training."""
+    import resdom.api
+
+    calls: list[dict[str, Any]] = []
+
+    class Result:
+        metrics = {"best_epoch": 1, "epochs_run": 1, "stopped": "max_epochs",
+                   **{p: {"n_users": 0, "metrics": {}} for p in ("valid", "test")}}
+
+    def fit(split: Any, model: Any, **kwargs: Any) -> Result:
+        calls.append({"model": model, **kwargs})
+        return Result()
+
+    monkeypatch.setattr(resdom.api, "fit", fit)
+    return calls
+
+
+@pytest.mark.parametrize("name", sorted(doc_model_names() | set(model_labels())))
+def test_train_accepts_every_model_and_variant_name(name: str, fake_fit: list, tmp_path: Path, capsys) -> None:
+    for spelled in (name, name.upper()):
+        code, _, err = run_cli(capsys, "train", SOURCE, "--model", spelled, "--out", str(tmp_path / "r"),
+                               "--no-progress", "--device", "cpu")
+        assert code == 0, err
+    model_cfg, info = fake_fit[-1]["model"], fake_fit[-1]["data_info"]
+    base, variant = MODEL_VARIANTS.get(name, (name, {}))
+    assert model_cfg.name == base
+    assert {k: getattr(model_cfg, k) for k in variant} == variant  # the variant's values are applied
+    assert info.get("label", base) == name  # and the run is labelled by the variant
+    assert fake_fit[-1]["progress"] is False
+
+
+def test_unknown_model_is_one_line_with_the_closest_name(tmp_path: Path, capsys) -> None:
+    code, _, err = run_cli(capsys, "train", SOURCE, "--model", "sasrek-tts", "--out", str(tmp_path / "r"))
+    assert code == 2 and "did you mean sasrec-tts" in err and err.strip().count("\n") == 0
+    assert not (tmp_path / "r").exists()
+
+
+def test_canonical_label() -> None:
+    assert canonical_label("SASRec") == "sasrec" and canonical_label(" DuoRec-Gate ") == "duorec-gate"
+    with pytest.raises(ResdomError, match="--models: unknown model 'caser'"):
+        canonical_label("caser", "--models")
+
+
+def test_reproduce_and_remedies_take_model_names_in_any_case(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    remedies_mod = importlib.import_module("resdom.pipeline.remedies")
+    reproduce_mod = importlib.import_module("resdom.pipeline.reproduce")
+
+    specs: list[Any] = []
+
+    def capture(spec: Any, **_: Any) -> Any:
+        specs.append(spec)
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(reproduce_mod, "reproduce", capture)
+    monkeypatch.setattr(remedies_mod, "remedies", capture)
+    assert invoke("reproduce", "--models", "SASRec,DuoRec,SASRec-TTS", "--out", "/tmp/never") == 0
+    assert specs[-1].models == ["sasrec", "duorec", "sasrec-tts"]
+    assert invoke("remedies", "synthetic", "--model", "BSARec", "--variants", "base,Gate", "--out", "/tmp/never") == 0
+    assert specs[-1].models == ["bsarec", "bsarec-gate"]
+    assert invoke("reproduce", "--models", "sasrec,SASRec", "--out", "/tmp/never") == 2  # the same model twice
+    capsys.readouterr()
+
+
+def test_python_fit_takes_variant_labels_in_any_case() -> None:
+    import resdom
+
+    split = resdom.prepare_split(SOURCE)
+    fitted = resdom.fit(split, "SASRec-TTS", epochs=1, hidden=16, layers=1, device="cpu", progress=False)
+    assert fitted.model_config.name == "sasrec" and fitted.model_config.max_len == 128
+    assert fitted.model_config.query_ln is True
+
+
+# ------------------------------------------------------------------------------------------- resdom config
+
+
+def test_config_list_names_the_shipped_configs_and_models(capsys) -> None:
+    code, out, _ = run_cli(capsys, "config", "list")
+    assert code == 0
+    for name in ("sasrec_loo", "sasrec_gts_reference", "bsarec_beauty", "duorec_loo", "smoke", "sasrec-tts"):
+        assert name in out
+
+
+def test_config_show_prints_every_setting(capsys) -> None:
+    from resdom.cli.data_options import data_config_keys
+    from resdom.models.config import ModelConfig
+
+    code, out, _ = run_cli(capsys, "config", "show", "sasrec", "--protocol", "gts")
+    shown = yaml.safe_load(out)
+    assert code == 0 and set(shown) == {"model", "train", "data"}
+    assert set(shown["train"]) == set(TrainConfig.model_fields)
+    assert set(shown["data"]) == set(data_config_keys())  # data settings included
+    assert shown["data"]["protocol"] == "gts" and shown["data"]["quantile"] == 0.9
+    assert set(shown["model"]) == set(ModelConfig.model_fields) - {"n_items", "bsa_a", "bsa_c", "duorec_tau",
+                                                                    "duorec_lambda", "duorec_views", "mask_prob"}
+    assert shown["model"]["max_len"] == 200 and shown["train"]["objective"] == "ce_all"  # GTS: the paper's code
+    code, loo, _ = run_cli(capsys, "config", "show", "SASRec")
+    assert yaml.safe_load(loo)["model"]["max_len"] == 50 and yaml.safe_load(loo)["data"]["protocol"] == "loo"
+
+
+def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "c.yaml"
+    code, _, err = run_cli(capsys, "config", "show", "sasrec-tts", "--protocol", "gts", "--epochs", "1",
+                           "--out", str(path), *TINY)
+    assert code == 0, err
+    shown = yaml.safe_load(path.read_text())
+    assert shown["model"]["name"] == "sasrec-tts" and shown["model"]["hidden"] == 16
+    # the printed file is itself a full config: showing it again prints the same text
+    code, again, _ = run_cli(capsys, "config", "show", "--config", str(path))
+    assert code == 0 and again == path.read_text()
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", SOURCE, "--config", str(path), "--out", str(run), "--no-progress")
+    assert code == 0, err
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["data"]["protocol"] == "gts" and saved["data"]["label"] == "sasrec-tts"
+    assert {k: saved["model"][k] for k in shown["model"] if k != "name"} == {
+        k: v for k, v in shown["model"].items() if k != "name"}
+    assert saved["model"]["name"] == "sasrec"
+    assert saved["train"] == shown["train"]
+
+
+def test_command_line_data_options_win_over_the_files(tmp_path: Path, fake_fit: list, capsys) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  protocol: gts\n  quantile: 0.8\n")
+    assert run_cli(capsys, "train", SOURCE, "--config", str(path), "--out", str(tmp_path / "r"))[0] == 0
+    assert fake_fit[-1]["data_info"]["protocol"] == "gts" and fake_fit[-1]["data_info"]["quantile"] == 0.8
+    assert run_cli(capsys, "train", SOURCE, "--config", str(path), "--protocol", "loo", "--quantile", "0.9",
+                   "--out", str(tmp_path / "r"))[0] == 0
+    assert fake_fit[-1]["data_info"]["protocol"] == "loo"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("data:\n  protocl: gts\n", "data.protocl (did you mean data.protocol?)"),
+    ("data:\n  k_core: five\n", "data.k_core must be int"),
+    ("data:\n  protocol: random\n", "data.protocol: unknown protocol 'random'"),
+    ("data:\n  quantile: [1]\n", "data.quantile must be float"),
+    ("data: [gts]\n", "section 'data' must be a mapping"),
+    ("model:\n  name: caser\n", "model.name: unknown model 'caser'"),
+])
+def test_bad_data_section_is_one_line(tmp_path: Path, capsys, text: str, needle: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    for args in (["train", SOURCE, "--out", str(tmp_path / "r")], ["config", "show"]):
+        code, _, err = run_cli(capsys, *args, "--config", str(path))
+        assert code == 2 and needle in err and str(path) in err and err.strip().count("\n") == 0, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_config_naming_another_model_than_model_is_refused(tmp_path: Path, capsys) -> None:
+    code, _, err = run_cli(capsys, "train", SOURCE, "--model", "sasrec", "--config", "duorec_loo",
+                           "--out", str(tmp_path / "r"))
+    assert code == 2 and "contradicts --model 'sasrec'" in err
+
+
+@pytest.mark.parametrize("name", ["sasrec_loo", "sasrec_gts_reference.yaml", "bsarec_beauty", "duorec_loo", "smoke"])
+def test_shipped_configs_by_name(name: str, capsys) -> None:
+    from resdom.resources import reference_config
+
+    code, out, err = run_cli(capsys, "config", "show", "--config", name)
+    assert code == 0, err
+    shown, own = yaml.safe_load(out), yaml.safe_load(reference_config(name).read_text())
+    for section in ("model", "train", "data"):
+        assert {k: shown[section][k] for k in own.get(section, {})} == own.get(section, {})
+
+
+def test_a_config_that_is_neither_file_nor_shipped_names_both(tmp_path: Path, capsys) -> None:
+    code, _, err = run_cli(capsys, "train", SOURCE, "--config", "sasrec_lo", "--out", str(tmp_path / "r"))
+    assert code == 2 and "config file not found" in err and "sasrec_loo" in err
+
+
+def test_config_show_presets_of_a_dataset(capsys) -> None:
+    _, plain, _ = run_cli(capsys, "config", "show", "bsarec")
+    _, beauty, _ = run_cli(capsys, "config", "show", "bsarec", "--dataset", "beauty")
+    assert yaml.safe_load(beauty)["model"]["bsa_a"] == 0.7 and yaml.safe_load(beauty)["model"]["heads"] == 1
+    assert yaml.safe_load(plain)["model"] != yaml.safe_load(beauty)["model"]
