@@ -1,0 +1,156 @@
+"""A package that stands alone (issue 28 §4): LICENSE, CITATION.cff, py.typed and the files the docs use ship with
+it, and a wheel installed outside the repository runs ``config show`` (whose output ``--config`` trains), the demo
+and the example notebook from an empty directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from resdom.resources import CONFIGS_DIR, PACKAGE_DIR, recbole_example, reference_configs
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ["resdom/py.typed", *(f"resdom/configs/{p.name}" for p in sorted(CONFIGS_DIR.glob("*.yaml"))),
+           "resdom/sample_data/recbole/sasrec_tiny.pth", "resdom/sample_data/recbole/tiny.inter"]
+
+
+def test_license_is_mit_as_the_metadata_says() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "Copyright (c) 2026 resdom developers" in text
+    assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_citation_names_the_paper_and_the_toolkit() -> None:
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software" and "resdom" in cff["title"]
+    assert cff["license"] == "MIT"
+    paper = cff["preferred-citation"]
+    assert paper["title"].strip() == ("Residual Dominance as a Structural Account of Last-Item Reliance in Causal "
+                                      "Self-Attention Recommenders")
+    assert [a["family-names"] for a in paper["authors"]] == ["Kozaki", "Sakurai", "Togo", "Ogawa", "Haseyama"]
+    assert paper["year"] == 2026 and "RecSys 2026" in paper["conference"]["name"]
+    assert "2608.14021" in paper["url"] and any("2608.14021" in i["value"] for i in paper["identifiers"])
+
+
+def test_package_data_is_declared_and_present() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["resdom"]
+    for name in SHIPPED:
+        rel = name.removeprefix("resdom/")
+        assert (PACKAGE_DIR / rel).is_file(), name
+        assert any(Path(rel).match(pattern) for pattern in declared), f"{name} is not declared as package data"
+    assert set(reference_configs()) == {"bsarec_beauty", "duorec_loo", "sasrec_gts_reference", "sasrec_loo", "smoke"}
+    assert not (ROOT / "configs").exists(), "the reference configs live in src/resdom/configs/ only"
+
+
+def test_shipped_recbole_example_is_the_tests_fixture() -> None:
+    fixture = ROOT / "tests" / "fixtures" / "recbole"
+    checkpoint, inter = recbole_example()
+    assert checkpoint.read_bytes() == (fixture / "sasrec_tiny.pth").read_bytes()
+    assert inter.read_bytes() == (fixture / "tiny.inter").read_bytes()
+
+
+def test_example_notebook_needs_no_file_of_the_repository() -> None:
+    from test_examples import SCRIPT, script_cells
+
+    code = "\n".join(source for kind, source in script_cells(SCRIPT) if kind == "code")
+    assert "recbole_example()" in code
+    assert not re.search(r"tests|fixtures|\.\.|examples", code), "the example's code reads repository files"
+
+
+def test_docs_name_only_configs_that_ship() -> None:
+    """Every ``configs/NAME.yaml`` and ``--config NAME`` in README.md and docs/ exists in the package."""
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for name in re.findall(r"configs/([A-Za-z0-9_]+)\.yaml", text):
+            assert (CONFIGS_DIR / f"{name}.yaml").is_file(), f"{doc.name}: configs/{name}.yaml"
+        for name in re.findall(r"--config ([A-Za-z0-9_]+)\b", text):
+            assert name in reference_configs(), f"{doc.name}: --config {name}"
+
+
+# ------------------------------------------------------------------------------------------- the installed wheel
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(args)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """(an empty working directory, the environment of a wheel of this checkout installed with ``pip install
+    --target``: resdom from the wheel, its dependencies from the current environment)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"  # a copy, so that building writes nothing into the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    pip = [sys.executable, "-m", "pip"]
+    quiet = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    _run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist"), "-q"], tmp, quiet)
+    wheel = next((tmp / "dist").glob("resdom-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in SHIPPED if n not in names] == [], "package data missing from the wheel"
+    assert any(n.endswith("licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
+    target = tmp / "target"
+    _run([*pip, "install", "--no-deps", "--target", str(target), str(wheel), "-q"], tmp, quiet)
+    empty = tmp / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RESDOM_DATA_DIR")}
+    env.update(PYTHONPATH=str(target), OMP_NUM_THREADS="1", RESDOM_CACHE_DIR=str(tmp / "cache"))
+    return empty, env
+
+
+@pytest.mark.slow
+def test_installed_wheel_config_show_and_train_from_an_empty_directory(installed) -> None:
+    cwd, env = installed
+    py = [sys.executable, "-c"]
+    where = _run([*py, "import resdom; print(resdom.__file__)"], cwd, env).stdout.strip()
+    assert where.startswith(env["PYTHONPATH"]), f"resdom imported from {where}, not from the wheel"
+    shown = _run([sys.executable, "-m", "resdom", "config", "show", "sasrec", "--protocol", "gts"], cwd, env).stdout
+    values = yaml.safe_load(shown)
+    assert values["data"]["protocol"] == "gts" and values["model"]["max_len"] == 200
+    (cwd / "sasrec_gts.yaml").write_text(shown)
+    listed = _run([sys.executable, "-m", "resdom", "config", "list"], cwd, env).stdout
+    assert all(name in listed for name in reference_configs())
+    tiny = ["--epochs", "1", "--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10",
+            "--device", "cpu", "--no-progress"]
+    source = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
+    _run([sys.executable, "-m", "resdom", "train", source, "--config", "sasrec_gts.yaml", "--out", "run", *tiny],
+         cwd, env)
+    _run([sys.executable, "-m", "resdom", "train", source, "--config", "smoke", "--out", "run2", *tiny], cwd, env)
+    script = Path(env["PYTHONPATH"]) / "bin" / "resdom"
+    assert "resdom 0.1.0" in _run([str(script), "version"], cwd, env).stdout
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_the_demo_from_an_empty_directory(installed) -> None:
+    cwd, env = installed
+    out = _run([sys.executable, "-m", "resdom", "demo", "--epochs", "1", "--device", "cpu", "--no-progress",
+                "--out", "demo"], cwd, env, timeout=600).stdout
+    assert "findings:" in out and (cwd / "demo" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_the_example_notebook_from_an_empty_directory(installed) -> None:
+    pytest.importorskip("nbclient")
+    from nbclient import NotebookClient
+    from test_examples import CELL_TIMEOUT_S, build_notebook
+
+    cwd, env = installed
+    nb = build_notebook()
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute(env=env)
+    shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in shown if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in shown) >= 4
