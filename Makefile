@@ -3,14 +3,19 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench clean
+# The CPU build of torch: from PyPI a bare `torch==2.13.0` is the CUDA build on Linux (several GB of CUDA
+# libraries). `make setup TORCH_INDEX=` installs from PyPI instead (a GPU machine).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: setup demo test test-fast bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# torch==2.13.0 first: a bare `torch` requirement would pull a multi-GB CUDA build.
+# torch==2.13.0 (CPU build) first: resdom's bare `torch` requirement would pull the multi-GB CUDA build.
 setup: $(BIN)/python
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==2.13.0
+	$(BIN)/python -c "import torch" 2>/dev/null || \
+		$(BIN)/pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e ".[test]"
 
 demo: setup
@@ -19,6 +24,10 @@ demo: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -n 2 -q
+
+# the fast subset: no test marked slow (subprocesses, real data, the installed wheel)
+test-fast: setup
+	$(BIN)/python -m pytest -n 2 -q -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/run.py --setup-recbole
