@@ -74,11 +74,11 @@ def test_fit_with_out_writes_a_run_directory(split, tmp_path):
 
 
 def test_saved_run_gives_the_cli_the_same_numbers(fitted, run_dir, capsys):
-    assert invoke("evaluate", str(run_dir), "--json") == 0
+    assert invoke("evaluate", str(run_dir), "--json", "--device", "cpu") == 0  # the default, auto, may be a GPU
     cli = json.loads(capsys.readouterr().out)
     api = resdom.evaluate(fitted, device="cpu")
     assert cli["metrics"] == api.metrics and cli["n_users"] == api.n_users
-    assert invoke("evaluate", str(run_dir), "--split", "valid", "--no-filter", "--json") == 0
+    assert invoke("evaluate", str(run_dir), "--split", "valid", "--no-filter", "--json", "--device", "cpu") == 0
     cli = json.loads(capsys.readouterr().out)
     assert cli["metrics"] == resdom.evaluate(fitted, part="valid", filter_seen=False, device="cpu").metrics
     loaded = resdom.load_run(run_dir, device="cpu")

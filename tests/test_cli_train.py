@@ -49,7 +49,7 @@ def test_train_writes_run_and_prints_metrics(trained_run: Path) -> None:
 def test_evaluate_prints_metrics_and_users(trained_run: Path, capsys) -> None:
     code, out, _ = run_cli(capsys, "evaluate", str(trained_run))
     assert code == 0 and "60 users" in out and "NDCG@10" in out
-    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--json")
+    code, out, _ = run_cli(capsys, "evaluate", str(trained_run), "--json", "--device", "cpu")  # trained on the CPU
     data = json.loads(out)
     saved = json.loads((trained_run / "metrics.json").read_text())
     assert data["split"] == "test" and data["filtered"] and data["n_users"] == 60
