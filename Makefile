@@ -3,9 +3,10 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-# The CPU build of torch: from PyPI a bare `torch==2.13.0` is the CUDA build on Linux (several GB of CUDA
-# libraries). `make setup TORCH_INDEX=` installs from PyPI instead (a GPU machine).
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# torch's index: empty = the configured one (this project's machines and CI hold the CPU build of torch==2.13.0
+# locally); on an ordinary Linux machine, where PyPI's torch==2.13.0 is the CUDA build (several GB), use
+# `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+TORCH_INDEX ?=
 
 .PHONY: setup demo test test-fast bench clean
 
