@@ -9,8 +9,9 @@ monitored epochs of one cell:
 (``share`` = 0.95: the epoch by which a series has made 95% of its whole rise; a series that never rises
 plateaus at its first epoch). The cell's lag is ``plateau(HRLI@1) - plateau(validation NDCG@10)`` in epochs, and
 its reliance gain after accuracy stops is ``max HRLI@1 over the epochs from the NDCG@10 plateau on - HRLI@1 at
-the NDCG@10 plateau`` (0 where reliance only falls after it). Both series are read at
-the same (monitored) epochs.
+the NDCG@10 plateau`` (0 where reliance only falls after it); its change after accuracy stops is ``HRLI@1 at the
+last monitored epoch - HRLI@1 at the NDCG@10 plateau`` (signed; unlike the gain, not lifted by the noise of the
+largest of several values). Both series are read at the same (monitored) epochs.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Dynamics:
     hrli_plateau: int
     hrli_at_ndcg_plateau: float
     hrli_max_after: float  # the largest HRLI@1 from the NDCG@10 plateau on
+    hrli_last: float = float("nan")  # HRLI@1 at the last monitored epoch
 
     @property
     def lag(self) -> int:
@@ -48,6 +50,11 @@ class Dynamics:
     @property
     def gain_after(self) -> float:
         return self.hrli_max_after - self.hrli_at_ndcg_plateau
+
+    @property
+    def change_after(self) -> float:
+        """HRLI@1 at the last monitored epoch - HRLI@1 at the NDCG@10 plateau (signed)."""
+        return self.hrli_last - self.hrli_at_ndcg_plateau
 
 
 def cell_dynamics(curve: Sequence[dict[str, Any]], metric: str = "NDCG@10",
@@ -62,4 +69,4 @@ def cell_dynamics(curve: Sequence[dict[str, Any]], metric: str = "NDCG@10",
     ndcg, hrli = [p[1] for p in points], [p[2] for p in points]
     n_plateau = plateau_epoch(epochs, ndcg)
     at = epochs.index(n_plateau)
-    return Dynamics(tuple(epochs), n_plateau, plateau_epoch(epochs, hrli), hrli[at], max(hrli[at:]))
+    return Dynamics(tuple(epochs), n_plateau, plateau_epoch(epochs, hrli), hrli[at], max(hrli[at:]), hrli[-1])

@@ -1,0 +1,388 @@
+"""Does last-item reliance keep rising after accuracy stops? (issue 27 §4, question 4; docs/results.md, "Beyond the
+paper"). Over every stored cell of a causal self-attention model with a monitored training curve, the plateaus of
+``report.dynamics`` summarised with intervals. NumPy and matplotlib only (no torch).
+
+A cell (``STORE/<data set>/<label>/seed<k>/``) counts where its ``cell.json`` names a model of ``CAUSAL_MODELS``
+(the models the paper's claims are about, their named variants included, as in ``report.claims``) and its
+``curve.jsonl`` carries HRLI@1 ``monitor`` rows from the first monitor interval on (a run resumed with monitoring
+switched on late has its first monitored epoch beyond the interval between its monitored epochs: skipped, named)
+at three epochs or more. Per cell (``report.dynamics.cell_dynamics``):
+
+- lag: ``plateau(HRLI@1) - plateau(validation NDCG@10)`` in epochs (the plateau: the first monitored epoch by
+  which a series has made 95% of its rise);
+- change after: HRLI@1 at the last monitored epoch - HRLI@1 at the NDCG@10 plateau (signed);
+- largest rise after: the largest HRLI@1 from the NDCG@10 plateau on - HRLI@1 there (>= 0 by construction, and
+  lifted by the monitor's noise: the largest of several noisy values; shown, not tested).
+
+A group of cells (one (data set, label), one data set, all of them) is summarised by the mean of each over its
+cells with a 95% percentile interval from a bootstrap: where the group spans several data sets, two-stage (data
+sets drawn with replacement, then within each drawn data set its cells with replacement; the mean over every drawn
+cell), else the cells drawn with replacement. The share of cells with lag > 0 gets a Wilson interval (cells taken
+as independent). The verdict on "reliance keeps rising after accuracy stops" tests the mean change after against
+a declared margin ``m`` (``GAIN_MARGIN``, 0.01 HRLI@1) on the same replicates: ``p_rise = (1 + #(c* <= m)) /
+(n_boot + 1)`` and ``p_flat = (1 + #(c* >= m)) / (n_boot + 1)``, Holm-adjusted (each family separately) across the
+rows of one table with a verdict: "keeps rising" where p_rise < alpha, else "does not keep rising" where
+p_flat < alpha, else "undecided". Fewer than ``MIN_CELLS`` cells get no verdict: a percentile bootstrap of a mean
+of two to four values is far too narrow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from resdom.errors import ResdomError
+from resdom.report.dynamics import Dynamics, cell_dynamics
+from resdom.report.stats import holm, wilson
+
+CAUSAL_MODELS = ("sasrec", "duorec", "bsarec")
+GAIN_MARGIN = 0.01
+MIN_CELLS = 5
+CURVE_FILE = "curve.jsonl"
+METRIC, RELIANCE = "NDCG@10", "HRLI@1"
+
+
+# --- reading the store ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CellDynamics:
+    """One stored cell's dynamics."""
+
+    dataset: str
+    label: str
+    seed: int
+    model: str
+    dynamics: Dynamics
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.label}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A cell of a causal model left out, and why."""
+
+    cell: str
+    reason: str
+
+
+def read_curve(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``curve.jsonl`` (blank lines skipped); a line that is not a JSON object is a ResdomError
+    naming the file and line."""
+    rows = []
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResdomError(f"{path}: cannot be read ({e})") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise ResdomError(f"{path}:{i}: not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ResdomError(f"{path}:{i}: a curve row must be a JSON object")
+        rows.append(row)
+    return rows
+
+
+def cell_model(cell: Path) -> str | None:
+    """The model name of a stored cell (``cell.json`` "model"); None where the cell has no cell.json."""
+    path = cell / "cell.json"
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ResdomError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("model"), str):
+        raise ResdomError(f"{path}: field 'model' must be a string")
+    return meta["model"]
+
+
+def curve_dynamics(path: Path) -> Dynamics | str:
+    """The dynamics of the curve at ``path``, or the reason it has none (too few monitored epochs, monitoring
+    started late)."""
+    curve = read_curve(path)
+    try:
+        d = cell_dynamics(curve, METRIC, RELIANCE)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ResdomError(f"{path}: a monitored row lacks a number ({type(e).__name__}: {e})") from None
+    if d is None:
+        n = sum(isinstance(r.get("monitor"), dict) and RELIANCE in r["monitor"] for r in curve)
+        return f"{n} monitored epoch{'s' * (n != 1)} (3 needed)"
+    step = d.epochs[1] - d.epochs[0]
+    if d.epochs[0] > step:
+        return f"monitoring starts at epoch {d.epochs[0]}, not within the first {step} epochs (a resumed run)"
+    return d
+
+
+def _seed_dirs(label_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in label_dir.iterdir():
+        if p.is_dir() and p.name.startswith("seed") and p.name[4:].isdigit():
+            out.append((int(p.name[4:]), p))
+    return sorted(out)
+
+
+def store_dynamics(store: str | Path, models: Sequence[str] = CAUSAL_MODELS) -> tuple[list[CellDynamics],
+                                                                                      list[Skipped]]:
+    """Every cell of ``store`` whose model is one of ``models``: its dynamics, or why it has none."""
+    store = Path(store)
+    if not store.is_dir():
+        raise ResdomError(f"{store}: no such results store")
+    cells, skipped = [], []
+    for ds_dir in sorted(p for p in store.iterdir() if p.is_dir()):
+        for label_dir in sorted(p for p in ds_dir.iterdir() if p.is_dir()):
+            for seed, cell in _seed_dirs(label_dir):
+                model = cell_model(cell)
+                if model not in models:
+                    continue
+                name = f"{ds_dir.name}/{label_dir.name}/seed{seed}"
+                curve = cell / CURVE_FILE
+                got = curve_dynamics(curve) if curve.is_file() else f"no {CURVE_FILE}"
+                if isinstance(got, str):
+                    skipped.append(Skipped(name, got))
+                else:
+                    cells.append(CellDynamics(ds_dir.name, label_dir.name, seed, model, got))
+    return cells, skipped
+
+
+# --- statistics -----------------------------------------------------------------------------------------------------
+
+def cluster_bootstrap_means(values: np.ndarray, groups: Sequence[str], n_boot: int = 2000,
+                            seed: int = 0) -> np.ndarray:
+    """(n_boot, m) bootstrap replicates of the column means of ``values`` (C, m) over C cells: two-stage where
+    ``groups`` (C,) has several distinct values (groups with replacement, then within each drawn group its cells
+    with replacement; the mean over every drawn cell), else the cells with replacement."""
+    vals = np.asarray(values, dtype=np.float64)
+    vals = vals.reshape(len(vals), -1)
+    if len(vals) == 0 or len(groups) != len(vals) or n_boot < 1:
+        raise ValueError(f"{len(vals)} cells, {len(groups)} group names, n_boot {n_boot}: need cells, one group "
+                         "name each, n_boot >= 1")
+    names = list(dict.fromkeys(groups))
+    members = [np.flatnonzero(np.asarray(groups) == g) for g in names]
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_boot, vals.shape[1]))
+    for r in range(n_boot):
+        chosen = rng.integers(0, len(members), size=len(members)) if len(members) > 1 else [0]
+        idx = np.concatenate([members[g][rng.integers(0, members[g].size, size=members[g].size)] for g in chosen])
+        out[r] = vals[idx].mean(axis=0)
+    return out
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean and its 95% bootstrap interval (None where there is one cell)."""
+
+    mean: float
+    lo: float | None
+    hi: float | None
+
+    def text(self, digits: int) -> str:
+        f = f"{{:+.{digits}f}}"
+        return f.format(self.mean) + ("" if self.lo is None else f" [{f.format(self.lo)}, {f.format(self.hi)}]")
+
+
+@dataclass
+class DynamicsRow:
+    """One group of cells: ``scope`` names it; p-values unadjusted and Holm-adjusted (None: no verdict)."""
+
+    scope: str
+    cells: list[CellDynamics]
+    ndcg_plateau: float
+    hrli_plateau: float
+    lag: Interval
+    lag_positive: int
+    lag_share_ci: tuple[float, float]
+    change: Interval
+    gain_max: Interval
+    p_rise: float | None = None
+    p_flat: float | None = None
+    p_rise_holm: float | None = None
+    p_flat_holm: float | None = None
+    verdict: str = ""
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.cells)
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(dict.fromkeys(c.dataset for c in self.cells))
+
+
+@dataclass
+class DynamicsTable:
+    rows: list[DynamicsRow]
+    cells: list[CellDynamics]
+    skipped: list[Skipped]
+    margin: float
+    n_boot: int
+    alpha: float
+    models: tuple[str, ...] = field(default=CAUSAL_MODELS)
+
+
+def _interval(mean: float, reps: np.ndarray, n: int) -> Interval:
+    if n < 2:
+        return Interval(mean, None, None)
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    return Interval(mean, float(lo), float(hi))
+
+
+def summarise(scope: str, cells: list[CellDynamics], margin: float = GAIN_MARGIN, n_boot: int = 2000,
+              seed: int = 0) -> DynamicsRow:
+    """The row of one group of cells (module docstring); the p-values are unadjusted, the verdict empty (set by
+    ``dynamics_table`` after Holm's correction)."""
+    vals = np.array([[c.dynamics.lag, c.dynamics.change_after, c.dynamics.gain_after] for c in cells], dtype=float)
+    reps = cluster_bootstrap_means(vals, [c.dataset for c in cells], n_boot, seed)
+    means = vals.mean(axis=0)
+    n = len(cells)
+    k = int(np.sum(vals[:, 0] > 0))
+    row = DynamicsRow(scope, cells, float(np.mean([c.dynamics.ndcg_plateau for c in cells])),
+                      float(np.mean([c.dynamics.hrli_plateau for c in cells])),
+                      _interval(float(means[0]), reps[:, 0], n), k, wilson(k, n),
+                      _interval(float(means[1]), reps[:, 1], n), _interval(float(means[2]), reps[:, 2], n))
+    if n >= MIN_CELLS:
+        row.p_rise = (1 + int(np.sum(reps[:, 1] <= margin))) / (n_boot + 1)
+        row.p_flat = (1 + int(np.sum(reps[:, 1] >= margin))) / (n_boot + 1)
+    return row
+
+
+def rise_verdict(row: DynamicsRow, margin: float, alpha: float = 0.05) -> str:
+    """"keeps rising (> m)" / "does not keep rising (< m)" / "undecided" from the Holm-adjusted p-values; "too
+    few cells" below ``MIN_CELLS``."""
+    if row.p_rise_holm is None or row.p_flat_holm is None:
+        return f"too few cells ({row.n_cells} < {MIN_CELLS})"
+    if row.p_rise_holm < alpha:
+        return f"keeps rising (> {margin:g})"
+    if row.p_flat_holm < alpha:
+        return f"does not keep rising (< {margin:g})"
+    return "undecided"
+
+
+def _groups(cells: list[CellDynamics]) -> list[tuple[str, list[CellDynamics]]]:
+    """(scope, cells): each (data set, label); each data set with several labels; the base models (label = model)
+    where they differ from all; all."""
+    out: list[tuple[str, list[CellDynamics]]] = []
+    datasets = list(dict.fromkeys(c.dataset for c in cells))
+    for ds in datasets:
+        mine = [c for c in cells if c.dataset == ds]
+        labels = list(dict.fromkeys(c.label for c in mine))
+        out += [(f"{ds} / {lb}", [c for c in mine if c.label == lb]) for lb in labels]
+        if len(labels) > 1:
+            out.append((f"{ds} / all models", mine))
+    base = [c for c in cells if c.label == c.model]
+    if base and len(base) < len(cells):
+        out.append(("all data sets / base models", base))
+    out.append(("all data sets / all models", cells))
+    return out
+
+
+def dynamics_table(cells: list[CellDynamics], skipped: Sequence[Skipped] = (), margin: float = GAIN_MARGIN,
+                   n_boot: int = 2000, seed: int = 0, alpha: float = 0.05,
+                   models: Sequence[str] = CAUSAL_MODELS) -> DynamicsTable:
+    """The table over ``cells`` (rows from ``_groups``; row i bootstraps with seed ``seed + i``), Holm across the
+    rows with a verdict (p_rise and p_flat each a family); ``n_boot`` is raised where needed so that Holm's
+    smallest p can fall below alpha / 10."""
+    if not cells:
+        raise ResdomError("no stored cell of " + ", ".join(models) + " has a monitored curve")
+    groups = _groups(cells)
+    m = sum(len(g) >= MIN_CELLS for _, g in groups)
+    n_boot = max(n_boot, math.ceil(10 * m / alpha))  # Holm's smallest p, m / (n_boot + 1), can fall below alpha / 10
+    rows = [summarise(scope, group, margin, n_boot, seed + i) for i, (scope, group) in enumerate(groups)]
+    tested = [r for r in rows if r.p_rise is not None]
+    if tested:
+        for r, pr, pf in zip(tested, holm([r.p_rise for r in tested]), holm([r.p_flat for r in tested])):
+            r.p_rise_holm, r.p_flat_holm = float(pr), float(pf)
+    for r in rows:
+        r.verdict = rise_verdict(r, margin, alpha)
+    return DynamicsTable(rows, cells, list(skipped), margin, n_boot, alpha, tuple(models))
+
+
+def reliance_dynamics(store: str | Path, models: Sequence[str] = CAUSAL_MODELS, margin: float = GAIN_MARGIN,
+                      n_boot: int = 2000, seed: int = 0, alpha: float = 0.05,
+                      keep: Callable[[CellDynamics], bool] | None = None) -> DynamicsTable:
+    """Question 4 on a results store: ``store_dynamics`` then ``dynamics_table`` (``keep``: a further filter on
+    the cells)."""
+    cells, skipped = store_dynamics(store, models)
+    if keep is not None:
+        cells = [c for c in cells if keep(c)]
+    return dynamics_table(cells, skipped, margin, n_boot, seed, alpha, models)
+
+
+# --- Markdown and figure --------------------------------------------------------------------------------------------
+
+COLUMNS = ("cells", "scope", "NDCG@10 plateau", "HRLI@1 plateau", "lag, epochs [95% CI]", "lag > 0 [95% CI]",
+           "HRLI@1 change after [95% CI]", "largest rise after [95% CI]", "verdict")
+
+
+def _cells(r: DynamicsRow) -> list[str]:
+    lo, hi = r.lag_share_ci
+    one = " (1 cell)" if r.n_cells == 1 else ""
+    return [str(r.n_cells), r.scope + one, f"{r.ndcg_plateau:.1f}", f"{r.hrli_plateau:.1f}", r.lag.text(1),
+            f"{r.lag_positive}/{r.n_cells} [{lo:.2f}, {hi:.2f}]", r.change.text(3), r.gain_max.text(3), r.verdict]
+
+
+def dynamics_markdown(table: DynamicsTable) -> str:
+    """The table as Markdown, a note on the method and the cells left out."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
+    m = sum(r.p_rise is not None for r in table.rows)
+    note = (f"Cells: stored cells of {', '.join(table.models)} (and their named variants) with HRLI@1 monitored "
+            f"on a validation subsample from the first monitor interval on. Plateau: the first monitored epoch by "
+            f"which validation NDCG@10 (HRLI@1) has made 95% of its rise, mean over cells. Lag: HRLI@1 plateau - "
+            f"NDCG@10 plateau. Change after: HRLI@1 at the last monitored epoch - HRLI@1 at the NDCG@10 plateau; "
+            f"largest rise after: the largest HRLI@1 from the NDCG@10 plateau on - HRLI@1 there (>= 0 by "
+            f"construction, not tested). Means over cells; 95% CI from a bootstrap over cells ({table.n_boot} "
+            f"replicates), two-stage by data set where a row spans several; lag > 0: share of cells with a Wilson "
+            f"interval. Verdict on the mean change after against ±{table.margin:g} HRLI@1 by one-sided bootstrap "
+            f"tests, Holm across the {m} rows with {MIN_CELLS} cells or more, alpha {table.alpha:g}.")
+    lines += ["", note]
+    if table.skipped:
+        lines += ["", "Left out: " + "; ".join(f"{s.cell} ({s.reason})" for s in table.skipped) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def dynamics_figure(table: DynamicsTable, width: float = 3.4, dpi: int = 100) -> Figure:
+    """Scatter of the NDCG@10 plateau epoch (x) against the HRLI@1 plateau epoch (y), one point per cell, one
+    colour per data set (n cells in the legend), the line y = x. Points sharing an epoch pair are spread by up to
+    ±1.2 epochs (the epochs are multiples of the monitor interval). Not saved here."""
+    fig = Figure(figsize=(width, width * 1.3), dpi=dpi, layout="constrained")
+    ax = fig.subplots()
+    datasets = list(dict.fromkeys(c.dataset for c in table.cells))
+    seen: dict[tuple[int, int], int] = {}
+    top = 0
+    for i, ds in enumerate(datasets):
+        xs, ys = [], []
+        for c in (c for c in table.cells if c.dataset == ds):
+            key = (c.dynamics.ndcg_plateau, c.dynamics.hrli_plateau)
+            j = seen.get(key, 0)
+            seen[key] = j + 1
+            angle = 2.4 * j
+            r = 0.0 if j == 0 else min(1.2, 0.45 * np.sqrt(j))
+            xs.append(key[0] + r * np.cos(angle))
+            ys.append(key[1] + r * np.sin(angle))
+            top = max(top, *key)
+        ax.scatter(xs, ys, s=12, color=f"C{i % 10}", alpha=0.8, lw=0, label=f"{ds} (n={len(xs)})")
+    lim = top + 5
+    ax.plot([0, lim], [0, lim], color="0.4", lw=0.8, ls="--", label="y = x")
+    ax.set_xlim(0, lim)
+    ax.set_ylim(0, lim)
+    ax.set_xlabel("validation NDCG@10 plateau (epoch)", fontsize=7)
+    ax.set_ylabel("HRLI@1 plateau (epoch)", fontsize=7)
+    ax.tick_params(labelsize=7)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=5.5,
+               title=f"{len(table.cells)} cells", title_fontsize=6)
+    ax.set_title("Plateau epochs (95% of the rise): reliance vs accuracy", fontsize=7)
+    return fig
