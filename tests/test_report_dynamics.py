@@ -38,3 +38,11 @@ def test_gain_after_counts_only_what_comes_after_the_accuracy_plateau():
     curve = [row(5, 0.0, 0.9), row(10, 0.5, 0.5), row(15, 1.0, 0.5), row(20, 1.0, 0.5)]
     d = cell_dynamics(curve)
     assert d.ndcg_plateau == 15 and d.hrli_plateau == 5 and d.lag == -10 and d.gain_after == 0.0
+
+
+def test_change_after_is_signed_and_read_at_the_last_monitored_epoch():
+    # NDCG@10 plateaus at 15 (HRLI@1 0.6 there); HRLI@1 peaks at 0.7 (epoch 20) and ends at 0.55
+    curve = [row(5, 0.0, 0.2), row(10, 0.5, 0.4), row(15, 1.0, 0.6), row(20, 1.0, 0.7), row(25, 1.0, 0.55),
+             row(26, 1.0, None)]
+    d = cell_dynamics(curve)
+    assert d.hrli_last == 0.55 and d.change_after == pytest.approx(-0.05) and d.gain_after == pytest.approx(0.1)
