@@ -321,7 +321,7 @@ def evaluate(
     *,
     part: str = "test",
     cutoffs: Sequence[int] = (1, 5, 10, 20),
-    filter_seen: bool = True,
+    filter_seen: bool | None = None,
     batch_size: int = 256,
     device: str = "auto",
 ) -> EvalResult:
@@ -329,7 +329,9 @@ def evaluate(
 
     ``model``: a Fitted or any Diagnosable (``encode`` int64 (B, L) -> (B, L, d), ``item_embeddings`` (N + 1, d));
     it is moved to ``device``. ``split``: a SplitData (its ``part`` is used), an EvalSet, or None for a Fitted's
-    own split. ``filter_seen``: items of each user's input score -inf (a target in its own input is then a miss).
+    own split. ``filter_seen``: items of each user's input score -inf (a target in its own input is then a miss);
+    None: the split's setting (``SplitData.filter_seen``: True except for data sets that keep seen items, such as
+    ``diginetica``), True for a bare EvalSet.
     Returns an EvalResult: ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``.
     """
     from resdom.cli.values import positive_int
@@ -342,6 +344,8 @@ def evaluate(
     if not isinstance(evalset, EvalSet):
         raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(data).__name__}")
     dev = _device(device)
+    if filter_seen is None:
+        filter_seen = data.filter_seen if isinstance(data, SplitData) else True
     return run_evaluation(_on_device(model, dev), evalset, filter_seen=filter_seen, batch_size=batch_size,
                           device=dev, ks=cutoffs)
 

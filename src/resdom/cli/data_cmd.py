@@ -37,7 +37,9 @@ def stats_cmd(
 def _preprocessing_line(steps: list[dict[str, Any]]) -> str:
     parts = []
     for s in steps:
-        if s["step"] == "k_core":
+        if s["step"] == "sample_users":
+            parts.append(f"{s['users']:,} users sampled (seed {s['seed']})")
+        elif s["step"] == "k_core":
             parts.append(f"k-core {s['k']}: -{s['removed_interactions']:,}" if s.get("applied", True) else "no k-core")
         elif s["step"] == "remove_consecutive_repeats":
             parts.append(f"repeats removed: {s['removed_interactions']:,}" if s.get("applied", True)
@@ -74,12 +76,16 @@ def split_cmd(
 
 @data_app.command("list")
 def list_cmd() -> None:
-    """The registered data sets, their format and upstream files."""
+    """The registered data sets, their format and description; [by hand]: resdom cannot download a file of it
+    (`resdom data download NAME` says which file to fetch and where to put it)."""
     from resdom.data.registry import DATASETS
 
+    width = max(len(name) for name in DATASETS) + 1
     for spec in DATASETS.values():
-        typer.echo(f"{spec.name:<12} {spec.fmt:<11} {spec.description}")
-    typer.echo(f"{'synthetic':<12} {'generated':<11} planted structure; knobs: synthetic:p_last=0.6,n_users=3000,...")
+        hand = " [by hand]" if spec.manual else ""
+        typer.echo(f"{spec.name:<{width}} {spec.fmt:<17} {spec.description}{hand}")
+    typer.echo(f"{'synthetic':<{width}} {'generated':<17} planted structure; knobs: "
+               "synthetic:p_last=0.6,n_users=3000,...")
 
 
 @data_app.command("download")

@@ -31,7 +31,9 @@ DATA_DIR_HELP = (
     "Folder laid out like shared/data/raw (bsarec/Beauty.txt, ...) holding the registered files. "
     "Default: $RESDOM_DATA_DIR, then the user cache ($RESDOM_CACHE_DIR or ~/.cache/resdom), then download."
 )
-FORMAT_HELP = "Input format: user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens (default: detect)."
+FORMAT_HELP = ("Input format: user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens, and the native "
+               "files of the paper's data sets: movielens-zip, diginetica, steam, beeradvocate, zvuk, "
+               "time-to-split-csv (default: detect).")
 PROTOCOLS = ("loo", "gts")
 DEFAULT_PROTOCOL = "loo"
 DEFAULT_QUANTILE = 0.9
@@ -60,6 +62,10 @@ _SPLIT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("valid_quantile", float | None,
      typer.Option(None, "--valid-quantile",
                   help="GTS: T_val = this quantile of the training pool's times (default: --quantile).")),
+    ("filter_seen", bool | None,
+     typer.Option(None, "--filter-seen/--no-filter-seen",
+                  help="Evaluation removes (or keeps) each user's input items from the ranking; recorded in the split "
+                       "(default: the data set's setting: filtered, except diginetica, zvuk).")),
 )
 _FLAGS = {name: opt.param_decls[0] for name, _, opt in (*_READ_OPTIONS, *_SPLIT_OPTIONS)}
 
@@ -99,6 +105,7 @@ class DataOptions:
     protocol: str | None = None
     quantile: float | None = None
     valid_quantile: float | None = None
+    filter_seen: bool | None = None
 
     def __post_init__(self) -> None:
         if self.k_core is not None and self.k_core < 0:
@@ -139,6 +146,8 @@ class DataOptions:
         opts = self.preprocess_options()
         if self.valid_quantile is not None:
             opts["valid_quantile"] = self.valid_quantile
+        if self.filter_seen is not None:
+            opts["filter_seen"] = self.filter_seen
         quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
         return prepare_split(source, self.resolved_protocol, quantile, self.data_dir, self.fmt, **opts)
 

@@ -262,7 +262,10 @@ def evaluate(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
     split: str = typer.Option("test", "--split", help="valid | test"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
-    no_filter: bool = typer.Option(False, "--no-filter", help="do not remove seen items from the ranking"),
+    filter_seen: bool | None = typer.Option(
+        None, "--filter/--no-filter",
+        help="remove (or keep) each user's input items in the ranking; default: the data set's setting (filtered, "
+             "except data sets that keep seen items: diginetica, zvuk)"),
     cutoffs: str = typer.Option(",".join(map(str, CUTOFFS)), "--cutoffs", help="the K of HR@K and NDCG@K, "
                                 "comma-separated"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
@@ -281,12 +284,13 @@ def evaluate(
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
-    result = run_evaluation(run.model, run.split, part=split, filter_seen=not no_filter, batch_size=batch_size,
+    filtered = run.split.filter_seen if filter_seen is None else filter_seen
+    result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
                             device=dev, cutoffs=ks)
     if as_json:
-        typer.echo(json.dumps({"split": split, "filtered": not no_filter, **result.to_dict()}, indent=2))
+        typer.echo(json.dumps({"split": split, "filtered": filtered, **result.to_dict()}, indent=2))
         return
-    typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'kept' if no_filter else 'filtered'})")
+    typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'})")
     from resdom.io import metric_key
 
     for name in sorted(result.metrics, key=metric_key):

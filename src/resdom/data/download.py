@@ -12,6 +12,12 @@ Resolution order for each file of a registered data set (``registry.py``):
 
 Every file used is checked against the registry's sha256; a mismatch in a data folder is an error (pass the
 file as a path to use a different version), a mismatch in the cache is replaced by a fresh download.
+
+A ``WebFile`` (a fixed address outside GitHub, e.g. GroupLens) downloads from its address; under another
+``$RESDOM_DOWNLOAD_BASE`` (a mirror, a test server) from ``<base>/<host>/<path>``. A ``ManualFile`` is never
+downloaded: steps 1-3 look for it under its name (or an alternative name), its sha256 is checked where the
+registry knows one, and where it is nowhere the error names the file, where to fetch it and the exact path to
+put it at.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from resdom.data.registry import DEFAULT_BASE_URL, DatasetSpec, RemoteFile
+from resdom.data.registry import DEFAULT_BASE_URL, DataFile, DatasetSpec, ManualFile, RemoteFile
 from resdom.errors import ResdomError
 from resdom.io import file_mode, sha256_file
 
@@ -59,11 +65,13 @@ def download_base() -> str:
 
 def resolve_dataset_files(spec: DatasetSpec, data_dir: str | Path | None = None) -> list[ResolvedFile]:
     """The local files of ``spec`` (in ``spec.files`` order), downloading into the cache where needed."""
-    return [resolve_file(f, data_dir) for f in spec.files]
+    return [resolve_file(f, data_dir, spec.name) for f in spec.files]
 
 
-def resolve_file(remote: RemoteFile, data_dir: str | Path | None = None) -> ResolvedFile:
-    """One file, by the resolution order in the module docstring."""
+def resolve_file(remote: DataFile, data_dir: str | Path | None = None, dataset: str | None = None) -> ResolvedFile:
+    """One file, by the resolution order in the module docstring (``dataset``: its data set's name, for messages)."""
+    if isinstance(remote, ManualFile):
+        return _resolve_manual(remote, data_dir, dataset)
     if data_dir is not None:
         path = Path(data_dir).expanduser() / remote.local
         if not path.is_file():
@@ -85,14 +93,48 @@ def resolve_file(remote: RemoteFile, data_dir: str | Path | None = None) -> Reso
     return ResolvedFile(cached, "download", remote.sha256)
 
 
-def _verified(path: Path, remote: RemoteFile) -> str:
+def _manual_folders(data_dir: str | Path | None) -> list[tuple[Path, str]]:
+    """(folder, origin) where a ManualFile is looked for: ``data_dir`` alone, else $RESDOM_DATA_DIR, the cache."""
+    if data_dir is not None:
+        return [(Path(data_dir).expanduser(), "data-dir")]
+    env = os.environ.get(ENV_DATA_DIR)
+    return ([(Path(env).expanduser(), "env")] if env else []) + [(cache_dir(), "cache")]
+
+
+def _resolve_manual(remote: ManualFile, data_dir: str | Path | None, dataset: str | None) -> ResolvedFile:
+    """A file resdom does not download: the first of its names found in the folders of ``_manual_folders``."""
+    folders = _manual_folders(data_dir)
+    for folder, origin in folders:
+        for name in remote.names:
+            path = folder / name
+            if path.is_file():
+                return ResolvedFile(path, origin, _verified(path, remote) if remote.sha256 else sha256_file(path))
+    target = folders[0][0] / remote.local
+    others = [str(f / remote.local) for f, _ in folders[1:]]
+    also = f" (or at {' or '.join(others)})" if others else ""
+    names = ", ".join(Path(n).name for n in remote.alternatives)
+    alt = f"; also accepted there: {names}" if names else ""
+    what = f"data set {dataset!r}: " if dataset else ""
+    raise ResdomError(
+        f"{what}{target}: not found, and resdom does not download it ({remote.why}). Fetch {remote.fetch} and put it "
+        f"at {target}{also}{alt}; then run the same command again"
+    )
+
+
+def _verified(path: Path, remote: DataFile) -> str:
     digest = sha256_file(path)
     if digest != remote.sha256:
         raise ResdomError(
             f"{path}: sha256 {digest} does not match the registered {remote.sha256} "
-            f"({remote.repository}@{remote.commit[:8]}:{remote.path}); pass the file as a path to use it anyway"
+            f"({_short_upstream(remote)}); pass the file as a path to use it anyway"
         )
     return digest
+
+
+def _short_upstream(remote: DataFile) -> str:
+    if isinstance(remote, RemoteFile):
+        return f"{remote.repository}@{remote.commit[:8]}:{remote.path}"
+    return remote.upstream()
 
 
 def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0) -> Path:

@@ -3,15 +3,23 @@
 ``source`` is one of:
 
 - a registered name (``resdom data list``): ``beauty``, ``sports``, ``toys``, ``yelp``, ``lastfm``,
-  ``beauty-ts``, ``sports-ts``, ``toys-ts``, ``yelp-ts``, ``ml-100k``, ``ml-1m-part``; files are found by
-  ``download.py`` (``data_dir``, ``$RESDOM_DATA_DIR``, user cache, download);
+  ``beauty-ts``, ``sports-ts``, ``toys-ts``, ``yelp-ts``, ``video-ts``, ``ml-100k``, ``ml-1m-part``, and the
+  paper's others in their native files: ``ml-1m``, ``diginetica``, ``steam``, ``beeradvocate``, ``zvuk`` (and
+  time-to-split's raw CSVs: ``diginetica-tts`` ...); files are found by ``download.py`` (``data_dir``,
+  ``$RESDOM_DATA_DIR``, user cache, download; files that cannot be downloaded are named with where to put them);
 - ``synthetic`` or ``synthetic:knob=value,...`` (``synthetic.py``);
 - a path: one file, ``items.txt,times.txt`` (paired files), or a folder holding one ``*item*`` and one
   ``*time*`` file; the format is detected where unambiguous, ``fmt`` forces it.
 
 Options (``**options``): preprocessing ``k_core`` (None/0 off), ``remove_repeats``, ``sort_by_time``,
-``remap``; reader column names ``user_col``, ``item_col``, ``time_col``; GTS ``valid_quantile``. A registered
-data set may carry its own preset (``ml-100k``: no k-core, as distributed); explicit options win.
+``remap`` (and ``filter_order``, ``sample_users``, ``sample_seed``); reader column names ``user_col``,
+``item_col``, ``time_col``; GTS ``valid_quantile``; ``filter_seen`` (evaluation). A registered data set may carry
+its own preset (``ml-100k``: no k-core, as distributed; the paper's data sets: time-to-split's preprocessing)
+and evaluation setting (``diginetica``, ``zvuk``: seen items kept); explicit options win.
+
+The evaluation setting goes into the split's manifest as ``"evaluation": {"filter_seen": false, ...}`` where it is
+False (absent: filter, the default; ``SplitData.filter_seen``), so a split made before the setting existed keeps
+its manifest and data fingerprint.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from resdom.data.download import resolve_dataset_files, sha256_file
+from resdom.data.native import NATIVE_FORMATS, read_native
 from resdom.data.preprocess import Prepared, PreprocessConfig, preprocess
 from resdom.data.readers import RawInteractions, read_interactions, split_source_paths
 from resdom.data.registry import DATASETS
@@ -33,7 +42,7 @@ from resdom.errors import ResdomError
 
 PREPROCESS_OPTIONS = tuple(PreprocessConfig.model_fields)
 READER_OPTIONS = ("user_col", "item_col", "time_col")
-SPLIT_OPTIONS = ("valid_quantile",)
+SPLIT_OPTIONS = ("valid_quantile", "filter_seen")
 PROTOCOLS = ("loo", "gts")
 
 
@@ -62,13 +71,13 @@ def read_source(
         if fmt is not None and fmt != spec.fmt:
             raise ResdomError(f"data set {source!r} is in format {spec.fmt!r}; --format {fmt} does not apply")
         resolved = resolve_dataset_files(spec, data_dir)
-        raw = read_interactions([r.path for r in resolved], spec.fmt, **{**spec.reader, **reader_options})
+        raw = _read([r.path for r in resolved], spec.fmt, **{**spec.reader, **reader_options})
         if spec.seconds_per_time_unit != 1 and raw.times is not None:
             raw.times = raw.times * spec.seconds_per_time_unit
             raw.notes.append(f"times multiplied by {spec.seconds_per_time_unit} (the file's unit) to seconds")
         files = [
             {"path": str(r.path), "sha256": r.sha256, "origin": r.origin,
-             "upstream": f"{f.repository}@{f.commit}:{f.path}"}
+             "upstream": f.upstream()}
             for r, f in zip(resolved, spec.files)
         ]
         record = {"kind": "registry", "name": source, "format": spec.fmt, "files": files}
@@ -81,9 +90,28 @@ def read_source(
             raise ResdomError(f"unknown source {source!r}: not a registered data set ({known}, synthetic) "
                               "and no such file") from None
         raise e
-    raw = read_interactions(paths, fmt, **reader_options)
+    raw = _read(paths, fmt, **reader_options)
     files = [{"path": str(p.resolve()), "sha256": sha256_file(p)} for p in raw.files]
     return raw, {"kind": "path", "name": source, "format": raw.fmt, "files": files}, {}
+
+
+def _read(paths: list[Path], fmt: str | None, **reader_options: Any) -> RawInteractions:
+    """``readers.read_interactions``, or ``native.read_native`` for the native formats of the paper's data sets."""
+    if fmt in NATIVE_FORMATS:
+        return read_native(str(fmt), paths, **reader_options)
+    return read_interactions(paths, fmt, **reader_options)
+
+
+def evaluation_setting(source: str, filter_seen: bool | None = None) -> dict[str, Any]:
+    """The split manifest's ``evaluation`` entry: {} where seen items are filtered (the default), else
+    ``{"filter_seen": False, "why": ...}``. ``filter_seen`` (the user's) wins over the registry's setting."""
+    if filter_seen is None:
+        spec = DATASETS.get(str(source))
+        if spec is None or spec.filter_seen:
+            return {}
+        return {"filter_seen": False, "why": f"data set {spec.name!r}: seen items kept at evaluation, as the paper's "
+                "code (time-to-split's dataset.filter_seen) for repeat consumption"}
+    return {} if filter_seen else {"filter_seen": False, "why": "filter_seen=False given"}
 
 
 def load_prepared(
@@ -101,7 +129,7 @@ def load_prepared(
     manifest = {
         "resdom_version": __version__,
         "source": source_record,
-        "preprocessing": {"config": cfg.model_dump(), "preset": preset, "steps": prepared.steps},
+        "preprocessing": {"config": cfg.record(), "preset": preset, "steps": prepared.steps},
         "tie_rule": prepared.tie_rule,
         "n_items": prepared.n_items,
         "n_users": len(prepared.sequences),
@@ -136,6 +164,7 @@ def prepare_split(
         raise ResdomError(f"unknown protocol {protocol!r}; choose loo or gts")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
     valid_quantile = options.pop("valid_quantile", None)
+    evaluation = evaluation_setting(source, options.pop("filter_seen", None))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
     seqs = prepared.sequences
     if protocol == "loo":
@@ -149,4 +178,6 @@ def prepare_split(
         raise ResdomError(f"{source}: the {protocol} split leaves an empty training or test part ({counts})")
     manifest.update(parts.info)
     manifest["counts"] = counts
+    if evaluation:
+        manifest["evaluation"] = evaluation
     return SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)

@@ -2,13 +2,20 @@
 
 Order of operations, each optional and recorded in ``Prepared.steps``:
 
+0. user sample (off by default): keep ``sample_users`` users drawn uniformly without replacement with
+   ``sample_seed`` (users ordered by the string form of their raw id), before anything else (time-to-split
+   sampled Zvuk's users from the raw file);
 1. order: group by user; within a user sort by timestamp with a *stable* sort, so ties keep source order
    (the rule matters: tie order creates or destroys sequential signal), or with ``ties="item"`` by increasing
    raw item id; without timestamps source order;
 2. remove consecutive repeats of the same item within a user (off by default: the MANIFEST counts of Yelp
    include its 3,873 repeats);
 3. iterative k-core (default k = 5): drop items with < k interactions and users with < k, until stable.
-   With repeat removal on, 2 and 3 alternate until neither removes anything (k-core can create repeats);
+   With repeat removal on, 2 and 3 alternate until neither removes anything (k-core can create repeats).
+   ``filter_order="time-to-split"`` runs 2 and 3 pass for pass as time-to-split's ``core_filter``: repeats
+   once, then, while some user or item has < k: users with < k, then items with < k (counted after the user
+   pass), then repeats. Both end with no consecutive repeat and every count >= k, but where removing repeats
+   and k-core interact the two orders can keep different rows;
 4. remap items to 1..N (0 = padding) in increasing raw id (integer ids; the identity where they already are
    1..N) or in order of first appearance (string ids); users to 0..U-1 the same way.
 
@@ -44,6 +51,10 @@ class PreprocessConfig(BaseModel):
     remap: bool = True
     # equal timestamps of a user: "source" keeps the file's order, "item" orders them by increasing raw item id
     ties: Literal["source", "item"] = "source"
+    # added later (``LATER_FIELDS``): recorded only when set, so the manifests of earlier splits stay as they were
+    filter_order: Literal["alternate", "time-to-split"] = "alternate"
+    sample_users: int | None = None
+    sample_seed: int = 0
 
     @field_validator("k_core")
     @classmethod
@@ -51,6 +62,25 @@ class PreprocessConfig(BaseModel):
         if v is not None and v < 0:
             raise ValueError("k_core must be >= 0 (0 or None: off)")
         return v or None
+
+    @field_validator("sample_users")
+    @classmethod
+    def _sample_positive(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("sample_users must be >= 1 (None: all users)")
+        return v
+
+    def record(self) -> dict[str, Any]:
+        """The configuration for the manifest: every field, except the later ones left at their default (a split
+        made before they existed keeps its manifest, and so its data fingerprint, ``runs.data_fingerprint``)."""
+        out = self.model_dump()
+        for name in LATER_FIELDS:
+            if out[name] == type(self).model_fields[name].default:
+                del out[name]
+        return out
+
+
+LATER_FIELDS = ("filter_order", "sample_users", "sample_seed")
 
 
 @dataclass
@@ -115,6 +145,70 @@ def kcore_mask(users: np.ndarray, items: np.ndarray, k: int) -> tuple[np.ndarray
         keep &= ~drop
 
 
+def sample_users_mask(labels: np.ndarray, codes: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """bool (rows,): rows of ``n`` users drawn uniformly without replacement (``numpy.random.default_rng(seed)``)
+    from the users ordered by the string form of their raw id (``labels[code]``), so the draw depends only on the
+    file's ids, not on how they were encoded. All rows where there are at most ``n`` users."""
+    if n >= len(labels):
+        return np.ones(len(codes), dtype=bool)
+    by_name = np.argsort(np.asarray([str(x) for x in labels], dtype=object), kind="stable")
+    chosen = by_name[np.random.default_rng(seed).choice(len(labels), size=n, replace=False)]
+    picked = np.zeros(len(labels), dtype=bool)
+    picked[chosen] = True
+    return picked[codes]
+
+
+def _drop_repeats(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray) -> int:
+    """Unmark (in place) the kept rows that repeat the previous kept row's item of the same user; how many."""
+    idx = np.flatnonzero(keep)
+    rep = consecutive_repeat_mask(ucode[idx], icode[idx])
+    keep[idx[~rep]] = False
+    return int((~rep).sum())
+
+
+def _filter_alternate(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray, cfg: PreprocessConfig
+                      ) -> tuple[int, int, int]:
+    """resdom's order: repeats, then k-core to its fixed point, alternating until neither removes anything.
+    Updates ``keep``; returns (repeats removed, k-core removed, rounds)."""
+    rounds = removed_repeats = removed_kcore = 0
+    while True:
+        rounds += 1
+        n_before = int(keep.sum())
+        if cfg.remove_repeats:
+            removed_repeats += _drop_repeats(keep, ucode, icode)
+        if cfg.k_core:
+            idx = np.flatnonzero(keep)
+            kc, _ = kcore_mask(ucode[idx], icode[idx], cfg.k_core)
+            keep[idx[~kc]] = False
+            removed_kcore += int((~kc).sum())
+        if int(keep.sum()) == n_before or not cfg.remove_repeats or not cfg.k_core:
+            return removed_repeats, removed_kcore, rounds
+
+
+def _filter_time_to_split(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray, cfg: PreprocessConfig
+                          ) -> tuple[int, int, int]:
+    """time-to-split's ``core_filter`` pass for pass: repeats; then while a kept user or item has fewer than k
+    rows: users with < k, items with < k (counted after the user pass), repeats. Updates ``keep``; returns
+    (repeats removed, k-core removed, passes of the loop)."""
+    removed_repeats = _drop_repeats(keep, ucode, icode) if cfg.remove_repeats else 0
+    removed_kcore = passes = 0
+    k = cfg.k_core
+    n_users, n_items = int(ucode.max(initial=-1)) + 1, int(icode.max(initial=-1)) + 1
+    while k and keep.any():
+        uc = np.bincount(ucode[keep], minlength=n_users)
+        ic = np.bincount(icode[keep], minlength=n_items)
+        if (uc[ucode[keep]] >= k).all() and (ic[icode[keep]] >= k).all():
+            break
+        passes += 1
+        before = int(keep.sum())
+        keep &= uc[ucode] >= k
+        keep &= np.bincount(icode[keep], minlength=n_items)[icode] >= k
+        removed_kcore += before - int(keep.sum())
+        if cfg.remove_repeats:
+            removed_repeats += _drop_repeats(keep, ucode, icode)
+    return removed_repeats, removed_kcore, passes
+
+
 def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Prepared:
     """Raw rows -> full per-user sequences (see module docstring for the steps and their order)."""
     cfg = cfg or PreprocessConfig()
@@ -124,6 +218,12 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     icode, ilabels = encode_ids(raw.items)
     times = raw.times
     steps: list[dict[str, Any]] = [_counts_step("read", ucode, icode, fmt=raw.fmt, notes=raw.notes)]
+    if cfg.sample_users is not None:
+        picked = sample_users_mask(ulabels, ucode, cfg.sample_users, cfg.sample_seed)
+        ucode, icode = ucode[picked], icode[picked]
+        times = times[picked] if times is not None else None
+        steps.append({**_counts_step("sample_users", ucode, icode), "n": cfg.sample_users, "seed": cfg.sample_seed,
+                      "rule": "uniform without replacement over users ordered by raw id (as text)"})
 
     use_times = times is not None and cfg.sort_by_time
     if cfg.ties == "item" and not use_times:
@@ -136,30 +236,17 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     steps.append(_order_step(ucode, times, tie, moved=int((order != np.arange(len(order))).sum())))
 
     keep = np.ones(len(icode), dtype=bool)
-    rounds = 0
-    removed_repeats = removed_kcore = 0
-    while True:
-        rounds += 1
-        n_before = int(keep.sum())
-        if cfg.remove_repeats:
-            idx = np.flatnonzero(keep)
-            rep = consecutive_repeat_mask(ucode[idx], icode[idx])
-            keep[idx[~rep]] = False
-            removed_repeats += int((~rep).sum())
-        if cfg.k_core:
-            idx = np.flatnonzero(keep)
-            kc, _ = kcore_mask(ucode[idx], icode[idx], cfg.k_core)
-            keep[idx[~kc]] = False
-            removed_kcore += int((~kc).sum())
-        if int(keep.sum()) == n_before or not cfg.remove_repeats or not cfg.k_core:
-            break
+    tts = cfg.filter_order == "time-to-split"
+    run = _filter_time_to_split if tts else _filter_alternate
+    removed_repeats, removed_kcore, rounds = run(keep, ucode, icode, cfg)
     if cfg.remove_repeats:
         steps.append({"step": "remove_consecutive_repeats", "removed_interactions": removed_repeats})
     else:
         n_rep = int((~consecutive_repeat_mask(ucode, icode)).sum())
         steps.append({"step": "remove_consecutive_repeats", "applied": False, "consecutive_repeats_kept": n_rep})
     if cfg.k_core:
-        steps.append({"step": "k_core", "k": cfg.k_core, "removed_interactions": removed_kcore, "passes": rounds})
+        steps.append({"step": "k_core", "k": cfg.k_core, "removed_interactions": removed_kcore, "passes": rounds,
+                      **({"order_of_passes": "time-to-split core_filter"} if tts else {})})
     else:
         steps.append({"step": "k_core", "applied": False})
     ucode, icode = ucode[keep], icode[keep]

@@ -1,14 +1,31 @@
-"""Named data sets: where their files come from (repository, commit, path, sha256) and how they are read.
+"""Named data sets: where their files come from, their checksums, how they are read and their presets.
 
-The addresses and checksums are those of ``shared/data/MANIFEST.md``; the canonical download address of a
-file is ``https://raw.githubusercontent.com/<repository>/<commit>/<path>``. ``local`` is the file's place
-inside a data folder (``--data-dir`` / ``$RESDOM_DATA_DIR`` / the cache), laid out like ``shared/data/raw``.
+Three kinds of file:
+
+- ``RemoteFile``: a file in a public GitHub repository at a fixed commit, downloaded from
+  ``https://raw.githubusercontent.com/<repository>/<commit>/<path>`` (the addresses and checksums of
+  ``shared/data/MANIFEST.md``);
+- ``WebFile``: a file at a fixed address elsewhere with a known sha256 (MovieLens-1M from GroupLens);
+- ``ManualFile``: a file resdom does not download, because its terms need a login or registration (Kaggle,
+  the CIKM Cup) or because no stable address with a known checksum exists; where it is missing, the error
+  says which file to fetch, from where, and the exact path resdom looks in.
+
+``local`` is the file's place inside a data folder (``--data-dir`` / ``$RESDOM_DATA_DIR`` / the cache), laid
+out like ``shared/data/raw``.
+
+``TTS_PRESET`` is the preprocessing of time-to-split (Gusak et al., RecSys 2025; ``runs/configs/preprocess.yaml``
+and ``src/preprocess/filters.py`` of github.com/monkey0head/time-to-split), which the paper's code runs on all
+nine of its data sets: consecutive repeats removed, then users and items with fewer than 5 interactions,
+repeats again, until stable, in time-to-split's order of passes. ``filter_seen`` is the data set's evaluation
+setting (time-to-split's ``dataset.filter_seen``): False for the repeat-consumption data sets (Diginetica,
+Zvuk), whose evaluation keeps the items of a user's input in the ranking.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from resdom.errors import ResdomError
 
@@ -36,6 +53,57 @@ class RemoteFile:
         """``<base>/<repository>/<commit>/<path>`` (base: raw.githubusercontent.com or a test server)."""
         return f"{base.rstrip('/')}/{self.repository}/{self.commit}/{self.path}"
 
+    def upstream(self) -> str:
+        """Where the file comes from, for the manifest: ``repository@commit:path``."""
+        return f"{self.repository}@{self.commit}:{self.path}"
+
+
+@dataclass(frozen=True)
+class WebFile:
+    """A file at a fixed address outside GitHub, with a known sha256; downloaded like a RemoteFile."""
+
+    local: str
+    address: str  # the full URL, e.g. https://files.grouplens.org/datasets/movielens/ml-1m.zip
+    sha256: str
+    checksum_source: str = ""  # where the sha256 comes from, for the record
+
+    def url(self, base: str = DEFAULT_BASE_URL) -> str:
+        """The address itself; under another base (a mirror or a test server): ``<base>/<host>/<path>``."""
+        if base.rstrip("/") == DEFAULT_BASE_URL:
+            return self.address
+        parts = urlsplit(self.address)
+        return f"{base.rstrip('/')}/{parts.netloc}{parts.path}"
+
+    def upstream(self) -> str:
+        return self.address
+
+
+@dataclass(frozen=True)
+class ManualFile:
+    """A file resdom never downloads: it must be put at ``local`` (or one of ``alternatives``) in a data folder.
+
+    ``fetch``: what to fetch and from where (a URL or a page), one phrase for the error message; ``why``: why
+    resdom does not download it. ``sha256``: checked where known; None accepts any file (its sha256 is recorded in
+    the split's manifest). ``alternatives``: other names accepted in the same data folder, tried in order after
+    ``local`` (e.g. the uncompressed file).
+    """
+
+    local: str
+    fetch: str
+    why: str
+    sha256: str | None = None
+    alternatives: tuple[str, ...] = ()
+
+    def upstream(self) -> str:
+        return self.fetch
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.local, *self.alternatives)
+
+
+DataFile = RemoteFile | WebFile | ManualFile
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -43,15 +111,23 @@ class DatasetSpec:
 
     ``preset`` overrides the generic preprocessing defaults (``PreprocessConfig``) for this data set; an
     explicit option given by the user overrides both. ``description`` is one line for ``resdom data list``.
+    ``filter_seen``: whether evaluation removes the items of a user's input from the ranking (spec §3); the
+    split's manifest records False, and evaluation and the diagnostics then keep seen items.
     """
 
     name: str
     fmt: str
-    files: tuple[RemoteFile, ...]
+    files: tuple[DataFile, ...]
     description: str
     preset: dict[str, Any] = field(default_factory=dict)
     reader: dict[str, Any] = field(default_factory=dict)  # reader options (column names) for this file
     seconds_per_time_unit: int = 1  # the file's times are in units of this many seconds (days: 86400)
+    filter_seen: bool = True
+
+    @property
+    def manual(self) -> bool:
+        """Whether some file must be fetched by hand (resdom cannot download it)."""
+        return any(isinstance(f, ManualFile) for f in self.files)
 
 
 def _f(local: str, origin: tuple[str, str], path: str, sha256: str) -> RemoteFile:
@@ -73,6 +149,47 @@ _SPORTS_TS = (
     _f("amazon-sports-ts/Sports_time_org_rank.txt", _TICOSEREC, "data/Sports/Sports_time_org_rank.txt",
        "c442ed4744f1de95b00744861bbaa503fcc98380d8b7ec08d52231450356c3a2"),
 )
+
+# time-to-split's preprocessing, run by the paper's code on all nine of its data sets (module docstring)
+TTS_PRESET: dict[str, Any] = {"k_core": 5, "remove_repeats": True, "filter_order": "time-to-split"}
+
+_TTS_FOLDER = ("time-to-split's raw data folder (https://disk.yandex.com/d/RutWRex_12Kfyg, linked from "
+               "github.com/monkey0head/time-to-split's README)")
+_TTS_WHY = "the folder is a Yandex Disk share without stable file addresses or published checksums"
+
+
+def _tts_csv(name: str) -> ManualFile:
+    """time-to-split's raw CSV ``<name>.csv``: what the paper's code read."""
+    return ManualFile(f"time-to-split/{name}.csv", f"{name}.csv from {_TTS_FOLDER}", _TTS_WHY)
+
+
+_ML_1M = WebFile("ml-1m/ml-1m.zip", "https://files.grouplens.org/datasets/movielens/ml-1m.zip",
+                 "a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
+                 "tensorflow/datasets url_checksums/movielens.txt (5,917,549 bytes; GroupLens's own ml-1m.zip.md5 is "
+                 "c4d9eecfca2ab87c1945afe126590906)")
+_DIGINETICA = ManualFile(
+    "diginetica/train-item-views.csv",
+    "train-item-views.csv of dataset-train-diginetica.zip, CIKM Cup 2016 Track 2 "
+    "(https://competitions.codalab.org/competitions/11161, linked from http://cikm2016.cs.iupui.edu/cikm-cup)",
+    "the CIKM Cup asks for registration and publishes no checksum")
+_STEAM = ManualFile(
+    "steam/steam_reviews.json.gz",
+    "steam_reviews.json.gz, 'Version 2: Review Data' of the UCSD Steam data "
+    "(https://mcauleylab.ucsd.edu/public_datasets/data/steam/steam_reviews.json.gz; page: "
+    "https://cseweb.ucsd.edu/~jmcauley/datasets.html#steam_data)",
+    "no checksum of the file is published, so a download could not be verified",
+    alternatives=("steam/steam_reviews.json",))
+_BEERADVOCATE = ManualFile(
+    "beeradvocate/beeradvocate.json.gz",
+    "beeradvocate.json.gz (https://mcauleylab.ucsd.edu/public_datasets/data/beer/beeradvocate.json.gz), or SNAP's "
+    "beeradvocate.txt.gz (https://snap.stanford.edu/data/web-BeerAdvocate.html)",
+    "SNAP withdrew its copy at BeerAdvocate's request and no checksum of either copy is published",
+    alternatives=tuple(f"beeradvocate/beeradvocate.{ext}" for ext in ("json", "txt.gz", "txt")))
+_ZVUK = ManualFile(
+    "zvuk/zvuk-interactions.parquet",
+    "zvuk-interactions.parquet of the Zvuk data set (https://www.kaggle.com/datasets/alexxl/zvuk-dataset)",
+    "Kaggle asks for a login")
+_PAPER = "the paper's Table 1"
 
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
@@ -136,6 +253,46 @@ DATASETS: dict[str, DatasetSpec] = {
                "2fedcf5405373a49df4041e3d3fe1e8db9eacf2c77c209ae1f686ea06b7a16d9"),
         ), "MovieLens-1M ratings of users 1-2,999 only (487,650 ratings, no k-core by default)",
             preset={"k_core": None}),
+        # the paper's data sets not held under shared/data (and full MovieLens-1M): native files, time-to-split's
+        # preprocessing; the paper's counts after it are in each description (checked where the file is at hand)
+        DatasetSpec("ml-1m", "movielens-zip", (_ML_1M,),
+                    f"MovieLens-1M, all 1,000,209 ratings (GroupLens ml-1m.zip); 5-core, repeats removed; "
+                    f"{_PAPER}: 6,040 users, 3,416 items, 999,611 interactions", preset=TTS_PRESET),
+        DatasetSpec("diginetica", "diginetica", (_DIGINETICA,),
+                    f"Diginetica (CIKM Cup 2016) item views, one session a user, time = eventdate + timeframe; "
+                    f"seen items kept at evaluation; {_PAPER}: 61,279 / 25,593 / 485,903",
+                    preset=TTS_PRESET, filter_seen=False),
+        DatasetSpec("steam", "steam", (_STEAM,),
+                    f"Steam reviews v2 (username, product_id, day-resolution date); {_PAPER}: 281,349 / 11,961 / "
+                    "3,550,272", preset=TTS_PRESET),
+        DatasetSpec("beeradvocate", "beeradvocate", (_BEERADVOCATE,),
+                    f"BeerAdvocate reviews (review/profileName, beer/beerId, review/time); {_PAPER}: 14,635 / 22,074 / "
+                    "1,475,412", preset=TTS_PRESET),
+        DatasetSpec("zvuk", "zvuk", (_ZVUK,),
+                    "Zvuk listening events (user_id, track_id, datetime), 20,000 users drawn with seed 0 (time-to-"
+                    "split's sample of 20,000 is not published; zvuk-tts is), seen items kept at evaluation",
+                    preset={**TTS_PRESET, "sample_users": 20_000, "sample_seed": 0}, filter_seen=False),
+        # time-to-split's raw CSVs: exactly the files the paper's code read
+        DatasetSpec("diginetica-tts", "time-to-split-csv", (_tts_csv("Diginetica"),),
+                    "Diginetica as time-to-split's Diginetica.csv (sessionId, itemId, timestamp); seen items kept",
+                    preset=TTS_PRESET, filter_seen=False,
+                    reader={"user_col": "sessionId", "item_col": "itemId", "time_col": "timestamp"}),
+        DatasetSpec("beeradvocate-tts", "time-to-split-csv", (_tts_csv("BeerAdvocate"),),
+                    "BeerAdvocate as time-to-split's BeerAdvocate.csv (user_id, item_id, timestamp)",
+                    preset=TTS_PRESET,
+                    reader={"user_col": "user_id", "item_col": "item_id", "time_col": "timestamp"}),
+        DatasetSpec("zvuk-tts", "time-to-split-csv", (_tts_csv("Zvuk"),),
+                    "Zvuk as time-to-split's Zvuk.csv, its 20,000-user sample (user_id, track_id, datetime); seen "
+                    "items kept", preset=TTS_PRESET, filter_seen=False,
+                    reader={"user_col": "user_id", "item_col": "track_id", "time_col": "datetime"}),
+        DatasetSpec("beauty-tts", "time-to-split-csv", (_tts_csv("Beauty"),),
+                    "Amazon Beauty as time-to-split's Beauty.csv (reviewerID, asin, unixReviewTime)",
+                    preset=TTS_PRESET,
+                    reader={"user_col": "reviewerID", "item_col": "asin", "time_col": "unixReviewTime"}),
+        DatasetSpec("sports-tts", "time-to-split-csv", (_tts_csv("Sports"),),
+                    "Amazon Sports as time-to-split's Sports.csv (reviewerID, asin, unixReviewTime)",
+                    preset=TTS_PRESET,
+                    reader={"user_col": "reviewerID", "item_col": "asin", "time_col": "unixReviewTime"}),
     )
 }
 

@@ -141,6 +141,13 @@ class SplitData:
     n_items: int
     manifest: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def filter_seen(self) -> bool:
+        """Whether evaluation removes each user's input items from the ranking (spec §3): the manifest's
+        ``evaluation.filter_seen``, True where absent (every split made before the setting existed)."""
+        evaluation = self.manifest.get("evaluation")
+        return not (isinstance(evaluation, dict) and evaluation.get("filter_seen") is False)
+
     def save(self, directory: str | Path) -> None:
         """Write ``arrays.npz`` and ``manifest.json`` into ``directory`` (atomically, file by file)."""
         directory = Path(directory)

@@ -3,7 +3,8 @@
 For each alpha (set with ``residual_scale`` in all or the chosen layers, same trained weights) one recorded
 pass over the set gives: pooled mixing ratios per stage ("all" real positions and "last" position),
 HRLI@1 and HRL2I@1 (unfiltered), HR@10 and NDCG@10 filtered (the whole input's items, as evaluation) and
-unfiltered.
+unfiltered. With ``filter_seen=False`` (a data set that keeps seen items at evaluation, ``SplitData.filter_seen``)
+HR@10 and NDCG@10 are unfiltered too, as that data set's evaluation, and the result says ``"filter_seen": false``.
 """
 
 from __future__ import annotations
@@ -76,10 +77,13 @@ class AlphaResult:
     split: str | None = None
     trained_scale: list[Any] | None = None
     target_ranks: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
+    filter_seen: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         extra = {} if self.trained_scale is None else {"trained_scale": self.trained_scale,
                                                         "scale_used": "trained_scale * alpha"}
+        if not self.filter_seen:
+            extra["filter_seen"] = False
         return jsonable({"split": self.split, "n_users": self.n_users, "layers": self.layers,
                          "definition": self.definition, **extra, "rows": self.rows})
 
@@ -106,9 +110,10 @@ class AlphaResult:
 
 def alpha_row(
     model: Diagnosable, evalset: EvalSet, alpha: float, layers: Sequence[int] | None, definition: str,
-    batch_size: int, device: str | torch.device | None, progress: bool,
+    batch_size: int, device: str | torch.device | None, progress: bool, filter_seen: bool = True,
 ) -> tuple[dict[str, Any], np.ndarray]:
-    """The sweep's row at one alpha and the filtered target ranks (n,) (model already in inference mode)."""
+    """The sweep's row at one alpha and the target ranks (n,) as evaluation ranks them (filtered unless
+    ``filter_seen`` is False) (model already in inference mode)."""
     acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
     filt, unfilt, last = [], [], []
     with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums") as store:
@@ -120,7 +125,8 @@ def alpha_row(
             wanted = torch.cat([targets[:, None], recent.to(targets.device)], 1)  # (B, 3)
             scores = scores_at(model, states, None)
             u = ranks_of(scores, wanted)
-            scores.scatter_(1, seen_items(evalset.inputs, idx, items.device), -math.inf)  # now filtered
+            if filter_seen:
+                scores.scatter_(1, seen_items(evalset.inputs, idx, items.device), -math.inf)  # now filtered
             filt.append(ranks_of(scores, targets).cpu())
             unfilt.append(u[:, 0].cpu())
             last.append(u[:, 1:].cpu().numpy())
@@ -140,17 +146,20 @@ def alpha_row(
 def alpha_sweep(
     model: Diagnosable, evalset: EvalSet, alphas: Sequence[float] = ALPHAS, layers: Sequence[int] | None = None,
     definition: str = "norm_of_sums", batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None,
-    progress: bool = False,
+    progress: bool = False, filter_seen: bool = True,
 ) -> AlphaResult:
-    """One row per alpha in ``alphas``; ``layers`` = the blocks whose residual is scaled (default all)."""
+    """One row per alpha in ``alphas``; ``layers`` = the blocks whose residual is scaled (default all).
+    ``filter_seen``: the evaluation setting of HR@10 / NDCG@10 (module docstring)."""
     model = check_model(model)
     require_attention(model, "alpha")
     alphas = check_alphas(alphas)
     chosen = None if layers is None else [int(x) for x in layers]
     with inference(model):
-        done = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress) for a in alphas]
+        done = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress, filter_seen)
+                for a in alphas]
     return AlphaResult("all" if chosen is None else chosen, [row for row, _ in done], len(evalset), definition,
-                       trained_scale=trained_scales(model), target_ranks={a: r for a, (_, r) in zip(alphas, done)})
+                       trained_scale=trained_scales(model), target_ranks={a: r for a, (_, r) in zip(alphas, done)},
+                       filter_seen=filter_seen)
 
 
 def trained_scales(model: Diagnosable) -> list[Any] | None:

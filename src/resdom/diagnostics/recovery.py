@@ -6,6 +6,8 @@ inputs are left-padded, so those are the states after the user's (k+1)-th most r
 prediction is ranked against the same target with the same seen-item filter as the final position: all
 items of the user's whole input (as evaluation), also for the earlier positions, so an earlier position is
 not credited for items it could not have filtered. Users with fewer than k+1 items are not hit at offset k.
+With ``filter_seen=False`` (a data set whose evaluation keeps seen items, ``SplitData.filter_seen``) no position
+filters, as that data set's evaluation, and the result says ``"filter_seen": false``.
 
 - recoverable set R = users whose final position misses (rank >= K) and some offset k hits;
 - per-offset shares = #(hit at L-k and miss at L) / #evaluated users;
@@ -57,8 +59,10 @@ OFFSETS = (1, 2, 3)
 def position_ranks(
     model: Diagnosable, evalset: EvalSet, offsets: Sequence[int] = (0, *OFFSETS), batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False, desc: str = "recovery",
+    filter_seen: bool = True,
 ) -> np.ndarray:
-    """int64 (n, len(offsets)): filtered rank of the target read at column L-1-k for each k in ``offsets``.
+    """int64 (n, len(offsets)): filtered (unless ``filter_seen`` is False) rank of the target read at column L-1-k
+    for each k in ``offsets``.
 
     Read from the model's prediction states (``interface.prediction_states``): with a readout other than the
     last state, column L-1-k is the readout of the prefix that ends at it (the mean of its last k' real states,
@@ -71,7 +75,7 @@ def position_ranks(
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
         hidden = last_prediction_states(model, items, max(offsets) + 1)  # (B, L, d), read at L-1-k only
         tokens = state_tokens(model, items)  # the token each column of hidden sits on
-        seen = seen_items(evalset.inputs, idx, items.device)
+        seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
         L = items.shape[1]
         cols = []
         for k in offsets:
@@ -89,11 +93,12 @@ def position_ranks(
 
 def final_ranks(
     model: Diagnosable, evalset: EvalSet, alpha: float, layers: Sequence[int] | None, batch_size: int,
-    device: str | torch.device | None, progress: bool,
+    device: str | torch.device | None, progress: bool, filter_seen: bool = True,
 ) -> np.ndarray:
-    """int64 (n,): filtered final-position ranks of the targets at residual scale ``alpha``."""
+    """int64 (n,): filtered (unless ``filter_seen`` is False) final-position ranks of the targets at ``alpha``."""
     with residual_scale(model, alpha, layers):
-        return position_ranks(model, evalset, (0,), batch_size, device, progress, f"recovery alpha {alpha:g}")[:, 0]
+        return position_ranks(model, evalset, (0,), batch_size, device, progress, f"recovery alpha {alpha:g}",
+                              filter_seen)[:, 0]
 
 
 @dataclass
@@ -116,14 +121,14 @@ class SplitRecovery:
 def split_recovery(
     model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = 10, layers: Sequence[int] | None = None,
     batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
-    known: Mapping[float, np.ndarray] | None = None,
+    known: Mapping[float, np.ndarray] | None = None, filter_seen: bool = True,
 ) -> SplitRecovery:
     """Recoverable set at alpha = 1 and Recovery(alpha) / HR@K(alpha) for each alpha (model in inference mode).
     ``known``: {alpha: final-position ranks (n,)} already computed on this split at these layers (the alpha
     sweep's), used instead of ranking again."""
     n = len(evalset)
     with residual_scale(model, 1.0, layers):
-        base = position_ranks(model, evalset, (0, *OFFSETS), batch_size, device, progress)
+        base = position_ranks(model, evalset, (0, *OFFSETS), batch_size, device, progress, filter_seen=filter_seen)
     final_hit = base[:, 0] < K
     offset_hit = base[:, 1:] < K  # (n, 3)
     recoverable = ~final_hit & offset_hit.any(1)
@@ -136,7 +141,7 @@ def split_recovery(
         elif known is not None and a in known:
             ranks = known[a]
         else:
-            ranks = final_ranks(model, evalset, a, layers, batch_size, device, progress)
+            ranks = final_ranks(model, evalset, a, layers, batch_size, device, progress, filter_seen)
         by_alpha[a] = ranks
         hit = ranks < K
         rec = float((hit & recoverable).sum() / recoverable.sum()) if recoverable.any() else float("nan")
@@ -171,6 +176,7 @@ class RecoveryResult:
     test_at_alpha_star: dict[str, float]
     layers: str | list[int] = "all"
     split: str = "test"
+    filter_seen: bool = True
 
     TABLE_ALPHAS: ClassVar[tuple[float, ...]] = (0.1, 0.2, 0.3)  # the alphas the paper's table reports
 
@@ -191,7 +197,8 @@ class RecoveryResult:
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.test.n_users, "K": self.K, "eps": self.eps,
                          "layers": self.layers, "valid": self.valid.to_dict(), "test": self.test.to_dict(),
-                         "alpha_star": self.alpha_star, "test_at_alpha_star": self.test_at_alpha_star})
+                         "alpha_star": self.alpha_star, "test_at_alpha_star": self.test_at_alpha_star,
+                         **({} if self.filter_seen else {"filter_seen": False})})
 
     def to_frame(self) -> pd.DataFrame:
         """pandas DataFrame, one row per (split, alpha): ``split`` (valid, test), ``alpha``, ``recovery`` (share of the
@@ -213,11 +220,12 @@ def miss_recovery(
     model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = 10,
     eps: float = 0.01, layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False,
-    known_ranks: Mapping[str, Mapping[float, np.ndarray]] | None = None,
+    known_ranks: Mapping[str, Mapping[float, np.ndarray]] | None = None, filter_seen: bool = True,
 ) -> RecoveryResult:
     """spec §4 miss recovery: alpha* selected on ``valid``, everything reported on ``test`` as well.
     ``known_ranks``: {"valid" | "test": {alpha: final-position target ranks}} from an alpha sweep of the same
-    model, split and ``layers`` (``diagnostics.alpha.AlphaResult.target_ranks``), reused, not recomputed."""
+    model, split and ``layers`` (``diagnostics.alpha.AlphaResult.target_ranks``, computed with the same
+    ``filter_seen``), reused, not recomputed. ``filter_seen``: the evaluation setting (module docstring)."""
     model = check_model(model)
     alphas = check_alphas(alphas)
     if not model.attention_blocks():  # nothing to scale (GRU4Rec): alpha-free
@@ -229,12 +237,15 @@ def miss_recovery(
     chosen = None if layers is None else [int(x) for x in layers]
     with inference(model):
         known = known_ranks or {}
-        v = split_recovery(model, valid, alphas, K, chosen, batch_size, device, progress, known.get("valid"))
-        t = split_recovery(model, test, alphas, K, chosen, batch_size, device, progress, known.get("test"))
+        v = split_recovery(model, valid, alphas, K, chosen, batch_size, device, progress, known.get("valid"),
+                           filter_seen)
+        t = split_recovery(model, test, alphas, K, chosen, batch_size, device, progress, known.get("test"),
+                           filter_seen)
     a_star = select_alpha(v.curve, K, eps)
     ranks = t.ranks_by_alpha[a_star]
     at_star = metrics_from_ranks(torch.from_numpy(ranks), tuple(sorted({*KS, K})))
     rec_row = next(r for r in t.curve if r["alpha"] == a_star)
     at_star.update({"alpha": a_star, "recovery": rec_row["recovery"],
                     f"HR@{K}_at_alpha_1": next(r for r in t.curve if r["alpha"] == 1.0)[f"HR@{K}"]})
-    return RecoveryResult(K, eps, v, t, a_star, at_star, "all" if chosen is None else chosen)
+    return RecoveryResult(K, eps, v, t, a_star, at_star, "all" if chosen is None else chosen,
+                          filter_seen=filter_seen)

@@ -76,26 +76,30 @@ def compute_diagnostic(
 ) -> Any:
     """The result object of diagnostic ``name`` (one of WHAT) of ``model`` on ``split``'s ``part`` (valid | test),
     its ``split`` set to ``part``; recovery selects alpha* on valid and reports test whatever ``part`` says.
+    The shuffles' metrics, the sweep's HR@10 / NDCG@10 and recovery follow the split's evaluation setting
+    (``SplitData.filter_seen``); the last-item hit rates never filter.
     ``recency`` / ``cutoffs``: the k / K of HRLkI@K. What ``run_all`` writes and ``resdom.diagnose`` returns.
     ``ranks``: a dict a caller keeps across the diagnostics of one model (same ``layers`` and ``alphas``): the
     alpha sweep leaves its target ranks there under ``part`` and recovery reuses them, so the split is not
     ranked at every alpha twice."""
     evalset = getattr(split, part)
     common = {"batch_size": batch_size, "device": device, "progress": progress}
+    seen = split.filter_seen  # the data set's evaluation setting (diginetica, zvuk: seen items kept)
     if name == "shuffle":
-        res = position_shuffle(model, evalset, seeds=seeds, **common)
+        res = position_shuffle(model, evalset, seeds=seeds, filter_seen=seen, **common)
     elif name == "hrli":
         res = last_item_hit_rates(model, evalset, ks=recency, Ks=cutoffs,
                                   train_counts=item_counts(split.train, split.n_items), **common)
     elif name == "mixing":
         res = mixing_ratios(model, evalset, definition=definition, per_head=per_head, **common)
     elif name == "alpha":
-        res = alpha_sweep(model, evalset, alphas=alphas, layers=layers, definition=definition, **common)
+        res = alpha_sweep(model, evalset, alphas=alphas, layers=layers, definition=definition, filter_seen=seen,
+                          **common)
         if ranks is not None:
             ranks[part] = res.target_ranks
     elif name == "recovery":
         return miss_recovery(model, split.valid, split.test, alphas=alphas, layers=layers, known_ranks=ranks,
-                             **common)
+                             filter_seen=seen, **common)
     else:
         raise ValueError(f"unknown diagnostic {name!r} (one of {', '.join(WHAT)})")
     res.split = part

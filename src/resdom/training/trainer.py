@@ -282,11 +282,13 @@ def _progress_lines(progress: bool | None, is_main: bool) -> bool:
 
 def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_cfg: TrainConfig,
               device: torch.device) -> dict[str, Any]:
-    """{"metrics": {...}, "n_users": n} of ``which`` (valid | test), full ranking, seen items filtered."""
+    """{"metrics": {...}, "n_users": n} of ``which`` (valid | test), full ranking, seen items filtered unless the
+    data set keeps them (``SplitData.filter_seen``)."""
     from resdom.evaluation.evaluate import evaluate
 
     evalset = split.valid if which == "valid" else split.test
-    return evaluate(model, evalset, filter_seen=True, batch_size=train_cfg.eval_batch_size, device=device).to_dict()
+    return evaluate(model, evalset, filter_seen=split.filter_seen, batch_size=train_cfg.eval_batch_size,
+                    device=device).to_dict()
 
 
 def _resolve_model_config(model_cfg: ModelConfig, split: SplitData) -> ModelConfig:
