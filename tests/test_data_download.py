@@ -158,3 +158,20 @@ def test_registered_files_served_like_raw_githubusercontent(server: Server, shar
         load_prepared("ml-100k")
     assert not (tmp_path / "cache" / remote.local).exists()
     assert leftovers(tmp_path / "cache" / "ml-100k") == []
+
+
+def test_web_file_downloads_from_its_address_under_a_mirror_base(server: Server, tmp_path: Path) -> None:
+    """A WebFile (a fixed address outside GitHub, e.g. GroupLens's ml-1m.zip) is fetched from <base>/<host>/<path>
+    under $RESDOM_DOWNLOAD_BASE and checked against its sha256, like a repository file."""
+    from resdom.data.registry import WebFile
+
+    web = DatasetSpec("web", "user-lines", (
+        WebFile("web/Tiny.txt", "https://example.org/data/Tiny.txt", hashlib.sha256(CONTENT).hexdigest()),), "t")
+    server.routes["/example.org/data/Tiny.txt"] = CONTENT
+    (got,) = resolve_dataset_files(web)
+    assert got.origin == "download" and got.path.read_bytes() == CONTENT
+    assert server.hits == ["/example.org/data/Tiny.txt"]
+    server.routes["/example.org/data/Tiny.txt"] = CONTENT + b"x"
+    got.path.unlink()
+    with pytest.raises(ResdomError, match="downloaded file has sha256"):
+        resolve_dataset_files(web)

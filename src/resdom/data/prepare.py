@@ -12,7 +12,7 @@
   ``*time*`` file; the format is detected where unambiguous, ``fmt`` forces it.
 
 Options (``**options``): preprocessing ``k_core`` (None/0 off), ``remove_repeats``, ``sort_by_time``,
-``remap`` (and ``filter_order``, ``sample_users``, ``sample_seed``); reader column names ``user_col``,
+``remap`` (and ``sample_users``, ``sample_seed``); reader column names ``user_col``,
 ``item_col``, ``time_col``; GTS ``valid_quantile``; ``filter_seen`` (evaluation). A registered data set may carry
 its own preset (``ml-100k``: no k-core, as distributed; the paper's data sets: time-to-split's preprocessing)
 and evaluation setting (``diginetica``, ``zvuk``: seen items kept); explicit options win.

@@ -12,10 +12,11 @@ Order of operations, each optional and recorded in ``Prepared.steps``:
    include its 3,873 repeats);
 3. iterative k-core (default k = 5): drop items with < k interactions and users with < k, until stable.
    With repeat removal on, 2 and 3 alternate until neither removes anything (k-core can create repeats).
-   ``filter_order="time-to-split"`` runs 2 and 3 pass for pass as time-to-split's ``core_filter``: repeats
-   once, then, while some user or item has < k: users with < k, then items with < k (counted after the user
-   pass), then repeats. Both end with no consecutive repeat and every count >= k, but where removing repeats
-   and k-core interact the two orders can keep different rows;
+   This gives exactly the rows time-to-split's ``core_filter`` keeps (repeats once, then, while some user or
+   item has < k: users with < k, items with < k, repeats): a row that can be removed stays removable whatever
+   else goes (counts only fall; a repeat's predecessor leaves only through k-core, which removes the repeat
+   too, same user and item, or as a repeat itself, when the repeat follows an earlier row of the same item),
+   so every order of the passes ends at the same rows (tested against a literal time-to-split loop);
 4. remap items to 1..N (0 = padding) in increasing raw id (integer ids; the identity where they already are
    1..N) or in order of first appearance (string ids); users to 0..U-1 the same way.
 
@@ -52,7 +53,6 @@ class PreprocessConfig(BaseModel):
     # equal timestamps of a user: "source" keeps the file's order, "item" orders them by increasing raw item id
     ties: Literal["source", "item"] = "source"
     # added later (``LATER_FIELDS``): recorded only when set, so the manifests of earlier splits stay as they were
-    filter_order: Literal["alternate", "time-to-split"] = "alternate"
     sample_users: int | None = None
     sample_seed: int = 0
 
@@ -80,7 +80,7 @@ class PreprocessConfig(BaseModel):
         return out
 
 
-LATER_FIELDS = ("filter_order", "sample_users", "sample_seed")
+LATER_FIELDS = ("sample_users", "sample_seed")
 
 
 @dataclass
@@ -166,9 +166,8 @@ def _drop_repeats(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray) -> int
     return int((~rep).sum())
 
 
-def _filter_alternate(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray, cfg: PreprocessConfig
-                      ) -> tuple[int, int, int]:
-    """resdom's order: repeats, then k-core to its fixed point, alternating until neither removes anything.
+def _filter(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray, cfg: PreprocessConfig) -> tuple[int, int, int]:
+    """Steps 2 and 3: repeats, then k-core to its fixed point, alternating until neither removes anything.
     Updates ``keep``; returns (repeats removed, k-core removed, rounds)."""
     rounds = removed_repeats = removed_kcore = 0
     while True:
@@ -183,30 +182,6 @@ def _filter_alternate(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray, cf
             removed_kcore += int((~kc).sum())
         if int(keep.sum()) == n_before or not cfg.remove_repeats or not cfg.k_core:
             return removed_repeats, removed_kcore, rounds
-
-
-def _filter_time_to_split(keep: np.ndarray, ucode: np.ndarray, icode: np.ndarray, cfg: PreprocessConfig
-                          ) -> tuple[int, int, int]:
-    """time-to-split's ``core_filter`` pass for pass: repeats; then while a kept user or item has fewer than k
-    rows: users with < k, items with < k (counted after the user pass), repeats. Updates ``keep``; returns
-    (repeats removed, k-core removed, passes of the loop)."""
-    removed_repeats = _drop_repeats(keep, ucode, icode) if cfg.remove_repeats else 0
-    removed_kcore = passes = 0
-    k = cfg.k_core
-    n_users, n_items = int(ucode.max(initial=-1)) + 1, int(icode.max(initial=-1)) + 1
-    while k and keep.any():
-        uc = np.bincount(ucode[keep], minlength=n_users)
-        ic = np.bincount(icode[keep], minlength=n_items)
-        if (uc[ucode[keep]] >= k).all() and (ic[icode[keep]] >= k).all():
-            break
-        passes += 1
-        before = int(keep.sum())
-        keep &= uc[ucode] >= k
-        keep &= np.bincount(icode[keep], minlength=n_items)[icode] >= k
-        removed_kcore += before - int(keep.sum())
-        if cfg.remove_repeats:
-            removed_repeats += _drop_repeats(keep, ucode, icode)
-    return removed_repeats, removed_kcore, passes
 
 
 def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Prepared:
@@ -236,17 +211,14 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     steps.append(_order_step(ucode, times, tie, moved=int((order != np.arange(len(order))).sum())))
 
     keep = np.ones(len(icode), dtype=bool)
-    tts = cfg.filter_order == "time-to-split"
-    run = _filter_time_to_split if tts else _filter_alternate
-    removed_repeats, removed_kcore, rounds = run(keep, ucode, icode, cfg)
+    removed_repeats, removed_kcore, rounds = _filter(keep, ucode, icode, cfg)
     if cfg.remove_repeats:
         steps.append({"step": "remove_consecutive_repeats", "removed_interactions": removed_repeats})
     else:
         n_rep = int((~consecutive_repeat_mask(ucode, icode)).sum())
         steps.append({"step": "remove_consecutive_repeats", "applied": False, "consecutive_repeats_kept": n_rep})
     if cfg.k_core:
-        steps.append({"step": "k_core", "k": cfg.k_core, "removed_interactions": removed_kcore, "passes": rounds,
-                      **({"order_of_passes": "time-to-split core_filter"} if tts else {})})
+        steps.append({"step": "k_core", "k": cfg.k_core, "removed_interactions": removed_kcore, "passes": rounds})
     else:
         steps.append({"step": "k_core", "applied": False})
     ucode, icode = ucode[keep], icode[keep]

@@ -16,9 +16,10 @@ out like ``shared/data/raw``.
 ``TTS_PRESET`` is the preprocessing of time-to-split (Gusak et al., RecSys 2025; ``runs/configs/preprocess.yaml``
 and ``src/preprocess/filters.py`` of github.com/monkey0head/time-to-split), which the paper's code runs on all
 nine of its data sets: consecutive repeats removed, then users and items with fewer than 5 interactions,
-repeats again, until stable, in time-to-split's order of passes. ``filter_seen`` is the data set's evaluation
-setting (time-to-split's ``dataset.filter_seen``): False for the repeat-consumption data sets (Diginetica,
-Zvuk), whose evaluation keeps the items of a user's input in the ranking.
+repeats again, until stable (resdom's order of these passes keeps exactly the same rows: ``preprocess.py``).
+``filter_seen`` is the data set's evaluation setting (time-to-split's ``dataset.filter_seen``): False for the
+repeat-consumption data sets (Diginetica, Zvuk), whose evaluation keeps the items of a user's input in the
+ranking.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ _SPORTS_TS = (
 )
 
 # time-to-split's preprocessing, run by the paper's code on all nine of its data sets (module docstring)
-TTS_PRESET: dict[str, Any] = {"k_core": 5, "remove_repeats": True, "filter_order": "time-to-split"}
+TTS_PRESET: dict[str, Any] = {"k_core": 5, "remove_repeats": True}
 
 _TTS_FOLDER = ("time-to-split's raw data folder (https://disk.yandex.com/d/RutWRex_12Kfyg, linked from "
                "github.com/monkey0head/time-to-split's README)")
