@@ -331,3 +331,17 @@ def test_evaluation_and_diagnostics_follow_the_data_sets_setting(tiny_model, kee
     assert rec["test"]["curve"][0]["HR@10"] == want["HR@10"] and rec.get("filter_seen", True) is (not keep)
     shuffle = compute_diagnostic("shuffle", tiny_model, split, seeds=(0,)).to_dict()
     assert shuffle["filtered"] is (not keep) and shuffle["original"]["HR@10"] == want["HR@10"]
+
+
+def test_cli_split_records_the_users_setting(tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "views.csv"
+    path.write_text("user_id,item_id,timestamp\n" + "".join(
+        f"u{u},i{i},{1000 * u + 10 * i}\n" for u in range(6) for i in range(5)))
+    assert invoke("data", "split", str(path), "--protocol", "gts", "--no-filter-seen", "--out",
+                  str(tmp_path / "kept")) == 0
+    assert json.loads((tmp_path / "kept" / "manifest.json").read_text())["evaluation"]["filter_seen"] is False
+    assert invoke("data", "split", str(path), "--protocol", "gts", "--out", str(tmp_path / "plain")) == 0
+    assert "evaluation" not in json.loads((tmp_path / "plain" / "manifest.json").read_text())
+    assert SplitData.load(tmp_path / "kept").filter_seen is False
