@@ -270,8 +270,8 @@ DATASETS: dict[str, DatasetSpec] = {
                     f"BeerAdvocate reviews (review/profileName, beer/beerId, review/time); {_PAPER}: 14,635 / 22,074 / "
                     "1,475,412", preset=TTS_PRESET),
         DatasetSpec("zvuk", "zvuk", (_ZVUK,),
-                    "Zvuk listening events (user_id, track_id, datetime), 20,000 users drawn with seed 0 (time-to-"
-                    "split's sample of 20,000 is not published; zvuk-tts is), seen items kept at evaluation",
+                    "Zvuk listening events (user_id, track_id, datetime), 20,000 users drawn with seed 0 (how "
+                    "time-to-split drew its 20,000 is not published; zvuk-tts reads its sample), seen items kept",
                     preset={**TTS_PRESET, "sample_users": 20_000, "sample_seed": 0}, filter_seen=False),
         # time-to-split's raw CSVs: exactly the files the paper's code read
         DatasetSpec("diginetica-tts", "time-to-split-csv", (_tts_csv("Diginetica"),),
