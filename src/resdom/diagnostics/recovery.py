@@ -10,9 +10,10 @@ not credited for items it could not have filtered. Users with fewer than k+1 ite
 - recoverable set R = users whose final position misses (rank >= K) and some offset k hits;
 - per-offset shares = #(hit at L-k and miss at L) / #evaluated users;
 - Recovery(alpha) = share of R that the final position hits at alpha (0 at alpha = 1 by definition);
-- alpha* = argmax Recovery on validation subject to HR@10(alpha) >= (1 - eps) HR@10(1); ties go to the
-  larger alpha; alpha = 1 when R is empty or nothing else passes the guard. Test metrics are then
-  reported at alpha*.
+- alpha* = argmax Recovery on validation subject to HR@10(alpha) >= (1 - eps) HR@10(1), the paper's tie rule:
+  over the alphas in increasing order the first with the highest recovery wins (ties go to the smaller alpha),
+  and an empty R counts as Recovery 0 at every alpha (so alpha* is then the smallest alpha passing the guard,
+  not 1). Test metrics are then reported at alpha*.
 
 BERT4Rec reads its prediction at an appended ``[MASK]`` (column L-1 of ``encode``); column L-1-k sits on its
 k-th most recent input item, so offset k is hit only where that column holds an item
@@ -22,6 +23,7 @@ is alpha-free (the recoverable set and the per-offset shares; the curve holds al
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -146,15 +148,21 @@ def split_recovery(
 
 
 def select_alpha(curve: list[dict[str, float]], K: int = 10, eps: float = 0.01) -> float:
-    """alpha* = argmax recovery s.t. HR@K(alpha) >= (1 - eps) HR@K(1); ties to the larger alpha; fallback 1."""
+    """alpha* of a Recovery(alpha) curve (rows ``{"alpha", "recovery", "HR@K"}``), the paper's rule: among the alphas
+    with HR@K(alpha) >= (1 - eps) HR@K(1) (the HR guard), the highest recovery; over the alphas in increasing
+    order the first one reaching it wins, so ties go to the smaller alpha. An undefined recovery (empty
+    recoverable set: NaN / None) counts as 0, so with nothing recoverable alpha* is the smallest alpha that passes
+    the guard. alpha = 1 always passes its own guard; 1 is returned only where nothing passes (HR@K(1) undefined).
+    """
     base = [row for row in curve if row["alpha"] == 1.0]
     if not base:
         raise ValueError("the recovery curve needs alpha = 1.0 (the HR guard's reference)")
     floor = (1.0 - eps) * base[0][f"HR@{K}"]
-    best, best_rec = 1.0, -1.0
-    for row in sorted(curve, key=lambda r: -r["alpha"]):
+    best, best_rec = 1.0, -math.inf
+    for row in sorted(curve, key=lambda r: r["alpha"]):
         rec = row["recovery"]
-        if row[f"HR@{K}"] >= floor and np.isfinite(rec) and rec > best_rec:
+        rec = 0.0 if rec is None or not math.isfinite(rec) else float(rec)
+        if row[f"HR@{K}"] >= floor and rec > best_rec:  # strict: an equal recovery later (larger alpha) loses
             best, best_rec = row["alpha"], rec
     return best
 
