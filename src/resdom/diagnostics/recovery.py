@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 OFFSETS = (1, 2, 3)
+K_RECOVERY = 10  # the cutoff K of the recoverable set and of Recovery(alpha) (spec §4)
 
 
 def position_ranks(
@@ -108,6 +109,7 @@ class SplitRecovery:
     offset_shares: dict[str, float]
     curve: list[dict[str, float]]
     ranks_by_alpha: dict[float, np.ndarray]
+    recoverable_users: np.ndarray | None = None  # bool (n,): the users of R, in user order
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"n_users": self.n_users, "recoverable": self.recoverable,
@@ -115,10 +117,16 @@ class SplitRecovery:
                          "curve": self.curve})
 
 
+def recoverable_set(base: np.ndarray, K: int = K_RECOVERY) -> np.ndarray:
+    """base int (n, 1 + len(OFFSETS)): 0-based filtered target ranks read at columns L-1, L-1-k (``position_ranks``
+    at alpha = 1) -> bool (n,): R, the users the final position misses (rank >= K) and some offset k hits."""
+    return (base[:, 0] >= K) & (base[:, 1:] < K).any(1)
+
+
 def split_recovery(
-    model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = 10, layers: Sequence[int] | None = None,
-    batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
-    known: Mapping[float, np.ndarray] | None = None,
+    model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = K_RECOVERY,
+    layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None,
+    progress: bool = False, known: Mapping[float, np.ndarray] | None = None,
 ) -> SplitRecovery:
     """Recoverable set at alpha = 1 and Recovery(alpha) / HR@K(alpha) for each alpha (model in inference mode).
     ``known``: {alpha: final-position ranks (n,)} already computed on this split at these layers (the alpha
@@ -128,7 +136,7 @@ def split_recovery(
         base = position_ranks(model, evalset, (0, *OFFSETS), batch_size, device, progress)
     final_hit = base[:, 0] < K
     offset_hit = base[:, 1:] < K  # (n, 3)
-    recoverable = ~final_hit & offset_hit.any(1)
+    recoverable = recoverable_set(base, K)
     shares = {f"L-{k}": float((offset_hit[:, i] & ~final_hit).mean()) if n else float("nan")
               for i, k in enumerate(OFFSETS)}
     curve, by_alpha = [], {}
@@ -144,10 +152,10 @@ def split_recovery(
         rec = float((hit & recoverable).sum() / recoverable.sum()) if recoverable.any() else float("nan")
         curve.append({"alpha": a, "recovery": rec, f"HR@{K}": float(hit.mean()) if n else float("nan")})
     return SplitRecovery(n, int(recoverable.sum()), float(recoverable.mean()) if n else float("nan"), shares, curve,
-                         by_alpha)
+                         by_alpha, recoverable)
 
 
-def select_alpha(curve: list[dict[str, float]], K: int = 10, eps: float = 0.01) -> float:
+def select_alpha(curve: list[dict[str, float]], K: int = K_RECOVERY, eps: float = 0.01) -> float:
     """alpha* of a Recovery(alpha) curve (rows ``{"alpha", "recovery", "HR@K"}``), the paper's rule: among the alphas
     with HR@K(alpha) >= (1 - eps) HR@K(1) (the HR guard), the highest recovery; over the alphas in increasing
     order the first one reaching it wins, so ties go to the smaller alpha. An undefined recovery (empty
@@ -218,7 +226,7 @@ class RecoveryResult:
 
 
 def miss_recovery(
-    model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = 10,
+    model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = K_RECOVERY,
     eps: float = 0.01, layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False,
     known_ranks: Mapping[str, Mapping[float, np.ndarray]] | None = None,
