@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_helpers import invoke
 
 from resdom.data.sequences import EvalSet, Sequences, SplitData, item_counts
 from resdom.diagnostics.evidence import (
@@ -124,7 +125,8 @@ def test_evidence_alone_computes_the_same_arrays_as_with_the_sweep(run_dir, tmp_
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
     (run / "diagnostics" / "users.npz").unlink()
-    run_all(run, what="users", alphas=ALPHAS, progress=False, batch_size=17)
+    assert invoke("diagnose", str(run), "--what", "users", "--alphas", "1,0.5,0.3,0", "--batch-size", "17",
+                  "--no-progress") == 0
     h1, a1 = read_users(run_dir / "diagnostics" / "users.npz")
     h2, a2 = read_users(run / "diagnostics" / "users.npz")
     assert {k: v for k, v in h1.items() if k != "seconds"} == {k: v for k, v in h2.items() if k != "seconds"}
@@ -132,6 +134,11 @@ def test_evidence_alone_computes_the_same_arrays_as_with_the_sweep(run_dir, tmp_
         assert np.array_equal(a1[name], a2[name]), name
     # the other files are left as they were
     assert _json(run, "alpha") == _json(run_dir, "alpha")
+
+
+def test_what_names_users_among_the_choices(capsys):
+    assert invoke("diagnose", "nowhere", "--what", "user") == 2
+    assert "choose all or from shuffle, hrli, mixing, alpha, recovery, users" in capsys.readouterr().err
 
 
 @pytest.mark.slow
