@@ -319,9 +319,13 @@ def test_a_worst_case_cell_stays_within_the_budget():
     assert size <= MAX_BYTES, f"{size:,} bytes for {U:,} users"
 
 
-def test_every_stored_users_npz_is_within_the_budget():
+def test_every_stored_users_npz_is_within_the_budget_and_of_its_cells_checkpoint():
     files = sorted(REPO.glob("results/*/*/seed*/users.npz"))
     if not files:
         pytest.skip("no users.npz in the results store yet")
     big = [(str(f.relative_to(REPO)), f.stat().st_size) for f in files if f.stat().st_size > MAX_BYTES]
     assert not big
+    for f in files:
+        header, arrays = read_users(f)
+        assert header["checkpoint"] == json.loads((f.parent / "cell.json").read_text())["checkpoint"], f
+        assert header["n_users"] == json.loads((f.parent / "metrics.json").read_text())["test"]["n_users"], f
