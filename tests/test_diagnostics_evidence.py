@@ -120,6 +120,22 @@ def test_users_npz_agrees_with_every_diagnostic_file(run_dir):
 
 
 @pytest.mark.slow
+def test_the_reports_reader_takes_the_file_as_written(run_dir):
+    """report.compare (the statistics' reader) on the users.npz run_all wrote: the evaluation's numbers."""
+    from resdom.errors import ResdomError
+    from resdom.report.compare import metric_values
+    from resdom.report.compare import read_users as report_read
+
+    ev = report_read(run_dir / "diagnostics" / "users.npz")
+    metrics = json.loads((run_dir / "metrics.json").read_text())["test"]["metrics"]
+    assert metric_values(ev, "NDCG@10").mean() == pytest.approx(metrics["NDCG@10"], abs=1e-9)
+    assert metric_values(ev, "HR@20").mean() == pytest.approx(metrics["HR@20"], abs=1e-12)
+    assert metric_values(ev, "HRLI@1").mean() == pytest.approx(_json(run_dir, "hrli")["values"]["HRLI@1"], abs=1e-12)
+    with pytest.raises(ResdomError, match="capped at 255"):
+        metric_values(ev, "HR@300")
+
+
+@pytest.mark.slow
 def test_evidence_alone_computes_the_same_arrays_as_with_the_sweep(run_dir, tmp_path):
     """`--what users` without the sweep and recovery of the same call ranks everything itself: the same file."""
     run = tmp_path / "run"
