@@ -1,14 +1,16 @@
 """Recompute diagnostics of stored cells with the checkout's code, on the checkpoint each cell names.
 
     python scripts/rediagnose_cells.py --what hrli [CELL ...] [--store results] [--runs 'runs/repro*'] [--dry-run]
+    python scripts/rediagnose_cells.py --what users     # only add the per-user evidence (users.npz) to old cells
 
 For when a diagnostic learns something new (e.g. hrli's rates per band of the last item's training frequency):
 for every cell in the store (or each CELL folder given), the run directory under ``--runs``
 (``<runs>/<data set>/<label>/seed<k>``) whose checkpoint is the one the cell names is diagnosed again
 (``--what``, one torch thread) and the cell is exported again from it (``pipeline.store.export_cell``; its
-compute recomputed by ``cell_compute``, so the diagnostics' seconds are those of the files now there). A cell
-without such a run directory is left as it is and named. Then regenerate the documents (the command in
-docs/results.md) and commit the cells with them.
+compute recomputed by ``cell_compute``, so the diagnostics' seconds are those of the files now there). The
+per-user evidence (``users``) is computed too wherever the run directory lacks one of its checkpoint, so every
+cell diagnosed again also gains ``users.npz``. A cell without such a run directory is left as it is and named.
+Then regenerate the documents (the command in docs/results.md) and commit the cells with them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from resdom.diagnostics.runner import parse_what, run_all
+from resdom.diagnostics.runner import USERS, parse_what, run_all
+from resdom.pipeline.common import missing_diagnostics
 from resdom.pipeline.reproduce import cell_compute
 from resdom.pipeline.store import export_cell, store_cells
 from resdom.runs import checkpoint_id
@@ -62,14 +65,20 @@ def cells_with_runs(cells: list[Path], runs: str) -> Iterator[tuple[Path, dict, 
         yield cell, meta, run
 
 
+def with_evidence(what: list[str], run: Path) -> list[str]:
+    """``what``, plus ``users`` where the run directory lacks per-user evidence of its current checkpoint."""
+    return what if USERS in what or USERS not in missing_diagnostics(run) else [*what, USERS]
+
+
 def main() -> int:
     ap = cell_arguments(__doc__.splitlines()[0])
     ap.add_argument("--what", required=True, help="comma-separated diagnostics (resdom diagnose --what)")
     ap.add_argument("--dry-run", action="store_true", help="only say which cells would be diagnosed again")
     args = ap.parse_args()
-    what = parse_what(args.what)
+    asked = parse_what(args.what, with_users=True)
     torch.set_num_threads(1)
     for cell, meta, run in cells_with_runs(args.cells or store_cells(args.store), args.runs):
+        what = with_evidence(asked, run)
         print(f"{cell}: {', '.join(what)} from {run}", flush=True)
         if args.dry_run:
             continue

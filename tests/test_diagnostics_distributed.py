@@ -110,3 +110,11 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     assert_close(summary, {k: v for k, v in single_summary.items() if k != "seconds"}, 1e-5)
     written = json.loads((tmp_path / "run_dist" / "diagnostics" / "summary.json").read_text())
     assert {k: v for k, v in written.items() if k != "seconds"} == summary
+    # the per-user evidence: every user once, in user order, with one process's ranks
+    from resdom.diagnostics.evidence import read_users
+
+    (h1, a1), (h2, a2) = (read_users(tmp_path / r / "diagnostics" / "users.npz") for r in ("run_single", "run_dist"))
+    assert h1["n_users"] > 0 and {k: v for k, v in h2.items() if k != "seconds"} == {
+        k: v for k, v in h1.items() if k != "seconds"}
+    for name in a1:
+        assert np.array_equal(a2[name], a1[name]), name

@@ -154,12 +154,34 @@ def test_alpha_sweep_scales_only_the_chosen_layers():
 def test_select_alpha_by_hand():
     curve = [{"alpha": 1.0, "recovery": 0.0, "HR@10": 0.50}, {"alpha": 0.8, "recovery": 0.2, "HR@10": 0.496},
              {"alpha": 0.5, "recovery": 0.4, "HR@10": 0.45}, {"alpha": 0.3, "recovery": 0.2, "HR@10": 0.499}]
-    assert select_alpha(curve) == 0.8  # 0.5 fails the guard; 0.8 and 0.3 tie: the larger alpha
-    assert select_alpha(curve, eps=0.2) == 0.5
-    assert select_alpha([{"alpha": 1.0, "recovery": float("nan"), "HR@10": 0.5},
-                         {"alpha": 0.5, "recovery": float("nan"), "HR@10": 0.5}]) == 1.0  # nothing recoverable
+    assert select_alpha(curve) == 0.3  # 0.5 fails the guard (floor 0.495); 0.8 and 0.3 tie: the smaller alpha
+    assert select_alpha(list(reversed(curve))) == 0.3  # whatever order the rows come in
+    assert select_alpha(curve, eps=0.2) == 0.5  # floor 0.4: 0.5 passes and recovers most
     assert select_alpha([{"alpha": 1.0, "recovery": 0.0, "HR@10": 0.5},
-                         {"alpha": 0.5, "recovery": 0.9, "HR@10": 0.1}]) == 1.0  # guard: fallback 1
+                         {"alpha": 0.5, "recovery": 0.9, "HR@10": 0.1}]) == 1.0  # guard: only alpha 1 passes
+    # a tie at the top between three alphas, one of them failing the guard: the smallest that passes
+    assert select_alpha([{"alpha": 1.0, "recovery": 0.0, "HR@10": 0.5}, {"alpha": 0.6, "recovery": 0.25, "HR@10": 0.5},
+                         {"alpha": 0.4, "recovery": 0.25, "HR@10": 0.5},
+                         {"alpha": 0.2, "recovery": 0.25, "HR@10": 0.3}]) == 0.4
+
+
+def test_select_alpha_with_nothing_recoverable_takes_the_smallest_alpha_passing_the_guard():
+    # an empty recoverable set: recovery undefined (NaN, null in JSON) at every alpha counts as 0, so every alpha
+    # passing the guard ties at 0 and the smallest wins, not alpha = 1
+    nan = float("nan")
+    assert select_alpha([{"alpha": 1.0, "recovery": nan, "HR@10": 0.5},
+                         {"alpha": 0.5, "recovery": nan, "HR@10": 0.5}]) == 0.5
+    assert select_alpha([{"alpha": 1.0, "recovery": None, "HR@10": 0.5}, {"alpha": 0.7, "recovery": None, "HR@10": 0.5},
+                         {"alpha": 0.0, "recovery": None, "HR@10": 0.2}]) == 0.7  # 0.0 fails the guard
+    assert select_alpha([{"alpha": 1.0, "recovery": nan, "HR@10": nan}]) == 1.0
+
+
+def test_miss_recovery_with_an_empty_recoverable_set_selects_the_smallest_alpha():
+    # K above the catalogue: every final position hits, nothing is recoverable, HR@K = 1 at every alpha
+    m = model()
+    res = miss_recovery(m, evalset(seed=1), evalset(seed=2), alphas=(1.0, 0.7, 0.3), K=m.n_items + 1, batch_size=16)
+    assert res.valid.recoverable == 0 and all(r[f"HR@{res.K}"] == 1.0 for r in res.valid.curve)
+    assert res.alpha_star == 0.3
 
 
 def test_recovery_matches_a_slow_reference():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from cli_helpers import invoke
 
+from resdom.diagnostics.evidence import UserEvidence
 from resdom.diagnostics.runner import run_all
 from resdom.errors import ResdomError
 from resdom.pipeline.reproduce import GridSpec, reproduce
@@ -42,7 +43,8 @@ def test_export_writes_a_small_text_record_of_the_checkpoint(finished_run, tmp_p
     names = sorted(str(p.relative_to(cell)) for p in cell.rglob("*") if p.is_file())
     assert names == ["cell.json", "config.json", "curve.jsonl", "diagnostics/alpha.json", "diagnostics/hrli.json",
                      "diagnostics/mixing.json", "diagnostics/recovery.json", "diagnostics/shuffle.json",
-                     "diagnostics/summary.json", "metrics.json"]
+                     "diagnostics/summary.json", "metrics.json", "users.npz"]
+    assert (cell / "users.npz").read_bytes() == (finished_run / "diagnostics" / "users.npz").read_bytes()
     assert sum(p.stat().st_size for p in cell.rglob("*") if p.is_file()) < MAX_CELL_BYTES
     ckpt = checkpoint_id(finished_run / "model.safetensors")
     meta = json.loads((cell / "cell.json").read_text())
@@ -71,6 +73,55 @@ def test_an_unfinished_or_stale_run_is_not_stored(finished_run, tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_evidence_of_another_checkpoint_is_refused_and_an_old_one_removed(finished_run, tmp_path):
+    import shutil
+
+    from resdom.diagnostics.evidence import read_users
+
+    run = tmp_path / "copy"
+    shutil.copytree(finished_run, run)
+    users = run / "diagnostics" / "users.npz"
+    header, arrays = read_users(users)
+    header["checkpoint"] = "0000000000000000"
+    users.write_bytes(UserEvidence(header, arrays).to_bytes())
+    with pytest.raises(ResdomError, match="users.npz: computed on checkpoint 0000000000000000"):
+        export_cell(run, tmp_path / "results", "toy", "sasrec", 1)
+    # a cell re-exported from a run without evidence loses an earlier checkpoint's users.npz
+    cell = tmp_path / "results" / "toy" / "sasrec" / "seed1"
+    cell.mkdir(parents=True)
+    (cell / "users.npz").write_bytes(users.read_bytes())
+    users.unlink()
+    export_cell(run, tmp_path / "results", "toy", "sasrec", 1)
+    assert (cell / "cell.json").is_file() and not (cell / "users.npz").exists()
+
+
+def test_rediagnosing_a_stored_cell_adds_its_evidence(finished_run, tmp_path, monkeypatch):
+    """scripts/rediagnose_cells.py on a cell stored before users.npz existed: whatever --what says, the run
+    directory with the cell's checkpoint gains users.npz and the cell is exported again with it."""
+    import importlib
+    import shutil
+    import sys
+
+    from resdom.pipeline.common import missing_diagnostics
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    rediagnose = importlib.import_module("rediagnose_cells")
+    run = tmp_path / "runs" / "toy" / "sasrec" / "seed1"
+    shutil.copytree(finished_run, run)
+    (run / "diagnostics" / "users.npz").unlink()
+    assert missing_diagnostics(run) == ["users"]
+    assert rediagnose.with_evidence(["hrli"], run) == ["hrli", "users"]
+    cell = export_cell(run, tmp_path / "results", "toy", "sasrec", 1)
+    assert not (cell / "users.npz").exists()
+    hrli = (run / "diagnostics" / "hrli.json").read_bytes()
+    monkeypatch.setattr(sys, "argv", ["rediagnose_cells.py", str(cell), "--store", str(tmp_path / "results"),
+                                      "--runs", str(tmp_path / "runs"), "--what", "hrli"])
+    assert rediagnose.main() == 0
+    assert (cell / "users.npz").read_bytes() == (run / "diagnostics" / "users.npz").read_bytes()
+    assert missing_diagnostics(run) == [] and rediagnose.with_evidence(["hrli"], run) == ["hrli"]
+    assert json.loads(hrli)["checkpoint"] == json.loads((cell / "diagnostics" / "hrli.json").read_text())["checkpoint"]
+
+
 def test_fill_blocks_replaces_only_named_blocks():
     doc = "intro\n<!-- resdom:table hrli -->\nold\n<!-- /resdom:table -->\nprose\n"
     assert fill_blocks(doc, {"hrli": "| new |\n"}) == "intro\n<!-- resdom:table hrli -->\n| new |\n" \
@@ -97,6 +148,15 @@ def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_p
     # a second pass over the grid stores the finished cell again without training it
     again = reproduce(spec, progress=False, echo=lambda _: None)
     assert [o.status for o in again.outcomes] == ["skipped"] and again.outcomes[0].stored == str(cell)
+    # a finished run stored before the per-user evidence existed gains it on the next pass, without training
+    run = tmp_path / "grid" / SOURCE / "sasrec-tts" / "seed1"
+    assert (cell / "users.npz").read_bytes() == (run / "diagnostics" / "users.npz").read_bytes()
+    (run / "diagnostics" / "users.npz").unlink()
+    (cell / "users.npz").unlink()
+    weights = (run / "model.safetensors").stat().st_mtime_ns
+    again = reproduce(spec, progress=False, echo=lambda _: None)
+    assert [o.status for o in again.outcomes] == ["skipped"] and (cell / "users.npz").is_file()
+    assert (run / "model.safetensors").stat().st_mtime_ns == weights
 
 
 def test_report_fills_the_remedies_block_of_a_second_document_from_the_variants_and_their_base(

@@ -6,12 +6,14 @@
     metrics.jsonl      one JSON line per epoch
     metrics.json       final metrics per split, with the number of evaluated users and the checkpoint hash
     state/             resume state (state/trainer.json, the last epoch's weights and optimiser)
-    diagnostics/       <name>.json (+ .csv) of ``resdom diagnose`` and summary.json
+    diagnostics/       <name>.json (+ .csv) of ``resdom diagnose``, summary.json, and users.npz (the per-user
+                       evidence, ``diagnostics.evidence``)
     error.txt          the message of a failed grid cell (pipeline.reproduce)
     .lock              held by the process training there
 
 A results-store cell (``pipeline.store``) uses the same names for what it shares with a run directory, plus
-``cell.json`` (identity, checkpoint, compute) and ``curve.jsonl`` (the epoch log), and holds no weights.
+``cell.json`` (identity, checkpoint, compute) and ``curve.jsonl`` (the epoch log), keeps the per-user evidence at
+its top (``users.npz``, ``cell_users``), and holds no weights.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class RunDir:
         # a results-store cell only (pipeline.store): identity and compute, and the training curve
         self.cell = self.dir / "cell.json"
         self.curve = self.dir / "curve.jsonl"
+        self.cell_users = self.dir / "users.npz"
 
     def diagnostic(self, name: str, suffix: str = ".json") -> Path:
         """``diagnostics/<name><suffix>`` (e.g. ``hrli.json``, ``mixing_per_position.csv``)."""
@@ -46,6 +49,11 @@ class RunDir:
     @property
     def summary(self) -> Path:
         return self.diagnostic("summary")
+
+    @property
+    def users(self) -> Path:
+        """``diagnostics/users.npz``: the per-user evidence of a run directory (a cell keeps it as ``cell_users``)."""
+        return self.diagnostic("users", ".npz")
 
     def is_run(self) -> bool:
         """Whether the folder looks like a run directory or a results-store cell (a config or diagnostics)."""

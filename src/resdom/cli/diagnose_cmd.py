@@ -22,10 +22,11 @@ def _ints(text: str | None, option: str) -> list[int] | None:
 
 
 def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
-    """Modification time (ns) of each diagnostic's JSON file under RUN_DIR/diagnostics (None: absent)."""
+    """Modification time (ns) of each diagnostic's JSON file (``users``: users.npz) under RUN_DIR/diagnostics
+    (None: absent)."""
     out: dict[str, int | None] = {}
     for name in names:
-        path = RunDir(run_dir).diagnostic(name)
+        path = RunDir(run_dir).users if name == "users" else RunDir(run_dir).diagnostic(name)
         out[name] = path.stat().st_mtime_ns if path.is_file() else None
     return out
 
@@ -44,7 +45,8 @@ def _interrupted_message(run_dir: Path, names: list[str], before: dict[str, int 
 
 def diagnose(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
-    what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery"),
+    what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery,users "
+                              "(users: the per-user evidence, users.npz)"),
     split: str = typer.Option("test", "--split", help="valid or test (recovery always selects on valid, reports test)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu), cpu, cuda or mps; under "
@@ -68,7 +70,7 @@ def diagnose(
     positive_int(batch_size, "--batch-size")
     from resdom.distributed import setup
 
-    names = parse_what(what)
+    names = parse_what(what, with_users=True)
     before = _mtimes(run_dir, names)
     ctx = setup(device, "--device")  # under torchrun: join the process group; each rank diagnoses its shard of users
     try:

@@ -78,6 +78,7 @@ class AlphaResult:
     trained_scale: list[Any] | None = None
     target_ranks: dict[float, np.ndarray] = field(default_factory=dict, repr=False)
     filter_seen: bool = True
+    user_ranks: dict[float, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {} if self.trained_scale is None else {"trained_scale": self.trained_scale,
@@ -108,39 +109,54 @@ class AlphaResult:
         return result_figure("alpha", self.to_dict(), model)
 
 
+def batch_ranks(
+    model: Diagnosable, evalset: EvalSet, idx: np.ndarray, items: torch.Tensor, targets: torch.Tensor,
+    states: torch.Tensor, filter_seen: bool = True,
+) -> dict[str, torch.Tensor]:
+    """0-based pessimistic ranks of one batch from its final-position states (B, d), one score matrix:
+    ``target`` (B,) as evaluation ranks it (filtered by the whole input's items unless ``filter_seen`` is False),
+    ``target_unfiltered`` (B,), and ``recent`` (B, 2) unfiltered ranks of the last and the second-to-last input
+    item (MISS where the input is shorter)."""
+    recent = torch.from_numpy(np.stack([recent_items(evalset.inputs, idx, k) for k in (1, 2)], 1))
+    wanted = torch.cat([targets[:, None], recent.to(targets.device)], 1)  # (B, 3)
+    scores = scores_at(model, states, None)
+    u = ranks_of(scores, wanted)
+    if filter_seen:
+        scores.scatter_(1, seen_items(evalset.inputs, idx, items.device), -math.inf)  # now filtered
+    return {"target": ranks_of(scores, targets), "target_unfiltered": u[:, 0], "recent": u[:, 1:]}
+
+
 def alpha_row(
     model: Diagnosable, evalset: EvalSet, alpha: float, layers: Sequence[int] | None, definition: str,
     batch_size: int, device: str | torch.device | None, progress: bool, filter_seen: bool = True,
-) -> tuple[dict[str, Any], np.ndarray]:
-    """The sweep's row at one alpha and the target ranks (n,) as evaluation ranks them (filtered unless
-    ``filter_seen`` is False) (model already in inference mode)."""
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The sweep's row at one alpha and its per-user 0-based ranks, all users in order: ``target`` (n,) as
+    evaluation ranks it (filtered unless ``filter_seen`` is False),
+    ``target_unfiltered`` (n,), ``last`` (n,) unfiltered rank of the last input item (model already in inference
+    mode)."""
     acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
     filt, unfilt, last = [], [], []
     with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums") as store:
         for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
             states = final_states(model, items)
             acc.add([layer.pop() for layer in store], block_tokens(model, items))
-            # one score matrix: columns (target, last item, second-to-last item), unfiltered and filtered
-            recent = torch.from_numpy(np.stack([recent_items(evalset.inputs, idx, k) for k in (1, 2)], 1))
-            wanted = torch.cat([targets[:, None], recent.to(targets.device)], 1)  # (B, 3)
-            scores = scores_at(model, states, None)
-            u = ranks_of(scores, wanted)
-            if filter_seen:
-                scores.scatter_(1, seen_items(evalset.inputs, idx, items.device), -math.inf)  # now filtered
-            filt.append(ranks_of(scores, targets).cpu())
-            unfilt.append(u[:, 0].cpu())
-            last.append(u[:, 1:].cpu().numpy())
+            r = batch_ranks(model, evalset, idx, items, targets, states, filter_seen)
+            filt.append(r["target"].cpu())
+            unfilt.append(r["target_unfiltered"].cpu())
+            last.append(r["recent"].cpu().numpy())
     n = len(evalset)
     acc.merge_ranks(n)
     mix = acc.result()
     ranks = all_users(torch.cat(filt).numpy(), n)
+    unranks = all_users(torch.cat(unfilt).numpy(), n)
+    recent = all_users(np.concatenate(last), n)
     mf = metrics_from_ranks(torch.from_numpy(ranks), (10,))
-    mu = metrics_from_ranks(torch.from_numpy(all_users(torch.cat(unfilt).numpy(), n)), (10,))
+    mu = metrics_from_ranks(torch.from_numpy(unranks), (10,))
     row: dict[str, Any] = {"alpha": alpha, "mixing_all": mix.pooled["all"], "mixing_last": mix.pooled["last"]}
-    row.update(hrli_from_ranks(all_users(np.concatenate(last), n), (1, 2), (1,)))
+    row.update(hrli_from_ranks(recent, (1, 2), (1,)))
     row.update({"HR@10": mf["HR@10"], "NDCG@10": mf["NDCG@10"],
                 "HR@10_unfiltered": mu["HR@10"], "NDCG@10_unfiltered": mu["NDCG@10"]})
-    return row, ranks
+    return row, {"target": ranks, "target_unfiltered": unranks, "last": recent[:, 0]}
 
 
 def alpha_sweep(
@@ -158,8 +174,9 @@ def alpha_sweep(
         done = [alpha_row(model, evalset, a, chosen, definition, batch_size, device, progress, filter_seen)
                 for a in alphas]
     return AlphaResult("all" if chosen is None else chosen, [row for row, _ in done], len(evalset), definition,
-                       trained_scale=trained_scales(model), target_ranks={a: r for a, (_, r) in zip(alphas, done)},
-                       filter_seen=filter_seen)
+                       trained_scale=trained_scales(model),
+                       target_ranks={a: r["target"] for a, (_, r) in zip(alphas, done)},
+                       user_ranks={a: r for a, (_, r) in zip(alphas, done)}, filter_seen=filter_seen)
 
 
 def trained_scales(model: Diagnosable) -> list[Any] | None:

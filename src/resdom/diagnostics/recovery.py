@@ -12,9 +12,10 @@ filters, as that data set's evaluation, and the result says ``"filter_seen": fal
 - recoverable set R = users whose final position misses (rank >= K) and some offset k hits;
 - per-offset shares = #(hit at L-k and miss at L) / #evaluated users;
 - Recovery(alpha) = share of R that the final position hits at alpha (0 at alpha = 1 by definition);
-- alpha* = argmax Recovery on validation subject to HR@10(alpha) >= (1 - eps) HR@10(1); ties go to the
-  larger alpha; alpha = 1 when R is empty or nothing else passes the guard. Test metrics are then
-  reported at alpha*.
+- alpha* = argmax Recovery on validation subject to HR@10(alpha) >= (1 - eps) HR@10(1), the paper's tie rule:
+  over the alphas in increasing order the first with the highest recovery wins (ties go to the smaller alpha),
+  and an empty R counts as Recovery 0 at every alpha (so alpha* is then the smallest alpha passing the guard,
+  not 1). Test metrics are then reported at alpha*.
 
 BERT4Rec reads its prediction at an appended ``[MASK]`` (column L-1 of ``encode``); column L-1-k sits on its
 k-th most recent input item, so offset k is hit only where that column holds an item
@@ -24,6 +25,7 @@ is alpha-free (the recoverable set and the per-offset shares; the curve holds al
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 OFFSETS = (1, 2, 3)
+K_RECOVERY = 10  # the cutoff K of the recoverable set and of Recovery(alpha) (spec §4)
 
 
 def position_ranks(
@@ -111,6 +114,7 @@ class SplitRecovery:
     offset_shares: dict[str, float]
     curve: list[dict[str, float]]
     ranks_by_alpha: dict[float, np.ndarray]
+    recoverable_users: np.ndarray | None = None  # bool (n,): the users of R, in user order
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"n_users": self.n_users, "recoverable": self.recoverable,
@@ -118,10 +122,16 @@ class SplitRecovery:
                          "curve": self.curve})
 
 
+def recoverable_set(base: np.ndarray, K: int = K_RECOVERY) -> np.ndarray:
+    """base int (n, 1 + len(OFFSETS)): 0-based filtered target ranks read at columns L-1, L-1-k (``position_ranks``
+    at alpha = 1) -> bool (n,): R, the users the final position misses (rank >= K) and some offset k hits."""
+    return (base[:, 0] >= K) & (base[:, 1:] < K).any(1)
+
+
 def split_recovery(
-    model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = 10, layers: Sequence[int] | None = None,
-    batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
-    known: Mapping[float, np.ndarray] | None = None, filter_seen: bool = True,
+    model: Diagnosable, evalset: EvalSet, alphas: Sequence[float], K: int = K_RECOVERY,
+    layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None,
+    progress: bool = False, known: Mapping[float, np.ndarray] | None = None, filter_seen: bool = True,
 ) -> SplitRecovery:
     """Recoverable set at alpha = 1 and Recovery(alpha) / HR@K(alpha) for each alpha (model in inference mode).
     ``known``: {alpha: final-position ranks (n,)} already computed on this split at these layers (the alpha
@@ -131,7 +141,7 @@ def split_recovery(
         base = position_ranks(model, evalset, (0, *OFFSETS), batch_size, device, progress, filter_seen=filter_seen)
     final_hit = base[:, 0] < K
     offset_hit = base[:, 1:] < K  # (n, 3)
-    recoverable = ~final_hit & offset_hit.any(1)
+    recoverable = recoverable_set(base, K)
     shares = {f"L-{k}": float((offset_hit[:, i] & ~final_hit).mean()) if n else float("nan")
               for i, k in enumerate(OFFSETS)}
     curve, by_alpha = [], {}
@@ -147,19 +157,25 @@ def split_recovery(
         rec = float((hit & recoverable).sum() / recoverable.sum()) if recoverable.any() else float("nan")
         curve.append({"alpha": a, "recovery": rec, f"HR@{K}": float(hit.mean()) if n else float("nan")})
     return SplitRecovery(n, int(recoverable.sum()), float(recoverable.mean()) if n else float("nan"), shares, curve,
-                         by_alpha)
+                         by_alpha, recoverable)
 
 
-def select_alpha(curve: list[dict[str, float]], K: int = 10, eps: float = 0.01) -> float:
-    """alpha* = argmax recovery s.t. HR@K(alpha) >= (1 - eps) HR@K(1); ties to the larger alpha; fallback 1."""
+def select_alpha(curve: list[dict[str, float]], K: int = K_RECOVERY, eps: float = 0.01) -> float:
+    """alpha* of a Recovery(alpha) curve (rows ``{"alpha", "recovery", "HR@K"}``), the paper's rule: among the alphas
+    with HR@K(alpha) >= (1 - eps) HR@K(1) (the HR guard), the highest recovery; over the alphas in increasing
+    order the first one reaching it wins, so ties go to the smaller alpha. An undefined recovery (empty
+    recoverable set: NaN / None) counts as 0, so with nothing recoverable alpha* is the smallest alpha that passes
+    the guard. alpha = 1 always passes its own guard; 1 is returned only where nothing passes (HR@K(1) undefined).
+    """
     base = [row for row in curve if row["alpha"] == 1.0]
     if not base:
         raise ValueError("the recovery curve needs alpha = 1.0 (the HR guard's reference)")
     floor = (1.0 - eps) * base[0][f"HR@{K}"]
-    best, best_rec = 1.0, -1.0
-    for row in sorted(curve, key=lambda r: -r["alpha"]):
+    best, best_rec = 1.0, -math.inf
+    for row in sorted(curve, key=lambda r: r["alpha"]):
         rec = row["recovery"]
-        if row[f"HR@{K}"] >= floor and np.isfinite(rec) and rec > best_rec:
+        rec = 0.0 if rec is None or not math.isfinite(rec) else float(rec)
+        if row[f"HR@{K}"] >= floor and rec > best_rec:  # strict: an equal recovery later (larger alpha) loses
             best, best_rec = row["alpha"], rec
     return best
 
@@ -217,7 +233,7 @@ class RecoveryResult:
 
 
 def miss_recovery(
-    model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = 10,
+    model: Diagnosable, valid: EvalSet, test: EvalSet, alphas: Sequence[float] = ALPHAS, K: int = K_RECOVERY,
     eps: float = 0.01, layers: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH,
     device: str | torch.device | None = None, progress: bool = False,
     known_ranks: Mapping[str, Mapping[float, np.ndarray]] | None = None, filter_seen: bool = True,

@@ -1,8 +1,10 @@
 """Run every diagnostic on a trained run directory and write ``RUN_DIR/diagnostics/`` (JSON + CSV, atomically).
 
 Files (schema in docs/architecture.md): ``shuffle``, ``hrli``, ``mixing``, ``alpha``, ``recovery`` as
-``.json`` and ``.csv`` (mixing also ``mixing_per_position.csv``), and ``summary.json``: the headline numbers
-of every diagnostic file present for the same split (so running a subset keeps the others' figures).
+``.json`` and ``.csv`` (mixing also ``mixing_per_position.csv``), ``summary.json``: the headline numbers
+of every diagnostic file present for the same split (so running a subset keeps the others' figures), and
+``users.npz`` (``users`` in ``--what``, part of "all"): the per-user evidence on the test split
+(``diagnostics.evidence``), from the ranks the alpha sweep and recovery of the same call computed where they ran.
 Recovery always selects alpha* on the validation split and reports the test split (spec §4), whatever
 ``split`` says. Under ``torch.distributed`` every process computes its shard of the users (``common.batches``),
 rank 0 alone writes the files, and every process returns rank 0's summary.
@@ -25,30 +27,34 @@ import torch.distributed as dist
 from resdom.data.sequences import SplitData, item_counts
 from resdom.diagnostics.alpha import ALPHAS, alpha_sweep
 from resdom.diagnostics.common import DEFAULT_BATCH, jsonable
+from resdom.diagnostics.evidence import UserEvidence, read_header, user_evidence
 from resdom.diagnostics.hrli import last_item_hit_rates
 from resdom.diagnostics.mixing import DEFINITIONS, NEEDS_ATTENTION, has_attention, mixing_ratios, require_attention
-from resdom.diagnostics.recovery import miss_recovery
+from resdom.diagnostics.recovery import K_RECOVERY, miss_recovery
 from resdom.diagnostics.shuffle import MODES, position_shuffle
 from resdom.distributed import rank_and_world
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json, atomic_write_text
+from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from resdom.models.interface import Diagnosable
 from resdom.names import DIAGNOSTICS, STAGES
 from resdom.rundir import RunDir
 
 WHAT: tuple[str, ...] = DIAGNOSTICS
+USERS = "users"  # the per-user evidence (users.npz): a choice of run_all's --what, not a diagnostic result
 SPLITS = ("valid", "test")
 
 
-def parse_what(what: str | Sequence[str]) -> list[str]:
-    """"all" or a comma-separated subset of WHAT (or a list) -> the chosen names in canonical order."""
+def parse_what(what: str | Sequence[str], with_users: bool = False) -> list[str]:
+    """"all" or a comma-separated subset of WHAT (or a list) -> the chosen names in canonical order; with
+    ``with_users`` (what run_all writes) also ``users``, the per-user evidence, which "all" then includes."""
+    choices = (*WHAT, USERS) if with_users else WHAT
     names = [w.strip() for w in (what.split(",") if isinstance(what, str) else what) if w.strip()]
     if not names or names == ["all"]:
-        return list(WHAT)
-    bad = [w for w in names if w not in WHAT]
+        return list(choices)
+    bad = [w for w in names if w not in choices]
     if bad:
-        raise ResdomError(f"--what: unknown diagnostic {bad[0]!r} (choose all or from {', '.join(WHAT)})")
-    return [w for w in WHAT if w in names]
+        raise ResdomError(f"--what: unknown diagnostic {bad[0]!r} (choose all or from {', '.join(choices)})")
+    return [w for w in choices if w in names]
 
 
 def applicable(model: Any, names: list[str], note: bool = True) -> list[str]:
@@ -115,7 +121,9 @@ def run_all(
     """Diagnose the run in ``run_dir`` on ``split``; write the files; return the summary (also summary.json)."""
     from resdom.runs import load_run
 
-    names = parse_what(what)
+    names = parse_what(what, with_users=True)
+    evidence = USERS in names
+    names = [n for n in names if n != USERS]
     if split not in SPLITS:
         raise ResdomError(f"--split: must be one of {', '.join(SPLITS)} (got {split!r})")
     if definition not in DEFINITIONS:
@@ -125,7 +133,7 @@ def run_all(
     run = load_run(run_dir, device=device)
     if run.training_note() and rank_and_world()[0] == 0:
         print(run.training_note(), file=sys.stderr)
-    names = applicable(run.model, names, rank_and_world()[0] == 0)
+    names = applicable(run.model, names, rank_and_world()[0] == 0) if names else []
     n_layers = len(run.model.attention_blocks())
     if layers is not None and any(not 0 <= int(x) < n_layers for x in layers):
         raise ResdomError(f"--layers: the model has {n_layers} blocks (0..{n_layers - 1}); got {list(layers)}")
@@ -141,10 +149,12 @@ def run_all(
     ranks: dict[str, Any] = {}  # the alpha sweep's target ranks, reused by recovery
     rank, world = rank_and_world()
     lines = progress and rank == 0 and not sys.stderr.isatty()  # a log gets one line per stage instead of bars
+    results: dict[str, Any] = {}
     for i, name in enumerate(names, start=1):
         t0 = time.perf_counter()
-        res = compute_diagnostic(name, model, run.split, split, definition=definition, seeds=seeds, alphas=alphas,
-                                 layers=layers, per_head=per_head, ranks=ranks, **common)
+        res = results[name] = compute_diagnostic(name, model, run.split, split, definition=definition, seeds=seeds,
+                                                 alphas=alphas, layers=layers, per_head=per_head, ranks=ranks,
+                                                 **common)
         data = res.to_dict()
         timings[name] = time.perf_counter() - t0
         data["seconds"] = round(timings[name], 3)
@@ -156,11 +166,23 @@ def run_all(
         if lines:
             print(f"diagnose [{i}/{len(names)}] {name}: done in {timings[name]:.0f} s -> {files.diagnostic(name)}",
                   file=sys.stderr, flush=True)
+    if evidence:
+        t0 = time.perf_counter()
+        ev = users_evidence(model, run.split, results, split, alphas, layers, common)
+        ev.header.update(checkpoint=run.checkpoint, seconds=round(time.perf_counter() - t0, 3))
+        if rank == 0:
+            atomic_write_bytes(files.users, ev.to_bytes())
+        if lines:
+            print(f"diagnose users: done in {time.perf_counter() - t0:.0f} s -> {files.users}", file=sys.stderr,
+                  flush=True)
     summary: dict[str, Any] = {}
     if rank == 0:
         summary = summarise(out_dir, split, run.checkpoint)
         # every diagnostic file of this checkpoint says what it cost, also those an earlier call computed
         done = {n: _read_file(files.diagnostic(n)) for n in WHAT if files.diagnostic(n).is_file()}
+        users = read_header(files.users) if files.users.is_file() else None
+        if users is not None:
+            done[USERS] = users
         summary["seconds"] = {n: d["seconds"] for n, d in done.items()
                               if d.get("checkpoint") == run.checkpoint and "seconds" in d}
         atomic_write_json(files.summary, summary)
@@ -169,6 +191,16 @@ def run_all(
         dist.broadcast_object_list(box, src=0)
         summary = box[0]
     return summary
+
+
+def users_evidence(model: Diagnosable, data: SplitData, results: dict[str, Any], part: str,
+                   alphas: Sequence[float], layers: Sequence[int] | None, common: dict[str, Any]) -> UserEvidence:
+    """The per-user evidence on the test split, from the ranks of this call's alpha sweep (where it ran on the test
+    split) and recovery (``results``), the rest computed (``evidence.user_evidence``)."""
+    sweep = results["alpha"].user_ranks if "alpha" in results and part == "test" else None
+    rec = results.get("recovery")
+    return user_evidence(model, data, alphas, layers, rec.K if rec is not None else K_RECOVERY, sweep=sweep,
+                         recoverable=rec.test.recoverable_users if rec is not None else None, **common)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -251,6 +283,10 @@ def discard_stale(out_dir: Path, checkpoint: str) -> list[str]:
             for stale in (path, *out_dir.glob(f"{name}*.csv")):
                 stale.unlink(missing_ok=True)
             removed.append(name)
+    users = out_dir / f"{USERS}.npz"
+    if users.is_file() and (read_header(users) or {}).get("checkpoint") != checkpoint:
+        users.unlink(missing_ok=True)
+        removed.append(USERS)
     return removed
 
 

@@ -67,7 +67,9 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
 
 def missing_diagnostics(run_dir: Path) -> list[str]:
-    """The diagnostics (of ``DIAGNOSTICS``) whose file in ``run_dir`` is absent or of another checkpoint."""
+    """The diagnostics (of ``DIAGNOSTICS``) whose file in ``run_dir`` is absent or of another checkpoint, and
+    ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``--what`` names)."""
+    from resdom.diagnostics.evidence import read_header
     from resdom.runs import checkpoint_id
 
     files = RunDir(run_dir)
@@ -80,6 +82,8 @@ def missing_diagnostics(run_dir: Path) -> list[str]:
             ok = False
         if not ok:
             missing.append(name)
+    if (read_header(files.users) or {}).get("checkpoint") != current:
+        missing.append("users")
     return missing
 
 

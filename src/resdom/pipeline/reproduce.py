@@ -6,7 +6,8 @@ Layout::
     DIR/<dataset>/<model>/seed<k>/       a run directory (resdom.runs); error.txt when it failed
     DIR/summary/                         report.html, report.md, figures/, tables/, grid.json
 
-Resumable: a finished run (metrics and diagnostics written) is skipped; an interrupted one resumes through
+Resumable: a finished run (metrics and diagnostics written) is skipped (only its per-user evidence, users.npz,
+is computed where it lacks one, without training); an interrupted one resumes through
 ``fit`` (it continues from its saved state, on the split saved in the run directory). A failed run writes its
 message to ``error.txt`` and the grid goes on.
 """
@@ -24,7 +25,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.names import DIAGNOSTICS
-from resdom.pipeline.common import is_finished, record_failure, train_and_diagnose
+from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.rundir import RunDir
 
@@ -159,6 +160,11 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
                                stats=cache.stats(dataset, split), model_values={**variant, **spec.model_values},
                                train_values=train_values, device=spec.device, progress=progress, label=label)
             outcome.status = "done"
+        elif "users" in missing_diagnostics(run_dir):  # finished before the per-user evidence: add it, no training
+            from resdom.diagnostics.runner import run_all
+            from resdom.distributed import resolve_device
+
+            run_all(run_dir, what="users", device=str(resolve_device(spec.device)), progress=progress)
         if spec.store is not None:
             outcome.stored = str(export_cell(run_dir, spec.store, dataset, label, seed,
                                              compute=cell_compute(run_dir)))
@@ -183,6 +189,10 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
         path = files.diagnostic(name)
         if path.is_file():
             diag[name] = json.loads(path.read_text()).get("seconds") or 0.0
+    if files.users.is_file():  # the per-user evidence's header too
+        from resdom.diagnostics.evidence import read_header
+
+        diag["users"] = (read_header(files.users) or {}).get("seconds") or 0.0
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(sum(diag.values()), 1),
             "device": train.get("device"), "threads": _threads(train, epochs), "cpu_count": os.cpu_count(),

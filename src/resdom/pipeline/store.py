@@ -8,9 +8,12 @@ Layout (one cell = data set x model label x seed)::
         curve.jsonl      one line per epoch: loss, validation metrics, seconds (and the training monitor's numbers)
         cell.json        identity, checkpoint hash, compute (train / diagnose seconds, device, threads), versions
         diagnostics/     every diagnostic's JSON (shuffle, hrli, mixing, alpha, recovery, summary)
+        users.npz        the per-user evidence of the test split (``diagnostics.evidence``; <= 60 KB), where the
+                         run has one
 
-No weights, nothing pickled; every JSON names the checkpoint it was computed on (``resdom.runs.checkpoint_id``),
-so ``report.collect.read_run`` reads a cell like a run directory and leaves out anything of another checkpoint.
+No weights, nothing pickled; every JSON (and users.npz's header) names the checkpoint it was computed on
+(``resdom.runs.checkpoint_id``), so ``report.collect.read_run`` reads a cell like a run directory and leaves out
+anything of another checkpoint.
 A cell is exported only when the run is finished (its metrics and diagnostics are of the same checkpoint).
 """
 
@@ -92,11 +95,30 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
                 raise ResdomError(f"{path}: computed on checkpoint {d.get('checkpoint')}, not {checkpoint}; "
                                   "rerun `resdom diagnose` first")
             files[cell.diagnostic(name)] = json_bytes(d)
+    from resdom.diagnostics.evidence import read_header
+
+    if run.users.is_file():
+        files[cell.cell_users] = _users_bytes(run.users, checkpoint)
+    elif cell.cell_users.is_file() and (read_header(cell.cell_users) or {}).get("checkpoint") != checkpoint:
+        cell.cell_users.unlink()  # an earlier checkpoint's evidence must not sit beside this one's record
     size = sum(len(b) for b in files.values())
     if size > MAX_CELL_BYTES:
         raise ResdomError(f"{run_dir}: the store record would be {size:,} bytes (limit {MAX_CELL_BYTES:,})")
     atomic_write_files(files)
     return cell.dir
+
+
+def _users_bytes(path: Path, checkpoint: str) -> bytes:
+    """The bytes of the run's users.npz, refused (ResdomError) when it is unreadable or of another checkpoint."""
+    from resdom.diagnostics.evidence import read_header
+
+    header = read_header(path)
+    if header is None:
+        raise ResdomError(f"{path}: not a readable per-user evidence file; rerun `resdom diagnose --what users`")
+    if header.get("checkpoint") != checkpoint:
+        raise ResdomError(f"{path}: computed on checkpoint {header.get('checkpoint')}, not {checkpoint}; "
+                          "rerun `resdom diagnose --what users` first")
+    return path.read_bytes()
 
 
 def store_cells(store: str | Path) -> list[Path]:
