@@ -136,14 +136,8 @@ def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # malformed inputs: message names file and line; the CLI exits 2 with one line and no traceback
 
+# ids are labels (issue 28): 'x7', 'u2', '3.5' and 'abc' are ids like any other (tests/test_data_own.py)
 MALFORMED = {
-    "non-integer item id": ("seq.txt", "1 10 20\n2 20 x7 30\n", None,
-                            r"seq\.txt:2: item id 'x7' is not an integer \(column 3\)"),
-    "non-integer user id": ("seq.txt", "1 10 20\nu2 20 30 40\n", None, r"seq\.txt:2: user id 'u2' is not an integer"),
-    "non-integer id, interactions": ("inter.txt", "1 10\n1 20\n2 3.5\n", "interactions",
-                                     r"inter\.txt:3: item id '3\.5' is not an integer \(column 2\)"),
-    "non-integer id, movielens": ("ratings.dat", "1::10::5::100\n1::abc::5::101\n", None,
-                                  r"ratings\.dat:2: item id 'abc' is not an integer"),
     "wrong column count, interactions": ("inter.txt", "1 10 100\n1 20 200\n1 30 300 9\n", "interactions",
                                          r"inter\.txt:3: expected 3 columns .* found 4"),
     "wrong column count, first line": ("inter.txt", "1 10 100 7 7\n", "interactions",
@@ -166,7 +160,10 @@ MALFORMED = {
     "empty file": ("seq.txt", "", "user-lines", r"seq\.txt: file is empty"),
     "blank file": ("seq.txt", "\n\n  \n", None, r"seq\.txt: file is empty"),
     "empty csv": ("x.csv", "", None, r"x\.csv: file is empty"),
-    "header-only csv": ("x.csv", "user_id,item_id\n", None, r"x\.csv: no rows after the header"),
+    "header-only csv": ("x.csv", "user_id,item_id,timestamp\n", None, r"x\.csv: no rows after the header"),
+    "no timestamp column, csv": ("x.csv", "user_id,item_id\n1,2\n", None,
+                                 r"x\.csv: missing timestamp column 'timestamp' \(columns: user_id, item_id\).*"
+                                 r"--no-time"),
     "user on two lines": ("seq.txt", "1 10 20 30\n2 20 30 40\n1 40 50\n", "user-lines",
                           r"seq\.txt:3: user 1 already has a line \(line 1\)"),
     "ambiguous format": ("amb.txt", "1 10\n2 20\n", None, r"amb\.txt: cannot tell"),
@@ -213,11 +210,13 @@ def test_malformed_paired(case: str, tmp_path: Path, monkeypatch, capsys) -> Non
 def test_missing_named_column_parquet(tmp_path: Path) -> None:
     p = tmp_path / "x.parquet"
     pd.DataFrame({"user_id": [1], "item_id": [2]}).to_parquet(p)
-    with pytest.raises(ResdomError, match=r"x\.parquet: missing column 'ts'"):
+    with pytest.raises(ResdomError, match=r"x\.parquet: missing timestamp column 'ts'"):
         load_interactions(str(p), time_col="ts")
-    # the default timestamp column may be absent: no timestamps, recorded
-    raw = read_interactions([p])
-    assert raw.times is None and "no timestamps" in raw.notes[0]
+    # the default timestamp column absent: an error naming file and column, unless no_time (then recorded)
+    with pytest.raises(ResdomError, match=r"x\.parquet: missing timestamp column 'timestamp'.*--no-time"):
+        read_interactions([p])
+    raw = read_interactions([p], no_time=True)
+    assert raw.times is None and "no timestamps (no_time)" in raw.notes[0]
 
 
 def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -239,11 +238,11 @@ def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
 
 
 def test_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
-    p = write(tmp_path / "seq.txt", "1 10 20\n2 20 oops 30\n")
-    r = subprocess.run([sys.executable, "-m", "resdom", "data", "stats", str(p)], capture_output=True, text=True,
-                       timeout=60)
+    p = write(tmp_path / "inter.txt", "1 10 100\n1 20 oops\n")
+    r = subprocess.run([sys.executable, "-m", "resdom", "data", "stats", str(p), "--format", "interactions"],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
-    assert r.stderr.strip() == f"error: {p}:2: item id 'oops' is not an integer (column 3)"
+    assert r.stderr.strip() == f"error: {p}:2: timestamp 'oops' is not a number (column 3)"
 
 
 # ---------------------------------------------------------------------------------------------------------------

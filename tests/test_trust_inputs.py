@@ -156,7 +156,7 @@ def test_timestamps_at_the_range_ends_are_read(tmp_path: Path) -> None:
     path = tmp_path / "inter.txt"
     path.write_text(f"1 10 {TIME_MIN}\n1 11 {TIME_MAX}\n2 10 {float(TIME_MAX) - 0.5}\n")
     raw = read_interactions([path], "interactions")
-    assert raw.times.tolist() == [TIME_MIN, TIME_MAX, TIME_MAX - 1]
+    assert raw.times.tolist() == [TIME_MIN, TIME_MAX, TIME_MAX - 0.5]  # fractions kept, never floored (issue 28)
 
 
 # ---------------------------------------------------------------------------------------- damaged files

@@ -4,6 +4,7 @@
     split = resdom.prepare_split("synthetic:demo", protocol="gts")
     fitted = resdom.fit(split, "sasrec", epochs=10)        # in memory; out="runs/x" writes a run directory
     resdom.evaluate(fitted, cutoffs=(10,)).metrics          # {"HR@10": ..., "NDCG@10": ..., "MRR": ...}
+    fitted.recommend(k=10)                                  # DataFrame user, item, rank, score in your own ids
     diagnosis = resdom.diagnose(fitted)                     # shuffle, hrli, mixing, alpha, recovery
     diagnosis.mixing.plot()                                 # every result: to_dict(), to_frame(), plot()
 
@@ -51,6 +52,11 @@ PARTS = ("valid", "test")
 
 
 # ------------------------------------------------------------------------------------------------- data
+
+
+# ``prepare_split(source, protocol="loo", quantile=0.9, data_dir=None, fmt=None, **options)`` (data.prepare): a
+# registered name, ``synthetic[:knobs]``, a path, or a pandas DataFrame (``prepare_split(df, user_col="customer",
+# item_col="product", time_col="ts")``; ``time_col=None`` or ``no_time=True``: no timestamps, row order).
 
 
 def load_split(path: str | Path) -> SplitData:
@@ -136,6 +142,23 @@ class Fitted:
         if self.metrics:
             self.metrics = {**self.metrics, "checkpoint": checkpoint}
         return files.dir
+
+
+    def recommend(self, users: Sequence[Any] | None = None, k: int = 10, filter_seen: bool = True,
+                  alpha: float = 1.0, *, history: str = "all", batch_size: int = 256) -> pd.DataFrame:
+        """The top ``k`` items for each user as a pandas DataFrame (user, item, rank 1..k, score), in the data's own
+        (external) ids: the ids of the file or DataFrame the split was prepared from, exactly as read.
+
+        ``users``: external user ids (matched as text: ``7`` and ``"7"`` are the same id, ``"007"`` is another);
+        None: every user. An unknown id is a ResdomError naming it. ``filter_seen``: never recommend an item of the
+        user's input. ``alpha``: the residual scale at inference (1: the model as trained; docs/spec.md §4).
+        ``history``: ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` /
+        ``"valid"`` (that part's inputs, as evaluation scores them; ranks then equal evaluation's). Works for
+        imported models as for trained ones (``resdom.recommend``)."""
+        from resdom.recommend import recommend
+
+        return recommend(self.model, self.split, users, k, filter_seen=filter_seen, alpha=alpha, history=history,
+                         batch_size=batch_size)
 
 
 def load_run(path: str | Path, device: str = "auto") -> Fitted:

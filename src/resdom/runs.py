@@ -50,8 +50,11 @@ def versions() -> dict[str, str]:
 
 
 def data_fingerprint(split: SplitData) -> str:
-    """A short hash identifying a prepared split (its manifest and item count)."""
-    blob = json.dumps({"manifest": split.manifest, "n_items": split.n_items}, sort_keys=True, default=str)
+    """A short hash identifying a prepared split (its manifest and item count). The manifest's ``changes`` (a
+    description of what preparing the data removed, ``data.changes``) is left out: it follows from the rest, and
+    leaving it out keeps the fingerprints of splits made before it was recorded (so their runs still resume)."""
+    manifest = {k: v for k, v in split.manifest.items() if k != "changes"}
+    blob = json.dumps({"manifest": manifest, "n_items": split.n_items}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

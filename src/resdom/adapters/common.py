@@ -43,12 +43,10 @@ class ImportData:
     def leave_one_out(cls, prepared: Any, manifest: dict[str, Any]) -> ImportData:
         """The LOO split of ``prepared`` (a ``data.preprocess`` result: sequences, n_items, item and user labels),
         with the split's thresholds and counts added to ``manifest``."""
-        from resdom.data.splits import part_counts, split_loo
+        from resdom.data.prepare import split_data
+        from resdom.data.splits import split_loo
 
-        parts = split_loo(prepared.sequences)
-        manifest.update(parts.info)
-        manifest["counts"] = part_counts(parts)
-        split = SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
+        split = split_data(split_loo(prepared.sequences), prepared, manifest)  # keeps the external ids
         return cls(split, np.asarray(prepared.item_labels, dtype=object), manifest,
                    np.asarray(prepared.user_labels, dtype=object))
 

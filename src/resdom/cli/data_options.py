@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +44,8 @@ _READ_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("data_dir", Path | None, typer.Option(None, "--data-dir", help=DATA_DIR_HELP)),
     ("fmt", str | None, typer.Option(None, "--format", help=FORMAT_HELP)),
     ("k_core", int | None,
-     typer.Option(None, "--k-core", help="Iterative k-core (0: off). Default 5; ml-100k / ml-1m-part: off.")),
+     typer.Option(None, "--k-core", help="Iterative k-core (0: off). Default: off for your own files; 5 for the "
+                  "registered data sets unless their preset says otherwise (ml-100k, ml-1m-part: off).")),
     ("remove_repeats", bool | None,
      typer.Option(None, "--remove-repeats/--keep-repeats",
                   help="Remove consecutive repeats of an item within a user (default keep).")),
@@ -52,7 +54,14 @@ _READ_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("item_col", str | None,
      typer.Option(None, "--item-col", help="Item column (csv/tsv/parquet/recbole; default item_id).")),
     ("time_col", str | None,
-     typer.Option(None, "--time-col", help="Timestamp column (csv/tsv/parquet/recbole; default timestamp).")),
+     typer.Option(None, "--time-col", help="Timestamp column (csv/tsv/parquet/recbole; default timestamp). A table "
+                  "without it is an error unless --no-time.")),
+    ("no_time", bool,
+     typer.Option(False, "--no-time", help="No timestamps: each user's interactions in the file's row order (a table "
+                  "without a timestamp column needs this; timestamps that are there are ignored).")),
+    ("normalize_ids", bool,
+     typer.Option(False, "--normalize-ids", help="Strip spaces around ids and read integer-looking ids as numbers "
+                  "(007 = 7). Default: ids are labels, kept exactly as read.")),
 )
 _SPLIT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("protocol", str | None,
@@ -91,6 +100,17 @@ def split_manifest(source: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def print_changes(manifest: dict[str, Any]) -> None:
+    """Print what preparing the data changed (``data.changes.change_lines``), one ``data:`` line each on stderr
+    (stdout stays for the command's own output, e.g. ``--json``); only the main process under torchrun."""
+    from resdom.data.changes import change_lines
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    for line in change_lines(manifest):
+        typer.echo(f"data: {line}", err=True)
+
+
 @dataclass(frozen=True)
 class DataOptions:
     """What the user gave of the shared data options; None = the source's preset or the default."""
@@ -102,6 +122,8 @@ class DataOptions:
     user_col: str | None = None
     item_col: str | None = None
     time_col: str | None = None
+    no_time: bool | None = None
+    normalize_ids: bool | None = None
     protocol: str | None = None
     quantile: float | None = None
     valid_quantile: float | None = None
@@ -117,14 +139,17 @@ class DataOptions:
 
     def preprocess_options(self) -> dict[str, Any]:
         """Keyword options of ``prepare.load_prepared`` (reader columns, preprocessing) that the user set."""
-        keep = ("k_core", "remove_repeats", "user_col", "item_col", "time_col")
+        keep = ("k_core", "remove_repeats", "user_col", "item_col", "time_col", "no_time", "normalize_ids")
         return {k: v for k, v in self.given().items() if k in keep}
 
     def load_prepared(self, source: str) -> tuple[Any, dict[str, Any]]:
-        """``prepare.load_prepared`` of ``source`` with these options (for ``data stats``)."""
+        """``prepare.load_prepared`` of ``source`` with these options (for ``data stats``); prints what preparing
+        changed (``print_changes``)."""
         from resdom.data.prepare import load_prepared
 
-        return load_prepared(source, self.data_dir, self.fmt, **self.preprocess_options())
+        prepared, manifest = load_prepared(source, self.data_dir, self.fmt, **self.preprocess_options())
+        print_changes(manifest)
+        return prepared, manifest
 
     @property
     def resolved_protocol(self) -> str:
@@ -142,14 +167,17 @@ class DataOptions:
         if is_split_dir(source):
             manifest = split_manifest(source)
             self._check_saved_split(source, manifest)
-            return SplitData.load(source)
-        opts = self.preprocess_options()
-        if self.valid_quantile is not None:
-            opts["valid_quantile"] = self.valid_quantile
-        if self.filter_seen is not None:
-            opts["filter_seen"] = self.filter_seen
-        quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
-        return prepare_split(source, self.resolved_protocol, quantile, self.data_dir, self.fmt, **opts)
+            split = SplitData.load(source)
+        else:
+            opts = self.preprocess_options()
+            if self.valid_quantile is not None:
+                opts["valid_quantile"] = self.valid_quantile
+            if self.filter_seen is not None:
+                opts["filter_seen"] = self.filter_seen
+            quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
+            split = prepare_split(source, self.resolved_protocol, quantile, self.data_dir, self.fmt, **opts)
+        print_changes(split.manifest)
+        return split
 
     def _check_saved_split(self, source: str, manifest: dict[str, Any]) -> None:
         """A saved split is used as it is: an option that would change it is an error naming the option."""
@@ -207,6 +235,8 @@ def data_options(*, split: bool) -> Callable[[F], F]:
         @functools.wraps(fn)
         def command(*args: Any, **kwargs: Any) -> Any:
             values = {n: kwargs.pop(n, None) for n in names}
+            for flag in ("no_time", "normalize_ids"):  # a flag left off is "not given", as every other option
+                values[flag] = values.get(flag) or None
             return fn(*args, data=DataOptions(**values), **kwargs)
 
         annotations = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "data"}

@@ -34,9 +34,9 @@ def version() -> None:
 
 
 def _register() -> None:
-    from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, train_cmd
+    from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 
-    for module in (data_cmd, train_cmd, diagnose_cmd, pipeline_cmd, import_cmd, config_cmd):
+    for module in (data_cmd, train_cmd, diagnose_cmd, pipeline_cmd, import_cmd, config_cmd, recommend_cmd):
         module.register(_typer_app)
 
 

@@ -9,13 +9,18 @@
   ``$RESDOM_DATA_DIR``, user cache, download; files that cannot be downloaded are named with where to put them);
 - ``synthetic`` or ``synthetic:knob=value,...`` (``synthetic.py``);
 - a path: one file, ``items.txt,times.txt`` (paired files), or a folder holding one ``*item*`` and one
-  ``*time*`` file; the format is detected where unambiguous, ``fmt`` forces it.
+  ``*time*`` file; the format is detected where unambiguous, ``fmt`` forces it;
+- a pandas DataFrame with user, item and timestamp columns (read as a table file is).
 
 Options (``**options``): preprocessing ``k_core`` (None/0 off), ``remove_repeats``, ``sort_by_time``,
-``remap`` (and ``sample_users``, ``sample_seed``); reader column names ``user_col``,
-``item_col``, ``time_col``; GTS ``valid_quantile``; ``filter_seen`` (evaluation). A registered data set may carry
-its own preset (``ml-100k``: no k-core, as distributed; the paper's data sets: time-to-split's preprocessing)
-and evaluation setting (``diginetica``, ``zvuk``: seen items kept); explicit options win.
+``remap`` (and ``sample_users``, ``sample_seed``); reader options ``user_col``, ``item_col``, ``time_col``
+(``time_col=None`` given explicitly: no timestamps, as ``no_time=True``), ``no_time``, ``normalize_ids``; GTS
+``valid_quantile``; ``filter_seen`` (evaluation). A user's own data is not filtered (no k-core) unless asked;
+registered paper data sets apply their protocol's k-core 5 (``REGISTERED_DEFAULTS``) or their own preset
+(``ml-100k``: no k-core, as distributed; the paper's data sets: time-to-split's preprocessing) and evaluation
+setting (``diginetica``, ``zvuk``: seen items kept); explicit options win. Everything that changes the data on
+the way (users, items and rows removed, repeats kept or removed, the order used) is recorded in the manifest's
+``changes`` (``data.changes``) and printed by every command.
 
 The evaluation setting goes into the split's manifest as ``"evaluation": {"filter_seen": false, ...}`` where it is
 False (absent: filter, the default; ``SplitData.filter_seen``), so a split made before the setting existed keeps
@@ -24,26 +29,48 @@ its manifest and data fingerprint.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from resdom.data.changes import preprocessing_changes, split_changes
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
 from resdom.data.preprocess import Prepared, PreprocessConfig, preprocess
-from resdom.data.readers import RawInteractions, read_interactions, split_source_paths
+from resdom.data.readers import RawInteractions, drop_times, read_frame, read_interactions, split_source_paths
 from resdom.data.registry import DATASETS
 from resdom.data.sequences import Sequences, SplitData
-from resdom.data.splits import SplitParts, part_counts, split_gts, split_loo
+from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_loo
 from resdom.data.stats import dataset_stats
 from resdom.data.synthetic import generate, parse_synthetic_source
 from resdom.errors import ResdomError
 
 PREPROCESS_OPTIONS = tuple(PreprocessConfig.model_fields)
-READER_OPTIONS = ("user_col", "item_col", "time_col")
+READER_OPTIONS = ("user_col", "item_col", "time_col", "no_time", "normalize_ids")
 SPLIT_OPTIONS = ("valid_quantile", "filter_seen")
 PROTOCOLS = ("loo", "gts")
+# the preprocessing a registered paper data set gets unless its preset or the user says otherwise (the papers'
+# 5-core; a user's own files get no k-core)
+REGISTERED_DEFAULTS: dict[str, Any] = {"k_core": 5}
+Source = str | Path | pd.DataFrame
+
+
+def source_name(source: Source) -> str:
+    """How ``source`` is named in messages and the manifest (``DataFrame`` for a pandas DataFrame)."""
+    return "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
+
+
+def frame_sha256(df: pd.DataFrame) -> str:
+    """A content hash of a DataFrame (column names, then pandas' row hashes of the values)."""
+    h = hashlib.sha256("\x1f".join(map(str, df.columns)).encode("utf-8"))
+    try:
+        h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
+    except TypeError:  # unhashable cells (lists, ...): hash their text
+        h.update(pd.util.hash_pandas_object(df.astype(str), index=False).to_numpy().tobytes())
+    return h.hexdigest()
 
 
 def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -53,16 +80,25 @@ def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 
 def read_source(
-    source: str, data_dir: str | Path | None = None, fmt: str | None = None, **reader_options: Any
+    source: Source, data_dir: str | Path | None = None, fmt: str | None = None, **reader_options: Any
 ) -> tuple[RawInteractions, dict[str, Any], dict[str, Any]]:
     """(raw interactions, source record for the manifest, preprocessing preset) of ``source``."""
     _check_options(reader_options, READER_OPTIONS)
+    if isinstance(source, pd.DataFrame):
+        if fmt is not None:
+            raise ResdomError(f"fmt: a DataFrame is read by its columns; fmt={fmt!r} does not apply")
+        raw = read_frame(source, **reader_options)
+        record = {"kind": "dataframe", "name": "DataFrame", "format": "dataframe", "rows": len(source),
+                  "columns": [str(c) for c in source.columns], "sha256": frame_sha256(source)}
+        return raw, record, {}
     source = str(source)
     if source == "synthetic" or source.startswith("synthetic:"):
         cfg = parse_synthetic_source(source)
         seqs = generate(cfg)
         raw = RawInteractions(np.repeat(seqs.users, seqs.lengths), seqs.items, seqs.times, "synthetic", [],
                               time_ordered=True)
+        if reader_options.get("no_time"):
+            drop_times(raw)
         record = {"kind": "synthetic", "name": source, "config": cfg.model_dump(), "sha256": cfg.sha256()}
         # planted ids must stay the generator's ids: no k-core, no remapping
         return raw, record, {"k_core": None, "remap": False}
@@ -96,9 +132,14 @@ def read_source(
 
 
 def _read(paths: list[Path], fmt: str | None, **reader_options: Any) -> RawInteractions:
-    """``readers.read_interactions``, or ``native.read_native`` for the native formats of the paper's data sets."""
+    """``readers.read_interactions``, or ``native.read_native`` for the native formats of the paper's data sets
+    (``no_time`` applies to them too; ``normalize_ids`` does not: their ids are the files' own)."""
     if fmt in NATIVE_FORMATS:
-        return read_native(str(fmt), paths, **reader_options)
+        no_time = bool(reader_options.pop("no_time", False))
+        if reader_options.pop("normalize_ids", False):
+            raise ResdomError(f"--normalize-ids does not apply to format {fmt!r} (a paper data set's native file)")
+        raw = read_native(str(fmt), paths, **reader_options)
+        return drop_times(raw) if no_time else raw
     return read_interactions(paths, fmt, **reader_options)
 
 
@@ -115,14 +156,21 @@ def evaluation_setting(source: str, filter_seen: bool | None = None) -> dict[str
 
 
 def load_prepared(
-    source: str, data_dir: str | Path | None = None, fmt: str | None = None, **options: Any
+    source: Source, data_dir: str | Path | None = None, fmt: str | None = None, **options: Any
 ) -> tuple[Prepared, dict[str, Any]]:
-    """(full per-user sequences after preprocessing, manifest fragment: source, preprocessing, stats)."""
+    """(full per-user sequences after preprocessing, manifest fragment: source, preprocessing, stats, changes)."""
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS)
     reader_opts = {k: v for k, v in options.items() if k in READER_OPTIONS and v is not None}
+    if "time_col" in options and options["time_col"] is None:  # time_col=None said explicitly: no timestamps
+        reader_opts["no_time"] = True
+    for flag in ("no_time", "normalize_ids"):
+        if not reader_opts.get(flag, True):
+            reader_opts.pop(flag)
     raw, source_record, preset = read_source(source, data_dir, fmt, **reader_opts)
     explicit = {k: v for k, v in options.items() if k in PREPROCESS_OPTIONS}
-    cfg = PreprocessConfig(**{**preset, **explicit})
+    defaults = REGISTERED_DEFAULTS if source_record["kind"] == "registry" else {}
+    cfg = PreprocessConfig(**{**defaults, **preset, **explicit})
+    read_counts = _raw_counts(raw)
     prepared = preprocess(raw, cfg)
     from resdom import __version__
 
@@ -135,12 +183,20 @@ def load_prepared(
         "n_users": len(prepared.sequences),
         "has_timestamps": prepared.sequences.times is not None,
         "dataset": dataset_stats(prepared.sequences),
+        "changes": preprocessing_changes(raw, read_counts, prepared, cfg, bool(reader_opts.get("no_time")),
+                                         bool(reader_opts.get("normalize_ids"))),
     }
     return prepared, manifest
 
 
+def _raw_counts(raw: RawInteractions) -> dict[str, int]:
+    """Users, items and rows of the raw table, as read."""
+    return {"users": int(len(pd.unique(raw.users))), "items": int(len(pd.unique(raw.items))),
+            "interactions": len(raw)}
+
+
 def load_interactions(
-    source: str, data_dir: str | Path | None = None, fmt: str | None = None, **options: Any
+    source: Source, data_dir: str | Path | None = None, fmt: str | None = None, **options: Any
 ) -> Sequences:
     """Full per-user sequences of ``source`` after preprocessing (users 0..U-1, items 1..n_items)."""
     prepared, _ = load_prepared(source, data_dir, fmt, **options)
@@ -148,23 +204,26 @@ def load_interactions(
 
 
 def prepare_split(
-    source: str,
+    source: Source,
     protocol: str = "loo",
     quantile: float = 0.9,
     data_dir: str | Path | None = None,
     fmt: str | None = None,
     **options: Any,
 ) -> SplitData:
-    """Read, preprocess and split ``source`` (module docstring) by ``protocol`` ``loo`` or ``gts`` (spec §1).
+    """Read, preprocess and split ``source`` (module docstring: a registered name, ``synthetic``, a path or a
+    pandas DataFrame) by ``protocol`` ``loo`` or ``gts`` (spec §1).
 
-    The manifest holds: protocol, thresholds (timestamps and ISO dates, GTS), counts per part, the
-    preprocessing applied, the source files' sha256, the tie rule and the dropped users.
+    ``resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts")`` reads a DataFrame. The
+    manifest holds: protocol, thresholds (timestamps and ISO dates, GTS), counts per part, the preprocessing
+    applied, the source files' sha256, the tie rule, the dropped users, and ``changes`` (what was removed, and
+    why). The split keeps the external user and item ids (``user_labels``, ``item_labels``).
     """
     if protocol not in PROTOCOLS:
         raise ResdomError(f"unknown protocol {protocol!r}; choose loo or gts")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
     valid_quantile = options.pop("valid_quantile", None)
-    evaluation = evaluation_setting(source, options.pop("filter_seen", None))
+    evaluation = evaluation_setting(source_name(source), options.pop("filter_seen", None))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
     seqs = prepared.sequences
     if protocol == "loo":
@@ -175,9 +234,30 @@ def prepare_split(
         parts = split_gts(seqs, quantile, valid_quantile)
     counts = part_counts(parts)
     if counts["train"]["interactions"] == 0 or counts["test"]["users"] == 0:
-        raise ResdomError(f"{source}: the {protocol} split leaves an empty training or test part ({counts})")
+        raise ResdomError(f"{source_name(source)}: the {protocol} split leaves an empty training or test part "
+                          f"({counts})")
+    return split_data(parts, prepared, manifest, evaluation)
+
+
+def split_data(parts: SplitParts, prepared: Prepared, manifest: dict[str, Any],
+               evaluation: dict[str, Any] | None = None) -> SplitData:
+    """The SplitData of ``parts`` (a split of ``prepared.sequences``): ``manifest`` gets the split's info, its
+    counts, the ``evaluation`` setting (where not empty) and what the split left out (``changes.split``); the split
+    keeps the external ids and, in ``rest``, the full sequences of users the parts do not wholly hold."""
+    seqs = prepared.sequences
     manifest.update(parts.info)
-    manifest["counts"] = counts
+    manifest["counts"] = part_counts(parts)
     if evaluation:
         manifest["evaluation"] = evaluation
-    return SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest)
+    used = np.zeros(len(seqs), dtype=np.int64)  # per user: the longest prefix some part holds
+    for part_users, part_lengths in ((parts.train.users, parts.train.lengths),
+                                     (parts.valid.inputs.users, parts.valid.inputs.lengths + 1),
+                                     (parts.test.inputs.users, parts.test.inputs.lengths + 1)):
+        np.maximum.at(used, part_users, part_lengths)
+    short = np.flatnonzero(used < seqs.lengths)
+    rest = seqs.take(short) if len(short) else None
+    used_items = heads(seqs, used).items
+    manifest.setdefault("changes", {})["split"] = split_changes(parts.info, seqs, used, used_items, prepared.n_items)
+    return SplitData(parts.train, parts.valid, parts.test, prepared.n_items, manifest,
+                     user_labels=np.asarray(prepared.user_labels), item_labels=np.asarray(prepared.item_labels,
+                                                                                          dtype=object), rest=rest)

@@ -10,7 +10,8 @@ Order of operations, each optional and recorded in ``Prepared.steps``:
    raw item id; without timestamps source order;
 2. remove consecutive repeats of the same item within a user (off by default: the MANIFEST counts of Yelp
    include its 3,873 repeats);
-3. iterative k-core (default k = 5): drop items with < k interactions and users with < k, until stable.
+3. iterative k-core (off by default; registered paper data sets: k = 5 unless their preset says otherwise):
+   drop items with < k interactions and users with < k, until stable.
    With repeat removal on, 2 and 3 alternate until neither removes anything (k-core can create repeats).
    This gives exactly the rows time-to-split's ``core_filter`` keeps (repeats once, then, while some user or
    item has < k: users with < k, items with < k, repeats): a row that can be removed stays removable whatever
@@ -42,11 +43,12 @@ TIE_RULE_NO_TIMES = "no timestamps: each user's interactions in source order"
 
 
 class PreprocessConfig(BaseModel):
-    """Preprocessing options. ``k_core`` None or 0 turns the k-core off."""
+    """Preprocessing options. ``k_core`` None or 0 turns the k-core off (the default: a user's own data is not
+    filtered; registered paper data sets apply their protocol's k-core, ``prepare.REGISTERED_DEFAULTS``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    k_core: int | None = 5
+    k_core: int | None = None
     remove_repeats: bool = False
     sort_by_time: bool = True
     remap: bool = True
@@ -91,6 +93,10 @@ class Prepared:
     user_labels: (U,) raw id of each user index.
     item_labels: (n_items + 1,) raw id of each item id (entry 0, padding, is None / -1).
     steps:       the preprocessing record (one dict per step, with counts).
+    changes:     what preprocessing removed or kept that the user should hear of: {"k_core": {"users", "items",
+                 "interactions"} removed (or None: off), "repeats": {"repeat_rows", "consecutive", "removed"},
+                 "sample_users": {"n", "seed", "users", "items", "interactions"} left out (only when sampling),
+                 "removed": all removed}.
     """
 
     sequences: Sequences
@@ -99,6 +105,7 @@ class Prepared:
     item_labels: np.ndarray
     steps: list[dict[str, Any]] = field(default_factory=list)
     tie_rule: str = TIE_RULE
+    changes: dict[str, Any] = field(default_factory=dict)
 
 
 def encode_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,8 +200,11 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     icode, ilabels = encode_ids(raw.items)
     times = raw.times
     steps: list[dict[str, Any]] = [_counts_step("read", ucode, icode, fmt=raw.fmt, notes=raw.notes)]
+    sampled = None
     if cfg.sample_users is not None:
         picked = sample_users_mask(ulabels, ucode, cfg.sample_users, cfg.sample_seed)
+        sampled = {"n": cfg.sample_users, "seed": cfg.sample_seed, "users": _distinct(ucode) - _distinct(ucode[picked]),
+                   "items": _distinct(icode) - _distinct(icode[picked]), "interactions": int((~picked).sum())}
         ucode, icode = ucode[picked], icode[picked]
         times = times[picked] if times is not None else None
         steps.append({**_counts_step("sample_users", ucode, icode), "n": cfg.sample_users, "seed": cfg.sample_seed,
@@ -221,6 +231,10 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
         steps.append({"step": "k_core", "k": cfg.k_core, "removed_interactions": removed_kcore, "passes": rounds})
     else:
         steps.append({"step": "k_core", "applied": False})
+    changes = _changes(cfg, ucode, icode, keep, removed_repeats, removed_kcore)
+    if sampled is not None:  # users left out by the sample (step 0), before everything else
+        changes["sample_users"] = sampled
+        changes["removed"] = {k: changes["removed"][k] + sampled[k] for k in ("users", "items", "interactions")}
     ucode, icode = ucode[keep], icode[keep]
     times = times[keep] if times is not None else None
     if len(icode) == 0:
@@ -241,7 +255,28 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
     offsets = np.concatenate([[0], np.cumsum(np.bincount(user_idx, minlength=n_users))]).astype(np.int64)
     seqs = Sequences(offsets, item_ids, times, np.arange(n_users, dtype=np.int64))
     steps.append(_counts_step("result", user_idx, item_ids))
-    return Prepared(seqs, len(item_labels) - 1, ulabels[new_users], item_labels, steps, tie)
+    return Prepared(seqs, len(item_labels) - 1, ulabels[new_users], item_labels, steps, tie, changes)
+
+
+def _changes(cfg: PreprocessConfig, ucode: np.ndarray, icode: np.ndarray, keep: np.ndarray,
+             removed_repeats: int, removed_kcore: int) -> dict[str, Any]:
+    """What preprocessing removed (``Prepared.changes``): rows ordered, grouped by user; ``keep`` the rows kept.
+    Only the k-core removes users and items (repeat removal keeps the first of each run)."""
+    pair = np.sort(ucode.astype(np.int64) * (int(icode.max(initial=0)) + 1) + icode)
+    repeat_rows = int((pair[1:] == pair[:-1]).sum())  # rows whose (user, item) pair came earlier
+    consecutive = int((~consecutive_repeat_mask(ucode, icode)).sum())
+    out: dict[str, Any] = {"repeats": {"repeat_rows": repeat_rows, "consecutive": consecutive,
+                                       "removed": removed_repeats if cfg.remove_repeats else 0}}
+    removed = {"users": _distinct(ucode) - _distinct(ucode[keep]), "items": _distinct(icode) - _distinct(icode[keep]),
+               "interactions": removed_kcore}
+    out["k_core"] = {"k": cfg.k_core, **removed} if cfg.k_core else None
+    out["removed"] = {"users": removed["users"], "items": removed["items"], "interactions": int((~keep).sum())}
+    return out
+
+
+def _distinct(codes: np.ndarray) -> int:
+    """How many distinct values the codes (ints >= 0) hold."""
+    return int((np.bincount(codes) > 0).sum()) if len(codes) else 0
 
 
 def _raw_item_ids(raw: RawInteractions, ilabels: np.ndarray, icode: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

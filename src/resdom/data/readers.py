@@ -11,7 +11,19 @@ Formats (``fmt`` names, as accepted by ``--format``):
 - ``movielens``: ``ratings.dat`` (``user::item::rating::timestamp``), optionally gzipped.
 
 Every malformed input raises ``ResdomError`` naming the file and line (or row). Readers do no
-preprocessing: rows come back in source order; ``preprocess.py`` sorts, filters and remaps.
+preprocessing: rows come back in source order; ``preprocess.py`` sorts, filters and remaps. A pandas DataFrame is
+read like a table (``read_frame``).
+
+Ids are labels, kept exactly as read: ``007``, ``07``, ``+7`` and ``7`` are four items, `` a`` and ``a `` are not
+``a``. A column whose every id is a canonical decimal integer (its text is ``str(int(text))``) is held as int64
+(same labels, less memory, ordered numerically by the remap); any other column as the exact strings.
+``normalize_ids=True`` (off by default) strips surrounding spaces and reads integer-looking ids as numbers.
+
+A table (csv, tsv, parquet, recbole, DataFrame) without its timestamp column is an error unless ``no_time=True``
+(``--no-time``): then each user's interactions keep the file's row order. ``user-lines`` files and two-column
+``interactions`` files have no timestamps by definition: their row order is the time order (S3-Rec, SASRec).
+Fractional timestamps are kept, never floored (float64 seconds: about 0.2 microseconds of resolution at
+today's dates; finer differences become ties, which keep file order); whole-second timestamps are int64.
 
 Timestamps are Unix seconds in ``[TIME_MIN, TIME_MAX]`` (0001-01-01 to 9999-12-31 UTC, what Python's datetime
 represents: the split writes its thresholds as dates, and spans and differences stay far from int64 overflow);
@@ -41,9 +53,9 @@ _SNIFF_LINES = 2000
 class RawInteractions:
     """One row per interaction, in source order.
 
-    users: (n,) raw user ids (int64, or object array of string tokens).
-    items: (n,) raw item ids (int64, or object array of string tokens).
-    times: (n,) int64 Unix seconds, or None where the source has no timestamps.
+    users: (n,) raw user ids: int64 where every id is a canonical integer, else an object array of the exact strings.
+    items: (n,) raw item ids, the same way.
+    times: (n,) Unix seconds, int64 (all whole) or float64 (some fractional), or None without timestamps.
     fmt:   the format read; files: the files read (hashed into the manifest).
     time_ordered: the format promises rows oldest first within each user (checked where times exist).
     notes: what the reader did that a reader of the manifest should know (e.g. dropped columns).
@@ -100,30 +112,41 @@ def read_interactions(
     user_col: str | None = None,
     item_col: str | None = None,
     time_col: str | None = None,
+    no_time: bool = False,
+    normalize_ids: bool = False,
 ) -> RawInteractions:
     """Read ``paths`` (one file, or item + time file for ``paired``) in format ``fmt`` (detected if None).
 
-    Column names apply to ``recbole`` / ``csv`` / ``tsv`` / ``parquet`` (defaults user_id, item_id, timestamp;
-    a missing default timestamp column means no timestamps, a missing named one is an error).
+    Column names apply to ``recbole`` / ``csv`` / ``tsv`` / ``parquet`` (defaults user_id, item_id, timestamp).
+    A table's missing timestamp column is an error unless ``no_time``, which also ignores timestamps that are there
+    (each user's interactions then keep the file's row order). ``normalize_ids``: module docstring.
     """
     fmt = detect_format(paths) if fmt is None else _check_format(fmt)
     if fmt == "paired":
         if len(paths) != 2:
             raise ResdomError(f"format 'paired' needs two files (items,times), got {len(paths)}: {_names(paths)}")
-        return read_paired(paths[0], paths[1])
-    if len(paths) != 1:
+        raw = read_paired(paths[0], paths[1], normalize_ids)
+    elif len(paths) != 1:
         raise ResdomError(f"format {fmt!r} reads one file, got {len(paths)}: {_names(paths)}")
-    path = paths[0]
-    if fmt == "user-lines":
-        return read_user_lines(path)
-    if fmt == "interactions":
-        return read_interaction_lines(path)
-    if fmt == "movielens":
-        return read_movielens(path)
-    cols = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
-    if fmt == "recbole":
-        return read_recbole(path, **cols)
-    return read_table(path, fmt, **cols)
+    elif fmt == "user-lines":
+        raw = read_user_lines(paths[0], normalize_ids)
+    elif fmt == "interactions":
+        raw = read_interaction_lines(paths[0], normalize_ids)
+    elif fmt == "movielens":
+        raw = read_movielens(paths[0], normalize_ids)
+    else:
+        cols = {"user_col": user_col, "item_col": item_col, "time_col": time_col, "no_time": no_time,
+                "normalize_ids": normalize_ids}
+        raw = read_recbole(paths[0], **cols) if fmt == "recbole" else read_table(paths[0], fmt, **cols)
+    return drop_times(raw) if no_time else raw
+
+
+def drop_times(raw: RawInteractions) -> RawInteractions:
+    """``raw`` without timestamps (``no_time``), with a note saying so."""
+    if raw.times is not None:
+        raw.notes.append("timestamps ignored (no_time): each user's interactions in file row order")
+        raw.times = None
+    return raw
 
 
 def _check_format(fmt: str) -> str:
@@ -212,6 +235,7 @@ class _Tokens:
     tokens: list[str]
     counts: np.ndarray
     line_no: np.ndarray
+    _nbytes: np.ndarray | None = None  # UTF-8 length of each token, where the tokenizer measured it
 
     @property
     def starts(self) -> np.ndarray:
@@ -226,6 +250,19 @@ class _Tokens:
             except (ValueError, OverflowError):
                 self._ints = None
         return self._ints
+
+    def canonical(self) -> np.ndarray | None:
+        """bool (n_tokens,): the token is the canonical text of its integer (``str(int(t)) == t``), where every
+        token reads as an int64 (``all_int64``); else None. Exact by UTF-8 length: numpy's int parse accepts only
+        additions to the canonical digits (a ``+``, leading zeros, ``_``; non-ASCII digits take more bytes)."""
+        ints = self.all_int64()
+        if ints is None:
+            return None
+        if not hasattr(self, "_canonical"):
+            nbytes = self._nbytes if self._nbytes is not None else np.fromiter(
+                (len(t.encode("utf-8")) for t in self.tokens), dtype=np.int64, count=len(self.tokens))
+            self._canonical = nbytes == decimal_length(ints)
+        return self._canonical
 
     def locate(self, flat_index: int) -> tuple[int, int]:
         """(line number, 1-based column) of flat token ``flat_index``."""
@@ -271,35 +308,76 @@ def _tokenize_fast(path: Path, text: str) -> _Tokens | None:
     space = newline | (data == 32) | (data == 9) | (data == 13)
     start = ~space
     start[1:] &= space[:-1]  # first byte of each token
+    end = ~space
+    end[:-1] &= space[1:]  # last byte of each token
+    starts = np.flatnonzero(start)
     newlines = np.flatnonzero(newline)
-    line_of_token = np.searchsorted(newlines, np.flatnonzero(start))  # 0-based line of each token
+    line_of_token = np.searchsorted(newlines, starts)  # 0-based line of each token
     counts = np.bincount(line_of_token, minlength=len(newlines) + 1)
     if int(counts.sum()) != len(tokens):
         return None
     nonblank = np.flatnonzero(counts)
-    return _Tokens(path, tokens, counts[nonblank].astype(np.int64), (nonblank + 1).astype(np.int64))
+    nbytes = (np.flatnonzero(end) - starts + 1).astype(np.int64)
+    return _Tokens(path, tokens, counts[nonblank].astype(np.int64), (nonblank + 1).astype(np.int64), nbytes)
 
 
-def _to_int(tok: _Tokens, select: np.ndarray, what: Callable[[int], str]) -> np.ndarray:
-    """int64 values of the flat tokens at ``select``; a non-integer names its file, line and column.
+_POWERS_OF_TEN = np.array([10**k for k in range(20)], dtype=np.uint64)
 
-    ``what(column)`` names the field (``"item id"``) for the message.
-    """
-    ints = tok.all_int64()
-    if ints is not None:
-        return ints[select]
-    picked = [tok.tokens[i] for i in select]
+
+def decimal_length(ints: np.ndarray) -> np.ndarray:
+    """int64 (n,): the length of ``str(x)`` for each int64 ``x`` (digits, plus one for a minus sign)."""
+    ints = np.asarray(ints, dtype=np.int64)
+    magnitude = np.abs(ints).astype(np.uint64)  # abs(int64 min) wraps to itself: as uint64 it is 2**63, right
+    digits = np.maximum(np.searchsorted(_POWERS_OF_TEN, magnitude, side="right"), 1)
+    return digits.astype(np.int64) + (ints < 0)
+
+
+_CANONICAL_INT = r"0|-?[1-9][0-9]{0,17}"  # str(int(t)) == t, and |t| < 10**18 (fits int64)
+
+
+def canonical_int_labels(texts: np.ndarray) -> np.ndarray | None:
+    """int64 (n,) of ``texts`` (strings) where every text is a canonical decimal integer (``str(int(t)) == t``: no
+    sign but ``-``, no leading zero, no ``_``, ASCII digits, at most 18 digits), else None: then the ids stay
+    strings, so ``007`` and ``7`` remain two ids."""
+    if len(texts) == 0:
+        return np.zeros(0, dtype=np.int64)
     try:
-        return np.array(picked, dtype=np.int64) if picked else np.zeros(0, dtype=np.int64)
-    except (ValueError, OverflowError):
-        pass
-    for k, t in enumerate(picked):  # slow path, only to name the offending token
-        try:
-            int(t)
-        except ValueError:
-            line, col = tok.locate(int(select[k]))
-            raise ResdomError(f"{tok.path}:{line}: {what(col)} {t!r} is not an integer (column {col})") from None
-    raise ResdomError(f"{tok.path}: an integer does not fit in 64 bits")  # overflow
+        series = pd.Series(texts, dtype="string[pyarrow]")  # RE2 on Arrow strings: about 2x faster
+    except (ImportError, TypeError, ValueError):
+        series = pd.Series(np.asarray(texts, dtype=object), dtype=object).astype(str)
+    if not bool(series.str.fullmatch(_CANONICAL_INT).all()):
+        return None
+    return np.asarray(texts, dtype=object).astype(np.int64)
+
+
+def _normalized(texts: np.ndarray) -> np.ndarray:
+    """``normalize_ids``: each id stripped of surrounding whitespace, integer-looking ids (``+7``, ``007``, at most 18
+    digits) written canonically (``7``); int64 where all are integers then, else an object array of str."""
+    stripped = pd.Series(np.asarray(texts, dtype=object)).astype(str).str.strip()
+    numeric = stripped.str.fullmatch(r"[+-]?[0-9]{1,18}").to_numpy(dtype=bool)
+    out = stripped.to_numpy(dtype=object)
+    out[numeric] = [str(int(t)) for t in out[numeric]]
+    ints = canonical_int_labels(out)
+    return ints if ints is not None else out
+
+
+def id_labels(texts: np.ndarray, normalize: bool = False) -> np.ndarray:
+    """Labels of the id strings ``texts`` (n,): int64 where all are canonical integers, else an object array of the
+    exact strings. ``normalize``: ``_normalized`` (off by default)."""
+    texts = np.asarray(texts, dtype=object)
+    if normalize:
+        return _normalized(texts)
+    ints = canonical_int_labels(texts)
+    return ints if ints is not None else texts
+
+
+def _labels(tok: _Tokens, select: np.ndarray, normalize: bool = False) -> np.ndarray:
+    """Labels (``id_labels``) of the flat tokens at ``select``."""
+    canonical = tok.canonical()
+    if canonical is not None and not normalize and bool(canonical[select].all()):
+        return tok.all_int64()[select]
+    texts = np.array([tok.tokens[i] for i in select], dtype=object) if len(select) else np.zeros(0, dtype=object)
+    return id_labels(texts, normalize)
 
 
 def _time_range_error(where: str, value: object) -> ResdomError:
@@ -314,15 +392,23 @@ def _first_out_of_range(values: np.ndarray) -> int | None:
     return int(bad[0]) if len(bad) else None
 
 
+def whole_seconds(values: np.ndarray) -> np.ndarray:
+    """``values`` as int64 where every one is a whole number of seconds, else float64 (fractions kept)."""
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64)
+    values = values.astype(np.float64)
+    return values.astype(np.int64) if bool((values == np.floor(values)).all()) else values
+
+
 def _to_time(tok: _Tokens, select: np.ndarray) -> np.ndarray:
-    """int64 Unix seconds (in ``[TIME_MIN, TIME_MAX]``) of the tokens at ``select``; integers, or decimals floored
-    to the second."""
+    """Unix seconds (in ``[TIME_MIN, TIME_MAX]``) of the tokens at ``select``: int64 where all are whole seconds,
+    else float64 (fractions kept, never floored)."""
     values = _parse_times(tok, select)
     k = _first_out_of_range(values)
     if k is not None:
         line, col = tok.locate(int(select[k]))
         raise _time_range_error(f"{tok.path}:{line} (column {col})", tok.tokens[int(select[k])])
-    return values if values.dtype == np.int64 else np.floor(values).astype(np.int64)
+    return whole_seconds(values)
 
 
 def _parse_times(tok: _Tokens, select: np.ndarray) -> np.ndarray:
@@ -358,13 +444,13 @@ def _user_line_arrays(tok: _Tokens, users_per_line: np.ndarray) -> tuple[np.ndar
     return np.repeat(users_per_line, tok.counts - 1), np.flatnonzero(rest)
 
 
-def read_user_lines(path: Path) -> RawInteractions:
+def read_user_lines(path: Path, normalize_ids: bool = False) -> RawInteractions:
     """``user item item ...`` per line, oldest first. A user on two lines is an error."""
     tok = _tokenize(path)
-    users_per_line = _to_int(tok, tok.starts, lambda c: "user id")
+    users_per_line = _labels(tok, tok.starts, normalize_ids)
     _check_unique_users(tok, users_per_line)
     user_rows, rest_idx = _user_line_arrays(tok, users_per_line)
-    items = _to_int(tok, rest_idx, lambda c: "item id")
+    items = _labels(tok, rest_idx, normalize_ids)
     return RawInteractions(user_rows, items, None, "user-lines", [path], time_ordered=True)
 
 
@@ -379,7 +465,7 @@ def _check_unique_users(tok: _Tokens, users_per_line: np.ndarray) -> None:
         )
 
 
-def read_paired(item_path: Path, time_path: Path) -> RawInteractions:
+def read_paired(item_path: Path, time_path: Path, normalize_ids: bool = False) -> RawInteractions:
     """Item file ``user item ...`` plus time file ``user t ...`` in the same line order (times oldest first)."""
     items_tok, times_tok = _tokenize(item_path), _tokenize(time_path)
     if len(items_tok.counts) != len(times_tok.counts):
@@ -387,8 +473,10 @@ def read_paired(item_path: Path, time_path: Path) -> RawInteractions:
             f"{time_path}: {len(times_tok.counts)} non-blank lines, but {item_path} has {len(items_tok.counts)}; "
             "the time file must match the item file line by line"
         )
-    item_users = _to_int(items_tok, items_tok.starts, lambda c: "user id")
-    time_users = _to_int(times_tok, times_tok.starts, lambda c: "user id")
+    item_users = _labels(items_tok, items_tok.starts, normalize_ids)
+    time_users = _labels(times_tok, times_tok.starts, normalize_ids)
+    if item_users.dtype != time_users.dtype:  # one file's user ids all canonical integers, the other's not
+        item_users, time_users = item_users.astype(str).astype(object), time_users.astype(str).astype(object)
     bad = np.flatnonzero(item_users != time_users)
     if len(bad):
         k = int(bad[0])
@@ -406,7 +494,7 @@ def read_paired(item_path: Path, time_path: Path) -> RawInteractions:
     _check_unique_users(items_tok, item_users)
     user_rows, item_idx = _user_line_arrays(items_tok, item_users)
     _, time_idx = _user_line_arrays(times_tok, time_users)
-    items = _to_int(items_tok, item_idx, lambda c: "item id")
+    items = _labels(items_tok, item_idx, normalize_ids)
     times = _to_time(times_tok, time_idx)
     _check_non_decreasing(times_tok, user_rows, times, time_idx)
     return RawInteractions(user_rows, items, times, "paired", [item_path, time_path], time_ordered=True)
@@ -425,21 +513,24 @@ def _check_non_decreasing(tok: _Tokens, users: np.ndarray, times: np.ndarray, fl
         )
 
 
-def read_interaction_lines(path: Path) -> RawInteractions:
+def read_interaction_lines(path: Path, normalize_ids: bool = False) -> RawInteractions:
     """``user item [timestamp]`` per line; every line has the same number of columns (2 or 3)."""
     tok = _tokenize(path)
-    return _rows_to_raw(tok, ncols_allowed=(2, 3), fmt="interactions", layout="user item [timestamp]")
+    return _rows_to_raw(tok, ncols_allowed=(2, 3), fmt="interactions", layout="user item [timestamp]",
+                        normalize_ids=normalize_ids)
 
 
-def read_movielens(path: Path) -> RawInteractions:
+def read_movielens(path: Path, normalize_ids: bool = False) -> RawInteractions:
     """MovieLens ``ratings.dat``: ``user::item::rating::timestamp`` (rating ignored), optionally gzipped."""
     tok = _tokenize(path, sep="::")
-    raw = _rows_to_raw(tok, ncols_allowed=(4,), fmt="movielens", layout="user::item::rating::timestamp")
+    raw = _rows_to_raw(tok, ncols_allowed=(4,), fmt="movielens", layout="user::item::rating::timestamp",
+                       normalize_ids=normalize_ids)
     raw.notes.append("rating column ignored (implicit feedback)")
     return raw
 
 
-def _rows_to_raw(tok: _Tokens, ncols_allowed: tuple[int, ...], fmt: str, layout: str) -> RawInteractions:
+def _rows_to_raw(tok: _Tokens, ncols_allowed: tuple[int, ...], fmt: str, layout: str,
+                 normalize_ids: bool = False) -> RawInteractions:
     ncols = int(tok.counts[0])
     if ncols not in ncols_allowed:
         raise ResdomError(
@@ -454,9 +545,8 @@ def _rows_to_raw(tok: _Tokens, ncols_allowed: tuple[int, ...], fmt: str, layout:
             f"found {tok.counts[k]}"
         )
     base = tok.starts
-    names = {1: "user id", 2: "item id"}
-    users = _to_int(tok, base, lambda c: names.get(c, "value"))
-    items = _to_int(tok, base + 1, lambda c: names.get(c, "value"))
+    users = _labels(tok, base, normalize_ids)
+    items = _labels(tok, base + 1, normalize_ids)
     times = _to_time(tok, base + ncols - 1) if ncols in (3, 4) else None
     return RawInteractions(users, items, times, fmt, [tok.path], time_ordered=False)
 
@@ -466,7 +556,8 @@ def _rows_to_raw(tok: _Tokens, ncols_allowed: tuple[int, ...], fmt: str, layout:
 
 
 def read_recbole(
-    path: Path, user_col: str | None = None, item_col: str | None = None, time_col: str | None = None
+    path: Path, user_col: str | None = None, item_col: str | None = None, time_col: str | None = None,
+    no_time: bool = False, normalize_ids: bool = False,
 ) -> RawInteractions:
     """RecBole atomic ``.inter``: tab-separated, header ``name:type`` (e.g. ``user_id:token``)."""
     head = _head_lines(path, 1)
@@ -480,24 +571,40 @@ def read_recbole(
             raise ResdomError(f"{path}:1: header field {i} {f!r} is not 'name:type' (RecBole atomic file)")
         names.append(name)
     df = _read_csv(path, sep="\t", names=names, skiprows=1)
-    return _frame_to_raw(df, path, "recbole", user_col, item_col, time_col, first_data_line=2)
+    columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
+    return _frame_to_raw(df, str(path), "recbole", columns, first_data_line=2, files=[path])
 
 
 def read_table(
-    path: Path, fmt: str, user_col: str | None = None, item_col: str | None = None, time_col: str | None = None
+    path: Path, fmt: str, user_col: str | None = None, item_col: str | None = None, time_col: str | None = None,
+    no_time: bool = False, normalize_ids: bool = False,
 ) -> RawInteractions:
     """CSV / TSV (header row) or Parquet with named user, item and timestamp columns."""
+    columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
     if fmt == "parquet":
         try:
             df = pd.read_parquet(path)
         except Exception as e:  # pyarrow raises many types for a bad file
             raise ResdomError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
-        return _frame_to_raw(df, path, fmt, user_col, item_col, time_col, first_data_line=None)
+        return _frame_to_raw(df, str(path), fmt, columns, first_data_line=None, files=[path])
     head = _head_lines(path, 1)
     if not head:
         raise ResdomError(f"{path}: file is empty")
     df = _read_csv(path, sep="," if fmt == "csv" else "\t", names=None, skiprows=0)
-    return _frame_to_raw(df, path, fmt, user_col, item_col, time_col, first_data_line=2)
+    return _frame_to_raw(df, str(path), fmt, columns, first_data_line=2, files=[path])
+
+
+def read_frame(
+    df: pd.DataFrame, user_col: str | None = None, item_col: str | None = None, time_col: str | None = None,
+    no_time: bool = False, normalize_ids: bool = False, name: str = "DataFrame",
+) -> RawInteractions:
+    """A pandas DataFrame with named user, item and timestamp columns, read as a table file is (rows named
+    ``DataFrame: row k``, 1-based; the frame itself is not changed). Integer columns are integer labels; any other
+    id column is read as the text of each value (``str``)."""
+    if not isinstance(df, pd.DataFrame):
+        raise ResdomError(f"{name}: expected a pandas DataFrame, got {type(df).__name__}")
+    columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
+    return _frame_to_raw(df, name, "dataframe", columns, first_data_line=None, files=[])
 
 
 def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> pd.DataFrame:
@@ -515,52 +622,74 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
         raise ResdomError(f"{path}: not UTF-8 text") from None
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The reader options of a table: column names (None: the default), ``no_time``, ``normalize_ids``."""
+
+    user_col: str | None = None
+    item_col: str | None = None
+    time_col: str | None = None
+    no_time: bool = False
+    normalize_ids: bool = False
+
+
 def _frame_to_raw(
-    df: pd.DataFrame, path: Path, fmt: str, user_col: str | None, item_col: str | None, time_col: str | None,
-    first_data_line: int | None,
+    df: pd.DataFrame, where_name: str, fmt: str, columns: _Columns, first_data_line: int | None, files: list[Path],
 ) -> RawInteractions:
-    """Pick the named columns; ids stay integers where every value is one, else string tokens."""
-    where = (lambda k: f"{path}:{k + first_data_line}") if first_data_line else (lambda k: f"{path}: row {k + 1}")
+    """Pick the named columns of ``df`` (not modified); ids become labels (``id_labels``), times seconds."""
+    if first_data_line:
+        def where(k: int) -> str:
+            return f"{where_name}:{k + first_data_line}"
+    else:
+        def where(k: int) -> str:
+            return f"{where_name}: row {k + 1}"
     cols = list(map(str, df.columns))
-    df.columns = cols
-    ucol = user_col or DEFAULT_COLUMNS["user_col"]
-    icol = item_col or DEFAULT_COLUMNS["item_col"]
+    df = df.set_axis(cols, axis=1)
+    ucol = columns.user_col or DEFAULT_COLUMNS["user_col"]
+    icol = columns.item_col or DEFAULT_COLUMNS["item_col"]
     for name, flag in ((ucol, "--user-col"), (icol, "--item-col")):
         if name not in cols:
-            raise ResdomError(f"{path}: missing column {name!r} (columns: {', '.join(cols)}); name it with {flag}")
-    tcol = time_col or DEFAULT_COLUMNS["time_col"]
+            raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(cols)}); name it with "
+                              f"{flag}")
+    tcol: str | None = columns.time_col or DEFAULT_COLUMNS["time_col"]
     notes = []
-    if tcol not in cols:
-        if time_col:
-            raise ResdomError(f"{path}: missing column {tcol!r} (columns: {', '.join(cols)}); name it with --time-col")
+    if columns.no_time:
+        if tcol in cols:
+            notes.append(f"column {tcol!r} ignored (no_time): each user's interactions in file row order")
+        else:
+            notes.append("no timestamps (no_time): each user's interactions in file row order")
         tcol = None
-        notes.append(f"no {DEFAULT_COLUMNS['time_col']!r} column: no timestamps")
+    elif tcol not in cols:
+        how = "name the timestamp column with --time-col (time_col=...)" if not columns.time_col else "check its name"
+        raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: {', '.join(cols)}); {how}, or "
+                          "pass --no-time (no_time=True) to order each user's interactions by the file's row order")
     if len(df) == 0:
-        raise ResdomError(f"{path}: no rows after the header")
-    users = _id_column(df[ucol], where, ucol)
-    items = _id_column(df[icol], where, icol)
+        raise ResdomError(f"{where_name}: no rows after the header")
+    users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
+    items = _id_column(df[icol], where, icol, columns.normalize_ids)
     times = _time_column(df[tcol], where, tcol) if tcol else None
-    return RawInteractions(users, items, times, fmt, [path], time_ordered=False, notes=notes)
+    return RawInteractions(users, items, times, fmt, files, time_ordered=False, notes=notes)
 
 
 def _missing(col: pd.Series) -> np.ndarray:
     values = col.to_numpy()
-    return pd.isna(values) | (values == "") if values.dtype == object else pd.isna(values)
+    if values.dtype == object:
+        return np.asarray(pd.isna(values) | (values == ""), dtype=bool)
+    return np.asarray(pd.isna(values), dtype=bool)
 
 
-def _id_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
+def _id_column(col: pd.Series, where: Callable[[int], str], name: str, normalize: bool = False) -> np.ndarray:
+    """Labels of an id column: int64 for an integer column or canonical integer texts, else the exact strings."""
     miss = np.flatnonzero(_missing(col))
     if len(miss):
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
-    if pd.api.types.is_integer_dtype(col.dtype):
+    if pd.api.types.is_integer_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
         return col.to_numpy(dtype=np.int64)
-    as_str = col.astype(str).str.strip()
-    if as_str.str.fullmatch(r"[+-]?\d{1,18}").all():
-        return as_str.to_numpy().astype(np.int64)
-    return as_str.to_numpy(dtype=object)
+    return id_labels(col.astype(str).to_numpy(dtype=object), normalize)
 
 
 def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
+    """Unix seconds of a timestamp column (numbers, or dates): int64 where all are whole seconds, else float64."""
     miss = np.flatnonzero(_missing(col))
     if len(miss):
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
@@ -573,7 +702,9 @@ def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.n
         k = _first_out_of_range(values)
         if k is not None:
             raise _time_range_error(f"{where(k)} (column {name!r})", col.iloc[k])
-        return np.floor(values).astype(np.int64)
+        if pd.api.types.is_integer_dtype(numeric.dtype):
+            return numeric.to_numpy(dtype=np.int64)
+        return whole_seconds(values)
     if len(bad) < len(col):  # a mix of numbers and text: the first text value is the error
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is not a number")
@@ -586,5 +717,9 @@ def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.n
 
 
 def _datetimes_to_seconds(values: pd.Series) -> np.ndarray:
+    """Unix seconds of UTC datetimes: int64 where all are whole seconds, else float64 (sub-second parts kept)."""
     ns = values.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    return ns // 1_000_000_000
+    whole, frac = np.divmod(ns, 1_000_000_000)
+    if not frac.any():
+        return whole.astype(np.int64)
+    return whole.astype(np.float64) + frac / 1e9

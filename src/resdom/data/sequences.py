@@ -27,7 +27,7 @@ class Sequences:
 
     offsets: int64 (n + 1,), non-decreasing, offsets[0] == 0.
     items:   int64 (offsets[-1],), item ids >= 1.
-    times:   int64 (offsets[-1],) Unix seconds, or None.
+    times:   (offsets[-1],) Unix seconds, int64 (whole seconds) or float64 (fractions kept), or None.
     users:   int64 (n,) user index of each sequence (into the data set's user list).
     """
 
@@ -40,7 +40,7 @@ class Sequences:
         self.offsets = np.asarray(self.offsets, dtype=np.int64)
         self.items = np.asarray(self.items, dtype=np.int64)
         if self.times is not None:
-            self.times = np.asarray(self.times, dtype=np.int64)
+            self.times = as_times(self.times)
         if self.users is None:
             self.users = np.arange(len(self.offsets) - 1, dtype=np.int64)
         else:
@@ -97,6 +97,12 @@ class Sequences:
         return out
 
 
+def as_times(times: np.ndarray) -> np.ndarray:
+    """Timestamps as int64 (integer input) or float64 (fractional seconds kept, never floored)."""
+    times = np.asarray(times)
+    return times.astype(np.float64) if times.dtype.kind == "f" else times.astype(np.int64)
+
+
 def item_counts(seqs: Sequences, n_items: int) -> np.ndarray:
     """int64 (n_items + 1,): how often each item id occurs in ``seqs`` (id 0, padding, never)."""
     return np.bincount(seqs.items, minlength=n_items + 1).astype(np.int64)
@@ -133,6 +139,12 @@ class SplitData:
 
     ``n_items`` is the number of real items (ids 1..n_items). ``manifest`` is plain JSON data
     (protocol, thresholds, counts, preprocessing, source hashes).
+    ``user_labels`` (U,): the external (raw) id of each user index (``Sequences.users`` index it);
+    ``item_labels`` (n_items + 1,) object: the external id of each item id (entry 0, padding, is None). Labels are
+    integers where the source's ids are canonical integers (``user_labels`` then int64), else the exact strings;
+    None for a split saved before resdom kept them. ``rest``: the full sequences of the users whose interactions
+    the parts do not all hold (users the split dropped, e.g. fewer than 3 items under LOO), so every user's whole
+    history is known (``history``); None: there are none, or the split predates it.
     """
 
     train: Sequences
@@ -140,6 +152,22 @@ class SplitData:
     test: EvalSet
     n_items: int
     manifest: dict[str, Any] = field(default_factory=dict)
+    user_labels: np.ndarray | None = None
+    item_labels: np.ndarray | None = None
+    rest: Sequences | None = None
+
+    def history(self) -> Sequences:
+        """Each user's longest known sequence (oldest first): every part is a prefix of the user's full sequence
+        (train, valid input + target, test input + target, ``rest``), so the longest is all that is known. One
+        sequence per user present anywhere, in increasing user index (``users``)."""
+        parts = [self.train, with_targets(self.valid), with_targets(self.test)]
+        if self.rest is not None:
+            parts.append(self.rest)
+        pool = concat(parts)
+        order = np.lexsort((-pool.lengths, pool.users))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = pool.users[order][1:] != pool.users[order][:-1]
+        return pool.take(order[first])
 
     @property
     def filter_seen(self) -> bool:
@@ -161,6 +189,15 @@ class SplitData:
                 arrays[f"{name}_times"] = seqs.times
         arrays["valid_targets"] = self.valid.targets
         arrays["test_targets"] = self.test.targets
+        if self.rest is not None:
+            arrays.update({"rest_offsets": self.rest.offsets, "rest_items": self.rest.items,
+                           "rest_users": self.rest.users})
+            if self.rest.times is not None:
+                arrays["rest_times"] = self.rest.times
+        if self.user_labels is not None:
+            arrays.update(_label_arrays("user_labels", self.user_labels))
+        if self.item_labels is not None:
+            arrays.update(_label_arrays("item_labels", self.item_labels[1:]))
         import io
 
         buf = io.BytesIO()
@@ -202,6 +239,17 @@ class SplitData:
             for name, ev in (("valid", split.valid), ("test", split.test)):
                 if len(ev) and (ev.targets.min() < 1 or ev.targets.max() > split.n_items):
                     raise ValueError(f"{name} targets outside 1..{split.n_items}")
+            split.rest = seqs("rest") if "rest_offsets" in a else None
+            split.user_labels = _labels_from(a, "user_labels")
+            items = _labels_from(a, "item_labels")
+            if items is not None:
+                if len(items) != split.n_items:
+                    raise ValueError(f"{len(items)} item labels for {split.n_items} items")
+                split.item_labels = np.concatenate([np.array([None], dtype=object), items.astype(object)])
+            n_users = max((int(p.users.max(initial=-1)) for p in (split.train, split.valid.inputs,
+                                                                    split.test.inputs)), default=-1) + 1
+            if split.user_labels is not None and len(split.user_labels) < n_users:
+                raise ValueError(f"{len(split.user_labels)} user labels for user indices up to {n_users - 1}")
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as e:
             detail = f"no array {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
             raise ResdomError(f"{path}: not a readable prepared split, the file is truncated or corrupt ({detail}); "
@@ -214,6 +262,52 @@ class SplitData:
         if not isinstance(split.manifest, dict):
             raise ResdomError(f"{manifest_path}: expected a JSON object; {redo}")
         return split
+
+
+def _label_arrays(name: str, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """npz arrays (no pickles) holding ``labels`` exactly: ``<name>_int`` (int64) where every label is an integer,
+    else ``<name>_utf8`` (the UTF-8 bytes of every label, concatenated) and ``<name>_offsets`` (int64 (n + 1,))."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu" or (labels.dtype == object and all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels)):
+        return {f"{name}_int": labels.astype(np.int64)}
+    encoded = [str(x).encode("utf-8") for x in labels]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in encoded])]).astype(np.int64)
+    return {f"{name}_utf8": np.frombuffer(b"".join(encoded), dtype=np.uint8), f"{name}_offsets": offsets}
+
+
+def _labels_from(a: dict[str, np.ndarray], name: str) -> np.ndarray | None:
+    """The labels ``_label_arrays`` wrote (int64, or an object array of str), or None where absent."""
+    if f"{name}_int" in a:
+        return a[f"{name}_int"].astype(np.int64)
+    if f"{name}_utf8" not in a:
+        return None
+    data, offsets = a[f"{name}_utf8"].tobytes(), a[f"{name}_offsets"]
+    if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(data) or bool((np.diff(offsets) < 0).any()):
+        raise ValueError(f"inconsistent {name}")
+    return np.array([data[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)],
+                    dtype=object)
+
+
+def with_targets(ev: EvalSet) -> Sequences:
+    """Each example's input followed by its target: (n,) sequences of length input + 1, same ``users``."""
+    seqs = ev.inputs
+    lengths = seqs.lengths + 1
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    items = np.zeros(int(offsets[-1]), dtype=np.int64)
+    own = ranges(offsets[:-1], seqs.lengths)
+    items[own] = seqs.items
+    items[offsets[1:] - 1] = ev.targets
+    return Sequences(offsets, items, None, seqs.users)
+
+
+def concat(parts: list[Sequences]) -> Sequences:
+    """The sequences of ``parts`` one after another (times dropped)."""
+    lengths = np.concatenate([p.lengths for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    items = np.concatenate([p.items for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    users = np.concatenate([p.users for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    return Sequences(offsets, items, None, users)
 
 
 def _check_csr(seqs: Sequences, n_items: int, name: str) -> None:

@@ -1,0 +1,104 @@
+"""``resdom recommend RUN_DIR``: the top K items for users of a run (trained or imported), in the data's own ids,
+as CSV (user, item, rank, score)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from resdom.cli.values import positive_int
+from resdom.errors import ResdomError
+
+USERS_HELP = ("'all' (every user), or a file of user ids: one id a line, exactly as in the data (a .csv file: its "
+              "'user_id' or 'user' column, else its first)")
+
+
+def read_user_ids(path: Path) -> list[str]:
+    """The user ids of ``path``: one a line, kept exactly but for the line break (blank lines skipped); a ``.csv``
+    file: its ``user_id`` or ``user`` column (else the first), every value as text. [] is a ResdomError."""
+    if path.is_dir():
+        raise ResdomError(f"--users {path}: is a directory; give a file of user ids or 'all'")
+    if not path.is_file():
+        raise ResdomError(f"--users {path}: no such file (give a file of user ids, one a line, or 'all')")
+    if path.suffix.lower() == ".csv":
+        ids = _csv_ids(path)
+    else:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except OSError as e:
+            raise ResdomError(f"--users {path}: cannot read it ({e.strerror})") from None
+        except UnicodeDecodeError:
+            raise ResdomError(f"--users {path}: not UTF-8 text") from None
+        ids = [line for line in text.splitlines() if line.strip()]
+    if not ids:
+        raise ResdomError(f"--users {path}: no user ids in it")
+    return ids
+
+
+def _csv_ids(path: Path) -> list[str]:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+        raise ResdomError(f"--users {path}: not a readable CSV file ({type(e).__name__})") from None
+    if df.shape[1] == 0:
+        raise ResdomError(f"--users {path}: no columns")
+    column = next((c for c in ("user_id", "user") if c in df.columns), df.columns[0])
+    return [v for v in df[column].tolist() if v != ""]
+
+
+def recommend(
+    run_dir: Path = typer.Argument(..., help="a run directory (`resdom train`, an import, or Fitted.save)"),
+    users: str = typer.Option("all", "--users", help=USERS_HELP),
+    k: int = typer.Option(10, "--k", help="items per user"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (user,item,rank,score); default: "
+                                    "print the CSV"),
+    alpha: float = typer.Option(1.0, "--alpha", help="residual scale at inference, in [0, 1] (1: as trained)"),
+    no_filter: bool = typer.Option(False, "--no-filter", help="also recommend items the user already has"),
+    history: str = typer.Option("all", "--history", help="all (each user's whole history), or test / valid (that "
+                                "part's inputs, as evaluation scores them)"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
+    batch_size: int = typer.Option(256, "--batch-size", help="users per chunk"),
+) -> None:
+    """Top K items per user, in the data's own user and item ids, as CSV: user,item,rank,score."""
+    from resdom.cli.values import parse_alphas
+    from resdom.distributed import resolve_device
+    from resdom.io import atomic_write_bytes
+    from resdom.recommend import recommend as top_items
+    from resdom.runs import load_run
+
+    positive_int(k, "--k")
+    positive_int(batch_size, "--batch-size")
+    (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
+    if out is not None and out.is_dir():
+        raise ResdomError(f"--out {out}: is a directory; give a file name (e.g. {out / 'recs.csv'})")
+    if out is not None and any(p.exists() and not p.is_dir() for p in out.parents):
+        raise ResdomError(f"--out {out}: a folder on its path is a file")
+    wanted = None if users == "all" else read_user_ids(Path(users))
+    dev = resolve_device(device, "--device")
+    run = load_run(run_dir, device=dev)
+    if run.training_note():
+        typer.echo(run.training_note(), err=True)
+    try:
+        frame = top_items(run.model, run.split, wanted, k, filter_seen=not no_filter, alpha=scale, history=history,
+                          batch_size=batch_size, device=dev)
+    except ResdomError as e:
+        where = f"--users {users}" if str(e).startswith("users:") else ""
+        message = str(e).replace("users: ", f"{where}: ", 1) if where else str(e).replace("history:", "--history:")
+        raise ResdomError(message) from None
+    if frame.attrs.get("note"):
+        typer.echo(f"note: {frame.attrs['note']}", err=True)
+    text = frame.to_csv(index=False, lineterminator="\n")
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    atomic_write_bytes(out, text.encode("utf-8"))
+    n_users = frame["user"].nunique()
+    typer.echo(f"{out}: {len(frame):,} recommendations for {n_users:,} users (top {k}, seen items "
+               f"{'kept' if no_filter else 'filtered'}{'' if scale == 1.0 else f', alpha {scale:g}'})", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recommend")(recommend)

@@ -1,0 +1,137 @@
+"""What happened to the user's data on the way to a split, as counts (the manifest's ``changes``) and as the lines
+every command that prepares data prints (``change_lines``): nothing about the data changes silently.
+
+``changes`` (plain JSON)::
+
+    read:     {"users", "items", "interactions", "format"}      as read, before anything else
+    ids:      "exact" (labels kept as read) or "normalized" (normalize_ids)
+    time:     {"kind": "timestamps" | "no_time" | "ignored" | "format_order", "fractional": bool,
+               "equal_time_neighbours": n, "rule": the tie rule}
+    repeats:  {"repeat_rows": rows repeating an earlier (user, item) pair, "consecutive": of them right after the
+               same item, "removed": how many were removed (--remove-repeats; 0: all kept)}
+    sample_users: {"n", "seed", "users", "items", "interactions"} left out by a user sample (only when sampling)
+    k_core:   {"k", "users", "items", "interactions"} removed, or None (off)
+    removed:  {"users", "items", "interactions"} removed by preprocessing in all
+    notes:    what the reader noted (a rating column ignored, ...)
+    split:    {"protocol", "users_dropped" (in no part), "users_partly_used", "interactions_unused" (in no part),
+               "items_unused" (in no part, still in the catalogue), "reasons": the split's dropped_users}
+
+The manifest's ``changes`` is descriptive: it is left out of the data fingerprint (``runs.data_fingerprint``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from resdom.data.preprocess import Prepared, PreprocessConfig
+from resdom.data.readers import RawInteractions
+from resdom.data.sequences import Sequences
+
+
+def preprocessing_changes(raw: RawInteractions, read: dict[str, int], prepared: Prepared, cfg: PreprocessConfig,
+                          no_time: bool, normalized: bool = False) -> dict[str, Any]:
+    """The ``changes`` of reading and preprocessing (module docstring) of ``raw`` into ``prepared``."""
+    order = next((s for s in prepared.steps if s["step"] == "order"), {})
+    if raw.times is not None:
+        kind = "timestamps" if cfg.sort_by_time else "ignored"
+    elif any("ignored (no_time)" in n for n in raw.notes):
+        kind = "ignored"
+    else:
+        kind = "no_time" if no_time else "format_order"
+    time = {"kind": kind, "fractional": bool(raw.times is not None and raw.times.dtype.kind == "f"),
+            "equal_time_neighbours": int(order.get("equal_time_neighbours", 0)), "rule": prepared.tie_rule}
+    return {"read": {**read, "format": raw.fmt}, "ids": "normalized" if normalized else "exact", "time": time,
+            **prepared.changes, "notes": list(raw.notes)}
+
+
+def split_changes(info: dict[str, Any], seqs: Sequences, used: np.ndarray, used_items: np.ndarray,
+                  n_items: int) -> dict[str, Any]:
+    """The ``changes.split`` of a split of ``seqs``: ``used`` int (U,) the longest prefix of each user some part
+    holds, ``used_items`` the items of those prefixes."""
+    lengths = seqs.lengths
+    return {
+        "protocol": info.get("protocol"),
+        "users_dropped": int(((used == 0) & (lengths > 0)).sum()),
+        "users_partly_used": int(((used > 0) & (used < lengths)).sum()),
+        "interactions_unused": int((lengths - used).sum()),
+        "items_unused": int(n_items - len(np.unique(used_items))),
+        "reasons": info.get("dropped_users"),
+    }
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
+def _time_line(time: dict[str, Any], fmt: str) -> str:
+    kind = time.get("kind")
+    if kind == "timestamps":
+        ties = time.get("equal_time_neighbours", 0)
+        frac = " (fractional seconds kept)" if time.get("fractional") else ""
+        return (f"order: each user's interactions by timestamp{frac}; {_n(ties, 'pair')} of neighbours with equal "
+                "times keep file order" if "source order" in str(time.get("rule")) else
+                f"order: each user's interactions by timestamp{frac}; {time.get('rule')}")
+    if kind == "ignored":
+        return "order: timestamps ignored (--no-time): each user's interactions in file row order"
+    if kind == "no_time":
+        return "order: no timestamps (--no-time): each user's interactions in file row order"
+    return f"order: the {fmt} format has no timestamps: each user's interactions in file order"
+
+
+def _split_reasons(reasons: Any) -> str:
+    """A split's ``dropped_users`` as words: ``fewer than 3 items: 2``, ``test: eval users with one interaction: 1``."""
+    flat: list[str] = []
+
+    def walk(d: dict[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            name = f"{prefix}{k}".replace("_", " ")
+            if isinstance(v, dict):
+                walk(v, name + ": ")
+            elif isinstance(v, int) and v:
+                flat.append(f"{name}: {v:,}")
+
+    if isinstance(reasons, dict):
+        walk(reasons, "")
+    return ", ".join(flat)
+
+
+def change_lines(manifest: dict[str, Any]) -> list[str]:
+    """What happened to the data (the manifest's ``changes``), one line per stage; [] for a manifest without it."""
+    c = manifest.get("changes")
+    if not isinstance(c, dict) or "read" not in c:
+        return []
+    r = c["read"]
+    fmt = r.get("format", "?")
+    ids = "ids kept exactly as read" if c.get("ids") == "exact" else "ids normalized (--normalize-ids)"
+    lines = [f"read {_n(r['interactions'], 'interaction')} of {_n(r['users'], 'user')} and "
+             f"{_n(r['items'], 'item')} ({fmt}); {ids}"]
+    lines += [f"note: {n}" for n in c.get("notes", []) if "no_time" not in n]
+    lines.append(_time_line(c.get("time", {}), fmt))
+    rep = c.get("repeats", {})
+    fate = (f"{rep.get('removed', 0):,} consecutive removed (--remove-repeats)" if rep.get("removed")
+            else "all kept")
+    lines.append(f"repeats: {_n(rep.get('repeat_rows', 0), 'row')} repeat an earlier (user, item) pair, "
+                 f"{rep.get('consecutive', 0):,} of them right after the same item; {fate}")
+    sample = c.get("sample_users")
+    if sample:
+        lines.append(f"user sample: {sample['n']:,} users drawn (seed {sample['seed']}); left out "
+                     f"{_n(sample['users'], 'user')}, {_n(sample['items'], 'item')}, "
+                     f"{_n(sample['interactions'], 'interaction')}")
+    k = c.get("k_core")
+    lines.append(f"k-core {k['k']}: removed {_n(k['users'], 'user')}, {_n(k['items'], 'item')}, "
+                 f"{_n(k['interactions'], 'interaction')}" if k else "k-core: off (no user or item filtered)")
+    s = c.get("split")
+    if s:
+        why = _split_reasons(s.get("reasons"))
+        line = (f"{s.get('protocol')} split: {_n(s['users_dropped'], 'user')} in no part"
+                f"{' (' + why + ')' if why else ''}, {_n(s['interactions_unused'], 'interaction')} in no part")
+        if s.get("users_partly_used"):
+            line += f" ({s['users_partly_used']:,} users partly)"
+        if s["users_dropped"] or s["interactions_unused"]:
+            line += "; kept for `recommend`"
+        lines.append(line)
+        if s.get("items_unused"):
+            lines.append(f"{_n(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")
+    return lines

@@ -1,0 +1,179 @@
+"""Recommendations in the user's own ids: the top K items for each user, after everything the split knows of them.
+
+``recommend(model, split, users, k)`` scores every item for each user exactly as evaluation does (the prediction read
+at the last column of the left-padded input, the last ``max_len`` items; ``evaluation.ranking.full_scores``, seen
+items -inf when filtering, the whole history's items as evaluation filters the whole input) and returns a pandas
+DataFrame of (user, item, rank, score) in external ids (``SplitData.user_labels`` / ``item_labels``).
+
+The input of a user (``history``):
+
+- ``"all"`` (default): the user's whole known sequence (``SplitData.history``: the test input and target, or the
+  longest other part, or the full sequence of a user the split dropped): the next item after everything known;
+- ``"test"`` / ``"valid"``: that part's inputs, as evaluation sees them (its users only): then the rank of each
+  target in the list is the rank evaluation computes (``evaluation.ranking.pessimistic_ranks`` + 1) wherever no
+  other item ties with it.
+
+Order: by score, highest first; equal scores by increasing internal item id, so the output is deterministic.
+Items scored -inf (padding, seen items when filtering) are never recommended: a user with fewer than ``k`` unseen
+items gets fewer rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from resdom.data.sequences import EvalSet, Sequences, SplitData
+from resdom.errors import ResdomError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+HISTORIES = ("all", "test", "valid")
+
+
+def label_texts(labels: np.ndarray) -> list[str]:
+    """The text of each label, as it is matched against ids the user gives (``str``: int 7 -> "7")."""
+    return [str(x) for x in labels]
+
+
+def user_index(split: SplitData, users: Iterable[Any], where: str = "users") -> np.ndarray:
+    """int64 (n,): the user index of each external id in ``users`` (matched as text, exactly); every id unknown to
+    the split is one ResdomError naming them (the first few, and how many)."""
+    labels = split.user_labels
+    if labels is None:
+        raise ResdomError(f"{where}: this split was prepared before resdom kept the users' ids; prepare it again "
+                          "(`resdom data split`, or retrain) to recommend by user id")
+    index = {text: i for i, text in enumerate(label_texts(labels))}
+    wanted = [str(u) for u in users]
+    missing = [u for u in wanted if u not in index]
+    if missing:
+        shown = ", ".join(repr(u) for u in missing[:5])
+        more = f" and {len(missing) - 5:,} more" if len(missing) > 5 else ""
+        raise ResdomError(f"{where}: {len(missing):,} user id(s) not in the data: {shown}{more} (ids are matched "
+                          f"exactly as text; the data has {len(labels):,} users)")
+    return np.array([index[u] for u in wanted], dtype=np.int64)
+
+
+def _inputs(split: SplitData, history: str) -> Sequences:
+    """The input sequence of every user that has one (``history``: module docstring), ``users`` their indices."""
+    if history not in HISTORIES:
+        raise ResdomError(f"history: expected one of {', '.join(HISTORIES)} (got {history!r})")
+    if history == "all":
+        return split.history()
+    part: EvalSet = getattr(split, history)
+    return part.inputs
+
+
+def _select(inputs: Sequences, wanted: np.ndarray | None, history: str) -> np.ndarray:
+    """Rows of ``inputs`` for user indices ``wanted`` (None: every row), in ``wanted``'s order."""
+    if wanted is None:
+        return np.arange(len(inputs), dtype=np.int64)
+    row_of = {int(u): r for r, u in enumerate(inputs.users)}
+    absent = [int(u) for u in wanted if int(u) not in row_of]
+    if absent:
+        raise ResdomError(f"users: {len(absent):,} of them have no {history} input (e.g. user index {absent[0]}); "
+                          "history='all' recommends for every user with any interaction")
+    return np.array([row_of[int(u)] for u in wanted], dtype=np.int64)
+
+
+def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """scores (B, N+1) -> (row (m,), item (m,), score (m,)) of each row's ``k`` best finite scores, row by row,
+    highest first, equal scores by increasing item id (ties at the K-th score resolved the same way)."""
+    k = min(k, scores.shape[1])
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (B, 1): the K-th best score of each row
+    cand = (scores >= kth) & torch.isfinite(scores)
+    rows, items = (t.cpu().numpy() for t in torch.nonzero(cand, as_tuple=True))
+    values = scores[cand].detach().cpu().numpy().astype(np.float64)
+    order = np.lexsort((items, -values, rows))
+    rows, items, values = rows[order], items[order], values[order]
+    starts = np.searchsorted(rows, rows, side="left")
+    keep = (np.arange(len(rows)) - starts) < k
+    return rows[keep], items[keep], values[keep]
+
+
+def recommend(
+    model: Any,
+    split: SplitData,
+    users: Iterable[Any] | None = None,
+    k: int = 10,
+    *,
+    filter_seen: bool = True,
+    alpha: float = 1.0,
+    history: str = "all",
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+) -> pd.DataFrame:
+    """The top ``k`` items of each user in ``users`` (external ids; None: every user with an input) as a DataFrame
+    (user, item, rank 1..k, score), users in the order given (None: increasing user index), in external ids.
+
+    ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``); ``alpha``: the
+    residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
+    ``filter_seen``: items of the user's input are never recommended. ``device``: where to score (None: the
+    model's). Ids: ``SplitData.item_labels`` / ``user_labels``; a split without them (saved before resdom kept
+    them) gives resdom's internal ids, with a note in ``DataFrame.attrs["note"]``.
+    """
+    import pandas as pd
+
+    from resdom.diagnostics.common import check_model, inference, model_device
+    from resdom.evaluation.ranking import full_scores, user_chunk_size
+    from resdom.models.interface import final_states, residual_scale
+
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ResdomError(f"k: expected an integer >= 1 (got {k!r})")
+    from resdom.cli.values import ALPHA_RANGE
+
+    if not ALPHA_RANGE[0] <= float(alpha) <= ALPHA_RANGE[1]:  # NaN fails both
+        raise ResdomError(f"alpha: the residual scale must lie in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}] "
+                          f"(got {alpha!r})")
+    try:
+        check_model(model)
+    except TypeError as e:
+        raise ResdomError(f"model: {e}") from None
+    inputs = _inputs(split, history)
+    wanted = None if users is None else user_index(split, list(users))
+    rows = _select(inputs, wanted, history)
+    dev = torch.device(device) if device is not None else model_device(model)
+    if float(alpha) != 1.0 and not list(model.attention_blocks()):
+        raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
+    chunk = user_chunk_size(int(model.n_items), batch_size)
+    longest = max(1, int(inputs.lengths[rows].max(initial=1))) if len(rows) else 1
+    out_rows, out_items, out_scores = [], [], []
+    with inference(model), residual_scale(model, float(alpha)):
+        item_emb = model.item_embeddings()
+        for start in range(0, len(rows), chunk):
+            idx = rows[start:start + chunk]
+            items = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
+            seen = torch.from_numpy(inputs.padded(longest, idx)).to(dev) if filter_seen else None
+            scores = full_scores(final_states(model, items), item_emb, seen)
+            r, i, s = top_k(scores, int(k))
+            out_rows.append(r + start)
+            out_items.append(i)
+            out_scores.append(s)
+    r = np.concatenate(out_rows) if out_rows else np.zeros(0, dtype=np.int64)
+    items = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
+    scores = np.concatenate(out_scores) if out_scores else np.zeros(0)
+    rank = np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
+    user_idx = inputs.users[rows[r]]
+    frame = pd.DataFrame({"user": _external(split.user_labels, user_idx), "item": _external(split.item_labels, items),
+                          "rank": rank.astype(np.int64), "score": scores})
+    if split.user_labels is None or split.item_labels is None:
+        frame.attrs["note"] = ("this split was saved before resdom kept external ids: users and items are resdom's "
+                               "internal indices")
+    return frame
+
+
+def _external(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray:
+    """``labels[index]`` as an int64 array where every label is an integer, else an object array of str; the
+    indices themselves where ``labels`` is None."""
+    if labels is None:
+        return np.asarray(index, dtype=np.int64)
+    picked = np.asarray(labels, dtype=object)[index] if np.asarray(labels).dtype == object else labels[index]
+    if np.asarray(picked).dtype.kind in "iu":
+        return np.asarray(picked, dtype=np.int64)
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in picked):
+        return np.asarray(picked, dtype=np.int64)
+    return np.asarray([str(x) for x in picked], dtype=object)

@@ -1,0 +1,318 @@
+"""Issue 28 §1: a user's own data is never changed silently. Ids are labels kept exactly as read, fractional times are
+kept, a missing timestamp column is an error unless --no-time, a user's own files get no k-core, whatever is dropped
+is counted in the manifest and printed by every command that prepares data, and the API takes a DataFrame."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from cli_helpers import invoke
+
+import resdom
+from resdom.data.changes import change_lines
+from resdom.data.prepare import load_prepared, prepare_split
+from resdom.data.readers import canonical_int_labels, read_interactions
+from resdom.data.sequences import SplitData
+from resdom.errors import ResdomError
+
+# the issue's case: four spellings of "7" (four items), and three of "a"
+ISSUE_CSV = "user_id,item_id,timestamp\nu1,007,1\nu1,7,2\nu1,07,3\nu1,+7,4\nu1, a,5\nu1,a ,6\nu1,a,7\n"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def labels_of(prepared) -> list:
+    return list(prepared.item_labels[1:])
+
+
+# ------------------------------------------------------------------------------------------------ ids are labels
+
+
+def test_issue_case_gives_four_items_for_four_spellings_of_seven(tmp_path: Path) -> None:
+    prepared, manifest = load_prepared(str(write(tmp_path / "x.csv", ISSUE_CSV)))
+    assert labels_of(prepared) == ["007", "7", "07", "+7", " a", "a ", "a"]  # 7 distinct items, first appearance
+    assert prepared.sequences.to_lists() == [[1, 2, 3, 4, 5, 6, 7]]
+    assert manifest["changes"]["read"] == {"users": 1, "items": 7, "interactions": 7, "format": "csv"}
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "parquet", "recbole", "dataframe"])
+def test_ids_are_kept_exactly_in_every_table_format(tmp_path: Path, fmt: str) -> None:
+    df = pd.DataFrame({"user_id": ["u1"] * 6 + [" u1"], "item_id": ["007", "7", "07", "+7", " a", "a ", "a"],
+                       "timestamp": list(range(1, 8))})
+    if fmt == "tsv":
+        source = tmp_path / "x.tsv"
+        df.to_csv(source, sep="\t", index=False)
+    elif fmt == "parquet":
+        source = tmp_path / "x.parquet"
+        df.to_parquet(source)
+    elif fmt == "recbole":
+        source = write(tmp_path / "x.inter", "user_id:token\titem_id:token\ttimestamp:float\n" + "".join(
+            f"{u}\t{i}\t{t}\n" for u, i, t in df.itertuples(index=False)))
+    else:
+        source = df
+    prepared, _ = load_prepared(source if fmt == "dataframe" else str(source))
+    assert labels_of(prepared) == ["007", "7", "07", "+7", " a", "a ", "a"]
+    assert list(prepared.user_labels) == ["u1", " u1"]  # " u1" is another user
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("interactions", "u1 007 1\nu1 7 2\nu1 07 3\nu1 +7 4\nu1 1_0 5\nu1 10 6\n"),
+    ("user-lines", "u1 007 7 07 +7 1_0 10\n"),
+    ("movielens", "u1::007::5::1\nu1::7::5::2\nu1::07::5::3\nu1::+7::5::4\nu1::1_0::5::5\nu1::10::5::6\n"),
+])
+def test_ids_are_kept_exactly_in_whitespace_formats(tmp_path: Path, fmt: str, text: str) -> None:
+    # numpy's int parser reads "007", "+7" and "1_0" as integers: the reader must not merge them
+    raw = read_interactions([write(tmp_path / "f.txt", text)], fmt)
+    assert raw.items.tolist() == ["007", "7", "07", "+7", "1_0", "10"]
+    assert raw.users.tolist() == ["u1"] * 6
+
+
+def test_string_ids_are_accepted_where_integers_were_required(tmp_path: Path) -> None:
+    raw = read_interactions([write(tmp_path / "seq.txt", "1 10 20\nu2 20 x7 3.5\n")], "user-lines")
+    assert raw.users.tolist() == ["1", "1", "u2", "u2", "u2"]  # one id column: all strings
+    assert raw.items.tolist() == ["10", "20", "20", "x7", "3.5"]
+
+
+def test_canonical_integer_ids_stay_integers_in_numeric_order(tmp_path: Path) -> None:
+    # the registered data sets' ids are canonical integers: same labels, numbered in increasing id as before
+    prepared, _ = load_prepared(str(write(tmp_path / "x.csv", "user_id,item_id,timestamp\n5,100,1\n5,9,2\n5,-3,3\n")))
+    assert prepared.item_labels[1:].tolist() == [-3, 9, 100] and prepared.sequences.to_lists() == [[3, 2, 1]]
+    assert prepared.user_labels.dtype == np.int64 and prepared.user_labels.tolist() == [5]
+    assert canonical_int_labels(np.array(["0", "-12", "123456789012345678"], dtype=object)).tolist() == [
+        0, -12, 123456789012345678]
+    for text in ("-0", "007", "+7", "1_0", "\u0667", " 7", "7 ", "1234567890123456789"):
+        assert canonical_int_labels(np.array(["1", text], dtype=object)) is None, text
+
+
+def test_normalize_ids_is_an_option_off_by_default(tmp_path: Path, capsys) -> None:
+    p = write(tmp_path / "x.csv", ISSUE_CSV)
+    prepared, manifest = load_prepared(str(p), normalize_ids=True)
+    assert labels_of(prepared) == ["7", "a"] and manifest["changes"]["ids"] == "normalized"
+    ints, _ = load_prepared(str(write(tmp_path / "n.csv", "user_id,item_id,timestamp\n 1,007,1\n1,+7,2\n1, 8,3\n")),
+                            normalize_ids=True)
+    assert ints.item_labels[1:].tolist() == [7, 8] and ints.user_labels.tolist() == [1]
+    assert invoke("data", "stats", str(p), "--normalize-ids") == 0
+    assert "data: read 7 interactions of 1 user and 2 items (csv); ids normalized" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------- timestamps
+
+
+def test_fractional_timestamps_order_events_within_a_second(tmp_path: Path) -> None:
+    # b at 1.2 s comes before a at 1.5 s: floored, both were at 1 s and kept file order (a, b): another target
+    p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu,x,0.5\nu,a,1.5\nu,b,1.2\n")
+    split = prepare_split(str(p))
+    assert split.item_labels[split.test.targets].tolist() == ["a"]
+    assert split.test.inputs.times.tolist() == [0.5, 1.2]
+    assert split.manifest["changes"]["time"]["fractional"] is True
+
+
+def test_fractional_times_in_whitespace_files_and_dates(tmp_path: Path) -> None:
+    raw = read_interactions([write(tmp_path / "i.txt", "1 10 100.75\n1 20 100.25\n")], "interactions")
+    assert raw.times.dtype == np.float64 and raw.times.tolist() == [100.75, 100.25]
+    csv = write(tmp_path / "d.csv", "user_id,item_id,timestamp\nu,a,2020-01-01T00:00:00.750Z\n"
+                                    "u,b,2020-01-01T00:00:00.250Z\n")
+    assert read_interactions([csv]).times.tolist() == [1577836800.75, 1577836800.25]
+    whole = read_interactions([write(tmp_path / "w.txt", "1 10 100.0\n1 20 99\n")], "interactions")
+    assert whole.times.dtype == np.int64 and whole.times.tolist() == [100, 99]  # whole seconds stay integers
+
+
+def test_equal_times_still_keep_file_order(tmp_path: Path) -> None:
+    p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu,c,2.5\nu,a,2.5\nu,b,1.25\nu,d,2.5\n")
+    prepared, manifest = load_prepared(str(p))
+    seq = prepared.item_labels[prepared.sequences.items].tolist()
+    assert seq == ["b", "c", "a", "d"]
+    assert manifest["changes"]["time"]["equal_time_neighbours"] == 2
+
+
+def test_a_table_without_its_timestamp_column_is_an_error_unless_no_time(tmp_path: Path, capsys) -> None:
+    p = write(tmp_path / "x.csv", "user_id,item_id\nu,b\nu,a\nu,c\n")
+    with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'timestamp' \(columns: user_id, "
+                                          r"item_id\); name the timestamp column with --time-col.*--no-time"):
+        load_prepared(str(p))
+    with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'when'.*--no-time"):
+        load_prepared(str(p), time_col="when")
+    for code_args in (["data", "split", str(p), "--out", str(tmp_path / "s")], ["data", "stats", str(p)]):
+        assert invoke(*code_args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "missing timestamp column 'timestamp'" in err and str(p) in err
+    assert not (tmp_path / "s").exists()
+    # --no-time: file row order, said by the manifest and the console
+    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s"), "--no-time") == 0
+    err = capsys.readouterr().err
+    assert "data: order: no timestamps (--no-time): each user's interactions in file row order" in err
+    split = SplitData.load(tmp_path / "s")
+    assert split.manifest["changes"]["time"]["kind"] == "no_time" and split.manifest["has_timestamps"] is False
+    assert "source order" in split.manifest["tie_rule"]
+    assert split.item_labels[split.test.targets].tolist() == ["c"]  # the last row, not a sorted or shuffled one
+
+
+def test_api_time_col_none_or_no_time_means_row_order(tmp_path: Path) -> None:
+    df = pd.DataFrame({"user_id": ["u"] * 3, "item_id": ["b", "a", "c"], "timestamp": [3, 2, 1]})
+    with_time = prepare_split(df)
+    assert with_time.item_labels[with_time.test.targets].tolist() == ["b"]
+    for options in ({"time_col": None}, {"no_time": True}):
+        split = prepare_split(df, **options)
+        assert split.item_labels[split.test.targets].tolist() == ["c"], options
+        assert split.manifest["changes"]["time"]["kind"] == "ignored"
+        assert any("ignored (no_time)" in n for n in split.manifest["changes"]["notes"])
+
+
+# ----------------------------------------------------------------------------------------- filtering, counted
+
+
+def _sparse_csv(tmp_path: Path) -> Path:
+    """u1: 4 items, u2: 3, u3: 1 (a one-interaction user); items 'z' and 'y' occur once."""
+    rows = [("u1", "a", 1), ("u1", "b", 2), ("u1", "a", 3), ("u1", "c", 4), ("u2", "b", 1), ("u2", "c", 2),
+            ("u2", "z", 3), ("u3", "y", 5)]
+    return write(tmp_path / "own.csv", "user_id,item_id,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, t in rows))
+
+
+def test_own_files_get_no_k_core_by_default(tmp_path: Path) -> None:
+    prepared, manifest = load_prepared(str(_sparse_csv(tmp_path)))
+    assert len(prepared.sequences) == 3 and prepared.n_items == 5  # the old default k-core 5 removed everything
+    assert manifest["preprocessing"]["config"]["k_core"] is None and manifest["changes"]["k_core"] is None
+
+
+def test_k_core_counts_what_it_removes(tmp_path: Path) -> None:
+    # k = 2 by hand: y (1), z (1) go; then u3 has 0 rows, u2 has b, c (2): stays; a (2), b (2), c (2) stay
+    prepared, manifest = load_prepared(str(_sparse_csv(tmp_path)), k_core=2)
+    assert manifest["changes"]["k_core"] == {"k": 2, "users": 1, "items": 2, "interactions": 2}
+    assert manifest["changes"]["removed"] == {"users": 1, "items": 2, "interactions": 2}
+    assert prepared.item_labels[1:].tolist() == ["a", "b", "c"] and list(prepared.user_labels) == ["u1", "u2"]
+
+
+def test_split_counts_the_dropped_user_and_keeps_its_history(tmp_path: Path) -> None:
+    split = prepare_split(str(_sparse_csv(tmp_path)))
+    m = split.manifest
+    assert m["dropped_users"] == {"fewer_than_3_items": 1}  # u3: one interaction
+    assert m["changes"]["split"] == {"protocol": "loo", "users_dropped": 1, "users_partly_used": 0,
+                                     "interactions_unused": 1, "items_unused": 1,
+                                     "reasons": {"fewer_than_3_items": 1}}
+    assert m["changes"]["repeats"] == {"repeat_rows": 1, "consecutive": 0, "removed": 0}
+    history = split.history()
+    assert [split.user_labels[u] for u in history.users] == ["u1", "u2", "u3"]
+    assert [split.item_labels[s].tolist() for s in history.to_lists()] == [["a", "b", "a", "c"], ["b", "c", "z"],
+                                                                           ["y"]]
+
+
+def test_registered_data_sets_keep_their_protocol_and_fingerprint(shared_raw: Path) -> None:
+    """The paper data sets still get k-core 5 (ml-100k its preset: none), and their splits are the very ones of
+    before issue 28: same fingerprints (so interrupted runs resume) as computed by the previous code."""
+    from resdom.runs import data_fingerprint
+
+    expected = {("beauty", "loo"): ("1df6e306c1c502b7", 5), ("toys-ts", "gts"): ("65c1513cf9c9f906", 5),
+                ("ml-100k", "loo"): ("d749bb7a6ecde133", None)}
+    for (name, protocol), (fingerprint, k) in expected.items():
+        split = prepare_split(name, protocol=protocol, data_dir=shared_raw)
+        assert split.manifest["preprocessing"]["config"]["k_core"] == k
+        assert data_fingerprint(split) == fingerprint, name
+        assert split.user_labels.dtype == np.int64 and all(isinstance(x, int) for x in split.item_labels[1:5])
+
+
+def test_every_command_that_prepares_data_prints_what_changed(tmp_path: Path, capsys) -> None:
+    p = _sparse_csv(tmp_path)
+    expected = ["data: read 8 interactions of 3 users and 5 items (csv); ids kept exactly as read",
+                "data: repeats: 1 row repeat an earlier (user, item) pair, 0 of them right after the same item; all "
+                "kept", "data: k-core: off (no user or item filtered)"]
+    split_line = ("data: loo split: 1 user in no part (fewer than 3 items: 1), 1 interaction in no part; kept for "
+                  "`recommend`")
+    assert invoke("data", "stats", str(p)) == 0
+    err = capsys.readouterr().err
+    assert all(line in err for line in expected) and "split" not in err
+    assert invoke("data", "stats", str(p), "--json") == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("{") and all(line in err for line in expected)  # stdout stays JSON
+    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s")) == 0
+    err = capsys.readouterr().err
+    assert all(line in err for line in [*expected, split_line])
+    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s2"), "--k-core", "2") == 0
+    assert "data: k-core 2: removed 1 user, 2 items, 2 interactions" in capsys.readouterr().err
+    lines = change_lines(SplitData.load(tmp_path / "s").manifest)
+    assert [f"data: {x}" for x in lines if x.startswith("loo split")] == [split_line]
+
+
+@pytest.mark.slow
+def test_train_prints_what_changed(tmp_path: Path, capsys) -> None:
+    p = _sparse_csv(tmp_path)
+    code = invoke("train", str(p), "--out", str(tmp_path / "run"), "--epochs", "1", "--device", "cpu",
+                  "--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.heads=1",
+                  "--set", "model.max_len=4")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "data: loo split: 1 user in no part (fewer than 3 items: 1)" in err
+    assert "data: k-core: off (no user or item filtered)" in err
+
+
+# ------------------------------------------------------------------------------------------------- DataFrames
+
+
+def test_prepare_split_takes_a_dataframe_and_leaves_it_unchanged(tmp_path: Path) -> None:
+    df = pd.DataFrame({"customer": ["c1", "c1", "c1", "c2", "c2", "c2"], "product": [3, 1, 2, 1, 2, 3],
+                       "ts": [1.5, 2.5, 3.5, 1, 2, 3]})
+    before = df.copy()
+    split = resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts")
+    pd.testing.assert_frame_equal(df, before)
+    assert split.manifest["source"]["kind"] == "dataframe" and split.manifest["source"]["rows"] == 6
+    assert split.item_labels[1:].tolist() == [1, 2, 3] and list(split.user_labels) == ["c1", "c2"]
+    assert split.item_labels[split.test.targets].tolist() == [2, 3]
+    other = df.assign(ts=[1.5, 2.5, 3.5, 1, 2, 4])
+    assert prepare_split(other, user_col="customer", item_col="product", time_col="ts").manifest["source"][
+        "sha256"] != split.manifest["source"]["sha256"]
+    with pytest.raises(ResdomError, match=r"DataFrame: missing column 'user_id'"):
+        resdom.prepare_split(df)
+    with pytest.raises(ResdomError, match=r"DataFrame: row 2: missing value in column 'product'"):
+        resdom.prepare_split(df.astype({"product": object}).assign(product=[3, None, 2, 1, 2, 3]),
+                             user_col="customer", item_col="product", time_col="ts")
+
+
+# ------------------------------------------------------------------------------------------ ids in saved splits
+
+
+@pytest.mark.parametrize("labels", [["007", "7", " a", "a ", "x,y", 'q"uote', "\u00e9t\u00e9", "a\x00"],
+                                    [-2, 3, 10**15]])
+def test_split_saves_and_loads_external_ids_exactly(tmp_path: Path, labels: list) -> None:
+    items = labels * 2
+    users = ["u1"] * len(labels) + ["u2"] * len(labels)
+    df = pd.DataFrame({"user_id": users, "item_id": items, "timestamp": range(len(items))})
+    split = prepare_split(df)
+    split.save(tmp_path / "s")
+    loaded = SplitData.load(tmp_path / "s")
+    assert loaded.item_labels[1:].tolist() == split.item_labels[1:].tolist() == labels
+    assert [type(x) for x in loaded.item_labels[1:]] == [type(x) for x in labels]
+    assert loaded.user_labels.tolist() == ["u1", "u2"]
+    with np.load(tmp_path / "s" / "arrays.npz", allow_pickle=False) as z:  # no pickles
+        assert {"user_labels_utf8", "item_labels_utf8", "item_labels_int"} & set(z.files)
+
+
+def test_split_without_ids_still_loads(tmp_path: Path) -> None:
+    split = prepare_split("synthetic:n_users=20,n_items=30,min_len=3,max_len=5,seed=0")
+    bare = SplitData(split.train, split.valid, split.test, split.n_items, split.manifest)
+    bare.save(tmp_path / "s")
+    loaded = SplitData.load(tmp_path / "s")
+    assert loaded.user_labels is None and loaded.item_labels is None and loaded.rest is None
+
+
+def test_damaged_labels_are_one_clear_error(tmp_path: Path) -> None:
+    split = prepare_split(pd.DataFrame({"user_id": ["a"] * 3, "item_id": ["x", "y", "z"], "timestamp": [1, 2, 3]}))
+    split.save(tmp_path / "s")
+    with np.load(tmp_path / "s" / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["item_labels_offsets"] = arrays["item_labels_offsets"][:-1]
+    np.savez(tmp_path / "s" / "arrays.npz", **arrays)
+    with pytest.raises(ResdomError, match=r"arrays\.npz: not a readable prepared split.*item_labels"):
+        SplitData.load(tmp_path / "s")
+
+
+def test_gzip_csv_with_string_ids(tmp_path: Path) -> None:
+    p = tmp_path / "x.csv.gz"
+    p.write_bytes(gzip.compress(ISSUE_CSV.encode()))
+    prepared, _ = load_prepared(str(p))
+    assert labels_of(prepared) == ["007", "7", "07", "+7", " a", "a ", "a"]
