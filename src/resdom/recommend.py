@@ -20,6 +20,7 @@ items gets fewer rows.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +143,8 @@ def recommend(
     chunk = user_chunk_size(int(model.n_items), batch_size)
     longest = max(1, int(inputs.lengths[rows].max(initial=1))) if len(rows) else 1
     out_rows, out_items, out_scores = [], [], []
-    with inference(model), residual_scale(model, float(alpha)):
+    scaled = residual_scale(model, float(alpha)) if float(alpha) != 1.0 else contextlib.nullcontext()
+    with inference(model), scaled:  # alpha 1: the model as it is (also inside a caller's residual_scale)
         item_emb = model.item_embeddings()
         for start in range(0, len(rows), chunk):
             idx = rows[start:start + chunk]

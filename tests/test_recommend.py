@@ -1,0 +1,260 @@
+"""Issue 28 §2: recommendations in the user's own ids, from the API (``Fitted.recommend``, ``resdom.recommend``) and
+the command line (``resdom recommend``), checked against the ranks evaluation computes and against scores computed
+by hand; for a model trained here and for an imported one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from cli_helpers import invoke
+
+import resdom
+from resdom.data.prepare import prepare_split
+from resdom.data.sequences import SplitData
+from resdom.errors import ResdomError
+from resdom.evaluation.evaluate import evaluate
+from resdom.models import build_model
+from resdom.models.config import ModelConfig
+from resdom.models.interface import final_states, residual_scale
+from resdom.recommend import recommend, top_k
+
+MAX_LEN = 6
+
+
+def _frame(seed: int = 0, n_users: int = 30, n_items: int = 25) -> pd.DataFrame:
+    """Users 'cust-007' ...; items 'sku 0..', '007', '7' (labels an int conversion would merge); fractional times;
+    one user with a single interaction."""
+    rng = np.random.default_rng(seed)
+    items = [f"sku {k}" for k in range(n_items - 2)] + ["007", "7"]
+    rows = []
+    for u in range(n_users):
+        length = 1 if u == 0 else int(rng.integers(3, 11))
+        times = np.sort(rng.random(length) * 1000)
+        rows += [(f"cust-{u:03d}", items[int(rng.integers(n_items))], float(t)) for t in times]
+    return pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+
+
+@pytest.fixture(scope="module")
+def split() -> SplitData:
+    return prepare_split(_frame())
+
+
+def _model(n_items: int, name: str = "sasrec", seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(name=name, n_items=n_items, hidden=16, layers=2, heads=2, max_len=MAX_LEN, dropout=0.0,
+                      attn_dropout=0.0)
+    return build_model(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def model(split: SplitData) -> torch.nn.Module:
+    return _model(split.n_items)
+
+
+def _label(split: SplitData, item: int) -> object:
+    return split.item_labels[item]
+
+
+# ------------------------------------------------------------------------------------- against evaluation's ranks
+
+
+@pytest.mark.parametrize("filter_seen", [True, False])
+def test_ranks_equal_the_ranks_evaluation_computes(split, model, filter_seen) -> None:
+    recs = recommend(model, split, k=split.n_items, filter_seen=filter_seen, history="test")
+    ranks = evaluate(model, split.test, filter_seen=filter_seen, return_ranks=True).ranks
+    assert len(ranks) == len(split.test) > 10
+    filtered_targets = 0
+    for i in range(len(split.test)):
+        user = split.user_labels[split.test.inputs.users[i]]
+        target = _label(split, split.test.targets[i])
+        mine = recs[recs["user"] == user]
+        hit = mine[mine["item"] == target]
+        seen = split.test.targets[i] in set(split.test.inputs.sequence(i).tolist())
+        if filter_seen and seen:  # evaluation: a filtered target ranks last (a miss); recommend never lists it
+            assert hit.empty and ranks[i] >= split.n_items - 1
+            filtered_targets += 1
+            continue
+        assert len(hit) == 1 and int(hit["rank"].iloc[0]) - 1 == ranks[i], (user, target)
+    assert not filter_seen or filtered_targets > 0  # the case is exercised
+    # HR@10 of the top-10 lists is evaluation's HR@10
+    top10 = recommend(model, split, k=10, filter_seen=filter_seen, history="test")
+    metrics = evaluate(model, split.test, filter_seen=filter_seen, ks=(10,)).metrics
+    hits = sum(_label(split, split.test.targets[i]) in set(
+        top10.loc[top10["user"] == split.user_labels[split.test.inputs.users[i]], "item"])
+        for i in range(len(split.test)))
+    assert hits / len(split.test) == pytest.approx(metrics["HR@10"])
+
+
+def test_scores_and_order_equal_a_hand_computation(split, model) -> None:
+    recs = recommend(model, split, k=5)  # history "all": each user's whole sequence
+    history = split.history()
+    emb = model.item_embeddings().detach()
+    for row in range(len(history)):
+        seq = history.sequence(row).tolist()
+        padded = torch.tensor([[0] * (MAX_LEN - len(seq[-MAX_LEN:])) + seq[-MAX_LEN:]])
+        with torch.no_grad():
+            scores = (final_states(model, padded) @ emb.T)[0].numpy().astype(np.float64)
+        scores[0] = -np.inf
+        scores[seq] = -np.inf  # every item of the whole history, as evaluation filters
+        best = sorted(range(1, split.n_items + 1), key=lambda j: (-scores[j], j))[:5]
+        mine = recs[recs["user"] == split.user_labels[history.users[row]]]
+        assert mine["item"].tolist() == [_label(split, j) for j in best]
+        assert mine["rank"].tolist() == [1, 2, 3, 4, 5]
+        np.testing.assert_allclose(mine["score"].to_numpy(), scores[best], rtol=1e-5, atol=1e-5)
+
+
+def test_every_user_in_external_ids_with_the_one_interaction_user(split, model) -> None:
+    recs = recommend(model, split, k=3)
+    assert list(recs.columns) == ["user", "item", "rank", "score"]
+    assert recs["user"].unique().tolist() == sorted(_frame()["user_id"].unique())  # first appearance = sorted here
+    assert "cust-000" in set(recs["user"])  # one interaction: dropped by LOO, recommended from its history
+    assert set(recs["item"]) <= set(_frame()["item_id"]) and recs["item"].map(type).eq(str).all()
+    one = _frame().query("user_id == 'cust-000'")["item_id"].iloc[0]
+    assert one not in set(recs.loc[recs["user"] == "cust-000", "item"])  # seen: filtered
+
+
+def test_users_chosen_by_external_id_in_the_order_given(split, model) -> None:
+    recs = recommend(model, split, ["cust-005", "cust-000", "cust-002"], k=2)
+    assert recs["user"].tolist() == ["cust-005"] * 2 + ["cust-000"] * 2 + ["cust-002"] * 2
+    with pytest.raises(ResdomError, match=r"users: 2 user id\(s\) not in the data: 'cust-5', ' cust-002'"):
+        recommend(model, split, ["cust-5", "cust-005", " cust-002"], k=2)
+
+
+def test_integer_ids_match_as_text(model) -> None:
+    df = pd.DataFrame({"user_id": [7] * 4 + [70] * 4, "item_id": [3, 1, 2, 4, 5, 3, 2, 1],
+                       "timestamp": [1, 2, 3, 4, 1, 2, 3, 4]})
+    split = prepare_split(df)
+    m = _model(split.n_items)
+    assert recommend(m, split, [7], k=1)["user"].tolist() == recommend(m, split, ["7"], k=1)["user"].tolist() == [7]
+    with pytest.raises(ResdomError, match="'007'"):
+        recommend(m, split, ["007"], k=1)
+    recs = recommend(m, split, k=4, filter_seen=False)
+    assert recs["item"].dtype == np.int64 and recs["user"].dtype == np.int64
+
+
+def test_fewer_rows_when_fewer_items_are_unseen(split, model) -> None:
+    recs = recommend(model, split, k=split.n_items + 5)
+    history = split.history()
+    for row in range(len(history)):
+        n_unseen = split.n_items - len(set(history.sequence(row).tolist()))
+        assert (recs["user"] == split.user_labels[history.users[row]]).sum() == n_unseen
+    assert np.isfinite(recs["score"]).all()
+
+
+def test_alpha_scales_the_residual_as_the_diagnostics_do(split, model) -> None:
+    at_zero = recommend(model, split, ["cust-003"], k=4, alpha=0.0)
+    with residual_scale(model, 0.0):
+        expected = recommend(model, split, ["cust-003"], k=4)
+    pd.testing.assert_frame_equal(at_zero, expected)
+    assert not at_zero.equals(recommend(model, split, ["cust-003"], k=4))
+    assert all(b.alpha == 1.0 for b in model.attention_blocks())  # restored
+    with pytest.raises(ResdomError, match=r"alpha: the residual scale must lie in \[0, 1\]"):
+        recommend(model, split, k=2, alpha=1.5)
+    with pytest.raises(ResdomError, match="no attention blocks"):
+        recommend(_model(split.n_items, "gru4rec"), split, k=2, alpha=0.5)
+
+
+def test_top_k_breaks_ties_by_item_id() -> None:
+    scores = torch.tensor([[-np.inf, 1.0, 2.0, 2.0, 2.0, 0.5], [-np.inf, 3.0, -np.inf, 1.0, 1.0, 1.0]])
+    rows, items, values = top_k(scores, 2)
+    assert rows.tolist() == [0, 0, 1, 1] and items.tolist() == [2, 3, 1, 3] and values.tolist() == [2, 2, 3, 1]
+    rows, items, _ = top_k(scores, 10)  # never a -inf item
+    assert items[rows == 1].tolist() == [1, 3, 4, 5]
+
+
+def test_bad_arguments_are_one_line_errors(split, model) -> None:
+    for call, message in [
+        (lambda: recommend(model, split, k=0), "k: expected an integer >= 1"),
+        (lambda: recommend(model, split, k=2, history="train"), "history: expected one of all, test, valid"),
+        (lambda: recommend(object(), split, k=2), "model:"),
+        (lambda: recommend(model, split, ["cust-000"], k=2, history="test"), "users: 1 of them have no test input"),
+    ]:
+        with pytest.raises(ResdomError, match=message):
+            call()
+    bare = SplitData(split.train, split.valid, split.test, split.n_items, split.manifest)  # saved before ids
+    assert "internal" in recommend(model, bare, k=1).attrs["note"]
+    with pytest.raises(ResdomError, match="prepared before resdom kept the users' ids"):
+        recommend(model, bare, ["cust-001"], k=1)
+
+
+# --------------------------------------------------------------------------------------- Fitted and the CLI
+
+
+@pytest.fixture(scope="module")
+def run_dir(split, model, tmp_path_factory) -> Path:
+    fitted = resdom.Fitted(model, split, model.cfg, None)
+    return fitted.save(tmp_path_factory.mktemp("rec") / "run")
+
+
+def test_fitted_recommend_from_a_saved_run(run_dir, split, model) -> None:
+    loaded = resdom.load_run(run_dir, device="cpu")
+    assert loaded.split.item_labels.tolist() == split.item_labels.tolist()
+    assert loaded.split.user_labels.tolist() == split.user_labels.tolist()
+    pd.testing.assert_frame_equal(loaded.recommend(k=4), recommend(model, split, k=4), rtol=1e-5)
+
+
+def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, capsys) -> None:
+    users = tmp_path / "users.txt"
+    users.write_text("cust-004\ncust-000\n\n")
+    out = tmp_path / "out" / "recs.csv"
+    assert invoke("recommend", str(run_dir), "--users", str(users), "--k", "3", "--out", str(out),
+                  "--device", "cpu") == 0
+    assert "6 recommendations for 2 users" in capsys.readouterr().err
+    got = pd.read_csv(out, dtype={"user": str, "item": str}, keep_default_na=False)
+    want = recommend(model, split, ["cust-004", "cust-000"], k=3)
+    assert got[["user", "item", "rank"]].values.tolist() == want[["user", "item", "rank"]].values.tolist()
+    np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
+    assert not list(out.parent.glob(".*tmp"))  # atomic: no temporary left
+    # every user, CSV on stdout
+    assert invoke("recommend", str(run_dir), "--k", "1", "--device", "cpu") == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "user,item,rank,score" and len(printed) == 1 + len(split.history())
+    # a users file in CSV form (the output of an earlier call)
+    assert invoke("recommend", str(run_dir), "--users", str(out), "--k", "1", "--device", "cpu") == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("cust-004,")
+
+
+def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) -> None:
+    users = tmp_path / "users.txt"
+    users.write_text("cust-004\nnobody\n007\n")
+    out = tmp_path / "recs.csv"
+    cases = [
+        (["--users", str(users), "--out", str(out)], f"--users {users}: 2 user id(s) not in the data: 'nobody', '007'"),
+        (["--out", str(tmp_path)], f"--out {tmp_path}: is a directory"),
+        (["--users", str(tmp_path / "none.txt")], "no such file"),
+        (["--k", "0"], "--k: must be at least 1"),
+        (["--alpha", "2"], "--alpha: residual scales must lie in [0, 1]"),
+        (["--history", "train"], "--history: expected one of all, test, valid"),
+    ]
+    for args, needle in cases:
+        code = invoke("recommend", str(run_dir), "--device", "cpu", *args)
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and needle in err, (args, err)
+        assert not out.exists()
+
+
+def test_imported_model_recommends_in_the_files_ids(tmp_path: Path) -> None:
+    """pmixer's SASRec scores its raw item ids: recommend's items and scores equal pmixer's predict."""
+    from resdom.adapters.pmixer import import_pmixer
+    from tests.test_adapters_pmixer import HEADS, MAXLEN, _data_file, _left_pad, _pmixer
+
+    data, seqs = _data_file(tmp_path / "data.txt", np.random.default_rng(4))
+    pm = _pmixer(False, item_num=int(max(max(s) for s in seqs.values())), seed=2)
+    torch.save(pm.state_dict(), tmp_path / "sasrec.pth")
+    run = resdom.load_run(import_pmixer(tmp_path / "sasrec.pth", str(data), tmp_path / "run", heads=HEADS, k_core=0),
+                          device="cpu")
+    recs = run.recommend([3, 17], k=5)
+    raw_items = sorted({i for s in seqs.values() for i in s})
+    for user in (3, 17):
+        with torch.no_grad():
+            scores = pm.predict(_left_pad([seqs[user]], MAXLEN), np.array(raw_items))[0].numpy()
+        order = [raw_items[j] for j in np.lexsort((np.arange(len(raw_items)), -scores))]
+        expected = [i for i in order if i not in set(seqs[user])][:5]
+        mine = recs[recs["user"] == user]
+        assert mine["item"].tolist() == expected
+        np.testing.assert_allclose(mine["score"], [scores[raw_items.index(i)] for i in expected], rtol=1e-4,
+                                   atol=1e-5)
