@@ -316,3 +316,14 @@ def test_gzip_csv_with_string_ids(tmp_path: Path) -> None:
     p.write_bytes(gzip.compress(ISSUE_CSV.encode()))
     prepared, _ = load_prepared(str(p))
     assert labels_of(prepared) == ["007", "7", "07", "+7", " a", "a ", "a"]
+
+
+def test_gts_threshold_keeps_its_fraction(tmp_path: Path) -> None:
+    # all 6 times: 1.0 1.1 2.0 2.2 2.5 2.7; q 0.9 -> the order statistic at floor(0.9 * 5) = 4: T_test = 2.5 (a
+    # floored 2 would make u1, whose last time is 2.5, a test user)
+    p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu1,a,1.0\nu1,b,2.0\nu1,c,2.5\nu2,a,1.1\nu2,b,2.2\n"
+                                  "u2,c,2.7\n")
+    split = prepare_split(str(p), protocol="gts", quantile=0.9, valid_quantile=0.5)
+    assert split.manifest["thresholds"]["T_test"] == 2.5
+    assert split.manifest["thresholds"]["T_test_iso"] == "1970-01-01T00:00:02.500000Z"
+    assert [split.user_labels[u] for u in split.test.inputs.users] == ["u2"]

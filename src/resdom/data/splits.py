@@ -64,13 +64,14 @@ def split_loo(seqs: Sequences) -> SplitParts:
     return SplitParts(train, valid, test, info)
 
 
-def quantile_threshold(times: np.ndarray, q: float) -> int:
-    """The q-quantile of ``times`` as a real timestamp (order statistic floor(q * (n - 1)))."""
+def quantile_threshold(times: np.ndarray, q: float) -> int | float:
+    """The q-quantile of ``times`` as a real timestamp (order statistic floor(q * (n - 1))): an int for integer
+    times, a float for fractional ones (never rounded: the cut ``t <= T`` must see the very timestamp)."""
     if not 0.0 < q < 1.0:
         raise ResdomError(f"quantile must be strictly between 0 and 1, got {q}")
     if len(times) == 0:
         raise ResdomError("no timestamps to take a quantile of")
-    return int(np.quantile(times, q, method="lower"))
+    return np.quantile(times, q, method="lower").item()
 
 
 def _count_at_or_before(seqs: Sequences, threshold: int) -> np.ndarray:
@@ -141,8 +142,9 @@ def _check_time_sorted(seqs: Sequences) -> None:
         raise ResdomError("the global temporal split needs each user's interactions in time order (sort_by_time)")
 
 
-def _iso(ts: int) -> str:
-    return datetime.fromtimestamp(int(ts), tz=timezone.utc).isoformat().replace("+00:00", "Z")
+def _iso(ts: float) -> str:
+    value = int(ts) if float(ts).is_integer() else float(ts)  # fractional seconds shown as such
+    return datetime.fromtimestamp(value, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _seq_counts(seqs: Sequences) -> dict[str, int]:
