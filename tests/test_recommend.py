@@ -258,3 +258,10 @@ def test_imported_model_recommends_in_the_files_ids(tmp_path: Path) -> None:
         assert mine["item"].tolist() == expected
         np.testing.assert_allclose(mine["score"], [scores[raw_items.index(i)] for i in expected], rtol=1e-4,
                                    atol=1e-5)
+
+
+def test_filtering_follows_the_splits_setting_by_default(model) -> None:
+    keeps = prepare_split(_frame(), filter_seen=False)  # a data set that keeps seen items (repeat consumption)
+    assert not keeps.filter_seen
+    pd.testing.assert_frame_equal(recommend(model, keeps, k=30), recommend(model, keeps, k=30, filter_seen=False))
+    assert not recommend(model, keeps, k=30).equals(recommend(model, keeps, k=30, filter_seen=True))

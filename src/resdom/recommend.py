@@ -102,7 +102,7 @@ def recommend(
     users: Iterable[Any] | None = None,
     k: int = 10,
     *,
-    filter_seen: bool = True,
+    filter_seen: bool | None = None,
     alpha: float = 1.0,
     history: str = "all",
     batch_size: int = 256,
@@ -113,9 +113,10 @@ def recommend(
 
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``); ``alpha``: the
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
-    ``filter_seen``: items of the user's input are never recommended. ``device``: where to score (None: the
-    model's). Ids: ``SplitData.item_labels`` / ``user_labels``; a split without them (saved before resdom kept
-    them) gives resdom's internal ids, with a note in ``DataFrame.attrs["note"]``.
+    ``filter_seen``: items of the user's input are never recommended; None: the split's setting
+    (``SplitData.filter_seen``: True except for data sets that keep seen items, as evaluation). ``device``:
+    where to score (None: the model's). Ids: ``SplitData.item_labels`` / ``user_labels``; a split without them
+    (saved before resdom kept them) gives resdom's internal ids, with a note in ``DataFrame.attrs["note"]``.
     """
     import pandas as pd
 
@@ -134,6 +135,8 @@ def recommend(
         check_model(model)
     except TypeError as e:
         raise ResdomError(f"model: {e}") from None
+    if filter_seen is None:
+        filter_seen = split.filter_seen
     inputs = _inputs(split, history)
     wanted = None if users is None else user_index(split, list(users))
     rows = _select(inputs, wanted, history)

@@ -56,7 +56,10 @@ def recommend(
     out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (user,item,rank,score); default: "
                                     "print the CSV"),
     alpha: float = typer.Option(1.0, "--alpha", help="residual scale at inference, in [0, 1] (1: as trained)"),
-    no_filter: bool = typer.Option(False, "--no-filter", help="also recommend items the user already has"),
+    filter_seen: bool | None = typer.Option(
+        None, "--filter/--no-filter",
+        help="never (or also) recommend items the user already has; default: the data set's setting (filtered, "
+             "but for data sets that keep seen items, as evaluation)"),
     history: str = typer.Option("all", "--history", help="all (each user's whole history), or test / valid (that "
                                 "part's inputs, as evaluation scores them)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
@@ -81,8 +84,9 @@ def recommend(
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
+    filtered = run.split.filter_seen if filter_seen is None else filter_seen
     try:
-        frame = top_items(run.model, run.split, wanted, k, filter_seen=not no_filter, alpha=scale, history=history,
+        frame = top_items(run.model, run.split, wanted, k, filter_seen=filtered, alpha=scale, history=history,
                           batch_size=batch_size, device=dev)
     except ResdomError as e:
         where = f"--users {users}" if str(e).startswith("users:") else ""
@@ -97,7 +101,7 @@ def recommend(
     atomic_write_bytes(out, text.encode("utf-8"))
     n_users = frame["user"].nunique()
     typer.echo(f"{out}: {len(frame):,} recommendations for {n_users:,} users (top {k}, seen items "
-               f"{'kept' if no_filter else 'filtered'}{'' if scale == 1.0 else f', alpha {scale:g}'})", err=True)
+               f"{'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'})", err=True)
 
 
 def register(app: typer.Typer) -> None:
