@@ -42,6 +42,14 @@ def test_issue_case_gives_four_items_for_four_spellings_of_seven(tmp_path: Path)
     assert manifest["changes"]["read"] == {"users": 1, "items": 7, "interactions": 7, "format": "csv"}
 
 
+def test_digit_only_ids_are_not_converted_to_numbers(tmp_path: Path) -> None:
+    # the issue's printf: an all-integer-looking column was converted to int64, and 007, 7, 07, +7 became one item
+    p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu1,007,1\nu1,7,2\nu1,07,3\nu1,+7,4\nu2,7,1\nu2,07,2\n")
+    split = prepare_split(str(p))
+    assert split.n_items == 4 and split.item_labels[1:].tolist() == ["007", "7", "07", "+7"]
+    assert split.item_labels[split.test.targets].tolist() == ["+7"]
+
+
 @pytest.mark.parametrize("fmt", ["tsv", "parquet", "recbole", "dataframe"])
 def test_ids_are_kept_exactly_in_every_table_format(tmp_path: Path, fmt: str) -> None:
     df = pd.DataFrame({"user_id": ["u1"] * 6 + [" u1"], "item_id": ["007", "7", "07", "+7", " a", "a ", "a"],
