@@ -20,7 +20,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
 
 
@@ -143,10 +143,7 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
               force: bool = False) -> Path:
     """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ResdomError(f"{out}: exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise ResdomError(f"{out}: exists and is not empty (choose another --out, or --force to overwrite)")
+    check_output_folder(out, "--out", runs=False, force=force)
     run = RunDir(out)
     for stale in (run.diagnostics, run.state_dir):  # results of whatever model was there before
         shutil.rmtree(stale, ignore_errors=True)

@@ -43,7 +43,7 @@ from resdom.io import (
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
@@ -316,6 +316,7 @@ def fit(
     ``callbacks`` are called as ``cb(epoch, record)`` after each epoch's state is saved (an exception there
     interrupts the run; ``fit`` again resumes it). ``progress``: tqdm bars (default: when stderr is a TTY).
     """
+    check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
     model_cfg = _resolve_model_config(model_cfg, split)
     train_cfg = with_objective(model_cfg, train_cfg)
     objective = get_objective(train_cfg.objective)
