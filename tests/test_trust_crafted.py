@@ -98,3 +98,134 @@ def test_api_fit_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match="out .*not a resdom run directory"):
         resdom.fit(split, "sasrec", out=folder, epochs=1, hidden=8, layers=1, max_len=8, device="cpu")
     assert (folder / "metrics.json").read_text() == "{}"
+
+
+# ---------------------------------------------------------------------------------------- importer settings
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def rectools_parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The RecTools SASRec fixture's Lightning checkpoint (as a dict) and a small .inter file of its items."""
+    from test_adapters_rectools import _synthetic_inter
+
+    from resdom.adapters.rectools import read_rectools_file
+    from resdom.adapters.safe_pickle import load_torch_bytes, loads_restricted
+
+    path = FIXTURES / "rectools" / "sasrec.rectools"
+    outer = loads_restricted(path.read_bytes(), ("rectools.",))
+    ckpt = load_torch_bytes(outer.state["fitted_checkpoint"], object_arrays=True)
+    inter = _synthetic_inter(read_rectools_file(path), tmp_path_factory.mktemp("rectools") / "s.inter")
+    return ckpt, inter
+
+
+def _rectools_variant(parts: tuple[dict, Path], tmp_path: Path, change) -> Path:  # noqa: ANN001
+    import copy
+
+    import torch
+
+    ckpt = copy.deepcopy(parts[0])
+    change(ckpt, ckpt["hyper_parameters"]["model_config"])
+    path = tmp_path / "crafted.ckpt"
+    torch.save(ckpt, path)
+    return path
+
+
+@pytest.mark.parametrize("change,needles", [
+    (lambda c, m: c.__setitem__("state_dict", list(c["state_dict"].values())), ["state_dict is a list"]),
+    (lambda c, m: m.__setitem__("similarity_module_kwargs", ["dot"]), ["similarity_module_kwargs is a list"]),
+    (lambda c, m: c["hyper_parameters"].__setitem__("item_external_ids", 5), ["item_external_ids", "not a list"]),
+    (lambda c, m: m.__setitem__("n_heads", 3), ["n_heads=3", "hidden size 16"]),
+    (lambda c, m: m.__setitem__("session_max_len", "long"), ["session_max_len='long'", "not an integer"]),
+    (lambda c, m: m.__setitem__("dropout_rate", [0.1]), ["dropout_rate=[0.1]", "not a number"]),
+], ids=["state_dict_list", "similarity_kwargs_list", "item_ids_number", "heads_3_hidden_16", "max_len_text",
+        "dropout_list"])
+def test_import_rectools_crafted_settings_are_one_line(rectools_parts: tuple[dict, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str], change, needles) -> None:  # noqa: ANN001
+    path = _rectools_variant(rectools_parts, tmp_path, change)
+    code, _, err = run_cli(capsys, "import-rectools", str(path), "--data", str(rectools_parts[1]), "--out",
+                           str(tmp_path / "run"))
+    one_line_error(code, err, str(path), *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_import_rectools_reports_weights_it_does_not_use(rectools_parts: tuple[dict, Path], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    clean = _rectools_variant(rectools_parts, tmp_path, lambda c, m: None)
+    code, out, err = run_cli(capsys, "import-rectools", str(clean), "--data", str(rectools_parts[1]), "--out",
+                             str(tmp_path / "clean"))
+    assert code == 0, err
+    assert "ignored" not in out
+    assert json.loads((tmp_path / "clean" / "config.json").read_text())["imported_from"]["ignored_weights"] == []
+    extra = _rectools_variant(rectools_parts, tmp_path,
+                              lambda c, m: c["state_dict"].__setitem__("torch_model.adapter.weight", torch.ones(2)))
+    code, out, err = run_cli(capsys, "import-rectools", str(extra), "--data", str(rectools_parts[1]), "--out",
+                             str(tmp_path / "run"))
+    assert code == 0, err
+    assert "ignored: 1 weight(s)" in out and "torch_model.adapter.weight" in out
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["imported_from"]["ignored_weights"] == ["torch_model.adapter.weight"]
+
+
+def _recbole_variant(tmp_path: Path, change: dict, extra_weights: dict | None = None) -> Path:
+    """The RecBole fixture re-saved with a plain-dict config (as the importer accepts) changed by ``change``."""
+    import torch
+
+    from resdom.adapters.recbole import RECBOLE_STAND_INS
+    from resdom.adapters.safe_pickle import Inert, load_torch_file
+
+    obj = load_torch_file(FIXTURES / "recbole" / "sasrec_tiny.pth", RECBOLE_STAND_INS)
+    config = {k: (v.value if isinstance(v, Inert) else v) for k, v in obj["config"].state["final_config_dict"].items()}
+    path = tmp_path / "crafted.pth"
+    torch.save({"config": {**config, **change}, "state_dict": {**obj["state_dict"], **(extra_weights or {})},
+                "epoch": 3}, path)
+    return path
+
+
+@pytest.mark.parametrize("change,needles", [
+    ({"encoding": "rot13"}, ["encoding='rot13'", "not a text encoding"]),
+    ({"layer_norm_eps": "x"}, ["layer_norm_eps='x'", "not a number"]),
+    ({"hidden_size": "abc"}, ["hidden_size='abc'", "not an integer"]),
+    ({"n_heads": 3}, ["n_heads=3", "hidden size 16"]),
+    ({"hidden_dropout_prob": 7}, ["valid model", "dropout"]),
+], ids=["encoding_rot13", "eps_text", "hidden_text", "heads_3", "dropout_7"])
+def test_import_recbole_crafted_settings_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      change: dict, needles: list[str]) -> None:
+    path = _recbole_variant(tmp_path, change)
+    code, _, err = run_cli(capsys, "import-recbole", str(path), "--data", str(FIXTURES / "recbole" / "tiny.inter"),
+                           "--out", str(tmp_path / "run"))
+    one_line_error(code, err, *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_import_recbole_reports_weights_it_does_not_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    path = _recbole_variant(tmp_path, {}, {"trm_encoder.layer.0.gate.weight": torch.ones(16),
+                                           "item_bias": torch.zeros(41)})
+    code, out, err = run_cli(capsys, "import-recbole", str(path), "--data", str(FIXTURES / "recbole" / "tiny.inter"),
+                             "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    assert "ignored: 2 weight(s)" in out and "item_bias, trm_encoder.layer.0.gate.weight" in out
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["imported_from"]["ignored_weights"] == ["item_bias", "trm_encoder.layer.0.gate.weight"]
+
+
+def test_import_pmixer_reports_weights_it_does_not_use(tmp_path: Path) -> None:
+    import numpy as np
+    import torch
+    from test_adapters_pmixer import HEADS, _data_file, _pmixer
+
+    from resdom.adapters.pmixer import import_pmixer
+
+    data, seqs = _data_file(tmp_path / "data.txt", np.random.default_rng(7))
+    state = _pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict()
+    torch.save({**state, "attention_layers.0.extra_bias": torch.zeros(3)}, tmp_path / "s.pth")
+    lines: list[str] = []
+    run = import_pmixer(tmp_path / "s.pth", str(data), tmp_path / "run", heads=HEADS, log=lines.append)
+    assert any(x.startswith("ignored: 1 weight(s)") and "attention_layers.0.extra_bias" in x for x in lines)
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["imported_from"]["ignored_weights"] == ["attention_layers.0.extra_bias"]
