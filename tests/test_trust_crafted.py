@@ -229,3 +229,53 @@ def test_import_pmixer_reports_weights_it_does_not_use(tmp_path: Path) -> None:
     assert any(x.startswith("ignored: 1 weight(s)") and "attention_layers.0.extra_bias" in x for x in lines)
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["imported_from"]["ignored_weights"] == ["attention_layers.0.extra_bias"]
+
+
+# ------------------------------------------------------------------------------------- rediagnose_cells.py
+
+
+def test_rediagnose_never_follows_a_cell_outside_the_grid_folder(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell.json naming ``..`` / an absolute path as its data set or label, or a grid folder whose cell is a link
+    out of it, finds no run directory (nothing outside ``--runs`` is diagnosed, nothing outside the store
+    written); an honest cell still finds its run."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import rediagnose_cells
+
+    from resdom.runs import checkpoint_id
+
+    def weights(folder: Path) -> str:
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights of " + str(folder).encode())
+        return checkpoint_id(folder / "model.safetensors")
+
+    grid = tmp_path / "runs" / "repro"
+    ok = weights(grid / "beauty" / "sasrec" / "seed1")
+    outside = weights(tmp_path / "runs" / "evil" / "seed1")  # runs/repro/../evil/seed1
+    secret = weights(tmp_path / "secret" / "x" / "seed1")
+    (grid / "beauty" / "linked").symlink_to(tmp_path / "secret" / "x")
+    cells = {
+        "ok": {"dataset": "beauty", "label": "sasrec", "seed": 1, "checkpoint": ok},
+        "dotdot": {"dataset": "..", "label": "evil", "seed": 1, "checkpoint": outside},
+        "absolute": {"dataset": str(tmp_path / "secret"), "label": "x", "seed": 1, "checkpoint": secret},
+        "slashes": {"dataset": "beauty/../..", "label": "evil", "seed": 1, "checkpoint": outside},
+        "link": {"dataset": "beauty", "label": "linked", "seed": 1, "checkpoint": secret},
+        "seed_text": {"dataset": "beauty", "label": "sasrec", "seed": "1/../1", "checkpoint": ok},
+    }
+    folders = []
+    for name, meta in cells.items():
+        folder = tmp_path / "store" / name
+        folder.mkdir(parents=True)
+        (folder / "cell.json").write_text(json.dumps(meta))
+        folders.append(folder)
+    (tmp_path / "store" / "broken").mkdir()
+    (tmp_path / "store" / "broken" / "cell.json").write_text("[1, 2")
+    folders.append(tmp_path / "store" / "broken")
+    found = list(rediagnose_cells.cells_with_runs(folders, str(tmp_path / "runs" / "repro*")))
+    assert [(c.name, r) for c, _, r in found] == [("ok", grid / "beauty" / "sasrec" / "seed1")]
+    err = capsys.readouterr().err
+    for name in ("dotdot", "absolute", "slashes", "seed_text", "broken"):
+        assert f"store/{name}: skipped" in err
+    assert "store/link: skipped (no run directory" in err
