@@ -311,3 +311,33 @@ def test_a_long_epoch_prints_batches_done_in_a_log(tmp_path: Path, monkeypatch: 
     resdom.fit(split, "sasrec", out=tmp_path / "short", epochs=1, hidden=8, layers=1, max_len=8, batch_size=16,
                device="cpu")
     assert ": batch " not in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------------- demo
+
+
+@pytest.mark.slow
+def test_demo_with_other_epochs_trains_again_and_says_so(tmp_path: Path) -> None:
+    """`resdom demo --epochs 2` on a demo folder trained with 1 epoch trains again (2 epochs in its log, config and
+    metrics), saying why; the same settings again reuse the finished run and say that."""
+    from resdom.pipeline import DemoSettings, run_demo
+
+    tiny = dict(source="synthetic:n_users=60,n_items=30,min_len=5,max_len=10", batch_size=64, patience=5,
+                model={"hidden": 8, "layers": 1, "heads": 1, "max_len": 8})
+    out = tmp_path / "demo"
+    lines: list[str] = []
+    run_demo(out, DemoSettings(epochs=1, **tiny), progress=False, echo=lines.append)
+    assert any(x.startswith("[2/3] training SASRec (up to 1 epochs)") for x in lines)
+    lines.clear()
+    result = run_demo(out, DemoSettings(epochs=2, **tiny), progress=False, echo=lines.append)
+    text = "\n".join(lines)
+    assert "holds a run trained with other settings (epochs 1 -> 2): training it again from scratch" in text
+    assert "[2/3] training SASRec (up to 2 epochs)" in text
+    run = result.run_dir
+    assert [json.loads(x)["epoch"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 2
+    assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 2
+    lines.clear()
+    run_demo(out, DemoSettings(epochs=2, **tiny), progress=False, echo=lines.append)
+    assert any(x.startswith("[2/3] reusing the finished SASRec run") for x in lines)
+    assert "again from scratch" not in "\n".join(lines)
