@@ -31,10 +31,33 @@ from resdom.pipeline.store import export_cell, store_cells
 from resdom.runs import checkpoint_id
 
 
+def identity_problem(meta: object) -> str | None:
+    """Why a cell.json's (dataset, label, seed) cannot name a folder under the grid and the store (a data set or
+    label that is not one plain folder name: ``..``, a path, empty; a seed that is not an integer), or None."""
+    if not isinstance(meta, dict):
+        return "its cell.json is not a JSON object"
+    for key in ("dataset", "label"):
+        value = meta.get(key)
+        if not isinstance(value, str) or value in ("", ".", "..") or any(c in value for c in "/\\\0"):
+            return f"its {key} {value!r} is not a plain folder name"
+    seed = meta.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        return f"its seed {seed!r} is not a non-negative integer"
+    if not isinstance(meta.get("checkpoint"), str):
+        return "it names no checkpoint"
+    return None
+
+
 def run_dir_of(cell: Path, meta: dict, runs: str) -> Path | None:
-    """The run directory holding the checkpoint ``meta`` names, under any folder matching ``runs``."""
+    """The run directory holding the checkpoint ``meta`` names, under any folder matching ``runs`` (never a
+    folder outside it: ``meta`` must pass ``identity_problem``, and a link out of the grid folder is not
+    followed)."""
+    if identity_problem(meta) is not None:
+        return None
     for root in sorted(glob.glob(runs)):
         run = Path(root) / meta["dataset"] / meta["label"] / f"seed{meta['seed']}"
+        if not run.resolve().is_relative_to(Path(root).resolve()):
+            continue
         model = run / "model.safetensors"
         if model.is_file() and checkpoint_id(model) == meta["checkpoint"]:
             return run
@@ -57,7 +80,15 @@ def cells_with_runs(cells: list[Path], runs: str) -> Iterator[tuple[Path, dict, 
         if not (cell / "cell.json").is_file():
             print(f"{cell}: skipped (not a results-store cell: no cell.json)", file=sys.stderr)
             continue
-        meta = json.loads((cell / "cell.json").read_text())
+        try:
+            meta = json.loads((cell / "cell.json").read_text())
+        except (OSError, ValueError) as e:
+            print(f"{cell}: skipped (cell.json unreadable: {e})", file=sys.stderr)
+            continue
+        problem = identity_problem(meta)
+        if problem is not None:
+            print(f"{cell}: skipped ({problem})", file=sys.stderr)
+            continue
         run = run_dir_of(cell, meta, runs)
         if run is None:
             print(f"{cell}: skipped (no run directory with its checkpoint under {runs})", file=sys.stderr)

@@ -132,12 +132,26 @@ cost_of() {  # DATA SET MODEL SEED: the training and diagnosis seconds of the st
 print(round(c.get("train_seconds", 0) + c.get("diagnose_seconds", 0)))' "$STORE/$1/$2/seed$3/cell.json"
 }
 
-claim() {  # atomic: mkdir succeeds for one worker; a claim whose worker died is taken over
+claim() {  # KEY: 0 when this worker now holds the cell's claim, runs/claims/KEY/pid naming it. Claims are made and
+  # taken over under one lock (runs/claims/.lock), and a claim folder appears whole (made as a temporary folder
+  # with its pid, then renamed into place), so a reader never sees one without its owner: one winner per cell.
+  # A claim whose worker is gone (or one with no pid: left by an older worker killed half-way) is taken over.
+  local dir="$CLAIMS/$1" tmp="$CLAIMS/.new.$1.$$"
+  (
+    flock 9 || exit 1
+    owner=$(cat "$dir/pid" 2>/dev/null || echo "")
+    if [ -n "$owner" ] && [ "$owner" != "$$" ] && kill -0 "$owner" 2>/dev/null; then exit 1; fi
+    rm -rf "$tmp" && mkdir "$tmp" && echo $$ >"$tmp/pid" || exit 1
+    rm -rf "$dir" && mv -T "$tmp" "$dir"
+  ) 9>"$CLAIMS/.lock"
+}
+release() {  # KEY: remove the cell's claim if this worker holds it; never another worker's
   local dir="$CLAIMS/$1"
-  if mkdir "$dir" 2>/dev/null; then echo $$ >"$dir/pid"; return 0; fi
-  local owner; owner=$(cat "$dir/pid" 2>/dev/null || echo "")
-  if [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null; then return 1; fi
-  mkdir -p "$dir" && echo $$ >"$dir/pid"; return 0
+  (
+    flock 9 || exit 0
+    [ "$(cat "$dir/pid" 2>/dev/null)" = "$$" ] && rm -rf "$dir"
+  ) 9>"$CLAIMS/.lock"
+  return 0
 }
 
 while true; do
@@ -152,7 +166,7 @@ while true; do
     fits "$dataset" "$label" || continue
     claim "$key" || continue
     # stored between the check above and the claim (its worker has just released it): not ours to train again
-    if stored "$dataset" "$label" "$seed"; then rm -rf "${CLAIMS:?}/$key"; continue; fi
+    if stored "$dataset" "$label" "$seed"; then release "$key"; continue; fi
     next="$dataset $label $seed $grid"; break
   done < <(cells)
   [ -z "$next" ] && { echo "== $(date -u +%FT%TZ) queue done (or every open cell taken, or none fits before" \
@@ -163,5 +177,5 @@ while true; do
     # a cell resumed from an earlier start counts its earlier epochs too: the factor errs on the slow side
     [ "$guess" -gt 0 ] && { took=$(( took + $(cost_of "$dataset" "$label" "$seed") )); said=$(( said + guess )); }
   else failed[$dataset+$label+$seed]=1; fi
-  rm -rf "${CLAIMS:?}/$dataset+$label+$seed"
+  release "$dataset+$label+$seed"
 done

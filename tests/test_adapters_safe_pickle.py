@@ -127,7 +127,7 @@ def test_tensor_reading_past_its_storage_is_refused(tmp_path: Path) -> None:
                 blob = blob.replace(b"K\x04\x85", b"K(\x85", 1)
                 assert b"K(\x85" in blob
             dst.writestr(info, blob)
-    with pytest.raises(ResdomError, match="past its storage"):
+    with pytest.raises(ResdomError, match="view of 40 elements on a storage of 4"):
         load_torch_file(bad)
 
 
@@ -138,3 +138,66 @@ def test_not_a_zip_checkpoint(tmp_path: Path) -> None:
         load_torch_file(path)
     with pytest.raises(ResdomError, match="not found"):
         load_torch_file(tmp_path / "missing.pth")
+
+
+def _patched(src_path: Path, dst_path: Path, old: bytes, new: bytes) -> None:
+    """Copy the torch zip ``src_path`` to ``dst_path`` with ``old`` replaced once by ``new`` in its data.pkl."""
+    with zipfile.ZipFile(src_path) as src, zipfile.ZipFile(dst_path, "w") as dst:
+        for info in src.infolist():
+            blob = src.read(info)
+            if info.filename.endswith("data.pkl"):
+                assert old in blob
+                blob = blob.replace(old, new, 1)
+            dst.writestr(info, blob)
+
+
+def test_stride_zero_view_larger_than_its_storage_is_refused(tmp_path: Path) -> None:
+    """A view with more elements than its storage (stride 0 over one value): its last index is inside the storage,
+    but copying it would expand a few hundred bytes into (here) 4 kB, in the reproduced case 1.9 GB."""
+    ok = tmp_path / "ok.pth"
+    torch.save({"w": torch.ones(1).expand(4)}, ok)  # size (4,), stride (0,) over a 1-element storage
+    with pytest.raises(ResdomError, match="view of 4 elements on a storage of 1"):
+        load_torch_file(ok)  # an expanded view is refused too (no model weight is one)
+    bad = tmp_path / "bad.pth"
+    _patched(ok, bad, b"K\x04\x85", b"M\xe8\x03\x85")  # size (4,) -> (1000,)
+    with pytest.raises(ResdomError, match="view of 1000 elements on a storage of 1"):
+        load_torch_file(bad)
+    assert bad.stat().st_size < 2000
+
+
+def test_offset_and_strides_must_stay_inside_the_storage(tmp_path: Path) -> None:
+    ok = tmp_path / "ok.pth"
+    torch.save({"w": torch.arange(6.0).reshape(2, 3)}, ok)  # size (2, 3), stride (3, 1), offset 0
+    assert torch.equal(load_torch_file(ok)["w"], torch.arange(6.0).reshape(2, 3))
+    bad = tmp_path / "stride.pth"
+    _patched(ok, bad, b"K\x03K\x01\x86", b"K\x04K\x01\x86")  # stride (3, 1) -> (4, 1): reads index 6
+    with pytest.raises(ResdomError, match="past its storage"):
+        load_torch_file(bad)
+
+
+def test_tensors_far_larger_than_the_file_are_refused(tmp_path: Path) -> None:
+    """Many whole views of one storage: each is legal, together they are 40x the file. Storages are read once."""
+    base = torch.zeros(64 * 1024)  # 256 kB
+    path = tmp_path / "many.pth"
+    torch.save([base[:] for _ in range(40)], path)
+    assert path.stat().st_size < 300_000
+    with pytest.raises(ResdomError, match="far more memory than the file's size"):
+        load_torch_file(path)
+    few = tmp_path / "few.pth"  # tied weights: two views of one storage load
+    torch.save({"a": base[:], "b": base[:]}, few)
+    got = load_torch_file(few)
+    assert torch.equal(got["a"], base) and torch.equal(got["b"], base)
+
+
+def test_a_record_that_unpacks_far_past_the_file_size_is_refused(tmp_path: Path) -> None:
+    """torch.save stores records uncompressed; a deflated 8 MB storage of zeros in a 10 kB file is refused unread."""
+    ok = tmp_path / "ok.pth"
+    torch.save({"w": torch.zeros(2 * 1024 * 1024)}, ok)
+    bad = tmp_path / "deflated.pth"
+    with zipfile.ZipFile(ok) as src, zipfile.ZipFile(bad, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    assert bad.stat().st_size < 100_000
+    with pytest.raises(ResdomError, match="unpacks to 8388608 bytes"):
+        load_torch_file(bad)
+    assert torch.equal(load_torch_file(ok)["w"], torch.zeros(2 * 1024 * 1024))

@@ -196,8 +196,11 @@ def toy_model(seed: int = 0, name: str = "sasrec") -> torch.nn.Module:
 
 
 def slow_rank(scores: np.ndarray, item: int) -> int:
-    """1-based pessimistic rank by counting (every item scoring at least the item's, itself included)."""
-    return int((scores >= scores[item]).sum())
+    """1-based pessimistic rank by counting (every item scoring at least the item's, itself included); an item
+    filtered out (score -inf) cannot be recommended: MISS + 1, as evaluation ranks it."""
+    from resdom.evaluation.ranking import MISS
+
+    return MISS + 1 if scores[item] == -np.inf else int((scores >= scores[item]).sum())
 
 
 def test_ranks_match_a_slow_reference():
@@ -238,7 +241,9 @@ def test_ranks_match_a_slow_reference():
     assert got["target_rank"].tolist() == per_alpha[1.0]["target"]
     assert got["target_rank_unfiltered"].tolist() == per_alpha[1.0]["unfiltered"]
     assert got["last_rank"].tolist() == per_alpha[1.0]["last"]
-    assert got["target_rank"][2] == N_ITEMS + 1  # the filtered-out target ranks below every item
+    from resdom.evaluation.ranking import MISS
+
+    assert got["target_rank"][2] == MISS + 1  # the filtered-out target is a miss at every K
     for i, a in enumerate(alphas):
         assert got["alpha_target_rank"][i].tolist() == per_alpha[a]["target"]
         assert got["alpha_target_rank_unfiltered"][i].tolist() == per_alpha[a]["unfiltered"]

@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 import resdom.evaluation.evaluate as evaluate_module
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.evaluation.evaluate import EvalResult, evaluate
+from resdom.evaluation.ranking import MISS
 from resdom.models import ModelConfig, build_model
 
 N_ITEMS, MAX_LEN = 40, 8
@@ -36,7 +37,8 @@ def make_model(name: str = "sasrec") -> torch.nn.Module:
 
 
 def slow_ranks(model: torch.nn.Module, evalset: EvalSet, filter_seen: bool) -> list[int]:
-    """One user at a time: the last max_len items, unpadded; sort every item, count (ties against the target)."""
+    """One user at a time: the last max_len items, unpadded; sort every item, count (ties against the target);
+    a target in its own input with filtering cannot be recommended: MISS."""
     model.eval()
     out = []
     with torch.no_grad():
@@ -48,7 +50,7 @@ def slow_ranks(model: torch.nn.Module, evalset: EvalSet, filter_seen: bool) -> l
             target = int(evalset.targets[u])
             value = {j: -math.inf if (j == 0 or j in seen) else s for j, s in enumerate(scores)}
             order = sorted(value, key=lambda j: (-value[j], j == target))
-            out.append(order.index(target))
+            out.append(MISS if target in seen else order.index(target))
     return out
 
 
@@ -60,8 +62,8 @@ def test_evaluate_matches_slow_reference(name: str, filter_seen: bool) -> None:
     want = slow_ranks(model, evalset, filter_seen)
     assert res.ranks.tolist() == want
     assert res.n_users == 23
-    if filter_seen:  # targets in their own input (also outside the max_len window) are misses: rank N
-        assert res.ranks[:4].tolist() == [N_ITEMS] * 4
+    if filter_seen:  # targets in their own input (also outside the max_len window) are misses
+        assert res.ranks[:4].tolist() == [MISS] * 4
     from resdom.evaluation.ranking import metrics_from_ranks
 
     assert res.metrics == metrics_from_ranks(torch.tensor(want))
@@ -115,13 +117,26 @@ def test_hand_computed_case_and_filtering_ignores_padding() -> None:
     evalset = EvalSet(Sequences.from_lists([[1], [5, 4, 3, 2], [2]]), np.array([5, 1, 2]))
     model = ScoreById()
     filtered = evaluate(model, evalset, ks=(1, 2), return_ranks=True)
-    assert filtered.ranks.tolist() == [0, 0, 5]  # padding filters nothing; C's target is filtered: last
+    assert filtered.ranks.tolist() == [0, 0, MISS]  # padding filters nothing; C's target is filtered: a miss
     assert filtered.metrics["HR@1"] == pytest.approx(2 / 3)
-    assert filtered.metrics["MRR"] == pytest.approx((1 + 1 + 1 / 6) / 3)
+    assert filtered.metrics["MRR"] == pytest.approx((1 + 1 + 0) / 3)
     unfiltered = evaluate(model, evalset, filter_seen=False, ks=(1, 2), return_ranks=True)
     assert unfiltered.ranks.tolist() == [0, 4, 3]
     assert unfiltered.metrics["NDCG@2"] == pytest.approx(1 / 3)
     assert all(not grad for _, grad in model.calls) and model.calls[0][0] == (3, 4)
+
+
+def test_one_item_catalogue_filtered_targets_are_misses() -> None:
+    """30 users whose every interaction is the one item: with filtering every target is in its own input, so
+    no target can be recommended: HR@K 0 for every K (the padding column ranked below it made HR@5 1.0)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="sasrec", n_items=1, max_len=4, hidden=8, heads=1))
+    evalset = EvalSet(Sequences.from_lists([[1] * (2 + u % 3) for u in range(30)]), np.ones(30, dtype=np.int64))
+    res = evaluate(model, evalset, return_ranks=True)
+    assert res.ranks.tolist() == slow_ranks(model, evalset, True) == [MISS] * 30
+    assert all(v == 0.0 for v in res.metrics.values()) and res.n_users == 30
+    unfiltered = evaluate(model, evalset, filter_seen=False)  # the only item is everyone's top-1
+    assert unfiltered.metrics["HR@1"] == 1.0 and unfiltered.metrics["MRR"] == 1.0
 
 
 def test_empty_evalset() -> None:

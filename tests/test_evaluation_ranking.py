@@ -7,11 +7,14 @@ import math
 import pytest
 import torch
 
-from resdom.evaluation.ranking import full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+from resdom.evaluation.ranking import MISS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
 
 
 def slow_rank(scores: list[float], target: int, seen: set[int]) -> int:
-    """0-based pessimistic rank of ``target`` among items 1..N: sort all, ties put the target last."""
+    """0-based pessimistic rank of ``target`` among items 1..N: sort all, ties put the target last; a filtered
+    target (in ``seen``) cannot be recommended: MISS."""
+    if target in seen:
+        return MISS
     value = {j: (-math.inf if (j == 0 or j in seen) else s) for j, s in enumerate(scores)}
     order = sorted(value, key=lambda j: (-value[j], j == target))
     return order.index(target)
@@ -61,17 +64,23 @@ def test_full_scores_masks_padding_and_seen_items_only() -> None:
     assert s[1].tolist() == [-math.inf, 2.0, 4.0, 6.0]
 
 
-def test_target_in_its_own_input_is_a_miss_when_filtering() -> None:
-    N = 30  # > max K: with a catalog of <= 20 items even the last rank would be "in the top 20"
+@pytest.mark.parametrize("N", [30, 3, 1])
+def test_target_in_its_own_input_is_a_miss_when_filtering(N: int) -> None:
+    """Also in a catalogue smaller than K (3 or 1 items): the filtered target is not "in the top 5" below the
+    other items and the padding column; it is a miss at every K, with reciprocal rank 0."""
     hidden = torch.ones(1, 2)
     emb = torch.zeros(N + 1, 2)
-    emb[3] = 1.0  # item 3 is the best item and the target
-    seen = torch.tensor([[0, 3]])
-    target = torch.tensor([3])
+    t = min(3, N)
+    emb[t] = 1.0  # item t is the best item and the target
+    seen = torch.tensor([[0, t]])
+    target = torch.tensor([t])
     assert pessimistic_ranks(full_scores(hidden, emb), target).item() == 0
     rank = pessimistic_ranks(full_scores(hidden, emb, seen), target).item()
-    assert rank == N  # below all N - 1 other items and the padding column
-    assert all(v == 0.0 for k, v in metrics_from_ranks(torch.tensor([rank])).items() if k != "MRR")
+    assert rank == MISS == slow_rank(emb.sum(1).tolist(), t, {t})
+    assert all(v == 0.0 for v in metrics_from_ranks(torch.tensor([rank])).values())
+    # a filtered target beside an unfiltered one ranked last (below every other item): only the latter counts
+    two = metrics_from_ranks(torch.tensor([rank, N - 1]), ks=(1, 5, 40))
+    assert two["HR@40"] == 0.5 and two["HR@5"] == (0.5 if N <= 5 else 0.0) and two["MRR"] == pytest.approx(0.5 / N)
 
 
 def test_all_equal_scores_rank_last() -> None:

@@ -185,3 +185,64 @@ def test_the_queue_scales_a_models_cost_to_a_data_set_it_has_not_run_on(tmp_path
     cell.mkdir(parents=True)
     cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": 200, "diagnose_seconds": 40}}))
     assert _run_queue(repo, "now + 20 minutes") == ["ml-100k bert4rec 1"]
+
+
+CLAIM_RACE = r'''
+set -u
+SCRIPT=$1 N=$2 T=$3
+export CLAIMS=$T/claims T
+mkdir -p "$CLAIMS"
+FUNCS=$(sed -n '/^claim() {/,/^}/p; /^release() {/,/^}/p' "$SCRIPT")
+export FUNCS
+WORKER='eval "$FUNCS"
+type release >/dev/null 2>&1 || release() { rm -rf "$CLAIMS/$1"; }
+touch "$T/ready/$1.$$"
+flock -s "$T/start" true
+if claim "$1"; then r=won; else r=lost; fi
+echo "$1 $$ $r" >"$T/done/$1.$$"
+flock -s "$T/end" true
+[ "$r" = lost ] && release "$1"
+exit 0'
+mkdir -p "$T/ready" "$T/done"
+exec 7>"$T/start" 8>"$T/end"
+flock -x 7; flock -x 8
+for i in $(seq "$N"); do
+  for w in a b; do bash -c "$WORKER" _ "cell$i" 7>&- 8>&- & done
+done
+until [ "$(ls "$T/ready" | wc -l)" -ge $((2 * N)) ]; do sleep 0.1; done
+flock -u 7  # every worker is at the start line: go
+until [ "$(ls "$T/done" | wc -l)" -ge $((2 * N)) ]; do sleep 0.1; done
+cat "$T"/done/* >"$T/results"
+for i in $(seq "$N"); do echo "cell$i $(cat "$CLAIMS/cell$i/pid" 2>/dev/null)"; done >"$T/holders"
+flock -u 8  # winners still alive until every worker has decided; now the losers release (not theirs)
+wait
+for i in $(seq "$N"); do echo "cell$i $(cat "$CLAIMS/cell$i/pid" 2>/dev/null)"; done >"$T/after"
+'''
+
+
+@pytest.mark.slow
+def test_two_queue_workers_never_both_claim_a_cell(tmp_path: Path) -> None:
+    """200 races of two workers for one cell each (released together): exactly one wins every time, its pid is
+    the claim's, and the loser's release leaves the winner's claim in place."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    harness = tmp_path / "race.sh"
+    harness.write_text(CLAIM_RACE)
+    n = 200
+    done = subprocess.run(["bash", str(harness), str(root / "scripts" / "reproduce_queue.sh"), str(n),
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    winners: dict[str, list[str]] = {}
+    for line in (tmp_path / "results").read_text().splitlines():
+        cell, pid, outcome = line.split()
+        winners.setdefault(cell, [])
+        if outcome == "won":
+            winners[cell].append(pid)
+    assert len(winners) == n
+    double = {c: w for c, w in winners.items() if len(w) != 1}
+    assert not double, f"{len(double)} of {n} cells without exactly one winner: {list(double.items())[:3]}"
+    holders = dict(line.split() for line in (tmp_path / "holders").read_text().splitlines())
+    after = dict(line.split() for line in (tmp_path / "after").read_text().splitlines())
+    assert holders == after == {c: w[0] for c, w in winners.items()}
+    assert not [p for p in (tmp_path / "claims").iterdir() if p.name.startswith(".new.")]

@@ -58,3 +58,65 @@ class RunDir:
     def is_run(self) -> bool:
         """Whether the folder looks like a run directory or a results-store cell (a config or diagnostics)."""
         return self.config.is_file() or self.diagnostics.is_dir()
+
+
+def _early_names() -> frozenset[str]:
+    run = RunDir(".")
+    return frozenset(p.name for p in (run.data, run.lock, run.error))
+
+
+EARLY_NAMES = _early_names()  # what a run directory may hold before its config.json: the split, the lock, an error
+
+
+def _is_temporary(name: str) -> bool:
+    """What an interrupted writer leaves (``resdom.io``'s ``.NAME.*.tmp`` and ``.tmp*``)."""
+    return name.startswith(".") and (name.endswith(".tmp") or name.startswith(".tmp"))
+
+
+def require_folder_path(path: str | Path, option: str = "--out") -> bool:
+    """Whether the output folder ``path`` exists; a ResdomError naming ``option`` when it exists and is not a
+    directory (a file: nothing would be written into it)."""
+    from resdom.errors import ResdomError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ResdomError(f"{option} {path}: exists and is not a directory (choose a folder name)")
+    return path.exists()
+
+
+def _has_run_config(run: RunDir) -> bool:
+    """Whether ``run.config`` is a resdom run's config.json (a JSON object with ``model`` and ``versions``)."""
+    import json
+
+    try:
+        data = json.loads(run.config.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("model"), dict) and "versions" in data
+
+
+def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, force: bool = False) -> None:
+    """Refuse ``path`` as an output folder, with one line naming ``option``, when it cannot take the output.
+
+    Refused: an existing file (or anything not a directory); a non-empty folder that is not a run directory
+    (``runs=True``: a run is resumed / redone in place, but a folder of other files is never written into); with
+    ``runs=False`` any non-empty folder unless ``force``. A folder counts as a run when its config.json is a resdom
+    run's (with ``model`` and ``versions``), or when it has no config.json and holds only what a run holds before
+    writing one (``EARLY_NAMES``, a writer's temporaries); a folder of other files that happens to hold a
+    ``config.json`` or ``metrics.json`` of its own does not."""
+    from resdom.errors import ResdomError
+
+    path = Path(path)
+    if not require_folder_path(path, option):
+        return
+    entries = sorted(p.name for p in path.iterdir())
+    if not entries or force:
+        return
+    if not runs:
+        raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to overwrite)")
+    if _has_run_config(RunDir(path)) or all(n in EARLY_NAMES or _is_temporary(n) for n in entries):
+        return
+    others = [n for n in entries if n not in EARLY_NAMES and not _is_temporary(n)]
+    raise ResdomError(f"{option} {path}: exists, is not empty and is not a resdom run directory (it holds "
+                      f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); choose another {option} or "
+                      "an empty folder")

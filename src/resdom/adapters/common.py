@@ -7,6 +7,7 @@ instead of a training config). ``resdom evaluate`` and ``resdom diagnose`` read 
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
-from resdom.rundir import RunDir
+from resdom.models.config import ModelConfig
+from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
 
 
@@ -139,14 +141,90 @@ def load_weights(model: SequentialRecommender, state: dict[str, torch.Tensor], w
     model.eval()
 
 
+class TrackedState(dict):
+    """A source state dict (name -> tensor) that remembers which names the mapping read (``[]`` / ``get``), so
+    that weights no mapping uses are reported instead of dropped silently (``unread``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def unread(self) -> list[str]:
+        """The names never read, sorted."""
+        return sorted(set(self) - self.read)
+
+
+def ignored_weights_line(names: Sequence[str]) -> str | None:
+    """The line an importer prints for weights of the file its mapping does not use (None when there are none)."""
+    if not names:
+        return None
+    shown = ", ".join(names[:5]) + (f", ... ({len(names)} in all)" if len(names) > 5 else "")
+    return (f"ignored: {len(names)} weight(s) of the file that resdom's mapping does not use: {shown}; the imported "
+            "model is the mapped network without them (check that the file holds the model resdom maps)")
+
+
+def setting_number(value: Any, kind: type, name: str, where: str) -> Any:
+    """A checkpoint setting ``name`` as an ``int`` or a finite ``float`` (``kind``); one line naming it otherwise."""
+    want = "an integer" if kind is int else "a number"
+    try:
+        if isinstance(value, bool) or value is None:
+            raise TypeError
+        number = float(value) if kind is float else int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ResdomError(f"{where}: setting {name}={value!r} is not {want}") from None
+    if kind is float and not math.isfinite(number):
+        raise ResdomError(f"{where}: setting {name}={value!r} is not a finite number")
+    if kind is int and isinstance(value, float) and value != number:
+        raise ResdomError(f"{where}: setting {name}={value!r} is not {want}")
+    return number
+
+
+def setting_mapping(value: Any, name: str, where: str) -> dict[str, Any]:
+    """A checkpoint setting that must be a mapping (None -> {}); one line naming it otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ResdomError(f"{where}: setting {name} is a {type(value).__name__} ({str(value)[:60]}), not a mapping")
+    return value
+
+
+def check_heads(hidden: int, heads: int, heads_name: str, where: str) -> None:
+    """Attention heads must divide the hidden size (one line naming the setting otherwise)."""
+    if heads < 1 or hidden % heads:
+        raise ResdomError(f"{where}: {heads_name}={heads} heads do not divide the hidden size {hidden} of the weights")
+
+
+def imported_model_config(where: str, **fields: Any) -> ModelConfig:
+    """``ModelConfig(**fields)`` from a file's settings; an invalid combination is one line naming the file."""
+    from pydantic import ValidationError
+
+    try:
+        return ModelConfig(**fields)
+    except ValidationError as e:
+        problems = "; ".join(_problem(err) for err in e.errors())
+        raise ResdomError(f"{where}: the model settings in the file do not make a valid model ({problems})") from None
+
+
+def _problem(err: Any) -> str:
+    """One pydantic error as ``field=value: message`` (resdom's field name; the model-wide checks name theirs)."""
+    msg = str(err.get("msg", "")).removeprefix("Value error, ")
+    loc = ".".join(str(x) for x in err.get("loc", ()))
+    return f"{loc}={err.get('input')!r}: {msg}" if loc else msg
+
+
 def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, imported_from: dict[str, Any],
               force: bool = False) -> Path:
     """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ResdomError(f"{out}: exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise ResdomError(f"{out}: exists and is not empty (choose another --out, or --force to overwrite)")
+    check_output_folder(out, "--out", runs=False, force=force)
     run = RunDir(out)
     for stale in (run.diagnostics, run.state_dir):  # results of whatever model was there before
         shutil.rmtree(stale, ignore_errors=True)

@@ -30,7 +30,9 @@ import torch
 
 from resdom.adapters.common import (
     ImportData,
+    TrackedState,
     attention_weights,
+    ignored_weights_line,
     load_import_data,
     load_weights,
     source_rows,
@@ -149,13 +151,17 @@ def import_pmixer(state_path: str | Path, source: str, out: str | Path, heads: i
     if max_len is None:
         max_len = maxlen_from_name(state_path)
     data: ImportData = load_import_data(source, data_dir, **{**PMIXER_PREPROCESSING, **data_options})
+    state = TrackedState(state)
     model = pmixer_model(state, data.item_labels, heads, norm_first, max_len, str(state_path))
+    ignored = state.unread()
     applied = describe_pmixer_data(data)
     imported = {"format": "pmixer", "path": str(Path(state_path).resolve()), "heads": heads,
-                "norm_first": norm_first, "max_len": model.max_len, "preprocessing": applied}
+                "norm_first": norm_first, "max_len": model.max_len, "preprocessing": applied,
+                "ignored_weights": ignored}
     path = write_run(out, model, data, imported, force)
-    for line in applied if log is not None else ():
-        log(line)
+    for line in [*applied, ignored_weights_line(ignored)] if log is not None else ():
+        if line:
+            log(line)
     return path
 
 

@@ -32,7 +32,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from resdom.adapters.common import ImportData, load_weights, source_rows, take_rows, write_run
+from resdom.adapters.common import (
+    ImportData,
+    TrackedState,
+    check_heads,
+    ignored_weights_line,
+    imported_model_config,
+    load_weights,
+    setting_number,
+    source_rows,
+    take_rows,
+    write_run,
+)
 from resdom.adapters.safe_pickle import Inert, load_torch_file
 from resdom.errors import ResdomError
 from resdom.models import build_model
@@ -304,6 +315,8 @@ def _read_inter(path: Path, sep: str, ids: list[str], optional: list[str], encod
     ``ids`` columns (required, type token) and those of ``optional`` that the header has; (frame, field types)."""
     if not path.is_file():
         raise ResdomError(f"{path}: RecBole .inter file not found")
+    if encoding is not None and not _is_text_encoding(encoding):
+        raise ResdomError(f"{path}: RecBole setting encoding={encoding!r} is not a text encoding Python knows")
     try:
         with open(path, encoding=encoding or "utf-8") as f:
             header = f.readline()[:-1].split(sep)
@@ -329,6 +342,16 @@ def _read_inter(path: Path, sep: str, ids: list[str], optional: list[str], encod
     df = df[cols]
     df.columns = names
     return df, {c: fields[c][1] for c in names}
+
+
+def _is_text_encoding(name: Any) -> bool:
+    """Whether ``name`` names a codec ``open`` can read text with (not e.g. ``rot13`` or ``base64``)."""
+    import codecs
+
+    try:
+        return isinstance(name, str) and codecs.lookup(name)._is_text_encoding
+    except LookupError:
+        return False
 
 
 def _parse_intervals(text: Any) -> list[tuple[str, float, float, str]] | None:
@@ -486,6 +509,11 @@ def describe_recbole_data(rb: RecBoleInteractions, data: ImportData, ckpt: RecBo
 
 def recbole_model_config(ckpt: RecBoleCheckpoint, n_items: int) -> ModelConfig:
     """resdom's ModelConfig equal to the checkpoint's SASRec (``n_items``: resdom's item count)."""
+    where = str(ckpt.path)
+
+    def number(key: str, kind: type, default: Any) -> Any:
+        return setting_number(ckpt.get(key, default), kind, key, where)
+
     act = ckpt.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS:
         raise ResdomError(f"{ckpt.path}: hidden_act {act!r} is not supported (gelu or relu)")
@@ -496,16 +524,21 @@ def recbole_model_config(ckpt: RecBoleCheckpoint, n_items: int) -> ModelConfig:
     hidden, max_len = int(emb.shape[1]), int(pos.shape[0])
     layers = len({k.split(".")[2] for k in ckpt.state_dict if k.startswith("trm_encoder.layer.")})
     for key, value in (("hidden_size", hidden), ("n_layers", layers), ("MAX_ITEM_LIST_LENGTH", max_len)):
-        if key in ckpt.config and int(ckpt.config[key]) != value:
+        if key in ckpt.config and setting_number(ckpt.config[key], int, key, where) != value:
             raise ResdomError(f"{ckpt.path}: config {key}={ckpt.config[key]} but the weights say {value}")
-    inner = int(ckpt.state_dict["trm_encoder.layer.0.feed_forward.dense_1.weight"].shape[0])
-    return ModelConfig(
-        name="sasrec", n_items=n_items, max_len=max_len, hidden=hidden, layers=layers,
-        heads=int(ckpt.require("n_heads")), dropout=float(ckpt.get("hidden_dropout_prob", 0.5)),
-        attn_dropout=float(ckpt.get("attn_dropout_prob", 0.5)), inner_size=inner, activation=_ACTIVATIONS[act],
+    first_ffn = "trm_encoder.layer.0.feed_forward.dense_1.weight"
+    if first_ffn not in ckpt.state_dict:
+        raise ResdomError(f"{ckpt.path}: state_dict has no {first_ffn!r} (not SASRec?)")
+    inner = int(ckpt.state_dict[first_ffn].shape[0])
+    heads = setting_number(ckpt.require("n_heads"), int, "n_heads", where)
+    check_heads(hidden, heads, "n_heads", where)
+    return imported_model_config(
+        where, name="sasrec", n_items=n_items, max_len=max_len, hidden=hidden, layers=layers,
+        heads=heads, dropout=number("hidden_dropout_prob", float, 0.5),
+        attn_dropout=number("attn_dropout_prob", float, 0.5), inner_size=inner, activation=_ACTIVATIONS[act],
         norm_first=False, emb_scale=False, embedding="ln_dropout", final_ln=False,
-        ln_eps=float(ckpt.get("layer_norm_eps", 1e-12)), positions="from_start", key_padding_mask=True,
-        init_std=float(ckpt.get("initializer_range", 0.02)),
+        ln_eps=number("layer_norm_eps", float, 1e-12), positions="from_start", key_padding_mask=True,
+        init_std=number("initializer_range", float, 0.02),
     )
 
 
@@ -564,15 +597,20 @@ def import_recbole(checkpoint: str | Path, source: str, out: str | Path, data_di
     ``log`` receives a few lines saying what was applied (filters, order, split).
     """
     ckpt = read_recbole_checkpoint(checkpoint)
+    recbole_model_config(ckpt, 1)  # refuse bad settings before the data is read
     inter, source_record = resolve_inter(source, data_dir)
     rb = recbole_interactions(inter, ckpt.config)
     data = recbole_import_data(rb, source_record)
+    ckpt.state_dict = TrackedState(ckpt.state_dict)
     model = recbole_model(ckpt, data, rb.item_tokens)
+    ignored = ckpt.state_dict.unread()
     applied = describe_recbole_data(rb, data, ckpt)
     imported = {"format": "recbole", "path": str(Path(checkpoint).resolve()), "epoch": ckpt.epoch,
                 "dataset": ckpt.get("dataset"), "model": ckpt.get("model"),
-                "max_item_list_length": ckpt.get("MAX_ITEM_LIST_LENGTH"), "preprocessing": applied}
+                "max_item_list_length": ckpt.get("MAX_ITEM_LIST_LENGTH"), "preprocessing": applied,
+                "ignored_weights": ignored}
     path = write_run(out, model, data, imported, force)
-    for line in applied if log is not None else ():
-        log(line)
+    for line in [*applied, ignored_weights_line(ignored)] if log is not None else ():
+        if line:
+            log(line)
     return path

@@ -47,9 +47,15 @@ import torch
 
 from resdom.adapters.common import (
     ImportData,
+    TrackedState,
     _keys,
     attention_weights,
+    check_heads,
+    ignored_weights_line,
+    imported_model_config,
     load_weights,
+    setting_mapping,
+    setting_number,
     source_rows,
     take_rows,
     write_run,
@@ -110,13 +116,26 @@ def read_rectools_file(path: str | Path) -> RecToolsCheckpoint:
         got = config.get("cls") if isinstance(config, dict) else None
         raise ResdomError(f"{path}: a RecTools model of class {got!r}; resdom imports SASRecModel and BERT4RecModel")
     kind = MODELS[config["cls"]][0]
-    items = hp.get("item_external_ids")
-    extra = list(hp.get("item_extra_tokens") or ())
+    items, extra = hp.get("item_external_ids"), hp.get("item_extra_tokens")
     if items is None or not extra:
         raise ResdomError(f"{path}: the checkpoint has no item_external_ids / item_extra_tokens")
+    items, extra = _id_list(items, "item_external_ids", path), _id_list(extra, "item_extra_tokens", path)
+    if not isinstance(ckpt["state_dict"], dict):
+        raise ResdomError(f"{path}: the checkpoint's state_dict is a {type(ckpt['state_dict']).__name__}, not a "
+                          "mapping of weight names to tensors")
     state = {k: v for k, v in ckpt["state_dict"].items() if isinstance(v, torch.Tensor)}
-    return RecToolsCheckpoint(kind, config, list(np.asarray(items, dtype=object)), [str(t) for t in extra], state,
+    return RecToolsCheckpoint(kind, config, items, [str(t) for t in extra], state,
                               ckpt.get("pytorch-lightning_version"))
+
+
+def _id_list(value: Any, name: str, path: Path) -> list[Any]:
+    """A list of ids from the checkpoint (a list, tuple or 1-d array of str / numbers); one line naming it otherwise."""
+    arr = np.asarray(value, dtype=object) if isinstance(value, (list, tuple, np.ndarray)) else None
+    plain = (str, int, float, np.integer, np.floating)
+    if arr is None or arr.ndim != 1 or not all(isinstance(x, plain) and not isinstance(x, bool) for x in arr):
+        raise ResdomError(f"{path}: the checkpoint's {name} is not a list of ids (got {type(value).__name__}: "
+                          f"{str(value)[:60]})")
+    return list(arr)
 
 
 def _check_supported(ck: RecToolsCheckpoint, where: str) -> None:
@@ -132,7 +151,10 @@ def _check_supported(ck: RecToolsCheckpoint, where: str) -> None:
     if item_keys != [ID_EMB]:
         raise ResdomError(f"{where}: the item net has weights beyond id embeddings ({', '.join(item_keys)[:160]}); "
                           "resdom imports id-only item nets (item_net_block_types=(IdEmbeddingsItemNet,))")
-    distance = (cfg.get("similarity_module_kwargs") or {}).get("distance", "dot")
+    for key in ("similarity_module_kwargs", "pos_encoding_kwargs", "transformer_layers_kwargs"):
+        setting_mapping(cfg.get(key), key, where)
+    distance = setting_mapping(cfg.get("similarity_module_kwargs"), "similarity_module_kwargs", where).get(
+        "distance", "dot")
     if distance != "dot":
         raise ResdomError(f"{where}: similarity distance {distance!r}; resdom imports dot-product scores only")
     if ck.kind == "bert4rec" and (not cfg.get("use_key_padding_mask", True) or cfg.get("use_causal_attn", False)):
@@ -148,23 +170,34 @@ def rectools_model_config(ck: RecToolsCheckpoint, n_items: int, where: str = "ch
     """resdom's ModelConfig equal to the RecTools model ``ck`` (see the module docstring)."""
     _check_supported(ck, where)
     cfg = ck.config
+
+    def number(key: str, kind: type, default: Any = None) -> Any:
+        if key not in cfg and default is None:
+            raise ResdomError(f"{where}: the checkpoint's model_config has no {key!r}")
+        return setting_number(cfg.get(key, default), kind, key, where)
+
     hidden = int(ck.state_dict[ID_EMB].shape[1])
     layers = len([k for k in ck.state_dict if k.endswith(".multi_head_attn.in_proj_weight")])
-    pos_kwargs = cfg.get("pos_encoding_kwargs") or {}
+    heads = number("n_heads", int)
+    check_heads(hidden, heads, "n_heads", where)
+    pos_kwargs = setting_mapping(cfg.get("pos_encoding_kwargs"), "pos_encoding_kwargs", where)
+    dropout = number("dropout_rate", float)
     common: dict[str, Any] = dict(
-        n_items=n_items, max_len=int(cfg["session_max_len"]), hidden=hidden, layers=layers, heads=int(cfg["n_heads"]),
-        dropout=float(cfg["dropout_rate"]), attn_dropout=float(cfg["dropout_rate"]), embedding="dropout",
+        n_items=n_items, max_len=number("session_max_len", int), hidden=hidden, layers=layers, heads=heads,
+        dropout=dropout, attn_dropout=dropout, embedding="dropout",
         emb_scale=bool(pos_kwargs.get("use_scale_factor", False)), ln_eps=BLOCK_LN_EPS, positions="from_end",
     )
-    if layers != int(cfg["n_blocks"]):
+    if layers != number("n_blocks", int):
         raise ResdomError(f"{where}: {layers} attention layers in the weights, n_blocks {cfg['n_blocks']} in config")
     if ck.kind == "sasrec":
-        return ModelConfig(name="sasrec", **common, inner_size=hidden, activation="relu", query_ln=True, final_ln=True,
-                           final_ln_eps=FINAL_LN_EPS, zero_padding=True,
-                           key_padding_mask=bool(cfg.get("use_key_padding_mask", False)))
-    mult = int((cfg.get("transformer_layers_kwargs") or {}).get("ff_factors_multiplier", 4))
-    return ModelConfig(name="bert4rec", **common, inner_mult=mult, activation="gelu", norm_first=True, final_ln=False,
-                       key_padding_mask=True, mask_prob=float(cfg.get("mask_prob", 0.15)))
+        return imported_model_config(where, name="sasrec", **common, inner_size=hidden, activation="relu",
+                                     query_ln=True, final_ln=True, final_ln_eps=FINAL_LN_EPS, zero_padding=True,
+                                     key_padding_mask=bool(cfg.get("use_key_padding_mask", False)))
+    layer_kwargs = setting_mapping(cfg.get("transformer_layers_kwargs"), "transformer_layers_kwargs", where)
+    mult = setting_number(layer_kwargs.get("ff_factors_multiplier", 4), int, "ff_factors_multiplier", where)
+    return imported_model_config(where, name="bert4rec", **common, inner_mult=mult, activation="gelu",
+                                 norm_first=True, final_ln=False, key_padding_mask=True,
+                                 mask_prob=number("mask_prob", float, 0.15))
 
 
 def rectools_state_dict(ck: RecToolsCheckpoint, cfg: ModelConfig, rows: np.ndarray, where: str
@@ -261,8 +294,11 @@ def import_rectools(path: str | Path, source: str, out: str | Path, data_dir: st
     """Read a RecTools SASRec / BERT4Rec file, map it onto resdom's model for ``source`` (LOO), write run ``out``."""
     ck = read_rectools_file(path)
     _check_supported(ck, str(path))
+    rectools_model_config(ck, 1, str(path))  # refuse bad settings before the data is read
     data = rectools_import_data(source, ck.item_ids[len(ck.extra_tokens):], data_dir)
+    ck.state_dict = TrackedState(ck.state_dict)
     model = rectools_model(ck, data.item_labels, str(path))
+    ignored = ck.state_dict.unread()
     steps = {s["step"]: s for s in data.manifest["preprocessing"]["steps"]}
     lines = [
         f"RecTools {ck.config['cls']} ({ck.kind}): d {model.cfg.hidden}, {model.cfg.layers} blocks, {model.cfg.heads} "
@@ -274,8 +310,9 @@ def import_rectools(path: str | Path, source: str, out: str | Path, data_dir: st
     ]
     imported = {"format": "rectools", "path": str(Path(path).resolve()), "class": ck.config["cls"],
                 "model_config": {k: v for k, v in ck.config.items() if isinstance(v, (str, int, float, bool))},
-                "lightning_version": ck.version, "preprocessing": lines[1:]}
+                "lightning_version": ck.version, "preprocessing": lines[1:], "ignored_weights": ignored}
     run = write_run(out, model, data, imported, force)
-    for line in lines if log is not None else ():
-        log(line)
+    for line in [*lines, ignored_weights_line(ignored)] if log is not None else ():
+        if line:
+            log(line)
     return run

@@ -109,20 +109,36 @@ class _StorageType:
         raise ResdomError("refused: the pickle tries to set state on a storage type")
 
 
-def _rebuild_tensor(storage: torch.Tensor, offset: int, size: Iterable[int], stride: Iterable[int], *_: Any
-                    ) -> torch.Tensor:
-    """Our ``_rebuild_tensor_v2``: a copy of ``storage`` (flat, typed) viewed with (offset, size, stride)."""
+def _tensor_view(storage: torch.Tensor, offset: int, size: Iterable[int], stride: Iterable[int]) -> torch.Tensor:
+    """``storage`` (flat, typed) viewed with (offset, size, stride), without a copy, after checking the record.
+
+    Refused: a view with more elements than its storage (e.g. stride 0 over one stored value, which would make
+    a tiny file expand to gigabytes when copied) and any (offset, stride) that reads outside the storage."""
     if not isinstance(storage, torch.Tensor):
         raise ResdomError("refused: a tensor whose storage is not a stored tensor record")
     size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
     offset = int(offset)
     if len(size) != len(stride) or offset < 0 or any(s < 0 for s in size) or any(s < 0 for s in stride):
-        raise ResdomError(f"malformed tensor record (size {size}, stride {stride}, offset {offset})")
-    if 0 not in size:
+        raise ResdomError(f"malformed tensor record (size {size[:8]}, stride {stride[:8]}, offset {offset})")
+    numel = 1
+    for n in size:
+        numel *= n
+    if numel > storage.numel():
+        raise ResdomError(f"malformed tensor record: a view of {numel} elements on a storage of {storage.numel()} "
+                          f"(size {size[:8]}, stride {stride[:8]})")
+    if numel:
         last = offset + sum((n - 1) * s for n, s in zip(size, stride))
         if last >= storage.numel():
             raise ResdomError(f"malformed tensor record: reads past its storage ({last} >= {storage.numel()})")
-    return storage.as_strided(size, stride, offset).clone()
+    elif offset > storage.numel():
+        raise ResdomError(f"malformed tensor record: offset {offset} past its storage of {storage.numel()}")
+    return storage.as_strided(size, stride, offset)
+
+
+def _rebuild_tensor(storage: torch.Tensor, offset: int, size: Iterable[int], stride: Iterable[int], *_: Any
+                    ) -> torch.Tensor:
+    """Our ``_rebuild_tensor_v2``: a copy of the checked view ``_tensor_view(storage, offset, size, stride)``."""
+    return _tensor_view(storage, offset, size, stride).clone()
 
 
 def _rebuild_parameter(data: Any, *_: Any) -> torch.Tensor:
@@ -202,14 +218,21 @@ class RestrictedUnpickler(pickle._Unpickler):
     BUILD (pickle's "set this object's state") applies only to inert stand-ins, ``OrderedDict`` (a state
     dict's ``_metadata``) and numpy arrays / dtypes, never to a tensor or a whitelisted callable.
 
-    ``storages``: reads one storage record's bytes by key (``archive/data/<key>``); None refuses any
-    persistent reference. ``stand_in_prefixes``: globals whose ``module.name`` starts with one of these
-    (e.g. ``"recbole."``) become ``Inert`` classes (one per name), whatever they are in the real package.
+    ``storages``: reads one storage record's bytes by key (``archive/data/<key>``), given the bytes left in the
+    budget (None: no limit), which it may refuse to read past; None refuses any persistent reference.
+    ``stand_in_prefixes``: globals whose ``module.name`` starts with one of these (e.g. ``"recbole."``)
+    become ``Inert`` classes (one per name), whatever they are in the real package.
+    ``byte_budget``: the most bytes of storage records read plus tensors built (each storage is read once,
+    however often the pickle names it); past it the file is refused (a crafted file that expands to far more
+    memory than its size). None: no limit.
     """
 
-    def __init__(self, file: io.BytesIO, storages: Callable[[str], bytes] | None = None,
-                 stand_in_prefixes: Iterable[str] = (), source: str = "pickle", object_arrays: bool = False) -> None:
+    def __init__(self, file: io.BytesIO, storages: Callable[[str, int | None], bytes] | None = None,
+                 stand_in_prefixes: Iterable[str] = (), source: str = "pickle", object_arrays: bool = False,
+                 byte_budget: int | None = None) -> None:
         super().__init__(file)
+        self._budget = byte_budget
+        self._read: dict[str, bytearray] = {}
         self._object_arrays = object_arrays
         self._storages = storages
         self._prefixes = tuple(stand_in_prefixes)
@@ -226,13 +249,29 @@ class RestrictedUnpickler(pickle._Unpickler):
         if qualname == "numpy.dtype" and self._object_arrays:
             return _Global(_np_dtype_or_object, qualname)
         if qualname in BASE_GLOBALS:
-            return _Global(BASE_GLOBALS[qualname], qualname)
+            fn = self._rebuild_counted if BASE_GLOBALS[qualname] is _rebuild_tensor else BASE_GLOBALS[qualname]
+            return _Global(fn, qualname)
         if module == "torch" and name in STORAGE_DTYPES:
             return _StorageType(STORAGE_DTYPES[name])
         raise ResdomError(
             f"{self._source}: refused to load: it needs the global {qualname!r}, which is not a tensor, a plain "
             "container or a known inert class (resdom never runs code from a checkpoint)"
         )
+
+    def charge(self, n_bytes: int, what: str) -> None:
+        """Count ``n_bytes`` against the byte budget; refuse the file once it is spent."""
+        if self._budget is None:
+            return
+        self._budget -= n_bytes
+        if self._budget < 0:
+            raise ResdomError(f"{self._source}: refused: its tensors would take far more memory than the file's size "
+                              f"({what} of {n_bytes} bytes goes past the limit); a crafted or corrupt checkpoint")
+
+    def _rebuild_counted(self, storage: torch.Tensor, offset: int, size: Iterable[int], stride: Iterable[int],
+                         *_: Any) -> torch.Tensor:
+        view = _tensor_view(storage, offset, size, stride)
+        self.charge(view.numel() * view.element_size(), "a tensor")
+        return view.clone()
 
     dispatch = dict(pickle._Unpickler.dispatch)
 
@@ -256,13 +295,17 @@ class RestrictedUnpickler(pickle._Unpickler):
             raise ResdomError(f"{self._source}: refused persistent reference {str(pid)[:80]!r}")
         _, storage_type, key, _location, numel = pid
         dtype = _storage_dtype(storage_type)
-        raw = self._storages(str(key))
+        key = str(key)
+        if key not in self._read:  # read each record once (torch.save names a shared storage once per view)
+            self._read[key] = bytearray(self._storages(key, self._budget))
+            self.charge(len(self._read[key]), f"storage record {key}")
+        raw = self._read[key]
         itemsize = torch.empty((), dtype=dtype).element_size()
         if len(raw) % itemsize or (isinstance(numel, int) and numel * itemsize > len(raw)):
             raise ResdomError(f"{self._source}: storage record {key} has {len(raw)} bytes, not {numel} x {itemsize}")
         if not raw:
             return torch.empty(0, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=dtype)
+        return torch.frombuffer(raw, dtype=dtype)
 
 
 def load_torch_file(path: str | Path, stand_in_prefixes: Iterable[str] = ()) -> Any:
@@ -277,7 +320,7 @@ def load_torch_file(path: str | Path, stand_in_prefixes: Iterable[str] = ()) -> 
     if not zipfile.is_zipfile(path):
         raise ResdomError(f"{path}: not a torch zip checkpoint (saved with torch < 1.6 or not by torch.save)")
     with zipfile.ZipFile(path) as z:
-        return _load_archive(z, stand_in_prefixes, str(path))
+        return _load_archive(z, stand_in_prefixes, str(path), byte_budget=memory_budget(path.stat().st_size))
 
 
 def load_torch_bytes(data: bytes, stand_in_prefixes: Iterable[str] = (), source: str = "checkpoint",
@@ -293,12 +336,22 @@ def load_torch_bytes(data: bytes, stand_in_prefixes: Iterable[str] = (), source:
     except zipfile.BadZipFile as e:
         raise ResdomError(f"{source}: not a torch zip checkpoint ({e})") from None
     with archive as z:
-        return _load_archive(z, stand_in_prefixes, source, object_arrays)
+        return _load_archive(z, stand_in_prefixes, source, object_arrays, memory_budget(len(data)))
 
 
-def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: str, object_arrays: bool = False
-                  ) -> Any:
-    """Unpickle the ``<name>/data.pkl`` record of an open torch zip archive with ``RestrictedUnpickler``."""
+def memory_budget(file_size: int) -> int:
+    """The most bytes (storage records read + tensors built) a checkpoint of ``file_size`` bytes may load into.
+
+    ``torch.save`` stores records uncompressed, so an honest file's storages take at most its size, and its
+    tensors about as much again (more where views share a storage, e.g. tied weights): 4x the size + 1 MiB."""
+    return 4 * int(file_size) + (1 << 20)
+
+
+def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: str, object_arrays: bool = False,
+                  byte_budget: int | None = None) -> Any:
+    """Unpickle the ``<name>/data.pkl`` record of an open torch zip archive with ``RestrictedUnpickler``.
+
+    ``byte_budget``: see ``RestrictedUnpickler``; also caps the (declared, uncompressed) size of each record read."""
     names = z.namelist()
     pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
     if len(pkl) != 1:
@@ -308,13 +361,21 @@ def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: st
     if order != sys.byteorder:
         raise ResdomError(f"{path}: saved on a {order}-endian machine; this one is {sys.byteorder}-endian")
 
-    def storage(key: str) -> bytes:
+    def read(record: str, budget: int | None) -> bytes:
+        size = z.getinfo(record).file_size  # zipfile never returns more than the declared size
+        if budget is not None and size > budget:
+            raise ResdomError(f"{path}: refused: record {record} unpacks to {size} bytes, far more than the file's "
+                              "size (a crafted or corrupt checkpoint)")
+        return z.read(record)
+
+    def storage(key: str, budget: int | None) -> bytes:
         record = f"{prefix}data/{key}"
         if record not in names:
             raise ResdomError(f"{path}: storage record {record} missing")
-        return z.read(record)
+        return read(record, budget)
 
-    unpickler = RestrictedUnpickler(io.BytesIO(z.read(pkl[0])), storage, stand_in_prefixes, str(path), object_arrays)
+    unpickler = RestrictedUnpickler(io.BytesIO(read(pkl[0], byte_budget)), storage, stand_in_prefixes, str(path),
+                                    object_arrays, byte_budget)
     try:
         return unpickler.load()
     except ResdomError:

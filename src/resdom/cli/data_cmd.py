@@ -58,6 +58,9 @@ def split_cmd(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
+    from resdom.rundir import require_folder_path
+
+    require_folder_path(out, "--out")
     split = data.split(source)
     split.save(out)
     protocol = split.manifest.get("protocol", data.resolved_protocol)

@@ -44,7 +44,9 @@ def report(
 ) -> None:
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
     from resdom.report import build_report, find_run_dirs, read_runs
+    from resdom.rundir import require_folder_path
 
+    require_folder_path(out, "--out")
     found: list[Path] = []
     for d in run_dirs:
         if not d.exists():

@@ -21,6 +21,7 @@ from resdom.cli.data_options import SOURCE_HELP, DataOptions, data_options, is_s
 from resdom.cli.values import parse_cutoffs, positive_int, progress_option
 from resdom.errors import ResdomError
 from resdom.names import CUTOFFS
+from resdom.rundir import check_output_folder
 
 SECTIONS = ("model", "train")
 
@@ -229,6 +230,7 @@ def train(
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data, values = cfg.data, cfg.values
+    check_output_folder(out, "--out", runs=True)
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)

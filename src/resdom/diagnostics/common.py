@@ -25,11 +25,11 @@ import torch.distributed as dist
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import iter_eval_batches
-from resdom.evaluation.ranking import full_scores, pessimistic_ranks, user_chunk_size
+from resdom.evaluation.ranking import MISS, full_scores, pessimistic_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
 DEFAULT_BATCH = 256
-MISS = np.iinfo(np.int64).max // 4  # rank given to an absent item (padding / too-short history): never a hit
+# MISS (from ranking): the rank of an absent item (padding / too-short history) or a filtered-out one: never a hit
 
 
 def check_model(model: Any) -> Diagnosable:
@@ -117,7 +117,8 @@ def scores_at(model: Diagnosable, states: torch.Tensor, seen: torch.Tensor | Non
 
 
 def ranks_of(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-    """scores (B, N+1), items (B,) or (B, k) -> 0-based pessimistic ranks; absent items (id 0) get MISS."""
+    """scores (B, N+1), items (B,) or (B, k) -> 0-based pessimistic ranks; absent items (id 0) and filtered-out
+    ones (score -inf) get MISS."""
     ranks = pessimistic_ranks(scores, items)
     return torch.where(items > 0, ranks, torch.full_like(ranks, MISS))
 

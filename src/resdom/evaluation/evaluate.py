@@ -4,8 +4,8 @@ Each user's prediction is read at the last column of the left-padded input (``in
 model's readout of ``encode(items)``, by default ``encode(items)[:, -1]``) and
 scored against every item; ranks are 0-based and pessimistic (``ranking.py``). With ``filter_seen`` every
 item of the user's whole input sequence scores -inf, not only the last ``max_len`` items the model reads (as
-in BSARec's code, which removes the whole history), so a target that is in its own input ranks last: a miss
-(for every K below the catalogue size). Users are processed in chunks whose
+in BSARec's code, which removes the whole history), so a target that is in its own input is not ranked: a miss
+at every K, whatever the catalogue size, with reciprocal rank 0 (``ranking.MISS``). Users are processed in chunks whose
 (users x items) score matrix stays within ``ranking.SCORE_BUDGET``. Under ``torch.distributed`` with more
 than one process, users are sharded ``index[rank::world]`` and the ranks gathered, so every process returns
 the metrics of the whole set.

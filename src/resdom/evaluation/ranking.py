@@ -2,7 +2,9 @@
 
 Ranks are 0-based and pessimistic: every other item scoring >= the target ranks above it. Scores of
 the padding item (column 0) and, when filtering, of items in the input are -inf; a target whose own
-score is -inf (it was in the input and filtering is on) therefore ranks last: a miss.
+score is -inf (it was in the input and filtering is on) is not ranked at all: its rank is ``MISS``, a miss
+at every K whatever the catalogue size (a catalogue of fewer than K items would otherwise count it as a hit),
+with reciprocal rank 0.
 All functions work on one user chunk at a time; ``user_chunk_size`` keeps (users x items) bounded.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from resdom.errors import ResdomError
@@ -17,6 +20,7 @@ from resdom.names import CUTOFFS
 
 KS = CUTOFFS
 SCORE_BUDGET = 32_000_000  # floats per (users x items) score chunk: 128 MB in float32
+MISS = int(np.iinfo(np.int64).max // 4)  # rank of an item that cannot be recommended (filtered out, absent)
 
 
 def user_chunk_size(n_items: int, requested: int, budget: int = SCORE_BUDGET) -> int:
@@ -48,19 +52,22 @@ def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor
 def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
     """scores (B, N+1), items (B,) or (B, k) -> 0-based ranks of those items, same shape as ``items``.
 
-    rank = number of other items with score >= the item's score (ties count against the item).
+    rank = number of other items with score >= the item's score (ties count against the item); an item
+    whose own score is -inf (filtered out: it can never be recommended) gets ``MISS`` instead.
     """
     flat = items.dim() == 1
     cols = items[:, None] if flat else items
     own = scores.gather(1, cols)  # (B, k)
     # int32 accumulation: about 2x faster than summing bools into int64 on CPU (counts <= N + 1 < 2^31)
     ranks = (scores[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32).to(torch.int64) - 1
+    ranks = torch.where(own == -math.inf, torch.full_like(ranks, MISS), ranks)
     return ranks[:, 0] if flat else ranks
 
 
 def metrics_from_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = KS) -> dict[str, float]:
     """ranks (n,) 0-based -> {"HR@K" for K in ks, "NDCG@K" for K in ks, "MRR"} in that order (``io.metric_key``),
-    means over users (NDCG = 1/log2(rank+2))."""
+    means over users (NDCG = 1/log2(rank+2)); a rank >= ``MISS`` adds 0 to every metric, MRR included."""
+    missed = ranks >= MISS
     ranks = ranks.double()
     out: dict[str, float] = {}
     ks = tuple(sorted(ks))
@@ -68,5 +75,5 @@ def metrics_from_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = KS) -> dict[st
         out[f"HR@{k}"] = (ranks < k).double().mean().item()
     for k in ks:
         out[f"NDCG@{k}"] = torch.where(ranks < k, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
-    out["MRR"] = (1.0 / (ranks + 1.0)).mean().item()
+    out["MRR"] = torch.where(missed, 0.0, 1.0 / (ranks + 1.0)).mean().item()
     return out

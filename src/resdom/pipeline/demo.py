@@ -5,8 +5,10 @@ Layout of the output directory::
     OUT/run/          the SASRec run directory (resdom.runs), with diagnostics/
     OUT/report.html   the report (also report.md, figures/, tables/)
 
-Running it again resumes / reuses the run (on the split saved in ``OUT/run/data``): a finished training is not
-repeated; the diagnostics and the report are redone. A run directory made from another source is refused.
+Running it again resumes / reuses the run (on the split saved in ``OUT/run/data``): a finished training with the
+same settings is not repeated; the diagnostics and the report are redone. A run trained with other settings (e.g.
+``--epochs``) is trained again from scratch, and the console says so. A run directory made from another source is
+refused.
 
 The data is ``synthetic:demo`` (``resdom.data.synthetic.PRESETS``): the next item is mostly one of a few items
 similar to the last one, the first-order structure of real purchase data, so the trained SASRec shows what the
@@ -16,6 +18,7 @@ drop from Attn to +Res, HRLI@1 falling as the residual is scaled down.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +70,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     from resdom.data.stats import dataset_stats
     from resdom.report import build_report, read_run
     from resdom.report.findings import finding_lines
+    from resdom.training.trainer import RunFiles
 
     s = settings or DemoSettings()
     out_dir = Path(out_dir)
@@ -84,7 +88,19 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings["data_s"] = time.perf_counter() - t0
     echo(f"      {stats['users']:,} users, {stats['items']:,} items, {stats['interactions']:,} interactions; "
          f"{len(split.test)} test users")
-    echo(f"[2/3] training SASRec (up to {s.epochs} epochs) and running every diagnostic -> {run_dir}")
+    state = RunFiles(run_dir).read_state()
+    changed = _changed_settings(state, s)
+    if changed:
+        echo(f"      {run_dir} holds a run trained with other settings ({'; '.join(changed)}): training it again "
+             "from scratch")
+        shutil.rmtree(run_dir)
+        state = None
+    if state is not None and state.get("stopped"):
+        echo(f"[2/3] reusing the finished SASRec run (same settings, up to {s.epochs} epochs) and running every "
+             f"diagnostic -> {run_dir}")
+    else:
+        what = "resuming" if state is not None else "training"
+        echo(f"[2/3] {what} SASRec (up to {s.epochs} epochs) and running every diagnostic -> {run_dir}")
     out = train_and_diagnose(split, "sasrec", run_dir, source=s.source, protocol=s.protocol, stats=stats,
                              model_values=dict(s.model),
                              train_values={"epochs": s.epochs, "patience": s.patience, "batch_size": s.batch_size,
@@ -99,3 +115,17 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings["total_s"] = time.perf_counter() - t0
     findings = finding_lines([read_run(run_dir)])
     return DemoResult(out_dir, run_dir, paths.html, findings, timings)
+
+
+def _changed_settings(state: dict[str, Any] | None, s: DemoSettings) -> list[str]:
+    """The demo settings that differ between a saved run's trainer state and ``s`` ("field saved -> wanted")."""
+    if state is None:
+        return []
+    wanted = {"train": {"epochs": s.epochs, "patience": s.patience, "batch_size": s.batch_size, "lr": s.lr,
+                        "seed": s.seed},
+              "model": dict(s.model)}
+    out = []
+    for section, values in wanted.items():
+        saved = state.get(section) or {}
+        out += [f"{key} {saved.get(key)!r} -> {value!r}" for key, value in values.items() if saved.get(key) != value]
+    return out

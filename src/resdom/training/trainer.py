@@ -43,7 +43,7 @@ from resdom.io import (
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
@@ -66,6 +66,7 @@ from resdom.training.objectives import LossContext, Objective, get_objective, po
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
 STATE_FORMAT = "resdom-trainer-state/1"
+PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total at most this often in an epoch
 
 
 # ----------------------------------------------------------------------------------------------- seeds
@@ -316,6 +317,7 @@ def fit(
     ``callbacks`` are called as ``cb(epoch, record)`` after each epoch's state is saved (an exception there
     interrupts the run; ``fit`` again resumes it). ``progress``: tqdm bars (default: when stderr is a TTY).
     """
+    check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
     model_cfg = _resolve_model_config(model_cfg, split)
     train_cfg = with_objective(model_cfg, train_cfg)
     objective = get_objective(train_cfg.objective)
@@ -376,7 +378,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     for epoch in range(start_epoch, train_cfg.epochs + 1):
         epoch_start = time.perf_counter()
         loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
-                                             objective, epoch, dist_ctx, show)
+                                             objective, epoch, dist_ctx, show, lines)
         if not math.isfinite(loss):
             raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
         valid = _evaluate(model, split, "valid", train_cfg, device)
@@ -419,8 +421,11 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
 
 def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: SampleSet, n_items: int,
                  model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, epoch: int,
-                 dist_ctx: distributed.DistContext, show: bool) -> tuple[float, int, float]:
+                 dist_ctx: distributed.DistContext, show: bool, lines: bool = False) -> tuple[float, int, float]:
     """One pass over this rank's shard -> (mean loss over all ranks' batches, samples seen by all ranks, seconds).
+
+    ``show``: a tqdm bar (a terminal); ``lines``: in a log, a plain line of batches done / total every
+    ``PROGRESS_LINE_S`` seconds (a long epoch on a large catalogue is not minutes of silence).
 
     The global batch is ``batch_size``: each of W ranks takes ``batch_size // W`` samples per step. Each batch
     is cut into up to ``length_groups`` groups of similar length where that is exact (``backward_groups``);
@@ -450,8 +455,9 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     step.train()
     total, count = 0.0, 0
     start = time.perf_counter()
-    with tqdm(total=-(-len(order) // per_rank), desc=f"epoch {epoch}", leave=False, disable=not show,
-              dynamic_ncols=True) as bar:
+    n_batches = -(-len(order) // per_rank)
+    said = start
+    with tqdm(total=n_batches, desc=f"epoch {epoch}", leave=False, disable=not show, dynamic_ncols=True) as bar:
         for parts in batches:
             optimizer.zero_grad(set_to_none=True)
             total += backward_groups(step, parts, dist_ctx)
@@ -460,6 +466,10 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
             bar.update(1)
             if count % 20 == 0:
                 bar.set_postfix(loss=f"{total / count:.4f}")
+            if lines and time.perf_counter() - said >= PROGRESS_LINE_S:
+                said = time.perf_counter()
+                print(f"epoch {epoch}: batch {count}/{n_batches}, loss {total / count:.4f}, {said - start:.0f} s",
+                      file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start
     total, count = dist_ctx.all_reduce_sum(total), dist_ctx.all_reduce_sum(count)
     return total / max(count, 1), len(order) * world, seconds

@@ -1,0 +1,341 @@
+"""Issue 28 section 3: crafted or broken inputs end in one clear line (exit 2, no traceback), nothing the user
+owns is overwritten, and nothing blows up (output folders, importer configs, rediagnose paths, the demo)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import invoke
+
+from resdom.errors import ResdomError
+from resdom.rundir import check_output_folder
+
+SOURCE = "synthetic:n_users=40,n_items=25,min_len=5,max_len=10"
+TINY = ["--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.max_len=8", "--device", "cpu"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = invoke(*args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_error(code: int, err: str, *needles: str) -> str:
+    """Assert a clean failure: exit 2, no traceback, one ``error:`` line holding every needle; returns it."""
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------------------- output folders
+
+
+def test_train_refuses_a_folder_of_other_files_and_leaves_it_untouched(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"mine": true}')  # a user's own config.json, not a run's
+    (folder / "notes.txt").write_text("keep me")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(folder), "--epochs", "1", *TINY)
+    one_line_error(code, err, "--out", "not a resdom run directory", "notes.txt")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+@pytest.mark.parametrize("command", [["train", SOURCE, *TINY], ["data", "split", SOURCE], ["report", "RUNS"]])
+def test_out_naming_an_existing_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 command: list[str]) -> None:
+    target = tmp_path / "afile"
+    target.write_text("precious")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    args = [str(runs) if a == "RUNS" else a for a in command]
+    code, _, err = run_cli(capsys, *args, "--out", str(target))
+    one_line_error(code, err, "--out", "exists and is not a directory")
+    assert target.read_text() == "precious"
+
+
+def test_output_folder_rules(tmp_path: Path) -> None:
+    check_output_folder(tmp_path / "new", runs=True)  # absent: fine
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    check_output_folder(empty, runs=True)
+    check_output_folder(empty, runs=False)
+    partial = tmp_path / "partial"  # a run killed before its config.json: data/, a lock, a temporary
+    (partial / "data").mkdir(parents=True)
+    (partial / ".lock").write_text("")
+    (partial / ".config.json.abc.tmp").write_text("")
+    check_output_folder(partial, runs=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": {"name": "sasrec"}, "train": {}, "versions": {}}))
+    (run / "recs.csv").write_text("user,item\n")  # a run with a file of the user's beside it is still a run
+    check_output_folder(run, runs=True)
+    with pytest.raises(ResdomError, match="exists and is not empty"):
+        check_output_folder(run, runs=False)
+    check_output_folder(run, runs=False, force=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("[1, 2]")
+    with pytest.raises(ResdomError, match="not a resdom run directory .it holds config.json"):
+        check_output_folder(other, runs=True)
+
+
+def test_api_fit_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
+    import resdom
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "metrics.json").write_text("{}")
+    (folder / "paper.tex").write_text("")
+    split = resdom.prepare_split(SOURCE, protocol="loo")
+    with pytest.raises(ResdomError, match="out .*not a resdom run directory"):
+        resdom.fit(split, "sasrec", out=folder, epochs=1, hidden=8, layers=1, max_len=8, device="cpu")
+    assert (folder / "metrics.json").read_text() == "{}"
+
+
+# ---------------------------------------------------------------------------------------- importer settings
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def rectools_parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The RecTools SASRec fixture's Lightning checkpoint (as a dict) and a small .inter file of its items."""
+    from test_adapters_rectools import _synthetic_inter
+
+    from resdom.adapters.rectools import read_rectools_file
+    from resdom.adapters.safe_pickle import load_torch_bytes, loads_restricted
+
+    path = FIXTURES / "rectools" / "sasrec.rectools"
+    outer = loads_restricted(path.read_bytes(), ("rectools.",))
+    ckpt = load_torch_bytes(outer.state["fitted_checkpoint"], object_arrays=True)
+    inter = _synthetic_inter(read_rectools_file(path), tmp_path_factory.mktemp("rectools") / "s.inter")
+    return ckpt, inter
+
+
+def _rectools_variant(parts: tuple[dict, Path], tmp_path: Path, change) -> Path:  # noqa: ANN001
+    import copy
+
+    import torch
+
+    ckpt = copy.deepcopy(parts[0])
+    change(ckpt, ckpt["hyper_parameters"]["model_config"])
+    path = tmp_path / "crafted.ckpt"
+    torch.save(ckpt, path)
+    return path
+
+
+@pytest.mark.parametrize("change,needles", [
+    (lambda c, m: c.__setitem__("state_dict", list(c["state_dict"].values())), ["state_dict is a list"]),
+    (lambda c, m: m.__setitem__("similarity_module_kwargs", ["dot"]), ["similarity_module_kwargs is a list"]),
+    (lambda c, m: c["hyper_parameters"].__setitem__("item_external_ids", 5), ["item_external_ids", "not a list"]),
+    (lambda c, m: m.__setitem__("n_heads", 3), ["n_heads=3", "hidden size 16"]),
+    (lambda c, m: m.__setitem__("session_max_len", "long"), ["session_max_len='long'", "not an integer"]),
+    (lambda c, m: m.__setitem__("dropout_rate", [0.1]), ["dropout_rate=[0.1]", "not a number"]),
+], ids=["state_dict_list", "similarity_kwargs_list", "item_ids_number", "heads_3_hidden_16", "max_len_text",
+        "dropout_list"])
+def test_import_rectools_crafted_settings_are_one_line(rectools_parts: tuple[dict, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str], change, needles) -> None:  # noqa: ANN001
+    path = _rectools_variant(rectools_parts, tmp_path, change)
+    code, _, err = run_cli(capsys, "import-rectools", str(path), "--data", str(rectools_parts[1]), "--out",
+                           str(tmp_path / "run"))
+    one_line_error(code, err, str(path), *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_import_rectools_reports_weights_it_does_not_use(rectools_parts: tuple[dict, Path], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    clean = _rectools_variant(rectools_parts, tmp_path, lambda c, m: None)
+    code, out, err = run_cli(capsys, "import-rectools", str(clean), "--data", str(rectools_parts[1]), "--out",
+                             str(tmp_path / "clean"))
+    assert code == 0, err
+    assert "ignored" not in out
+    assert json.loads((tmp_path / "clean" / "config.json").read_text())["imported_from"]["ignored_weights"] == []
+    extra = _rectools_variant(rectools_parts, tmp_path,
+                              lambda c, m: c["state_dict"].__setitem__("torch_model.adapter.weight", torch.ones(2)))
+    code, out, err = run_cli(capsys, "import-rectools", str(extra), "--data", str(rectools_parts[1]), "--out",
+                             str(tmp_path / "run"))
+    assert code == 0, err
+    assert "ignored: 1 weight(s)" in out and "torch_model.adapter.weight" in out
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["imported_from"]["ignored_weights"] == ["torch_model.adapter.weight"]
+
+
+def _recbole_variant(tmp_path: Path, change: dict, extra_weights: dict | None = None) -> Path:
+    """The RecBole fixture re-saved with a plain-dict config (as the importer accepts) changed by ``change``."""
+    import torch
+
+    from resdom.adapters.recbole import RECBOLE_STAND_INS
+    from resdom.adapters.safe_pickle import Inert, load_torch_file
+
+    obj = load_torch_file(FIXTURES / "recbole" / "sasrec_tiny.pth", RECBOLE_STAND_INS)
+    config = {k: (v.value if isinstance(v, Inert) else v) for k, v in obj["config"].state["final_config_dict"].items()}
+    path = tmp_path / "crafted.pth"
+    torch.save({"config": {**config, **change}, "state_dict": {**obj["state_dict"], **(extra_weights or {})},
+                "epoch": 3}, path)
+    return path
+
+
+@pytest.mark.parametrize("change,needles", [
+    ({"encoding": "rot13"}, ["encoding='rot13'", "not a text encoding"]),
+    ({"layer_norm_eps": "x"}, ["layer_norm_eps='x'", "not a number"]),
+    ({"hidden_size": "abc"}, ["hidden_size='abc'", "not an integer"]),
+    ({"n_heads": 3}, ["n_heads=3", "hidden size 16"]),
+    ({"hidden_dropout_prob": 7}, ["valid model", "dropout"]),
+], ids=["encoding_rot13", "eps_text", "hidden_text", "heads_3", "dropout_7"])
+def test_import_recbole_crafted_settings_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      change: dict, needles: list[str]) -> None:
+    path = _recbole_variant(tmp_path, change)
+    code, _, err = run_cli(capsys, "import-recbole", str(path), "--data", str(FIXTURES / "recbole" / "tiny.inter"),
+                           "--out", str(tmp_path / "run"))
+    one_line_error(code, err, *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_import_recbole_reports_weights_it_does_not_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    path = _recbole_variant(tmp_path, {}, {"trm_encoder.layer.0.gate.weight": torch.ones(16),
+                                           "item_bias": torch.zeros(41)})
+    code, out, err = run_cli(capsys, "import-recbole", str(path), "--data", str(FIXTURES / "recbole" / "tiny.inter"),
+                             "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    assert "ignored: 2 weight(s)" in out and "item_bias, trm_encoder.layer.0.gate.weight" in out
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["imported_from"]["ignored_weights"] == ["item_bias", "trm_encoder.layer.0.gate.weight"]
+
+
+def test_import_pmixer_reports_weights_it_does_not_use(tmp_path: Path) -> None:
+    import numpy as np
+    import torch
+    from test_adapters_pmixer import HEADS, _data_file, _pmixer
+
+    from resdom.adapters.pmixer import import_pmixer
+
+    data, seqs = _data_file(tmp_path / "data.txt", np.random.default_rng(7))
+    state = _pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict()
+    torch.save({**state, "attention_layers.0.extra_bias": torch.zeros(3)}, tmp_path / "s.pth")
+    lines: list[str] = []
+    run = import_pmixer(tmp_path / "s.pth", str(data), tmp_path / "run", heads=HEADS, log=lines.append)
+    assert any(x.startswith("ignored: 1 weight(s)") and "attention_layers.0.extra_bias" in x for x in lines)
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["imported_from"]["ignored_weights"] == ["attention_layers.0.extra_bias"]
+
+
+# ------------------------------------------------------------------------------------- rediagnose_cells.py
+
+
+def test_rediagnose_never_follows_a_cell_outside_the_grid_folder(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell.json naming ``..`` / an absolute path as its data set or label, or a grid folder whose cell is a link
+    out of it, finds no run directory (nothing outside ``--runs`` is diagnosed, nothing outside the store
+    written); an honest cell still finds its run."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import rediagnose_cells
+
+    from resdom.runs import checkpoint_id
+
+    def weights(folder: Path) -> str:
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights of " + str(folder).encode())
+        return checkpoint_id(folder / "model.safetensors")
+
+    grid = tmp_path / "runs" / "repro"
+    ok = weights(grid / "beauty" / "sasrec" / "seed1")
+    outside = weights(tmp_path / "runs" / "evil" / "seed1")  # runs/repro/../evil/seed1
+    secret = weights(tmp_path / "secret" / "x" / "seed1")
+    (grid / "beauty" / "linked").symlink_to(tmp_path / "secret" / "x")
+    cells = {
+        "ok": {"dataset": "beauty", "label": "sasrec", "seed": 1, "checkpoint": ok},
+        "dotdot": {"dataset": "..", "label": "evil", "seed": 1, "checkpoint": outside},
+        "absolute": {"dataset": str(tmp_path / "secret"), "label": "x", "seed": 1, "checkpoint": secret},
+        "slashes": {"dataset": "beauty/../..", "label": "evil", "seed": 1, "checkpoint": outside},
+        "link": {"dataset": "beauty", "label": "linked", "seed": 1, "checkpoint": secret},
+        "seed_text": {"dataset": "beauty", "label": "sasrec", "seed": "1/../1", "checkpoint": ok},
+    }
+    folders = []
+    for name, meta in cells.items():
+        folder = tmp_path / "store" / name
+        folder.mkdir(parents=True)
+        (folder / "cell.json").write_text(json.dumps(meta))
+        folders.append(folder)
+    (tmp_path / "store" / "broken").mkdir()
+    (tmp_path / "store" / "broken" / "cell.json").write_text("[1, 2")
+    folders.append(tmp_path / "store" / "broken")
+    found = list(rediagnose_cells.cells_with_runs(folders, str(tmp_path / "runs" / "repro*")))
+    assert [(c.name, r) for c, _, r in found] == [("ok", grid / "beauty" / "sasrec" / "seed1")]
+    err = capsys.readouterr().err
+    for name in ("dotdot", "absolute", "slashes", "seed_text", "broken"):
+        assert f"store/{name}: skipped" in err
+    assert "store/link: skipped (no run directory" in err
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+
+@pytest.mark.slow
+def test_a_long_epoch_prints_batches_done_in_a_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal (a log): lines of batches done / total inside each epoch, at most every PROGRESS_LINE_S
+    seconds (here 0: every batch), besides the line per epoch; none when progress is off."""
+    import math
+    import re
+
+    import resdom
+    import resdom.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "PROGRESS_LINE_S", 0.0)
+    split = resdom.prepare_split(SOURCE, protocol="loo")
+    tiny = dict(hidden=8, layers=1, max_len=8, batch_size=16, device="cpu")
+    resdom.fit(split, "sasrec", out=tmp_path / "run", epochs=1, **tiny)
+    err = capsys.readouterr().err
+    n_batches = math.ceil(len(split.train) / 16)  # ce_all: one sample per training sequence
+    done = [int(m) for m in re.findall(rf"^epoch 1: batch (\d+)/{n_batches}, loss ", err, re.M)]
+    assert done == list(range(1, n_batches + 1)) and n_batches > 1, err
+    assert re.search(r"^epoch 1/1: loss", err, re.M)
+    resdom.fit(split, "sasrec", out=tmp_path / "quiet", epochs=1, progress=False, **tiny)
+    assert "batch" not in capsys.readouterr().err
+    monkeypatch.setattr(trainer, "PROGRESS_LINE_S", 3600.0)  # the default spacing: no line in a short epoch
+    resdom.fit(split, "sasrec", out=tmp_path / "short", epochs=1, **tiny)
+    assert ": batch " not in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------------- demo
+
+
+@pytest.mark.slow
+def test_demo_with_other_epochs_trains_again_and_says_so(tmp_path: Path) -> None:
+    """`resdom demo --epochs 2` on a demo folder trained with 1 epoch trains again (2 epochs in its log, config and
+    metrics), saying why; the same settings again reuse the finished run and say that."""
+    from resdom.pipeline import DemoSettings, run_demo
+
+    tiny = dict(source="synthetic:n_users=60,n_items=30,min_len=5,max_len=10", batch_size=64, patience=5,
+                model={"hidden": 8, "layers": 1, "heads": 1, "max_len": 8})
+    out = tmp_path / "demo"
+    lines: list[str] = []
+    run_demo(out, DemoSettings(epochs=1, **tiny), progress=False, echo=lines.append)
+    assert any(x.startswith("[2/3] training SASRec (up to 1 epochs)") for x in lines)
+    lines.clear()
+    result = run_demo(out, DemoSettings(epochs=2, **tiny), progress=False, echo=lines.append)
+    text = "\n".join(lines)
+    assert "holds a run trained with other settings (epochs 1 -> 2): training it again from scratch" in text
+    assert "[2/3] training SASRec (up to 2 epochs)" in text
+    run = result.run_dir
+    assert [json.loads(x)["epoch"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert json.loads((run / "config.json").read_text())["train"]["epochs"] == 2
+    assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 2
+    lines.clear()
+    run_demo(out, DemoSettings(epochs=2, **tiny), progress=False, echo=lines.append)
+    assert any(x.startswith("[2/3] reusing the finished SASRec run") for x in lines)
+    assert "again from scratch" not in "\n".join(lines)
