@@ -169,12 +169,14 @@ def last_item_hit_rates(
     if any(k < 1 for k in ks) or any(K < 1 for K in Ks):
         raise ValueError(f"k and K must be >= 1 (got ks={tuple(ks)}, Ks={tuple(Ks)})")
     model = check_model(model)
-    parts = []
+    parts, order = [], []
     with inference(model):
         for idx, items, _ in batches(model, evalset, batch_size, device, "hrli", progress):
             states = final_states(model, items)
             parts.append(last_item_ranks(model, evalset, idx, states, ks).cpu().numpy())
-    ranks = all_users(np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64), len(evalset))
+            order.append(idx)
+    local = np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64)
+    ranks = all_users(local, len(evalset), np.concatenate(order) if order else np.zeros(0, dtype=np.int64))
     bands = None
     if train_counts is not None:
         last = recent_items(evalset.inputs, np.arange(len(evalset)), 1)
