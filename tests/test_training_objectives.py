@@ -108,6 +108,41 @@ def test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck(rows: int, monk
     assert torch.autograd.gradcheck(lambda a, b: full_cross_entropy(a, b, t), (h, emb))
 
 
+def previous_row_layout_ce(h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int = 64) -> tuple:
+    """The previous path of ``_CrossEntropy`` (blocks held as (rows, N) = ``h_b @ emb.T``): (loss, dL/dh, dL/demb)."""
+    lse, gh, ge = torch.empty(h.shape[0], dtype=h.dtype), torch.empty_like(h), torch.zeros_like(emb)
+    for s in range(0, h.shape[0], rows):
+        hb = h[s : s + rows]
+        scores = hb @ emb.T
+        top = scores.amax(1, keepdim=True)
+        z = scores.sub_(top).exp_().sum(1, keepdim=True)
+        lse[s : s + rows] = z.log().add_(top).squeeze(1)
+        g = scores.div_(z)
+        g[torch.arange(len(hb)), t[s : s + rows] - 1] -= 1.0
+        gh[s : s + rows] = g @ emb
+        ge.addmm_(g.T, hb)
+    loss = (lse - (h * emb[t - 1]).sum(-1)).mean()
+    return loss, gh / h.shape[0], ge / h.shape[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_full_ce_item_major_blocks_equal_the_previous_row_layout(dtype: torch.dtype) -> None:
+    """The (N, rows) blocks (``emb @ h_b.T``) against the previous (rows, N) ones, at a size with several blocks
+    and an uneven last one: the same loss and gradients to rounding (1e-12 in float64; float32 rounding)."""
+    g = torch.Generator().manual_seed(5)
+    h = (torch.randn(150, 32, generator=g) * 0.5).to(dtype).requires_grad_()
+    emb = (torch.randn(3000, 32, generator=g) * 0.5).to(dtype).requires_grad_()
+    t = torch.randint(1, 3001, (150,), generator=g)
+    loss = full_cross_entropy(h, emb, t)
+    gh, ge = torch.autograd.grad(loss, (h, emb))
+    with torch.no_grad():
+        ref, rh, re = previous_row_layout_ce(h, emb, t)
+    tol = {"rtol": 1e-12, "atol": 1e-15} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-8}
+    torch.testing.assert_close(loss, ref, **tol)
+    torch.testing.assert_close(gh, rh, **tol)
+    torch.testing.assert_close(ge, re, **tol)
+
+
 def test_full_ce_gradients_of_one_input_and_value_without_gradients() -> None:
     """The gradients made in forward: right when only one input needs them; under no_grad the value alone."""
     g = torch.Generator().manual_seed(3)

@@ -82,10 +82,13 @@ class _CrossEntropy(torch.autograd.Function):
     (S - Y) E / P and (S - Y)^T H / P over the P rows (S the softmax probabilities, Y the one-hot targets)
     computed in the same pass: backward only scales them by the upstream gradient (the loss is a scalar).
 
-    ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each (rows, N) block of
-    scores is made, turned into probabilities and both gradient products while it sits in cache (on CPU 64 rows;
-    elsewhere one block of all rows), then dropped; one exponential and three block products a score, none
-    recomputed. Against ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce"."""
+    ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each block of scores of
+    ``rows`` rows of h is made, turned into probabilities and both gradient products while it sits in cache (on CPU
+    64 rows; elsewhere one block of all rows), then dropped; one exponential and three block products a score, none
+    recomputed. The block is held transposed, items by rows (``emb @ h_b.T``, (N, rows)): the layout in which MKL
+    runs the three products fastest on CPU (1.1-2x the (rows, N) layout at 12k-50k items, one thread), the same
+    sums, so the same loss and gradients to float rounding (``tests/test_training_objectives.py``). Against
+    ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce"."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int, grads: bool) -> torch.Tensor:
@@ -95,15 +98,15 @@ class _CrossEntropy(torch.autograd.Function):
         block_rows = torch.arange(min(rows, h.shape[0]), device=h.device)
         for s in range(0, h.shape[0], rows):
             hb = h[s : s + rows]
-            scores = hb @ emb.T
-            top = scores.amax(1, keepdim=True)
-            z = scores.sub_(top).exp_().sum(1, keepdim=True)  # scores now exp(score - top)
-            lse[s : s + rows] = z.log().add_(top).squeeze(1)
+            scores = emb @ hb.T  # (N, rows): column p holds row p's scores
+            top = scores.amax(0, keepdim=True)
+            z = scores.sub_(top).exp_().sum(0, keepdim=True)  # scores now exp(score - top)
+            lse[s : s + rows] = z.log().add_(top).squeeze(0)
             if grads:
-                g = scores.div_(z)  # the softmax probabilities of the block
-                g[block_rows[: len(hb)], t[s : s + rows]] -= 1.0
-                torch.mm(g, emb, out=gh[s : s + rows])
-                ge.addmm_(g.T, hb)
+                g = scores.div_(z)  # the softmax probabilities of the block, (N, rows)
+                g[t[s : s + rows], block_rows[: len(hb)]] -= 1.0
+                torch.mm(g.T, emb, out=gh[s : s + rows])
+                ge.addmm_(g, hb)
         ctx.save_for_backward(gh, ge)
         return (lse - (h * emb[t]).sum(-1)).mean()
 
