@@ -29,6 +29,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "bsarec": {"name": "bsarec", "heads": 1},  # always the full window
     "bert4rec": {"name": "bert4rec"},
     "gru4rec": {"name": "gru4rec"},
+    "query-readout": {"readout": "query"},
+    "paper-duorec": {"name": "duorec", "query_ln": True, "query_ln_kv": "query", "final_ln": True},
 }
 
 
