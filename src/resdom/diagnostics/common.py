@@ -26,7 +26,7 @@ import torch.distributed as dist
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import in_user_order, iter_eval_batches
-from resdom.evaluation.ranking import full_scores, pessimistic_ranks, user_chunk_size
+from resdom.evaluation.ranking import full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
 DEFAULT_BATCH = 256
@@ -117,6 +117,15 @@ def scores_at(model: Diagnosable, states: torch.Tensor, seen: torch.Tensor | Non
     """states (B, d), seen (B, L) item ids or None -> full scores (B, n_items + 1), padding and seen at -inf."""
     emb = model.item_embeddings()
     return full_scores(states.to(emb.dtype), emb, seen)
+
+
+def rank_items(model: Diagnosable, states: torch.Tensor, items: torch.Tensor, seen: torch.Tensor | None
+               ) -> torch.Tensor:
+    """``ranks_of(scores_at(model, states, seen), items)`` without the (B, n_items + 1) score matrix
+    (``ranking.tiled_ranks``): states (B, d), items (B,) or (B, k) -> ranks, absent items (id 0) MISS."""
+    emb = model.item_embeddings()
+    ranks = tiled_ranks(states.to(emb.dtype), emb, items, seen)
+    return torch.where(items > 0, ranks, torch.full_like(ranks, MISS))
 
 
 def ranks_of(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:

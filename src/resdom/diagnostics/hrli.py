@@ -31,9 +31,8 @@ from resdom.diagnostics.common import (
     inference,
     jsonable,
     number_at,
-    ranks_of,
+    rank_items,
     recent_items,
-    scores_at,
 )
 from resdom.models.interface import Diagnosable, final_states
 
@@ -150,7 +149,7 @@ def last_item_ranks(
     """states (B, d) final-position outputs of ``evalset[index]`` -> int64 (B, len(ks)) unfiltered ranks."""
     recent = np.stack([recent_items(evalset.inputs, index, k) for k in ks], 1)
     items = torch.from_numpy(recent).to(states.device)
-    return ranks_of(scores_at(model, states, None), items)
+    return rank_items(model, states, items, None)
 
 
 def last_item_hit_rates(

@@ -44,8 +44,7 @@ from resdom.diagnostics.common import (
     inference,
     jsonable,
     number_at,
-    ranks_of,
-    scores_at,
+    rank_items,
     seen_items,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
@@ -91,7 +90,7 @@ def position_ranks(
             if c < 0:
                 cols.append(torch.full_like(targets, MISS))
                 continue
-            r = ranks_of(scores_at(model, hidden[:, c], seen), targets)
+            r = rank_items(model, hidden[:, c], targets, seen)
             real = tokens[:, c] > 0
             cols.append(r if k == 0 else torch.where(real, r, torch.full_like(r, MISS)))
         out.append(torch.stack(cols, 1).cpu().numpy())

@@ -6,8 +6,9 @@ scored against every item; ranks are 0-based and pessimistic (``ranking.py``). W
 item of the user's whole input sequence scores -inf, not only the last ``max_len`` items the model reads (as
 in BSARec's code, which removes the whole history), so a target that is in its own input ranks last: a miss
 (for every K below the catalogue size). Users are processed in chunks of similar input length (longest first,
-each chunk left-padded to its own longest window: ``batches.iter_eval_batches(by_length=True)``) whose
-(users x items) score matrix stays within ``ranking.SCORE_BUDGET``; ranks come back in evaluation-set order.
+each chunk left-padded to its own longest window: ``batches.iter_eval_batches(by_length=True)``), ranked a tile
+of items at a time (``ranking.tiled_ranks``: no (users x items) matrix; the kept tiles stay within
+``ranking.SCORE_BUDGET``); ranks come back in evaluation-set order.
 Under ``torch.distributed`` with more than one process, users are sharded ``index[rank::world]`` and the ranks
 gathered, so every process returns the metrics of the whole set.
 """
@@ -24,7 +25,7 @@ from torch.nn import parallel as nn_parallel
 from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import in_user_order, iter_eval_batches
-from resdom.evaluation.ranking import KS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
 from resdom.models.interface import final_states
 
 if TYPE_CHECKING:
@@ -60,15 +61,14 @@ def _local_ranks(
     model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """Ranks int64 (len(index),) of the targets of ``evalset[index]``, in ``index`` order."""
-    chunk = user_chunk_size(model.n_items, batch_size)
+    chunk = tiled_chunk_size(model.n_items, batch_size)
     history = max(1, int(evalset.inputs.lengths.max(initial=1)))
     item_emb = model.item_embeddings()
     out, order = [], []
     for idx, items, targets in iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True):
         hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
         seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
-        scores = full_scores(hidden, item_emb, seen)  # (B, N+1)
-        out.append(pessimistic_ranks(scores, targets).cpu())
+        out.append(tiled_ranks(hidden, item_emb, targets, seen).cpu())  # as pessimistic_ranks of full_scores
         order.append(idx)
     return in_user_order(torch.cat(out), np.concatenate(order)) if out else torch.zeros(0, dtype=torch.int64)
 
