@@ -77,21 +77,6 @@ def test_real_positions_skip_padding() -> None:
     assert h.squeeze(1).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0] and t.tolist() == [2, 3, 4, 5, 6]
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 5, 100])
-def test_chunked_ce_equals_full(chunk: int) -> None:
-    g = torch.Generator().manual_seed(0)
-    h = torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    emb = torch.randn(11, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    t = torch.tensor([1, 11, 5, 5, 2, 9, 3])
-    full = full_cross_entropy(h, emb, t)
-    gh, ge = torch.autograd.grad(full, (h, emb))
-    chunked = full_cross_entropy(h, emb, t, chunk=chunk)
-    ch, ce = torch.autograd.grad(chunked, (h, emb))
-    torch.testing.assert_close(chunked, full)
-    torch.testing.assert_close(ch, gh)
-    torch.testing.assert_close(ce, ge)
-
-
 @pytest.mark.parametrize("rows", [1, 2, 4, 9, 64])
 def test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck(rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of ``rows`` rows (64 on CPU by default): blocks of one row, uneven last blocks and one block alike."""
@@ -162,14 +147,6 @@ def test_full_ce_gradients_of_one_input_and_value_without_gradients() -> None:
         value = full_cross_entropy(h.clone().requires_grad_(), emb, t)
     assert not value.requires_grad
     torch.testing.assert_close(value, ref.detach())
-
-
-def test_chunked_ce_gradcheck() -> None:
-    g = torch.Generator().manual_seed(1)
-    h = torch.randn(3, 2, generator=g, dtype=torch.float64, requires_grad=True)
-    emb = torch.randn(5, 2, generator=g, dtype=torch.float64, requires_grad=True)
-    t = torch.tensor([1, 5, 2])
-    assert torch.autograd.gradcheck(lambda a, b: full_cross_entropy(a, b, t, chunk=2), (h, emb))
 
 
 def test_bce_hand_computed() -> None:
