@@ -193,3 +193,30 @@ def test_mixing_ratio_equals_the_dense_mask(kind: str) -> None:
     a = mixing_ratios(model(kind), ev).to_dict()
     b = mixing_ratios(with_dense_masks(model(kind)), ev).to_dict()
     assert a == b
+
+
+@pytest.mark.parametrize("kind", ["sasrec", "query-ln", "bert4rec", "bsarec", "paper-duorec"])
+def test_mixing_without_gathers_equals_the_gathered_path(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Length-sorted batches are mostly real positions: the self terms and the norm-of-sums ratios are computed at
+    every position and the rest zeroed, instead of gathering the positions that have one (the previous path, still
+    taken for a batch that is mostly padding): the same numbers."""
+    import resdom.diagnostics.decomposition as decomposition
+    import resdom.models.block as block
+
+    rng = np.random.default_rng(0)  # windows of 12, 11, 12, 9, 10 and 1 items: most positions real
+    ev = EvalSet(Sequences.from_lists([rng.integers(1, 30, size=n).tolist() for n in (15, 11, 20, 9, 10, 1)]),
+                 np.array([1, 2, 3, 4, 5, 6]))
+    items = torch.from_numpy(ev.inputs.padded(12))
+
+    def self_terms() -> list[torch.Tensor]:
+        m = model(kind)
+        with torch.no_grad(), recording(m, weights=False) as store:
+            m.encode(items)
+        return [layer[0].attn_self for layer in store]
+
+    plain, plain_terms = mixing_ratios(model(kind), ev).to_dict(), self_terms()
+    monkeypatch.setattr(block, "SELF_TERMS_GATHER_BELOW", 1.01)
+    monkeypatch.setattr(decomposition, "RATIO_GATHER_BELOW", 1.01)
+    assert mixing_ratios(model(kind), ev).to_dict() == plain
+    for a, b in zip(self_terms(), plain_terms):  # every position, 0 where the own key is masked
+        assert torch.equal(a, b)

@@ -31,6 +31,8 @@ from torch import nn
 from resdom.models.config import ModelConfig
 
 MASK_VALUE = -10000.0  # additive mask as in BSARec's code: (1 - m) * -10000
+SELF_TERMS_GATHER_BELOW = 0.5  # MultiHeadAttention.with_self_terms gathers the queries that see themselves below
+# this share of the batch (mostly padding), else computes every query and zeroes the rest (no gathers)
 
 
 @dataclass
@@ -291,14 +293,22 @@ class MultiHeadAttention(nn.Module):
         if x.device.type == "cpu" and not (self.training and self.attn_dropout > 0):
             ctx, lse = mask.flash(q, k, v, scale)
             out = self.out(ctx.transpose(1, 2).flatten(2))
-            # only the queries that may see their own key (a masked one has a^h_ii = 0): padding is most of a batch
             B, L, d = out.shape
             own_bias = mask.own_key().to(q.dtype).expand(B, L).reshape(-1)  # the mask's diagonal; heads share it
-            rows = torch.nonzero(own_bias > MASK_VALUE / 2).flatten()  # flat (b, i) of those queries
-            qs, ks, vs = (t.reshape(B * L, d).index_select(0, rows).view(-1, self.heads, self.head_dim) for t in lin)
-            s_ii = (qs * ks).sum(-1) * scale + own_bias.index_select(0, rows)[:, None]  # (N, H)
-            a_ii = (s_ii - lse.transpose(1, 2).reshape(B * L, self.heads).index_select(0, rows)).exp()
-            own = out.new_zeros(B * L, d).index_copy_(0, rows, (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T)
+            sees = own_bias > MASK_VALUE / 2  # (B * L,): the queries that see their own key (else a^h_ii = 0)
+            lse_rows = lse.transpose(1, 2).reshape(B * L, self.heads)
+            if float(sees.float().mean()) < SELF_TERMS_GATHER_BELOW:  # mostly padding: those queries only
+                rows = torch.nonzero(sees).flatten()  # flat (b, i) of those queries
+                qs, ks, vs = (t.reshape(B * L, d).index_select(0, rows).view(-1, self.heads, self.head_dim)
+                              for t in lin)
+                s_ii = (qs * ks).sum(-1) * scale + own_bias.index_select(0, rows)[:, None]  # (N, H)
+                a_ii = (s_ii - lse_rows.index_select(0, rows)).exp()
+                own = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
+                return out, out.new_zeros(B * L, d).index_copy_(0, rows, own).view(B, L, d)  # b_O excluded
+            qs, ks, vs = (t.reshape(B * L, self.heads, self.head_dim) for t in lin)  # every query (length batches)
+            s_ii = (qs * ks).sum(-1) * scale + own_bias[:, None]  # (B * L, H)
+            a_ii = (s_ii - lse_rows).exp_().masked_fill_(~sees[:, None], 0.0)
+            own = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
             return out, own.view(B, L, d)  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
         weights = mask.add_to(q @ k.transpose(-1, -2) * scale).softmax(-1)
         ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
