@@ -237,4 +237,5 @@ def test_peak_task_quick_reports_every_path() -> None:
     assert res["peak_gflops"]["peak"] > 0 and set(res["mixing_vs_forward"]) == {50, 200}
     assert len(res["paths"]) == 8
     for p in res["paths"].values():
-        assert p["gflop"] > 0 and p["seconds"] > 0 and 0 < p["share_of_peak"] < 2
+        assert p["gflop"] > 0 and p["seconds"] > 0 and 0 < p["share_of_peak"] < 2 and 0 < p["cpu_share_of_peak"] < 2
+    assert set(res["mixing_vs_forward_cpu"]) == {50, 200} and res["peak_gflops"]["cpu_time"] > 0
