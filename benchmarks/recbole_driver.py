@@ -9,6 +9,10 @@ LayerNorm eps 1e-12, max length 50, CE over all items at the last position with 
 ``trainer._train_epoch`` is timed (RecBole's checkpoint loading fails on torch >= 2.6; nothing is reloaded).
 ``"valid_each_epoch": true`` adds RecBole's own validation metrics after every epoch (untimed).
 Prints one JSON line.
+
+``"batches": k`` instead: interleaved rounds (``tasks.Rounds``, driven by run.py): after preparation it prints
+``{"ready": true, ...}``, then runs ``trainer._train_epoch`` over its own batches, k per round, each round
+started by a ``round`` line on stdin, one JSON line per round, epochs following each other until ``stop``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import Phase, set_threads  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
+from tasks import Phase, Rounds, set_threads  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
 
 
 def recbole_config(data_path: str, checkpoint_dir: str, args: dict) -> dict:
@@ -64,6 +68,14 @@ def main(data_path: str, dataset_name: str, args: dict) -> dict:
         model = SASRec(config, train_data.dataset)
         trainer = Trainer(config, model)
         out["params"] = sum(p.numel() for p in model.parameters())
+        if args.get("batches"):  # interleaved rounds: RecBole's own epoch loop over its own batches
+            rounds = Rounds(int(args["batches"]))
+            rounds.ready(library="RecBole", **out)
+            epoch = 0
+            while not rounds.stopped:
+                trainer._train_epoch(rounds.wrap(train_data, len), epoch, show_progress=False)
+                epoch += 1
+            return {"done": True, "rounds": rounds.round, "epochs_started": epoch}
         records = []
         n = len(train_data.dataset)
         for epoch in range(int(args.get("epochs", 1))):

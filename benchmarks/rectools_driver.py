@@ -12,6 +12,11 @@ embeddings only. Each training epoch is timed by a Lightning callback (epoch sta
 included, as resdom's epoch). ``"valid_each_epoch": true`` adds, after every epoch (untimed), HR@10 / NDCG@10
 of each user's second-to-last item given the training part, computed from RecTools' own torch model on its
 own recommend batches, full ranking over its items with the input's items filtered. Prints one JSON line.
+
+``"batches": k`` instead: interleaved rounds (``tasks.Rounds``, driven by run.py): when Lightning starts
+training (data and model prepared) it prints ``{"ready": true, ...}``; a callback then times k training batches
+per round, each round started by a ``round`` line on stdin, one JSON line per round, Lightning's own loop
+running epoch after epoch until ``stop``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import Phase, set_threads  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
+from tasks import Phase, Rounds, set_threads  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
 
 
 def read_beauty(path: str, max_users: int | None):
@@ -120,16 +125,37 @@ def main(beauty: str, args: dict) -> dict:
         def on_train_epoch_end(self, trainer, module) -> None:  # noqa: ANN001
             records[-1]["valid"] = rectools_valid(model, module.torch_model, dataset, valid)
 
+    rounds = Rounds(int(args["batches"])) if args.get("batches") else None
+
+    class RoundTimer(pl.Callback):
+        """Interleaved rounds: k of Lightning's training batches per round (data loading included)."""
+
+        def on_train_start(self, trainer, module) -> None:  # noqa: ANN001
+            rounds.ready(library="RecTools", params=sum(p.numel() for p in module.torch_model.parameters()), **out)
+            if not rounds.start():
+                trainer.should_stop = True
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+            size = len(batch["x"]) if isinstance(batch, dict) else len(batch)
+            if not rounds.batch_done(size):
+                trainer.should_stop = True
+
+    if rounds is not None:
+        epochs = -1  # Lightning's "no limit": the parent's stop ends training
+        callbacks: list = [RoundTimer()]
+    else:
+        callbacks = [EpochTimer()] + ([ValidMetrics()] if args.get("valid_each_epoch") else [])
     model = SASRecModel(n_blocks=2, n_heads=2, n_factors=64, dropout_rate=0.5, session_max_len=int(args.get(
-        "max_len", 50)), batch_size=256, lr=1e-3, loss="softmax", epochs=epochs,
+        "max_len", 50)), batch_size=256, lr=1e-3, loss="softmax", epochs=max(epochs, 1),
         item_net_block_types=(IdEmbeddingsItemNet,), recommend_torch_device="cpu", dataloader_num_workers=0,
         deterministic=False)
-    model._trainer = pl.Trainer(max_epochs=epochs, min_epochs=epochs, enable_progress_bar=False,  # noqa: SLF001
-                                enable_model_summary=False, logger=False, enable_checkpointing=False,
-                                accelerator="cpu", devices=1,
-                                callbacks=[EpochTimer()] + ([ValidMetrics()] if args.get("valid_each_epoch") else []))
+    model._trainer = pl.Trainer(max_epochs=epochs, min_epochs=None if rounds else epochs,  # noqa: SLF001
+                                enable_progress_bar=False, enable_model_summary=False, logger=False,
+                                enable_checkpointing=False, accelerator="cpu", devices=1, callbacks=callbacks)
     t0 = time.perf_counter()
     model.fit(dataset)
+    if rounds is not None:
+        return {"done": True, "rounds": rounds.round}
     out["fit_seconds"] = round(time.perf_counter() - t0, 3)
     n_samples = len(model.data_preparator.train_dataset.user_id_map.external_ids)  # one window per user
     for r in records:

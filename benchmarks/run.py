@@ -1,10 +1,14 @@
 """resdom's benchmark suite: one command, every figure a ratio or side by side, measured in one run.
 
-    python benchmarks/run.py [--quick] [--only recbole,batching,eval,mixing,memory,scale,scaling,ddp]
+    python benchmarks/run.py [--quick] [--only peak,recbole,batching,eval,mixing,memory,scale,scaling,ddp]
 
 Sections (background in docs/scaling.md):
 
-- ``recbole``  training throughput of resdom's SASRec vs RecBole 1.2.1's SASRec, Beauty LOO, same sizes and loss;
+- ``peak``     each hot path's achieved GFLOP/s as a share of the single-thread 2048^3 matmul's, measured in the
+               same process: a training step, full ranking at 12k and 1M items, evaluation, mixing vs forward;
+- ``recbole``  training throughput of resdom's SASRec vs RecBole 1.2.1's SASRec, Beauty LOO, same sizes and loss,
+               interleaved: both libraries' own training loops alternate rounds of a fixed number of batches in
+               one window (``--peer-rounds``, ``--peer-batches``);
 - ``rectools`` the same against RecTools 0.19's SASRec (its architecture and full-softmax loss on both sides);
 - ``tta``      time to accuracy: validation NDCG@10 against training seconds, resdom / RecBole / RecTools SASRec;
 - ``eval``     full-ranking evaluation users/s vs a naive full sort (argsort of every score);
@@ -33,12 +37,14 @@ import json
 import math
 import os
 import platform
+import queue
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,9 +59,10 @@ RESULTS = HERE / "RESULTS.md"
 DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared" / "data" / "raw"))
 BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
 END = "<!-- END benchmarks/run.py auto-generated block -->"
-SECTIONS = ("recbole", "rectools", "tta", "batching", "last", "ce", "eval", "mixing", "memory", "scale", "scaling",
-            "ddp")
+SECTIONS = ("peak", "recbole", "rectools", "tta", "batching", "last", "ce", "eval", "mixing", "memory", "scale",
+            "scaling", "ddp")
 TITLES = {
+    "peak": "Share of the single-thread matmul peak: training step, full ranking, evaluation, mixing",
     "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
     "rectools": "Training throughput: resdom vs RecTools 0.19 (SASRec, Beauty LOO)",
     "tta": "Time to accuracy: validation NDCG@10 against training seconds (SASRec, Beauty LOO)",
@@ -85,14 +92,19 @@ class Context:
     rectools_python: str | None = None
     tta_epochs: int = 30
     tta_target: float = 0.06
+    peer_rounds: int = 8
+    peer_batches: int = 20
     commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
+
+    def task_cmd(self, name: str, args: dict[str, Any]) -> list[str]:
+        """The command line of ``tasks.py name args`` (``--threads`` added to the arguments)."""
+        if self.threads and "threads" not in args:
+            args = {**args, "threads": self.threads}
+        return [sys.executable, str(TASKS), name, json.dumps(args, separators=(",", ":"))]
 
     def task(self, name: str, args: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
         """Run ``tasks.py name args`` in a fresh process -> its JSON result ({"error": ...} on failure)."""
-        if self.threads and "threads" not in args:
-            args = {**args, "threads": self.threads}
-        cmd = [sys.executable, str(TASKS), name, json.dumps(args, separators=(",", ":"))]
-        return self.run_json(cmd, timeout)
+        return self.run_json(self.task_cmd(name, args), timeout)
 
     def run_json(self, cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
         self.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd))
@@ -210,79 +222,211 @@ def beauty_data(ctx: Context, max_users: int | None) -> dict[str, Any]:
     return {"source": str(tmp_txt), "options": {"k_core": 0}}
 
 
+def section_peak(ctx: Context) -> str:
+    """One process (``tasks.py peak``): the matmul peak, then every path's counted FLOPs over its fastest time."""
+    r = ctx.task("peak", {"quick": ctx.quick, "rounds": 2 if ctx.quick else 5, "threads": ctx.threads or 1},
+                 timeout=7200)
+    if err(r):
+        return errors_note({"peak": r})
+    peak = r["peak_gflops"]
+    targets = {"training step": 0.5, "full ranking, 12,101": 0.5, "full ranking, 1,000,000": 0.35}
+    rows = []
+    for name, p in r["paths"].items():
+        goal = next((g for k, g in targets.items() if name.startswith(k)), None)
+        rows.append([name, p["gflop"], f"{p['seconds']:.4f}", p["gflops"], f"{100 * p['share_of_peak']:.0f}%",
+                     f"{100 * p['cpu_share_of_peak']:.0f}%", "" if goal is None else f">= {100 * goal:.0f}%",
+                     "" if goal is None else ("yes" if p["share_of_peak"] >= goal else "**no**")])
+    text = [table(["path", "GFLOP counted", "fastest s", "GFLOP/s", "share of peak", "(by CPU time)", "target",
+                   "met"], rows)]
+    mix, mix_cpu = r["mixing_vs_forward"], r["mixing_vs_forward_cpu"]
+    text.append("\nMixing ratio (norm of sums) against a forward pass over the same users: " + "; ".join(
+        f"max length {L}: {x:.2f}x ({'within' if x <= 1.2 else '**above**'} the 1.2x bar; {mix_cpu[L]:.2f}x by CPU "
+        "time)" for L, x in mix.items()) + ".")
+    text.append(
+        f"\nPeak: the fastest of {r['rounds']} float32 2048 x 2048 x 2048 products on {r['threads']} thread(s), "
+        f"{peak['start']:.1f} GFLOP/s before the paths and {peak['end']:.1f} after; the faster, "
+        f"{peak['peak']:.1f}, is the peak ({peak['cpu_time']:.1f} by CPU time: the \"by CPU time\" column divides "
+        "by the least CPU time this process got for a path and for the matmul, which a load on other cores "
+        "disturbs less; the target is met on wall time). Load average at the end: "
+        + " / ".join(f"{x:.1f}" for x in r["load_average"]) + ". FLOPs: the matrix products each path runs, "
+        "counted once by torch's FlopCounterMode (with the CPU fused attention kernel's QK^T and AV, halved where "
+        "it is causal; elementwise work, softmax, LayerNorm and Adam not counted), over the fastest of "
+        f"{r['rounds']} interleaved rounds (the order reversed every other round). Training step: SASRec d 64, "
+        "2 layers, 2 heads, inner 256, dropout 0.5/0.5, max length 50, `ce_all`, batch 256, the trainer's length "
+        "groups, forward, backward and Adam's step, on synthetic sequences of 3-53 items. Full ranking: "
+        "`ranking.tiled_ranks` of random states against random items (d 64, 50 seen items filtered per user), in "
+        "evaluation's user chunks. Evaluation: `evaluate` (encoding and ranking) of an untrained SASRec over "
+        "synthetic test users. Forward and mixing: the diagnostics' batches of synthetic users (lengths from a "
+        "quarter of the window up to it), an untrained SASRec (d 64, inner 256).")
+    return "\n".join(text)
+
+
+class _Child:
+    """A ``tasks.Rounds`` child process: its stdout lines read by a thread into a queue, stderr into a file."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str] | None) -> None:
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     cwd=ROOT, env={**os.environ, **(env or {})}, bufsize=1)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def expect(self, key: str, deadline: float) -> dict[str, Any]:
+        """The next JSON line holding ``key`` (other output skipped); RuntimeError on exit or timeout."""
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError("timed out") from None
+            if line is None:
+                raise RuntimeError(f"exit {self.proc.wait()}: {self.stderr_tail()}")
+            if line.startswith("{"):
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if key in msg:
+                    return msg
+
+    def send(self, word: str) -> None:
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
+
+    def stderr_tail(self) -> str:
+        self.err.seek(0)
+        return self.err.read().strip()[-1500:]
+
+    def close(self) -> None:
+        try:
+            self.send("stop")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=120)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+def interleaved(ctx: Context, cmds: dict[str, list[str]], rounds: int, timeout: float = 7200,
+                env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Time several libraries' training in one window: every command (a ``tasks.Rounds`` child: resdom's
+    ``tasks.py train_rounds``, the peers' drivers with ``"batches"``) is started and prepares its data and model,
+    untimed; then ``rounds`` rounds, in each of which the children run their fixed number of batches one after
+    the other, the order reversed every other round, so a load that comes and goes slows all alike.
+    -> {name: {"ready": {...}, "rounds": [{"seconds", "batches", "samples"}, ...]} or {"error": ...}}."""
+    out: dict[str, dict[str, Any]] = {name: {"rounds": []} for name in cmds}
+    children: dict[str, _Child] = {}
+    deadline = time.monotonic() + timeout
+    current = ""
+    try:
+        for name, cmd in cmds.items():
+            current = name
+            ctx.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd) + "   # rounds on stdin (interleaved)")
+            print(f"[bench] {ctx.commands[-1][:220]}", file=sys.stderr, flush=True)
+            children[name] = _Child(cmd, env)
+        for name, child in children.items():
+            current = name
+            out[name]["ready"] = child.expect("ready", deadline)
+        names = list(children)
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                current = name
+                children[name].send("round")
+                out[name]["rounds"].append(children[name].expect("round", deadline))
+    except (RuntimeError, OSError) as e:
+        out[current] = {"error": str(e)[-1500:]}
+    finally:
+        for child in children.values():
+            child.close()
+    return out
+
+
+def round_rates(res: dict[str, Any], warmup: int = 1) -> list[float]:
+    """Samples per second of each timed round (the first ``warmup`` rounds left out when there are more)."""
+    rs = res.get("rounds") or []
+    rs = rs[warmup:] if len(rs) > warmup else rs
+    return [r["samples"] / r["seconds"] for r in rs if r["seconds"] > 0]
+
+
+def median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    ys = sorted(xs)
+    n = len(ys)
+    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+
+def peer_report(results: dict[str, dict[str, Any]], peer: str, rounds: int, batches: int, goal: float) -> list[str]:
+    """The table and the ratio line of an interleaved peer comparison."""
+    rows = []
+    for name, res in results.items():
+        if err(res) or not res.get("rounds"):
+            continue
+        rates = round_rates(res)
+        rows.append([name, len(res["rounds"]), batches, median(rates), min(rates), max(rates),
+                     ", ".join(f"{x:,.0f}" for x in rates)])
+    text = [table(["library", "rounds", "batches / round", "median samples / s", "min", "max",
+                   "samples / s per timed round"], rows)]
+    ours, theirs = median(round_rates(results.get("resdom", {}))), median(round_rates(results.get(peer, {})))
+    text.append(f"\n**Throughput ratio (median samples/s over interleaved rounds): {ratio(ours, theirs)}**. "
+                f"Goal: >= {goal:g}x. {rounds} rounds of {batches} training batches each, the libraries in turn "
+                "(the order reversed every other round), in one window, each in its own process that prepared "
+                "its data and model before the first round (untimed); the first round of each is a warm-up, "
+                "left out of the median. A round is timed from its start command to the end of its last "
+                "optimizer step, data loading included.")
+    return text
+
+
 def section_recbole(ctx: Context) -> str:
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
-    resdom_epochs, recbole_epochs = (1, 1) if ctx.quick else (2, 1)
+    rounds, batches = (3, 2) if ctx.quick else (ctx.peer_rounds, ctx.peer_batches)
     data = beauty_data(ctx, max_users)
     train = {"objective": "ce_last", "batch_size": 256, "lr": 1e-3}
     model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
              "attn_dropout": 0.5}
-    ours = ctx.task("train", {"data": data, "model": model, "train": train, "epochs": resdom_epochs,
-                              "evaluate": "each_epoch"})
-    theirs: dict[str, Any] = {"error": "RecBole venv not found (--recbole-python, $RESDOM_RECBOLE_PYTHON, "
-                                       "benchmarks/.recbole-venv or --setup-recbole)"}
-    if ctx.recbole_python:
-        with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
+    cmds = {"resdom": ctx.task_cmd("train_rounds", {"data": data, "model": model, "train": train,
+                                                    "batches": batches})}
+    with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
+        if ctx.recbole_python:
             write_recbole_inter(beauty, Path(tmp), "Beauty", max_users)
-            args = {"epochs": recbole_epochs, "evaluate": True, "max_len": 50}
-            if ctx.threads:
-                args["threads"] = ctx.threads
-            cmd = [ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty", json.dumps(args)]
-            theirs = ctx.run_json(cmd, timeout=7200)
-            ctx.commands[-1] = ctx.commands[-1].replace(tmp, "$TMP") + \
-                "   # $TMP/Beauty/Beauty.inter written from Beauty.txt by run.py (write_recbole_inter)"
-    ours_sps = mean_epoch(ours, "samples_per_s")
-    theirs_sps = mean_epoch(theirs, "samples_per_s")
-    ours_s, theirs_s = mean_epoch(ours, "seconds"), mean_epoch(theirs, "seconds")
-    rows = []
-    if not err(ours):
-        for e in ours["epochs"]:
-            rows.append([f"resdom epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
-                         e["peak_rss_mb"]])
-    if not err(theirs):
-        for e in theirs["epochs"]:
-            rows.append([f"RecBole epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
-                         e["peak_rss_mb"]])
-    text = [table(["run", "samples", "s / epoch", "samples / s", "peak RSS MiB (epoch)"], rows)]
+            args = {"batches": batches, "max_len": 50, **({"threads": ctx.threads} if ctx.threads else {})}
+            cmds["RecBole"] = [ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty", json.dumps(args)]
+        results = interleaved(ctx, cmds, rounds)
+        ctx.commands = [c.replace(tmp, "$TMP") for c in ctx.commands]
+    if not ctx.recbole_python:
+        results["RecBole"] = {"error": "RecBole venv not found (--recbole-python, $RESDOM_RECBOLE_PYTHON, "
+                                       "benchmarks/.recbole-venv or --setup-recbole)"}
+    text = peer_report(results, "RecBole", rounds, batches, 5.0)
     if max_users:
         text.append(f"\nData subset: the first {max_users:,} users of Beauty.txt for both libraries (the whole "
                     "file: run without --recbole-users).")
-    text.append(f"\n**Throughput ratio (samples/s, mean over timed epochs): {ratio(ours_sps, theirs_sps)}**; "
-                f"seconds per epoch: resdom {fmt(ours_s)} s vs RecBole {fmt(theirs_s)} s "
-                f"({ratio(theirs_s, ours_s)} less time). Goal: >= 5x.")
-    if not err(ours) and not err(theirs) and "test" in theirs:
-        k = len(theirs["epochs"])  # resdom's metrics after the same number of epochs
-        mine = ours["epochs"][min(k, len(ours["epochs"])) - 1].get("after", {}).get("test")
-        tn = theirs["test"]["metrics"]
-        if mine:
-            on = mine["metrics"]
-            text.append(
-                f"\nTest metrics at equal epochs ({k}; full ranking, seen items filtered, {mine['n_users']:,} users; "
-                f"a check that both learn, far from convergence): resdom HR@10 {on['HR@10']:.4f} NDCG@10 "
-                f"{on['NDCG@10']:.4f}; RecBole HR@10 {tn.get('hit@10', float('nan')):.4f} NDCG@10 "
-                f"{tn.get('ndcg@10', float('nan')):.4f}. Converged accuracy is reported outside this block.")
-    if not err(ours):
-        d = ours["data"]
-        text.append(f"\nData: {d['users']:,} users, {d['items']:,} items, {d['train_interactions']:,} training "
-                    f"interactions (avg {d['avg_train_len']}); resdom {ours['params']:,} parameters, "
-                    f"torch threads {ours['threads']}.")
-    if not err(theirs):
-        d = theirs["data"]
-        text.append(f"RecBole: {d['users']:,} users, {d['items']:,} items, {d['train_samples']:,} training samples "
-                    f"(augmented prefixes), {theirs['params']:,} parameters, threads {theirs['threads']}, "
-                    f"dataset preparation {theirs['prepare']['seconds']} s (not timed in the epoch).")
+    for name, res in results.items():
+        info = res.get("ready")
+        if info:
+            d = info.get("data", {})
+            text.append(f"{name}: {info.get('params', 0):,} parameters, threads {info.get('threads')}, "
+                        f"{d.get('users', 0):,} users, {d.get('items', 0):,} items"
+                        + (f", {info['samples_per_epoch']:,} samples per epoch" if "samples_per_epoch" in info else "")
+                        + (f", {d['train_samples']:,} training samples (augmented prefixes)" if "train_samples" in d
+                           else "") + ".")
     text.append(
         "\nSame model sizes (d 64, 2 layers, 2 heads, inner 256, GELU, dropout 0.5/0.5, max length 50), "
         "same loss (CE over all items at the last position, every prefix of the training part a sample), "
-        "Adam lr 1e-3, batch 256, same torch build. Sample counts differ slightly by construction: resdom's "
-        "`ce_last` also trains the empty prefix (target = first item, as BSARec's code) and takes prefixes of the "
-        "last 50 training items; RecBole starts at prefix length 1 and keeps every prefix (truncated to 50); "
-        "RecBole's softmax also includes the padding item. Both figures are samples per second of their own "
-        "sample sets. What makes the difference: resdom cuts each batch into groups of similar prefix length, "
-        "each trimmed to its longest real prefix (Beauty prefixes are short), and gathers states before the "
-        "output product; RecBole pads every batch to 50.")
-    return "\n".join(text) + errors_note({"resdom": ours, "recbole": theirs})
+        "Adam lr 1e-3, batch 256, same torch build; each library's own training loop (resdom "
+        "`trainer._train_epoch`, RecBole `Trainer._train_epoch`) over its own shuffled batches. Sample sets "
+        "differ slightly by construction: resdom's `ce_last` also trains the empty prefix (target = first item, "
+        "as BSARec's code) and takes prefixes of the last 50 training items; RecBole starts at prefix length 1 "
+        "and keeps every prefix (truncated to 50); RecBole's softmax also includes the padding item. Both "
+        "figures are samples per second of their own sample sets. What makes the difference: resdom cuts each "
+        "batch into groups of similar prefix length, each trimmed to its longest real prefix (Beauty prefixes "
+        "are short), and gathers states before the output product; RecBole pads every batch to 50.")
+    return "\n".join(text) + errors_note(results)
 
 
 # ------------------------------------------------------------------------------------------ rectools
@@ -301,57 +445,34 @@ def section_rectools(ctx: Context) -> str:
     position of each user's window, one sample per user), batch 256, Adam 1e-3, same thread count."""
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
-    epochs = 1 if ctx.quick else 2
+    rounds, batches = (3, 2) if ctx.quick else (ctx.peer_rounds, ctx.peer_batches)
     data = beauty_data(ctx, max_users)
-    ours = ctx.task("train", {"data": data, "model": RECTOOLS_SASREC,
-                              "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3},
-                              "epochs": epochs, "evaluate": "each_epoch"})
-    theirs: dict[str, Any] = {"error": "RecTools venv not found (--rectools-python, $RESDOM_RECTOOLS_PYTHON, "
-                                       "benchmarks/.rectools-venv or --setup-rectools)"}
+    cmds = {"resdom": ctx.task_cmd("train_rounds", {"data": data, "model": RECTOOLS_SASREC, "batches": batches,
+                                                    "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}})}
     if ctx.rectools_python:
-        args: dict[str, Any] = {"epochs": epochs, "evaluate": True, "max_len": 50}
-        if max_users:
-            args["max_users"] = max_users
-        if ctx.threads:
-            args["threads"] = ctx.threads
-        theirs = ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty), json.dumps(args)],
-                              timeout=7200)
-    rows = []
-    for label, res in (("resdom", ours), ("RecTools", theirs)):
-        if not err(res):
-            for e in res["epochs"]:
-                rows.append([f"{label} epoch {e['epoch']}", e["samples"], e["seconds"], e["samples_per_s"],
-                             e["peak_rss_mb"]])
-    text = [table(["run", "samples", "s / epoch", "samples / s", "peak RSS MiB (epoch)"], rows)]
+        args: dict[str, Any] = {"batches": batches, "max_len": 50, **({"max_users": max_users} if max_users else {}),
+                                **({"threads": ctx.threads} if ctx.threads else {})}
+        cmds["RecTools"] = [ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty), json.dumps(args)]
+    results = interleaved(ctx, cmds, rounds)
+    if not ctx.rectools_python:
+        results["RecTools"] = {"error": "RecTools venv not found (--rectools-python, $RESDOM_RECTOOLS_PYTHON, "
+                                        "benchmarks/.rectools-venv or --setup-rectools)"}
+    text = peer_report(results, "RecTools", rounds, batches, 2.0)
     if max_users:
         text.append(f"\nData subset: the first {max_users:,} users of Beauty.txt for both libraries.")
-    ours_sps, theirs_sps = mean_epoch(ours, "samples_per_s"), mean_epoch(theirs, "samples_per_s")
-    ours_s, theirs_s = mean_epoch(ours, "seconds"), mean_epoch(theirs, "seconds")
-    text.append(f"\n**Throughput ratio (samples/s, mean over timed epochs): {ratio(ours_sps, theirs_sps)}**; seconds "
-                f"per epoch: resdom {fmt(ours_s)} s vs RecTools {fmt(theirs_s)} s. Goal: >= 2x.")
-    if not err(ours) and not err(theirs) and "test" in theirs:
-        mine = ours["epochs"][-1].get("after", {}).get("test")
-        tn = theirs["test"]["metrics"]
-        if mine:
-            on = mine["metrics"]
-            text.append(
-                f"\nTest metrics after {epochs} epoch(s) (full ranking, the input's items filtered, "
-                f"{mine['n_users']:,} / {theirs['test']['n_users']:,} users): resdom HR@10 {on['HR@10']:.4f} "
-                f"NDCG@10 {on['NDCG@10']:.4f}; RecTools HR@10 {tn['HR@10']:.4f} NDCG@10 {tn['NDCG@10']:.4f}.")
-    if not err(theirs):
-        d = theirs["data"]
-        text.append(f"\nRecTools {theirs['rectools']} (Lightning {theirs['lightning']}, torch {theirs['torch']}): "
-                    f"{d['train_samples']:,} training samples (one window per user), {theirs['params']:,} parameters, "
-                    f"threads {theirs['threads']}; it ranks the {d['model_items']:,} items of its training windows "
-                    f"(of {d['items']:,}), a test target outside them is a miss.")
-    if not err(ours):
-        text.append(f"resdom: {ours['params']:,} parameters, objective {ours['objective']}, threads {ours['threads']}.")
+    for name, res in results.items():
+        info = res.get("ready")
+        if info:
+            extra = (f"RecTools {info['rectools']}, Lightning {info['lightning']}, torch {info['torch']}; "
+                     if "rectools" in info else f"objective {info.get('objective')}; ")
+            text.append(f"{name}: {extra}{info.get('params', 0):,} parameters, threads {info.get('threads')}.")
     text.append(
         "\nSame network on both sides: RecTools' SASRec block (query-LN, FFN of inner size d with ReLU, final "
         "LayerNorm, padded states zeroed, causal mask only), mapped onto resdom's model as `resdom import-rectools` "
         "does (docs/adapters.md); same loss: full-catalogue softmax CE at every position of each user's last 50 "
-        "training items.")
-    return "\n".join(text) + errors_note({"resdom": ours, "rectools": theirs})
+        "training items, one sample per user; each library's own training loop (resdom `trainer._train_epoch`, "
+        "RecTools' Lightning loop, timed by a callback) over its own shuffled batches.")
+    return "\n".join(text) + errors_note(results)
 
 
 # --------------------------------------------------------------------------------------- time to accuracy
@@ -579,9 +700,10 @@ def section_eval(ctx: Context) -> str:
                    "resdom peak MiB", "naive peak MiB", "max abs diff HR/NDCG"], rows)]
     text.append(
         "\nBoth score every item for every user (full ranking, seen items at -inf) with the same untrained, seeded "
-        "SASRec and the same user chunks (resdom keeps a chunk's users x items score matrix within 32M floats). "
-        "resdom counts, per user, the items scoring >= the target (pessimistic ties); the naive one argsorts "
-        "all scores of each user and looks the target up. HR/NDCG agree (last column; MRR differs only by tie "
+        "SASRec. resdom scores 2,048 items at a time and counts, per user, the items scoring >= the target while "
+        "the tile is in cache (pessimistic ties; `ranking.tiled_ranks`), its users batched by input length; the "
+        "naive one keeps a chunk's users x items score matrix within 32M floats, argsorts all scores of each user "
+        "and looks the target up. HR/NDCG agree (last column; MRR differs only by tie "
         "handling).")
     return "\n".join(text) + errors_note(results)
 
@@ -892,7 +1014,8 @@ def merge_results(path: Path, new_sections: dict[str, str]) -> str:
 
 
 RUNNERS: dict[str, Callable[[Context], str]] = {
-    "recbole": section_recbole, "rectools": section_rectools, "tta": section_tta, "batching": section_batching,
+    "peak": section_peak, "recbole": section_recbole, "rectools": section_rectools, "tta": section_tta,
+    "batching": section_batching,
     "last": section_last, "ce": section_ce,
     "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
     "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
@@ -913,6 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tta-epochs", type=int, default=30, help="tta section: epochs for resdom and RecTools "
                    "(RecBole a fifth of them)")
     p.add_argument("--tta-target", type=float, default=0.06, help="tta section: validation NDCG@10 to reach")
+    p.add_argument("--peer-rounds", type=int, default=8, help="recbole and rectools sections: interleaved rounds")
+    p.add_argument("--peer-batches", type=int, default=20,
+                   help="recbole and rectools sections: training batches per library per round")
     p.add_argument("--threads", type=int, default=None, help="torch threads in every measurement (default: torch's)")
     p.add_argument("--recbole-users", type=int, default=None,
                    help="recbole and rectools sections: only the first N users of Beauty.txt, for both libraries "
@@ -927,7 +1053,8 @@ def main(argv: list[str] | None = None) -> int:
     need = set(names)
     recbole = find_peer_python("recbole", a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & need else None
     rectools = find_peer_python("rectools", a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & need else None
-    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target)
+    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target,
+                  a.peer_rounds, a.peer_batches)
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
@@ -935,7 +1062,9 @@ def main(argv: list[str] | None = None) -> int:
         command_line = "python benchmarks/run.py" + (" --quick" if a.quick else "") + f" --only {name}" + \
             (f" --threads {a.threads}" if a.threads else "") + \
             (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools", "tta")
-             else "")
+             else "") + \
+            (f" --peer-rounds {a.peer_rounds} --peer-batches {a.peer_batches}"
+             if name in ("recbole", "rectools") and (a.peer_rounds, a.peer_batches) != (8, 20) else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)
         results.parent.mkdir(parents=True, exist_ok=True)
         tmp = results.with_name(f".{results.name}.tmp")

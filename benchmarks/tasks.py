@@ -83,6 +83,62 @@ class Phase:
                 "peak_rss_mb": round(self.peak_mb, 1), "peak_is_phase_only": self.exact}
 
 
+# ------------------------------------------------------------------------------- interleaved rounds (peers)
+
+
+class Rounds:
+    """The child's side of interleaved timing (``run.py``'s ``interleaved``): a library's own training loop runs
+    ``batches`` batches per round, each round started by a ``round`` line on stdin (``stop`` or end of input
+    ends it), and prints one JSON line per round: ``{"round": n, "seconds": s, "batches": k, "samples": m}``.
+
+    The clock runs from the command to the end of the round's last training step, data loading included; the
+    wait between rounds is not timed. Two ways in: ``wrap(iterable, size)`` around the batches a training loop
+    iterates over (resdom, RecBole), or ``start()`` / ``batch_done(samples)`` from a callback (RecTools'
+    Lightning). numpy/torch-free: the peers' venvs import it.
+    """
+
+    def __init__(self, batches: int, inp: Any = None, out: Any = None) -> None:
+        self.batches, self.inp, self.out = int(batches), inp or sys.stdin, out or sys.stdout
+        self.n = self.samples = self.round = 0
+        self.t0: float | None = None
+        self.stopped = False
+
+    def ready(self, **info: Any) -> None:
+        """Announce that preparation (data, model) is done: ``{"ready": true, ...info}``."""
+        print(json.dumps({"ready": True, **info}, default=float), file=self.out, flush=True)
+
+    def start(self) -> bool:
+        """Wait (untimed) for the next command; True when a round starts, False (``stopped``) on stop / end."""
+        line = self.inp.readline()
+        if line.strip() != "round":
+            self.stopped = True
+            return False
+        self.t0, self.n, self.samples = time.perf_counter(), 0, 0
+        return True
+
+    def batch_done(self, samples: int) -> bool:
+        """After a training step of ``samples`` samples: ends the round after its last batch (printing its line)
+        and waits for the next; False once stopped."""
+        self.n += 1
+        self.samples += int(samples)
+        if self.n < self.batches:
+            return True
+        self.round += 1
+        print(json.dumps({"round": self.round, "seconds": time.perf_counter() - self.t0, "batches": self.n,
+                          "samples": self.samples}), file=self.out, flush=True)
+        return self.start()
+
+    def wrap(self, iterable: Any, size: Callable[[Any], int]) -> Any:
+        """The batches of ``iterable`` (one epoch), served in rounds: yields until stopped or exhausted (the caller
+        starts another epoch while not ``stopped``)."""
+        if self.t0 is None and not self.start():
+            return
+        for batch in iterable:
+            yield batch  # the caller's training step runs before the generator resumes
+            if not self.batch_done(size(batch)):
+                return
+
+
 # --------------------------------------------------------------------------------------------------- data
 
 
@@ -435,6 +491,226 @@ def task_cross_entropy(args: dict[str, Any]) -> dict[str, Any]:
             "loss_diff": abs(lt - lr), "grad_diff": max(float((ht - hr).abs().max()), float((et - er).abs().max()))}
 
 
+# ------------------------------------------------------------------------------------ interleaved peers
+
+
+def task_train_rounds(args: dict[str, Any]) -> dict[str, Any]:
+    """resdom's side of the interleaved peer timing: the trainer's own epoch loop (``trainer._train_epoch``, the
+    code ``resdom train`` runs) with its batches served in rounds of ``batches`` (``Rounds``, protocol on
+    stdin/stdout); epochs follow each other until the parent says stop."""
+    from resdom import distributed
+    from resdom.models import build_model
+    from resdom.training import trainer
+    from resdom.training.batches import build_samples
+    from resdom.training.objectives import get_objective
+
+    threads = set_threads(args.get("threads"))
+    split = load_split(args["data"])
+    model_cfg, train_cfg = make_configs(split, args.get("model", {}), args.get("train", {}))
+    objective = get_objective(train_cfg.objective)
+    torch.manual_seed(train_cfg.seed)
+    net = build_model(model_cfg)
+    optimizer = torch.optim.Adam(net.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
+    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective))
+    ctx = distributed.DistContext(device=torch.device("cpu"))
+    rounds = Rounds(args["batches"])
+    real = trainer.iter_batches
+    trainer.iter_batches = lambda *a, **k: rounds.wrap(real(*a, **k), lambda parts: sum(len(p.items) for p in parts))
+    rounds.ready(library="resdom", threads=threads, params=sum(p.numel() for p in net.parameters()),
+                 objective=objective.name, samples_per_epoch=len(samples), data=data_summary(split))
+    epoch = 0
+    try:
+        while not rounds.stopped:
+            epoch += 1
+            trainer._train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg, objective, epoch,
+                                 ctx, False)
+    finally:
+        trainer.iter_batches = real
+    return {"done": True, "rounds": rounds.round, "epochs_started": epoch}
+
+
+# ----------------------------------------------------------------------------------------- share of peak
+
+
+def matmul_peak(n: int = 2048, rounds: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
+    """GFLOP/s of the fastest of ``rounds`` float32 (n x n) @ (n x n) products (2 n^3 FLOPs) on torch's threads,
+    timed by ``clock`` (wall time; ``time.process_time``: the CPU time this process got)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b  # warm-up
+    best = math.inf
+    for _ in range(rounds):
+        t0 = clock()
+        a @ b
+        best = min(best, clock() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def _cpu_sdpa_flops(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """The CPU fused attention kernel's FLOPs (torch's FlopCounterMode has formulas for the CUDA kernels only):
+    the two products QK^T and AV, 4 B H Lq Lk dh, halved for ``is_causal`` (the kernel skips the future keys)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    causal = bool(args[1]) if len(args) > 1 else bool(kwargs.get("is_causal", False))
+    flops = sdpa_flop_count(query, key, value)
+    return flops // 2 if causal else flops
+
+
+def _cpu_sdpa_backward_flops(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
+                             **kwargs: Any) -> int:
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+
+    causal = bool(args[3]) if len(args) > 3 else bool(kwargs.get("is_causal", False))
+    flops = sdpa_backward_flop_count(grad_out, query, key, value)
+    return flops // 2 if causal else flops
+
+
+def counted_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of the matrix products (and attention) ``fn()`` runs, by torch's FlopCounterMode (elementwise work,
+    softmax, LayerNorm, the optimizer not counted): what a share of the matmul peak is computed from."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    aten = torch.ops.aten
+    mapping = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+               aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops}
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def _training_pass(data: dict[str, Any], model: dict[str, Any], train: dict[str, Any], steps: int
+                   ) -> Callable[[], None]:
+    """``steps`` training steps of the trainer's own batches (length groups, as ``_train_epoch``): zero_grad,
+    ``backward_groups``, Adam's step; the same batches every call."""
+    from resdom import distributed
+    from resdom.models import build_model
+    from resdom.training import trainer
+    from resdom.training.batches import build_samples, epoch_order, iter_batches
+    from resdom.training.objectives import get_objective
+
+    split = load_split(data)
+    model_cfg, train_cfg = make_configs(split, model, train)
+    objective = get_objective(train_cfg.objective)
+    torch.manual_seed(0)
+    net = build_model(model_cfg)
+    samples = build_samples(split.train, model_cfg.max_len, objective.layout)
+    exact = objective.name in ("ce_all", "ce_last", "bce") and net.exact_length_groups()
+    groups = train_cfg.length_groups if exact else 1
+    net.encode_groups = 1 if exact else train_cfg.length_groups
+    order = epoch_order(len(samples), np.random.default_rng(0))[: steps * train_cfg.batch_size]
+    batches = list(iter_batches(samples, order, train_cfg.batch_size, n_items=split.n_items, groups=groups))
+    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective))
+    optimizer = torch.optim.Adam(net.parameters(), lr=train_cfg.lr)
+    ctx = distributed.DistContext(device=torch.device("cpu"))
+    step.train()
+
+    def run() -> None:
+        for parts in batches:
+            optimizer.zero_grad(set_to_none=True)
+            trainer.backward_groups(step, parts, ctx)
+            optimizer.step()
+
+    return run
+
+
+def _ranking_pass(n_items: int, users: int, d: int = 64, seen: int = 50) -> Callable[[], None]:
+    """Full ranking of ``users`` random states against ``n_items`` random items (``tiled_ranks``, seen items
+    filtered), in evaluation's user chunks."""
+    from resdom.evaluation.ranking import tiled_chunk_size, tiled_ranks
+
+    g = torch.Generator().manual_seed(n_items)
+    emb = torch.randn(n_items + 1, d, generator=g) * 0.1
+    hidden = torch.randn(users, d, generator=g)
+    targets = torch.randint(1, n_items + 1, (users,), generator=g)
+    history = torch.randint(0, n_items + 1, (users, seen), generator=g)
+    chunk = tiled_chunk_size(n_items, 256)
+
+    def run() -> None:
+        for s in range(0, users, chunk):
+            tiled_ranks(hidden[s : s + chunk], emb, targets[s : s + chunk], history[s : s + chunk])
+
+    return run
+
+
+def _forward_and_mixing(data: dict[str, Any], max_len: int, max_users: int | None
+                        ) -> dict[str, Callable[[], Any]]:
+    """A plain forward pass over the test inputs (the diagnostics' batches) and the norm-of-sums mixing ratio."""
+    from resdom.diagnostics.common import batches, inference
+    from resdom.diagnostics.mixing import mixing_ratios
+
+    split = load_split(data)
+    evalset = first_test_users(split, max_users)
+    net = model_for(split, {"model": {"max_len": max_len, "inner_size": 256}})
+
+    def forward() -> None:
+        with inference(net):
+            for _, items, _ in batches(net, evalset, 256):
+                net.encode(items)
+
+    return {"forward": forward, "mixing": lambda: mixing_ratios(net, evalset, batch_size=256)}
+
+
+def task_peak(args: dict[str, Any]) -> dict[str, Any]:
+    """Share of the single-thread matmul peak of resdom's hot paths, in one process: the 2048^3 matmul's GFLOP/s
+    (before and after the paths; the faster is the peak), then for each path the FLOPs of its matrix products
+    (``counted_flops``, one untimed pass) over the fastest of interleaved rounds: a training step, full ranking at
+    12k and 1M items (a tiny catalogue with ``quick``), evaluation (encoding and ranking), and the forward pass
+    against the norm-of-sums mixing ratio at max length 50 and 200."""
+    threads = set_threads(args.get("threads", 1))
+    quick, rounds = bool(args.get("quick")), int(args.get("rounds", 5))
+    peak_start = matmul_peak(rounds=rounds)
+    train_data = args.get("train_data") or {"synthetic": {"n_users": 600 if quick else 6000, "n_items": 2000,
+                                                          "min_len": 3, "max_len": 53, "n_clusters": 20}}
+    train_model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
+                   "attn_dropout": 0.5}
+    big = 20_000 if quick else 1_000_000
+    paths: dict[str, Callable[[], Any]] = {
+        "training step (SASRec ce_all)": _training_pass(train_data, train_model,
+                                                         {"objective": "ce_all", "batch_size": 256},
+                                                         2 if quick else 20),
+        "full ranking, 12,101 items": _ranking_pass(12_101, 256 if quick else 4096),
+        f"full ranking, {big:,} items": _ranking_pass(big, 64 if quick else 512),
+    }
+    eval_data = {"synthetic": {"n_users": 300 if quick else 4000, "n_items": 12_101, "min_len": 3, "max_len": 53,
+                               "n_clusters": 20}}
+    split = load_split(eval_data)
+    eval_net = model_for(split, {"model": {"max_len": 50, "inner_size": 256}})
+    from resdom.evaluation.evaluate import evaluate
+
+    paths["evaluation (encode and rank), 12,101 items"] = lambda: evaluate(eval_net, split.test, batch_size=256)
+    for L in (50, 200):
+        users = 200 if quick else 2000
+        data = {"synthetic": {"n_users": users, "n_items": 2000, "min_len": max(3, L // 4), "max_len": L + 3,
+                              "n_clusters": 20}}
+        pair = _forward_and_mixing(data, L, None)
+        paths[f"forward, max len {L}"], paths[f"mixing (norm of sums), max len {L}"] = pair["forward"], pair["mixing"]
+    flops = {name: counted_flops(fn) for name, fn in paths.items()}
+    best, cpu = {}, {}  # the fastest wall time and the least CPU time of each, over interleaved rounds
+    for n in range(rounds):
+        for name in (list(paths) if n % 2 == 0 else list(paths)[::-1]):
+            t0, c0 = time.perf_counter(), time.process_time()
+            paths[name]()
+            best[name] = min(best.get(name, math.inf), time.perf_counter() - t0)
+            cpu[name] = min(cpu.get(name, math.inf), time.process_time() - c0)
+    peak_end = matmul_peak(rounds=rounds)
+    peak = max(peak_start, peak_end)
+    cpu_peak = matmul_peak(rounds=rounds, clock=time.process_time)
+    out = {name: {"seconds": round(best[name], 4), "gflop": round(flops[name] / 1e9, 3),
+                  "gflops": round(flops[name] / best[name] / 1e9, 2),
+                  "share_of_peak": round(flops[name] / best[name] / 1e9 / peak, 4),
+                  "cpu_seconds": round(cpu[name], 4),
+                  "cpu_share_of_peak": round(flops[name] / cpu[name] / 1e9 / cpu_peak, 4)} for name in paths}
+    mixing = {L: round(best[f"mixing (norm of sums), max len {L}"] / best[f"forward, max len {L}"], 3)
+              for L in (50, 200)}
+    mixing_cpu = {L: round(cpu[f"mixing (norm of sums), max len {L}"] / cpu[f"forward, max len {L}"], 3)
+                  for L in (50, 200)}
+    return {"threads": threads, "quick": quick, "rounds": rounds,
+            "peak_gflops": {"start": round(peak_start, 2), "end": round(peak_end, 2), "peak": round(peak, 2),
+                            "cpu_time": round(cpu_peak, 2)},
+            "paths": out, "mixing_vs_forward": mixing, "mixing_vs_forward_cpu": mixing_cpu,
+            "load_average": list(os.getloadavg())}
+
+
 # -------------------------------------------------------------------------------------------- distributed
 
 
@@ -460,7 +736,8 @@ def task_eval_run(args: dict[str, Any]) -> dict[str, Any]:
 
 
 TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "last_columns": task_last_columns,
-         "cross_entropy": task_cross_entropy, "eval_run": task_eval_run}
+         "cross_entropy": task_cross_entropy, "eval_run": task_eval_run, "train_rounds": task_train_rounds,
+         "peak": task_peak}
 
 
 def main(argv: list[str]) -> None:

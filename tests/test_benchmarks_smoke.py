@@ -179,3 +179,63 @@ def test_tta_section_times_a_target_and_the_value_every_library_reached(tmp_path
     assert rows["RecTools"][3:7] == ["15.0", "2.50x", "10.0", "2.50x"]
     assert rows["RecBole"][3] == "not reached" and rows["RecBole"][5:7] == ["40.0", "10.00x"]
     assert "s to >= 0.045 (reached by all)" in text
+
+
+def test_rounds_serve_a_fixed_number_of_batches_per_command() -> None:
+    """tasks.Rounds: a round of k batches per ``round`` line (across epochs), one JSON line each; ``stop`` ends."""
+    import io
+
+    out = io.StringIO()
+    rounds = tasks.Rounds(3, inp=io.StringIO("round\nround\nstop\n"), out=out)
+    rounds.ready(library="x")
+    seen = []
+    while not rounds.stopped:  # epochs of 4 batches of 2 samples
+        seen += list(rounds.wrap([[1, 2]] * 4, len))
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert lines[0] == {"ready": True, "library": "x"}
+    assert [(x["round"], x["batches"], x["samples"]) for x in lines[1:]] == [(1, 3, 6), (2, 3, 6)]
+    assert all(x["seconds"] >= 0 for x in lines[1:]) and len(seen) == 6
+    cb = tasks.Rounds(2, inp=io.StringIO("round\n"), out=io.StringIO())  # the callback way in (RecTools)
+    assert cb.start() and cb.batch_done(5) and not cb.batch_done(5) and cb.stopped and cb.round == 1
+
+
+def test_counted_flops_include_the_cpu_attention_kernel() -> None:
+    q = torch.randn(2, 2, 10, 8, requires_grad=True)
+    mm = tasks.counted_flops(lambda: torch.randn(3, 4) @ torch.randn(4, 5))
+    assert mm == 2 * 3 * 4 * 5
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    full = tasks.counted_flops(lambda: op(q, q, q, 0.0, False, scale=0.3))
+    causal = tasks.counted_flops(lambda: op(q, q, q, 0.0, True, scale=0.3))
+    assert full == 4 * 2 * 2 * 10 * 10 * 8 and causal == full // 2
+    both = tasks.counted_flops(lambda: op(q, q, q, 0.0, True, scale=0.3)[0].sum().backward())
+    assert both > causal  # the backward kernel counted too
+    assert tasks.matmul_peak(n=64, rounds=1) > 0
+
+
+@pytest.mark.slow
+def test_interleaved_rounds_of_two_training_children(tmp_path: Path) -> None:
+    """run.interleaved drives two tasks.py train_rounds children (resdom against itself: no peer venv needed)
+    through alternating rounds; the section's report reads them."""
+    (tmp_path / "out").mkdir()
+    ctx = run.Context(True, tmp_path, tmp_path / "out", None, 1)
+    args = {"data": TINY, "model": MODEL, "train": {"objective": "ce_last", "batch_size": 16}, "batches": 2}
+    res = run.interleaved(ctx, {"resdom": ctx.task_cmd("train_rounds", args),
+                                "again": ctx.task_cmd("train_rounds", {**args, "batches": 3})}, rounds=3, timeout=300)
+    assert "error" not in res["resdom"] and "error" not in res["again"], res
+    assert [r["batches"] for r in res["resdom"]["rounds"]] == [2, 2, 2]
+    assert [r["samples"] for r in res["again"]["rounds"]] == [48, 48, 48]
+    assert res["resdom"]["ready"]["library"] == "resdom" and len(ctx.commands) == 2
+    text = "\n".join(run.peer_report(res, "again", 3, 2, 1.0))
+    assert "| resdom | 3 | 2 |" in text and "Throughput ratio" in text and "n/a" not in text.split("Goal")[0]
+    bad = run.interleaved(ctx, {"broken": [sys.executable, "-c", "import sys; sys.exit(3)"]}, rounds=1, timeout=60)
+    assert "exit 3" in bad["broken"]["error"]
+
+
+@pytest.mark.slow
+def test_peak_task_quick_reports_every_path() -> None:
+    res = tasks.task_peak({"quick": True, "rounds": 1, "threads": 1})
+    assert res["peak_gflops"]["peak"] > 0 and set(res["mixing_vs_forward"]) == {50, 200}
+    assert len(res["paths"]) == 8
+    for p in res["paths"].values():
+        assert p["gflop"] > 0 and p["seconds"] > 0 and 0 < p["share_of_peak"] < 2 and 0 < p["cpu_share_of_peak"] < 2
+    assert set(res["mixing_vs_forward_cpu"]) == {50, 200} and res["peak_gflops"]["cpu_time"] > 0

@@ -76,7 +76,7 @@ def test_result_is_independent_of_batch_size_and_chunking(monkeypatch: pytest.Mo
         other = evaluate(model, evalset, batch_size=bs, return_ranks=True)
         assert np.array_equal(other.ranks, base.ranks), bs
         assert other.metrics == base.metrics
-    monkeypatch.setattr(evaluate_module, "user_chunk_size", lambda n_items, requested: 2)
+    monkeypatch.setattr(evaluate_module, "tiled_chunk_size", lambda n_items, requested: 2)
     assert np.array_equal(evaluate(model, evalset, return_ranks=True).ranks, base.ranks)
 
 

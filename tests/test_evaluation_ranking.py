@@ -7,7 +7,18 @@ import math
 import pytest
 import torch
 
-from resdom.evaluation.ranking import MISS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+from resdom.errors import ResdomError
+from resdom.evaluation.ranking import (
+    ITEM_TILE,
+    MISS,
+    SCORE_BUDGET,
+    full_scores,
+    metrics_from_ranks,
+    pessimistic_ranks,
+    tiled_chunk_size,
+    tiled_ranks,
+    user_chunk_size,
+)
 
 
 def slow_rank(scores: list[float], target: int, seen: set[int]) -> int:
@@ -106,3 +117,67 @@ def test_user_chunk_size_bounds_the_score_matrix() -> None:
     assert user_chunk_size(100, 256) == 256
     assert user_chunk_size(1_000_000, 256, budget=10_000_000) == 9
     assert user_chunk_size(10**9, 256) == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("tile", [1, 4, 7, 31, 64])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_tiled_ranks_equal_the_full_score_matrix_with_ties(seed: int, tile: int, filtered: bool) -> None:
+    """Integer scores (many exact ties), tiles of one item, uneven last tiles, one tile of all: the ranks of
+    ``pessimistic_ranks(full_scores(...))``, for one item and several items per row, absent items (0) too."""
+    hidden, emb, seen, targets = integer_case(seed)
+    seen_ = seen if filtered else None
+    want = pessimistic_ranks(full_scores(hidden, emb, seen_), targets)
+    assert torch.equal(tiled_ranks(hidden, emb, targets, seen_, tile=tile), want)
+    several = torch.stack([targets, seen[:, 0], torch.zeros_like(targets)], 1)  # seen items and padding too
+    want = pessimistic_ranks(full_scores(hidden, emb, seen_), several)
+    assert torch.equal(tiled_ranks(hidden, emb, several, seen_, tile=tile), want)
+
+
+@pytest.mark.parametrize("n_items", [100, 5000, 20_000])
+def test_tiled_ranks_equal_the_previous_path_at_the_default_tile(n_items: int) -> None:
+    """float32 scores of a trained-like size (tiles of ``ITEM_TILE`` items): the same ranks as the full product,
+    with seen items and duplicated item rows (exact ties across tiles)."""
+    g = torch.Generator().manual_seed(n_items)
+    emb = torch.randn(n_items + 1, 32, generator=g) * 0.2
+    emb[n_items // 2 :: 997] = emb[1]  # the same item many times, in several tiles
+    hidden = torch.randn(60, 32, generator=g)
+    targets = torch.randint(1, n_items + 1, (60,), generator=g)
+    targets[:5] = 1
+    seen = torch.randint(0, n_items + 1, (60, 40), generator=g)
+    seen[7, 3] = targets[7]  # a target in its own input
+    for s in (None, seen):
+        want = pessimistic_ranks(full_scores(hidden, emb, s), targets)
+        assert torch.equal(tiled_ranks(hidden, emb, targets, s), want)
+    assert ITEM_TILE < 20_000 + 1  # several tiles in the largest case
+
+
+def test_tiled_ranks_refuse_non_finite_scores() -> None:
+    hidden, emb = torch.ones(3, 2), torch.ones(40, 2)
+    emb[33, 0] = math.nan
+    with pytest.raises(ResdomError, match="NaN or infinity"):
+        tiled_ranks(hidden, emb, torch.tensor([1, 2, 3]), tile=8)
+    emb[33, 0], emb[0, 0] = 1.0, math.nan  # the padding row is never ranked
+    assert tiled_ranks(hidden, emb, torch.tensor([1, 2, 3]), tile=8).tolist() == [38, 38, 38]
+
+
+def test_tiled_chunk_size_bounds_the_kept_tiles() -> None:
+    assert tiled_chunk_size(12_000, 256) == 256  # 6 tiles of 2048 items at most
+    b = tiled_chunk_size(1_000_000, 256)
+    assert b * b * ITEM_TILE <= SCORE_BUDGET < (b + 20) ** 2 * ITEM_TILE
+    assert tiled_chunk_size(1_000_000, 256, k=3) < b
+    assert tiled_chunk_size(10**9, 256) == b  # no matrix of all items: the chunk does not shrink further
+
+
+def test_diagnostics_rank_items_equal_ranks_of_the_score_matrix() -> None:
+    """``diagnostics.common.rank_items`` (tiled) against ``ranks_of(scores_at(...))`` (the previous path), absent
+    items MISS, filtered and not."""
+    from types import SimpleNamespace
+
+    from resdom.diagnostics.common import rank_items, ranks_of, scores_at
+
+    hidden, emb, seen, targets = integer_case(4, N=5000)
+    model = SimpleNamespace(item_embeddings=lambda: emb)
+    items = torch.stack([targets, seen[:, 1], torch.zeros_like(targets)], 1)
+    for s in (None, seen):
+        assert torch.equal(rank_items(model, hidden, items, s), ranks_of(scores_at(model, hidden, s), items))

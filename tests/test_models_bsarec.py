@@ -116,7 +116,7 @@ def test_bsarec_layer_matches_slow_reference(bsa_c: int, alpha: float, freq_resi
     items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8]])
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     with torch.no_grad():
-        got = block(x, causal_mask_bias(items).double()).numpy()
+        got = block(x, causal_mask_bias(items).dense(torch.float64)).numpy()
     for b in range(2):
         want = slow_bsarec_layer(block, x[b].numpy(), items[b].numpy(), alpha, bsa_c, freq_residual)
         np.testing.assert_allclose(got[b], want, atol=1e-9)

@@ -153,7 +153,8 @@ def test_mask_biases_against_a_loop(key_padding: bool) -> None:
     from resdom.models.block import MASK_VALUE, causal_mask_bias, padding_mask_bias
 
     items = torch.tensor([[0, 0, 3, 1, 2], [4, 5, 0, 6, 7], [0, 0, 0, 0, 0]])
-    causal, padding = causal_mask_bias(items, key_padding=key_padding), padding_mask_bias(items)
+    causal = causal_mask_bias(items, key_padding=key_padding).dense().expand(3, 1, 5, 5)
+    padding = padding_mask_bias(items).dense()
     assert causal.shape == padding.shape == (3, 1, 5, 5) and causal.dtype == padding.dtype == torch.float32
     for b in range(3):
         for i in range(5):

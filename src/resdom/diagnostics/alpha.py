@@ -135,7 +135,7 @@ def alpha_row(
     ``target_unfiltered`` (n,), ``last`` (n,) unfiltered rank of the last input item (model already in inference
     mode)."""
     acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
-    filt, unfilt, last = [], [], []
+    filt, unfilt, last, order = [], [], [], []
     with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums") as store:
         for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
             states = final_states(model, items)
@@ -144,12 +144,13 @@ def alpha_row(
             filt.append(r["target"].cpu())
             unfilt.append(r["target_unfiltered"].cpu())
             last.append(r["recent"].cpu().numpy())
-    n = len(evalset)
+            order.append(idx)
+    n, idx = len(evalset), np.concatenate(order)
     acc.merge_ranks(n)
     mix = acc.result()
-    ranks = all_users(torch.cat(filt).numpy(), n)
-    unranks = all_users(torch.cat(unfilt).numpy(), n)
-    recent = all_users(np.concatenate(last), n)
+    ranks = all_users(torch.cat(filt).numpy(), n, idx)
+    unranks = all_users(torch.cat(unfilt).numpy(), n, idx)
+    recent = all_users(np.concatenate(last), n, idx)
     mf = metrics_from_ranks(torch.from_numpy(ranks), (10,))
     mu = metrics_from_ranks(torch.from_numpy(unranks), (10,))
     row: dict[str, Any] = {"alpha": alpha, "mixing_all": mix.pooled["all"], "mixing_last": mix.pooled["last"]}

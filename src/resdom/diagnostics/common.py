@@ -5,8 +5,9 @@ Diagnostics touch a model only through ``resdom.models.interface`` (``encode``, 
 ``resdom.evaluation.ranking``. Ranks are 0-based and pessimistic; a rank >= K is a miss at K.
 
 Under ``torch.distributed`` with W > 1 processes (and at least W users) ``batches`` yields only this rank's
-users ``r::W`` (as ``resdom.evaluation.evaluate``); per-user results are put back together with
-``all_users`` (all-gathered, in user order) and running sums with ``sum_over_ranks``, so every process
+users ``r::W`` (as ``resdom.evaluation.evaluate``). Batches come longest window first (similar lengths
+together, each batch padded only to its own longest window); per-user results are put back together with
+``all_users`` (in user order, all-gathered across ranks) and running sums with ``sum_over_ranks``, so every process
 returns the numbers of one process.
 """
 
@@ -24,8 +25,8 @@ import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import iter_eval_batches
-from resdom.evaluation.ranking import MISS, full_scores, pessimistic_ranks, user_chunk_size
+from resdom.evaluation.batches import in_user_order, iter_eval_batches
+from resdom.evaluation.ranking import MISS, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
 DEFAULT_BATCH = 256
@@ -78,8 +79,9 @@ def batches(
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
     """(example indices (B,), items int64 (B, L) left-padded, targets (B,)) on the model's device.
 
-    Only this rank's users (``shard``), in order. The batch is capped so its (B, n_items + 1) score matrix
-    stays within the ranking module's budget.
+    Only this rank's users (``shard``), longest window first (``iter_eval_batches(by_length=True)``): per-user
+    rows go back in user order through ``all_users`` with the example indices. The batch is capped so its
+    (B, n_items + 1) score matrix stays within the ranking module's budget.
     """
     from tqdm.auto import tqdm
 
@@ -87,14 +89,15 @@ def batches(
     size = user_chunk_size(model.n_items, batch_size)
     rank, world = shard(len(evalset))
     index = np.arange(rank, len(evalset), world, dtype=np.int64)
-    it = iter_eval_batches(evalset, model.max_len, size, device, index)
+    it = iter_eval_batches(evalset, model.max_len, size, device, index, by_length=True)
     bar = tqdm(it, total=math.ceil(len(index) / size), desc=desc, leave=False, disable=not show_progress(progress))
     yield from bar
 
 
-def all_users(local: np.ndarray, n: int) -> np.ndarray:
-    """Per-user rows of this rank's users (in ``batches`` order) -> the rows of all ``n`` users, in user order
-    (``local`` itself in one process)."""
+def all_users(local: np.ndarray, n: int, idx: np.ndarray) -> np.ndarray:
+    """Per-user rows of this rank's users in ``batches`` order, ``idx`` their example indices (the batches'
+    indices, concatenated) -> the rows of all ``n`` users, in user order (all-gathered across ranks)."""
+    local = in_user_order(local, idx)
     rank, world = shard(n)
     return local if world == 1 else gather_users(torch.from_numpy(local), n, rank, world).numpy()
 
@@ -114,6 +117,15 @@ def scores_at(model: Diagnosable, states: torch.Tensor, seen: torch.Tensor | Non
     """states (B, d), seen (B, L) item ids or None -> full scores (B, n_items + 1), padding and seen at -inf."""
     emb = model.item_embeddings()
     return full_scores(states.to(emb.dtype), emb, seen)
+
+
+def rank_items(model: Diagnosable, states: torch.Tensor, items: torch.Tensor, seen: torch.Tensor | None
+               ) -> torch.Tensor:
+    """``ranks_of(scores_at(model, states, seen), items)`` without the (B, n_items + 1) score matrix
+    (``ranking.tiled_ranks``): states (B, d), items (B,) or (B, k) -> ranks, absent items (id 0) MISS."""
+    emb = model.item_embeddings()
+    ranks = tiled_ranks(states.to(emb.dtype), emb, items, seen)
+    return torch.where(items > 0, ranks, torch.full_like(ranks, MISS))
 
 
 def ranks_of(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,8 @@ from resdom.diagnostics.common import first_real
 from resdom.models.block import BlockRecord
 
 DEFINITIONS: tuple[str, ...] = ("norm_of_sums", "sum_of_norms")
+RATIO_GATHER_BELOW = 0.5  # norm_of_sums gathers the positions with a ratio below this share of the batch (mostly
+# padding), else computes every position and zeroes the rest (length-sorted batches are mostly real)
 
 
 def stages_of(rec: BlockRecord) -> tuple[str, ...]:
@@ -127,14 +129,17 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
 
     As the decomposition's own sums, but leaving out the +LN stage's 1/sqrt(Var(z_i)+eps): a positive factor common to
     both terms of position i, it cancels in r_i (and costs a variance per position). Computed at the positions
-    that have a ratio only (a batch padded to its longest user is mostly padding).
+    that have a ratio only where they are under ``RATIO_GATHER_BELOW`` of the batch (a batch of mixed lengths is
+    mostly padding), else at every position (no gathers), the others set to 0: the same numbers.
     """
     s = rec.branch_scale
     B, L, d = rec.z.shape
-    rows = torch.nonzero(~_excluded(rec, items).flatten()).flatten()  # flat (b, i) of the positions with a ratio
+    keep = ~_excluded(rec, items).flatten()
+    gather = float(keep.float().mean()) < RATIO_GATHER_BELOW  # mostly padding: only the positions with a ratio
+    rows = torch.nonzero(keep).flatten() if gather else None  # flat (b, i) of the positions with a ratio
 
-    def take(t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (N, d) at ``rows``
-        return t.reshape(B * L, d).index_select(0, rows)
+    def take(t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (N, d) at ``rows`` (every position: (B * L, d))
+        return t.reshape(B * L, d).index_select(0, rows) if gather else t.reshape(B * L, d)
 
     own = take(self_terms(rec))
     others = torch.sub(take(rec.attn_out), rec.out_bias)
@@ -147,8 +152,10 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
     if not rec.norm_first:
         norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
-    return {st: rec.z.new_zeros(B * L).index_copy_(0, rows, _ratio(a, a + b)).view(B, L)
-            for st, (a, b) in norms.items()}
+    if gather:
+        return {st: rec.z.new_zeros(B * L).index_copy_(0, rows, _ratio(a, a + b)).view(B, L)
+                for st, (a, b) in norms.items()}
+    return {st: torch.where(keep, _ratio(a, a + b), 0.0).view(B, L) for st, (a, b) in norms.items()}
 
 
 def _excluded(rec: BlockRecord, items: torch.Tensor) -> torch.Tensor:

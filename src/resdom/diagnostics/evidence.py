@@ -147,13 +147,17 @@ def sweep_ranks(
     n = len(evalset)
     for a in alphas:
         parts: dict[str, list[np.ndarray]] = {"target": [], "target_unfiltered": [], "last": []}
+        order: list[np.ndarray] = []
         with residual_scale(model, a, layers):
             for idx, items, targets in batches(model, evalset, batch_size, device, f"evidence alpha {a:g}", progress):
                 r = batch_ranks(model, evalset, idx, items, targets, final_states(model, items), filter_seen)
                 parts["target"].append(r["target"].cpu().numpy())
                 parts["target_unfiltered"].append(r["target_unfiltered"].cpu().numpy())
                 parts["last"].append(r["recent"][:, 0].cpu().numpy())
-        out[a] = {k: all_users(np.concatenate(v) if v else np.zeros(0, dtype=np.int64), n) for k, v in parts.items()}
+                order.append(idx)
+        idx = np.concatenate(order) if order else np.zeros(0, dtype=np.int64)
+        out[a] = {k: all_users(np.concatenate(v) if v else np.zeros(0, dtype=np.int64), n, idx)
+                  for k, v in parts.items()}
     return out
 
 

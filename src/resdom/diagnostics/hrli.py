@@ -31,9 +31,8 @@ from resdom.diagnostics.common import (
     inference,
     jsonable,
     number_at,
-    ranks_of,
+    rank_items,
     recent_items,
-    scores_at,
 )
 from resdom.models.interface import Diagnosable, final_states
 
@@ -150,7 +149,7 @@ def last_item_ranks(
     """states (B, d) final-position outputs of ``evalset[index]`` -> int64 (B, len(ks)) unfiltered ranks."""
     recent = np.stack([recent_items(evalset.inputs, index, k) for k in ks], 1)
     items = torch.from_numpy(recent).to(states.device)
-    return ranks_of(scores_at(model, states, None), items)
+    return rank_items(model, states, items, None)
 
 
 def last_item_hit_rates(
@@ -169,12 +168,14 @@ def last_item_hit_rates(
     if any(k < 1 for k in ks) or any(K < 1 for K in Ks):
         raise ValueError(f"k and K must be >= 1 (got ks={tuple(ks)}, Ks={tuple(Ks)})")
     model = check_model(model)
-    parts = []
+    parts, order = [], []
     with inference(model):
         for idx, items, _ in batches(model, evalset, batch_size, device, "hrli", progress):
             states = final_states(model, items)
             parts.append(last_item_ranks(model, evalset, idx, states, ks).cpu().numpy())
-    ranks = all_users(np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64), len(evalset))
+            order.append(idx)
+    local = np.concatenate(parts) if parts else np.zeros((0, len(ks)), dtype=np.int64)
+    ranks = all_users(local, len(evalset), np.concatenate(order) if order else np.zeros(0, dtype=np.int64))
     bands = None
     if train_counts is not None:
         last = recent_items(evalset.inputs, np.arange(len(evalset)), 1)

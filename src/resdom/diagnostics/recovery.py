@@ -44,8 +44,7 @@ from resdom.diagnostics.common import (
     inference,
     jsonable,
     number_at,
-    ranks_of,
-    scores_at,
+    rank_items,
     seen_items,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
@@ -71,11 +70,16 @@ def position_ranks(
     last state, column L-1-k is the readout of the prefix that ends at it (the mean of its last k' real states,
     or the attention pooling over its real states), never a raw encoder state.
 
-    For k >= 1, columns that are padding (fewer than k+1 items) or outside the batch get MISS. Runs at the
-    model's current alphas, in inference mode.
+    For k >= 1, columns that hold no token (``state_tokens``: padding) get MISS. A batch narrower than
+    ``max(offsets) + 1`` columns is left-padded to that width (at most the model's ``max_len``; columns beyond
+    the window get MISS), so every user's ranks are those of any batch width: BERT4Rec's column L-1-k sits on the
+    k-th most recent item, which is real for a user of exactly k items. Runs at the model's current alphas, in
+    inference mode.
     """
-    out = []
+    out, order = [], []
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
+        width = max(items.shape[1], min(max(offsets) + 1, model.max_len))
+        items = torch.nn.functional.pad(items, (width - items.shape[1], 0))  # left: padding columns
         hidden = last_prediction_states(model, items, max(offsets) + 1)  # (B, L, d), read at L-1-k only
         tokens = state_tokens(model, items)  # the token each column of hidden sits on
         seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
@@ -86,12 +90,13 @@ def position_ranks(
             if c < 0:
                 cols.append(torch.full_like(targets, MISS))
                 continue
-            r = ranks_of(scores_at(model, hidden[:, c], seen), targets)
+            r = rank_items(model, hidden[:, c], targets, seen)
             real = tokens[:, c] > 0
             cols.append(r if k == 0 else torch.where(real, r, torch.full_like(r, MISS)))
         out.append(torch.stack(cols, 1).cpu().numpy())
+        order.append(idx)
     local = np.concatenate(out) if out else np.zeros((0, len(offsets)), dtype=np.int64)
-    return all_users(local, len(evalset))
+    return all_users(local, len(evalset), np.concatenate(order) if order else np.zeros(0, dtype=np.int64))
 
 
 def final_ranks(

@@ -143,15 +143,16 @@ def _ranks_and_top(
     """(target ranks (n,), top-10 item ids (n, 10)) with ``model_inputs`` fed to the model in place of the
     originals; the seen filter uses the original inputs of ``evalset``."""
     fed = EvalSet(model_inputs, evalset.targets)
-    ranks, tops = [], []
+    ranks, tops, order = [], [], []
     top = min(TOP, model.n_items)
     for idx, items, targets in batches(model, fed, batch_size, device, desc, progress):
         seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
         scores = scores_at(model, final_states(model, items), seen)
         ranks.append(ranks_of(scores, targets).cpu().numpy())
         tops.append(scores.topk(top, dim=1).indices.cpu().numpy())
-    n = len(evalset)
-    return all_users(np.concatenate(ranks), n), all_users(np.concatenate(tops), n)
+        order.append(idx)
+    n, idx = len(evalset), np.concatenate(order)
+    return all_users(np.concatenate(ranks), n, idx), all_users(np.concatenate(tops), n, idx)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,27 +1,63 @@
-"""Batches of evaluation examples, shared by evaluation and diagnostics."""
+"""Batches of evaluation examples, shared by evaluation and diagnostics.
+
+``iter_eval_batches(..., by_length=True)`` (what evaluation and every diagnostic use) feeds the users longest
+window first, so that each batch holds users of similar length and is left-padded only to its own longest
+window: most of a batch of mixed lengths is padding otherwise. Every user's inputs, and so every per-user
+result, are those of any other batching (a user's states do not depend on the batch width, see
+``SequentialRecommender.encode``); callers put their per-user rows back in user order with ``in_user_order``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet
 
+Rows = TypeVar("Rows", np.ndarray, torch.Tensor)
+
+
+def length_order(evalset: EvalSet, max_len: int, index: np.ndarray) -> np.ndarray:
+    """``index`` (n,) reordered by the length of each user's window ``min(len, max_len)``, longest first; users of
+    the same length keep their order (a stable sort)."""
+    lengths = np.minimum(evalset.inputs.lengths[index], max_len)
+    return index[np.argsort(-lengths, kind="stable")]
+
 
 def iter_eval_batches(
     evalset: EvalSet, max_len: int, batch_size: int, device: str | torch.device = "cpu",
-    index: np.ndarray | None = None,
+    index: np.ndarray | None = None, by_length: bool = False,
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
     """Yield (example indices (B,), items int64 (B, L) left-padded, targets int64 (B,)) over ``evalset``.
 
-    Inputs are the last ``max_len`` items, L trimmed to the longest in the batch. ``index`` restricts to a
-    subset (e.g. this rank's shard), in that order.
+    Inputs are the last ``max_len`` items, L trimmed to the longest in the batch; a batch with an empty input is
+    ``max_len`` wide, since the state of an input of padding alone depends on the width (its attention spreads
+    over the padded keys), and so would depend on which users share its batch. ``index`` restricts to a
+    subset (e.g. this rank's shard), in that order; ``by_length``: in ``length_order`` instead (similar lengths
+    together, the narrowest batches), so the example indices yielded are that permutation of ``index``.
     """
     order = np.arange(len(evalset), dtype=np.int64) if index is None else np.asarray(index, dtype=np.int64)
+    if by_length:
+        order = length_order(evalset, max_len, order)
+    lengths = evalset.inputs.lengths
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        items = torch.from_numpy(evalset.inputs.padded(max_len, idx)).to(device)
+        items = evalset.inputs.padded(max_len, idx)
+        if items.shape[1] < max_len and (lengths[idx] == 0).any():  # an empty input: the full window (below)
+            items = np.pad(items, ((0, 0), (max_len - items.shape[1], 0)))
+        items = torch.from_numpy(items).to(device)
         targets = torch.from_numpy(evalset.targets[idx]).to(device)
         yield idx, items, targets
+
+
+def in_user_order(rows: Rows, idx: np.ndarray) -> Rows:
+    """rows (n, ...) of the examples ``idx`` (n,) (the example indices batches yielded, concatenated) -> the same
+    rows by increasing example index: the order of an ascending ``index`` (every caller's: all users, or one
+    rank's ``r::W``), whatever order the batches came in."""
+    order = np.argsort(np.asarray(idx, dtype=np.int64), kind="stable")
+    if isinstance(rows, torch.Tensor):
+        return rows[torch.from_numpy(order).to(rows.device)]
+    return rows[order]

@@ -5,10 +5,13 @@ model's readout of ``encode(items)``, by default ``encode(items)[:, -1]``) and
 scored against every item; ranks are 0-based and pessimistic (``ranking.py``). With ``filter_seen`` every
 item of the user's whole input sequence scores -inf, not only the last ``max_len`` items the model reads (as
 in BSARec's code, which removes the whole history), so a target that is in its own input is not ranked: a miss
-at every K, whatever the catalogue size, with reciprocal rank 0 (``ranking.MISS``). Users are processed in chunks whose
-(users x items) score matrix stays within ``ranking.SCORE_BUDGET``. Under ``torch.distributed`` with more
-than one process, users are sharded ``index[rank::world]`` and the ranks gathered, so every process returns
-the metrics of the whole set.
+at every K, whatever the catalogue size, with reciprocal rank 0 (``ranking.MISS``). Users are processed in
+chunks of similar input length (longest first,
+each chunk left-padded to its own longest window: ``batches.iter_eval_batches(by_length=True)``), ranked a tile
+of items at a time (``ranking.tiled_ranks``: no (users x items) matrix; the kept tiles stay within
+``ranking.SCORE_BUDGET``); ranks come back in evaluation-set order.
+Under ``torch.distributed`` with more than one process, users are sharded ``index[rank::world]`` and the ranks
+gathered, so every process returns the metrics of the whole set.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from torch.nn import parallel as nn_parallel
 
 from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import iter_eval_batches
-from resdom.evaluation.ranking import KS, full_scores, metrics_from_ranks, pessimistic_ranks, user_chunk_size
+from resdom.evaluation.batches import in_user_order, iter_eval_batches
+from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
 from resdom.models.interface import final_states
 
 if TYPE_CHECKING:
@@ -59,16 +62,16 @@ def _local_ranks(
     model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """Ranks int64 (len(index),) of the targets of ``evalset[index]``, in ``index`` order."""
-    chunk = user_chunk_size(model.n_items, batch_size)
+    chunk = tiled_chunk_size(model.n_items, batch_size)
     history = max(1, int(evalset.inputs.lengths.max(initial=1)))
     item_emb = model.item_embeddings()
-    out = []
-    for idx, items, targets in iter_eval_batches(evalset, model.max_len, chunk, device, index):
+    out, order = [], []
+    for idx, items, targets in iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True):
         hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
         seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
-        scores = full_scores(hidden, item_emb, seen)  # (B, N+1)
-        out.append(pessimistic_ranks(scores, targets).cpu())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
+        out.append(tiled_ranks(hidden, item_emb, targets, seen).cpu())  # as pessimistic_ranks of full_scores
+        order.append(idx)
+    return in_user_order(torch.cat(out), np.concatenate(order)) if out else torch.zeros(0, dtype=torch.int64)
 
 
 def evaluate(

@@ -6,6 +6,12 @@ score is -inf (it was in the input and filtering is on) is not ranked at all: it
 at every K whatever the catalogue size (a catalogue of fewer than K items would otherwise count it as a hit),
 with reciprocal rank 0.
 All functions work on one user chunk at a time; ``user_chunk_size`` keeps (users x items) bounded.
+
+``tiled_ranks`` ranks without the (users x items) matrix: it scores ``ITEM_TILE`` items at a time and counts each
+tile while it sits in cache, the targets' own scores taken from the same tile products (those tiles are made
+first and kept, ``tiled_chunk_size`` bounds them), so ties count exactly as in ``pessimistic_ranks`` of
+``full_scores``. Its ranks equal theirs wherever the tile products equal the columns of the full product (MKL's
+on x86: checked by ``tests/test_evaluation_ranking.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +27,35 @@ from resdom.names import CUTOFFS
 KS = CUTOFFS
 SCORE_BUDGET = 32_000_000  # floats per (users x items) score chunk: 128 MB in float32
 MISS = int(np.iinfo(np.int64).max // 4)  # rank of an item that cannot be recommended (filtered out, absent)
+ITEM_TILE = 2048  # items per score tile of ``tiled_ranks``: a (users x tile) block stays in the core's cache
 
 
 def user_chunk_size(n_items: int, requested: int, budget: int = SCORE_BUDGET) -> int:
     """Largest user chunk <= requested whose score matrix (chunk, n_items + 1) fits in ``budget`` floats."""
     return max(1, min(requested, budget // (n_items + 1)))
+
+
+def tiled_chunk_size(n_items: int, requested: int, k: int = 1, tile: int = ITEM_TILE,
+                     budget: int = SCORE_BUDGET) -> int:
+    """Largest user chunk B <= requested whose kept tiles in ``tiled_ranks`` (at most one per target, and no more
+    than there are tiles: B * min(B * k, tiles) * tile floats, k items ranked per user) fit in ``budget`` floats."""
+    n_tiles = -(-(n_items + 1) // tile)
+    width = min(tile, n_items + 1)
+    B = max(1, requested)
+    while B > 1 and B * min(B * k, n_tiles) * width > budget:
+        B -= max(1, B // 8)
+    return B
+
+
+def _check_finite(scores: torch.Tensor) -> None:
+    """ResdomError unless every score of ``scores`` (B, n) is finite."""
+    # a finite sum means every score is finite (one fast pass); else look at the scores themselves (a sum of
+    # finite scores can overflow)
+    if not bool(torch.isfinite(scores.sum())) and not bool(torch.isfinite(scores).all()):
+        raise ResdomError(
+            "the model scores items as NaN or infinity, so no ranking of them means anything; its weights are "
+            "broken (non-finite values, or overflow): retrain or re-import the run"
+        )
 
 
 def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tensor:
@@ -36,13 +66,7 @@ def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor
     would make every such target a hit at rank 0 (or -1).
     """
     scores = hidden @ item_emb.T
-    # a finite sum means every score is finite (one fast pass); else look at the scores themselves (a sum of
-    # finite scores can overflow)
-    if not bool(torch.isfinite(scores[:, 1:].sum())) and not bool(torch.isfinite(scores[:, 1:]).all()):
-        raise ResdomError(
-            "the model scores items as NaN or infinity, so no ranking of them means anything; its weights are "
-            "broken (non-finite values, or overflow): retrain or re-import the run"
-        )
+    _check_finite(scores[:, 1:])
     scores[:, 0] = -math.inf
     if seen is not None:
         scores.scatter_(1, seen, -math.inf)  # seen 0 (padding) hits column 0, already -inf
@@ -61,6 +85,53 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
     # int32 accumulation: about 2x faster than summing bools into int64 on CPU (counts <= N + 1 < 2^31)
     ranks = (scores[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32).to(torch.int64) - 1
     ranks = torch.where(own == -math.inf, torch.full_like(ranks, MISS), ranks)
+    return ranks[:, 0] if flat else ranks
+
+
+def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tensor,
+                seen: torch.Tensor | None = None, tile: int = ITEM_TILE) -> torch.Tensor:
+    """``pessimistic_ranks(full_scores(hidden, item_emb, seen), items)`` without the (B, N+1) score matrix.
+
+    hidden (B, d), item_emb (N+1, d), items (B,) or (B, k), seen (B, L) item ids or None -> ranks, shape of
+    ``items``. The scores come ``tile`` items at a time (``hidden @ item_emb[lo:hi].T``, (B, tile)), padding and
+    seen items at -inf, a non-finite score a ResdomError, as ``full_scores``; the tiles holding an item of
+    ``items`` are made first and kept (their scores give each item's own score), then every tile is counted
+    (scores >= own) while in cache. Memory: those kept tiles (``tiled_chunk_size``) and one more.
+    """
+    flat = items.dim() == 1
+    cols = items[:, None] if flat else items  # (B, k)
+    B, n = hidden.shape[0], item_emb.shape[0]
+    starts = range(0, n, tile)
+    where = torch.div(cols, tile, rounding_mode="floor")  # (B, k): the tile of each item
+    if seen is not None:  # seen entries (row, item), grouped by tile: bounds[t]:bounds[t+1] are tile t's
+        seen_tile = torch.div(seen.reshape(-1), tile, rounding_mode="floor")
+        order = torch.argsort(seen_tile, stable=True)
+        seen_rows = torch.arange(B, device=seen.device).repeat_interleave(seen.shape[1])[order]
+        seen_items = seen.reshape(-1)[order]
+        bounds = torch.searchsorted(seen_tile[order], torch.arange(len(starts) + 1, device=seen.device)).tolist()
+
+    def scores_of(t: int) -> torch.Tensor:
+        lo = starts[t]
+        s = hidden @ item_emb[lo : lo + tile].T  # (B, tile)
+        _check_finite(s[:, 1:] if t == 0 else s)
+        if t == 0:
+            s[:, 0] = -math.inf
+        if seen is not None and bounds[t + 1] > bounds[t]:
+            a, b = bounds[t], bounds[t + 1]
+            s[seen_rows[a:b], seen_items[a:b] - lo] = -math.inf
+        return s
+
+    own = hidden.new_empty(cols.shape)
+    kept = {}
+    for t in torch.unique(where).tolist():
+        kept[t] = scores_of(t)
+        rows, which = torch.nonzero(where == t, as_tuple=True)
+        own[rows, which] = kept[t][rows, cols[rows, which] - starts[t]]
+    count = torch.zeros(cols.shape, dtype=torch.int64, device=hidden.device)
+    for t in range(len(starts)):
+        s = kept.pop(t) if t in kept else scores_of(t)
+        count += (s[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32)
+    ranks = torch.where(own == -math.inf, torch.full_like(count, MISS), count - 1)  # filtered out: a miss
     return ranks[:, 0] if flat else ranks
 
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from resdom.models.block import (
     AttentionBlock,
+    AttentionMask,
     Dropout,
     PaperDuoRecBlock,
     QueryLNBlock,
@@ -188,8 +189,9 @@ class SequentialRecommender(nn.Module):
             parts.append(nn.functional.pad(self.encode_tokens(items[rows, -width:], last), (0, 0, L - width, 0)))
         return torch.cat(parts)[torch.argsort(order)]
 
-    def mask_bias(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(B, 1, L, L) additive attention mask for the token ids ``tokens`` (B, L): causal (and key padding)."""
+    def mask_bias(self, tokens: torch.Tensor) -> AttentionMask:
+        """The additive attention mask for the token ids ``tokens`` (B, L): causal (and key padding), in parts that
+        broadcast (``block.AttentionMask``; its ``dense()`` is the (B, 1, L, L) tensor)."""
         return causal_mask_bias(tokens, key_padding=self.cfg.key_padding_mask)
 
     def block_tokens(self, items: torch.Tensor) -> torch.Tensor:

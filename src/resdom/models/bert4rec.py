@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender, TrainBatch
-from resdom.models.block import padding_mask_bias
+from resdom.models.block import AttentionMask, padding_mask_bias
 from resdom.models.config import ModelConfig
 
 # time-to-split's BERT4Rec (its grid point 41: d 64, 2 layers, 2 heads, dropout 0.5; max length 128) as
@@ -92,7 +92,7 @@ class BERT4Rec(SequentialRecommender):
             e = e * self.cfg.hidden**0.5
         return self.input_norm(e + self.pos_emb(self.position_ids(tokens)) + self.token_type)
 
-    def mask_bias(self, tokens: torch.Tensor) -> torch.Tensor:
+    def mask_bias(self, tokens: torch.Tensor) -> AttentionMask:
         return padding_mask_bias(tokens)
 
     def block_tokens(self, items: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,8 @@ from torch import nn
 from resdom.models.config import ModelConfig
 
 MASK_VALUE = -10000.0  # additive mask as in BSARec's code: (1 - m) * -10000
+SELF_TERMS_GATHER_BELOW = 0.5  # MultiHeadAttention.with_self_terms gathers the queries that see themselves below
+# this share of the batch (mostly padding), else computes every query and zeroes the rest (no gathers)
 
 
 @dataclass
@@ -101,26 +103,149 @@ def trim_record(rec: BlockRecord, width: int) -> BlockRecord:
     )
 
 
-def causal_mask_bias(items: torch.Tensor, key_padding: bool = True) -> torch.Tensor:
-    """(B, 1, L, L) additive mask: 0 where key j <= query i and key j is a real item, else -10000.
+@dataclass(frozen=True)
+class AttentionMask:
+    """An additive attention mask (``MASK_VALUE`` where a query may not see a key, else 0) kept in parts that
+    broadcast, so a batch of B windows of L positions costs O(B * L) memory, not a (B, 1, L, L) tensor.
+
+    ``causal``: key j > query i is masked; ``padding`` (B, 1, 1, L): ``MASK_VALUE`` at padded keys, else 0 (None:
+    no key masked for padding); ``full`` (B, 1, Lq, L): a dense mask instead of the parts (the fallback, below);
+    ``rows``: the mask of the last ``rows`` query rows only (0: all L); ``length``: L. ``dense()`` is the
+    (B, 1, Lq, L) tensor the parts stand for: ``MASK_VALUE`` where either part masks (not the sum of the two).
+
+    Attention over the parts (``attend``, ``flash``, ``add_to``) equals attention over ``dense()`` bit for bit at
+    every query that sees at least one key (every real query: it sees its own key), checked in
+    ``tests/test_models_masks.py``. A query whose every key is masked (a padded query under a causal key-padding
+    mask) attends, over the dense mask, to every key (all of them at -10000), and over the parts to keys 0..i only
+    (the later ones are cut off as -inf). Its output is read by no model whose real positions never see padded
+    ones, except for an input of padding alone (its last column is read): ``causal_mask_bias`` makes a dense mask
+    for a batch that holds one, and for a model that reads padded positions (``compact=False``: BSARec, whose
+    filter mixes every position of the window).
+    """
+
+    causal: bool
+    length: int
+    padding: torch.Tensor | None = None
+    full: torch.Tensor | None = None
+    rows: int = 0
+
+    def last(self, n: int) -> AttentionMask:
+        """The mask of the last ``n`` query rows (keys unchanged)."""
+        if self.full is not None:
+            return replace(self, full=self.full[:, :, -n:])
+        return replace(self, rows=n)
+
+    def dense(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> torch.Tensor:
+        """(B, 1, Lq, L) (B = 1 without a padding part): ``MASK_VALUE`` where key j > query i (causal; with ``rows``
+        the query rows are the last Lq of L) or key j is padding, else 0."""
+        if self.full is not None:
+            return self.full.to(dtype=dtype or self.full.dtype, device=device or self.full.device)
+        L, n = self.length, self.rows or self.length
+        if self.padding is not None:
+            dtype, device = dtype or self.padding.dtype, device or self.padding.device
+        out = torch.zeros(1, 1, n, L, dtype=dtype or torch.float32, device=device)
+        if self.causal:
+            out.masked_fill_(self._future(out.device), MASK_VALUE)
+        if self.padding is not None:
+            out = out.expand(self.padding.shape[0], 1, n, L).masked_fill((self.padding < 0).to(out.device),
+                                                                         MASK_VALUE)
+        return out
+
+    def _future(self, device: torch.device | str | None) -> torch.Tensor:
+        """bool (Lq, L): key j after query row i (rows counted from the end when ``rows``)."""
+        L, n = self.length, self.rows or self.length
+        return torch.arange(L, device=device)[None, :] > torch.arange(L - n, L, device=device)[:, None]
+
+    def bias(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+        """The mask as one additive tensor (B, 1, Lq, L) (B = 1 without a padding part): ``full``, else the padding
+        part plus -inf at future keys (the weights of ``dense()``, see above)."""
+        if self.full is not None:
+            return self.full.to(dtype=dtype, device=device)
+        out = torch.zeros(1, 1, self.rows or self.length, self.length, dtype=dtype, device=device)
+        if self.causal:
+            out.masked_fill_(self._future(device), -math.inf)
+        return out if self.padding is None else out + self.padding.to(dtype=dtype, device=device)
+
+    def add_to(self, scores: torch.Tensor) -> torch.Tensor:
+        """Attention scores (B, H, Lq, L) plus ``bias()``, in place when in parts (no (B, 1, L, L) tensor)."""
+        if self.full is not None:
+            return scores + self.full.to(scores.dtype)
+        if self.padding is not None:
+            scores = scores.add_(self.padding.to(scores.dtype))
+        return scores.masked_fill_(self._future(scores.device), -math.inf) if self.causal else scores
+
+    def own_key(self) -> torch.Tensor:
+        """(B, Lq) (B = 1 without a padding part): the bias of each query's own key (the diagonal of the last Lq
+        key columns of ``dense()``)."""
+        if self.full is not None:
+            L = self.full.shape[-1]
+            return torch.diagonal(self.full[..., L - self.full.shape[-2] :], dim1=-2, dim2=-1)[:, 0]
+        if self.padding is None:
+            return torch.zeros(1, self.rows or self.length)
+        pad = self.padding[:, 0, 0]  # the causal part's diagonal is 0
+        return pad[:, -self.rows :] if self.rows else pad
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
+        """``F.scaled_dot_product_attention`` (B, H, Lq, dh) over this mask, without a (B, 1, L, L) tensor where it
+        can: padding alone broadcast over queries; on CPU a causal mask alone as ``is_causal`` and a causal
+        key-padding mask through the fused kernel's causal flag with the padding part broadcast (no dropout there:
+        CPU training with attention dropout forms the weights itself); else ``bias()``."""
+        if self.full is None and not self.rows:
+            if not self.causal:
+                pad = None if self.padding is None else self.padding.to(q.dtype)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=pad, dropout_p=dropout_p)
+            if q.device.type == "cpu" and self.padding is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+            if q.device.type == "cpu" and dropout_p == 0.0:
+                return self.flash(q, k, v, 1.0 / math.sqrt(q.shape[-1]))[0]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias(q.dtype, q.device), dropout_p=dropout_p)
+
+    def flash(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """CPU only: the fused kernel's (output (B, H, Lq, dh), log-sum-exp of each row (B, Lq, H)) over this mask
+        (its causal flag and the padding part where they say it all, else ``bias()``)."""
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        if self.full is None and not self.rows:
+            pad = None if self.padding is None else self.padding.to(q.dtype)
+            return op(q, k, v, 0.0, self.causal, attn_mask=pad, scale=scale)
+        return op(q, k, v, 0.0, False, attn_mask=self.bias(q.dtype, q.device), scale=scale)
+
+
+MaskLike = AttentionMask | torch.Tensor  # what blocks take: an AttentionMask, or a dense (B, 1, Lq, L) additive mask
+
+
+def as_mask(mask: MaskLike) -> AttentionMask:
+    """An AttentionMask as it is; a dense additive (B, 1, Lq, L) tensor as the mask it holds."""
+    return mask if isinstance(mask, AttentionMask) else AttentionMask(causal=False, length=mask.shape[-1], full=mask)
+
+
+def key_padding_bias(items: torch.Tensor) -> torch.Tensor:
+    """(B, 1, 1, L): ``MASK_VALUE`` at padded keys (item 0), else 0."""
+    return torch.zeros(items.shape[0], 1, 1, items.shape[1], device=items.device).masked_fill_(
+        (items == 0)[:, None, None, :], MASK_VALUE)
+
+
+def causal_mask_bias(items: torch.Tensor, key_padding: bool = True, compact: bool = True) -> AttentionMask:
+    """The mask of a causal block over ``items`` (B, L): ``MASK_VALUE`` where key j > query i or (``key_padding``)
+    key j is padding, else 0 (``AttentionMask.dense()`` is that (B, 1, L, L) tensor).
 
     ``key_padding=False``: the causal part only (padded keys are attended to, as with nn.MultiheadAttention
-    given only a causal ``attn_mask``).
+    given only a causal ``attn_mask``). The parts broadcast (O(B * L) memory); dense instead where a query with
+    every key masked is read: ``compact=False``, or a batch with an input of padding alone (see AttentionMask).
     """
     L = items.shape[1]
-    future = torch.ones(L, L, dtype=torch.bool, device=items.device).triu(1)
-    causal = torch.zeros(L, L, device=items.device).masked_fill_(future, MASK_VALUE)
     if not key_padding:
-        return causal.expand(items.shape[0], 1, L, L).contiguous()
-    return causal.expand(items.shape[0], 1, L, L).masked_fill((items == 0)[:, None, None, :], MASK_VALUE)
+        return AttentionMask(causal=True, length=L)
+    mask = AttentionMask(causal=True, length=L, padding=key_padding_bias(items))
+    if not compact or bool((items == 0).all(1).any()):
+        return AttentionMask(causal=True, length=L, full=mask.dense())
+    return mask
 
 
-def padding_mask_bias(items: torch.Tensor) -> torch.Tensor:
-    """(B, 1, L, L) additive mask of a bidirectional block: 0 where key j is a real token, else -10000 (every
-    query attends to every real key, before and after it)."""
-    L = items.shape[1]
-    return torch.zeros(items.shape[0], 1, L, L, device=items.device).masked_fill_(
-        (items == 0)[:, None, None, :], MASK_VALUE)
+def padding_mask_bias(items: torch.Tensor) -> AttentionMask:
+    """The mask of a bidirectional block: ``MASK_VALUE`` where key j is padding, else 0 (every query attends to
+    every real key, before and after it); broadcast over queries, (B, 1, 1, L)."""
+    return AttentionMask(causal=False, length=items.shape[1], padding=key_padding_bias(items))
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -155,7 +280,7 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = t.shape
         return t.view(B, L, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, dh)
 
-    def with_self_terms(self, x: torch.Tensor, mask_bias: torch.Tensor,
+    def with_self_terms(self, x: torch.Tensor, mask_bias: MaskLike,
                         kv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(A (B, L, d), sum_h a^h_ii f^h(x_i) (B, L, d)) without the (B, H, L, L) weights where that can be done:
         on CPU in eval mode the fused kernel returns each row's log-sum-exp, so a^h_ii = exp(s^h_ii - lse^h_i);
@@ -164,21 +289,28 @@ class MultiHeadAttention(nn.Module):
         lin = self.query(x), self.key(kv), self.value(kv)  # (B, L, d) each, contiguous
         q, k, v = (self._split(t) for t in lin)
         scale = 1.0 / math.sqrt(self.head_dim)
-        bias = mask_bias.to(q.dtype)
+        mask = as_mask(mask_bias)
         if x.device.type == "cpu" and not (self.training and self.attn_dropout > 0):
-            ctx, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False,
-                                                                                    attn_mask=bias, scale=scale)
+            ctx, lse = mask.flash(q, k, v, scale)
             out = self.out(ctx.transpose(1, 2).flatten(2))
-            # only the queries that may see their own key (a masked one has a^h_ii = 0): padding is most of a batch
             B, L, d = out.shape
-            own_bias = torch.diagonal(bias, dim1=-2, dim2=-1)[:, 0].expand(B, L).reshape(-1)  # heads share the mask
-            rows = torch.nonzero(own_bias > MASK_VALUE / 2).flatten()  # flat (b, i) of those queries
-            qs, ks, vs = (t.reshape(B * L, d).index_select(0, rows).view(-1, self.heads, self.head_dim) for t in lin)
-            s_ii = (qs * ks).sum(-1) * scale + own_bias.index_select(0, rows)[:, None]  # (N, H)
-            a_ii = (s_ii - lse.transpose(1, 2).reshape(B * L, self.heads).index_select(0, rows)).exp()
-            own = out.new_zeros(B * L, d).index_copy_(0, rows, (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T)
+            own_bias = mask.own_key().to(q.dtype).expand(B, L).reshape(-1)  # the mask's diagonal; heads share it
+            sees = own_bias > MASK_VALUE / 2  # (B * L,): the queries that see their own key (else a^h_ii = 0)
+            lse_rows = lse.transpose(1, 2).reshape(B * L, self.heads)
+            if float(sees.float().mean()) < SELF_TERMS_GATHER_BELOW:  # mostly padding: those queries only
+                rows = torch.nonzero(sees).flatten()  # flat (b, i) of those queries
+                qs, ks, vs = (t.reshape(B * L, d).index_select(0, rows).view(-1, self.heads, self.head_dim)
+                              for t in lin)
+                s_ii = (qs * ks).sum(-1) * scale + own_bias.index_select(0, rows)[:, None]  # (N, H)
+                a_ii = (s_ii - lse_rows.index_select(0, rows)).exp()
+                own = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
+                return out, out.new_zeros(B * L, d).index_copy_(0, rows, own).view(B, L, d)  # b_O excluded
+            qs, ks, vs = (t.reshape(B * L, self.heads, self.head_dim) for t in lin)  # every query (length batches)
+            s_ii = (qs * ks).sum(-1) * scale + own_bias[:, None]  # (B * L, H)
+            a_ii = (s_ii - lse_rows).exp_().masked_fill_(~sees[:, None], 0.0)
+            own = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
             return out, own.view(B, L, d)  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
-        weights = (q @ k.transpose(-1, -2) * scale + bias).softmax(-1)
+        weights = mask.add_to(q @ k.transpose(-1, -2) * scale).softmax(-1)
         ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
         diag = torch.diagonal(weights, dim1=-2, dim2=-1)
         out = self.out(ctx.transpose(1, 2).flatten(2))
@@ -186,20 +318,23 @@ class MultiHeadAttention(nn.Module):
         return out, own_values @ self.out.weight.T  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
 
     def forward(
-        self, x: torch.Tensor, mask_bias: torch.Tensor, record: bool = False, kv: torch.Tensor | None = None
+        self, x: torch.Tensor, mask_bias: MaskLike, record: bool = False,
+        kv: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """x (B, L, d), mask_bias (B, 1, L, L) -> (A (B, L, d), weights (B,H,L,L) | None, f^h (B,H,L,d) | None).
+        """x (B, L, d), mask_bias (an AttentionMask, or its dense (B, 1, L, L) tensor) -> (A (B, L, d), weights
+        (B,H,L,L) | None, f^h (B,H,L,d) | None).
 
         Queries come from ``x``, keys and values from ``kv`` (default ``x``); f^h is of the values' input.
         """
         kv = x if kv is None else kv
         q, k, v = self._split(self.query(x)), self._split(self.key(kv)), self._split(self.value(kv))
         p = self.attn_dropout if self.training else 0.0
+        mask = as_mask(mask_bias)
         # SDPA unless recording, or training with dropout on CPU, where its bernoulli mask costs 2x the pass
         if not record and (p == 0.0 or x.device.type != "cpu"):
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_bias.to(q.dtype), dropout_p=p)
+            ctx = mask.attend(q, k, v, p)
             return self.out(ctx.transpose(1, 2).flatten(2)), None, None
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + mask_bias.to(q.dtype)
+        scores = mask.add_to(q @ k.transpose(-1, -2) / math.sqrt(self.head_dim))
         weights = scores.softmax(-1)
         ctx = dropout(weights, p, self.training) @ v
         out = self.out(ctx.transpose(1, 2).flatten(2))
@@ -269,7 +404,7 @@ class AttentionBlock(nn.Module):
     def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         return queries
 
-    def residual_sum(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0
+    def residual_sum(self, x: torch.Tensor, mask_bias: MaskLike, last: int = 0
                      ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Z = alpha * R + Dropout(MHA(Q, KV)) from X (B, L, d), and the record's fields of this pass.
 
@@ -280,7 +415,7 @@ class AttentionBlock(nn.Module):
         if last:
             if self.recording is not None:
                 raise ValueError("a block records every position: last=0 while recording")
-            r, q, mask_bias = r[:, -last:], q[:, -last:], mask_bias[:, :, -last:]
+            r, q, mask_bias = r[:, -last:], q[:, -last:], as_mask(mask_bias).last(last)
         weights = head_values = own = None
         if self.recording is not None and not self.record_weights:
             a, own = self.attention.with_self_terms(q, mask_bias, kv=kv)
@@ -303,7 +438,7 @@ class AttentionBlock(nn.Module):
                 **parts, ln_weight=None if ln is None else ln.weight, ln_bias=None if ln is None else ln.bias,
                 ln_eps=None if ln is None else ln.eps, norm_first=ln is None, causal=self.causal, **extra))
 
-    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0) -> torch.Tensor:
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: MaskLike, last: int = 0) -> torch.Tensor:
         """H1 from X (B, L, d): LN(Z) (post-LN) or Z (pre-LN); appends a BlockRecord when recording."""
         z, parts = self.residual_sum(x, mask_bias, last)
         ln = self.sum_norm()
@@ -316,8 +451,8 @@ class AttentionBlock(nn.Module):
             return h1 + self.dropout(self.ffn(self.ffn_ln(h1)))
         return self.ffn_ln(h1 + self.dropout(self.ffn(h1)))
 
-    def forward(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0) -> torch.Tensor:
-        """x (B, L, d), mask_bias (B, 1, L, L) -> (B, L, d); with ``last`` > 0 the output of the last ``last``
+    def forward(self, x: torch.Tensor, mask_bias: MaskLike, last: int = 0) -> torch.Tensor:
+        """x (B, L, d), mask_bias (``causal_mask_bias``) -> (B, L, d); with ``last`` > 0 the output of the last ``last``
         positions only (B, last, d), the same values: every other step of a block is position-wise, so only
         the attention's keys and values need the earlier positions."""
         return self.ffn_sublayer(self.attention_sublayer(x, mask_bias, last))

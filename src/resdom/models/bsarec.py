@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender
-from resdom.models.block import AttentionBlock, Dropout
+from resdom.models.block import AttentionBlock, AttentionMask, Dropout, MaskLike, causal_mask_bias
 from resdom.models.config import ModelConfig
 
 
@@ -114,7 +114,7 @@ class BSARecBlock(AttentionBlock):
         self.filter = FrequencyLayer(cfg)
         self.a = float(cfg.bsa_a)
 
-    def attention_sublayer(self, x: torch.Tensor, mask_bias: torch.Tensor, last: int = 0) -> torch.Tensor:
+    def attention_sublayer(self, x: torch.Tensor, mask_bias: MaskLike, last: int = 0) -> torch.Tensor:
         """H1 (B, L, d) from X (B, L, d) (the last ``last`` positions where > 0); appends a BlockRecord when
         recording."""
         dsp = self.filter(x, last)
@@ -180,6 +180,11 @@ class BSARec(SequentialRecommender):
 
     def make_block(self, cfg: ModelConfig) -> nn.Module:
         return BSARecBlock(cfg)
+
+    def mask_bias(self, tokens: torch.Tensor) -> AttentionMask:
+        """The dense causal key-padding mask (``compact=False``): the filter mixes the outputs of padded positions
+        into real ones, so padded queries must attend exactly as over the (B, 1, L, L) mask (``AttentionMask``)."""
+        return causal_mask_bias(tokens, key_padding=self.cfg.key_padding_mask, compact=False)
 
     def full_window(self) -> bool:
         """Always: the low-pass filter sees the whole padded window (spec §2). With the key-padding mask (the

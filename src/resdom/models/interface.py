@@ -5,7 +5,8 @@ A model is diagnosable when it has:
 - ``n_items`` (int) and ``max_len`` (int);
 - ``encode(items) -> hidden``: items int64 (B, L), left-padded with 0 (last item at column L-1, so the
   prediction for the next item is read at column L-1 and "position L-k" is column L-1-k);
-  hidden float (B, L, d), the final output states;
+  hidden float (B, L, d), the final output states; the states at real positions must not depend on L
+  (evaluation and the diagnostics call it at many widths: batches of similar length, each trimmed to its longest);
 - ``item_embeddings() -> (n_items + 1, d)``: scores are ``hidden @ item_embeddings().T``; row 0 is padding;
 - ``attention_blocks() -> Sequence[block]``, where each block has a float attribute ``alpha`` (the residual
   scale of its attention sub-layer, honoured in eval mode) and an attribute ``recording`` which is either

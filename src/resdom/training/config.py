@@ -151,7 +151,9 @@ class TrainConfig(BaseModel):
         "Beauty: best valid NDCG@10 0.062 with 16 against 0.070 without). Not used for full-window models (BSARec)",
     )
     item_chunk: int | None = Field(
-        None, ge=1, description="full-softmax CE over items in chunks of this size (bounded memory); None = one go"
+        None, ge=1, description="ignored, kept so that configs and runs that set it still load: the full-softmax CE "
+        "no longer has an item-chunked variant (it was slower and larger than the default, which never holds a "
+        "(positions x items) matrix: docs/scaling.md)"
     )
     monitor_every: int = Field(
         0, ge=0, description="every this many epochs, record HRLI@1, HRL2I@1 and the mixing ratio of the current "
@@ -168,7 +170,8 @@ class TrainConfig(BaseModel):
 
 
 # Fields that may differ between an interrupted run and its resumption without changing the result.
-RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads", "monitor_every", "monitor_users"})
+RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads", "monitor_every", "monitor_users",
+                              "item_chunk"})
 
 
 def make_train_config(**values: Any) -> TrainConfig:

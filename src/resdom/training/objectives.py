@@ -13,8 +13,10 @@ over the real items 1..N (the padding row is not a class, as in evaluation).
 - ``mlm``: masked-item CE (BERT4Rec, spec §7): the model's ``training_states`` masks the window of layout
   ``window`` and keeps labels at the masked positions only; full-softmax CE there.
 
-``TrainConfig.item_chunk`` makes the full-softmax objectives compute their log-sum-exp over item chunks with
-a hand-written backward (``chunked_cross_entropy``), so memory is O(P * chunk) instead of O(P * N).
+The full softmax (``full_cross_entropy``) never holds a (P, N) score matrix: it scores 64 rows at a time (on
+CPU), so memory is O(64 * N) plus the gradients, at any catalogue size. (``TrainConfig.item_chunk``, an item-chunked
+variant that recomputed scores in backward, was slower and larger at 1M items, and was removed; the field is
+accepted and ignored.)
 """
 
 from __future__ import annotations
@@ -33,11 +35,9 @@ from resdom.models.interface import prediction_states
 class LossContext:
     """What an objective may need beyond the batch.
 
-    item_chunk: chunk size for full-softmax CE (None = all items at once).
     n_negatives: ce_sampled's K. log_q: float (N,) log proposal probabilities of items 1..N (ce_sampled).
     """
 
-    item_chunk: int | None = None
     n_negatives: int = 256
     log_q: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
@@ -82,10 +82,13 @@ class _CrossEntropy(torch.autograd.Function):
     (S - Y) E / P and (S - Y)^T H / P over the P rows (S the softmax probabilities, Y the one-hot targets)
     computed in the same pass: backward only scales them by the upstream gradient (the loss is a scalar).
 
-    ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each (rows, N) block of
-    scores is made, turned into probabilities and both gradient products while it sits in cache (on CPU 64 rows;
-    elsewhere one block of all rows), then dropped; one exponential and three block products a score, none
-    recomputed. Against ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce"."""
+    ``F.cross_entropy`` of ``h @ emb.T`` in value and gradient without a (P, N) tensor: each block of scores of
+    ``rows`` rows of h is made, turned into probabilities and both gradient products while it sits in cache (on CPU
+    64 rows; elsewhere one block of all rows), then dropped; one exponential and three block products a score, none
+    recomputed. The block is held transposed, items by rows (``emb @ h_b.T``, (N, rows)): the layout in which MKL
+    runs the three products fastest on CPU (1.1-2x the (rows, N) layout at 12k-50k items, one thread), the same
+    sums, so the same loss and gradients to float rounding (``tests/test_training_objectives.py``). Against
+    ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce"."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int, grads: bool) -> torch.Tensor:
@@ -95,15 +98,15 @@ class _CrossEntropy(torch.autograd.Function):
         block_rows = torch.arange(min(rows, h.shape[0]), device=h.device)
         for s in range(0, h.shape[0], rows):
             hb = h[s : s + rows]
-            scores = hb @ emb.T
-            top = scores.amax(1, keepdim=True)
-            z = scores.sub_(top).exp_().sum(1, keepdim=True)  # scores now exp(score - top)
-            lse[s : s + rows] = z.log().add_(top).squeeze(1)
+            scores = emb @ hb.T  # (N, rows): column p holds row p's scores
+            top = scores.amax(0, keepdim=True)
+            z = scores.sub_(top).exp_().sum(0, keepdim=True)  # scores now exp(score - top)
+            lse[s : s + rows] = z.log().add_(top).squeeze(0)
             if grads:
-                g = scores.div_(z)  # the softmax probabilities of the block
-                g[block_rows[: len(hb)], t[s : s + rows]] -= 1.0
-                torch.mm(g, emb, out=gh[s : s + rows])
-                ge.addmm_(g.T, hb)
+                g = scores.div_(z)  # the softmax probabilities of the block, (N, rows)
+                g[t[s : s + rows], block_rows[: len(hb)]] -= 1.0
+                torch.mm(g.T, emb, out=gh[s : s + rows])
+                ge.addmm_(g, hb)
         ctx.save_for_backward(gh, ge)
         return (lse - (h * emb[t]).sum(-1)).mean()
 
@@ -114,47 +117,13 @@ class _CrossEntropy(torch.autograd.Function):
         return gh * scale, ge * scale, None, None, None
 
 
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """mean_p (logsumexp_n h_p . e_n - h_p . e_{t_p}) over item chunks, recomputing scores in backward."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, chunk: int) -> torch.Tensor:
-        lse = torch.full((h.shape[0],), -torch.inf, dtype=h.dtype, device=h.device)
-        for s in range(0, emb.shape[0], chunk):
-            lse = torch.logaddexp(lse, torch.logsumexp(h @ emb[s : s + chunk].T, dim=1))
-        pos = (h * emb[t]).sum(-1)
-        ctx.save_for_backward(h, emb, t, lse)
-        ctx.chunk = chunk
-        return (lse - pos).mean()
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        h, emb, t, lse = ctx.saved_tensors
-        scale = grad / h.shape[0]
-        gh, ge = torch.zeros_like(h), torch.zeros_like(emb)
-        for s in range(0, emb.shape[0], ctx.chunk):
-            e = emb[s : s + ctx.chunk]
-            p = torch.exp(h @ e.T - lse[:, None]) * scale  # softmax probabilities, (P, chunk)
-            gh += p @ e
-            ge[s : s + ctx.chunk] += p.T @ h
-        gh -= scale * emb[t]
-        ge.index_add_(0, t, -scale * h)
-        return gh, ge, None, None
-
-
-def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor, chunk: int | None = None
-                       ) -> torch.Tensor:
-    """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items.
-
-    ``chunk``: compute over item chunks of this size (same value and gradients, bounded memory).
-    """
+def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items (``_CrossEntropy``:
+    no (P, N) tensor)."""
     if h.shape[0] == 0:
         return h.sum() * 0.0
-    t = targets - 1
-    if chunk is None or chunk >= emb.shape[0]:
-        grads = torch.is_grad_enabled() and (h.requires_grad or emb.requires_grad)  # else the value only
-        return _CrossEntropy.apply(h, emb, t, CPU_ROWS if h.device.type == "cpu" else h.shape[0], grads)
-    return _ChunkedCrossEntropy.apply(h, emb, t, chunk)
+    grads = torch.is_grad_enabled() and (h.requires_grad or emb.requires_grad)  # else the value only
+    return _CrossEntropy.apply(h, emb, targets - 1, CPU_ROWS if h.device.type == "cpu" else h.shape[0], grads)
 
 
 class CEAll(Objective):
@@ -162,7 +131,7 @@ class CEAll(Objective):
 
     def loss(self, model, batch, hidden, ctx):
         h, t = real_positions(hidden, batch, model)
-        return full_cross_entropy(h, model.item_embeddings()[1:], t, ctx.item_chunk)
+        return full_cross_entropy(h, model.item_embeddings()[1:], t)
 
 
 class CELast(CEAll):

@@ -265,7 +265,7 @@ def _loss_context(split: SplitData, train_cfg: TrainConfig, objective: Objective
     if objective.name == "ce_sampled":
         counts = np.bincount(split.train.items, minlength=split.n_items + 1)[1:]
         log_q = popularity_log_q(torch.from_numpy(counts), train_cfg.negative_sampling)
-    return LossContext(item_chunk=train_cfg.item_chunk, n_negatives=train_cfg.n_negatives, log_q=log_q)
+    return LossContext(n_negatives=train_cfg.n_negatives, log_q=log_q)
 
 
 # ---------------------------------------------------------------------------------------------- fit

@@ -1,0 +1,164 @@
+"""Length-sorted batches (``iter_eval_batches(by_length=True)``) in evaluation and every diagnostic: the same
+per-user results as the batches in user order (the previous path), in user order, on synthetic inputs of
+varied lengths, for every model kind (models without a key-padding mask pad to max_len inside ``encode``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import resdom.diagnostics.common as common
+import resdom.evaluation.evaluate as evaluate_module
+from resdom.data.sequences import EvalSet, Sequences
+from resdom.diagnostics import alpha_sweep, last_item_hit_rates, miss_recovery, mixing_ratios, position_shuffle
+from resdom.evaluation.batches import in_user_order, iter_eval_batches, length_order
+from resdom.evaluation.evaluate import evaluate
+from resdom.models import ModelConfig, build_model
+
+N_ITEMS, MAX_LEN, BATCH = 50, 12, 7
+
+MODELS: dict[str, dict[str, Any]] = {
+    "sasrec": {},
+    "sasrec-no-key-padding": {"key_padding_mask": False},  # pads to max_len inside encode
+    "query-ln": {"name": "duorec", "query_ln": True, "final_ln": True, "zero_padding": True},
+    "pre-ln-mean-readout": {"norm_first": True, "readout": "mean", "readout_k": 3},
+    "bsarec": {"name": "bsarec", "heads": 1},  # always the full window
+    "bert4rec": {"name": "bert4rec"},
+    "gru4rec": {"name": "gru4rec"},
+    "query-readout": {"readout": "query"},
+    "paper-duorec": {"name": "duorec", "query_ln": True, "query_ln_kv": "query", "final_ln": True},
+}
+
+
+def make_evalset(seed: int = 0, n_users: int = 41) -> EvalSet:
+    """Histories of 1..20 items (some longer than MAX_LEN, most shorter), in a random order of lengths."""
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(1, N_ITEMS + 1, size=int(rng.integers(1, 21))).tolist() for _ in range(n_users)]
+    seqs[5], seqs[9] = [3], []  # a one-item history, an empty one (its state depends on the batch width)
+    targets = rng.integers(1, N_ITEMS + 1, size=n_users)
+    return EvalSet(Sequences.from_lists(seqs), targets)
+
+
+def make_model(kind: str) -> torch.nn.Module:
+    values = {"name": "sasrec", "n_items": N_ITEMS, "max_len": MAX_LEN, "hidden": 16, "heads": 2, **MODELS[kind]}
+    torch.manual_seed(7)
+    return build_model(ModelConfig(**values)).eval()
+
+
+def user_order_batches(*args: Any, **kwargs: Any) -> Iterator:
+    """The previous path: batches in user order (the by_length flag ignored)."""
+    return iter_eval_batches(*args, **{**kwargs, "by_length": False})
+
+
+@pytest.fixture
+def previous_path(monkeypatch: pytest.MonkeyPatch):
+    """Call ``fn()`` with the batches in user order instead of by length."""
+
+    def run(fn):
+        with monkeypatch.context() as m:
+            m.setattr(evaluate_module, "iter_eval_batches", user_order_batches)
+            m.setattr(common, "iter_eval_batches", user_order_batches)
+            return fn()
+
+    return run
+
+
+def test_length_order_is_a_stable_sort_longest_window_first() -> None:
+    ev = EvalSet(Sequences.from_lists([[1], [1, 2, 3], [4] * 20, [5, 6], [7] * 15, [8, 9, 1]]), np.ones(6, int))
+    # windows of MAX_LEN: 1, 3, 12, 2, 12, 3 -> the two 12s (user order), the two 3s, the 2, the 1
+    assert length_order(ev, MAX_LEN, np.arange(6)).tolist() == [2, 4, 1, 5, 3, 0]
+    assert length_order(ev, MAX_LEN, np.array([0, 2, 4])).tolist() == [2, 4, 0]
+
+
+def test_length_sorted_batches_are_narrower_and_cover_every_user_once() -> None:
+    ev = make_evalset(0, 200)
+    widths = {flag: [] for flag in (False, True)}
+    seen = {flag: [] for flag in (False, True)}
+    for flag in widths:
+        for idx, items, targets in iter_eval_batches(ev, MAX_LEN, BATCH, by_length=flag):
+            widths[flag].append(items.numel())
+            seen[flag].append(idx)
+            trimmed = ev.inputs.padded(MAX_LEN, idx)
+            assert items.shape[1] == (MAX_LEN if (ev.inputs.lengths[idx] == 0).any() else trimmed.shape[1])
+            assert items[:, -trimmed.shape[1] :].tolist() == trimmed.tolist()
+            assert not items[:, : -trimmed.shape[1]].any()
+            assert targets.tolist() == ev.targets[idx].tolist()
+    assert sorted(np.concatenate(seen[True]).tolist()) == list(range(len(ev)))
+    assert sum(widths[True]) < 0.8 * sum(widths[False])  # padded cells: the point of sorting
+
+
+def test_in_user_order_puts_rows_back() -> None:
+    idx = np.array([4, 0, 3, 1, 2])
+    rows = np.array([[40], [0], [30], [10], [20]])
+    assert in_user_order(rows, idx).ravel().tolist() == [0, 10, 20, 30, 40]
+    assert in_user_order(torch.from_numpy(rows), idx).ravel().tolist() == [0, 10, 20, 30, 40]
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("filter_seen", [True, False])
+def test_evaluation_ranks_equal_the_user_order_path(kind: str, filter_seen: bool, previous_path) -> None:
+    model, ev = make_model(kind), make_evalset()
+    new = evaluate(model, ev, filter_seen=filter_seen, batch_size=BATCH, return_ranks=True)
+    old = previous_path(lambda: evaluate(model, ev, filter_seen=filter_seen, batch_size=BATCH, return_ranks=True))
+    assert new.ranks.tolist() == old.ranks.tolist()
+    assert new.metrics == old.metrics
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_diagnostics_equal_the_user_order_path(kind: str, previous_path) -> None:
+    model, ev, valid = make_model(kind), make_evalset(0), make_evalset(1, 29)
+
+    def run_all() -> dict[str, Any]:
+        out = {"hrli": last_item_hit_rates(model, ev, batch_size=BATCH).to_dict(),
+               "shuffle": position_shuffle(model, ev, seeds=(0,), batch_size=BATCH).to_dict(),
+               "recovery": miss_recovery(model, valid, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()}
+        if model.attention_blocks():
+            out["mixing"] = mixing_ratios(model, ev, batch_size=BATCH).to_dict()
+            out["alpha"] = alpha_sweep(model, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()
+        return out
+
+    new, old = run_all(), previous_path(run_all)
+    assert new.keys() == old.keys()
+    for name in ("hrli", "shuffle", "recovery"):  # rank-based: identical
+        assert new[name] == old[name], name
+    if "mixing" in new:  # float32 states to rounding (other batch widths), summed in another order
+        assert_close(new["mixing"], old["mixing"])
+        assert_close(new["alpha"], old["alpha"])
+
+
+def assert_close(a: Any, b: Any, path: str = "") -> None:
+    """Nested dicts / lists equal, numbers to 1e-6 relative (NaN equal to NaN)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for k in a:
+            assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-6, abs=1e-9, nan_ok=True), path
+    else:
+        assert a == b, path
+
+
+@pytest.mark.parametrize("kind", ["bert4rec", "sasrec"])
+def test_recovery_ranks_do_not_depend_on_the_batch_width(kind: str) -> None:
+    """One user per batch (each as narrow as its own window) against one batch of all: BERT4Rec's offset k sits on
+    the k-th most recent item, real for a user of exactly k items, even where the batch is only k wide."""
+    from resdom.diagnostics.common import inference
+    from resdom.diagnostics.recovery import position_ranks
+
+    model, ev = make_model(kind), make_evalset()
+    with inference(model):
+        one = position_ranks(model, ev, batch_size=1)
+        every = position_ranks(model, ev, batch_size=len(ev))
+    assert one.tolist() == every.tolist()
+    short = ev.inputs.lengths == 3
+    assert short.any()
+    hit_first_item = one[short, 3] < common.MISS  # offset 3 of a 3-item user: its first item (BERT4Rec), else none
+    assert hit_first_item.all() if kind == "bert4rec" else not hit_first_item.any()
