@@ -15,8 +15,8 @@ from resdom.report.fidelity import (
     mean_t,
     pooled_proportion,
     recovery_summary,
-    wilson,
 )
+from resdom.report.stats import wilson
 
 
 def test_wilson_by_hand():

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from resdom.report.stats import wilson
+
 # The reference paper's published SASRec numbers (Kozaki et al., RecSys 2026): mixing ratios (norm of sums)
 # Attn / +Res / +LN per data set; HRLI@1 read from its figure (approximate); residual scaling recovers "up to
 # about 46%" of final-position misses (ML-1M about 28%).
@@ -59,14 +61,6 @@ class Estimate:
         f = f"{{:.{digits}f}}"
         ci = "" if self.lo is None else f" [{f.format(self.lo)}, {f.format(self.hi)}]"
         return f"{f.format(self.value)}{ci}"
-
-
-def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials (n > 0)."""
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def mean_t(values: list[float]) -> Estimate:
