@@ -218,12 +218,9 @@ def test_paper_duorec_block_equals_its_written_out_forward(alpha: float) -> None
     assert all(isinstance(b, PaperDuoRecBlock) for b in model.blocks)
     rng = np.random.default_rng(1)
     seqs = [rng.integers(1, 41, size=int(rng.integers(1, 11))).tolist() for _ in range(7)]
-    from resdom.data.sequences import Sequences
+    from tests.test_models_query_ln import both_paddings
 
-    left = torch.from_numpy(Sequences.from_lists(seqs).padded(10))  # resdom: left padding
-    right = torch.zeros_like(left)
-    for b, s in enumerate(seqs):
-        right[b, : len(s)] = torch.tensor(s)
+    left, right = both_paddings(seqs, 10)
     with torch.no_grad(), residual_scale(model, alpha):
         mine, theirs = model.encode(left), paper_duorec_forward(model, right, alpha)
         scores = mine[:, -1] @ model.item_embeddings().T  # (B, n_items + 1): the readout of the last column

@@ -48,6 +48,15 @@ class ReferenceSASRec(nn.Module):
         return self.last_layernorm(seqs)
 
 
+def both_paddings(seqs: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(left-padded (resdom), right-padded (the reference code)) (B, width) batches of ``seqs``."""
+    left = torch.from_numpy(Sequences.from_lists(seqs).padded(width))
+    right = torch.zeros_like(left)
+    for b, s in enumerate(seqs):
+        right[b, : len(s)] = torch.tensor(s)
+    return left, right
+
+
 def tts_config(**kw) -> ModelConfig:
     values = dict(name="sasrec", n_items=40, max_len=10, hidden=16, layers=2, heads=2, query_ln=True, final_ln=True,
                   embedding="dropout", emb_scale=True, ln_eps=1e-8, inner_mult=1, activation="relu",
@@ -88,10 +97,7 @@ def test_equals_time_to_split_sasrec_at_every_real_position(alpha):
     copy_into_reference(model, ref)
     rng = np.random.default_rng(1)
     seqs = [rng.integers(1, 41, size=int(rng.integers(1, 11))).tolist() for _ in range(7)]
-    left = torch.from_numpy(Sequences.from_lists(seqs).padded(10))  # resdom: left padding
-    right = torch.zeros_like(left)
-    for b, s in enumerate(seqs):
-        right[b, : len(s)] = torch.tensor(s)
+    left, right = both_paddings(seqs, 10)
     ref.alpha = alpha
     with torch.no_grad(), residual_scale(model, alpha):
         mine, theirs = model.encode(left), ref(right)
