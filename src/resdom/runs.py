@@ -50,10 +50,18 @@ def versions() -> dict[str, str]:
 
 
 def data_fingerprint(split: SplitData) -> str:
-    """A short hash identifying a prepared split (its manifest and item count). The manifest's ``changes`` (a
-    description of what preparing the data removed, ``data.changes``) is left out: it follows from the rest, and
-    leaving it out keeps the fingerprints of splits made before it was recorded (so their runs still resume)."""
+    """A short hash identifying a prepared split (its manifest and item count). Left out: the manifest's ``changes``
+    (a description of what preparing the data removed, ``data.changes``: it follows from the rest) and where each
+    source file was found (its ``path`` and ``origin``: the file is named by its sha256), so the same data in another
+    folder or on another machine has the same fingerprint and its runs resume there."""
     manifest = {k: v for k, v in split.manifest.items() if k != "changes"}
+    source = manifest.get("source")
+    if isinstance(source, dict) and isinstance(source.get("files"), list):
+        files = [{k: v for k, v in f.items() if k not in ("path", "origin")} if isinstance(f, dict) else f
+                 for f in source["files"]]
+        manifest["source"] = {**source, "files": files}
+        if source.get("kind") == "path":  # the user's own file: its name is where it was found
+            manifest["source"].pop("name", None)
     blob = json.dumps({"manifest": manifest, "n_items": split.n_items}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
