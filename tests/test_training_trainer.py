@@ -419,6 +419,36 @@ def test_resume_of_a_run_saved_before_a_config_field_existed(tmp_path: Path) -> 
         fit(split, m, t, tmp_path, progress=False)
 
 
+def test_a_run_saved_under_the_older_data_fingerprint_resumes_and_loads(tmp_path: Path) -> None:
+    """Runs saved before the fingerprint stopped hashing the data's path carry the older fingerprint: they resume,
+    finish and load; a fingerprint of other data is still refused."""
+    from resdom.data import prepare_split
+    from resdom.runs import data_fingerprints
+
+    rng = np.random.default_rng(0)
+    rows = [f"u{u},i{rng.integers(40)},{t}" for u in range(60) for t in range(int(rng.integers(4, 9)))]
+    (tmp_path / "mine.csv").write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    split = prepare_split(str(tmp_path / "mine.csv"))
+    m, t = resolve_configs("sasrec", SMALL, {"epochs": 2, "batch_size": 32, "device": "cpu"}, n_items=split.n_items)
+    full = fit(split, m, t, tmp_path / "full", progress=False)
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path / "old", callbacks=[stop_after(1)], progress=False)
+    current, legacy = data_fingerprints(split)
+    assert current != legacy
+    for name in ("state/trainer.json", "model.json"):
+        f = tmp_path / "old" / name
+        saved = json.loads(f.read_text())
+        assert saved["data_fingerprint"] == current
+        f.write_text(json.dumps({**saved, "data_fingerprint": legacy}))
+    assert fit(split, m, t, tmp_path / "old", progress=False) == full
+    side = tmp_path / "old" / "model.json"
+    side.write_text(json.dumps({**json.loads(side.read_text()), "data_fingerprint": legacy}))
+    assert load_run(tmp_path / "old").sidecar["data_fingerprint"] == legacy
+    side.write_text(json.dumps({**json.loads(side.read_text()), "data_fingerprint": "0123456789abcdef"}))
+    with pytest.raises(ResdomError, match="trained on another data set"):
+        load_run(tmp_path / "old")
+
+
 def test_monitor_records_reliance_curve_without_changing_training(tmp_path: Path) -> None:
     split, m, t = configs(epochs=3)
     plain = fit(split, m, t, tmp_path / "plain", progress=False)

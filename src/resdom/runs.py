@@ -62,7 +62,19 @@ def data_fingerprint(split: SplitData) -> str:
         manifest["source"] = {**source, "files": files}
         if source.get("kind") == "path":  # the user's own file: its name is where it was found
             manifest["source"].pop("name", None)
-    blob = json.dumps({"manifest": manifest, "n_items": split.n_items}, sort_keys=True, default=str)
+    return _hash_manifest(manifest, split.n_items)
+
+
+def data_fingerprints(split: SplitData) -> tuple[str, str]:
+    """The fingerprints a run of ``split`` may carry: today's (``data_fingerprint``), and the one runs and checkpoints
+    saved before 2026-12-03 carry (the same hash with the source files' paths in it), so those still load and
+    resume where their data has not moved."""
+    legacy = _hash_manifest({k: v for k, v in split.manifest.items() if k != "changes"}, split.n_items)
+    return data_fingerprint(split), legacy
+
+
+def _hash_manifest(manifest: dict[str, Any], n_items: int) -> str:
+    blob = json.dumps({"manifest": manifest, "n_items": n_items}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -127,7 +139,7 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    path: str | Path, expected: ModelConfig | None = None, fingerprint: str | None = None
+    path: str | Path, expected: ModelConfig | None = None, fingerprint: str | tuple[str, ...] | None = None
 ) -> tuple[SequentialRecommender, dict[str, Any]]:
     """Build the model from the sidecar's config and load the weights; returns (model in eval mode, sidecar).
 
@@ -149,10 +161,11 @@ def load_checkpoint(
             detail = ", ".join(f"{k}: checkpoint {getattr(cfg, k)!r} vs config {getattr(expected, k)!r}"
                                for k in sorted(diff))
             raise ResdomError(f"{path}: checkpoint does not match the config ({detail})")
-    if fingerprint is not None and meta.get("data_fingerprint") not in (None, fingerprint):
+    accepted = (fingerprint,) if isinstance(fingerprint, str) else fingerprint
+    if accepted is not None and meta.get("data_fingerprint") not in (None, *accepted):
         raise ResdomError(
             f"{path}: checkpoint was trained on another data set (fingerprint {meta.get('data_fingerprint')}"
-            f" vs {fingerprint})"
+            f" vs {accepted[0]})"
         )
     model = build_model(cfg)
     state = read_safetensors(path, f"retrain (delete {path.parent / 'state'} and rerun `resdom train`) or re-import "
@@ -223,7 +236,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
         raise ResdomError(f"{ckpt}: checkpoint item count does not match {files.data} ({split.n_items} items)")
     for _ in range(3):  # a trainer may replace the best checkpoint meanwhile: the hash must be of what was loaded
         before = checkpoint_id(ckpt)
-        model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprint(split))
+        model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprints(split))
         if checkpoint_id(ckpt) == before:
             break
     config = read_config(files.config)

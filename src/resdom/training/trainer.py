@@ -47,6 +47,7 @@ from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
+    data_fingerprints,
     load_checkpoint,
     read_safetensors,
     save_checkpoint,
@@ -197,11 +198,11 @@ class RunFiles(RunDir):
 
 
 def _check_resumable(files: RunFiles, state: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainConfig,
-                     fingerprint: str) -> None:
+                     split: SplitData) -> None:
     """The saved run must be the same experiment; name every differing field otherwise."""
     diffs = []
-    if state.get("data_fingerprint") != fingerprint:
-        diffs.append(f"data fingerprint {state.get('data_fingerprint')} saved vs {fingerprint} now")
+    if state.get("data_fingerprint") not in data_fingerprints(split):
+        diffs.append(f"data fingerprint {state.get('data_fingerprint')} saved vs {data_fingerprint(split)} now")
     for section, saved, now, free, cls in (
         ("model", state.get("model", {}), model_cfg.model_dump(), frozenset(), ModelConfig),
         ("train", state.get("train", {}), train_cfg.model_dump(), RESUMABLE_FIELDS, TrainConfig),
@@ -341,7 +342,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         torch.set_num_threads(train_cfg.threads)
     state = files.read_state()
     if state is not None:
-        _check_resumable(files, state, model_cfg, train_cfg, fingerprint)
+        _check_resumable(files, state, model_cfg, train_cfg, split)
         if state.get("stopped") == "early_stopping" or state["epoch"] >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
     if len(split.valid) == 0:
@@ -535,7 +536,7 @@ def _finish(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, fi
         if saved.get("stopped") and saved.get("epoch") == state["epoch"] and final.get("checkpoint") == checkpoint_id(
                 files.model):
             return final
-    model, meta = load_checkpoint(files.model, expected=model_cfg, fingerprint=fingerprint)
+    model, meta = load_checkpoint(files.model, expected=model_cfg, fingerprint=data_fingerprints(split))
     model.to(dist_ctx.device)
     valid = _evaluate(model, split, "valid", train_cfg, dist_ctx.device)
     test = _evaluate(model, split, "test", train_cfg, dist_ctx.device)
