@@ -139,7 +139,11 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
         fig = diagnosis.plot(name)
         assert isinstance(fig, Figure) and fig.axes, name
         assert fig._repr_png_().startswith(b"\x89PNG"), name  # what Jupyter displays as the cell's value
-    assert isinstance(diagnosis.mixing.plot(per_position=True), Figure)
+    assert isinstance(diagnosis.plot("mixing", per_position=True), Figure)
+    with pytest.raises(ResdomError, match="per_position: only the mixing figure"):
+        diagnosis.plot("hrli", per_position=True)
+    for result in diagnosis.results.values():  # results are data: the figure comes from the report
+        assert not hasattr(result, "plot")
     legend = [t.get_text() for t in diagnosis.plot("mixing").legends[0].get_texts()]
     assert "SASRec" in legend
 

@@ -173,6 +173,8 @@ def test_ctrl_c_on_diagnose_says_what_was_kept(trained_run: Path, capsys, monkey
 
 
 def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypatch) -> None:
+    import importlib
+
     import resdom.training.trainer as trainer
 
     real_fit = trainer.fit
@@ -182,7 +184,7 @@ def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypa
             raise KeyboardInterrupt
         return real_fit(split, model_cfg, train_cfg, *args, **kwargs)
 
-    monkeypatch.setattr(trainer, "fit", fit)
+    monkeypatch.setattr(importlib.import_module("resdom.pipeline.common"), "fit", fit)  # the grid's trainer
     out = tmp_path / "grid"
     code, _, err = run_cli(capsys, "reproduce", "--datasets", GRID_SOURCE, "--models", "sasrec", "--seeds", "1,2",
                            "--protocol", "loo", "--device", "cpu", "--epochs", "1", "--out", str(out), "--quiet")

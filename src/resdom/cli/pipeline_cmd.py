@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
+from resdom.cli.train_cmd import parse_set
 from resdom.cli.values import progress_option, quiet_alias
 from resdom.errors import ResdomError
-
-if TYPE_CHECKING:
-    from resdom.pipeline.reproduce import GridSpec
+from resdom.io import atomic_write_text
+from resdom.pipeline.common import is_finished
+from resdom.pipeline.demo import DemoSettings, run_demo
+from resdom.pipeline.remedies import remedies as run_remedies
+from resdom.pipeline.remedies import remedy_grid
+from resdom.pipeline.reproduce import GridSpec
+from resdom.pipeline.reproduce import reproduce as run_grid
+from resdom.pipeline.store import block_names, fill_blocks
+from resdom.report import build_report, find_run_dirs, left_out
 
 
 def _split_list(value: str, option: str) -> list[str]:
@@ -43,8 +49,6 @@ def report(
                                     "store); repeat for several"),
 ) -> None:
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
-    from resdom.report import build_report, find_run_dirs, read_runs
-
     found: list[Path] = []
     for d in run_dirs:
         if not d.exists():
@@ -56,9 +60,6 @@ def report(
     paths = build_report(found, out, title=title)
     typer.echo(f"report of {len(found)} run(s): {paths.html}")
     if docs:
-        from resdom.io import atomic_write_text
-        from resdom.pipeline.store import block_names, fill_blocks
-
         tables = paths.blocks
         missing = [d for d in docs if not d.is_file()]
         if missing:
@@ -67,9 +68,10 @@ def report(
         for d, text in filled.items():
             atomic_write_text(d, text)
             typer.echo(f"  {d}: {len(block_names(text))} table block(s) refilled")
-    stale = [r for r in read_runs(found) if r.stale]
-    for r in stale:
-        typer.echo(f"  left out of {r.label}: {', '.join(r.stale)} (computed on another checkpoint)", err=True)
+    missing = left_out(paths.runs)
+    for r in paths.runs:
+        for cause in missing.get(r.path, {}).values():
+            typer.echo(f"  left out of {r.label}: {cause}", err=True)
     typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 
 
@@ -81,8 +83,6 @@ def demo(
     quiet: bool = quiet_alias(),
 ) -> None:
     """Synthetic data -> SASRec -> every diagnostic -> report, offline, in a few minutes on a laptop CPU."""
-    from resdom.pipeline.demo import DemoSettings, run_demo
-
     settings = DemoSettings(device=device)
     if epochs is not None:
         settings.epochs = epochs
@@ -118,9 +118,6 @@ def reproduce(
     Models: sasrec, duorec, bsarec, the contrast models bert4rec and gru4rec (the paper's Figure 2:
     --models sasrec,duorec,bsarec,bert4rec,gru4rec), or a named variant (sasrec-tts: time-to-split's SASRec, max
     length 128)."""
-    from resdom.pipeline.reproduce import GridSpec
-    from resdom.pipeline.reproduce import reproduce as run_grid
-
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
                     store=store, train_values={"monitor_every": monitor_every})
@@ -161,10 +158,6 @@ def remedies(
     """Train each training-time remedy variant of MODEL with its protocol, diagnose it, and compare: a per-variant
     table (accuracy, HRLI, +Res mixing, recoverable misses, training time; mean ± std over seeds) and a figure of
     NDCG@10 against HRLI@1 beside the base model's inference-time alpha sweep (docs/remedies.md)."""
-    from resdom.cli.train_cmd import parse_set
-    from resdom.pipeline.remedies import remedies as run_remedies
-    from resdom.pipeline.remedies import remedy_grid
-
     values = parse_set(set_values or [])
     model_values, train_values = values.get("model", {}), values.get("train", {})
     spec = remedy_grid(dataset, model, _split_list(variants, "--variants"), _seeds(seeds), out, data_dir=data_dir,
@@ -187,8 +180,6 @@ def remedies(
 
 def _grid_interrupted_message(spec: GridSpec) -> str:
     """What an interrupted ``reproduce`` kept and how to go on: finished runs stay, the interrupted one resumes."""
-    from resdom.pipeline.common import is_finished
-
     cells = spec.cells()
     done = sum(is_finished(spec.run_dir(d, m, s), spec.epochs) for d, m, s in cells)
     return (f"interrupted: {spec.out} keeps the {done} of {len(cells)} runs that finished (trained and diagnosed) "

@@ -22,13 +22,14 @@ from typing import Any
 
 from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown, remedy_verdicts_markdown
-from resdom.report.collect import RunRecord, find_run_dirs, read_run, read_runs
+from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
+from resdom.report.html import render_html, render_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
 __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_blocks",
-           "find_run_dirs", "finding_lines", "read_run", "read_runs", "summary_tables"]
+           "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
 
 
 @dataclass
@@ -43,6 +44,7 @@ class ReportPaths:
     findings: list[str] = field(default_factory=list)
     tables_data: list[Table] = field(default_factory=list)
     blocks: dict[str, str] = field(default_factory=dict)  # document_blocks of the same runs, for ``--doc``
+    runs: list[RunRecord] = field(default_factory=list)
 
 
 def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
@@ -51,8 +53,6 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
     ``extra_stats``: data set statistics by data set name, for runs whose config.json lacks ``data.stats``.
     """
-    from resdom.report.html import render_html, render_markdown
-
     out_dir = Path(out_dir)
     runs = read_runs(list(run_dirs))
     tables = summary_tables(runs, extra_stats)
@@ -66,7 +66,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, figures, tables, title))
     atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
-    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks)
+    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:

@@ -11,6 +11,7 @@ short to read carry their value.
 
 from __future__ import annotations
 
+import io
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,14 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from resdom.diagnostics.common import number_at
 from resdom.errors import ResdomError
-from resdom.names import STAGES
+from resdom.experiments import REMEDY_LABELS, remedy_variant
+from resdom.io import atomic_write_bytes
+from resdom.names import STAGES, band_names
 from resdom.report.collect import RunRecord, model_order
+from resdom.report.tables import remedy_runs
+from resdom.report.values import run_values
+from resdom.stored import number_at
 
 # Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
 MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73",
@@ -72,8 +78,6 @@ class ReportFigure:
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``<key>.png`` (150 dpi) and ``<key>.pdf`` into ``out_dir``; returns ``{"png": p, "pdf": p}``."""
-        from resdom.io import atomic_write_bytes
-
         out_dir = Path(out_dir)
         paths = {"png": out_dir / f"{self.key}.png", "pdf": out_dir / f"{self.key}.pdf"}
         atomic_write_bytes(paths["png"], self.png_bytes())
@@ -92,8 +96,6 @@ class ReportFigure:
         return self._png
 
     def _render(self, fmt: str, **kw: Any) -> bytes:
-        import io
-
         buf = io.BytesIO()
         self.figure.savefig(buf, format=fmt, **kw)
         return buf.getvalue()
@@ -129,8 +131,6 @@ class NotebookFigure(Figure):
     """A matplotlib Figure that a notebook shows (as a PNG) when it is a cell's value, without pyplot."""
 
     def _repr_png_(self) -> bytes:
-        import io
-
         buf = io.BytesIO()
         self.savefig(buf, format="png", dpi=100)
         return buf.getvalue()
@@ -478,8 +478,6 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
     """HRLI@1 against the band of the last input item's training frequency (``hrli.json`` ``by_frequency``), one
     line per model (mean over seeds, error bars where seeds differ), and grey bars for the share of test users in
     each band; one panel per data set."""
-    from resdom.diagnostics.hrli import band_names
-
     def bands(r: RunRecord) -> dict[str, Any]:
         b = r.diag("hrli").get("by_frequency")
         return b if isinstance(b, dict) else {}
@@ -699,9 +697,6 @@ def result_figure(name: str, data: dict[str, Any], model: str = "model", title: 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     """Every figure that the runs have data for, in report order. The remedy variants are drawn in the remedies
     figure only; the standard figures show the models (and the variants where nothing else ran)."""
-    from resdom.report.tables import remedy_runs
-    from resdom.training.config import remedy_variant
-
     models = [r for r in runs if remedy_variant(r.model) is None] or runs
     figures = [build(models) for build in FIGURE_BUILDERS]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
@@ -748,13 +743,8 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
     """Accuracy against reliance (``resdom remedies``, docs/remedies.md): test NDCG@10 against HRLI@1, one point per
     variant label (mean over seeds, std as error bars), and the base model's inference-time alpha sweep as a curve on
     the same axes (mean over its seeds at each alpha; NDCG@10 filtered, HRLI@1 unfiltered, as the points). One panel
-    per data set and base model (a variant's base: ``training.config.remedy_variant``); ``order``: the labels' legend
+    per data set and base model (a variant's base: ``experiments.remedy_variant``); ``order``: the labels' legend
     order (default ``REMEDY_LABELS``). Drawn beside the standard figures where remedy variants ran (``all_figures``)."""
-    from matplotlib import colormaps
-
-    from resdom.report.tables import run_values
-    from resdom.training.config import REMEDY_LABELS, remedy_variant
-
     def base_of(label: str) -> str:
         parts = remedy_variant(label)
         return label if parts is None else parts[0]
