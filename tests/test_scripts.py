@@ -65,6 +65,7 @@ def test_bsarec_residual_rows_with_the_frequency_residual_as_trained_are_the_alp
     assert rows[0]["HRLI@1"] != rows[4]["HRLI@1"] or rows[0]["HRL2I@1"] != rows[4]["HRL2I@1"]
 
 
+@pytest.mark.slow
 def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     """scripts/reproduce_cells.sh commits a stored cell with the documents refilled on HEAD's copies: an edit in
     progress in docs/results.md stays in the working copy (refilled too), out of the commit."""
@@ -105,7 +106,11 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     for text in (committed, working):
         assert "| beauty-ts | bert4rec | 1 |" in text and "| beauty-ts | gru4rec | 1 |" in text
     assert "AN EDIT IN PROGRESS" not in committed and working.endswith("Prose.\nAN EDIT IN PROGRESS\n")
-    assert f"{second}/cell.json" in git("show", "--name-only", "--format=", "HEAD").split()
+    names = git("show", "--name-only", "--format=", "HEAD").split()
+    assert f"{second}/cell.json" in names and "docs/results/tables/accuracy.md" in names
+    assert {n for n in names if not n.startswith((second, "docs/results/tables/"))} <= {"docs/results.md",
+                                                                                       "docs/remedies.md"}
+    assert not (repo / "docs" / "results" / "figures").exists()  # figures: on demand, never with a cell
     assert git("status", "--porcelain").split("\n")[0] == " M docs/results.md"
     bad = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", "results/nope"], cwd=repo,
                          capture_output=True, text=True)

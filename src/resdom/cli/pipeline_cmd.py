@@ -47,6 +47,8 @@ def report(
     docs: list[Path] = typer.Option(None, "--doc", help="a Markdown document whose `<!-- resdom:table NAME -->` "
                                     "blocks are refilled with these tables (e.g. docs/results.md from the results "
                                     "store); repeat for several"),
+    tables_only: bool = typer.Option(False, "--tables-only", help="write the tables (OUT/tables/ and the --doc "
+                                     "blocks) only: no figures, no report.html / report.md"),
 ) -> None:
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
     found: list[Path] = []
@@ -57,8 +59,8 @@ def report(
         if not runs:
             raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
         found += [r for r in runs if r not in found]
-    paths = build_report(found, out, title=title)
-    typer.echo(f"report of {len(found)} run(s): {paths.html}")
+    paths = build_report(found, out, title=title, figures=not tables_only)
+    typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if docs:
         tables = paths.blocks
         missing = [d for d in docs if not d.is_file()]
@@ -72,7 +74,8 @@ def report(
     for r in paths.runs:
         for cause in missing.get(r.path, {}).values():
             typer.echo(f"  left out of {r.label}: {cause}", err=True)
-    typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
+    if not tables_only:
+        typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 
 
 def demo(
