@@ -144,6 +144,7 @@ def test_logs_get_one_line_per_epoch_and_per_stage_not_bars(trained_run: Path, t
     assert "\r" not in err and "it/s" not in err
 
 
+@pytest.mark.slow
 def test_reproduce_log_has_plain_lines_only(tmp_path: Path, capsys) -> None:
     out = tmp_path / "grid"
     code, stdout, err = run_cli(capsys, "reproduce", "--datasets", GRID_SOURCE, "--models", "sasrec", "--seeds", "1",
@@ -172,6 +173,7 @@ def test_ctrl_c_on_diagnose_says_what_was_kept(trained_run: Path, capsys, monkey
     assert (trained_run / "diagnostics" / "mixing.json").is_file()
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypatch) -> None:
     import importlib
 

@@ -234,9 +234,13 @@ def test_the_checks_can_fail() -> None:
 
 
 @pytest.mark.slow
-def test_import_report_loads_no_torch() -> None:
-    """The report reads stored JSON only: importing it (and drawing nothing) loads neither torch nor a model."""
-    code = ("import sys, resdom.report, resdom.report.figures, resdom.experiments; "
+def test_import_resdom_and_its_report_load_no_torch() -> None:
+    """In a fresh interpreter: ``import resdom`` loads no torch (the API comes on first use), and neither does
+    ``import resdom.report`` (it reads stored JSON only: no model, trainer or diagnostic either)."""
+    code = ("import sys, resdom; assert 'torch' not in sys.modules, 'import resdom loaded torch'; "
+            "assert 'fit' in dir(resdom); "
+            "import resdom.report, resdom.report.figures, resdom.experiments; "
             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'resdom.models', "
             "'resdom.diagnostics', 'resdom.training'))); assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=SRC.parent, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, timeout=300)
+    assert done.returncode == 0, done.stderr

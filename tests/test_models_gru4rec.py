@@ -190,6 +190,7 @@ def test_diagnose_all_on_gru4rec_runs_what_applies(planted, capsys) -> None:
     assert "last-item hit rates" in captured.out and "miss recovery" in captured.out
 
 
+@pytest.mark.slow
 def test_reproduce_runs_the_contrast_models(tmp_path: Path) -> None:
     """``reproduce --models bert4rec,gru4rec``: every cell trains and is diagnosed with what applies, and the
     report has the paper's Figure 2 with both models."""

