@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -103,13 +104,18 @@ def imports_in(name: str, source: str, is_package: bool, known: set[str]) -> tup
     return found, external
 
 
-def internal_imports() -> list[Import]:
-    """Every import of a resdom module by a resdom module."""
+@functools.cache
+def _internal_imports() -> tuple[Import, ...]:
     modules = all_modules()
     found: list[Import] = []
     for name, path in modules.items():
         found += imports_in(name, path.read_text(), path.name == "__init__.py", set(modules))[0]
-    return found
+    return tuple(found)
+
+
+def internal_imports() -> list[Import]:
+    """Every import of a resdom module by a resdom module (the source read once per session)."""
+    return list(_internal_imports())
 
 
 def layer_of(module: str) -> int:
