@@ -574,7 +574,7 @@ def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, target: f
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
@@ -885,7 +885,7 @@ def plot_scaling(series: dict[str, list[tuple[int, float]]], path: Path, base: t
     fig.suptitle(f"resdom SASRec, ce_sampled; base {base[0]:,} users, {base[1]:,} items, max len {base[2]}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 

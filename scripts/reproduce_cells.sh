@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Train the reproduction grid cell group by cell group, one torch thread, and commit each cell to the results
-# store as soon as it is finished, with docs/results.md and docs/results/ regenerated from the store. Resumable: rerun it and finished cells are skipped (stored again unchanged).
+# store as soon as it is finished, with the text tables (docs/results.md, docs/remedies.md, docs/results/tables/)
+# regenerated from the store. Resumable: rerun it and finished cells are skipped (stored again unchanged).
+# Figures and the report page are not part of a cell's commit: make them on demand (or at a milestone) with
+#   .venv/bin/resdom report results --out docs/results --title "resdom reproduction (results store)"
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
 #   scripts/reproduce_cells.sh --commit results/beauty-ts/sasrec/seed1 ...   # commit cells stored by hand
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
-# The commit holds the cell and the regenerated documents only (see commit_cell).
+# The commit holds the cell and the regenerated text tables only, never a figure (see commit_cell).
 # Training runs from a frozen copy of src/ (runs/code-<commit>/), so editing the code while the grid runs cannot
 # break a cell half way (modules are imported lazily); the report is regenerated with the checkout's own code.
 set -uo pipefail
@@ -14,8 +17,7 @@ GRID=${GRID:-runs/repro}; STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../share
 DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 DOCS=(docs/results.md docs/remedies.md)
-report() { .venv/bin/resdom report "$STORE" --out docs/results --title "resdom reproduction (results store)" "$@" >/dev/null \
-  && rm -f docs/results/figures/*.pdf; }
+report() { .venv/bin/resdom report "$STORE" --out docs/results --tables-only "$@" >/dev/null; }
 commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated from the store, so they never lag
   # The documents are refilled on HEAD's own copies and committed through a temporary index, so an edit in
   # progress in docs/results.md or docs/remedies.md never rides along with a cell; the working copies are refilled
@@ -29,7 +31,7 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
   # a working copy that cannot be refilled (a block being edited) is left as it is
   [ "$ok" = 1 ] && { report "${heads[@]}" "${works[@]}" || report "${heads[@]}"; } || { rm -rf "$tmp"; return 1; }
   ( export GIT_INDEX_FILE="$tmp/index"
-    git read-tree "$head" && git add "$cell" docs/results || exit 1
+    git read-tree "$head" && git add "$cell" docs/results/tables || exit 1
     for doc in "${DOCS[@]}"; do
       git update-index --add --cacheinfo "100644,$(git hash-object -w "$tmp/${doc##*/}"),$doc" || exit 1
     done
@@ -37,7 +39,7 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
   ok=$?
   rm -rf "$tmp"
   if [ "$ok" = 0 ]; then  # the index's entries of these paths: the new HEAD's
-    for try in 1 2 3; do git reset -q -- "$cell" docs/results "${DOCS[@]}" && break; sleep 2; done
+    for try in 1 2 3; do git reset -q -- "$cell" docs/results/tables "${DOCS[@]}" && break; sleep 2; done
   fi
   return "$ok"
 }

@@ -12,6 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RESDOM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the real data sets (through ``shared_raw``, however indirectly) is slow: ``pytest -m "not
+    slow"`` leaves it out."""
+    for item in items:
+        if "shared_raw" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def shared_raw() -> Path:
     """Path to ../shared/data/raw; skips the test where it is absent."""

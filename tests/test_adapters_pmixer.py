@@ -189,25 +189,25 @@ def test_older_pmixer_checkpoint_is_refused_not_misread(tmp_path: Path) -> None:
         import_pmixer(path, str(data), tmp_path / "run", heads=HEADS, k_core=0)
 
 
-def test_cli_import_pmixer_norm_first(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_cli_import_pmixer_norm_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``resdom import-pmixer`` (in this process, through the CLI's entry function) and its one-line error."""
+    from cli_helpers import invoke
 
     rng = np.random.default_rng(7)
     data, seqs = _data_file(tmp_path / "data.txt", rng)
     path = tmp_path / f"SASRec.epoch=20.lr=0.001.layer=2.head=2.hidden=16.maxlen={MAXLEN}.pth"
     torch.save(_pmixer(True, int(max(max(s) for s in seqs.values())), 0).state_dict(), path)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "resdom", "import-pmixer", str(path), "--data", str(data), "--out", str(out),
-           "--heads", str(HEADS), "--norm-first", "--k-core", "0"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    cmd = ["import-pmixer", str(path), "--data", str(data), "--out", str(out), "--heads", str(HEADS), "--norm-first",
+           "--k-core", "0"]
+    assert invoke(*cmd) == 0, capsys.readouterr().err
     run = load_run(out)
     assert run.model.cfg.norm_first and run.model.max_len == MAXLEN
     assert run.config["imported_from"]["format"] == "pmixer"
-    bad_cmd = cmd[:8] + [str(tmp_path / "run2"), "--heads", "3", "--k-core", "0"]
-    bad = subprocess.run(bad_cmd, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--heads 3" in bad.stderr and "Traceback" not in bad.stderr
+    capsys.readouterr()
+    assert invoke(*cmd[:5], str(tmp_path / "run2"), "--heads", "3", "--k-core", "0") == 2
+    err = capsys.readouterr().err
+    assert "--heads 3" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_default_applies_pmixers_preprocessing_none(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ imported without RecBole; the imported model's scores equal RecBole's own, and e
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -191,19 +190,21 @@ def test_existing_output_is_not_overwritten(run_dir: Path) -> None:
         import_recbole(CKPT, str(INTER), run_dir)
 
 
-def test_cli_import_and_error_exit(tmp_path: Path) -> None:
+def test_cli_import_and_error_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``resdom import-recbole`` (in this process, through the CLI's entry function) and its one-line error."""
+    from cli_helpers import invoke
+
     out = tmp_path / "cli-run"
-    cmd = [sys.executable, "-m", "resdom", "import-recbole", str(CKPT), "--data", str(INTER), "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    assert invoke("import-recbole", str(CKPT), "--data", str(INTER), "--out", str(out)) == 0
+    stdout = capsys.readouterr().out
     assert (out / "model.safetensors").exists() and (out / "data" / "arrays.npz").exists()
     # it says what it applied: RecBole's settings from the checkpoint, not resdom's k-core
-    assert "RecBole preprocessing, as the checkpoint's config says: rm_dup_inter=None" in done.stdout
-    assert "user_inter_num_interval='[0,inf)'" in done.stdout and "40 items" in done.stdout
-    assert "60 users" in done.stdout and "--no-filter" in done.stdout
-    bad = subprocess.run(cmd[:4] + [str(tmp_path / "nope.pth")] + cmd[5:-1] + [str(tmp_path / "x")],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "nope.pth" in bad.stderr and "Traceback" not in bad.stderr
+    assert "RecBole preprocessing, as the checkpoint's config says: rm_dup_inter=None" in stdout
+    assert "user_inter_num_interval='[0,inf)'" in stdout and "40 items" in stdout
+    assert "60 users" in stdout and "--no-filter" in stdout
+    assert invoke("import-recbole", str(tmp_path / "nope.pth"), "--data", str(INTER), "--out", str(tmp_path / "x")) == 2
+    err = capsys.readouterr().err
+    assert "nope.pth" in err and "Traceback" not in err
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -300,17 +301,18 @@ def test_ml100k_no_filter_metrics_equal_recboles(ml100k_run: Path, ml100k_data, 
     assert len(differ) <= 2, f"{len(differ)} users rank their target differently (e.g. {differ[:3]})"
 
 
-def test_ml100k_cli_import_prints_what_it_applied(ml100k_inter: Path, tmp_path: Path, ml100k_recbole: dict) -> None:
+@pytest.mark.slow
+def test_ml100k_cli_import_prints_what_it_applied(ml100k_inter: Path, tmp_path: Path, ml100k_recbole: dict,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import invoke
+
     out = tmp_path / "cli"
-    done = subprocess.run([sys.executable, "-m", "resdom", "import-recbole", str(ML100K_CKPT), "--data",
-                           str(ml100k_inter), "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "100000 interactions read, 0 removed" in done.stdout and "1682 items" in done.stdout, done.stdout
-    assert "float32 min-max normalised timestamp" in done.stdout and "943 users" in done.stdout, done.stdout
-    ev = subprocess.run([sys.executable, "-m", "resdom", "evaluate", str(out), "--no-filter", "--json"],
-                        capture_output=True, text=True, timeout=300)
-    assert ev.returncode == 0, ev.stderr
-    got = json.loads(ev.stdout)
+    assert invoke("import-recbole", str(ML100K_CKPT), "--data", str(ml100k_inter), "--out", str(out)) == 0
+    stdout = capsys.readouterr().out
+    assert "100000 interactions read, 0 removed" in stdout and "1682 items" in stdout, stdout
+    assert "float32 min-max normalised timestamp" in stdout and "943 users" in stdout, stdout
+    assert invoke("evaluate", str(out), "--no-filter", "--json") == 0
+    got = json.loads(capsys.readouterr().out)
     recbole = ml100k_recbole["recbole_test_result"]
     assert got["n_users"] == 943 and not got["filtered"]
     assert abs(got["metrics"]["HR@10"] - recbole["hit@10"]) <= 1e-4

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -182,19 +181,20 @@ def ml100k_inter(shared_raw: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-def test_ml100k_metrics_and_inputs_equal_rectools(kind: str, ml100k_inter: Path, tmp_path: Path) -> None:
+def test_ml100k_metrics_and_inputs_equal_rectools(kind: str, ml100k_inter: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """`resdom import-rectools` + `resdom evaluate` (seen items filtered) == RecTools' recommend(filter_viewed=True)
     HR@10 / NDCG@10 on the same leave-one-out split, and the test inputs are the ones RecTools read."""
+    from cli_helpers import invoke
+
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "resdom", "import-rectools", str(_file(kind)), "--data",
-                           str(ml100k_inter), "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "943 users" in done.stdout and "dropped" in done.stdout
-    ev = subprocess.run([sys.executable, "-m", "resdom", "evaluate", str(out), "--json"], capture_output=True,
-                        text=True, timeout=300)
-    assert ev.returncode == 0, ev.stderr
-    got, theirs = json.loads(ev.stdout), json.loads((FIXTURE / f"{kind}_eval.json").read_text())
+    assert invoke("import-rectools", str(_file(kind)), "--data", str(ml100k_inter), "--out", str(out)) == 0
+    stdout = capsys.readouterr().out
+    assert "943 users" in stdout and "dropped" in stdout
+    assert invoke("evaluate", str(out), "--json") == 0
+    got, theirs = json.loads(capsys.readouterr().out), json.loads((FIXTURE / f"{kind}_eval.json").read_text())
     assert got["n_users"] == theirs["users"] == 943
     assert abs(got["metrics"]["HR@10"] - theirs["HR@10"]) <= 1e-4, (got["metrics"], theirs)
     assert abs(got["metrics"]["NDCG@10"] - theirs["NDCG@10"]) <= 1e-4, (got["metrics"], theirs)

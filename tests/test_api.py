@@ -4,8 +4,6 @@ diagnose with the CLI's numbers, tables and figures of every result, one-line er
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -42,10 +40,9 @@ def run_dir(fitted, tmp_path_factory) -> Path:
     return saved.save(tmp_path_factory.mktemp("api") / "run")
 
 
-def test_import_resdom_loads_no_torch():
-    code = "import sys, resdom; assert 'torch' not in sys.modules, 'torch loaded'; assert 'fit' in dir(resdom)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+def test_the_api_is_loaded_on_first_use():
+    """``resdom.fit`` is ``resdom.api.fit``; that ``import resdom`` alone loads no torch is checked in a fresh
+    interpreter by tests/test_import_layers.py (one subprocess for it and the report)."""
     assert resdom.fit is resdom.api.fit and resdom.Diagnosis is resdom.api.Diagnosis
 
 
@@ -139,9 +136,13 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
         fig = diagnosis.plot(name)
         assert isinstance(fig, Figure) and fig.axes, name
         assert fig._repr_png_().startswith(b"\x89PNG"), name  # what Jupyter displays as the cell's value
-    assert isinstance(diagnosis.mixing.plot(per_position=True), Figure)
+    assert isinstance(diagnosis.plot("mixing", per_position=True), Figure)
+    with pytest.raises(ResdomError, match="per_position: only the mixing figure"):
+        diagnosis.plot("hrli", per_position=True)
+    for result in diagnosis.results.values():  # results are data: the figure comes from the report
+        assert not hasattr(result, "plot")
     legend = [t.get_text() for t in diagnosis.plot("mixing").legends[0].get_texts()]
-    assert "SASRec" in legend
+    assert "SASRec (n=1)" in legend  # one result: one seed
 
 
 @pytest.mark.parametrize("call, message", [

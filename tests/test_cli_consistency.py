@@ -77,14 +77,14 @@ def test_one_progress_flag_spelled_the_same_way(name: str) -> None:
 
 
 def test_quiet_is_kept_as_a_hidden_alias_of_no_progress(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    reproduce_mod = importlib.import_module("resdom.pipeline.reproduce")  # the package exports a function so named
+    pipeline_cmd = importlib.import_module("resdom.cli.pipeline_cmd")  # the grid runner as the command calls it
     seen: list[bool] = []
 
     def fake(spec: Any, progress: bool = True, echo: Any = print) -> Any:
         seen.append(progress)
         raise typer.Exit(0)
 
-    monkeypatch.setattr(reproduce_mod, "reproduce", fake)
+    monkeypatch.setattr(pipeline_cmd, "run_grid", fake)
     for flag, expected in (("-q", False), ("--quiet", False), ("--no-progress", False), ("--progress", True)):
         assert invoke("reproduce", "--datasets", "x", "--models", "sasrec", "--out", "/tmp/never", flag) == 0
         assert seen.pop() is expected, flag
@@ -165,6 +165,7 @@ def fake_fit(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         return Result()
 
     monkeypatch.setattr(resdom.api, "fit", fit)
+    monkeypatch.setattr(importlib.import_module("resdom.cli.train_cmd"), "fit", fit)  # the name the command calls
     return calls
 
 
@@ -196,8 +197,7 @@ def test_canonical_label() -> None:
 
 
 def test_reproduce_and_remedies_take_model_names_in_any_case(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    remedies_mod = importlib.import_module("resdom.pipeline.remedies")
-    reproduce_mod = importlib.import_module("resdom.pipeline.reproduce")
+    pipeline_cmd = importlib.import_module("resdom.cli.pipeline_cmd")  # the runners as the commands call them
 
     specs: list[Any] = []
 
@@ -205,8 +205,8 @@ def test_reproduce_and_remedies_take_model_names_in_any_case(monkeypatch: pytest
         specs.append(spec)
         raise typer.Exit(0)
 
-    monkeypatch.setattr(reproduce_mod, "reproduce", capture)
-    monkeypatch.setattr(remedies_mod, "remedies", capture)
+    monkeypatch.setattr(pipeline_cmd, "run_grid", capture)
+    monkeypatch.setattr(pipeline_cmd, "run_remedies", capture)
     assert invoke("reproduce", "--models", "SASRec,DuoRec,SASRec-TTS", "--out", "/tmp/never") == 0
     assert specs[-1].models == ["sasrec", "duorec", "sasrec-tts"]
     assert invoke("remedies", "synthetic", "--model", "BSARec", "--variants", "base,Gate", "--out", "/tmp/never") == 0

@@ -237,6 +237,7 @@ def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
         load_interactions(str(p), kcore=3)
 
 
+@pytest.mark.slow
 def test_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:
     p = write(tmp_path / "inter.txt", "1 10 100\n1 20 oops\n")
     r = subprocess.run([sys.executable, "-m", "resdom", "data", "stats", str(p), "--format", "interactions"],

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -86,6 +87,7 @@ def _worker(rank: int, world: int, tmp: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     from resdom.data.prepare import prepare_split
     from resdom.training.config import TrainConfig

@@ -58,7 +58,8 @@ def test_hrli_by_last_item_frequency_matches_a_slow_reference():
     """Per band of the last input item's training frequency (counted by hand from a list of training sequences):
     each band's rates over its own users, the bands partition the users, the table's seen / unseen split."""
     from resdom.data.sequences import item_counts
-    from resdom.diagnostics.hrli import HRLIResult, band_names
+    from resdom.names import band_names
+    from resdom.report.values import hrli_values
 
     m, base = model(), evalset()
     lists = base.inputs.to_lists()
@@ -88,7 +89,7 @@ def test_hrli_by_last_item_frequency_matches_a_slow_reference():
             hits = sum(len(lists[u]) >= k and slow_ranks(scores[u], lists[u][-k]) < K for u in users)
             key = "HRLI" if k == 1 else f"HRL{k}I"
             assert b["values"][f"{key}@{K}"] == pytest.approx(hits / len(users)), (name, k, K)
-    table = HRLIResult.table_values(res.to_dict())
+    table = hrli_values(res.to_dict())
     cold = [u for u, s in enumerate(lists) if band(s[-1]) == "0"]
     warm = [u for u in range(len(ev)) if u not in cold]
     top1 = scores.argmax(1)
@@ -104,11 +105,11 @@ def test_hrli_by_last_item_frequency_matches_a_slow_reference():
     d = {"values": {"HRLI@1": 0.5}, "by_frequency": {
         "0": {"n_users": 2, "values": {"HRLI@1": 0.0}}, "1-4": {"n_users": 0, "values": {"HRLI@1": float("nan")}},
         "5-19": {"n_users": 2, "values": {"HRLI@1": 1.0}}}}
-    assert HRLIResult.table_values(d)["HRLI@1_seen"] == 1.0 and HRLIResult.table_values(d)["unseen_share"] == 0.5
+    assert hrli_values(d)["HRLI@1_seen"] == 1.0 and hrli_values(d)["unseen_share"] == 0.5
     # without frequencies: no bands, and the table's band columns are empty
     plain = last_item_hit_rates(m, ev, batch_size=7)
     assert plain.by_frequency is None and "by_frequency" not in plain.to_dict()
-    assert HRLIResult.table_values(plain.to_dict())["unseen_share"] is None
+    assert hrli_values(plain.to_dict())["unseen_share"] is None
 
 
 def test_hrli_refuses_filtering_because_it_would_be_zero():

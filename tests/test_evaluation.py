@@ -158,6 +158,7 @@ def _ddp_worker(rank: int, world: int, tmp: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     model = make_model()
     torch.save(model.state_dict(), tmp_path / "model.pt")

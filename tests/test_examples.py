@@ -66,6 +66,7 @@ def test_notebook_cells_are_the_scripts():
     assert any("image/png" in o.get("data", {}) for o in shown), "the saved notebook is executed (figures kept)"
 
 
+@pytest.mark.slow
 def test_quickstart_notebook_runs_without_errors():
     pytest.importorskip("nbclient")
     nb = build_notebook()

@@ -144,6 +144,7 @@ def test_logs_get_one_line_per_epoch_and_per_stage_not_bars(trained_run: Path, t
     assert "\r" not in err and "it/s" not in err
 
 
+@pytest.mark.slow
 def test_reproduce_log_has_plain_lines_only(tmp_path: Path, capsys) -> None:
     out = tmp_path / "grid"
     code, stdout, err = run_cli(capsys, "reproduce", "--datasets", GRID_SOURCE, "--models", "sasrec", "--seeds", "1",
@@ -172,7 +173,10 @@ def test_ctrl_c_on_diagnose_says_what_was_kept(trained_run: Path, capsys, monkey
     assert (trained_run / "diagnostics" / "mixing.json").is_file()
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypatch) -> None:
+    import importlib
+
     import resdom.training.trainer as trainer
 
     real_fit = trainer.fit
@@ -182,7 +186,7 @@ def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypa
             raise KeyboardInterrupt
         return real_fit(split, model_cfg, train_cfg, *args, **kwargs)
 
-    monkeypatch.setattr(trainer, "fit", fit)
+    monkeypatch.setattr(importlib.import_module("resdom.pipeline.common"), "fit", fit)  # the grid's trainer
     out = tmp_path / "grid"
     code, _, err = run_cli(capsys, "reproduce", "--datasets", GRID_SOURCE, "--models", "sasrec", "--seeds", "1,2",
                            "--protocol", "loo", "--device", "cpu", "--epochs", "1", "--out", str(out), "--quiet")

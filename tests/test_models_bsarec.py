@@ -56,6 +56,17 @@ def test_low_pass_matrix_is_the_fft_filter(L: int, keep: int) -> None:
     assert low_pass_matrix(L, keep).dtype == torch.float32 and low_pass_matrix(L, keep).shape == (L, L)
 
 
+def test_a_filter_first_built_under_inference_mode_still_trains() -> None:
+    """The filter matrix is cached: one first built while diagnosing (inference mode) serves training after."""
+    low_pass_matrix.cache_clear()
+    with torch.inference_mode():
+        low_pass(torch.randn(2, 7, 3), 2)
+    x = torch.randn(2, 7, 3, requires_grad=True)
+    (grad,) = torch.autograd.grad(low_pass(x, 2).sum(), x)
+    (want,) = torch.autograd.grad(low_pass_fft(x, 2).sum(), x)
+    torch.testing.assert_close(grad, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("keep", [1, 2, 5])
 def test_low_pass_of_constant_sequence_is_identity(keep: int) -> None:
     x = torch.randn(3, 1, 4, dtype=torch.float64).expand(3, 9, 4)

@@ -17,6 +17,7 @@ from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics.alpha import alpha_sweep
 from resdom.diagnostics.hrli import last_item_hit_rates
 from resdom.diagnostics.mixing import mixing_ratios
+from resdom.diagnostics.monitor import epoch_monitor
 from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.shuffle import position_shuffle
 from resdom.errors import ResdomError
@@ -148,7 +149,7 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
         m, t = resolve_configs("gru4rec", {"max_len": 16, "hidden": 32},
                                {"epochs": 6, "batch_size": 32, "lr": 1e-2, "device": "cpu", "monitor_every": 3},
                                n_items=split.n_items)
-        result = fit(split, m, t, out, {"source": "synthetic"}, progress=False)
+        result = fit(split, m, t, out, {"source": "synthetic"}, progress=False, monitor=epoch_monitor)
     finally:
         torch.set_num_threads(threads)
     return out, split, result
@@ -189,6 +190,7 @@ def test_diagnose_all_on_gru4rec_runs_what_applies(planted, capsys) -> None:
     assert "last-item hit rates" in captured.out and "miss recovery" in captured.out
 
 
+@pytest.mark.slow
 def test_reproduce_runs_the_contrast_models(tmp_path: Path) -> None:
     """``reproduce --models bert4rec,gru4rec``: every cell trains and is diagnosed with what applies, and the
     report has the paper's Figure 2 with both models."""

@@ -17,6 +17,7 @@ TINY = "synthetic:n_users=120,n_items=40,min_len=6,max_len=14"
 TINY_MODEL = {"hidden": 16, "layers": 2, "heads": 2, "max_len": 16}
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_and_rerun(tmp_path: Path) -> None:
     settings = DemoSettings(source=TINY, epochs=1, batch_size=64, model=dict(TINY_MODEL))
     lines: list[str] = []
@@ -42,6 +43,7 @@ def test_demo_end_to_end_and_rerun(tmp_path: Path) -> None:
         run_demo(tmp_path / "demo", DemoSettings(source=TINY + ",seed=1"), progress=False, echo=lines.append)
 
 
+@pytest.mark.slow
 def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     """``resdom demo``'s own setting (synthetic:demo, full size, about 25 s of CPU): the trained SASRec ranks the
     last input item first far more often than the second to last, the residual swamps the mixing, a keep_last
@@ -76,6 +78,7 @@ def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     assert f"with the residual scaled to α = 0 HRLI@1 is {sweep[-1]:.3f}" in text
 
 
+@pytest.mark.slow
 def test_reproduce_grid_resume_and_failures(tmp_path: Path) -> None:
     out = tmp_path / "grid"
     spec = GridSpec([TINY, "no-such-dataset"], ["sasrec", "bsarec"], [1], out, protocol="loo", device="cpu",
@@ -120,6 +123,7 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
         GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path, protocol="random")
 
 
+@pytest.mark.slow
 def test_cli_report_and_errors(tmp_path: Path) -> None:
     fixtures = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
     runner = CliRunner()

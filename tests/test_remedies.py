@@ -48,8 +48,9 @@ def set_gates(model: torch.nn.Module, seed: int = 1) -> None:
 
 
 def test_config_refuses_mixed_or_misplaced_remedies():
+    from resdom.experiments import remedy_label
     from resdom.models.config import make_model_config
-    from resdom.training.config import remedy_label, resolve_configs
+    from resdom.training.config import resolve_configs
 
     with pytest.raises(ResdomError, match="residual_gate"):
         make_model_config(n_items=5, residual_gate="scalar", residual_scale=0.5)
@@ -335,6 +336,7 @@ def test_duorec_contrast_reads_the_readout():
 # ------------------------------------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow
 def test_remedies_end_to_end(tmp_path, capsys):
     from cli_helpers import invoke
 
@@ -382,8 +384,9 @@ def test_light_records_give_the_same_ratio_with_a_gate(gate):
 
 
 def test_remedy_labels_resolve_on_the_base_protocol():
+    from resdom.experiments import model_variant
     from resdom.pipeline.remedies import remedy_grid
-    from resdom.training.config import model_variant, resolve_configs
+    from resdom.training.config import resolve_configs
 
     spec = remedy_grid("synthetic:demo", "duorec", ["base", "preln", "gate-channel"], [1], "/tmp/unused")
     assert spec.models == ["duorec", "duorec-preln", "duorec-gate-channel"]

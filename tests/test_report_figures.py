@@ -36,10 +36,41 @@ def test_model_colours_fixed(figures: dict) -> None:
     ax = figures["hrli"].figure.axes[0]  # toyA: SASRec and BSARec bars
     colours = {to_hex(p.get_facecolor()) for p in ax.patches}
     assert colours == {MODEL_COLORS["sasrec"].lower(), MODEL_COLORS["bsarec"].lower()}
-    lines = figures["alpha_sweep"].figure.axes[1].get_lines()
+    lines = figures["alpha_hrli"].figure.axes[0].get_lines()
     assert {to_hex(line.get_color()) for line in lines} <= {c.lower() for c in MODEL_COLORS.values()}
     legend = [t.get_text() for t in figures["hrli"].figure.legends[0].get_texts()]
-    assert legend == ["SASRec", "BSARec"]
+    assert legend == ["SASRec (n=1–2)", "BSARec (n=1)", "error bar: ±1 SD over seeds"]  # toyA: 2 seeds, toyB: 1
+
+
+def test_every_figure_names_its_seeds_and_its_error_bars(figures: dict) -> None:
+    """Each model's entry says how many seeds its means average; where error bars or bands are drawn, the legend
+    says what they show."""
+    for key, f in figures.items():
+        texts = [t.get_text() for t in f.figure.legends[0].get_texts()]
+        assert any(t.startswith("SASRec (n=") for t in texts), key
+        drawn = any(c.__class__.__name__ == "ErrorbarContainer" for ax in f.figure.axes for c in ax.containers)
+        bands = any(c.__class__.__name__ == "FillBetweenPolyCollection" or c.__class__.__name__ == "PolyCollection"
+                    for ax in f.figure.axes for c in ax.collections)
+        if drawn:
+            assert "error bar: ±1 SD over seeds" in texts, key
+        if bands and key.startswith(("alpha", "recovery")):
+            assert "band: ±1 SD over seeds" in texts, key
+
+
+def test_figures_fit_the_page_and_are_small_palette_pngs(figures: dict) -> None:
+    import io
+
+    from PIL import Image
+
+    from resdom.report.figures import PAGE_WIDTH, PNG_DPI
+
+    for key, f in figures.items():
+        assert f.figure.get_figwidth() <= PAGE_WIDTH + 1e-9, key
+    for key in ("hrli", "alpha_hrli"):  # two renderings stand for all (each takes a while)
+        f = figures[key]
+        image = Image.open(io.BytesIO(f.png_bytes()))
+        assert image.mode == "P" and image.info["dpi"] == pytest.approx((PNG_DPI, PNG_DPI), abs=0.5), key
+        assert image.size[0] <= PAGE_WIDTH * PNG_DPI + 1, key
 
 
 def test_bar_heights_are_seed_means(figures: dict) -> None:
@@ -49,6 +80,7 @@ def test_bar_heights_are_seed_means(figures: dict) -> None:
     assert sasrec_bars[1].get_height() == pytest.approx(0.03)  # HRL2I@1, seeds 0.02 / 0.04
 
 
+@pytest.mark.slow
 def test_report_files(tmp_path: Path) -> None:
     paths = build_report(find_run_dirs(FIXTURES), tmp_path, title="t")
     for key in FIGURE_KEYS:
@@ -81,18 +113,44 @@ def test_report_without_diagnostics(tmp_path: Path) -> None:
 def test_figures_say_how_many_users(figures: dict) -> None:
     for key, f in figures.items():
         note = {"recovery": "200 test users",  # toyB has no recovery, and no training monitor:
-                "reliance_curve": "50 validation users"}.get(key, "200 test users in each data set")
+                "reliance_curve": "50 validation users",
+                "mixing_curve": "50 validation users"}.get(key, "200 test users in each data set")
         assert f.caption.endswith(f" {note}."), key
-        assert f"n = {note}" in [t.get_text() for t in f.figure.texts], key
+        assert any(t.get_text().endswith(note) for t in f.figure.texts), key
     # one data set with its own count
     only_b = {f.key: f for f in all_figures(read_runs([FIXTURES / "toyB_sasrec_seed1"]))}
     assert only_b["hrli"].caption.endswith("Shares of 200 test users.")
 
 
-def test_small_bars_carry_their_value(figures: dict) -> None:
-    ax = figures["hrli"].figure.axes[0]  # toyA: HRL2I@1 0.03 (SASRec mean) and 0.05 (BSARec), HRL2I@10 0.035, 0.058
-    labels = sorted(t.get_text() for t in ax.texts if t.get_text())
-    assert labels == ["0.030", "0.035", "0.050", "0.058"]  # the tall HRLI bars carry none
+def test_small_bars_carry_their_value(tmp_path: Path) -> None:
+    """On a linear axis a bar under SMALL_BAR of its height carries its value (a zero bar reads 0.000)."""
+    import json
+
+    from resdom.report.figures import fig_mixing_stages
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "toyB_sasrec_seed1", run)
+    path = run / "diagnostics" / "mixing.json"
+    mixing = json.loads(path.read_text())
+    mixing["pooled"]["all"] = {"Attn": 0.8, "+Res": 0.0}
+    path.write_text(json.dumps(mixing))
+    ax = fig_mixing_stages(read_runs([run])).figure.axes[0]
+    assert [t.get_text() for t in ax.texts if t.get_text()] == ["0.000"]  # 0.8 carries none
+
+
+def test_hrl2i_bars_show_on_a_log_axis(figures: dict) -> None:
+    """HRL2I@1 (0.03) beside HRLI@1 (0.85) would vanish on a 0-1 axis: the hit-rate figures use a log axis from
+    LOG_FLOOR, where a rate below the floor (0 included) sits on it and carries its value."""
+    from resdom.report.figures import LOG_FLOOR, fig_reliance_by_model
+
+    ax = figures["hrli"].figure.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylim()[0] == pytest.approx(LOG_FLOOR)
+    fig = fig_reliance_by_model(_five_model_runs()).figure
+    ax = fig.axes[0]
+    hrl2i = [c for c in ax.containers if hasattr(c, "patches")][1]
+    assert [p.get_height() for p in hrl2i.patches] == pytest.approx([LOG_FLOOR, 0.02, 0.04, 0.06, 0.08])
+    assert hrl2i.resdom_values == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08])
+    assert [t.get_text() for t in ax.texts if t.get_text()] == ["0.000"]  # SASRec's zero, on the floor
 
 
 def _coinciding_runs(tmp_path: Path) -> list:
@@ -121,7 +179,7 @@ def test_coinciding_lines_stay_visible(tmp_path: Path) -> None:
 
     figs = {f.key: f for f in all_figures(_coinciding_runs(tmp_path))}
     pairs = 0
-    for key in ("alpha_sweep", "recovery", "mixing_per_position"):
+    for key in ("alpha_mixing", "alpha_hrli", "alpha_accuracy", "recovery", "mixing_per_position"):
         for ax in figs[key].figure.axes:
             lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1]
             for i, a in enumerate(lines):
@@ -133,8 +191,9 @@ def test_coinciding_lines_stay_visible(tmp_path: Path) -> None:
                     assert second.get_zorder() > first.get_zorder(), key
                     assert second.get_linewidth() < first.get_linewidth() or \
                         second.get_marker() != first.get_marker(), key
-    # alpha sweep: 4 panels; recovery: 2; per position: each stage of the two models, +Res/+LN within and across
-    assert pairs >= 4 + 2 + 3 + 4
+    # alpha: 3 figures of one panel; recovery: 1; per position: each stage of the two models, +Res/+LN within and
+    # across
+    assert pairs >= 3 + 1 + 3 + 4
 
 
 def test_findings_say_how_many_users(tmp_path: Path) -> None:
@@ -188,7 +247,7 @@ def test_reliance_by_model_figure_has_all_five_models() -> None:
         hrli, hrl2i = (c.patches for c in ax.containers if hasattr(c, "patches"))
         for m, model in enumerate(MODELS):
             assert hrli[m].get_height() == pytest.approx(0.1 * m + 0.015 + 0.2 * d)  # mean of the two seeds
-            assert hrl2i[m].get_height() == pytest.approx(0.02 * m)
+            assert hrl2i[m].get_height() == pytest.approx(max(0.02 * m, 0.001))  # 0 sits on the log axis' floor
             assert to_hex(hrli[m].get_facecolor()) == MODEL_COLORS[model].lower()
     shuffle = fig_shuffle(_five_model_runs())
     colours = {to_hex(p.get_facecolor()) for p in shuffle.figure.axes[0].patches}
@@ -224,8 +283,8 @@ def test_reliance_curve_is_the_seed_mean_of_the_training_monitor() -> None:
     runs = read_runs(find_run_dirs(Path(__file__).resolve().parent / "fixtures" / "diagnostics"))
     fig = fig_reliance_curve(runs)
     assert fig is not None and fig.key == "reliance_curve" and fig.caption.endswith("on 50 validation users.")
-    hrli_ax = fig.figure.axes[0]  # first row: HRLI@1; toyA only (toyB has no monitor)
-    lines = hrli_ax.get_lines()
+    hrli_ax = fig.figure.axes[0]  # toyA only (toyB has no monitor)
+    lines = [line for line in hrli_ax.get_lines() if line.get_linestyle() == "-"]  # HRLI@1 (HRL2I@1: dashed)
     # fixture monitors at epochs 2 and 4: sasrec seeds (0.2, 0.6) and (0.4, 0.8) -> means 0.3, 0.7; bsarec 0.05, 0.1
     assert sorted(list(line.get_ydata()) for line in lines) == [pytest.approx([0.05, 0.1]), pytest.approx([0.3, 0.7])]
     assert all(list(line.get_xdata()) == [2, 4] for line in lines)
@@ -262,8 +321,7 @@ def test_reliance_curve_draws_hrli_over_seen_last_items_dotted_where_recorded(tm
     lines = fig.figure.axes[0].get_lines()
     dotted = [line for line in lines if line.get_linestyle() == ":"]
     assert len(dotted) == 1 and to_hex(dotted[0].get_color()) == MODEL_COLORS["sasrec"].lower()
-    assert list(dotted[0].get_ydata()) == pytest.approx([0.4, 0.8]) and len(lines) == 3
-    assert not any(line.get_linestyle() == ":" for line in fig.figure.axes[1].get_lines())  # HRL2I@1 panel
+    assert list(dotted[0].get_ydata()) == pytest.approx([0.4, 0.8]) and len(lines) == 5  # + HRLI, HRL2I x 2 models
     legend = [t.get_text() for t in fig.figure.legends[0].get_texts()]
     assert legend[-1] == "HRLI@1 over last items seen in training"
     plain = fig_reliance_curve(read_runs(find_run_dirs(FIXTURES)))
@@ -271,10 +329,10 @@ def test_reliance_curve_draws_hrli_over_seen_last_items_dotted_where_recorded(tm
 
 
 def test_many_data_sets_wrap_onto_lines_of_panels() -> None:
-    """Six data sets: four panels on the first line, two on the second, each panel's axes stacked in its column
-    (the shuffle figure's HR@10 above its NDCG@10), and no empty axes left in the grid."""
+    """Six data sets: three panels on the first line, three on the second, no empty axes left in the grid, and the
+    figure no wider than the page."""
     from resdom.report.collect import RunRecord
-    from resdom.report.figures import MAX_COLUMNS, fig_reliance_by_model, fig_shuffle
+    from resdom.report.figures import MAX_COLUMNS, PAGE_WIDTH, fig_reliance_by_model, fig_shuffle
 
     datasets = [f"set{i}" for i in range(6)]
     shuffle = {"n_users": 10, "original": {"HR@10": 0.1, "NDCG@10": 0.05},
@@ -283,19 +341,14 @@ def test_many_data_sets_wrap_onto_lines_of_panels() -> None:
                       diagnostics={"hrli": {"n_users": 10, "values": {"HRLI@1": 0.5 + 0.05 * i, "HRL2I@1": 0.0}},
                                    "shuffle": shuffle})
             for i, d in enumerate(datasets)]
-    assert MAX_COLUMNS == 4
-    fig = fig_reliance_by_model(runs).figure
-    assert [ax.get_title() for ax in fig.axes] == datasets
-    grid = [ax.get_subplotspec() for ax in fig.axes]
-    assert [(g.rowspan.start, g.colspan.start) for g in grid] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
-    bars = next(c for c in fig.axes[5].containers if hasattr(c, "patches"))
+    assert MAX_COLUMNS == 3
+    for fig in (fig_reliance_by_model(runs).figure, fig_shuffle(runs).figure):
+        assert [ax.get_title() for ax in fig.axes] == datasets and fig.get_figwidth() <= PAGE_WIDTH
+        grid = [ax.get_subplotspec() for ax in fig.axes]
+        assert [(g.rowspan.start, g.colspan.start) for g in grid] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    bars = next(c for c in fig_reliance_by_model(runs).figure.axes[5].containers if hasattr(c, "patches"))
     assert bars.patches[0].get_height() == pytest.approx(0.75)  # set5's HRLI@1
-    fig = fig_shuffle(runs).figure
-    assert len(fig.axes) == 12
-    where = {(ax.get_title(), ax.get_ylabel()): (ax.get_subplotspec().rowspan.start,
-                                                 ax.get_subplotspec().colspan.start) for ax in fig.axes}
-    assert where[("set4", "test HR@10")] == (2, 0) and where[("set4", "test NDCG@10")] == (3, 0)
-    assert where[("set3", "test HR@10")] == (0, 3) and where[("set3", "test NDCG@10")] == (1, 3)
+    assert {ax.get_ylabel() for ax in fig_shuffle(runs).figure.axes} == {"test NDCG@10"}  # one statistic
 
 
 def test_remedy_points_close_together_get_an_inset() -> None:
@@ -322,11 +375,12 @@ def test_remedy_points_close_together_get_an_inset() -> None:
     assert panel([(0.83, 0.0194)])[1] is None  # one point
 
 
-def test_sweeps_of_more_data_sets_than_line_styles_get_a_column_each() -> None:
-    """Up to four data sets share each quantity's panel, one line style each; with five, no style could tell two
-    of them apart, so each data set gets its own column of panels (a row per quantity) holding its lines only."""
+def test_alpha_figures_give_each_data_set_a_panel_and_one_statistic() -> None:
+    """One figure per question (mixing, HRLI@1, HR@10 against alpha), each with a panel per data set holding that
+    data set's lines only, however many data sets (the figure stays within the page); the API's figure of one
+    result shows the three statistics side by side."""
     from resdom.report.collect import RunRecord
-    from resdom.report.figures import DATASET_STYLES, fig_alpha_sweep
+    from resdom.report.figures import PAGE_WIDTH, fig_alpha_accuracy, fig_alpha_hrli, fig_alpha_mixing, fig_alpha_sweep
 
     def runs(n: int) -> list[RunRecord]:
         rows = [{"alpha": a, "HRLI@1": 0.1 * i + a / 2, "HR@10": 0.1, "NDCG@10": 0.05, "mixing_all": {"+Res": 0.2}}
@@ -335,15 +389,15 @@ def test_sweeps_of_more_data_sets_than_line_styles_get_a_column_each() -> None:
                     "alpha": {"n_users": 10, "rows": [{**r, "HRLI@1": r["HRLI@1"] + i} for r in rows]}})
                 for i in range(n)]
 
-    assert len(DATASET_STYLES) == 4
-    few = fig_alpha_sweep(runs(4)).figure
-    assert len(few.axes) == 4 and {len(ax.get_lines()) for ax in few.axes} == {4}
-    assert len({ln.get_linestyle() for ln in few.axes[1].get_lines()}) == 4
-    many = fig_alpha_sweep(runs(5)).figure
-    assert len(many.axes) == 5 * 4
-    titles = [ax.get_title() for ax in many.axes]
-    for i in range(5):
-        hrli = many.axes[titles.index(f"set{i}: HRLI@1")]
-        (line,) = hrli.get_lines()  # set i's line alone
-        assert list(line.get_ydata()) == pytest.approx([i + 0.0, i + 0.35, i + 0.7])
-    assert not [t for t in many.legends[0].get_texts() if t.get_text().startswith("set")]  # titles name them
+    for n in (1, 5, 9):
+        fig = fig_alpha_hrli(runs(n))
+        assert fig.key == "alpha_hrli" and "HRLI@1" in fig.title and fig.figure.get_figwidth() <= PAGE_WIDTH
+        assert [ax.get_title() for ax in fig.figure.axes] == [f"set{i}" for i in range(n)]
+        for i, ax in enumerate(fig.figure.axes):
+            (line,) = ax.get_lines()  # set i's line alone
+            assert list(line.get_ydata()) == pytest.approx([i + 0.0, i + 0.35, i + 0.7])
+            assert ax.get_ylabel() == "HRLI@1"
+    assert fig_alpha_mixing(runs(2)).figure.axes[0].get_ylabel() == "mixing ratio at +Res"
+    assert fig_alpha_accuracy(runs(2)).figure.axes[0].get_ylabel() == "test HR@10"
+    api = fig_alpha_sweep(runs(1)).figure
+    assert [ax.get_title() for ax in api.axes] == ["mixing ratio at +Res", "HRLI@1", "test HR@10"]

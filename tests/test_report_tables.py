@@ -139,24 +139,24 @@ def test_findings_wording_follows_the_numbers() -> None:
     assert _sentences({**base, "unseen_share": 0.001, "HRLI@1_seen": 0.85})[1] == _sentences(base)[1]  # too few
 
 
-def test_every_table_column_comes_from_run_values_or_a_result_class() -> None:
-    from resdom.report.tables import TABLE_RESULTS, run_values
+def test_every_table_column_comes_from_run_values() -> None:
+    from resdom.report.values import DIAGNOSTIC_VALUES, run_values
 
     run = read_run(FIXTURES / "toyA_sasrec_seed1")
     values = run_values(run)
     for table in summary_tables([run]):
         if table.per_model:
             assert {c.key for c in table.columns} <= set(values), table.name
-    # the result classes own their table numbers: an empty result gives None for each of its keys, not an error
-    for result in TABLE_RESULTS.values():
-        assert all(v is None for v in result.table_values({}).values())
+    # each diagnostic's reader: an empty file gives None for each of its keys, not an error
+    for read in DIAGNOSTIC_VALUES.values():
+        assert all(v is None for v in read({}).values())
 
 
 def test_tables_list_remedy_variants_in_the_comparisons_order() -> None:
     """Models in the paper's order, the contrast models, then each model's variants as the remedies table orders
     them (not by path, which put sasrec-gate-channel before sasrec-gate), then anything else."""
+    from resdom.experiments import REMEDY_LABELS
     from resdom.report.collect import model_order
-    from resdom.training.config import REMEDY_LABELS
 
     labels = ["other", "sasrec-pool", "sasrec-gate-channel", "gru4rec", "sasrec-gate", "duorec-mean3", "sasrec-tts",
               "sasrec", "sasrec-res0.5"]
@@ -164,3 +164,101 @@ def test_tables_list_remedy_variants_in_the_comparisons_order() -> None:
                                                "sasrec-gate-channel", "sasrec-pool", "duorec-mean3", "other"]
     variants = [m for m in REMEDY_LABELS if "-" in m]
     assert sorted(reversed(variants), key=model_order) == variants
+
+
+def _copy_fixtures(tmp_path: Path) -> Path:
+    import shutil
+
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES, root, ignore=shutil.ignore_patterns("*.py"))
+    return root
+
+
+def test_seeds_count_the_runs_averaged_and_a_missing_file_is_named_with_its_cause(tmp_path: Path) -> None:
+    """toyA / sasrec has two seeds; without seed 2's metrics.json (and shuffle.json, whose unshuffled metrics stand in
+    for it) and hrli.json the accuracy and hrli rows average one seed, say n = 1, and name seed 2 with
+    "metrics.json missing" / "hrli.json missing" (not another checkpoint); the mixing row still averages both."""
+    root = _copy_fixtures(tmp_path)
+    (root / "toyA_sasrec_seed2" / "metrics.json").unlink()
+    for name in ("hrli", "shuffle"):
+        (root / "toyA_sasrec_seed2" / "diagnostics" / f"{name}.json").unlink()
+    runs = read_runs(find_run_dirs(root))
+    seed2 = next(r for r in runs if r.path.name == "toyA_sasrec_seed2")
+    assert seed2.problems["metrics"] == "metrics.json missing" and seed2.stale == []
+    tables = {t.name: t for t in summary_tables(runs)}
+    acc, hrli, mix = (_row(tables[n], "toyA", "sasrec") for n in ("accuracy", "hrli", "mixing"))
+    assert acc["n"] == 1 and acc["HR@10"] == (pytest.approx(0.30), None)  # seed 1's HR@10 alone
+    assert hrli["n"] == 1 and mix["n"] == 2
+    assert tables["accuracy"].notes == ["toyA / sasrec / seed 2: metrics.json missing (left out of every column)"]
+    assert tables["hrli"].notes == ["toyA / sasrec / seed 2: hrli.json missing (left out of every column)"]
+    assert tables["mixing"].notes == []
+    md = to_markdown(tables["accuracy"])
+    assert "| toyA | sasrec | 1 |" in md and "- toyA / sasrec / seed 2: metrics.json missing" in md
+    assert "toyA / sasrec / seed 2: metrics.json missing" in to_latex(tables["accuracy"])
+    from resdom.report.html import render_markdown
+
+    report_md = render_markdown(runs, [], list(tables.values()), "t")  # the runs table names the cause too
+    assert "metrics.json missing" in report_md and "another checkpoint" not in report_md
+
+
+def test_a_cell_averaging_fewer_seeds_than_its_row_says_so(tmp_path: Path) -> None:
+    """Seed 2 lacks one number of the hrli table (its bands): that cell says (n=1), the row's Seeds stay 2."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    path = root / "toyA_sasrec_seed2" / "diagnostics" / "hrli.json"
+    d = json.loads(path.read_text())
+    d.pop("by_frequency")
+    path.write_text(json.dumps(d))
+    table = next(t for t in summary_tables(read_runs(find_run_dirs(root))) if t.name == "hrli")
+    row = _row(table, "toyA", "sasrec")
+    assert row["n"] == 2 and len(row["values"]["unseen_share"]) == 1
+    line = next(x for x in to_markdown(table).splitlines() if x.startswith("| toyA | sasrec |"))
+    assert "| 2 |" in line and "(n=1)" in line
+    assert table.notes == ["toyA / sasrec / seed 2: hrli.json holds no such number (left out of Unseen last, "
+                           "HRLI@1 (seen), HRLI@1 (unseen))"]
+    rows = list(csv.DictReader(io.StringIO(to_csv(table))))
+    assert rows[0]["unseen_share_n"] == "1" and rows[0]["HRLI@1_n"] == "2"
+
+
+def test_two_runs_of_one_data_set_label_and_seed_are_an_error(tmp_path: Path) -> None:
+    import shutil
+
+    root = _copy_fixtures(tmp_path)
+    shutil.copytree(root / "toyA_sasrec_seed1", root / "again")
+    with pytest.raises(ResdomError, match="are both toyA / sasrec / seed 1"):
+        read_runs(find_run_dirs(root))
+
+
+def test_the_label_comes_from_one_place(tmp_path: Path) -> None:
+    """A results-store cell's identity is its cell.json; a config.json naming another label is refused."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    run = root / "toyA_sasrec_seed1"
+    cell = {"dataset": "toyC", "label": "sasrec-tts", "seed": 7, "checkpoint": None}
+    (run / "cell.json").write_text(json.dumps(cell))
+    rec = read_run(run)
+    assert (rec.dataset, rec.model, rec.seed) == ("toyC", "sasrec-tts", 7)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "label": "sasrec"}))
+    with pytest.raises(ResdomError, match="label 'sasrec', but .*cell.json says 'sasrec-tts'"):
+        read_run(run)
+
+
+def test_a_store_cell_without_metrics_checks_its_diagnostics_against_cell_json(tmp_path: Path) -> None:
+    """Without weights and without metrics.json, the checkpoint cell.json names decides: the diagnostics of that
+    checkpoint stay, one of another checkpoint is named as such."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    run = root / "toyA_sasrec_seed1"
+    (run / "metrics.json").unlink()
+    (run / "cell.json").write_text(json.dumps({"dataset": "toyA", "label": "sasrec", "seed": 1, "checkpoint": "abc"}))
+    for path in (run / "diagnostics").glob("*.json"):
+        d = json.loads(path.read_text())
+        path.write_text(json.dumps({**d, "checkpoint": "old" if path.stem == "mixing" else "abc"}))
+    rec = read_run(run)
+    assert rec.diag("hrli") and not rec.diag("mixing") and rec.stale == ["mixing"]
+    assert rec.problems["metrics"] == "metrics.json missing"
+    assert rec.problems["mixing"] == "mixing.json computed on another checkpoint (old, not abc of cell.json)"

@@ -130,6 +130,7 @@ def test_fill_blocks_replaces_only_named_blocks():
         fill_blocks(doc, {"mixing": ""}, where="doc.md")
 
 
+@pytest.mark.slow
 def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_path, capsys):
     spec = GridSpec([SOURCE], ["sasrec-tts"], [1], tmp_path / "grid", protocol="gts", device="cpu", epochs=1,
                     store=tmp_path / "results",
@@ -159,6 +160,7 @@ def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_p
     assert (run / "model.safetensors").stat().st_mtime_ns == weights
 
 
+@pytest.mark.slow
 def test_report_fills_the_remedies_block_of_a_second_document_from_the_variants_and_their_base(
         finished_run, tmp_path):
     """A store with a remedy variant: the remedies table holds the variant and its base on that data set only (not

@@ -65,6 +65,7 @@ def test_bsarec_residual_rows_with_the_frequency_residual_as_trained_are_the_alp
     assert rows[0]["HRLI@1"] != rows[4]["HRLI@1"] or rows[0]["HRL2I@1"] != rows[4]["HRL2I@1"]
 
 
+@pytest.mark.slow
 def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     """scripts/reproduce_cells.sh commits a stored cell with the documents refilled on HEAD's copies: an edit in
     progress in docs/results.md stays in the working copy (refilled too), out of the commit."""
@@ -105,7 +106,11 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     for text in (committed, working):
         assert "| beauty-ts | bert4rec | 1 |" in text and "| beauty-ts | gru4rec | 1 |" in text
     assert "AN EDIT IN PROGRESS" not in committed and working.endswith("Prose.\nAN EDIT IN PROGRESS\n")
-    assert f"{second}/cell.json" in git("show", "--name-only", "--format=", "HEAD").split()
+    names = git("show", "--name-only", "--format=", "HEAD").split()
+    assert f"{second}/cell.json" in names and "docs/results/tables/accuracy.md" in names
+    assert {n for n in names if not n.startswith((second, "docs/results/tables/"))} <= {"docs/results.md",
+                                                                                       "docs/remedies.md"}
+    assert not (repo / "docs" / "results" / "figures").exists()  # figures: on demand, never with a cell
     assert git("status", "--porcelain").split("\n")[0] == " M docs/results.md"
     bad = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", "results/nope"], cwd=repo,
                          capture_output=True, text=True)
@@ -156,6 +161,7 @@ def _run_queue(repo: Path, until: str, **env: str) -> list[str]:
     return started.read_text().splitlines() if started.exists() else []
 
 
+@pytest.mark.slow
 def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path) -> None:
     """scripts/reproduce_queue.sh with UNTIL skips the open cells whose estimated cost (the stored cells of the same
     model on the same data set) runs past it, and takes the ones that fit, in the queue's order."""
@@ -167,6 +173,7 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
     assert _run_queue(repo, "now + 30 minutes") == []
 
 
+@pytest.mark.slow
 def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path) -> None:
     """A worker whose first cell took a tenth of its estimate (4 of 40 minutes) takes a 70-minute cell with 50
     minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
@@ -174,6 +181,7 @@ def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path)
     assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1") == ["beauty-ts gru4rec 2", "beauty-ts bert4rec 2"]
 
 
+@pytest.mark.slow
 def test_the_queue_scales_a_models_cost_to_a_data_set_it_has_not_run_on(tmp_path: Path) -> None:
     """bert4rec has run on beauty-ts only (70 minutes). On ml-100k, where gru4rec took a tenth of its beauty-ts
     time, its estimate is a tenth too (7 minutes) and fits 20 minutes; on toys-ts, where no model has run, it is the

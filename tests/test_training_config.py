@@ -122,7 +122,7 @@ def test_bsarec_padding_row_is_initialised_like_the_others() -> None:
 
 
 def test_named_variant() -> None:
-    from resdom.training.config import model_variant
+    from resdom.experiments import model_variant
 
     name, values = model_variant("sasrec-tts")
     model, _ = resolve_configs(name, values, {}, n_items=10, protocol="gts")

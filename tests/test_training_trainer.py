@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_training_support import toy_split
 
+from resdom.diagnostics.monitor import epoch_monitor
 from resdom.errors import ResdomError
 from resdom.runs import load_run
 from resdom.training.config import resolve_configs
@@ -453,7 +454,7 @@ def test_monitor_records_reliance_curve_without_changing_training(tmp_path: Path
     split, m, t = configs(epochs=3)
     plain = fit(split, m, t, tmp_path / "plain", progress=False)
     watched = fit(split, m, t.model_copy(update={"monitor_every": 2, "monitor_users": 25}), tmp_path / "watched",
-                  progress=False)
+                  progress=False, monitor=epoch_monitor)
     assert watched["test"] == plain["test"]
     log = [json.loads(line) for line in (tmp_path / "watched" / "metrics.jsonl").read_text().splitlines()]
     assert [("monitor" in r) for r in log] == [False, True, False]
@@ -496,3 +497,11 @@ def test_monitor_equals_the_full_diagnostics_on_the_same_users() -> None:
     assert banded["HRLI@1"] == hits["HRLI@1"] == pytest.approx(top1_is_last.mean())
     assert banded["unseen_share"] == pytest.approx(1 - seen.mean()) and not seen[:2].any()
     assert banded["HRLI@1_seen"] == pytest.approx(top1_is_last[seen].mean())
+
+
+def test_monitor_every_without_a_monitor_is_refused(tmp_path: Path) -> None:
+    """The trainer imports no diagnostics: whoever sets train.monitor_every passes the monitor to run."""
+    split, m, t = configs(epochs=1)
+    with pytest.raises(ResdomError, match="train.monitor_every: the trainer was given no monitor"):
+        fit(split, m, t.model_copy(update={"monitor_every": 1}), tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())  # refused before anything is written

@@ -6,7 +6,7 @@
     resdom.evaluate(fitted, cutoffs=(10,)).metrics          # {"HR@10": ..., "NDCG@10": ..., "MRR": ...}
     fitted.recommend(k=10)                                  # DataFrame user, item, rank, score in your own ids
     diagnosis = resdom.diagnose(fitted)                     # shuffle, hrli, mixing, alpha, recovery
-    diagnosis.mixing.plot()                                 # every result: to_dict(), to_frame(), plot()
+    diagnosis.plot("mixing")                                # the report's figure; every result: to_dict(), to_frame()
 
 One vocabulary throughout: ``split`` is a SplitData (train sequences, valid and test examples), ``part`` names
 one of its evaluation sets (``"valid"`` or ``"test"``), ``cutoffs`` are the K of @K metrics, ``recency`` the k
@@ -27,13 +27,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from resdom.checks import ALPHA_RANGE, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.alpha import ALPHAS
+from resdom.diagnostics.common import check_model
+from resdom.diagnostics.mixing import DEFINITIONS
+from resdom.diagnostics.monitor import epoch_monitor
+from resdom.diagnostics.runner import applicable, compute_diagnostic, parse_what
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.io import read_jsonl
+from resdom.evaluation.evaluate import evaluate as run_evaluation
+from resdom.experiments import canonical_label, model_variant
+from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
+from resdom.models.config import ModelConfig
 from resdom.names import DIAGNOSTICS, MODELS
+from resdom.recommend import recommend
+from resdom.report.figures import result_figure
 from resdom.rundir import RunDir
+from resdom.runs import checkpoint_id, save_checkpoint
+from resdom.runs import load_run as read_run
+from resdom.training.config import TrainConfig, make_train_config, resolve_configs
+from resdom.training.trainer import fit as run_training
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,8 +57,7 @@ if TYPE_CHECKING:
 
     from resdom.diagnostics import AlphaResult, HRLIResult, MixingResult, RecoveryResult, ShuffleResult
     from resdom.evaluation.evaluate import EvalResult
-    from resdom.models import ModelConfig, SequentialRecommender
-    from resdom.training.config import TrainConfig
+    from resdom.models import SequentialRecommender
     from resdom.training.trainer import EpochCallback
 
 __all__ = ["Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "load_split", "prepare_split"]
@@ -118,9 +132,6 @@ class Fitted:
         """
         import shutil
 
-        from resdom.io import atomic_write_json, atomic_write_text
-        from resdom.runs import checkpoint_id, save_checkpoint
-
         files = RunDir(path)
         if files.dir.exists() and not files.dir.is_dir():
             raise ResdomError(f"{files.dir}: exists and is not a directory")
@@ -156,8 +167,6 @@ class Fitted:
         ``history``: ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` /
         ``"valid"`` (that part's inputs, as evaluation scores them; ranks then equal evaluation's). Works for
         imported models as for trained ones (``resdom.recommend``)."""
-        from resdom.recommend import recommend
-
         return recommend(self.model, self.split, users, k, filter_seen=filter_seen, alpha=alpha, history=history,
                          batch_size=batch_size)
 
@@ -165,9 +174,6 @@ class Fitted:
 def load_run(path: str | Path, device: str = "auto") -> Fitted:
     """The run directory ``path`` (trained by ``resdom train`` / ``fit(out=...)``, imported, or ``Fitted.save``)
     as a Fitted: its best model on ``device``, its split, configs, metrics and epoch history."""
-    from resdom.runs import load_run as read_run
-    from resdom.training.config import make_train_config
-
     run = read_run(path, device=_device(device))
     files = RunDir(run.directory)
     train = run.config.get("train")
@@ -200,9 +206,6 @@ def _import_tqdm_quietly() -> None:
 
 
 def _config_fields() -> tuple[set[str], set[str]]:
-    from resdom.models.config import ModelConfig
-    from resdom.training.config import TrainConfig
-
     return set(ModelConfig.model_fields) - {"name", "n_items"}, set(TrainConfig.model_fields)
 
 
@@ -247,10 +250,6 @@ def fit(
     ``data_info``: recorded in ``config.json`` under ``data`` (how the split was obtained). ``callbacks``:
     ``cb(epoch, record)`` after each epoch (``training.trainer.fit``).
     """
-    from resdom.models.config import ModelConfig
-    from resdom.training.config import resolve_configs
-    from resdom.training.trainer import fit as train
-
     if not isinstance(split, SplitData):
         raise ResdomError(f"split: expected a SplitData (resdom.prepare_split or resdom.load_split), got "
                           f"{type(split).__name__}")
@@ -262,8 +261,6 @@ def fit(
         model_values = {**model.model_dump(exclude={"name", "n_items"}), **model_values}
         name = model.name
     elif isinstance(model, str):
-        from resdom.training.config import canonical_label, model_variant
-
         label = canonical_label(model, "model")  # "SASRec", "sasrec-tts", ...
         name, variant = model_variant(label)
         model_values = {**variant, **model_values}
@@ -279,12 +276,14 @@ def fit(
     if isinstance(model, str) and label != name and data_info is None:
         info["label"] = label  # reports name the run by its variant
     if out is not None:
-        train(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress)
+        run_training(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress,
+                     monitor=epoch_monitor)
         return load_run(out, device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ResdomError("out: needed under torchrun (every process must train into the same run directory)")
     with tempfile.TemporaryDirectory(prefix="resdom-fit-") as tmp:
-        train(split, model_cfg, train_cfg, tmp, info, callbacks=callbacks, progress=progress)
+        run_training(split, model_cfg, train_cfg, tmp, info, callbacks=callbacks, progress=progress,
+                     monitor=epoch_monitor)
         fitted = load_run(tmp, device)
     fitted.directory = None
     return fitted
@@ -295,8 +294,6 @@ def fit(
 
 def _device(device: str | torch.device) -> torch.device:
     import torch
-
-    from resdom.distributed import resolve_device
 
     if isinstance(device, torch.device):
         return device
@@ -315,8 +312,6 @@ def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
 
 def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -> tuple[Any, Any]:
     """(Diagnosable model, split or evaluation set): a Fitted gives its own split where ``split`` is None."""
-    from resdom.diagnostics.common import check_model
-
     if isinstance(model, Fitted):
         model, split = model.model, model.split if split is None else split
     try:
@@ -358,9 +353,6 @@ def evaluate(
     ``diginetica``), True for a bare EvalSet.
     Returns an EvalResult: ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``.
     """
-    from resdom.cli.values import positive_int
-    from resdom.evaluation.evaluate import evaluate as run_evaluation
-
     model, data = _model_and_split(model, split, "evaluate")
     cutoffs = _positive_ints(cutoffs, "cutoffs")
     positive_int(batch_size, "batch_size")
@@ -381,8 +373,9 @@ def evaluate(
 class Diagnosis:
     """The diagnostics of one model on one part of a split, as result objects (None: not computed).
 
-    Each result has ``to_dict()`` (the JSON of ``RUN_DIR/diagnostics/<name>.json``), ``to_frame()`` (a pandas
-    table, the rows of its CSV file) and ``plot()`` (a matplotlib Figure, as in the report).
+    Each result has ``to_dict()`` (the JSON of ``RUN_DIR/diagnostics/<name>.json``) and ``to_frame()`` (a pandas
+    table, the rows of its CSV file); ``plot(name)`` draws the report's figure of it (``report.figures``, from the
+    JSON: a result holds no plotting of its own).
     """
 
     part: str
@@ -415,17 +408,19 @@ class Diagnosis:
         """The table of diagnostic ``name`` (``self[name].to_frame()``)."""
         return self[name].to_frame()
 
-    def plot(self, name: str = "mixing", **options: Any) -> Figure:
-        """The figure of diagnostic ``name`` (``self[name].plot(...)``, labelled with the model's name)."""
-        return self[name].plot(model=self.model, **options)
+    def plot(self, name: str = "mixing", per_position: bool = False) -> Figure:
+        """The report's figure of diagnostic ``name`` (a matplotlib Figure, labelled with the model's name), drawn
+        from ``self[name].to_dict()`` by ``report.figures.result_figure``. ``per_position`` (mixing only): the last
+        layer's ratio against the offset from the last position instead of the ratio by stage."""
+        if per_position and name != "mixing":
+            raise ResdomError(f"per_position: only the mixing figure has one (not {name!r})")
+        return result_figure("mixing_per_position" if per_position else name, self[name].to_dict(), self.model)
 
     def __repr__(self) -> str:
         return f"Diagnosis(part={self.part!r}, computed={list(self.results)})"
 
 
 def _what(what: str | Sequence[str]) -> list[str]:
-    from resdom.diagnostics.runner import parse_what
-
     try:
         return parse_what(what)
     except ResdomError as e:
@@ -433,8 +428,6 @@ def _what(what: str | Sequence[str]) -> list[str]:
 
 
 def _alphas(alphas: Sequence[float]) -> list[float]:
-    from resdom.cli.values import ALPHA_RANGE
-
     lo, hi = ALPHA_RANGE
     try:
         values = [float(a) for a in alphas]
@@ -474,10 +467,6 @@ def diagnose(
     recovery, applied to ``layers`` (None: every block). Recovery selects alpha* on ``valid`` and reports
     ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s (``diagnostics.runner.run_all``).
     """
-    from resdom.cli.values import positive_int
-    from resdom.diagnostics.mixing import DEFINITIONS
-    from resdom.diagnostics.runner import applicable, compute_diagnostic
-
     label = model.name if isinstance(model, Fitted) else str(getattr(getattr(model, "cfg", None), "name", "model"))
     model, data = _model_and_split(model, split, "diagnose")
     if not isinstance(data, SplitData):

@@ -27,8 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from resdom.checks import ALPHA_RANGE
 from resdom.data.sequences import EvalSet, Sequences, SplitData
+from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.errors import ResdomError
+from resdom.evaluation.ranking import full_scores, user_chunk_size
+from resdom.models.interface import final_states, residual_scale
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,13 +124,8 @@ def recommend(
     """
     import pandas as pd
 
-    from resdom.diagnostics.common import check_model, inference, model_device
-    from resdom.evaluation.ranking import full_scores, user_chunk_size
-    from resdom.models.interface import final_states, residual_scale
-
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ResdomError(f"k: expected an integer >= 1 (got {k!r})")
-    from resdom.cli.values import ALPHA_RANGE
 
     if not ALPHA_RANGE[0] <= float(alpha) <= ALPHA_RANGE[1]:  # NaN fails both
         raise ResdomError(f"alpha: the residual scale must lie in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}] "

@@ -18,7 +18,10 @@ its top (``users.npz``, ``cell_users``), and holds no weights.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from resdom.errors import ResdomError
 
 
 class RunDir:
@@ -76,8 +79,6 @@ def _is_temporary(name: str) -> bool:
 def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     """Whether the output folder ``path`` exists; a ResdomError naming ``option`` when it exists and is not a
     directory (a file: nothing would be written into it)."""
-    from resdom.errors import ResdomError
-
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ResdomError(f"{option} {path}: exists and is not a directory (choose a folder name)")
@@ -86,8 +87,6 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
 
 def _has_run_config(run: RunDir) -> bool:
     """Whether ``run.config`` is a resdom run's config.json (a JSON object with ``model`` and ``versions``)."""
-    import json
-
     try:
         data = json.loads(run.config.read_text())
     except (OSError, ValueError):
@@ -104,8 +103,6 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     run's (with ``model`` and ``versions``), or when it has no config.json and holds only what a run holds before
     writing one (``EARLY_NAMES``, a writer's temporaries); a folder of other files that happens to hold a
     ``config.json`` or ``metrics.json`` of its own does not."""
-    from resdom.errors import ResdomError
-
     path = Path(path)
     if not require_folder_path(path, option):
         return

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+import resdom
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
@@ -29,8 +30,6 @@ def source_commit(package_dir: str | Path | None = None) -> str | None:
     """The commit of the source tree resdom runs from, where one is recorded: the file ``SOURCE_COMMIT`` in the
     package directory (``scripts/reproduce_cells.sh`` writes it into the frozen copy its cells train from);
     None otherwise."""
-    import resdom
-
     path = Path(package_dir or Path(resdom.__file__).parent) / "SOURCE_COMMIT"
     try:
         return path.read_text().strip() or None
@@ -40,8 +39,6 @@ def source_commit(package_dir: str | Path | None = None) -> str | None:
 
 def versions() -> dict[str, str]:
     import numpy
-
-    import resdom
 
     found = {"resdom": resdom.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
              "python": platform.python_version()}

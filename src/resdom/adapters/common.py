@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from resdom.data.prepare import load_prepared, prepare_split, split_data
 from resdom.data.sequences import SplitData
+from resdom.data.splits import split_loo
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
@@ -45,9 +47,6 @@ class ImportData:
     def leave_one_out(cls, prepared: Any, manifest: dict[str, Any]) -> ImportData:
         """The LOO split of ``prepared`` (a ``data.preprocess`` result: sequences, n_items, item and user labels),
         with the split's thresholds and counts added to ``manifest``."""
-        from resdom.data.prepare import split_data
-        from resdom.data.splits import split_loo
-
         split = split_data(split_loo(prepared.sequences), prepared, manifest)  # keeps the external ids
         return cls(split, np.asarray(prepared.item_labels, dtype=object), manifest,
                    np.asarray(prepared.user_labels, dtype=object))
@@ -59,8 +58,6 @@ class ImportData:
 
 def load_import_data(source: str, data_dir: str | Path | None = None, **options: Any) -> ImportData:
     """Prepare ``source`` as ``resdom train`` would (LOO split) and keep the raw id of every item id."""
-    from resdom.data.prepare import load_prepared, prepare_split
-
     split = prepare_split(source, protocol="loo", data_dir=data_dir, **options)
     prepared, _ = load_prepared(source, data_dir, **options)
     if prepared.n_items != split.n_items:  # both come from the same code path; a mismatch is a bug

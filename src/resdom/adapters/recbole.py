@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from resdom import __version__
 from resdom.adapters.common import (
     ImportData,
     TrackedState,
@@ -45,6 +46,11 @@ from resdom.adapters.common import (
     write_run,
 )
 from resdom.adapters.safe_pickle import Inert, load_torch_file
+from resdom.data.download import resolve_dataset_files, sha256_file
+from resdom.data.preprocess import PreprocessConfig, preprocess
+from resdom.data.readers import RawInteractions
+from resdom.data.registry import DATASETS
+from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
 from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
@@ -408,9 +414,6 @@ def _id_array(tokens: np.ndarray) -> np.ndarray:
 
 def resolve_inter(source: str, data_dir: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
     """(RecBole .inter file, manifest source record) of ``--data``: a registered RecBole data set or a path."""
-    from resdom.data.download import resolve_dataset_files, sha256_file
-    from resdom.data.registry import DATASETS
-
     if source in DATASETS:
         spec = DATASETS[source]
         if spec.fmt != "recbole":
@@ -435,11 +438,6 @@ def recbole_import_data(rb: RecBoleInteractions, source_record: dict[str, Any]) 
     RecBole's ``LS: valid_and_test`` split of the augmented sequences gives the same test set: the last item of
     every user with >= 3 interactions, its input all earlier items (the model reads the last max_len).
     """
-    from resdom import __version__
-    from resdom.data.preprocess import PreprocessConfig, preprocess
-    from resdom.data.readers import RawInteractions
-    from resdom.data.stats import dataset_stats
-
     times = np.floor(rb.times)
     if np.abs(times).max(initial=0) >= 2.0**62:
         raise ResdomError(f"{rb.path}: timestamps out of the range resdom stores (|t| < 2^62 s)")

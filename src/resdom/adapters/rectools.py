@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from resdom import __version__
 from resdom.adapters.common import (
     ImportData,
     TrackedState,
@@ -61,6 +62,9 @@ from resdom.adapters.common import (
     write_run,
 )
 from resdom.adapters.safe_pickle import Inert, load_torch_bytes, loads_restricted
+from resdom.data.prepare import read_source
+from resdom.data.preprocess import PreprocessConfig, preprocess
+from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
 from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
@@ -260,11 +264,6 @@ def rectools_model(ck: RecToolsCheckpoint, item_labels: np.ndarray, where: str =
 def rectools_import_data(source: str, known_items: list[Any], data_dir: str | Path | None = None) -> ImportData:
     """resdom's LOO split of ``source`` as RecTools reads it: interactions with items the model does not know
     dropped (as its ``recommend`` does), each user's items in stable time order, no other filtering."""
-    from resdom import __version__
-    from resdom.data.prepare import read_source
-    from resdom.data.preprocess import PreprocessConfig, preprocess
-    from resdom.data.stats import dataset_stats
-
     raw, record, _preset = read_source(source, data_dir)
     known = set(_keys(known_items))
     keep = np.fromiter((k in known for k in _keys(raw.items)), dtype=bool, count=len(raw.items))

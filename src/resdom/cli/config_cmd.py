@@ -12,9 +12,15 @@ from typing import Any
 
 import typer
 
-from resdom.cli.data_options import DataOptions, data_options
+import resdom
+from resdom.cli.data_options import DataOptions, data_config_section, data_options
 from resdom.cli.train_cmd import MODEL_HELP, command_config
 from resdom.errors import ResdomError
+from resdom.experiments import model_labels
+from resdom.io import atomic_write_text
+from resdom.models import MODEL_CLASSES
+from resdom.resources import describe_config, reference_configs
+from resdom.training.config import resolve_configs
 
 config_app = typer.Typer(help="Configurations: the shipped reference configs, the full config of a model.",
                          no_args_is_help=True)
@@ -23,9 +29,6 @@ config_app = typer.Typer(help="Configurations: the shipped reference configs, th
 @config_app.command("list")
 def list_cmd() -> None:
     """The reference configurations shipped with resdom (use one with `--config NAME`), then the model names."""
-    from resdom.resources import describe_config, reference_configs
-    from resdom.training.config import model_labels
-
     for name, path in reference_configs().items():
         typer.echo(f"{name:<22} {describe_config(path)}")
     typer.echo(f"\nmodels and variants (--model, any case): {', '.join(model_labels())}")
@@ -34,8 +37,6 @@ def list_cmd() -> None:
 def applies(name: str, field: str) -> bool:
     """Whether ModelConfig ``field`` means anything for model ``name`` (not another model's own field, not one of
     its unused fields, not n_items: that is set from the data)."""
-    from resdom.models import MODEL_CLASSES
-
     cls = MODEL_CLASSES[name]
     others = {f for other, c in MODEL_CLASSES.items() if other != name for f in c.own_fields}
     return field != "n_items" and field not in cls.unused_fields and (field in cls.own_fields or field not in others)
@@ -47,9 +48,6 @@ def full_config(model: str | None = None, config: Path | None = None, set_: list
     """(label, {"model": ..., "train": ..., "data": ...}): every setting resolved as ``resdom train`` resolves it
     (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty). Model fields that do not apply to the
     model are left out; ``model.name`` is the label (a variant's, e.g. sasrec-tts); values are plain YAML types."""
-    from resdom.cli.data_options import data_config_section
-    from resdom.training.config import resolve_configs
-
     cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions())
     protocol = cfg.data.resolved_protocol
     model_cfg, train_cfg = resolve_configs(cfg.name, cfg.values["model"], cfg.values["train"], source=dataset,
@@ -63,8 +61,6 @@ def full_config(model: str | None = None, config: Path | None = None, set_: list
 def config_text(label: str, values: dict[str, Any], dataset: str | None) -> str:
     """The YAML of ``full_config`` with a header saying what it is and how to use it."""
     import yaml
-
-    import resdom
 
     where = f", presets of {dataset}" if dataset else ""
     header = [
@@ -94,8 +90,6 @@ def show_cmd(
 ) -> None:
     """Print the full configuration `resdom train` would use for MODEL (model, train and data settings) as YAML
     that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
-    from resdom.io import atomic_write_text
-
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
     label, values = full_config(model, config, set_, explicit, data, dataset)
     text = config_text(label, values, dataset)

@@ -9,6 +9,10 @@ from typing import Any
 import typer
 
 from resdom.cli.data_options import DATA_DIR_HELP, SOURCE_HELP, DataOptions, data_options
+from resdom.data.download import resolve_dataset_files
+from resdom.data.registry import DATASETS, get_dataset
+from resdom.data.stats import format_stats
+from resdom.rundir import require_folder_path
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts), the registry.", no_args_is_help=True)
 
@@ -21,8 +25,6 @@ def stats_cmd(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Users, items, interactions, average / max length, density and span in days, after preprocessing."""
-    from resdom.data.stats import format_stats
-
     _, manifest = data.load_prepared(source)
     if as_json:
         out = {**manifest["dataset"], "source": manifest["source"], "preprocessing": manifest["preprocessing"]}
@@ -58,8 +60,6 @@ def split_cmd(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
-    from resdom.rundir import require_folder_path
-
     require_folder_path(out, "--out")
     split = data.split(source)
     split.save(out)
@@ -81,8 +81,6 @@ def split_cmd(
 def list_cmd() -> None:
     """The registered data sets, their format and description; [by hand]: resdom cannot download a file of it
     (`resdom data download NAME` says which file to fetch and where to put it)."""
-    from resdom.data.registry import DATASETS
-
     width = max(len(name) for name in DATASETS) + 1
     for spec in DATASETS.values():
         hand = " [by hand]" if spec.manual else ""
@@ -97,9 +95,6 @@ def download_cmd(
     data_dir: Path | None = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Make sure the files of registered data sets are available locally (verify or download)."""
-    from resdom.data.download import resolve_dataset_files
-    from resdom.data.registry import get_dataset
-
     for name in names:
         for f in resolve_dataset_files(get_dataset(name), data_dir):
             typer.echo(f"{name}: {f.path} ({f.origin}, sha256 ok)")

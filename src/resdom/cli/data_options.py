@@ -22,6 +22,9 @@ from typing import Any, TypeVar
 
 import typer
 
+from resdom.data.changes import change_lines
+from resdom.data.prepare import load_prepared, prepare_split
+from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 
 SOURCE_HELP = (
@@ -81,15 +84,11 @@ _FLAGS = {name: opt.param_decls[0] for name, _, opt in (*_READ_OPTIONS, *_SPLIT_
 
 def is_split_dir(source: str | Path) -> bool:
     """Whether ``source`` is a folder written by ``resdom data split`` (arrays.npz + manifest.json)."""
-    from resdom.data.sequences import SplitData
-
     return SplitData.exists(str(source))
 
 
 def split_manifest(source: str | Path) -> dict[str, Any]:
     """The manifest.json of a split folder (``is_split_dir``)."""
-    from resdom.data.sequences import SplitData
-
     path = Path(str(source)) / SplitData.MANIFEST
     try:
         manifest = json.loads(path.read_text())
@@ -103,8 +102,6 @@ def split_manifest(source: str | Path) -> dict[str, Any]:
 def print_changes(manifest: dict[str, Any]) -> None:
     """Print what preparing the data changed (``data.changes.change_lines``), one ``data:`` line each on stderr
     (stdout stays for the command's own output, e.g. ``--json``); only the main process under torchrun."""
-    from resdom.data.changes import change_lines
-
     if int(os.environ.get("RANK", "0")) != 0:
         return
     for line in change_lines(manifest):
@@ -145,8 +142,6 @@ class DataOptions:
     def load_prepared(self, source: str) -> tuple[Any, dict[str, Any]]:
         """``prepare.load_prepared`` of ``source`` with these options (for ``data stats``); prints what preparing
         changed (``print_changes``)."""
-        from resdom.data.prepare import load_prepared
-
         prepared, manifest = load_prepared(source, self.data_dir, self.fmt, **self.preprocess_options())
         print_changes(manifest)
         return prepared, manifest
@@ -161,9 +156,6 @@ class DataOptions:
     def split(self, source: str) -> Any:
         """The SplitData of ``source``: read, preprocessed and split with these options, or, for a folder written
         by ``resdom data split``, exactly the split saved there (then no reader or preprocessing option applies)."""
-        from resdom.data.prepare import prepare_split
-        from resdom.data.sequences import SplitData
-
         if is_split_dir(source):
             manifest = split_manifest(source)
             self._check_saved_split(source, manifest)

@@ -8,6 +8,9 @@ from pathlib import Path
 import typer
 
 from resdom.cli.values import parse_alphas, positive_int, progress_option
+from resdom.diagnostics.alpha import ALPHAS
+from resdom.diagnostics.runner import format_summary, parse_what, run_all
+from resdom.distributed import setup
 from resdom.errors import ResdomError
 from resdom.rundir import RunDir
 
@@ -60,15 +63,11 @@ def diagnose(
     progress: bool = progress_option(),
 ) -> None:
     """Diagnose last-item reliance: position shuffles, last-item hit rates, mixing ratios, alpha sweep, recovery."""
-    from resdom.diagnostics.alpha import ALPHAS
-    from resdom.diagnostics.runner import format_summary, parse_what, run_all
-
     seed_list = _ints(seeds, "--seeds")
     if not seed_list:
         raise ResdomError("--seeds: give at least one seed")
     alpha_list = parse_alphas(alphas) or ALPHAS
     positive_int(batch_size, "--batch-size")
-    from resdom.distributed import setup
 
     names = parse_what(what, with_users=True)
     before = _mtimes(run_dir, names)

@@ -12,6 +12,8 @@ from typing import Any
 
 import typer
 
+from resdom.adapters import pmixer, recbole, rectools
+
 RECBOLE_DATA_HELP = ("RecBole's .inter file the model was trained on, or a registered RecBole data set (ml-100k); "
                      "RecBole's own filters, numbering and order are rebuilt from the checkpoint's config")
 PMIXER_DATA_HELP = ("the data file the model was trained on (pmixer's `user item` lines), or a registered name; "
@@ -30,9 +32,7 @@ def import_recbole(
     force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
 ) -> None:
     """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
-    from resdom.adapters.recbole import import_recbole as run_import
-
-    path = run_import(checkpoint, data, out, data_dir=data_dir, force=force, log=typer.echo)
+    path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=typer.echo)
     typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter; diagnose: "
                f"resdom diagnose {path})")
 
@@ -49,10 +49,8 @@ def import_pmixer(
     force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
 ) -> None:
     """Import a pmixer/SASRec.pytorch SASRec state dict (post-LN or --norm-first) as a resdom run."""
-    from resdom.adapters.pmixer import import_pmixer as run_import
-
-    path = run_import(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len, data_dir=data_dir,
-                      force=force, log=typer.echo, **_data_options(k_core))
+    path = pmixer.import_pmixer(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len,
+                                data_dir=data_dir, force=force, log=typer.echo, **_data_options(k_core))
     typer.echo(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
 
 
@@ -66,9 +64,7 @@ def import_rectools(
     force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
 ) -> None:
     """Import a RecTools SASRec or BERT4Rec model (id embeddings, dot-product scores) as a resdom run."""
-    from resdom.adapters.rectools import import_rectools as run_import
-
-    path = run_import(model_file, data, out, data_dir=data_dir, force=force, log=typer.echo)
+    path = rectools.import_rectools(model_file, data, out, data_dir=data_dir, force=force, log=typer.echo)
     typer.echo(f"imported {model_file} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
 
 

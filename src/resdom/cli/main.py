@@ -7,7 +7,10 @@ import sys
 
 import typer
 
+import resdom
+from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
+from resdom.io import NO_SPACE, no_space_message
 
 _typer_app = typer.Typer(
     name="resdom",
@@ -28,14 +31,10 @@ def version() -> None:
     """Print resdom's version and its main dependencies' versions."""
     import torch
 
-    import resdom
-
     typer.echo(f"resdom {resdom.__version__} (torch {torch.__version__})")
 
 
 def _register() -> None:
-    from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
-
     for module in (data_cmd, train_cmd, diagnose_cmd, pipeline_cmd, import_cmd, config_cmd, recommend_cmd):
         module.register(_typer_app)
 
@@ -71,7 +70,6 @@ def app() -> None:
         typer.secho(f"error: {e}", err=True, fg="red")
         sys.exit(2)
     except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...)
-        from resdom.io import NO_SPACE, no_space_message
 
         if e.errno not in NO_SPACE:
             raise

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
+from resdom.cli.train_cmd import parse_set
 from resdom.cli.values import progress_option, quiet_alias
 from resdom.errors import ResdomError
-
-if TYPE_CHECKING:
-    from resdom.pipeline.reproduce import GridSpec
+from resdom.io import atomic_write_text
+from resdom.pipeline.common import is_finished
+from resdom.pipeline.demo import DemoSettings, run_demo
+from resdom.pipeline.remedies import remedies as run_remedies
+from resdom.pipeline.remedies import remedy_grid
+from resdom.pipeline.reproduce import GridSpec
+from resdom.pipeline.reproduce import reproduce as run_grid
+from resdom.pipeline.store import block_names, fill_blocks
+from resdom.report import build_report, find_run_dirs, left_out
+from resdom.rundir import require_folder_path
 
 
 def _split_list(value: str, option: str) -> list[str]:
@@ -41,11 +48,10 @@ def report(
     docs: list[Path] = typer.Option(None, "--doc", help="a Markdown document whose `<!-- resdom:table NAME -->` "
                                     "blocks are refilled with these tables (e.g. docs/results.md from the results "
                                     "store); repeat for several"),
+    tables_only: bool = typer.Option(False, "--tables-only", help="write the tables (OUT/tables/ and the --doc "
+                                     "blocks) only: no figures, no report.html / report.md"),
 ) -> None:
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
-    from resdom.report import build_report, find_run_dirs, read_runs
-    from resdom.rundir import require_folder_path
-
     require_folder_path(out, "--out")
     found: list[Path] = []
     for d in run_dirs:
@@ -55,12 +61,9 @@ def report(
         if not runs:
             raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
         found += [r for r in runs if r not in found]
-    paths = build_report(found, out, title=title)
-    typer.echo(f"report of {len(found)} run(s): {paths.html}")
+    paths = build_report(found, out, title=title, figures=not tables_only)
+    typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if docs:
-        from resdom.io import atomic_write_text
-        from resdom.pipeline.store import block_names, fill_blocks
-
         tables = paths.blocks
         missing = [d for d in docs if not d.is_file()]
         if missing:
@@ -69,10 +72,12 @@ def report(
         for d, text in filled.items():
             atomic_write_text(d, text)
             typer.echo(f"  {d}: {len(block_names(text))} table block(s) refilled")
-    stale = [r for r in read_runs(found) if r.stale]
-    for r in stale:
-        typer.echo(f"  left out of {r.label}: {', '.join(r.stale)} (computed on another checkpoint)", err=True)
-    typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
+    missing = left_out(paths.runs)
+    for r in paths.runs:
+        for cause in missing.get(r.path, {}).values():
+            typer.echo(f"  left out of {r.label}: {cause}", err=True)
+    if not tables_only:
+        typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 
 
 def demo(
@@ -83,8 +88,6 @@ def demo(
     quiet: bool = quiet_alias(),
 ) -> None:
     """Synthetic data -> SASRec -> every diagnostic -> report, offline, in a few minutes on a laptop CPU."""
-    from resdom.pipeline.demo import DemoSettings, run_demo
-
     settings = DemoSettings(device=device)
     if epochs is not None:
         settings.epochs = epochs
@@ -120,9 +123,6 @@ def reproduce(
     Models: sasrec, duorec, bsarec, the contrast models bert4rec and gru4rec (the paper's Figure 2:
     --models sasrec,duorec,bsarec,bert4rec,gru4rec), or a named variant (sasrec-tts: time-to-split's SASRec, max
     length 128)."""
-    from resdom.pipeline.reproduce import GridSpec
-    from resdom.pipeline.reproduce import reproduce as run_grid
-
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
                     store=store, train_values={"monitor_every": monitor_every})
@@ -163,10 +163,6 @@ def remedies(
     """Train each training-time remedy variant of MODEL with its protocol, diagnose it, and compare: a per-variant
     table (accuracy, HRLI, +Res mixing, recoverable misses, training time; mean ± std over seeds) and a figure of
     NDCG@10 against HRLI@1 beside the base model's inference-time alpha sweep (docs/remedies.md)."""
-    from resdom.cli.train_cmd import parse_set
-    from resdom.pipeline.remedies import remedies as run_remedies
-    from resdom.pipeline.remedies import remedy_grid
-
     values = parse_set(set_values or [])
     model_values, train_values = values.get("model", {}), values.get("train", {})
     spec = remedy_grid(dataset, model, _split_list(variants, "--variants"), _seeds(seeds), out, data_dir=data_dir,
@@ -189,8 +185,6 @@ def remedies(
 
 def _grid_interrupted_message(spec: GridSpec) -> str:
     """What an interrupted ``reproduce`` kept and how to go on: finished runs stay, the interrupted one resumes."""
-    from resdom.pipeline.common import is_finished
-
     cells = spec.cells()
     done = sum(is_finished(spec.run_dir(d, m, s), spec.epochs) for d, m, s in cells)
     return (f"interrupted: {spec.out} keeps the {done} of {len(cells)} runs that finished (trained and diagnosed) "

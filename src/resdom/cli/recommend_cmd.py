@@ -7,8 +7,12 @@ from pathlib import Path
 
 import typer
 
-from resdom.cli.values import positive_int
+from resdom.cli.values import parse_alphas, positive_int
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.io import atomic_write_bytes
+from resdom.recommend import recommend as top_items
+from resdom.runs import load_run
 
 USERS_HELP = ("'all' (every user), or a file of user ids: one id a line, exactly as in the data (a .csv file: its "
               "'user_id' or 'user' column, else its first)")
@@ -66,12 +70,6 @@ def recommend(
     batch_size: int = typer.Option(256, "--batch-size", help="users per chunk"),
 ) -> None:
     """Top K items per user, in the data's own user and item ids, as CSV: user,item,rank,score."""
-    from resdom.cli.values import parse_alphas
-    from resdom.distributed import resolve_device
-    from resdom.io import atomic_write_bytes
-    from resdom.recommend import recommend as top_items
-    from resdom.runs import load_run
-
     positive_int(k, "--k")
     positive_int(batch_size, "--batch-size")
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]

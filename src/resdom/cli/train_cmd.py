@@ -17,19 +17,33 @@ from typing import Any
 
 import typer
 
-from resdom.cli.data_options import SOURCE_HELP, DataOptions, data_options, is_split_dir, split_manifest
+from resdom.api import evaluate as run_evaluation
+from resdom.api import fit
+from resdom.cli.data_options import (
+    SOURCE_HELP,
+    DataOptions,
+    data_config_values,
+    data_options,
+    is_split_dir,
+    split_manifest,
+    with_config_data,
+)
 from resdom.cli.values import parse_cutoffs, positive_int, progress_option
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.experiments import canonical_label, model_variant
+from resdom.io import metric_key
+from resdom.models.config import ModelConfig
 from resdom.names import CUTOFFS
+from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_folder
+from resdom.runs import load_run
+from resdom.training.config import TrainConfig, resolve_configs
 
 SECTIONS = ("model", "train")
 
 
 def _fields(section: str) -> set[str]:
-    from resdom.models.config import ModelConfig
-    from resdom.training.config import TrainConfig
-
     cls = ModelConfig if section == "model" else TrainConfig
     return set(cls.model_fields)
 
@@ -51,8 +65,6 @@ RECORD_SECTIONS = ("data", "versions", "label", "imported_from")
 def config_path(path: Path) -> Path:
     """``path`` itself where it is a file, else the shipped reference configuration of that name
     (``resdom config list``: ``--config sasrec_loo``); a ResdomError naming both otherwise."""
-    from resdom.resources import reference_config, reference_configs
-
     if path.is_file():
         return path
     shipped = reference_config(path)
@@ -70,8 +82,6 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     ``resdom config show`` prints them. A run's saved ``config.json`` is accepted too: its record sections (its
     ``data`` included) are skipped, and ``model.n_items`` (set from the data) is dropped."""
     import yaml
-
-    from resdom.cli.data_options import data_config_values
 
     path = config_path(path)
     try:
@@ -141,8 +151,6 @@ def _merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _format_metrics(metrics: dict[str, float]) -> str:
-    from resdom.io import metric_key
-
     return "  ".join(f"{k} {metrics[k]:.4f}" for k in sorted(metrics, key=metric_key))
 
 
@@ -182,8 +190,6 @@ class CommandConfig:
 def _model_label(option: str | None, file_name: Any, config: Path | None) -> str:
     """The label of --model, else of the config file's ``model.name``, else the default; both given and naming
     different models is an error."""
-    from resdom.training.config import canonical_label, model_variant
-
     label = canonical_label(option, "--model") if option is not None else None
     named = canonical_label(str(file_name), f"{config}: model.name") if file_name is not None else None
     if label is not None and named is not None and model_variant(label)[0] != model_variant(named)[0]:
@@ -195,9 +201,6 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
                    data: DataOptions) -> CommandConfig:
     """The layers of a command's configuration (module docstring) -> CommandConfig; nothing is validated yet
     beyond field names (``resolve_configs`` does)."""
-    from resdom.cli.data_options import with_config_data
-    from resdom.training.config import model_variant
-
     file_values = read_config_file(config) if config else {}
     file_model = dict(file_values.get("model", {}))
     label = _model_label(model, file_model.pop("name", None), config)
@@ -224,9 +227,6 @@ def train(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
-    from resdom.api import fit
-    from resdom.training.config import resolve_configs
-
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data, values = cfg.data, cfg.values
@@ -274,10 +274,6 @@ def evaluate(
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
-    from resdom.api import evaluate as run_evaluation
-    from resdom.distributed import resolve_device
-    from resdom.runs import load_run
-
     if split not in ("valid", "test"):
         raise ResdomError(f"--split: expected valid or test, got {split!r}")
     ks = parse_cutoffs(cutoffs)
@@ -293,7 +289,6 @@ def evaluate(
         typer.echo(json.dumps({"split": split, "filtered": filtered, **result.to_dict()}, indent=2))
         return
     typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'})")
-    from resdom.io import metric_key
 
     for name in sorted(result.metrics, key=metric_key):
         typer.echo(f"  {name:8s} {result.metrics[name]:.4f}")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from resdom import __version__
 from resdom.data.changes import preprocessing_changes, split_changes
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
@@ -172,7 +173,6 @@ def load_prepared(
     cfg = PreprocessConfig(**{**defaults, **preset, **explicit})
     read_counts = _raw_counts(raw)
     prepared = preprocess(raw, cfg)
-    from resdom import __version__
 
     manifest = {
         "resdom_version": __version__,

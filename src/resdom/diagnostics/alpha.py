@@ -45,7 +45,6 @@ from resdom.models.interface import (
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  # 1.0, 0.9, ..., 0.0
 
@@ -101,12 +100,6 @@ class AlphaResult:
             row.update({k: v for k, v in r.items() if k not in ("alpha", "mixing_all", "mixing_last")})
             flat.append(row)
         return pd.DataFrame(flat)
-
-    def plot(self, model: str = "model") -> Figure:
-        """Mixing ratio at +Res, HRLI@1, HR@10 and NDCG@10 against alpha (a matplotlib Figure)."""
-        from resdom.report.figures import result_figure
-
-        return result_figure("alpha", self.to_dict(), model)
 
 
 def batch_ranks(

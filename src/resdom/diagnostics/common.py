@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from resdom.data.sequences import EvalSet, Sequences
+from resdom.data.sequences import EvalSet, Sequences, ranges
 from resdom.distributed import gather_users, rank_and_world
 from resdom.evaluation.batches import in_user_order, iter_eval_batches
 from resdom.evaluation.ranking import MISS, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
@@ -159,7 +159,6 @@ def window(inputs: Sequences, max_len: int) -> Sequences:
     lengths = np.minimum(inputs.lengths, max_len)
     starts = ends - lengths
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    from resdom.data.sequences import ranges
 
     flat = ranges(starts, lengths)
     times = inputs.times[flat] if inputs.times is not None else None
@@ -177,15 +176,6 @@ def first_real(items: torch.Tensor) -> torch.Tensor:
     lengths = (items > 0).sum(1)
     cols = torch.arange(L, device=items.device)
     return (cols[None, :] == (L - lengths)[:, None]) & (lengths[:, None] > 0)
-
-
-def number_at(d: Any, *path: str) -> float | None:
-    """The number at ``d[path[0]][path[1]]...`` of a result's ``to_dict()``, or None where absent / not a number."""
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return None
-        d = d[p]
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
 
 
 def safe_div(num: float, den: float) -> float | None:

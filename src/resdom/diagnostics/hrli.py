@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,32 +30,19 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
-    number_at,
     rank_items,
     recent_items,
 )
 from resdom.models.interface import Diagnosable, final_states
+from resdom.names import FREQUENCY_BANDS, band_names
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 
 def hrli_name(k: int, K: int) -> str:
     """"HRLI@K" for k = 1, "HRLkI@K" otherwise (docs/architecture.md)."""
     return f"HRLI@{K}" if k == 1 else f"HRL{k}I@{K}"
-
-
-# Lower edges of the bands of the last input item's training frequency: 0 (never in training), 1-4, 5-19, 20+.
-FREQUENCY_BANDS: tuple[int, ...] = (0, 1, 5, 20)
-
-
-def band_names(edges: Sequence[int] = FREQUENCY_BANDS) -> list[str]:
-    """(0, 1, 5, 20) -> ["0", "1-4", "5-19", "20+"]."""
-    out = []
-    for lo, hi in zip(edges, [*edges[1:], None]):
-        out.append(f"{lo}+" if hi is None else str(lo) if hi == lo + 1 else f"{lo}-{hi - 1}")
-    return out
 
 
 @dataclass
@@ -68,28 +55,6 @@ class HRLIResult:
     n_users: int
     split: str | None = None
     by_frequency: dict[str, dict[str, Any]] | None = None
-
-    TABLE_KEYS: ClassVar[tuple[str, ...]] = ("HRLI@1", "HRL2I@1", "HRL3I@1", "HRLI@10", "HRL2I@10")
-
-    @classmethod
-    def table_values(cls, d: dict[str, Any]) -> dict[str, float | None]:
-        """The numbers of this result's ``to_dict()`` that the report's tables show, by table key: the rates, and
-        where the bands are known the share of users whose last item never occurs in training
-        (``unseen_share``) and HRLI@1 over those (``HRLI@1_unseen``) and over the others (``HRLI@1_seen``)."""
-        out = {k: number_at(d, "values", k) for k in cls.TABLE_KEYS}
-        out["unseen_share"] = out["HRLI@1_unseen"] = out["HRLI@1_seen"] = None
-        bands = d.get("by_frequency")
-        if not isinstance(bands, dict) or not bands:
-            return out
-        rows = [(number_at(b, "n_users") or 0, number_at(b, "values", "HRLI@1")) for b in bands.values()]
-        (n_cold, cold), warm = rows[0], [(n, v) for n, v in rows[1:] if n]  # band 0: never in training
-        n_warm = sum(n for n, _ in warm)
-        if n_cold + n_warm:
-            out["unseen_share"] = n_cold / (n_cold + n_warm)
-        out["HRLI@1_unseen"] = cold if n_cold else None
-        if n_warm:
-            out["HRLI@1_seen"] = sum(n * (v or 0.0) for n, v in warm) / n_warm
-        return out
 
     def to_dict(self) -> dict[str, Any]:
         d = {"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values}
@@ -111,12 +76,6 @@ class HRLIResult:
                 k = head[3:-1] or "1"  # "HRLI" -> 1, "HRL2I" -> 2
                 rows.append((name, int(k), int(K), band, n, v))
         return pd.DataFrame(rows, columns=["metric", "recency", "cutoff", "band", "n_users", "value"])
-
-    def plot(self, model: str = "model") -> Figure:
-        """Bars of HRLI@1, HRL2I@1, HRLI@10 and HRL2I@10 (a matplotlib Figure)."""
-        from resdom.report.figures import result_figure
-
-        return result_figure("hrli", self.to_dict(), model)
 
 
 def hrli_from_ranks(ranks: np.ndarray, ks: Sequence[int], Ks: Sequence[int]) -> dict[str, float]:

@@ -26,18 +26,15 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
-    number_at,
     sum_over_ranks,
 )
 from resdom.diagnostics.decomposition import DEFINITIONS, head_ratios, ratios, stages_of
 from resdom.errors import ResdomError
 from resdom.models.block import BlockRecord
 from resdom.models.interface import Diagnosable, block_tokens, block_width, recording
-from resdom.names import STAGES
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 __all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "mixing_ratios", "require_attention"]
 
@@ -128,11 +125,6 @@ class MixingResult:
     frequency_branch: dict[str, Any] | None = None
     split: str | None = None
 
-    @staticmethod
-    def table_values(d: dict[str, Any]) -> dict[str, float | None]:
-        """The numbers of this result's ``to_dict()`` that the report's tables show: ``mix_<scope>_<stage>``, pooled."""
-        return {f"mix_{w}_{st}": number_at(d, "pooled", w, st) for w in ("all", "last") for st in STAGES}
-
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "split": self.split, "n_users": self.n_users, "definition": self.definition, "stages": self.stages,
@@ -158,13 +150,6 @@ class MixingResult:
                 for st in self.stages]
         rows += [("pooled", scope, st, self.pooled[scope][st]) for scope in ("all", "last") for st in self.stages]
         return pd.DataFrame(rows, columns=["layer", "scope", "stage", "r"])
-
-    def plot(self, model: str = "model", per_position: bool = False) -> Figure:
-        """The mixing ratio by stage, pooled over layers (bars: all positions, diamonds: the last position); with
-        ``per_position``: the last layer's ratio against the offset from the last position. A matplotlib Figure."""
-        from resdom.report.figures import result_figure
-
-        return result_figure("mixing_per_position" if per_position else "mixing", self.to_dict(), model)
 
 
 class MixingAccumulator:

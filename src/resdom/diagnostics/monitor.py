@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from resdom.data.sequences import EvalSet
+from resdom.data.sequences import EvalSet, SplitData, item_counts
 from resdom.diagnostics.hrli import last_item_hit_rates
 from resdom.diagnostics.mixing import has_attention, mixing_ratios
 from resdom.models.interface import Diagnosable
+from resdom.stored import seen_unseen
+from resdom.training.config import TrainConfig
 
 
 def monitor_subset(evalset: EvalSet, n_users: int, seed: int) -> EvalSet:
@@ -28,14 +30,20 @@ def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None,
     blocks, GRU4Rec); with ``train_counts`` (``data.sequences.item_counts`` of the training sequences) also
     "unseen_share" and "HRLI@1_seen" (HRLI@1 over the users whose last item occurs in training; None if none does).
     Leaves the model in eval mode."""
-    from resdom.diagnostics.hrli import HRLIResult
-
     model.eval()
     hrli = last_item_hit_rates(model, evalset, ks=(1, 2), Ks=(1,), device=device, train_counts=train_counts)
     pooled = mixing_ratios(model, evalset, device=device).to_dict()["pooled"] if has_attention(model) else {}
     out = {"n_users": hrli.n_users, "HRLI@1": hrli.values["HRLI@1"], "HRL2I@1": hrli.values["HRL2I@1"],
            "mixing_all": pooled.get("all"), "mixing_last": pooled.get("last")}
     if train_counts is not None:
-        table = HRLIResult.table_values(hrli.to_dict())
+        table = seen_unseen(hrli.to_dict())
         out.update({"unseen_share": table["unseen_share"], "HRLI@1_seen": table["HRLI@1_seen"]})
     return out
+
+
+def epoch_monitor(model: Diagnosable, split: SplitData, train_cfg: TrainConfig, device: Any = None) -> dict[str, Any]:
+    """``train.monitor_every`` (``training.trainer.fit(..., monitor=epoch_monitor)``): ``cheap_diagnostics`` of the
+    current model on ``train_cfg.monitor_users`` validation users drawn with ``train_cfg.seed``, with the items'
+    training frequencies."""
+    return cheap_diagnostics(model, monitor_subset(split.valid, train_cfg.monitor_users, train_cfg.seed), device,
+                             train_counts=item_counts(split.train, split.n_items))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,7 +43,6 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
-    number_at,
     rank_items,
     seen_items,
 )
@@ -52,7 +51,6 @@ from resdom.models.interface import Diagnosable, last_prediction_states, residua
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 OFFSETS = (1, 2, 3)
 K_RECOVERY = 10  # the cutoff K of the recoverable set and of Recovery(alpha) (spec §4)
@@ -199,22 +197,6 @@ class RecoveryResult:
     split: str = "test"
     filter_seen: bool = True
 
-    TABLE_ALPHAS: ClassVar[tuple[float, ...]] = (0.1, 0.2, 0.3)  # the alphas the paper's table reports
-
-    @classmethod
-    def table_values(cls, d: dict[str, Any]) -> dict[str, float | None]:
-        """The numbers of this result's ``to_dict()`` that the report's tables show (``rec_*``, alpha*)."""
-        v: dict[str, float | None] = {"rec_share": number_at(d, "test", "recoverable_share")}
-        for off in ("L-1", "L-2", "L-3"):
-            v[f"rec_{off}"] = number_at(d, "test", "offset_shares", off)
-        curve = d.get("test", {}).get("curve", []) if isinstance(d.get("test"), dict) else []
-        for a in cls.TABLE_ALPHAS:
-            v[f"rec_at_{a}"] = next((number_at(row, "recovery") for row in curve if isinstance(row, dict)
-                                     and abs(float(row.get("alpha", -9)) - a) < 1e-6), None)
-        v["alpha_star"] = number_at(d, "alpha_star")
-        v["HR@10_at_star"] = number_at(d, "test_at_alpha_star", "HR@10")
-        return v
-
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.test.n_users, "K": self.K, "eps": self.eps,
                          "layers": self.layers, "valid": self.valid.to_dict(), "test": self.test.to_dict(),
@@ -229,12 +211,6 @@ class RecoveryResult:
         rows = [(name, r["alpha"], r["recovery"], r[f"HR@{self.K}"], r["alpha"] == self.alpha_star)
                 for name, sr in (("valid", self.valid), ("test", self.test)) for r in sr.curve]
         return pd.DataFrame(rows, columns=["split", "alpha", "recovery", f"HR@{self.K}", "alpha_star"])
-
-    def plot(self, model: str = "model") -> Figure:
-        """Recovery(alpha) and HR@10(alpha) on the test split (a matplotlib Figure)."""
-        from resdom.report.figures import result_figure
-
-        return result_figure("recovery", self.to_dict(), model)
 
 
 def miss_recovery(

@@ -38,6 +38,7 @@ from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from resdom.models.interface import Diagnosable
 from resdom.names import DIAGNOSTICS, STAGES
 from resdom.rundir import RunDir
+from resdom.runs import load_run
 
 WHAT: tuple[str, ...] = DIAGNOSTICS
 USERS = "users"  # the per-user evidence (users.npz): a choice of run_all's --what, not a diagnostic result
@@ -119,8 +120,6 @@ def run_all(
     per_head: bool = False,
 ) -> dict[str, Any]:
     """Diagnose the run in ``run_dir`` on ``split``; write the files; return the summary (also summary.json)."""
-    from resdom.runs import load_run
-
     names = parse_what(what, with_users=True)
     evidence = USERS in names
     names = [n for n in names if n != USERS]

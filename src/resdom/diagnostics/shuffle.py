@@ -33,7 +33,6 @@ from resdom.diagnostics.common import (
     check_model,
     inference,
     jsonable,
-    number_at,
     ranks_of,
     scores_at,
     seen_items,
@@ -44,7 +43,6 @@ from resdom.models.interface import Diagnosable, final_states
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.figure import Figure
 
 MODES: tuple[str, ...] = ("keep_last", "full", "last_only", "drop_last", "reverse")
 RANDOM_MODES = frozenset({"keep_last", "full"})
@@ -102,19 +100,6 @@ class ShuffleResult:
     n_users: int
     split: str | None = None
 
-    @staticmethod
-    def table_values(d: dict[str, Any]) -> dict[str, float | None]:
-        """The numbers of this result's ``to_dict()`` that the report's tables show (``shuf_*`` keys)."""
-        v: dict[str, float | None] = {}
-        for m in ("HR@10", "NDCG@10"):
-            v[f"shuf_orig_{m}"] = number_at(d, "original", m)
-            for p in ("keep_last", "full"):
-                v[f"shuf_{p}_{m}"] = number_at(d, "perturbations", p, "metrics", m)
-                v[f"shuf_{p}_rel_{m}"] = number_at(d, "perturbations", p, "relative_change", m)
-        for p in ("keep_last", "full"):
-            v[f"shuf_{p}_jacc"] = number_at(d, "perturbations", p, "jaccard@10")
-        return v
-
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.n_users, "seeds": self.seeds, "filtered": self.filtered,
                          "original": self.original, "perturbations": self.perturbations})
@@ -128,12 +113,6 @@ class ShuffleResult:
         rows += [(name, m, v, p["metrics_std"][m], p["relative_change"][m], p["jaccard@10"])
                  for name, p in self.perturbations.items() for m, v in p["metrics"].items()]
         return pd.DataFrame(rows, columns=["perturbation", "metric", "mean", "std", "relative_change", "jaccard@10"])
-
-    def plot(self, model: str = "model") -> Figure:
-        """Bars of HR@10 and NDCG@10 with the original order, keep_last and full shuffles (a matplotlib Figure)."""
-        from resdom.report.figures import result_figure
-
-        return result_figure("shuffle", self.to_dict(), model)
 
 
 def _ranks_and_top(

@@ -42,8 +42,9 @@ def low_pass_fft(x: torch.Tensor, c: int) -> torch.Tensor:
 def low_pass_matrix(L: int, c: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
     """(L, L) real K with ``low_pass_fft(x, c) = K @ x`` along dim 1: the filter applied to the identity (in
     float64, then cast). The filter is linear and fixed, so one small matrix product replaces two FFTs."""
-    eye = torch.eye(L, dtype=torch.float64)[None]  # x[0, s, j] = [s == j]: output column j is K[:, j]
-    return low_pass_fft(eye, c)[0].to(dtype=dtype, device=device)
+    with torch.inference_mode(False):  # a cached K made under inference mode must still serve training
+        eye = torch.eye(L, dtype=torch.float64)[None]  # x[0, s, j] = [s == j]: output column j is K[:, j]
+        return low_pass_fft(eye, c)[0].to(dtype=dtype, device=device)
 
 
 def low_pass(x: torch.Tensor, c: int, last: int = 0) -> torch.Tensor:

@@ -11,20 +11,6 @@ from resdom.names import MODELS
 
 ModelName = Literal[MODELS]  # type: ignore[valid-type]
 
-# Architectures of the reference code bases (spec §6), as ModelConfig values.
-# The reference paper's SASRec: post-LN blocks, LN(Dropout(E * sqrt(d) + P)) input, FFN d with ReLU, max length 200.
-REFERENCE_POST_LN: dict[str, object] = {
-    "embedding": "dropout_ln", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1, "activation": "relu",
-    "positions": "from_start", "max_len": 200,
-}
-# time-to-split's SASRec and the paper's DuoRec: the query-LN block, Dropout(E * sqrt(d) + P) input, a final LN
-# (the paper's DuoRec adds query_ln_kv="query": keys and values from LN_a(X), dropout on the attention output).
-REFERENCE_QUERY_LN: dict[str, object] = {
-    "query_ln": True, "final_ln": True, "embedding": "dropout", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1,
-    "activation": "relu", "positions": "from_start",
-}
-
-
 class ModelConfig(BaseModel):
     """Architecture of a causal self-attention recommender.
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from resdom.errors import ResdomError
+from resdom.experiments import REFERENCE_QUERY_LN
 from resdom.models.base import SequentialRecommender, TrainBatch
-from resdom.models.config import REFERENCE_QUERY_LN
 
 
 def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tensor:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from resdom.experiments import REFERENCE_POST_LN
 from resdom.models.base import SequentialRecommender
-from resdom.models.config import REFERENCE_POST_LN
 
 
 class SASRec(SequentialRecommender):

@@ -10,18 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from resdom.data.sequences import SplitData
+from resdom.diagnostics.evidence import read_header
+from resdom.diagnostics.monitor import epoch_monitor
+from resdom.diagnostics.runner import run_all, summarise
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_text
+from resdom.io import atomic_write_json, atomic_write_text
 from resdom.names import DIAGNOSTICS
 from resdom.rundir import RunDir
+from resdom.runs import checkpoint_id
+from resdom.training.config import resolve_configs
+from resdom.training.trainer import fit
 
 
 def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
     """True when the run has final metrics and diagnostics, both of the checkpoint now in ``run_dir`` (and, when
     ``epochs`` is given, was trained with that epoch budget)."""
-    from resdom.runs import checkpoint_id
-
     try:
         files = RunDir(run_dir)
         metrics = json.loads(files.final.read_text())
@@ -45,18 +49,14 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
     Returns ``{"metrics": <metrics.json>, "diagnostics": <summary.json>, "train_s", "diagnose_s"}``.
     """
-    from resdom.training.config import resolve_configs
-    from resdom.training.trainer import fit
-
     stats = stats if stats is not None else split.manifest.get("dataset", {})
     model_cfg, train_cfg = resolve_configs(model, model_values, {"device": device, **(train_values or {})},
                                            source=source, n_items=split.n_items, protocol=protocol)
     t0 = time.perf_counter()
     metrics = fit(split, model_cfg, train_cfg, run_dir,
                   data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
-                  progress=progress)
+                  progress=progress, monitor=epoch_monitor)
     t1 = time.perf_counter()
-    from resdom.diagnostics.runner import run_all
 
     missing = missing_diagnostics(run_dir)  # a resumed cell keeps what was computed on its current checkpoint
     summary = run_all(run_dir, what=missing, split="test", device=str(resolve_device(device)),
@@ -69,9 +69,6 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 def missing_diagnostics(run_dir: Path) -> list[str]:
     """The diagnostics (of ``DIAGNOSTICS``) whose file in ``run_dir`` is absent or of another checkpoint, and
     ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``--what`` names)."""
-    from resdom.diagnostics.evidence import read_header
-    from resdom.runs import checkpoint_id
-
     files = RunDir(run_dir)
     current = checkpoint_id(files.model)
     missing = []
@@ -89,10 +86,6 @@ def missing_diagnostics(run_dir: Path) -> list[str]:
 
 def _resummarise(run_dir: Path) -> dict[str, Any]:
     """summary.json again from the diagnostics files of the current checkpoint (none is recomputed)."""
-    from resdom.diagnostics.runner import summarise
-    from resdom.io import atomic_write_json
-    from resdom.runs import checkpoint_id
-
     files = RunDir(run_dir)
     old: Any = {}
     try:

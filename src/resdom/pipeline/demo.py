@@ -25,10 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resdom.data.prepare import prepare_split
 from resdom.data.sequences import SplitData
+from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
 from resdom.pipeline.common import train_and_diagnose
+from resdom.report import build_report, read_run
+from resdom.report.findings import finding_lines
 from resdom.rundir import RunDir
+from resdom.training.trainer import RunFiles
 
 
 @dataclass
@@ -66,12 +71,6 @@ class DemoResult:
 def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None = None, progress: bool = True,
              echo: Callable[[str], None] = print) -> DemoResult:
     """Prepare the synthetic data, train SASRec, run every diagnostic and write the report into ``out_dir``."""
-    from resdom.data.prepare import prepare_split
-    from resdom.data.stats import dataset_stats
-    from resdom.report import build_report, read_run
-    from resdom.report.findings import finding_lines
-    from resdom.training.trainer import RunFiles
-
     s = settings or DemoSettings()
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"

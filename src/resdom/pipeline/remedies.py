@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
+from resdom.experiments import remedy_label
 from resdom.pipeline.reproduce import GridResult, GridSpec, reproduce
 
 
@@ -35,8 +36,6 @@ class RemediesResult:
 def remedy_grid(dataset: str, model: str, variants: list[str], seeds: list[int], out: str | Path,
                 **grid: Any) -> GridSpec:
     """The reproduction grid of ``variants`` of ``model`` on ``dataset``; ``grid``: further GridSpec fields."""
-    from resdom.training.config import remedy_label
-
     if not variants:
         raise ResdomError("--variants: give at least one variant")
     labels = [remedy_label(model, v) for v in variants]

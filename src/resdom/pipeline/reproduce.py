@@ -21,19 +21,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resdom.data.prepare import prepare_split
 from resdom.data.sequences import SplitData
+from resdom.data.stats import dataset_stats
+from resdom.diagnostics.evidence import read_header
+from resdom.diagnostics.runner import run_all
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.experiments import canonical_label, model_labels, model_variant
 from resdom.io import atomic_write_json
 from resdom.names import DIAGNOSTICS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
+from resdom.report import build_report, read_runs
+from resdom.report.findings import finding_lines
 from resdom.rundir import RunDir
 
 
 def known_labels() -> tuple[str, ...]:
-    """What ``--models`` accepts: the models and the named variants of ``training.config.MODEL_VARIANTS``."""
-    from resdom.training.config import model_labels
-
+    """What ``--models`` accepts: the models and the named variants of ``experiments.MODEL_VARIANTS``."""
     return model_labels()
 
 
@@ -55,8 +61,6 @@ class GridSpec:
     store: Path | None = None  # the results store (resdom.pipeline.store): each finished cell is exported there
 
     def __post_init__(self) -> None:
-        from resdom.training.config import canonical_label
-
         self.out = Path(self.out)
         self.models = [canonical_label(m, "--models") for m in self.models]  # "SASRec" -> "sasrec"
         for name, values in (("--datasets", self.datasets), ("--models", self.models), ("--seeds", self.seeds)):
@@ -113,8 +117,6 @@ class _DataCache:
 
     def stats(self, dataset: str, split: SplitData) -> dict[str, Any]:
         """Statistics of the whole data set (from the split's manifest), saved once to DIR/<dataset>/dataset.json."""
-        from resdom.data.stats import dataset_stats
-
         path = self.spec.out / dataset / "dataset.json"
         if path.is_file():
             return json.loads(path.read_text())
@@ -127,8 +129,6 @@ class _DataCache:
         if SplitData.exists(RunDir(run_dir).data):
             return SplitData.load(RunDir(run_dir).data)
         if dataset not in self.splits:
-            from resdom.data.prepare import prepare_split
-
             try:
                 self.splits[dataset] = prepare_split(dataset, protocol=self.spec.protocol,
                                                      quantile=self.spec.quantile, data_dir=self.spec.data_dir)
@@ -143,8 +143,6 @@ class _DataCache:
 def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: int, progress: bool) -> RunOutcome:
     """Train and diagnose one cell unless it is finished, then store it (``spec.store``); a failure is recorded,
     never raised."""
-    from resdom.training.config import model_variant
-
     run_dir = spec.run_dir(dataset, label, seed)
     outcome = RunOutcome(dataset, label, seed, str(run_dir), "skipped")
     t0 = time.perf_counter()
@@ -161,8 +159,6 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
                                train_values=train_values, device=spec.device, progress=progress, label=label)
             outcome.status = "done"
         elif "users" in missing_diagnostics(run_dir):  # finished before the per-user evidence: add it, no training
-            from resdom.diagnostics.runner import run_all
-            from resdom.distributed import resolve_device
 
             run_all(run_dir, what="users", device=str(resolve_device(spec.device)), progress=progress)
         if spec.store is not None:
@@ -190,7 +186,6 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
         if path.is_file():
             diag[name] = json.loads(path.read_text()).get("seconds") or 0.0
     if files.users.is_file():  # the per-user evidence's header too
-        from resdom.diagnostics.evidence import read_header
 
         diag["users"] = (read_header(files.users) or {}).get("seconds") or 0.0
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
@@ -223,9 +218,6 @@ def _eta(done_s: list[float], left: int) -> str:
 
 def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None] = print) -> GridResult:
     """Run the whole grid (resumably), then write the summary report into ``spec.out / "summary"``."""
-    from resdom.report import build_report, read_runs
-    from resdom.report.findings import finding_lines
-
     cells = spec.cells()
     cache = _DataCache(spec)
     outcomes: list[RunOutcome] = []

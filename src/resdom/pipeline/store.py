@@ -24,9 +24,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from resdom.diagnostics.evidence import read_header
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, json_bytes
+from resdom.pipeline.common import is_finished
 from resdom.rundir import RunDir
+from resdom.runs import checkpoint_id
 
 MAX_CELL_BYTES = 200_000
 DIAGNOSTIC_FILES = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
@@ -64,9 +67,6 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
     Refuses (ResdomError) a run whose metrics and diagnostics are not all of its current checkpoint, and a record
     over ``MAX_CELL_BYTES``. All files are written before the first is renamed into place.
     """
-    from resdom.pipeline.common import is_finished
-    from resdom.runs import checkpoint_id
-
     run_dir = Path(run_dir)
     if not is_finished(run_dir):
         raise ResdomError(f"{run_dir}: not finished (final metrics and diagnostics of its current checkpoint are "
@@ -95,7 +95,6 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
                 raise ResdomError(f"{path}: computed on checkpoint {d.get('checkpoint')}, not {checkpoint}; "
                                   "rerun `resdom diagnose` first")
             files[cell.diagnostic(name)] = json_bytes(d)
-    from resdom.diagnostics.evidence import read_header
 
     if run.users.is_file():
         files[cell.cell_users] = _users_bytes(run.users, checkpoint)
@@ -110,8 +109,6 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
 
 def _users_bytes(path: Path, checkpoint: str) -> bytes:
     """The bytes of the run's users.npz, refused (ResdomError) when it is unreadable or of another checkpoint."""
-    from resdom.diagnostics.evidence import read_header
-
     header = read_header(path)
     if header is None:
         raise ResdomError(f"{path}: not a readable per-user evidence file; rerun `resdom diagnose --what users`")

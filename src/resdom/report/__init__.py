@@ -22,13 +22,14 @@ from typing import Any
 
 from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown, remedy_verdicts_markdown
-from resdom.report.collect import RunRecord, find_run_dirs, read_run, read_runs
+from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
+from resdom.report.html import render_html, render_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
 __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_blocks",
-           "find_run_dirs", "finding_lines", "read_run", "read_runs", "summary_tables"]
+           "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
 
 
 @dataclass
@@ -36,37 +37,39 @@ class ReportPaths:
     """Where a report was written."""
 
     out_dir: Path
-    html: Path
-    markdown: Path
+    html: Path | None  # None: tables only
+    markdown: Path | None
     figures: dict[str, dict[str, Path]] = field(default_factory=dict)
     tables: list[Path] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     tables_data: list[Table] = field(default_factory=list)
     blocks: dict[str, str] = field(default_factory=dict)  # document_blocks of the same runs, for ``--doc``
+    runs: list[RunRecord] = field(default_factory=list)
 
 
 def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
-                 extra_stats: dict[str, dict[str, Any]] | None = None) -> ReportPaths:
-    """Read ``run_dirs`` and write tables, figures, ``report.html`` and ``report.md`` into ``out_dir``.
+                 extra_stats: dict[str, dict[str, Any]] | None = None, figures: bool = True) -> ReportPaths:
+    """Read ``run_dirs`` and write tables, figures, ``report.html`` and ``report.md`` into ``out_dir``; with
+    ``figures=False`` the tables only (``out_dir/tables/``: what a results-store commit carries).
 
     ``extra_stats``: data set statistics by data set name, for runs whose config.json lacks ``data.stats``.
     """
-    from resdom.report.html import render_html, render_markdown
-
     out_dir = Path(out_dir)
     runs = read_runs(list(run_dirs))
     tables = summary_tables(runs, extra_stats)
-    figures = all_figures(runs)
-    fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
     table_paths = write_tables(tables, out_dir / "tables")
     blocks = document_blocks(runs, tables)
     for name in ("claims", "remedy_verdicts"):
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
+    if not figures:
+        return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
+    drawn = all_figures(runs)
+    fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
-    atomic_write_text(html_path, render_html(runs, figures, tables, title))
-    atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
-    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks)
+    atomic_write_text(html_path, render_html(runs, drawn, tables, title))
+    atomic_write_text(md_path, render_markdown(runs, drawn, tables, title))
+    return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from resdom.experiments import REMEDY_LABELS, model_variant, remedy_variant
 from resdom.report.collect import RunRecord, model_order
-from resdom.report.tables import RECOVERY_ALPHAS, mean_std, run_values
+from resdom.report.tables import mean_std
+from resdom.report.values import RECOVERY_ALPHAS, run_values
 
 CAUSAL = ("sasrec", "duorec", "bsarec")
 TOL = 0.005  # alpha-sweep steps smaller than this do not break monotonicity
@@ -28,6 +30,7 @@ YES, NO = "✓", "✗"
 class Claim:
     header: str
     check: Callable[[str, list[RunRecord]], str | None]  # (data set, the seeds' runs) -> the cell, None: no data
+    keys: tuple[str, ...] = ()  # the run_values it reads ("alpha": the sweep's rows); a run counts if it has all
 
 
 def _mean(xs: list[float | None]) -> float | None:
@@ -133,20 +136,26 @@ def _recovery(dataset: str, runs: list[RunRecord]) -> str | None:
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("Attn 0.72-0.96", _attn),
-    Claim("+Res 0.12-0.40 / +LN about the same", _res),
-    Claim("HRLI@1 0.8-0.9 (ML-1M about 0.5) / HRL2I@1 near 0 (HRLI@1 over last items seen in training)", _hrli),
-    Claim("`keep_last` a few % / `full` -35 to -75% (NDCG@10)", _shuffle),
-    Claim("α down: mixing up, HRLI@1 down (seeds)", _alpha_mixing),
-    Claim("α down: HR@10 lower at the lowest α (seeds)", _alpha_hr),
-    Claim("Rec(α) at 0.1-0.3 in 10-33%", _recovery),
+    Claim("Attn 0.72-0.96", _attn, ("mix_all_Attn",)),
+    Claim("+Res 0.12-0.40 / +LN about the same", _res, ("mix_all_+Res",)),
+    Claim("HRLI@1 0.8-0.9 (ML-1M about 0.5) / HRL2I@1 near 0 (HRLI@1 over last items seen in training)", _hrli,
+          ("HRLI@1", "HRL2I@1")),
+    Claim("`keep_last` a few % / `full` -35 to -75% (NDCG@10)", _shuffle,
+          ("shuf_keep_last_rel_NDCG@10", "shuf_full_rel_NDCG@10")),
+    Claim("α down: mixing up, HRLI@1 down (seeds)", _alpha_mixing, ("alpha",)),
+    Claim("α down: HR@10 lower at the lowest α (seeds)", _alpha_hr, ("alpha",)),
+    Claim("Rec(α) at 0.1-0.3 in 10-33%", _recovery, tuple(f"rec_at_{a}" for a in RECOVERY_ALPHAS)),
 )
+
+
+def _has(run: RunRecord, claim: Claim) -> bool:
+    """Whether ``run`` holds every number ``claim`` reads."""
+    values = run_values(run)
+    return all(bool(_sweep(run)) if key == "alpha" else values.get(key) is not None for key in claim.keys)
 
 
 def is_causal(label: str) -> bool:
     """A causal self-attention model or one of its named variants, not a remedy variant."""
-    from resdom.training.config import model_variant, remedy_variant
-
     return model_variant(label)[0] in CAUSAL and remedy_variant(label) is None
 
 
@@ -168,12 +177,18 @@ def _markdown(header: list[str], rows: list[list[str]]) -> str:
 
 def claims_markdown(runs: list[RunRecord]) -> str:
     """The claims table (Markdown): each cell the mean over seeds of the numbers behind the claim, then ✓ when
-    they meet it, ✗ when not; for the alpha-sweep claims, the seeds in which it holds."""
+    they meet it, ✗ when not; for the alpha-sweep claims, the seeds in which it holds. Seeds: the most seeds any
+    claim of the row rests on; a claim resting on fewer says ``(n=k)``."""
     groups = _groups(runs, is_causal)
     rows = []
     for (dataset, model), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]), kv[0][1])):
-        cells = [c.check(dataset, rs) for c in CLAIMS]
-        rows.append([dataset, model, str(len(rs)), *(x or "–" for x in cells)])
+        counts = [sum(_has(r, c) for r in rs) for c in CLAIMS]
+        n = max(counts)
+        if not n:
+            continue  # no claim can be checked on these runs (metrics only, say)
+        cells = [c.check(dataset, [r for r in rs if _has(r, c)]) if k else None for c, k in zip(CLAIMS, counts)]
+        cells = [x if x is None or k == n else f"{x} (n={k})" for x, k in zip(cells, counts)]
+        rows.append([dataset, model, str(n), *(x or "–" for x in cells)])
     return _markdown(["Data set", "Model", "Seeds", *(c.header for c in CLAIMS)], rows)
 
 
@@ -231,8 +246,6 @@ def remedy_verdict(variant: list[RunRecord], base: list[RunRecord]) -> tuple[str
 
 def remedy_verdicts_markdown(runs: list[RunRecord]) -> str:
     """One row per (data set, remedy variant) with its base model's runs on that data set (``remedy_verdict``)."""
-    from resdom.training.config import REMEDY_LABELS, remedy_variant
-
     groups = _groups(runs, lambda label: True)
     rank = {m: i for i, m in enumerate(REMEDY_LABELS)}
     rows = []

@@ -1,14 +1,15 @@
 """Read run directories into plain records for tables and figures (no torch, no model loading).
 
-A run's identity (data set, model, seed, protocol) comes from its ``config.json``
-(``{"model": {"name"}, "train": {"seed"}, "data": {"source", "protocol"}}``); every key is optional and falls
-back to something readable (the directory name). Diagnostics are the JSON files of docs/architecture.md
-("Diagnostics output"); a missing file leaves that part of the report empty rather than failing.
+A run's identity (data set, model label, seed) comes from one place, ``run_identity``: a results-store cell's
+``cell.json``, else the run's ``config.json`` (``{"data": {"source", "label"}, "model": {"name"}, "train":
+{"seed"}}``; every key optional, falling back to something readable such as the directory name). Diagnostics are
+the JSON files of docs/architecture.md ("Diagnostics output"); a missing file leaves that part of the report empty
+rather than failing, and ``RunRecord.problems`` says why a part is empty ("metrics.json missing", "hrli.json
+computed on another checkpoint ...").
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
+from resdom.experiments import REMEDY_LABELS
 from resdom.io import read_jsonl, sha256_file
 from resdom.rundir import RunDir
 
@@ -37,6 +39,7 @@ class RunRecord:
     data_stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     stale: list[str] = field(default_factory=list)  # results left out: computed on another checkpoint
+    problems: dict[str, str] = field(default_factory=dict)  # part ("metrics", a diagnostic) -> why it is empty
     cell: dict[str, Any] = field(default_factory=dict)  # a results-store cell's cell.json (compute, identity)
     curve: list[dict[str, Any]] = field(default_factory=list)  # the epoch log (metrics.jsonl / a cell's curve.jsonl)
 
@@ -48,6 +51,11 @@ class RunRecord:
 
     def diag(self, name: str) -> dict[str, Any]:
         return self.diagnostics.get(name, {})
+
+    def why_empty(self, part: str) -> str:
+        """Why ``part`` ("metrics" or a diagnostic's name) holds no numbers: its entry of ``problems``, else that the
+        file holds none."""
+        return self.problems.get(part) or f"{FILE_NAMES.get(part, part + '.json')} holds no such number"
 
     def test_metrics(self) -> dict[str, float]:
         """Final test metrics from ``metrics.json`` (tolerates ``{"test": {...}}`` and ``{"test": {"metrics"}}``),
@@ -75,6 +83,35 @@ def _maybe(path: Path) -> dict[str, Any]:
     return read_json(path) if path.is_file() else {}
 
 
+FILE_NAMES = {"metrics": "metrics.json", **{name: f"{name}.json" for name in DIAGNOSTICS}}
+
+
+def run_identity(run_dir: Path, config: dict[str, Any], cell: dict[str, Any]) -> tuple[str, str, int | None]:
+    """(data set, model label, seed) of a run, the one place the report takes them from: a results-store cell's
+    ``cell.json`` (the grid's cell, as the store wrote it), else ``config.json`` (``data.source``, ``data.label``
+    (a grid label such as ``sasrec-tts``) or ``model.name``, ``train.seed``). A label that config.json gives
+    otherwise than cell.json is a ResdomError naming both files."""
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    labels = {str(x) for x in (config.get("label"), data.get("label")) if x}
+    if cell:
+        dataset, label, seed = cell.get("dataset"), cell.get("label"), cell.get("seed")
+        if not isinstance(dataset, str) or not isinstance(label, str) or not isinstance(seed, int):
+            raise ResdomError(f"{RunDir(run_dir).cell}: needs \"dataset\", \"label\" (strings) and \"seed\" (an "
+                              "integer)")
+        if labels - {label}:
+            raise ResdomError(f"{RunDir(run_dir).config}: label {sorted(labels - {label})[0]!r}, but "
+                              f"{RunDir(run_dir).cell} says {label!r}")
+        return dataset, label, seed
+    if len(labels) > 1:
+        raise ResdomError(f"{RunDir(run_dir).config}: two labels, {' and '.join(map(repr, sorted(labels)))}")
+    seed = train.get("seed")
+    return (str(data.get("source") or data.get("name") or run_dir.parent.parent.name or "data"),
+            str(next(iter(labels), None) or model.get("name") or "model"),
+            int(seed) if isinstance(seed, (int, float)) and not isinstance(seed, bool) else None)
+
+
 def read_run(run_dir: str | Path) -> RunRecord:
     """Read one run directory. Raises ResdomError when it is not a directory or has nothing to report."""
     run_dir = Path(run_dir)
@@ -86,17 +123,18 @@ def read_run(run_dir: str | Path) -> RunRecord:
     metrics = _maybe(files.final)
     if not config and not metrics and not any(diagnostics.values()):
         raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
-    stale = _drop_stale(run_dir, metrics, diagnostics)
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    cell = _maybe(files.cell)
+    problems = {part: f"{FILE_NAMES[part]} missing" for part, d in [("metrics", metrics), *diagnostics.items()]
+                if not d}
+    stale = _drop_stale(run_dir, metrics, diagnostics, cell, problems)
+    dataset, label, seed = run_identity(run_dir, config, cell)
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    seed = train.get("seed")
     error_path = files.error
     return RunRecord(
         path=run_dir,
-        dataset=str(data.get("source") or data.get("name") or run_dir.parent.parent.name or "data"),
-        model=str(config.get("label") or data.get("label") or model.get("name") or "model"),
-        seed=int(seed) if isinstance(seed, (int, float)) else None,
+        dataset=dataset,
+        model=label,
+        seed=seed,
         protocol=data.get("protocol"),
         config=config,
         metrics=metrics,
@@ -104,23 +142,39 @@ def read_run(run_dir: str | Path) -> RunRecord:
         data_stats=_data_stats(data),
         error=error_path.read_text().strip() if error_path.is_file() else None,
         stale=stale,
-        cell=_maybe(files.cell),
+        problems=problems,
+        cell=cell,
         curve=read_jsonl(files.curve if files.curve.is_file() else files.log),
     )
 
 
-def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]]) -> list[str]:
-    """Empty (in place) the results computed on another checkpoint than the run's ``model.safetensors``; returns
-    their names. A run directory without weights (a results-store cell) is checked against ``metrics.json``'s
-    checkpoint instead."""
+def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]],
+                cell: dict[str, Any], problems: dict[str, str]) -> list[str]:
+    """Empty (in place) the results computed on another checkpoint than the run's; returns their names and writes
+    why into ``problems``. The run's checkpoint: that of its ``model.safetensors``, or for a results-store cell
+    (no weights) the one its ``cell.json`` names, else the one ``metrics.json`` names."""
     weights = RunDir(run_dir).model
-    current = sha256_file(weights)[:16] if weights.is_file() else metrics.get("checkpoint")
+    if weights.is_file():
+        current, where = sha256_file(weights)[:16], "model.safetensors"
+    elif cell.get("checkpoint"):
+        current, where = cell["checkpoint"], "cell.json"
+    else:
+        current, where = metrics.get("checkpoint"), "metrics.json"
     stale = []
-    if metrics and weights.is_file() and metrics.get("checkpoint") != current:
+
+    def cause(file: str, theirs: Any) -> str:
+        if current is None:
+            return (f"{file} left out: nothing names the run's checkpoint (no model.safetensors, cell.json or "
+                    "metrics.json)")
+        return f"{file} computed on another checkpoint ({theirs}, not {current} of {where})"
+
+    if metrics and metrics.get("checkpoint") != current:
+        problems["metrics"] = cause("metrics.json", metrics.get("checkpoint"))
         metrics.clear()
         stale.append("metrics")
     for name, d in diagnostics.items():
         if d and d.get("checkpoint") != current:
+            problems[name] = cause(f"{name}.json", d.get("checkpoint"))
             d.clear()
             stale.append(name)
     return stale
@@ -135,29 +189,48 @@ def _data_stats(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
-    """Read several run directories (sorted by data set, model, seed); an empty list is a ResdomError."""
+    """Read several run directories (sorted by data set, model, seed); an empty list, and two runs of the same
+    (data set, label, seed), are ResdomErrors (the second would be averaged as another seed)."""
     if not run_dirs:
         raise ResdomError("no run directories given")
     runs = [read_run(d) for d in run_dirs]
+    seen: dict[tuple[str, str, int], RunRecord] = {}
+    for r in runs:
+        if r.seed is None:
+            continue
+        other = seen.setdefault((r.dataset, r.model, r.seed), r)
+        if other is not r:
+            raise ResdomError(f"{other.path} and {r.path} are both {r.label}: report one of them (a results-store "
+                              "cell and the run directory it was exported from, say)")
     return sorted(runs, key=lambda r: (r.dataset, model_order(r.model), r.seed if r.seed is not None else -1,
                                        str(r.path)))
 
 
-MODEL_ORDER = (names.MODELS[0], "sasrec-tts", *names.MODELS[1:])  # the paper's order, variants beside
+# the paper's order SASRec (time-to-split's beside it), DuoRec, BSARec, the contrast models, then the remedy variants
+# in their comparison's order (``experiments.REMEDY_LABELS``)
+MODEL_ORDER: tuple[str, ...] = (names.MODELS[0], "sasrec-tts", *names.MODELS[1:])
+FULL_MODEL_ORDER: tuple[str, ...] = (*MODEL_ORDER, *(label for label in REMEDY_LABELS if label not in MODEL_ORDER))
 
 
 def model_order(name: str) -> int:
-    """Sort key: the paper's order SASRec (time-to-split's beside it), DuoRec, BSARec, the contrast models, then the
-    remedy variants in their comparison's order (``training.config.REMEDY_LABELS``), then anything else."""
-    order = _full_model_order()
-    return order.index(name) if name in order else len(order)
+    """Sort key of a model label: its place in ``FULL_MODEL_ORDER``, anything else after."""
+    return FULL_MODEL_ORDER.index(name) if name in FULL_MODEL_ORDER else len(FULL_MODEL_ORDER)
 
 
-@functools.cache
-def _full_model_order() -> tuple[str, ...]:
-    from resdom.training.config import REMEDY_LABELS  # imported here: it loads the models (torch)
-
-    return (*MODEL_ORDER, *(label for label in REMEDY_LABELS if label not in MODEL_ORDER))
+def left_out(runs: list[RunRecord]) -> dict[Path, dict[str, str]]:
+    """Per run (by path), what the report leaves out of it and why: results of another checkpoint, a missing
+    metrics.json, and a diagnostic that other runs of the same (data set, model) have but this one lacks (a model
+    without attention blocks has no mixing or alpha files in any run: not named): ``{path: {part: cause}}``."""
+    present: dict[tuple[str, str], set[str]] = {}
+    for r in runs:
+        present.setdefault((r.dataset, r.model), set()).update(r.diagnostics)
+    out: dict[Path, dict[str, str]] = {}
+    for r in runs:
+        parts = [p for p in ("metrics", *DIAGNOSTICS) if p in r.problems
+                 and (p == "metrics" or p in r.stale or p in present[(r.dataset, r.model)])]
+        if parts and not r.error:
+            out[r.path] = {p: r.problems[p] for p in parts}
+    return out
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:

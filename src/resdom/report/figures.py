@@ -1,16 +1,23 @@
 """Report figures (matplotlib, no pyplot state; PNG and PDF). One fixed colour per model across every figure.
 
-Every figure aggregates runs by (data set, model): the mean over seeds, with the standard deviation as error bars
-or a shaded band where there are several seeds. Colours mark models (``MODEL_COLORS``), line styles mark data
-sets, and in per-position plots line styles mark stages.
+Every figure answers one question with one statistic (named in its title, axis and caption) and aggregates runs
+by (data set, model): the mean over the seeds that have the numbers, with one sample standard deviation as error
+bars or a shaded band where there are several seeds (the legend says so, and gives each model's number of
+seeds, n). One panel per data set, at most ``MAX_COLUMNS`` side by side, the whole figure at most
+``PAGE_WIDTH`` inches wide (a paper's text width) at ``PNG_DPI``; the PNG is a 256-colour palette image, so a
+figure stays small enough to commit. Colours mark models (``MODEL_COLORS``); in per-position plots line styles
+mark stages.
 
 Readability: every figure says (in a note under it and in its caption) how many test users its numbers rest on;
 lines that may coincide differ in marker and width, drawn widest first, so one never hides another; bars too
-short to read carry their value.
+short to read carry their value; rates that span orders of magnitude (HRLI@1 next to HRL2I@1) use a log axis.
 """
 
 from __future__ import annotations
 
+import functools
+import io
+import textwrap
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,14 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps, rc_context
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
+from PIL import Image
 
-from resdom.diagnostics.common import number_at
 from resdom.errors import ResdomError
-from resdom.names import STAGES
+from resdom.experiments import REMEDY_LABELS, remedy_variant
+from resdom.io import atomic_write_bytes
+from resdom.names import STAGES, band_names
 from resdom.report.collect import RunRecord, model_order
+from resdom.report.tables import remedy_runs
+from resdom.report.values import run_values
+from resdom.stored import number_at
 
 # Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
 MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73",
@@ -43,6 +57,16 @@ STAGE_LOOKS: dict[str, dict[str, Any]] = {"Attn": {"linewidth": 2.2, "zorder": 3
                                           "+LN": {"linewidth": 1.2, "marker": "x", "markersize": 3.5, "markevery": 3,
                                                   "zorder": 4}}
 SMALL_BAR = 0.08  # bars lower than this share of the axis height carry their value
+LOG_FLOOR = 0.001  # the bottom of a log axis of rates; a lower rate (0 included) sits on it and carries its value
+PNG_DPI = 100
+PAGE_WIDTH = 7.0  # inches: a two-column paper's text width; no figure is wider
+COLUMN_WIDTH = 3.5  # inches: one paper column, the width of a one-panel figure
+PANEL_HEIGHT = 2.3  # inches
+MAX_COLUMNS = 3  # panels side by side; more data sets wrap onto further lines of panels
+STYLE = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "legend.fontsize": 7, "figure.titlesize": 8,
+         "lines.markersize": 4}
+TICK_SIZE = 6.5
+SPREAD = "±1 SD over seeds"  # what every error bar and band shows
 
 
 def model_color(model: str) -> str:
@@ -70,10 +94,13 @@ class ReportFigure:
     figure: Figure
     _png: bytes | None = field(default=None, repr=False)
 
-    def save(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write ``<key>.png`` (150 dpi) and ``<key>.pdf`` into ``out_dir``; returns ``{"png": p, "pdf": p}``."""
-        from resdom.io import atomic_write_bytes
+    def __post_init__(self) -> None:
+        for ax in self.figure.axes:  # ticks are made at drawing time: their size is set here, not by STYLE
+            ax.tick_params(labelsize=TICK_SIZE)
 
+    def save(self, out_dir: str | Path) -> dict[str, Path]:
+        """Write ``<key>.png`` (``PNG_DPI``, palette) and ``<key>.pdf`` into ``out_dir``; returns ``{"png": p,
+        "pdf": p}``."""
         out_dir = Path(out_dir)
         paths = {"png": out_dir / f"{self.key}.png", "pdf": out_dir / f"{self.key}.pdf"}
         atomic_write_bytes(paths["png"], self.png_bytes())
@@ -86,17 +113,33 @@ class ReportFigure:
         return int(round(self.figure.get_figwidth() * 100))
 
     def png_bytes(self) -> bytes:
-        """The PNG (150 dpi), rendered once and reused by the HTML page."""
+        """The PNG (``PNG_DPI``, 256-colour palette), rendered once and reused by the HTML page."""
         if self._png is None:
-            self._png = self._render("png", dpi=150)
+            self._png = palette_png(self._render("png", dpi=PNG_DPI))
         return self._png
 
     def _render(self, fmt: str, **kw: Any) -> bytes:
-        import io
-
         buf = io.BytesIO()
         self.figure.savefig(buf, format=fmt, **kw)
         return buf.getvalue()
+
+
+def palette_png(png: bytes) -> bytes:
+    """``png`` as a 256-colour palette PNG (a figure's few flat colours and their anti-aliasing survive; about a
+    third of the bytes of the RGBA image)."""
+    image = Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", optimize=True, dpi=(PNG_DPI, PNG_DPI))
+    return buf.getvalue()
+
+
+def _styled(build: Callable[..., ReportFigure | None]) -> Callable[..., ReportFigure | None]:
+    """Build the figure under ``STYLE`` (small fonts for panels a few inches wide)."""
+    @functools.wraps(build)
+    def styled(*args: Any, **kwargs: Any) -> ReportFigure | None:
+        with rc_context(STYLE):
+            return build(*args, **kwargs)
+    return styled
 
 
 # ---------------------------------------------------------------- grouping helpers
@@ -108,6 +151,12 @@ def group_runs(runs: list[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
     for run in sorted(runs, key=lambda r: (r.dataset, model_order(r.model))):
         out.setdefault((run.dataset, run.model), []).append(run)
     return out
+
+
+def groups_with(runs: list[RunRecord], has: Callable[[RunRecord], Any]) -> dict[tuple[str, str], list[RunRecord]]:
+    """``group_runs`` of the runs for which ``has`` is true (those holding the numbers a figure draws): a group's
+    length is then the number of seeds its means average."""
+    return group_runs([r for r in runs if has(r)])
 
 
 def _datasets(groups: dict[tuple[str, str], list[RunRecord]]) -> list[str]:
@@ -129,24 +178,22 @@ class NotebookFigure(Figure):
     """A matplotlib Figure that a notebook shows (as a PNG) when it is a cell's value, without pyplot."""
 
     def _repr_png_(self) -> bytes:
-        import io
-
         buf = io.BytesIO()
-        self.savefig(buf, format="png", dpi=100)
+        self.savefig(buf, format="png", dpi=PNG_DPI)
         return buf.getvalue()
 
 
-MAX_COLUMNS = 4  # panels side by side; more data sets wrap onto further rows of panels
-
-
-def _new_figure(n_panels: int, width_per: float = 4.2, height: float = 3.4, nrows: int = 1) -> tuple[Figure, Any]:
+def _new_figure(n_panels: int, height: float = PANEL_HEIGHT, nrows: int = 1,
+                columns: int = MAX_COLUMNS) -> tuple[Figure, Any]:
     """A figure of ``n_panels`` panels (one per data set, say), each a column of ``nrows`` axes -> (figure,
-    ``axes``), ``axes[row, i]`` the axes of row ``row`` of panel ``i``. At most ``MAX_COLUMNS`` panels share a
-    line; the next ones go below, each line of panels ``nrows`` axes high (the grid's unused cells are removed)."""
+    ``axes``), ``axes[row, i]`` the axes of row ``row`` of panel ``i``. At most ``columns`` panels share a line;
+    the next ones go below, each line of panels ``nrows`` axes high (the grid's unused cells are removed). The
+    figure is ``PAGE_WIDTH`` wide with a full line of panels, ``COLUMN_WIDTH`` with one panel."""
     n_panels = max(1, n_panels)
-    ncols = min(n_panels, MAX_COLUMNS)
+    ncols = min(n_panels, columns)
     lines = -(-n_panels // ncols)
-    fig = NotebookFigure(figsize=(max(6.0, width_per * ncols), height * nrows * lines), layout="constrained")
+    width = max(COLUMN_WIDTH, PAGE_WIDTH * ncols / max(columns, 1))
+    fig = NotebookFigure(figsize=(width, height * nrows * lines + 0.5), layout="constrained")
     grid = fig.subplots(nrows * lines, ncols, squeeze=False)
     axes = np.empty((nrows, n_panels), dtype=object)
     for row in range(nrows):
@@ -158,15 +205,43 @@ def _new_figure(n_panels: int, width_per: float = 4.2, height: float = 3.4, nrow
     return fig, axes
 
 
-def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False) -> None:
-    """Colour patches per model (``markers``: a line with the model's marker, for line plots), then ``extra``."""
+def seeds_text(groups: dict[tuple[str, str], list[RunRecord]], model: str) -> str:
+    """``n=3``: the seeds behind ``model``'s numbers in ``groups`` (``n=1–3`` where data sets differ)."""
+    ns = sorted({len(rs) for (_, m), rs in groups.items() if m == model}) or [0]
+    return f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
+
+
+def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "bars") -> list[Any]:
+    """The legend entry saying what the error bars (``kind`` "bars") or bands ("band") show, where some model has
+    several seeds (none otherwise: nothing is drawn)."""
+    if not any(len(rs) > 1 for rs in groups.values()):
+        return []
+    if kind == "band":
+        return [Patch(color="grey", alpha=0.25, label=f"band: {SPREAD}")]
+    return [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none", label=f"error bar: {SPREAD}")]
+
+
+def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False,
+                  groups: dict[tuple[str, str], list[RunRecord]] | None = None) -> None:
+    """Colour patches per model (``markers``: a line with the model's marker, for line plots), each with its number
+    of seeds where ``groups`` are given, then ``extra``."""
+    def label(m: str) -> str:
+        return f"{model_label(m)} ({seeds_text(groups, m)})" if groups is not None else model_label(m)
+
     if markers:
-        handles: list[Any] = [Line2D([], [], color=model_color(m), marker=model_marker(m), label=model_label(m))
+        handles: list[Any] = [Line2D([], [], color=model_color(m), marker=model_marker(m), label=label(m))
                               for m in models]
     else:
-        handles = [Patch(color=model_color(m), label=model_label(m)) for m in models]
-    handles += extra or []
-    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 6), frameon=False)
+        handles = [Patch(color=model_color(m), label=label(m)) for m in models]
+    _figure_legend(fig, handles + (extra or []))
+
+
+def _figure_legend(fig: Figure, handles: list[Any]) -> None:
+    """The legend above the panels, in as many columns as its longest entry lets fit the figure's width."""
+    longest = max((len(h.get_label()) for h in handles), default=1)
+    entry = 0.45 + 0.052 * longest  # inches: the key, the gap and the label at STYLE's legend font size
+    ncol = max(1, min(len(handles), int(fig.get_figwidth() // entry)))
+    fig.legend(handles=handles, loc="outside upper center", ncol=ncol, frameon=False)
 
 
 def _users(groups: dict[tuple[str, str], list[RunRecord]], count: Callable[[RunRecord], Any]) -> dict[str, str]:
@@ -197,7 +272,8 @@ def _note(fig: Figure, users: dict[str, str], what: str = "Shares of", split: st
     note = users_note(users, split)
     if not note:
         return ""
-    fig.supxlabel(f"n = {note}", fontsize=8, color="#444444")
+    fig.supxlabel(textwrap.fill(f"{what} {note}", width=int(fig.get_figwidth() / 0.055)), fontsize=7,
+                  color="#444444")  # users; the legend's n counts seeds
     return f" {what} {note}."
 
 
@@ -205,30 +281,55 @@ def _line_looks(i: int, n: int) -> dict[str, Any]:
     """Width and marker size of the i-th of n lines drawn in a panel: each narrower than the last and drawn above
     it, so a line that coincides with an earlier one leaves that one's edges visible."""
     if n <= 1:
-        return {"linewidth": 1.8, "markersize": 4.5, "zorder": 2}
-    return {"linewidth": max(0.8, 3.8 - 1.8 * i), "markersize": max(2.8, 8.0 - 2.5 * i), "zorder": 2 + i}
+        return {"linewidth": 1.4, "markersize": 3.5, "zorder": 2}
+    return {"linewidth": max(0.7, 2.8 - 1.2 * i), "markersize": max(2.2, 5.5 - 1.6 * i), "zorder": 2 + i}
 
 
 def _label_small_bars(ax: Any) -> None:
-    """Write the value over every bar lower than ``SMALL_BAR`` of the axis height (a zero bar reads 0.000, a
-    missing one stays blank)."""
+    """Write the value over every bar lower than ``SMALL_BAR`` of the axis height (of its log span on a log axis;
+    a bar's value, not its clipped height, as ``_bar_values`` kept it: a zero bar reads 0.000, a missing one stays
+    blank)."""
     low, high = ax.get_ylim()
-    limit = SMALL_BAR * (high - low)
+    log = ax.get_yscale() == "log"
+
+    def small(h: float) -> bool:
+        if log:
+            return bool(np.log(max(h, low) / low) < SMALL_BAR * np.log(high / low))
+        return abs(h) < SMALL_BAR * (high - low)
+
     bars = [c for c in ax.containers if hasattr(c, "patches")]
-    upright = len(bars) > 2  # narrow bars side by side: written upwards, so neighbours' values do not overlap
+    upright = sum(len(c.patches) for c in bars) > 6  # narrow bars: written upwards, so neighbours' values stay apart
     for container in bars:
-        labels = []
-        for rect in container.patches:
-            h = rect.get_height()
-            labels.append(f"{h:.3f}" if np.isfinite(h) and abs(h) < limit else "")
+        values = getattr(container, "resdom_values", [rect.get_height() for rect in container.patches])
+        labels = [f"{h:.3f}" if np.isfinite(h) and small(h) else "" for h in values]
         if any(labels):
-            ax.bar_label(container, labels=labels, padding=2, fontsize=6 if upright else 7,
+            ax.bar_label(container, labels=labels, padding=2, fontsize=5.5 if upright else 6,
                          rotation=90 if upright else 0)
 
 
+def _log_rates(ax: Any) -> None:
+    """A log y axis from ``LOG_FLOOR`` to 1 for rates (shares of users) that span orders of magnitude."""
+    ax.set_yscale("log")
+    ax.set_ylim(LOG_FLOOR, 1.6)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _bar_values(ax: Any, x: Any, means: list[float], width: float, log: bool, **kw: Any) -> Any:
+    """``ax.bar`` of ``means``; on a log axis a value below ``LOG_FLOOR`` (0 included) is drawn at the floor. The
+    container keeps the values themselves (``resdom_values``) for ``_label_small_bars``."""
+    heights = [max(m, LOG_FLOOR) if log and np.isfinite(m) else m for m in means]
+    container = ax.bar(x, heights, width, **kw)
+    container.resdom_values = list(means)
+    return container
+
+
 def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str, models: list[str],
-          categories: list[str], value: Callable[[RunRecord, str], float | None]) -> None:
-    """Grouped bars: one group per category, one bar per model (mean over seeds, std as error bar)."""
+          categories: list[str], value: Callable[[RunRecord, str], float | None], log: bool = False) -> None:
+    """Grouped bars: one group per category, one bar per model (mean over seeds, one SD as error bar where there
+    are several seeds); ``log``: on a log axis of rates (``_log_rates``)."""
+    if log:
+        _log_rates(ax)
     width = 0.8 / max(1, len(models))
     x = np.arange(len(categories))
     for i, model in enumerate(models):
@@ -238,8 +339,8 @@ def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str,
         stats = [_stats([value(r, c) for r in runs]) for c in categories]
         means = [s[0] if s else np.nan for s in stats]
         errs = [s[1] if s else 0.0 for s in stats]
-        ax.bar(x - 0.4 + width * (i + 0.5), means, width, yerr=errs if len(runs) > 1 else None,
-               color=model_color(model), capsize=3, edgecolor="white", linewidth=0.5)
+        _bar_values(ax, x - 0.4 + width * (i + 0.5), means, width, log, yerr=errs if len(runs) > 1 else None,
+                    color=model_color(model), capsize=2, edgecolor="white", linewidth=0.5, error_kw={"lw": 0.8})
     ax.set_xticks(x, categories)
     ax.set_xlim(-0.6, len(categories) - 0.4)
     ax.set_title(dataset)
@@ -250,9 +351,10 @@ def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str,
 # ---------------------------------------------------------------- figures
 
 
+@_styled
 def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
     """Mixing ratio (pooled over layers) per stage: bars = all positions, black diamonds = last position."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("mixing") for r in v)}
+    groups = groups_with(runs, lambda r: r.diag("mixing"))
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
@@ -266,18 +368,19 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
             rs = groups.get((dataset, model), [])
             last = [_stats([number_at(r.diag("mixing"), "pooled", "last", s) for r in rs]) for s in stages]
             xs = np.arange(len(stages)) - 0.4 + width * (i + 0.5)
-            ax.plot(xs, [s[0] if s else np.nan for s in last], "D", color="black", markersize=4, linestyle="none")
+            ax.plot(xs, [s[0] if s else np.nan for s in last], "D", color="black", markersize=3, linestyle="none")
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("stage of the attention block")
         ax.set_ylabel("mixing ratio (context share)")
         _label_small_bars(ax)
-    _model_legend(fig, models, [Line2D([], [], marker="D", color="black", linestyle="none", markersize=4,
-                                       label="last position")])
+    _model_legend(fig, models, [Line2D([], [], marker="D", color="black", linestyle="none", markersize=3,
+                                       label="last position"), *spread_handles(groups)], groups=groups)
     users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Pooled over the positions of")
     return ReportFigure("mixing_by_stage", "Mixing ratio by stage",
-                        "Bars give the share of each stage's output that comes from other positions (pooled over "
-                        "layers, all positions; diamonds: last position): a drop from Attn to +Res means the "
-                        "residual swamps the context that attention gathered." + users, fig)
+                        "Bars give the mixing ratio, the share of each stage's output that comes from other "
+                        "positions (pooled over layers, all positions; diamonds: last position), mean over seeds: a "
+                        "drop from Attn to +Res means the residual swamps the context that attention gathered."
+                        + users, fig)
 
 
 def _alpha_rows(run: RunRecord) -> list[dict[str, Any]]:
@@ -331,160 +434,192 @@ def _dataset_handles(datasets: list[str]) -> list[Line2D]:
 
 
 Quantity = tuple[str, Callable[[dict[str, Any]], float | None]]  # (ylabel / title, value of a sweep row)
+ALPHA_QUANTITIES: dict[str, Quantity] = {
+    "mixing": ("mixing ratio at +Res", lambda row: number_at(row, "mixing_all", "+Res")),
+    "hrli": ("HRLI@1", lambda row: number_at(row, "HRLI@1")),
+    "accuracy": ("test HR@10", lambda row: number_at(row, "HR@10")),
+}
 
 
-def _sweep_figure(groups: dict[tuple[str, str], list[RunRecord]], rows_of: Callable[[RunRecord], list[dict[str, Any]]],
-                  quantities: list[Quantity], grid: tuple[int, int], width_per: float, height: float,
-                  decorate: Callable[[Any], None] = lambda ax: None, extra: list[Any] | None = None) -> Figure:
-    """Curves against alpha, one panel per quantity (``grid``: its panels' columns x rows), every data set in each
-    panel with a line style of its own; or, where there are more data sets than line styles, a column of panels
-    per data set (a row per quantity), so that no two data sets share a style. ``decorate``: drawn on each panel
-    first; ``extra``: legend entries after the models'."""
+def _curves_by_dataset(groups: dict[tuple[str, str], list[RunRecord]],
+                       rows_of: Callable[[RunRecord], list[dict[str, Any]]], quantity: Quantity,
+                       decorate: Callable[[Any], None] = lambda ax: None, extra: list[Any] | None = None) -> Figure:
+    """One statistic against alpha: a panel per data set, a line per model (mean over seeds, a band of one SD).
+    ``decorate``: drawn on each panel first; ``extra``: legend entries after the models' and the band's."""
     datasets, models = _datasets(groups), _models(groups)
-    per_dataset = len(datasets) > len(DATASET_STYLES)
-    if per_dataset:
-        fig, axes = _new_figure(len(datasets), width_per=width_per, height=height, nrows=len(quantities))
-        cells = [(axes[row, i], [d], q, f"{d}: {q[0]}") for i, d in enumerate(datasets)
-                 for row, q in enumerate(quantities)]
-    else:
-        fig, axes = _new_figure(grid[0], width_per=width_per, height=height, nrows=grid[1])
-        cells = [(ax, datasets, q, q[0]) for ax, q in zip(axes.flat, quantities)]
-    for ax, shown, (label, value), title in cells:
+    fig, axes = _new_figure(len(datasets))
+    for ax, dataset in zip(axes[0], datasets):
         decorate(ax)
-        _line_panel(ax, {k: v for k, v in groups.items() if k[0] in shown}, shown, rows_of, value, label)
-        ax.set_title(title, fontsize=10)
-    handles = [] if per_dataset else _dataset_handles(datasets)
-    _model_legend(fig, models, handles + (extra or []), markers=True)
+        _line_panel(ax, {k: v for k, v in groups.items() if k[0] == dataset}, [dataset], rows_of, quantity[1],
+                    quantity[0])
+        ax.set_title(dataset)
+    _model_legend(fig, models, spread_handles(groups, "band") + (extra or []), markers=True, groups=groups)
     return fig
 
 
-def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
-    """Four panels against alpha: mixing ratio at +Res (all positions), HRLI@1, HR@10, NDCG@10."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(_alpha_rows(r) for r in v)}
+@_styled
+def _alpha_figure(runs: list[RunRecord], which: str, title: str, caption: str) -> ReportFigure | None:
+    groups = groups_with(runs, _alpha_rows)
     if not groups:
         return None
-    quantities: list[Quantity] = [
-        ("mixing ratio at +Res", lambda row: number_at(row, "mixing_all", "+Res")),
-        ("HRLI@1", lambda row: number_at(row, "HRLI@1")),
-        ("HR@10", lambda row: number_at(row, "HR@10")),
-        ("NDCG@10", lambda row: number_at(row, "NDCG@10")),
-    ]
-    fig = _sweep_figure(groups, _alpha_rows, quantities, (2, 2), width_per=4.4, height=3.1)
+    fig = _curves_by_dataset(groups, _alpha_rows, ALPHA_QUANTITIES[which])
+    users = _note(fig, _users(groups, lambda r: r.diag("alpha").get("n_users")), "Each point rests on")
+    return ReportFigure(f"alpha_{which}", title, caption + users, fig)
+
+
+def fig_alpha_mixing(runs: list[RunRecord]) -> ReportFigure | None:
+    """Does lowering alpha raise mixing? The +Res mixing ratio (all positions) against alpha."""
+    return _alpha_figure(runs, "mixing", "Residual scaling: mixing ratio at +Res against α",
+                         "The mixing ratio at +Res (share of the block output from other positions, pooled over "
+                         "layers and all positions; mean over seeds) against the residual scale α applied at "
+                         "inference (α = 1: the trained model): reading right to left, lowering α should raise it.")
+
+
+def fig_alpha_hrli(runs: list[RunRecord]) -> ReportFigure | None:
+    """Does lowering alpha lower the reliance on the last item? HRLI@1 against alpha."""
+    return _alpha_figure(runs, "hrli", "Residual scaling: HRLI@1 against α",
+                         "HRLI@1 (share of test users whose last input item is ranked first, unfiltered; mean over "
+                         "seeds) against the residual scale α applied at inference: reading right to left, lowering "
+                         "α should lower it.")
+
+
+def fig_alpha_accuracy(runs: list[RunRecord]) -> ReportFigure | None:
+    """What does lowering alpha cost? Test HR@10 (filtered) against alpha."""
+    return _alpha_figure(runs, "accuracy", "Residual scaling: test HR@10 against α",
+                         "Test HR@10 (full ranking, seen items filtered; mean over seeds) against the residual scale "
+                         "α applied at inference: the accuracy that lowering α costs.")
+
+
+@_styled
+def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
+    """The three alpha-sweep statistics of one model side by side (mixing at +Res, HRLI@1, test HR@10), for the
+    API's plot of one result (``result_figure("alpha", ...)``); data sets, where several, as line styles."""
+    groups = groups_with(runs, _alpha_rows)
+    if not groups:
+        return None
+    datasets, models = _datasets(groups), _models(groups)
+    fig, axes = _new_figure(len(ALPHA_QUANTITIES))
+    for ax, (label, value) in zip(axes[0], ALPHA_QUANTITIES.values()):
+        _line_panel(ax, groups, datasets, _alpha_rows, value, label)
+        ax.set_title(label)
+    _model_legend(fig, models, _dataset_handles(datasets) + spread_handles(groups, "band"), markers=True,
+                  groups=groups)
     users = _note(fig, _users(groups, lambda r: r.diag("alpha").get("n_users")), "Each point rests on")
     return ReportFigure("alpha_sweep", "Residual scaling sweep",
-                        "Each panel plots one quantity against the residual scale α applied at inference (α = 1 is "
-                        "the trained model): reading right to left, lowering α should raise mixing, lower HRLI@1 "
-                        "and cost some accuracy." + users, fig)
+                        "The mixing ratio at +Res, HRLI@1 and test HR@10 against the residual scale α applied at "
+                        "inference (α = 1 is the trained model): reading right to left, lowering α should raise "
+                        "mixing, lower HRLI@1 and cost some accuracy." + users, fig)
 
 
+@_styled
 def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
-    """Bars of HR@10 and NDCG@10 for original / keep_last / full shuffles, per data set."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("shuffle") for r in v)}
+    """Bars of test NDCG@10 for the original / keep_last / full input orders, per data set."""
+    groups = groups_with(runs, lambda r: r.diag("shuffle"))
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
     cats = ["original", "keep_last", "full"]
-    metrics = ["HR@10", "NDCG@10"]
-    fig, axes = _new_figure(len(datasets), nrows=2, height=3.0)
+    fig, axes = _new_figure(len(datasets))
 
-    def value(metric: str) -> Callable[[RunRecord, str], float | None]:
-        def f(r: RunRecord, cat: str) -> float | None:
-            sh = r.diag("shuffle")
-            if cat == "original":
-                return number_at(sh, "original", metric)
-            return number_at(sh, "perturbations", cat, "metrics", metric)
-        return f
+    def value(r: RunRecord, cat: str) -> float | None:
+        sh = r.diag("shuffle")
+        if cat == "original":
+            return number_at(sh, "original", "NDCG@10")
+        return number_at(sh, "perturbations", cat, "metrics", "NDCG@10")
 
-    for row, metric in enumerate(metrics):
-        for ax, dataset in zip(axes[row], datasets):
-            _bars(ax, groups, dataset, models, cats, value(metric))
-            ax.set_ylabel(f"test {metric}")
-            if row == 1:
-                ax.set_xlabel("input order at inference")
-            _label_small_bars(ax)
-    _model_legend(fig, models)
+    for ax, dataset in zip(axes[0], datasets):
+        _bars(ax, groups, dataset, models, cats, value)
+        ax.set_ylabel("test NDCG@10")
+        ax.set_xlabel("input order at inference")
+        _label_small_bars(ax)
+    _model_legend(fig, models, spread_handles(groups), groups=groups)
     users = _note(fig, _users(groups, lambda r: r.diag("shuffle").get("n_users")), "Each bar rests on")
-    return ReportFigure("shuffle", "Position shuffle",
-                        "Test accuracy with the original input order, with all items but the last permuted "
-                        "(keep_last) and with every item permuted (full): a small keep_last drop next to a large "
-                        "full drop means the prediction rests on the last item." + users, fig)
+    return ReportFigure("shuffle", "Position shuffle: test NDCG@10",
+                        "Test NDCG@10 (mean over seeds) with the original input order, with all items but the last "
+                        "permuted (keep_last) and with every item permuted (full): a small keep_last drop next to a "
+                        "large full drop means the prediction rests on the last item." + users, fig)
 
 
+@_styled
 def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
-    """Bars of HRLI@1, HRL2I@1, HRLI@10, HRL2I@10 per data set."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("hrli") for r in v)}
+    """Bars of HRLI@1, HRL2I@1, HRLI@10, HRL2I@10 per data set, on a log axis (HRL2I is often 100 times smaller)."""
+    groups = groups_with(runs, lambda r: r.diag("hrli"))
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
     cats = ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"]
     fig, axes = _new_figure(len(datasets))
     for ax, dataset in zip(axes[0], datasets):
-        _bars(ax, groups, dataset, models, cats, lambda r, c: number_at(r.diag("hrli"), "values", c))
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("share of test users")
-        ax.set_xlabel("k-th most recent input item in the unfiltered top-K")
+        _bars(ax, groups, dataset, models, cats, lambda r, c: number_at(r.diag("hrli"), "values", c), log=True)
+        ax.tick_params(axis="x", labelrotation=30)
+        ax.set_ylabel("share of test users (log)")
+        ax.set_xlabel("rate (unfiltered top-K)")
         _label_small_bars(ax)
-    _model_legend(fig, models)
+    _model_legend(fig, models, spread_handles(groups), groups=groups)
     users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
     return ReportFigure("hrli", "Last-item hit rates",
                         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is "
-                        "in the unfiltered top-K: a high HRLI next to a near-zero HRL2I means the model echoes "
-                        "the last item specifically, not recent items in general." + users, fig)
+                        "in the unfiltered top-K (mean over seeds, log scale; a rate below 0.001 sits on the axis "
+                        "with its value): a high HRLI next to a far lower HRL2I means the model echoes the last item "
+                        "specifically, not recent items in general." + users, fig)
 
 
+@_styled
 def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
     """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set
-    holding the models that ran on it (a model keeps its colour in every panel)."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(r.diag("hrli") for r in v)}
+    holding the models that ran on it (a model keeps its colour in every panel), on a log axis."""
+    groups = groups_with(runs, lambda r: r.diag("hrli"))
     if not groups:
         return None
     datasets = _datasets(groups)
     ran = {d: _models({k: v for k, v in groups.items() if k[0] == d}) for d in datasets}  # each set's models
     cats = ["HRLI@1", "HRL2I@1"]
     looks = {"HRLI@1": {}, "HRL2I@1": {"alpha": 0.45, "hatch": "///"}}
-    fig, axes = _new_figure(len(datasets), width_per=max(4.2, 0.9 * max(map(len, ran.values())) + 1.2))
+    fig, axes = _new_figure(len(datasets))
     for ax, dataset in zip(axes[0], datasets):
+        _log_rates(ax)
         models = ran[dataset]
         x = np.arange(len(models))
         for j, cat in enumerate(cats):
             cells = [groups.get((dataset, m), []) for m in models]
             stats = [_stats([number_at(r.diag("hrli"), "values", cat) for r in c]) for c in cells]
             # an error bar only where there is a spread to show: none (NaN) for a model with one seed
-            ax.bar(x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4,
-                   yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)],
-                   color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=3,
-                   **looks[cat])
+            _bar_values(ax, x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4, True,
+                        yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)],
+                        color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=2,
+                        error_kw={"lw": 0.8}, **looks[cat])
         ax.set_xticks(x, [model_label(m) for m in models], rotation=30 if len(models) > 3 else 0)
         ax.set_xlim(-0.6, max(len(models), 3) - 0.4)  # a panel of one or two models keeps bars of usual width
-        ax.set_ylim(0, 1.05)
         ax.set_title(dataset)
         ax.set_xlabel("model")
-        ax.set_ylabel("share of test users (top-1)")
+        ax.set_ylabel("share of test users, top-1 (log)")
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         _label_small_bars(ax)
-    fig.legend(handles=[Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
-                        Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item")],
-               loc="outside upper center", ncol=2, frameon=False)  # the models are named on the x axis
+    models = _models(groups)
+    seeds = [Patch(color=model_color(m), label=f"{model_label(m)} ({seeds_text(groups, m)})") for m in models]
+    _figure_legend(fig, [Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
+                         Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item"),
+                         *spread_handles(groups), *seeds])  # the models are named on the x axis too
     users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
     return ReportFigure("hrli_by_model", "Last-item reliance by model (the paper's Figure 2)",
                         "For each model, the share of test users whose last input item (solid) and second-to-last "
-                        "input item (hatched) is ranked first, unfiltered: the causal self-attention models rank "
-                        "the last item first far more often than the one before it, the contrast models (BERT4Rec, "
-                        "GRU4Rec) should not." + users, fig)
+                        "input item (hatched) is ranked first, unfiltered (mean over seeds, log scale; a rate below "
+                        "0.001 sits on the axis with its value): the causal self-attention models rank the last item "
+                        "first far more often than the one before it, the contrast models (BERT4Rec, GRU4Rec) should "
+                        "not." + users, fig)
 
 
+@_styled
 def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
     """HRLI@1 against the band of the last input item's training frequency (``hrli.json`` ``by_frequency``), one
     line per model (mean over seeds, error bars where seeds differ), and grey bars for the share of test users in
     each band; one panel per data set."""
-    from resdom.diagnostics.hrli import band_names
-
     def bands(r: RunRecord) -> dict[str, Any]:
         b = r.diag("hrli").get("by_frequency")
         return b if isinstance(b, dict) else {}
 
-    groups = {k: v for k, v in group_runs(runs).items() if any(bands(r) for r in v)}
+    groups = groups_with(runs, bands)
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
@@ -505,7 +640,7 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
                 shown = True
             ax.errorbar(x + 0.06 * (i - (len(models) - 1) / 2), [st[0] if st else np.nan for st in stats],
                         yerr=[st[1] if st and len(rs) > 1 else np.nan for st in stats], color=model_color(m),
-                        marker=model_marker(m), capsize=3, label=model_label(m), zorder=3)
+                        marker=model_marker(m), capsize=2, label=model_label(m), zorder=3, elinewidth=0.8)
         ax.set_zorder(share.get_zorder() + 1)
         ax.patch.set_visible(False)  # the lines over the share bars
         ax.set_xticks(x, names)
@@ -514,16 +649,17 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
         ax.set_title(dataset)
         ax.set_xlabel("training occurrences of the last input item")
         ax.set_ylabel("HRLI@1 (lines)")
-        share.set_ylabel("share of test users (grey bars)", color="#777777")
+        share.set_ylabel("share of test users (grey)", color="#777777")
         share.set_xlabel(ax.get_xlabel())  # the twin's x axis is not drawn; labelled for whoever reads the axes
         ax.grid(axis="y", alpha=0.3)
-    _model_legend(fig, models, markers=True)
+    _model_legend(fig, models, spread_handles(groups), markers=True, groups=groups)
     users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
     return ReportFigure("hrli_by_frequency", "Last-item reliance by the last item's training frequency",
                         "HRLI@1 over the test users whose last input item occurs 0, 1-4, 5-19 or 20+ times in the "
-                        "training sequences (lines), and the share of test users in each band (grey bars): a last "
-                        "item never seen in training (band 0: its embedding, trained only as a negative, points away "
-                        "from the prediction states) is rarely ranked first, so a data set with many such users shows "
+                        "training sequences (lines, mean over seeds), and the share of test users in each band (grey "
+                        "bars): a last item never seen in training (band 0: its embedding, trained only as a negative, "
+                        "points away from the prediction states) is rarely ranked first, so a data set with many such "
+                        "users shows "
                         "a lower overall HRLI@1." + users, fig)
 
 
@@ -533,55 +669,93 @@ def _monitor_rows(run: RunRecord) -> list[dict[str, Any]]:
             if isinstance(r.get("monitor"), dict) and isinstance(r.get("epoch"), int)]
 
 
+Series = tuple[Callable[[dict[str, Any]], float | None], dict[str, Any]]  # (value of a monitor row, line looks)
+
+
+def _epoch_figure(groups: dict[tuple[str, str], list[RunRecord]], series: list[Series], ylabel: str,
+                  log: bool) -> tuple[Figure, set[int]]:
+    """Training-monitor statistics against epoch: a panel per data set, per model a line per ``series`` (mean over
+    seeds at the epochs every seed reached); ``log``: a log axis of rates. -> (figure, the indices of the series
+    drawn somewhere)."""
+    datasets, models = _datasets(groups), _models(groups)
+    fig, axes = _new_figure(len(datasets))
+    drawn_series: set[int] = set()
+    for ax, dataset in zip(axes[0], datasets):
+        if log:
+            _log_rates(ax)
+        keys = [(dataset, m) for m in models if (dataset, m) in groups]
+        for drawn, key in enumerate(keys):
+            for i, (fn, extra) in enumerate(series):
+                per_run = [{r["epoch"]: fn(r) for r in _monitor_rows(run)} for run in groups[key]]
+                per_run = [{e: v for e, v in d.items() if v is not None} for d in per_run]
+                per_run = [d for d in per_run if d]
+                if not per_run:
+                    continue
+                epochs = sorted(set.intersection(*(set(d) for d in per_run)))
+                mean = [float(np.mean([d[e] for d in per_run])) for e in epochs]
+                if log:
+                    mean = [max(v, LOG_FLOOR) for v in mean]  # a zero rate sits on the axis
+                ax.plot(epochs, mean, color=model_color(key[1]),
+                        **{"marker": model_marker(key[1]), **_line_looks(drawn, len(keys)), **extra})
+                drawn_series.add(i)
+        if not log:
+            ax.set_ylim(bottom=0)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.set_title(dataset)
+        ax.set_xlabel("training epoch")
+    return fig, drawn_series
+
+
+def _monitor_users(groups: dict[tuple[str, str], list[RunRecord]]) -> dict[str, str]:
+    return _users(groups, lambda r: next((m.get("n_users") for m in _monitor_rows(r)), None))
+
+
+@_styled
 def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
-    """Last-item reliance against training epoch (the training monitor): HRLI@1, HRL2I@1 and the mixing ratio
-    at +Res (last position), one line per model (mean over seeds at the epochs every seed reached), one
-    column of panels per data set."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(_monitor_rows(r) for r in v)}
+    """Last-item reliance against training epoch (the training monitor): HRLI@1 (solid) and HRL2I@1 (dashed) on a
+    log axis, one line each per model (mean over seeds at the epochs every seed reached), a panel per data set;
+    dotted where the monitor recorded it: HRLI@1 over the users whose last item occurs in training."""
+    groups = groups_with(runs, _monitor_rows)
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
-    panels: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
-        ("HRLI@1", lambda row: number_at(row, "HRLI@1")),
-        ("HRL2I@1", lambda row: number_at(row, "HRL2I@1")),
-        ("mixing ratio at +Res (last)", lambda row: number_at(row, "mixing_last", "+Res")),
+    series: list[Series] = [
+        (lambda row: number_at(row, "HRLI@1"), {}),
+        (lambda row: number_at(row, "HRL2I@1"), {"linestyle": "--", "alpha": 0.7}),
+        (lambda row: number_at(row, "HRLI@1_seen"), {"linestyle": ":", "marker": None}),
     ]
-    # dotted in the HRLI@1 panel: over the users whose last item occurs in training (monitors that record it)
-    seen: Callable[[dict[str, Any]], float | None] = lambda row: number_at(row, "HRLI@1_seen")  # noqa: E731
-    fig, axes = _new_figure(len(datasets), width_per=4.4, height=2.6, nrows=len(panels))
-    dotted = False
-    for col, dataset in enumerate(datasets):
-        keys = [(dataset, m) for m in models if (dataset, m) in groups]
-        for row, (label, value) in enumerate(panels):
-            ax = axes[row][col]
-            series = [(value, {})] + ([(seen, {"linestyle": ":", "marker": None})] if row == 0 else [])
-            for drawn, key in enumerate(keys):
-                for fn, extra in series:
-                    per_run = [{r["epoch"]: fn(r) for r in _monitor_rows(run)} for run in groups[key]]
-                    per_run = [{e: v for e, v in d.items() if v is not None} for d in per_run]
-                    per_run = [d for d in per_run if d]
-                    if not per_run:
-                        continue
-                    epochs = sorted(set.intersection(*(set(d) for d in per_run)))
-                    mean = [float(np.mean([d[e] for d in per_run])) for e in epochs]
-                    ax.plot(epochs, mean, color=model_color(key[1]),
-                            **{"marker": model_marker(key[1]), **_line_looks(drawn, len(keys)), **extra})
-                    dotted = dotted or fn is seen
-            ax.set_ylim(-0.02, 1.02)
-            ax.set_ylabel(label)
-            ax.grid(alpha=0.3)
-            if row == 0:
-                ax.set_title(dataset)
-            ax.set_xlabel("training epoch")
-    extra = [Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training")]
-    _model_legend(fig, models, markers=True, extra=extra if dotted else None)
-    users = _note(fig, _users(groups, lambda r: next((m.get("n_users") for m in _monitor_rows(r)), None)),
-                  "Each point rests on", split="validation")
-    return ReportFigure("reliance_curve", "Last-item reliance during training",
-                        "HRLI@1, HRL2I@1 and the +Res mixing ratio at the last position of the current model on a "
-                        "fixed validation subsample, every few epochs of training (dotted, where the monitor "
-                        "recorded it: HRLI@1 over the users whose last item occurs in training): does reliance on "
-                        "the last item appear as the model converges, and for which models?" + users, fig)
+    fig, drawn = _epoch_figure(groups, series, "share of validation users, top-1 (log)", log=True)
+    extra = [Line2D([], [], color="grey", label="HRLI@1: last input item ranked first"),
+             Line2D([], [], color="grey", linestyle="--", label="HRL2I@1: second-to-last item")]
+    if 2 in drawn:
+        extra.append(Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training"))
+    _model_legend(fig, _models(groups), extra, markers=True, groups=groups)
+    users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
+    return ReportFigure("reliance_curve", "Last-item reliance during training: HRLI@1 and HRL2I@1",
+                        "HRLI@1 (solid) and HRL2I@1 (dashed) of the current model on a fixed validation subsample, "
+                        "every few epochs of training, mean over seeds at the epochs every seed reached, log scale "
+                        "(dotted, where the monitor recorded it: HRLI@1 over the users whose last item occurs in "
+                        "training): does reliance on the last item, and not on the one before it, appear as the "
+                        "model converges, and for which models?" + users, fig)
+
+
+@_styled
+def fig_mixing_curve(runs: list[RunRecord]) -> ReportFigure | None:
+    """The +Res mixing ratio at the last position against training epoch (the training monitor), one line per
+    model, a panel per data set."""
+    groups = groups_with(runs, lambda r: any(number_at(m, "mixing_last", "+Res") is not None
+                                             for m in _monitor_rows(r)))
+    if not groups:
+        return None
+    fig, _ = _epoch_figure(groups, [(lambda row: number_at(row, "mixing_last", "+Res"), {})],
+                           "mixing ratio at +Res (last)", log=False)
+    _model_legend(fig, _models(groups), markers=True, groups=groups)
+    users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
+    return ReportFigure("mixing_curve", "Residual dominance during training: mixing ratio at +Res",
+                        "The mixing ratio at +Res at the last position (pooled over layers) of the current model on "
+                        "a fixed validation subsample, every few epochs of training, mean over seeds: is the "
+                        "residual's dominance there from the first epochs, before the model relies on the last item?"
+                        + users, fig)
 
 
 def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
@@ -590,21 +764,21 @@ def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
     return sorted((r for r in curve if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
 
 
+@_styled
 def fig_recovery(runs: list[RunRecord]) -> ReportFigure | None:
-    """Recovery(alpha) and HR@10(alpha) on the test split; the band alpha in 0.1-0.3 shaded."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(_recovery_rows(r) for r in v)}
+    """Recovery(alpha) on the test split, a panel per data set; the band alpha in 0.1-0.3 shaded (its price in
+    accuracy: ``fig_alpha_accuracy``)."""
+    groups = groups_with(runs, _recovery_rows)
     if not groups:
         return None
-    quantities: list[Quantity] = [("Recovery(α)", lambda row: number_at(row, "recovery")),
-                                  ("HR@10", lambda row: number_at(row, "HR@10"))]
-    fig = _sweep_figure(groups, _recovery_rows, quantities, (2, 1), width_per=4.6, height=3.4,
-                        decorate=lambda ax: ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0),
-                        extra=[Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
+    fig = _curves_by_dataset(groups, _recovery_rows, ("Recovery(α)", lambda row: number_at(row, "recovery")),
+                             decorate=lambda ax: ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0),
+                             extra=[Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
     users = _note(fig, _users(groups, _recovery_counts), "Computed on")
-    return ReportFigure("recovery", "Miss recovery against α",
-                        "Left (or top): the share of recoverable misses (targets that an earlier position ranked in "
-                        "the top-10 but the final one missed) that the final position hits at residual scale α; "
-                        "right (or below): HR@10 at the same α, the price paid." + users, fig)
+    return ReportFigure("recovery", "Miss recovery: Recovery(α)",
+                        "Recovery(α): the share of recoverable misses (targets that an earlier position ranked in "
+                        "the top-10 but the final one missed) that the final position hits at residual scale α, mean "
+                        "over seeds; what lowering α costs in HR@10 is the figure before." + users, fig)
 
 
 def _recovery_counts(run: RunRecord) -> int | None:
@@ -622,13 +796,14 @@ def _per_position(run: RunRecord, layer: int) -> dict[str, Any] | None:
     return next(e for e in entries if int(e.get("layer", 0)) == want)
 
 
+@_styled
 def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 50) -> ReportFigure | None:
     """Mixing ratio against distance from the last position, for one layer (default: the last), per stage."""
-    groups = {k: v for k, v in group_runs(runs).items() if any(_per_position(r, layer) for r in v)}
+    groups = groups_with(runs, lambda r: _per_position(r, layer))
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
-    fig, axes = _new_figure(len(datasets), width_per=4.8)
+    fig, axes = _new_figure(len(datasets))
     layer_names = set()
     stages_seen: list[str] = []
     for ax, dataset in zip(axes[0], datasets):
@@ -659,28 +834,30 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
         ax.grid(alpha=0.3)
     stage_handles = [Line2D([], [], color="grey", linestyle=STAGE_STYLES[s], label=s, **STAGE_LOOKS[s])
                      for s in stages_seen]
-    _model_legend(fig, models, stage_handles)
+    _model_legend(fig, models, stage_handles, groups=groups)
     which = ", ".join(str(x) for x in sorted(layer_names))
     users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Averaged over")
     return ReportFigure("mixing_per_position", f"Mixing ratio by position (layer {which})",
                         f"Mixing ratio of layer {which} at each position, counted back from the last one (0), per "
-                        "stage (line style) and model (colour): the gap between the solid Attn line and the dashed "
-                        "+Res line is the context the residual swamps at that position (the wide pale +Res line "
-                        "shows under the thin marked +LN line where the two coincide)." + users, fig)
+                        "stage (line style) and model (colour), mean over seeds: the gap between the solid Attn line "
+                        "and the dashed +Res line is the context the residual swamps at that position (the wide pale "
+                        "+Res line shows under the thin marked +LN line where the two coincide)." + users, fig)
 
 
 FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
-    fig_mixing_stages, fig_alpha_sweep, fig_shuffle, fig_hrli, fig_reliance_by_model, fig_hrli_by_frequency,
-    fig_recovery, fig_per_position, fig_reliance_curve,
+    fig_mixing_stages, fig_alpha_mixing, fig_alpha_hrli, fig_alpha_accuracy, fig_shuffle, fig_hrli,
+    fig_reliance_by_model, fig_hrli_by_frequency, fig_recovery, fig_per_position, fig_reliance_curve,
+    fig_mixing_curve,
 ]
-FIGURE_KEYS = ("mixing_by_stage", "alpha_sweep", "shuffle", "hrli", "hrli_by_model", "hrli_by_frequency", "recovery",
-               "mixing_per_position", "reliance_curve")
+FIGURE_KEYS = ("mixing_by_stage", "alpha_mixing", "alpha_hrli", "alpha_accuracy", "shuffle", "hrli", "hrli_by_model",
+               "hrli_by_frequency", "recovery", "mixing_per_position", "reliance_curve", "mixing_curve")
 
 
 def result_figure(name: str, data: dict[str, Any], model: str = "model", title: str = "") -> Figure:
     """The report's figure of one diagnostic result of one model, drawn from ``data`` (the result's ``to_dict()``).
 
-    ``name``: shuffle, hrli, mixing (ratio by stage), mixing_per_position, alpha or recovery; ``model``: the
+    ``name``: shuffle, hrli, mixing (ratio by stage), mixing_per_position, alpha (its three statistics side by side)
+    or recovery; ``model``: the
     legend's label (and colour, for resdom's own model names); ``title``: the panel title.
     """
     builders: dict[str, Callable[[list[RunRecord]], ReportFigure | None]] = {
@@ -699,9 +876,6 @@ def result_figure(name: str, data: dict[str, Any], model: str = "model", title: 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     """Every figure that the runs have data for, in report order. The remedy variants are drawn in the remedies
     figure only; the standard figures show the models (and the variants where nothing else ran)."""
-    from resdom.report.tables import remedy_runs
-    from resdom.training.config import remedy_variant
-
     models = [r for r in runs if remedy_variant(r.model) is None] or runs
     figures = [build(models) for build in FIGURE_BUILDERS]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
@@ -744,17 +918,13 @@ def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarr
     return inset
 
 
+@_styled
 def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> ReportFigure | None:
     """Accuracy against reliance (``resdom remedies``, docs/remedies.md): test NDCG@10 against HRLI@1, one point per
     variant label (mean over seeds, std as error bars), and the base model's inference-time alpha sweep as a curve on
     the same axes (mean over its seeds at each alpha; NDCG@10 filtered, HRLI@1 unfiltered, as the points). One panel
-    per data set and base model (a variant's base: ``training.config.remedy_variant``); ``order``: the labels' legend
+    per data set and base model (a variant's base: ``experiments.remedy_variant``); ``order``: the labels' legend
     order (default ``REMEDY_LABELS``). Drawn beside the standard figures where remedy variants ran (``all_figures``)."""
-    from matplotlib import colormaps
-
-    from resdom.report.tables import run_values
-    from resdom.training.config import REMEDY_LABELS, remedy_variant
-
     def base_of(label: str) -> str:
         parts = remedy_variant(label)
         return label if parts is None else parts[0]
@@ -766,7 +936,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
     if not points:
         return None
     panels = sorted({(d, base_of(m)) for d, m in points}, key=lambda p: (p[0], model_order(p[1])))
-    fig, axes = _new_figure(len(panels), width_per=7.0, height=4.0)
+    fig, axes = _new_figure(len(panels), height=3.0, columns=2)
     for ax, (dataset, base) in zip(axes.flat, panels):
         curve, drawn = None, []
         if (dataset, base) in groups:
@@ -784,23 +954,29 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
             rs = points.get((dataset, label))
             if not rs:
                 continue
-            vals = [run_values(r) for r in rs]
+            vals = [v for v in (run_values(r) for r in rs) if v["HRLI@1"] is not None and v["NDCG@10"] is not None]
             sx, sy = _stats([v["HRLI@1"] for v in vals]), _stats([v["NDCG@10"] for v in vals])
             if sx is None or sy is None:
                 continue
             color = model_color(label) if label == base else colormaps["tab10"](i % 10)
             point = {"x": sx[0], "y": sy[0], "xerr": sx[1], "yerr": sy[1], "fmt": model_marker(base), "color": color,
-                     "capsize": 3, "markersize": 6, "zorder": 3}
+                     "capsize": 2, "markersize": 4, "zorder": 3}
             ax.errorbar(**point, label=f"{label} (n={len(vals)})")
             drawn.append(point)
         ax.set_xlabel("HRLI@1 (reliance on the last item)")
         ax.set_ylabel("NDCG@10 (test)")
         ax.set_title(dataset if len({b for _, b in panels}) == 1 else f"{dataset}: {model_label(base)}")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside: hides no point
+        several = any(len(points.get((dataset, m), [])) > 1 for m in labels)
+        spread = [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none",
+                         label=f"error bar: {SPREAD}")] if several else []
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + spread, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2,
+                  frameon=False)  # below the panel: hides no point
         _zoom_on_points(ax, drawn, curve)
     users = _note(fig, _users(points, lambda r: r.diag("hrli").get("n_users")), "Each point rests on")
     return ReportFigure("remedies", "Remedies: accuracy against last-item reliance",
-                        "Each point is a training-time variant (mean over seeds, error bars one standard deviation); "
+                        "Test NDCG@10 against HRLI@1: each point is a training-time variant (mean over its n seeds, "
+                        "error bars one standard deviation); "
                         "the grey curve is the base model's inference-time residual scaling: a variant above and to "
                         "the left of the curve buys lower reliance at less accuracy cost than lowering α after "
                         "training. Where variants land close to the base model, the inset (lower right) enlarges the "

@@ -14,7 +14,7 @@ from typing import Any
 
 from resdom.report.collect import RunRecord
 from resdom.report.figures import group_runs, model_label
-from resdom.report.tables import RECOVERY_ALPHAS, run_values
+from resdom.report.values import RECOVERY_ALPHAS, run_values
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -82,7 +82,7 @@ def findings_by_group(runs: list[RunRecord]) -> list[tuple[str, list[str]]]:
     """``(heading, sentences)`` per (data set, model) group: mixing drop, HRLI vs HRL2I, recovery."""
     out = []
     for (dataset, model), rs in group_runs(runs).items():
-        n = len(rs)
+        n = sum(1 for r in rs if r.diagnostics)  # the seeds the findings average (runs with diagnostics)
         head = f"{dataset} / {model_label(model)}" + (f" (mean of {n} seeds)" if n > 1 else "")
         out.append((head, _sentences(group_findings(rs))))
     return out

@@ -11,10 +11,11 @@ import base64
 import html
 from datetime import datetime, timezone
 
-from resdom.report.collect import RunRecord
+from resdom.report.collect import RunRecord, left_out
 from resdom.report.figures import FIGURE_KEYS, ReportFigure
 from resdom.report.findings import finding_lines, findings_by_group
 from resdom.report.tables import Table, format_value, to_html, to_markdown
+from resdom.report.values import run_values
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; margin: 0 auto;
@@ -42,16 +43,15 @@ MISSING = "No run in this report has the diagnostics this figure needs."
 
 
 def _run_rows(runs: list[RunRecord]) -> list[list[str]]:
-    from resdom.report.tables import run_values
-
     rows = []
+    missing = left_out(runs)
     for r in runs:
         v = run_values(r)
         num = [format_value(v[k], "ratio") if v.get(k) is not None else "–" for k in ("HR@10", "NDCG@10")]
         users = format_value(v["n_users"], "count") if v.get("n_users") is not None else "–"
         status = ("failed: " + r.error.splitlines()[0][:120] if r.error
-                  else f"stale, left out: {', '.join(r.stale)} (computed on another checkpoint; rerun resdom diagnose)"
-                  if r.stale else "ok")
+                  else "; ".join(([f"stale, left out: {', '.join(r.stale)} (rerun resdom diagnose)"] if r.stale else [])
+                                 + [c for p, c in missing.get(r.path, {}).items() if p not in r.stale]) or "ok")
         rows.append([r.dataset, r.model, "–" if r.seed is None else str(r.seed), r.protocol or "–", users, *num,
                      status, str(r.path)])
     return rows

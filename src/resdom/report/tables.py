@@ -9,6 +9,7 @@ columns) and LaTeX (a ``tabular``).
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
 from collections.abc import Callable
@@ -16,17 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.diagnostics.common import number_at
-from resdom.diagnostics.hrli import HRLIResult
-from resdom.diagnostics.mixing import MixingResult
-from resdom.diagnostics.recovery import RecoveryResult
-from resdom.diagnostics.shuffle import ShuffleResult
+from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.io import atomic_write_text
 from resdom.report.collect import RunRecord, model_order
-
-RECOVERY_ALPHAS = RecoveryResult.TABLE_ALPHAS
-TABLE_RESULTS: dict[str, Any] = {"mixing": MixingResult, "hrli": HRLIResult, "shuffle": ShuffleResult,
-                                 "recovery": RecoveryResult}
+from resdom.report.values import RECOVERY_ALPHAS, run_values, value_source
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,8 @@ class Column:
 @dataclass
 class Table:
     """An aggregated table: ``rows`` of ``{"dataset", "model", "n", key: (mean, std | None), "values": {key:
-    [each run's value]}}``."""
+    [each run's value]}}``, ``n`` the seeds averaged (a cell over fewer says so); ``notes``: which runs of a row were
+    left out of which columns, and why."""
 
     name: str
     title: str
@@ -52,35 +47,11 @@ class Table:
     columns: list[Column]
     rows: list[dict[str, Any]] = field(default_factory=list)
     per_model: bool = True
+    notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not self.rows
-
-
-# ---------------------------------------------------------------- per-run numbers
-
-
-def run_values(run: RunRecord) -> dict[str, float | None]:
-    """Every number the tables use, for one run (None where the run lacks it)."""
-    v: dict[str, float | None] = {}
-    test = run.test_metrics()
-    for m in ("HR@10", "NDCG@10", "HR@20", "NDCG@20"):
-        v[m] = number_at(test, m)
-    v["n_users"] = number_at(run.metrics, "test", "n_users") or number_at(run.diag("hrli"), "n_users")
-    v["best_epoch"], v["epochs_run"] = number_at(run.metrics, "best_epoch"), number_at(run.metrics, "epochs_run")
-    v["early_stopped"] = float(run.metrics["stopped"] == "early_stopping") if "stopped" in run.metrics else None
-    seconds = number_at(run.cell, "compute", "train_seconds")
-    v["train_min"] = None if seconds is None else seconds / 60
-    epoch_s = [row.get("seconds") for row in run.curve if isinstance(row, dict)]
-    logged = sum(x for x in epoch_s if isinstance(x, (int, float))) if epoch_s else None
-    v["train_s"] = seconds if seconds is not None else logged  # the remedies table: store cells or run directories
-    scale = run.diag("alpha").get("trained_scale")  # per layer: a number, or one per channel (remedy variants only)
-    flat = [float(x) for layer in scale or [] for x in (layer if isinstance(layer, list) else [layer])]
-    v["trained_scale"] = sum(flat) / len(flat) if flat else None
-    for name, result in TABLE_RESULTS.items():  # each result class knows which of its numbers the tables show
-        v.update(result.table_values(run.diag(name)))
-    return v
 
 
 # ---------------------------------------------------------------- aggregation
@@ -96,22 +67,42 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def aggregate(runs: list[RunRecord], columns: list[Column], name: str, title: str, caption: str) -> Table:
-    """Group runs by (data set, model); each cell is (mean, std) over the runs that have the value."""
-    groups: dict[tuple[str, str], list[dict[str, float | None]]] = {}
+    """Group runs by (data set, model); each cell is (mean, std) over the runs that have the value. A row's ``n`` is
+    the most seeds any of its cells averages; a run that some cells of its row lack while other runs have them is
+    named in ``notes`` with the cause (``RunRecord.why_empty``)."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
         if run.error and not run.diagnostics and not run.metrics:
             continue
-        groups.setdefault((run.dataset, run.model), []).append(run_values(run))
+        groups.setdefault((run.dataset, run.model), []).append(run)
     table = Table(name, title, caption, columns)
-    for (dataset, model), vals in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]))):
-        row: dict[str, Any] = {"dataset": dataset, "model": model, "n": len(vals), "values": {}}
+    for (dataset, model), group in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]))):
+        vals = [run_values(r) for r in group]
+        row: dict[str, Any] = {"dataset": dataset, "model": model, "values": {}}
         for col in columns:
             xs = [x[col.key] for x in vals if x.get(col.key) is not None]
             row[col.key] = mean_std(xs) if xs else None
             row["values"][col.key] = xs
-        if any(row[c.key] is not None for c in columns):
+        row["n"] = max(len(xs) for xs in row["values"].values())
+        if row["n"]:
             table.rows.append(row)
+            table.notes += _left_out(group, vals, [c for c in columns if row["values"][c.key]])
     return table
+
+
+def _left_out(group: list[RunRecord], vals: list[dict[str, float | None]], shown: list[Column]) -> list[str]:
+    """``data set / label / seed k: cause (left out of: columns)`` for each run of ``group`` that lacks a value
+    of ``shown`` (columns that other runs of the group have), one line per run and cause."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for run, v in zip(group, vals):
+        for col in shown:
+            if v.get(col.key) is None:
+                out.setdefault((run.label, run.why_empty(value_source(col.key))), []).append(col.label)
+    lines = []
+    for (label, cause), cols in out.items():
+        which = "every column" if len(cols) == len(shown) else ", ".join(cols)
+        lines.append(f"{label}: {cause} (left out of {which})")
+    return lines
 
 
 def dataset_table(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] | None = None) -> Table:
@@ -184,10 +175,8 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
 
 
 def remedy_runs(runs: list[RunRecord]) -> list[RunRecord]:
-    """The runs a remedies comparison reads: every training-time variant (``training.config.remedy_variant``)
+    """The runs a remedies comparison reads: every training-time variant (``experiments.remedy_variant``)
     and, on each data set where a variant of a model ran, that model's own runs (the base)."""
-    from resdom.training.config import remedy_variant
-
     parts = {r.model: remedy_variant(r.model) for r in runs}
     bases = {(r.dataset, p[0]) for r in runs if (p := parts[r.model]) is not None}
     return [r for r in runs if parts[r.model] is not None or (r.dataset, r.model) in bases]
@@ -195,10 +184,8 @@ def remedy_runs(runs: list[RunRecord]) -> list[RunRecord]:
 
 def remedies_table(runs: list[RunRecord], order: list[str] | None = None) -> Table:
     """The per-variant table of ``resdom remedies`` (docs/remedies.md): one row per (data set, variant label),
-    rows in ``order`` (default ``training.config.REMEDY_LABELS``: each model, then its variants), mean ± std over
+    rows in ``order`` (default ``experiments.REMEDY_LABELS``: each model, then its variants), mean ± std over
     seeds."""
-    from resdom.training.config import REMEDY_LABELS
-
     order = list(order or REMEDY_LABELS)
     cols = [Column("HR@10", "HR@10", "metric"), Column("NDCG@10", "NDCG@10", "metric"), Column("HRLI@1", "HRLI@1"),
             Column("HRL2I@1", "HRL2I@1"), Column("mix_all_+Res", "+Res (all)"), Column("mix_last_+Res", "+Res (last)"),
@@ -244,13 +231,15 @@ def format_cell(cell: tuple[float, float | None] | None, kind: str, pm: str = " 
 
 
 def cell_text(row: dict[str, Any], col: Column) -> str:
-    """The text of one table cell: ``format_cell`` of the mean ± std, or the seeds' values for ``each`` / ``of``."""
+    """The text of one table cell: ``format_cell`` of the mean ± std, or the seeds' values for ``each`` / ``of``;
+    ``(n=k)`` after a cell that averages fewer seeds than its row's ``n``."""
     xs = row.get("values", {}).get(col.key)
     if col.kind == "each" and xs:
         return " / ".join(format_value(x, "count") for x in xs)
     if col.kind == "of" and xs:
         return f"{sum(1 for x in xs if x)} of {len(xs)}"
-    return format_cell(row[col.key], col.kind)
+    fewer = f" (n={len(xs)})" if xs and len(xs) < row.get("n", len(xs)) else ""
+    return format_cell(row[col.key], col.kind) + fewer
 
 
 def _headers(table: Table) -> list[str]:
@@ -271,19 +260,23 @@ def to_markdown(table: Table) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if not table.rows:
         lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
+    if table.notes:
+        lines += ["", "Left out (a row's Seeds count only the runs averaged):", *(f"- {x}" for x in table.notes)]
     return "\n".join(lines) + "\n"
 
 
 def to_csv(table: Table) -> str:
-    """Raw numbers: dataset, model, n, then ``<key>_mean`` and ``<key>_std`` per column (empty when missing)."""
+    """Raw numbers: dataset, model, n, then ``<key>_mean``, ``<key>_std`` and ``<key>_n`` (the seeds averaged) per
+    column (empty when missing)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["dataset", "model", "n"] + [f"{c.key}_{s}" for c in table.columns for s in ("mean", "std")])
+    w.writerow(["dataset", "model", "n"] + [f"{c.key}_{s}" for c in table.columns for s in ("mean", "std", "n")])
     for row in table.rows:
         out: list[Any] = [row["dataset"], row["model"], row["n"]]
         for c in table.columns:
             cell = row[c.key]
-            out += ["", ""] if cell is None else [repr(cell[0]), "" if cell[1] is None else repr(cell[1])]
+            n = len(row.get("values", {}).get(c.key, [])) if "values" in row else (0 if cell is None else 1)
+            out += ["", "", n] if cell is None else [repr(cell[0]), "" if cell[1] is None else repr(cell[1]), n]
         w.writerow(out)
     return buf.getvalue()
 
@@ -308,14 +301,14 @@ def to_latex(table: Table) -> str:
         cells = [latex_escape(x) for x in _lead(table, row)]
         cells += [latex_escape(cell_text(row, c)) for c in table.columns]
         lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [rf"\par\smallskip{{\footnotesize Left out: {latex_escape(x)}}}" for x in table.notes]
+    lines += [r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
 def to_html(table: Table) -> str:
     """An HTML ``<table>`` (escaped text, numbers right-aligned)."""
-    import html
-
     head = "".join(f"<th>{html.escape(h)}</th>" for h in _headers(table))
     body = []
     for row in table.rows:
@@ -324,8 +317,9 @@ def to_html(table: Table) -> str:
         body.append(f"<tr>{lead}{nums}</tr>")
     if not body:
         body.append(f'<tr><td colspan="{len(_headers(table))}">(no data)</td></tr>')
+    notes = "".join(f"<li>{html.escape(x)}</li>" for x in table.notes)
     return f'<table class="data" id="table-{table.name}"><thead><tr>{head}</tr></thead><tbody>' + "".join(body) + \
-        "</tbody></table>"
+        "</tbody></table>" + (f'<p class="note">Left out:</p><ul class="note">{notes}</ul>' if notes else "")
 
 
 def write_tables(tables: list[Table], out_dir: str | Path) -> list[Path]:

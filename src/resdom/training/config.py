@@ -11,105 +11,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from resdom.errors import ResdomError
+from resdom.experiments import (  # noqa: F401  (experiment settings live in resdom.experiments; also read here)
+    MODEL_VARIANTS,
+    PROBES,
+    REMEDIES,
+    REMEDY_LABELS,
+    REMEDY_MODELS,
+    canonical_label,
+    model_labels,
+    model_variant,
+    remedy_label,
+    remedy_variant,
+)
 from resdom.models import MODEL_CLASSES, model_class
-from resdom.models.config import REFERENCE_QUERY_LN, ModelConfig, format_validation_error
-from resdom.names import METRICS, MODELS
+from resdom.models.config import ModelConfig, format_validation_error, make_model_config
+from resdom.names import METRICS
+from resdom.training.objectives import OBJECTIVES, get_objective
 
 ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
-
-# Named variants of a model, usable wherever a grid names its models: label -> (model, model values).
-MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # time-to-split's own SASRec at its default max length (spec §8: the published GTS results of the paper's code)
-    "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
-    # DuoRec on time-to-split's SASRec block (keys and values from the raw X): resdom's GTS DuoRec before the fix
-    "duorec-tts": ("duorec", {**REFERENCE_QUERY_LN, "query_ln_kv": "input"}),
-}
-
-# Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's
-# own protocol defaults. Registered in MODEL_VARIANTS as "<model>-<variant>" for SASRec, DuoRec and BSARec (BSARec
-# is post-LN only: no preln); "base" is the model itself.
-REMEDIES: dict[str, dict[str, Any]] = {
-    "base": {},
-    "res0.5": {"residual_scale": 0.5},
-    "res0.75": {"residual_scale": 0.75},
-    "gate": {"residual_gate": "scalar"},
-    "gate-channel": {"residual_gate": "channel"},
-    "preln": {"norm_first": True, "query_ln": False},
-    "mean3": {"readout": "mean", "readout_k": 3},
-    "pool": {"readout": "pool"},
-}
-REMEDY_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec")
-
-
-def remedy_label(model: str, variant: str) -> str:
-    """The grid label of ``variant`` (a REMEDIES key) of ``model``: the model itself for "base"; a ResdomError
-    naming --variants / --model otherwise. Both are read case-insensitively."""
-    model, variant = str(model).strip().lower(), str(variant).strip().lower()
-    if model not in REMEDY_MODELS:
-        raise ResdomError(f"--model: remedies apply to {', '.join(REMEDY_MODELS)}, not {model!r}")
-    if variant not in REMEDIES:
-        raise ResdomError(f"--variants: unknown variant {variant!r}; one of {', '.join(REMEDIES)}")
-    label = model if variant == "base" else f"{model}-{variant}"
-    if label != model and label not in MODEL_VARIANTS:
-        raise ResdomError(f"--variants: {variant!r} does not apply to {model} (it is post-LN only)")
-    return label
-
-
-for _model in REMEDY_MODELS:
-    for _variant, _values in REMEDIES.items():
-        if _variant != "base" and not (_model == "bsarec" and _variant == "preln"):
-            MODEL_VARIANTS[f"{_model}-{_variant}"] = (_model, dict(_values))
-# Probes of the residual account (docs/results.md, "Beyond the paper"): read out at a learned query token appended
-# after the prefix (no own-item residual at the readout position), and untied or projected output embeddings.
-PROBES: dict[str, dict[str, Any]] = {
-    "query": {"readout": "query"},
-    "untied": {"output": "untied"},
-    "projected": {"output": "projected"},
-}
-for _model in ("sasrec", "duorec"):
-    for _probe, _values in PROBES.items():
-        MODEL_VARIANTS[f"{_model}-{_probe}"] = (_model, dict(_values))
-# Every remedy grid label, in the comparison's order: each model, then its variants in REMEDIES order.
-REMEDY_LABELS: tuple[str, ...] = tuple(
-    m if v == "base" else f"{m}-{v}" for m in REMEDY_MODELS for v in REMEDIES
-    if v == "base" or f"{m}-{v}" in MODEL_VARIANTS)
-
-
-def remedy_variant(label: str) -> tuple[str, str] | None:
-    """(model, variant) of a remedy variant's grid label ("sasrec-gate" -> ("sasrec", "gate")); None for any other
-    label, the base models themselves included."""
-    model = label.split("-", 1)[0]
-    if label == model or label not in REMEDY_LABELS:
-        return None
-    return model, label[len(model) + 1:]
-
-
-def model_variant(label: str) -> tuple[str, dict[str, Any]]:
-    """A model name or a ``MODEL_VARIANTS`` label -> (model name, the variant's model values)."""
-    if label in MODEL_VARIANTS:
-        name, values = MODEL_VARIANTS[label]
-        return name, dict(values)
-    return label, {}
-
-
-def model_labels() -> tuple[str, ...]:
-    """Every name a command accepts for a model: the models (``names.MODELS``), then the ``MODEL_VARIANTS``."""
-    return (*MODELS, *MODEL_VARIANTS)
-
-
-def canonical_label(name: str, option: str = "--model") -> str:
-    """``name`` as a model or variant label (``model_labels``), read case-insensitively ("SASRec-TTS" ->
-    "sasrec-tts"); a ResdomError naming ``option``, the closest label and every label otherwise."""
-    import difflib
-
-    key = str(name).strip().lower()
-    known = model_labels()
-    if key in known:
-        return key
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ResdomError(f"{option}: unknown model {name!r}{hint}; one of {', '.join(known)}")
 
 METRIC_NAMES = METRICS
 
@@ -209,8 +129,6 @@ def resolve_configs(
     merged_model.update(model_values)
     merged_model.update(name=model_name, n_items=n_items)
     merged_train.update(train_values)
-    from resdom.models.config import make_model_config
-
     model_cfg = make_model_config(**merged_model)
     train_cfg = make_train_config(**merged_train)
     train_cfg = with_objective(model_cfg, train_cfg)
@@ -221,8 +139,6 @@ def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfi
     """``train_cfg`` with the model's default objective where none is set, after refusing objective/model pairs
     that are wrong by construction (an all-position objective on a non-causal model, spec §2; a sample layout the
     model cannot train from, such as masked-item CE on a model that does not mask its input)."""
-    from resdom.training.objectives import OBJECTIVES, get_objective
-
     cls = model_class(model_cfg.name)
     if train_cfg.objective is None:  # a query token is read after the whole prefix only: one prediction a sample
         default = "ce_last" if model_cfg.readout == "query" else cls.default_objective

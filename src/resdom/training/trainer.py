@@ -31,6 +31,7 @@ from torch import nn
 from resdom import distributed
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
+from resdom.evaluation.evaluate import evaluate
 from resdom.io import (
     atomic_write_files,
     atomic_write_json,
@@ -66,6 +67,7 @@ from resdom.training.config import RESUMABLE_FIELDS, TrainConfig, with_objective
 from resdom.training.objectives import LossContext, Objective, get_objective, popularity_log_q
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
+Monitor = Callable[[SequentialRecommender, SplitData, TrainConfig, torch.device], dict[str, Any]]  # train.monitor_every
 STATE_FORMAT = "resdom-trainer-state/1"
 PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total at most this often in an epoch
 
@@ -286,8 +288,6 @@ def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_
               device: torch.device) -> dict[str, Any]:
     """{"metrics": {...}, "n_users": n} of ``which`` (valid | test), full ranking, seen items filtered unless the
     data set keeps them (``SplitData.filter_seen``)."""
-    from resdom.evaluation.evaluate import evaluate
-
     evalset = split.valid if which == "valid" else split.test
     return evaluate(model, evalset, filter_seen=split.filter_seen, batch_size=train_cfg.eval_batch_size,
                     device=device).to_dict()
@@ -310,6 +310,7 @@ def fit(
     *,
     callbacks: Sequence[EpochCallback] = (),
     progress: bool | None = None,
+    monitor: Monitor | None = None,
 ) -> dict[str, Any]:
     """Train on ``split.train`` with early stopping on ``split.valid``; evaluate the best model on both splits.
 
@@ -317,8 +318,14 @@ def fit(
     ``{"valid": {"metrics", "n_users"}, "test": {...}, "best_epoch", "epochs_run", "stopped", ...}``.
     ``callbacks`` are called as ``cb(epoch, record)`` after each epoch's state is saved (an exception there
     interrupts the run; ``fit`` again resumes it). ``progress``: tqdm bars (default: when stderr is a TTY).
+    ``monitor``: what ``train.monitor_every`` records every so many epochs (``monitor(model, split, train_cfg,
+    device) -> dict``; ``resdom.fit`` and the pipelines pass ``diagnostics.monitor.epoch_monitor``); needed when
+    ``monitor_every`` is set.
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
+    if train_cfg.monitor_every and monitor is None:
+        raise ResdomError("train.monitor_every: the trainer was given no monitor to run (resdom.fit and the "
+                          "pipelines pass resdom.diagnostics.monitor.epoch_monitor)")
     model_cfg = _resolve_model_config(model_cfg, split)
     train_cfg = with_objective(model_cfg, train_cfg)
     objective = get_objective(train_cfg.objective)
@@ -328,14 +335,15 @@ def fit(
     try:
         with contextlib.ExitStack() as held:
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
-                        callbacks, progress, held)
+                        callbacks, progress, held, monitor)
     finally:
         dist_ctx.close()
 
 
 def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
          fingerprint: str, data_info: dict[str, Any], dist_ctx: distributed.DistContext,
-         callbacks: Sequence[EpochCallback], progress: bool | None, held: contextlib.ExitStack) -> dict[str, Any]:
+         callbacks: Sequence[EpochCallback], progress: bool | None, held: contextlib.ExitStack,
+         monitor: Monitor | None = None) -> dict[str, Any]:
     """``held``: where rank 0 keeps the run directory's lock until ``fit`` returns."""
     device = dist_ctx.device
     if train_cfg.threads is not None:
@@ -390,8 +398,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
                   "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads()}
         if source is not None:
             record["source"] = source  # the commit that trained this epoch (a resumed run may change it)
-        if train_cfg.monitor_every and epoch % train_cfg.monitor_every == 0:
-            record["monitor"] = _monitor(model, split, train_cfg, device)
+        if monitor is not None and train_cfg.monitor_every and epoch % train_cfg.monitor_every == 0:
+            record["monitor"] = monitor(model, split, train_cfg, device)
         if stopper.should_stop(train_cfg.patience):
             stopped = "early_stopping"
         elif epoch >= train_cfg.epochs:
@@ -474,16 +482,6 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     seconds = time.perf_counter() - start
     total, count = dist_ctx.all_reduce_sum(total), dist_ctx.all_reduce_sum(count)
     return total / max(count, 1), len(order) * world, seconds
-
-
-def _monitor(model: SequentialRecommender, split: SplitData, train_cfg: TrainConfig,
-             device: torch.device) -> dict[str, Any]:
-    """``train.monitor_every``: the cheap diagnostics of the current model (resdom.diagnostics.monitor)."""
-    from resdom.data.sequences import item_counts
-    from resdom.diagnostics.monitor import cheap_diagnostics, monitor_subset
-
-    return cheap_diagnostics(model, monitor_subset(split.valid, train_cfg.monitor_users, train_cfg.seed), device,
-                             train_counts=item_counts(split.train, split.n_items))
 
 
 def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cfg: TrainConfig,
