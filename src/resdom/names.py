@@ -1,11 +1,11 @@
-"""The vocabulary shared by every layer, in one place: models, protocols, diagnostics, block stages, metrics."""
+"""The vocabulary shared by every layer, in one place: models, protocols, block stages, metrics (the diagnostics' names
+are those registered in ``diagnostics.registry``)."""
 
 from __future__ import annotations
 
 # models.MODEL_CLASSES holds a class for each; bert4rec and gru4rec are the paper's contrast models (spec §7)
 MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
 PROTOCOLS: tuple[str, ...] = ("loo", "gts")
-DIAGNOSTICS: tuple[str, ...] = ("shuffle", "hrli", "mixing", "alpha", "recovery")
 STAGES: tuple[str, ...] = ("Attn", "+Res", "+LN")  # the stages of an attention block, in computation order
 CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)  # K of HR@K / NDCG@K
 METRICS: tuple[str, ...] = (*(f"HR@{k}" for k in CUTOFFS), *(f"NDCG@{k}" for k in CUTOFFS), "MRR")
