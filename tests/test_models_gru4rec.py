@@ -149,7 +149,7 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
         m, t = resolve_configs("gru4rec", {"max_len": 16, "hidden": 32},
                                {"epochs": 6, "batch_size": 32, "lr": 1e-2, "device": "cpu", "monitor_every": 3},
                                n_items=split.n_items)
-        result = fit(split, m, t, out, {"source": "synthetic"}, progress=False, monitor=epoch_monitor)
+        result = fit(split, m, t, out, {"source": "synthetic"}, progress=False, hooks=(epoch_monitor,))
     finally:
         torch.set_num_threads(threads)
     return out, split, result

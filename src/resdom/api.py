@@ -276,13 +276,13 @@ def fit(
         info["label"] = label  # reports name the run by its variant
     if out is not None:
         run_training(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress,
-                     monitor=epoch_monitor)
+                     hooks=(epoch_monitor,))
         return load_run(out, device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ResdomError("out: needed under torchrun (every process must train into the same run directory)")
     with tempfile.TemporaryDirectory(prefix="resdom-fit-") as tmp:
         run_training(split, model_cfg, train_cfg, tmp, info, callbacks=callbacks, progress=progress,
-                     monitor=epoch_monitor)
+                     hooks=(epoch_monitor,))
         fitted = load_run(tmp, device)
     fitted.directory = None
     return fitted

@@ -55,7 +55,7 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
     t0 = time.perf_counter()
     metrics = fit(split, model_cfg, train_cfg, run_dir,
                   data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
-                  progress=progress, monitor=epoch_monitor)
+                  progress=progress, hooks=(epoch_monitor,))
     t1 = time.perf_counter()
 
     missing = missing_diagnostics(run_dir)  # a resumed cell keeps what was computed on its current checkpoint
