@@ -59,7 +59,7 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
 
 
 def metrics_from_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = KS) -> dict[str, float]:
-    """ranks (n,) 0-based -> {"HR@K" for K in ks, "NDCG@K" for K in ks, "MRR"} in that order (``io.metric_key``),
+    """ranks (n,) 0-based -> {"HR@K" for K in ks, "NDCG@K" for K in ks, "MRR"} in that order (``names.metric_key``),
     means over users (NDCG = 1/log2(rank+2))."""
     ranks = ranks.double()
     out: dict[str, float] = {}

@@ -31,8 +31,6 @@ from resdom.training.objectives import OBJECTIVES, get_objective
 ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 
-METRIC_NAMES = METRICS
-
 
 class TrainConfig(BaseModel):
     """How a model is trained (spec §2 and §6). ``objective=None`` means the model's default."""
@@ -82,8 +80,8 @@ class TrainConfig(BaseModel):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, v: str) -> str:
-        if v not in METRIC_NAMES:
-            raise ValueError(f"unknown metric {v!r}; one of {', '.join(METRIC_NAMES)}")
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}; one of {', '.join(METRICS)}")
         return v
 
 
