@@ -21,8 +21,8 @@ from resdom.diagnostics.monitor import epoch_monitor
 from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.shuffle import position_shuffle
 from resdom.errors import ResdomError
+from resdom.experiments import TIME_TO_SPLIT_GRU4REC as TIME_TO_SPLIT
 from resdom.models import ModelConfig, build_model
-from resdom.models.gru4rec import TIME_TO_SPLIT
 from resdom.training.config import resolve_configs
 from resdom.training.trainer import fit
 
