@@ -75,7 +75,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_five_diagnostics_in_canonical_order() -> None:
-    assert list(diagnostic_names()) == FIVE == list(DiagnoseOptions().what) == parse_what("all")
+    assert list(diagnostic_names()) == FIVE == list(DiagnoseOptions().diagnostics) == parse_what("all")
+    # what run_all writes besides: the per-user evidence, part of "all"
+    assert list(DiagnoseOptions().what) == [*FIVE, "users"] == parse_what("all", with_users=True)
+    assert DiagnoseOptions().users and not DiagnoseOptions(what="hrli").users
     assert [d for d in REGISTRY.values() if d.needs_attention] == [REGISTRY["mixing"], REGISTRY["alpha"]]
     with pytest.raises(ValueError, match="already registered"):
         with registered(Diagnostic("hrli", "again", _length, LengthResult)):
@@ -96,7 +99,8 @@ def test_a_sixth_diagnostic_reaches_runner_api_cli_and_report(run_dir: Path, cap
     from resdom.report.collect import read_run
 
     with registered(SIXTH):
-        assert list(DiagnoseOptions().what) == [*FIVE, "length"] and parse_what("length,hrli") == ["hrli", "length"]
+        assert list(DiagnoseOptions().diagnostics) == [*FIVE, "length"]
+        assert parse_what("length,hrli") == ["hrli", "length"]
         # the API: computed and returned as diagnosis.length, in canonical order
         fitted = resdom.load_run(run_dir, device="cpu")
         diagnosis = resdom.diagnose(fitted, what="hrli,length", recency=(1, 3), device="cpu")
@@ -173,6 +177,7 @@ def test_summaries_of_the_stored_cells_regenerate() -> None:
     ({"batch_size": 0}, "batch_size", "must be at least 1 (got 0)"),
     ({"batch_size": 2.5}, "batch_size", "expected an integer >= 1"),
     ({"bogus": 1}, "bogus", "unknown option"),
+    ({"what": "users,nope"}, "what", "(choose all or from shuffle, hrli, mixing, alpha, recovery, users)"),
 ])
 def test_bad_options_name_their_field(values: dict[str, Any], field: str, needle: str) -> None:
     with pytest.raises(OptionError) as e:

@@ -283,6 +283,6 @@ def test_gts_duorec_is_the_paper_block_and_duorec_tts_the_earlier_one() -> None:
 
 
 def DUOREC_GTS_DEFAULTS() -> dict:
-    from resdom.models.duorec import DuoRec
+    from resdom.experiments import model_defaults
 
-    return DuoRec.defaults("gts", None)[0]
+    return model_defaults("duorec", "gts")[0]

@@ -45,7 +45,7 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
                        progress: bool = True, label: str | None = None) -> dict[str, Any]:
     """Train ``model`` on ``split`` into ``run_dir`` (resuming whatever is there), then run every diagnostic.
 
-    ``label``: the name reports give the run (a ``training.config.MODEL_VARIANTS`` label; default ``model``).
+    ``label``: the name reports give the run (a ``experiments.MODEL_VARIANTS`` label; default ``model``).
 
     Returns ``{"metrics": <metrics.json>, "diagnostics": <summary.json>, "train_s", "diagnose_s"}``.
     """
