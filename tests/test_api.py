@@ -159,6 +159,7 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.evaluate(object(), s), "model: object is not diagnosable"),
     (lambda s, f: resdom.diagnose(f.model), "split: diagnose needs the data"),
     (lambda s, f: resdom.diagnose(f, what="nope"), "what: unknown diagnostic 'nope'"),
+    (lambda s, f: resdom.diagnose(f, what="users"), "what: unknown diagnostic 'users'"),  # users.npz: run_all's
     (lambda s, f: resdom.diagnose(f, alphas=(1.0, 2.0)), "alphas: residual scales must lie in [0, 1] (got 2)"),
     (lambda s, f: resdom.diagnose(f, layers=(5,)), "layers: the model has 2 blocks"),
     (lambda s, f: resdom.diagnose(f, recency=(0,)), "recency: every value must be an integer >= 1"),

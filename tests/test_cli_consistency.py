@@ -18,7 +18,8 @@ from typer.core import TyperOption
 
 from resdom.cli.main import _typer_app
 from resdom.errors import ResdomError
-from resdom.training.config import MODEL_VARIANTS, TrainConfig, canonical_label, model_labels
+from resdom.experiments import MODEL_VARIANTS, canonical_label, model_labels
+from resdom.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"

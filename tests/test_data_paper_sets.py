@@ -312,7 +312,6 @@ def test_split_filter_seen_reads_the_manifest() -> None:
 @pytest.mark.parametrize("keep", [False, True])
 def test_evaluation_and_diagnostics_follow_the_data_sets_setting(tiny_model, keep: bool) -> None:
     import resdom
-    from resdom.diagnostics.runner import compute_diagnostic
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import _evaluate
 
@@ -323,13 +322,15 @@ def test_evaluation_and_diagnostics_follow_the_data_sets_setting(tiny_model, kee
     want = kept if keep else filtered
     assert resdom.evaluate(tiny_model, split, device="cpu").metrics == want  # default: the split's setting
     assert _evaluate(tiny_model, split, "test", TrainConfig(), torch.device("cpu"))["metrics"] == want
-    alpha = compute_diagnostic("alpha", tiny_model, split, "test", alphas=(1.0, 0.5)).to_dict()
+    diagnosis = resdom.diagnose(tiny_model, split, what="shuffle,alpha,recovery", alphas=(1.0, 0.5), seeds=(0,),
+                                device="cpu")
+    alpha = diagnosis.alpha.to_dict()
     assert alpha["rows"][0]["HR@10"] == want["HR@10"] and alpha["rows"][0]["NDCG@10"] == want["NDCG@10"]
     assert alpha["rows"][0]["HR@10_unfiltered"] == kept["HR@10"]
     assert alpha.get("filter_seen", True) is (not keep)
-    rec = compute_diagnostic("recovery", tiny_model, split, alphas=(1.0, 0.5)).to_dict()
+    rec = diagnosis.recovery.to_dict()
     assert rec["test"]["curve"][0]["HR@10"] == want["HR@10"] and rec.get("filter_seen", True) is (not keep)
-    shuffle = compute_diagnostic("shuffle", tiny_model, split, seeds=(0,)).to_dict()
+    shuffle = diagnosis.shuffle.to_dict()
     assert shuffle["filtered"] is (not keep) and shuffle["original"]["HR@10"] == want["HR@10"]
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from cli_helpers import invoke
 
-from resdom.diagnostics.runner import WHAT, format_summary, parse_what, run_all
+from resdom.diagnostics.registry import diagnostic_names
+from resdom.diagnostics.runner import format_summary, parse_what, run_all
 from resdom.errors import ResdomError
 
 
@@ -32,7 +33,7 @@ def run_dir(tmp_path_factory) -> Path:
 def test_run_all_writes_every_file_with_the_schema(run_dir):
     summary = run_all(run_dir, alphas=(1.0, 0.5, 0.0), seeds=(0, 1), progress=False, batch_size=50)
     diag = run_dir / "diagnostics"
-    for name in WHAT:
+    for name in diagnostic_names():
         data = json.loads((diag / f"{name}.json").read_text())
         assert data["split"] == "test" and data["n_users"] > 0, name
         rows = list(csv.reader((diag / f"{name}.csv").open()))
@@ -73,7 +74,7 @@ def test_subset_keeps_the_other_figures_in_the_summary(run_dir):
 
 
 def test_parse_what():
-    assert parse_what("all") == list(WHAT)
+    assert parse_what("all") == list(diagnostic_names()) == ["shuffle", "hrli", "mixing", "alpha", "recovery"]
     assert parse_what("recovery,hrli") == ["hrli", "recovery"]
     with pytest.raises(ResdomError, match="unknown diagnostic 'bogus'"):
         parse_what("hrli,bogus")

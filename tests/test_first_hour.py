@@ -17,7 +17,8 @@ from cli_helpers import invoke
 
 from resdom.cli.main import _typer_app
 from resdom.data.sequences import SplitData
-from resdom.io import atomic_write_json, metric_key
+from resdom.io import atomic_write_json
+from resdom.names import metric_key
 from resdom.runs import data_fingerprint
 
 SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
@@ -160,12 +161,12 @@ def test_reproduce_log_has_plain_lines_only(tmp_path: Path, capsys) -> None:
 
 
 def test_ctrl_c_on_diagnose_says_what_was_kept(trained_run: Path, capsys, monkeypatch) -> None:
-    import resdom.diagnostics.runner as runner
+    import resdom.diagnostics.registry as registry
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "alpha_sweep", interrupted)
+    monkeypatch.setattr(registry, "alpha_sweep", interrupted)
     code, _, err = run_cli(capsys, "diagnose", str(trained_run))
     assert code == 130 and "Traceback" not in err
     assert "interrupted" in err and "shuffle, hrli, mixing" in err, err

@@ -16,8 +16,8 @@ from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics.decomposition import attention_terms, bias_terms, norm_of_sums, stages_of, sum_of_norms
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.errors import ResdomError
+from resdom.experiments import TIME_TO_SPLIT_BERT4REC as TIME_TO_SPLIT
 from resdom.models import ModelConfig, build_model, recording, residual_scale
-from resdom.models.bert4rec import TIME_TO_SPLIT
 from resdom.models.interface import block_tokens, state_tokens
 from resdom.training.batches import build_samples, make_batch
 from resdom.training.config import resolve_configs

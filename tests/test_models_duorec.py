@@ -268,8 +268,8 @@ def test_paper_duorec_record_names_q_as_residual_and_keys_and_rebuilds_the_sum()
 
 
 def test_gts_duorec_is_the_paper_block_and_duorec_tts_the_earlier_one() -> None:
+    from resdom.experiments import model_variant
     from resdom.models.block import PaperDuoRecBlock, QueryLNBlock
-    from resdom.training.config import model_variant
 
     assert DUOREC_GTS_DEFAULTS()["query_ln_kv"] == "query"
     name, values = model_variant("duorec-tts")
@@ -280,6 +280,6 @@ def test_gts_duorec_is_the_paper_block_and_duorec_tts_the_earlier_one() -> None:
 
 
 def DUOREC_GTS_DEFAULTS() -> dict:
-    from resdom.models.duorec import DuoRec
+    from resdom.experiments import model_defaults
 
-    return DuoRec.defaults("gts", None)[0]
+    return model_defaults("duorec", "gts")[0]

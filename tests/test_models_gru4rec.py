@@ -21,8 +21,8 @@ from resdom.diagnostics.monitor import epoch_monitor
 from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.shuffle import position_shuffle
 from resdom.errors import ResdomError
+from resdom.experiments import TIME_TO_SPLIT_GRU4REC as TIME_TO_SPLIT
 from resdom.models import ModelConfig, build_model
-from resdom.models.gru4rec import TIME_TO_SPLIT
 from resdom.training.config import resolve_configs
 from resdom.training.trainer import fit
 
@@ -149,7 +149,7 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
         m, t = resolve_configs("gru4rec", {"max_len": 16, "hidden": 32},
                                {"epochs": 6, "batch_size": 32, "lr": 1e-2, "device": "cpu", "monitor_every": 3},
                                n_items=split.n_items)
-        result = fit(split, m, t, out, {"source": "synthetic"}, progress=False, monitor=epoch_monitor)
+        result = fit(split, m, t, out, {"source": "synthetic"}, progress=False, hooks=(epoch_monitor,))
     finally:
         torch.set_num_threads(threads)
     return out, split, result

@@ -10,9 +10,10 @@ import torch
 import resdom
 from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
+from resdom.experiments import model_variant
 from resdom.models import build_model
 from resdom.models.config import ModelConfig
-from resdom.training.config import model_variant, resolve_configs
+from resdom.training.config import resolve_configs
 
 
 def make_model(**kw) -> torch.nn.Module:

@@ -30,7 +30,7 @@ def test_the_comparison_list() -> None:
 
 
 def test_labels_are_trainable_variants() -> None:
-    from resdom.training.config import MODEL_VARIANTS, PROBES  # torch: the test may load it, the module may not
+    from resdom.experiments import MODEL_VARIANTS, PROBES
 
     assert set(PROBE_VARIANTS) == set(PROBES)
     for c in probe_comparisons():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from resdom.errors import ResdomError
-from resdom.models.bsarec import preset_name
 from resdom.training.config import TrainConfig, make_train_config, resolve_configs
 
 
@@ -28,11 +27,15 @@ def test_bsarec_refuses_all_position_objectives(objective: str) -> None:
         resolve_configs("bsarec", {}, {"objective": objective}, n_items=10)
 
 
-@pytest.mark.parametrize("source,preset", [("beauty", "beauty"), ("beauty-ts", "beauty"), ("lastfm", "lastfm"),
-                                           ("/data/raw/bsarec/Beauty.txt", "beauty"), ("sports-ts", "sports"),
-                                           ("ml-1m", "ml-1m"), ("synthetic", None), (None, None)])
-def test_preset_name(source: str | None, preset: str | None) -> None:
-    assert preset_name(source) == preset
+@pytest.mark.parametrize("source,lr,heads", [("beauty", 5e-4, 1), ("beauty-ts", 5e-4, 1), ("lastfm", 1e-3, 1),
+                                             ("sports-ts", 1e-3, 4), ("ml-1m-part", 5e-4, 4), ("beauty-tts", 5e-4, 1),
+                                             ("/data/raw/bsarec/Beauty.txt", 1e-3, 2), ("synthetic", 1e-3, 2),
+                                             (None, 1e-3, 2)])
+def test_bsarec_presets_follow_the_registered_data_set(source: str | None, lr: float, heads: int) -> None:
+    """BSARec's presets are keyed on the data registry's names (experiments.DATASET_PRESETS); a file path is not
+    parsed for one."""
+    model, train = resolve_configs("bsarec", {}, {}, source=source, n_items=10)
+    assert (train.lr, model.heads) == (lr, heads)
 
 
 def test_bsarec_beauty_preset_and_user_override() -> None:

@@ -15,7 +15,8 @@ from resdom.diagnostics.monitor import epoch_monitor
 from resdom.errors import ResdomError
 from resdom.runs import load_run
 from resdom.training.config import resolve_configs
-from resdom.training.trainer import EarlyStopping, RunFiles, fit, flatten_optimizer, unflatten_optimizer
+from resdom.training.state import EarlyStopping, RunFiles, flatten_optimizer, unflatten_optimizer
+from resdom.training.trainer import fit
 
 SMALL = {"hidden": 16, "layers": 1, "heads": 2, "max_len": 8}
 
@@ -454,7 +455,7 @@ def test_monitor_records_reliance_curve_without_changing_training(tmp_path: Path
     split, m, t = configs(epochs=3)
     plain = fit(split, m, t, tmp_path / "plain", progress=False)
     watched = fit(split, m, t.model_copy(update={"monitor_every": 2, "monitor_users": 25}), tmp_path / "watched",
-                  progress=False, monitor=epoch_monitor)
+                  progress=False, hooks=(epoch_monitor,))
     assert watched["test"] == plain["test"]
     log = [json.loads(line) for line in (tmp_path / "watched" / "metrics.jsonl").read_text().splitlines()]
     assert [("monitor" in r) for r in log] == [False, True, False]
@@ -502,6 +503,39 @@ def test_monitor_equals_the_full_diagnostics_on_the_same_users() -> None:
 def test_monitor_every_without_a_monitor_is_refused(tmp_path: Path) -> None:
     """The trainer imports no diagnostics: whoever sets train.monitor_every passes the monitor to run."""
     split, m, t = configs(epochs=1)
-    with pytest.raises(ResdomError, match="train.monitor_every: the trainer was given no monitor"):
+    with pytest.raises(ResdomError, match="train.monitor_every: the trainer was given no epoch hook"):
         fit(split, m, t.model_copy(update={"monitor_every": 1}), tmp_path, progress=False)
     assert not any(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_epoch_hooks_add_to_the_record_before_it_is_written(tmp_path: Path) -> None:
+    """An epoch hook sees the epoch, the model and the data after validation and may add to the epoch's record,
+    which metrics.jsonl and the callbacks then hold."""
+    from resdom.training.trainer import EpochEnd
+
+    split, m, t = configs(epochs=2)
+    seen: list[tuple[int, bool]] = []
+
+    def hook(end: EpochEnd) -> None:
+        seen.append((end.epoch, end.split is split and end.model.cfg.hidden == m.hidden))
+        end.record["extra"] = end.epoch * 10
+
+    got: list[int] = []
+    fit(split, m, t, tmp_path, progress=False, hooks=(hook,), callbacks=[lambda e, r: got.append(r["extra"])])
+    log = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert seen == [(1, True), (2, True)] and [r["extra"] for r in log] == got == [10, 20]
+
+
+def test_resume_state_round_trip_and_a_malformed_one(tmp_path: Path) -> None:
+    from resdom.training.state import STATE_FORMAT, ResumeState
+
+    split, m, t = configs(epochs=1)
+    fit(split, m, t, tmp_path, progress=False)
+    files = RunFiles(tmp_path)
+    raw = json.loads(files.state.read_text())
+    state = files.read_state()
+    assert isinstance(state, ResumeState) and state.epoch == 1 and state.stopped == "max_epochs"
+    assert json.loads(json.dumps(state.to_json())) == raw and raw["format"] == STATE_FORMAT
+    files.state.write_text(json.dumps({**raw, "early_stopping": {"best": 1}}))
+    with pytest.raises(ResdomError, match=f"malformed resume state .*delete {files.state_dir}"):
+        files.read_state()

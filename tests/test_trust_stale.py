@@ -53,7 +53,7 @@ def test_further_training_makes_old_diagnostics_stale_in_report_and_summary(run_
     assert checkpoint_id(run_dir / "model.safetensors") != old_ckpt
     assert not is_finished(run_dir)
     rec = read_run(run_dir)
-    assert rec.stale == ["shuffle", "hrli", "summary"]
+    assert rec.stale == ["hrli", "shuffle", "summary"]  # name order, summary last
     assert rec.diag("hrli") == {} and rec.diag("shuffle") == {}
     assert rec.test_metrics()  # metrics.json was rewritten for the new checkpoint: not stale
     # diagnosing a part again never merges old numbers of the other part into the summary

@@ -21,27 +21,27 @@ import difflib
 import json
 import os
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from resdom.checks import ALPHA_RANGE, positive_int
+from resdom.checks import positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import check_model
-from resdom.diagnostics.mixing import DEFINITIONS
 from resdom.diagnostics.monitor import epoch_monitor
-from resdom.diagnostics.runner import applicable, compute_diagnostic, parse_what
+from resdom.diagnostics.options import diagnose_options
+from resdom.diagnostics.registry import REGISTRY
+from resdom.diagnostics.runner import compute, parse_what, plan
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate as run_evaluation
 from resdom.experiments import canonical_label, model_variant
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
 from resdom.models.config import ModelConfig
-from resdom.names import DIAGNOSTICS, MODELS
+from resdom.names import MODELS
 from resdom.recommend import recommend
 from resdom.report.figures import result_figure
 from resdom.rundir import RunDir
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     import torch
     from matplotlib.figure import Figure
 
-    from resdom.diagnostics import AlphaResult, HRLIResult, MixingResult, RecoveryResult, ShuffleResult
     from resdom.evaluation.evaluate import EvalResult
     from resdom.models import SequentialRecommender
     from resdom.training.trainer import EpochCallback
@@ -277,13 +276,13 @@ def fit(
         info["label"] = label  # reports name the run by its variant
     if out is not None:
         run_training(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress,
-                     monitor=epoch_monitor)
+                     hooks=(epoch_monitor,))
         return load_run(out, device)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ResdomError("out: needed under torchrun (every process must train into the same run directory)")
     with tempfile.TemporaryDirectory(prefix="resdom-fit-") as tmp:
         run_training(split, model_cfg, train_cfg, tmp, info, callbacks=callbacks, progress=progress,
-                     monitor=epoch_monitor)
+                     hooks=(epoch_monitor,))
         fitted = load_run(tmp, device)
     fitted.directory = None
     return fitted
@@ -371,34 +370,31 @@ def evaluate(
 
 @dataclass
 class Diagnosis:
-    """The diagnostics of one model on one part of a split, as result objects (None: not computed).
+    """The diagnostics of one model on one part of a split, as result objects by name (``diagnostics.registry``).
 
-    Each result has ``to_dict()`` (the JSON of ``RUN_DIR/diagnostics/<name>.json``) and ``to_frame()`` (a pandas
-    table, the rows of its CSV file); ``plot(name)`` draws the report's figure of it (``report.figures``, from the
-    JSON: a result holds no plotting of its own).
+    ``results``: {name: result} of the diagnostics computed, in canonical order; ``diagnosis.<name>`` is the result
+    of diagnostic ``<name>`` (None: not computed). Each result has ``to_dict()`` (the JSON of
+    ``RUN_DIR/diagnostics/<name>.json``) and ``to_frame()`` (a pandas table, the rows of its CSV file);
+    ``plot(name)`` draws the report's figure of it (``report.figures``, from the JSON: a result holds no plotting
+    of its own). ``seconds``: what each took.
     """
 
     part: str
     model: str = "model"
-    shuffle: ShuffleResult | None = None
-    hrli: HRLIResult | None = None
-    mixing: MixingResult | None = None
-    alpha: AlphaResult | None = None
-    recovery: RecoveryResult | None = None
+    results: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def results(self) -> dict[str, Any]:
-        """{name: result} of the diagnostics computed, in ``resdom.names.DIAGNOSTICS`` order."""
-        return {n: getattr(self, n) for n in DIAGNOSTICS if getattr(self, n) is not None}
+    def __getattr__(self, name: str) -> Any:
+        if name in REGISTRY:  # diagnosis.hrli, ...: only reached for names that are not attributes
+            return self.__dict__.get("results", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getitem__(self, name: str) -> Any:
-        if name not in DIAGNOSTICS:
-            raise KeyError(f"unknown diagnostic {name!r} (one of {', '.join(DIAGNOSTICS)})")
-        result = getattr(self, name)
-        if result is None:
+        if name not in REGISTRY:
+            raise KeyError(f"unknown diagnostic {name!r} (one of {', '.join(REGISTRY)})")
+        if name not in self.results:
             raise KeyError(f"{name} was not computed (diagnose(..., what=...) chose {', '.join(self.results)})")
-        return result
+        return self.results[name]
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """{name: result.to_dict()} of every diagnostic computed."""
@@ -418,26 +414,6 @@ class Diagnosis:
 
     def __repr__(self) -> str:
         return f"Diagnosis(part={self.part!r}, computed={list(self.results)})"
-
-
-def _what(what: str | Sequence[str]) -> list[str]:
-    try:
-        return parse_what(what)
-    except ResdomError as e:
-        raise ResdomError(str(e).replace("--what", "what", 1)) from None
-
-
-def _alphas(alphas: Sequence[float]) -> list[float]:
-    lo, hi = ALPHA_RANGE
-    try:
-        values = [float(a) for a in alphas]
-    except (TypeError, ValueError):
-        raise ResdomError(f"alphas: expected a sequence of numbers in [{lo:g}, {hi:g}] (got {alphas!r})") from None
-    bad = [a for a in values if not lo <= a <= hi]
-    if bad or not values:
-        raise ResdomError(f"alphas: residual scales must lie in [{lo:g}, {hi:g}] "
-                          f"({'got ' + format(bad[0], 'g') if bad else 'give at least one'})")
-    return values
 
 
 def diagnose(
@@ -461,45 +437,25 @@ def diagnose(
 
     ``model``: a Fitted or any model satisfying ``resdom.models.interface.Diagnosable`` (trained here or imported
     by an adapter); it is moved to ``device``. ``split``: a SplitData (None: a Fitted's own). ``what``: ``"all"``
-    or some of shuffle, hrli, mixing, alpha, recovery (a list or a comma-separated string). ``recency`` and
-    ``cutoffs``: the k and K of HRLkI@K (unfiltered rankings). ``definition``: the mixing ratio, ``norm_of_sums``
-    or ``sum_of_norms``. ``seeds``: shuffle seeds. ``alphas``: residual scales in [0, 1] of the sweep and of
-    recovery, applied to ``layers`` (None: every block). Recovery selects alpha* on ``valid`` and reports
-    ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s (``diagnostics.runner.run_all``).
+    or some of the registered diagnostics (``diagnostics.registry``: shuffle, hrli, mixing, alpha, recovery), a
+    list or a comma-separated string. The other options are ``diagnostics.options.DiagnoseOptions``'s, validated
+    there: ``recency`` and ``cutoffs``: the k and K of HRLkI@K (unfiltered rankings). ``definition``: the mixing
+    ratio, ``norm_of_sums`` or ``sum_of_norms``. ``seeds``: shuffle seeds. ``alphas``: residual scales in [0, 1] of
+    the sweep and of recovery, applied to ``layers`` (None: every block). Recovery selects alpha* on ``valid`` and
+    reports ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s: both run
+    ``diagnostics.runner.compute``.
     """
     label = model.name if isinstance(model, Fitted) else str(getattr(getattr(model, "cfg", None), "name", "model"))
     model, data = _model_and_split(model, split, "diagnose")
     if not isinstance(data, SplitData):
         raise ResdomError(f"split: diagnose needs a SplitData (recovery uses valid and test), got "
                           f"{type(data).__name__}")
-    names = applicable(model, _what(what))  # mixing and alpha need attention blocks (GRU4Rec has none)
-    _check_part(part)
-    options: dict[str, Any] = {
-        "recency": _positive_ints(recency, "recency"), "cutoffs": _positive_ints(cutoffs, "cutoffs"),
-        "seeds": [int(s) for s in seeds], "alphas": _alphas(alphas), "definition": definition,
-        "per_head": bool(per_head), "batch_size": positive_int(batch_size, "batch_size"), "progress": progress,
-    }
-    if definition not in DEFINITIONS:
-        raise ResdomError(f"definition: must be one of {', '.join(DEFINITIONS)} (got {definition!r})")
-    if not options["seeds"]:
-        raise ResdomError("seeds: give at least one shuffle seed")
-    n_layers = len(model.attention_blocks())
-    if layers is not None:
-        layers = [int(x) for x in layers]
-        if any(not 0 <= x < n_layers for x in layers):
-            raise ResdomError(f"layers: the model has {n_layers} blocks (0..{n_layers - 1}); got {layers}")
-    for name in names:
-        evalset = data.test if name == "recovery" else getattr(data, part)
-        if len(evalset) == 0 or (name == "recovery" and len(data.valid) == 0):
-            raise ResdomError(f"split: {name} needs users in {'valid and test' if name == 'recovery' else part}")
+    options = diagnose_options(what=parse_what(what), part=part, recency=recency, cutoffs=cutoffs,
+                               definition=definition, seeds=seeds, alphas=alphas, layers=layers, per_head=per_head,
+                               batch_size=batch_size)  # what: the registered diagnostics (users.npz is run_all's)
+    chosen = plan(model, data, options)  # mixing and alpha need attention blocks (GRU4Rec has none)
     dev = _device(device)
     model = _on_device(model, dev)
     _import_tqdm_quietly()
-    out = Diagnosis(part, label)
-    ranks: dict[str, Any] = {}  # the alpha sweep's target ranks, reused by recovery
-    for name in names:
-        t0 = time.perf_counter()
-        setattr(out, name, compute_diagnostic(name, model, data, part, layers=layers, device=dev, ranks=ranks,
-                                              **options))
-        out.seconds[name] = time.perf_counter() - t0
-    return out
+    done = compute(chosen, model, data, options, device=dev, progress=progress)
+    return Diagnosis(part, label, done.results, done.seconds)

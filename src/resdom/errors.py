@@ -4,6 +4,22 @@ The CLI prints its message on one line and exits with status 2; no traceback is 
 boundary where the input is read, and name the file, line or field in the message.
 """
 
+from __future__ import annotations
+
 
 class ResdomError(Exception):
     """A user-facing error: the message says what is wrong and where (file:line, field name)."""
+
+
+class OptionError(ResdomError):
+    """Bad option values: ``problems`` pairs each option's field name with what is wrong with it, and the message
+    names every one (``field: problem; field: problem``). ``renamed`` names the fields as a front end calls them
+    (the CLI's flags), so one validation serves the API (``part``) and the CLI (``--split``)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{name}: {problem}" for name, problem in self.problems))
+
+    def renamed(self, names: dict[str, str]) -> OptionError:
+        """The same problems with each field named ``names[field]`` (fields not in ``names`` keep their name)."""
+        return OptionError([(names.get(name, name), problem) for name, problem in self.problems])

@@ -1,35 +1,171 @@
-"""Experiment settings as plain data, torch-free: the reference code bases' architectures, the named model variants
-and the training-time remedies (docs/remedies.md), with the labels a grid, a results store and a report use.
+"""Experiment settings as plain data, torch-free: every setting an experiment takes from resdom rather than from
+the user, in one place.
 
-Nothing here imports a model: ``training.config`` (which validates) and ``report`` (which only reads labels) both
-take their variants and remedy labels from this module.
+- Reference architectures (spec §6): ``REFERENCE_POST_LN``, ``REFERENCE_QUERY_LN``, time-to-split's BERT4Rec and
+  GRU4Rec (``TIME_TO_SPLIT_BERT4REC``, ``TIME_TO_SPLIT_GRU4REC``), as ModelConfig values.
+- What each model supports (``MODEL_TRAITS``): the ModelConfig values its architecture refuses. ModelConfig's
+  validation and the variants below read it, so no module names a model to decide what applies to it.
+- Protocol defaults (``PROTOCOL_DEFAULTS``): the model and train values each model's reference code base uses
+  under a protocol; per-data-set presets (``DATASET_PRESETS``: BSARec's published settings), keyed on the names of
+  the data registry (``data/registry.py``), not parsed from file names. ``model_defaults`` combines them;
+  ``training.config.resolve_configs`` puts the user's values on top.
+- Model variants (``MODEL_VARIANTS``): named labels a grid can train, each a model and its values: the named
+  references (``NAMED_VARIANTS``), the training-time remedies (``REMEDIES``, docs/remedies.md) of
+  ``REMEDY_MODELS`` and the probes of the residual account (``PROBES``) of ``PROBE_MODELS``, wherever the model
+  supports them (``MODEL_TRAITS``); ``REMEDY_LABELS`` orders the remedies for their comparison;
+  ``canonical_label`` reads any of these names as a command does.
+
+Nothing here imports a model: ``training.config`` (which validates) and ``report`` (which reads labels) both take
+their settings from this module.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.names import MODELS
+from resdom.names import MODELS, PROTOCOLS
 
-# Architectures of the reference code bases (spec §6), as ModelConfig values.
+Values = dict[str, Any]
+
+# ------------------------------------------------------------------------------------- reference architectures
+
 # The reference paper's SASRec: post-LN blocks, LN(Dropout(E * sqrt(d) + P)) input, FFN d with ReLU, max length 200.
-REFERENCE_POST_LN: dict[str, object] = {
+REFERENCE_POST_LN: Values = {
     "embedding": "dropout_ln", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1, "activation": "relu",
     "positions": "from_start", "max_len": 200,
 }
 # time-to-split's SASRec and the paper's DuoRec: the query-LN block, Dropout(E * sqrt(d) + P) input, a final LN
 # (the paper's DuoRec adds query_ln_kv="query": keys and values from LN_a(X), dropout on the attention output).
-REFERENCE_QUERY_LN: dict[str, object] = {
+REFERENCE_QUERY_LN: Values = {
     "query_ln": True, "final_ln": True, "embedding": "dropout", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1,
     "activation": "relu", "positions": "from_start",
 }
+# time-to-split's BERT4Rec (its grid point 41: d 64, 2 layers, 2 heads, dropout 0.5; max length 128;
+# models/bert4rec.py).
+TIME_TO_SPLIT_BERT4REC: Values = {
+    "max_len": 128, "hidden": 64, "layers": 2, "heads": 2, "dropout": 0.5, "attn_dropout": 0.1, "inner_mult": 2,
+    "activation": "gelu", "embedding": "ln_dropout", "emb_scale": False, "ln_eps": 1e-12, "positions": "from_start",
+    "final_ln": False, "key_padding_mask": True, "mask_prob": 0.2,
+}
+# time-to-split's GRU4Rec (its grid point 32: d 64, 1 layer, dropout 0.1; max length 128; models/gru4rec.py).
+TIME_TO_SPLIT_GRU4REC: Values = {"max_len": 128, "hidden": 64, "layers": 1, "dropout": 0.1}
+
+
+# ---------------------------------------------------------------------------------------------- model traits
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """What a model's architecture supports, as plain data.
+
+    ``refuses``: ModelConfig fields -> the values the model cannot take (BSARec's frequency branch sits in a
+    post-LN layer: no pre-LN or query-LN block); ``min_max_len``: the shortest window it runs on; ``heads``: whether
+    it has attention heads (``hidden`` must then be divisible by ``heads``); ``why``: the refusal, one line;
+    ``contrast``: one of the paper's contrast models (spec §7: BERT4Rec, GRU4Rec), not one of the causal
+    self-attention recommenders whose last-item reliance it studies (SASRec, DuoRec, BSARec).
+    """
+
+    refuses: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    min_max_len: int = 1
+    heads: bool = True
+    why: str = ""
+    contrast: bool = False
+
+    def refused(self, values: Mapping[str, Any]) -> list[str]:
+        """The fields of ``values`` (ModelConfig values) the model refuses (``max_len`` below ``min_max_len``
+        included)."""
+        out = [k for k, bad in self.refuses.items() if k in values and values[k] in bad]
+        if "max_len" in values and values["max_len"] < self.min_max_len:
+            out.append("max_len")
+        return out
+
+    def supports(self, values: Mapping[str, Any]) -> bool:
+        """Whether the model takes every one of ``values``."""
+        return not self.refused(values)
+
+
+MODEL_TRAITS: dict[str, ModelTraits] = {
+    "sasrec": ModelTraits(),
+    "duorec": ModelTraits(),
+    "bsarec": ModelTraits(refuses={"norm_first": (True,), "query_ln": (True,)},
+                          why="bsarec is post-LN only (norm_first and query_ln must be false)"),
+    "bert4rec": ModelTraits(refuses={"key_padding_mask": (False,)}, min_max_len=2,
+                            why="bert4rec needs max_len >= 2 (its input items and the appended [MASK]) and "
+                                "key_padding_mask (its attention is bidirectional: padding must not be attended to)",
+                            contrast=True),
+    "gru4rec": ModelTraits(heads=False, contrast=True),
+}
+assert tuple(MODEL_TRAITS) == MODELS, "resdom.names.MODELS and MODEL_TRAITS disagree"
+
+
+# --------------------------------------------------------------------------------- defaults and presets
+
+ANY_PROTOCOL = "*"
+# model -> protocol ("*": every protocol, also none) -> (model values, train values) of its reference code base.
+# Under LOO SASRec and DuoRec are BSARec's code base, which is ModelConfig's defaults; under GTS the reference paper's.
+PROTOCOL_DEFAULTS: dict[str, dict[str, tuple[Values, Values]]] = {
+    "sasrec": {"gts": (REFERENCE_POST_LN, {"epochs": 300})},
+    # the reference paper's DuoRec: its block (MHA(Q, Q, Q) on Q = LN_a(X), dropout on its output) at max length 200,
+    # the unsupervised view, ce_all
+    "duorec": {"gts": ({**REFERENCE_QUERY_LN, "query_ln_kv": "query", "max_len": 200, "duorec_views": "unsup"},
+                       {"epochs": 300})},
+    # BSARec's own architecture under every protocol, its padding row initialised as in its code
+    "bsarec": {ANY_PROTOCOL: ({"init_padding": True}, {})},
+    # time-to-split's values under every protocol (there is no other reference for them)
+    "bert4rec": {ANY_PROTOCOL: (TIME_TO_SPLIT_BERT4REC, {"epochs": 300})},
+    "gru4rec": {ANY_PROTOCOL: (TIME_TO_SPLIT_GRU4REC, {"epochs": 300})},
+}
+
+# BSARec's published per-data-set settings (spec §8): (a, c, heads) and the learning rate, per the paper's data set
+BSAREC_PUBLISHED: dict[str, tuple[Values, Values]] = {
+    "beauty": ({"bsa_a": 0.7, "bsa_c": 5, "heads": 1}, {"lr": 5e-4}),
+    "sports": ({"bsa_a": 0.3, "bsa_c": 5, "heads": 4}, {"lr": 1e-3}),
+    "toys": ({"bsa_a": 0.7, "bsa_c": 3, "heads": 1}, {"lr": 1e-3}),
+    "yelp": ({"bsa_a": 0.7, "bsa_c": 3, "heads": 4}, {"lr": 1e-3}),
+    "lastfm": ({"bsa_a": 0.9, "bsa_c": 3, "heads": 1}, {"lr": 1e-3}),
+    "ml-1m": ({"bsa_a": 0.3, "bsa_c": 9, "heads": 4}, {"lr": 5e-4}),
+}
+# the registered data sets (data/registry.py) that hold one of BSARec's six -> that data set
+BSAREC_DATA: dict[str, str] = {
+    "beauty": "beauty", "beauty-ts": "beauty", "beauty-ts-itemties": "beauty", "beauty-tts": "beauty",
+    "sports": "sports", "sports-ts": "sports", "sports-ts-itemties": "sports", "sports-tts": "sports",
+    "toys": "toys", "toys-ts": "toys", "yelp": "yelp", "yelp-ts": "yelp", "lastfm": "lastfm",
+    "ml-1m": "ml-1m", "ml-1m-part": "ml-1m",
+}
+# model -> registered data set -> (model values, train values), on top of the protocol defaults
+DATASET_PRESETS: dict[str, dict[str, tuple[Values, Values]]] = {
+    "bsarec": {name: BSAREC_PUBLISHED[paper] for name, paper in BSAREC_DATA.items()},
+}
+
+
+def model_defaults(model: str, protocol: str | None = None, source: str | None = None) -> tuple[Values, Values]:
+    """(model values, train values) ``model``'s reference code base uses under ``protocol`` on ``source`` (a
+    registered data set's name; a path or synthetic data has no preset): its defaults for every protocol, then
+    those of ``protocol``, then its preset for ``source``. The user's own values go on top."""
+    table = PROTOCOL_DEFAULTS.get(model, {})
+    parts = [table.get(ANY_PROTOCOL, ({}, {})), table.get(protocol or "", ({}, {})),
+             DATASET_PRESETS.get(model, {}).get(source or "", ({}, {}))]
+    return {k: v for m, _ in parts for k, v in m.items()}, {k: v for _, t in parts for k, v in t.items()}
+
+
+# ---------------------------------------------------------------------------------------------- variants
+
+# Named variants of a model: label -> (model, model values).
+NAMED_VARIANTS: dict[str, tuple[str, Values]] = {
+    # time-to-split's own SASRec at its default max length (spec §8: the published GTS results of the paper's code)
+    "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
+    # DuoRec on time-to-split's SASRec block (keys and values from the raw X): resdom's GTS DuoRec before the fix
+    "duorec-tts": ("duorec", {**REFERENCE_QUERY_LN, "query_ln_kv": "input"}),
+}
 
 # Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's
-# own protocol defaults. Registered as "<model>-<variant>" for each of REMEDY_MODELS (except the pairs in
-# REMEDY_EXCLUDED); "base" is the model itself.
-REMEDIES: dict[str, dict[str, Any]] = {
+# own protocol defaults. Registered as "<model>-<variant>" for each of REMEDY_MODELS that supports the values
+# (``MODEL_TRAITS``); "base" is the model itself.
+REMEDIES: dict[str, Values] = {
     "base": {},
     "res0.5": {"residual_scale": 0.5},
     "res0.75": {"residual_scale": 0.75},
@@ -40,11 +176,10 @@ REMEDIES: dict[str, dict[str, Any]] = {
     "pool": {"readout": "pool"},
 }
 REMEDY_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec")
-REMEDY_EXCLUDED: frozenset[tuple[str, str]] = frozenset({("bsarec", "preln")})  # BSARec is post-LN only
 # Probes of the residual account (docs/results.md, "Beyond the paper"): read out at a learned query token appended
 # after the prefix (no own-item residual at the readout position), and untied or projected output embeddings;
-# registered as "<model>-<probe>" for each of PROBE_MODELS.
-PROBES: dict[str, dict[str, Any]] = {
+# registered as "<model>-<probe>" for each of PROBE_MODELS that supports the values.
+PROBES: dict[str, Values] = {
     "query": {"readout": "query"},
     "untied": {"output": "untied"},
     "projected": {"output": "projected"},
@@ -52,25 +187,26 @@ PROBES: dict[str, dict[str, Any]] = {
 PROBE_MODELS: tuple[str, ...] = ("sasrec", "duorec")
 
 
-def _variants() -> dict[str, tuple[str, dict[str, Any]]]:
-    out: dict[str, tuple[str, dict[str, Any]]] = {
-        # time-to-split's own SASRec at its default max length (spec §8: the published GTS results of the paper's code)
-        "sasrec-tts": ("sasrec", {**REFERENCE_QUERY_LN, "max_len": 128}),
-        # DuoRec on time-to-split's SASRec block (keys and values from the raw X): resdom's GTS DuoRec before the fix
-        "duorec-tts": ("duorec", {**REFERENCE_QUERY_LN, "query_ln_kv": "input"}),
-    }
+def supports(model: str, values: Mapping[str, Any]) -> bool:
+    """Whether ``model`` takes ``values`` (``MODEL_TRAITS``)."""
+    return MODEL_TRAITS[model].supports(values)
+
+
+def _variants() -> dict[str, tuple[str, Values]]:
+    out = {label: (model, dict(values)) for label, (model, values) in NAMED_VARIANTS.items()}
     for model in REMEDY_MODELS:
         for variant, values in REMEDIES.items():
-            if variant != "base" and (model, variant) not in REMEDY_EXCLUDED:
+            if variant != "base" and supports(model, values):
                 out[f"{model}-{variant}"] = (model, dict(values))
     for model in PROBE_MODELS:
         for probe, values in PROBES.items():
-            out[f"{model}-{probe}"] = (model, dict(values))
+            if supports(model, values):
+                out[f"{model}-{probe}"] = (model, dict(values))
     return out
 
 
-# Named variants of a model, usable wherever a grid names its models: label -> (model, model values).
-MODEL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = _variants()
+# Every variant label, usable wherever a grid names its models: label -> (model, model values).
+MODEL_VARIANTS: dict[str, tuple[str, Values]] = _variants()
 # Every remedy grid label, in the comparison's order: each model, then its variants in REMEDIES order.
 REMEDY_LABELS: tuple[str, ...] = tuple(
     m if v == "base" else f"{m}-{v}" for m in REMEDY_MODELS for v in REMEDIES
@@ -87,7 +223,7 @@ def remedy_label(model: str, variant: str) -> str:
         raise ResdomError(f"--variants: unknown variant {variant!r}; one of {', '.join(REMEDIES)}")
     label = model if variant == "base" else f"{model}-{variant}"
     if label != model and label not in MODEL_VARIANTS:
-        raise ResdomError(f"--variants: {variant!r} does not apply to {model} (it is post-LN only)")
+        raise ResdomError(f"--variants: {variant!r} does not apply to {model} ({MODEL_TRAITS[model].why})")
     return label
 
 
@@ -100,7 +236,7 @@ def remedy_variant(label: str) -> tuple[str, str] | None:
     return model, label[len(model) + 1:]
 
 
-def model_variant(label: str) -> tuple[str, dict[str, Any]]:
+def model_variant(label: str) -> tuple[str, Values]:
     """A model name or a ``MODEL_VARIANTS`` label -> (model name, the variant's model values)."""
     if label in MODEL_VARIANTS:
         name, values = MODEL_VARIANTS[label]
@@ -123,3 +259,7 @@ def canonical_label(name: str, option: str = "--model") -> str:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     raise ResdomError(f"{option}: unknown model {name!r}{hint}; one of {', '.join(known)}")
+
+
+assert set(PROTOCOL_DEFAULTS) <= set(MODELS) and all(
+    p in (*PROTOCOLS, ANY_PROTOCOL) for table in PROTOCOL_DEFAULTS.values() for p in table)

@@ -10,7 +10,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.names import STAGES
+from resdom.names import metric_key
 
 
 def sha256_file(path: str | Path) -> str:
@@ -137,24 +136,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-_METRIC = re.compile(r"(HRL(\d*)I|HR|NDCG|MRR)(?:@(\d+))?((?:_.*)?)")
-_FAMILY = {"HR": 0, "NDCG": 1, "MRR": 2}
-
-
-def metric_key(name: Any) -> tuple[Any, ...]:
-    """Sort key putting metric names in the canonical order HR@1, HR@5, HR@10, HR@20, NDCG@1, ..., MRR, then
-    HRLI@K, HRL2I@K, ... (a suffix such as ``_unfiltered`` groups after the plain names), then the block stages
-    Attn, +Res, +LN; other keys follow, alphabetically."""
-    if name in STAGES:
-        return (0, "", 4, STAGES.index(name), 0)
-    m = _METRIC.fullmatch(str(name))
-    if m is None:
-        return (1, str(name))
-    family, k_last, cutoff, suffix = m.groups()
-    rank = _FAMILY.get(family, 3)
-    return (0, suffix, rank, int(k_last or 1) if rank == 3 else 0, int(cutoff or 0))
 
 
 def json_order(obj: Any) -> Any:

@@ -217,7 +217,7 @@ def rectools_state_dict(ck: RecToolsCheckpoint, cfg: ModelConfig, rows: np.ndarr
     d, L = cfg.hidden, cfg.max_len
     table = get("item_model.item_net_blocks.0.ids_emb.weight")
     items = take_rows(table, rows)
-    if cfg.name == "bert4rec":  # resdom's [MASK] is the row after the items
+    if ck.kind == "bert4rec":  # resdom's [MASK] is the row after the items
         items = torch.cat([items, table[1:2]], dim=0)
     pos_key = "torch_model.pos_encoding_layer.pos_emb.weight"
     if pos_key in ck.state_dict:
@@ -229,12 +229,12 @@ def rectools_state_dict(ck: RecToolsCheckpoint, cfg: ModelConfig, rows: np.ndarr
         pos = torch.zeros(L, d)
     out: dict[str, torch.Tensor] = {"item_emb.weight": items, "pos_emb.weight": pos.clone(),
                                     "emb_ln.weight": torch.ones(d), "emb_ln.bias": torch.zeros(d)}
-    if cfg.name == "bert4rec":
+    if ck.kind == "bert4rec":
         out["token_type"] = torch.zeros(d)  # RecTools has no token-type embedding
     else:
         out["final_ln.weight"] = get("transformer_layers.last_layernorm.weight")
         out["final_ln.bias"] = get("transformer_layers.last_layernorm.bias")
-    lns = {"sasrec": ("q_layer_norm", "ff_layer_norm"), "bert4rec": ("layer_norm_1", "layer_norm_2")}[cfg.name]
+    lns = {"sasrec": ("q_layer_norm", "ff_layer_norm"), "bert4rec": ("layer_norm_1", "layer_norm_2")}[ck.kind]
     for i in range(cfg.layers):
         src, dst = f"transformer_layers.transformer_blocks.{i}.", f"blocks.{i}."
         mha = src + "multi_head_attn."

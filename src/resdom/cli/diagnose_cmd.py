@@ -7,21 +7,27 @@ from pathlib import Path
 
 import typer
 
-from resdom.cli.values import parse_alphas, positive_int, progress_option
-from resdom.diagnostics.alpha import ALPHAS
-from resdom.diagnostics.runner import format_summary, parse_what, run_all
+from resdom.cli.values import progress_option
+from resdom.diagnostics.options import USERS, DiagnoseOptions, diagnose_options
+from resdom.diagnostics.registry import diagnostic_names
+from resdom.diagnostics.runner import format_summary, run_all
 from resdom.distributed import setup
-from resdom.errors import ResdomError
+from resdom.errors import OptionError
 from resdom.rundir import RunDir
 
+# DiagnoseOptions field -> the flag that sets it (an OptionError names the flag)
+FLAGS: dict[str, str] = {"what": "--what", "part": "--split", "definition": "--definition", "seeds": "--seeds",
+                         "alphas": "--alphas", "layers": "--layers", "per_head": "--per-head",
+                         "batch_size": "--batch-size"}
 
-def _ints(text: str | None, option: str) -> list[int] | None:
-    if text is None or not text.strip():
-        return None
+
+def options_from_flags(**values: object) -> DiagnoseOptions:
+    """The command's options, validated by ``DiagnoseOptions`` (lists as the comma-separated text given), with a
+    bad value's error naming its flag."""
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ResdomError(f"{option}: expected comma-separated integers (got {text!r})") from None
+        return diagnose_options(**{k: v for k, v in values.items() if v is not None})
+    except OptionError as e:
+        raise e.renamed(FLAGS) from None
 
 
 def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
@@ -29,7 +35,7 @@ def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
     (None: absent)."""
     out: dict[str, int | None] = {}
     for name in names:
-        path = RunDir(run_dir).users if name == "users" else RunDir(run_dir).diagnostic(name)
+        path = RunDir(run_dir).users if name == USERS else RunDir(run_dir).diagnostic(name)
         out[name] = path.stat().st_mtime_ns if path.is_file() else None
     return out
 
@@ -48,8 +54,8 @@ def _interrupted_message(run_dir: Path, names: list[str], before: dict[str, int 
 
 def diagnose(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
-    what: str = typer.Option("all", "--what", help="all, or some of shuffle,hrli,mixing,alpha,recovery,users "
-                              "(users: the per-user evidence, users.npz)"),
+    what: str = typer.Option("all", "--what", help=f"all, or some of {','.join((*diagnostic_names(), USERS))} "
+                              f"({USERS}: the per-user evidence, {USERS}.npz)"),
     split: str = typer.Option("test", "--split", help="valid or test (recovery always selects on valid, reports test)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu), cpu, cuda or mps; under "
@@ -62,22 +68,16 @@ def diagnose(
     per_head: bool = typer.Option(False, "--per-head", help="also report per-head mixing ratios"),
     progress: bool = progress_option(),
 ) -> None:
-    """Diagnose last-item reliance: position shuffles, last-item hit rates, mixing ratios, alpha sweep, recovery."""
-    seed_list = _ints(seeds, "--seeds")
-    if not seed_list:
-        raise ResdomError("--seeds: give at least one seed")
-    alpha_list = parse_alphas(alphas) or ALPHAS
-    positive_int(batch_size, "--batch-size")
-
-    names = parse_what(what, with_users=True)
+    """Diagnose last-item reliance: every registered diagnostic (see --what), written under RUN_DIR/diagnostics/."""
+    options = options_from_flags(what=what, part=split, definition=definition, batch_size=batch_size, seeds=seeds,
+                                 alphas=alphas, layers=layers, per_head=per_head)
+    names = list(options.what)
     before = _mtimes(run_dir, names)
     ctx = setup(device, "--device")  # under torchrun: join the process group; each rank diagnoses its shard of users
     try:
-        summary = run_all(
-            run_dir, what=what, split=split, device=ctx.device, batch_size=batch_size,
-            progress=progress and ctx.is_main, definition=definition, seeds=seed_list,
-            alphas=alpha_list, layers=_ints(layers, "--layers"), per_head=per_head,
-        )
+        summary = run_all(run_dir, options, device=ctx.device, progress=progress and ctx.is_main)
+    except OptionError as e:  # checked against the model (--layers)
+        raise e.renamed(FLAGS) from None
     except KeyboardInterrupt:
         if ctx.is_main:
             typer.echo(_interrupted_message(run_dir, names, before), err=True)

@@ -32,9 +32,8 @@ from resdom.cli.values import parse_cutoffs, positive_int, progress_option
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.experiments import canonical_label, model_variant
-from resdom.io import metric_key
 from resdom.models.config import ModelConfig
-from resdom.names import CUTOFFS
+from resdom.names import CUTOFFS, metric_key
 from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_folder
 from resdom.runs import load_run

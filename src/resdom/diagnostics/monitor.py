@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from resdom.data.sequences import EvalSet, SplitData, item_counts
+from resdom.data.sequences import EvalSet, item_counts
 from resdom.diagnostics.hrli import last_item_hit_rates
 from resdom.diagnostics.mixing import has_attention, mixing_ratios
 from resdom.models.interface import Diagnosable
 from resdom.stored import seen_unseen
-from resdom.training.config import TrainConfig
+from resdom.training.trainer import EpochEnd
 
 
 def monitor_subset(evalset: EvalSet, n_users: int, seed: int) -> EvalSet:
@@ -41,9 +41,14 @@ def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None,
     return out
 
 
-def epoch_monitor(model: Diagnosable, split: SplitData, train_cfg: TrainConfig, device: Any = None) -> dict[str, Any]:
-    """``train.monitor_every`` (``training.trainer.fit(..., monitor=epoch_monitor)``): ``cheap_diagnostics`` of the
-    current model on ``train_cfg.monitor_users`` validation users drawn with ``train_cfg.seed``, with the items'
-    training frequencies."""
-    return cheap_diagnostics(model, monitor_subset(split.valid, train_cfg.monitor_users, train_cfg.seed), device,
-                             train_counts=item_counts(split.train, split.n_items))
+def epoch_monitor(end: EpochEnd) -> None:
+    """The training monitor, an epoch hook of ``training.trainer.fit`` (``fit(..., hooks=(epoch_monitor,))``): every
+    ``train.monitor_every`` epochs, ``cheap_diagnostics`` of the current model on ``train.monitor_users`` validation
+    users drawn with ``train.seed``, with the items' training frequencies, into the epoch's record as
+    ``"monitor"``; nothing in the other epochs or with ``monitor_every`` 0."""
+    cfg = end.train_cfg
+    if not cfg.monitor_every or end.epoch % cfg.monitor_every:
+        return
+    split = end.split
+    end.record["monitor"] = cheap_diagnostics(end.model, monitor_subset(split.valid, cfg.monitor_users, cfg.seed),
+                                              end.device, train_counts=item_counts(split.train, split.n_items))

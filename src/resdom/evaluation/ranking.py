@@ -136,7 +136,7 @@ def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tenso
 
 
 def metrics_from_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = KS) -> dict[str, float]:
-    """ranks (n,) 0-based -> {"HR@K" for K in ks, "NDCG@K" for K in ks, "MRR"} in that order (``io.metric_key``),
+    """ranks (n,) 0-based -> {"HR@K" for K in ks, "NDCG@K" for K in ks, "MRR"} in that order (``names.metric_key``),
     means over users (NDCG = 1/log2(rank+2)); a rank >= ``MISS`` adds 0 to every metric, MRR included."""
     missed = ranks >= MISS
     ranks = ranks.double()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -49,11 +49,12 @@ class SequentialRecommender(nn.Module):
     A model carries its own traits, so that training and diagnostics never ask for a model by name:
     ``default_objective``; ``causal`` (False: a position's output sees later positions, so an all-position
     objective would leak labels; ``noncausal_reason`` says why); ``own_fields`` (ModelConfig fields that mean
-    something for this model only); ``defaults(protocol, source)`` (the model and train values its reference
-    code base uses under a protocol, and per-data-set presets); ``needs_partners()`` (batches need
-    ``sup_items``); ``exact_length_groups()`` (a batch may be cut into length groups with the same update);
-    ``train_layouts`` (the sample layouts of ``training.batches`` it can train from); ``unused_fields``
-    (ModelConfig fields that mean nothing for this model, refused when set). Hooks a model may override:
+    something for this model only); ``needs_partners()`` (batches need ``sup_items``); ``exact_length_groups()``
+    (a batch may be cut into length groups with the same update); ``train_layouts`` (the sample layouts of
+    ``training.batches`` it can train from); ``unused_fields`` (ModelConfig fields that mean nothing for this model,
+    refused when set). What its architecture supports, its reference code base's defaults and its presets are
+    plain data in ``resdom.experiments`` (``MODEL_TRAITS``, ``model_defaults``), torch-free. Hooks a model may
+    override:
     ``training_states(batch)`` (its training inputs and states from a TrainBatch: BERT4Rec masks there),
     ``mask_bias(tokens)`` (the attention mask), ``block_tokens(items)`` (the tokens its blocks see and record,
     when it adds some: BERT4Rec's appended [MASK]).
@@ -66,12 +67,6 @@ class SequentialRecommender(nn.Module):
     own_fields: ClassVar[tuple[str, ...]] = ()
     unused_fields: ClassVar[tuple[str, ...]] = ()
     train_layouts: ClassVar[tuple[str, ...]] = ("all", "last")
-
-    @classmethod
-    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(model values, train values) this model's reference code uses under ``protocol`` on ``source``; the
-        user's own values go on top (``training.config.resolve_configs``)."""
-        return {}, {}
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

@@ -36,7 +36,7 @@ computes (padding only moves to other columns, and no query attends to it).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -44,14 +44,6 @@ from torch import nn
 from resdom.models.base import SequentialRecommender, TrainBatch
 from resdom.models.block import AttentionMask, padding_mask_bias
 from resdom.models.config import ModelConfig
-
-# time-to-split's BERT4Rec (its grid point 41: d 64, 2 layers, 2 heads, dropout 0.5; max length 128) as
-# ModelConfig values.
-TIME_TO_SPLIT: dict[str, object] = {
-    "max_len": 128, "hidden": 64, "layers": 2, "heads": 2, "dropout": 0.5, "attn_dropout": 0.1, "inner_mult": 2,
-    "activation": "gelu", "embedding": "ln_dropout", "emb_scale": False, "ln_eps": 1e-12, "positions": "from_start",
-    "final_ln": False, "key_padding_mask": True, "mask_prob": 0.2,
-}
 
 
 class BERT4Rec(SequentialRecommender):
@@ -66,11 +58,6 @@ class BERT4Rec(SequentialRecommender):
     own_fields: ClassVar[tuple[str, ...]] = ("mask_prob",)
     unused_fields: ClassVar[tuple[str, ...]] = ("readout", "readout_k", "output")  # its prediction is the [MASK] state
     train_layouts: ClassVar[tuple[str, ...]] = ("window", "last")
-
-    @classmethod
-    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """time-to-split's values under every protocol (there is no other reference for it)."""
-        return dict(TIME_TO_SPLIT), {"epochs": 300}
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)

@@ -20,8 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -125,37 +124,12 @@ class BSARecBlock(AttentionBlock):
         return h1
 
 
-# BSARec's published per-data-set settings (spec §8): (a, c, heads) and the learning rate.
-PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "beauty": ({"bsa_a": 0.7, "bsa_c": 5, "heads": 1}, {"lr": 5e-4}),
-    "sports": ({"bsa_a": 0.3, "bsa_c": 5, "heads": 4}, {"lr": 1e-3}),
-    "toys": ({"bsa_a": 0.7, "bsa_c": 3, "heads": 1}, {"lr": 1e-3}),
-    "yelp": ({"bsa_a": 0.7, "bsa_c": 3, "heads": 4}, {"lr": 1e-3}),
-    "lastfm": ({"bsa_a": 0.9, "bsa_c": 3, "heads": 1}, {"lr": 1e-3}),
-    "ml-1m": ({"bsa_a": 0.3, "bsa_c": 9, "heads": 4}, {"lr": 5e-4}),
-}
-
-
-def preset_name(source: str | None) -> str | None:
-    """The preset matching a data source name or path (``beauty-ts`` -> ``beauty``), or None."""
-    if not source:
-        return None
-    name = Path(str(source)).name.lower()
-    for suffix in (".txt", ".inter", ".csv", ".tsv", ".parquet", ".gz", ".dat"):
-        name = name.removesuffix(suffix)
-    name = name.removesuffix("-ts").removesuffix("_ts")
-    aliases = {"sports_and_outdoors": "sports", "toys_and_games": "toys", "ml1m": "ml-1m"}
-    name = aliases.get(name, name)
-    if name in PRESETS:
-        return name
-    return next((p for p in PRESETS if name.startswith(p + "-") or name.startswith(p + "_")), None)
-
-
 class BSARec(SequentialRecommender):
     """BSARec: SequentialRecommender with BSARecBlocks, always run on the full left-padded window.
 
-    Its own architecture under every protocol, with the published per-data-set settings (``PRESETS``) and the
-    padding row initialised as in its code; trained with ``ce_last``: the filter is not causal.
+    Its own architecture under every protocol, with the published per-data-set settings and the padding row
+    initialised as in its code (``experiments.PROTOCOL_DEFAULTS``, ``DATASET_PRESETS``); post-LN only
+    (``experiments.MODEL_TRAITS``); trained with ``ce_last``: the filter is not causal.
     """
 
     name: ClassVar[str] = "bsarec"
@@ -165,12 +139,6 @@ class BSARec(SequentialRecommender):
         "its low-pass filter is not causal, so every position sees later items of the window, including the very "
         "item it must predict (label leakage, spec §2)")
     own_fields: ClassVar[tuple[str, ...]] = ("bsa_a", "bsa_c")
-
-    @classmethod
-    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        preset = preset_name(source)
-        model, train = PRESETS[preset] if preset else ({}, {})
-        return {"init_padding": True, **model}, dict(train)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from resdom.errors import ResdomError
+from resdom.experiments import MODEL_TRAITS
 from resdom.names import MODELS
 
 ModelName = Literal[MODELS]  # type: ignore[valid-type]
@@ -104,13 +105,11 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
-        if self.name != "gru4rec" and self.hidden % self.heads:  # gru4rec has no attention heads
+        traits = MODEL_TRAITS[self.name]  # what the model's architecture supports (experiments.py)
+        if traits.heads and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
-        if self.name == "bsarec" and (self.norm_first or self.query_ln):
-            raise ValueError("bsarec is post-LN only (norm_first and query_ln must be false)")
-        if self.name == "bert4rec" and (self.max_len < 2 or not self.key_padding_mask):
-            raise ValueError("bert4rec needs max_len >= 2 (its input items and the appended [MASK]) and "
-                             "key_padding_mask (its attention is bidirectional: padding must not be attended to)")
+        if traits.refused(self.model_dump()):
+            raise ValueError(traits.why)
         if self.residual_gate != "none" and self.residual_scale != 1.0:
             raise ValueError("residual_gate replaces residual_scale (the gate starts at 1); set one of them")
         if self.norm_first and self.query_ln:

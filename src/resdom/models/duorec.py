@@ -17,13 +17,12 @@ the reference code).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from resdom.errors import ResdomError
-from resdom.experiments import REFERENCE_QUERY_LN
 from resdom.models.base import SequentialRecommender, TrainBatch
 
 
@@ -45,21 +44,14 @@ def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tens
 class DuoRec(SequentialRecommender):
     """SASRec encoder with DuoRec's contrastive regulariser as ``auxiliary_loss``.
 
-    Defaults: BSARec's code base under LOO; under GTS the reference paper's DuoRec (its block, ``PaperDuoRecBlock``:
-    attention MHA(Q, Q, Q) on Q = LN_a(X) with dropout on its output; max length 200, the unsupervised view,
-    ``ce_all``, up to 300 epochs). ``duorec-tts`` keeps the earlier GTS DuoRec, on time-to-split's SASRec block
-    (keys and values from the raw X, no dropout on A).
+    Defaults (``experiments.PROTOCOL_DEFAULTS``): BSARec's code base under LOO; under GTS the reference paper's
+    DuoRec (its block, ``PaperDuoRecBlock``: attention MHA(Q, Q, Q) on Q = LN_a(X) with dropout on its output; max
+    length 200, the unsupervised view, ``ce_all``, up to 300 epochs). ``duorec-tts`` keeps the earlier GTS DuoRec,
+    on time-to-split's SASRec block (keys and values from the raw X, no dropout on A).
     """
 
     name: ClassVar[str] = "duorec"
     own_fields: ClassVar[tuple[str, ...]] = ("duorec_tau", "duorec_lambda", "duorec_views")
-
-    @classmethod
-    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        if protocol == "gts":
-            model = {**REFERENCE_QUERY_LN, "query_ln_kv": "query", "max_len": 200, "duorec_views": "unsup"}
-            return model, {"epochs": 300}
-        return {}, {}
 
     def needs_partners(self) -> bool:
         return self.cfg.duorec_views in ("sup", "both")

@@ -18,15 +18,13 @@ No attention: ``attention_blocks()`` is empty, so the mixing ratio and the resid
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
-
-TIME_TO_SPLIT: dict[str, object] = {"max_len": 128, "hidden": 64, "layers": 1, "dropout": 0.1}
 
 
 class GRU4Rec(SequentialRecommender):
@@ -39,11 +37,6 @@ class GRU4Rec(SequentialRecommender):
         "emb_scale", "embedding", "final_ln", "ln_eps", "positions", "key_padding_mask", "init_padding",
         "residual_scale", "residual_gate", "readout", "readout_k", "output",
     )
-
-    @classmethod
-    def defaults(cls, protocol: str | None, source: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-        """time-to-split's values under every protocol (there is no other reference for it)."""
-        return dict(TIME_TO_SPLIT), {"epochs": 300}
 
     def __init__(self, cfg: ModelConfig) -> None:
         nn.Module.__init__(self)  # not SequentialRecommender.__init__: no positions, no attention blocks

@@ -12,11 +12,11 @@ from typing import Any
 from resdom.data.sequences import SplitData
 from resdom.diagnostics.evidence import read_header
 from resdom.diagnostics.monitor import epoch_monitor
+from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import run_all, summarise
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
-from resdom.names import DIAGNOSTICS
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
 from resdom.training.config import resolve_configs
@@ -45,7 +45,7 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
                        progress: bool = True, label: str | None = None) -> dict[str, Any]:
     """Train ``model`` on ``split`` into ``run_dir`` (resuming whatever is there), then run every diagnostic.
 
-    ``label``: the name reports give the run (a ``training.config.MODEL_VARIANTS`` label; default ``model``).
+    ``label``: the name reports give the run (a ``experiments.MODEL_VARIANTS`` label; default ``model``).
 
     Returns ``{"metrics": <metrics.json>, "diagnostics": <summary.json>, "train_s", "diagnose_s"}``.
     """
@@ -55,7 +55,7 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
     t0 = time.perf_counter()
     metrics = fit(split, model_cfg, train_cfg, run_dir,
                   data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
-                  progress=progress, monitor=epoch_monitor)
+                  progress=progress, hooks=(epoch_monitor,))
     t1 = time.perf_counter()
 
     missing = missing_diagnostics(run_dir)  # a resumed cell keeps what was computed on its current checkpoint
@@ -67,12 +67,12 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
 
 def missing_diagnostics(run_dir: Path) -> list[str]:
-    """The diagnostics (of ``DIAGNOSTICS``) whose file in ``run_dir`` is absent or of another checkpoint, and
-    ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``--what`` names)."""
+    """The registered diagnostics whose file in ``run_dir`` is absent or of another checkpoint, and ``users`` where
+    the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
     files = RunDir(run_dir)
     current = checkpoint_id(files.model)
     missing = []
-    for name in DIAGNOSTICS:
+    for name in diagnostic_names():
         try:
             ok = json.loads(files.diagnostic(name).read_text()).get("checkpoint") == current
         except (OSError, json.JSONDecodeError, AttributeError):

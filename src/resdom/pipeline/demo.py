@@ -33,7 +33,7 @@ from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
 from resdom.report.findings import finding_lines
 from resdom.rundir import RunDir
-from resdom.training.trainer import RunFiles
+from resdom.training.state import ResumeState, RunFiles
 
 
 @dataclass
@@ -94,7 +94,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
              "from scratch")
         shutil.rmtree(run_dir)
         state = None
-    if state is not None and state.get("stopped"):
+    if state is not None and state.stopped:
         echo(f"[2/3] reusing the finished SASRec run (same settings, up to {s.epochs} epochs) and running every "
              f"diagnostic -> {run_dir}")
     else:
@@ -116,7 +116,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     return DemoResult(out_dir, run_dir, paths.html, findings, timings)
 
 
-def _changed_settings(state: dict[str, Any] | None, s: DemoSettings) -> list[str]:
+def _changed_settings(state: ResumeState | None, s: DemoSettings) -> list[str]:
     """The demo settings that differ between a saved run's trainer state and ``s`` ("field saved -> wanted")."""
     if state is None:
         return []
@@ -125,6 +125,6 @@ def _changed_settings(state: dict[str, Any] | None, s: DemoSettings) -> list[str
               "model": dict(s.model)}
     out = []
     for section, values in wanted.items():
-        saved = state.get(section) or {}
+        saved = getattr(state, section)
         out += [f"{key} {saved.get(key)!r} -> {value!r}" for key, value in values.items() if saved.get(key) != value]
     return out

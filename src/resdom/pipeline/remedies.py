@@ -1,7 +1,7 @@
 """``resdom remedies``: training-time remedies for residual dominance, trained and compared (docs/remedies.md).
 
 A reproduction grid (``pipeline.reproduce``) over one data set, the variants of one model (labels
-``<model>-<variant>`` of ``training.config.MODEL_VARIANTS``; "base" is the model itself) and the seeds, each
+``<model>-<variant>`` of ``experiments.MODEL_VARIANTS``; "base" is the model itself) and the seeds, each
 trained with the base model's protocol and diagnosed like it; then, in the grid's summary report::
 
     DIR/summary/tables/remedies.md       the per-variant table (report.tables.remedies_table), mean ± std over seeds

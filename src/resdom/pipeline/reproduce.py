@@ -25,12 +25,12 @@ from resdom.data.prepare import prepare_split
 from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
 from resdom.diagnostics.evidence import read_header
+from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import run_all
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.experiments import canonical_label, model_labels, model_variant
 from resdom.io import atomic_write_json
-from resdom.names import DIAGNOSTICS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
@@ -181,7 +181,7 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
     epochs = [json.loads(line) for line in files.log.read_text().splitlines() if line.strip()]
     train = json.loads(files.config.read_text()).get("train", {})
     diag = {}
-    for name in DIAGNOSTICS:  # each diagnostic's file says how long it took, whichever session computed it
+    for name in diagnostic_names():  # each diagnostic's file says how long it took, whichever session computed it
         path = files.diagnostic(name)
         if path.is_file():
             diag[name] = json.loads(path.read_text()).get("seconds") or 0.0

@@ -7,7 +7,7 @@ Layout (one cell = data set x model label x seed)::
         metrics.json     final valid / test metrics of the best checkpoint, best epoch, epochs run, how it stopped
         curve.jsonl      one line per epoch: loss, validation metrics, seconds (and the training monitor's numbers)
         cell.json        identity, checkpoint hash, compute (train / diagnose seconds, device, threads), versions
-        diagnostics/     every diagnostic's JSON (shuffle, hrli, mixing, alpha, recovery, summary)
+        diagnostics/     every registered diagnostic's JSON (shuffle, hrli, mixing, alpha, recovery) and summary.json
         users.npz        the per-user evidence of the test split (``diagnostics.evidence``; <= 60 KB), where the
                          run has one
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.diagnostics.evidence import read_header
+from resdom.diagnostics.registry import diagnostic_names
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, json_bytes
 from resdom.pipeline.common import is_finished
@@ -32,7 +33,6 @@ from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
 
 MAX_CELL_BYTES = 200_000
-DIAGNOSTIC_FILES = ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary")
 _MANIFEST_KEPT = ("dataset", "protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users",
                   "tie_rule", "pool", "dropped_users")
 
@@ -87,7 +87,7 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
             "stopped": metrics.get("stopped"), "compute": compute or {}, "versions": config.get("versions", {}),
         }),
     }
-    for name in DIAGNOSTIC_FILES:
+    for name in (*diagnostic_names(), "summary"):
         path = run.diagnostic(name)
         if path.is_file():
             d = _read(path)

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from resdom.experiments import REMEDY_LABELS, model_variant, remedy_variant
+from resdom.experiments import MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.tables import mean_std
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 
-CAUSAL = ("sasrec", "duorec", "bsarec")
 TOL = 0.005  # alpha-sweep steps smaller than this do not break monotonicity
 YES, NO = "✓", "✗"
 
@@ -155,8 +154,10 @@ def _has(run: RunRecord, claim: Claim) -> bool:
 
 
 def is_causal(label: str) -> bool:
-    """A causal self-attention model or one of its named variants, not a remedy variant."""
-    return model_variant(label)[0] in CAUSAL and remedy_variant(label) is None
+    """A causal self-attention model or one of its named variants (not a contrast model: ``experiments.MODEL_TRAITS``),
+    not a remedy variant."""
+    traits = MODEL_TRAITS.get(model_variant(label)[0])
+    return traits is not None and not traits.contrast and remedy_variant(label) is None
 
 
 def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[str, str], list[RunRecord]]:

@@ -21,8 +21,6 @@ from resdom.experiments import REMEDY_LABELS
 from resdom.io import read_jsonl, sha256_file
 from resdom.rundir import RunDir
 
-DIAGNOSTICS = (*names.DIAGNOSTICS, "summary")
-
 
 @dataclass
 class RunRecord:
@@ -53,9 +51,12 @@ class RunRecord:
         return self.diagnostics.get(name, {})
 
     def why_empty(self, part: str) -> str:
-        """Why ``part`` ("metrics" or a diagnostic's name) holds no numbers: its entry of ``problems``, else that the
-        file holds none."""
-        return self.problems.get(part) or f"{FILE_NAMES.get(part, part + '.json')} holds no such number"
+        """Why ``part`` ("metrics" or a diagnostic's name) holds no numbers: its entry of ``problems``, else that its
+        file is missing or holds none."""
+        if part in self.problems:
+            return self.problems[part]
+        file = file_name(part)
+        return f"{file} holds no such number" if part == "metrics" or part in self.diagnostics else f"{file} missing"
 
     def test_metrics(self) -> dict[str, float]:
         """Final test metrics from ``metrics.json`` (tolerates ``{"test": {...}}`` and ``{"test": {"metrics"}}``),
@@ -83,7 +84,17 @@ def _maybe(path: Path) -> dict[str, Any]:
     return read_json(path) if path.is_file() else {}
 
 
-FILE_NAMES = {"metrics": "metrics.json", **{name: f"{name}.json" for name in DIAGNOSTICS}}
+def file_name(part: str) -> str:
+    """The file of ``part``: metrics.json, or a diagnostic's ``<name>.json`` (``RunDir.diagnostic``)."""
+    return "metrics.json" if part == "metrics" else f"{part}.json"
+
+
+def read_diagnostics(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every diagnostic's JSON file of ``run_dir`` (``diagnostics/<name>.json``, whatever diagnostics wrote them)
+    by name, in name order, ``summary`` last."""
+    folder = RunDir(run_dir).diagnostics
+    paths = sorted(folder.glob("*.json"), key=lambda p: (p.stem == "summary", p.stem)) if folder.is_dir() else []
+    return {p.stem: read_json(p) for p in paths if not p.name.startswith(".")}
 
 
 def run_identity(run_dir: Path, config: dict[str, Any], cell: dict[str, Any]) -> tuple[str, str, int | None]:
@@ -119,13 +130,13 @@ def read_run(run_dir: str | Path) -> RunRecord:
         raise ResdomError(f"{run_dir}: run directory not found")
     files = RunDir(run_dir)
     config = _maybe(files.config)
-    diagnostics = {name: _maybe(files.diagnostic(name)) for name in DIAGNOSTICS}
+    diagnostics = read_diagnostics(run_dir)
     metrics = _maybe(files.final)
     if not config and not metrics and not any(diagnostics.values()):
         raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
     cell = _maybe(files.cell)
-    problems = {part: f"{FILE_NAMES[part]} missing" for part, d in [("metrics", metrics), *diagnostics.items()]
-                if not d}
+    problems = {part: f"{file_name(part)} {'missing' if part == 'metrics' else 'empty'}"
+                for part, d in [("metrics", metrics), *diagnostics.items()] if not d}
     stale = _drop_stale(run_dir, metrics, diagnostics, cell, problems)
     dataset, label, seed = run_identity(run_dir, config, cell)
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
@@ -226,10 +237,11 @@ def left_out(runs: list[RunRecord]) -> dict[Path, dict[str, str]]:
         present.setdefault((r.dataset, r.model), set()).update(r.diagnostics)
     out: dict[Path, dict[str, str]] = {}
     for r in runs:
-        parts = [p for p in ("metrics", *DIAGNOSTICS) if p in r.problems
-                 and (p == "metrics" or p in r.stale or p in present[(r.dataset, r.model)])]
+        parts = ["metrics"] if "metrics" in r.problems else []
+        parts += sorted({*r.stale, *(present[(r.dataset, r.model)] - set(r.diagnostics))} - {"metrics"},
+                        key=lambda p: (p == "summary", p))
         if parts and not r.error:
-            out[r.path] = {p: r.problems[p] for p in parts}
+            out[r.path] = {p: r.why_empty(p) for p in parts}
     return out
 
 

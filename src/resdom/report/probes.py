@@ -8,19 +8,18 @@ residual account against their base model, for ``report.compare.compare_table``.
 
 Each probe is compared with its base model (the label before the first "-") on NDCG@10 (margin ±5% of the base
 model's value) and HRLI@1 (±0.02, absolute), on beauty-ts and toys-ts. The labels are those of
-``resdom.training.config.PROBES`` (tests/test_report_probes.py checks they agree; this module does not import it,
-which would load torch).
+``resdom.experiments.PROBES`` and ``PROBE_MODELS`` (torch-free).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from resdom.experiments import PROBE_MODELS, PROBES
 from resdom.report.compare import Comparison
 from resdom.report.stats import Margin
 
-PROBE_MODELS: tuple[str, ...] = ("sasrec", "duorec")
-PROBE_VARIANTS: tuple[str, ...] = ("query", "untied", "projected")
+PROBE_VARIANTS: tuple[str, ...] = tuple(PROBES)
 PROBE_DATASETS: tuple[str, ...] = ("beauty-ts", "toys-ts")
 PROBE_METRICS: dict[str, Margin] = {"NDCG@10": Margin(0.05, relative=True), "HRLI@1": Margin(0.02, relative=False)}
 

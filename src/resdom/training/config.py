@@ -11,18 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from resdom.errors import ResdomError
-from resdom.experiments import (  # noqa: F401  (experiment settings live in resdom.experiments; also read here)
-    MODEL_VARIANTS,
-    PROBES,
-    REMEDIES,
-    REMEDY_LABELS,
-    REMEDY_MODELS,
-    canonical_label,
-    model_labels,
-    model_variant,
-    remedy_label,
-    remedy_variant,
-)
+from resdom.experiments import model_defaults
 from resdom.models import MODEL_CLASSES, model_class
 from resdom.models.config import ModelConfig, format_validation_error, make_model_config
 from resdom.names import METRICS
@@ -30,8 +19,6 @@ from resdom.training.objectives import OBJECTIVES, get_objective
 
 ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
-
-METRIC_NAMES = METRICS
 
 
 class TrainConfig(BaseModel):
@@ -84,8 +71,8 @@ class TrainConfig(BaseModel):
     @field_validator("metric")
     @classmethod
     def _known_metric(cls, v: str) -> str:
-        if v not in METRIC_NAMES:
-            raise ValueError(f"unknown metric {v!r}; one of {', '.join(METRIC_NAMES)}")
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}; one of {', '.join(METRICS)}")
         return v
 
 
@@ -112,8 +99,9 @@ def resolve_configs(
 ) -> tuple[ModelConfig, TrainConfig]:
     """Apply the protocol's defaults, then presets, then the user's explicit values; validate; check the pairing.
 
-    ``model_values`` / ``train_values`` hold only what the user set (YAML, ``--set``, options); protocol defaults
-    (``protocol_defaults``) and BSARec's per-data-set presets fill the other fields. Raises ResdomError naming
+    ``model_values`` / ``train_values`` hold only what the user set (YAML, ``--set``, options); the model's protocol
+    defaults and its per-data-set presets (``experiments.model_defaults``, keyed on the registered data set named
+    by ``source``) fill the other fields. Raises ResdomError naming
     the bad field.
     """
     model_values = dict(model_values or {})
@@ -121,11 +109,11 @@ def resolve_configs(
     if "name" in model_values and model_values["name"] != model_name:
         raise ResdomError(f"model.name: {model_values['name']!r} contradicts --model {model_name!r}")
     try:
-        cls = model_class(model_name)
+        model_class(model_name)  # an unknown model is refused here
     except ValueError as e:
         raise ResdomError(f"--model: {e}") from None
     _check_own_fields(model_name, model_values)
-    merged_model, merged_train = cls.defaults(protocol, source)
+    merged_model, merged_train = model_defaults(model_name, protocol, source)
     merged_model.update(model_values)
     merged_model.update(name=model_name, n_items=n_items)
     merged_train.update(train_values)

@@ -20,7 +20,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +32,16 @@ from resdom import distributed
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
-from resdom.io import (
-    atomic_write_files,
-    atomic_write_json,
-    atomic_write_text,
-    directory_lock,
-    remove_temporaries,
-    safetensors_bytes,
-    writing,
-)
+from resdom.io import atomic_write_json, atomic_write_text, directory_lock, remove_temporaries, writing
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.rundir import RunDir, check_output_folder
+from resdom.rundir import check_output_folder
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
     data_fingerprints,
     load_checkpoint,
-    read_safetensors,
     save_checkpoint,
     source_commit,
     versions,
@@ -63,12 +54,28 @@ from resdom.training.batches import (
     iter_batches,
     same_target_partners,
 )
-from resdom.training.config import RESUMABLE_FIELDS, TrainConfig, with_objective
+from resdom.training.config import TrainConfig, with_objective
 from resdom.training.objectives import LossContext, Objective, get_objective, popularity_log_q
+from resdom.training.state import EarlyStopping, ResumeState, RunFiles, check_resumable
 
-EpochCallback = Callable[[int, dict[str, Any]], None]
-Monitor = Callable[[SequentialRecommender, SplitData, TrainConfig, torch.device], dict[str, Any]]  # train.monitor_every
-STATE_FORMAT = "resdom-trainer-state/1"
+
+@dataclass
+class EpochEnd:
+    """What an epoch hook (``fit(..., hooks=...)``) is given after an epoch's validation, before the epoch's record
+    is written to ``metrics.jsonl``: the epoch, the model being trained (in whatever mode it is in: a hook that
+    evaluates puts it in eval mode), the data, the training config, the device, and the record itself, to which
+    the hook may add entries (the training monitor adds ``"monitor"``). On every rank under DDP."""
+
+    epoch: int
+    model: SequentialRecommender
+    split: SplitData
+    train_cfg: TrainConfig
+    device: torch.device
+    record: dict[str, Any]
+
+
+EpochCallback = Callable[[int, dict[str, Any]], None]  # after the epoch's state is saved: cb(epoch, record)
+EpochHook = Callable[[EpochEnd], None]  # before the epoch's record is written (diagnostics.monitor.epoch_monitor)
 PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total at most this often in an epoch
 
 
@@ -78,147 +85,6 @@ PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total
 def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
     """A 63-bit seed for one random stream of one epoch (stream 0: order, 1: negatives, 2: torch/dropout)."""
     return int(np.random.SeedSequence([seed, epoch, stream, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-# ------------------------------------------------------------------------------------ early stopping
-
-
-@dataclass
-class EarlyStopping:
-    """Track the best validation value (higher is better) and the epochs since it improved."""
-
-    best_value: float = -math.inf
-    best_epoch: int = 0
-    bad_epochs: int = 0
-
-    def update(self, value: float, epoch: int) -> bool:
-        """Record epoch ``epoch``'s value; True when it is a new best (strictly greater)."""
-        if value > self.best_value:
-            self.best_value, self.best_epoch, self.bad_epochs = value, epoch, 0
-            return True
-        self.bad_epochs += 1
-        return False
-
-    def should_stop(self, patience: int) -> bool:
-        return self.bad_epochs >= patience
-
-
-# ------------------------------------------------------------------------------------- resume state
-
-
-def flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Optimizer state -> (named tensors ``state.<param>.<key>``, JSON data: param groups and non-tensor state)."""
-    sd = optimizer.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, Any] = {}
-    for pid, st in sd["state"].items():
-        for key, value in st.items():
-            if torch.is_tensor(value):
-                tensors[f"state.{pid}.{key}"] = value.detach().to("cpu").contiguous()
-            else:
-                scalars[f"{pid}.{key}"] = value
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
-
-def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
-    """Inverse of ``flatten_optimizer``: a state dict for ``optimizer.load_state_dict``."""
-    state: dict[int, dict[str, Any]] = {}
-    for name, value in tensors.items():
-        _, pid, key = name.split(".", 2)
-        state.setdefault(int(pid), {})[key] = value
-    for name, value in meta.get("scalars", {}).items():
-        pid, key = name.split(".", 1)
-        state.setdefault(int(pid), {})[key] = value
-    return {"state": state, "param_groups": meta["param_groups"]}
-
-
-class RunFiles(RunDir):
-    """A run directory (layout in ``resdom.rundir``) as the trainer writes it, and the resume state in ``state/``."""
-
-    def restart_hint(self) -> str:
-        return f"delete {self.state_dir} to restart the run from epoch 1"
-
-    def read_state(self) -> dict[str, Any] | None:
-        if not self.state.exists():
-            return None
-        try:
-            state = json.loads(self.state.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ResdomError(f"{self.state}: resume state is truncated or not valid JSON ({e}); "
-                              f"{self.restart_hint()}") from None
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            found = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ResdomError(f"{self.state}: not a resdom trainer state (format {found!r}); {self.restart_hint()}")
-        missing = [k for k in ("epoch", "files", "optimizer_meta", "early_stopping") if k not in state]
-        if missing:
-            raise ResdomError(f"{self.state}: resume state lacks {', '.join(missing)}; {self.restart_hint()}")
-        return state
-
-    def save_state(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Weights and Adam moments for ``state['epoch']``, then ``trainer.json`` (the commit point), then prune."""
-        epoch = state["epoch"]
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        opt_tensors, opt_meta = flatten_optimizer(optimizer)
-        files = {"model": f"model-{epoch:04d}.safetensors", "optimizer": f"optimizer-{epoch:04d}.safetensors"}
-        atomic_write_files({self.state_dir / files["model"]: safetensors_bytes(weights),
-                            self.state_dir / files["optimizer"]: safetensors_bytes(opt_tensors)})
-        atomic_write_json(self.state, {**state, "files": files, "optimizer_meta": opt_meta, "format": STATE_FORMAT})
-        for old in self.state_dir.glob("*.safetensors"):
-            if old.name not in files.values():
-                old.unlink(missing_ok=True)
-
-    def load_state_tensors(self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        paths = {key: self.state_dir / name for key, name in state["files"].items()}
-        for key in ("model", "optimizer"):
-            if key not in paths or not paths[key].is_file():
-                raise ResdomError(f"{self.state}: its {key} file {paths.get(key, '?')} is missing; "
-                                  f"{self.restart_hint()}")
-        weights = read_safetensors(paths["model"], self.restart_hint())
-        opt = read_safetensors(paths["optimizer"], self.restart_hint())
-        try:
-            model.load_state_dict(weights)
-            optimizer.load_state_dict(unflatten_optimizer(opt, state["optimizer_meta"]))
-        except (RuntimeError, ValueError, KeyError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
-                              f"{self.restart_hint()}") from None
-
-    def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
-        """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""
-        if not self.log.exists():
-            return []
-        out = []
-        for line in self.log.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("epoch", 0) <= up_to_epoch:
-                out.append(rec)
-        return out
-
-
-def _check_resumable(files: RunFiles, state: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainConfig,
-                     split: SplitData) -> None:
-    """The saved run must be the same experiment; name every differing field otherwise."""
-    diffs = []
-    if state.get("data_fingerprint") not in data_fingerprints(split):
-        diffs.append(f"data fingerprint {state.get('data_fingerprint')} saved vs {data_fingerprint(split)} now")
-    for section, saved, now, free, cls in (
-        ("model", state.get("model", {}), model_cfg.model_dump(), frozenset(), ModelConfig),
-        ("train", state.get("train", {}), train_cfg.model_dump(), RESUMABLE_FIELDS, TrainConfig),
-    ):
-        # a field added to resdom after the run was saved holds its default there
-        saved = {**{k: f.default for k, f in cls.model_fields.items() if k in now and k not in saved}, **saved}
-        for key in sorted(set(saved) | set(now)):
-            if key not in free and saved.get(key) != now.get(key):
-                diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
-    if diffs:
-        raise ResdomError(
-            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another --out directory or "
-            f"delete {files.state_dir} to start over"
-        )
 
 
 # --------------------------------------------------------------------------------------- train step
@@ -310,7 +176,7 @@ def fit(
     *,
     callbacks: Sequence[EpochCallback] = (),
     progress: bool | None = None,
-    monitor: Monitor | None = None,
+    hooks: Sequence[EpochHook] = (),
 ) -> dict[str, Any]:
     """Train on ``split.train`` with early stopping on ``split.valid``; evaluate the best model on both splits.
 
@@ -318,14 +184,15 @@ def fit(
     ``{"valid": {"metrics", "n_users"}, "test": {...}, "best_epoch", "epochs_run", "stopped", ...}``.
     ``callbacks`` are called as ``cb(epoch, record)`` after each epoch's state is saved (an exception there
     interrupts the run; ``fit`` again resumes it). ``progress``: tqdm bars (default: when stderr is a TTY).
-    ``monitor``: what ``train.monitor_every`` records every so many epochs (``monitor(model, split, train_cfg,
-    device) -> dict``; ``resdom.fit`` and the pipelines pass ``diagnostics.monitor.epoch_monitor``); needed when
-    ``monitor_every`` is set.
+    ``hooks`` are called as ``hook(EpochEnd)`` after each epoch's validation, before its record is written, and may
+    add to the record: ``resdom.fit`` and the pipelines pass the training monitor (``diagnostics.monitor.
+    epoch_monitor``), which records ``train.monitor_every``'s numbers; setting ``monitor_every`` without a hook is
+    refused.
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
-    if train_cfg.monitor_every and monitor is None:
-        raise ResdomError("train.monitor_every: the trainer was given no monitor to run (resdom.fit and the "
-                          "pipelines pass resdom.diagnostics.monitor.epoch_monitor)")
+    if train_cfg.monitor_every and not hooks:
+        raise ResdomError("train.monitor_every: the trainer was given no epoch hook to record it (resdom.fit and "
+                          "the pipelines pass resdom.diagnostics.monitor.epoch_monitor)")
     model_cfg = _resolve_model_config(model_cfg, split)
     train_cfg = with_objective(model_cfg, train_cfg)
     objective = get_objective(train_cfg.objective)
@@ -335,7 +202,7 @@ def fit(
     try:
         with contextlib.ExitStack() as held:
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
-                        callbacks, progress, held, monitor)
+                        callbacks, progress, held, hooks)
     finally:
         dist_ctx.close()
 
@@ -343,15 +210,15 @@ def fit(
 def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
          fingerprint: str, data_info: dict[str, Any], dist_ctx: distributed.DistContext,
          callbacks: Sequence[EpochCallback], progress: bool | None, held: contextlib.ExitStack,
-         monitor: Monitor | None = None) -> dict[str, Any]:
+         hooks: Sequence[EpochHook] = ()) -> dict[str, Any]:
     """``held``: where rank 0 keeps the run directory's lock until ``fit`` returns."""
     device = dist_ctx.device
     if train_cfg.threads is not None:
         torch.set_num_threads(train_cfg.threads)
     state = files.read_state()
     if state is not None:
-        _check_resumable(files, state, model_cfg, train_cfg, split)
-        if state.get("stopped") == "early_stopping" or state["epoch"] >= train_cfg.epochs:
+        check_resumable(files, state, model_cfg, train_cfg, split)
+        if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
     if len(split.valid) == 0:
         raise ResdomError("the split has no validation users: early stopping and the best checkpoint need them")
@@ -373,8 +240,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     start_epoch = 1
     if state is not None:
         files.load_state_tensors(state, model, optimizer)
-        stopper = EarlyStopping(**state["early_stopping"])
-        start_epoch = state["epoch"] + 1
+        stopper = state.early_stopping
+        start_epoch = state.epoch + 1
     step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective)).to(device),
                             dist_ctx)
 
@@ -398,8 +265,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
                   "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads()}
         if source is not None:
             record["source"] = source  # the commit that trained this epoch (a resumed run may change it)
-        if monitor is not None and train_cfg.monitor_every and epoch % train_cfg.monitor_every == 0:
-            record["monitor"] = monitor(model, split, train_cfg, device)
+        for hook in hooks:  # the training monitor adds "monitor" every train.monitor_every epochs
+            hook(EpochEnd(epoch, model, split, train_cfg, device, record))
         if stopper.should_stop(train_cfg.patience):
             stopped = "early_stopping"
         elif epoch >= train_cfg.epochs:
@@ -409,7 +276,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
                 save_checkpoint(files.model, model, _sidecar_extra(epoch, valid, fingerprint, train_cfg, split))
             with writing(files.log), files.log.open("a") as f:  # a torn last line is dropped on resume
                 f.write(json.dumps(record) + "\n")
-            files.save_state(_state_dict(epoch, stopper, stopped, model_cfg, train_cfg, fingerprint), model,
+            files.save_state(ResumeState.of(epoch, stopper, stopped, model_cfg, train_cfg, fingerprint), model,
                              optimizer)
         dist_ctx.barrier()
         bar.update(1)
@@ -424,7 +291,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         if stopped:
             break
     bar.close()
-    state = _state_dict(epoch, stopper, stopped or "max_epochs", model_cfg, train_cfg, fingerprint)
+    state = ResumeState.of(epoch, stopper, stopped or "max_epochs", model_cfg, train_cfg, fingerprint)
     return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
 
 
@@ -490,12 +357,6 @@ def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cf
             "data_fingerprint": fingerprint, "train": train_cfg.model_dump(), "data": split.manifest}
 
 
-def _state_dict(epoch: int, stopper: EarlyStopping, stopped: str | None, model_cfg: ModelConfig,
-                train_cfg: TrainConfig, fingerprint: str) -> dict[str, Any]:
-    return {"epoch": epoch, "early_stopping": asdict(stopper), "stopped": stopped, "model": model_cfg.model_dump(),
-            "train": train_cfg.model_dump(), "data_fingerprint": fingerprint}
-
-
 def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig,
                   fingerprint: str, data_info: dict[str, Any], fresh: bool) -> None:
     """config.json always (the resolved config); data/ and a fresh metrics log on a fresh start.
@@ -508,8 +369,8 @@ def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, tra
         for stale in (files.log, files.model, files.model.with_suffix(".json")):
             stale.unlink(missing_ok=True)
     elif files.log.exists():  # drop records of epochs after the saved state (a kill between log and state)
-        saved = files.read_state() or {}
-        kept = files.read_log(saved.get("epoch", 0))
+        saved = files.read_state()
+        kept = files.read_log(saved.epoch if saved is not None else 0)
         atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in kept))
     data = {**data_info, "fingerprint": fingerprint, "n_items": split.n_items, "manifest": split.manifest}
     atomic_write_json(files.config, {"model": model_cfg.model_dump(), "train": train_cfg.model_dump(),
@@ -525,27 +386,24 @@ def _read_final(files: RunFiles) -> dict[str, Any]:
 
 
 def _finish(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, files: RunFiles, fingerprint: str,
-            state: dict[str, Any], dist_ctx: distributed.DistContext) -> dict[str, Any]:
+            state: ResumeState, dist_ctx: distributed.DistContext) -> dict[str, Any]:
     """Evaluate the best checkpoint on valid and test; write metrics.json and the finished state (rank 0)."""
-    if files.final.exists() and state.get("stopped") and files.state.exists():
-        saved = files.read_state() or {}
+    if files.final.exists() and state.stopped and files.state.exists():
+        saved = files.read_state()
         final = _read_final(files)
         # reused only when it names the checkpoint now in the run (older metrics.json files name none)
-        if saved.get("stopped") and saved.get("epoch") == state["epoch"] and final.get("checkpoint") == checkpoint_id(
-                files.model):
+        if saved is not None and saved.stopped and saved.epoch == state.epoch and final.get(
+                "checkpoint") == checkpoint_id(files.model):
             return final
     model, meta = load_checkpoint(files.model, expected=model_cfg, fingerprint=data_fingerprints(split))
     model.to(dist_ctx.device)
     valid = _evaluate(model, split, "valid", train_cfg, dist_ctx.device)
     test = _evaluate(model, split, "test", train_cfg, dist_ctx.device)
-    result = {"valid": valid, "test": test, "best_epoch": meta.get("epoch"), "epochs_run": state["epoch"],
-              "stopped": state.get("stopped") or "max_epochs", "metric": train_cfg.metric,
+    result = {"valid": valid, "test": test, "best_epoch": meta.get("epoch"), "epochs_run": state.epoch,
+              "stopped": state.stopped or "max_epochs", "metric": train_cfg.metric,
               "objective": train_cfg.objective, "model": model_cfg.name, "checkpoint": checkpoint_id(files.model)}
     if dist_ctx.is_main:
-        if files.state.exists():
-            saved = json.loads(files.state.read_text())
-            saved["stopped"] = result["stopped"]
-            atomic_write_json(files.state, saved)
+        files.mark_stopped(result["stopped"])
         atomic_write_json(files.final, result)
     dist_ctx.barrier()
     return result

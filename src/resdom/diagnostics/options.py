@@ -1,0 +1,204 @@
+"""The options of a diagnose call, validated in one place (``DiagnoseOptions``), for ``resdom.diagnose`` (the API),
+``diagnostics.runner.run_all`` and ``resdom diagnose`` (the CLI).
+
+A bad value is an ``OptionError`` naming the field (``alphas: residual scales must lie in [0, 1] (got 2)``); the CLI
+renames the fields to its flags (``--alphas: ...``, ``part`` -> ``--split``). List-valued options take a sequence
+or a comma-separated string (what the CLI passes on), so both front ends parse and refuse the same values.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from resdom.checks import ALPHA_RANGE
+from resdom.diagnostics.alpha import ALPHAS
+from resdom.diagnostics.common import DEFAULT_BATCH
+from resdom.diagnostics.decomposition import DEFINITIONS
+from resdom.diagnostics.registry import diagnostic_names
+from resdom.errors import OptionError
+
+PARTS: tuple[str, ...] = ("valid", "test")
+# what's other choice: the per-user evidence (users.npz, diagnostics.evidence), a file ``run_all`` writes after the
+# diagnostics (part of "all"), not a diagnostic result: resdom.diagnose does not compute it
+USERS = "users"
+
+
+def parse_what(what: Any, choices: Iterable[str] | None = None) -> tuple[str, ...]:
+    """"all" or some of ``choices`` (default: the registered diagnostics), as a comma-separated string or a
+    sequence -> the chosen names in ``choices`` order; ValueError naming an unknown one."""
+    choices = tuple(diagnostic_names() if choices is None else choices)
+    items = _items(what)
+    if items is None:
+        raise ValueError(f"expected all or some of {', '.join(choices)} (got {what!r})")
+    names = [str(w).strip() for w in items if str(w).strip()]
+    if not names or names == ["all"]:
+        return choices
+    bad = [w for w in names if w not in choices]
+    if bad:
+        raise ValueError(f"unknown diagnostic {bad[0]!r} (choose all or from {', '.join(choices)})")
+    return tuple(w for w in choices if w in names)
+
+
+def _items(value: Any) -> list[Any] | None:
+    """A comma-separated string or any iterable (list, tuple, array) -> its items; None for anything else."""
+    if isinstance(value, str):
+        return [x.strip() for x in value.split(",") if x.strip()]
+    if isinstance(value, (bytes, dict)):
+        return None
+    try:
+        return list(value)
+    except TypeError:
+        return None
+
+
+def _integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
+    items = _items(value)
+    if items is None or not items:
+        raise ValueError(f"expected a non-empty sequence of integers{f' >= {least}' if least is not None else ''}, "
+                         f"e.g. {example} (got {value!r})")
+    out = []
+    for v in items:
+        if isinstance(v, str):
+            try:
+                v = int(v)
+            except ValueError:
+                raise ValueError(f"expected comma-separated integers (got {value!r})") from None
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"every value must be an integer{f' >= {least}' if least is not None else ''} "
+                             f"(got {v!r})")
+        v = int(v)
+        if least is not None and v < least:
+            raise ValueError(f"every value must be an integer >= {least} (got {v})")
+        out.append(v)
+    return tuple(out)
+
+
+class DiagnoseOptions(BaseModel):
+    """What to diagnose and how (docs/spec.md §4); the defaults are ``resdom diagnose``'s.
+
+    ``what``: the diagnostics (names of ``diagnostics.registry``; "all" = every registered one, in canonical order)
+    and ``users``, the per-user evidence file that ``run_all`` writes (part of "all"; ``diagnostics`` and
+    ``users`` split them).
+    ``part``: the part of the split diagnosed (valid | test; recovery selects alpha* on valid and reports test
+    whatever it says). ``recency`` / ``cutoffs``: the k and K of HRLkI@K. ``definition``: the mixing ratio.
+    ``seeds``: shuffle seeds. ``alphas``: residual scales in [0, 1] of the sweep and of recovery, applied to
+    ``layers`` (None: every block). ``per_head``: per-head mixing ratios too. ``batch_size``: users per batch.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    what: tuple[str, ...] = Field("all", validate_default=True, description="all, or some of the diagnostics")
+    part: str = Field("test", description="valid or test")
+    recency: tuple[int, ...] = Field((1, 2, 3), description="k of HRLkI (the k-th most recent input item)")
+    cutoffs: tuple[int, ...] = Field((1, 5, 10), description="K of HRLkI@K")
+    definition: str = Field("norm_of_sums", description="mixing ratio: norm_of_sums or sum_of_norms")
+    seeds: tuple[int, ...] = Field((0, 1, 2), description="shuffle seeds")
+    alphas: tuple[float, ...] = Field(ALPHAS, description="residual scales in [0, 1] (1 = the trained model)")
+    layers: tuple[int, ...] | None = Field(None, description="blocks whose residual is scaled (None: all)")
+    per_head: bool = Field(False, description="also per-head mixing ratios")
+    batch_size: int = Field(DEFAULT_BATCH, description="users per batch")
+
+    @field_validator("what", mode="before")
+    @classmethod
+    def _what(cls, v: Any) -> tuple[str, ...]:
+        return parse_what(v, (*diagnostic_names(), USERS))
+
+    @field_validator("part", mode="before")
+    @classmethod
+    def _part(cls, v: Any) -> str:
+        if v not in PARTS:
+            raise ValueError(f"must be one of {', '.join(PARTS)} (got {v!r})")
+        return str(v)
+
+    @field_validator("recency", "cutoffs", mode="before")
+    @classmethod
+    def _positive_ints(cls, v: Any) -> tuple[int, ...]:
+        return _integers(v, 1, "(1, 5, 10)")
+
+    @field_validator("definition", mode="before")
+    @classmethod
+    def _definition(cls, v: Any) -> str:
+        if v not in DEFINITIONS:
+            raise ValueError(f"must be one of {', '.join(DEFINITIONS)} (got {v!r})")
+        return str(v)
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, v: Any) -> tuple[int, ...]:
+        if _items(v) == []:
+            raise ValueError("give at least one seed")
+        return _integers(v, None, "(0, 1, 2)")
+
+    @field_validator("alphas", mode="before")
+    @classmethod
+    def _alphas(cls, v: Any) -> tuple[float, ...]:
+        lo, hi = ALPHA_RANGE
+        items = _items(v)
+        if items is None:
+            raise ValueError(f"expected a sequence of numbers in [{lo:g}, {hi:g}] (got {v!r})")
+        try:
+            values = [float(a) for a in items]
+        except (TypeError, ValueError):
+            what = "comma-separated numbers" if isinstance(v, str) else f"numbers in [{lo:g}, {hi:g}]"
+            raise ValueError(f"expected {what} (got {v!r})") from None
+        bad = [a for a in values if not lo <= a <= hi]  # NaN fails both comparisons
+        if bad:
+            raise ValueError(f"residual scales must lie in [{lo:g}, {hi:g}] (got {bad[0]:g})")
+        if not values:
+            raise ValueError("give at least one residual scale")
+        return tuple(values)
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layers(cls, v: Any) -> tuple[int, ...] | None:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return None
+        return _integers(v, 0, "(0, 1)")
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_size(cls, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"expected an integer >= 1 (got {v!r})")
+        if v < 1:
+            raise ValueError(f"must be at least 1 (got {v})")
+        return int(v)
+
+    @property
+    def diagnostics(self) -> tuple[str, ...]:
+        """The registered diagnostics ``what`` chooses, in canonical order."""
+        return tuple(w for w in self.what if w != USERS)
+
+    @property
+    def users(self) -> bool:
+        """Whether ``what`` chooses the per-user evidence (``users.npz``, run_all only)."""
+        return USERS in self.what
+
+    def layer_list(self) -> list[int] | None:
+        """``layers`` as the list the diagnostic functions take (None: every block)."""
+        return None if self.layers is None else list(self.layers)
+
+
+def problems(error: ValidationError) -> list[tuple[str, str]]:
+    """(field, message) of each error of a DiagnoseOptions validation; a validator's own message as it wrote it."""
+    out = []
+    for err in error.errors():
+        name = ".".join(str(x) for x in err["loc"][:1]) or "(options)"
+        message = str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) \
+            else err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = f"unknown option (options: {', '.join(DiagnoseOptions.model_fields)})"
+        out.append((name, message))
+    return out
+
+
+def diagnose_options(**values: Any) -> DiagnoseOptions:
+    """``DiagnoseOptions(**values)``; bad values are one OptionError naming every bad field."""
+    try:
+        return DiagnoseOptions(**values)
+    except ValidationError as e:
+        raise OptionError(problems(e)) from None

@@ -1,0 +1,216 @@
+"""The trainer's resume state, apart from the training loop: what is saved after every epoch and read back.
+
+``RUN_DIR/state/trainer.json`` (``ResumeState``: the epoch, the early-stopping counters, how the run stopped, the
+resolved model and train config, the data's fingerprint, the names of the weight files and the optimiser's
+non-tensor state; format ``STATE_FORMAT``) is written last, after the weights and Adam moments of that epoch
+(``state/model-EEEE.safetensors``, ``state/optimizer-EEEE.safetensors``): it is the commit point, so a kill at any
+moment leaves the previous epoch's state whole. A run resumes only with the same model, data and training config
+(``check_resumable``; the ``RESUMABLE_FIELDS`` may differ).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from resdom.data.sequences import SplitData
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_files, atomic_write_json, safetensors_bytes
+from resdom.models.config import ModelConfig
+from resdom.rundir import RunDir
+from resdom.runs import data_fingerprint, data_fingerprints, read_safetensors
+from resdom.training.config import RESUMABLE_FIELDS, TrainConfig
+
+STATE_FORMAT = "resdom-trainer-state/1"
+
+
+@dataclass
+class EarlyStopping:
+    """Track the best validation value (higher is better) and the epochs since it improved."""
+
+    best_value: float = -math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+
+    def update(self, value: float, epoch: int) -> bool:
+        """Record epoch ``epoch``'s value; True when it is a new best (strictly greater)."""
+        if value > self.best_value:
+            self.best_value, self.best_epoch, self.bad_epochs = value, epoch, 0
+            return True
+        self.bad_epochs += 1
+        return False
+
+    def should_stop(self, patience: int) -> bool:
+        return self.bad_epochs >= patience
+
+
+@dataclass
+class ResumeState:
+    """The state saved after ``epoch`` (``state/trainer.json``): the early-stopping counters, how the run stopped
+    (None: not yet), what it was trained on (the resolved model and train config as plain data, the data's
+    fingerprint) and, once saved, the names of its weight files (``files``) and the optimiser's non-tensor state
+    (``optimizer_meta``)."""
+
+    epoch: int
+    early_stopping: EarlyStopping = field(default_factory=EarlyStopping)
+    stopped: str | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    data_fingerprint: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    optimizer_meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, epoch: int, stopper: EarlyStopping, stopped: str | None, model_cfg: ModelConfig,
+           train_cfg: TrainConfig, fingerprint: str) -> ResumeState:
+        return cls(epoch, EarlyStopping(**asdict(stopper)), stopped, model_cfg.model_dump(), train_cfg.model_dump(),
+                   fingerprint)
+
+    def to_json(self) -> dict[str, Any]:
+        """``trainer.json``'s content (``STATE_FORMAT``)."""
+        return {"epoch": self.epoch, "early_stopping": asdict(self.early_stopping), "stopped": self.stopped,
+                "model": self.model, "train": self.train, "data_fingerprint": self.data_fingerprint,
+                "files": self.files, "optimizer_meta": self.optimizer_meta, "format": STATE_FORMAT}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResumeState:
+        """The state of a ``trainer.json`` (KeyError, TypeError or ValueError where it is malformed)."""
+        if not isinstance(data["files"], dict) or not isinstance(data["optimizer_meta"], dict):
+            raise TypeError("files and optimizer_meta must be objects")
+        return cls(int(data["epoch"]), EarlyStopping(**data["early_stopping"]), data.get("stopped"),
+                   dict(data.get("model") or {}), dict(data.get("train") or {}), data.get("data_fingerprint"),
+                   dict(data["files"]), dict(data["optimizer_meta"]))
+
+
+def flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Optimizer state -> (named tensors ``state.<param>.<key>``, JSON data: param groups and non-tensor state)."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for pid, st in sd["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{pid}.{key}"] = value.detach().to("cpu").contiguous()
+            else:
+                scalars[f"{pid}.{key}"] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of ``flatten_optimizer``: a state dict for ``optimizer.load_state_dict``."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = value
+    for name, value in meta.get("scalars", {}).items():
+        pid, key = name.split(".", 1)
+        state.setdefault(int(pid), {})[key] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+class RunFiles(RunDir):
+    """A run directory (layout in ``resdom.rundir``) as the trainer writes it, and the resume state in ``state/``."""
+
+    def restart_hint(self) -> str:
+        return f"delete {self.state_dir} to restart the run from epoch 1"
+
+    def read_state(self) -> ResumeState | None:
+        """The saved ``trainer.json`` (None: no resume state); a malformed one is a ResdomError saying how to
+        restart."""
+        if not self.state.exists():
+            return None
+        try:
+            state = json.loads(self.state.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ResdomError(f"{self.state}: resume state is truncated or not valid JSON ({e}); "
+                              f"{self.restart_hint()}") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ResdomError(f"{self.state}: not a resdom trainer state (format {found!r}); {self.restart_hint()}")
+        missing = [k for k in ("epoch", "files", "optimizer_meta", "early_stopping") if k not in state]
+        if missing:
+            raise ResdomError(f"{self.state}: resume state lacks {', '.join(missing)}; {self.restart_hint()}")
+        try:
+            return ResumeState.from_json(state)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ResdomError(f"{self.state}: malformed resume state ({e}); {self.restart_hint()}") from None
+
+    def save_state(self, state: ResumeState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Weights and Adam moments for ``state.epoch``, then ``trainer.json`` (the commit point), then prune."""
+        epoch = state.epoch
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        opt_tensors, opt_meta = flatten_optimizer(optimizer)
+        files = {"model": f"model-{epoch:04d}.safetensors", "optimizer": f"optimizer-{epoch:04d}.safetensors"}
+        atomic_write_files({self.state_dir / files["model"]: safetensors_bytes(weights),
+                            self.state_dir / files["optimizer"]: safetensors_bytes(opt_tensors)})
+        atomic_write_json(self.state, replace(state, files=files, optimizer_meta=opt_meta).to_json())
+        for old in self.state_dir.glob("*.safetensors"):
+            if old.name not in files.values():
+                old.unlink(missing_ok=True)
+
+    def mark_stopped(self, stopped: str) -> None:
+        """Record in ``trainer.json`` how the finished run stopped (where there is one)."""
+        if self.state.exists():
+            saved = json.loads(self.state.read_text())
+            saved["stopped"] = stopped
+            atomic_write_json(self.state, saved)
+
+    def load_state_tensors(self, state: ResumeState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """The weights and optimiser state ``state`` (``read_state``) names, into ``model`` and ``optimizer``."""
+        paths = {key: self.state_dir / name for key, name in state.files.items()}
+        for key in ("model", "optimizer"):
+            if key not in paths or not paths[key].is_file():
+                raise ResdomError(f"{self.state}: its {key} file {paths.get(key, '?')} is missing; "
+                                  f"{self.restart_hint()}")
+        weights = read_safetensors(paths["model"], self.restart_hint())
+        opt = read_safetensors(paths["optimizer"], self.restart_hint())
+        try:
+            model.load_state_dict(weights)
+            optimizer.load_state_dict(unflatten_optimizer(opt, state.optimizer_meta))
+        except (RuntimeError, ValueError, KeyError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
+                              f"{self.restart_hint()}") from None
+
+    def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
+        """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""
+        if not self.log.exists():
+            return []
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("epoch", 0) <= up_to_epoch:
+                out.append(rec)
+        return out
+
+
+def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                    split: SplitData) -> None:
+    """The saved run must be the same experiment (its data: either fingerprint of ``runs.data_fingerprints``); name
+    every differing field otherwise."""
+    diffs = []
+    if state.data_fingerprint not in data_fingerprints(split):
+        diffs.append(f"data fingerprint {state.data_fingerprint} saved vs {data_fingerprint(split)} now")
+    for section, saved, now, free, cls in (
+        ("model", state.model, model_cfg.model_dump(), frozenset(), ModelConfig),
+        ("train", state.train, train_cfg.model_dump(), RESUMABLE_FIELDS, TrainConfig),
+    ):
+        # a field added to resdom after the run was saved holds its default there
+        saved = {**{k: f.default for k, f in cls.model_fields.items() if k in now and k not in saved}, **saved}
+        for key in sorted(set(saved) | set(now)):
+            if key not in free and saved.get(key) != now.get(key):
+                diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
+    if diffs:
+        raise ResdomError(
+            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another --out directory or "
+            f"delete {files.state_dir} to start over"
+        )
