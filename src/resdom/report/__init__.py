@@ -23,13 +23,18 @@ from typing import Any
 from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown, remedy_verdicts_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
+from resdom.report.fidelity import fidelity_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
+from resdom.report.reliance_dynamics import reliance_dynamics_block
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
 __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_blocks",
            "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
+
+
+BEYOND_TABLES = ("fidelity", "reliance_dynamics")  # blocks built from the runs beside the summary tables
 
 
 @dataclass
@@ -62,6 +67,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     for name in ("claims", "remedy_verdicts"):
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
+    for name in BEYOND_TABLES:  # the paper side by side (issue 27 §3) and question 4 (§4)
+        atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
+        table_paths.append(out_dir / "tables" / f"{name}.md")
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
@@ -73,8 +81,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
-    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims`` and
-    ``remedy_verdicts``."""
+    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``,
+    ``remedy_verdicts``, ``fidelity`` (``report.fidelity``) and ``reliance_dynamics`` (``report.reliance_dynamics``)."""
     tables = summary_tables(runs) if tables is None else tables
     return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
-            "remedy_verdicts": remedy_verdicts_markdown(runs)}
+            "remedy_verdicts": remedy_verdicts_markdown(runs),
+            "fidelity": fidelity_block(runs),
+            "reliance_dynamics": reliance_dynamics_block(runs)}

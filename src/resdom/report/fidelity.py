@@ -10,7 +10,10 @@ SASRec cells' (``sasrec``, the paper's GTS SASRec) numbers over seeds beside the
   users over seeds with its Wilson interval.
 
 A published value outside resdom's interval is flagged. ``ml-1m-part`` (2,999 of ML-1M's 6,040 users) is
-labelled not comparable.
+labelled not comparable. The paper's data sets no comparable cell covers are listed with the published values
+only ("not held here"). ``fidelity_block(runs)`` is the ``fidelity`` block of docs/results.md
+(``report.document_blocks``), read from ``report.collect`` records (results of another checkpoint left out);
+``fidelity_rows(store)`` reads a store folder directly.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from resdom.errors import ResdomError
+from resdom.report.collect import RunRecord
 from resdom.report.stats import wilson
 
 # The reference paper's published SASRec numbers (Kozaki et al., RecSys 2026): mixing ratios (norm of sums)
@@ -41,7 +46,9 @@ DATASETS: dict[str, tuple[str, bool]] = {
     "diginetica": ("Diginetica", True), "steam": ("Steam", True), "beeradvocate": ("BeerAdvocate", True),
     "zvuk": ("Zvuk", True),
 }
+NOT_COMPARABLE: dict[str, str] = {"ml-1m-part": "a 2,999-user part of ML-1M"}
 STAGES = ("Attn", "+Res", "+LN")
+QUANTITY = {"Attn": "Attn", "+Res": "+Res", "+LN": "+LN", "HRLI@1": "HRLI@1", "recovery_max": "largest recovery"}
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
@@ -90,6 +97,15 @@ def read_cell(cell: Path) -> dict[str, Any] | None:
         recovery = json.loads((diag / "recovery.json").read_text())
     except (OSError, ValueError):
         return None
+    return cell_numbers(mixing, hrli, recovery)
+
+
+def cell_numbers(mixing: dict[str, Any], hrli: dict[str, Any], recovery: dict[str, Any]) -> dict[str, Any] | None:
+    """The fidelity numbers of one cell from its ``mixing``, ``hrli`` and ``recovery`` JSON (None where one is empty):
+    ``mixing`` {stage: pooled ratio over all positions}, ``hrli1`` (users whose last item ranks first, users) and
+    ``recovery_max`` (recovered users at the best α of the test curve, recoverable users)."""
+    if not mixing or not hrli or not recovery:
+        return None
     pooled = mixing["pooled"]["all"] if isinstance(mixing.get("pooled"), dict) else _mean_layers(mixing)
     n = int(hrli["n_users"])
     curve = recovery["test"]["curve"]
@@ -108,11 +124,36 @@ def _mean_layers(mixing: dict[str, Any]) -> dict[str, float]:
 def fidelity_rows(store: Path, model: str = "sasrec") -> list[dict[str, Any]]:
     """One row per data set the paper reports that the store holds ``model`` cells of: resdom's estimates beside
     the published values, the differences, and whether the published value lies inside resdom's interval."""
+    cells = {name: [c for c in (read_cell(p) for p in sorted((store / name / model).glob("seed*"))) if c is not None]
+             for name in DATASETS}
+    return _rows(cells)
+
+
+def fidelity_rows_runs(runs: list[RunRecord], model: str = "sasrec") -> list[dict[str, Any]]:
+    """``fidelity_rows`` from read runs (``report.collect``: results of another checkpoint already left out): the
+    runs labelled ``model`` of each data set the paper reports, in seed order."""
+    cells: dict[str, list[dict[str, Any]]] = {}
+    for name in DATASETS:
+        mine = sorted((r for r in runs if r.dataset == name and r.model == model), key=lambda r: r.seed or 0)
+        numbers = (_numbers_of(r) for r in mine)
+        cells[name] = [c for c in numbers if c is not None]
+    return _rows(cells)
+
+
+def _numbers_of(run: RunRecord) -> dict[str, Any] | None:
+    try:
+        return cell_numbers(run.diag("mixing"), run.diag("hrli"), run.diag("recovery"))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ResdomError(f"{run.path}: a diagnostic lacks a number the fidelity table needs "
+                          f"({type(e).__name__}: {e})") from None
+
+
+def _rows(cells_by_dataset: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     rows = []
-    for name, (paper, comparable) in DATASETS.items():
-        cells = [c for c in (read_cell(p) for p in sorted((store / name / model).glob("seed*"))) if c is not None]
+    for name, cells in cells_by_dataset.items():
         if not cells:
             continue
+        paper, comparable = DATASETS[name]
         row: dict[str, Any] = {"dataset": name, "paper_dataset": paper, "comparable": comparable,
                                "seeds": len(cells)}
         for i, stage in enumerate(STAGES):
@@ -123,6 +164,12 @@ def fidelity_rows(store: Path, model: str = "sasrec") -> list[dict[str, Any]]:
         row["recovery_max"] = (pooled_proportion(rec) if rec else None, PAPER_RECOVERY_MAX.get(paper))
         rows.append(row)
     return rows
+
+
+def not_held(rows: list[dict[str, Any]]) -> list[str]:
+    """The paper's data sets (its order) that no comparable row of ``rows`` covers."""
+    held = {r["paper_dataset"] for r in rows if r["comparable"]}
+    return [d for d in PAPER_MIXING if d not in held]
 
 
 def _cell(est: Estimate | None, paper: float | None, approx: bool = False) -> str:
@@ -136,21 +183,47 @@ def _cell(est: Estimate | None, paper: float | None, approx: bool = False) -> st
     return f"{est.text()} vs {sign}{paper:.3f} ({est.value - paper:+.3f}){mark}"
 
 
-def fidelity_markdown(rows: list[dict[str, Any]]) -> str:
+def _name(r: dict[str, Any]) -> str:
+    if r["comparable"]:
+        return f"{r['dataset']} ({r['paper_dataset']})"
+    return f"{r['dataset']} ({r['paper_dataset']}): not comparable ({NOT_COMPARABLE.get(r['dataset'], 'another cut')})"
+
+
+def _paper_only(value: float | None, approx: bool = False) -> str:
+    return "—" if value is None else f"paper {'~' if approx else ''}{value:.3f}"
+
+
+def fidelity_markdown(rows: list[dict[str, Any]], missing: list[str] | None = None) -> str:
     """The fidelity table: resdom (95% interval) vs the paper (difference); ✓ where the published value lies inside
-    resdom's interval, ✗ where it does not (no mark from one seed)."""
+    resdom's interval, ✗ where it does not (no mark where there is no interval: mixing from one seed). ``missing``:
+    the paper's data sets to list as "not held here" rows with the published values only."""
     head = ("| data set (paper's) | seeds | Attn | +Res | +LN | HRLI@1 | largest recovery over α |\n"
             "|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
-        note = "" if r["comparable"] else ", not comparable: a 2,999-user part"
-        name = f"{r['dataset']} ({r['paper_dataset']}{note})"
         seeds = f"{r['seeds']}" + (" (1 seed)" if r["seeds"] == 1 else "")
         cells = [_cell(*r[s]) for s in STAGES]
         cells.append(_cell(*r["HRLI@1"], approx=True))
         cells.append(_cell(*r["recovery_max"], approx=True))
-        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_name(r)} | {seeds} | " + " | ".join(cells) + " |")
+    for paper in missing or []:
+        cells = [_paper_only(v) for v in PAPER_MIXING[paper]]
+        cells += [_paper_only(PAPER_HRLI1.get(paper), True), _paper_only(PAPER_RECOVERY_MAX.get(paper), True)]
+        lines.append(f"| {paper}: not held here | — | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def outside(rows: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
+    """(data set, quantity, resdom - paper) wherever a comparable row's interval excludes the published value."""
+    out = []
+    for r in rows:
+        if not r["comparable"]:
+            continue
+        for key in (*STAGES, "HRLI@1", "recovery_max"):
+            est, paper = r[key]
+            if est is not None and paper is not None and est.covers(paper) is False:
+                out.append((r["dataset"], key, est.value - paper))
+    return out
 
 
 def recovery_summary(rows: list[dict[str, Any]]) -> str:
@@ -160,6 +233,38 @@ def recovery_summary(rows: list[dict[str, Any]]) -> str:
         return "No cell holds a recovery curve yet."
     best, name = max(held, key=lambda t: t[0].value)
     inside = best.lo <= PAPER_RECOVERY_UP_TO <= best.hi
-    return (f"The largest recovery over α on any data set held is {best.text()} ({name}, {best.seeds} seed(s), "
+    seeds = "1 seed" if best.seeds == 1 else f"{best.seeds} seeds"
+    return (f"The largest recovery over α on any data set held is {best.text()} ({name}, {seeds}, "
             f"95% Wilson interval), against the paper's \"up to about {PAPER_RECOVERY_UP_TO:.0%}\" over its nine data "
             f"sets: {'inside' if inside else 'outside'} the interval.")
+
+
+CAPTION = (
+    "resdom's `sasrec` (the paper's post-LN SASRec, GTS) beside the paper's published SASRec numbers, generated from "
+    "the store (`report.fidelity`). Mixing ratios: norm of sums over all positions, pooled over layers "
+    "(`mixing.json` `pooled.all`), mean over seeds with a 95% t interval over seeds (none from one seed). HRLI@1: "
+    "users whose last input item ranks first, pooled over seeds, with the 95% Wilson interval of the pooled counts "
+    "(each seed's users counted once per seed); the paper's values are read from its figure (~). Largest recovery "
+    "over α: per seed the largest Recovery(α) of the test curve (α chosen on test: an upper bound on what residual "
+    "scaling recovers), recovered / recoverable users pooled over seeds, Wilson interval; the paper gives a value "
+    "per data set only for ML-1M (~0.28) and \"up to about 46%\" over its nine data sets. Each cell: resdom "
+    "[95% interval] vs the paper (resdom - paper); ✓ the published value lies inside resdom's interval, ✗ outside "
+    "(the intervals are of resdom's mean; the paper's number is one published value whose own seed-to-seed spread "
+    "they do not include). "
+    "Data sets the paper reports that the store does not hold are listed with the published values only.")
+
+
+def fidelity_block(runs: list[RunRecord], model: str = "sasrec") -> str:
+    """The ``fidelity`` block of docs/results.md: ``CAPTION``, the table (``fidelity_rows_runs`` of ``runs``, then the
+    paper's data sets not held), the published values outside resdom's interval, and ``recovery_summary``."""
+    rows = fidelity_rows_runs(runs, model)
+    lines = [CAPTION, "", fidelity_markdown(rows, not_held(rows)), ""]
+    off = outside(rows)
+    if off:
+        lines.append("Published values outside resdom's 95% interval (comparable data sets; resdom - paper): "
+                     + "; ".join(f"{QUANTITY.get(q, q)} on {d} ({diff:+.3f})" for d, q, diff in off) + ".")
+    elif rows:
+        lines.append("Every published value of a comparable data set lies inside resdom's 95% interval (or has none "
+                     "to compare).")
+    lines.append(recovery_summary(rows))
+    return "\n".join(lines) + "\n"

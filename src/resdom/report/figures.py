@@ -37,6 +37,7 @@ from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.io import atomic_write_bytes
 from resdom.names import STAGES, band_names
 from resdom.report.collect import RunRecord, model_order
+from resdom.report.reliance_dynamics import GAIN_MARGIN, DynamicsTable, dynamics_figure, runs_dynamics
 from resdom.report.tables import remedy_runs
 from resdom.report.values import run_values
 from resdom.stored import number_at
@@ -849,6 +850,8 @@ FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
     fig_reliance_by_model, fig_hrli_by_frequency, fig_recovery, fig_per_position, fig_reliance_curve,
     fig_mixing_curve,
 ]
+EXTRA_FIGURE_KEYS = ("remedies", "reliance_dynamics")  # drawn by all_figures where their data are; linked from
+# the documents, not shown by report.html / report.md
 FIGURE_KEYS = ("mixing_by_stage", "alpha_mixing", "alpha_hrli", "alpha_accuracy", "shuffle", "hrli", "hrli_by_model",
                "hrli_by_frequency", "recovery", "mixing_per_position", "reliance_curve", "mixing_curve")
 
@@ -879,6 +882,7 @@ def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     models = [r for r in runs if remedy_variant(r.model) is None] or runs
     figures = [build(models) for build in FIGURE_BUILDERS]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
+    figures.append(fig_reliance_dynamics(runs))  # only where monitored curves of causal models are
     return [f for f in figures if f is not None]
 
 
@@ -981,3 +985,18 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
                         "the left of the curve buys lower reliance at less accuracy cost than lowering α after "
                         "training. Where variants land close to the base model, the inset (lower right) enlarges the "
                         "framed area." + users, fig)
+
+
+@_styled
+def fig_reliance_dynamics(runs: list[RunRecord]) -> ReportFigure | None:
+    """Question 4 (docs/results.md, ``report.reliance_dynamics``): the plateau epoch of validation NDCG@10 against
+    that of HRLI@1, one point per monitored cell of a causal model; None where no run has a monitored curve."""
+    cells, skipped = runs_dynamics(runs)
+    if not cells:
+        return None
+    table = DynamicsTable([], cells, skipped, GAIN_MARGIN, 0, 0.05)  # the figure draws the cells only: no rows
+    return ReportFigure("reliance_dynamics", "Reliance against accuracy: plateau epochs",
+                        "One point per monitored cell (sasrec, duorec, bsarec and their variants): the first monitored "
+                        "epoch by which validation NDCG@10 has made 95% of its rise (x) against the same for HRLI@1 "
+                        "(y); above the dashed line y = x reliance settles after accuracy. Points sharing an epoch "
+                        "pair are spread by up to 1.2 epochs; n: cells per data set.", dynamics_figure(table))
