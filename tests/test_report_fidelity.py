@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,105 @@ def test_rows_from_a_store_and_their_marks(tmp_path):
     assert "not comparable" in text and "(1 seed)" in text
     assert "0.790 [" in text and "vs 0.776 (+0.014) ✓" in text  # 0.776 lies inside [0.663, 0.917]
     assert "ml-1m-part" in recovery_summary(rows)  # 0.3 of 10 users is the largest
+
+
+# --- from read runs: the document block ------------------------------------------------------------------------------
+
+def write_run(root: Path, dataset: str, seed: int, attn: float, hrli: float, n: int, best_recovery: float,
+              recoverable: int, checkpoint: str = "c0", label: str = "sasrec") -> None:
+    """A results-store cell that report.collect reads: cell.json naming checkpoint c0, diagnostics of ``checkpoint``;
+    +Res and +LN are Attn / 6."""
+    cell = root / dataset / label / f"seed{seed}"
+    (cell / "diagnostics").mkdir(parents=True)
+    (cell / "cell.json").write_text(json.dumps({"dataset": dataset, "label": label, "model": "sasrec", "seed": seed,
+                                                "checkpoint": "c0"}))
+    (cell / "config.json").write_text(json.dumps({"label": label, "model": {"name": "sasrec"}}))
+    pooled = {"Attn": attn, "+Res": attn / 6, "+LN": attn / 6}
+    diags = {"mixing": {"pooled": {"all": pooled, "last": pooled}},
+             "hrli": {"n_users": n, "values": {"HRLI@1": hrli}},
+             "recovery": {"test": {"curve": [{"alpha": 1.0, "recovery": 0.0}, {"alpha": 0.5, "recovery": best_recovery},
+                                             {"alpha": 0.0, "recovery": best_recovery / 2}],
+                                   "recoverable": recoverable}}}
+    for name, d in diags.items():
+        (cell / "diagnostics" / f"{name}.json").write_text(json.dumps({**d, "checkpoint": checkpoint}))
+
+
+def hand_store(root: Path) -> list:
+    from resdom.pipeline.store import store_cells
+    from resdom.report import read_runs
+
+    for seed, (attn, hrli, rec) in enumerate([(0.80, 0.80, 0.25), (0.81, 0.76, 0.20), (0.82, 0.84, 0.30)], 1):
+        write_run(root, "beauty-ts", seed, attn, hrli, 100, rec, 40)
+    write_run(root, "beauty-ts", 4, 0.10, 0.10, 100, 0.9, 40, checkpoint="old")  # of another checkpoint: left out
+    write_run(root, "beauty-ts", 1, 0.5, 0.5, 100, 0.9, 40, label="sasrec-tts")  # another label: not the paper's
+    write_run(root, "toys-ts", 1, 0.80, 0.50, 100, 0.10, 20)
+    write_run(root, "ml-1m-part", 1, 0.85, 0.10, 50, 0.20, 10)
+    write_run(root, "yelp-ts", 1, 0.85, 0.5, 50, 0.2, 10)  # not a data set of the paper's
+    return read_runs(store_cells(root))
+
+
+def test_rows_from_runs_by_hand(tmp_path):
+    from resdom.report.fidelity import fidelity_rows_runs, not_held, outside
+
+    rows = fidelity_rows_runs(hand_store(tmp_path))
+    assert [(r["dataset"], r["seeds"], r["comparable"]) for r in rows] == [
+        ("beauty-ts", 3, True), ("toys-ts", 1, True), ("ml-1m-part", 1, False)]
+    attn, paper = rows[0]["Attn"]  # mean 0.81, sd 0.01, t(0.975, 2) = 4.303: half 4.303 * 0.01 / sqrt(3)
+    assert attn.value == pytest.approx(0.81) and paper == 0.776
+    assert (attn.lo, attn.hi) == pytest.approx((0.81 - 0.0248434, 0.81 + 0.0248434), abs=1e-6)
+    res, _ = rows[0]["+Res"]  # 0.135 +- 4.303 * (0.01 / 6) / sqrt(3)
+    assert res.value == pytest.approx(0.135) and res.hi == pytest.approx(0.135 + 0.0041406, abs=1e-6)
+    hrli, paper_hrli = rows[0]["HRLI@1"]  # (80 + 76 + 84) / 300
+    assert hrli.value == pytest.approx(0.8) and (hrli.lo, hrli.hi) == wilson(240, 300) and paper_hrli == 0.78
+    rec, _ = rows[0]["recovery_max"]  # the largest of each seed's curve: 10, 8 and 12 of 40
+    assert rec.value == pytest.approx(30 / 120) and (rec.lo, rec.hi) == wilson(30, 120)
+    assert rows[1]["Attn"][0].lo is None  # one seed: no interval over seeds
+    assert (rows[1]["HRLI@1"][0].lo, rows[1]["HRLI@1"][0].hi) == wilson(50, 100)  # but a Wilson interval over users
+    assert rows[2]["recovery_max"][1] == 0.28  # ML-1M's published recovery, on the not comparable row
+    assert not_held(rows) == ["Sports", "Video", "ML-1M", "Diginetica", "Steam", "BeerAdvocate", "Zvuk"]
+    # outside: beauty-ts Attn 0.776 < 0.785; +Res / +LN 0.119 < 0.1309; toys-ts HRLI@1 0.82 > 0.596; ml-1m-part not
+    assert [(d, q, round(x, 3)) for d, q, x in outside(rows)] == [
+        ("beauty-ts", "Attn", 0.034), ("beauty-ts", "+Res", 0.016), ("beauty-ts", "+LN", 0.016),
+        ("toys-ts", "HRLI@1", -0.32)]
+
+
+def test_rows_from_runs_equal_rows_from_the_store_folder(tmp_path):
+    from resdom.report.fidelity import fidelity_rows_runs
+
+    runs = hand_store(tmp_path)
+    shutil.rmtree(tmp_path / "beauty-ts" / "sasrec" / "seed4")  # of another checkpoint: the folder reader reads it
+    assert fidelity_markdown(fidelity_rows(tmp_path)) == fidelity_markdown(fidelity_rows_runs(runs))
+
+
+def test_fidelity_block_by_hand(tmp_path):
+    from resdom.report.fidelity import CAPTION, fidelity_block
+
+    block = fidelity_block(hand_store(tmp_path))
+    lines = block.splitlines()
+    assert lines[0] == CAPTION and lines[1] == ""
+    table = [x for x in lines if x.startswith("| ")]
+    assert table[1].startswith("| beauty-ts (Beauty) | 3 | 0.810 [0.785, 0.835] vs 0.776 (+0.034) ✗ | "
+                               "0.135 [0.131, 0.139] vs 0.119 (+0.016) ✗ |")
+    assert "| 0.800 [" in table[1] and "] vs ~0.780 (+0.020) ✓ | 0.250 [" in table[1] and table[1].endswith(
+        "] (paper: —) |")
+    assert table[2].startswith("| toys-ts (Toys) | 1 (1 seed) | 0.800 vs 0.772 (+0.028) | ")
+    assert table[3].startswith("| ml-1m-part (ML-1M): not comparable (a 2,999-user part of ML-1M) | 1 (1 seed) | ")
+    assert table[4] == "| Sports: not held here | — | paper 0.775 | paper 0.126 | paper 0.122 | paper ~0.910 | — |"
+    assert table[6] == ("| ML-1M: not held here | — | paper 0.856 | paper 0.395 | paper 0.386 | paper ~0.500 | "
+                        "paper ~0.280 |")
+    assert [x.split(":")[0] for x in table[7:]] == ["| Diginetica", "| Steam", "| BeerAdvocate", "| Zvuk"]
+    assert ("Published values outside resdom's 95% interval (comparable data sets; resdom - paper): Attn on "
+            "beauty-ts (+0.034); +Res on beauty-ts (+0.016); +LN on beauty-ts (+0.016); HRLI@1 on toys-ts (-0.320)."
+            in lines)
+    lo, hi = wilson(30, 120)
+    assert lines[-1] == (f"The largest recovery over α on any data set held is 0.250 [{lo:.3f}, {hi:.3f}] (beauty-ts, "
+                         "3 seeds, 95% Wilson interval), against the paper's \"up to about 46%\" over its nine data "
+                         "sets: outside the interval.")
+
+
+def test_fidelity_block_without_paper_data_sets(tmp_path):
+    from resdom.report.fidelity import fidelity_block
+
+    block = fidelity_block([])
+    assert block.count(": not held here |") == 9 and "outside resdom's" not in block.split("\n\n", 1)[1]
+    assert block.rstrip().endswith("No cell holds a recovery curve yet.")

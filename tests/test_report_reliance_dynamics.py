@@ -221,3 +221,73 @@ def test_table_markdown_and_figure_on_a_store(tmp_path: Path) -> None:
     assert sorted(np.round(xs)) == [10, 20, 20, 20]  # spread by at most 1.2 epochs around the true epochs
     with pytest.raises(ResdomError, match="no stored cell"):
         reliance_dynamics(build_store(tmp_path / "c"), models=("gru4rec",))
+
+
+# --- from read runs: the document block and the report's figure ----------------------------------------------------
+
+def store_runs(tmp_path: Path) -> list:
+    """``build_store`` read by report.collect (each cell given a config.json naming its model, as the store writes)."""
+    from resdom.pipeline.store import store_cells
+    from resdom.report import read_runs
+
+    store = build_store(tmp_path)
+    for cell in store_cells(store):
+        model = json.loads((cell / "cell.json").read_text())["model"]
+        (cell / "config.json").write_text(json.dumps({"model": {"name": model}}))
+    return read_runs(store_cells(store))
+
+
+def test_runs_dynamics_equal_store_dynamics(tmp_path: Path) -> None:
+    from resdom.report.reliance_dynamics import runs_dynamics
+
+    cells, skipped = runs_dynamics(store_runs(tmp_path))
+    want_cells, want_skipped = store_dynamics(tmp_path / "results")
+    assert cells == want_cells and skipped == want_skipped
+    assert [c.name for c in cells] == ["beauty-ts/sasrec/seed1", "beauty-ts/sasrec/seed2",
+                                       "beauty-ts/sasrec-gate/seed1", "toys-ts/duorec/seed1"]
+
+
+def test_block_by_hand(tmp_path: Path) -> None:
+    from resdom.report.reliance_dynamics import CAPTION, answer_sentence, reliance_dynamics_block
+
+    runs = store_runs(tmp_path)
+    block = reliance_dynamics_block(runs)
+    assert block.startswith(CAPTION + "\n\n| cells | scope |")
+    assert "| 1 | toys-ts / duorec (1 cell) | 10.0 | 15.0 | +5.0 | 1/1 [" in block
+    assert "Left out: toys-ts/duorec/seed2 (monitoring starts at epoch 25" in block
+    # base models: beauty-ts sasrec seeds 1, 2 (lags +10, -10; changes +0.1, -0.1) and toys-ts duorec (+5; +0.4):
+    # lag 5 / 3, positive in 2 of 3, change 0.4 / 3; all models add sasrec-gate (+10; +0.07)
+    last = block.rstrip().splitlines()[-1]
+    assert last.startswith("Answer, generated from the table: over the base models alone (3 cells, 2 data sets) the "
+                           "lag (HRLI@1 plateau - NDCG@10 plateau) is +1.7 [")
+    assert "epochs on average, positive in 2 of 3 cells, and HRLI@1 changes by +0.133 [" in last
+    assert "over all models (4 cells, 2 data sets) the lag (HRLI@1 plateau - NDCG@10 plateau) is +3.8 [" in last
+    overall = last.split("; over all models")[1]
+    assert "positive in 3 of 4 cells, and HRLI@1 changes by +0.11" in overall  # (0.1 - 0.1 + 0.07 + 0.4) / 4
+    assert float(overall.split("changes by ")[1].split(" ")[0]) == pytest.approx(0.1175, abs=0.00051)
+    assert last.count("too few cells") == 2 and last.endswith(".")
+    assert answer_sentence(dynamics_table([cell("a", "sasrec", 1, 5, 0.1)], n_boot=10)) == (
+        "Answer, generated from the table: over all models (1 cell, 1 data set) the lag (HRLI@1 plateau - NDCG@10 "
+        "plateau) is +5.0 epochs on average, positive in 1 of 1 cells, and HRLI@1 changes by +0.100 from the NDCG@10 "
+        "plateau to the end of training: too few cells (1 < 5).")
+    assert reliance_dynamics_block([]) == (
+        "No run of sasrec, duorec, bsarec has a monitored training curve (HRLI@1 at three or more epochs from the "
+        "first monitor interval on): nothing to compare yet.\n")
+
+
+def test_report_figure_of_the_runs(tmp_path: Path) -> None:
+    import io
+
+    from PIL import Image
+
+    from resdom.report.figures import EXTRA_FIGURE_KEYS, PNG_DPI, all_figures, fig_reliance_dynamics
+
+    runs = store_runs(tmp_path)
+    fig = fig_reliance_dynamics(runs)
+    assert fig is not None and fig.key == "reliance_dynamics" and fig.key in EXTRA_FIGURE_KEYS
+    assert fig.figure.legends[0].get_title().get_text() == "4 cells"
+    image = Image.open(io.BytesIO(fig.png_bytes()))
+    assert image.mode == "P" and image.info["dpi"][0] <= PNG_DPI + 0.5 and len(fig.png_bytes()) < 300_000
+    assert "reliance_dynamics" in [f.key for f in all_figures(runs)]
+    no_monitor = [r for r in runs if r.model == "bert4rec"]
+    assert fig_reliance_dynamics(no_monitor) is None

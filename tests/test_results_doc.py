@@ -66,3 +66,35 @@ def test_deleting_any_table_block_is_caught() -> None:
             assert missing_blocks({**docs, name: cut}, tables) == [f"no document holds the {table!r} block"]
     assert missing_blocks({**docs, "remedies.md": docs["remedies.md"] + block.format("hrli")}, tables) == [
         "'hrli' is in results.md, remedies.md"]
+
+
+def test_the_report_always_makes_the_fidelity_and_question_4_blocks_and_their_deletion_is_caught() -> None:
+    """The fidelity and reliance_dynamics blocks are made from any runs (here none of a paper data set and none with
+    a monitored curve), so the test above fails when either is deleted from docs/results.md."""
+    import re
+
+    from resdom.report.collect import find_run_dirs
+
+    tables = document_blocks(read_runs(find_run_dirs(ROOT / "tests" / "fixtures" / "diagnostics")))
+    assert {"fidelity", "reliance_dynamics"} <= set(tables)
+    docs = {name: (ROOT / "docs" / name).read_text() for name in DOCUMENTS}
+    for block in ("fidelity", "reliance_dynamics"):
+        assert block_names(docs["results.md"]).count(block) == 1
+        cut = re.sub(rf"<!-- resdom:table {block} -->\n.*?<!-- /resdom:table -->\n", "", docs["results.md"],
+                     flags=re.S)
+        assert block not in block_names(cut)
+        assert f"no document holds the {block!r} block" in missing_blocks({**docs, "results.md": cut}, tables)
+
+
+def test_spec_section_5_quotes_no_measured_number_and_points_at_blocks_that_exist() -> None:
+    """docs/spec.md §5: the paper's numbers (its first paragraph) only; what resdom measured is a pointer to blocks of
+    docs/results.md (regenerated and checked above), not numbers that go stale."""
+    import re
+
+    spec = (ROOT / "docs" / "spec.md").read_text()
+    section = spec.split("## 5. ", 1)[1].split("\n## ", 1)[0]
+    ours = section.split("\n\n", 2)[2]  # after the heading line and the paper's paragraph
+    assert re.findall(r"\d+\.\d+|\d+%", ours) == [], "docs/spec.md §5 quotes a measured number"
+    named = re.findall(r"`(\w+)` block", ours)
+    assert set(named) >= {"claims", "fidelity"}
+    assert set(named) <= set(block_names((ROOT / "docs" / "results.md").read_text()))
