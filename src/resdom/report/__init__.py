@@ -9,6 +9,7 @@ Markdown twin. See docs/reports.md.
     OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them; claims.md, the
                          paper's claims checked per (data set, causal model), and remedy_verdicts.md, each
                          remedy variant against its base model (report.claims)
+                         fidelity.md (report.fidelity) and reliance_dynamics.md (report.reliance_dynamics)
 
 ``document_blocks(runs)`` gives the Markdown of every table by name, for the ``<!-- resdom:table NAME -->`` blocks
 of a hand-written document (``resdom report --doc``).
