@@ -24,6 +24,11 @@ a declared margin ``m`` (``GAIN_MARGIN``, 0.01 HRLI@1) on the same replicates: `
 rows of one table with a verdict: "keeps rising" where p_rise < alpha, else "does not keep rising" where
 p_flat < alpha, else "undecided". Fewer than ``MIN_CELLS`` cells get no verdict: a percentile bootstrap of a mean
 of two to four values is far too narrow.
+
+``runs_dynamics(runs)`` reads the same from ``report.collect`` records (their curves), and
+``reliance_dynamics_block(runs)`` is the ``reliance_dynamics`` block of docs/results.md (``report.document_blocks``):
+``CAPTION`` (the definitions), the table, the cells left out and ``answer_sentence`` (generated from the table's
+"all data sets" rows); ``report.figures.fig_reliance_dynamics`` draws its figure.
 """
 
 from __future__ import annotations
