@@ -15,7 +15,9 @@ import pytest
 from resdom.errors import ResdomError
 from resdom.report.compare import (
     NO_EVIDENCE,
+    REDIAGNOSE,
     Comparison,
+    EvidenceIndex,
     _effective_n_boot,
     compare_table,
     comparison_markdown,
@@ -254,8 +256,8 @@ def test_table_verdicts(table) -> None:
         "equivalent (within ±5%)",
         "lower",
         "higher",
-        f"{NO_EVIDENCE} (toy/partial/seed2)",
-        f"{NO_EVIDENCE} (toy/nolabel (no cells))",
+        "undecided",  # no per-user evidence in toy/partial/seed2
+        "undecided",  # no cells at all
         "undecided",
         "undecided",  # the same models, but a margin of 0.001 is tighter than the data can resolve
     ]
@@ -303,8 +305,9 @@ def test_markdown(table) -> None:
     assert rows[1][6] == f"{same.p_holm:.3f}" and same.diff.p_value > 2 / 1201
     assert rows[0][7:] == ["higher", "3 / 3", str(U)]
     assert rows[3][1] == "solo (1 seed) vs base" and rows[3][8] == "3 / 1"
-    assert rows[4] == ["toy", "partial vs base", "NDCG@10", "–", "–", "–", "–",
-                       f"{NO_EVIDENCE} (toy/partial/seed2)", "–", "–"]
+    assert rows[4] == ["toy", "partial vs base", "NDCG@10", "–", "–",
+                       f"{NO_EVIDENCE} ({REDIAGNOSE}): toy/partial/seed2", "–", "undecided", "–", "–"]
+    assert table.rows[5].missing == ["toy/nolabel (no cells)"]
     assert "level" not in md.replace("per-user evidence", "")
     assert "Holm across the 6 comparisons" in md and "1200 replicates" in md
 
@@ -329,7 +332,9 @@ def test_users_must_pair(store: Path, tmp_path: Path) -> None:
 def test_no_evidence_anywhere(tmp_path: Path) -> None:
     (tmp_path / "d" / "a" / "seed1").mkdir(parents=True)
     t = compare_table(tmp_path, [Comparison("d", "a", "b", "NDCG@10")])
-    assert [r.verdict for r in t.rows] == [f"{NO_EVIDENCE} (d/a/seed1, d/b (no cells))"]
+    assert [r.verdict for r in t.rows] == ["undecided"]
+    assert t.rows[0].note == ("no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what "
+                              "users): d/a/seed1, d/b (no cells)")
     assert "Holm across the 0 comparisons" in comparison_markdown(t)
 
 
@@ -348,3 +353,21 @@ def test_a_zero_baseline_has_no_relative_margin(tmp_path: Path) -> None:
     row = compare_table(tmp_path, [Comparison("d", "a", "b", "NDCG@10")], n_boot=200).rows[0]
     assert row.baseline_mean == 0.0 and row.margin_abs == 0.0 and row.p_equiv is None
     assert row.diff.p_value == 1.0 and row.verdict == "undecided"
+
+
+def test_evidence_index_from_runs_and_store(store: Path) -> None:
+    """The index of a report's runs finds the same files as the store's folders; a run without users.npz is named."""
+    from types import SimpleNamespace
+
+    runs = [SimpleNamespace(path=store / "toy" / "partial" / f"seed{k}", dataset="toy", model="partial", seed=k)
+            for k in (2, 1)]
+    index = EvidenceIndex.from_runs(runs)
+    found, missing = index.evidence("toy", "partial")
+    assert [ev.path for ev in found] == [store / "toy" / "partial" / "seed1" / "users.npz"]
+    assert missing == ["toy/partial/seed2"] and index.labels_with_evidence() == [("toy", "partial")]
+    assert index.evidence("toy", "base") == ([], ["toy/base (no cells)"])
+    whole = EvidenceIndex.from_store(store)
+    assert ("toy", "base") in whole.labels_with_evidence() and ("small", "other") in whole.labels_with_evidence()
+    assert [p.name for _, p in whole.cells[("toy", "base")]] == ["seed1", "seed2", "seed3"]
+    via = compare_table(index, [Comparison("toy", "partial", "partial", "NDCG@10")], n_boot=50)
+    assert via.rows[0].verdict == "undecided" and via.rows[0].missing == ["toy/partial/seed2", "toy/partial/seed2"]

@@ -220,7 +220,7 @@ def test_table_numbers(tmp_path: Path) -> None:
     keys = [(r.dataset, r.label) for r in table.rows]
     assert keys == [("beauty-ts", "gru4rec"), ("beauty-ts", "sasrec"), ("toys-ts", "sasrec")]
     gru, sas, toys = table.rows
-    assert gru.diff is None and gru.verdict == NO_DIFFERENCE + " in every seed"
+    assert gru.diff is None and gru.verdict == f"undecided ({NO_DIFFERENCE} in every seed)"
     assert gru.group_users() == (0.0, 2000.0)
     # sasrec: hits shuffled within (group, stratum): every seed has the confounded counts
     assert sas.n_seeds == 3 and sas.n_users == 2000 and sas.group_users() == (1000.0, 1000.0)
@@ -246,7 +246,10 @@ def test_table_labels_and_errors(tmp_path: Path) -> None:
     store = build_store(tmp_path)
     table = echo_table(store, datasets=["toys-ts"], labels=["sasrec", "duorec"], n_boot=100)
     assert [r.label for r in table.rows] == ["sasrec", "duorec"]
-    assert table.rows[1].verdict.startswith("no per-user evidence") and "toys-ts/duorec" in table.rows[1].verdict
+    assert table.rows[1].verdict == "undecided" and table.rows[1].missing == ["toys-ts/duorec (no cells)"]
+    md = echo_markdown(table)
+    assert ("| toys-ts | duorec | – | – | – | – | – | no per-user evidence (retrain or re-diagnose: "
+            "scripts/rediagnose_cells.py --what users): toys-ts/duorec (no cells) | – | undecided |") in md
     with pytest.raises(ResdomError, match="no such results store"):
         echo_table(tmp_path / "nowhere")
     # a seed over other users cannot be resampled with the others

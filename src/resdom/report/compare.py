@@ -24,7 +24,11 @@ Metrics (``metric_values``): ``HR@K`` and ``NDCG@K`` on the filtered target rank
 ``NDCG@K/unfiltered`` on the unfiltered one) and ``HRLI@K`` on the last item's rank.
 
 A comparison's difference is other - baseline. A row whose cells lack ``users.npz`` (or whose label has no cells)
-gets the verdict "no per-user evidence" with the cells named, and no numbers.
+gets no numbers and the verdict "undecided" (never "level" or "equivalent"); its ``note`` says "no per-user evidence
+(retrain or re-diagnose: scripts/rediagnose_cells.py --what users)" and names the cells.
+
+Where the cells are: ``EvidenceIndex``, from a results store's folders (``from_store``) or from the runs a report
+reads (``from_runs``: each run directory's own ``users.npz``).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import math
 import re
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,6 +65,8 @@ PER_USER = ("user", "target_rank", "target_rank_unfiltered", "last_rank", "last_
 PER_ALPHA = ("alpha_target_rank", "alpha_last_rank")
 BOOLS = ("last_seen", "recoverable")
 NO_EVIDENCE = "no per-user evidence"
+REDIAGNOSE = "retrain or re-diagnose: scripts/rediagnose_cells.py --what users"
+UNDECIDED = "undecided"
 _METRIC = re.compile(r"^(HR|NDCG|HRLI)@([1-9][0-9]*)(/unfiltered)?$")
 _SEED_DIR = re.compile(r"^seed([0-9]+)$")
 
@@ -213,21 +220,84 @@ def default_margin(metric: str) -> Margin:
     return Margin(0.02, relative=False) if kind == "HRLI" else Margin(0.05, relative=True)
 
 
+def no_evidence_note(missing: list[str]) -> str:
+    """``no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users): <cells>``."""
+    return f"{NO_EVIDENCE} ({REDIAGNOSE}): {', '.join(missing)}"
+
+
+def _seed_cells(root: Path) -> list[tuple[int, Path]]:
+    """(seed, cell folder) of every ``seed<k>`` folder of ``root`` (a label's folder), in seed order."""
+    return sorted((int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
+                  if p.is_dir() and (m := _SEED_DIR.match(p.name)))
+
+
+class _Run(Protocol):  # what EvidenceIndex.from_runs reads of a report.collect.RunRecord
+    path: Path
+    dataset: str
+    model: str
+    seed: int | None
+
+
+@dataclass
+class EvidenceIndex:
+    """The seed cells of each (data set, label), in seed order: ``{(data set, label): [(seed, cell folder)]}``;
+    ``evidence`` reads their ``users.npz`` (each file once)."""
+
+    cells: dict[tuple[str, str], list[tuple[int, Path]]]
+    _read: dict[Path, UserEvidence] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_store(cls, store: str | Path) -> EvidenceIndex:
+        """Every ``STORE/<data set>/<label>/seed<k>/`` folder."""
+        store = Path(store)
+        cells = {}
+        for ds in sorted(p for p in store.iterdir() if p.is_dir()) if store.is_dir() else []:
+            for lb in sorted(p for p in ds.iterdir() if p.is_dir()):
+                if found := _seed_cells(lb):
+                    cells[(ds.name, lb.name)] = found
+        return cls(cells)
+
+    @classmethod
+    def from_runs(cls, runs: Iterable[_Run]) -> EvidenceIndex:
+        """The run directories of ``runs`` (report.collect.RunRecord) by (data set, model label); a run without a
+        seed counts as seed 0."""
+        cells: dict[tuple[str, str], list[tuple[int, Path]]] = {}
+        for r in runs:
+            cells.setdefault((r.dataset, r.model), []).append((r.seed if r.seed is not None else 0, Path(r.path)))
+        return cls({k: sorted(v) for k, v in cells.items()})
+
+    def evidence(self, dataset: str, label: str) -> tuple[list[UserEvidence], list[str]]:
+        """The evidence of every seed cell of ``label`` on ``dataset`` (seed order) and the cells without any
+        (``"<data set>/<label>/seed<k>"``, or ``"<data set>/<label> (no cells)"``)."""
+        seeds = self.cells.get((dataset, label), [])
+        if not seeds:
+            return [], [f"{dataset}/{label} (no cells)"]
+        found, missing = [], []
+        for k, cell in seeds:
+            path = cell / USERS_FILE
+            if path.is_file():
+                if path not in self._read:
+                    self._read[path] = read_users(path)
+                found.append(self._read[path])
+            else:
+                missing.append(f"{dataset}/{label}/seed{k}")
+        return found, missing
+
+    def labels_with_evidence(self) -> list[tuple[str, str]]:
+        """(data set, label) pairs with a ``users.npz`` in some seed cell, sorted."""
+        return sorted(k for k, seeds in self.cells.items() if any((c / USERS_FILE).is_file() for _, c in seeds))
+
+
+def as_index(store: str | Path | EvidenceIndex) -> EvidenceIndex:
+    """``store`` itself if it is an EvidenceIndex, else the index of the results store at that path."""
+    return store if isinstance(store, EvidenceIndex) else EvidenceIndex.from_store(store)
+
+
 def label_evidence(store: str | Path, dataset: str, label: str) -> tuple[list[UserEvidence], list[str]]:
     """The evidence of every seed cell of ``label`` on ``dataset`` (in seed order) and the cells without any
     (``"<data set>/<label>/seed<k>"``, or ``"<data set>/<label> (no cells)"``)."""
-    root = Path(store) / dataset / label
-    seeds = sorted((int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
-                   if p.is_dir() and (m := _SEED_DIR.match(p.name)))
-    if not seeds:
-        return [], [f"{dataset}/{label} (no cells)"]
-    found, missing = [], []
-    for k, cell in seeds:
-        if (cell / USERS_FILE).is_file():
-            found.append(read_users(cell / USERS_FILE))
-        else:
-            missing.append(f"{dataset}/{label}/seed{k}")
-    return found, missing
+    seeds = _seed_cells(Path(store) / dataset / label)
+    return EvidenceIndex({(dataset, label): seeds} if seeds else {}).evidence(dataset, label)
 
 
 def _check_pairing(evidence: list[UserEvidence]) -> None:
@@ -277,6 +347,11 @@ class ComparisonRow:
     n_users: int = 0
     missing: list[str] = field(default_factory=list)
 
+    @property
+    def note(self) -> str:
+        """Why a row has no numbers (``no_evidence_note``), else empty."""
+        return no_evidence_note(self.missing) if self.missing else ""
+
 
 @dataclass
 class ComparisonTable:
@@ -306,20 +381,22 @@ def _evidence_row(c: Comparison, margin: Margin, base: list[UserEvidence], other
                          n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users)
 
 
-def compare_table(store: str | Path, comparisons: list[Comparison], title: str = "", n_boot: int = 2000,
-                  seed: int = 0, alpha: float = 0.05) -> ComparisonTable:
-    """Compare each of ``comparisons`` on the per-user evidence of ``store``; Holm across the rows that have
-    evidence (the difference p-values and, separately, the equivalence p-values). Row i's bootstrap uses seed
-    ``seed + i``; ``n_boot`` is raised where needed so that Holm's smallest p can fall below alpha / 5."""
+def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Comparison], title: str = "",
+                  n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> ComparisonTable:
+    """Compare each of ``comparisons`` on the per-user evidence of ``store`` (a results store's path, or an
+    ``EvidenceIndex``); Holm across the rows that have evidence (the difference p-values and, separately, the
+    equivalence p-values). Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
+    Holm's smallest p can fall below alpha / 5. A row without evidence in every cell is "undecided"."""
+    index = as_index(store)
     rows: list[ComparisonRow] = []
     pending: list[tuple[int, Comparison, Margin, list[UserEvidence], list[UserEvidence]]] = []
     for i, c in enumerate(comparisons):
         margin = c.margin or default_margin(c.metric)
-        base, miss_b = label_evidence(store, c.dataset, c.baseline)
-        other, miss_o = label_evidence(store, c.dataset, c.other)
+        base, miss_b = index.evidence(c.dataset, c.baseline)
+        other, miss_o = index.evidence(c.dataset, c.other)
         missing = miss_b + miss_o
         if missing:
-            rows.append(ComparisonRow(c, f"{NO_EVIDENCE} ({', '.join(missing)})", margin, missing=missing))
+            rows.append(ComparisonRow(c, UNDECIDED, margin, missing=missing))
         else:
             rows.append(ComparisonRow(c, "", margin))
             pending.append((i, c, margin, base, other))
@@ -357,7 +434,7 @@ def _cells(r: ComparisonRow) -> list[str]:
     c = r.comparison
     head = [c.dataset, f"{_label(c.other, r.n_seeds_other)} vs {_label(c.baseline, r.n_seeds_baseline)}", c.metric]
     if r.diff is None:
-        return head + ["–", "–", "–", "–", r.verdict, "–", "–"]
+        return head + ["–", "–", r.note, "–", r.verdict, "–", "–"]
     d = r.diff
     return head + [f"{r.baseline_mean:.4f}", f"{r.other_mean:.4f}", f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]",
                    _p(r.p_holm, d), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]

@@ -36,7 +36,15 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from resdom.errors import ResdomError
-from resdom.report.compare import USERS_FILE, UserEvidence, default_margin, label_evidence, metric_values
+from resdom.report.compare import (
+    UNDECIDED,
+    EvidenceIndex,
+    UserEvidence,
+    as_index,
+    default_margin,
+    metric_values,
+    no_evidence_note,
+)
 from resdom.report.stats import BootstrapResult, Margin, equivalence_test, holm, verdict
 
 K = 10
@@ -214,19 +222,14 @@ class EchoTable:
     alpha: float
 
 
-def _labels(store: Path, datasets: Sequence[str] | None,
+def _labels(index: EvidenceIndex, datasets: Sequence[str] | None,
             labels: Sequence[str] | None) -> list[tuple[str, str]]:
-    """(data set, label) pairs: the given ones, or every label of every data set with a users.npz in a seed."""
-    out = []
-    for ds in (datasets if datasets is not None else sorted(p.name for p in store.iterdir() if p.is_dir())):
-        if labels is not None:
-            out += [(ds, lb) for lb in labels]
-            continue
-        root = store / ds
-        for lb in sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-            if any((cell / USERS_FILE).is_file() for cell in (root / lb).glob("seed*")):
-                out.append((ds, lb))
-    return out
+    """(data set, label) pairs: the given ones, or every label with a users.npz in a seed cell (of ``datasets``:
+    None, every data set)."""
+    if labels is not None:
+        names = datasets if datasets is not None else sorted({ds for ds, _ in index.cells})
+        return [(ds, lb) for ds in names for lb in labels]
+    return [(ds, lb) for ds, lb in index.labels_with_evidence() if datasets is None or ds in datasets]
 
 
 def _arrays(evidence: list[UserEvidence], k: int,
@@ -248,7 +251,7 @@ def _row(ds: str, label: str, evidence: list[UserEvidence], missing: list[str], 
     """One row and whether it has a bootstrap (it then awaits Holm's correction for its verdict)."""
     J = len(bins)
     if not evidence:
-        return EchoRow(ds, label, f"no per-user evidence ({', '.join(missing)})", np.zeros((0, J, 2)),
+        return EchoRow(ds, label, UNDECIDED, np.zeros((0, J, 2)),
                        np.zeros((0, J, 2)), margin, missing=missing), False
     echo, hit, stratum = _arrays(evidence, k, bins)
     counts = [stratum_counts(echo[s], hit[s], stratum, J) for s in range(len(evidence))]
@@ -256,7 +259,8 @@ def _row(ds: str, label: str, evidence: list[UserEvidence], missing: list[str], 
                   n_users=int(echo.shape[1]), missing=missing)
     per_seed = np.array([_rd_from_counts(n, x) for n, x in counts])  # (S, 3)
     if np.isnan(per_seed[:, 0]).any():
-        row.verdict = NO_DIFFERENCE + (" in every seed" if np.isnan(per_seed[:, 0]).all() else " in a seed")
+        why = NO_DIFFERENCE + (" in every seed" if np.isnan(per_seed[:, 0]).all() else " in a seed")
+        row.verdict = f"{UNDECIDED} ({why})"
         return row, False
     row.diff, row.dropped = echo_bootstrap(echo, hit, stratum, J, n_boot, seed)
     row.p1_std, row.p0_std = float(per_seed[:, 1].mean()), float(per_seed[:, 2].mean())
@@ -265,8 +269,9 @@ def _row(ds: str, label: str, evidence: list[UserEvidence], missing: list[str], 
     return row, True
 
 
-def echo_table(store: str | Path, datasets: Sequence[str] | None = None, labels: Sequence[str] | None = None,
-               k: int = K, bins: Sequence[tuple[int, int | None]] = FREQ_BINS, margin: Margin | None = None,
+def echo_table(store: str | Path | EvidenceIndex, datasets: Sequence[str] | None = None,
+               labels: Sequence[str] | None = None, k: int = K,
+               bins: Sequence[tuple[int, int | None]] = FREQ_BINS, margin: Margin | None = None,
                n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> EchoTable:
     """Question 3 on the store's per-user evidence: one row per (data set, label), every label with a
     ``users.npz`` where ``labels`` is None (``datasets`` None: every data set). The seeds with evidence are used
@@ -275,15 +280,15 @@ def echo_table(store: str | Path, datasets: Sequence[str] | None = None, labels:
     ``seed + i``; Holm across the rows with a bootstrap; ``n_boot`` is raised so Holm's smallest p can fall below
     alpha / 5."""
     check_bins(bins)
-    store = Path(store)
-    if not store.is_dir():
+    if not isinstance(store, EvidenceIndex) and not Path(store).is_dir():
         raise ResdomError(f"{store}: no such results store")
+    index = as_index(store)
     margin = margin or default_margin(f"HR@{k}")
-    pairs = _labels(store, datasets, labels)
+    pairs = _labels(index, datasets, labels)
     n_boot = max(n_boot, math.ceil(10 * max(1, len(pairs)) / alpha))
     rows, done = [], []
     for i, (ds, lb) in enumerate(pairs):
-        evidence, missing = label_evidence(store, ds, lb)
+        evidence, missing = index.evidence(ds, lb)
         row, has = _row(ds, lb, evidence, missing, k, bins, margin, n_boot, seed + i, alpha)
         rows.append(row)
         if has:
@@ -314,7 +319,7 @@ def _cells(r: EchoRow) -> list[str]:
     seeds = f"{r.n_seeds}" + (f" (of {r.n_seeds + len(r.missing)})" if r.missing and r.n_seeds else "")
     head = [r.dataset, r.label, seeds if r.n_seeds else "–"]
     if not r.n_seeds:
-        return head + ["–"] * 6 + [r.verdict]
+        return head + ["–"] * 4 + [no_evidence_note(r.missing), "–", r.verdict]
     ne, no = r.group_users()
     ce, co = r.crude()
     crude = "–" if math.isnan(ce) or math.isnan(co) else f"{ce - co:+.4f}"
