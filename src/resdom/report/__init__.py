@@ -7,8 +7,8 @@ Markdown twin. See docs/reports.md.
     OUT/report.md        Markdown twin (links figures/*.png)
     OUT/figures/         <key>.png and <key>.pdf per figure
     OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them; claims.md, the
-                         paper's claims checked per (data set, causal model), and remedy_verdicts.md, each
-                         remedy variant against its base model (report.claims)
+                         paper's claims checked per (data set, causal model) (report.claims), the blocks
+                         of report.evidence_blocks (remedy_verdicts.md, comparisons.md, proportions.md, ...),
                          fidelity.md (report.fidelity) and reliance_dynamics.md (report.reliance_dynamics)
 
 ``document_blocks(runs)`` gives the Markdown of every table by name, for the ``<!-- resdom:table NAME -->`` blocks
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from resdom.io import atomic_write_text
-from resdom.report.claims import claims_markdown, remedy_verdicts_markdown
+from resdom.report.claims import claims_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
+from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, evidence_blocks
 from resdom.report.fidelity import fidelity_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
@@ -65,7 +66,10 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     tables = summary_tables(runs, extra_stats)
     table_paths = write_tables(tables, out_dir / "tables")
     blocks = document_blocks(runs, tables)
-    for name in ("claims", "remedy_verdicts"):
+    for name in ("claims",):
+        atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
+        table_paths.append(out_dir / "tables" / f"{name}.md")
+    for name in EVIDENCE_BLOCKS:  # issue 27: comparisons, proportions and claims from per-user statistics
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
     for name in BEYOND_TABLES:  # the paper side by side (issue 27 §3) and question 4 (§4)
@@ -82,10 +86,11 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
-    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``,
-    ``remedy_verdicts``, ``fidelity`` (``report.fidelity``) and ``reliance_dynamics`` (``report.reliance_dynamics``)."""
+    """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
+    blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
+    ``fidelity`` (``report.fidelity``) and ``reliance_dynamics`` (``report.reliance_dynamics``)."""
     tables = summary_tables(runs) if tables is None else tables
     return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
-            "remedy_verdicts": remedy_verdicts_markdown(runs),
+            **evidence_blocks(runs),
             "fidelity": fidelity_block(runs),
             "reliance_dynamics": reliance_dynamics_block(runs)}

@@ -6,8 +6,7 @@ small tolerance, ``TOL``, for the noise of a ratio estimated on a few thousand u
 of seeds in which it holds. Only the causal self-attention models the claims are about (SASRec, DuoRec, BSARec and
 their named variants other than the remedies) get a row; the contrast models and the remedy variants do not.
 
-The remedy variants get their own verdicts (``remedy_verdicts_markdown``, docs/remedies.md): does a variant beat its
-base model's accuracy at a lower HRLI@1, beyond the seeds' spread.
+The remedy variants get their own verdicts, from per-user statistics (``report.evidence_blocks``, docs/remedies.md).
 """
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from resdom.experiments import MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
+from resdom.experiments import MODEL_TRAITS, model_variant, remedy_variant
 from resdom.report.collect import RunRecord, model_order
-from resdom.report.tables import mean_std
+from resdom.report.tables import seeds_cell
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 
 TOL = 0.005  # alpha-sweep steps smaller than this do not break monotonicity
@@ -189,73 +188,5 @@ def claims_markdown(runs: list[RunRecord]) -> str:
             continue  # no claim can be checked on these runs (metrics only, say)
         cells = [c.check(dataset, [r for r in rs if _has(r, c)]) if k else None for c, k in zip(CLAIMS, counts)]
         cells = [x if x is None or k == n else f"{x} (n={k})" for x, k in zip(cells, counts)]
-        rows.append([dataset, model, str(n), *(x or "–" for x in cells)])
+        rows.append([dataset, model, seeds_cell(n), *(x or "–" for x in cells)])
     return _markdown(["Data set", "Model", "Seeds", *(c.header for c in CLAIMS)], rows)
-
-
-# ------------------------------------------------------------------ remedies (docs/remedies.md)
-
-
-def _seed_stats(runs: list[RunRecord], key: str) -> tuple[float, float, int] | None:
-    """(mean, sample std, seeds) of ``key`` over the runs that have it; std 0 for one seed."""
-    xs = [x for x in (run_values(r)[key] for r in runs) if x is not None]
-    if not xs:
-        return None
-    mean, std = mean_std(xs)
-    return mean, std or 0.0, len(xs)
-
-
-def _direction(v: tuple[float, float, int], b: tuple[float, float, int]) -> str:
-    """"higher" / "lower" where the means differ by more than the two seeds' spreads together (v's std + b's
-    std, so their mean ± std ranges do not overlap), "level" otherwise."""
-    delta = v[0] - b[0]
-    if abs(delta) <= v[1] + b[1]:
-        return "level"
-    return "higher" if delta > 0 else "lower"
-
-
-def _against(v: tuple[float, float, int], b: tuple[float, float, int]) -> str:
-    """"mean ± std (base mean ± std, relative change)", the ± std left out for a single seed."""
-    def text(x: tuple[float, float, int]) -> str:
-        return f"{x[0]:.4f}" if x[2] < 2 else f"{x[0]:.4f} ± {x[1]:.4f}"
-
-    rel = f", {100 * (v[0] - b[0]) / b[0]:+.1f}%" if b[0] else ""
-    return f"{text(v)} (base {text(b)}{rel})"
-
-
-def remedy_verdict(variant: list[RunRecord], base: list[RunRecord]) -> tuple[str, str, str, str] | None:
-    """(seeds, NDCG@10 against the base, HRLI@1 against the base, verdict) of one remedy variant beside its base
-    model on the same data set; None where either lacks test NDCG@10 or HRLI@1. The verdict answers docs/remedies.md's
-    question, does the variant beat the base model's accuracy at a lower HRLI@1: "yes" where its NDCG@10 is higher
-    and its HRLI@1 lower, each by more than the seeds' spread (``_direction``); "no" with what moved otherwise; not
-    judged below two seeds of each."""
-    nv, nb = _seed_stats(variant, "NDCG@10"), _seed_stats(base, "NDCG@10")
-    hv, hb = _seed_stats(variant, "HRLI@1"), _seed_stats(base, "HRLI@1")
-    if nv is None or nb is None or hv is None or hb is None:
-        return None
-    seeds = f"{nv[2]} / {nb[2]}"
-    if min(nv[2], nb[2], hv[2], hb[2]) < 2:
-        verdict = "not judged (fewer than 2 seeds)"
-    else:
-        acc, rel = _direction(nv, nb), _direction(hv, hb)
-        if acc == "higher" and rel == "lower":
-            verdict = f"{YES} yes: higher NDCG@10 at lower HRLI@1"
-        else:
-            verdict = f"{NO} no: NDCG@10 {acc}, HRLI@1 {rel}"
-    return seeds, _against(nv, nb), _against(hv, hb), verdict
-
-
-def remedy_verdicts_markdown(runs: list[RunRecord]) -> str:
-    """One row per (data set, remedy variant) with its base model's runs on that data set (``remedy_verdict``)."""
-    groups = _groups(runs, lambda label: True)
-    rank = {m: i for i, m in enumerate(REMEDY_LABELS)}
-    rows = []
-    for (dataset, label), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], rank.get(kv[0][1], len(rank)))):
-        parts = remedy_variant(label)
-        if parts is None or (dataset, parts[0]) not in groups:
-            continue
-        row = remedy_verdict(rs, groups[(dataset, parts[0])])
-        if row is not None:
-            rows.append([dataset, label, *row])
-    return _markdown(["Data set", "Variant", "Seeds (variant / base)", "Test NDCG@10", "HRLI@1",
-                      "Higher NDCG@10 at lower HRLI@1?"], rows)

@@ -220,9 +220,21 @@ def default_margin(metric: str) -> Margin:
     return Margin(0.02, relative=False) if kind == "HRLI" else Margin(0.05, relative=True)
 
 
+def compact_cells(cells: list[str]) -> str:
+    """``"d/a/seed1, d/a/seed2, d/b (no cells)"`` -> ``"d/a/seed1,2, d/b (no cells)"`` (order kept, duplicates
+    dropped)."""
+    seeds: dict[str, list[str]] = {}
+    for cell in cells:
+        m = re.match(r"^(.*)/seed([0-9]+)$", cell)
+        head, k = (m.group(1), m.group(2)) if m else (cell, "")
+        if k not in seeds.setdefault(head, []):
+            seeds[head].append(k)
+    return ", ".join(f"{h}/seed{','.join(ks)}" if ks != [""] else h for h, ks in seeds.items())
+
+
 def no_evidence_note(missing: list[str]) -> str:
     """``no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users): <cells>``."""
-    return f"{NO_EVIDENCE} ({REDIAGNOSE}): {', '.join(missing)}"
+    return f"{NO_EVIDENCE} ({REDIAGNOSE}): {compact_cells(missing)}"
 
 
 def _seed_cells(root: Path) -> list[tuple[int, Path]]:

@@ -316,7 +316,8 @@ def _rate(v: float) -> str:
 
 
 def _cells(r: EchoRow) -> list[str]:
-    seeds = f"{r.n_seeds}" + (f" (of {r.n_seeds + len(r.missing)})" if r.missing and r.n_seeds else "")
+    seeds = "1 seed" if r.n_seeds == 1 else f"{r.n_seeds}"
+    seeds += f" (of {r.n_seeds + len(r.missing)})" if r.missing and r.n_seeds else ""
     head = [r.dataset, r.label, seeds if r.n_seeds else "–"]
     if not r.n_seeds:
         return head + ["–"] * 4 + [no_evidence_note(r.missing), "–", r.verdict]

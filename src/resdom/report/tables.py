@@ -242,13 +242,23 @@ def cell_text(row: dict[str, Any], col: Column) -> str:
     return format_cell(row[col.key], col.kind) + fewer
 
 
+def seeds_text(n: int) -> str:
+    """``1 seed`` / ``3 seeds``: how many seeds a number averages."""
+    return "1 seed" if n == 1 else f"{n} seeds"
+
+
+def seeds_cell(n: int) -> str:
+    """A Seeds column's entry: ``1 seed`` (single-seed rows are marked), else the count."""
+    return "1 seed" if n == 1 else str(n)
+
+
 def _headers(table: Table) -> list[str]:
     first = ["Data set", "Model", "Seeds"] if table.per_model else ["Data set"]
     return first + [c.label for c in table.columns]
 
 
 def _lead(table: Table, row: dict[str, Any]) -> list[str]:
-    return [row["dataset"], row["model"], str(row["n"])] if table.per_model else [row["dataset"]]
+    return [row["dataset"], row["model"], seeds_cell(row["n"])] if table.per_model else [row["dataset"]]
 
 
 def to_markdown(table: Table) -> str:

@@ -1,0 +1,372 @@
+"""The document blocks whose claims rest on statistics (issue 27 §2 and §4 question 3), from a report's runs:
+
+``comparisons``   docs/results.md: every model against ``sasrec`` on the same data set, test NDCG@10 and HRLI@1
+``remedy_verdicts`` docs/remedies.md: every remedy variant against its base model, NDCG@10 and HRLI@1, and the
+                  answer to "higher NDCG@10 at lower HRLI@1?"
+``proportions``   docs/results.md: HRLI@1, HRLI@1 over unseen last items and Recovery(alpha) with Wilson intervals
+``cold_items``    docs/results.md: the sentence on HRLI@1 over last items never seen in training, counted per cell
+``five_models``   docs/results.md: HRLI@1 / HRL2I@1 of the five models per data set, and the sentences on them
+``echo``          docs/results.md: question 3, does the echo cost filtered HR@10 (``report.echo``)
+
+A comparison's difference, 95% interval, Holm-adjusted p and verdict come from the per-user evidence of the cells
+(``users.npz``, ``report.compare``): a paired bootstrap over users with each side's seeds resampled, Holm across the
+comparisons of one table, "equivalent (within ±m)" only where two one-sided tests pass the declared margin
+(``MARGINS``), else "undecided". A row whose cells lack ``users.npz`` has no difference and the verdict "undecided",
+and says how to get the evidence. The store's means beside it (mean over every seed the store holds, as the other
+tables show them) are descriptive only.
+
+Proportions come with Wilson 95% intervals on the counts (rate x users, an integer in every stored file) pooled over
+a row's seeds: they count users x seeds and leave the seed-to-seed spread out (the bootstrap's job where per-user
+evidence exists). A row or cell over one seed says "1 seed".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from resdom.experiments import MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
+from resdom.report.claims import is_causal
+from resdom.report.collect import RunRecord, model_order
+from resdom.report.compare import (
+    UNDECIDED,
+    Comparison,
+    ComparisonRow,
+    EvidenceIndex,
+    compare_table,
+    default_margin,
+)
+from resdom.report.echo import echo_markdown, echo_table
+from resdom.report.stats import wilson
+from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
+from resdom.report.values import RECOVERY_ALPHAS, run_values
+from resdom.stored import number_at
+
+BASELINE = "sasrec"
+METRICS: tuple[str, ...] = ("NDCG@10", "HRLI@1")
+FIVE_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
+N_BOOT = 2000
+
+
+def margins_text() -> str:
+    """The declared equivalence margins of ``METRICS`` (``compare.default_margin``), for the captions."""
+    parts = []
+    for m in METRICS:
+        margin = default_margin(m)
+        parts.append(f"{m} ±{margin.text()}" + (" of the baseline's mean" if margin.relative else " (absolute)"))
+    return "; ".join(parts)
+
+
+def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[str, str], list[RunRecord]]:
+    """The runs with results by (data set, model label), for the labels ``keep`` accepts; sorted by data set, then
+    the models' report order."""
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in runs:
+        if keep(r.model) and (r.diagnostics or r.metrics):
+            groups.setdefault((r.dataset, r.model), []).append(r)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]), kv[0][1])))
+
+
+def _store_mean(runs: list[RunRecord], key: str) -> str:
+    """``mean ± std (n seeds)`` of ``key`` over ``runs`` (the store's numbers, every seed that has it)."""
+    xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
+    if not xs:
+        return "–"
+    kind = "metric" if key.startswith(("HR@", "NDCG@")) else "ratio"
+    return f"{format_cell(mean_std(xs), kind)} ({seeds_text(len(xs))})"
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def _p_text(r: ComparisonRow) -> str:
+    assert r.diff is not None and r.p_holm is not None
+    if r.p_holm < 0.001:
+        return "<0.001"
+    floor = r.diff.p_value <= 2 / (r.diff.n_boot + 1)
+    return f"≤{r.p_holm:.3f}" if floor else f"{r.p_holm:.3f}"
+
+
+def difference_text(r: ComparisonRow) -> str:
+    """``+0.0012 [-0.0003, +0.0025] (Holm p 0.210; seeds 3 / 1 seed)``, or the note of a row without evidence."""
+    if r.diff is None:
+        return r.note
+    d = r.diff
+    seeds = f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)}"
+    return f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {_p_text(r)}; seeds {seeds})"
+
+
+def _method_note(n_boot: int, m: int) -> str:
+    return (f"Difference: other - baseline over the same test users, mean over seeds of the mean over users, from each "
+            f"cell's per-user evidence (users.npz); 95% CI from a paired bootstrap over users with each side's seeds "
+            f"resampled ({n_boot} replicates); Holm across the {m} comparisons of this table that have evidence. "
+            f"Verdict at alpha 0.05: higher / lower where the Holm-adjusted p is below 0.05; equivalent only where two "
+            f"one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}); else undecided. A row "
+            "without per-user evidence in every cell is undecided. Store means: mean ± std over every stored seed, "
+            "descriptive only.")
+
+
+# --- model against model (docs/results.md) --------------------------------------------------------------------------
+
+def _is_model(label: str) -> bool:
+    """A model the results page compares: a causal model or a contrast model, not a remedy variant."""
+    return model_variant(label)[0] in MODEL_TRAITS and remedy_variant(label) is None
+
+
+def model_comparisons(runs: list[RunRecord]) -> list[Comparison]:
+    """Every model label against ``BASELINE`` on each data set that has it, on each of ``METRICS``."""
+    groups = _groups(runs, _is_model)
+    out = []
+    for ds, label in groups:
+        if label != BASELINE and (ds, BASELINE) in groups:
+            out += [Comparison(ds, BASELINE, label, m) for m in METRICS]
+    return out
+
+
+def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
+    """The ``comparisons`` block: one row per (data set, model, metric), the model against ``BASELINE``."""
+    groups = _groups(runs, _is_model)
+    table = compare_table(EvidenceIndex.from_runs(runs), model_comparisons(runs), n_boot=n_boot)
+    rows = []
+    for r in table.rows:
+        c = r.comparison
+        rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric, _store_mean(groups[(c.dataset, c.other)],
+                     c.metric), _store_mean(groups[(c.dataset, c.baseline)], c.metric), difference_text(r), r.verdict])
+    m = sum(r.diff is not None for r in table.rows)
+    header = ["Data set", "Comparison", "Metric", "Model: store mean", "sasrec: store mean",
+              "Difference [95% CI]", "Verdict"]
+    return _markdown(header, rows) + "\n" + _method_note(table.n_boot, m) + "\n"
+
+
+# --- remedy against base (docs/remedies.md) -------------------------------------------------------------------------
+
+def answer(ndcg_verdict: str, hrli_verdict: str) -> str:
+    """Does a variant beat its base's accuracy at a lower HRLI@1? "yes" where NDCG@10 is higher and HRLI@1 lower;
+    "no" where NDCG@10 is lower or equivalent, or HRLI@1 higher or equivalent (either settles it); else
+    "undecided"."""
+    if ndcg_verdict == "higher" and hrli_verdict == "lower":
+        return "yes"
+    settled_no = ndcg_verdict == "lower" or ndcg_verdict.startswith("equivalent") or hrli_verdict == "higher" \
+        or hrli_verdict.startswith("equivalent")
+    return "no" if settled_no else UNDECIDED
+
+
+def remedy_comparisons(runs: list[RunRecord]) -> list[Comparison]:
+    """Each remedy variant against its base model on the same data set, on each of ``METRICS``; in
+    ``experiments.REMEDY_LABELS`` order within a data set."""
+    groups = _groups(runs, lambda label: True)
+    rank = {m: i for i, m in enumerate(REMEDY_LABELS)}
+    out = []
+    for ds, label in sorted(groups, key=lambda k: (k[0], rank.get(k[1], len(rank)), k[1])):
+        parts = remedy_variant(label)
+        if parts is not None and (ds, parts[0]) in groups:
+            out += [Comparison(ds, parts[0], label, m) for m in METRICS]
+    return out
+
+
+def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
+    """The ``remedy_verdicts`` block: per (data set, variant) the store's means of both, the difference in NDCG@10
+    and in HRLI@1 with its interval and verdict, and the answer (``answer``)."""
+    groups = _groups(runs, lambda label: True)
+    table = compare_table(EvidenceIndex.from_runs(runs), remedy_comparisons(runs), n_boot=n_boot)
+    rows = []
+    for nd, hr in zip(table.rows[::2], table.rows[1::2]):
+        c = nd.comparison
+        var, base = groups[(c.dataset, c.other)], groups[(c.dataset, c.baseline)]
+        cells = [c.dataset, c.other]
+        for r in (nd, hr):
+            cells.append(f"{_store_mean(var, r.comparison.metric)}; base {_store_mean(base, r.comparison.metric)}")
+        for r in (nd, hr):
+            cells.append(r.verdict + ("" if r.diff is None else f": {difference_text(r)}"))
+        cells.append(answer(nd.verdict, hr.verdict))
+        if nd.diff is None and hr.diff is None:
+            cells[-3] = f"{UNDECIDED}: {nd.note}"  # one note for the row: both metrics lack the same cells
+        rows.append(cells)
+    m = sum(r.diff is not None for r in table.rows)
+    header = ["Data set", "Variant", "Test NDCG@10: store mean", "HRLI@1: store mean", "NDCG@10: verdict, difference "
+              "[95% CI]", "HRLI@1: verdict, difference [95% CI]", "Higher NDCG@10 at lower HRLI@1?"]
+    return _markdown(header, rows) + "\n" + _method_note(table.n_boot, m).replace("other - baseline",
+                                                                                   "variant - base") + "\n"
+
+
+# --- proportions with Wilson intervals (docs/results.md) ------------------------------------------------------------
+
+def _count(rate: float | None, n: float | None) -> tuple[int, int] | None:
+    """(k, n) with k = rate x n, where that is a whole number (a stored rate over n users); None otherwise."""
+    if rate is None or n is None or n < 1 or n != int(n):
+        return None
+    k = rate * n
+    return (round(k), int(n)) if abs(k - round(k)) < 1e-6 * max(1.0, n) else None
+
+
+def hrli_count(run: RunRecord) -> tuple[int, int] | None:
+    """(users whose last input item is ranked first, test users) from ``hrli.json``."""
+    d = run.diag("hrli")
+    return _count(number_at(d, "values", "HRLI@1"), number_at(d, "n_users"))
+
+
+def unseen_counts(run: RunRecord, key: str = "HRLI@1") -> tuple[int, int] | None:
+    """(users with ``key`` hit, users) among those whose last item never occurs in training: ``hrli.json``'s
+    ``by_frequency`` band ``"0"``; None where the file has no bands or that band has no users."""
+    band = (run.diag("hrli").get("by_frequency") or {}).get("0")
+    n = number_at(band, "n_users")
+    return None if not n else _count(number_at(band, "values", key), n)
+
+
+def recovery_count(run: RunRecord, alpha: float) -> tuple[int, int] | None:
+    """(recoverable misses hit at ``alpha``, recoverable misses) from ``recovery.json``'s test curve."""
+    test = run.diag("recovery").get("test")
+    if not isinstance(test, dict):
+        return None
+    at = [row for row in test.get("curve", []) if isinstance(row, dict)
+          and isinstance(row.get("alpha"), (int, float)) and abs(float(row["alpha"]) - alpha) < 1e-9]
+    return _count(number_at(at[0], "recovery"), number_at(test, "recoverable")) if at else None
+
+
+def _pooled(counts: list[tuple[int, int] | None]) -> tuple[int, int, int] | None:
+    """(k, n, seeds) summed over the seeds that have a count."""
+    have = [c for c in counts if c is not None]
+    return (sum(k for k, _ in have), sum(n for _, n in have), len(have)) if have else None
+
+
+def wilson_text(k: int, n: int, counts: bool = False) -> str:
+    """``0.830 [0.825, 0.835]``: the proportion and its Wilson 95% interval (``counts``: ``3 / 520 = 0.006 [0.002,
+    0.017]``)."""
+    lo, hi = wilson(k, n)
+    text = f"{k:,} / {n:,} = " if counts else ""
+    return text + f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def proportions_markdown(runs: list[RunRecord]) -> str:
+    """The ``proportions`` block: per (data set, model) HRLI@1, HRLI@1 over unseen last items and Recovery at
+    ``RECOVERY_ALPHAS``, each pooled over the seeds with its Wilson 95% interval."""
+    rows = []
+    for (ds, label), rs in _groups(runs, _is_model).items():
+        cells = [_pooled([hrli_count(r) for r in rs]), _pooled([unseen_counts(r) for r in rs])]
+        cells += [_pooled([recovery_count(r, a) for r in rs]) for a in RECOVERY_ALPHAS]
+        if all(c is None for c in cells):
+            continue
+        n = max(c[2] for c in cells if c is not None)
+        texts = ["–" if c is None else wilson_text(c[0], c[1], counts=i > 0) + (f" (n={c[2]})" if c[2] < n else "")
+                 for i, c in enumerate(cells)]
+        rows.append([ds, label, seeds_cell(n), *texts])
+    header = ["Data set", "Model", "Seeds", "HRLI@1 [Wilson 95%]", "HRLI@1, last item unseen in training",
+              *(f"Rec(α={a}) of the recoverable misses" for a in RECOVERY_ALPHAS)]
+    note = ("Counts pooled over the row's seeds (users x seeds; a cell over fewer seeds than the row says n=k), "
+            "Wilson 95% intervals on them: they leave the seed-to-seed spread out. HRLI@1: the last input item is the "
+            "top-1 unfiltered item. Unseen: users whose last input item never occurs in the training sequences "
+            "(hrli.json by_frequency band 0). Rec(α): recoverable misses (the final position misses the top-10, one "
+            "of L-1..L-3 hits) hit at residual scale α (recovery.json).")
+    return _markdown(header, rows) + "\n" + note + "\n"
+
+
+# --- cold last items: the sentence (docs/results.md) ----------------------------------------------------------------
+
+def cold_items_markdown(runs: list[RunRecord]) -> str:
+    """The ``cold_items`` block: over the users whose last input item never occurs in training, in how many cells
+    HRLI@1 (and HRLI@10) is exactly 0, and every cell where it is not, with its counts and Wilson interval."""
+    cells = [(r, unseen_counts(r, "HRLI@1"), unseen_counts(r, "HRLI@10")) for r in runs if _is_model(r.model)]
+    cells = [(r, c1, c10) for r, c1, c10 in cells if c1 is not None]
+    if not cells:
+        return "No stored cell reports HRLI@1 by the last item's training frequency (hrli.json by_frequency).\n"
+    zero = [r for r, c1, _ in cells if c1[0] == 0]
+    zero10 = [r for r, _, c10 in cells if c10 is not None and c10[0] == 0]
+    n10 = sum(c10 is not None for _, _, c10 in cells)
+    models = sorted({r.model for r, _, _ in cells}, key=model_order)
+    lines = [f"Over the test users whose last input item never occurs in training, HRLI@1 is exactly 0 in "
+             f"{len(zero)} of the {len(cells)} cells that report it ({len(models)} models: {', '.join(models)}), and "
+             f"HRLI@10 in {len(zero10)} of {n10}."]
+    exceptions = [(r, c1) for r, c1, _ in cells if c1[0] > 0]
+    if exceptions:
+        lines.append(" It is not 0 in:")
+        for r, (k, n) in exceptions:
+            lo, hi = wilson(k, n)
+            lines.append(f"\n- {r.dataset} `{r.model}` seed {r.seed}: {k} of {n} such users ({k / n:.3f}, Wilson 95% "
+                         f"[{lo:.3f}, {hi:.3f}])")
+        lines.append("\n")
+    else:
+        lines.append("\n")
+    return "".join(lines)
+
+
+# --- the five models (docs/results.md) ------------------------------------------------------------------------------
+
+def _mean_of(runs: list[RunRecord], key: str) -> tuple[float, int] | None:
+    xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
+    return (sum(xs) / len(xs), len(xs)) if xs else None
+
+
+def five_models_markdown(runs: list[RunRecord]) -> str:
+    """The ``five_models`` block: HRLI@1 / HRL2I@1 (mean over seeds, seeds marked) per data set and model of
+    ``FIVE_MODELS``, for the data sets where a contrast model and a causal model ran; then the sentences: the causal
+    models' HRLI@1 as a multiple of their HRL2I@1, and the contrast models' largest rate and their two rates'
+    largest ratio."""
+    groups = _groups(runs, lambda label: label in FIVE_MODELS)
+    datasets = sorted({ds for ds, m in groups if m in ("bert4rec", "gru4rec")}
+                      & {ds for ds, m in groups if is_causal(m)})
+    rows, ratios, contrast, never = [], [], [], []
+    for ds in datasets:
+        row = [ds]
+        for m in FIVE_MODELS:
+            rs = groups.get((ds, m), [])
+            h1, h2 = _mean_of(rs, "HRLI@1"), _mean_of(rs, "HRL2I@1")
+            if h1 is None or h2 is None:
+                row.append("–")
+                continue
+            row.append(f"{h1[0]:.3f} / {h2[0]:.3f} ({seeds_text(min(h1[1], h2[1]))})")
+            if is_causal(m) and h2[0] > 0:
+                ratios.append((h1[0] / h2[0], ds, m))
+            elif is_causal(m):
+                never.append(f"`{m}` on {ds}")
+            else:
+                contrast.append((h1[0], h2[0], ds, m))
+        rows.append(row)
+    text = _markdown(["HRLI@1 / HRL2I@1", *FIVE_MODELS], rows)
+    if ratios:
+        lo, hi = min(ratios), max(ratios)
+        text += (f"\nThe causal models' HRLI@1 is {lo[0]:.0f} to {hi[0]:.0f} times their HRL2I@1 (least: `{lo[2]}` on "
+                 f"{lo[1]}; most: `{hi[2]}` on {hi[1]})" + (f"; HRL2I@1 is 0 for {', '.join(never)}" if never else "")
+                 + ".")
+    if contrast:
+        top = max((max(a, b), ds, m) for a, b, ds, m in contrast)
+        spread = [max(a, b) / min(a, b) for a, b, _, _ in contrast if min(a, b) > 0]
+        text += (f" The contrast models' two rates are at most {top[0]:.3f} (`{top[2]}` on {top[1]})"
+                 + (f", within a factor of {max(spread):.1f} of each other" if spread else "") + ".")
+    return text + ("\n" if ratios or contrast else "")
+
+
+# --- question 3: the echo (docs/results.md) -------------------------------------------------------------------------
+
+def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
+    """The ``echo`` block: which cells have per-user evidence today, then ``report.echo``'s table over them."""
+    index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
+    have = {key: [k for k, c in seeds if (c / "users.npz").is_file()] for key, seeds in index.cells.items()}
+    with_ev = [f"{ds}/{lb}/seed{k}" for (ds, lb), ks in have.items() for k in ks]
+    total = sum(len(seeds) for seeds in index.cells.values())
+    one_each = bool(with_ev) and all(len(ks) <= 1 for ks in have.values())
+    head = (f"Per-user evidence (users.npz) exists today for {len(with_ev)} of the {total} stored model cells"
+            + (f" ({', '.join(with_ev)})" if with_ev else "")
+            + ". The other cells say nothing here until they are retrained or re-diagnosed "
+              "(`scripts/rediagnose_cells.py --what users`), so this answer rests on few cells"
+            + (", one seed each" if one_each else "") + ": read it as a first look, not a finding.\n\n")
+    if not with_ev:
+        return head
+    return head + echo_markdown(echo_table(index, n_boot=n_boot))
+
+
+# --- all blocks -----------------------------------------------------------------------------------------------------
+
+EVIDENCE_BLOCKS: tuple[str, ...] = ("remedy_verdicts", "comparisons", "proportions", "cold_items", "five_models",
+                                    "echo")
+
+
+def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
+    """Markdown of every block of ``EVIDENCE_BLOCKS`` by name."""
+    return {"remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
+            "comparisons": comparisons_markdown(runs, n_boot),
+            "proportions": proportions_markdown(runs),
+            "cold_items": cold_items_markdown(runs),
+            "five_models": five_models_markdown(runs),
+            "echo": echo_block(runs, n_boot)}
