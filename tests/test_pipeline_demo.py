@@ -95,7 +95,7 @@ def test_reproduce_grid_resume_and_failures(tmp_path: Path) -> None:
     assert result.report_html == summary / "report.html" and (summary / "tables" / "mixing.tex").is_file()
     assert (summary / "grid.json").is_file() and (out / TINY / "dataset.json").is_file()
     md = (summary / "tables" / "hrli.md").read_text()
-    assert "| sasrec | 1 |" in md and "| bsarec | 1 |" in md
+    assert "| sasrec | 1 seed |" in md and "| bsarec | 1 seed |" in md
 
     # rerun: finished runs are skipped, failed ones are tried again
     again = reproduce(spec, progress=False, echo=lines.append)

@@ -81,7 +81,7 @@ def test_missing_stage_and_file_give_empty_cells(tables: dict) -> None:
 def test_writers(tables: dict, tmp_path: Path) -> None:
     md = to_markdown(tables["hrli"])
     assert "| toyA | sasrec | 2 | 0.850 ± 0.071 | 0.030 ± 0.014 |" in md
-    assert "| toyA | bsarec | 1 | 0.600 | 0.050 |" in md
+    assert "| toyA | bsarec | 1 seed | 0.600 | 0.050 |" in md
     rows = list(csv.DictReader(io.StringIO(to_csv(tables["hrli"]))))
     first = rows[0]
     assert (first["dataset"], first["model"], first["n"]) == ("toyA", "sasrec", "2")
@@ -193,7 +193,7 @@ def test_seeds_count_the_runs_averaged_and_a_missing_file_is_named_with_its_caus
     assert tables["hrli"].notes == ["toyA / sasrec / seed 2: hrli.json missing (left out of every column)"]
     assert tables["mixing"].notes == []
     md = to_markdown(tables["accuracy"])
-    assert "| toyA | sasrec | 1 |" in md and "- toyA / sasrec / seed 2: metrics.json missing" in md
+    assert "| toyA | sasrec | 1 seed |" in md and "- toyA / sasrec / seed 2: metrics.json missing" in md
     assert "toyA / sasrec / seed 2: metrics.json missing" in to_latex(tables["accuracy"])
     from resdom.report.html import render_markdown
 

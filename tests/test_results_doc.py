@@ -98,3 +98,15 @@ def test_spec_section_5_quotes_no_measured_number_and_points_at_blocks_that_exis
     named = re.findall(r"`(\w+)` block", ours)
     assert set(named) >= {"claims", "fidelity"}
     assert set(named) <= set(block_names((ROOT / "docs" / "results.md").read_text()))
+
+
+def test_the_statistics_blocks_are_made_and_placed() -> None:
+    """Issue 27: the comparison, proportion, claim-sentence and question-3 blocks are made by the report and stand in
+    the documents (deleting one from a document, or from the report, fails here and in the test above)."""
+    from resdom.report.evidence_blocks import EVIDENCE_BLOCKS
+
+    wanted = {"comparisons": "results.md", "proportions": "results.md", "cold_items": "results.md",
+              "five_models": "results.md", "echo": "results.md", "remedy_verdicts": "remedies.md"}
+    assert set(wanted) <= set(EVIDENCE_BLOCKS)
+    for block, doc in wanted.items():
+        assert block in block_names((ROOT / "docs" / doc).read_text()), f"docs/{doc} lacks the {block!r} block"

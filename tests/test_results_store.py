@@ -145,7 +145,7 @@ def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_p
     doc.write_text("# Results\n<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n")
     assert invoke("report", str(tmp_path / "results"), "--out", str(tmp_path / "rep"), "--doc", str(doc)) == 0
     text = doc.read_text()
-    assert "| Data set | Model | Seeds | HR@10 |" in text and "sasrec-tts | 1 |" in text
+    assert "| Data set | Model | Seeds | HR@10 |" in text and "sasrec-tts | 1 seed |" in text
     # a second pass over the grid stores the finished cell again without training it
     again = reproduce(spec, progress=False, echo=lambda _: None)
     assert [o.status for o in again.outcomes] == ["skipped"] and again.outcomes[0].stored == str(cell)

@@ -104,7 +104,7 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     assert git("log", "-1", "--format=%s").strip() == "results: beauty-ts / bert4rec / seed 1"
     committed, working = git("show", "HEAD:docs/results.md"), (repo / "docs" / "results.md").read_text()
     for text in (committed, working):
-        assert "| beauty-ts | bert4rec | 1 |" in text and "| beauty-ts | gru4rec | 1 |" in text
+        assert "| beauty-ts | bert4rec | 1 seed |" in text and "| beauty-ts | gru4rec | 1 seed |" in text
     assert "AN EDIT IN PROGRESS" not in committed and working.endswith("Prose.\nAN EDIT IN PROGRESS\n")
     names = git("show", "--name-only", "--format=", "HEAD").split()
     assert f"{second}/cell.json" in names and "docs/results/tables/accuracy.md" in names

@@ -24,7 +24,7 @@ from typing import Any
 from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
-from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, evidence_blocks
+from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, echo_figures, evidence_blocks
 from resdom.report.fidelity import fidelity_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
@@ -78,6 +78,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
+    drawn += echo_figures(runs)  # issue 27 §4 question 3
     fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, drawn, tables, title))

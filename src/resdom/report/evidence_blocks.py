@@ -35,7 +35,8 @@ from resdom.report.compare import (
     compare_table,
     default_margin,
 )
-from resdom.report.echo import echo_markdown, echo_table
+from resdom.report.echo import echo_figure, echo_markdown, echo_table
+from resdom.report.figures import ReportFigure
 from resdom.report.stats import wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
@@ -354,6 +355,21 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     if not with_ev:
         return head
     return head + echo_markdown(echo_table(index, n_boot=n_boot))
+
+
+def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigure]:
+    """The question-3 forest plot (``report.echo.echo_figure``) as a report figure ``echo``; none where no cell has
+    per-user evidence with both groups."""
+    index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
+    if not index.labels_with_evidence():
+        return []
+    table = echo_table(index, n_boot=n_boot)
+    if not any(r.diff is not None for r in table.rows):
+        return []
+    caption = ("Question 3: filtered HR@10 of users whose top-1 unfiltered item is their last input item minus the "
+               "others', within strata of the last item's training frequency (Mantel-Haenszel), 95% bootstrap "
+               "interval; n = users per group.")
+    return [ReportFigure("echo", "Does the echo cost filtered HR@10?", caption, echo_figure(table))]
 
 
 # --- all blocks -----------------------------------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""report.evidence_blocks: the document blocks that rest on per-user statistics and Wilson intervals, on tiny
+synthetic stores with hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from resdom.report.collect import RunRecord
+from resdom.report.evidence_blocks import (
+    EVIDENCE_BLOCKS,
+    answer,
+    cold_items_markdown,
+    echo_block,
+    evidence_blocks,
+    five_models_markdown,
+    proportions_markdown,
+    remedy_verdicts_markdown,
+    wilson_text,
+)
+from resdom.report.tables import Column, aggregate, to_markdown
+
+U, N_ITEMS = 400, 500
+NOTE = "no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users)"
+
+
+def wilson_by_hand(k: int, n: int) -> tuple[float, float]:
+    """The roots in p of (k/n - p)^2 = z^2 p (1 - p) / n, the Wilson interval's definition."""
+    z, x = 1.959963984540054, k / n
+    a, b, c = 1 + z * z / n, -(2 * x + z * z / n), x * x
+    disc = math.sqrt(b * b - 4 * a * c)
+    return (-b - disc) / (2 * a), (-b + disc) / (2 * a)
+
+
+def users_npz(cell: Path, target_rank: np.ndarray, last_rank: np.ndarray, last_freq: np.ndarray | None = None) -> None:
+    n = target_rank.size
+    head = {"version": 1, "split": "test", "n_users": n, "n_items": N_ITEMS, "alphas": [1.0], "rank_cap": 100}
+    freq = np.full(n, 5) if last_freq is None else last_freq
+    cell.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(cell / "users.npz", header=np.array(json.dumps(head)), user=np.arange(n),
+                        target_rank=target_rank, target_rank_unfiltered=target_rank, last_rank=last_rank,
+                        last_seen=freq > 0, last_freq=freq, alpha_target_rank=np.minimum(target_rank, 100)[None],
+                        alpha_last_rank=np.minimum(last_rank, 100)[None], recoverable=np.zeros(n, bool))
+
+
+def run(root: Path, ds: str, model: str, seed: int, ndcg: float | None = None, hrli: float = 0.5,
+        hrl2i: float = 0.01, n: int = U, **diags: Any) -> RunRecord:
+    path = root / ds / model / f"seed{seed}"
+    path.mkdir(parents=True, exist_ok=True)
+    metrics = {} if ndcg is None else {"test": {"NDCG@10": ndcg}}
+    return RunRecord(path, ds, model, seed, "gts", metrics=metrics,
+                     diagnostics={"hrli": {"n_users": n, "values": {"HRLI@1": hrli, "HRL2I@1": hrl2i}}, **diags})
+
+
+def test_answer() -> None:
+    assert answer("higher", "lower") == "yes"
+    assert answer("lower", "lower") == "no" and answer("equivalent (within ±5%)", "lower") == "no"
+    assert answer("higher", "higher") == "no" and answer("undecided", "equivalent (within ±0.02)") == "no"
+    assert answer("higher", "undecided") == "undecided" and answer("undecided", "lower") == "undecided"
+
+
+def test_remedy_verdicts_from_per_user_evidence(tmp_path: Path) -> None:
+    """base: 100 of 400 users' targets at rank 1 (NDCG@10 0.25), every last item at rank 1 (HRLI@1 1.0), two seeds;
+    gate: 200 targets at rank 1 (0.5), 100 last items (0.25): higher at lower, "yes", difference +0.25 and -0.75
+    exactly; preln: the base's ranks: difference 0 in every replicate, equivalent by TOST, "no"; pool: no users.npz:
+    undecided, and the row says how to get the evidence."""
+    first = lambda k: np.where(np.arange(U) < k, 1, 50)  # noqa: E731  rank 1 for the first k users, else 50
+    runs = []
+    for s in (1, 2):
+        runs.append(run(tmp_path, "d", "sasrec", s, 0.25, 1.0))
+        users_npz(runs[-1].path, first(100), np.ones(U, int))
+        runs.append(run(tmp_path, "d", "sasrec-gate", s, 0.5, 0.25))
+        users_npz(runs[-1].path, first(200), first(100))
+        runs.append(run(tmp_path, "d", "sasrec-preln", s, 0.25, 1.0))
+        users_npz(runs[-1].path, first(100), np.ones(U, int))
+    runs.append(run(tmp_path, "d", "sasrec-pool", 1, 0.3, 0.2))
+    md = remedy_verdicts_markdown(runs, n_boot=200)
+    rows = {r[1]: r for r in ([c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()[2:]
+                              if line.startswith("| d |"))}
+    assert list(rows) == ["sasrec-gate", "sasrec-preln", "sasrec-pool"]  # REMEDY_LABELS order
+    gate = rows["sasrec-gate"]
+    assert gate[2] == "0.5000 ± 0.0000 (2 seeds); base 0.2500 ± 0.0000 (2 seeds)"
+    assert gate[4].startswith("higher: +0.2500 [") and "Holm p ≤0.010; seeds 2 seeds / 2 seeds" in gate[4]
+    assert gate[5].startswith("lower: -0.7500 [") and gate[6] == "yes"
+    preln = rows["sasrec-preln"]
+    assert preln[4].startswith("equivalent (within ±5%): +0.0000 [+0.0000, +0.0000] (Holm p 1.000")
+    assert preln[5].startswith("equivalent (within ±0.02): +0.0000") and preln[6] == "no"
+    pool = rows["sasrec-pool"]
+    assert pool[2] == "0.3000 (1 seed); base 0.2500 ± 0.0000 (2 seeds)"
+    assert pool[4] == f"undecided: {NOTE}: d/sasrec-pool/seed1" and pool[5:] == ["undecided", "undecided"]
+    assert "Holm across the 4 comparisons" in md and "800 replicates" in md  # raised: 10 * 4 / 0.05
+    assert "level" not in md
+
+
+def test_no_evidence_is_never_level(tmp_path: Path) -> None:
+    runs = [run(tmp_path, "d", "sasrec", 1, 0.2, 0.8), run(tmp_path, "d", "sasrec-res0.5", 1, 0.2, 0.8),
+            run(tmp_path, "d", "bsarec", 1, 0.2, 0.8)]
+    blocks = evidence_blocks(runs, n_boot=50)
+    assert set(blocks) == set(EVIDENCE_BLOCKS)
+    for name in ("remedy_verdicts", "comparisons"):
+        assert "level" not in blocks[name] and "equivalent (within" not in blocks[name].split("\n\n")[0]
+    comp = blocks["comparisons"].splitlines()
+    assert comp[2] == (f"| d | bsarec vs sasrec | NDCG@10 | 0.2000 (1 seed) | 0.2000 (1 seed) | {NOTE}: "
+                       "d/sasrec/seed1, d/bsarec/seed1 | undecided |")
+    assert comp[3].startswith("| d | bsarec vs sasrec | HRLI@1 | 0.800 (1 seed) | 0.800 (1 seed) |")
+    assert "NDCG@10 ±5% of the baseline's mean; HRLI@1 ±0.02 (absolute)" in blocks["comparisons"]
+
+
+def test_proportions_with_wilson_by_hand(tmp_path: Path) -> None:
+    """sasrec: HRLI@1 3 of 4 users (seed 1) and 2 of 4 (seed 2): pooled 5 / 8; unseen last items 3 of 520 in seed 1
+    only; Rec(0.1): 3 of 10 and 5 of 20 recoverable misses: 8 / 30."""
+    def recovery(n: int, rec: tuple[float, float, float]) -> dict[str, Any]:
+        return {"recovery": {"test": {"recoverable": n, "curve": [{"alpha": a, "recovery": r, "HR@10": 0.1}
+                                                                  for a, r in zip((0.1, 0.2, 0.3), rec)]}}}
+
+    band = {"0": {"n_users": 520, "values": {"HRLI@1": 3 / 520, "HRLI@10": 4 / 520}},
+            "1-4": {"n_users": 100, "values": {"HRLI@1": 0.5}}}
+    s1 = run(tmp_path, "d", "sasrec", 1, 0.1, 0.75, 0.02, n=4, **recovery(10, (0.3, 0.2, 0.1)))
+    s1.diagnostics["hrli"]["by_frequency"] = band
+    s2 = run(tmp_path, "d", "sasrec", 2, 0.1, 0.5, 0.03, n=4, **recovery(20, (0.25, 0.5, 0.0)))
+    bert = run(tmp_path, "d", "bert4rec", 1, 0.05, 0.02, 0.01, n=100)
+    bert.diagnostics["hrli"]["by_frequency"] = {"0": {"n_users": 100, "values": {"HRLI@1": 0.0, "HRLI@10": 0.0}}}
+    md = proportions_markdown([s1, s2, bert])
+    row = next(line for line in md.splitlines() if line.startswith("| d | sasrec |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    lo, hi = wilson_by_hand(5, 8)
+    assert cells[2] == "2" and cells[3] == f"0.625 [{lo:.3f}, {hi:.3f}]"
+    lo, hi = wilson_by_hand(3, 520)
+    assert cells[4] == f"3 / 520 = 0.006 [{lo:.3f}, {hi:.3f}] (n=1)"
+    lo, hi = wilson_by_hand(8, 30)
+    assert cells[5] == f"8 / 30 = 0.267 [{lo:.3f}, {hi:.3f}]" and cells[6].startswith("12 / 30 = 0.400 [")
+    assert cells[7] == "1 / 30 = 0.033 [0.006, 0.167]"
+    assert "| d | bert4rec | 1 seed | 0.020 [" in md and "0 / 100 = 0.000 [0.000, 0.037]" in md
+    assert wilson_text(0, 100) == "0.000 [0.000, 0.037]"  # the upper end: 1 - (0.025)^(1/100)... by hand below
+    assert wilson_by_hand(0, 100)[1] == pytest.approx(0.0370, abs=5e-5)
+
+    cold = cold_items_markdown([s1, s2, bert])
+    lo, hi = wilson_by_hand(3, 520)
+    assert cold == ("Over the test users whose last input item never occurs in training, HRLI@1 is exactly 0 in 1 "
+                    "of the 2 cells that report it (2 models: sasrec, bert4rec), and HRLI@10 in 1 of 2. It is not 0 "
+                    f"in:\n- d `sasrec` seed 1: 3 of 520 such users (0.006, Wilson 95% [{lo:.3f}, {hi:.3f}])\n")
+
+    five = five_models_markdown([s1, s2, bert])
+    assert "| d | 0.625 / 0.025 (2 seeds) | – | – | 0.020 / 0.010 (1 seed) | – |" in five
+    assert "HRLI@1 is 25 to 25 times their HRL2I@1" in five  # 0.625 / 0.025
+    assert "at most 0.020 (`bert4rec` on d), within a factor of 2.0 of each other." in five
+
+
+def test_echo_block_names_the_cells_it_can_use(tmp_path: Path) -> None:
+    runs = [run(tmp_path, "d", "sasrec", s, 0.1) for s in (1, 2)] + [run(tmp_path, "d", "duorec", 1, 0.1)]
+    head = echo_block(runs, n_boot=50)
+    assert head.startswith("Per-user evidence (users.npz) exists today for 0 of the 3 stored model cells.")
+    rng = np.random.default_rng(0)
+    echo = np.arange(U) % 2 == 0
+    users_npz(runs[2].path, np.where(rng.random(U) < 0.3, 1, 50), np.where(echo, 1, 7), np.arange(U) % 30)
+    md = echo_block(runs, n_boot=50)
+    assert md.startswith("Per-user evidence (users.npz) exists today for 1 of the 3 stored model cells "
+                         "(d/duorec/seed1)") and "one seed each" in md
+    assert "| d | duorec | 1 seed | 200 / 200 |" in md
+
+
+def test_single_seed_rows_are_marked(tmp_path: Path) -> None:
+    runs = [run(tmp_path, "d", "sasrec", 1, 0.1), run(tmp_path, "d", "bsarec", 1, 0.1),
+            run(tmp_path, "d", "bsarec", 2, 0.3)]
+    md = to_markdown(aggregate(runs, [Column("NDCG@10", "NDCG@10", "metric")], "t", "T", ""))
+    assert "| d | sasrec | 1 seed | 0.1000 |" in md and "| d | bsarec | 2 | 0.2000 ± 0.1414 |" in md
