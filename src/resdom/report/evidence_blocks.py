@@ -46,6 +46,7 @@ BASELINE = "sasrec"
 METRICS: tuple[str, ...] = ("NDCG@10", "HRLI@1")
 FIVE_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
 N_BOOT = 2000
+EVIDENCE_FIGURE_KEYS: tuple[str, ...] = ("echo",)  # the report figures made here (``echo_figures``)
 
 
 def margins_text() -> str:
