@@ -334,8 +334,8 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
     if contrast:
         top = max((max(a, b), ds, m) for a, b, ds, m in contrast)
         spread = [max(a, b) / min(a, b) for a, b, _, _ in contrast if min(a, b) > 0]
-        text += (f" The contrast models' two rates are at most {top[0]:.3f} (`{top[2]}` on {top[1]})"
-                 + (f", within a factor of {max(spread):.1f} of each other" if spread else "") + ".")
+        within = f", within a factor of {max(spread):.1f} of each other where both are above 0" if spread else ""
+        text += f" The contrast models' two rates are at most {top[0]:.3f} (`{top[2]}` on {top[1]}){within}."
     return text + ("\n" if ratios or contrast else "")
 
 
