@@ -275,7 +275,7 @@ def test_markdown_and_figures(tmp_path: Path) -> None:
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == ["beauty-ts sasrec\nn=1,000 / 1,000", "toys-ts sasrec\nn=69 / 51"]
     assert list(fig.axes[0].get_yticks()) == [1, 0]  # the first row on top
-    assert fig.axes[0].get_legend().get_title().get_text() == "n = users echo / others"
+    assert fig.legends[0].get_title().get_text() == "n = users echo / others"  # below the panel, not on it
     strata = echo_strata_figure(table.rows[1])
     texts = [t.get_text() for t in strata.axes[0].get_legend().get_texts()]
     assert texts == ["echo (top-1 = last item), n=1,000", "others, n=1,000"]

@@ -364,7 +364,7 @@ def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     filtered HR@K with its 95% CI (filled) and the crude difference (hollow); the row label gives the users per
     group (echo / others, mean over seeds). Not saved here."""
     rows = [r for r in table.rows if r.diff is not None]
-    fig = Figure(figsize=(width, 0.9 + 0.28 * max(1, len(rows))), dpi=dpi, layout="constrained")
+    fig = Figure(figsize=(width, 1.4 + 0.28 * max(1, len(rows))), dpi=dpi, layout="constrained")
     ax = fig.subplots()
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
@@ -383,7 +383,9 @@ def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     ax.set_xlabel(f"filtered HR@{table.k}: echo − others", fontsize=7)
     ax.plot([], [], "o-", color="C0", ms=4, label="stratified (MH) diff., 95% CI")
     ax.plot([], [], "o", mfc="none", mec="C3", ms=4, label="crude diff.")
-    ax.legend(fontsize=6, loc="best", title="n = users echo / others", title_fontsize=6)
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=6, loc="outside lower center", ncol=2, title="n = users echo / others",
+               title_fontsize=6, frameon=False)  # below the panel: it never hides a row
     ax.set_title(f"Does the echo cost filtered HR@{table.k}?\n(strata: last item's training frequency)",
                  fontsize=7)
     return fig
