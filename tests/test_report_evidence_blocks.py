@@ -142,7 +142,8 @@ def test_proportions_with_wilson_by_hand(tmp_path: Path) -> None:
     cold = cold_items_markdown([s1, s2, bert])
     lo, hi = wilson_by_hand(3, 520)
     assert cold == ("Over the test users whose last input item never occurs in training, HRLI@1 is exactly 0 in 1 "
-                    "of the 2 cells that report it (2 models: sasrec, bert4rec), and HRLI@10 in 1 of 2. It is not 0 "
+                    "of the 2 model cells that report it (2 models: sasrec, bert4rec; the remedy variants not "
+                    "counted), and HRLI@10 in 1 of 2. It is not 0 "
                     f"in:\n- d `sasrec` seed 1: 3 of 520 such users (0.006, Wilson 95% [{lo:.3f}, {hi:.3f}])\n")
 
     five = five_models_markdown([s1, s2, bert])

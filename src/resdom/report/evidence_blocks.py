@@ -174,7 +174,7 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
     groups = _groups(runs, lambda label: True)
     table = compare_table(EvidenceIndex.from_runs(runs), remedy_comparisons(runs), n_boot=n_boot)
     rows = []
-    for nd, hr in zip(table.rows[::2], table.rows[1::2]):
+    for nd, hr in zip(table.rows[::2], table.rows[1::2]):  # METRICS: (NDCG@10, HRLI@1) per variant, in that order
         c = nd.comparison
         var, base = groups[(c.dataset, c.other)], groups[(c.dataset, c.baseline)]
         cells = [c.dataset, c.other]
@@ -278,8 +278,8 @@ def cold_items_markdown(runs: list[RunRecord]) -> str:
     n10 = sum(c10 is not None for _, _, c10 in cells)
     models = sorted({r.model for r, _, _ in cells}, key=model_order)
     lines = [f"Over the test users whose last input item never occurs in training, HRLI@1 is exactly 0 in "
-             f"{len(zero)} of the {len(cells)} cells that report it ({len(models)} models: {', '.join(models)}), and "
-             f"HRLI@10 in {len(zero10)} of {n10}."]
+             f"{len(zero)} of the {len(cells)} model cells that report it ({len(models)} models: {', '.join(models)}; "
+             f"the remedy variants not counted), and HRLI@10 in {len(zero10)} of {n10}."]
     exceptions = [(r, c1) for r, c1, _ in cells if c1[0] > 0]
     if exceptions:
         lines.append(" It is not 0 in:")
