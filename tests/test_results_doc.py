@@ -143,3 +143,20 @@ def test_remedies_summary_sentences_match_the_store() -> None:
                 assert f"{mean:.{digits}f}" == m and f"{std:.{len(s.split('.')[1])}f}" == s, (dataset, label, key)
                 checked += 1
     assert checked >= 20  # both data sets' base and four block variants, NDCG@10 and HRLI@1
+
+
+# the paper's ranges and thresholds and the declared settings the prose may name (no measured number)
+SETTINGS = {"0.005", "0.02", "0.05", "0.1", "0.2", "0.3", "0.40", "0.5", "0.8", "0.9", "5%", "10%", "75%", "95%"}
+
+
+def test_results_prose_after_the_tables_copies_no_measured_number() -> None:
+    """docs/results.md from "Comparisons with intervals" on: outside the generated blocks, a decimal or a percentage
+    is one of the declared settings or the paper's ranges (``SETTINGS``); a measured number belongs in a block."""
+    import re
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    text = text[text.index("## Comparisons with intervals"):]
+    prose = re.sub(r"<!-- resdom:table \w+ -->\n.*?<!-- /resdom:table -->\n", "", text, flags=re.S)
+    found = set(re.findall(r"(?<![\w.])\d+\.\d+%?|(?<![\w.])\d+%", prose))
+    assert found <= SETTINGS, f"hand-written numbers in docs/results.md: {sorted(found - SETTINGS)}"
+    assert "0.830" not in prose and re.findall(r"(?<![\w.])\d+\.\d+", "HRLI@1 0.830 here") == ["0.830"]
