@@ -57,6 +57,11 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def report_modules() -> list[str]:
+    """``resdom.report`` and every module in it."""
+    return sorted(m for m in all_modules() if m == "resdom.report" or m.startswith("resdom.report."))
+
+
 def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
@@ -201,11 +206,12 @@ def test_the_api_does_not_import_the_cli() -> None:
 
 
 def test_the_report_reaches_no_torch() -> None:
-    """Every module that ``import resdom.report`` loads (its runtime imports, followed) is torch-free: none of them
-    imports torch, a model, a diagnostic or the trainer, even inside a function."""
+    """Every module that importing any report module loads (``resdom.report`` and each of its modules, the ones
+    ``resdom.report`` does not import too: echo, reliance_dynamics, probes, ...; their runtime imports, followed) is
+    torch-free: none of them imports torch, a model, a diagnostic or the trainer, even inside a function."""
     modules = all_modules()
     parsed = {n: imports_in(n, p.read_text(), p.name == "__init__.py", set(modules)) for n, p in modules.items()}
-    reached, todo = set(), ["resdom.report"]
+    reached, todo = set(), report_modules()
     while todo:
         module = todo.pop()
         if module in reached:
@@ -214,7 +220,7 @@ def test_the_report_reaches_no_torch() -> None:
         parent = module.rsplit(".", 1)[0]  # importing a submodule runs its package's __init__ first
         todo += [i.target for i in parsed[module][0] if i.top and not i.type_only] + (
             [parent] if parent != module and parent in modules else [])
-    assert {"resdom.report.figures", "resdom.report.tables", "resdom.report.values"} <= reached
+    assert {"resdom.report.figures", "resdom.report.tables", "resdom.report.values", "resdom.report.echo"} <= reached
     heavy = sorted(m for m in reached if m.startswith(("resdom.models", "resdom.diagnostics", "resdom.training",
                                                         "resdom.evaluation", "resdom.data", "resdom.runs")))
     assert heavy == []
@@ -241,11 +247,12 @@ def test_the_checks_can_fail() -> None:
 
 @pytest.mark.slow
 def test_import_resdom_and_its_report_load_no_torch() -> None:
-    """In a fresh interpreter: ``import resdom`` loads no torch (the API comes on first use), and neither does
-    ``import resdom.report`` (it reads stored JSON only: no model, trainer or diagnostic either)."""
+    """In a fresh interpreter (the one subprocess of this contract): ``import resdom`` loads no torch (the API comes
+    on first use), and neither does importing every report module (it reads stored JSON only: no model, trainer or
+    diagnostic either)."""
     code = ("import sys, resdom; assert 'torch' not in sys.modules, 'import resdom loaded torch'; "
             "assert 'fit' in dir(resdom); "
-            "import resdom.report, resdom.report.figures, resdom.experiments; "
+            f"import {', '.join(report_modules())}, resdom.experiments; "
             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'resdom.models', "
             "'resdom.diagnostics', 'resdom.training'))); assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, timeout=300)

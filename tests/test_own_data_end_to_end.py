@@ -1,6 +1,7 @@
 """Issue 28, done when: a new user's CSV with string ids, fractional times and a one-interaction user goes through
 prepare, train, diagnose, recommend and report as separate ``resdom`` processes, with every change to the data
-printed, and the recommendations come back in the file's own ids."""
+printed, and the recommendations come back in the file's own ids. The two user mistakes on the way (one line,
+exit 2, nothing written) run in this process: each extra ``resdom`` process pays the torch import again."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cli_helpers import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +42,17 @@ def _own_csv(path: Path) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_a_users_csv_end_to_end(tmp_path: Path) -> None:
+def test_a_users_csv_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the in-process commands read and write where the processes do
     csv = tmp_path / "shop.csv"
     df = _own_csv(csv)
     cols = ["--user-col", "customer", "--item-col", "product"]
 
     # forgetting the timestamp column is one clear line, and nothing is written
-    r = _resdom("data", "split", str(csv), *cols, "--out", "split", cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing timestamp column 'timestamp'" in r.stderr
+    code = invoke("data", "split", str(csv), *cols, "--out", "split")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "missing timestamp column 'timestamp'" in err
     assert not (tmp_path / "split").exists()
 
     r = _resdom("data", "split", str(csv), *cols, "--time-col", "when", "--out", "split", cwd=tmp_path)
@@ -82,9 +87,10 @@ def test_a_users_csv_end_to_end(tmp_path: Path) -> None:
     bought = set(df.loc[df["customer"] == "c 3", "product"])
     assert not bought & set(recs.loc[recs["user"] == "c 3", "item"])
 
-    r = _resdom("recommend", "run", "--users", "who.txt", "--out", "recs.csv", "--device", "cpu", "--k", "0",
-                cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    capsys.readouterr()
+    code = invoke("recommend", "run", "--users", "who.txt", "--out", "recs.csv", "--device", "cpu", "--k", "0")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--k" in err
 
     r = _resdom("report", "run", "--out", "report", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -4,6 +4,7 @@ and the example notebook from an empty directory."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -111,24 +112,50 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     return empty, env
 
 
+# One interpreter runs the commands of the wheel's CLI one after another (each a fresh ``resdom ARGS``, as
+# tests/cli_helpers.py does in-process): every extra ``python -m resdom`` would pay the torch import again.
+COMMANDS_SCRIPT = """
+import contextlib, io, json, sys
+import resdom
+from resdom.cli.main import app
+out = {"file": resdom.__file__, "runs": []}
+for args in json.loads(sys.argv[1]):
+    sys.argv, text = ["resdom", *args], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            app()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    if args[0] == "config" and args[1] == "show" and code == 0:
+        open(args[2] + "_" + args[4] + ".yaml", "w").write(text.getvalue())  # what train --config reads next
+    out["runs"].append({"args": args, "code": code, "stdout": text.getvalue()})
+print(json.dumps(out))
+"""
+
+
 @pytest.mark.slow
 def test_installed_wheel_config_show_and_train_from_an_empty_directory(installed) -> None:
+    """The wheel's CLI in an empty directory: config show (whose YAML ``--config FILE`` trains), config list, train
+    from that file and from a shipped configuration's name, in one interpreter; then the console script."""
     cwd, env = installed
-    py = [sys.executable, "-c"]
-    where = _run([*py, "import resdom; print(resdom.__file__)"], cwd, env).stdout.strip()
-    assert where.startswith(env["PYTHONPATH"]), f"resdom imported from {where}, not from the wheel"
-    shown = _run([sys.executable, "-m", "resdom", "config", "show", "sasrec", "--protocol", "gts"], cwd, env).stdout
-    values = yaml.safe_load(shown)
-    assert values["data"]["protocol"] == "gts" and values["model"]["max_len"] == 200
-    (cwd / "sasrec_gts.yaml").write_text(shown)
-    listed = _run([sys.executable, "-m", "resdom", "config", "list"], cwd, env).stdout
-    assert all(name in listed for name in reference_configs())
     tiny = ["--epochs", "1", "--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10",
             "--device", "cpu", "--no-progress"]
     source = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
-    _run([sys.executable, "-m", "resdom", "train", source, "--config", "sasrec_gts.yaml", "--out", "run", *tiny],
-         cwd, env)
-    _run([sys.executable, "-m", "resdom", "train", source, "--config", "smoke", "--out", "run2", *tiny], cwd, env)
+    commands = [["config", "show", "sasrec", "--protocol", "gts"], ["config", "list"],
+                ["train", source, "--config", "sasrec_gts.yaml", "--out", "run", *tiny],
+                ["train", source, "--config", "smoke", "--out", "run2", *tiny]]
+    done = json.loads(_run([sys.executable, "-c", COMMANDS_SCRIPT, json.dumps(commands)], cwd, env).stdout)
+    assert done["file"].startswith(env["PYTHONPATH"]), f"resdom imported from {done['file']}, not from the wheel"
+    shown, listed, *trained = done["runs"]
+    assert [r["code"] for r in done["runs"]] == [0, 0, 0, 0], done["runs"]
+    values = yaml.safe_load(shown["stdout"])
+    assert values["data"]["protocol"] == "gts" and values["model"]["max_len"] == 200
+    assert yaml.safe_load((cwd / "sasrec_gts.yaml").read_text()) == values
+    assert all(name in listed["stdout"] for name in reference_configs())
+    for run in ("run", "run2"):
+        assert (cwd / run / "metrics.json").is_file() and (cwd / run / "model.safetensors").is_file()
+    assert json.loads((cwd / "run" / "config.json").read_text())["model"]["max_len"] == 10
     script = Path(env["PYTHONPATH"]) / "bin" / "resdom"
     assert "resdom 0.1.0" in _run([str(script), "version"], cwd, env).stdout
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -281,13 +279,3 @@ def test_markdown_and_figures(tmp_path: Path) -> None:
     assert texts == ["echo (top-1 = last item), n=1,000", "others, n=1,000"]
     xs, ys = strata.axes[0].lines[0].get_data()
     assert ys[0] == pytest.approx(0.3) and ys[4] == pytest.approx(0.9) and math.isnan(ys[1])
-
-
-@pytest.mark.slow
-def test_modules_do_not_import_torch() -> None:
-    code = ("import sys, types; from pathlib import Path; import resdom\n"
-            "pkg = types.ModuleType('resdom.report'); pkg.__path__ = [str(Path(resdom.__file__).parent / 'report')]\n"
-            "sys.modules['resdom.report'] = pkg\n"
-            "import resdom.report.echo, resdom.report.reliance_dynamics, resdom.report.probes\n"
-            "assert 'torch' not in sys.modules, 'torch loaded'")
-    subprocess.run([sys.executable, "-c", code], check=True)

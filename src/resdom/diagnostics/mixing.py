@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "mixing_ratios", "require_attention"]
 
-NEEDS_ATTENTION: tuple[str, ...] = ("mixing", "alpha")  # the diagnostics that read attention blocks
-
 
 def has_attention(model: Diagnosable) -> bool:
     """Whether ``model`` has attention blocks (and so a mixing ratio and a residual to scale)."""
