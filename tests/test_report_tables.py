@@ -159,9 +159,10 @@ def test_tables_list_remedy_variants_in_the_comparisons_order() -> None:
     from resdom.report.collect import model_order
 
     labels = ["other", "sasrec-pool", "sasrec-gate-channel", "gru4rec", "sasrec-gate", "duorec-mean3", "sasrec-tts",
-              "sasrec", "sasrec-res0.5"]
-    assert sorted(labels, key=model_order) == ["sasrec", "sasrec-tts", "gru4rec", "sasrec-res0.5", "sasrec-gate",
-                                               "sasrec-gate-channel", "sasrec-pool", "duorec-mean3", "other"]
+              "sasrec", "sasrec-res0.5", "duorec-tts", "duorec"]
+    assert sorted(labels, key=model_order) == ["sasrec", "sasrec-tts", "duorec", "duorec-tts", "gru4rec",
+                                               "sasrec-res0.5", "sasrec-gate", "sasrec-gate-channel", "sasrec-pool",
+                                               "duorec-mean3", "other"]
     variants = [m for m in REMEDY_LABELS if "-" in m]
     assert sorted(reversed(variants), key=model_order) == variants
 

@@ -10,6 +10,7 @@ import typer
 from resdom.cli.train_cmd import parse_set
 from resdom.cli.values import progress_option, quiet_alias
 from resdom.errors import ResdomError
+from resdom.experiments import MODEL_TRAITS, REMEDIES, REMEDY_MODELS
 from resdom.io import atomic_write_text
 from resdom.pipeline.common import is_finished
 from resdom.pipeline.demo import DemoSettings, run_demo
@@ -100,9 +101,15 @@ def demo(
         typer.echo(line)
 
 
+# The grid's defaults, from the experiment settings: the causal self-attention models (not the contrast models, by
+# their traits), and every remedy but the milder residual scale 0.75.
+GRID_MODELS = ",".join(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)
+DEFAULT_VARIANTS = ",".join(v for v in REMEDIES if v != "res0.75")
+
+
 def reproduce(
     datasets: str = typer.Option("beauty-ts,toys-ts", help="comma-separated data set names"),
-    models: str = typer.Option("sasrec,duorec,bsarec", help="comma-separated models or variants (any case; "
+    models: str = typer.Option(GRID_MODELS, help="comma-separated models or variants (any case; "
                                "`resdom config list`)"),
     seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
     out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<model>/seed<k>/ and summary/"),
@@ -143,10 +150,9 @@ def reproduce(
 
 def remedies(
     dataset: str = typer.Argument(..., help="data set name (e.g. beauty-ts, synthetic:demo)"),
-    variants: str = typer.Option("base,res0.5,gate,gate-channel,preln,mean3,pool",
-                                 help="comma-separated variants (docs/remedies.md): base, res0.5, res0.75, gate, "
-                                 "gate-channel, preln, mean3, pool"),
-    model: str = typer.Option("sasrec", help="the base model: sasrec, duorec or bsarec (any case)"),
+    variants: str = typer.Option(DEFAULT_VARIANTS, help=f"comma-separated variants (docs/remedies.md): "
+                                 f"{', '.join(REMEDIES)}"),
+    model: str = typer.Option(REMEDY_MODELS[0], help=f"the base model: {', '.join(REMEDY_MODELS)} (any case)"),
     seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
     out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<label>/seed<k>/ and summary/"),
     data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),

@@ -17,7 +17,7 @@ from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
-from resdom.experiments import REMEDY_LABELS
+from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS
 from resdom.io import read_jsonl, sha256_file
 from resdom.rundir import RunDir
 
@@ -217,9 +217,11 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
                                        str(r.path)))
 
 
-# the paper's order SASRec (time-to-split's beside it), DuoRec, BSARec, the contrast models, then the remedy variants
+# the paper's order SASRec, DuoRec, BSARec, the contrast models (``names.MODELS``), each with its named reference
+# variants beside it (time-to-split's SASRec after SASRec: ``experiments.NAMED_VARIANTS``), then the remedy variants
 # in their comparison's order (``experiments.REMEDY_LABELS``)
-MODEL_ORDER: tuple[str, ...] = (names.MODELS[0], "sasrec-tts", *names.MODELS[1:])
+MODEL_ORDER: tuple[str, ...] = tuple(label for model in names.MODELS for label in (
+    model, *(named for named, (base, _) in NAMED_VARIANTS.items() if base == model)))
 FULL_MODEL_ORDER: tuple[str, ...] = (*MODEL_ORDER, *(label for label in REMEDY_LABELS if label not in MODEL_ORDER))
 
 
