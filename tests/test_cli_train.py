@@ -151,17 +151,44 @@ def test_train_into_run_of_other_data_is_refused(trained_run: Path, tmp_path: Pa
     assert code == 2 and "another setup" in err and "model.n_items: 30 saved vs 31 now" in err
 
 
+# Under torchrun, each rank runs ``resdom train`` and then ``resdom diagnose`` in one interpreter (one launch, not
+# two: every launch pays the torch import in each process): the process group is joined once, before both commands
+# (``distributed.setup`` then leaves it open), and each command's stdout goes to its own file per rank.
+TORCHRUN_SCRIPT = """
+import contextlib, json, os, sys
+import torch.distributed as dist
+from resdom.cli.main import app
+dist.init_process_group("gloo")
+for name, args in json.loads(sys.argv[1]).items():
+    sys.argv = ["resdom", *args]
+    with open(f"{name}.rank{os.environ['RANK']}.out", "w") as out, contextlib.redirect_stdout(out):
+        try:
+            app()
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise
+dist.destroy_process_group()
+"""
+
+
 @pytest.mark.slow
 def test_torchrun_two_cpu_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """DDP on gloo with 2 processes: training completes, rank 0 writes every file once. Two torchrun launches
-    (train, diagnose); the one-process diagnose to compare with runs in this process."""
+    """DDP on gloo with 2 processes: training completes, rank 0 writes every file once; diagnose with the users
+    sharded over the ranks prints the summary that one process computes (that one runs in this process). One
+    torchrun launch runs both commands (``TORCHRUN_SCRIPT``)."""
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "resdom",
-           "train", SOURCE, "--out", str(out), "--epochs", "2", *TINY]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
+    diag = ["diagnose", str(out), "--json", "--no-progress", "--what", "hrli,mixing,shuffle", "--seeds", "0"]
+    commands = {"train": ["train", SOURCE, "--out", str(out), "--epochs", "2", *TINY], "diagnose": diag}
+    script = tmp_path / "both.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(script), json.dumps(commands)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("best epoch") == 1  # rank 0 reports
+    printed = {f"{name}{rank}": (tmp_path / f"{name}.rank{rank}.out").read_text()
+               for name in commands for rank in (0, 1)}
+    assert printed["train0"].count("best epoch") == 1 and printed["train1"] == ""  # rank 0 reports
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
     result = json.loads((out / "metrics.json").read_text())
@@ -170,13 +197,10 @@ def test_torchrun_two_cpu_processes(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert all(json.loads(x)["samples_per_s"] > 0 for x in lines)
 
     # diagnose under torchrun: users sharded over the two ranks, rank 0 prints the same summary as one process
-    diag = ["diagnose", str(out), "--json", "--no-progress", "--what", "hrli,mixing,shuffle", "--seeds", "0"]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "resdom", *diag], capture_output=True, text=True, env=env, timeout=240, cwd=tmp_path)
-    assert two.returncode == 0, two.stderr[-2000:]
+    assert printed["diagnose1"] == ""
     capsys.readouterr()
     assert invoke(*diag) == 0
-    a, b = json.loads(two.stdout), json.loads(capsys.readouterr().out)
+    a, b = json.loads(printed["diagnose0"]), json.loads(capsys.readouterr().out)
     for key in ("HRLI@1", "HRL2I@1", "n_users"):
         assert a[key] == b[key]
     for key in ("mixing_pooled_all", "mixing_pooled_last", "shuffle_NDCG@10_change"):
