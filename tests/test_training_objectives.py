@@ -42,6 +42,35 @@ def test_registry() -> None:
         get_objective("ce_everything")
 
 
+def test_the_trainer_reads_traits_not_names() -> None:
+    """What the trainer needs to know of an objective is a trait of it: where it samples by popularity
+    (``needs_popularity``: the sampled softmax) and whether a batch cut into length groups gives its loss exactly
+    (``exact_in_groups``: nothing drawn per call); training/trainer.py names no objective."""
+    from pathlib import Path
+
+    traits = {n: (o.needs_popularity, o.exact_in_groups) for n, o in OBJECTIVES.items()}
+    assert traits == {"ce_all": (False, True), "ce_last": (False, True), "bce": (False, True),
+                      "ce_sampled": (True, False), "mlm": (False, False)}
+    source = Path(objectives.__file__).with_name("trainer.py").read_text()
+    assert [n for n in OBJECTIVES if f'"{n}"' in source] == []
+
+
+@pytest.mark.parametrize("name", [n for n, o in OBJECTIVES.items() if o.exact_in_groups and not o.needs_negatives])
+def test_an_exact_objective_is_the_target_weighted_mean_of_its_groups(name: str) -> None:
+    """Cut a batch's rows in two: the loss of the whole is the mean of the parts' losses weighted by their targets
+    (what the trainer's length groups rely on)."""
+    model = small_model()
+    layout = get_objective(name).layout
+    samples = build_samples(Sequences.from_lists(SEQS), 6, layout)
+    rows = np.arange(len(samples))
+    whole = make_batch(samples, rows, n_items=N_ITEMS)
+    parts = [make_batch(samples, idx, n_items=N_ITEMS) for idx in (rows[:3], rows[3:])]
+    loss = get_objective(name).loss
+    n = [int((p.targets > 0).sum()) for p in parts]
+    mixed = sum(loss(model, p, model.encode(p.items), LossContext()) * k for p, k in zip(parts, n)) / sum(n)
+    torch.testing.assert_close(loss(model, whole, model.encode(whole.items), LossContext()), mixed)
+
+
 def test_ce_all_matches_per_position_reference() -> None:
     model = small_model()
     samples = build_samples(Sequences.from_lists(SEQS), 6, "all")

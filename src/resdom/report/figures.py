@@ -349,6 +349,25 @@ def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str,
     ax.set_axisbelow(True)
 
 
+def _bar_panels(groups: dict[tuple[str, str], list[RunRecord]], categories: list[str],
+                value: Callable[[RunRecord, str], float | None], xlabel: str, ylabel: str, log: bool = False,
+                decorate: Callable[[Any, str, list[str]], None] = lambda ax, dataset, models: None,
+                extra: list[Any] | None = None) -> Figure:
+    """Grouped bars of ``value(run, category)``: a panel per data set, a bar per model in each category (mean over
+    seeds, an error bar of one SD). ``decorate(ax, dataset, models)``: drawn on each panel after the bars, before
+    the small bars get their values; ``extra``: legend entries before the error bar's."""
+    datasets, models = _datasets(groups), _models(groups)
+    fig, axes = _new_figure(len(datasets))
+    for ax, dataset in zip(axes[0], datasets):
+        _bars(ax, groups, dataset, models, categories, value, log=log)
+        decorate(ax, dataset, models)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        _label_small_bars(ax)
+    _model_legend(fig, models, [*(extra or []), *spread_handles(groups)], groups=groups)
+    return fig
+
+
 # ---------------------------------------------------------------- figures
 
 
@@ -358,12 +377,10 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
     groups = groups_with(runs, lambda r: r.diag("mixing"))
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
     stages = [s for s in STAGES if any(s in r.diag("mixing").get("stages", STAGES[:2]) for v in groups.values()
                                        for r in v)]
-    fig, axes = _new_figure(len(datasets))
-    for ax, dataset in zip(axes[0], datasets):
-        _bars(ax, groups, dataset, models, stages, lambda r, s: number_at(r.diag("mixing"), "pooled", "all", s))
+
+    def last_position(ax: Any, dataset: str, models: list[str]) -> None:  # diamonds over the bars
         width = 0.8 / max(1, len(models))
         for i, model in enumerate(models):
             rs = groups.get((dataset, model), [])
@@ -371,11 +388,11 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
             xs = np.arange(len(stages)) - 0.4 + width * (i + 0.5)
             ax.plot(xs, [s[0] if s else np.nan for s in last], "D", color="black", markersize=3, linestyle="none")
         ax.set_ylim(0, 1.05)
-        ax.set_xlabel("stage of the attention block")
-        ax.set_ylabel("mixing ratio (context share)")
-        _label_small_bars(ax)
-    _model_legend(fig, models, [Line2D([], [], marker="D", color="black", linestyle="none", markersize=3,
-                                       label="last position"), *spread_handles(groups)], groups=groups)
+
+    fig = _bar_panels(groups, stages, lambda r, s: number_at(r.diag("mixing"), "pooled", "all", s),
+                      "stage of the attention block", "mixing ratio (context share)", decorate=last_position,
+                      extra=[Line2D([], [], marker="D", color="black", linestyle="none", markersize=3,
+                                    label="last position")])
     users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Pooled over the positions of")
     return ReportFigure("mixing_by_stage", "Mixing ratio by stage",
                         "Bars give the mixing ratio, the share of each stage's output that comes from other "
@@ -518,9 +535,6 @@ def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
     groups = groups_with(runs, lambda r: r.diag("shuffle"))
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
-    cats = ["original", "keep_last", "full"]
-    fig, axes = _new_figure(len(datasets))
 
     def value(r: RunRecord, cat: str) -> float | None:
         sh = r.diag("shuffle")
@@ -528,12 +542,7 @@ def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
             return number_at(sh, "original", "NDCG@10")
         return number_at(sh, "perturbations", cat, "metrics", "NDCG@10")
 
-    for ax, dataset in zip(axes[0], datasets):
-        _bars(ax, groups, dataset, models, cats, value)
-        ax.set_ylabel("test NDCG@10")
-        ax.set_xlabel("input order at inference")
-        _label_small_bars(ax)
-    _model_legend(fig, models, spread_handles(groups), groups=groups)
+    fig = _bar_panels(groups, ["original", "keep_last", "full"], value, "input order at inference", "test NDCG@10")
     users = _note(fig, _users(groups, lambda r: r.diag("shuffle").get("n_users")), "Each bar rests on")
     return ReportFigure("shuffle", "Position shuffle: test NDCG@10",
                         "Test NDCG@10 (mean over seeds) with the original input order, with all items but the last "
@@ -547,16 +556,10 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
     groups = groups_with(runs, lambda r: r.diag("hrli"))
     if not groups:
         return None
-    datasets, models = _datasets(groups), _models(groups)
-    cats = ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"]
-    fig, axes = _new_figure(len(datasets))
-    for ax, dataset in zip(axes[0], datasets):
-        _bars(ax, groups, dataset, models, cats, lambda r, c: number_at(r.diag("hrli"), "values", c), log=True)
-        ax.tick_params(axis="x", labelrotation=30)
-        ax.set_ylabel("share of test users (log)")
-        ax.set_xlabel("rate (unfiltered top-K)")
-        _label_small_bars(ax)
-    _model_legend(fig, models, spread_handles(groups), groups=groups)
+    fig = _bar_panels(groups, ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"],
+                      lambda r, c: number_at(r.diag("hrli"), "values", c), "rate (unfiltered top-K)",
+                      "share of test users (log)", log=True,
+                      decorate=lambda ax, dataset, models: ax.tick_params(axis="x", labelrotation=30))
     users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
     return ReportFigure("hrli", "Last-item hit rates",
                         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is "

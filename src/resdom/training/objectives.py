@@ -44,11 +44,16 @@ class LossContext:
 
 
 class Objective:
-    """A training loss. ``layout`` says which samples it trains on (see training.batches)."""
+    """A training loss. ``layout`` says which samples it trains on (see training.batches); the trainer reads its
+    traits, never its name."""
 
     name: str = ""
     layout: Literal["all", "last", "window"] = "all"
     needs_negatives: bool = False  # batches carry one sampled negative per target (bce)
+    needs_popularity: bool = False  # LossContext.log_q: the training items' popularity, what it samples by
+    # a mean over targets that a batch cut into length groups reproduces exactly: nothing is drawn per call (the
+    # sampled softmax draws its negatives, masked-item CE its masks, at every call)
+    exact_in_groups: bool = False
 
     def loss(self, model: SequentialRecommender, batch: TrainBatch, hidden: torch.Tensor, ctx: LossContext
              ) -> torch.Tensor:
@@ -127,7 +132,7 @@ def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor
 
 
 class CEAll(Objective):
-    name, layout = "ce_all", "all"
+    name, layout, exact_in_groups = "ce_all", "all", True
 
     def loss(self, model, batch, hidden, ctx):
         h, t = real_positions(hidden, batch, model)
@@ -141,11 +146,11 @@ class CELast(CEAll):
 class MaskedItemCE(CEAll):
     """Labels only where the model masked its input (``training_states``), so CE at every position with a target."""
 
-    name, layout = "mlm", "window"
+    name, layout, exact_in_groups = "mlm", "window", False
 
 
 class BCE(Objective):
-    name, layout, needs_negatives = "bce", "all", True
+    name, layout, needs_negatives, exact_in_groups = "bce", "all", True, True
 
     def loss(self, model, batch, hidden, ctx):
         if batch.negatives is None:
@@ -161,7 +166,7 @@ class BCE(Objective):
 
 
 class CESampled(Objective):
-    name, layout = "ce_sampled", "all"
+    name, layout, needs_popularity = "ce_sampled", "all", True
 
     def loss(self, model, batch, hidden, ctx):
         if ctx.log_q is None:

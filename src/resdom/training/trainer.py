@@ -131,7 +131,7 @@ def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: dist
 
 def _loss_context(split: SplitData, train_cfg: TrainConfig, objective: Objective) -> LossContext:
     log_q = None
-    if objective.name == "ce_sampled":
+    if objective.needs_popularity:
         counts = np.bincount(split.train.items, minlength=split.n_items + 1)[1:]
         log_q = popularity_log_q(torch.from_numpy(counts), train_cfg.negative_sampling)
     return LossContext(n_negatives=train_cfg.n_negatives, log_q=log_q)
@@ -317,8 +317,8 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     per_rank = max(1, train_cfg.batch_size // world)
     # a full-window model pays for max_len in every batch anyway: bucketing would only bias batches
     buckets = 0 if model.full_window() else train_cfg.length_buckets
-    # exact only for a mean over targets (not ce_sampled, whose negatives are drawn per call) on a model that allows it
-    exact = objective.name in ("ce_all", "ce_last", "bce") and model.exact_length_groups()
+    # exact only for an objective whose mean over targets the groups reproduce, on a model that allows it
+    exact = objective.exact_in_groups and model.exact_length_groups()
     groups = train_cfg.length_groups if exact else 1
     # otherwise the model encodes its batch in length groups itself (DuoRec's InfoNCE needs the whole batch)
     model.encode_groups = 1 if exact else train_cfg.length_groups
