@@ -55,6 +55,13 @@ def _items(value: Any) -> list[Any] | None:
         return None
 
 
+def _choice(value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``; ValueError naming them otherwise."""
+    if value not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)} (got {value!r})")
+    return str(value)
+
+
 def _integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
     items = _items(value)
     if items is None or not items:
@@ -110,9 +117,7 @@ class DiagnoseOptions(BaseModel):
     @field_validator("part", mode="before")
     @classmethod
     def _part(cls, v: Any) -> str:
-        if v not in PARTS:
-            raise ValueError(f"must be one of {', '.join(PARTS)} (got {v!r})")
-        return str(v)
+        return _choice(v, PARTS)
 
     @field_validator("recency", "cutoffs", mode="before")
     @classmethod
@@ -122,9 +127,7 @@ class DiagnoseOptions(BaseModel):
     @field_validator("definition", mode="before")
     @classmethod
     def _definition(cls, v: Any) -> str:
-        if v not in DEFINITIONS:
-            raise ValueError(f"must be one of {', '.join(DEFINITIONS)} (got {v!r})")
-        return str(v)
+        return _choice(v, DEFINITIONS)
 
     @field_validator("seeds", mode="before")
     @classmethod
