@@ -91,6 +91,7 @@ def test_evaluate_cutoffs_and_evalset(fitted):
 
 
 def test_diagnose_equals_run_all(diagnosis, run_dir):
+    from resdom.diagnostics.registry import REGISTRY
     from resdom.diagnostics.runner import run_all
 
     run_all(run_dir, what="all", progress=False, seeds=[0], alphas=[1.0, 0.5, 0.0])
@@ -98,6 +99,13 @@ def test_diagnose_equals_run_all(diagnosis, run_dir):
         written = json.loads((run_dir / "diagnostics" / f"{name}.json").read_text())
         assert {k: v for k, v in written.items() if k not in ("seconds", "checkpoint")} == mine, name
     assert list(diagnosis.results) == ["shuffle", "hrli", "mixing", "alpha", "recovery"]
+    # every CSV file is its result's table, to the letter (mixing_per_position.csv: to_frame(per_position=True))
+    for name, d in REGISTRY.items():
+        for suffix, frame in d.frames.items():
+            table = frame(diagnosis[name]).to_csv(index=False, lineterminator="\n")
+            assert (run_dir / "diagnostics" / f"{name}{suffix}.csv").read_text() == table, name + suffix
+    assert (run_dir / "diagnostics" / "mixing_per_position.csv").read_text() == diagnosis.mixing.to_frame(
+        per_position=True).to_csv(index=False, lineterminator="\n")
 
 
 def test_diagnose_any_diagnosable_with_its_split(fitted, diagnosis):
