@@ -41,7 +41,7 @@ from resdom.evaluation.evaluate import evaluate as run_evaluation
 from resdom.experiments import canonical_label, model_variant
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
 from resdom.models.config import ModelConfig
-from resdom.names import MODELS
+from resdom.names import MODELS, PARTS
 from resdom.recommend import recommend
 from resdom.report.figures import result_figure
 from resdom.rundir import RunDir
@@ -60,8 +60,6 @@ if TYPE_CHECKING:
     from resdom.training.trainer import EpochCallback
 
 __all__ = ["Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "load_split", "prepare_split"]
-
-PARTS = ("valid", "test")
 
 
 # ------------------------------------------------------------------------------------------------- data
@@ -324,7 +322,7 @@ def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -
 
 def _check_part(part: str) -> str:
     if part not in PARTS:
-        raise ResdomError(f"part: expected valid or test (got {part!r})")
+        raise ResdomError(f"part: expected {' or '.join(PARTS)} (got {part!r})")
     return part
 
 

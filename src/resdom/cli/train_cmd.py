@@ -33,7 +33,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.experiments import canonical_label, model_variant
 from resdom.models.config import ModelConfig
-from resdom.names import CUTOFFS, metric_key
+from resdom.names import CUTOFFS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_folder
 from resdom.runs import load_run
@@ -255,7 +255,7 @@ def train(
         raise typer.Exit(130) from None
     if is_main:
         typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
-        for name in ("valid", "test"):
+        for name in PARTS:
             typer.echo(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
 
 
@@ -273,8 +273,8 @@ def evaluate(
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
-    if split not in ("valid", "test"):
-        raise ResdomError(f"--split: expected valid or test, got {split!r}")
+    if split not in PARTS:
+        raise ResdomError(f"--split: expected {' or '.join(PARTS)}, got {split!r}")
     ks = parse_cutoffs(cutoffs)
     positive_int(batch_size, "--batch-size")
     dev = resolve_device(device, "--device")

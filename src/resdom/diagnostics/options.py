@@ -20,8 +20,8 @@ from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.errors import OptionError
+from resdom.names import PARTS
 
-PARTS: tuple[str, ...] = ("valid", "test")
 # what's other choice: the per-user evidence (users.npz, diagnostics.evidence), a file ``run_all`` writes after the
 # diagnostics (part of "all"), not a diagnostic result: resdom.diagnose does not compute it
 USERS = "users"

@@ -40,8 +40,6 @@ from resdom.models.interface import Diagnosable
 from resdom.rundir import RunDir
 from resdom.runs import load_run
 
-SPLITS = opts.PARTS
-
 
 def parse_what(what: str | Sequence[str], with_users: bool = False) -> list[str]:
     """"all" or a comma-separated subset of the registered diagnostics (or a list) -> the chosen names in canonical
