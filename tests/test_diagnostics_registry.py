@@ -186,6 +186,26 @@ def test_bad_options_name_their_field(values: dict[str, Any], field: str, needle
     assert str(e.value.renamed({field: "--flag"})).startswith("--flag: ")
 
 
+def test_the_api_and_the_cli_default_to_the_options_defaults() -> None:
+    """``resdom.diagnose``'s keywords and ``resdom diagnose``'s flags, left alone, give ``DiagnoseOptions()``: the
+    defaults written again in their signatures have not drifted."""
+    import inspect
+
+    from resdom.api import diagnose
+    from resdom.cli.diagnose_cmd import diagnose as command
+    from resdom.cli.diagnose_cmd import options_from_flags
+
+    api = {k: p.default for k, p in inspect.signature(diagnose).parameters.items()
+           if k in DiagnoseOptions.model_fields}
+    assert set(api) == set(DiagnoseOptions.model_fields)
+    assert diagnose_options(**api) == DiagnoseOptions()
+    flags = {k: p.default.default for k, p in inspect.signature(command).parameters.items()}
+    cli = options_from_flags(what=flags["what"], part=flags["split"], definition=flags["definition"],
+                             batch_size=flags["batch_size"], seeds=flags["seeds"], alphas=flags["alphas"],
+                             layers=flags["layers"], per_head=flags["per_head"])
+    assert cli == DiagnoseOptions()
+
+
 def test_every_bad_field_is_named_at_once() -> None:
     with pytest.raises(OptionError) as e:
         diagnose_options(part="x", batch_size=0)
