@@ -245,13 +245,15 @@ def _figure_legend(fig: Figure, handles: list[Any]) -> None:
     fig.legend(handles=handles, loc="outside upper center", ncol=ncol, frameon=False)
 
 
-def _users(groups: dict[tuple[str, str], list[RunRecord]], count: Callable[[RunRecord], Any]) -> dict[str, str]:
+def _users(groups: dict[tuple[str, str], list[RunRecord]], count: Callable[[RunRecord], Any] | str
+           ) -> dict[str, str]:
     """Test users behind each data set's numbers: ``{dataset: "398"}`` (a range where runs differ); data sets whose
-    runs do not say are left out."""
+    runs do not say are left out. ``count(run)``, or a diagnostic's name: the ``n_users`` of its file."""
+    read = count if callable(count) else (lambda r, name=count: r.diag(name).get("n_users"))
     out: dict[str, set[int]] = {}
     for (dataset, _), rs in groups.items():
         for r in rs:
-            n = count(r)
+            n = read(r)
             if isinstance(n, (int, float)) and not isinstance(n, bool):
                 out.setdefault(dataset, set()).add(int(n))
     return {d: f"{min(ns):,}" if len(ns) == 1 else f"{min(ns):,}–{max(ns):,}" for d, ns in sorted(out.items())}
@@ -393,7 +395,7 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
                       "stage of the attention block", "mixing ratio (context share)", decorate=last_position,
                       extra=[Line2D([], [], marker="D", color="black", linestyle="none", markersize=3,
                                     label="last position")])
-    users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Pooled over the positions of")
+    users = _note(fig, _users(groups, "mixing"), "Pooled over the positions of")
     return ReportFigure("mixing_by_stage", "Mixing ratio by stage",
                         "Bars give the mixing ratio, the share of each stage's output that comes from other "
                         "positions (pooled over layers, all positions; diamonds: last position), mean over seeds: a "
@@ -481,7 +483,7 @@ def _alpha_figure(runs: list[RunRecord], which: str, title: str, caption: str) -
     if not groups:
         return None
     fig = _curves_by_dataset(groups, _alpha_rows, ALPHA_QUANTITIES[which])
-    users = _note(fig, _users(groups, lambda r: r.diag("alpha").get("n_users")), "Each point rests on")
+    users = _note(fig, _users(groups, "alpha"), "Each point rests on")
     return ReportFigure(f"alpha_{which}", title, caption + users, fig)
 
 
@@ -522,7 +524,7 @@ def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
         ax.set_title(label)
     _model_legend(fig, models, _dataset_handles(datasets) + spread_handles(groups, "band"), markers=True,
                   groups=groups)
-    users = _note(fig, _users(groups, lambda r: r.diag("alpha").get("n_users")), "Each point rests on")
+    users = _note(fig, _users(groups, "alpha"), "Each point rests on")
     return ReportFigure("alpha_sweep", "Residual scaling sweep",
                         "The mixing ratio at +Res, HRLI@1 and test HR@10 against the residual scale α applied at "
                         "inference (α = 1 is the trained model): reading right to left, lowering α should raise "
@@ -543,7 +545,7 @@ def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
         return number_at(sh, "perturbations", cat, "metrics", "NDCG@10")
 
     fig = _bar_panels(groups, ["original", "keep_last", "full"], value, "input order at inference", "test NDCG@10")
-    users = _note(fig, _users(groups, lambda r: r.diag("shuffle").get("n_users")), "Each bar rests on")
+    users = _note(fig, _users(groups, "shuffle"), "Each bar rests on")
     return ReportFigure("shuffle", "Position shuffle: test NDCG@10",
                         "Test NDCG@10 (mean over seeds) with the original input order, with all items but the last "
                         "permuted (keep_last) and with every item permuted (full): a small keep_last drop next to a "
@@ -560,7 +562,7 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
                       lambda r, c: number_at(r.diag("hrli"), "values", c), "rate (unfiltered top-K)",
                       "share of test users (log)", log=True,
                       decorate=lambda ax, dataset, models: ax.tick_params(axis="x", labelrotation=30))
-    users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
+    users = _note(fig, _users(groups, "hrli"), "Shares of")
     return ReportFigure("hrli", "Last-item hit rates",
                         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is "
                         "in the unfiltered top-K (mean over seeds, log scale; a rate below 0.001 sits on the axis "
@@ -605,7 +607,7 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
     _figure_legend(fig, [Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
                          Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item"),
                          *spread_handles(groups), *seeds])  # the models are named on the x axis too
-    users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
+    users = _note(fig, _users(groups, "hrli"), "Shares of")
     return ReportFigure("hrli_by_model", "Last-item reliance by model (the paper's Figure 2)",
                         "For each model, the share of test users whose last input item (solid) and second-to-last "
                         "input item (hatched) is ranked first, unfiltered (mean over seeds, log scale; a rate below "
@@ -657,7 +659,7 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
         share.set_xlabel(ax.get_xlabel())  # the twin's x axis is not drawn; labelled for whoever reads the axes
         ax.grid(axis="y", alpha=0.3)
     _model_legend(fig, models, spread_handles(groups), markers=True, groups=groups)
-    users = _note(fig, _users(groups, lambda r: r.diag("hrli").get("n_users")), "Shares of")
+    users = _note(fig, _users(groups, "hrli"), "Shares of")
     return ReportFigure("hrli_by_frequency", "Last-item reliance by the last item's training frequency",
                         "HRLI@1 over the test users whose last input item occurs 0, 1-4, 5-19 or 20+ times in the "
                         "training sequences (lines, mean over seeds), and the share of test users in each band (grey "
@@ -840,7 +842,7 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
                      for s in stages_seen]
     _model_legend(fig, models, stage_handles, groups=groups)
     which = ", ".join(str(x) for x in sorted(layer_names))
-    users = _note(fig, _users(groups, lambda r: r.diag("mixing").get("n_users")), "Averaged over")
+    users = _note(fig, _users(groups, "mixing"), "Averaged over")
     return ReportFigure("mixing_per_position", f"Mixing ratio by position (layer {which})",
                         f"Mixing ratio of layer {which} at each position, counted back from the last one (0), per "
                         "stage (line style) and model (colour), mean over seeds: the gap between the solid Attn line "
@@ -980,7 +982,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
         ax.legend(handles=handles + spread, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2,
                   frameon=False)  # below the panel: hides no point
         _zoom_on_points(ax, drawn, curve)
-    users = _note(fig, _users(points, lambda r: r.diag("hrli").get("n_users")), "Each point rests on")
+    users = _note(fig, _users(points, "hrli"), "Each point rests on")
     return ReportFigure("remedies", "Remedies: accuracy against last-item reliance",
                         "Test NDCG@10 against HRLI@1: each point is a training-time variant (mean over its n seeds, "
                         "error bars one standard deviation); "
