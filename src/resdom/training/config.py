@@ -17,7 +17,7 @@ from resdom.models.config import ModelConfig, format_validation_error, make_mode
 from resdom.names import METRICS
 from resdom.training.objectives import OBJECTIVES, get_objective
 
-ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
+ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the registered objectives
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 
 
@@ -26,7 +26,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: ObjectiveName | None = Field(None, description="ce_all | ce_last | bce | ce_sampled | mlm")
+    objective: ObjectiveName | None = Field(None, description=" | ".join(OBJECTIVES))
     epochs: int = Field(200, ge=1, description="maximum number of epochs")
     batch_size: int = Field(256, ge=1)
     lr: float = Field(1e-3, gt=0.0)
