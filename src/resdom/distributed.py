@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from resdom.errors import ResdomError
+from resdom.names import DEVICES
 
 
 @dataclass
@@ -66,8 +67,8 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
         raise ResdomError(f"{option}: 'cuda' requested but torch sees no CUDA device")
     if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
         raise ResdomError(f"{option}: 'mps' requested but it is not available")
-    if name not in ("cpu", "cuda", "mps"):
-        raise ResdomError(f"{option}: unknown device {name!r} (auto, cpu, cuda or mps)")
+    if name not in DEVICES:
+        raise ResdomError(f"{option}: unknown device {name!r} ({', '.join(DEVICES[:-1])} or {DEVICES[-1]})")
     return torch.device(name)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 # models.MODEL_CLASSES holds a class for each; bert4rec and gru4rec are the paper's contrast models (spec §7)
 MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
 PROTOCOLS: tuple[str, ...] = ("loo", "gts")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")  # --device / train.device: auto = cuda, then mps, then cpu
 PARTS: tuple[str, ...] = ("valid", "test")  # the evaluation parts of a split (evaluate, diagnose: --split / part)
 STAGES: tuple[str, ...] = ("Attn", "+Res", "+LN")  # the stages of an attention block, in computation order
 CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)  # K of HR@K / NDCG@K

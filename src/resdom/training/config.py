@@ -14,11 +14,11 @@ from resdom.errors import ResdomError
 from resdom.experiments import model_defaults
 from resdom.models import MODEL_CLASSES, model_class
 from resdom.models.config import ModelConfig, format_validation_error, make_model_config
-from resdom.names import METRICS
+from resdom.names import DEVICES, METRICS
 from resdom.training.objectives import OBJECTIVES, get_objective
 
 ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the registered objectives
-DeviceName = Literal["auto", "cpu", "cuda", "mps"]
+DeviceName = Literal[DEVICES]  # type: ignore[valid-type]
 
 
 class TrainConfig(BaseModel):
