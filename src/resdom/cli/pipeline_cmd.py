@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 
@@ -133,15 +135,10 @@ def reproduce(
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
                     store=store, train_values={"monitor_every": monitor_every})
-    try:
-        result = run_grid(spec, progress=progress and not quiet, echo=typer.echo)
-    except KeyboardInterrupt:
-        typer.echo(_grid_interrupted_message(spec), err=True)
-        raise typer.Exit(130) from None
+    result = _interruptible(run_grid, spec, progress and not quiet)
     counts = {s: sum(o.status == s for o in result.outcomes) for s in ("done", "skipped", "failed")}
     typer.echo(f"\n{counts['done']} trained, {counts['skipped']} already finished, {counts['failed']} failed")
-    for o in result.failed:
-        typer.echo(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
+    _echo_failed(result.failed)
     if result.report_html is not None:
         typer.echo(f"summary: {result.report_html} (tables in {result.summary_dir / 'tables'})")
     if result.failed:
@@ -174,19 +171,32 @@ def remedies(
     spec = remedy_grid(dataset, model, _split_list(variants, "--variants"), _seeds(seeds), out, data_dir=data_dir,
                        protocol=protocol, device=device, epochs=epochs, store=store, train_values=train_values,
                        model_values=model_values)
-    try:
-        result = run_remedies(spec, progress=progress and not quiet, echo=typer.echo)
-    except KeyboardInterrupt:
-        typer.echo(_grid_interrupted_message(spec), err=True)
-        raise typer.Exit(130) from None
-    for o in result.grid.failed:
-        typer.echo(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
+    result = _interruptible(run_remedies, spec, progress and not quiet)
+    _echo_failed(result.grid.failed)
     if result.table_md is not None:
         typer.echo(f"remedies table: {result.table_md}")
     if result.figure is not None:
         typer.echo(f"remedies figure: {result.figure}")
     if result.grid.failed:
         sys.exit(1)
+
+
+T = TypeVar("T")
+
+
+def _interruptible(run: Callable[..., T], spec: GridSpec, progress: bool) -> T:
+    """``run(spec, progress=..., echo=typer.echo)``; Ctrl-C: what the grid kept and how to go on, exit 130."""
+    try:
+        return run(spec, progress=progress, echo=typer.echo)
+    except KeyboardInterrupt:
+        typer.echo(_grid_interrupted_message(spec), err=True)
+        raise typer.Exit(130) from None
+
+
+def _echo_failed(failed: list[Any]) -> None:
+    """A line for each failed cell of a grid (its error.txt has the traceback)."""
+    for o in failed:
+        typer.echo(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
 
 
 def _grid_interrupted_message(spec: GridSpec) -> str:
