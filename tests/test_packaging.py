@@ -137,18 +137,20 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_installed_wheel_config_show_and_train_from_an_empty_directory(installed) -> None:
     """The wheel's CLI in an empty directory: config show (whose YAML ``--config FILE`` trains), config list, train
-    from that file and from a shipped configuration's name, in one interpreter; then the console script."""
+    from that file and from a shipped configuration's name, version, in one interpreter (the console script runs
+    the demo below)."""
     cwd, env = installed
     tiny = ["--epochs", "1", "--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10",
             "--device", "cpu", "--no-progress"]
     source = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
     commands = [["config", "show", "sasrec", "--protocol", "gts"], ["config", "list"],
                 ["train", source, "--config", "sasrec_gts.yaml", "--out", "run", *tiny],
-                ["train", source, "--config", "smoke", "--out", "run2", *tiny]]
+                ["train", source, "--config", "smoke", "--out", "run2", *tiny], ["version"]]
     done = json.loads(_run([sys.executable, "-c", COMMANDS_SCRIPT, json.dumps(commands)], cwd, env).stdout)
     assert done["file"].startswith(env["PYTHONPATH"]), f"resdom imported from {done['file']}, not from the wheel"
-    shown, listed, *trained = done["runs"]
-    assert [r["code"] for r in done["runs"]] == [0, 0, 0, 0], done["runs"]
+    shown, listed, _, _, version = done["runs"]
+    assert [r["code"] for r in done["runs"]] == [0] * 5, done["runs"]
+    assert "resdom 0.1.0" in version["stdout"]
     values = yaml.safe_load(shown["stdout"])
     assert values["data"]["protocol"] == "gts" and values["model"]["max_len"] == 200
     assert yaml.safe_load((cwd / "sasrec_gts.yaml").read_text()) == values
@@ -156,15 +158,15 @@ def test_installed_wheel_config_show_and_train_from_an_empty_directory(installed
     for run in ("run", "run2"):
         assert (cwd / run / "metrics.json").is_file() and (cwd / run / "model.safetensors").is_file()
     assert json.loads((cwd / "run" / "config.json").read_text())["model"]["max_len"] == 10
-    script = Path(env["PYTHONPATH"]) / "bin" / "resdom"
-    assert "resdom 0.1.0" in _run([str(script), "version"], cwd, env).stdout
 
 
 @pytest.mark.slow
 def test_installed_wheel_runs_the_demo_from_an_empty_directory(installed) -> None:
+    """The demo through the wheel's console script (``bin/resdom``, what ``pip install`` puts on PATH)."""
     cwd, env = installed
-    out = _run([sys.executable, "-m", "resdom", "demo", "--epochs", "1", "--device", "cpu", "--no-progress",
-                "--out", "demo"], cwd, env, timeout=600).stdout
+    script = Path(env["PYTHONPATH"]) / "bin" / "resdom"
+    out = _run([str(script), "demo", "--epochs", "1", "--device", "cpu", "--no-progress", "--out", "demo"], cwd, env,
+               timeout=600).stdout
     assert "findings:" in out and (cwd / "demo" / "report.html").is_file()
 
 
