@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "diagnostics"
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs Debian's chromium)")
+# slow: each test starts Chromium (and the report fixture draws every figure, ~15 s)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs Debian's chromium)")]
 
 # Injected by the test only (the report itself carries no script): records JS errors, console.error calls and
 # images that failed to decode into a #probe element that --dump-dom returns.
