@@ -10,7 +10,10 @@ from typing import Any
 MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
 PROTOCOLS: tuple[str, ...] = ("loo", "gts")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")  # --device / train.device: auto = cuda, then mps, then cpu
-PARTS: tuple[str, ...] = ("valid", "test")  # the evaluation parts of a split (evaluate, diagnose: --split / part)
+PARTS: tuple[str, ...] = ("valid", "test")
+# what diagnose writes besides the registered diagnostics: the per-user evidence (RUN_DIR/diagnostics/users.npz), also
+# a choice of ``--what`` / ``DiagnoseOptions.what``
+USERS = "users"  # the evaluation parts of a split (evaluate, diagnose: --split / part)
 STAGES: tuple[str, ...] = ("Attn", "+Res", "+LN")  # the stages of an attention block, in computation order
 CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)  # K of HR@K / NDCG@K
 METRICS: tuple[str, ...] = (*(f"HR@{k}" for k in CUTOFFS), *(f"NDCG@{k}" for k in CUTOFFS), "MRR")

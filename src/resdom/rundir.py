@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 from resdom.errors import ResdomError
+from resdom.names import USERS
 
 
 class RunDir:
@@ -56,7 +57,7 @@ class RunDir:
     @property
     def users(self) -> Path:
         """``diagnostics/users.npz``: the per-user evidence of a run directory (a cell keeps it as ``cell_users``)."""
-        return self.diagnostic("users", ".npz")
+        return self.diagnostic(USERS, ".npz")
 
     def is_run(self) -> bool:
         """Whether the folder looks like a run directory or a results-store cell (a config or diagnostics)."""

@@ -8,11 +8,12 @@ from pathlib import Path
 import typer
 
 from resdom.cli.values import progress_option
-from resdom.diagnostics.options import USERS, DiagnoseOptions, diagnose_options
+from resdom.diagnostics.options import DiagnoseOptions, diagnose_options
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary, run_all
 from resdom.distributed import setup
 from resdom.errors import OptionError
+from resdom.names import USERS
 from resdom.rundir import RunDir
 
 # DiagnoseOptions field -> the flag that sets it (an OptionError names the flag)

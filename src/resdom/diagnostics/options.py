@@ -20,11 +20,10 @@ from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.errors import OptionError
-from resdom.names import PARTS
+from resdom.names import PARTS, USERS
 
-# what's other choice: the per-user evidence (users.npz, diagnostics.evidence), a file ``run_all`` writes after the
-# diagnostics (part of "all"), not a diagnostic result: resdom.diagnose does not compute it
-USERS = "users"
+# USERS (names.py) is what's other choice: the per-user evidence (users.npz, diagnostics.evidence), a file ``run_all``
+# writes after the diagnostics (part of "all"), not a diagnostic result: resdom.diagnose does not compute it
 
 
 def parse_what(what: Any, choices: Iterable[str] | None = None) -> tuple[str, ...]:

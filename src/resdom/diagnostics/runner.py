@@ -30,13 +30,14 @@ from resdom.diagnostics import options as opts
 from resdom.diagnostics.common import jsonable
 from resdom.diagnostics.evidence import UserEvidence, read_header, user_evidence
 from resdom.diagnostics.mixing import has_attention, require_attention
-from resdom.diagnostics.options import USERS, DiagnoseOptions, diagnose_options
+from resdom.diagnostics.options import DiagnoseOptions, diagnose_options
 from resdom.diagnostics.recovery import K_RECOVERY
 from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, diagnostic_names
 from resdom.distributed import rank_and_world
 from resdom.errors import OptionError, ResdomError
 from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from resdom.models.interface import Diagnosable
+from resdom.names import USERS
 from resdom.rundir import RunDir
 from resdom.runs import load_run
 

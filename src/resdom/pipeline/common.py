@@ -17,6 +17,7 @@ from resdom.diagnostics.runner import run_all, summarise
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
+from resdom.names import USERS
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
 from resdom.training.config import resolve_configs
@@ -80,7 +81,7 @@ def missing_diagnostics(run_dir: Path) -> list[str]:
         if not ok:
             missing.append(name)
     if (read_header(files.users) or {}).get("checkpoint") != current:
-        missing.append("users")
+        missing.append(USERS)
     return missing
 
 

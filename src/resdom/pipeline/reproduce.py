@@ -31,6 +31,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.experiments import canonical_label, model_labels, model_variant
 from resdom.io import atomic_write_json
+from resdom.names import USERS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
@@ -158,9 +159,9 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
                                stats=cache.stats(dataset, split), model_values={**variant, **spec.model_values},
                                train_values=train_values, device=spec.device, progress=progress, label=label)
             outcome.status = "done"
-        elif "users" in missing_diagnostics(run_dir):  # finished before the per-user evidence: add it, no training
+        elif USERS in missing_diagnostics(run_dir):  # finished before the per-user evidence: add it, no training
 
-            run_all(run_dir, what="users", device=str(resolve_device(spec.device)), progress=progress)
+            run_all(run_dir, what=USERS, device=str(resolve_device(spec.device)), progress=progress)
         if spec.store is not None:
             outcome.stored = str(export_cell(run_dir, spec.store, dataset, label, seed,
                                              compute=cell_compute(run_dir)))
@@ -187,7 +188,7 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
             diag[name] = json.loads(path.read_text()).get("seconds") or 0.0
     if files.users.is_file():  # the per-user evidence's header too
 
-        diag["users"] = (read_header(files.users) or {}).get("seconds") or 0.0
+        diag[USERS] = (read_header(files.users) or {}).get("seconds") or 0.0
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(sum(diag.values()), 1),
             "device": train.get("device"), "threads": _threads(train, epochs), "cpu_count": os.cpu_count(),
