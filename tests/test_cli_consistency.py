@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
-from cli_helpers import invoke
+from cli_helpers import invoke, run_cli
 from typer.core import TyperOption
 
 from resdom.cli.main import _typer_app
@@ -26,12 +26,6 @@ SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
 COMPUTING = ("train", "evaluate", "diagnose", "demo", "reproduce", "remedies")  # commands that run a model
 PROGRESSING = ("train", "diagnose", "demo", "reproduce", "remedies")  # commands that show progress
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = invoke(*args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def command(name: str) -> Any:
