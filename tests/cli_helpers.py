@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from resdom.cli.main import app
+
+SMALL_SYNTHETIC = "synthetic:n_users=40,n_items=25,min_len=5,max_len=10"  # a data source that prepares in ms
+TINY_MODEL = ["--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.max_len=8", "--device", "cpu"]
 
 
 def invoke(*args: str) -> int:
@@ -18,3 +23,21 @@ def invoke(*args: str) -> int:
     finally:
         sys.argv = old
     return 0
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``invoke(ARGS)``; returns (exit status, stdout, stderr) as captured by pytest's ``capsys``."""
+    code = invoke(*args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def one_line_error(code: int, err: str, *needles: str) -> str:
+    """Assert a clean failure: exit 2, no traceback, one ``error:`` line holding every needle; returns it."""
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

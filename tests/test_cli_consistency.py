@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
-from cli_helpers import invoke
+from cli_helpers import invoke, run_cli
 from typer.core import TyperOption
 
 from resdom.cli.main import _typer_app
@@ -24,14 +24,8 @@ from resdom.training.config import TrainConfig
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
-COMPUTING = ("train", "evaluate", "diagnose", "demo", "reproduce", "remedies")  # commands that run a model
+COMPUTING = ("train", "evaluate", "diagnose", "demo", "reproduce", "remedies", "recommend")  # commands that run a model
 PROGRESSING = ("train", "diagnose", "demo", "reproduce", "remedies")  # commands that show progress
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = invoke(*args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def command(name: str) -> Any:
@@ -58,6 +52,26 @@ def test_every_computing_command_defaults_to_device_auto(name: str) -> None:
     # train's None falls through to TrainConfig's default
     default = TrainConfig().device if opt.default is None else opt.default
     assert default == "auto", f"resdom {name} --device defaults to {default!r}"
+
+
+def test_every_device_option_defaults_to_auto_and_says_so() -> None:
+    """Every ``--device`` of every command (and subcommand): auto by default (None: TrainConfig's, auto), its help
+    naming auto first; a command that runs a model without being in COMPUTING would be found here."""
+    group = typer.main.get_command(_typer_app)
+    found = []
+    stack = [("", group)]
+    while stack:
+        prefix, cmd = stack.pop()
+        if hasattr(cmd, "commands"):
+            stack += [(f"{prefix} {n}".strip(), c) for n, c in cmd.commands.items()]
+            continue
+        opt = option(cmd, "--device")
+        if opt is None:
+            continue
+        found.append(prefix)
+        assert (TrainConfig().device if opt.default is None else opt.default) == "auto", prefix
+        assert opt.help.startswith("auto"), prefix
+    assert set(COMPUTING) <= set(found) and set(found) - set(COMPUTING) == {"config show"}
 
 
 def test_demo_settings_default_to_device_auto() -> None:
@@ -183,6 +197,23 @@ def test_train_accepts_every_model_and_variant_name(name: str, fake_fit: list, t
     assert {k: getattr(model_cfg, k) for k in variant} == variant  # the variant's values are applied
     assert info.get("label", base) == label  # and the run is labelled by the variant
     assert fake_fit[-1]["progress"] is False
+
+
+def test_set_model_name_is_read_in_any_case_and_must_agree(fake_fit: list, tmp_path: Path, capsys) -> None:
+    """``--set model.name=...`` names the model as --model does (any case); naming another model than --model or
+    the config file is one line naming both."""
+    out = ["--out", str(tmp_path / "r"), "--no-progress", "--device", "cpu"]
+    for args, model in ((["--set", "model.name=DuoRec"], "duorec"),
+                        (["--model", "sasrec", "--set", "model.name=SASRec"], "sasrec")):
+        code, _, err = run_cli(capsys, "train", SOURCE, *args, *out)
+        assert code == 0 and fake_fit[-1]["model"].name == model, err
+    code, _, err = run_cli(capsys, "train", SOURCE, "--model", "sasrec", "--set", "model.name=DuoRec", *out)
+    assert code == 2 and "--set model.name: 'DuoRec' contradicts --model 'sasrec'" in err
+    from resdom.training.config import resolve_configs
+
+    assert resolve_configs("sasrec", {"name": "SASRec", "heads": 1}, n_items=5)[0].name == "sasrec"
+    with pytest.raises(ResdomError, match="model.name: 'DuoRec' contradicts"):
+        resolve_configs("sasrec", {"name": "DuoRec"}, n_items=5)
 
 
 def test_unknown_model_is_one_line_with_the_closest_name(tmp_path: Path, capsys) -> None:

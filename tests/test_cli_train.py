@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke
+from cli_helpers import invoke, run_cli
 from test_training_support import toy_split
 
 from resdom.cli.train_cmd import parse_set, read_config_file
@@ -21,13 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
 
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process -> (exit code, stdout, stderr)."""
-    code = invoke(*args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")

@@ -237,6 +237,9 @@ def test_zvuk_parquet(tmp_path: Path) -> None:
     # the sub-second order (3.2 s before 3.7 s) is kept, times floored; integer ids stay int64
     assert rows(raw) == [("9", "7", s), ("5", "102", s + 3), ("5", "101", s + 3), ("5", "101", s + 86400)]
     assert raw.users.dtype == np.int64 and raw.items.dtype == np.int64
+    df.assign(datetime=df["datetime"].where(df.index != 1)).to_parquet(path)
+    with pytest.raises(ResdomError, match=r"parquet: row 2: missing value in column 'datetime'"):
+        read_zvuk(path)
     df.drop(columns="track_id").to_parquet(path)
     with pytest.raises(ResdomError, match="not a readable Zvuk Parquet file with columns user_id, track_id"):
         read_zvuk(path)
@@ -257,7 +260,7 @@ def test_time_to_split_csv(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match=r":1: missing column 'track_id'.*--item-col"):
         read_tts_csv(path, "sessionId", "track_id", "timestamp")
     path.write_text("user_id,item_id,timestamp\na,b,12\nc,d,x\n")
-    with pytest.raises(ResdomError, match=r"Diginetica\.csv:3: timestamp 'x' is not a number"):
+    with pytest.raises(ResdomError, match=r"Diginetica\.csv:3: timestamp 'x' in column 'timestamp' is not a number"):
         read_tts_csv(path, "user_id", "item_id", "timestamp")
     with pytest.raises(ResdomError, match="needs the column names"):
         read_native("time-to-split-csv", [path])

@@ -242,7 +242,7 @@ def test_the_fingerprint_does_not_depend_on_where_the_data_lies(tmp_path: Path) 
 def test_every_command_that_prepares_data_prints_what_changed(tmp_path: Path, capsys) -> None:
     p = _sparse_csv(tmp_path)
     expected = ["data: read 8 interactions of 3 users and 5 items (csv); ids kept exactly as read",
-                "data: repeats: 1 row repeat an earlier (user, item) pair, 0 of them right after the same item; all "
+                "data: repeats: 1 row repeats an earlier (user, item) pair, 0 of them right after the same item; all "
                 "kept", "data: k-core: off (no user or item filtered)"]
     split_line = ("data: loo split: 1 user in no part (fewer than 3 items: 1), 1 interaction in no part; kept for "
                   "`recommend`")

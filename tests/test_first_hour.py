@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
-from cli_helpers import invoke
+from cli_helpers import invoke, run_cli
 
 from resdom.cli.main import _typer_app
 from resdom.data.sequences import SplitData
@@ -25,12 +25,6 @@ SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
 GRID_SOURCE = "synthetic:n_users=60"  # --datasets is comma-separated: one knob only
 CANONICAL = ["HR@1", "HR@5", "HR@10", "HR@20", "NDCG@1", "NDCG@5", "NDCG@10", "NDCG@20", "MRR"]
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = invoke(*args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def user_error(code: int, err: str, *needles: str) -> None:

@@ -1,6 +1,6 @@
 """A package that stands alone (issue 28 §4): LICENSE, CITATION.cff, py.typed and the files the docs use ship with
-it, and a wheel installed outside the repository runs ``config show`` (whose output ``--config`` trains), the demo
-and the example notebook from an empty directory."""
+it, and a wheel installed in a fresh virtualenv runs ``config show`` (whose output ``--config`` trains), the demo and
+the example notebook from empty directories."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -86,30 +87,41 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
     return done
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """(an empty working directory, the environment of a wheel of this checkout installed with ``pip install
-    --target``: resdom from the wheel, its dependencies from the current environment)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"  # a copy, so that building writes nothing into the checkout
+def _wheel(tmp: Path, env: dict[str, str]) -> Path:
+    """A wheel of this checkout built from a copy (building writes nothing into the checkout), its files checked."""
+    src = tmp / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    pip = [sys.executable, "-m", "pip"]
-    quiet = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    _run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(src), "-w", str(tmp / "dist"), "-q"], tmp, quiet)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", str(src), "-w",
+          str(tmp / "dist"), "-q"], tmp, env)
     wheel = next((tmp / "dist").glob("resdom-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert [n for n in SHIPPED if n not in names] == [], "package data missing from the wheel"
     assert any(n.endswith("licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
-    target = tmp / "target"
-    _run([*pip, "install", "--no-deps", "--target", str(target), str(wheel), "-q"], tmp, quiet)
-    empty = tmp / "empty"
-    empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RESDOM_DATA_DIR")}
-    env.update(PYTHONPATH=str(target), OMP_NUM_THREADS="1", RESDOM_CACHE_DIR=str(tmp / "cache"))
-    return empty, env
+    return wheel
+
+
+def _fresh_venv(tmp: Path, wheel: Path, env: dict[str, str]) -> Path:
+    """A new virtualenv (``python -m venv``, its own pip) with the wheel installed by that pip (``--no-index``: no
+    download). Its dependencies (torch, pandas, ...) are this environment's, seen through a ``.pth`` line: a path
+    line, so this environment's own ``.pth`` files (an editable install of the checkout) are not run. -> its bin."""
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp, env)
+    bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
+    python = bin_dir / "python"
+    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env)
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(site.stdout.strip()) / "resdom_test_deps.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
+    _run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel), "-q"], tmp, env)
+    return bin_dir
+
+
+def _empty(tmp: Path, name: str) -> Path:
+    folder = tmp / name
+    folder.mkdir()
+    return folder
 
 
 # One interpreter runs the commands of the wheel's CLI one after another (each a fresh ``resdom ARGS``, as
@@ -135,21 +147,37 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
-def test_installed_wheel_config_show_and_train_from_an_empty_directory(installed) -> None:
-    """The wheel's CLI in an empty directory: config show (whose YAML ``--config FILE`` trains), config list, train
-    from that file and from a shipped configuration's name, version, in one interpreter (the console script runs
-    the demo below)."""
-    cwd, env = installed
+def test_the_wheel_in_a_fresh_virtualenv_runs_config_show_the_demo_and_the_notebook_from_empty_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28, done when: the wheel installed in a fresh virtualenv runs ``config show`` (whose output ``--config``
+    trains), the demo and the example notebook, each from an empty directory, importing nothing of the checkout."""
+    pytest.importorskip("nbclient")
+    from nbclient import NotebookClient
+    from nbformat import v4
+    from test_examples import CELL_TIMEOUT_S, build_notebook
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "RESDOM_DATA_DIR", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1", RESDOM_CACHE_DIR=str(tmp_path / "cache"))
+    bin_dir = _fresh_venv(tmp_path, _wheel(tmp_path, env), env)
+    python, resdom = str(bin_dir / "python"), str(bin_dir / "resdom")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    venv = bin_dir.parent
+
+    # the wheel's CLI in an empty directory: config show (a full config, data settings included, that --config
+    # trains with), config list, train from that file and from a shipped configuration's name, version
+    cwd = _empty(tmp_path, "config")
     tiny = ["--epochs", "1", "--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10",
             "--device", "cpu", "--no-progress"]
     source = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
     commands = [["config", "show", "sasrec", "--protocol", "gts"], ["config", "list"],
                 ["train", source, "--config", "sasrec_gts.yaml", "--out", "run", *tiny],
                 ["train", source, "--config", "smoke", "--out", "run2", *tiny], ["version"]]
-    done = json.loads(_run([sys.executable, "-c", COMMANDS_SCRIPT, json.dumps(commands)], cwd, env).stdout)
-    assert done["file"].startswith(env["PYTHONPATH"]), f"resdom imported from {done['file']}, not from the wheel"
-    shown, listed, _, _, version = done["runs"]
+    done = json.loads(_run([python, "-c", COMMANDS_SCRIPT, json.dumps(commands)], cwd, env).stdout)
+    assert Path(done["file"]).is_relative_to(venv), f"resdom imported from {done['file']}, not from the wheel"
     assert [r["code"] for r in done["runs"]] == [0] * 5, done["runs"]
+    shown, listed, _, _, version = done["runs"]
     assert "resdom 0.1.0" in version["stdout"]
     values = yaml.safe_load(shown["stdout"])
     assert values["data"]["protocol"] == "gts" and values["model"]["max_len"] == 200
@@ -159,27 +187,26 @@ def test_installed_wheel_config_show_and_train_from_an_empty_directory(installed
         assert (cwd / run / "metrics.json").is_file() and (cwd / run / "model.safetensors").is_file()
     assert json.loads((cwd / "run" / "config.json").read_text())["model"]["max_len"] == 10
 
-
-@pytest.mark.slow
-def test_installed_wheel_runs_the_demo_from_an_empty_directory(installed) -> None:
-    """The demo through the wheel's console script (``bin/resdom``, what ``pip install`` puts on PATH)."""
-    cwd, env = installed
-    script = Path(env["PYTHONPATH"]) / "bin" / "resdom"
-    out = _run([str(script), "demo", "--epochs", "1", "--device", "cpu", "--no-progress", "--out", "demo"], cwd, env,
+    # the demo
+    cwd = _empty(tmp_path, "demo")
+    out = _run([resdom, "demo", "--epochs", "1", "--device", "cpu", "--no-progress", "--out", "demo"], cwd, env,
                timeout=600).stdout
     assert "findings:" in out and (cwd / "demo" / "report.html").is_file()
 
-
-@pytest.mark.slow
-def test_installed_wheel_runs_the_example_notebook_from_an_empty_directory(installed) -> None:
-    pytest.importorskip("nbclient")
-    from nbclient import NotebookClient
-    from test_examples import CELL_TIMEOUT_S, build_notebook
-
-    cwd, env = installed
+    # the example notebook, on a kernel of the venv's python
+    cwd = _empty(tmp_path, "notebook")
+    spec = venv / "share" / "jupyter" / "kernels" / "resdom-venv"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": [python, "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"],
+                                                  "display_name": "resdom venv", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(venv / "share" / "jupyter"))
     nb = build_notebook()
-    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    nb.cells.insert(0, v4.new_code_cell("import resdom, sys\nprint(sys.executable)\nprint(resdom.__file__)"))
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="resdom-venv",
                    resources={"metadata": {"path": str(cwd)}}).execute(env=env)
     shown = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in shown if o.output_type == "error"]
+    kernel_python, imported = nb.cells[0].outputs[0]["text"].split()
+    assert Path(kernel_python).parent == bin_dir and Path(imported).is_relative_to(venv)
     assert sum("image/png" in o.get("data", {}) for o in shown) >= 4

@@ -7,31 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke
+from cli_helpers import SMALL_SYNTHETIC as SOURCE
+from cli_helpers import TINY_MODEL as TINY
+from cli_helpers import one_line_error, run_cli
 
 from resdom.errors import ResdomError
 from resdom.rundir import check_output_folder
-
-SOURCE = "synthetic:n_users=40,n_items=25,min_len=5,max_len=10"
-TINY = ["--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.max_len=8", "--device", "cpu"]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = invoke(*args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def one_line_error(code: int, err: str, *needles: str) -> str:
-    """Assert a clean failure: exit 2, no traceback, one ``error:`` line holding every needle; returns it."""
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [x for x in err.splitlines() if x.startswith("error:")]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
 
 # ----------------------------------------------------------------------------------------- output folders
 

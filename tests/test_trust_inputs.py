@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_helpers import invoke
+from cli_helpers import SMALL_SYNTHETIC as SOURCE
+from cli_helpers import TINY_MODEL as TINY
+from cli_helpers import invoke, one_line_error, run_cli
 
 import resdom.io as rio
 from resdom.adapters.common import ImportData, load_weights, write_run
@@ -25,26 +27,6 @@ from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import full_scores
 from resdom.models import ModelConfig, build_model
 from resdom.runs import load_checkpoint
-
-SOURCE = "synthetic:n_users=40,n_items=25,min_len=5,max_len=10"
-TINY = ["--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.max_len=8", "--device", "cpu"]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = invoke(*args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def one_line_error(code: int, err: str, *needles: str) -> str:
-    """Assert a clean failure: exit 2, no traceback, one ``error:`` line holding every needle; returns it."""
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [x for x in err.splitlines() if x.startswith("error:")]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def tiny_model(n_items: int) -> torch.nn.Module:

@@ -66,7 +66,7 @@ def recommend(
              "but for data sets that keep seen items, as evaluation)"),
     history: str = typer.Option("all", "--history", help="all (each user's whole history), or test / valid (that "
                                 "part's inputs, as evaluation scores them)"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per chunk"),
 ) -> None:
     """Top K items per user, in the data's own user and item ids, as CSV: user,item,rank,score."""

@@ -186,14 +186,15 @@ class CommandConfig:
     data: DataOptions
 
 
-def _model_label(option: str | None, file_name: Any, config: Path | None) -> str:
-    """The label of --model, else of the config file's ``model.name``, else the default; both given and naming
-    different models is an error."""
-    label = canonical_label(option, "--model") if option is not None else None
-    named = canonical_label(str(file_name), f"{config}: model.name") if file_name is not None else None
-    if label is not None and named is not None and model_variant(label)[0] != model_variant(named)[0]:
-        raise ResdomError(f"model.name: {file_name!r} in {config} contradicts --model {option!r}")
-    return label or named or DEFAULT_MODEL
+def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path | None) -> str:
+    """The label of --model, else of ``--set model.name=...``, else of the config file's ``model.name``, else the
+    default (names read case-insensitively); two of them naming different models is an error."""
+    given = [(canonical_label(str(value), where), where, value) for value, where in (
+        (option, "--model"), (set_name, "--set model.name"), (file_name, f"{config}: model.name")) if value is not None]
+    for label, where, value in given[1:]:
+        if model_variant(label)[0] != model_variant(given[0][0])[0]:
+            raise ResdomError(f"{where}: {value!r} contradicts {given[0][1]} {given[0][2]!r}")
+    return given[0][0] if given else DEFAULT_MODEL
 
 
 def command_config(model: str | None, config: Path | None, set_: list[str], explicit: dict[str, Any],
@@ -202,10 +203,12 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
     beyond field names (``resolve_configs`` does)."""
     file_values = read_config_file(config) if config else {}
     file_model = dict(file_values.get("model", {}))
-    label = _model_label(model, file_model.pop("name", None), config)
+    set_values = parse_set(set_)
+    set_name = set_values.get("model", {}).pop("name", None)
+    label = _model_label(model, set_name, file_model.pop("name", None), config)
     name, variant = model_variant(label)
     values = _merge({"model": variant}, {"model": file_model, "train": file_values.get("train", {})},
-                    parse_set(set_), {"train": explicit})
+                    set_values, {"train": explicit})
     return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {})))
 
 

@@ -65,13 +65,18 @@ def _n(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
+def _verb(count: int, verb: str) -> str:
+    """``verb`` agreeing with ``count`` things: 1 row repeats, 2 rows repeat."""
+    return f"{verb}s" if count == 1 else verb
+
+
 def _time_line(time: dict[str, Any], fmt: str) -> str:
     kind = time.get("kind")
     if kind == "timestamps":
         ties = time.get("equal_time_neighbours", 0)
         frac = " (fractional seconds kept)" if time.get("fractional") else ""
         return (f"order: each user's interactions by timestamp{frac}; {_n(ties, 'pair')} of neighbours with equal "
-                "times keep file order" if "source order" in str(time.get("rule")) else
+                f"times {_verb(ties, 'keep')} file order" if "source order" in str(time.get("rule")) else
                 f"order: each user's interactions by timestamp{frac}; {time.get('rule')}")
     if kind == "ignored":
         return "order: timestamps ignored (--no-time): each user's interactions in file row order"
@@ -112,7 +117,8 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     rep = c.get("repeats", {})
     fate = (f"{rep.get('removed', 0):,} consecutive removed (--remove-repeats)" if rep.get("removed")
             else "all kept")
-    lines.append(f"repeats: {_n(rep.get('repeat_rows', 0), 'row')} repeat an earlier (user, item) pair, "
+    repeats = rep.get("repeat_rows", 0)
+    lines.append(f"repeats: {_n(repeats, 'row')} {_verb(repeats, 'repeat')} an earlier (user, item) pair, "
                  f"{rep.get('consecutive', 0):,} of them right after the same item; {fate}")
     sample = c.get("sample_users")
     if sample:

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from resdom.data.readers import TIME_MAX, TIME_MIN, RawInteractions, read_movielens
+from resdom.data.readers import TIME_MAX, TIME_MIN, RawInteractions, read_movielens, time_column_values
 from resdom.errors import ResdomError
 
 NATIVE_FORMATS = ("movielens-zip", "diginetica", "steam", "beeradvocate", "zvuk", "time-to-split-csv")
@@ -371,33 +371,19 @@ def _table_ids(col: pd.Series) -> np.ndarray:
     return _strings(col)
 
 
-def _exact_times(col: pd.Series, where: str, name: str) -> tuple[np.ndarray, int | None]:
+def _exact_times(col: pd.Series, where: Callable[[int], str], name: str) -> tuple[np.ndarray, int | None]:
     """(exact times, per_second) of a time column: datetimes as int64 ns (per_second 10**9), integer seconds as int64
-    (1), fractional seconds as float64 (None), date strings as int64 ns. A missing or unreadable value names its row."""
-    miss = np.flatnonzero(pd.isna(col.to_numpy()))
-    if len(miss):
-        raise ResdomError(f"{where} row {int(miss[0]) + 1}: missing value in column {name!r}")
-    if pd.api.types.is_datetime64_any_dtype(col.dtype):
-        values = col.dt.tz_convert("UTC").dt.tz_localize(None) if getattr(col.dt, "tz", None) else col
-        return values.to_numpy(dtype="datetime64[ns]").astype(np.int64), 1_000_000_000
-    if pd.api.types.is_integer_dtype(col.dtype):
-        return col.to_numpy(dtype=np.int64), 1
-    numeric = pd.to_numeric(col, errors="coerce")
-    text = pd.isna(numeric.to_numpy())
-    if not text.any():
-        values = numeric.to_numpy(dtype=np.float64)
-        if np.array_equal(values, np.floor(values)) and np.abs(values).max(initial=0) < 2**53:
-            return values.astype(np.int64), 1
-        return values, None
-    if not text.all():  # numbers and text mixed: the first text value is the error
-        k = int(np.flatnonzero(text)[0])
-        raise ResdomError(f"{where} row {k + 1}: {name} {col.iloc[k]!r} is not a number")
-    parsed = pd.to_datetime(col, utc=True, errors="coerce", format="mixed")
-    bad = np.flatnonzero(pd.isna(parsed.to_numpy()))
-    if len(bad):
-        k = int(bad[0])
-        raise ResdomError(f"{where} row {k + 1}: {name} {col.iloc[k]!r} is neither a number nor a date")
-    return parsed.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64), 1_000_000_000
+    (1), fractional seconds as float64 (None), date strings as int64 ns. The checks (a missing or unreadable value
+    names its row, ``where(k)``) are the table readers' (``readers.time_column_values``)."""
+    values = time_column_values(col, where, name)
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        return values.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64), 1_000_000_000
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.to_numpy(dtype=np.int64), 1
+    seconds = values.to_numpy(dtype=np.float64)
+    if np.array_equal(seconds, np.floor(seconds)) and np.abs(seconds).max(initial=0) < 2**53:
+        return seconds.astype(np.int64), 1
+    return seconds, None
 
 
 def read_zvuk(path: Path) -> RawInteractions:
@@ -413,7 +399,7 @@ def read_zvuk(path: Path) -> RawInteractions:
         miss = np.flatnonzero(pd.isna(df[col].to_numpy()))
         if len(miss):
             raise ResdomError(f"{path}: row {int(miss[0]) + 1}: missing value in column {col!r}")
-    exact, per_second = _exact_times(df["datetime"], str(path), "datetime")
+    exact, per_second = _exact_times(df["datetime"], lambda k: f"{path}: row {k + 1}", "datetime")
     notes = ["user = user_id, item = track_id, time = datetime"]
     return _ordered_by_exact_time(_table_ids(df["user_id"]), _table_ids(df["track_id"]), exact, per_second,
                                   "zvuk", path, notes)
@@ -445,16 +431,7 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
         empty = np.flatnonzero((df[col].str.strip() == "").to_numpy())
         if len(empty):
             raise ResdomError(f"{path}:{int(empty[0]) + 2}: missing value in column {col!r}")
-    try:
-        exact, per_second = _exact_times(df[time_col], str(path), time_col)
-    except ResdomError as e:  # rows count from the first data line: name the file's line
-        raise ResdomError(_row_to_line(str(e), str(path))) from None
+    exact, per_second = _exact_times(df[time_col], lambda k: f"{path}:{k + 2}", time_col)  # line 1: the header
     notes = [f"user = {user_col}, item = {item_col}, time = {time_col}"]
     return _ordered_by_exact_time(_strings(df[user_col].str.strip()), _strings(df[item_col].str.strip()), exact,
                                   per_second, "time-to-split-csv", path, notes)
-
-
-def _row_to_line(message: str, where: str) -> str:
-    """``"<file> row k: ..."`` -> ``"<file>:<k + 1>: ..."`` (the header is line 1)."""
-    m = re.match(re.escape(where) + r" row (\d+): (.*)", message, flags=re.S)
-    return f"{where}:{int(m[1]) + 1}: {m[2]}" if m else message

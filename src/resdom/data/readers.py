@@ -688,23 +688,22 @@ def _id_column(col: pd.Series, where: Callable[[int], str], name: str, normalize
     return id_labels(col.astype(str).to_numpy(dtype=object), normalize)
 
 
-def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
-    """Unix seconds of a timestamp column (numbers, or dates): int64 where all are whole seconds, else float64."""
+def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -> pd.Series:
+    """The values of a timestamp column (n,), checked: finite numbers (a numeric Series, integer dtype where the
+    column's is) or dates (a UTC datetime Series: a datetime column, or one whose every value is a date's text).
+
+    A missing value, a non-number among numbers, or a value that is neither is a ResdomError naming the row
+    (``where(k)`` of the 0-based row ``k``) and the column ``name``. Shared by every table reader (readers, native).
+    """
     miss = np.flatnonzero(_missing(col))
     if len(miss):
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
     if pd.api.types.is_datetime64_any_dtype(col.dtype):
-        return _datetimes_to_seconds(pd.to_datetime(col, utc=True))
+        return pd.to_datetime(col, utc=True)
     numeric = pd.to_numeric(col, errors="coerce")
     bad = np.flatnonzero(pd.isna(numeric.to_numpy()) | ~np.isfinite(numeric.to_numpy(dtype=np.float64)))
     if len(bad) == 0:
-        values = numeric.to_numpy(dtype=np.float64)
-        k = _first_out_of_range(values)
-        if k is not None:
-            raise _time_range_error(f"{where(k)} (column {name!r})", col.iloc[k])
-        if pd.api.types.is_integer_dtype(numeric.dtype):
-            return numeric.to_numpy(dtype=np.int64)
-        return whole_seconds(values)
+        return numeric
     if len(bad) < len(col):  # a mix of numbers and text: the first text value is the error
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is not a number")
@@ -713,7 +712,21 @@ def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.n
     if len(bad):
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is neither a number nor a date")
-    return _datetimes_to_seconds(parsed)
+    return parsed
+
+
+def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
+    """Unix seconds of a timestamp column (numbers, or dates): int64 where all are whole seconds, else float64."""
+    values = time_column_values(col, where, name)
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        return _datetimes_to_seconds(values)
+    seconds = values.to_numpy(dtype=np.float64)
+    k = _first_out_of_range(seconds)
+    if k is not None:
+        raise _time_range_error(f"{where(k)} (column {name!r})", col.iloc[k])
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.to_numpy(dtype=np.int64)
+    return whole_seconds(seconds)
 
 
 def _datetimes_to_seconds(values: pd.Series) -> np.ndarray:

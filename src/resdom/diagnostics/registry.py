@@ -29,7 +29,7 @@ from resdom.diagnostics.mixing import MixingResult, mixing_ratios
 from resdom.diagnostics.recovery import RecoveryResult, miss_recovery
 from resdom.diagnostics.shuffle import MODES, ShuffleResult, position_shuffle
 from resdom.models.interface import Diagnosable
-from resdom.names import STAGES
+from resdom.names import STAGES, band_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,8 +168,10 @@ def _hrli_lines(s: Mapping[str, Any]) -> list[str]:
         return []
     lines = ["last-item hit rates (unfiltered): " + "  ".join(f"{k} {fmt(s.get(k))}" for k in HRLI_HEADLINE)]
     if "HRLI@1_by_frequency" in s:
+        bands = s["HRLI@1_by_frequency"]
+        order = [b for b in band_names() if b in bands] + [b for b in bands if b not in band_names()]
         lines.append("  HRLI@1 by the last item's occurrences in training: " + "  ".join(
-            f"{b}: {fmt(v['HRLI@1'])} ({v['n_users']:,} users)" for b, v in s["HRLI@1_by_frequency"].items()))
+            f"{b}: {fmt(bands[b]['HRLI@1'])} ({bands[b]['n_users']:,} users)" for b in order))
     return lines
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from resdom.errors import ResdomError
-from resdom.experiments import model_defaults
+from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import MODEL_CLASSES, model_class
 from resdom.models.config import ModelConfig, format_validation_error, make_model_config
 from resdom.names import DEVICES, METRICS
@@ -106,8 +106,10 @@ def resolve_configs(
     """
     model_values = dict(model_values or {})
     train_values = dict(train_values or {})
-    if "name" in model_values and model_values["name"] != model_name:
-        raise ResdomError(f"model.name: {model_values['name']!r} contradicts --model {model_name!r}")
+    if "name" in model_values:  # read case-insensitively, as --model
+        named = model_variant(canonical_label(str(model_values["name"]), "model.name"))[0]
+        if named != model_name:
+            raise ResdomError(f"model.name: {model_values['name']!r} contradicts --model {model_name!r}")
     try:
         model_class(model_name)  # an unknown model is refused here
     except ValueError as e:
