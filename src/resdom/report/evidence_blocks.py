@@ -44,7 +44,7 @@ from resdom.stored import number_at
 
 BASELINE = "sasrec"
 METRICS: tuple[str, ...] = ("NDCG@10", "HRLI@1")
-FIVE_MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
+FIVE_MODELS: tuple[str, ...] = tuple(MODEL_TRAITS)  # the three causal models and the two contrast models
 N_BOOT = 2000
 EVIDENCE_FIGURE_KEYS: tuple[str, ...] = ("echo",)  # the report figures made here (``echo_figures``)
 
@@ -306,7 +306,7 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
     models' HRLI@1 as a multiple of their HRL2I@1, and the contrast models' largest rate and their two rates'
     largest ratio."""
     groups = _groups(runs, lambda label: label in FIVE_MODELS)
-    datasets = sorted({ds for ds, m in groups if m in ("bert4rec", "gru4rec")}
+    datasets = sorted({ds for ds, m in groups if MODEL_TRAITS[m].contrast}
                       & {ds for ds, m in groups if is_causal(m)})
     rows, ratios, contrast, never = [], [], [], []
     for ds in datasets:

@@ -44,11 +44,12 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from resdom.errors import ResdomError
+from resdom.experiments import MODEL_TRAITS
 from resdom.report.collect import RunRecord
 from resdom.report.dynamics import Dynamics, cell_dynamics
 from resdom.report.stats import holm, wilson
 
-CAUSAL_MODELS = ("sasrec", "duorec", "bsarec")
+CAUSAL_MODELS = tuple(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)  # SASRec, DuoRec, BSARec
 GAIN_MARGIN = 0.01
 MIN_CELLS = 5
 CURVE_FILE = "curve.jsonl"
