@@ -304,3 +304,52 @@ def test_light_records_give_the_full_records_self_terms_and_ratios(variant, dtyp
             slow[st].append(r[items > 0].mean().item())
     for st, rs in slow.items():
         assert got["all"][st] == pytest.approx(sum(rs) / len(rs), abs=max(tol * 100, 1e-6)), st
+
+
+def _stored_records_mixing(model, evalset: EvalSet, definition: str, per_head: bool, batch_size: int) -> dict:
+    """The previous path of ``mixing_ratios``: every block's record stored during the pass, added after it."""
+    from resdom.diagnostics.common import batches, inference
+    from resdom.diagnostics.mixing import MixingAccumulator
+    from resdom.models.interface import block_tokens, block_width
+
+    acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition, per_head)
+    light = definition == "norm_of_sums" and not per_head
+    with inference(model), recording(model, weights=not light) as store:
+        for _, items, _ in batches(model, evalset, batch_size, None, "mixing", False):
+            model.encode(items)
+            acc.add([layer.pop() for layer in store], block_tokens(model, items))
+    return acc.result().to_dict()
+
+
+STREAM_CASES = [*VARIANTS, pytest.param(dict(name="bert4rec", heads=2), id="bert4rec"),
+                pytest.param(dict(name="sasrec", heads=2, key_padding_mask=False), id="full-window")]
+
+
+@pytest.mark.parametrize("variant", STREAM_CASES)
+@pytest.mark.parametrize("definition,per_head", [("norm_of_sums", False), ("norm_of_sums", True),
+                                                 ("sum_of_norms", False)])
+def test_streamed_records_equal_stored_records_bit_for_bit(variant, definition, per_head):
+    """mixing_ratios consumes each record as its block makes it (``RecordStream``): the very numbers of storing the
+    batch's records and adding them after the pass, trimmed full-window records included."""
+    model = make_model(**variant)
+    ev = make_evalset(n=13, seed=5)
+    got = mixing_ratios(model, ev, definition, per_head, batch_size=4).to_dict()
+    assert got == _stored_records_mixing(model, ev, definition, per_head, batch_size=4)
+    assert all(b.recording is None for b in model.attention_blocks())
+
+
+def test_record_stream_refuses_a_block_recording_twice_in_one_pass():
+    from resdom.diagnostics.mixing import MixingAccumulator, RecordStream
+
+    model = make_model()
+    items = batch_items(model, make_evalset())
+    stream = RecordStream(model, MixingAccumulator(2, model.max_len))
+    with torch.no_grad(), recording(model, weights=False, sink=stream) as store:
+        stream.start(items)
+        model.encode(items)
+        with pytest.raises(ValueError, match="more than once"):
+            model.encode(items)
+    assert store == [[], []]
+    stream.start(items)  # a batch whose pass made no records
+    with pytest.raises(ValueError, match="one record from each"):
+        stream.finish()
