@@ -353,3 +353,25 @@ def test_record_stream_refuses_a_block_recording_twice_in_one_pass():
     stream.start(items)  # a batch whose pass made no records
     with pytest.raises(ValueError, match="one record from each"):
         stream.finish()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("gather_below", [0.0, 1.1])  # every position / the gathered positions with a ratio
+def test_norm_of_sums_in_row_chunks_equals_one_chunk_bit_for_bit(variant, gather_below, monkeypatch):
+    """norm_of_sums works through the positions in chunks of RATIO_ROWS rows (every step row-wise): the same bits
+    as all rows at once, with chunks that do not divide the rows."""
+    from resdom.diagnostics import decomposition
+
+    model = make_model(**variant)
+    items = batch_items(model, make_evalset(n=13, seed=6))
+    monkeypatch.setattr(decomposition, "RATIO_GATHER_BELOW", gather_below)
+    for light in (True, False):
+        with torch.no_grad(), recording(model, weights=not light) as store:
+            model.encode(items)
+        for rec in [s[0] for s in store]:
+            monkeypatch.setattr(decomposition, "RATIO_ROWS", 10**9)
+            whole = norm_of_sums(rec, items)
+            monkeypatch.setattr(decomposition, "RATIO_ROWS", 7)
+            chunked = norm_of_sums(rec, items)
+            assert whole.keys() == chunked.keys()
+            assert all(torch.equal(whole[st], chunked[st]) for st in whole)
