@@ -304,3 +304,74 @@ def test_light_records_give_the_full_records_self_terms_and_ratios(variant, dtyp
             slow[st].append(r[items > 0].mean().item())
     for st, rs in slow.items():
         assert got["all"][st] == pytest.approx(sum(rs) / len(rs), abs=max(tol * 100, 1e-6)), st
+
+
+def _stored_records_mixing(model, evalset: EvalSet, definition: str, per_head: bool, batch_size: int) -> dict:
+    """The previous path of ``mixing_ratios``: every block's record stored during the pass, added after it."""
+    from resdom.diagnostics.common import batches, inference
+    from resdom.diagnostics.mixing import MixingAccumulator
+    from resdom.models.interface import block_tokens, block_width
+
+    acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition, per_head)
+    light = definition == "norm_of_sums" and not per_head
+    with inference(model), recording(model, weights=not light) as store:
+        for _, items, _ in batches(model, evalset, batch_size, None, "mixing", False):
+            model.encode(items)
+            acc.add([layer.pop() for layer in store], block_tokens(model, items))
+    return acc.result().to_dict()
+
+
+STREAM_CASES = [*VARIANTS, pytest.param(dict(name="bert4rec", heads=2), id="bert4rec"),
+                pytest.param(dict(name="sasrec", heads=2, key_padding_mask=False), id="full-window")]
+
+
+@pytest.mark.parametrize("variant", STREAM_CASES)
+@pytest.mark.parametrize("definition,per_head", [("norm_of_sums", False), ("norm_of_sums", True),
+                                                 ("sum_of_norms", False)])
+def test_streamed_records_equal_stored_records_bit_for_bit(variant, definition, per_head):
+    """mixing_ratios consumes each record as its block makes it (``RecordStream``): the very numbers of storing the
+    batch's records and adding them after the pass, trimmed full-window records included."""
+    model = make_model(**variant)
+    ev = make_evalset(n=13, seed=5)
+    got = mixing_ratios(model, ev, definition, per_head, batch_size=4).to_dict()
+    assert got == _stored_records_mixing(model, ev, definition, per_head, batch_size=4)
+    assert all(b.recording is None for b in model.attention_blocks())
+
+
+def test_record_stream_refuses_a_block_recording_twice_in_one_pass():
+    from resdom.diagnostics.mixing import MixingAccumulator, RecordStream
+
+    model = make_model()
+    items = batch_items(model, make_evalset())
+    stream = RecordStream(model, MixingAccumulator(2, model.max_len))
+    with torch.no_grad(), recording(model, weights=False, sink=stream) as store:
+        stream.start(items)
+        model.encode(items)
+        with pytest.raises(ValueError, match="more than once"):
+            model.encode(items)
+    assert store == [[], []]
+    stream.start(items)  # a batch whose pass made no records
+    with pytest.raises(ValueError, match="one record from each"):
+        stream.finish()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("gather_below", [0.0, 1.1])  # every position / the gathered positions with a ratio
+def test_norm_of_sums_in_row_chunks_equals_one_chunk_bit_for_bit(variant, gather_below, monkeypatch):
+    """norm_of_sums works through the positions in chunks of RATIO_ROWS rows (every step row-wise): the same bits
+    as all rows at once, with chunks that do not divide the rows."""
+    from resdom.diagnostics import decomposition
+
+    model = make_model(**variant)
+    items = batch_items(model, make_evalset(n=13, seed=6))
+    monkeypatch.setattr(decomposition, "RATIO_GATHER_BELOW", gather_below)
+    for light in (True, False):
+        with torch.no_grad(), recording(model, weights=not light) as store:
+            model.encode(items)
+        for rec in [s[0] for s in store]:
+            monkeypatch.setattr(decomposition, "RATIO_ROWS", 10**9)
+            whole = norm_of_sums(rec, items)
+            monkeypatch.setattr(decomposition, "RATIO_ROWS", 7)
+            chunked = norm_of_sums(rec, items)
+            assert whole.keys() == chunked.keys()
+            assert all(torch.equal(whole[st], chunked[st]) for st in whole)

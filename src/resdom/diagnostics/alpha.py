@@ -31,11 +31,10 @@ from resdom.diagnostics.common import (
     seen_items,
 )
 from resdom.diagnostics.hrli import hrli_from_ranks
-from resdom.diagnostics.mixing import MixingAccumulator, require_attention
+from resdom.diagnostics.mixing import MixingAccumulator, RecordStream, require_attention
 from resdom.evaluation.ranking import metrics_from_ranks
 from resdom.models.interface import (
     Diagnosable,
-    block_tokens,
     block_width,
     final_states,
     recording,
@@ -129,10 +128,12 @@ def alpha_row(
     mode)."""
     acc = MixingAccumulator(len(model.attention_blocks()), block_width(model), definition)
     filt, unfilt, last, order = [], [], [], []
-    with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums") as store:
+    stream = RecordStream(model, acc)  # each record consumed as its block makes it
+    with residual_scale(model, alpha, layers), recording(model, weights=definition != "norm_of_sums", sink=stream):
         for idx, items, targets in batches(model, evalset, batch_size, device, f"alpha {alpha:g}", progress):
+            stream.start(items)
             states = final_states(model, items)
-            acc.add([layer.pop() for layer in store], block_tokens(model, items))
+            stream.finish()
             r = batch_ranks(model, evalset, idx, items, targets, states, filter_seen)
             filt.append(r["target"].cpu())
             unfilt.append(r["target_unfiltered"].cpu())

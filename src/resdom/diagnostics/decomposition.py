@@ -38,6 +38,8 @@ from resdom.diagnostics.common import first_real
 from resdom.models.block import BlockRecord
 
 DEFINITIONS: tuple[str, ...] = ("norm_of_sums", "sum_of_norms")
+RATIO_ROWS = 2048  # norm_of_sums works through the positions in chunks of this many rows, so its (rows, d)
+# intermediates stay in cache (every step is row-wise: the same numbers as one chunk)
 RATIO_GATHER_BELOW = 0.5  # norm_of_sums gathers the positions with a ratio below this share of the batch (mostly
 # padding), else computes every position and zeroes the rest (length-sorted batches are mostly real)
 
@@ -132,7 +134,6 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     that have a ratio only where they are under ``RATIO_GATHER_BELOW`` of the batch (a batch of mixed lengths is
     mostly padding), else at every position (no gathers), the others set to 0: the same numbers.
     """
-    s = rec.branch_scale
     B, L, d = rec.z.shape
     keep = ~_excluded(rec, items).flatten()
     gather = float(keep.float().mean()) < RATIO_GATHER_BELOW  # mostly padding: only the positions with a ratio
@@ -141,21 +142,32 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     def take(t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (N, d) at ``rows`` (every position: (B * L, d))
         return t.reshape(B * L, d).index_select(0, rows) if gather else t.reshape(B * L, d)
 
-    own = take(self_terms(rec))
-    others = torch.sub(take(rec.attn_out), rec.out_bias)
-    if s != 1.0:
-        others.mul_(s)
+    own, out, x = take(self_terms(rec)), take(rec.attn_out), take(rec.x)
+    n = own.shape[0]
+    parts = [_stage_norms(rec, own[i : i + RATIO_ROWS], out[i : i + RATIO_ROWS], x[i : i + RATIO_ROWS])
+             for i in (range(0, n, RATIO_ROWS) if n else [0])]
+    norms = {st: tuple(torch.cat([p[st][k] for p in parts]) for k in (0, 1)) for st in parts[0]}
+    if gather:
+        return {st: rec.z.new_zeros(B * L).index_copy_(0, rows, _ratio(a, a + b)).view(B, L)
+                for st, (a, b) in norms.items()}
+    return {st: torch.where(keep, _ratio(a, a + b), 0.0).view(B, L) for st, (a, b) in norms.items()}
+
+
+def _stage_norms(rec: BlockRecord, own: torch.Tensor, attn_out: torch.Tensor, x: torch.Tensor
+                 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{stage: (||sum_{j!=i} g_ij||, ||g_ii||)} (n,) each, from the self terms ``own``, A and x of n positions
+    (n, d) each; every step is row-wise."""
+    others = torch.sub(attn_out, rec.out_bias)
+    if rec.branch_scale != 1.0:
+        others.mul_(rec.branch_scale)
     others.sub_(own)
-    own_res = _with_residual(rec, own, take(rec.x))
+    own_res = _with_residual(rec, own, x)
     no = torch.linalg.vector_norm(others, dim=-1)
     norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
     if not rec.norm_first:
         norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
-    if gather:
-        return {st: rec.z.new_zeros(B * L).index_copy_(0, rows, _ratio(a, a + b)).view(B, L)
-                for st, (a, b) in norms.items()}
-    return {st: torch.where(keep, _ratio(a, a + b), 0.0).view(B, L) for st, (a, b) in norms.items()}
+    return norms
 
 
 def _excluded(rec: BlockRecord, items: torch.Tensor) -> torch.Tensor:

@@ -30,13 +30,13 @@ from resdom.diagnostics.common import (
 )
 from resdom.diagnostics.decomposition import DEFINITIONS, head_ratios, ratios, stages_of
 from resdom.errors import ResdomError
-from resdom.models.block import BlockRecord
+from resdom.models.block import BlockRecord, trim_record
 from resdom.models.interface import Diagnosable, block_tokens, block_width, recording
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "mixing_ratios", "require_attention"]
+__all__ = ["DEFINITIONS", "MixingAccumulator", "MixingResult", "RecordStream", "mixing_ratios", "require_attention"]
 
 
 def has_attention(model: Diagnosable) -> bool:
@@ -167,18 +167,23 @@ class MixingAccumulator:
         """records: one BlockRecord per layer for the batch ``items`` (B, L)."""
         if len(records) != self.n_layers:
             raise ValueError(f"expected {self.n_layers} block records, got {len(records)}")
+        for layer, rec in enumerate(records):
+            self.add_layer(layer, rec, items)
+        self.n_users += items.shape[0]
+
+    def add_layer(self, layer: int, rec: BlockRecord, items: torch.Tensor) -> None:
+        """One layer's record of the batch ``items`` (B, L); the batch's users are counted by ``add`` (or by the
+        caller, ``n_users``, when the layers come one by one: ``RecordStream``)."""
         if self.stages is None:
-            self.stages = list(stages_of(records[0]))
+            self.stages = list(stages_of(rec))
             self.means = {st: _Mean(self.n_layers, self.max_len) for st in self.stages}
         real = items > 0
-        self.n_users += items.shape[0]
-        for layer, rec in enumerate(records):
-            for st, r in ratios(rec, items, self.definition).items():
-                self.means[st].add(layer, r, real)
-            if self.per_head:
-                self._add_heads(layer, rec, items, real)
-            if rec.freq_out is not None:
-                self._add_freq(layer, rec, real)
+        for st, r in ratios(rec, items, self.definition).items():
+            self.means[st].add(layer, r, real)
+        if self.per_head:
+            self._add_heads(layer, rec, items, real)
+        if rec.freq_out is not None:
+            self._add_freq(layer, rec, real)
 
     def _add_heads(self, layer: int, rec: BlockRecord, items: torch.Tensor, real: torch.Tensor) -> None:
         hr = head_ratios(rec, items, self.definition)  # (B, H, L)
@@ -252,6 +257,42 @@ class MixingAccumulator:
         }
 
 
+class RecordStream:
+    """A ``recording`` sink that feeds each block's record into a MixingAccumulator as the block makes it, in the
+    middle of the forward pass, so no record outlives its layer: the same numbers as adding the batch's stored
+    records after the pass, with fewer tensors alive at once (on CPU, fewer freshly mapped pages: at max length 200
+    the stored records cost the forward pass about a third more page faults).
+
+    Per batch: ``start(items)``, the model's forward pass, ``finish()`` (checks one record per block and counts the
+    users). A record wider than the batch's block tokens (a ``full_window`` model pads to its window) is cut to
+    their width as ``encode_tokens`` cuts stored ones (``trim_record``).
+    """
+
+    def __init__(self, model: Diagnosable, acc: MixingAccumulator) -> None:
+        self.model, self.acc = model, acc
+        self.tokens: torch.Tensor | None = None
+        self.seen = [False] * acc.n_layers
+
+    def start(self, items: torch.Tensor) -> None:
+        self.tokens = block_tokens(self.model, items)
+        self.seen = [False] * self.acc.n_layers
+
+    def __call__(self, layer: int, rec: BlockRecord) -> None:
+        if self.tokens is None or self.seen[layer]:
+            raise ValueError(f"block {layer} recorded more than once in one forward pass (or outside a batch)")
+        width = self.tokens.shape[1]
+        if rec.z.shape[1] != width:
+            rec = trim_record(rec, width)
+        self.acc.add_layer(layer, rec, self.tokens)
+        self.seen[layer] = True
+
+    def finish(self) -> None:
+        if self.tokens is None or not all(self.seen):
+            raise ValueError(f"expected one record from each of {self.acc.n_layers} blocks, got {sum(self.seen)}")
+        self.acc.n_users += self.tokens.shape[0]
+        self.tokens = None
+
+
 def mixing_ratios(
     model: Diagnosable, evalset: EvalSet, definition: Definition = "norm_of_sums", per_head: bool = False,
     batch_size: int = DEFAULT_BATCH, device: str | torch.device | None = None, progress: bool = False,
@@ -262,9 +303,11 @@ def mixing_ratios(
     n_layers = len(model.attention_blocks())
     acc = MixingAccumulator(n_layers, block_width(model), definition, per_head)
     light = definition == "norm_of_sums" and not per_head  # no (B, H, L, L) weights needed
-    with inference(model), recording(model, weights=not light) as store:
+    stream = RecordStream(model, acc)  # each record consumed as its block makes it
+    with inference(model), recording(model, weights=not light, sink=stream):
         for _, items, _ in batches(model, evalset, batch_size, device, "mixing", progress):
+            stream.start(items)
             model.encode(items)
-            acc.add([layer.pop() for layer in store], block_tokens(model, items))
+            stream.finish()
     acc.merge_ranks(len(evalset))
     return acc.result()

@@ -35,7 +35,7 @@ See docs/adapters.md for wrapping a model written outside resdom.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,15 +105,30 @@ def trained_scale(block: Any) -> float | torch.Tensor:
     return float(scale)
 
 
+class _Handed(list):
+    """A block's ``recording`` list that keeps nothing: each appended record goes to ``sink(layer, record)``."""
+
+    def __init__(self, layer: int, sink: Callable[[int, BlockRecord], None]) -> None:
+        super().__init__()
+        self.layer, self.sink = layer, sink
+
+    def append(self, record: BlockRecord) -> None:
+        self.sink(self.layer, record)
+
+
 @contextmanager
-def recording(model: Diagnosable, weights: bool = True) -> Iterator[list[list[BlockRecord]]]:
+def recording(model: Diagnosable, weights: bool = True,
+              sink: Callable[[int, BlockRecord], None] | None = None) -> Iterator[list[list[BlockRecord]]]:
     """Record every attention block while inside: ``store[layer]`` gets one BlockRecord per forward pass.
 
     ``weights=False`` asks for light records (``BlockRecord.attn_self`` instead of the (B, H, L, L) weights and the
     per-head values), enough for the norm-of-sums ratio; a block that cannot make them records in full.
+    ``sink``: each record is handed to ``sink(layer, record)`` the moment its block makes it, during the forward
+    pass, and ``store`` stays empty (no record outlives its consumer; a model that trims its records after the
+    pass, ``SequentialRecommender.encode_tokens`` for a ``full_window`` model, hands them over untrimmed).
     """
     blocks = list(model.attention_blocks())
-    store: list[list[BlockRecord]] = [[] for _ in blocks]
+    store: list[list[BlockRecord]] = [[] if sink is None else _Handed(n, sink) for n in range(len(blocks))]
     for block, records in zip(blocks, store):
         block.recording = records
         if hasattr(block, "record_weights"):
