@@ -247,6 +247,27 @@ def test_the_label_comes_from_one_place(tmp_path: Path) -> None:
         read_run(run)
 
 
+def test_a_run_trained_on_a_split_folder_is_named_after_the_splits_source(tmp_path: Path) -> None:
+    """`resdom data split shop.csv --out split`, then `resdom train split ...`: config.json's data.source is the
+    folder ("split") and data.prepared_split is set; the report names the data set "shop.csv" (the manifest's
+    source name). A run trained on the file itself keeps data.source; no manifest name falls back to data.source."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    run = root / "toyA_sasrec_seed1"
+    config = json.loads((run / "config.json").read_text())
+    manifest = {"source": {"kind": "path", "name": "shop.csv", "format": "csv"}, "protocol": "loo"}
+    split_run = {**config["data"], "source": "split", "prepared_split": "/tmp/x/split", "manifest": manifest}
+    (run / "config.json").write_text(json.dumps({**config, "data": split_run}))
+    assert read_run(run).dataset == "shop.csv"
+    direct = {**config["data"], "source": "data/shop.csv", "manifest": {**manifest, "source": {"name": "other"}}}
+    (run / "config.json").write_text(json.dumps({**config, "data": direct}))
+    assert read_run(run).dataset == "data/shop.csv"
+    nameless = {**split_run, "manifest": {"source": {"kind": "path"}}}
+    (run / "config.json").write_text(json.dumps({**config, "data": nameless}))
+    assert read_run(run).dataset == "split"
+
+
 def test_a_store_cell_without_metrics_checks_its_diagnostics_against_cell_json(tmp_path: Path) -> None:
     """Without weights and without metrics.json, the checkpoint cell.json names decides: the diagnostics of that
     checkpoint stay, one of another checkpoint is named as such."""

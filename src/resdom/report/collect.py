@@ -2,7 +2,8 @@
 
 A run's identity (data set, model label, seed) comes from one place, ``run_identity``: a results-store cell's
 ``cell.json``, else the run's ``config.json`` (``{"data": {"source", "label"}, "model": {"name"}, "train":
-{"seed"}}``; every key optional, falling back to something readable such as the directory name). Diagnostics are
+{"seed"}}``; every key optional, falling back to something readable such as the directory name; a run trained on
+a split folder is named after the split's source, ``dataset_name``). Diagnostics are
 the JSON files of docs/architecture.md ("Diagnostics output"); a missing file leaves that part of the report empty
 rather than failing, and ``RunRecord.problems`` says why a part is empty ("metrics.json missing", "hrli.json
 computed on another checkpoint ...").
@@ -97,11 +98,24 @@ def read_diagnostics(run_dir: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: read_json(p) for p in paths if not p.name.startswith(".")}
 
 
+def dataset_name(data: dict[str, Any]) -> str | None:
+    """The data set a run's ``config.json`` ``data`` section names: for a run trained on a split folder saved by
+    ``resdom data split`` (``data.prepared_split`` set, ``data.source`` the folder) the source the split was made
+    from (its manifest's ``source.name``, e.g. ``shop.csv``), else ``data.source`` (or ``data.name``); None where
+    none is given."""
+    manifest = data.get("manifest") if isinstance(data.get("manifest"), dict) else {}
+    source = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
+    if data.get("prepared_split") and isinstance(source.get("name"), str) and source["name"]:
+        return source["name"]
+    name = data.get("source") or data.get("name")
+    return str(name) if name else None
+
+
 def run_identity(run_dir: Path, config: dict[str, Any], cell: dict[str, Any]) -> tuple[str, str, int | None]:
     """(data set, model label, seed) of a run, the one place the report takes them from: a results-store cell's
     ``cell.json`` (the grid's cell, as the store wrote it), else ``config.json`` (``data.source``, ``data.label``
-    (a grid label such as ``sasrec-tts``) or ``model.name``, ``train.seed``). A label that config.json gives
-    otherwise than cell.json is a ResdomError naming both files."""
+    (a grid label such as ``sasrec-tts``) or ``model.name``, ``train.seed``; the data set by ``dataset_name``). A
+    label that config.json gives otherwise than cell.json is a ResdomError naming both files."""
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
@@ -118,7 +132,7 @@ def run_identity(run_dir: Path, config: dict[str, Any], cell: dict[str, Any]) ->
     if len(labels) > 1:
         raise ResdomError(f"{RunDir(run_dir).config}: two labels, {' and '.join(map(repr, sorted(labels)))}")
     seed = train.get("seed")
-    return (str(data.get("source") or data.get("name") or run_dir.parent.parent.name or "data"),
+    return (dataset_name(data) or run_dir.parent.parent.name or "data",
             str(next(iter(labels), None) or model.get("name") or "model"),
             int(seed) if isinstance(seed, (int, float)) and not isinstance(seed, bool) else None)
 
