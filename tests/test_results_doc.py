@@ -86,6 +86,28 @@ def test_the_report_always_makes_the_fidelity_and_question_4_blocks_and_their_de
         assert f"no document holds the {block!r} block" in missing_blocks({**docs, "results.md": cut}, tables)
 
 
+def test_the_probe_blocks_are_made_from_any_runs_and_their_deletion_is_caught() -> None:
+    """Issue 27 §4 questions 1 and 2: probe_readout and probe_embeddings are made from any runs (here none of a probe
+    or of a probe data set: every probe "not trained yet"), stand once each in docs/results.md under "Beyond the
+    paper", and deleting either block fails the drift check."""
+    import re
+
+    from resdom.report.collect import find_run_dirs
+    from resdom.report.probe_blocks import PROBE_BLOCKS
+
+    tables = document_blocks(read_runs(find_run_dirs(ROOT / "tests" / "fixtures" / "diagnostics")))
+    assert set(PROBE_BLOCKS) == {"probe_readout", "probe_embeddings"} and set(PROBE_BLOCKS) <= set(tables)
+    docs = {name: (ROOT / "docs" / name).read_text() for name in DOCUMENTS}
+    beyond = docs["results.md"].split("## Beyond the paper", 1)[1]
+    for block in PROBE_BLOCKS:
+        assert "not trained yet" in tables[block]
+        assert block_names(docs["results.md"]).count(block) == 1 and f"resdom:table {block} -->" in beyond
+        cut = re.sub(rf"<!-- resdom:table {block} -->\n.*?<!-- /resdom:table -->\n", "", docs["results.md"],
+                     flags=re.S)
+        assert block not in block_names(cut)
+        assert f"no document holds the {block!r} block" in missing_blocks({**docs, "results.md": cut}, tables)
+
+
 def test_spec_section_5_quotes_no_measured_number_and_points_at_blocks_that_exist() -> None:
     """docs/spec.md §5: the paper's numbers (its first paragraph) only; what resdom measured is a pointer to blocks of
     docs/results.md (regenerated and checked above), not numbers that go stale."""

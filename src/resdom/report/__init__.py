@@ -9,7 +9,8 @@ Markdown twin. See docs/reports.md.
     OUT/tables/          <name>.md / .csv / .tex per table, and tables.md with all of them; claims.md, the
                          paper's claims checked per (data set, causal model) (report.claims), the blocks
                          of report.evidence_blocks (remedy_verdicts.md, comparisons.md, proportions.md, ...),
-                         fidelity.md (report.fidelity) and reliance_dynamics.md (report.reliance_dynamics)
+                         fidelity.md (report.fidelity), reliance_dynamics.md (report.reliance_dynamics),
+                         probe_readout.md and probe_embeddings.md (report.probe_blocks)
 
 ``document_blocks(runs)`` gives the Markdown of every table by name, for the ``<!-- resdom:table NAME -->`` blocks
 of a hand-written document (``resdom report --doc``).
@@ -29,6 +30,7 @@ from resdom.report.fidelity import fidelity_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
+from resdom.report.probe_blocks import probe_blocks
 from resdom.report.reliance_dynamics import reliance_dynamics_block
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
@@ -36,7 +38,8 @@ __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", 
            "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
 
 
-BEYOND_TABLES = ("fidelity", "reliance_dynamics")  # blocks built from the runs beside the summary tables
+# blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2
+BEYOND_TABLES = ("fidelity", "reliance_dynamics", "probe_readout", "probe_embeddings")
 
 
 @dataclass
@@ -72,7 +75,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     for name in EVIDENCE_BLOCKS:  # issue 27: comparisons, proportions and claims from per-user statistics
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
-    for name in BEYOND_TABLES:  # the paper side by side (issue 27 §3) and question 4 (§4)
+    for name in BEYOND_TABLES:  # the paper side by side (issue 27 §3) and questions 4, 1 and 2 (§4)
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
     if not figures:
@@ -89,9 +92,11 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
     """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
     blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
-    ``fidelity`` (``report.fidelity``) and ``reliance_dynamics`` (``report.reliance_dynamics``)."""
+    ``fidelity`` (``report.fidelity``), ``reliance_dynamics`` (``report.reliance_dynamics``), ``probe_readout`` and
+    ``probe_embeddings`` (``report.probe_blocks``)."""
     tables = summary_tables(runs) if tables is None else tables
     return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
             **evidence_blocks(runs),
             "fidelity": fidelity_block(runs),
-            "reliance_dynamics": reliance_dynamics_block(runs)}
+            "reliance_dynamics": reliance_dynamics_block(runs),
+            **probe_blocks(runs)}

@@ -1,0 +1,284 @@
+"""The document blocks of questions 1 and 2 of issue 27 §4 (docs/results.md, "Beyond the paper"), from a report's
+runs, after the pattern of ``report.evidence_blocks``. No torch.
+
+``probe_readout``     question 1: does a learned query token appended after the prefix (``<model>-query``) remove
+                      last-item reliance? The residual account predicts HRLI@1 near 0 with the +Res mixing ratio
+                      unchanged.
+``probe_embeddings``  question 2: untied (``<model>-untied``) and projected (``<model>-projected``) output item
+                      embeddings: does HRLI@1 fall, and what happens to accuracy?
+
+Each block has three parts:
+
+1. the comparison table, one row per (data set, probe, metric): the probe against its base model on NDCG@10 and
+   HRLI@1 (``report.probes``: margins ±5% of the base's NDCG@10, ±0.02 HRLI@1) with the store's means, the
+   difference, its 95% interval, the Holm-adjusted p and the verdict (``report.compare.compare_table``: paired
+   bootstrap over users with the seeds resampled, Holm across the table's rows with evidence, TOST for
+   equivalence; a row whose cells lack ``users.npz``, or a probe not trained, is "undecided");
+2. the +Res mixing ratio (norm of sums, pooled over layers; mixing.json's ``all`` and ``last`` scopes) of probe and
+   base side by side, mean ± std over the stored seeds ("1 seed" where one): descriptive, not tested; for question
+   1 also the probe's HRLI@1 pooled over its seeds with a Wilson 95% interval, and whether that is "near 0"
+   (``near_zero``: the interval's upper end below the HRLI@1 margin);
+3. the answer, generated from the verdicts (``readout_answer``, ``embeddings_answer``): it claims only what the
+   verdicts say, and says "undecided" where the evidence is missing or the interval too wide; then the cells the
+   issue asks for (``TARGET_SEEDS`` seeds of each probe and base) not in the store yet, with the queue command.
+
+Rows: every probe of ``report.probes.PROBE_BASE`` on ``PROBE_DATASETS`` (the question's subject, whether trained
+or not), and any other probe label with cells in the runs.
+"""
+
+from __future__ import annotations
+
+from resdom.report.collect import RunRecord
+from resdom.report.compare import UNDECIDED, Comparison, ComparisonRow, EvidenceIndex, compact_cells, compare_table
+from resdom.report.evidence_blocks import N_BOOT, hrli_count, margins_text
+from resdom.report.probes import PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
+from resdom.report.stats import wilson
+from resdom.report.tables import format_cell, mean_std, seeds_text
+from resdom.report.values import run_values
+
+PROBE_BASE = "sasrec"  # the probes every block lists, trained or not (the paper's model)
+QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
+BLOCK_QUESTION: dict[str, int] = {"probe_readout": 1, "probe_embeddings": 2}
+PROBE_BLOCKS: tuple[str, ...] = tuple(BLOCK_QUESTION)
+TARGET_SEEDS = 5  # issue 27 §4: "beauty-ts and toys-ts, 5 seeds"
+QUEUE = "scripts/grid_probes.txt"
+QUEUE_COMMAND = f"UNTIL=HH:MM scripts/reproduce_queue.sh {QUEUE}"
+MIXING_KEYS: tuple[tuple[str, str], ...] = (("mix_all_+Res", "+Res (all)"), ("mix_last_+Res", "+Res (last)"))
+HRLI_MARGIN = PROBE_METRICS["HRLI@1"].value
+NOT_TRAINED = "not trained yet"
+
+
+# --- which probes, which cells ----------------------------------------------------------------------------------------
+
+def _by_label(runs: list[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+    """The runs with results by (data set, label)."""
+    out: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in runs:
+        if r.diagnostics or r.metrics:
+            out.setdefault((r.dataset, r.model), []).append(r)
+    return out
+
+
+def probe_pairs(runs: list[RunRecord], question: int) -> list[tuple[str, str, str]]:
+    """(data set, base, probe) of ``question``: ``PROBE_BASE``'s probes on ``PROBE_DATASETS``, then every other
+    probe of ``PROBE_MODELS`` with cells in ``runs``; sorted by data set, base model, the question's variant order."""
+    variants = QUESTION_VARIANTS[question]
+    groups = _by_label(runs)
+    pairs = {(ds, PROBE_BASE, f"{PROBE_BASE}-{v}") for ds in PROBE_DATASETS for v in variants}
+    for ds, label in groups:
+        base, _, variant = label.partition("-")
+        if base in PROBE_MODELS and variant in variants:
+            pairs.add((ds, base, label))
+    models = {m: i for i, m in enumerate(PROBE_MODELS)}
+    return sorted(pairs, key=lambda p: (p[0], models.get(p[1], len(models)), variants.index(p[2].split("-", 1)[1])))
+
+
+def missing_cells(runs: list[RunRecord], pairs: list[tuple[str, str, str]], target: int = TARGET_SEEDS) -> list[str]:
+    """``"<data set>/<label>/seed<k>"`` for every seed 1..``target`` of each pair's base and probe not in
+    ``runs`` (each cell once, in the pairs' order, probe before base)."""
+    have = {(r.dataset, r.model, r.seed) for r in runs if r.diagnostics or r.metrics}
+    out: list[str] = []
+    for ds, base, probe in pairs:
+        for label in (probe, base):
+            for k in range(1, target + 1):
+                cell = f"{ds}/{label}/seed{k}"
+                if (ds, label, k) not in have and cell not in out:
+                    out.append(cell)
+    return out
+
+
+# --- the parts of a block ---------------------------------------------------------------------------------------------
+
+def _store_mean(runs: list[RunRecord], key: str) -> str:
+    """``mean ± std (n seeds)`` of ``key`` over ``runs``; ``–`` where none has it."""
+    xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
+    if not xs:
+        return "–"
+    kind = "metric" if key.startswith(("HR@", "NDCG@")) else "ratio"
+    return f"{format_cell(mean_std(xs), kind)} ({seeds_text(len(xs))})"
+
+
+def _difference(r: ComparisonRow, trained: bool) -> str:
+    if not trained:
+        return f"{NOT_TRAINED} (no cells of {r.comparison.other} on {r.comparison.dataset})"
+    if r.diff is None:
+        return r.note
+    d = r.diff
+    return (f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {_p_text(r)}; seeds "
+            f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)})")
+
+
+def _p_text(r: ComparisonRow) -> str:
+    assert r.diff is not None and r.p_holm is not None
+    if r.p_holm < 0.001:
+        return "<0.001"
+    return f"≤{r.p_holm:.3f}" if r.diff.p_value <= 2 / (r.diff.n_boot + 1) else f"{r.p_holm:.3f}"
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def near_zero(count: tuple[int, int, int] | None, margin: float = HRLI_MARGIN) -> str:
+    """Is a pooled HRLI@1 (k, n, seeds) near 0? "yes" where its Wilson 95% interval's upper end is below ``margin``,
+    "no" where its lower end is above it, else (or without a count) "undecided"."""
+    if count is None:
+        return UNDECIDED
+    lo, hi = wilson(count[0], count[1])
+    return "yes" if hi < margin else "no" if lo > margin else UNDECIDED
+
+
+def _pooled_hrli(runs: list[RunRecord]) -> tuple[int, int, int] | None:
+    """(users whose last item is ranked first, users, seeds) of HRLI@1 summed over ``runs`` that have the count."""
+    have = [c for c in (hrli_count(r) for r in runs) if c is not None]
+    return (sum(k for k, _ in have), sum(n for _, n in have), len(have)) if have else None
+
+
+def _hrli_text(count: tuple[int, int, int] | None) -> str:
+    if count is None:
+        return "–"
+    k, n, s = count
+    lo, hi = wilson(k, n)
+    return f"{k:,} / {n:,} = {k / n:.3f} [{lo:.3f}, {hi:.3f}] ({seeds_text(s)})"
+
+
+def mixing_markdown(runs: list[RunRecord], pairs: list[tuple[str, str, str]], question: int) -> str:
+    """Per (data set, probe): the +Res mixing ratios (``MIXING_KEYS``) of probe and base side by side, mean ± std
+    over the stored seeds; for question 1 also the probe's pooled HRLI@1 with its Wilson interval and
+    ``near_zero``."""
+    groups = _by_label(runs)
+    rows = []
+    for ds, base, probe in pairs:
+        p_runs, b_runs = groups.get((ds, probe), []), groups.get((ds, base), [])
+        cells = [ds, f"{probe} / {base}"]
+        for key, _ in MIXING_KEYS:
+            cells.append(f"{_store_mean(p_runs, key)} / {_store_mean(b_runs, key)}")
+        if question == 1:
+            count = _pooled_hrli(p_runs)
+            cells += [_hrli_text(count), near_zero(count) if p_runs else NOT_TRAINED]
+        rows.append(cells)
+    header = ["Data set", "Probe / base", *(f"{name}: probe / base" for _, name in MIXING_KEYS)]
+    if question == 1:
+        header += ["Probe HRLI@1 [Wilson 95%]", f"Near 0 (upper end < {HRLI_MARGIN:g})?"]
+    return _markdown(header, rows)
+
+
+def _phrase(r: ComparisonRow, trained: bool) -> str:
+    """What one verdict says, for the answer: "lower than `sasrec`'s (-0.5000 [-0.6000, -0.4000])", "equivalent to
+    `sasrec`'s (within ±0.02)", "undecided (...)"."""
+    base = f"`{r.comparison.baseline}`'s"
+    if not trained:
+        return f"{UNDECIDED} ({NOT_TRAINED})"
+    if r.diff is None:
+        return f"{UNDECIDED} (no per-user evidence in every cell yet)"
+    interval = f"{r.diff.estimate:+.4f} [{r.diff.lo:+.4f}, {r.diff.hi:+.4f}]"
+    if r.verdict in ("higher", "lower"):
+        return f"{r.verdict} than {base} ({interval})"
+    if r.verdict.startswith("equivalent"):
+        return f"equivalent to {base} {r.verdict.removeprefix('equivalent ')}"
+    return f"{UNDECIDED} ({interval}: the interval decides neither a difference nor equivalence)"
+
+
+def readout_answer(hrli_verdict: str, near: str) -> str:
+    """Does the query token remove last-item reliance? "yes" where HRLI@1 is lower than the base's and near 0;
+    "in part" where lower but not near 0 (or near 0 undecided); "no" where HRLI@1 is higher or equivalent; else
+    "undecided"."""
+    if hrli_verdict == "lower":
+        return "yes" if near == "yes" else ("in part: lower, not near 0" if near == "no"
+                                            else "in part: lower, near 0 undecided")
+    if hrli_verdict == "higher" or hrli_verdict.startswith("equivalent"):
+        return "no"
+    return UNDECIDED
+
+
+def embeddings_answer(hrli_verdict: str) -> str:
+    """Does HRLI@1 fall? "yes" (lower), "no" (higher or equivalent), else "undecided"."""
+    if hrli_verdict == "lower":
+        return "yes"
+    if hrli_verdict == "higher" or hrli_verdict.startswith("equivalent"):
+        return "no"
+    return UNDECIDED
+
+
+# --- the blocks -------------------------------------------------------------------------------------------------------
+
+def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT) -> str:
+    """The block of ``question`` (1: ``probe_readout``, 2: ``probe_embeddings``): the comparison table, the mixing
+    table, the generated answer and the cells not yet trained (module docstring)."""
+    pairs = probe_pairs(runs, question)
+    groups = _by_label(runs)
+    comparisons = [Comparison(ds, base, probe, m, margin) for ds, base, probe in pairs
+                   for m, margin in PROBE_METRICS.items()]
+    table = compare_table(EvidenceIndex.from_runs(runs), comparisons, n_boot=n_boot)
+    rows = []
+    for r in table.rows:
+        c = r.comparison
+        trained = (c.dataset, c.other) in groups
+        rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric,
+                     _store_mean(groups.get((c.dataset, c.other), []), c.metric),
+                     _store_mean(groups.get((c.dataset, c.baseline), []), c.metric), _difference(r, trained),
+                     r.verdict])
+    m = sum(r.diff is not None for r in table.rows)
+    header = ["Data set", "Comparison", "Metric", "Probe: store mean", "Base: store mean", "Difference [95% CI]",
+              "Verdict"]
+    text = _markdown(header, rows) + "\n" + _method_note(table.n_boot, m) + "\n\n"
+    text += mixing_markdown(runs, pairs, question) + "\n" + _mixing_note(question) + "\n\n"
+    text += _answer(table.rows, groups, question) + "\n"
+    missing = missing_cells(runs, pairs)
+    if missing:
+        text += (f"\nNot in the store yet ({TARGET_SEEDS} seeds of each probe and base asked): "
+                 f"{compact_cells(missing)}. The probes' queue ({QUEUE}, which lists the cells it trains, in order) "
+                 f"runs with `{QUEUE_COMMAND}`.\n")
+    return text
+
+
+def _method_note(n_boot: int, m: int) -> str:
+    return (f"Difference: probe - base over the same test users, mean over seeds of the mean over users, from each "
+            f"cell's per-user evidence (users.npz); 95% CI from a paired bootstrap over users with each side's seeds "
+            f"resampled ({n_boot} replicates); Holm across the {m} comparisons of this table that have evidence. "
+            f"Verdict at alpha 0.05: higher / lower where the Holm-adjusted p is below 0.05; equivalent only where two "
+            f"one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}); else undecided. A row "
+            "without per-user evidence in every cell, or whose probe is not trained, is undecided. Store means: "
+            "mean ± std over every stored seed, descriptive only.")
+
+
+def _mixing_note(question: int) -> str:
+    note = ("+Res mixing ratio: norm of sums pooled over layers (mixing.json), at all real positions and at the last "
+            "one; mean ± std over the stored seeds of the probe / of the base model; descriptive, not tested.")
+    if question == 1:
+        note += (" Probe HRLI@1: users whose last input item is the top-1 unfiltered item, pooled over the probe's "
+                 f"seeds (users x seeds) with a Wilson 95% interval; near 0: its upper end is below {HRLI_MARGIN:g} "
+                 f"(the HRLI@1 margin), not near 0: its lower end is above it, else undecided.")
+    return note
+
+
+def _answer(rows: list[ComparisonRow], groups: dict[tuple[str, str], list[RunRecord]], question: int) -> str:
+    """The generated answer: per (data set, probe) what the HRLI@1 and NDCG@10 verdicts say (rows come in
+    ``PROBE_METRICS`` order, NDCG@10 then HRLI@1, per probe)."""
+    metrics = list(PROBE_METRICS)
+    parts = []
+    for i in range(0, len(rows), len(metrics)):
+        by = {r.comparison.metric: r for r in rows[i:i + len(metrics)]}
+        nd, hr = by["NDCG@10"], by["HRLI@1"]
+        c = hr.comparison
+        trained = (c.dataset, c.other) in groups
+        head = f"{c.dataset}, `{c.other}` against `{c.baseline}`"
+        if not trained:
+            parts.append(f"{head}: {UNDECIDED} ({NOT_TRAINED})")
+        elif question == 1:
+            near = near_zero(_pooled_hrli(groups[(c.dataset, c.other)]))
+            parts.append(f"{head}: removes last-item reliance? {readout_answer(hr.verdict, near)} (HRLI@1 "
+                         f"{_phrase(hr, trained)}; near 0: {near}; NDCG@10 {_phrase(nd, trained)})")
+        else:
+            parts.append(f"{head}: does HRLI@1 fall? {embeddings_answer(hr.verdict)} (HRLI@1 {_phrase(hr, trained)}); "
+                         f"accuracy: NDCG@10 {_phrase(nd, trained)}")
+    tail = (" The +Res mixing ratio (the prediction that it stays unchanged) is shown above, not tested."
+            if question == 1 else "")
+    return "Answer, generated from the verdicts: " + "; ".join(parts) + "." + tail
+
+
+def probe_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
+    """Markdown of ``probe_readout`` and ``probe_embeddings`` by name."""
+    return {name: probe_block(runs, q, n_boot) for name, q in BLOCK_QUESTION.items()}
