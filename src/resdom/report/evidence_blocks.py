@@ -68,7 +68,7 @@ def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[st
     return dict(sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]), kv[0][1])))
 
 
-def _store_mean(runs: list[RunRecord], key: str) -> str:
+def store_mean(runs: list[RunRecord], key: str) -> str:
     """``mean ± std (n seeds)`` of ``key`` over ``runs`` (the store's numbers, every seed that has it)."""
     xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
     if not xs:
@@ -134,8 +134,8 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     rows = []
     for r in table.rows:
         c = r.comparison
-        rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric, _store_mean(groups[(c.dataset, c.other)],
-                     c.metric), _store_mean(groups[(c.dataset, c.baseline)], c.metric), difference_text(r), r.verdict])
+        rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric, store_mean(groups[(c.dataset, c.other)],
+                     c.metric), store_mean(groups[(c.dataset, c.baseline)], c.metric), difference_text(r), r.verdict])
     m = sum(r.diff is not None for r in table.rows)
     header = ["Data set", "Comparison", "Metric", "Model: store mean", "sasrec: store mean",
               "Difference [95% CI]", "Verdict"]
@@ -179,7 +179,7 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
         var, base = groups[(c.dataset, c.other)], groups[(c.dataset, c.baseline)]
         cells = [c.dataset, c.other]
         for r in (nd, hr):
-            cells.append(f"{_store_mean(var, r.comparison.metric)}; base {_store_mean(base, r.comparison.metric)}")
+            cells.append(f"{store_mean(var, r.comparison.metric)}; base {store_mean(base, r.comparison.metric)}")
         for r in (nd, hr):
             cells.append(r.verdict + ("" if r.diff is None else f": {difference_text(r)}"))
         cells.append(answer(nd.verdict, hr.verdict))

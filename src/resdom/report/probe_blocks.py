@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from resdom.report.collect import RunRecord
 from resdom.report.compare import UNDECIDED, Comparison, ComparisonRow, EvidenceIndex, compact_cells, compare_table
-from resdom.report.evidence_blocks import N_BOOT, hrli_count, margins_text
+from resdom.report.evidence_blocks import N_BOOT, hrli_count, margins_text, store_mean
 from resdom.report.probes import PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
 from resdom.report.stats import wilson
-from resdom.report.tables import format_cell, mean_std, seeds_text
-from resdom.report.values import run_values
+from resdom.report.tables import seeds_text
 
 PROBE_BASE = "sasrec"  # the probes every block lists, trained or not (the paper's model)
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
@@ -88,15 +87,6 @@ def missing_cells(runs: list[RunRecord], pairs: list[tuple[str, str, str]], targ
 
 
 # --- the parts of a block ---------------------------------------------------------------------------------------------
-
-def _store_mean(runs: list[RunRecord], key: str) -> str:
-    """``mean ± std (n seeds)`` of ``key`` over ``runs``; ``–`` where none has it."""
-    xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
-    if not xs:
-        return "–"
-    kind = "metric" if key.startswith(("HR@", "NDCG@")) else "ratio"
-    return f"{format_cell(mean_std(xs), kind)} ({seeds_text(len(xs))})"
-
 
 def _difference(r: ComparisonRow, trained: bool) -> str:
     if not trained:
@@ -154,7 +144,7 @@ def mixing_markdown(runs: list[RunRecord], pairs: list[tuple[str, str, str]], qu
         p_runs, b_runs = groups.get((ds, probe), []), groups.get((ds, base), [])
         cells = [ds, f"{probe} / {base}"]
         for key, _ in MIXING_KEYS:
-            cells.append(f"{_store_mean(p_runs, key)} / {_store_mean(b_runs, key)}")
+            cells.append(f"{store_mean(p_runs, key)} / {store_mean(b_runs, key)}")
         if question == 1:
             count = _pooled_hrli(p_runs)
             cells += [_hrli_text(count), near_zero(count) if p_runs else NOT_TRAINED]
@@ -217,8 +207,8 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT) -> s
         c = r.comparison
         trained = (c.dataset, c.other) in groups
         rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric,
-                     _store_mean(groups.get((c.dataset, c.other), []), c.metric),
-                     _store_mean(groups.get((c.dataset, c.baseline), []), c.metric), _difference(r, trained),
+                     store_mean(groups.get((c.dataset, c.other), []), c.metric),
+                     store_mean(groups.get((c.dataset, c.baseline), []), c.metric), _difference(r, trained),
                      r.verdict])
     m = sum(r.diff is not None for r in table.rows)
     header = ["Data set", "Comparison", "Metric", "Probe: store mean", "Base: store mean", "Difference [95% CI]",
