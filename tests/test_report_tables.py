@@ -284,3 +284,14 @@ def test_a_store_cell_without_metrics_checks_its_diagnostics_against_cell_json(t
     assert rec.diag("hrli") and not rec.diag("mixing") and rec.stale == ["mixing"]
     assert rec.problems["metrics"] == "metrics.json missing"
     assert rec.problems["mixing"] == "mixing.json computed on another checkpoint (old, not abc of cell.json)"
+
+
+def test_model_order_is_total_so_generated_text_does_not_depend_on_set_order() -> None:
+    """Labels outside the known order (e.g. new probes) sort by name after the known ones: the cold-item sentence
+    once listed them in a set's order, which changes from one interpreter to the next."""
+    from resdom.report.collect import model_order
+
+    labels = ["sasrec-untied", "sasrec-query", "sasrec", "sasrec-projected", "zzz", "aaa"]
+    assert sorted(labels, key=model_order) == sorted(reversed(labels), key=model_order)
+    assert sorted(labels, key=model_order)[0] == "sasrec"
+    assert sorted(labels, key=model_order)[1:] == sorted(set(labels) - {"sasrec"})

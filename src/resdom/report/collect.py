@@ -239,9 +239,10 @@ MODEL_ORDER: tuple[str, ...] = tuple(label for model in names.MODELS for label i
 FULL_MODEL_ORDER: tuple[str, ...] = (*MODEL_ORDER, *(label for label in REMEDY_LABELS if label not in MODEL_ORDER))
 
 
-def model_order(name: str) -> int:
-    """Sort key of a model label: its place in ``FULL_MODEL_ORDER``, anything else after."""
-    return FULL_MODEL_ORDER.index(name) if name in FULL_MODEL_ORDER else len(FULL_MODEL_ORDER)
+def model_order(name: str) -> tuple[int, str]:
+    """Sort key of a model label: its place in ``FULL_MODEL_ORDER``, anything else after, ties by name (so an order
+    never depends on the order of a set or of the folders read)."""
+    return (FULL_MODEL_ORDER.index(name) if name in FULL_MODEL_ORDER else len(FULL_MODEL_ORDER)), name
 
 
 def left_out(runs: list[RunRecord]) -> dict[Path, dict[str, str]]:
