@@ -435,7 +435,7 @@ def _label(name: str, n_seeds: int) -> str:
     return f"{name} (1 seed)" if n_seeds == 1 else name
 
 
-def _p(p: float, d: BootstrapResult) -> str:
+def holm_p_text(p: float, d: BootstrapResult) -> str:
     """The Holm p; ``≤`` where no replicate fell on the other side of 0 (the raw p is at its floor, 2/(n_boot+1))."""
     if p < 0.001:
         return "<0.001"
@@ -449,7 +449,7 @@ def _cells(r: ComparisonRow) -> list[str]:
         return head + ["–", "–", r.note, "–", r.verdict, "–", "–"]
     d = r.diff
     return head + [f"{r.baseline_mean:.4f}", f"{r.other_mean:.4f}", f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]",
-                   _p(r.p_holm, d), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
+                   holm_p_text(r.p_holm, d), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
 
 
 def comparison_markdown(table: ComparisonTable) -> str:

@@ -34,6 +34,7 @@ from resdom.report.compare import (
     EvidenceIndex,
     compare_table,
     default_margin,
+    holm_p_text,
 )
 from resdom.report.echo import echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure
@@ -77,18 +78,10 @@ def store_mean(runs: list[RunRecord], key: str) -> str:
     return f"{format_cell(mean_std(xs), kind)} ({seeds_text(len(xs))})"
 
 
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
-
-
-def _p_text(r: ComparisonRow) -> str:
-    assert r.diff is not None and r.p_holm is not None
-    if r.p_holm < 0.001:
-        return "<0.001"
-    floor = r.diff.p_value <= 2 / (r.diff.n_boot + 1)
-    return f"≤{r.p_holm:.3f}" if floor else f"{r.p_holm:.3f}"
 
 
 def difference_text(r: ComparisonRow) -> str:
@@ -96,18 +89,21 @@ def difference_text(r: ComparisonRow) -> str:
     if r.diff is None:
         return r.note
     d = r.diff
+    assert r.p_holm is not None  # set wherever the row has evidence
     seeds = f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)}"
-    return f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {_p_text(r)}; seeds {seeds})"
+    return f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {holm_p_text(r.p_holm, d)}; seeds {seeds})"
 
 
-def _method_note(n_boot: int, m: int) -> str:
-    return (f"Difference: other - baseline over the same test users, mean over seeds of the mean over users, from each "
+def method_note(n_boot: int, m: int, difference: str = "other - baseline", undecided: str = "") -> str:
+    """The note under a comparison table: how the difference (``difference``, e.g. "probe - base"), its interval
+    and the verdict are made; ``undecided``: a further case a row is undecided in (", or whose probe is ...")."""
+    return (f"Difference: {difference} over the same test users, mean over seeds of the mean over users, from each "
             f"cell's per-user evidence (users.npz); 95% CI from a paired bootstrap over users with each side's seeds "
             f"resampled ({n_boot} replicates); Holm across the {m} comparisons of this table that have evidence. "
             f"Verdict at alpha 0.05: higher / lower where the Holm-adjusted p is below 0.05; equivalent only where two "
             f"one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}); else undecided. A row "
-            "without per-user evidence in every cell is undecided. Store means: mean ± std over every stored seed, "
-            "descriptive only.")
+            f"without per-user evidence in every cell{undecided} is undecided. Store means: mean ± std over every "
+            "stored seed, descriptive only.")
 
 
 # --- model against model (docs/results.md) --------------------------------------------------------------------------
@@ -139,7 +135,7 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     m = sum(r.diff is not None for r in table.rows)
     header = ["Data set", "Comparison", "Metric", "Model: store mean", "sasrec: store mean",
               "Difference [95% CI]", "Verdict"]
-    return _markdown(header, rows) + "\n" + _method_note(table.n_boot, m) + "\n"
+    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m) + "\n"
 
 
 # --- remedy against base (docs/remedies.md) -------------------------------------------------------------------------
@@ -189,8 +185,7 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
     m = sum(r.diff is not None for r in table.rows)
     header = ["Data set", "Variant", "Test NDCG@10: store mean", "HRLI@1: store mean", "NDCG@10: verdict, difference "
               "[95% CI]", "HRLI@1: verdict, difference [95% CI]", "Higher NDCG@10 at lower HRLI@1?"]
-    return _markdown(header, rows) + "\n" + _method_note(table.n_boot, m).replace("other - baseline",
-                                                                                   "variant - base") + "\n"
+    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, "variant - base") + "\n"
 
 
 # --- proportions with Wilson intervals (docs/results.md) ------------------------------------------------------------
@@ -261,7 +256,7 @@ def proportions_markdown(runs: list[RunRecord]) -> str:
             "top-1 unfiltered item. Unseen: users whose last input item never occurs in the training sequences "
             "(hrli.json by_frequency band 0). Rec(α): recoverable misses (the final position misses the top-10, one "
             "of L-1..L-3 hits) hit at residual scale α (recovery.json).")
-    return _markdown(header, rows) + "\n" + note + "\n"
+    return markdown_table(header, rows) + "\n" + note + "\n"
 
 
 # --- cold last items: the sentence (docs/results.md) ----------------------------------------------------------------
@@ -325,7 +320,7 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
             else:
                 contrast.append((h1[0], h2[0], ds, m))
         rows.append(row)
-    text = _markdown(["HRLI@1 / HRL2I@1", *FIVE_MODELS], rows)
+    text = markdown_table(["HRLI@1 / HRL2I@1", *FIVE_MODELS], rows)
     if ratios:
         lo, hi = min(ratios), max(ratios)
         text += (f"\nThe causal models' HRLI@1 is {lo[0]:.0f} to {hi[0]:.0f} times their HRL2I@1 (least: `{lo[2]}` on "

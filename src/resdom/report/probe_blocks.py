@@ -30,7 +30,14 @@ from __future__ import annotations
 
 from resdom.report.collect import RunRecord
 from resdom.report.compare import UNDECIDED, Comparison, ComparisonRow, EvidenceIndex, compact_cells, compare_table
-from resdom.report.evidence_blocks import N_BOOT, hrli_count, margins_text, store_mean
+from resdom.report.evidence_blocks import (
+    N_BOOT,
+    difference_text,
+    hrli_count,
+    markdown_table,
+    method_note,
+    store_mean,
+)
 from resdom.report.probes import PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
 from resdom.report.stats import wilson
 from resdom.report.tables import seeds_text
@@ -91,24 +98,7 @@ def missing_cells(runs: list[RunRecord], pairs: list[tuple[str, str, str]], targ
 def _difference(r: ComparisonRow, trained: bool) -> str:
     if not trained:
         return f"{NOT_TRAINED} (no cells of {r.comparison.other} on {r.comparison.dataset})"
-    if r.diff is None:
-        return r.note
-    d = r.diff
-    return (f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {_p_text(r)}; seeds "
-            f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)})")
-
-
-def _p_text(r: ComparisonRow) -> str:
-    assert r.diff is not None and r.p_holm is not None
-    if r.p_holm < 0.001:
-        return "<0.001"
-    return f"≤{r.p_holm:.3f}" if r.diff.p_value <= 2 / (r.diff.n_boot + 1) else f"{r.p_holm:.3f}"
-
-
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
-    rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+    return difference_text(r)
 
 
 def near_zero(count: tuple[int, int, int] | None, margin: float = HRLI_MARGIN) -> str:
@@ -152,7 +142,7 @@ def mixing_markdown(runs: list[RunRecord], pairs: list[tuple[str, str, str]], qu
     header = ["Data set", "Probe / base", *(f"{name}: probe / base" for _, name in MIXING_KEYS)]
     if question == 1:
         header += ["Probe HRLI@1 [Wilson 95%]", f"Near 0 (upper end < {HRLI_MARGIN:g})?"]
-    return _markdown(header, rows)
+    return markdown_table(header, rows)
 
 
 def _phrase(r: ComparisonRow, trained: bool) -> str:
@@ -213,7 +203,8 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT) -> s
     m = sum(r.diff is not None for r in table.rows)
     header = ["Data set", "Comparison", "Metric", "Probe: store mean", "Base: store mean", "Difference [95% CI]",
               "Verdict"]
-    text = _markdown(header, rows) + "\n" + _method_note(table.n_boot, m) + "\n\n"
+    note = method_note(table.n_boot, m, "probe - base", ", or whose probe is not trained,")
+    text = markdown_table(header, rows) + "\n" + note + "\n\n"
     text += mixing_markdown(runs, pairs, question) + "\n" + _mixing_note(question) + "\n\n"
     text += _answer(table.rows, groups, question) + "\n"
     missing = missing_cells(runs, pairs)
@@ -222,16 +213,6 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT) -> s
                  f"{compact_cells(missing)}. The probes' queue ({QUEUE}, which lists the cells it trains, in order) "
                  f"runs with `{QUEUE_COMMAND}`.\n")
     return text
-
-
-def _method_note(n_boot: int, m: int) -> str:
-    return (f"Difference: probe - base over the same test users, mean over seeds of the mean over users, from each "
-            f"cell's per-user evidence (users.npz); 95% CI from a paired bootstrap over users with each side's seeds "
-            f"resampled ({n_boot} replicates); Holm across the {m} comparisons of this table that have evidence. "
-            f"Verdict at alpha 0.05: higher / lower where the Holm-adjusted p is below 0.05; equivalent only where two "
-            f"one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}); else undecided. A row "
-            "without per-user evidence in every cell, or whose probe is not trained, is undecided. Store means: "
-            "mean ± std over every stored seed, descriptive only.")
 
 
 def _mixing_note(question: int) -> str:
