@@ -8,6 +8,7 @@ and writes every file while the others wait at a barrier. Backend: gloo on CPU, 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -49,9 +50,17 @@ class DistContext:
         return float(t.item())
 
     def close(self) -> None:
+        """Leave the process group we joined. Called from a ``finally``: on the way out of normal work every rank
+        first waits for the others at a barrier, so none tears its connections down while a peer still works (gloo
+        may abort a process whose peer closed early); with an exception in flight there is no barrier (a peer may
+        wait in another collective) and torchrun reports the failure."""
         if self.initialized and dist.is_initialized():
-            dist.destroy_process_group()
-            self.initialized = False
+            try:
+                if sys.exc_info()[0] is None:
+                    dist.barrier()
+            finally:
+                dist.destroy_process_group()
+                self.initialized = False
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
