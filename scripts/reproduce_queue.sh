@@ -11,21 +11,28 @@
 # as in --status but scaled by how fast this worker's finished cells went against their estimates, would not end
 # by then; run folders may not outlive the machine, so a cell cut off is lost), and
 # those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried
-# by this worker.
+# by this worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence (users.npz), so a cell stored
+# without one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new
+# run in runs/evidence) and its record in results/ replaced by the new one, in the cell's own commit:
+#   EVIDENCE=1 UNTIL=08:40 scripts/reproduce_queue.sh scripts/grid_evidence.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATUS=0; [ "${1:-}" = --status ] && { STATUS=1; shift; }
 QUEUE=${1:-scripts/grid.txt}
 STORE=${STORE:-results}
 CLAIMS=runs/claims
+EVIDENCE=${EVIDENCE:-0}
+[ "$EVIDENCE" = 1 ] && GRID=${GRID:-runs/evidence}
 
 cells() {  # the queue's cells, "data set  model  seed" a line, comments and blank lines left out
   grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$QUEUE"
 }
-stored() { [ -f "$STORE/$1/$2/seed$3/cell.json" ]; }
+stored() {  # the cell is in the store (with EVIDENCE=1: and has its users.npz)
+  [ -f "$STORE/$1/$2/seed$3/cell.json" ] && { [ "$EVIDENCE" != 1 ] || [ -f "$STORE/$1/$2/seed$3/users.npz" ]; }
+}
 grid_of() {  # the run folder that holds the cell (where it was started), else $GRID
   local dir
-  for dir in runs/repro*/; do [ -d "$dir$1/$2/seed$3" ] && { echo "${dir%/}"; return; }; done
+  for dir in runs/repro*/ runs/evidence/; do [ -d "$dir$1/$2/seed$3" ] && { echo "${dir%/}"; return; }; done
   echo "${GRID:-runs/repro}"
 }
 training() {  # a trainer (a worker's or anyone's) holds the run's lock

@@ -136,7 +136,9 @@ def _queue_repo(tmp_path: Path, grid: str) -> Path:
                     'if [ -n "${STUB_STORES:-}" ]; then mkdir -p results/$d/$m/seed$s\n'
                     '  echo \'{"compute": {"train_seconds": 200, "diagnose_seconds": 40}}\' \\\n'
                     '    > results/$d/$m/seed$s/cell.json\n'
-                    'fi\n')
+                    '  touch results/$d/$m/seed$s/users.npz\n'
+                    'fi\n'
+                    'echo "$GRID" >> grids.txt\n')
     stub.chmod(0o755)
     for model, minutes in {"gru4rec": 40, "bert4rec": 70}.items():
         cell = repo / "results" / "beauty-ts" / model / "seed1"
@@ -193,6 +195,18 @@ def test_the_queue_scales_a_models_cost_to_a_data_set_it_has_not_run_on(tmp_path
     cell.mkdir(parents=True)
     cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": 200, "diagnose_seconds": 40}}))
     assert _run_queue(repo, "now + 20 minutes") == ["ml-100k bert4rec 1"]
+
+
+@pytest.mark.slow
+def test_the_evidence_queue_trains_again_the_cells_stored_without_users_npz(tmp_path: Path) -> None:
+    """EVIDENCE=1: a cell stored without its per-user evidence is open again (a new run in runs/evidence); one
+    with users.npz is done. Without it, both are stored and nothing is trained."""
+    repo = _queue_repo(tmp_path, "beauty-ts gru4rec 1\nbeauty-ts bert4rec 1\n")
+    (repo / "results" / "beauty-ts" / "bert4rec" / "seed1" / "users.npz").touch()
+    assert _run_queue(repo, "now + 10 hours") == []
+    assert _run_queue(repo, "now + 10 hours", EVIDENCE="1", STUB_STORES="1") == ["beauty-ts gru4rec 1"]
+    assert (repo / "grids.txt").read_text().split() == ["runs/evidence"]
+    assert _run_queue(repo, "now + 10 hours", EVIDENCE="1") == []  # now stored with its evidence
 
 
 CLAIM_RACE = r'''
