@@ -206,3 +206,15 @@ def test_diagnose_a_model_without_attention_skips_what_does_not_apply(split, cap
         resdom.diagnose(gru, what="mixing", device="cpu")
     with pytest.raises(KeyError, match="mixing was not computed"):
         diagnosis.plot("mixing")
+
+
+def test_fit_takes_a_training_variants_train_values_under_the_users(split, tmp_path: Path) -> None:
+    """``fit(split, "sasrec-celast")`` trains SASRec with ce_last (the variant's train value); a value the caller
+    gives wins over the variant's."""
+    small = {**SMALL, "epochs": 1}
+    fitted = resdom.fit(split, "sasrec-celast", out=tmp_path / "a", device="cpu", progress=False, **small)
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert config["train"]["objective"] == "ce_last" and config["model"]["name"] == "sasrec"
+    assert config["data"]["label"] == "sasrec-celast" and fitted.model_config.name == "sasrec"
+    resdom.fit(split, "sasrec-p30", out=tmp_path / "b", device="cpu", progress=False, **{**small, "patience": 3})
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["patience"] == 3

@@ -272,3 +272,17 @@ def test_keep_freed_memory_sets_glibc_malloc_unless_told_not_to(monkeypatch: pyt
     assert keep_freed_memory() is False
     monkeypatch.delenv("RESDOM_MALLOC")
     assert keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_train_takes_a_training_variants_values_under_the_users(tmp_path: Path) -> None:
+    """`train --model sasrec-p30` trains SASRec with patience 30 (the variant's train value), --set wins over it;
+    the run is named by its label."""
+    out = tmp_path / "p30"
+    assert invoke("train", SOURCE, "--model", "sasrec-p30", "--out", str(out), "--epochs", "1", *TINY) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["train"]["patience"] == 30 and config["model"]["name"] == "sasrec"
+    assert config["data"]["label"] == "sasrec-p30"
+    out2 = tmp_path / "celast"
+    assert invoke("train", SOURCE, "--model", "sasrec-celast", "--out", str(out2), "--epochs", "1",
+                  "--set", "train.objective=ce_all", *TINY) == 0
+    assert json.loads((out2 / "config.json").read_text())["train"]["objective"] == "ce_all"

@@ -24,8 +24,10 @@ from resdom.experiments import (
     REMEDIES,
     REMEDY_LABELS,
     REMEDY_MODELS,
+    TRAINING_VARIANTS,
     model_defaults,
     remedy_label,
+    variant_train_values,
 )
 from resdom.models.config import make_model_config
 from resdom.names import MODELS
@@ -128,3 +130,17 @@ def test_no_module_outside_the_models_decides_by_a_models_name() -> None:
             if names:
                 found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
     assert found == []
+
+
+def test_training_variants_are_labels_with_train_values_only() -> None:
+    """A training variant is the model's own block (no model values) with train values of its own; every other
+    label sets no train values."""
+    assert TRAINING_VARIANTS and set(TRAINING_VARIANTS) <= set(MODEL_VARIANTS)
+    for label, (model, values) in TRAINING_VARIANTS.items():
+        assert MODEL_VARIANTS[label] == (model, {}) and values
+        got = variant_train_values(label)
+        got["seed"] = 1  # callers get copies
+        assert variant_train_values(label) == values
+    assert variant_train_values("sasrec-celast") == {"objective": "ce_last"}
+    assert variant_train_values("sasrec-p30") == {"patience": 30}
+    assert variant_train_values("sasrec") == {} and variant_train_values("sasrec-query") == {}

@@ -132,3 +132,16 @@ def test_cli_report_and_errors(tmp_path: Path) -> None:
     assert "report of 4 run(s)" in ok.output and (tmp_path / "r" / "report.html").is_file()
     bad = runner.invoke(_typer_app, ["reproduce", "--out", str(tmp_path / "g"), "--seeds", "1,x"])
     assert bad.exit_code != 0 and "--seeds: 'x' is not an integer" in str(bad.exception)
+
+
+@pytest.mark.slow
+def test_reproduce_trains_a_training_variant_with_its_train_values(tmp_path: Path) -> None:
+    """A grid label of ``experiments.TRAINING_VARIANTS`` trains its model with the variant's train values; the grid's
+    own train values (and the seed) lie over them."""
+    spec = GridSpec([TINY], ["sasrec-celast"], [2], tmp_path / "grid", protocol="loo", device="cpu", epochs=1,
+                    train_values={"batch_size": 64}, model_values=dict(TINY_MODEL))
+    result = reproduce(spec, progress=False, echo=lambda _: None)
+    assert [o.status for o in result.outcomes] == ["done"]
+    config = json.loads((tmp_path / "grid" / TINY / "sasrec-celast" / "seed2" / "config.json").read_text())
+    assert config["train"]["objective"] == "ce_last" and config["train"]["seed"] == 2
+    assert config["model"]["name"] == "sasrec" and config["data"]["label"] == "sasrec-celast"

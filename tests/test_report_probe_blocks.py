@@ -150,3 +150,27 @@ def test_both_blocks_are_made_from_any_runs() -> None:
     assert set(blocks) == set(PROBE_BLOCKS) == {"probe_readout", "probe_embeddings"}
     for text in blocks.values():
         assert "not trained yet" in text and "Answer, generated from the verdicts" in text
+
+
+def test_the_query_probe_is_also_compared_with_its_base_trained_on_its_own_objective(tmp_path: Path) -> None:
+    """Where sasrec-celast (SASRec trained ce_last, the query probe's objective) has cells, question 1 adds
+    sasrec-query against it, after the comparison with sasrec; where it has none, nothing is added. Its rows are
+    computed like any other: sasrec-celast at 200 of 400 targets on rank 1 (NDCG@10 0.5) against the probe's 100:
+    lower by 0.25."""
+    base = cell(tmp_path, "toys-ts", "sasrec", 1, 0.25, 1.0, (0.1, 0.2))
+    users_npz(base.path, first(100), np.ones(U, int))
+    probe = cell(tmp_path, "toys-ts", "sasrec-query", 1, 0.25, 0.0, (0.12, 0.3))
+    users_npz(probe.path, first(100), np.full(U, 50))
+    assert ("toys-ts", "sasrec-celast", "sasrec-query") not in probe_pairs([base, probe], 1)
+    fair = cell(tmp_path, "toys-ts", "sasrec-celast", 1, 0.5, 1.0, (0.1, 0.2))
+    users_npz(fair.path, first(200), np.ones(U, int))
+    runs = [base, probe, fair]
+    assert probe_pairs(runs, 1) == [("beauty-ts", "sasrec", "sasrec-query"), ("toys-ts", "sasrec", "sasrec-query"),
+                                    ("toys-ts", "sasrec-celast", "sasrec-query")]
+    assert all(p[1] == "sasrec" for p in probe_pairs(runs, 2))  # question 2's probes train ce_all as their base
+    md = probe_block(runs, 1, n_boot=100)
+    toys = rows(md, "toys-ts")
+    assert [r[1] for r in toys[:4]] == ["sasrec-query vs sasrec"] * 2 + ["sasrec-query vs sasrec-celast"] * 2
+    assert toys[2][5].startswith("-0.2500 [") and toys[2][6] == "lower"
+    assert "toys-ts, `sasrec-query` against `sasrec-celast`: removes last-item reliance? yes" in md
+    assert "toys-ts/sasrec-celast/seed2,3,4,5" in md

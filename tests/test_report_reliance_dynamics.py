@@ -257,7 +257,9 @@ def test_block_by_hand(tmp_path: Path) -> None:
     assert "Left out: toys-ts/duorec/seed2 (monitoring starts at epoch 25" in block
     # base models: beauty-ts sasrec seeds 1, 2 (lags +10, -10; changes +0.1, -0.1) and toys-ts duorec (+5; +0.4):
     # lag 5 / 3, positive in 2 of 3, change 0.4 / 3; all models add sasrec-gate (+10; +0.07)
-    last = block.rstrip().splitlines()[-1]
+    last = next(line for line in block.splitlines() if line.startswith("Answer"))
+    assert block.rstrip().endswith("Training on past the plateau (yelp-ts with patience 30, `sasrec-p30`): not trained "
+                                   "yet (queued in scripts/grid_session3.txt).")
     assert last.startswith("Answer, generated from the table: over the base models alone (3 cells, 2 data sets) the "
                            "lag (HRLI@1 plateau - NDCG@10 plateau) is +1.7 [")
     assert "epochs on average, positive in 2 of 3 cells, and HRLI@1 changes by +0.133 [" in last
@@ -291,3 +293,19 @@ def test_report_figure_of_the_runs(tmp_path: Path) -> None:
     assert "reliance_dynamics" in [f.key for f in all_figures(runs)]
     no_monitor = [r for r in runs if r.model == "bert4rec"]
     assert fig_reliance_dynamics(no_monitor) is None
+
+
+def test_the_long_patience_sentence_sets_the_long_run_beside_its_base() -> None:
+    """yelp-ts sasrec-p30 (lags +20 and +10, changes +0.10 and +0.05) beside sasrec (lag 0, change 0): the rows'
+    own means; without the sasrec rows only the long run."""
+    from resdom.report.reliance_dynamics import long_patience_sentence
+
+    long = [cell("yelp-ts", "sasrec-p30", 1, 20, 0.10), cell("yelp-ts", "sasrec-p30", 2, 10, 0.05)]
+    base = [cell("yelp-ts", "sasrec", 1, 0, 0.0)]
+    text = long_patience_sentence(dynamics_table(base + long, n_boot=50))
+    assert text.startswith("Training on past the plateau (yelp-ts with patience 30, `sasrec-p30`), 2 cells: lag +15.0 [")
+    assert "HRLI@1 change after the NDCG@10 plateau +0.075 [" in text
+    assert "; `sasrec` at the store's patience (1 cell): lag +0.0, change after +0.000, largest rise after +0.000." \
+        in text
+    alone = long_patience_sentence(dynamics_table(long, n_boot=50))
+    assert "`sasrec` at the store's patience" not in alone and alone.endswith(".")

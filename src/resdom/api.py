@@ -38,7 +38,7 @@ from resdom.diagnostics.runner import compute, parse_what, plan
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate as run_evaluation
-from resdom.experiments import canonical_label, model_variant
+from resdom.experiments import canonical_label, model_variant, variant_train_values
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
 from resdom.models.config import ModelConfig
 from resdom.names import MODELS, PARTS
@@ -261,6 +261,7 @@ def fit(
         label = canonical_label(model, "model")  # "SASRec", "sasrec-tts", ...
         name, variant = model_variant(label)
         model_values = {**variant, **model_values}
+        train_values = {**variant_train_values(label), **train_values}
     else:
         raise ResdomError(f"model: expected a model name ({', '.join(MODELS)}) or a ModelConfig, got "
                           f"{type(model).__name__}")

@@ -12,8 +12,9 @@ the user, in one place.
 - Model variants (``MODEL_VARIANTS``): named labels a grid can train, each a model and its values: the named
   references (``NAMED_VARIANTS``), the training-time remedies (``REMEDIES``, docs/remedies.md) of
   ``REMEDY_MODELS`` and the probes of the residual account (``PROBES``) of ``PROBE_MODELS``, wherever the model
-  supports them (``MODEL_TRAITS``); ``REMEDY_LABELS`` orders the remedies for their comparison;
-  ``canonical_label`` reads any of these names as a command does.
+  supports them (``MODEL_TRAITS``), and the model's own block trained another way (``TRAINING_VARIANTS``: train
+  values, ``variant_train_values``, e.g. the query probe's objective on SASRec); ``REMEDY_LABELS`` orders the
+  remedies for their comparison; ``canonical_label`` reads any of these names as a command does.
 
 Nothing here imports a model: ``training.config`` (which validates) and ``report`` (which reads labels) both take
 their settings from this module.
@@ -161,6 +162,13 @@ NAMED_VARIANTS: dict[str, tuple[str, Values]] = {
     # DuoRec on time-to-split's SASRec block (keys and values from the raw X): resdom's GTS DuoRec before the fix
     "duorec-tts": ("duorec", {**REFERENCE_QUERY_LN, "query_ln_kv": "input"}),
 }
+# A model's own block trained another way: label -> (model, train values, lowest of the run's train values).
+TRAINING_VARIANTS: dict[str, tuple[str, Values]] = {
+    # the fair base of the query probe (question 1), which has one readout a sequence and so trains ce_last
+    "sasrec-celast": ("sasrec", {"objective": "ce_last"}),
+    # question 4: training on long past the NDCG@10 plateau (patience 30 epochs instead of 10)
+    "sasrec-p30": ("sasrec", {"patience": 30}),
+}
 
 # Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's
 # own protocol defaults. Registered as "<model>-<variant>" for each of REMEDY_MODELS that supports the values
@@ -194,6 +202,7 @@ def supports(model: str, values: Mapping[str, Any]) -> bool:
 
 def _variants() -> dict[str, tuple[str, Values]]:
     out = {label: (model, dict(values)) for label, (model, values) in NAMED_VARIANTS.items()}
+    out.update({label: (model, {}) for label, (model, _) in TRAINING_VARIANTS.items()})
     for model in REMEDY_MODELS:
         for variant, values in REMEDIES.items():
             if variant != "base" and supports(model, values):
@@ -242,6 +251,11 @@ def model_variant(label: str) -> tuple[str, Values]:
         name, values = MODEL_VARIANTS[label]
         return name, dict(values)
     return label, {}
+
+
+def variant_train_values(label: str) -> Values:
+    """The train values a ``TRAINING_VARIANTS`` label sets (``{}`` for any other label)."""
+    return dict(TRAINING_VARIANTS[label][1]) if label in TRAINING_VARIANTS else {}
 
 
 def model_labels() -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from resdom.cli.data_options import (
 from resdom.cli.values import parse_cutoffs, positive_int, progress_option
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.experiments import canonical_label, model_variant
+from resdom.experiments import canonical_label, model_variant, variant_train_values
 from resdom.models.config import ModelConfig
 from resdom.names import CUTOFFS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
@@ -207,7 +207,8 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
     set_name = set_values.get("model", {}).pop("name", None)
     label = _model_label(model, set_name, file_model.pop("name", None), config)
     name, variant = model_variant(label)
-    values = _merge({"model": variant}, {"model": file_model, "train": file_values.get("train", {})},
+    values = _merge({"model": variant, "train": variant_train_values(label)},
+                    {"model": file_model, "train": file_values.get("train", {})},
                     set_values, {"train": explicit})
     return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {})))
 

@@ -29,7 +29,7 @@ from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import run_all
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.experiments import canonical_label, model_labels, model_variant
+from resdom.experiments import canonical_label, model_labels, model_variant, variant_train_values
 from resdom.io import atomic_write_json
 from resdom.names import USERS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
@@ -151,7 +151,7 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
         if not is_finished(run_dir, spec.epochs):
             run_dir.mkdir(parents=True, exist_ok=True)
             split = cache.split(dataset, run_dir)
-            train_values = {**spec.train_values, "seed": seed}
+            train_values = {**variant_train_values(label), **spec.train_values, "seed": seed}
             if spec.epochs is not None:
                 train_values["epochs"] = spec.epochs
             model, variant = model_variant(label)

@@ -18,7 +18,7 @@ from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
-from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS
+from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS
 from resdom.io import read_jsonl, sha256_file
 from resdom.rundir import RunDir
 
@@ -232,10 +232,10 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
 
 
 # the paper's order SASRec, DuoRec, BSARec, the contrast models (``names.MODELS``), each with its named reference
-# variants beside it (time-to-split's SASRec after SASRec: ``experiments.NAMED_VARIANTS``), then the remedy variants
-# in their comparison's order (``experiments.REMEDY_LABELS``)
+# variants beside it (time-to-split's SASRec after SASRec: ``experiments.NAMED_VARIANTS``, then its training variants:
+# ``TRAINING_VARIANTS``), then the remedy variants in their comparison's order (``experiments.REMEDY_LABELS``)
 MODEL_ORDER: tuple[str, ...] = tuple(label for model in names.MODELS for label in (
-    model, *(named for named, (base, _) in NAMED_VARIANTS.items() if base == model)))
+    model, *(named for named, (base, _) in {**NAMED_VARIANTS, **TRAINING_VARIANTS}.items() if base == model)))
 FULL_MODEL_ORDER: tuple[str, ...] = (*MODEL_ORDER, *(label for label in REMEDY_LABELS if label not in MODEL_ORDER))
 
 

@@ -23,7 +23,8 @@ Each block has three parts:
    issue asks for (``TARGET_SEEDS`` seeds of each probe and base) not in the store yet, with the queue command.
 
 Rows: every probe of ``report.probes.PROBE_BASE`` on ``PROBE_DATASETS`` (the question's subject, whether trained
-or not), and any other probe label with cells in the runs.
+or not), any other probe label with cells in the runs, and a probe against its base trained with the probe's own
+objective (``SAME_OBJECTIVE_BASE``: ``sasrec-query`` against ``sasrec-celast``) where that base has cells.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ from resdom.report.tables import seeds_text
 
 PROBE_BASE = "sasrec"  # the probes every block lists, trained or not (the paper's model)
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
+# A probe's second base, trained with the probe's own objective (the query token has one readout a sequence, so the
+# probe trains ce_last while its base trains ce_all): "<model>-<probe>" is also compared with "<model>-<suffix>"
+# (``experiments.TRAINING_VARIANTS``) wherever that base has cells, so accuracy is read without the objective.
+SAME_OBJECTIVE_BASE: dict[str, str] = {"query": "celast"}
 BLOCK_QUESTION: dict[str, int] = {"probe_readout": 1, "probe_embeddings": 2}
 PROBE_BLOCKS: tuple[str, ...] = tuple(BLOCK_QUESTION)
 TARGET_SEEDS = 5  # issue 27 §4: "beauty-ts and toys-ts, 5 seeds"
@@ -67,7 +72,8 @@ def _by_label(runs: list[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
 
 def probe_pairs(runs: list[RunRecord], question: int) -> list[tuple[str, str, str]]:
     """(data set, base, probe) of ``question``: ``PROBE_BASE``'s probes on ``PROBE_DATASETS``, then every other
-    probe of ``PROBE_MODELS`` with cells in ``runs``; sorted by data set, base model, the question's variant order."""
+    probe of ``PROBE_MODELS`` with cells in ``runs``, and each probe against its ``SAME_OBJECTIVE_BASE`` where that
+    has cells; sorted by data set, model, the question's variant order, base (the model itself first)."""
     variants = QUESTION_VARIANTS[question]
     groups = _by_label(runs)
     pairs = {(ds, PROBE_BASE, f"{PROBE_BASE}-{v}") for ds in PROBE_DATASETS for v in variants}
@@ -75,8 +81,13 @@ def probe_pairs(runs: list[RunRecord], question: int) -> list[tuple[str, str, st
         base, _, variant = label.partition("-")
         if base in PROBE_MODELS and variant in variants:
             pairs.add((ds, base, label))
+    for ds, base, probe in list(pairs):
+        fair = SAME_OBJECTIVE_BASE.get(probe.split("-", 1)[1])
+        if fair and (ds, f"{base}-{fair}") in groups:
+            pairs.add((ds, f"{base}-{fair}", probe))
     models = {m: i for i, m in enumerate(PROBE_MODELS)}
-    return sorted(pairs, key=lambda p: (p[0], models.get(p[1], len(models)), variants.index(p[2].split("-", 1)[1])))
+    return sorted(pairs, key=lambda p: (p[0], models.get(p[2].split("-", 1)[0], len(models)),
+                                        variants.index(p[2].split("-", 1)[1]), p[1]))
 
 
 def missing_cells(runs: list[RunRecord], pairs: list[tuple[str, str, str]], target: int = TARGET_SEEDS) -> list[str]:

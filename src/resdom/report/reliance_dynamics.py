@@ -455,6 +455,29 @@ def answer_sentence(table: DynamicsTable) -> str:
     return "Answer, generated from the table: " + "; ".join(parts) + "." if parts else ""
 
 
+# Question 4's long run: a label trained with a longer patience, on the data set where the issue asks for it, set
+# against the same model at the store's patience (``experiments.TRAINING_VARIANTS``)
+LONG_PATIENCE = ("yelp-ts", "sasrec-p30", "sasrec", "patience 30")
+LONG_PATIENCE_QUEUE = "scripts/grid_session3.txt"
+
+
+def long_patience_sentence(table: DynamicsTable, long: tuple[str, str, str, str] = LONG_PATIENCE) -> str:
+    """What the cells trained with a longer patience say (their row beside the base label's), or that they are not
+    trained yet."""
+    ds, label, base, what = long
+    rows = {r.scope: r for r in table.rows}
+    mine, theirs = rows.get(f"{ds} / {label}"), rows.get(f"{ds} / {base}")
+    head = f"Training on past the plateau ({ds} with {what}, `{label}`)"
+    if mine is None:
+        return f"{head}: not trained yet (queued in {LONG_PATIENCE_QUEUE})."
+    text = (f"{head}, {_seeds_word(mine.n_cells)}: lag {mine.lag.text(1)} epochs, HRLI@1 change after the NDCG@10 "
+            f"plateau {mine.change.text(3)}, largest rise after {mine.gain_max.text(3)}")
+    if theirs is not None:
+        text += (f"; `{base}` at the store's patience ({_seeds_word(theirs.n_cells)}): lag {theirs.lag.text(1)}, "
+                 f"change after {theirs.change.text(3)}, largest rise after {theirs.gain_max.text(3)}")
+    return text + "."
+
+
 def reliance_dynamics_block(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MODELS) -> str:
     """The ``reliance_dynamics`` block of docs/results.md: ``CAPTION``, the table of ``dynamics_table`` over the
     monitored cells of ``runs``, its note and the cells left out, and ``answer_sentence``; one sentence where no
@@ -464,4 +487,5 @@ def reliance_dynamics_block(runs: Sequence[RunRecord], models: Sequence[str] = C
         return (f"No run of {', '.join(models)} has a monitored training curve (HRLI@1 at three or more epochs from "
                 "the first monitor interval on): nothing to compare yet.\n")
     table = dynamics_table(cells, skipped, models=models)
-    return CAPTION + "\n\n" + dynamics_markdown(table) + "\n" + answer_sentence(table) + "\n"
+    return (CAPTION + "\n\n" + dynamics_markdown(table) + "\n" + answer_sentence(table) + "\n\n"
+            + long_patience_sentence(table) + "\n")
