@@ -303,7 +303,8 @@ def test_the_long_patience_sentence_sets_the_long_run_beside_its_base() -> None:
     long = [cell("yelp-ts", "sasrec-p30", 1, 20, 0.10), cell("yelp-ts", "sasrec-p30", 2, 10, 0.05)]
     base = [cell("yelp-ts", "sasrec", 1, 0, 0.0)]
     text = long_patience_sentence(dynamics_table(base + long, n_boot=50))
-    assert text.startswith("Training on past the plateau (yelp-ts with patience 30, `sasrec-p30`), 2 cells: lag +15.0 [")
+    assert text.startswith("Training on past the plateau (yelp-ts with patience 30, `sasrec-p30`), 2 cells: "
+                           "lag +15.0 [")
     assert "HRLI@1 change after the NDCG@10 plateau +0.075 [" in text
     assert "; `sasrec` at the store's patience (1 cell): lag +0.0, change after +0.000, largest rise after +0.000." \
         in text
