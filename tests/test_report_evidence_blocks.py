@@ -170,3 +170,27 @@ def test_single_seed_rows_are_marked(tmp_path: Path) -> None:
             run(tmp_path, "d", "bsarec", 2, 0.3)]
     md = to_markdown(aggregate(runs, [Column("NDCG@10", "NDCG@10", "metric")], "t", "T", ""))
     assert "| d | sasrec | 1 seed | 0.1000 |" in md and "| d | bsarec | 2 | 0.2000 ± 0.1414 |" in md
+
+
+def test_coverage_counts_cells_evidence_and_the_seeds_asked(tmp_path: Path) -> None:
+    """toys-ts: sasrec seeds 1-3 (1 and 2 with users.npz) and seed 6 (past the 5 asked: stored, not counted toward
+    them), bert4rec seed 1 with users.npz; yelp-ts: sasrec seed 1; a side-check set with sasrec-tts only asks none."""
+    from resdom.report.evidence_blocks import coverage_markdown
+
+    def run(ds: str, label: str, seed: int, users: bool = False) -> RunRecord:
+        path = tmp_path / ds / label / f"seed{seed}"
+        path.mkdir(parents=True)
+        if users:
+            (path / "users.npz").touch()
+        return RunRecord(path, ds, label, seed, "gts")
+
+    runs = [run("toys-ts", "sasrec", 1, True), run("toys-ts", "sasrec", 2, True), run("toys-ts", "sasrec", 3),
+            run("toys-ts", "sasrec", 6, True), run("toys-ts", "bert4rec", 1, True), run("yelp-ts", "sasrec", 1),
+            run("beauty-ts-itemties", "sasrec-tts", 1)]
+    md = coverage_markdown(runs)
+    lines = md.splitlines()
+    assert lines[2] == "| beauty-ts-itemties | 1 | 0 of 1 | – | – | – |"
+    assert lines[3] == "| toys-ts | 5 | 4 of 5 | 3 of 5 (2 with evidence) | 0 of 5 | 0 of 5 |"
+    assert lines[4] == "| yelp-ts | 1 | 0 of 1 | 1 of 3 (0 with evidence) | 0 of 3 | 0 of 3 |"
+    # asked: 3 models x 5 on toys-ts + 3 models x 3 on yelp-ts = 24; stored with evidence within them: seeds 1, 2
+    assert "Per-user evidence (users.npz) in 4 of 7 stored cells" in md and "2 of 24 are stored with their" in md

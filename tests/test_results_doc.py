@@ -127,8 +127,9 @@ def test_the_statistics_blocks_are_made_and_placed() -> None:
     the documents (deleting one from a document, or from the report, fails here and in the test above)."""
     from resdom.report.evidence_blocks import EVIDENCE_BLOCKS
 
-    wanted = {"comparisons": "results.md", "proportions": "results.md", "cold_items": "results.md",
-              "five_models": "results.md", "echo": "results.md", "remedy_verdicts": "remedies.md"}
+    wanted = {"coverage": "results.md", "comparisons": "results.md", "proportions": "results.md",
+              "cold_items": "results.md", "five_models": "results.md", "echo": "results.md",
+              "remedy_verdicts": "remedies.md"}
     assert set(wanted) <= set(EVIDENCE_BLOCKS)
     for block, doc in wanted.items():
         assert block in block_names((ROOT / "docs" / doc).read_text()), f"docs/{doc} lacks the {block!r} block"

@@ -23,12 +23,14 @@ evidence exists). A row or cell over one seed says "1 seed".
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from resdom.experiments import MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
 from resdom.report.claims import is_causal
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.compare import (
     UNDECIDED,
+    USERS_FILE,
     Comparison,
     ComparisonRow,
     EvidenceIndex,
@@ -334,6 +336,48 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
     return text + ("\n" if ratios or contrast else "")
 
 
+# --- coverage: the cells and seeds the issue asks for (docs/results.md, Status) ---------------------------------------
+
+# issue 27 §2: 5 seeds of SASRec / DuoRec / BSARec on these data sets, 3 of every model elsewhere
+MAIN_SEEDS: dict[str, int] = {"beauty-ts": 5, "toys-ts": 5}
+OTHER_SEEDS = 3
+COVERAGE_QUEUE = "EVIDENCE=1 scripts/reproduce_queue.sh scripts/grid_evidence.txt"
+
+
+def coverage_markdown(runs: list[RunRecord]) -> str:
+    """The ``coverage`` block: per data set, the stored cells and how many carry their per-user evidence
+    (users.npz), and for each causal model (SASRec, DuoRec, BSARec) its seeds stored against the seeds asked
+    (``MAIN_SEEDS``, else ``OTHER_SEEDS``; none on a data set where no causal model itself ran, such as a side check
+    of another tie rule), with how many of them carry evidence; then one sentence over the store."""
+    causal = [m for m, traits in MODEL_TRAITS.items() if not traits.contrast]
+    cells = [r for r in runs if r.seed is not None]
+    evidence = {(r.dataset, r.model, r.seed) for r in cells if (Path(r.path) / USERS_FILE).is_file()}
+    rows, asked_total, stored_total = [], 0, 0
+    for ds in sorted({r.dataset for r in cells}):
+        mine = [r for r in cells if r.dataset == ds]
+        with_ev = sum((ds, r.model, r.seed) in evidence for r in mine)
+        row = [ds, str(len(mine)), f"{with_ev} of {len(mine)}"]
+        asked = MAIN_SEEDS.get(ds, OTHER_SEEDS)
+        if not any(r.model in causal for r in mine):  # a side check's data set (e.g. another tie rule): none asked
+            rows.append(row + ["–"] * len(causal))
+            continue
+        for m in causal:
+            seeds = sorted({r.seed for r in mine if r.model == m and r.seed <= asked})  # the asked seeds 1..asked
+            ev = sum((ds, m, k) in evidence for k in seeds)
+            row.append(f"{len(seeds)} of {asked} ({ev} with evidence)" if seeds else f"0 of {asked}")
+            asked_total += asked
+            stored_total += ev
+        rows.append(row)
+    header = ["Data set", "cells", "with users.npz", *(f"{m}: seeds stored of asked" for m in causal)]
+    text = markdown_table(header, rows)
+    n_ev = sum((r.dataset, r.model, r.seed) in evidence for r in cells)
+    text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the issue asks of "
+             f"{', '.join(causal)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, {OTHER_SEEDS} on "
+             f"every other data set), {stored_total} of {asked_total} are stored with their evidence. The queue that "
+             f"trains the rest: `{COVERAGE_QUEUE}`.\n")
+    return text
+
+
 # --- question 3: the echo (docs/results.md) -------------------------------------------------------------------------
 
 def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
@@ -370,13 +414,14 @@ def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigu
 
 # --- all blocks -----------------------------------------------------------------------------------------------------
 
-EVIDENCE_BLOCKS: tuple[str, ...] = ("remedy_verdicts", "comparisons", "proportions", "cold_items", "five_models",
-                                    "echo")
+EVIDENCE_BLOCKS: tuple[str, ...] = ("coverage", "remedy_verdicts", "comparisons", "proportions", "cold_items",
+                                    "five_models", "echo")
 
 
 def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
     """Markdown of every block of ``EVIDENCE_BLOCKS`` by name."""
-    return {"remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
+    return {"coverage": coverage_markdown(runs),
+            "remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
             "comparisons": comparisons_markdown(runs, n_boot),
             "proportions": proportions_markdown(runs),
             "cold_items": cold_items_markdown(runs),
