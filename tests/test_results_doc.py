@@ -183,3 +183,35 @@ def test_results_prose_after_the_tables_copies_no_measured_number() -> None:
     found = set(re.findall(r"(?<![\w.])\d+\.\d+%?|(?<![\w.])\d+%", prose))
     assert found <= SETTINGS, f"hand-written numbers in docs/results.md: {sorted(found - SETTINGS)}"
     assert "0.830" not in prose and re.findall(r"(?<![\w.])\d+\.\d+", "HRLI@1 0.830 here") == ["0.830"]
+
+
+def test_the_population_measurement_quoted_in_the_fidelity_prose_matches_its_data_and_the_store() -> None:
+    """docs/results.md, "The paper side by side": the Attn and +Res ratios on validation users come from
+    docs/results/measurements/mixing_valid.json (computed on the stored cells' own checkpoints), those on test users
+    from the store, the difference and the input lengths from the same two sources, each to the digits shown."""
+    import json
+    import statistics
+
+    measured = json.loads((ROOT / "docs" / "results" / "measurements" / "mixing_valid.json").read_text())
+    text = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
+    seeds = sorted(measured["seeds"], key=int)
+    valid, test = {}, {}
+    for k in seeds:
+        cell = ROOT / "results" / measured["dataset"] / measured["label"] / f"seed{k}"
+        stored = json.loads((cell / "diagnostics" / "mixing.json").read_text())
+        assert stored["checkpoint"] == measured["seeds"][k]["checkpoint"] == json.loads(
+            (cell / "cell.json").read_text())["checkpoint"]
+        for stage in ("Attn", "+Res"):
+            valid.setdefault(stage, []).append(measured["seeds"][k]["pooled_all"][stage])
+            test.setdefault(stage, []).append(stored["pooled"]["all"][stage])
+
+    def three(xs: list[float]) -> str:
+        return " / ".join(f"{x:.3f}" for x in xs)
+
+    assert f"Attn is {three(valid['Attn'])} (seeds 1-3) against {three(test['Attn'])} on the test users" in text
+    gap = statistics.mean(test["Attn"]) - statistics.mean(valid["Attn"])
+    assert f": {gap:.3f} lower, about three fifths of the gap to the paper's 0.772;" in text
+    assert 0.55 < gap / (statistics.mean(test["Attn"]) - 0.772) < 0.65  # "three fifths"
+    assert f"+Res moves less ({three(valid['+Res'])} against {three(test['+Res'])})" in text
+    lengths = measured["mean_input_length"]
+    assert f"({lengths['test']:.1f} items on average against {lengths['valid']:.1f};" in text
