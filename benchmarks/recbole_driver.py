@@ -8,6 +8,7 @@ LayerNorm eps 1e-12, max length 50, CE over all items at the last position with 
 (RecBole's data augmentation), Adam lr 1e-3, batch 256, leave-one-out by time, no filtering. Only
 ``trainer._train_epoch`` is timed (RecBole's checkpoint loading fails on torch >= 2.6; nothing is reloaded).
 ``"valid_each_epoch": true`` adds RecBole's own validation metrics after every epoch (untimed).
+``"budget_s": S``: no epoch starts once the timed epochs sum to S seconds (``tasks.within_budget``).
 Prints one JSON line.
 
 ``"batches": k`` instead: interleaved rounds (``tasks.Rounds``, driven by run.py): after preparation it prints
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import Phase, Rounds, set_threads  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
+from tasks import Phase, Rounds, set_threads, within_budget  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
 
 
 def recbole_config(data_path: str, checkpoint_dir: str, args: dict) -> dict:
@@ -87,6 +88,8 @@ def main(data_path: str, dataset_name: str, args: dict) -> dict:
             if valid_each:  # untimed: validation NDCG@10 for the time-to-accuracy curve
                 valid = trainer.evaluate(valid_data, load_best_model=False, show_progress=False)
                 records[-1]["valid"] = {k: float(v) for k, v in dict(valid).items()}
+            if not within_budget(records, args.get("budget_s")):
+                break
         out["epochs"] = records
         if args.get("evaluate"):
             t0 = time.perf_counter()

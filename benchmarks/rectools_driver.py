@@ -12,6 +12,7 @@ embeddings only. Each training epoch is timed by a Lightning callback (epoch sta
 included, as resdom's epoch). ``"valid_each_epoch": true`` adds, after every epoch (untimed), HR@10 / NDCG@10
 of each user's second-to-last item given the training part, computed from RecTools' own torch model on its
 own recommend batches, full ranking over its items with the input's items filtered. Prints one JSON line.
+``"budget_s": S``: no epoch starts once the timed epochs sum to S seconds (``tasks.within_budget``).
 
 ``"batches": k`` instead: interleaved rounds (``tasks.Rounds``, driven by run.py): when Lightning starts
 training (data and model prepared) it prints ``{"ready": true, ...}``; a callback then times k training batches
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import Phase, Rounds, set_threads  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
+from tasks import Phase, Rounds, set_threads, within_budget  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
 
 
 def read_beauty(path: str, max_users: int | None):
@@ -109,6 +110,7 @@ def main(beauty: str, args: dict) -> dict:
     out["prepare"] = prep.to_dict()
 
     epochs = int(args.get("epochs", 1))
+    budget = args.get("budget_s")  # training seconds: no epoch starts once the epochs so far reach it
     records: list[dict] = []
 
     class EpochTimer(pl.Callback):
@@ -120,6 +122,8 @@ def main(beauty: str, args: dict) -> dict:
             loss = trainer.callback_metrics.get("train_loss")
             records.append({"epoch": len(records) + 1, "loss": None if loss is None else round(float(loss), 4),
                             **self.phase.to_dict()})
+            if not within_budget(records, budget):
+                trainer.should_stop = True
 
     class ValidMetrics(pl.Callback):
         def on_train_epoch_end(self, trainer, module) -> None:  # noqa: ANN001
@@ -149,7 +153,7 @@ def main(beauty: str, args: dict) -> dict:
         "max_len", 50)), batch_size=256, lr=1e-3, loss="softmax", epochs=max(epochs, 1),
         item_net_block_types=(IdEmbeddingsItemNet,), recommend_torch_device="cpu", dataloader_num_workers=0,
         deterministic=False)
-    model._trainer = pl.Trainer(max_epochs=epochs, min_epochs=None if rounds else epochs,  # noqa: SLF001
+    model._trainer = pl.Trainer(max_epochs=epochs, min_epochs=None if rounds or budget else epochs,  # noqa: SLF001
                                 enable_progress_bar=False, enable_model_summary=False, logger=False,
                                 enable_checkpointing=False, accelerator="cpu", devices=1, callbacks=callbacks)
     t0 = time.perf_counter()

@@ -92,6 +92,7 @@ class Context:
     rectools_python: str | None = None
     tta_epochs: int = 30
     tta_target: float = 0.06
+    tta_budget: float | None = None  # tta: training seconds per library (then epochs are only a cap)
     peer_rounds: int = 8
     peer_batches: int = 20
     commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
@@ -497,35 +498,41 @@ def section_tta(ctx: Context) -> str:
     """Each library's SASRec with its own loss (resdom ce_all, RecBole CE at the last position over augmented
     prefixes, RecTools softmax at every position), d 64, 2 blocks, 2 heads, dropout 0.5, max length 50, batch 256,
     Adam 1e-3; validation NDCG@10 (full ranking, seen items filtered; RecBole's unfiltered, as its own) after
-    every epoch, against cumulative training seconds. RecBole gets a fifth of the epochs (it is ~7x slower per
-    epoch); its curve is cut short there and not extrapolated."""
+    every epoch, against cumulative training seconds. With a budget (--tta-budget) every library trains until its
+    timed epochs reach the same number of seconds; without one, RecBole gets a fifth of the epochs (it is ~7x
+    slower per epoch) and its curve is cut short there, not extrapolated."""
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
     epochs = 2 if ctx.quick else ctx.tta_epochs
     rb_epochs = 1 if ctx.quick else max(1, epochs // 5)
+    budget = {} if ctx.tta_budget is None else {"budget_s": ctx.tta_budget}
+    if budget:  # the budget ends training; the epochs are a cap only
+        epochs = rb_epochs = max(epochs, 100_000)
+    timeout = 4 * 3600 if ctx.tta_budget is None else int(3 * ctx.tta_budget) + 3600  # validation is untimed
     data = beauty_data(ctx, max_users)
     model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
              "attn_dropout": 0.5}
     results: dict[str, dict[str, Any]] = {}
     results["resdom"] = ctx.task("train", {"data": data, "model": model, "epochs": epochs,
-                                           "evaluate": "valid_each_epoch",
-                                           "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}})
+                                           "evaluate": "valid_each_epoch", **budget,
+                                           "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}},
+                                 timeout=timeout)
     missing = "venv not found (see --recbole-python / --rectools-python)"
     results["RecBole"] = {"error": "RecBole " + missing}
     if ctx.recbole_python:
         with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
             write_recbole_inter(beauty, Path(tmp), "Beauty", max_users)
-            args = {"epochs": rb_epochs, "valid_each_epoch": True, "max_len": 50,
+            args = {"epochs": rb_epochs, "valid_each_epoch": True, "max_len": 50, **budget,
                     **({"threads": ctx.threads} if ctx.threads else {})}
             results["RecBole"] = ctx.run_json([ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty",
-                                               json.dumps(args)], timeout=4 * 3600)
+                                               json.dumps(args)], timeout=timeout)
             ctx.commands[-1] = ctx.commands[-1].replace(tmp, "$TMP")
     results["RecTools"] = {"error": "RecTools " + missing}
     if ctx.rectools_python:
-        args = {"epochs": epochs, "valid_each_epoch": True, "max_len": 50,
+        args = {"epochs": epochs, "valid_each_epoch": True, "max_len": 50, **budget,
                 **({"max_users": max_users} if max_users else {}), **({"threads": ctx.threads} if ctx.threads else {})}
         results["RecTools"] = ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty),
-                                            json.dumps(args)], timeout=4 * 3600)
+                                            json.dumps(args)], timeout=timeout)
     readers: dict[str, Callable[[dict[str, Any]], float | None]] = {
         "resdom": lambda r: r.get("after", {}).get("valid", {}).get("metrics", {}).get("NDCG@10"),
         "RecBole": lambda r: r.get("valid", {}).get("ndcg@10"),
@@ -1036,6 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tta-epochs", type=int, default=30, help="tta section: epochs for resdom and RecTools "
                    "(RecBole a fifth of them)")
     p.add_argument("--tta-target", type=float, default=0.06, help="tta section: validation NDCG@10 to reach")
+    p.add_argument("--tta-budget", type=float, default=None, help="tta section: training seconds each library "
+                   "gets (the issue's equal budget: 7200 or more); --tta-epochs is then a cap only")
     p.add_argument("--peer-rounds", type=int, default=8, help="recbole and rectools sections: interleaved rounds")
     p.add_argument("--peer-batches", type=int, default=20,
                    help="recbole and rectools sections: training batches per library per round")
@@ -1054,7 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
     recbole = find_peer_python("recbole", a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & need else None
     rectools = find_peer_python("rectools", a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & need else None
     ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target,
-                  a.peer_rounds, a.peer_batches)
+                  a.tta_budget, a.peer_rounds, a.peer_batches)
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
@@ -1063,6 +1072,7 @@ def main(argv: list[str] | None = None) -> int:
             (f" --threads {a.threads}" if a.threads else "") + \
             (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools", "tta")
              else "") + \
+            (f" --tta-budget {a.tta_budget:g}" if a.tta_budget is not None and name == "tta" else "") + \
             (f" --peer-rounds {a.peer_rounds} --peer-batches {a.peer_batches}"
              if name in ("recbole", "rectools") and (a.peer_rounds, a.peer_batches) != (8, 20) else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)

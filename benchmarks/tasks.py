@@ -184,11 +184,12 @@ def make_configs(split, model: dict[str, Any], train: dict[str, Any]):
 
 
 def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int, device: str = "cpu",
-                 after_epoch: Any = None):
+                 after_epoch: Any = None, budget_s: float | None = None):
     """Train a fresh model for ``epochs`` epochs with the trainer's own epoch loop (``trainer._train_epoch``:
     the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs).
     The loop reads every batch's loss back (a device sync), so wall times are complete on CUDA too.
-    ``after_epoch(epoch, model)`` (untimed) may return a dict, stored in the epoch's record as ``"after"``."""
+    ``after_epoch(epoch, model)`` (untimed) may return a dict, stored in the epoch's record as ``"after"``.
+    ``budget_s``: stop after the epoch whose training seconds, summed, reach it (``within_budget``)."""
     from resdom import distributed
     from resdom.models import build_model
     from resdom.training import trainer
@@ -216,7 +217,15 @@ def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: in
             extra = after_epoch(epoch, net)
             if extra is not None:
                 records[-1]["after"] = extra
+        if not within_budget(records, budget_s):
+            break
     return net, records, (model_cfg, train_cfg)
+
+
+def within_budget(records: list[dict[str, Any]], budget_s: float | None) -> bool:
+    """Whether another epoch may start: no budget, or the epochs' summed training seconds (``"seconds"`` of each
+    record; validation untimed) are still below it. The same rule in resdom's, RecBole's and RecTools' loops."""
+    return budget_s is None or sum(r["seconds"] for r in records) < budget_s
 
 
 def save_model(net, model_cfg, path: str | Path) -> None:
@@ -277,7 +286,8 @@ def task_train(args: dict[str, Any]) -> dict[str, Any]:
     after = (lambda epoch, net: {"test": test_metrics(net, split)}) if each else (
         (lambda epoch, net: {"valid": valid_metrics(net, split)}) if valid else None)
     net, records, (model_cfg, train_cfg) = train_epochs(
-        split, args.get("model", {}), args.get("train", {}), int(args.get("epochs", 1)), after_epoch=after)
+        split, args.get("model", {}), args.get("train", {}), int(args.get("epochs", 1)), after_epoch=after,
+        budget_s=args.get("budget_s"))
     out: dict[str, Any] = {"data": data_summary(split), "threads": threads, "epochs": records,
                            "objective": train_cfg.objective, "model": model_cfg.model_dump(),
                            "params": sum(p.numel() for p in net.parameters())}

@@ -181,6 +181,47 @@ def test_tta_section_times_a_target_and_the_value_every_library_reached(tmp_path
     assert "s to >= 0.045 (reached by all)" in text
 
 
+def test_a_training_budget_ends_each_librarys_loop_after_the_epoch_that_reaches_it() -> None:
+    """``within_budget``: another epoch starts while the timed epochs sum below the budget (the rule resdom's,
+    RecBole's and RecTools' loops share); resdom's train task stops on it with epochs as a cap only."""
+    assert tasks.within_budget([], None) and tasks.within_budget([{"seconds": 5.0}] * 3, None)
+    assert tasks.within_budget([{"seconds": 2.0}, {"seconds": 2.9}], 5.0)
+    assert not tasks.within_budget([{"seconds": 2.0}, {"seconds": 3.0}], 5.0)
+    out = tasks.task_train({"data": TINY, "model": MODEL, "epochs": 50, "budget_s": 0.0, "threads": 1})
+    assert [e["epoch"] for e in out["epochs"]] == [1]  # one epoch reaches a budget of 0 s
+    out = tasks.task_train({"data": TINY, "model": MODEL, "epochs": 2, "budget_s": 1e9, "threads": 1})
+    assert [e["epoch"] for e in out["epochs"]] == [1, 2]  # the cap ends a budget not reached
+
+
+def test_tta_with_a_budget_gives_every_library_the_same_seconds(tmp_path: Path, monkeypatch) -> None:
+    """--tta-budget: resdom, RecBole and RecTools each get ``budget_s`` and the same epoch cap (RecBole no longer a
+    fifth of the epochs)."""
+    (tmp_path / "bsarec").mkdir()
+    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
+    seen: dict[str, dict] = {}
+    curve = {"epochs": [{"seconds": 1.0, "valid": {"ndcg@10": 0.01, "metrics": {"NDCG@10": 0.01}},
+                         "after": {"valid": {"metrics": {"NDCG@10": 0.01}}}}]}
+
+    def fake(self, cmd, timeout, env=None):  # noqa: ANN001
+        self.commands.append(" ".join(cmd))
+        seen["RecBole" if "recbole_driver.py" in cmd[1] else "RecTools"] = {**json.loads(cmd[-1]), "timeout": timeout}
+        return curve
+
+    def task(self, name, args, timeout=3600):  # noqa: ANN001
+        seen["resdom"] = {**args, "timeout": timeout}
+        return curve
+
+    monkeypatch.setattr(run.Context, "run_json", fake)
+    monkeypatch.setattr(run.Context, "task", task)
+    (tmp_path / "out").mkdir()
+    ctx = run.Context(False, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python", tta_epochs=30,
+                      tta_budget=7200.0)
+    run.section_tta(ctx)
+    assert {k: (v["budget_s"], v["epochs"]) for k, v in seen.items()} == {
+        k: (7200.0, 100_000) for k in ("resdom", "RecBole", "RecTools")}
+    assert all(v["timeout"] > 3 * 7200 for v in seen.values())
+
+
 def test_rounds_serve_a_fixed_number_of_batches_per_command() -> None:
     """tasks.Rounds: a round of k batches per ``round`` line (across epochs), one JSON line each; ``stop`` ends."""
     import io
