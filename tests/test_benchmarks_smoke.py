@@ -214,8 +214,8 @@ def test_tta_with_a_budget_gives_every_library_the_same_seconds(tmp_path: Path, 
     monkeypatch.setattr(run.Context, "run_json", fake)
     monkeypatch.setattr(run.Context, "task", task)
     (tmp_path / "out").mkdir()
-    ctx = run.Context(False, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python", tta_epochs=30,
-                      tta_budget=7200.0)
+    ctx = run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python", tta_epochs=30,
+                      tta_budget=7200.0)  # quick: the plot goes to tmp_path
     run.section_tta(ctx)
     assert {k: (v["budget_s"], v["epochs"]) for k, v in seen.items()} == {
         k: (7200.0, 100_000) for k in ("resdom", "RecBole", "RecTools")}
