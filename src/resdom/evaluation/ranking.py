@@ -27,10 +27,7 @@ from resdom.names import CUTOFFS
 KS = CUTOFFS
 SCORE_BUDGET = 32_000_000  # floats per (users x items) score chunk: 128 MB in float32
 MISS = int(np.iinfo(np.int64).max // 4)  # rank of an item that cannot be recommended (filtered out, absent)
-# items per score tile of ``tiled_ranks``: a (users x tile) block stays in the core's L2 cache (256 users x 512
-# items = 512 KB of a 1 MB L2); measured against 2048, interleaved on one thread: 1.35x faster at 12k items, 1.1x
-# at 1M (benchmarks/RESULTS.md, section peak); the ranks do not depend on it
-ITEM_TILE = 512
+ITEM_TILE = 2048  # items per score tile of ``tiled_ranks``: a (users x tile) block stays in the core's cache
 
 
 def user_chunk_size(n_items: int, requested: int, budget: int = SCORE_BUDGET) -> int:
