@@ -101,6 +101,9 @@ MODEL_TRAITS: dict[str, ModelTraits] = {
     "gru4rec": ModelTraits(heads=False, contrast=True),
 }
 assert tuple(MODEL_TRAITS) == MODELS, "resdom.names.MODELS and MODEL_TRAITS disagree"
+# The causal self-attention recommenders whose last-item reliance resdom studies (SASRec, DuoRec, BSARec): every
+# model but the contrast models, by their traits.
+CAUSAL_MODELS: tuple[str, ...] = tuple(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)
 
 
 # --------------------------------------------------------------------------------- defaults and presets

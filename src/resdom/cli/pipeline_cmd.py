@@ -12,7 +12,7 @@ import typer
 from resdom.cli.train_cmd import parse_set
 from resdom.cli.values import progress_option, quiet_alias
 from resdom.errors import ResdomError
-from resdom.experiments import MODEL_TRAITS, REMEDIES, REMEDY_MODELS
+from resdom.experiments import CAUSAL_MODELS, REMEDIES, REMEDY_MODELS
 from resdom.io import atomic_write_text
 from resdom.pipeline.common import is_finished
 from resdom.pipeline.demo import DemoSettings, run_demo
@@ -105,7 +105,7 @@ def demo(
 
 # The grid's defaults, from the experiment settings: the causal self-attention models (not the contrast models, by
 # their traits), and every remedy but the milder residual scale 0.75.
-GRID_MODELS = ",".join(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)
+GRID_MODELS = ",".join(CAUSAL_MODELS)
 DEFAULT_VARIANTS = ",".join(v for v in REMEDIES if v != "res0.75")
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from resdom.experiments import MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
+from resdom.experiments import CAUSAL_MODELS, MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
 from resdom.report.claims import is_causal
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.compare import (
@@ -349,7 +349,6 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
     (users.npz), and for each causal model (SASRec, DuoRec, BSARec) its seeds stored against the seeds asked
     (``MAIN_SEEDS``, else ``OTHER_SEEDS``; none on a data set where no causal model itself ran, such as a side check
     of another tie rule), with how many of them carry evidence; then one sentence over the store."""
-    causal = [m for m, traits in MODEL_TRAITS.items() if not traits.contrast]
     cells = [r for r in runs if r.seed is not None]
     evidence = {(r.dataset, r.model, r.seed) for r in cells if (Path(r.path) / USERS_FILE).is_file()}
     rows, asked_total, stored_total = [], 0, 0
@@ -358,23 +357,23 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
         with_ev = sum((ds, r.model, r.seed) in evidence for r in mine)
         row = [ds, str(len(mine)), f"{with_ev} of {len(mine)}"]
         asked = MAIN_SEEDS.get(ds, OTHER_SEEDS)
-        if not any(r.model in causal for r in mine):  # a side check's data set (e.g. another tie rule): none asked
-            rows.append(row + ["–"] * len(causal))
+        if not any(r.model in CAUSAL_MODELS for r in mine):  # a side check's data set (another tie rule): none asked
+            rows.append(row + ["–"] * len(CAUSAL_MODELS))
             continue
-        for m in causal:
+        for m in CAUSAL_MODELS:
             seeds = sorted({r.seed for r in mine if r.model == m and r.seed <= asked})  # the asked seeds 1..asked
             ev = sum((ds, m, k) in evidence for k in seeds)
             row.append(f"{len(seeds)} of {asked} ({ev} with evidence)" if seeds else f"0 of {asked}")
             asked_total += asked
             stored_total += ev
         rows.append(row)
-    header = ["Data set", "cells", "with users.npz", *(f"{m}: seeds stored of asked" for m in causal)]
+    header = ["Data set", "cells", "with users.npz", *(f"{m}: seeds stored of asked" for m in CAUSAL_MODELS)]
     text = markdown_table(header, rows)
     n_ev = sum((r.dataset, r.model, r.seed) in evidence for r in cells)
     text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the issue asks of "
-             f"{', '.join(causal)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, {OTHER_SEEDS} on "
-             f"every other data set), {stored_total} of {asked_total} are stored with their evidence. The queue that "
-             f"trains the rest: `{COVERAGE_QUEUE}`.\n")
+             f"{', '.join(CAUSAL_MODELS)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, "
+             f"{OTHER_SEEDS} on every other data set), {stored_total} of {asked_total} are stored with their evidence. "
+             f"The queue that trains the rest: `{COVERAGE_QUEUE}`.\n")
     return text
 
 

@@ -44,12 +44,11 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from resdom.errors import ResdomError
-from resdom.experiments import MODEL_TRAITS
+from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
 from resdom.report.dynamics import Dynamics, cell_dynamics
 from resdom.report.stats import holm, wilson
 
-CAUSAL_MODELS = tuple(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)  # SASRec, DuoRec, BSARec
 GAIN_MARGIN = 0.01
 MIN_CELLS = 5
 CURVE_FILE = "curve.jsonl"
@@ -455,16 +454,18 @@ def answer_sentence(table: DynamicsTable) -> str:
     return "Answer, generated from the table: " + "; ".join(parts) + "." if parts else ""
 
 
-# Question 4's long run: a label trained with a longer patience, on the data set where the issue asks for it, set
-# against the same model at the store's patience (``experiments.TRAINING_VARIANTS``)
-LONG_PATIENCE = ("yelp-ts", "sasrec-p30", "sasrec", "patience 30")
+# Question 4's long run: (data set, label) of a training variant with a longer patience, on the data set where the
+# issue asks for it; set against its model at the store's patience (model and patience: experiments.TRAINING_VARIANTS)
+LONG_PATIENCE = ("yelp-ts", "sasrec-p30")
 LONG_PATIENCE_QUEUE = "scripts/grid_session3.txt"
 
 
-def long_patience_sentence(table: DynamicsTable, long: tuple[str, str, str, str] = LONG_PATIENCE) -> str:
+def long_patience_sentence(table: DynamicsTable, long: tuple[str, str] = LONG_PATIENCE) -> str:
     """What the cells trained with a longer patience say (their row beside the base label's), or that they are not
     trained yet."""
-    ds, label, base, what = long
+    ds, label = long
+    base, values = TRAINING_VARIANTS[label]
+    what = f"patience {values['patience']}"
     rows = {r.scope: r for r in table.rows}
     mine, theirs = rows.get(f"{ds} / {label}"), rows.get(f"{ds} / {base}")
     head = f"Training on past the plateau ({ds} with {what}, `{label}`)"
