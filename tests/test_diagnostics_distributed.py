@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_helpers import spawn_gloo
 
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics.alpha import alpha_sweep
@@ -77,14 +76,10 @@ def assert_close(got: Any, want: Any, tol: float, where: str = "") -> None:
 
 def _worker(rank: int, world: int, tmp: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
-    try:
-        out = {"diagnostics": diagnose_all()}
-        summary = run_all(f"{tmp}/run_dist", alphas=(1.0, 0.5, 0.0), seeds=(0,), progress=False, batch_size=16)
-        out["summary"] = summary
-        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(out))
-    finally:
-        dist.destroy_process_group()
+    out = {"diagnostics": diagnose_all()}
+    summary = run_all(f"{tmp}/run_dist", alphas=(1.0, 0.5, 0.0), seeds=(0,), progress=False, batch_size=16)
+    out["summary"] = summary
+    Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(out))
 
 
 @pytest.mark.slow
@@ -102,7 +97,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     single_summary = run_all(tmp_path / "run_single", alphas=(1.0, 0.5, 0.0), seeds=(0,), progress=False,
                              batch_size=16)
 
-    mp.spawn(_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+    spawn_gloo(_worker, str(tmp_path))
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for g in got:
         assert_close(g["diagnostics"], single, 1e-12)

@@ -3,6 +3,8 @@ connections down while a peer still works), none with an exception in flight (a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch.distributed as dist
 
@@ -42,3 +44,18 @@ def test_close_with_an_exception_in_flight_leaves_without_a_barrier(calls: list[
 def test_close_leaves_a_group_it_did_not_join(calls: list[str]) -> None:
     DistContext(0, 2, initialized=False).close()  # the caller's process group (e.g. a script's) stays
     assert calls == []
+
+
+def _failing_worker(rank: int, world: int, tmp: str) -> None:
+    if rank == 1:
+        raise ValueError("rank 1 failed on purpose")
+
+
+@pytest.mark.slow
+def test_spawn_gloo_reports_a_failing_worker(tmp_path: Path) -> None:
+    """The tests' gloo helper leaves with os._exit(0) only after the worker returned: a raise still fails the test."""
+    import torch.multiprocessing as mp
+    from gloo_helpers import spawn_gloo
+
+    with pytest.raises(mp.ProcessRaisedException, match="rank 1 failed on purpose"):
+        spawn_gloo(_failing_worker, str(tmp_path))

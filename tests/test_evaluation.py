@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_helpers import spawn_gloo
 
 import resdom.evaluation.evaluate as evaluate_module
 from resdom.data.sequences import EvalSet, Sequences
@@ -147,15 +146,11 @@ def test_empty_evalset() -> None:
 def _ddp_worker(rank: int, world: int, tmp: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=world)
-    try:
-        model = make_model()
-        model.load_state_dict(torch.load(f"{tmp}/model.pt"))
-        wrapped = DistributedDataParallel(model)  # evaluate unwraps it
-        res = evaluate(wrapped, make_evalset(2, 29), batch_size=4, return_ranks=True)
-        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps({**res.to_dict(), "ranks": res.ranks.tolist()}))
-    finally:
-        dist.destroy_process_group()
+    model = make_model()
+    model.load_state_dict(torch.load(f"{tmp}/model.pt"))
+    wrapped = DistributedDataParallel(model)  # evaluate unwraps it
+    res = evaluate(wrapped, make_evalset(2, 29), batch_size=4, return_ranks=True)
+    Path(f"{tmp}/rank{rank}.json").write_text(json.dumps({**res.to_dict(), "ranks": res.ranks.tolist()}))
 
 
 @pytest.mark.slow
@@ -163,7 +158,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     model = make_model()
     torch.save(model.state_dict(), tmp_path / "model.pt")
     single = evaluate(model, make_evalset(2, 29), batch_size=4, return_ranks=True)
-    mp.spawn(_ddp_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
+    spawn_gloo(_ddp_worker, str(tmp_path))
     for rank in (0, 1):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert got["n_users"] == 29
