@@ -93,6 +93,7 @@ class Context:
     tta_epochs: int = 30
     tta_target: float = 0.06
     tta_budget: float | None = None  # tta: training seconds per library (then epochs are only a cap)
+    tta_libs: tuple[str, ...] = ("resdom", "RecBole", "RecTools")  # tta: measured in this run (others: stored)
     peer_rounds: int = 8
     peer_batches: int = 20
     commands: list[str] = field(default_factory=list)  # what the current section ran, for RESULTS.md
@@ -494,13 +495,19 @@ def time_to(points: list[tuple[float, float]], target: float) -> float | None:
     return next((t for t, v in points if v >= target), None)
 
 
+TTA_LIBS = ("resdom", "RecBole", "RecTools")
+TTA_STORE = HERE / "tta"  # one file per library: its curve, the settings and the conditions it was measured under
+
+
 def section_tta(ctx: Context) -> str:
     """Each library's SASRec with its own loss (resdom ce_all, RecBole CE at the last position over augmented
     prefixes, RecTools softmax at every position), d 64, 2 blocks, 2 heads, dropout 0.5, max length 50, batch 256,
     Adam 1e-3; validation NDCG@10 (full ranking, seen items filtered; RecBole's unfiltered, as its own) after
     every epoch, against cumulative training seconds. With a budget (--tta-budget) every library trains until its
     timed epochs reach the same number of seconds; without one, RecBole gets a fifth of the epochs (it is ~7x
-    slower per epoch) and its curve is cut short there, not extrapolated."""
+    slower per epoch) and its curve is cut short there, not extrapolated. Each library's curve is kept in
+    benchmarks/tta/LIBRARY.json with its settings and conditions, so the libraries may be measured in separate
+    runs (--tta-libs); a stored curve is used only where its settings equal this run's."""
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
     epochs = 2 if ctx.quick else ctx.tta_epochs
@@ -509,36 +516,66 @@ def section_tta(ctx: Context) -> str:
     if budget:  # the budget ends training; the epochs are a cap only
         epochs = rb_epochs = max(epochs, 100_000)
     timeout = 4 * 3600 if ctx.tta_budget is None else int(3 * ctx.tta_budget) + 3600  # validation is untimed
-    data = beauty_data(ctx, max_users)
     model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
              "attn_dropout": 0.5}
-    results: dict[str, dict[str, Any]] = {}
-    results["resdom"] = ctx.task("train", {"data": data, "model": model, "epochs": epochs,
-                                           "evaluate": "valid_each_epoch", **budget,
-                                           "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}},
-                                 timeout=timeout)
+    settings = {"budget_s": ctx.tta_budget, "epochs": None if budget else epochs, "max_users": max_users,
+                "threads": ctx.threads, "model": model}
+    store = (ctx.out / "tta") if ctx.quick else TTA_STORE
     missing = "venv not found (see --recbole-python / --rectools-python)"
-    results["RecBole"] = {"error": "RecBole " + missing}
-    if ctx.recbole_python:
+
+    def run_resdom() -> dict[str, Any]:
+        return ctx.task("train", {"data": beauty_data(ctx, max_users), "model": model, "epochs": epochs,
+                                  "evaluate": "valid_each_epoch", **budget,
+                                  "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}}, timeout=timeout)
+
+    def run_recbole() -> dict[str, Any]:
+        if not ctx.recbole_python:
+            return {"error": "RecBole " + missing}
         with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
             write_recbole_inter(beauty, Path(tmp), "Beauty", max_users)
             args = {"epochs": rb_epochs, "valid_each_epoch": True, "max_len": 50, **budget,
                     **({"threads": ctx.threads} if ctx.threads else {})}
-            results["RecBole"] = ctx.run_json([ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty",
-                                               json.dumps(args)], timeout=timeout)
+            res = ctx.run_json([ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty",
+                                json.dumps(args)], timeout=timeout)
             ctx.commands[-1] = ctx.commands[-1].replace(tmp, "$TMP")
-    results["RecTools"] = {"error": "RecTools " + missing}
-    if ctx.rectools_python:
+            return res
+
+    def run_rectools() -> dict[str, Any]:
+        if not ctx.rectools_python:
+            return {"error": "RecTools " + missing}
         args = {"epochs": epochs, "valid_each_epoch": True, "max_len": 50, **budget,
                 **({"max_users": max_users} if max_users else {}), **({"threads": ctx.threads} if ctx.threads else {})}
-        results["RecTools"] = ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty),
-                                            json.dumps(args)], timeout=timeout)
+        return ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty), json.dumps(args)],
+                            timeout=timeout)
+
+    runners = {"resdom": run_resdom, "RecBole": run_recbole, "RecTools": run_rectools}
     readers: dict[str, Callable[[dict[str, Any]], float | None]] = {
         "resdom": lambda r: r.get("after", {}).get("valid", {}).get("metrics", {}).get("NDCG@10"),
         "RecBole": lambda r: r.get("valid", {}).get("ndcg@10"),
         "RecTools": lambda r: r.get("valid", {}).get("metrics", {}).get("NDCG@10"),
     }
-    curves = {k: curve(v["epochs"], readers[k]) for k, v in results.items() if not err(v)}
+    measured: dict[str, dict[str, Any]] = {}
+    for lib in TTA_LIBS:
+        if lib in ctx.tta_libs:
+            started, load0 = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
+            res = runners[lib]()
+            entry = {"settings": settings, **({"error": err(res)} if err(res) else {}),
+                     "curve": [] if err(res) else curve(res["epochs"], readers[lib]),
+                     "conditions": {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                    "load_average_start": round(load0, 1),
+                                    "load_average_end": round(os.getloadavg()[0], 1), "machine": machine_info()}}
+            if not err(res):  # a failure is reported, never stored over an earlier curve
+                store.mkdir(parents=True, exist_ok=True)
+                (store / f"{lib}.json").write_text(json.dumps(entry, indent=1) + "\n")
+            measured[lib] = entry
+        elif (store / f"{lib}.json").exists():
+            stored = json.loads((store / f"{lib}.json").read_text())
+            measured[lib] = stored if stored["settings"] == settings else \
+                {"error": f"{lib}: the stored curve was measured with other settings ({stored['settings']}); "
+                          f"run --only tta --tta-libs {lib}"}
+        else:
+            measured[lib] = {"error": f"{lib}: not measured yet; run --only tta --tta-libs {lib}"}
+    curves = {k: [tuple(p) for p in v["curve"]] for k, v in measured.items() if not err(v)}
     target = ctx.tta_target
     # the set target, and the best value every library reached (rounded down): a ratio for all of them
     shared = math.floor(min((max(v for _, v in c) for c in curves.values() if c), default=0.0) * 1000) / 1000
@@ -548,17 +585,19 @@ def section_tta(ctx: Context) -> str:
              "not reached" if reach[k] is None else reach[k],
              ratio(reach[k], reach.get("resdom")) if k != "resdom" else "1.00x",
              "not reached" if reach_shared[k] is None else reach_shared[k],
-             ratio(reach_shared[k], reach_shared.get("resdom")) if k != "resdom" else "1.00x"]
+             ratio(reach_shared[k], reach_shared.get("resdom")) if k != "resdom" else "1.00x",
+             f"{measured[k]['conditions']['started']}, load {measured[k]['conditions']['load_average_start']}"
+             f"-{measured[k]['conditions']['load_average_end']}"]
             for k, c in curves.items()]
     text = [table(["library", "epochs", "training s", "best valid NDCG@10", f"s to valid NDCG@10 >= {target}",
-                   "time vs resdom", f"s to >= {shared} (reached by all)", "time vs resdom"], rows)]
+                   "time vs resdom", f"s to >= {shared} (reached by all)", "time vs resdom", "measured"], rows)]
     png = (ctx.out if ctx.quick else HERE) / "time_to_accuracy.png"
     if plot_tta(curves, png, target):
         text.append(f"\n![time to accuracy]({_rel(str(png)).removeprefix('benchmarks/')})")
     text.append(
         "\nCurves (cumulative training seconds, validation NDCG@10): "
         + "; ".join(f"{k} {c}" for k, c in curves.items()) + ". " + " ".join((section_tta.__doc__ or "").split()))
-    return "\n".join(text) + errors_note(results)
+    return "\n".join(text) + errors_note(measured)
 
 
 def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, target: float) -> bool:
@@ -1045,6 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tta-target", type=float, default=0.06, help="tta section: validation NDCG@10 to reach")
     p.add_argument("--tta-budget", type=float, default=None, help="tta section: training seconds each library "
                    "gets (the issue's equal budget: 7200 or more); --tta-epochs is then a cap only")
+    p.add_argument("--tta-libs", default="resdom,RecBole,RecTools",
+                   help="tta section: the libraries measured in this run; the others' stored curves "
+                   "(benchmarks/tta/) are used where their settings match")
     p.add_argument("--peer-rounds", type=int, default=8, help="recbole and rectools sections: interleaved rounds")
     p.add_argument("--peer-batches", type=int, default=20,
                    help="recbole and rectools sections: training batches per library per round")
@@ -1057,13 +1099,16 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n in names if n not in SECTIONS]
     if bad:
         p.error(f"unknown section {bad[0]!r}; sections: {', '.join(SECTIONS)}")
+    tta_libs = tuple(x.strip() for x in a.tta_libs.split(",") if x.strip())
+    if any(x not in TTA_LIBS for x in tta_libs):
+        p.error(f"--tta-libs: unknown library in {a.tta_libs!r}; libraries: {', '.join(TTA_LIBS)}")
     results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
     OUT.mkdir(parents=True, exist_ok=True)
     need = set(names)
     recbole = find_peer_python("recbole", a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & need else None
     rectools = find_peer_python("rectools", a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & need else None
     ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target,
-                  a.tta_budget, a.peer_rounds, a.peer_batches)
+                  a.tta_budget, tta_libs, a.peer_rounds, a.peer_batches)
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
@@ -1073,6 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
             (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools", "tta")
              else "") + \
             (f" --tta-budget {a.tta_budget:g}" if a.tta_budget is not None and name == "tta" else "") + \
+            (f" --tta-libs {','.join(tta_libs)}" if name == "tta" and tta_libs != TTA_LIBS else "") + \
             (f" --peer-rounds {a.peer_rounds} --peer-batches {a.peer_batches}"
              if name in ("recbole", "rectools") and (a.peer_rounds, a.peer_batches) != (8, 20) else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)

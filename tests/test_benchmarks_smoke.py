@@ -222,6 +222,50 @@ def test_tta_with_a_budget_gives_every_library_the_same_seconds(tmp_path: Path, 
     assert all(v["timeout"] > 3 * 7200 for v in seen.values())
 
 
+def test_tta_libraries_measured_in_separate_runs_share_one_table(tmp_path: Path, monkeypatch) -> None:
+    """--tta-libs: each library's curve is stored with its settings and conditions; a later run that measures
+    another library reads it back (same settings), refuses it under other settings, and never stores a failure."""
+    (tmp_path / "bsarec").mkdir()
+    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
+    ours = {"epochs": [{"seconds": 2.0, "after": {"valid": {"metrics": {"NDCG@10": v}}}} for v in (0.02, 0.07)]}
+    peer = {"epochs": [{"seconds": 5.0, "valid": {"ndcg@10": v, "metrics": {"NDCG@10": v}}} for v in (0.01, 0.065)]}
+    ran: list[str] = []
+
+    def fake(self, cmd, timeout, env=None):  # noqa: ANN001
+        ran.append("RecBole" if "recbole_driver.py" in cmd[1] else "RecTools")
+        self.commands.append(" ".join(cmd))
+        return peer
+
+    def task(self, name, args, timeout=3600):  # noqa: ANN001
+        ran.append("resdom")
+        return ours
+
+    monkeypatch.setattr(run.Context, "run_json", fake)
+    monkeypatch.setattr(run.Context, "task", task)
+    (tmp_path / "out").mkdir()
+
+    def ctx(libs: tuple[str, ...], budget: float = 7200.0) -> run.Context:
+        return run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python",
+                           tta_budget=budget, tta_libs=libs)
+
+    first = run.section_tta(ctx(("RecBole", "RecTools")))
+    assert ran == ["RecBole", "RecTools"] and "resdom: not measured yet" in first
+    stored = json.loads((tmp_path / "out" / "tta" / "RecBole.json").read_text())
+    assert stored["curve"] == [[5.0, 0.01], [10.0, 0.065]] and stored["settings"]["budget_s"] == 7200.0
+    assert {"started", "finished", "load_average_start", "load_average_end", "machine"} <= set(stored["conditions"])
+    ran.clear()
+    text = run.section_tta(ctx(("resdom",)))
+    assert ran == ["resdom"] and "Failed measurements" not in text
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| library")}
+    assert rows["resdom"][3] == "4.0" and rows["RecBole"][3:5] == ["10.0", "2.50x"]  # >= 0.06: 4 s against 10 s
+    other = run.section_tta(ctx(("resdom",), budget=3600.0))
+    assert "RecBole: the stored curve was measured with other settings" in other
+    monkeypatch.setattr(run.Context, "task", lambda self, name, args, timeout=3600: {"error": "boom"})
+    run.section_tta(ctx(("resdom",)))
+    assert json.loads((tmp_path / "out" / "tta" / "resdom.json").read_text())["curve"] == [[2.0, 0.02], [4.0, 0.07]]
+
+
 def test_rounds_serve_a_fixed_number_of_batches_per_command() -> None:
     """tasks.Rounds: a round of k batches per ``round`` line (across epochs), one JSON line each; ``stop`` ends."""
     import io
