@@ -268,3 +268,74 @@ def test_two_queue_workers_never_both_claim_a_cell(tmp_path: Path) -> None:
     after = dict(line.split() for line in (tmp_path / "after").read_text().splitlines())
     assert holders == after == {c: w[0] for c, w in winners.items()}
     assert not [p for p in (tmp_path / "claims").iterdir() if p.name.startswith(".new.")]
+
+
+STUB_PYTHON = r'''#!/usr/bin/env bash
+# stands in for "python3 -m resdom reproduce ...": records its arguments, then stores the cell (or fails, or hangs)
+[ "$1 $2 $3" = "-m resdom reproduce" ] || exit 9
+shift 3
+while [ $# -gt 0 ]; do case $1 in --datasets) d=$2;; --models) m=$2;; --seeds) s=$2;; --store) store=$2;;
+  --device) dev=$2;; esac; shift; done
+echo "$d $m $s $dev" >> "$LOG_STARTED"
+case $m in broken) echo "Traceback: boom" >&2; exit 1;; slow) sleep 600;; esac
+mkdir -p "$store/$d/$m/seed$s" && echo '{}' > "$store/$d/$m/seed$s/cell.json" && touch "$store/$d/$m/seed$s/users.npz"
+'''
+
+
+def test_device_cells_trains_the_open_cells_and_imports_them(tmp_path: Path) -> None:
+    """scripts/device_cells.sh --run: the queue's open cells (EVIDENCE=1: also those stored without users.npz) on the
+    device, a failure and a cell past the deadline reported, the finished ones packed; --import adds to the store
+    only the cells it lacks (COMMIT=0: no git)."""
+    import os
+    import shutil
+    import subprocess
+    import tarfile
+
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "device_cells.sh", repo / "scripts")
+    (repo / "src").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(STUB_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    old = repo / "results" / "toys-ts" / "sasrec" / "seed1"  # stored without its evidence
+    old.mkdir(parents=True)
+    old.joinpath("cell.json").write_text('{"old": true}')
+    done = repo / "results" / "toys-ts" / "sasrec" / "seed2"  # stored with it
+    done.mkdir(parents=True)
+    done.joinpath("cell.json").write_text("{}")
+    done.joinpath("users.npz").touch()
+    queue = repo / "q.txt"
+    queue.write_text("# a comment\ntoys-ts sasrec 1\ntoys-ts sasrec 2\ntoys-ts broken 1\ntoys-ts slow 1\n"
+                     "beauty-ts duorec 3\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "LOG_STARTED": str(tmp_path / "started.txt"), "EVIDENCE": "1"}
+    run = subprocess.run(["bash", "scripts/device_cells.sh", "--run", "q.txt", "8", "2"], cwd=repo,
+                         env={**env, "MIN_LEFT": "2"},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    started = sorted((tmp_path / "started.txt").read_text().splitlines())
+    assert started == ["beauty-ts duorec 3 cuda", "toys-ts broken 1 cuda", "toys-ts sasrec 1 cuda",
+                       "toys-ts slow 1 cuda"]
+    log = (tmp_path / "out" / "cells.log").read_text()
+    assert "4 open cells" in log and "stored: toys-ts sasrec 1" in log and "stored: beauty-ts duorec 3" in log
+    assert "not stored (failed or past the deadline): toys-ts broken 1" in log and "  > Traceback: boom" in log
+    assert "not stored (failed or past the deadline): toys-ts slow 1" in log and "2 cells stored" in log
+    with tarfile.open(tmp_path / "out" / "cells.tar.gz") as tar:
+        cells = sorted(n for n in tar.getnames() if n.endswith("cell.json"))
+    assert cells == ["./beauty-ts/duorec/seed3/cell.json", "./toys-ts/sasrec/seed1/cell.json"]
+
+    imp = subprocess.run(["bash", "scripts/device_cells.sh", "--import", str(tmp_path / "out" / "cells.tar.gz")],
+                         cwd=repo, env={**env, "EVIDENCE": "0", "COMMIT": "0"}, capture_output=True, text=True)
+    assert imp.returncode == 0, imp.stderr
+    assert "kept: results/toys-ts/sasrec/seed1 (already stored)" in imp.stdout
+    assert (repo / "results" / "beauty-ts" / "duorec" / "seed3" / "users.npz").exists()
+    assert old.joinpath("cell.json").read_text() == '{"old": true}' and not old.joinpath("users.npz").exists()
+    imp = subprocess.run(["bash", "scripts/device_cells.sh", "--import", str(tmp_path / "out" / "cells.tar.gz")],
+                         cwd=repo, env={**env, "COMMIT": "0"}, capture_output=True, text=True)  # EVIDENCE=1
+    assert "imported: results/toys-ts/sasrec/seed1" in imp.stdout and old.joinpath("users.npz").exists()
+    bad = subprocess.run(["bash", "scripts/device_cells.sh", "--import", str(tmp_path / "nope.tar.gz")], cwd=repo,
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope.tar.gz: no such file" in bad.stderr
