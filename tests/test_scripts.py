@@ -282,6 +282,7 @@ mkdir -p "$store/$d/$m/seed$s" && echo '{}' > "$store/$d/$m/seed$s/cell.json" &&
 '''
 
 
+@pytest.mark.slow
 def test_device_cells_trains_the_open_cells_and_imports_them(tmp_path: Path) -> None:
     """scripts/device_cells.sh --run: the queue's open cells (EVIDENCE=1: also those stored without users.npz) on the
     device, a failure and a cell past the deadline reported, the finished ones packed; --import adds to the store
