@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import Phase, Rounds, set_threads, within_budget  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
+from tasks import Phase, Rounds, report_epoch, set_threads, within_budget  # noqa: E402  (numpy/torch only: importable in the RecBole venv)
 
 
 def recbole_config(data_path: str, checkpoint_dir: str, args: dict) -> dict:
@@ -88,6 +88,7 @@ def main(data_path: str, dataset_name: str, args: dict) -> dict:
             if valid_each:  # untimed: validation NDCG@10 for the time-to-accuracy curve
                 valid = trainer.evaluate(valid_data, load_best_model=False, show_progress=False)
                 records[-1]["valid"] = {k: float(v) for k, v in dict(valid).items()}
+            report_epoch("RecBole", records, args.get("budget_s"))
             if not within_budget(records, args.get("budget_s")):
                 break
         out["epochs"] = records

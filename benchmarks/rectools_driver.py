@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tasks import Phase, Rounds, set_threads, within_budget  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
+from tasks import Phase, Rounds, report_epoch, set_threads, within_budget  # noqa: E402  (numpy/torch only: importable in the RecTools venv)
 
 
 def read_beauty(path: str, max_users: int | None):
@@ -122,6 +122,7 @@ def main(beauty: str, args: dict) -> dict:
             loss = trainer.callback_metrics.get("train_loss")
             records.append({"epoch": len(records) + 1, "loss": None if loss is None else round(float(loss), 4),
                             **self.phase.to_dict()})
+            report_epoch("RecTools", records, budget)
             if not within_budget(records, budget):
                 trainer.should_stop = True
 

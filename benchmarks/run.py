@@ -112,15 +112,35 @@ class Context:
         self.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd))
         print(f"[bench] {self.commands[-1][:220]}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                                  env={**os.environ, **(env or {})})
-        except subprocess.TimeoutExpired:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                env={**os.environ, **(env or {})})
+        err_lines: list[str] = []
+
+        def relay() -> None:  # stderr kept for the error message; its progress lines shown as they come
+            for line in proc.stderr:  # type: ignore[union-attr]
+                err_lines.append(line)
+                if line.startswith("[progress]"):
+                    print(f"[bench] {line.rstrip()}", file=sys.stderr, flush=True)
+
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            proc.kill()
+
+        reader, timer = threading.Thread(target=relay, daemon=True), threading.Timer(timeout, stop)
+        reader.start()
+        timer.start()
+        stdout = proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait()
+        timer.cancel()
+        reader.join()
+        if timed_out.is_set():
             return {"error": f"timed out after {timeout:.0f} s"}
         wall = time.perf_counter() - t0
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+        lines = [x for x in stdout.splitlines() if x.startswith("{")]
         if proc.returncode != 0 or not lines:
-            return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
+            return {"error": f"exit {proc.returncode}: {''.join(err_lines).strip()[-1500:]}"}
         result = json.loads(lines[-1])
         result["process_wall_s"] = round(wall, 2)
         return result

@@ -217,9 +217,19 @@ def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: in
             extra = after_epoch(epoch, net)
             if extra is not None:
                 records[-1]["after"] = extra
+        report_epoch("resdom", records, budget_s)
         if not within_budget(records, budget_s):
             break
     return net, records, (model_cfg, train_cfg)
+
+
+def report_epoch(library: str, records: list[dict[str, Any]], budget_s: float | None) -> None:
+    """A progress line on stderr after each timed epoch (benchmarks/run.py passes lines starting with "[progress]"
+    on to its own stderr, so a run of hours shows where it is)."""
+    spent = sum(r["seconds"] for r in records)
+    of = f" of {budget_s:g}" if budget_s is not None else ""
+    print(f"[progress] {library} epoch {records[-1]['epoch']}: {spent:.0f}{of} training s", file=sys.stderr,
+          flush=True)
 
 
 def within_budget(records: list[dict[str, Any]], budget_s: float | None) -> bool:

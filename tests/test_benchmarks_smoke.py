@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -322,5 +323,24 @@ def test_peak_task_quick_reports_every_path() -> None:
     assert res["peak_gflops"]["peak"] > 0 and set(res["mixing_vs_forward"]) == {50, 200}
     assert len(res["paths"]) == 8
     for p in res["paths"].values():
-        assert p["gflop"] > 0 and p["seconds"] > 0 and 0 < p["share_of_peak"] < 2 and 0 < p["cpu_share_of_peak"] < 2
+        # shares are positive and finite; their size is a timing, never asserted here (two timings on a loaded
+        # machine may differ by any factor)
+        assert p["gflop"] > 0 and p["seconds"] > 0
+        assert 0 < p["share_of_peak"] < math.inf and 0 < p["cpu_share_of_peak"] < math.inf
     assert set(res["mixing_vs_forward_cpu"]) == {50, 200} and res["peak_gflops"]["cpu_time"] > 0
+
+
+def test_run_json_relays_progress_and_reports_failures(tmp_path: Path, capsys) -> None:
+    """Context.run_json: the last JSON line of stdout is the result; stderr's "[progress]" lines are shown as they
+    come (a run of hours shows where it is), the rest kept for the error message; a timeout kills the command."""
+    ctx = run.Context(True, tmp_path, tmp_path, None, 1)
+    script = ("import sys, json; print('[progress] x epoch 1: 3 of 10 training s', file=sys.stderr, flush=True); "
+              "print('noise', file=sys.stderr); print(json.dumps({'ok': 1}))")
+    res = ctx.run_json([sys.executable, "-c", script], timeout=60)
+    assert res["ok"] == 1 and res["process_wall_s"] >= 0
+    err_text = capsys.readouterr().err
+    assert "[bench] [progress] x epoch 1: 3 of 10 training s" in err_text and "noise" not in err_text.splitlines()
+    bad = ctx.run_json([sys.executable, "-c", "import sys; sys.exit('the reason')"], timeout=60)
+    assert bad["error"].startswith("exit 1:") and "the reason" in bad["error"]
+    slow = ctx.run_json([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert slow["error"].startswith("timed out after")
