@@ -330,6 +330,7 @@ def test_peak_task_quick_reports_every_path() -> None:
     assert set(res["mixing_vs_forward_cpu"]) == {50, 200} and res["peak_gflops"]["cpu_time"] > 0
 
 
+@pytest.mark.slow
 def test_run_json_relays_progress_and_reports_failures(tmp_path: Path, capsys) -> None:
     """Context.run_json: the last JSON line of stdout is the result; stderr's "[progress]" lines are shown as they
     come (a run of hours shows where it is), the rest kept for the error message; a timeout kills the command."""
