@@ -70,16 +70,17 @@ class _Mean:
         self.pos_n = np.zeros((n_layers, max_len))
 
     def add(self, layer: int, values: torch.Tensor, real: torch.Tensor) -> None:
-        """values (B, L) per position, real (B, L) bool; column L-1 is the last position."""
-        v = torch.where(real, values, 0.0).double()
-        self.all_sum[layer] += v.sum().item()
-        self.all_n[layer] += real.sum().item()
-        self.last_sum[layer] += v[:, -1].sum().item()
-        self.last_n[layer] += real[:, -1].sum().item()
+        """values (B, L) per position, real (B, L) bool; column L-1 is the last position. One sum per column (in
+        float64) gives the three: all positions, the last, and each offset from the end (o = L-1-col)."""
+        v = torch.where(real, values, 0.0).double().sum(0).cpu().numpy()
+        n = real.sum(0).cpu().numpy().astype(np.float64)
         L = values.shape[1]
-        # offset from end o = L-1-col
-        self.pos_sum[layer, :L] += v.sum(0).flip(0).cpu().numpy()
-        self.pos_n[layer, :L] += real.sum(0).flip(0).double().cpu().numpy()
+        self.all_sum[layer] += v.sum()
+        self.all_n[layer] += n.sum()
+        self.last_sum[layer] += v[-1]
+        self.last_n[layer] += n[-1]
+        self.pos_sum[layer, :L] += v[::-1]
+        self.pos_n[layer, :L] += n[::-1]
 
     @staticmethod
     def _mean(s: np.ndarray, n: np.ndarray) -> np.ndarray:
