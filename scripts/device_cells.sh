@@ -102,6 +102,6 @@ case "${1:-}" in
   exit "$status"
   ;;
 *)
-  sed -n '2,20p' "$0" >&2; exit 2
+  sed -n '2,/^set -uo/p' "$0" | sed '$d' >&2; exit 2
   ;;
 esac
