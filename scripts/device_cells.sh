@@ -24,13 +24,13 @@ cd "$(dirname "$0")/.."
 STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../shared/data/raw}; EVIDENCE=${EVIDENCE:-0}
 WHEELS=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5)
 
+stored() {  # CELL-FOLDER: in the store (with EVIDENCE=1: with its users.npz), as reproduce_queue.sh's stored()
+  [ -f "$1/cell.json" ] && { [ "$EVIDENCE" != 1 ] || [ -f "$1/users.npz" ]; }
+}
 open_cells() {  # QUEUE: "dataset label seed" of each open cell, in the queue's order
   grep -v '^\s*#' "$1" | while read -r dataset label seed _; do
     [ -n "${seed:-}" ] || continue
-    cell="$STORE/$dataset/$label/seed$seed"
-    if [ ! -f "$cell/cell.json" ] || { [ "$EVIDENCE" = 1 ] && [ ! -f "$cell/users.npz" ]; }; then
-      echo "$dataset $label $seed"
-    fi
+    stored "$STORE/$dataset/$label/seed$seed" || echo "$dataset $label $seed"
   done
 }
 
@@ -91,9 +91,7 @@ case "${1:-}" in
   status=0
   while read -r found; do
     rel=${found#"$tmp"/}; rel=${rel#./}; rel=${rel%/cell.json}; dest="$STORE/$rel"
-    if [ -f "$dest/cell.json" ] && { [ "$EVIDENCE" != 1 ] || [ -f "$dest/users.npz" ]; }; then
-      echo "kept: $dest (already stored)"; continue
-    fi
+    if stored "$dest"; then echo "kept: $dest (already stored)"; continue; fi
     rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && cp -r "$(dirname "$found")" "$dest" \
       && { [ "${COMMIT:-1}" != 1 ] || scripts/reproduce_cells.sh --commit "$dest"; } && echo "imported: $dest" \
       || status=1
