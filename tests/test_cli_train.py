@@ -171,6 +171,8 @@ except BaseException:
 dist.barrier()
 dist.destroy_process_group()
 open(f"closed.rank{rank}", "w").close()
+from resdom.distributed import leave
+leave(0)  # as the CLI ends a process that left its group: no interpreter teardown, where gloo may abort
 """
 
 
@@ -221,6 +223,20 @@ def test_torchrun_two_cpu_processes(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert a[key] == b[key]
     for key in ("mixing_pooled_all", "mixing_pooled_last", "shuffle_NDCG@10_change"):
         assert a[key] == pytest.approx(b[key], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_torchrun_cli_exits_zero(tmp_path: Path) -> None:
+    """``torchrun -m resdom train``: the CLI joins the group, leaves it and ends with status 0 on both ranks (it
+    ends through ``distributed.leave``: gloo's teardown at interpreter exit once failed a finished run)."""
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "resdom", "train", SOURCE, "--out", str(out), "--epochs", "1", *TINY],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("best epoch") == 1  # rank 0 reports, its output flushed before os._exit
+    assert json.loads((out / "metrics.json").read_text())["epochs_run"] == 1
 
 
 def test_parse_set_errors() -> None:

@@ -17,6 +17,8 @@ import torch.distributed as dist
 from resdom.errors import ResdomError
 from resdom.names import DEVICES
 
+_left_group = False  # set once this process has destroyed a process group it joined (``DistContext.close``)
+
 
 @dataclass
 class DistContext:
@@ -61,6 +63,29 @@ class DistContext:
             finally:
                 dist.destroy_process_group()
                 self.initialized = False
+                global _left_group
+                _left_group = True
+
+
+def left_group() -> bool:
+    """Whether this process joined a process group and has left it (the CLI then ends with ``leave``)."""
+    return _left_group
+
+
+def leave(code: int | str | None = 0) -> None:
+    """End a process that has left its process group: flush stdout and stderr, then ``os._exit`` without the
+    interpreter's teardown. gloo can abort there ("terminate called without an active exception") after every
+    rank has closed cleanly and written every file, which made torchrun report a failure for a finished run.
+    ``code`` as ``sys.exit`` takes it: None is 0, a string is printed to stderr and exits 1."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a pipe the reader has left
+            pass
+    os._exit(code or 0)
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:

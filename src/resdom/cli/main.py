@@ -62,8 +62,25 @@ def keep_freed_memory() -> bool:
 
 
 def app() -> None:
-    """Run the CLI; a ResdomError exits 2 with its one-line message, never a traceback."""
+    """Run the CLI; a ResdomError exits 2 with its one-line message, never a traceback. A process that joined
+    torchrun's process group and left it ends through ``distributed.leave`` (no interpreter teardown, where gloo
+    may abort a finished run)."""
     keep_freed_memory()
+    try:
+        _run()
+    except SystemExit as e:
+        _leave_group_process(e.code)
+        raise
+    _leave_group_process(0)
+
+
+def _leave_group_process(code: int | str | None) -> None:
+    distributed = sys.modules.get("resdom.distributed")  # not imported: no process group was joined
+    if distributed is not None and distributed.left_group():
+        distributed.leave(code)
+
+
+def _run() -> None:
     try:
         _typer_app()
     except ResdomError as e:
