@@ -152,6 +152,24 @@ def test_tiled_ranks_equal_the_previous_path_at_the_default_tile(n_items: int) -
     assert ITEM_TILE < 20_000 + 1  # several tiles in the largest case
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_tiled_ranks_count_exactly_in_other_dtypes(dtype: torch.dtype) -> None:
+    """The per-tile counts are float32 sums of ones (exact to 2^24): a bfloat16 model (whose own sums would lose
+    counts above 256) and a float64 one get the pessimistic ranks of the tile products themselves (the products
+    the ranking scores with; in float64 they may round apart from one full product), a whole tile of ties too."""
+    g = torch.Generator().manual_seed(3)
+    emb = (torch.randn(5001, 16, generator=g) * 0.3).to(dtype)
+    emb[ITEM_TILE : 2 * ITEM_TILE] = emb[ITEM_TILE]  # a whole tile of one score: a full tile's count
+    hidden = torch.randn(20, 16, generator=g).to(dtype)
+    targets = torch.randint(1, 5001, (20,), generator=g)
+    targets[:4] = ITEM_TILE
+    tiles = torch.cat([hidden @ emb[lo : lo + ITEM_TILE].T for lo in range(0, 5001, ITEM_TILE)], 1)
+    tiles[:, 0] = -math.inf  # the padding item, as full_scores
+    want = pessimistic_ranks(tiles, targets)
+    assert torch.equal(tiled_ranks(hidden, emb, targets), want)
+    assert (want[:4] >= ITEM_TILE - 1).all()  # the ties count against the item
+
+
 def test_tiled_ranks_refuse_non_finite_scores() -> None:
     hidden, emb = torch.ones(3, 2), torch.ones(40, 2)
     emb[33, 0] = math.nan
@@ -159,6 +177,12 @@ def test_tiled_ranks_refuse_non_finite_scores() -> None:
         tiled_ranks(hidden, emb, torch.tensor([1, 2, 3]), tile=8)
     emb[33, 0], emb[0, 0] = 1.0, math.nan  # the padding row is never ranked
     assert tiled_ranks(hidden, emb, torch.tensor([1, 2, 3]), tile=8).tolist() == [38, 38, 38]
+    big = torch.full((3, 2), 2e19)  # finite weights whose scores overflow float32
+    with pytest.raises(ResdomError, match="NaN or infinity"):
+        tiled_ranks(big, torch.full((40, 2), 2e19), torch.tensor([1, 2, 3]), tile=8)
+    emb = torch.full((40, 2), 1e18)  # a bound above the check's threshold, every score finite: checked, ranked
+    emb[5] = 2e18
+    assert tiled_ranks(big, emb, torch.tensor([1, 5, 3]), tile=8).tolist() == [38, 0, 38]
 
 
 def test_tiled_chunk_size_bounds_the_kept_tiles() -> None:

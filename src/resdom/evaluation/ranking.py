@@ -110,10 +110,16 @@ def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tenso
         seen_items = seen.reshape(-1)[order]
         bounds = torch.searchsorted(seen_tile[order], torch.arange(len(starts) + 1, device=seen.device)).tolist()
 
+    # every score is finite when |h . e| <= max ||h|| * max ||e|| (Cauchy-Schwarz) stays far below the dtype's
+    # largest value: then no tile needs its own check (a pass over it); else each tile is checked
+    bound = hidden.float().norm(dim=1).max() * item_emb[1:].float().norm(dim=1).max() if B and n > 1 else 0.0
+    check = not bool(bound < torch.finfo(hidden.dtype).max / 16)
+
     def scores_of(t: int) -> torch.Tensor:
         lo = starts[t]
         s = hidden @ item_emb[lo : lo + tile].T  # (B, tile)
-        _check_finite(s[:, 1:] if t == 0 else s)
+        if check:
+            _check_finite(s[:, 1:] if t == 0 else s)
         if t == 0:
             s[:, 0] = -math.inf
         if seen is not None and bounds[t + 1] > bounds[t]:
@@ -128,9 +134,13 @@ def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tenso
         rows, which = torch.nonzero(where == t, as_tuple=True)
         own[rows, which] = kept[t][rows, cols[rows, which] - starts[t]]
     count = torch.zeros(cols.shape, dtype=torch.int64, device=hidden.device)
+    # 1.0 where a score >= the item's own, into a float buffer made once: torch's compare into a bool tensor is
+    # about 4x slower on a CPU than into float, and a float sum of at most ``tile`` ones is exact
+    hits = torch.empty(B * cols.shape[1] * min(tile, n), dtype=torch.float32, device=hidden.device)
     for t in range(len(starts)):
         s = kept.pop(t) if t in kept else scores_of(t)
-        count += (s[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32)
+        out = hits[: s.numel() * cols.shape[1]].view(B, cols.shape[1], s.shape[1])
+        count += torch.ge(s[:, None, :], own[:, :, None], out=out).sum(-1).long()
     ranks = torch.where(own == -math.inf, torch.full_like(count, MISS), count - 1)  # filtered out: a miss
     return ranks[:, 0] if flat else ranks
 
