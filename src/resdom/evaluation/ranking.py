@@ -96,7 +96,8 @@ def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tenso
     ``items``. The scores come ``tile`` items at a time (``hidden @ item_emb[lo:hi].T``, (B, tile)), padding and
     seen items at -inf, a non-finite score a ResdomError, as ``full_scores``; the tiles holding an item of
     ``items`` are made first and kept (their scores give each item's own score), then every tile is counted
-    (scores >= own) while in cache. Memory: those kept tiles (``tiled_chunk_size``) and one more.
+    (scores >= own) while in cache. Memory: those kept tiles (``tiled_chunk_size``), one more, and a (B, k, tile)
+    float32 buffer for the counts.
     """
     flat = items.dim() == 1
     cols = items[:, None] if flat else items  # (B, k)
