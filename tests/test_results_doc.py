@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from resdom.pipeline.store import block_names, fill_blocks, store_cells
 from resdom.report import document_blocks, read_runs
 
@@ -215,3 +217,28 @@ def test_the_population_measurement_quoted_in_the_fidelity_prose_matches_its_dat
     assert f"+Res moves less ({three(valid['+Res'])} against {three(test['+Res'])})" in text
     lengths = measured["mean_input_length"]
     assert f"({lengths['test']:.1f} items on average against {lengths['valid']:.1f};" in text
+
+
+def test_the_filter_measurement_quoted_in_the_fidelity_prose_matches_its_data_and_the_store() -> None:
+    """docs/results.md, "The paper side by side": the toys-ts recoveries with and without the seen-item filter come
+    from docs/results/measurements/recovery_unfiltered.json, measured on the stored cells' own checkpoints (the
+    filtered curve equal to the stored one), each to the digits shown."""
+    import json
+
+    measured = json.loads((ROOT / "docs" / "results" / "measurements" / "recovery_unfiltered.json").read_text())
+    text = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
+    cells = [measured["cells"][f"results/toys-ts/sasrec/seed{k}"] for k in (1, 2, 3)]
+    for k, m in enumerate(cells, 1):
+        cell = ROOT / "results" / "toys-ts" / "sasrec" / f"seed{k}"
+        assert m["checkpoint"] == json.loads((cell / "cell.json").read_text())["checkpoint"]
+        stored = json.loads((cell / "diagnostics" / "recovery.json").read_text())["test"]
+        assert max(x["recovery"] for x in stored["curve"]) == pytest.approx(m["filtered"]["largest_recovery"])
+        assert stored["recoverable"] == m["filtered"]["recoverable"]
+
+    def three(name: str, key: str, fmt: str) -> str:
+        return " / ".join(format(m[name][key], fmt) for m in cells)
+
+    assert (f"without any filter is {three('unfiltered', 'largest_recovery', '.3f')} (seeds 1-3) against "
+            f"{three('filtered', 'largest_recovery', '.3f')} with the cell's filter") in text
+    assert (f"({three('unfiltered', 'recoverable', 'd')} users against {three('filtered', 'recoverable', 'd')})"
+            in text)
