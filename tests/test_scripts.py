@@ -1,7 +1,8 @@
 """The analysis scripts behind statements of docs/results.md: scripts/cold_items_check.py ("Cold last items": its
 per-band HRLI@1 is the hrli diagnostic's, its mean pairwise cosine the mean over every pair of distinct rows) and
 scripts/bsarec_residuals_check.py (BSARec on video-ts: with the frequency residual as trained its rows are the
-alpha sweep's)."""
+alpha sweep's) and scripts/recovery_filter_check.py ("The paper side by side": its filtered curve is the stored
+recovery.json's, checked)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from resdom.diagnostics.hrli import last_item_hit_rates
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 cold_items_check = importlib.import_module("cold_items_check")
 bsarec_residuals_check = importlib.import_module("bsarec_residuals_check")
+recovery_filter_check = importlib.import_module("recovery_filter_check")
 
 SMALL = {"epochs": 2, "hidden": 16, "layers": 2, "heads": 2, "max_len": 12, "batch_size": 64, "seed": 0}
 
@@ -340,3 +342,33 @@ def test_device_cells_trains_the_open_cells_and_imports_them(tmp_path: Path) -> 
     bad = subprocess.run(["bash", "scripts/device_cells.sh", "--import", str(tmp_path / "nope.tar.gz")], cwd=repo,
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "nope.tar.gz: no such file" in bad.stderr
+
+
+def test_largest_recovery_takes_the_first_alpha_of_the_highest_value() -> None:
+    curve = [{"alpha": 1.0, "recovery": 0.0}, {"alpha": 0.2, "recovery": 0.3}, {"alpha": 0.1, "recovery": 0.3},
+             {"alpha": 0.0, "recovery": float("nan")}, {"alpha": 0.5, "recovery": 0.1}]
+    assert recovery_filter_check.largest(curve) == (0.3, 0.1)
+
+
+def test_recovery_filter_check_reproduces_the_stored_curve_and_refuses_another(tmp_path: Path) -> None:
+    """Its filtered curve is the one ``resdom diagnose --what recovery`` stored for the same checkpoint (else it
+    stops); the unfiltered one ranks every item, so its recoverable set is its own."""
+    import json
+
+    from cli_helpers import invoke
+
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0")
+    run = tmp_path / "run"
+    resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, **SMALL)
+    assert invoke("diagnose", str(run), "--what", "recovery", "--no-progress", "--device", "cpu") == 0
+    out = recovery_filter_check.check(run, run)
+    stored = json.loads((run / "diagnostics" / "recovery.json").read_text())["test"]
+    assert [x["recovery"] for x in out["filtered"]["curve"]] == pytest.approx(
+        [x["recovery"] for x in stored["curve"]], nan_ok=True)
+    assert out["filtered"]["recoverable"] == stored["recoverable"]
+    assert 0 <= out["unfiltered"]["recoverable"] <= out["n_users"] == len(split.test)
+    bad = json.loads((run / "diagnostics" / "recovery.json").read_text())
+    bad["test"]["curve"][1]["recovery"] += 0.5
+    (run / "diagnostics" / "recovery.json").write_text(json.dumps(bad))
+    with pytest.raises(SystemExit, match="differs from the stored"):
+        recovery_filter_check.check(run, run)
