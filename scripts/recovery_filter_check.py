@@ -23,6 +23,7 @@ from rediagnose_cells import cell_arguments, cells_with_runs
 
 from resdom.api import load_run
 from resdom.diagnostics.alpha import ALPHAS
+from resdom.diagnostics.common import inference
 from resdom.diagnostics.recovery import K_RECOVERY, split_recovery
 from resdom.pipeline.store import store_cells
 
@@ -37,21 +38,22 @@ def largest(curve: list[dict]) -> tuple[float, float]:
 def check(cell: Path, run: Path) -> dict:
     fitted = load_run(run, device="cpu")
     model, split = fitted.model, fitted.split
-    model.eval()
     stored = json.loads((cell / "diagnostics" / "recovery.json").read_text())
+    if stored.get("checkpoint") != fitted.checkpoint:
+        raise SystemExit(f"{cell}: recovery.json is of checkpoint {stored.get('checkpoint')}, the run's is "
+                         f"{fitted.checkpoint}")
     out = {"checkpoint": fitted.checkpoint, "n_users": len(split.test)}
-    with torch.no_grad():
+    with inference(model):
         for name, filtered in (("filtered", True), ("unfiltered", False)):
             r = split_recovery(model, split.test, list(ALPHAS), K_RECOVERY, None, filter_seen=filtered)
             top, at = largest(r.curve)
             out[name] = {"recoverable": r.recoverable, "recoverable_share": r.recoverable_share,
                          "largest_recovery": top, "at_alpha": at,
                          "curve": [{"alpha": x["alpha"], "recovery": x["recovery"]} for x in r.curve]}
-    if stored.get("checkpoint") == fitted.checkpoint:  # the filtered curve is the stored one
-        want = {x["alpha"]: x["recovery"] for x in stored["test"]["curve"]}
-        got = {x["alpha"]: x["recovery"] for x in out["filtered"]["curve"]}
-        if any(not math.isclose(got[a], want[a], abs_tol=1e-12) for a in want if not math.isnan(want[a])):
-            raise SystemExit(f"{cell}: the filtered curve differs from the stored recovery.json")
+    want = {x["alpha"]: x["recovery"] for x in stored["test"]["curve"]}  # the filtered curve is the stored one
+    got = {x["alpha"]: x["recovery"] for x in out["filtered"]["curve"]}
+    if any(not math.isclose(got[a], want[a], abs_tol=1e-12) for a in want if not math.isnan(want[a])):
+        raise SystemExit(f"{cell}: the filtered curve differs from the stored recovery.json")
     return out
 
 
@@ -75,8 +77,8 @@ def main() -> int:
         args.json.write_text(json.dumps({
             "what": "test miss-recovery curves of stored cells' checkpoints with the cell's seen-item filter and "
                     "without it (spec §4, K 10, offsets 1-3)",
-            "command": "python scripts/recovery_filter_check.py " + " ".join(str(c) for c in args.cells)
-                       + f" --runs '{args.runs}' --json {args.json}",
+            "command": " ".join(["python scripts/recovery_filter_check.py", *map(str, args.cells),
+                                 f"--runs '{args.runs}'", f"--json {args.json}"]),
             "measured": date.today().isoformat(), "cells": results}, indent=1) + "\n")
     return 0
 

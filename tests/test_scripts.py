@@ -372,3 +372,7 @@ def test_recovery_filter_check_reproduces_the_stored_curve_and_refuses_another(t
     (run / "diagnostics" / "recovery.json").write_text(json.dumps(bad))
     with pytest.raises(SystemExit, match="differs from the stored"):
         recovery_filter_check.check(run, run)
+    bad["checkpoint"] = "0" * 16  # a recovery.json of another checkpoint is refused, not skipped
+    (run / "diagnostics" / "recovery.json").write_text(json.dumps(bad))
+    with pytest.raises(SystemExit, match="recovery.json is of checkpoint 0000000000000000"):
+        recovery_filter_check.check(run, run)
