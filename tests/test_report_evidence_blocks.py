@@ -20,7 +20,9 @@ from resdom.report.evidence_blocks import (
     evidence_blocks,
     five_models_markdown,
     proportions_markdown,
+    remedy_spread_markdown,
     remedy_verdicts_markdown,
+    spread_reading,
     wilson_text,
 )
 from resdom.report.tables import Column, aggregate, to_markdown
@@ -95,6 +97,40 @@ def test_remedy_verdicts_from_per_user_evidence(tmp_path: Path) -> None:
     assert pool[4] == f"undecided: {NOTE}: d/sasrec-pool/seed1" and pool[5:] == ["undecided", "undecided"]
     assert "Holm across the 4 comparisons" in md and "800 replicates" in md  # raised: 10 * 4 / 0.05
     assert "level" not in md
+
+
+def test_spread_reading_by_hand() -> None:
+    """mean ± sample std: [1, 3] is 2 ± 1.414, [6, 8] is 7 ± 1.414: 5 apart > 2.83, beyond; [4, 6] is 5 ± 1.414:
+    3 apart > 2.83, beyond; [3, 5] (4 ± 1.414): 2 apart, inside; exactly touching (|d| = std sum) is inside."""
+    assert spread_reading([6, 8], [1, 3]) == "higher beyond the spreads"
+    assert spread_reading([1, 3], [4, 6]) == "lower beyond the spreads"
+    assert spread_reading([3, 5], [1, 3]) == "inside the spreads"
+    assert spread_reading([2.0, 2.0], [1.0, 1.0]) == "higher beyond the spreads"  # no spread on either side
+    assert spread_reading([1.0, 3.0], [2.0, 2.0]) == "inside the spreads"  # d 0
+    assert spread_reading([5.0], [1.0, 3.0]) == "no spread (1 seed)"
+
+
+def test_remedy_spread_from_the_store_means(tmp_path: Path) -> None:
+    """base NDCG@10 0.10 / 0.12 (0.1100 ± 0.0141), HRLI@1 0.80 / 0.82; pool 0.05 / 0.07 (lower beyond: 0.05 apart >
+    0.028), HRLI@1 0.20 / 0.22 (lower beyond); gate the base's numbers (inside both); mean3 one seed (no spread); a
+    bsarec variant without its base is left out; a non-remedy model is not a variant."""
+    runs = []
+    for s, (nd, hr) in enumerate(((0.10, 0.80), (0.12, 0.82)), start=1):
+        runs.append(run(tmp_path, "d", "sasrec", s, nd, hr))
+        runs.append(run(tmp_path, "d", "sasrec-gate", s, nd, hr))
+        runs.append(run(tmp_path, "d", "sasrec-pool", s, nd - 0.05, hr - 0.6))
+    runs += [run(tmp_path, "d", "sasrec-mean3", 1, 0.3, 0.1), run(tmp_path, "d", "bsarec-pool", 1, 0.1, 0.1),
+             run(tmp_path, "d", "gru4rec", 1, 0.1, 0.0)]
+    md = remedy_spread_markdown(runs)
+    para, note = md.strip().split("\n\n")
+    assert para == (
+        "**d** (base `sasrec`, 2 seeds: NDCG@10 0.1100 ± 0.0141, HRLI@1 0.810 ± 0.014): "
+        "`gate` (2 seeds) NDCG@10 0.1100 ± 0.0141, inside the spreads, at HRLI@1 0.810 ± 0.014, inside the spreads; "
+        "`mean3` (1 seed) NDCG@10 0.3000, no spread (1 seed), at HRLI@1 0.100, no spread (1 seed); "
+        "`pool` (2 seeds) NDCG@10 0.0600 ± 0.0141, lower beyond the spreads, at HRLI@1 0.210 ± 0.014, lower beyond "
+        "the spreads. Beyond the spreads: NDCG@10 lower for `pool`; HRLI@1 lower for `pool`.")
+    assert note.startswith("Mean ± std over each cell's seeds") and "not a test" in note
+    assert remedy_spread_markdown([run(tmp_path, "d", "sasrec", 1, 0.1, 0.8)]).startswith("No remedy variant")
 
 
 def test_no_evidence_is_never_level(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 ``comparisons``   docs/results.md: every model against ``sasrec`` on the same data set, test NDCG@10 and HRLI@1
 ``remedy_verdicts`` docs/remedies.md: every remedy variant against its base model, NDCG@10 and HRLI@1, and the
                   answer to "higher NDCG@10 at lower HRLI@1?"
+``remedy_spread`` docs/remedies.md: the same pairs read by the seeds' spread (descriptive, no test)
 ``proportions``   docs/results.md: HRLI@1, HRLI@1 over unseen last items and Recovery(alpha) with Wilson intervals
 ``cold_items``    docs/results.md: the sentence on HRLI@1 over last items never seen in training, counted per cell
 ``five_models``   docs/results.md: HRLI@1 / HRL2I@1 of the five models per data set, and the sentences on them
@@ -74,10 +75,12 @@ def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[st
 def store_mean(runs: list[RunRecord], key: str) -> str:
     """``mean ± std (n seeds)`` of ``key`` over ``runs`` (the store's numbers, every seed that has it)."""
     xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
-    if not xs:
-        return "–"
-    kind = "metric" if key.startswith(("HR@", "NDCG@")) else "ratio"
-    return f"{format_cell(mean_std(xs), kind)} ({seeds_text(len(xs))})"
+    return f"{mean_text(xs, key)} ({seeds_text(len(xs))})" if xs else "–"
+
+
+def mean_text(xs: list[float], key: str) -> str:
+    """``mean ± std`` of the values ``xs`` of ``key``, in the digits the tables give ``key``."""
+    return format_cell(mean_std(xs), "metric" if key.startswith(("HR@", "NDCG@")) else "ratio")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -188,6 +191,60 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
     header = ["Data set", "Variant", "Test NDCG@10: store mean", "HRLI@1: store mean", "NDCG@10: verdict, difference "
               "[95% CI]", "HRLI@1: verdict, difference [95% CI]", "Higher NDCG@10 at lower HRLI@1?"]
     return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, "variant - base") + "\n"
+
+
+
+def spread_reading(variant: list[float], base: list[float]) -> str:
+    """How a variant's seeds sit against its base's, descriptively (no test): ``"higher beyond the spreads"`` /
+    ``"lower beyond the spreads"`` where the two ranges mean ± std (sample std over seeds) do not overlap, else
+    ``"inside the spreads"``; ``"no spread (1 seed)"`` where a side has one seed."""
+    (mv, sv), (mb, sb) = mean_std(variant), mean_std(base)
+    if sv is None or sb is None:
+        return "no spread (1 seed)"
+    if abs(mv - mb) <= sv + sb:
+        return "inside the spreads"
+    return ("higher" if mv > mb else "lower") + " beyond the spreads"
+
+
+def remedy_spread_markdown(runs: list[RunRecord]) -> str:
+    """The ``remedy_spread`` block: per data set and base model, each remedy variant's test NDCG@10 and HRLI@1 (mean
+    ± std over its seeds) read against the base's by the seeds' spread (``spread_reading``), and which variants lie
+    beyond it. Descriptive: the ``remedy_verdicts`` block holds the tests."""
+    groups = _groups(runs, lambda label: True)
+    values = {k: {m: [x for x in (run_values(r).get(m) for r in rs) if x is not None] for m in METRICS}
+              for k, rs in groups.items()}
+    by_base: dict[tuple[str, str], list[str]] = {}  # (data set, base) -> its variants, in REMEDY_LABELS order
+    for c in remedy_comparisons(runs):
+        if c.metric == METRICS[0]:
+            by_base.setdefault((c.dataset, c.baseline), []).append(c.other)
+    paragraphs = []
+    for (ds, base), variants in by_base.items():
+        if any(not values[(ds, base)][m] for m in METRICS):
+            continue
+        parts, beyond = [], {(m, d): [] for m in METRICS for d in ("higher", "lower")}
+        for label in variants:
+            var = values[(ds, label)]
+            if any(not var[m] for m in METRICS):
+                continue
+            readings = [(m, spread_reading(var[m], values[(ds, base)][m])) for m in METRICS]
+            for m, reading in readings:
+                if reading.endswith("beyond the spreads"):
+                    beyond[(m, reading.split()[0])].append(f"`{remedy_variant(label)[1]}`")
+            parts.append(f"`{remedy_variant(label)[1]}` ({seeds_text(len(groups[(ds, label)]))}) " + ", at ".join(
+                f"{m} {mean_text(var[m], m)}, {reading}" for m, reading in readings))
+        if not parts:
+            continue
+        base_text = ", ".join(f"{m} {mean_text(values[(ds, base)][m], m)}" for m in METRICS)
+        found = [f"{m} {d} for {', '.join(v)}" for (m, d), v in beyond.items() if v]
+        paragraphs.append(
+            f"**{ds}** (base `{base}`, {seeds_text(len(groups[(ds, base)]))}: {base_text}): "
+            + "; ".join(parts) + ". Beyond the spreads: " + ("; ".join(found) if found else "none") + ".")
+    if not paragraphs:
+        return "No remedy variant and its base model are stored on the same data set yet.\n"
+    note = ("Mean ± std over each cell's seeds (sample std); \"beyond the spreads\": the variant's range mean ± std "
+            "and the base's do not overlap, else \"inside the spreads\" (one seed: no spread). A description of the "
+            "seeds, not a test: the verdict table above is the test.")
+    return "\n\n".join(paragraphs) + "\n\n" + note + "\n"
 
 
 # --- proportions with Wilson intervals (docs/results.md) ------------------------------------------------------------
@@ -413,14 +470,15 @@ def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigu
 
 # --- all blocks -----------------------------------------------------------------------------------------------------
 
-EVIDENCE_BLOCKS: tuple[str, ...] = ("coverage", "remedy_verdicts", "comparisons", "proportions", "cold_items",
-                                    "five_models", "echo")
+EVIDENCE_BLOCKS: tuple[str, ...] = ("coverage", "remedy_verdicts", "remedy_spread", "comparisons", "proportions",
+                                    "cold_items", "five_models", "echo")
 
 
 def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
     """Markdown of every block of ``EVIDENCE_BLOCKS`` by name."""
     return {"coverage": coverage_markdown(runs),
             "remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
+            "remedy_spread": remedy_spread_markdown(runs),
             "comparisons": comparisons_markdown(runs, n_boot),
             "proportions": proportions_markdown(runs),
             "cold_items": cold_items_markdown(runs),
