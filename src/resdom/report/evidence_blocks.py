@@ -193,7 +193,6 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
     return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, "variant - base") + "\n"
 
 
-
 def spread_reading(variant: list[float], base: list[float]) -> str:
     """How a variant's seeds sit against its base's, descriptively (no test): ``"higher beyond the spreads"`` /
     ``"lower beyond the spreads"`` where the two ranges mean ± std (sample std over seeds) do not overlap, else
