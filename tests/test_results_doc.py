@@ -197,6 +197,10 @@ def test_the_filter_measurement_quoted_in_the_fidelity_prose_matches_its_data_an
 
     measured = json.loads((ROOT / "docs" / "results" / "measurements" / "recovery_unfiltered.json").read_text())
     text = (ROOT / "docs" / "results.md").read_text().replace("\n", " ")
+
+    def three(cells: list[dict], name: str, key: str, fmt: str) -> str:
+        return " / ".join(format(m[name][key], fmt) for m in cells)
+
     for dataset in ("toys-ts", "ml-1m-part"):
         cells = [measured["cells"][f"results/{dataset}/sasrec/seed{k}"] for k in (1, 2, 3)]
         for k, m in enumerate(cells, 1):
@@ -206,15 +210,12 @@ def test_the_filter_measurement_quoted_in_the_fidelity_prose_matches_its_data_an
             assert max(x["recovery"] for x in stored["curve"]) == pytest.approx(m["filtered"]["largest_recovery"])
             assert stored["recoverable"] == m["filtered"]["recoverable"]
 
-        def three(name: str, key: str, fmt: str, cells: list = cells) -> str:
-            return " / ".join(format(m[name][key], fmt) for m in cells)
-
-        unfiltered = three("unfiltered", "largest_recovery", ".3f")
-        filtered = three("filtered", "largest_recovery", ".3f")
+        unfiltered = three(cells, "unfiltered", "largest_recovery", ".3f")
+        filtered = three(cells, "filtered", "largest_recovery", ".3f")
         if dataset == "toys-ts":
             assert f"without any filter is {unfiltered} (seeds 1-3) against {filtered} with the cell's filter" in text
-            assert (f"({three('unfiltered', 'recoverable', 'd')} users against {three('filtered', 'recoverable', 'd')})"
-                    in text)
+            assert (f"({three(cells, 'unfiltered', 'recoverable', 'd')} users against "
+                    f"{three(cells, 'filtered', 'recoverable', 'd')})") in text
         else:
             assert f"it is {unfiltered} without the filter against {filtered} with it: lower" in text
             assert all(m["unfiltered"]["largest_recovery"] < m["filtered"]["largest_recovery"] for m in cells)
