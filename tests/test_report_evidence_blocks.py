@@ -191,14 +191,23 @@ def test_proportions_with_wilson_by_hand(tmp_path: Path) -> None:
 def test_echo_block_names_the_cells_it_can_use(tmp_path: Path) -> None:
     runs = [run(tmp_path, "d", "sasrec", s, 0.1) for s in (1, 2)] + [run(tmp_path, "d", "duorec", 1, 0.1)]
     head = echo_block(runs, n_boot=50)
-    assert head.startswith("Per-user evidence (users.npz) exists today for 0 of the 3 stored model cells.")
+    assert head == ("Per-user evidence (users.npz) exists today for 0 of the 3 stored model cells; the 3 without it "
+                    "(d/sasrec/seed1, d/sasrec/seed2, d/duorec/seed1) say nothing here until they are retrained or "
+                    "re-diagnosed (`scripts/rediagnose_cells.py --what users`).\n\n")
     rng = np.random.default_rng(0)
     echo = np.arange(U) % 2 == 0
     users_npz(runs[2].path, np.where(rng.random(U) < 0.3, 1, 50), np.where(echo, 1, 7), np.arange(U) % 30)
     md = echo_block(runs, n_boot=50)
-    assert md.startswith("Per-user evidence (users.npz) exists today for 1 of the 3 stored model cells "
-                         "(d/duorec/seed1)") and "one seed each" in md
+    assert md.startswith("Per-user evidence (users.npz) exists today for 1 of the 3 stored model cells; the 2 without "
+                         "it (d/sasrec/seed1, d/sasrec/seed2) say nothing here until they are retrained")
+    assert ("This answer rests on a minority of the cells and one seed a cell: read it as a first look, not a "
+            "finding.") in md
     assert "| d | duorec | 1 seed | 200 / 200 |" in md
+    for seed in (1, 2):  # every cell with evidence, two seeds of sasrec: no caveat, no list of cells without it
+        users_npz(runs[seed - 1].path, np.where(rng.random(U) < 0.3, 1, 50), np.where(echo, 1, 7), np.arange(U) % 30)
+    md = echo_block(runs, n_boot=50)
+    assert md.startswith("Per-user evidence (users.npz) exists today for 3 of the 3 stored model cells.\n\n")
+    assert "first look" not in md and "| d | sasrec | 2 |" in md
 
 
 def test_single_seed_rows_are_marked(tmp_path: Path) -> None:

@@ -436,18 +436,25 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
 # --- question 3: the echo (docs/results.md) -------------------------------------------------------------------------
 
 def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
-    """The ``echo`` block: which cells have per-user evidence today, then ``report.echo``'s table over them."""
+    """The ``echo`` block: how many cells have per-user evidence today and which do not, then ``report.echo``'s
+    table over those that do. Read as a first look where under half of the cells have it."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
     have = {key: [k for k, c in seeds if (c / "users.npz").is_file()] for key, seeds in index.cells.items()}
-    with_ev = [f"{ds}/{lb}/seed{k}" for (ds, lb), ks in have.items() for k in ks]
-    total = sum(len(seeds) for seeds in index.cells.values())
-    one_each = bool(with_ev) and all(len(ks) <= 1 for ks in have.values())
-    head = (f"Per-user evidence (users.npz) exists today for {len(with_ev)} of the {total} stored model cells"
-            + (f" ({', '.join(with_ev)})" if with_ev else "")
-            + ". The other cells say nothing here until they are retrained or re-diagnosed "
-              "(`scripts/rediagnose_cells.py --what users`), so this answer rests on few cells"
-            + (", one seed each" if one_each else "") + ": read it as a first look, not a finding.\n\n")
-    if not with_ev:
+    without = [f"{ds}/{lb}/seed{k}" for (ds, lb), seeds in index.cells.items() for k, c in seeds
+               if k not in have[(ds, lb)]]
+    n_ev = sum(len(ks) for ks in have.values())
+    total = n_ev + len(without)
+    one_each = n_ev > 0 and all(len(ks) <= 1 for ks in have.values())
+    head = f"Per-user evidence (users.npz) exists today for {n_ev} of the {total} stored model cells"
+    if without:
+        head += (f"; the {len(without)} without it ({', '.join(without)}) say nothing here until they are retrained or "
+                 "re-diagnosed (`scripts/rediagnose_cells.py --what users`)")
+    head += "."
+    thin = (["a minority of the cells"] if 2 * n_ev < total else []) + (["one seed a cell"] if one_each else [])
+    if n_ev and thin:
+        head += f" This answer rests on {' and '.join(thin)}: read it as a first look, not a finding."
+    head += "\n\n"
+    if not n_ev:
         return head
     return head + echo_markdown(echo_table(index, n_boot=n_boot))
 
