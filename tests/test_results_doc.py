@@ -318,3 +318,55 @@ def test_the_hand_written_readings_of_the_remedies_hold_on_the_store() -> None:
             assert mean(readout, "mix_all_+Res") <= mean("", "mix_all_+Res"), (ds, readout)
             (x0, y0), (x1, y1) = next((a, b) for a, b in zip(curve, curve[1:]) if a[0] <= x <= b[0])
             assert y > y0 + (y1 - y0) * (x - x0) / (x1 - x0), (ds, readout)  # above the curve at its own HRLI@1
+
+
+def test_the_hand_written_readings_of_the_claims_marks_hold_on_the_store() -> None:
+    """docs/results.md, "What the store shows" (qualitative sentences, no numbers), each checked on the store's means
+    over seeds: the shuffles of the Amazon sets, ml-1m-part and yelp-ts; video-ts's low HRLI@1 and the higher rate
+    over seen last items; BSARec's a = 0.9 cells against a = 0.3; the MovieLens and Yelp readings; BERT4Rec's +Res
+    inside the paper's range."""
+    import statistics
+
+    from resdom.report.values import run_values
+
+    text = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    for sentence in ("resdom's models lose about a third of NDCG@10 or less when the whole input is permuted, while "
+                     "`keep_last` stays within a few percent",
+                     "On ml-1m-part the loss goes beyond the range (more order dependence, not less); on yelp-ts it is "
+                     "the smallest of any data set",
+                     "*HRLI@1 under 0.8 on video-ts", "With a = 0.9 (BSARec's defaults, used on video-ts and ml-100k",
+                     "with a = 0.3 (sports-ts) the attention residual carries the reliance",
+                     "HRLI@1 is well under the Amazon sets' and near the paper's \"about 0.5\", with HRL2I@1 near 0 "
+                     "and almost no cold last items",
+                     "HRLI@1 varies with the seed more than anywhere else",
+                     "**BERT4Rec's residual dominates its states about as much as the causal models' do**"):
+        assert sentence in text, sentence
+
+    values: dict[tuple[str, str], list[dict]] = {}
+    for r in read_runs(store_cells(ROOT / "results")):
+        values.setdefault((r.dataset, r.model), []).append(run_values(r))
+
+    def mean(dataset: str, label: str, key: str) -> float:
+        return statistics.mean(v[key] for v in values[(dataset, label)])
+
+    amazon = ("beauty-ts", "sports-ts", "toys-ts", "video-ts")
+    causal = ("sasrec", "sasrec-tts", "duorec", "bsarec")
+    for key in [k for k in values if k[0] in amazon and k[1] in causal]:
+        assert abs(mean(*key, "shuf_keep_last_rel_NDCG@10")) < 0.05 and -0.4 < mean(*key, "shuf_full_rel_NDCG@10"), key
+    sasrec_sets = sorted(ds for ds, label in values if label == "sasrec")
+    full = {ds: mean(ds, "sasrec", "shuf_full_rel_NDCG@10") for ds in sasrec_sets}
+    assert full["ml-1m-part"] < -0.75 and max(full, key=full.get) == "yelp-ts"
+
+    assert mean("video-ts", "sasrec", "HRLI@1") < 0.8 < mean("video-ts", "sasrec", "HRLI@1_seen")
+    for dataset in ("video-ts", "ml-100k"):
+        assert mean(dataset, "bsarec", "mix_all_+Res") > 0.4 and mean(dataset, "bsarec", "rec_at_0.2") < 0.1
+    assert mean("sports-ts", "bsarec", "mix_all_+Res") < 0.4 and mean("sports-ts", "bsarec", "rec_at_0.2") > 0.1
+
+    ml = {key: mean("ml-1m-part", "sasrec", key) for key in ("HRLI@1", "HRL2I@1", "unseen_share")}
+    assert ml["HRLI@1"] < min(mean(ds, "sasrec", "HRLI@1") for ds in amazon) - 0.1 and abs(ml["HRLI@1"] - 0.5) < 0.1
+    assert ml["HRL2I@1"] < 0.02 and ml["unseen_share"] < 0.01
+
+    spread = {ds: statistics.stdev(v["HRLI@1"] for v in values[(ds, "sasrec")]) for ds in sasrec_sets
+              if len(values[(ds, "sasrec")]) > 1}
+    assert max(spread, key=spread.get) == "yelp-ts"
+    assert all(0.12 <= mean(ds, "bert4rec", "mix_all_+Res") <= 0.40 for ds, label in values if label == "bert4rec")
