@@ -32,14 +32,16 @@ from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
 from resdom.report.probe_blocks import probe_blocks
 from resdom.report.reliance_dynamics import reliance_dynamics_block
+from resdom.report.summary import summary_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
 __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_blocks",
            "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
 
 
-# blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2
-BEYOND_TABLES = ("fidelity", "reliance_dynamics", "probe_readout", "probe_embeddings")
+# blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2,
+# and the summary of every block's conclusions (``report.summary``)
+BEYOND_TABLES = ("fidelity", "reliance_dynamics", "probe_readout", "probe_embeddings", "summary")
 
 
 @dataclass
@@ -93,10 +95,11 @@ def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) ->
     """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
     blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
     ``fidelity`` (``report.fidelity``), ``reliance_dynamics`` (``report.reliance_dynamics``), ``probe_readout`` and
-    ``probe_embeddings`` (``report.probe_blocks``)."""
+    ``probe_embeddings`` (``report.probe_blocks``), and ``summary`` (``report.summary``, from all of these)."""
     tables = summary_tables(runs) if tables is None else tables
-    return {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
-            **evidence_blocks(runs),
-            "fidelity": fidelity_block(runs),
-            "reliance_dynamics": reliance_dynamics_block(runs),
-            **probe_blocks(runs)}
+    blocks = {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
+              **evidence_blocks(runs),
+              "fidelity": fidelity_block(runs),
+              "reliance_dynamics": reliance_dynamics_block(runs),
+              **probe_blocks(runs)}
+    return {**blocks, "summary": summary_markdown(blocks)}

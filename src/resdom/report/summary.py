@@ -1,0 +1,118 @@
+"""The ``summary`` block at the top of docs/results.md: what the blocks below it conclude, counted from their own
+markdown. A pure function of the other blocks (nothing is computed twice, so the summary cannot disagree with them):
+the claims marks of the `sasrec` cells, the published values outside resdom's intervals, and the verdicts of the
+comparison, remedy, probe, echo and reliance-dynamics blocks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+VERDICTS = ("lower", "higher", "equivalent", "undecided")
+NO_EVIDENCE = "no per-user evidence"
+
+
+def table_rows(md: str) -> list[dict[str, str]]:
+    """Every row of every markdown table in ``md`` as ``{header: cell}`` (a table: consecutive lines starting "|",
+    the first its header, the second its rule)."""
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in md.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not set(line) <= set("|-: "):
+            rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def tally(verdicts: list[str], order: tuple[str, ...] = VERDICTS) -> str:
+    """"3 lower, 1 undecided": each verdict's count, in ``order`` then any other, none where there are none."""
+    counts = Counter(verdicts)
+    names = [v for v in order if counts[v]] + sorted(v for v in counts if v not in order)
+    return ", ".join(f"{counts[v]} {v}" for v in names) if names else "none"
+
+
+def _verdict(cell: str) -> str:
+    """The verdict word of a cell ("undecided: no per-user evidence ..." -> "undecided")."""
+    return cell.split(":", 1)[0].split(" (", 1)[0].strip()
+
+
+def claims_line(md: str, model: str = "sasrec") -> str:
+    rows = [r for r in table_rows(md) if r.get("Model") == model]
+    if not rows:
+        return f"The paper's claims (`claims` block): no `{model}` cell stored."
+    claims = [h for h in rows[0] if h not in ("Data set", "Model", "Seeds")]
+    parts = []
+    for claim in claims:
+        marked = [(r["Data set"], r[claim]) for r in rows if r[claim].endswith(("✓", "✗"))]
+        failed = [ds for ds, cell in marked if cell.endswith("✗")]
+        part = f"{claim}: {len(marked) - len(failed)} of {len(marked)}"
+        parts.append(part + (f" (not on {', '.join(failed)})" if failed else ""))
+    return (f"The paper's claims on resdom's `{model}` (`claims` block; data sets where the claim holds): "
+            + "; ".join(parts) + ".")
+
+
+def fidelity_line(md: str) -> str:
+    cells = [c for r in table_rows(md) if "not comparable" not in next(iter(r.values()), "")
+             for c in r.values() if c.endswith(("✓", "✗"))]
+    outside = sum(c.endswith("✗") for c in cells)
+    return (f"Beside the paper's published numbers (`fidelity` block): {outside} of {len(cells)} published values on "
+            "comparable data sets lie outside resdom's 95% interval (the sentences under the table name them; the "
+            "prose after it gives what was measured about the causes).")
+
+
+def comparisons_line(md: str, block: str, what: str) -> str:
+    rows = table_rows(md)
+    tested = [r for r in rows if not r["Difference [95% CI]"].startswith(NO_EVIDENCE)]
+    return (f"{what} (`{block}` block): {len(tested)} of {len(rows)} comparisons tested on per-user evidence: "
+            f"{tally([_verdict(r['Verdict']) for r in tested])}; {len(rows) - len(tested)} wait for evidence.")
+
+
+def remedies_line(md: str) -> str:
+    rows = table_rows(md)
+    answer = "Higher NDCG@10 at lower HRLI@1?"
+    tested = [r for r in rows if NO_EVIDENCE not in r["NDCG@10: verdict, difference [95% CI]"]
+              and NO_EVIDENCE not in r["HRLI@1: verdict, difference [95% CI]"]]
+    return (f"Remedies, higher NDCG@10 at lower HRLI@1 than the base (`remedy_verdicts` block, docs/remedies.md): "
+            f"{len(tested)} of {len(rows)} variants tested on per-user evidence: "
+            f"{tally([_verdict(r[answer]) for r in tested], ('yes', 'no', 'undecided'))}; "
+            f"{len(rows) - len(tested)} wait for evidence.")
+
+
+def probe_line(md: str, block: str, question: str) -> str:
+    rows = [r for r in table_rows(md) if "Comparison" in r]
+    by_pair: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        diff = r["Difference [95% CI]"]
+        state = ("not trained yet" if diff.startswith("not trained yet")
+                 else "no evidence yet" if diff.startswith(NO_EVIDENCE) else _verdict(r["Verdict"]))
+        by_pair.setdefault((r["Data set"], r["Comparison"]), []).append(f"{r['Metric']} {state}")
+    parts = [f"{ds} `{pair}`: " + ", ".join(states) for (ds, pair), states in by_pair.items()]
+    return f"{question} (`{block}` block): " + ("; ".join(parts) if parts else "no probe cell stored") + "."
+
+
+def echo_line(md: str) -> str:
+    rows = table_rows(md)
+    return (f"Question 3, does the echo cost filtered HR@10 (`echo` block; lower: the echoing users' HR@10 is lower "
+            f"within the frequency strata): {len(rows)} cells with per-user evidence: "
+            f"{tally([_verdict(r['verdict']) for r in rows])}.")
+
+
+def dynamics_line(md: str) -> str:
+    rows = {r["scope"]: _verdict(r["verdict"]) for r in table_rows(md) if r.get("scope", "").startswith("all data")}
+    found = "; ".join(f"{scope}: {verdict}" for scope, verdict in rows.items()) or "no monitored curve stored"
+    return f"Question 4, does reliance keep rising after accuracy stops (`reliance_dynamics` block): {found}."
+
+
+def summary_markdown(blocks: dict[str, str]) -> str:
+    """The ``summary`` block from the other blocks' markdown (``report.document_blocks``), one line each."""
+    lines = [claims_line(blocks["claims"]), fidelity_line(blocks["fidelity"]),
+             comparisons_line(blocks["comparisons"], "comparisons", "Models against `sasrec`"),
+             remedies_line(blocks["remedy_verdicts"]),
+             probe_line(blocks["probe_readout"], "probe_readout", "Question 1, the readout position"),
+             probe_line(blocks["probe_embeddings"], "probe_embeddings", "Question 2, tied output embeddings"),
+             echo_line(blocks["echo"]), dynamics_line(blocks["reliance_dynamics"])]
+    return "".join(f"- {line}\n" for line in lines)
