@@ -1,8 +1,9 @@
 """The analysis scripts behind statements of docs/results.md: scripts/cold_items_check.py ("Cold last items": its
 per-band HRLI@1 is the hrli diagnostic's, its mean pairwise cosine the mean over every pair of distinct rows) and
 scripts/bsarec_residuals_check.py (BSARec on video-ts: with the frequency residual as trained its rows are the
-alpha sweep's) and scripts/recovery_filter_check.py ("The paper side by side": its filtered curve is the stored
-recovery.json's, checked)."""
+alpha sweep's), scripts/recovery_filter_check.py ("The paper side by side": its filtered curve is the stored
+recovery.json's, checked) and scripts/mixing_population_check.py (its test-user ratios are the stored mixing.json's,
+checked; its validation-user ratios the mixing diagnostic's over the validation set)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 cold_items_check = importlib.import_module("cold_items_check")
 bsarec_residuals_check = importlib.import_module("bsarec_residuals_check")
 recovery_filter_check = importlib.import_module("recovery_filter_check")
+mixing_population_check = importlib.import_module("mixing_population_check")
 
 SMALL = {"epochs": 2, "hidden": 16, "layers": 2, "heads": 2, "max_len": 12, "batch_size": 64, "seed": 0}
 
@@ -376,3 +378,44 @@ def test_recovery_filter_check_reproduces_the_stored_curve_and_refuses_another(t
     (run / "diagnostics" / "recovery.json").write_text(json.dumps(bad))
     with pytest.raises(SystemExit, match="recovery.json is of checkpoint 0000000000000000"):
         recovery_filter_check.check(run, run)
+
+
+def test_mixing_population_check_reproduces_the_stored_ratios_and_refuses_another(tmp_path: Path) -> None:
+    """Its test-user ratios are the ones ``resdom diagnose --what mixing`` stored for the same checkpoint (else it
+    stops), its validation-user ratios the mixing diagnostic's over the validation set, its input lengths the mean
+    real length capped at max_len; ``population_table`` averages seeds per data set beside the paper's Attn."""
+    import json
+
+    from cli_helpers import invoke
+
+    from resdom.diagnostics.mixing import mixing_ratios
+
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=20,seed=0")
+    run = tmp_path / "run"
+    fitted = resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, **SMALL)
+    assert invoke("diagnose", str(run), "--what", "mixing", "--no-progress", "--device", "cpu") == 0
+    out = mixing_population_check.check(run, run)
+    valid = mixing_ratios(fitted.model, fitted.split.valid).pooled["all"]
+    assert out["valid"]["pooled_all"] == pytest.approx({s: valid[s] for s in ("Attn", "+Res", "+LN")})
+    lengths = [min(len(x), 12) for x in fitted.split.valid.inputs.to_lists()]
+    assert out["valid"]["mean_input_length"] == pytest.approx(sum(lengths) / len(lengths))
+    assert max(len(x) for x in fitted.split.valid.inputs.to_lists()) > 12  # the cap is exercised
+    assert out["valid"]["n_users"] == len(fitted.split.valid) and out["test"]["n_users"] == len(fitted.split.test)
+
+    cell = {"dataset": "toys-ts", "label": "sasrec", "seed": 1, **out}
+    other = {**cell, "seed": 2, "valid": {**out["valid"], "pooled_all": {**out["valid"]["pooled_all"], "Attn": 0.5}}}
+    table = mixing_population_check.population_table({"cells": {"a": cell, "b": other, "c": {**cell, "dataset": "x"}}})
+    row = table.splitlines()[2]
+    assert table.count("\n") == 3 and row.startswith("| toys-ts (Toys) | 2 | ")
+    attn = (out["valid"]["pooled_all"]["Attn"] + 0.5) / 2, out["test"]["pooled_all"]["Attn"]
+    assert f"| {attn[0]:.3f} | {attn[1]:.3f} | 0.772 |" in row
+
+    bad = json.loads((run / "diagnostics" / "mixing.json").read_text())
+    bad["pooled"]["all"]["Attn"] += 0.01
+    (run / "diagnostics" / "mixing.json").write_text(json.dumps(bad))
+    with pytest.raises(SystemExit, match="differ from the stored mixing.json"):
+        mixing_population_check.check(run, run)
+    bad["checkpoint"] = "0" * 16
+    (run / "diagnostics" / "mixing.json").write_text(json.dumps(bad))
+    with pytest.raises(SystemExit, match="mixing.json is of checkpoint 0000000000000000"):
+        mixing_population_check.check(run, run)

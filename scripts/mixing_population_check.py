@@ -1,0 +1,114 @@
+"""Does the population the mixing ratio is pooled over move it? (docs/results.md, "The paper side by side").
+
+    python scripts/mixing_population_check.py [CELL ...] [--store results] [--runs 'runs/*'] [--json OUT]
+    python scripts/mixing_population_check.py --table JSON    # the markdown table docs/results.md shows
+
+For every cell given (default: the store's `sasrec` cells) whose checkpoint is still in a run directory under
+``--runs``: the mixing ratios (norm of sums, pooled over layers, all real positions) pooled over the validation
+users' inputs and over the test users' inputs (the stored numbers; checked against the cell's mixing.json), and the
+mean real input length of each split. Prints them; ``--json`` keeps them; ``--table`` prints the means over seeds of
+a kept file beside the paper's Attn, one row per data set of the paper held. No training; well under a minute a
+cell on one core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import torch
+from rediagnose_cells import cell_arguments, cells_with_runs
+
+from resdom.api import load_run
+from resdom.diagnostics.mixing import mixing_ratios
+from resdom.pipeline.store import store_cells
+from resdom.report.fidelity import DATASETS, NOT_COMPARABLE, PAPER_MIXING
+
+STAGES = ("Attn", "+Res", "+LN")
+
+
+def mean_length(evalset, max_len: int) -> float:
+    """The mean number of real input items per user, capped at the model's max length."""
+    return float(np.minimum(evalset.inputs.lengths, max_len).mean())
+
+
+def check(cell: Path, run: Path) -> dict:
+    fitted = load_run(run, device="cpu")
+    model, split = fitted.model, fitted.split
+    stored = json.loads((cell / "diagnostics" / "mixing.json").read_text())
+    if stored.get("checkpoint") != fitted.checkpoint:
+        raise SystemExit(f"{cell}: mixing.json is of checkpoint {stored.get('checkpoint')}, the run's is "
+                         f"{fitted.checkpoint}")
+    out = {"checkpoint": fitted.checkpoint}
+    for name, evalset in (("valid", split.valid), ("test", split.test)):
+        pooled = mixing_ratios(model, evalset).pooled["all"]
+        out[name] = {"n_users": len(evalset), "pooled_all": {s: pooled[s] for s in STAGES},
+                     "mean_input_length": mean_length(evalset, model.max_len)}
+    want = stored["pooled"]["all"]  # the test-user ratios are the stored ones
+    if any(not math.isclose(out["test"]["pooled_all"][s], want[s], abs_tol=1e-9) for s in STAGES):
+        raise SystemExit(f"{cell}: the test-user ratios differ from the stored mixing.json")
+    return out
+
+
+def population_table(measured: dict) -> str:
+    """The markdown table of a kept file: per data set of the paper held (resdom's name, the paper's), the seeds,
+    Attn over the validation and the test users, the paper's Attn, +Res and the mean input length of each split,
+    means over the seeds."""
+    by_dataset: dict[str, list[dict]] = {}
+    for cell in measured["cells"].values():
+        if cell["dataset"] in DATASETS and DATASETS[cell["dataset"]][0] in PAPER_MIXING:
+            by_dataset.setdefault(cell["dataset"], []).append(cell)
+    rows = ["| data set (paper's) | seeds | Attn: validation users | Attn: test users (stored) | the paper's Attn | "
+            "+Res: validation / test users | input items: validation / test |", "|---|---|---|---|---|---|---|"]
+    for dataset, cells in sorted(by_dataset.items()):
+        def mean(split: str, key: str, stage: str | None = None) -> float:
+            return float(np.mean([c[split][key][stage] if stage else c[split][key] for c in cells]))  # noqa: B023
+
+        paper = DATASETS[dataset][0]
+        name = f"{dataset} ({paper})" + (f": not comparable ({NOT_COMPARABLE[dataset]})"
+                                         if dataset in NOT_COMPARABLE else "")
+        rows.append(f"| {name} | {len(cells)} | {mean('valid', 'pooled_all', 'Attn'):.3f} | "
+                    f"{mean('test', 'pooled_all', 'Attn'):.3f} | {PAPER_MIXING[paper][0]:.3f} | "
+                    f"{mean('valid', 'pooled_all', '+Res'):.3f} / {mean('test', 'pooled_all', '+Res'):.3f} | "
+                    f"{mean('valid', 'mean_input_length'):.1f} / {mean('test', 'mean_input_length'):.1f} |")
+    return "\n".join(rows) + "\n"
+
+
+def main() -> int:
+    ap = cell_arguments(__doc__.splitlines()[0])
+    ap.set_defaults(runs="runs/*")
+    ap.add_argument("--json", type=Path, default=None, help="write the measurements to this JSON file")
+    ap.add_argument("--table", type=Path, default=None, help="print the markdown table of this kept JSON file")
+    args = ap.parse_args()
+    if args.table is not None:
+        print(population_table(json.loads(args.table.read_text())), end="")
+        return 0
+    torch.set_num_threads(1)
+    cells = args.cells or [c for c in store_cells(args.store) if c.parent.name == "sasrec"]
+    results = {}
+    for cell, meta, run in cells_with_runs(cells, args.runs):
+        r = check(cell, run)
+        results[str(cell)] = {"dataset": meta["dataset"], "label": meta["label"], "seed": meta["seed"], **r}
+        v, t = r["valid"], r["test"]
+        print(f"{cell}: Attn {v['pooled_all']['Attn']:.3f} valid / {t['pooled_all']['Attn']:.3f} test, +Res "
+              f"{v['pooled_all']['+Res']:.3f} / {t['pooled_all']['+Res']:.3f}; mean input length "
+              f"{v['mean_input_length']:.2f} / {t['mean_input_length']:.2f} ({v['n_users']:,} / {t['n_users']:,} "
+              "users)")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "what": "mixing ratios (norm of sums, pooled over layers, all real positions) of stored cells' "
+                    "checkpoints pooled over the validation users and over the test users (the stored numbers), "
+                    "and the mean real input length of each split",
+            "command": " ".join(["python scripts/mixing_population_check.py", *map(str, args.cells),
+                                 f"--runs '{args.runs}'", f"--json {args.json}"]),
+            "measured": date.today().isoformat(), "cells": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
