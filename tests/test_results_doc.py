@@ -383,3 +383,35 @@ def test_the_hand_written_readings_of_the_claims_marks_hold_on_the_store() -> No
               if len(values[(ds, "sasrec")]) > 1}
     assert max(spread, key=spread.get) == "yelp-ts"
     assert all(0.12 <= mean(ds, "bert4rec", "mix_all_+Res") <= 0.40 for ds, label in values if label == "bert4rec")
+
+
+def test_the_reading_of_the_echo_block_holds_on_the_store() -> None:
+    """docs/results.md, question 3's "Reading the block" (no numbers): toys-ts `sasrec`'s crude and stratified
+    differences have opposite signs in the echo block; in every cell with per-user evidence where each of the three
+    groups holds at least 100 users, those whose last item never occurs in training are hit (filtered HR@10) less
+    than both the echoing users and the other users with a seen last item; in toys-ts `sasrec` the model echoes almost
+    every user whose last item it knows (over 95%) and the few others are hit more often than the echoing ones."""
+    import numpy as np
+
+    from resdom.report.summary import table_rows
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    assert "The crude and the stratified difference can point in opposite directions (toys-ts\n`sasrec`)" in text
+    block = text.split("<!-- resdom:table echo -->", 1)[1].split("<!-- /resdom:table -->", 1)[0]
+    row = next(r for r in table_rows(block) if (r["data set"], r["model"]) == ("toys-ts", "sasrec"))
+    assert float(row["crude difference"]) > 0 > float(row["stratified difference [95% CI]"].split(" [")[0])
+
+    checked = 0
+    for path in sorted((ROOT / "results").glob("*/*/seed*/users.npz")):
+        z = np.load(path)
+        echo, hit, unseen = z["last_rank"] == 1, z["target_rank"] <= 10, z["last_freq"] == 0
+        if min(unseen.sum(), (echo & ~unseen).sum(), (~echo & ~unseen).sum()) < 100:
+            continue
+        checked += 1
+        assert hit[unseen].mean() < min(hit[echo].mean(), hit[~echo & ~unseen].mean()), path
+    for path in sorted((ROOT / "results" / "toys-ts" / "sasrec").glob("seed*/users.npz")):
+        z = np.load(path)
+        echo, hit, known = z["last_rank"] == 1, z["target_rank"] <= 10, z["last_freq"] > 0
+        assert (echo & known).sum() > 0.95 * known.sum(), path
+        assert hit[~echo & known].mean() > hit[echo & known].mean(), path
+    assert checked >= 10
