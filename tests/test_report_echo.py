@@ -279,3 +279,24 @@ def test_markdown_and_figures(tmp_path: Path) -> None:
     assert texts == ["echo (top-1 = last item), n=1,000", "others, n=1,000"]
     xs, ys = strata.axes[0].lines[0].get_data()
     assert ys[0] == pytest.approx(0.3) and ys[4] == pytest.approx(0.9) and math.isnan(ys[1])
+
+
+def test_echo_answer_lists_the_cells_of_each_verdict() -> None:
+    """The answer sentence counts the rows with a stratified difference by verdict, names the cells of every verdict
+    but "undecided", and counts the rows without a difference."""
+    from types import SimpleNamespace
+
+    from resdom.report.echo import echo_answer
+
+    def row(ds: str, label: str, verdict: str, diff: object = 0.1) -> SimpleNamespace:
+        return SimpleNamespace(dataset=ds, label=label, verdict=verdict, diff=diff)
+
+    table = SimpleNamespace(k=10, rows=[row("a", "sasrec", "lower"), row("b", "sasrec", "undecided"),
+                                        row("b", "duorec", "lower"), row("c", "sasrec", "equivalent"),
+                                        row("c", "gru4rec", "undecided (no stratum holds both groups in a seed)",
+                                            None)])
+    assert echo_answer(table) == (
+        "Answer, generated from the table: of the 4 cells with a stratified difference, the echoing users' filtered "
+        "HR@10 against the others' with equally frequent last items is lower in 2 (a `sasrec`, b `duorec`); "
+        "equivalent in 1 (c `sasrec`); undecided in 1. 1 cell has no stratum holding both groups (or no evidence).")
+    assert echo_answer(SimpleNamespace(k=10, rows=[])).endswith("last items is not assessed.")

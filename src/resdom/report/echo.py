@@ -352,6 +352,27 @@ def echo_markdown(table: EchoTable) -> str:
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
+def echo_answer(table: EchoTable) -> str:
+    """The answer sentence of question 3, from the verdicts only: per verdict the cells that got it, among the rows
+    with a stratified difference, and how many rows have none."""
+    tested = [r for r in table.rows if r.diff is not None]
+    by: dict[str, list[str]] = {}
+    for r in tested:
+        by.setdefault(r.verdict.split(" (", 1)[0], []).append(f"{r.dataset} `{r.label}`")
+    parts = [f"{v} in {len(by[v])}" + (f" ({', '.join(by[v])})" if v != "undecided" else "")
+             for v in ("lower", "higher", "equivalent", "undecided") if v in by]
+    untested = len(table.rows) - len(tested)
+    return (f"Answer, generated from the table: of the {_cells_word(len(tested))} with a stratified difference, the "
+            f"echoing users' filtered HR@{table.k} against the others' with equally frequent last items is "
+            + ("; ".join(parts) if parts else "not assessed") + "."
+            + (f" {_cells_word(untested)} {'has' if untested == 1 else 'have'} no stratum holding both groups (or no "
+               "evidence)." if untested else ""))
+
+
+def _cells_word(n: int) -> str:
+    return f"{n} cell" + ("" if n == 1 else "s")
+
+
 def _pooled(row: EchoRow) -> tuple[np.ndarray, np.ndarray]:
     """(J, 2) users per seed (mean over seeds) and pooled HR (hits / users over seeds; NaN where none)."""
     n, x = row.n.sum(axis=0), row.x.sum(axis=0)

@@ -39,7 +39,7 @@ from resdom.report.compare import (
     default_margin,
     holm_p_text,
 )
-from resdom.report.echo import echo_figure, echo_markdown, echo_table
+from resdom.report.echo import echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure
 from resdom.report.stats import wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
@@ -456,7 +456,8 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     head += "\n\n"
     if not n_ev:
         return head
-    return head + echo_markdown(echo_table(index, n_boot=n_boot))
+    table = echo_table(index, n_boot=n_boot)
+    return head + echo_markdown(table) + "\n" + echo_answer(table) + "\n"
 
 
 def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigure]:
