@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import math
 import sys
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 import torch
-from rediagnose_cells import cell_arguments, cells_with_runs
+from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements
 
 from resdom.api import load_run
 from resdom.diagnostics.mixing import mixing_ratios
@@ -29,6 +28,9 @@ from resdom.pipeline.store import store_cells
 from resdom.report.fidelity import DATASETS, NOT_COMPARABLE, PAPER_MIXING
 
 STAGES = ("Attn", "+Res", "+LN")
+WHAT = ("mixing ratios (norm of sums, pooled over layers, all real positions) of stored cells' checkpoints pooled over "
+        "the validation users and over the test users (the stored numbers), and the mean real input length of each "
+        "split")
 
 
 def mean_length(evalset, max_len: int) -> float:
@@ -99,14 +101,7 @@ def main() -> int:
               f"{v['mean_input_length']:.2f} / {t['mean_input_length']:.2f} ({v['n_users']:,} / {t['n_users']:,} "
               "users)")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "what": "mixing ratios (norm of sums, pooled over layers, all real positions) of stored cells' "
-                    "checkpoints pooled over the validation users and over the test users (the stored numbers), "
-                    "and the mean real input length of each split",
-            "command": " ".join(["python scripts/mixing_population_check.py", *map(str, args.cells),
-                                 f"--runs '{args.runs}'", f"--json {args.json}"]),
-            "measured": date.today().isoformat(), "cells": results}, indent=1) + "\n")
+        keep_measurements(args.json, WHAT, "mixing_population_check.py", args, results)
     return 0
 
 

@@ -15,17 +15,19 @@ from __future__ import annotations
 import json
 import math
 import sys
-from datetime import date
 from pathlib import Path
 
 import torch
-from rediagnose_cells import cell_arguments, cells_with_runs
+from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements
 
 from resdom.api import load_run
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import inference
 from resdom.diagnostics.recovery import K_RECOVERY, split_recovery
 from resdom.pipeline.store import store_cells
+
+WHAT = ("test miss-recovery curves of stored cells' checkpoints with the cell's seen-item filter and without it "
+        "(spec §4, K 10, offsets 1-3)")
 
 
 def largest(curve: list[dict]) -> tuple[float, float]:
@@ -73,13 +75,7 @@ def main() -> int:
                   f"({x['recoverable_share']:.3f}); largest Recovery {x['largest_recovery']:.3f} at alpha "
                   f"{x['at_alpha']:g}")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "what": "test miss-recovery curves of stored cells' checkpoints with the cell's seen-item filter and "
-                    "without it (spec §4, K 10, offsets 1-3)",
-            "command": " ".join(["python scripts/recovery_filter_check.py", *map(str, args.cells),
-                                 f"--runs '{args.runs}'", f"--json {args.json}"]),
-            "measured": date.today().isoformat(), "cells": results}, indent=1) + "\n")
+        keep_measurements(args.json, WHAT, "recovery_filter_check.py", args, results)
     return 0
 
 

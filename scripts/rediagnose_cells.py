@@ -20,6 +20,7 @@ import glob
 import json
 import sys
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 
 import torch
@@ -71,6 +72,15 @@ def cell_arguments(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--store", default="results")
     ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
     return ap
+
+
+def keep_measurements(path: Path, what: str, script: str, args: argparse.Namespace, cells: dict) -> None:
+    """Write a script's measurements of stored cells to ``path`` (JSON: what they are, the command that made them
+    from ``args``' cells, runs and json, today's date, and ``cells``)."""
+    command = [f"python scripts/{script}", *map(str, args.cells), f"--runs '{args.runs}'", f"--json {path}"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"what": what, "command": " ".join(command), "measured": date.today().isoformat(),
+                                "cells": cells}, indent=1) + "\n")
 
 
 def cells_with_runs(cells: list[Path], runs: str) -> Iterator[tuple[Path, dict, Path]]:
