@@ -26,7 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from resdom.experiments import CAUSAL_MODELS, MODEL_TRAITS, REMEDY_LABELS, model_variant, remedy_variant
+from resdom.experiments import (
+    CAUSAL_MODELS,
+    MODEL_TRAITS,
+    MODEL_VARIANTS,
+    PROBES,
+    REMEDY_LABELS,
+    model_variant,
+    remedy_variant,
+)
 from resdom.report.claims import is_causal
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.compare import (
@@ -398,23 +406,34 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
 MAIN_SEEDS: dict[str, int] = {"beauty-ts": 5, "toys-ts": 5}
 OTHER_SEEDS = 3
 COVERAGE_QUEUE = "EVIDENCE=1 scripts/reproduce_queue.sh scripts/grid_evidence.txt"
+# issue 27 §2 and §4: on MAIN_SEEDS' data sets, 5 seeds of every remedy comparison (each SASRec remedy variant
+# stored there) and of each probe of questions 1 and 2
+SASREC_PROBES: tuple[str, ...] = tuple(f"sasrec-{p}" for p in PROBES if f"sasrec-{p}" in MODEL_VARIANTS)
+
+
+def asked_variants(labels: set[str]) -> list[str]:
+    """The SASRec remedy variants among ``labels`` (a data set's stored labels), in REMEDY_LABELS order, then every
+    SASRec probe (asked whether stored or not)."""
+    remedies = [lb for lb in REMEDY_LABELS if lb in labels and (rv := remedy_variant(lb)) and rv[0] == "sasrec"]
+    return remedies + list(SASREC_PROBES)
 
 
 def coverage_markdown(runs: list[RunRecord]) -> str:
     """The ``coverage`` block: per data set, the stored cells and how many carry their per-user evidence
     (users.npz), and for each causal model (SASRec, DuoRec, BSARec) its seeds stored against the seeds asked
     (``MAIN_SEEDS``, else ``OTHER_SEEDS``; none on a data set where no causal model itself ran, such as a side check
-    of another tie rule), with how many of them carry evidence; then one sentence over the store."""
+    of another tie rule), with how many of them carry evidence, and on ``MAIN_SEEDS``' data sets the same over
+    SASRec's remedy variants stored there and its probes (``asked_variants``); then one sentence over the store."""
     cells = [r for r in runs if r.seed is not None]
     evidence = {(r.dataset, r.model, r.seed) for r in cells if (Path(r.path) / USERS_FILE).is_file()}
-    rows, asked_total, stored_total = [], 0, 0
+    rows, asked_total, stored_total, variants_asked, variants_stored = [], 0, 0, 0, 0
     for ds in sorted({r.dataset for r in cells}):
         mine = [r for r in cells if r.dataset == ds]
         with_ev = sum((ds, r.model, r.seed) in evidence for r in mine)
         row = [ds, str(len(mine)), f"{with_ev} of {len(mine)}"]
         asked = MAIN_SEEDS.get(ds, OTHER_SEEDS)
         if not any(r.model in CAUSAL_MODELS for r in mine):  # a side check's data set (another tie rule): none asked
-            rows.append(row + ["–"] * len(CAUSAL_MODELS))
+            rows.append(row + ["–"] * (len(CAUSAL_MODELS) + 1))
             continue
         for m in CAUSAL_MODELS:
             seeds = sorted({r.seed for r in mine if r.model == m and r.seed <= asked})  # the asked seeds 1..asked
@@ -422,13 +441,26 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
             row.append(f"{len(seeds)} of {asked} ({ev} with evidence)" if seeds else f"0 of {asked}")
             asked_total += asked
             stored_total += ev
+        if ds in MAIN_SEEDS:
+            variants = asked_variants({r.model for r in mine})
+            seeds = {(r.model, r.seed) for r in mine if r.model in variants and r.seed <= asked}
+            ev = sum((ds, m, k) in evidence for m, k in seeds)
+            n = asked * len(variants)
+            row.append(f"{len(seeds)} of {n} ({ev} with evidence)")
+            variants_asked, variants_stored = variants_asked + n, variants_stored + ev
+        else:
+            row.append("–")
         rows.append(row)
-    header = ["Data set", "cells", "with users.npz", *(f"{m}: seeds stored of asked" for m in CAUSAL_MODELS)]
+    header = ["Data set", "cells", "with users.npz", *(f"{m}: seeds stored of asked" for m in CAUSAL_MODELS),
+              "sasrec remedies and probes: seeds stored of asked"]
     text = markdown_table(header, rows)
     n_ev = sum((r.dataset, r.model, r.seed) in evidence for r in cells)
     text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the issue asks of "
              f"{', '.join(CAUSAL_MODELS)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, "
-             f"{OTHER_SEEDS} on every other data set), {stored_total} of {asked_total} are stored with their evidence. "
+             f"{OTHER_SEEDS} on every other data set), {stored_total} of {asked_total} are stored with their evidence; "
+             f"of those it asks of sasrec's remedy variants stored and its probes "
+             f"({', '.join(v.removeprefix('sasrec-') for v in SASREC_PROBES)}), {max(MAIN_SEEDS.values())} each on "
+             f"{', '.join(sorted(MAIN_SEEDS))}, {variants_stored} of {variants_asked}. "
              f"The queue that trains the rest: `{COVERAGE_QUEUE}`.\n")
     return text
 
