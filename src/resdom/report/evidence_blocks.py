@@ -49,6 +49,7 @@ from resdom.report.compare import (
 )
 from resdom.report.echo import echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure
+from resdom.report.probes import PROBE_BASE
 from resdom.report.stats import wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
@@ -408,13 +409,13 @@ OTHER_SEEDS = 3
 COVERAGE_QUEUE = "EVIDENCE=1 scripts/reproduce_queue.sh scripts/grid_evidence.txt"
 # issue 27 §2 and §4: on MAIN_SEEDS' data sets, 5 seeds of every remedy comparison (each SASRec remedy variant
 # stored there) and of each probe of questions 1 and 2
-SASREC_PROBES: tuple[str, ...] = tuple(f"sasrec-{p}" for p in PROBES if f"sasrec-{p}" in MODEL_VARIANTS)
+SASREC_PROBES: tuple[str, ...] = tuple(f"{PROBE_BASE}-{p}" for p in PROBES if f"{PROBE_BASE}-{p}" in MODEL_VARIANTS)
 
 
 def asked_variants(labels: set[str]) -> list[str]:
     """The SASRec remedy variants among ``labels`` (a data set's stored labels), in REMEDY_LABELS order, then every
     SASRec probe (asked whether stored or not)."""
-    remedies = [lb for lb in REMEDY_LABELS if lb in labels and (rv := remedy_variant(lb)) and rv[0] == "sasrec"]
+    remedies = [lb for lb in REMEDY_LABELS if lb in labels and (rv := remedy_variant(lb)) and rv[0] == PROBE_BASE]
     return remedies + list(SASREC_PROBES)
 
 
@@ -452,15 +453,16 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
             row.append("–")
         rows.append(row)
     header = ["Data set", "cells", "with users.npz", *(f"{m}: seeds stored of asked" for m in CAUSAL_MODELS),
-              "sasrec remedies and probes: seeds stored of asked"]
+              f"{PROBE_BASE} remedies and probes: seeds stored of asked"]
     text = markdown_table(header, rows)
     n_ev = sum((r.dataset, r.model, r.seed) in evidence for r in cells)
+    probes = ", ".join(v.removeprefix(f"{PROBE_BASE}-") for v in SASREC_PROBES)
     text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the issue asks of "
              f"{', '.join(CAUSAL_MODELS)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, "
              f"{OTHER_SEEDS} on every other data set), {stored_total} of {asked_total} are stored with their evidence; "
-             f"of those it asks of sasrec's remedy variants stored and its probes "
-             f"({', '.join(v.removeprefix('sasrec-') for v in SASREC_PROBES)}), {max(MAIN_SEEDS.values())} each on "
-             f"{', '.join(sorted(MAIN_SEEDS))}, {variants_stored} of {variants_asked}. "
+             f"of those it asks of {PROBE_BASE}'s remedy variants stored and its probes ({probes}), "
+             f"{max(MAIN_SEEDS.values())} each on {', '.join(sorted(MAIN_SEEDS))}, {variants_stored} of "
+             f"{variants_asked}. "
              f"The queue that trains the rest: `{COVERAGE_QUEUE}`.\n")
     return text
 

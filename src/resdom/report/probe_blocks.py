@@ -39,11 +39,10 @@ from resdom.report.evidence_blocks import (
     method_note,
     store_mean,
 )
-from resdom.report.probes import PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
+from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
 from resdom.report.stats import wilson
 from resdom.report.tables import seeds_text
 
-PROBE_BASE = "sasrec"  # the probes every block lists, trained or not (the paper's model)
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
 # A probe's second base, trained with the probe's own objective (the query token has one readout a sequence, so the
 # probe trains ce_last while its base trains ce_all): "<model>-<probe>" is also compared with "<model>-<suffix>"

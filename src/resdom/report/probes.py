@@ -19,6 +19,7 @@ from resdom.experiments import PROBE_MODELS, PROBES
 from resdom.report.compare import Comparison
 from resdom.report.stats import Margin
 
+PROBE_BASE = "sasrec"  # the model whose probes (and remedy variants) issue 27 asks for: the paper's model
 PROBE_VARIANTS: tuple[str, ...] = tuple(PROBES)
 PROBE_DATASETS: tuple[str, ...] = ("beauty-ts", "toys-ts")
 PROBE_METRICS: dict[str, Margin] = {"NDCG@10": Margin(0.05, relative=True), "HRLI@1": Margin(0.02, relative=False)}
