@@ -135,7 +135,7 @@ def test_early_stopping_with_patience(tmp_path: Path, monkeypatch) -> None:
     values = iter([0.1, 0.3, 0.2, 0.3, 0.25, 0.9])
 
     def fake_eval(model, split, which, train_cfg, device):
-        return {"metrics": {"NDCG@10": next(values) if which == "valid" else 0.0}, "n_users": 1}
+        return {"metrics": {"NDCG@10": next(values) if which == "stop" else 0.0}, "n_users": 1}
 
     split, m, t = configs(epochs=10, patience=3)
     monkeypatch.setattr(trainer, "_evaluate", fake_eval)
@@ -470,14 +470,14 @@ def test_monitor_records_reliance_curve_without_changing_training(tmp_path: Path
 def test_monitor_equals_the_full_diagnostics_on_the_same_users() -> None:
     from resdom.diagnostics.hrli import last_item_hit_rates
     from resdom.diagnostics.mixing import mixing_ratios
-    from resdom.diagnostics.monitor import cheap_diagnostics, monitor_subset
+    from resdom.diagnostics.monitor import cheap_diagnostics
     from resdom.models import build_model
 
     split, m, _ = configs()
     torch.manual_seed(0)
     model = build_model(m).eval()
-    sub = monitor_subset(split.valid, 20, seed=3)
-    assert len(sub) == 20 and np.array_equal(sub.targets, monitor_subset(split.valid, 20, seed=3).targets)
+    sub = split.valid.subset(20, seed=3)
+    assert len(sub) == 20 and np.array_equal(sub.targets, split.valid.subset(20, seed=3).targets)
     got = cheap_diagnostics(model, sub)
     assert got["HRLI@1"] == last_item_hit_rates(model, sub).to_dict()["values"]["HRLI@1"]
     assert got["mixing_last"] == mixing_ratios(model, sub).to_dict()["pooled"]["last"]
@@ -539,3 +539,25 @@ def test_resume_state_round_trip_and_a_malformed_one(tmp_path: Path) -> None:
     files.state.write_text(json.dumps({**raw, "early_stopping": {"best": 1}}))
     with pytest.raises(ResdomError, match=f"malformed resume state .*delete {files.state_dir}"):
         files.read_state()
+
+
+def test_early_stopping_on_a_fixed_subset_of_validation_users(tmp_path: Path) -> None:
+    """train.valid_users = k: every epoch's validation (and so early stopping and the best checkpoint) reads the same
+    k validation users, drawn with train.seed; the best epoch is the one whose subset NDCG@10 is highest, and the
+    saved best model scores that value on the subset; metrics.json still evaluates every validation user."""
+    from resdom.evaluation.evaluate import evaluate
+
+    split, m, t = configs(n_users=60, epochs=4, valid_users=25)
+    result = fit(split, m, t, tmp_path, {"source": "toy"}, progress=False)
+    sub = split.valid.subset(25, t.seed)
+    assert len(sub) == 25 < len(split.valid)
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["n_users"] for r in lines] == [25] * 4
+    best = max(lines, key=lambda r: r["valid"]["NDCG@10"])  # the first of equal values, as early stopping keeps it
+    assert result["best_epoch"] == best["epoch"]
+    model = load_run(tmp_path).model.eval()
+    again = evaluate(model, sub, filter_seen=split.filter_seen, batch_size=64).to_dict()["metrics"]["NDCG@10"]
+    assert again == pytest.approx(best["valid"]["NDCG@10"], abs=1e-9)
+    assert result["valid"]["n_users"] == len(split.valid)
+    with pytest.raises(ResdomError, match="train.valid_users"):
+        configs(valid_users=0)

@@ -171,6 +171,9 @@ TRAINING_VARIANTS: dict[str, tuple[str, Values]] = {
     "sasrec-celast": ("sasrec", {"objective": "ce_last"}),
     # question 4: training on long past the NDCG@10 plateau (patience 30 epochs instead of 10)
     "sasrec-p30": ("sasrec", {"patience": 30}),
+    # the paper's early stopping: validation NDCG@10 on a fixed sample of 1,024 validation users, not all of them
+    # (a candidate cause of the differences from the paper, docs/results.md "The paper side by side")
+    "sasrec-v1024": ("sasrec", {"valid_users": 1024}),
 }
 
 # Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's

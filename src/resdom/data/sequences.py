@@ -132,6 +132,13 @@ class EvalSet:
     def __len__(self) -> int:
         return len(self.targets)
 
+    def subset(self, n_users: int, seed: int) -> EvalSet:
+        """The same ``n_users`` examples (all when fewer) for every call with ``seed``, in their order here."""
+        if len(self) <= n_users:
+            return self
+        index = np.sort(np.random.default_rng(seed).choice(len(self), size=n_users, replace=False))
+        return EvalSet(self.inputs.take(index), self.targets[index])
+
 
 @dataclass
 class SplitData:

@@ -15,14 +15,6 @@ from resdom.stored import seen_unseen
 from resdom.training.trainer import EpochEnd
 
 
-def monitor_subset(evalset: EvalSet, n_users: int, seed: int) -> EvalSet:
-    """The same ``n_users`` examples of ``evalset`` (all when fewer) for every epoch, drawn with ``seed``."""
-    if len(evalset) <= n_users:
-        return evalset
-    index = np.sort(np.random.default_rng(seed).choice(len(evalset), size=n_users, replace=False))
-    return EvalSet(evalset.inputs.take(index), evalset.targets[index])
-
-
 def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None,
                       train_counts: np.ndarray | None = None) -> dict[str, Any]:
     """{"n_users", "HRLI@1", "HRL2I@1", "mixing_all": {stage: r}, "mixing_last": {stage: r}} of ``model``
@@ -50,5 +42,5 @@ def epoch_monitor(end: EpochEnd) -> None:
     if not cfg.monitor_every or end.epoch % cfg.monitor_every:
         return
     split = end.split
-    end.record["monitor"] = cheap_diagnostics(end.model, monitor_subset(split.valid, cfg.monitor_users, cfg.seed),
+    end.record["monitor"] = cheap_diagnostics(end.model, split.valid.subset(cfg.monitor_users, cfg.seed),
                                               end.device, train_counts=item_counts(split.train, split.n_items))

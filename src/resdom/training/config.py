@@ -67,6 +67,11 @@ class TrainConfig(BaseModel):
         "model on a fixed validation subsample into metrics.jsonl (\"monitor\"); 0 = off. Changes no training result"
     )
     monitor_users: int = Field(1024, ge=1, description="validation users the monitor uses (a fixed random subset)")
+    valid_users: int | None = Field(
+        None, ge=1, description="validation users early stopping and the best checkpoint read each epoch: None = all "
+        "of them; k = a fixed random subset of k drawn with train.seed (the paper's code: 1,024). The final "
+        "metrics.json evaluates every validation user either way"
+    )
 
     @field_validator("metric")
     @classmethod

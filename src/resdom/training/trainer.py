@@ -152,9 +152,12 @@ def _progress_lines(progress: bool | None, is_main: bool) -> bool:
 
 def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_cfg: TrainConfig,
               device: torch.device) -> dict[str, Any]:
-    """{"metrics": {...}, "n_users": n} of ``which`` (valid | test), full ranking, seen items filtered unless the
-    data set keeps them (``SplitData.filter_seen``)."""
-    evalset = split.valid if which == "valid" else split.test
+    """{"metrics": {...}, "n_users": n} of ``which``, full ranking, seen items filtered unless the data set keeps them
+    (``SplitData.filter_seen``): "valid" | "test", or "stop", what early stopping reads each epoch: the validation
+    users, or ``train.valid_users`` of them (a fixed random subset drawn with ``train.seed``)."""
+    evalset = split.test if which == "test" else split.valid
+    if which == "stop" and train_cfg.valid_users is not None:
+        evalset = evalset.subset(train_cfg.valid_users, train_cfg.seed)
     return evaluate(model, evalset, filter_seen=split.filter_seen, batch_size=train_cfg.eval_batch_size,
                     device=device).to_dict()
 
@@ -257,7 +260,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
                                              objective, epoch, dist_ctx, show, lines)
         if not math.isfinite(loss):
             raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
-        valid = _evaluate(model, split, "valid", train_cfg, device)
+        valid = _evaluate(model, split, "stop", train_cfg, device)
         value = valid["metrics"][train_cfg.metric]
         improved = stopper.update(value, epoch)
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
