@@ -5,6 +5,7 @@ from __future__ import annotations
 from resdom.report.summary import (
     claims_line,
     comparisons_line,
+    coverage_line,
     dynamics_line,
     echo_line,
     fidelity_line,
@@ -139,9 +140,16 @@ def test_echo_and_dynamics_lines() -> None:
     assert dynamics_line("").endswith("block): no monitored curve stored.")
 
 
+def test_coverage_line_quotes_the_sentence_over_the_store() -> None:
+    md = "| a |\n|---|\n| 1 |\n\nPer-user evidence (users.npz) in 3 of 4 stored cells; more. The queue: `x`.\n"
+    assert coverage_line(md) == ("What the verdicts rest on (`coverage` block): Per-user evidence (users.npz) in 3 of "
+                                 "4 stored cells; more.")
+
+
 def test_summary_markdown_is_one_bullet_per_block() -> None:
-    blocks = {"claims": CLAIMS, "fidelity": FIDELITY, "comparisons": COMPARISONS, "remedy_verdicts": REMEDIES,
+    blocks = {"coverage": "Per-user evidence (users.npz) in 1 of 2 stored cells.\n", "claims": CLAIMS,
+              "fidelity": FIDELITY, "comparisons": COMPARISONS, "remedy_verdicts": REMEDIES,
               "probe_readout": PROBE, "probe_embeddings": PROBE, "echo": ECHO, "reliance_dynamics": DYNAMICS}
     lines = summary_markdown(blocks).splitlines()
-    assert len(lines) == 8 and all(line.startswith("- ") for line in lines)
-    assert lines[2] == "- " + comparisons_line(COMPARISONS, "comparisons", "Models against `sasrec`")
+    assert len(lines) == 9 and all(line.startswith("- ") for line in lines)
+    assert lines[3] == "- " + comparisons_line(COMPARISONS, "comparisons", "Models against `sasrec`")

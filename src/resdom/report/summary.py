@@ -1,7 +1,7 @@
 """The ``summary`` block at the top of docs/results.md: what the blocks below it conclude, counted from their own
 markdown. A pure function of the other blocks (nothing is computed twice, so the summary cannot disagree with them):
-the claims marks of the `sasrec` cells, the published values outside resdom's intervals, and the verdicts of the
-comparison, remedy, probe, echo and reliance-dynamics blocks."""
+how many cells carry per-user evidence, the claims marks of the `sasrec` cells, the published values outside
+resdom's intervals, and the verdicts of the comparison, remedy, probe, echo and reliance-dynamics blocks."""
 
 from __future__ import annotations
 
@@ -107,9 +107,16 @@ def dynamics_line(md: str) -> str:
     return f"Question 4, does reliance keep rising after accuracy stops (`reliance_dynamics` block): {found}."
 
 
+def coverage_line(md: str) -> str:
+    """The coverage block's sentence over the store (without the queue command)."""
+    found = [line for line in md.splitlines() if line.startswith("Per-user evidence")]
+    sentence = found[0].split(" The queue", 1)[0] if found else "no sentence over the store."
+    return f"What the verdicts rest on (`coverage` block): {sentence}"
+
+
 def summary_markdown(blocks: dict[str, str]) -> str:
     """The ``summary`` block from the other blocks' markdown (``report.document_blocks``), one line each."""
-    lines = [claims_line(blocks["claims"]), fidelity_line(blocks["fidelity"]),
+    lines = [coverage_line(blocks["coverage"]), claims_line(blocks["claims"]), fidelity_line(blocks["fidelity"]),
              comparisons_line(blocks["comparisons"], "comparisons", "Models against `sasrec`"),
              remedies_line(blocks["remedy_verdicts"]),
              probe_line(blocks["probe_readout"], "probe_readout", "Question 1, the readout position"),
