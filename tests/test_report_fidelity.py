@@ -172,3 +172,27 @@ def test_fidelity_block_without_paper_data_sets(tmp_path):
     block = fidelity_block([])
     assert block.count(": not held here |") == 9 and "outside resdom's" not in block.split("\n\n", 1)[1]
     assert block.rstrip().endswith("No cell holds a recovery curve yet.")
+
+
+def test_published_accuracy_block_by_hand(tmp_path):
+    """beauty-ts sasrec-tts over seeds 0.040 / 0.044 / 0.036 (HR@10): mean 0.040, t interval 0.040 ± 4.303 * 0.004 /
+    sqrt(3), covering the published 0.0396; one gru4rec seed: no interval, no mark; a label time-to-split did not
+    publish (sasrec) gets no row."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.fidelity import published_accuracy_block
+
+    def run(label: str, seed: int, hr: float, ndcg: float) -> RunRecord:
+        return RunRecord(tmp_path / label / str(seed), "beauty-ts", label, seed, "gts",
+                         metrics={"test": {"metrics": {"HR@10": hr, "NDCG@10": ndcg}}})
+
+    runs = [run("sasrec-tts", 1, 0.040, 0.0230), run("sasrec-tts", 2, 0.044, 0.0232),
+            run("sasrec-tts", 3, 0.036, 0.0228), run("gru4rec", 1, 0.0200, 0.0100), run("sasrec", 1, 0.5, 0.5)]
+    md = published_accuracy_block(runs)
+    half = 4.303 * 0.004 / math.sqrt(3)
+    assert (f"| beauty-ts | sasrec-tts | 3 | 0.0400 [{0.04 - half:.4f}, {0.04 + half:.4f}] vs 0.0396 (+0.0004) ✓ | "
+            "0.0230 [") in md
+    ndcg = mean_t([0.0230, 0.0232, 0.0228])  # a tight interval above the published 0.0224: outside
+    assert f"0.0230 [{ndcg.lo:.4f}, {ndcg.hi:.4f}] vs 0.0224 (+0.0006) ✗ |" in md
+    assert "| beauty-ts | gru4rec | 1 seed | 0.0200 vs 0.0195 (+0.0005) | 0.0100 vs 0.0106 (-0.0006) |" in md
+    assert "| sasrec |" not in md and md.count("\n| beauty-ts") == 2
+    assert published_accuracy_block([run("sasrec", 1, 0.5, 0.5)]).startswith("No stored cell")

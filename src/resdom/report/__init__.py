@@ -26,7 +26,7 @@ from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
 from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, echo_figures, evidence_blocks
-from resdom.report.fidelity import fidelity_block
+from resdom.report.fidelity import fidelity_block, published_accuracy_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
@@ -41,7 +41,8 @@ __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", 
 
 # blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2,
 # and the summary of every block's conclusions (``report.summary``)
-BEYOND_TABLES = ("fidelity", "reliance_dynamics", "probe_readout", "probe_embeddings", "summary")
+BEYOND_TABLES = ("fidelity", "published_accuracy", "reliance_dynamics", "probe_readout", "probe_embeddings",
+                 "summary")
 
 
 @dataclass
@@ -94,12 +95,14 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
     """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
     blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
-    ``fidelity`` (``report.fidelity``), ``reliance_dynamics`` (``report.reliance_dynamics``), ``probe_readout`` and
-    ``probe_embeddings`` (``report.probe_blocks``), and ``summary`` (``report.summary``, from all of these)."""
+    ``fidelity`` and ``published_accuracy`` (``report.fidelity``), ``reliance_dynamics``
+    (``report.reliance_dynamics``), ``probe_readout`` and ``probe_embeddings`` (``report.probe_blocks``), and
+    ``summary`` (``report.summary``, from all of these)."""
     tables = summary_tables(runs) if tables is None else tables
     blocks = {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
               **evidence_blocks(runs),
               "fidelity": fidelity_block(runs),
+              "published_accuracy": published_accuracy_block(runs),
               "reliance_dynamics": reliance_dynamics_block(runs),
               **probe_blocks(runs)}
     return {**blocks, "summary": summary_markdown(blocks)}

@@ -172,15 +172,15 @@ def not_held(rows: list[dict[str, Any]]) -> list[str]:
     return [d for d in PAPER_MIXING if d not in held]
 
 
-def _cell(est: Estimate | None, paper: float | None, approx: bool = False) -> str:
+def _cell(est: Estimate | None, paper: float | None, approx: bool = False, digits: int = 3) -> str:
     if est is None:
         return "—"
     if paper is None:
-        return f"{est.text()} (paper: —)"
+        return f"{est.text(digits)} (paper: —)"
     inside = est.covers(paper)
     mark = "" if inside is None else (" ✓" if inside else " ✗")
     sign = "~" if approx else ""
-    return f"{est.text()} vs {sign}{paper:.3f} ({est.value - paper:+.3f}){mark}"
+    return f"{est.text(digits)} vs {sign}{paper:.{digits}f} ({est.value - paper:+.{digits}f}){mark}"
 
 
 def _name(r: dict[str, Any]) -> str:
@@ -268,3 +268,38 @@ def fidelity_block(runs: list[RunRecord], model: str = "sasrec") -> str:
                      "to compare).")
     lines.append(recovery_summary(rows))
     return "\n".join(lines) + "\n"
+
+
+# --- the paper's code base: time-to-split's published accuracy (docs/spec.md §8) --------------------------------------
+
+# time-to-split's published test HR@10 / NDCG@10 (GTS, q = 0.9, validation by time; full ranking, seen items
+# filtered) at the grid point resdom's labels follow: its own SASRec (query-LN block, max length 128: `sasrec-tts`),
+# BERT4Rec and GRU4Rec. The `-itemties` data sets are the same data with same-day items in the review file's order.
+PUBLISHED_ACCURACY: dict[tuple[str, str], tuple[float, float]] = {
+    ("beauty-ts", "sasrec-tts"): (0.0396, 0.0224), ("beauty-ts-itemties", "sasrec-tts"): (0.0396, 0.0224),
+    ("beauty-ts", "bert4rec"): (0.0180, 0.0095), ("beauty-ts", "gru4rec"): (0.0195, 0.0106),
+    ("sports-ts", "sasrec-tts"): (0.0339, 0.0205), ("sports-ts-itemties", "sasrec-tts"): (0.0339, 0.0205),
+    ("sports-ts", "bert4rec"): (0.0152, 0.0080), ("sports-ts", "gru4rec"): (0.0196, 0.0102),
+}
+ACCURACY_METRICS = ("HR@10", "NDCG@10")
+
+
+def published_accuracy_block(runs: list[RunRecord]) -> str:
+    """The ``published_accuracy`` block of docs/results.md: per (data set, label) of ``PUBLISHED_ACCURACY`` with
+    stored cells, resdom's test HR@10 and NDCG@10 (mean over seeds, 95% t interval over seeds, none from one seed)
+    beside the published values, with the difference and ✓ / ✗ as in the fidelity table."""
+    lines = ["| data set | model | seeds | HR@10 | NDCG@10 |", "|---|---|---|---|---|"]
+    for (dataset, label), published in PUBLISHED_ACCURACY.items():
+        mine = [r for r in runs if (r.dataset, r.model) == (dataset, label)]
+        if not mine:
+            continue
+        cells = [_cell(mean_t([float(r.test_metrics()[m]) for r in mine]), value, digits=4)
+                 for m, value in zip(ACCURACY_METRICS, published)]
+        seeds = "1 seed" if len(mine) == 1 else str(len(mine))
+        lines.append(f"| {dataset} | {label} | {seeds} | " + " | ".join(cells) + " |")
+    if len(lines) == 2:
+        return "No stored cell of a model and data set that time-to-split published.\n"
+    return ("\n".join(lines) + "\n\nresdom's test HR@10 / NDCG@10 (full ranking, seen items filtered; mean over seeds "
+            "with a 95% t interval over seeds, none from one seed) vs time-to-split's published value (resdom - "
+            "published); ✓ the published value lies inside resdom's interval, ✗ outside, no mark without an "
+            "interval. Generated from the store (`report.fidelity.published_accuracy_block`).\n")
