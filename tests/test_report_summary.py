@@ -10,6 +10,7 @@ from resdom.report.summary import (
     echo_line,
     fidelity_line,
     probe_line,
+    published_line,
     remedies_line,
     summary_markdown,
     table_rows,
@@ -116,6 +117,14 @@ def test_fidelity_line_counts_comparable_values_only() -> None:
                                               "published values on comparable data sets lie outside")
 
 
+def test_published_line_counts_the_marked_values() -> None:
+    md = ("| data set | model | seeds | HR@10 | NDCG@10 |\n|---|---|---|---|---|\n"
+          "| a | m | 3 | 0.04 [0.03, 0.05] vs 0.04 (+0.00) ✓ | 0.02 [0.019, 0.021] vs 0.03 (-0.01) ✗ |\n"
+          "| b | m | 1 seed | 0.04 vs 0.04 (+0.00) | 0.02 vs 0.03 (-0.01) |\n\ncaption ✓\n")
+    assert published_line(md).endswith("block): 1 of 2 published values with an interval to compare lie outside "
+                                       "resdom's 95% interval.")
+
+
 def test_comparisons_line_separates_tested_rows_from_rows_without_evidence() -> None:
     assert comparisons_line(COMPARISONS, "comparisons", "Models") == (
         "Models (`comparisons` block): 4 of 5 comparisons tested on per-user evidence: 1 lower, 1 higher, "
@@ -148,8 +157,8 @@ def test_coverage_line_quotes_the_sentence_over_the_store() -> None:
 
 def test_summary_markdown_is_one_bullet_per_block() -> None:
     blocks = {"coverage": "Per-user evidence (users.npz) in 1 of 2 stored cells.\n", "claims": CLAIMS,
-              "fidelity": FIDELITY, "comparisons": COMPARISONS, "remedy_verdicts": REMEDIES,
+              "fidelity": FIDELITY, "published_accuracy": "", "comparisons": COMPARISONS, "remedy_verdicts": REMEDIES,
               "probe_readout": PROBE, "probe_embeddings": PROBE, "echo": ECHO, "reliance_dynamics": DYNAMICS}
     lines = summary_markdown(blocks).splitlines()
-    assert len(lines) == 9 and all(line.startswith("- ") for line in lines)
-    assert lines[3] == "- " + comparisons_line(COMPARISONS, "comparisons", "Models against `sasrec`")
+    assert len(lines) == 10 and all(line.startswith("- ") for line in lines)
+    assert lines[4] == "- " + comparisons_line(COMPARISONS, "comparisons", "Models against `sasrec`")

@@ -1,7 +1,8 @@
 """The ``summary`` block at the top of docs/results.md: what the blocks below it conclude, counted from their own
 markdown. A pure function of the other blocks (nothing is computed twice, so the summary cannot disagree with them):
-how many cells carry per-user evidence, the claims marks of the `sasrec` cells, the published values outside
-resdom's intervals, and the verdicts of the comparison, remedy, probe, echo and reliance-dynamics blocks."""
+how many cells carry per-user evidence, the claims marks of the `sasrec` cells, the published values (the paper's and
+its code base's) outside resdom's intervals, and the verdicts of the comparison, remedy, probe, echo and
+reliance-dynamics blocks."""
 
 from __future__ import annotations
 
@@ -64,6 +65,13 @@ def fidelity_line(md: str) -> str:
             "prose after it gives what was measured about the causes).")
 
 
+def published_line(md: str) -> str:
+    marked = [c for r in table_rows(md) for c in r.values() if c.endswith(("✓", "✗"))]
+    outside = sum(c.endswith("✗") for c in marked)
+    return (f"Beside time-to-split's published accuracy (`published_accuracy` block): {outside} of {len(marked)} "
+            "published values with an interval to compare lie outside resdom's 95% interval.")
+
+
 def comparisons_line(md: str, block: str, what: str) -> str:
     rows = table_rows(md)
     tested = [r for r in rows if not r["Difference [95% CI]"].startswith(NO_EVIDENCE)]
@@ -117,6 +125,7 @@ def coverage_line(md: str) -> str:
 def summary_markdown(blocks: dict[str, str]) -> str:
     """The ``summary`` block from the other blocks' markdown (``report.document_blocks``), one line each."""
     lines = [coverage_line(blocks["coverage"]), claims_line(blocks["claims"]), fidelity_line(blocks["fidelity"]),
+             published_line(blocks["published_accuracy"]),
              comparisons_line(blocks["comparisons"], "comparisons", "Models against `sasrec`"),
              remedies_line(blocks["remedy_verdicts"]),
              probe_line(blocks["probe_readout"], "probe_readout", "Question 1, the readout position"),
