@@ -270,6 +270,14 @@ def test_the_hand_written_readings_of_reliance_in_training_hold_on_the_store() -
     assert abs(hrli_mean("beauty-ts", "sasrec-tts") - hrli_mean("beauty-ts", "sasrec")) < 0.02
     assert hrli_mean("sports-ts", "sasrec-tts") < hrli_mean("sports-ts", "sasrec") - 0.02
 
+    # "on yelp-ts the reliance keeps rising after validation accuracy has levelled off (... question 4's block)"
+    from resdom.report.summary import table_rows
+
+    assert "on yelp-ts the reliance keeps rising after validation accuracy has levelled off" in text
+    block = (ROOT / "docs" / "results.md").read_text().split("<!-- resdom:table reliance_dynamics -->", 1)[1]
+    rows = {r["scope"]: r["verdict"] for r in table_rows(block.split("<!-- /resdom:table -->", 1)[0])}
+    assert rows["yelp-ts / all models"].startswith("keeps rising")
+
 
 def test_the_hand_written_readings_of_the_remedies_hold_on_the_store() -> None:
     """docs/remedies.md's qualitative paragraphs after the tables (no numbers), each checked on the store's means over
