@@ -196,3 +196,26 @@ def test_published_accuracy_block_by_hand(tmp_path):
     assert "| beauty-ts | gru4rec | 1 seed | 0.0200 vs 0.0195 (+0.0005) | 0.0100 vs 0.0106 (-0.0006) |" in md
     assert "| sasrec |" not in md and md.count("\n| beauty-ts") == 2
     assert published_accuracy_block([run("sasrec", 1, 0.5, 0.5)]).startswith("No stored cell")
+
+
+def test_fidelity_block_adds_the_paper_stopping_cells_where_stored(tmp_path):
+    """Cells of sasrec-v1024 (the paper's early stopping) get a second table and sentence; without them, none."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.fidelity import fidelity_block
+
+    def run(label: str, seed: int, attn: float) -> RunRecord:
+        pooled = {"Attn": attn, "+Res": 0.119, "+LN": 0.119}
+        diag = {"mixing": {"pooled": {"all": pooled}}, "hrli": {"n_users": 100, "values": {"HRLI@1": 0.78}},
+                "recovery": {"test": {"curve": [{"alpha": 0.2, "recovery": 0.2}], "recoverable": 10}}}
+        return RunRecord(tmp_path / label / str(seed), "beauty-ts", label, seed, "gts", diagnostics=diag)
+
+    base = [run("sasrec", 1, 0.805), run("sasrec", 2, 0.806)]
+    assert "sasrec-v1024" not in fidelity_block(base)
+    md = fidelity_block(base + [run("sasrec-v1024", 1, 0.776), run("sasrec-v1024", 2, 0.777)])
+    head, early = md.split("The same for `sasrec-v1024`", 1)
+    assert "| beauty-ts (Beauty) | 2 |" in head and "| beauty-ts (Beauty) | 2 |" in early
+    top = mean_t([0.805, 0.806])  # 0.8055 [0.799, 0.812]: the paper's 0.776 lies outside
+    assert top.covers(0.776) is False and f"Attn on beauty-ts ({top.value - 0.776:+.3f})" in head
+    est = mean_t([0.776, 0.777])
+    assert f"| {est.text()} vs 0.776 (+{est.value - 0.776:.3f}) ✓ |" in early
+    assert "Every published value of a comparable data set lies inside" in early  # Attn, +Res and HRLI@1 cover them

@@ -114,7 +114,10 @@ def test_claims_line_counts_the_marks_of_one_model() -> None:
 
 def test_fidelity_line_counts_comparable_values_only() -> None:
     assert fidelity_line(FIDELITY).startswith("Beside the paper's published numbers (`fidelity` block): 2 of 3 "
-                                              "published values on comparable data sets lie outside")
+                                              "published values on comparable data sets lie outside resdom's 95% "
+                                              "interval (the sentences")
+    early = FIDELITY + "\nThe same for `sasrec-v1024`:\n\n" + "\n".join(FIDELITY.splitlines()[2:6]) + "\n"
+    assert "interval; with the paper's early stopping, 2 of 3 (the sentences" in fidelity_line(early)
 
 
 def test_published_line_counts_the_marked_values() -> None:

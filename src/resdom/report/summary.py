@@ -12,10 +12,10 @@ VERDICTS = ("lower", "higher", "equivalent", "undecided")
 NO_EVIDENCE = "no per-user evidence"
 
 
-def table_rows(md: str) -> list[dict[str, str]]:
-    """Every row of every markdown table in ``md`` as ``{header: cell}`` (a table: consecutive lines starting "|",
-    the first its header, the second its rule)."""
-    rows: list[dict[str, str]] = []
+def tables_of(md: str) -> list[list[dict[str, str]]]:
+    """The rows of each markdown table in ``md``, in order, each row as ``{header: cell}`` (a table: consecutive lines
+    starting "|", the first its header, the second its rule)."""
+    tables: list[list[dict[str, str]]] = []
     header: list[str] | None = None
     for line in md.splitlines():
         if not line.startswith("|"):
@@ -24,9 +24,15 @@ def table_rows(md: str) -> list[dict[str, str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if header is None:
             header = cells
+            tables.append([])
         elif not set(line) <= set("|-: "):
-            rows.append(dict(zip(header, cells)))
-    return rows
+            tables[-1].append(dict(zip(header, cells)))
+    return tables
+
+
+def table_rows(md: str) -> list[dict[str, str]]:
+    """Every row of every markdown table in ``md`` (``tables_of``, flattened)."""
+    return [row for table in tables_of(md) for row in table]
 
 
 def tally(verdicts: list[str], order: tuple[str, ...] = VERDICTS) -> str:
@@ -56,13 +62,23 @@ def claims_line(md: str, model: str = "sasrec") -> str:
             + "; ".join(parts) + ".")
 
 
-def fidelity_line(md: str) -> str:
-    cells = [c for r in table_rows(md) if "not comparable" not in next(iter(r.values()), "")
+def _outside_of(rows: list[dict[str, str]]) -> tuple[int, int]:
+    """(values marked ✗, values marked) over the rows of comparable data sets."""
+    cells = [c for r in rows if "not comparable" not in next(iter(r.values()), "")
              for c in r.values() if c.endswith(("✓", "✗"))]
-    outside = sum(c.endswith("✗") for c in cells)
-    return (f"Beside the paper's published numbers (`fidelity` block): {outside} of {len(cells)} published values on "
-            "comparable data sets lie outside resdom's 95% interval (the sentences under the table name them; the "
-            "prose after it gives what was measured about the causes).")
+    return sum(c.endswith("✗") for c in cells), len(cells)
+
+
+def fidelity_line(md: str) -> str:
+    tables = tables_of(md) or [[]]
+    outside, marked = _outside_of(tables[0])
+    line = (f"Beside the paper's published numbers (`fidelity` block): {outside} of {marked} published values on "
+            "comparable data sets lie outside resdom's 95% interval")
+    if len(tables) > 1:  # the model trained with the paper's early stopping
+        outside, marked = _outside_of(tables[1])
+        line += f"; with the paper's early stopping, {outside} of {marked}"
+    return line + (" (the sentences under the tables name them; the prose after them gives what was measured about the "
+                   "causes).")
 
 
 def published_line(md: str) -> str:
