@@ -473,3 +473,35 @@ def test_spec_section_8_copies_no_number_of_the_store() -> None:
     assert "`results/`" not in section and "seeds 1-3" not in section
     assert "`published_accuracy` block" in section
     assert "published_accuracy" in block_names((ROOT / "docs" / "results.md").read_text())
+
+
+def test_the_stopping_candidate_reading_holds_on_the_store() -> None:
+    """docs/results.md, "The paper side by side", the third candidate (no numbers): beauty-ts `sasrec-v1024` (the
+    paper's early stopping) differs from `sasrec` in HRLI@1 by an interval inside ±0.02 in the comparisons block,
+    the verdict there is undecided, its best epochs differ from `sasrec`'s, and its own fidelity table still marks
+    the paper's Attn and HRLI@1 outside."""
+    import json
+    import re
+
+    from resdom.report.summary import table_rows, tables_of
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    prose = " ".join(text.split())
+    assert "was **the epoch early stopping keeps**, and on beauty-ts it is measured and **ruled out.**" in prose
+    comparisons = text.split("<!-- resdom:table comparisons -->", 1)[1].split("<!-- /resdom:table -->", 1)[0]
+    row = next(r for r in table_rows(comparisons)
+               if (r["Data set"], r["Comparison"], r["Metric"]) == ("beauty-ts", "sasrec-v1024 vs sasrec", "HRLI@1"))
+    lo, hi = (float(x) for x in re.search(r"\[([-+][\d.]+), ([-+][\d.]+)\]", row["Difference [95% CI]"]).groups())
+    assert -0.02 < lo < hi < 0.02 and row["Verdict"] == "undecided"
+    assert "3 seeds / 3 seeds" in row["Difference [95% CI]"]
+
+    fidelity = text.split("<!-- resdom:table fidelity -->", 1)[1].split("<!-- /resdom:table -->", 1)[0]
+    early = tables_of(fidelity.split("The same for `sasrec-v1024`", 1)[1])[0]
+    beauty = next(r for r in early if r["data set (paper's)"].startswith("beauty-ts"))
+    assert beauty["Attn"].endswith("✗") and beauty["HRLI@1"].endswith("✗")
+
+    def best(label: str) -> list[int]:
+        return [json.loads((c / "metrics.json").read_text())["best_epoch"]
+                for c in sorted((ROOT / "results" / "beauty-ts" / label).glob("seed*"))]
+
+    assert len(best("sasrec-v1024")) == 3 and best("sasrec-v1024") != best("sasrec")
