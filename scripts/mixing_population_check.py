@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements
+from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements, load_with_stored
 
-from resdom.api import load_run
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.pipeline.store import store_cells
 from resdom.report.fidelity import DATASETS, NOT_COMPARABLE, PAPER_MIXING
@@ -39,12 +38,8 @@ def mean_length(evalset, max_len: int) -> float:
 
 
 def check(cell: Path, run: Path) -> dict:
-    fitted = load_run(run, device="cpu")
+    fitted, stored = load_with_stored(cell, run, "mixing")
     model, split = fitted.model, fitted.split
-    stored = json.loads((cell / "diagnostics" / "mixing.json").read_text())
-    if stored.get("checkpoint") != fitted.checkpoint:
-        raise SystemExit(f"{cell}: mixing.json is of checkpoint {stored.get('checkpoint')}, the run's is "
-                         f"{fitted.checkpoint}")
     out = {"checkpoint": fitted.checkpoint}
     for name, evalset in (("valid", split.valid), ("test", split.test)):
         pooled = mixing_ratios(model, evalset).pooled["all"]

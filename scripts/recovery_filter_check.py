@@ -12,15 +12,13 @@ two a cell on one core.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
 import torch
-from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements
+from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements, load_with_stored
 
-from resdom.api import load_run
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import inference
 from resdom.diagnostics.recovery import K_RECOVERY, split_recovery
@@ -38,12 +36,8 @@ def largest(curve: list[dict]) -> tuple[float, float]:
 
 
 def check(cell: Path, run: Path) -> dict:
-    fitted = load_run(run, device="cpu")
+    fitted, stored = load_with_stored(cell, run, "recovery")
     model, split = fitted.model, fitted.split
-    stored = json.loads((cell / "diagnostics" / "recovery.json").read_text())
-    if stored.get("checkpoint") != fitted.checkpoint:
-        raise SystemExit(f"{cell}: recovery.json is of checkpoint {stored.get('checkpoint')}, the run's is "
-                         f"{fitted.checkpoint}")
     out = {"checkpoint": fitted.checkpoint, "n_users": len(split.test)}
     with inference(model):
         for name, filtered in (("filtered", True), ("unfiltered", False)):

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -72,6 +73,19 @@ def cell_arguments(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--store", default="results")
     ap.add_argument("--runs", default="runs/repro*", help="glob of grid folders holding the cells' run directories")
     return ap
+
+
+def load_with_stored(cell: Path, run: Path, diagnostic: str) -> tuple[Any, dict]:
+    """The run's fitted model (``resdom.api.load_run`` on the CPU) and the cell's stored ``<diagnostic>.json``,
+    refused (SystemExit naming both checkpoints) where that file is of another checkpoint than the run's."""
+    from resdom.api import load_run
+
+    fitted = load_run(run, device="cpu")
+    stored = json.loads((cell / "diagnostics" / f"{diagnostic}.json").read_text())
+    if stored.get("checkpoint") != fitted.checkpoint:
+        raise SystemExit(f"{cell}: {diagnostic}.json is of checkpoint {stored.get('checkpoint')}, the run's is "
+                         f"{fitted.checkpoint}")
+    return fitted, stored
 
 
 def keep_measurements(path: Path, what: str, script: str, args: argparse.Namespace, cells: dict) -> None:
