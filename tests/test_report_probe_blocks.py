@@ -17,7 +17,10 @@ from resdom.report.probe_blocks import (
     near_zero,
     probe_block,
     probe_blocks,
+    probe_figures,
     probe_pairs,
+    probe_table,
+    probes_figure,
     readout_answer,
 )
 from tests.test_report_evidence_blocks import NOTE, U, users_npz, wilson_by_hand
@@ -174,3 +177,38 @@ def test_the_query_probe_is_also_compared_with_its_base_trained_on_its_own_objec
     assert toys[2][5].startswith("-0.2500 [") and toys[2][6] == "lower"
     assert "toys-ts, `sasrec-query` against `sasrec-celast`: removes last-item reliance? yes" in md
     assert "toys-ts/sasrec-celast/seed2,3,4,5" in md
+
+
+def test_the_figure_draws_each_probe_with_evidence_in_the_figure_units(tmp_path: Path) -> None:
+    """The forest plot of both questions: one line per probe with evidence on both metrics (sasrec-untied; not
+    sasrec-projected, whose cell lacks users.npz, nor the query probe, not trained). sasrec-untied against sasrec
+    (the embeddings test's store): HRLI@1 -0.25 (absolute, margin ±0.02), NDCG@10 +0.25 on a base mean of 0.25:
+    +100% of the base's mean (margin ±5%); the intervals are the table's, scaled alike."""
+    base = cell(tmp_path, "toys-ts", "sasrec", 1, 0.25, 1.0, (0.1, 0.2))
+    users_npz(base.path, first(100), np.ones(U, int))
+    untied = cell(tmp_path, "toys-ts", "sasrec-untied", 1, 0.5, 0.75, (0.11, 0.21))
+    users_npz(untied.path, first(200), first(300))
+    runs = [base, untied, cell(tmp_path, "toys-ts", "sasrec-projected", 1, 0.3, 0.9, (0.1, 0.2))]
+    tables = {q: probe_table(runs, q, n_boot=100)[1] for q in (1, 2)}
+    fig = probes_figure(tables)
+    assert fig is not None
+    nd_ax, hr_ax = fig.axes  # PROBE_METRICS order: NDCG@10, HRLI@1
+    assert [t.get_text() for t in nd_ax.get_yticklabels()] == ["Q2 toys-ts\nsasrec-untied vs sasrec (1 seed / 1 seed)"]
+
+    def drawn(ax: Any) -> tuple[list[float], list[float], list[str]]:
+        interval, point = [line.get_xdata() for line in ax.lines if len(line.get_xdata()) == 2][0], \
+            [line.get_xdata() for line in ax.lines if len(line.get_xdata()) == 1 and line.get_marker() == "o"][0]
+        return list(interval), list(point), [t.get_text() for t in ax.texts]
+
+    nd, hr = (r.diff for r in tables[2].rows if r.comparison.dataset == "toys-ts" and r.comparison.other ==
+              "sasrec-untied")
+    assert nd is not None and hr is not None and nd.lo < nd.hi
+    assert np.allclose(drawn(nd_ax)[0], [nd.lo * 400, nd.hi * 400]) and np.allclose(drawn(nd_ax)[1], [100.0])
+    assert np.allclose(drawn(hr_ax)[0], [hr.lo, hr.hi]) and np.allclose(drawn(hr_ax)[1], [-0.25])
+    assert drawn(nd_ax)[2] == ["higher"] and drawn(hr_ax)[2] == ["lower"]
+    band = nd_ax.collections[0].get_paths()[0].vertices[:, 0]  # the shaded margin: ±5% of the base's mean
+    assert np.isclose(band.min(), -5.0) and np.isclose(band.max(), 5.0)
+    band = hr_ax.collections[0].get_paths()[0].vertices[:, 0]
+    assert np.isclose(band.min(), -0.02) and np.isclose(band.max(), 0.02)
+    assert [f.key for f in probe_figures(runs, n_boot=100)] == ["probes"]
+    assert probe_figures(runs[:1] + runs[2:], n_boot=100) == []  # no probe with evidence: no figure

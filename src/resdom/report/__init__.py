@@ -30,7 +30,7 @@ from resdom.report.fidelity import fidelity_block, published_accuracy_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
-from resdom.report.probe_blocks import probe_blocks
+from resdom.report.probe_blocks import probe_blocks, probe_figures
 from resdom.report.reliance_dynamics import reliance_dynamics_block
 from resdom.report.summary import summary_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
@@ -85,6 +85,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
     drawn += echo_figures(runs)  # issue 27 §4 question 3
+    drawn += probe_figures(runs)  # questions 1 and 2
     fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, drawn, tables, title))

@@ -22,6 +22,9 @@ Each block has three parts:
    verdicts say, and says "undecided" where the evidence is missing or the interval too wide; then the cells the
    issue asks for (``TARGET_SEEDS`` seeds of each probe and base) not in the store yet, with the queue command.
 
+``probe_figures`` draws both blocks' comparisons as one forest plot (``probes``): each probe's difference from its
+base with its 95% interval and the equivalence margin, HRLI@1 in its own units, NDCG@10 as a share of the base's mean.
+
 Rows: every probe of ``report.probes.PROBE_BASE`` on ``PROBE_DATASETS`` (the question's subject, whether trained
 or not), any other probe label with cells in the runs, and a probe against its base trained with the probe's own
 objective (``SAME_OBJECTIVE_BASE``: ``sasrec-query`` against ``sasrec-celast``) where that base has cells.
@@ -29,8 +32,19 @@ objective (``SAME_OBJECTIVE_BASE``: ``sasrec-query`` against ``sasrec-celast``) 
 
 from __future__ import annotations
 
+import numpy as np
+from matplotlib.figure import Figure
+
 from resdom.report.collect import RunRecord
-from resdom.report.compare import UNDECIDED, Comparison, ComparisonRow, EvidenceIndex, compact_cells, compare_table
+from resdom.report.compare import (
+    UNDECIDED,
+    Comparison,
+    ComparisonRow,
+    ComparisonTable,
+    EvidenceIndex,
+    compact_cells,
+    compare_table,
+)
 from resdom.report.evidence_blocks import (
     N_BOOT,
     difference_text,
@@ -39,6 +53,7 @@ from resdom.report.evidence_blocks import (
     method_note,
     store_mean,
 )
+from resdom.report.figures import ReportFigure
 from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
 from resdom.report.stats import wilson
 from resdom.report.tables import seeds_text
@@ -56,6 +71,7 @@ QUEUE_COMMAND = f"UNTIL=HH:MM scripts/reproduce_queue.sh {QUEUE}"
 MIXING_KEYS: tuple[tuple[str, str], ...] = (("mix_all_+Res", "+Res (all)"), ("mix_last_+Res", "+Res (last)"))
 HRLI_MARGIN = PROBE_METRICS["HRLI@1"].value
 NOT_TRAINED = "not trained yet"
+PROBE_FIGURE_KEYS: tuple[str, ...] = ("probes",)  # the report figure made here (``probe_figures``)
 
 
 # --- which probes, which cells ----------------------------------------------------------------------------------------
@@ -194,14 +210,21 @@ def embeddings_answer(hrli_verdict: str) -> str:
 
 # --- the blocks -------------------------------------------------------------------------------------------------------
 
+def probe_table(runs: list[RunRecord], question: int,
+                n_boot: int = N_BOOT) -> tuple[list[tuple[str, str, str]], ComparisonTable]:
+    """``question``'s (data set, base, probe) pairs and their comparison table: each pair on every metric of
+    ``PROBE_METRICS`` (in that order) with its margin, Holm across the table."""
+    pairs = probe_pairs(runs, question)
+    comparisons = [Comparison(ds, base, probe, m, margin) for ds, base, probe in pairs
+                   for m, margin in PROBE_METRICS.items()]
+    return pairs, compare_table(EvidenceIndex.from_runs(runs), comparisons, n_boot=n_boot)
+
+
 def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT) -> str:
     """The block of ``question`` (1: ``probe_readout``, 2: ``probe_embeddings``): the comparison table, the mixing
     table, the generated answer and the cells not yet trained (module docstring)."""
-    pairs = probe_pairs(runs, question)
+    pairs, table = probe_table(runs, question, n_boot)
     groups = _by_label(runs)
-    comparisons = [Comparison(ds, base, probe, m, margin) for ds, base, probe in pairs
-                   for m, margin in PROBE_METRICS.items()]
-    table = compare_table(EvidenceIndex.from_runs(runs), comparisons, n_boot=n_boot)
     rows = []
     for r in table.rows:
         c = r.comparison
@@ -263,3 +286,70 @@ def _answer(rows: list[ComparisonRow], groups: dict[tuple[str, str], list[RunRec
 def probe_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
     """Markdown of ``probe_readout`` and ``probe_embeddings`` by name."""
     return {name: probe_block(runs, q, n_boot) for name, q in BLOCK_QUESTION.items()}
+
+
+# --- the figure -------------------------------------------------------------------------------------------------------
+
+def _scaled(r: ComparisonRow) -> tuple[float, float, float, float]:
+    """(estimate, lo, hi, margin) of a row with evidence in the figure's units: NDCG@10 (a relative margin) as % of
+    the base's mean, HRLI@1 (an absolute margin) as it is."""
+    d = r.diff
+    assert d is not None and r.baseline_mean is not None and r.margin_abs is not None
+    scale = 100.0 / abs(r.baseline_mean) if r.margin.relative and r.baseline_mean else 1.0
+    return d.estimate * scale, d.lo * scale, d.hi * scale, r.margin_abs * scale
+
+
+def probes_figure(tables: dict[int, ComparisonTable], width: float = 6.8, dpi: int = 100) -> Figure | None:
+    """The forest plot of questions 1 and 2: one line per (question, data set, probe vs base) with evidence, one
+    panel per metric of ``PROBE_METRICS``: the difference probe - base with its 95% bootstrap interval, the
+    equivalence margin shaded around 0 and the verdict beside the line. None where no row has evidence."""
+    metrics = list(PROBE_METRICS)
+    lines: list[tuple[int, dict[str, ComparisonRow]]] = []
+    for q, table in sorted(tables.items()):
+        for i in range(0, len(table.rows), len(metrics)):
+            by = {r.comparison.metric: r for r in table.rows[i:i + len(metrics)]}
+            if all(by[m].diff is not None for m in metrics):
+                lines.append((q, by))
+    if not lines:
+        return None
+    fig = Figure(figsize=(width, 1.3 + 0.32 * len(lines)), dpi=dpi, layout="constrained")
+    axes = fig.subplots(1, len(metrics), sharey=True)
+    ys = np.arange(len(lines))[::-1]
+    for ax, metric in zip(axes, metrics):
+        relative = PROBE_METRICS[metric].relative
+        for y, (_, by) in zip(ys, lines):
+            r = by[metric]
+            est, lo, hi, margin = _scaled(r)
+            ax.fill_between([-margin, margin], y - 0.3, y + 0.3, color="0.88", lw=0)
+            ax.plot([lo, hi], [y, y], color="C0", lw=1.4)
+            ax.plot([est], [y], "o", color="C0", ms=4)
+            ax.annotate(r.verdict.split(" (")[0], (hi, y), xytext=(4, 0), textcoords="offset points", fontsize=6,
+                        va="center", color="0.3")
+        ax.axvline(0.0, color="0.5", lw=0.8, ls="--")
+        ax.margins(x=0.25)
+        ax.set_xlabel(f"{metric}: probe − base" + (" (% of the base's mean)" if relative else ""), fontsize=7)
+    labels = []
+    for q, by in lines:
+        r = by[metrics[0]]
+        c = r.comparison
+        labels.append(f"Q{q} {c.dataset}\n{c.other} vs {c.baseline} ({seeds_text(r.n_seeds_other)} / "
+                      f"{seeds_text(r.n_seeds_baseline)})")
+    axes[0].set_yticks(ys, labels, fontsize=6)
+    axes[0].fill_between([], [], color="0.88", label="equivalence margin")
+    axes[0].plot([], [], "o-", color="C0", ms=4, label="difference, 95% CI")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=6, loc="outside lower center", ncol=2, frameon=False)
+    return fig
+
+
+def probe_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigure]:
+    """The forest plot of questions 1 and 2 (``probes_figure``) as a report figure ``probes``; none where no probe
+    has per-user evidence beside its base."""
+    fig = probes_figure({q: probe_table(runs, q, n_boot)[1] for q in sorted(set(BLOCK_QUESTION.values()))})
+    if fig is None:
+        return []
+    caption = ("Questions 1 and 2: each probe's test HRLI@1 and NDCG@10 minus its base model's over the same users "
+               "(NDCG@10 as % of the base's mean), mean over seeds with the 95% paired bootstrap interval (seeds "
+               "resampled), the equivalence margin shaded and the verdict of the blocks' tables (Holm within each "
+               "question's table).")
+    return [ReportFigure("probes", "Questions 1 and 2: the probes against their base", caption, fig)]
