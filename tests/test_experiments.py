@@ -144,3 +144,24 @@ def test_training_variants_are_labels_with_train_values_only() -> None:
     assert variant_train_values("sasrec-celast") == {"objective": "ce_last"}
     assert variant_train_values("sasrec-p30") == {"patience": 30}
     assert variant_train_values("sasrec") == {} and variant_train_values("sasrec-query") == {}
+
+
+def test_studied_variants_are_the_remedies_probes_and_training_variants() -> None:
+    """Models and named variants are models of their own; every remedy, probe and training variant label is
+    studied against its base (report.figures leaves those out of the standard figures)."""
+    from resdom.experiments import (
+        MODEL_VARIANTS,
+        NAMED_VARIANTS,
+        PROBES,
+        REMEDY_LABELS,
+        TRAINING_VARIANTS,
+        studied_variant,
+    )
+
+    assert not any(studied_variant(m) for m in ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec", *NAMED_VARIANTS))
+    assert all(studied_variant(label) for label in REMEDY_LABELS if "-" in label)
+    assert all(studied_variant(label) for label in TRAINING_VARIANTS)
+    probes = [label for label in MODEL_VARIANTS if label.partition("-")[2] in PROBES]
+    assert "sasrec-query" in probes and all(studied_variant(label) for label in probes)
+    assert {label for label in MODEL_VARIANTS if not studied_variant(label)} == set(NAMED_VARIANTS)
+    assert not studied_variant("gru4rec-query")  # not a registered probe

@@ -268,10 +268,17 @@ def test_reliance_by_model_panels_hold_their_own_models_and_no_remedy_variants()
     gru = next(c for c in fig.figure.axes[1].containers if hasattr(c, "patches")).patches[1]
     assert gru.get_height() == pytest.approx(0.1 * 4 + 0.015 + 0.2) and \
         to_hex(gru.get_facecolor()) == MODEL_COLORS["gru4rec"].lower()
-    variant = [dataclasses.replace(r, model="sasrec-res0.5", path=Path(str(r.path).replace("sasrec", "v")))
-               for r in runs if r.model == "sasrec"]
-    figs = {f.key: f for f in all_figures(runs + variant)}
+    def relabel(label: str) -> list:
+        return [dataclasses.replace(r, model=label, path=Path(str(r.path).replace("sasrec", label + "-")))
+                for r in runs if r.model == "sasrec"]
+
+    variant = relabel("sasrec-res0.5")
+    studied = variant + relabel("sasrec-query") + relabel("sasrec-untied") + relabel("sasrec-celast")
+    figs = {f.key: f for f in all_figures(runs + studied)}  # remedies, probes and training variants left out
     assert [[t.get_text() for t in ax.get_xticklabels()] for ax in figs["hrli_by_model"].figure.axes] == ticks
+    figs = {f.key: f for f in all_figures(runs + studied + relabel("sasrec-tts"))}  # a named variant: a model
+    assert [t.get_text() for t in figs["hrli_by_model"].figure.axes[1].get_xticklabels()] == \
+        ["SASRec", "sasrec-tts", "GRU4Rec"]
     alone = {f.key: f for f in all_figures(variant)}  # nothing but variants: the standard figures show them
     assert "sasrec-res0.5" in [t.get_text().lower() for t in alone["hrli_by_model"].figure.axes[0].get_xticklabels()]
 

@@ -251,6 +251,15 @@ def remedy_variant(label: str) -> tuple[str, str] | None:
     return model, label[len(model) + 1:]
 
 
+def studied_variant(label: str) -> bool:
+    """Whether ``label`` is a remedy variant, a probe or a training variant of a model: a change studied against its
+    base model in blocks and figures of its own (docs/remedies.md; docs/results.md, "Beyond the paper"), not a
+    model of its own as the models and ``NAMED_VARIANTS`` are."""
+    model, _, variant = label.partition("-")
+    return (remedy_variant(label) is not None or label in TRAINING_VARIANTS
+            or (model in PROBE_MODELS and variant in PROBES and label in MODEL_VARIANTS))
+
+
 def model_variant(label: str) -> tuple[str, Values]:
     """A model name or a ``MODEL_VARIANTS`` label -> (model name, the variant's model values)."""
     if label in MODEL_VARIANTS:

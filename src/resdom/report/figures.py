@@ -33,7 +33,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from PIL import Image
 
 from resdom.errors import ResdomError
-from resdom.experiments import REMEDY_LABELS, remedy_variant
+from resdom.experiments import REMEDY_LABELS, remedy_variant, studied_variant
 from resdom.io import atomic_write_bytes
 from resdom.names import STAGES, band_names
 from resdom.report.collect import RunRecord, model_order
@@ -882,9 +882,10 @@ def result_figure(name: str, data: dict[str, Any], model: str = "model", title: 
 
 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
-    """Every figure that the runs have data for, in report order. The remedy variants are drawn in the remedies
-    figure only; the standard figures show the models (and the variants where nothing else ran)."""
-    models = [r for r in runs if remedy_variant(r.model) is None] or runs
+    """Every figure that the runs have data for, in report order. The standard figures show the models and their
+    named variants (``sasrec-tts``); remedy variants, probes and training variants (``experiments.studied_variant``)
+    only where nothing else ran: they are drawn in the remedies figure and the figures of their own blocks."""
+    models = [r for r in runs if not studied_variant(r.model)] or runs
     figures = [build(models) for build in FIGURE_BUILDERS]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
     figures.append(fig_reliance_dynamics(runs))  # only where monitored curves of causal models are
