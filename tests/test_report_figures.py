@@ -39,7 +39,13 @@ def test_model_colours_fixed(figures: dict) -> None:
     lines = figures["alpha_hrli"].figure.axes[0].get_lines()
     assert {to_hex(line.get_color()) for line in lines} <= {c.lower() for c in MODEL_COLORS.values()}
     legend = [t.get_text() for t in figures["hrli"].figure.legends[0].get_texts()]
-    assert legend == ["SASRec (n=1–2)", "BSARec (n=1)", "error bar: ±1 SD over seeds"]  # toyA: 2 seeds, toyB: 1
+    assert legend == ["SASRec (n=1–2)", "BSARec (n=1)", "error bar: ±1 SD over seeds",  # toyA: 2 seeds, toyB: 1
+                      "one seed: no spread"]
+    # toyA's BSARec rests on one seed: each of its bars carries the hollow mark at its top, SASRec's (2 seeds) none
+    marks = [line for line in ax.get_lines() if line.get_marker() == "o" and line.get_markerfacecolor() == "white"]
+    bsarec = [p for p in ax.patches if to_hex(p.get_facecolor()) == MODEL_COLORS["bsarec"].lower()]
+    assert len(marks) == 1 and list(marks[0].get_ydata()) == pytest.approx([p.get_height() for p in bsarec])
+    assert list(marks[0].get_xdata()) == pytest.approx([p.get_x() + p.get_width() / 2 for p in bsarec])
 
 
 def test_every_figure_names_its_seeds_and_its_error_bars(figures: dict) -> None:

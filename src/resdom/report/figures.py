@@ -68,6 +68,9 @@ STYLE = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "legend.fonts
          "lines.markersize": 4}
 TICK_SIZE = 6.5
 SPREAD = "±1 SD over seeds"  # what every error bar and band shows
+# the mark on a bar that rests on one seed (no error bar can show a spread there)
+ONE_SEED_LOOK: dict[str, Any] = {"marker": "o", "markersize": 3.5, "markerfacecolor": "white",
+                                 "markeredgecolor": "black", "markeredgewidth": 0.8, "linestyle": "none"}
 
 
 def model_color(model: str) -> str:
@@ -215,11 +218,18 @@ def seeds_text(groups: dict[tuple[str, str], list[RunRecord]], model: str) -> st
 def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "bars") -> list[Any]:
     """The legend entry saying what the error bars (``kind`` "bars") or bands ("band") show, where some model has
     several seeds (none otherwise: nothing is drawn)."""
+    single = [_one_seed_handle()] if kind == "bars" and any(len(rs) == 1 for rs in groups.values()) else []
     if not any(len(rs) > 1 for rs in groups.values()):
-        return []
+        return single
     if kind == "band":
         return [Patch(color="grey", alpha=0.25, label=f"band: {SPREAD}")]
-    return [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none", label=f"error bar: {SPREAD}")]
+    return [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none", label=f"error bar: {SPREAD}"),
+            *single]
+
+
+def _one_seed_handle() -> Line2D:
+    """The legend entry of ``_bar_values``' mark on a bar that rests on one seed."""
+    return Line2D([], [], **ONE_SEED_LOOK, label="one seed: no spread")
 
 
 def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False,
@@ -318,12 +328,19 @@ def _log_rates(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _bar_values(ax: Any, x: Any, means: list[float], width: float, log: bool, **kw: Any) -> Any:
+def _bar_values(ax: Any, x: Any, means: list[float], width: float, log: bool, one_seed: Any = False,
+                **kw: Any) -> Any:
     """``ax.bar`` of ``means``; on a log axis a value below ``LOG_FLOOR`` (0 included) is drawn at the floor. The
-    container keeps the values themselves (``resdom_values``) for ``_label_small_bars``."""
+    container keeps the values themselves (``resdom_values``) for ``_label_small_bars``. ``one_seed`` (one flag, or
+    one per bar): the bars that rest on a single seed get a hollow mark on top (``ONE_SEED_LOOK``)."""
     heights = [max(m, LOG_FLOOR) if log and np.isfinite(m) else m for m in means]
     container = ax.bar(x, heights, width, **kw)
     container.resdom_values = list(means)
+    flags = np.broadcast_to(np.asarray(one_seed, dtype=bool), np.shape(heights))
+    xs = np.broadcast_to(x, np.shape(heights))
+    marked = [(xi, h) for xi, h, f in zip(xs, heights, flags) if f and np.isfinite(h)]
+    if marked:
+        ax.plot(*zip(*marked), **ONE_SEED_LOOK, zorder=4)
     return container
 
 
@@ -342,7 +359,8 @@ def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str,
         stats = [_stats([value(r, c) for r in runs]) for c in categories]
         means = [s[0] if s else np.nan for s in stats]
         errs = [s[1] if s else 0.0 for s in stats]
-        _bar_values(ax, x - 0.4 + width * (i + 0.5), means, width, log, yerr=errs if len(runs) > 1 else None,
+        _bar_values(ax, x - 0.4 + width * (i + 0.5), means, width, log, one_seed=len(runs) == 1,
+                    yerr=errs if len(runs) > 1 else None,
                     color=model_color(model), capsize=2, edgecolor="white", linewidth=0.5, error_kw={"lw": 0.8})
     ax.set_xticks(x, categories)
     ax.set_xlim(-0.6, len(categories) - 0.4)
@@ -591,6 +609,7 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
             stats = [_stats([number_at(r.diag("hrli"), "values", cat) for r in c]) for c in cells]
             # an error bar only where there is a spread to show: none (NaN) for a model with one seed
             _bar_values(ax, x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4, True,
+                        one_seed=[len(c) == 1 for c in cells],
                         yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)],
                         color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=2,
                         error_kw={"lw": 0.8}, **looks[cat])
