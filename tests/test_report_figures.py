@@ -414,3 +414,32 @@ def test_alpha_figures_give_each_data_set_a_panel_and_one_statistic() -> None:
     assert fig_alpha_accuracy(runs(2)).figure.axes[0].get_ylabel() == "test HR@10"
     api = fig_alpha_sweep(runs(1)).figure
     assert [ax.get_title() for ax in api.axes] == ["mixing ratio at +Res", "HRLI@1", "test HR@10"]
+
+
+def test_a_band_of_shares_stays_inside_0_and_1(tmp_path: Path) -> None:
+    """Two seeds whose Recovery(α) is 0 and 1 at every α: mean 0.5, one SD 0.707; the band is drawn from 0 to 1, not
+    from -0.21 to 1.21 (a share cannot leave [0, 1]), and the line keeps the mean."""
+    import json
+
+    from resdom.report.figures import fig_recovery
+
+    dirs = []
+    for seed, value in ((1, 0.0), (2, 1.0)):
+        run = tmp_path / f"seed{seed}"
+        shutil.copytree(FIXTURES / f"toyA_sasrec_seed{seed}", run)
+        path = run / "diagnostics" / "recovery.json"
+        recovery = json.loads(path.read_text())
+        for row in recovery["test"]["curve"]:
+            row["recovery"] = value
+        path.write_text(json.dumps(recovery))
+        dirs.append(run)
+    runs = read_runs(dirs)
+    assert len({r.seed for r in runs}) == 2
+    fig = fig_recovery(runs)
+    assert fig is not None
+    ax = fig.figure.axes[0]
+    band = [c for c in ax.collections if len(c.get_paths()) and c.get_paths()[0].vertices.shape[0] > 4][0]
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(0.0) and ys.max() == pytest.approx(1.0)
+    line = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1][0]
+    assert np.allclose(line.get_ydata(), 0.5)

@@ -447,6 +447,8 @@ def _curve_stats(runs: list[RunRecord], rows_of: Callable[[RunRecord], list[dict
 def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], datasets: list[str],
                 rows_of: Callable[[RunRecord], list[dict[str, Any]]], value: Callable[[dict[str, Any]], float | None],
                 ylabel: str) -> None:
+    """One line per (data set, model) of a share against α (mean over seeds) with a band of one SD where there
+    are several seeds, the band kept inside [0, 1] where every value of these curves lies."""
     drawn, n = 0, len(groups)
     for (dataset, model), rs in groups.items():
         stats = _curve_stats(rs, rows_of, value)
@@ -457,7 +459,8 @@ def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset
         ax.plot(a, mean, style, color=model_color(model), marker=model_marker(model), **_line_looks(drawn, n))
         drawn += 1
         if len(rs) > 1:
-            ax.fill_between(a, mean - std, mean + std, color=model_color(model), alpha=0.15, linewidth=0)
+            ax.fill_between(a, np.clip(mean - std, 0.0, 1.0), np.clip(mean + std, 0.0, 1.0), color=model_color(model),
+                            alpha=0.15, linewidth=0)
     ax.set_xlabel("residual scale α")
     ax.set_ylabel(ylabel)
     ax.set_xlim(-0.02, 1.02)
