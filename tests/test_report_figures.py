@@ -38,9 +38,13 @@ def test_model_colours_fixed(figures: dict) -> None:
     assert colours == {MODEL_COLORS["sasrec"].lower(), MODEL_COLORS["bsarec"].lower()}
     lines = figures["alpha_hrli"].figure.axes[0].get_lines()
     assert {to_hex(line.get_color()) for line in lines} <= {c.lower() for c in MODEL_COLORS.values()}
+    faces = {to_hex(line.get_color()): line.get_markerfacecolor() for line in lines}  # toyA: BSARec has one seed
+    assert faces[MODEL_COLORS["bsarec"].lower()] == "white" and faces[MODEL_COLORS["sasrec"].lower()] != "white"
+    assert [t.get_text() for t in figures["alpha_hrli"].figure.legends[0].get_texts()][-2:] == \
+        ["band: ±1 SD over seeds", "hollow: one seed, no spread"]
     legend = [t.get_text() for t in figures["hrli"].figure.legends[0].get_texts()]
     assert legend == ["SASRec (n=1–2)", "BSARec (n=1)", "error bar: ±1 SD over seeds",  # toyA: 2 seeds, toyB: 1
-                      "one seed: no spread"]
+                      "hollow: one seed, no spread"]
     # toyA's BSARec rests on one seed: each of its bars carries the hollow mark at its top, SASRec's (2 seeds) none
     marks = [line for line in ax.get_lines() if line.get_marker() == "o" and line.get_markerfacecolor() == "white"]
     bsarec = [p for p in ax.patches if to_hex(p.get_facecolor()) == MODEL_COLORS["bsarec"].lower()]
@@ -336,7 +340,11 @@ def test_reliance_curve_draws_hrli_over_seen_last_items_dotted_where_recorded(tm
     assert len(dotted) == 1 and to_hex(dotted[0].get_color()) == MODEL_COLORS["sasrec"].lower()
     assert list(dotted[0].get_ydata()) == pytest.approx([0.4, 0.8]) and len(lines) == 5  # + HRLI, HRL2I x 2 models
     legend = [t.get_text() for t in fig.figure.legends[0].get_texts()]
-    assert legend[-1] == "HRLI@1 over last items seen in training"
+    assert legend[-2:] == ["HRLI@1 over last items seen in training", "hollow: one seed, no spread"]  # bsarec
+    # toyA's BSARec (one seed) is drawn with hollow markers, SASRec (two seeds) with filled ones
+    faces = {to_hex(line.get_color()): line.get_markerfacecolor() for line in lines if line.get_linestyle() == "-"}
+    assert faces[MODEL_COLORS["bsarec"].lower()] == "white"
+    assert to_hex(faces[MODEL_COLORS["sasrec"].lower()]) == MODEL_COLORS["sasrec"].lower()
     plain = fig_reliance_curve(read_runs(find_run_dirs(FIXTURES)))
     assert "HRLI@1 over last items seen in training" not in [t.get_text() for t in plain.figure.legends[0].get_texts()]
 

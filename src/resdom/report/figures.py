@@ -68,9 +68,11 @@ STYLE = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "legend.fonts
          "lines.markersize": 4}
 TICK_SIZE = 6.5
 SPREAD = "±1 SD over seeds"  # what every error bar and band shows
-# the mark on a bar that rests on one seed (no error bar can show a spread there)
+# the mark on a bar that rests on one seed (no error bar can show a spread there); a line of one seed keeps its
+# colour and marker with a hollow face
 ONE_SEED_LOOK: dict[str, Any] = {"marker": "o", "markersize": 3.5, "markerfacecolor": "white",
                                  "markeredgecolor": "black", "markeredgewidth": 0.8, "linestyle": "none"}
+ONE_SEED_FACE: dict[str, Any] = {"markerfacecolor": "white"}
 
 
 def model_color(model: str) -> str:
@@ -216,20 +218,22 @@ def seeds_text(groups: dict[tuple[str, str], list[RunRecord]], model: str) -> st
 
 
 def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "bars") -> list[Any]:
-    """The legend entry saying what the error bars (``kind`` "bars") or bands ("band") show, where some model has
-    several seeds (none otherwise: nothing is drawn)."""
-    single = [_one_seed_handle()] if kind == "bars" and any(len(rs) == 1 for rs in groups.values()) else []
-    if not any(len(rs) > 1 for rs in groups.values()):
+    """The legend entries saying what the error bars (``kind`` "bars") or bands ("band") show, where some model has
+    several seeds (none otherwise: nothing is drawn; "none": a figure without either), and what the hollow mark of
+    a bar or line point resting on one seed means, where some model has one."""
+    single = [_one_seed_handle()] if any(len(rs) == 1 for rs in groups.values()) else []
+    if kind == "none" or not any(len(rs) > 1 for rs in groups.values()):
         return single
     if kind == "band":
-        return [Patch(color="grey", alpha=0.25, label=f"band: {SPREAD}")]
+        return [Patch(color="grey", alpha=0.25, label=f"band: {SPREAD}"), *single]
     return [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none", label=f"error bar: {SPREAD}"),
             *single]
 
 
 def _one_seed_handle() -> Line2D:
-    """The legend entry of ``_bar_values``' mark on a bar that rests on one seed."""
-    return Line2D([], [], **ONE_SEED_LOOK, label="one seed: no spread")
+    """The legend entry of the hollow mark on a bar (``_bar_values``) or the hollow markers of a line
+    (``ONE_SEED_FACE``) that rest on one seed."""
+    return Line2D([], [], **ONE_SEED_LOOK, label="hollow: one seed, no spread")
 
 
 def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False,
@@ -456,7 +460,8 @@ def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset
             continue
         a, mean, std = stats
         style = DATASET_STYLES[datasets.index(dataset) % len(DATASET_STYLES)]
-        ax.plot(a, mean, style, color=model_color(model), marker=model_marker(model), **_line_looks(drawn, n))
+        ax.plot(a, mean, style, color=model_color(model), marker=model_marker(model), **_line_looks(drawn, n),
+                **(ONE_SEED_FACE if len(rs) == 1 else {}))
         drawn += 1
         if len(rs) > 1:
             ax.fill_between(a, np.clip(mean - std, 0.0, 1.0), np.clip(mean + std, 0.0, 1.0), color=model_color(model),
@@ -668,7 +673,8 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
                 shown = True
             ax.errorbar(x + 0.06 * (i - (len(models) - 1) / 2), [st[0] if st else np.nan for st in stats],
                         yerr=[st[1] if st and len(rs) > 1 else np.nan for st in stats], color=model_color(m),
-                        marker=model_marker(m), capsize=2, label=model_label(m), zorder=3, elinewidth=0.8)
+                        marker=model_marker(m), capsize=2, label=model_label(m), zorder=3, elinewidth=0.8,
+                        **(ONE_SEED_FACE if len(rs) == 1 else {}))
         ax.set_zorder(share.get_zorder() + 1)
         ax.patch.set_visible(False)  # the lines over the share bars
         ax.set_xticks(x, names)
@@ -724,7 +730,8 @@ def _epoch_figure(groups: dict[tuple[str, str], list[RunRecord]], series: list[S
                 if log:
                     mean = [max(v, LOG_FLOOR) for v in mean]  # a zero rate sits on the axis
                 ax.plot(epochs, mean, color=model_color(key[1]),
-                        **{"marker": model_marker(key[1]), **_line_looks(drawn, len(keys)), **extra})
+                        **{"marker": model_marker(key[1]), **_line_looks(drawn, len(keys)), **extra,
+                           **(ONE_SEED_FACE if len(per_run) == 1 else {})})
                 drawn_series.add(i)
         if not log:
             ax.set_ylim(bottom=0)
@@ -757,7 +764,7 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
              Line2D([], [], color="grey", linestyle="--", label="HRL2I@1: second-to-last item")]
     if 2 in drawn:
         extra.append(Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training"))
-    _model_legend(fig, _models(groups), extra, markers=True, groups=groups)
+    _model_legend(fig, _models(groups), extra + spread_handles(groups, "none"), markers=True, groups=groups)
     users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
     return ReportFigure("reliance_curve", "Last-item reliance during training: HRLI@1 and HRL2I@1",
                         "HRLI@1 (solid) and HRL2I@1 (dashed) of the current model on a fixed validation subsample, "
@@ -777,7 +784,7 @@ def fig_mixing_curve(runs: list[RunRecord]) -> ReportFigure | None:
         return None
     fig, _ = _epoch_figure(groups, [(lambda row: number_at(row, "mixing_last", "+Res"), {})],
                            "mixing ratio at +Res (last)", log=False)
-    _model_legend(fig, _models(groups), markers=True, groups=groups)
+    _model_legend(fig, _models(groups), spread_handles(groups, "none"), markers=True, groups=groups)
     users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
     return ReportFigure("mixing_curve", "Residual dominance during training: mixing ratio at +Res",
                         "The mixing ratio at +Res at the last position (pooled over layers) of the current model on "
