@@ -38,6 +38,8 @@ def test_model_colours_fixed(figures: dict) -> None:
     assert colours == {MODEL_COLORS["sasrec"].lower(), MODEL_COLORS["bsarec"].lower()}
     lines = figures["alpha_hrli"].figure.axes[0].get_lines()
     assert {to_hex(line.get_color()) for line in lines} <= {c.lower() for c in MODEL_COLORS.values()}
+    notes = [[t.get_text() for t in ax.texts] for ax in figures["mixing_per_position"].figure.axes]
+    assert notes == [["one seed: BSARec"], ["one seed: SASRec"]]  # toyA: BSARec; toyB: SASRec (lines, no markers)
     faces = {to_hex(line.get_color()): line.get_markerfacecolor() for line in lines}  # toyA: BSARec has one seed
     assert faces[MODEL_COLORS["bsarec"].lower()] == "white" and faces[MODEL_COLORS["sasrec"].lower()] != "white"
     assert [t.get_text() for t in figures["alpha_hrli"].figure.legends[0].get_texts()][-2:] == \

@@ -862,6 +862,10 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
                 n = min(min(len(s) for s in series), max_offset)
                 mean = np.mean([s[:n] for s in series], axis=0)
                 ax.plot(np.arange(n), mean, STAGE_STYLES[stage], color=model_color(model), **looks[stage])
+        single = [model_label(m) for m in models if len(groups.get((dataset, m), [])) == 1]
+        if single:  # lines without markers: the panel names the models that rest on one seed
+            ax.text(0.98, 0.97, "one seed: " + ", ".join(single), transform=ax.transAxes, ha="right", va="top",
+                    fontsize=5.5, color="#555555")
         ax.set_title(dataset)
         ax.set_xlabel("offset from the last position (0 = last)")
         ax.set_ylabel("mixing ratio")
