@@ -45,7 +45,15 @@ from resdom.report.compare import (
     metric_values,
     no_evidence_note,
 )
-from resdom.report.stats import BootstrapResult, Margin, equivalence_test, holm, verdict
+from resdom.report.stats import (
+    BootstrapResult,
+    Margin,
+    equivalence_test,
+    holm,
+    replicate_counts,
+    seed_weights,
+    verdict,
+)
 
 K = 10
 # (lo, hi) inclusive training-frequency bins of the last input item; hi None: no upper end
@@ -113,13 +121,6 @@ def stratified_difference(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray
 
 # --- the hierarchical bootstrap -------------------------------------------------------------------------------------
 
-def _seed_weights(rng: np.random.Generator, n_rep: int, n_seeds: int) -> np.ndarray:
-    """(n_rep, S) seed multiplicities / S of S draws with replacement (one seed: all 1), as report.stats draws."""
-    if n_seeds == 1:
-        return np.ones((n_rep, 1))
-    draws = rng.integers(0, n_seeds, size=(n_rep, n_seeds))
-    return (draws[:, :, None] == np.arange(n_seeds)).sum(axis=1) / n_seeds
-
 
 def echo_bootstrap(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray, n_strata: int, n_boot: int = 2000,
                    seed: int = 0, conf: float = 0.95) -> tuple[BootstrapResult, int]:
@@ -146,9 +147,8 @@ def echo_bootstrap(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray, n_str
     for start in range(0, n_boot, chunk):
         n_rep = min(chunk, n_boot - start)
         users = rng.integers(0, U, size=(n_rep, U))
-        weights = _seed_weights(rng, n_rep, S)
-        offsets = (np.arange(n_rep) * U)[:, None]
-        counts = np.bincount((users + offsets).ravel(), minlength=n_rep * U).reshape(n_rep, U).astype(np.float64)
+        weights = seed_weights(rng, n_rep, S)
+        counts = replicate_counts(users)
         rd = np.empty((n_rep, S))
         for s in range(S):
             n = (counts @ onehot[s]).reshape(n_rep, n_strata, 2)

@@ -140,7 +140,7 @@ def _as_seeds(x: Sequence[np.ndarray] | np.ndarray, name: str) -> np.ndarray:
     return out
 
 
-def _seed_weights(rng: np.random.Generator, n_rep: int, n_seeds: int) -> np.ndarray:
+def seed_weights(rng: np.random.Generator, n_rep: int, n_seeds: int) -> np.ndarray:
     """(n_rep, S) each replicate's seed multiplicities over S, from S draws with replacement (one seed: all 1)."""
     if n_seeds == 1:
         return np.ones((n_rep, 1))
@@ -148,14 +148,23 @@ def _seed_weights(rng: np.random.Generator, n_rep: int, n_seeds: int) -> np.ndar
     return (draws[:, :, None] == np.arange(n_seeds)).sum(axis=1) / n_seeds
 
 
-def _user_stats(values: np.ndarray, users: np.ndarray, stat: Reduction) -> np.ndarray:
-    """(n_rep, S): ``stat`` of each seed's values over each replicate's users (users: (n_rep, U) indices)."""
-    if stat is np.mean:  # counts @ values: the same numbers as the gather below, without (n_rep, U) per seed
-        n_rep, n_users = users.shape
-        offsets = (np.arange(n_rep) * n_users)[:, None]
-        counts = np.bincount((users + offsets).ravel(), minlength=n_rep * n_users).reshape(n_rep, n_users)
-        return counts @ values.T / n_users
-    return np.stack([np.asarray(stat(v[users], axis=-1), dtype=np.float64) for v in values], axis=1)
+def replicate_counts(users: np.ndarray) -> np.ndarray:
+    """(n_rep, U) float: how often each replicate's draw (users: (n_rep, U) indices into U users) holds each user."""
+    n_rep, n_users = users.shape
+    offsets = (np.arange(n_rep) * n_users)[:, None]
+    counts = np.bincount((users + offsets).ravel(), minlength=n_rep * n_users).reshape(n_rep, n_users)
+    return counts.astype(np.float64)
+
+
+def _user_stats(sides: Sequence[np.ndarray], users: np.ndarray, stat: Reduction) -> list[np.ndarray]:
+    """Per side (S, U) of ``sides``, (n_rep, S): ``stat`` of each seed's values over each replicate's users (users:
+    (n_rep, U) indices, the same for every side: the bootstrap is paired)."""
+    if stat is np.mean:  # counts @ values: the same numbers as the gather below, without (n_rep, U) per seed; the
+        # replicates' user counts are made once for all sides
+        counts = replicate_counts(users)
+        return [counts @ values.T / users.shape[1] for values in sides]
+    return [np.stack([np.asarray(stat(v[users], axis=-1), dtype=np.float64) for v in values], axis=1)
+            for values in sides]
 
 
 def bootstrap_diff(a: Sequence[np.ndarray] | np.ndarray, b: Sequence[np.ndarray] | np.ndarray,
@@ -180,9 +189,9 @@ def bootstrap_diff(a: Sequence[np.ndarray] | np.ndarray, b: Sequence[np.ndarray]
     for start in range(0, n_boot, chunk):
         n_rep = min(chunk, n_boot - start)
         users = rng.integers(0, n_users, size=(n_rep, n_users))
-        wa, wb = _seed_weights(rng, n_rep, A.shape[0]), _seed_weights(rng, n_rep, B.shape[0])
-        va = (wa * _user_stats(A, users, stat)).sum(axis=1)
-        vb = (wb * _user_stats(B, users, stat)).sum(axis=1)
+        wa, wb = seed_weights(rng, n_rep, A.shape[0]), seed_weights(rng, n_rep, B.shape[0])
+        sa, sb = _user_stats((A, B), users, stat)
+        va, vb = (wa * sa).sum(axis=1), (wb * sb).sum(axis=1)
         dist[start:start + n_rep] = va - vb
     lo, hi = np.quantile(dist, [(1 - conf) / 2, (1 + conf) / 2])
     below, above = int(np.sum(dist <= 0)), int(np.sum(dist >= 0))
