@@ -11,8 +11,9 @@
 #       results/, with EVIDENCE=1 also no users.npz), JOBS at a time on the GPU, one CPU thread each; a cell still
 #       running SECONDS from now is killed and dropped. Every finished cell is packed into $OUT/cells.tar.gz, and
 #       $OUT/cells.log lists each cell's outcome (a failure with its log's tail). With 15 minutes of device time a
-#       session, one call: command "EVIDENCE=1 bash scripts/device_cells.sh --run scripts/grid_evidence.txt 480 12",
-#       timeout_s 590, carry [".whl", ".data"] (12 jobs: the H200 machine has 16 CPU cores).
+#       session, one call: command "EVIDENCE=1 bash scripts/device_cells.sh --run scripts/grid_gpu.txt 480 12",
+#       timeout_s 590, carry [".whl", ".data"] (12 jobs: the H200 machine has 16 CPU cores; grid_gpu.txt holds the
+#       cells a CPU session cannot afford, BSARec and DuoRec; grid_evidence.txt the rest, cheapest-first).
 #   scripts/device_cells.sh --import PATH/cells.tar.gz
 #       here: each cell unpacked into results/ where the store has none (with EVIDENCE=1 also where the stored one
 #       has no users.npz) and committed with the regenerated text tables (scripts/reproduce_cells.sh --commit;

@@ -54,3 +54,16 @@ def test_the_walk_finds_a_big_png(tmp_path: Path) -> None:
     assert tree_pngs(tmp_path) == [tmp_path / "docs" / "a.png"]
     with pytest.raises(AssertionError):
         assert all(p.stat().st_size < MAX_PNG_BYTES for p in tree_pngs(tmp_path))
+
+
+def test_the_gpu_queue_is_the_evidence_queues_bsarec_and_duorec_cells() -> None:
+    """scripts/grid_gpu.txt holds exactly the BSARec and DuoRec cells of scripts/grid_evidence.txt (BSARec first), so
+    the two queues cannot drift apart; neither lists a cell twice."""
+    def cells(name: str) -> list[tuple[str, str, str]]:
+        lines = (ROOT / "scripts" / name).read_text().splitlines()
+        return [tuple(line.split()[:3]) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+    evidence, gpu = cells("grid_evidence.txt"), cells("grid_gpu.txt")
+    assert len(set(evidence)) == len(evidence) and len(set(gpu)) == len(gpu)
+    expensive = [c for c in evidence if c[1] == "bsarec"] + [c for c in evidence if c[1] == "duorec"]
+    assert gpu == expensive and gpu[0][1] == "bsarec"
