@@ -453,3 +453,25 @@ def test_a_band_of_shares_stays_inside_0_and_1(tmp_path: Path) -> None:
     assert ys.min() == pytest.approx(0.0) and ys.max() == pytest.approx(1.0)
     line = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1][0]
     assert np.allclose(line.get_ydata(), 0.5)
+
+
+def test_the_remedies_figure_labels_alpha_1_and_0_and_keeps_its_labels_apart() -> None:
+    """On the store's remedy cells: each panel labels the trained model (α=1) and α=0 on the base's sweep, and no
+    two α labels sit within 15% of the curve's span on both axes (the sweep's points near α=1 bunch together)."""
+    from resdom.report.figures import fig_remedies
+    from resdom.report.tables import remedy_runs
+
+    store = Path(__file__).resolve().parents[1] / "results"
+    fig = fig_remedies(remedy_runs(read_runs(find_run_dirs(store))))
+    assert fig is not None
+    panels = [ax for ax in fig.figure.axes if ax.get_title()]
+    assert panels
+    for ax in panels:
+        labels = {t.get_text(): t.xy for t in ax.texts if t.get_text().startswith("α=")}
+        assert {"α=1", "α=0"} <= set(labels), ax.get_title()
+        sweep = next(line for line in ax.get_lines() if len(line.get_xdata()) > 3)
+        span_x, span_y = np.ptp(sweep.get_xdata()), np.ptp(sweep.get_ydata())
+        points = list(labels.values())
+        for i, (x0, y0) in enumerate(points):
+            for x1, y1 in points[i + 1:]:
+                assert abs(x0 - x1) > 0.15 * span_x or abs(y0 - y1) > 0.15 * span_y, ax.get_title()

@@ -989,10 +989,16 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
                 curve = (x[1], y[1])
                 ax.plot(*curve, "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
                         label=f"{model_label(base)}: inference α sweep")
-                for a, xi, yi in zip(x[0], x[1], y[1]):
-                    if round(a * 10) % 5 == 0:  # label α = 0, 0.5, 1
+                # label α = 1 (the trained model), 0 and 0.5, each only where it keeps clear of those before it
+                # (15% of the curve's span on either axis): the points of α near 1 bunch together
+                span_x, span_y = float(np.ptp(x[1])) or 1.0, float(np.ptp(y[1])) or 1.0
+                placed: list[tuple[float, float]] = []
+                for a, xi, yi in sorted(zip(x[0], x[1], y[1]), key=lambda p: (-p[0] if p[0] == 1 else p[0])):
+                    if round(a * 10) % 5 == 0 and all(abs(xi - px) > 0.15 * span_x or abs(yi - py) > 0.15 * span_y
+                                                      for px, py in placed):
                         ax.annotate(f"α={a:g}", (xi, yi), fontsize=7, color="#666666", textcoords="offset points",
-                                    xytext=(3, -9))
+                                    xytext=(4, 3))
+                        placed.append((xi, yi))
         for i, label in enumerate(m for m in labels if base_of(m) == base):
             rs = points.get((dataset, label))
             if not rs:
