@@ -140,7 +140,9 @@ def echo_bootstrap(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray, n_str
         raise ValueError(NO_DIFFERENCE)
     code = np.asarray(stratum)[None, :] * 2 + E.astype(np.int64)  # (S, U)
     onehot = [np.eye(2 * n_strata)[code[s]] for s in range(S)]  # (U, 2J) each
-    hit_onehot = [onehot[s] * H[s][:, None] for s in range(S)]
+    # per seed: users, then hits, per (stratum, group), all seeds in one (U, S * 4J) matrix, so that a chunk's
+    # replicate counts are multiplied once (integer sums: exact in any order)
+    basis = np.concatenate([np.concatenate([onehot[s], onehot[s] * H[s][:, None]], axis=1) for s in range(S)], axis=1)
     rng = np.random.default_rng(seed)
     dist = np.empty(n_boot)
     chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // U))
@@ -149,11 +151,10 @@ def echo_bootstrap(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray, n_str
         users = rng.integers(0, U, size=(n_rep, U))
         weights = seed_weights(rng, n_rep, S)
         counts = replicate_counts(users)
+        sums = (counts @ basis).reshape(n_rep, S, 2, n_strata, 2)  # (replicate, seed, users | hits, J, group)
         rd = np.empty((n_rep, S))
         for s in range(S):
-            n = (counts @ onehot[s]).reshape(n_rep, n_strata, 2)
-            x = (counts @ hit_onehot[s]).reshape(n_rep, n_strata, 2)
-            rd[:, s] = _rd_from_counts(n, x)[0]
+            rd[:, s] = _rd_from_counts(sums[:, s, 0], sums[:, s, 1])[0]
         # a seed drawn 0 times does not count, even where its RD is undefined
         dist[start:start + n_rep] = np.where(weights > 0, weights * np.nan_to_num(rd, nan=0.0), 0.0).sum(axis=1)
         undefined = ((weights > 0) & np.isnan(rd)).any(axis=1)
