@@ -219,3 +219,17 @@ def test_fidelity_block_adds_the_paper_stopping_cells_where_stored(tmp_path):
     est = mean_t([0.776, 0.777])
     assert f"| {est.text()} vs 0.776 (+{est.value - 0.776:.3f}) ✓ |" in early
     assert "Every published value of a comparable data set lies inside" in early  # Attn, +Res and HRLI@1 cover them
+
+
+def test_the_itemties_sets_stand_beside_the_paper_data_set_they_cut(tmp_path):
+    """beauty-ts-itemties (beauty-ts with same-day items in the review file's order, the order the paper's code
+    keeps) gets a comparable row of its own against the paper's Beauty, after beauty-ts's; neither hides the other."""
+    write_cell(tmp_path, "beauty-ts", 1, 0.80, 0.80, 100, [0.0, 0.2], 40)
+    write_cell(tmp_path, "beauty-ts-itemties", 1, 0.776, 0.78, 100, [0.0, 0.3], 40)
+    write_cell(tmp_path, "beauty-ts-itemties", 2, 0.778, 0.78, 100, [0.0, 0.3], 40)
+    rows = fidelity_rows(tmp_path)
+    assert [(r["dataset"], r["paper_dataset"], r["comparable"], r["seeds"]) for r in rows] == \
+        [("beauty-ts", "Beauty", True, 1), ("beauty-ts-itemties", "Beauty", True, 2)]
+    attn, paper = rows[1]["Attn"]
+    assert attn.value == pytest.approx(0.777) and paper == PAPER_MIXING["Beauty"][0] and attn.covers(paper)
+    assert "| beauty-ts-itemties (Beauty) | 2 |" in fidelity_markdown(rows)

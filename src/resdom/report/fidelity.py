@@ -39,9 +39,11 @@ PAPER_MIXING: dict[str, tuple[float, float, float]] = {
 PAPER_HRLI1: dict[str, float] = {"Beauty": 0.78, "Sports": 0.91, "Toys": 0.82, "ML-1M": 0.50}
 PAPER_RECOVERY_MAX: dict[str, float] = {"ML-1M": 0.28}
 PAPER_RECOVERY_UP_TO = 0.46
-# resdom data set -> (the paper's data set, comparable)
+# resdom data set -> (the paper's data set, comparable); the -itemties sets are the same data with same-day items in
+# the review file's order, the order time-to-split (and so the paper's code) keeps (docs/spec.md §1)
 DATASETS: dict[str, tuple[str, bool]] = {
-    "beauty-ts": ("Beauty", True), "sports-ts": ("Sports", True), "toys-ts": ("Toys", True),
+    "beauty-ts": ("Beauty", True), "beauty-ts-itemties": ("Beauty", True), "sports-ts": ("Sports", True),
+    "sports-ts-itemties": ("Sports", True), "toys-ts": ("Toys", True),
     "video-ts": ("Video", True), "ml-1m-part": ("ML-1M", False), "ml-1m": ("ML-1M", True),
     "diginetica": ("Diginetica", True), "steam": ("Steam", True), "beeradvocate": ("BeerAdvocate", True),
     "zvuk": ("Zvuk", True),
