@@ -499,6 +499,9 @@ def test_the_stopping_candidate_reading_holds_on_the_store() -> None:
     early = tables_of(fidelity.split("The same for `sasrec-v1024`", 1)[1])[0]
     beauty = next(r for r in early if r["data set (paper's)"].startswith("beauty-ts"))
     assert beauty["Attn"].endswith("✗") and beauty["HRLI@1"].endswith("✗")
+    toys_row = next(r for r in table_rows(comparisons)
+                    if (r["Data set"], r["Comparison"], r["Metric"]) == ("toys-ts", "sasrec-v1024 vs sasrec", "HRLI@1"))
+    assert toys_row["Verdict"] == "lower"
     toys = next(r for r in early if r["data set (paper's)"].startswith("toys-ts"))
     assert toys["seeds"] == "3" and toys["HRLI@1"].endswith("✓")
     assert toys["Attn"].endswith("✗") and toys["+Res"].endswith("✗")
