@@ -230,6 +230,11 @@ def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "
             *single]
 
 
+def _one_seed_face(n_seeds: int) -> dict[str, Any]:
+    """The line keywords of a line resting on ``n_seeds`` seeds: ``ONE_SEED_FACE`` for one, none otherwise."""
+    return ONE_SEED_FACE if n_seeds == 1 else {}
+
+
 def _one_seed_handle() -> Line2D:
     """The legend entry of the hollow mark on a bar (``_bar_values``) or the hollow markers of a line
     (``ONE_SEED_FACE``) that rest on one seed."""
@@ -461,7 +466,7 @@ def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset
         a, mean, std = stats
         style = DATASET_STYLES[datasets.index(dataset) % len(DATASET_STYLES)]
         ax.plot(a, mean, style, color=model_color(model), marker=model_marker(model), **_line_looks(drawn, n),
-                **(ONE_SEED_FACE if len(rs) == 1 else {}))
+                **_one_seed_face(len(rs)))
         drawn += 1
         if len(rs) > 1:
             ax.fill_between(a, np.clip(mean - std, 0.0, 1.0), np.clip(mean + std, 0.0, 1.0), color=model_color(model),
@@ -674,7 +679,7 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
             ax.errorbar(x + 0.06 * (i - (len(models) - 1) / 2), [st[0] if st else np.nan for st in stats],
                         yerr=[st[1] if st and len(rs) > 1 else np.nan for st in stats], color=model_color(m),
                         marker=model_marker(m), capsize=2, label=model_label(m), zorder=3, elinewidth=0.8,
-                        **(ONE_SEED_FACE if len(rs) == 1 else {}))
+                        **_one_seed_face(len(rs)))
         ax.set_zorder(share.get_zorder() + 1)
         ax.patch.set_visible(False)  # the lines over the share bars
         ax.set_xticks(x, names)
@@ -731,7 +736,7 @@ def _epoch_figure(groups: dict[tuple[str, str], list[RunRecord]], series: list[S
                     mean = [max(v, LOG_FLOOR) for v in mean]  # a zero rate sits on the axis
                 ax.plot(epochs, mean, color=model_color(key[1]),
                         **{"marker": model_marker(key[1]), **_line_looks(drawn, len(keys)), **extra,
-                           **(ONE_SEED_FACE if len(per_run) == 1 else {})})
+                           **_one_seed_face(len(per_run))})
                 drawn_series.add(i)
         if not log:
             ax.set_ylim(bottom=0)

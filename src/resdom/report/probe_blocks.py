@@ -258,13 +258,17 @@ def _mixing_note(question: int) -> str:
     return note
 
 
+def per_pair(rows: list[ComparisonRow]) -> list[dict[str, ComparisonRow]]:
+    """A ``probe_table``'s rows by (data set, base, probe), each ``{metric: row}`` (the table holds every pair's
+    ``PROBE_METRICS`` rows one after another)."""
+    n = len(PROBE_METRICS)
+    return [{r.comparison.metric: r for r in rows[i:i + n]} for i in range(0, len(rows), n)]
+
+
 def _answer(rows: list[ComparisonRow], groups: dict[tuple[str, str], list[RunRecord]], question: int) -> str:
-    """The generated answer: per (data set, probe) what the HRLI@1 and NDCG@10 verdicts say (rows come in
-    ``PROBE_METRICS`` order, NDCG@10 then HRLI@1, per probe)."""
-    metrics = list(PROBE_METRICS)
+    """The generated answer: per (data set, probe) what the HRLI@1 and NDCG@10 verdicts say."""
     parts = []
-    for i in range(0, len(rows), len(metrics)):
-        by = {r.comparison.metric: r for r in rows[i:i + len(metrics)]}
+    for by in per_pair(rows):
         nd, hr = by["NDCG@10"], by["HRLI@1"]
         c = hr.comparison
         trained = (c.dataset, c.other) in groups
@@ -304,12 +308,8 @@ def probes_figure(tables: dict[int, ComparisonTable], width: float = 6.8, dpi: i
     panel per metric of ``PROBE_METRICS``: the difference probe - base with its 95% bootstrap interval, the
     equivalence margin shaded around 0 and the verdict beside the line. None where no row has evidence."""
     metrics = list(PROBE_METRICS)
-    lines: list[tuple[int, dict[str, ComparisonRow]]] = []
-    for q, table in sorted(tables.items()):
-        for i in range(0, len(table.rows), len(metrics)):
-            by = {r.comparison.metric: r for r in table.rows[i:i + len(metrics)]}
-            if all(by[m].diff is not None for m in metrics):
-                lines.append((q, by))
+    lines = [(q, by) for q, table in sorted(tables.items()) for by in per_pair(table.rows)
+             if all(by[m].diff is not None for m in metrics)]
     if not lines:
         return None
     fig = Figure(figsize=(width, 1.3 + 0.32 * len(lines)), dpi=dpi, layout="constrained")
