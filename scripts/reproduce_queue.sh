@@ -65,14 +65,18 @@ estimate() {  # CELLS ["seconds"]: the cells not stored, "data set  model  seed"
   .venv/bin/python - "$STORE" "$1" "${2:-}" <<'PY'
 import json, statistics, sys
 from pathlib import Path
-cost = {}  # (data set, model) -> training + diagnosis seconds of each stored cell
+# (data set, model) -> training + diagnosis seconds of each stored cell (every), and of those with their per-user
+# evidence (fresh: trained by the current code; the older cells ran slower code, often on a machine that also ran
+# benchmarks, so where a data set and model has fresh cells only those count)
+every, fresh = {}, {}
 for f in Path(sys.argv[1]).glob("*/*/seed*/cell.json"):
     c = json.loads(f.read_text())["compute"]
-    cost.setdefault((f.parts[-4], f.parts[-3]), []).append(c.get("train_seconds", 0) + c.get("diagnose_seconds", 0))
-def mean(dataset, model):
-    return statistics.mean(cost[(dataset, model)]) if (dataset, model) in cost else None
-def scaled(dataset, model):  # the model's cost on other data sets, each times how much more (or less) a model
-    # stored on both cost on this one than there (SASRec's ratio where it has one): None where no pair has it
+    seconds = c.get("train_seconds", 0) + c.get("diagnose_seconds", 0)
+    for cost in (every, fresh) if (f.parent / "users.npz").exists() else (every,):
+        cost.setdefault((f.parts[-4], f.parts[-3]), []).append(seconds)
+def scaled(cost, dataset, model):  # the model's cost on other data sets, each times how much more (or less) a
+    # model stored on both cost on this one than there (SASRec's ratio where it has one): None where no pair has it
+    mean = lambda d, m: statistics.mean(cost[(d, m)])
     out = []
     for other in sorted({d for d, m in cost if m == model and d != dataset}):
         refs = [m for d, m in cost if d == dataset and (other, m) in cost and mean(other, m) > 0]
@@ -80,15 +84,17 @@ def scaled(dataset, model):  # the model's cost on other data sets, each times h
             ref = "sasrec" if "sasrec" in refs else sorted(refs)[0]
             out.append(mean(other, model) * mean(dataset, ref) / mean(other, ref))
     return statistics.mean(out) if out else None
-def guess(dataset, model):  # the same model on this data set, else scaled from others, else on any, else any cell
-    known = mean(dataset, model)
-    if known is not None:
-        return known
-    known = scaled(dataset, model)
-    if known is not None:
-        return known
+def guess(dataset, model):  # the same model on this data set (its fresh cells where it has some), else scaled
+    # from others (fresh cells first), else the model on any data set, else any cell
+    for cost in (fresh, every):
+        if (dataset, model) in cost:
+            return statistics.mean(cost[(dataset, model)])
+    for cost in (fresh, every):
+        known = scaled(cost, dataset, model)
+        if known is not None:
+            return known
     for pick in (lambda k: k[1] == model, lambda k: True):
-        xs = [x for k, v in cost.items() if pick(k) for x in v]
+        xs = [x for k, v in every.items() if pick(k) for x in v]
         if xs:
             return statistics.mean(xs)
     return 0.0
@@ -96,11 +102,12 @@ open_cells = [line.split()[:2] for line in sys.argv[2].splitlines() if line.stri
 if sys.argv[3] == "seconds":
     for d, m in open_cells:
         print(round(guess(d, m)))
-elif open_cells and cost:
+elif open_cells and every:
     hours = sum(guess(d, m) for d, m in open_cells) / 3600
     print(f"open cells: {len(open_cells)}, about {hours:.0f} CPU hours (each costed as the stored cells of the same "
           "model on the same data set, else as the model's cells on other data sets scaled by a model stored on both, "
-          "else on any, at one thread; a started cell counted whole)")
+          "else on any; where a data set and model has cells with per-user evidence (the current code), those only; "
+          "at one thread; a started cell counted whole)")
 PY
 }
 

@@ -202,6 +202,21 @@ def test_the_queue_scales_a_models_cost_to_a_data_set_it_has_not_run_on(tmp_path
 
 
 @pytest.mark.slow
+def test_the_queue_costs_a_cell_by_its_fresh_cells_where_it_has_some(tmp_path: Path) -> None:
+    """bert4rec on beauty-ts has an old cell (70 minutes, no users.npz) and a fresh one (4 minutes, with its
+    per-user evidence: the current code): the estimate is the fresh cell's, so seed 3 fits 20 minutes (the mean of
+    both, 37 minutes, would not); gru4rec, with its old cell only, is still costed by it (40 minutes)."""
+    import json
+
+    repo = _queue_repo(tmp_path, "beauty-ts gru4rec 2\nbeauty-ts bert4rec 3\n")
+    cell = repo / "results" / "beauty-ts" / "bert4rec" / "seed2"
+    cell.mkdir(parents=True)
+    cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": 200, "diagnose_seconds": 40}}))
+    cell.joinpath("users.npz").touch()
+    assert _run_queue(repo, "now + 20 minutes") == ["beauty-ts bert4rec 3"]
+
+
+@pytest.mark.slow
 def test_the_evidence_queue_trains_again_the_cells_stored_without_users_npz(tmp_path: Path) -> None:
     """EVIDENCE=1: a cell stored without its per-user evidence is open again (a new run in runs/evidence); one
     with users.npz is done. Without it, both are stored and nothing is trained."""
