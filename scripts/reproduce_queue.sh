@@ -66,7 +66,7 @@ estimate() {  # CELLS ["seconds"]: the cells not stored, "data set  model  seed"
 import json, statistics, sys
 from pathlib import Path
 # (data set, model) -> training + diagnosis seconds of each stored cell (every), and of those with their per-user
-# evidence (fresh: trained by the current code; the older cells ran slower code, often on a machine that also ran
+# evidence (fresh: trained by the current code; the older cells ran older code, often on a machine that also ran
 # benchmarks, so where a data set and model has fresh cells only those count)
 every, fresh = {}, {}
 for f in Path(sys.argv[1]).glob("*/*/seed*/cell.json"):

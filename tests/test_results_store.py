@@ -219,3 +219,13 @@ def test_cell_compute_records_the_threads_the_epochs_ran_with(finished_run):
 
     compute = cell_compute(finished_run)  # the fixture trained with torch.set_num_threads(1) and no train.threads
     assert (compute["epochs"], compute["threads"], compute["device"]) == (2, 1, "cpu")
+    least, most = compute["load"]  # the machine's load as the two epochs ended
+    assert 0 <= least <= most
+
+
+def test_cell_compute_gives_the_range_of_the_load_the_epochs_recorded() -> None:
+    from resdom.pipeline.reproduce import _load
+
+    assert _load([{"load": 1.5}, {"load": 0.25}, {"load": 3.0}]) == {"load": [0.25, 3.0]}
+    assert _load([{"seconds": 1.0}, {"load": 2.0}]) == {"load": [2.0, 2.0]}  # an epoch of an older run: none
+    assert _load([{"seconds": 1.0}]) == {}

@@ -174,7 +174,9 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
 def cell_compute(run_dir: Path) -> dict[str, Any]:
     """What a cell cost: epochs, summed epoch seconds (training passes, without validation), the diagnostics'
     summed seconds (each file records its own), device, threads, the machine's CPU count and, where the epochs
-    recorded them, the source commits that trained them (``sources``)."""
+    recorded them, the source commits that trained them (``sources``) and the machine's load while they ran
+    (``load``: the least and the most 1-minute load average at an epoch's end), so that a cell's minutes can be
+    read against how busy the machine was."""
     import os
     import platform
 
@@ -192,7 +194,7 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(sum(diag.values()), 1),
             "device": train.get("device"), "threads": _threads(train, epochs), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), **_sources(epochs)}
+            "machine": platform.machine(), **_sources(epochs), **_load(epochs)}
 
 
 def _sources(epochs: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -200,6 +202,13 @@ def _sources(epochs: list[dict[str, Any]]) -> dict[str, list[str]]:
     record says where it was recorded, ``runs.source_commit``); {} when none was."""
     seen = list(dict.fromkeys(r["source"] for r in epochs if r.get("source")))
     return {"sources": seen} if seen else {}
+
+
+def _load(epochs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """``{"load": [least, most]}``: the 1-minute load averages the epochs recorded at their ends; {} when none did
+    (cells trained before the epochs recorded it)."""
+    seen = [r["load"] for r in epochs if r.get("load") is not None]
+    return {"load": [min(seen), max(seen)]} if seen else {}
 
 
 def _threads(train: dict[str, Any], epochs: list[dict[str, Any]]) -> int | str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -210,6 +211,15 @@ def fit(
         dist_ctx.close()
 
 
+def _load_average() -> float | None:
+    """The machine's 1-minute load average now (an epoch record's ``load``, read with its seconds); None where the
+    platform has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
          fingerprint: str, data_info: dict[str, Any], dist_ctx: distributed.DistContext,
          callbacks: Sequence[EpochCallback], progress: bool | None, held: contextlib.ExitStack,
@@ -265,7 +275,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         improved = stopper.update(value, epoch)
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
-                  "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads()}
+                  "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads(),
+                  "load": _load_average()}
         if source is not None:
             record["source"] = source  # the commit that trained this epoch (a resumed run may change it)
         for hook in hooks:  # the training monitor adds "monitor" every train.monitor_every epochs
