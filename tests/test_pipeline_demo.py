@@ -48,7 +48,7 @@ def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     """``resdom demo``'s own setting (synthetic:demo, full size, about 25 s of CPU): the trained SASRec ranks the
     last input item first far more often than the second to last, the residual swamps the mixing, a keep_last
     shuffle costs little and a full one much, and scaling the residual down lowers HRLI@1; the printed findings
-    carry these numbers and the user counts."""
+    carry these numbers and the user counts, and README.md's "Measured:" sentence is this run's."""
     import torch
 
     threads = torch.get_num_threads()
@@ -76,6 +76,11 @@ def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     assert f"HRLI@1 = {h1:.3f} vs HRL2I@1 = {h2:.3f}" in text and f"shares of {n:,} test users" in text
     assert f"from {mixing['Attn']:.3f} at Attn to {mixing['+Res']:.3f} at +Res" in text
     assert f"with the residual scaled to α = 0 HRLI@1 is {sweep[-1]:.3f}" in text
+    # README.md quotes this run: its sentence must be what the demo measures, not what it once measured
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert (f"Measured: mixing ratio {mixing['Attn']:.3f} at Attn, {mixing['+Res']:.3f} at +Res; HRLI@1 = {h1:.3f} "
+            f"vs HRL2I@1 = {h2:.3f} ({n:,} test users), {sweep[-1]:.3f} at α = 0; a keep_last shuffle changes test "
+            f"NDCG@10 by {keep:+.1%}, a full shuffle by {full:+.1%}.") in readme
 
 
 @pytest.mark.slow
