@@ -3,6 +3,7 @@ synthetic stores with hand-computed values."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,8 @@ from resdom.report.evidence_blocks import (
     answer,
     cold_items_markdown,
     echo_block,
+    echo_evidence,
+    echo_figures,
     evidence_blocks,
     five_models_markdown,
     proportions_markdown,
@@ -26,6 +29,8 @@ from resdom.report.evidence_blocks import (
     wilson_text,
 )
 from resdom.report.tables import Column, aggregate, to_markdown
+
+evidence_blocks_module = importlib.import_module("resdom.report.evidence_blocks")
 
 U, N_ITEMS = 400, 500
 NOTE = "no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users)"
@@ -188,7 +193,7 @@ def test_proportions_with_wilson_by_hand(tmp_path: Path) -> None:
     assert "at most 0.020 (`bert4rec` on d), within a factor of 2.0 of each other where both are above 0." in five
 
 
-def test_echo_block_names_the_cells_it_can_use(tmp_path: Path) -> None:
+def test_echo_block_names_the_cells_it_can_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = [run(tmp_path, "d", "sasrec", s, 0.1) for s in (1, 2)] + [run(tmp_path, "d", "duorec", 1, 0.1)]
     head = echo_block(runs, n_boot=50)
     assert head == ("Per-user evidence (users.npz) exists today for 0 of the 3 stored model cells; the 3 without it "
@@ -208,6 +213,15 @@ def test_echo_block_names_the_cells_it_can_use(tmp_path: Path) -> None:
     md = echo_block(runs, n_boot=50)
     assert md.startswith("Per-user evidence (users.npz) exists today for 3 of the 3 stored model cells.\n\n")
     assert "first look" not in md and "| d | sasrec | 2 |" in md
+    shared = echo_evidence(runs, n_boot=50)  # the bootstrap build_report makes once for the block and the figure
+    assert shared is not None and echo_evidence(runs[:0], n_boot=50) is None
+
+    def no_second_bootstrap(*args: object, **kwargs: object) -> None:
+        raise AssertionError("echo_table called again")
+
+    monkeypatch.setattr(evidence_blocks_module, "echo_table", no_second_bootstrap)
+    assert echo_block(runs, n_boot=50, table=shared) == md
+    assert [f.key for f in echo_figures(runs, table=shared)] == ["echo"]
 
 
 def test_single_seed_rows_are_marked(tmp_path: Path) -> None:

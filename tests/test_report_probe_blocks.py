@@ -3,10 +3,12 @@ synthetic stores with hand-computed values."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from resdom.report.collect import RunRecord
 from resdom.report.probe_blocks import (
@@ -20,10 +22,13 @@ from resdom.report.probe_blocks import (
     probe_figures,
     probe_pairs,
     probe_table,
+    probe_tables,
     probes_figure,
     readout_answer,
 )
 from tests.test_report_evidence_blocks import NOTE, U, users_npz, wilson_by_hand
+
+probe_blocks_module = importlib.import_module("resdom.report.probe_blocks")
 
 
 def mixing(res_all: float, res_last: float) -> dict[str, Any]:
@@ -212,3 +217,22 @@ def test_the_figure_draws_each_probe_with_evidence_in_the_figure_units(tmp_path:
     assert np.isclose(band.min(), -0.02) and np.isclose(band.max(), 0.02)
     assert [f.key for f in probe_figures(runs, n_boot=100)] == ["probes"]
     assert probe_figures(runs[:1] + runs[2:], n_boot=100) == []  # no probe with evidence: no figure
+
+
+def test_the_blocks_and_the_figure_share_one_bootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``probe_tables`` (what build_report makes once) gives the blocks and the figure without another bootstrap, and
+    the blocks are those made without it."""
+    base = cell(tmp_path, "toys-ts", "sasrec", 1, 0.25, 1.0, (0.1, 0.2))
+    users_npz(base.path, first(100), np.ones(U, int))
+    query = cell(tmp_path, "toys-ts", "sasrec-query", 1, 0.25, 0.0, (0.12, 0.3))
+    users_npz(query.path, first(100), np.full(U, 50))
+    runs = [base, query]
+    alone, shared = probe_blocks(runs, n_boot=100), probe_tables(runs, n_boot=100)
+    assert sorted(shared) == [1, 2] and {r.comparison.other for r in shared[1][1].rows} == {"sasrec-query"}
+
+    def no_second_bootstrap(*args: object, **kwargs: object) -> None:
+        raise AssertionError("probe_table called again")
+
+    monkeypatch.setattr(probe_blocks_module, "probe_table", no_second_bootstrap)
+    assert probe_blocks(runs, n_boot=100, tables=shared) == alone
+    assert [f.key for f in probe_figures(runs, tables=shared)] == ["probes"]

@@ -25,12 +25,13 @@ from typing import Any
 from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
-from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, echo_figures, evidence_blocks
+from resdom.report.echo import EchoTable
+from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, echo_evidence, echo_figures, evidence_blocks
 from resdom.report.fidelity import fidelity_block, published_accuracy_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
-from resdom.report.probe_blocks import probe_blocks, probe_figures
+from resdom.report.probe_blocks import ProbeTables, probe_blocks, probe_figures, probe_tables
 from resdom.report.reliance_dynamics import reliance_dynamics_block
 from resdom.report.summary import summary_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
@@ -71,7 +72,8 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     runs = read_runs(list(run_dirs))
     tables = summary_tables(runs, extra_stats)
     table_paths = write_tables(tables, out_dir / "tables")
-    blocks = document_blocks(runs, tables)
+    echo, probes = echo_evidence(runs), probe_tables(runs)  # the bootstraps the blocks and figures share
+    blocks = document_blocks(runs, tables, echo=echo, probes=probes)
     for name in ("claims",):
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
@@ -84,8 +86,8 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
-    drawn += echo_figures(runs)  # issue 27 §4 question 3
-    drawn += probe_figures(runs)  # questions 1 and 2
+    drawn += echo_figures(runs, table=echo)  # issue 27 §4 question 3
+    drawn += probe_figures(runs, tables=probes)  # questions 1 and 2
     fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, drawn, tables, title))
@@ -93,17 +95,19 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 
-def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None) -> dict[str, str]:
+def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *, echo: EchoTable | None = None,
+                    probes: ProbeTables | None = None) -> dict[str, str]:
     """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
     blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
     ``fidelity`` and ``published_accuracy`` (``report.fidelity``), ``reliance_dynamics``
     (``report.reliance_dynamics``), ``probe_readout`` and ``probe_embeddings`` (``report.probe_blocks``), and
-    ``summary`` (``report.summary``, from all of these)."""
+    ``summary`` (``report.summary``, from all of these). ``echo`` and ``probes``: the echo and probe bootstraps
+    (``echo_evidence``, ``probe_tables``), made here where not given."""
     tables = summary_tables(runs) if tables is None else tables
     blocks = {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
-              **evidence_blocks(runs),
+              **evidence_blocks(runs, echo=echo),
               "fidelity": fidelity_block(runs),
               "published_accuracy": published_accuracy_block(runs),
               "reliance_dynamics": reliance_dynamics_block(runs),
-              **probe_blocks(runs)}
+              **probe_blocks(runs, tables=probes)}
     return {**blocks, "summary": summary_markdown(blocks)}

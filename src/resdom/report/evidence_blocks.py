@@ -47,7 +47,7 @@ from resdom.report.compare import (
     default_margin,
     holm_p_text,
 )
-from resdom.report.echo import echo_answer, echo_figure, echo_markdown, echo_table
+from resdom.report.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure
 from resdom.report.probes import PROBE_BASE
 from resdom.report.stats import wilson
@@ -469,9 +469,17 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
 
 # --- question 3: the echo (docs/results.md) -------------------------------------------------------------------------
 
-def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
+def echo_evidence(runs: list[RunRecord], n_boot: int = N_BOOT) -> EchoTable | None:
+    """``report.echo``'s table over the model cells of ``runs`` with per-user evidence (the bootstrap the ``echo``
+    block and figure share: ``build_report`` makes it once); None where no cell has any."""
+    index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
+    return echo_table(index, n_boot=n_boot) if index.labels_with_evidence() else None
+
+
+def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable | None = None) -> str:
     """The ``echo`` block: how many cells have per-user evidence today and which do not, then ``report.echo``'s
-    table over those that do. Read as a first look where under half of the cells have it."""
+    table over those that do (``table``: ``echo_evidence(runs, n_boot)``, made here where not given). Read as a
+    first look where under half of the cells have it."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
     have = {key: [k for k, c in seeds if (c / "users.npz").is_file()] for key, seeds in index.cells.items()}
     without = [f"{ds}/{lb}/seed{k}" for (ds, lb), seeds in index.cells.items() for k, c in seeds
@@ -490,18 +498,15 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     head += "\n\n"
     if not n_ev:
         return head
-    table = echo_table(index, n_boot=n_boot)
+    table = echo_table(index, n_boot=n_boot) if table is None else table
     return head + echo_markdown(table) + "\n" + echo_answer(table) + "\n"
 
 
-def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigure]:
-    """The question-3 forest plot (``report.echo.echo_figure``) as a report figure ``echo``; none where no cell has
-    per-user evidence with both groups."""
-    index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
-    if not index.labels_with_evidence():
-        return []
-    table = echo_table(index, n_boot=n_boot)
-    if not any(r.diff is not None for r in table.rows):
+def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable | None = None) -> list[ReportFigure]:
+    """The question-3 forest plot (``report.echo.echo_figure``) as a report figure ``echo`` (``table``: as for
+    ``echo_block``); none where no cell has per-user evidence with both groups."""
+    table = echo_evidence(runs, n_boot) if table is None else table
+    if table is None or not any(r.diff is not None for r in table.rows):
         return []
     caption = ("Question 3: filtered HR@10 of users whose top-1 unfiltered item is their last input item minus the "
                "others', within strata of the last item's training frequency (Mantel-Haenszel), 95% bootstrap "
@@ -515,8 +520,8 @@ EVIDENCE_BLOCKS: tuple[str, ...] = ("coverage", "remedy_verdicts", "remedy_sprea
                                     "cold_items", "five_models", "echo")
 
 
-def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
-    """Markdown of every block of ``EVIDENCE_BLOCKS`` by name."""
+def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT, *, echo: EchoTable | None = None) -> dict[str, str]:
+    """Markdown of every block of ``EVIDENCE_BLOCKS`` by name (``echo``: as ``echo_block``'s ``table``)."""
     return {"coverage": coverage_markdown(runs),
             "remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
             "remedy_spread": remedy_spread_markdown(runs),
@@ -524,4 +529,4 @@ def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, st
             "proportions": proportions_markdown(runs),
             "cold_items": cold_items_markdown(runs),
             "five_models": five_models_markdown(runs),
-            "echo": echo_block(runs, n_boot)}
+            "echo": echo_block(runs, n_boot, table=echo)}

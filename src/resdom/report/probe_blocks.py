@@ -220,10 +220,21 @@ def probe_table(runs: list[RunRecord], question: int,
     return pairs, compare_table(EvidenceIndex.from_runs(runs), comparisons, n_boot=n_boot)
 
 
-def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT) -> str:
+ProbeTables = dict[int, tuple[list[tuple[str, str, str]], ComparisonTable]]  # ``probe_table`` by question
+
+
+def probe_tables(runs: list[RunRecord], n_boot: int = N_BOOT) -> ProbeTables:
+    """``probe_table`` of every question (the bootstrap the blocks and the figure share: ``build_report`` makes it
+    once)."""
+    return {q: probe_table(runs, q, n_boot) for q in sorted(set(BLOCK_QUESTION.values()))}
+
+
+def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT,
+                *, tables: ProbeTables | None = None) -> str:
     """The block of ``question`` (1: ``probe_readout``, 2: ``probe_embeddings``): the comparison table, the mixing
-    table, the generated answer and the cells not yet trained (module docstring)."""
-    pairs, table = probe_table(runs, question, n_boot)
+    table, the generated answer and the cells not yet trained (module docstring). ``tables``: ``probe_tables(runs,
+    n_boot)``, ``question``'s table made here where not given."""
+    pairs, table = tables[question] if tables else probe_table(runs, question, n_boot)
     groups = _by_label(runs)
     rows = []
     for r in table.rows:
@@ -287,9 +298,9 @@ def _answer(rows: list[ComparisonRow], groups: dict[tuple[str, str], list[RunRec
     return "Answer, generated from the verdicts: " + "; ".join(parts) + "." + tail
 
 
-def probe_blocks(runs: list[RunRecord], n_boot: int = N_BOOT) -> dict[str, str]:
-    """Markdown of ``probe_readout`` and ``probe_embeddings`` by name."""
-    return {name: probe_block(runs, q, n_boot) for name, q in BLOCK_QUESTION.items()}
+def probe_blocks(runs: list[RunRecord], n_boot: int = N_BOOT, *, tables: ProbeTables | None = None) -> dict[str, str]:
+    """Markdown of ``probe_readout`` and ``probe_embeddings`` by name (``tables``: as ``probe_block``'s)."""
+    return {name: probe_block(runs, q, n_boot, tables=tables) for name, q in BLOCK_QUESTION.items()}
 
 
 # --- the figure -------------------------------------------------------------------------------------------------------
@@ -342,10 +353,11 @@ def probes_figure(tables: dict[int, ComparisonTable], width: float = 6.8, dpi: i
     return fig
 
 
-def probe_figures(runs: list[RunRecord], n_boot: int = N_BOOT) -> list[ReportFigure]:
-    """The forest plot of questions 1 and 2 (``probes_figure``) as a report figure ``probes``; none where no probe
-    has per-user evidence beside its base."""
-    fig = probes_figure({q: probe_table(runs, q, n_boot)[1] for q in sorted(set(BLOCK_QUESTION.values()))})
+def probe_figures(runs: list[RunRecord], n_boot: int = N_BOOT,
+                  *, tables: ProbeTables | None = None) -> list[ReportFigure]:
+    """The forest plot of questions 1 and 2 (``probes_figure``) as a report figure ``probes`` (``tables``: as
+    ``probe_block``'s); none where no probe has per-user evidence beside its base."""
+    fig = probes_figure({q: table for q, (_, table) in (tables or probe_tables(runs, n_boot)).items()})
     if fig is None:
         return []
     caption = ("Questions 1 and 2: each probe's test HRLI@1 and NDCG@10 minus its base model's over the same users "
