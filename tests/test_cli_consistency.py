@@ -42,6 +42,27 @@ def option(cmd: Any, flag: str) -> Any:
     return next((p for p in options(cmd) if flag in (*p.opts, *p.secondary_opts)), None)
 
 
+def commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every command under ``cmd`` (a group's subcommands too), by its words after ``resdom``."""
+    out = [(path, cmd)]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        out += commands(sub, (*path, name))
+    return out
+
+
+def test_no_help_text_loses_a_bracketed_word_to_rich_markup() -> None:
+    """Typer renders help with Rich markup, which eats an unescaped ``[word]`` (``data list`` lost its "[by hand]"):
+    every command's and option's help, rendered, keeps every character but the ``\\`` of an escaped bracket."""
+    from rich.markup import render
+
+    lost = []
+    for path, cmd in commands(typer.main.get_command(_typer_app)):
+        for text in [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]:
+            if render(text).plain != text.replace("\\[", "["):
+                lost.append(f"resdom {' '.join(path)}: {text[:60]!r}")
+    assert len(commands(typer.main.get_command(_typer_app))) > 10 and not lost, lost
+
+
 # ------------------------------------------------------------------------------------------- the same defaults
 
 

@@ -79,7 +79,7 @@ def split_cmd(
 
 @data_app.command("list")
 def list_cmd() -> None:
-    """The registered data sets, their format and description; [by hand]: resdom cannot download a file of it
+    """The registered data sets, their format and description; \\[by hand]: resdom cannot download a file of it
     (`resdom data download NAME` says which file to fetch and where to put it)."""
     width = max(len(name) for name in DATASETS) + 1
     for spec in DATASETS.values():
