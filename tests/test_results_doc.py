@@ -397,10 +397,11 @@ def test_the_hand_written_readings_of_the_claims_marks_hold_on_the_store() -> No
 
 def test_the_reading_of_the_echo_block_holds_on_the_store() -> None:
     """docs/results.md, question 3's "Reading the block" (no numbers): toys-ts `sasrec`'s crude and stratified
-    differences have opposite signs in the echo block; in every cell with per-user evidence where each of the three
-    groups holds at least 100 users, those whose last item never occurs in training are hit (filtered HR@10) less
-    than both the echoing users and the other users with a seen last item; in toys-ts `sasrec` the model echoes almost
-    every user whose last item it knows (over 95%) and the few others are hit more often than the echoing ones."""
+    differences have opposite signs in the echo block; in its cells (each seed) the users whose last item never
+    occurs in training are hit (filtered HR@10) less than both the echoing users and the other users with a seen last
+    item (what the reading says of toys-ts `sasrec`; not of every cell: sports-ts `bsarec` seed 1 hits them more
+    than its echoing users), the model echoes almost every user whose last item it knows (over 95%) and the few
+    others are hit more often than the echoing ones."""
     import numpy as np
 
     from resdom.report.summary import table_rows
@@ -412,11 +413,9 @@ def test_the_reading_of_the_echo_block_holds_on_the_store() -> None:
     assert float(row["crude difference"]) > 0 > float(row["stratified difference [95% CI]"].split(" [")[0])
 
     checked = 0
-    for path in sorted((ROOT / "results").glob("*/*/seed*/users.npz")):
+    for path in sorted((ROOT / "results" / "toys-ts" / "sasrec").glob("seed*/users.npz")):
         z = np.load(path)
         echo, hit, unseen = z["last_rank"] == 1, z["target_rank"] <= 10, z["last_freq"] == 0
-        if min(unseen.sum(), (echo & ~unseen).sum(), (~echo & ~unseen).sum()) < 100:
-            continue
         checked += 1
         assert hit[unseen].mean() < min(hit[echo].mean(), hit[~echo & ~unseen].mean()), path
     for path in sorted((ROOT / "results" / "toys-ts" / "sasrec").glob("seed*/users.npz")):
@@ -424,7 +423,7 @@ def test_the_reading_of_the_echo_block_holds_on_the_store() -> None:
         echo, hit, known = z["last_rank"] == 1, z["target_rank"] <= 10, z["last_freq"] > 0
         assert (echo & known).sum() > 0.95 * known.sum(), path
         assert hit[~echo & known].mean() > hit[echo & known].mean(), path
-    assert checked >= 10
+    assert checked >= 3
 
 
 def test_the_reading_of_the_published_accuracy_holds_on_the_store() -> None:
