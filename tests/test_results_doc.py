@@ -427,7 +427,7 @@ def test_the_reading_of_the_published_accuracy_holds_on_the_store() -> None:
     """docs/results.md, "Against the published numbers of the paper's code base" (no numbers), on the store's means
     against report.fidelity.PUBLISHED_ACCURACY: beauty-ts `sasrec-tts` within 5% of the published HR@10 but further
     under its NDCG@10; `beauty-ts-itemties` at or above both, with HRLI@1 within 0.02 of beauty-ts's; every contrast
-    model at least 90% of both published values (close to them or above)."""
+    model at least 90% of both published values (close to them or above), except beauty-ts `gru4rec`, under both."""
     import json
     import statistics
 
@@ -437,7 +437,8 @@ def test_the_reading_of_the_published_accuracy_holds_on_the_store() -> None:
     for sentence in ("resdom's `sasrec-tts` comes close to the published HR@10 but stays further under the published "
                      "NDCG@10", "its `sasrec-tts` cell reaches or exceeds the published accuracy (the same block) with "
                      "its last-item reliance unchanged", "The contrast models come close to the published accuracy of "
-                     "the paper's code base or exceed it (the same block)."):
+                     "the paper's code base or exceed it (the same block), except GRU4Rec on beauty-ts, under both "
+                     "published values"):
         assert sentence in text, sentence
 
     def mean(dataset: str, label: str, metric: str) -> float:
@@ -458,7 +459,10 @@ def test_the_reading_of_the_published_accuracy_holds_on_the_store() -> None:
     assert abs(mean("beauty-ts-itemties", "sasrec-tts", "HRLI@1") - mean("beauty-ts", "sasrec-tts", "HRLI@1")) < 0.02
     contrast = [(ds, label) for ds, label in PUBLISHED_ACCURACY if label in ("bert4rec", "gru4rec")]
     assert len(contrast) == 4
-    assert all(ratio(ds, label, m) >= 0.9 for ds, label in contrast for m in ("HR@10", "NDCG@10"))
+    below = [("beauty-ts", "gru4rec")]
+    assert all(ratio(ds, label, m) >= 0.9 for ds, label in contrast if (ds, label) not in below
+               for m in ("HR@10", "NDCG@10"))
+    assert all(ratio(ds, label, m) < 1 for ds, label in below for m in ("HR@10", "NDCG@10"))
 
 
 def test_spec_section_8_copies_no_number_of_the_store() -> None:
