@@ -479,7 +479,7 @@ def test_the_stopping_candidate_reading_holds_on_the_store() -> None:
     """docs/results.md, "The paper side by side", the third candidate (no numbers): beauty-ts `sasrec-v1024` (the
     paper's early stopping) differs from `sasrec` in HRLI@1 by an interval inside ±0.02 in the comparisons block,
     the verdict there is undecided, its best epochs differ from `sasrec`'s, and its own fidelity table still marks
-    the paper's Attn and HRLI@1 outside."""
+    the paper's Attn and HRLI@1 outside; on toys-ts its mean HRLI@1 is the lower, the verdict undecided."""
     import json
     import re
 
@@ -501,7 +501,8 @@ def test_the_stopping_candidate_reading_holds_on_the_store() -> None:
     assert beauty["Attn"].endswith("✗") and beauty["HRLI@1"].endswith("✗")
     toys_row = next(r for r in table_rows(comparisons)
                     if (r["Data set"], r["Comparison"], r["Metric"]) == ("toys-ts", "sasrec-v1024 vs sasrec", "HRLI@1"))
-    assert toys_row["Verdict"] == "lower"
+    variant_mean, base_mean = (float(toys_row[k].split()[0]) for k in ("Model: store mean", "sasrec: store mean"))
+    assert toys_row["Verdict"] == "undecided" and variant_mean < base_mean, toys_row
     toys = next(r for r in early if r["data set (paper's)"].startswith("toys-ts"))
     assert toys["seeds"] == "3" and toys["HRLI@1"].endswith("✓")
     assert toys["Attn"].endswith("✗") and toys["+Res"].endswith("✗")
