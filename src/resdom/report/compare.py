@@ -460,8 +460,9 @@ def comparison_markdown(table: ComparisonTable) -> str:
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
     m = sum(r.diff is not None for r in table.rows)
     note = (f"Difference: other - baseline, mean over seeds of the mean over users; 95% CI from a paired bootstrap "
-            f"over users with each side's seeds resampled ({table.n_boot} replicates). Holm across the {m} "
-            f"comparisons with evidence. Verdict at alpha {table.alpha:g}: higher/lower by the Holm-adjusted p; else "
+            f"over users with each side's seeds resampled ({table.n_boot} replicates; per comparison, not "
+            f"adjusted). Holm across the {m} comparisons with evidence. Verdict at alpha {table.alpha:g}: "
+            "higher/lower by the Holm-adjusted p; else "
             "equivalent by two one-sided tests (Holm-adjusted) against the stated margin (a relative margin is a "
             "share of the baseline's mean); else undecided. A (1 seed) side adds no seed-to-seed variation.")
     lines += ["", note]

@@ -345,7 +345,7 @@ def echo_markdown(table: EchoTable) -> str:
             f"user. HR@{table.k}: filtered. Users per group and HR@{table.k} per group: mean over seeds. Stratified "
             f"difference: echo - others, Mantel-Haenszel risk difference over the last item's training-frequency "
             f"strata {', '.join(bin_names(table.bins))}, mean over seeds; 95% CI from a bootstrap over users with "
-            f"the seeds resampled ({table.n_boot} replicates"
+            f"the seeds resampled (per row, not adjusted; {table.n_boot} replicates"
             + (f", {dropped} with an undefined difference dropped" if dropped else "")
             + f"). Holm across the {m} rows with a difference. Verdict at alpha {table.alpha:g}: higher/lower by "
             f"the Holm-adjusted p; else equivalent by two one-sided tests (Holm-adjusted) within ±"

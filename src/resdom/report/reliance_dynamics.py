@@ -378,7 +378,8 @@ def dynamics_markdown(table: DynamicsTable) -> str:
             f"largest rise after: the largest HRLI@1 from the NDCG@10 plateau on - HRLI@1 there (>= 0 by "
             f"construction, not tested). Means over cells; 95% CI from a bootstrap over cells ({table.n_boot} "
             f"replicates), two-stage by data set where a row spans several; lag > 0: share of cells with a Wilson "
-            f"interval. Verdict on the mean change after against ±{table.margin:g} HRLI@1 by one-sided bootstrap "
+            f"interval. The intervals are per row, not adjusted. Verdict on the mean change after against "
+            f"±{table.margin:g} HRLI@1 by one-sided bootstrap "
             f"tests, Holm across the {m} rows with {MIN_CELLS} cells or more, alpha {table.alpha:g}.")
     lines += ["", note]
     if table.skipped:
