@@ -35,7 +35,8 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
     for doc in "${DOCS[@]}"; do
       git update-index --add --cacheinfo "100644,$(git hash-object -w "$tmp/${doc##*/}"),$doc" || exit 1
     done
-    commit=$(git commit-tree "$(git write-tree)" -p "$head" -m "$msg") && git update-ref HEAD "$commit" "$head" )
+    commit=$(git commit-tree "$(git write-tree)" -p "$head" -m "$msg") \
+      && git update-ref HEAD "$commit" "$head" 2>/dev/null )  # fails quietly where HEAD moved: the caller retries
   ok=$?
   rm -rf "$tmp"
   if [ "$ok" = 0 ]; then  # the index's entries of these paths: the new HEAD's
@@ -48,8 +49,11 @@ commit_with_retries() {  # CELL: its commit, "results: <data set> / <model> / se
   seed=${cell##*/seed}; label=${cell%/seed*}; dataset=${label%/*}; label=${label##*/}; dataset=${dataset##*/}
   for try in 1 2 3 4 5; do
     commit_cell "$cell" "results: $dataset / $label / seed $seed" && return 0
-    sleep 5  # another commit moved HEAD meanwhile, or another git process holds the index
+    [ "$try" -lt 5 ] || break
+    echo "$cell: another commit moved HEAD or holds the index meanwhile; commit try $((try + 1)) of 5" >&2
+    sleep 5
   done
+  echo "$cell: not committed after 5 tries (stored in $STORE; commit it with: $0 --commit $cell)" >&2
   return 1
 }
 if [ "${1:-}" = --commit ]; then  # commit cells of $STORE stored by hand (resdom reproduce --store)
