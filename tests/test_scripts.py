@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +70,10 @@ def test_bsarec_residual_rows_with_the_frequency_residual_as_trained_are_the_alp
     assert rows[0]["HRLI@1"] != rows[4]["HRLI@1"] or rows[0]["HRL2I@1"] != rows[4]["HRL2I@1"]
 
 
-@pytest.mark.slow
-def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
-    """scripts/reproduce_cells.sh commits a stored cell with the documents refilled on HEAD's copies: an edit in
-    progress in docs/results.md stays in the working copy (refilled too), out of the commit."""
+def _cells_repo(tmp_path: Path, docs: dict[str, str], cells: tuple[str, ...]) -> tuple[Path, Path, Callable[..., str]]:
+    """The project root, a git checkout holding scripts/reproduce_cells.sh, ``docs`` (name -> text, under docs/)
+    and the stored ``cells`` copied from the project, committed as "start", and ``git(*args) -> stdout`` there.
+    .venv and ``moved`` are ignored in it: each test puts its own .venv in."""
     import shutil
     import subprocess
 
@@ -82,14 +83,12 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(root / "scripts" / "reproduce_cells.sh", repo / "scripts")
-    (repo / ".venv").symlink_to(root / ".venv")
     (repo / "docs").mkdir()
-    block = "<!-- resdom:table {} -->\n<!-- /resdom:table -->\n"
-    (repo / "docs" / "results.md").write_text("# R\n\n" + block.format("accuracy") + "\nProse.\n")
-    (repo / "docs" / "remedies.md").write_text("# M\n\n" + block.format("remedies"))
-    (repo / ".gitignore").write_text(".venv\n")
-    first, second = "results/beauty-ts/gru4rec/seed1", "results/beauty-ts/bert4rec/seed1"
-    shutil.copytree(root / first, repo / first)
+    for name, text in docs.items():
+        (repo / "docs" / name).write_text(text)
+    (repo / ".gitignore").write_text(".venv\nmoved\n")
+    for cell in cells:
+        shutil.copytree(root / cell, repo / cell)
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
@@ -99,6 +98,21 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     git("config", "user.name", "t")
     git("add", ".")
     git("commit", "-qm", "start")
+    return root, repo, git
+
+
+@pytest.mark.slow
+def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
+    """scripts/reproduce_cells.sh commits a stored cell with the documents refilled on HEAD's copies: an edit in
+    progress in docs/results.md stays in the working copy (refilled too), out of the commit."""
+    import shutil
+    import subprocess
+
+    block = "<!-- resdom:table {} -->\n<!-- /resdom:table -->\n"
+    first, second = "results/beauty-ts/gru4rec/seed1", "results/beauty-ts/bert4rec/seed1"
+    root, repo, git = _cells_repo(tmp_path, {"results.md": "# R\n\n" + block.format("accuracy") + "\nProse.\n",
+                                             "remedies.md": "# M\n\n" + block.format("remedies")}, (first,))
+    (repo / ".venv").symlink_to(root / ".venv")
     shutil.copytree(root / second, repo / second)
     with open(repo / "docs" / "results.md", "a") as f:
         f.write("AN EDIT IN PROGRESS\n")
@@ -121,7 +135,6 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "results/nope: not a results-store cell" in bad.stderr
 
 
-
 @pytest.mark.slow
 def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) -> None:
     """Two queues commit into one checkout: where another commit moves HEAD while a cell's documents are refilled,
@@ -129,12 +142,8 @@ def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) 
     import shutil
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
-    if not (root / ".venv" / "bin" / "resdom").exists() or shutil.which("git") is None:
-        pytest.skip("needs the project's .venv (make test makes it) and git")
-    repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    shutil.copy(root / "scripts" / "reproduce_cells.sh", repo / "scripts")
+    table = "<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n"
+    root, repo, git = _cells_repo(tmp_path, {"results.md": "# R\n\n" + table, "remedies.md": "# M\n"}, ())
     (repo / ".venv" / "bin").mkdir(parents=True)
     wrapper = repo / ".venv" / "bin" / "resdom"  # the first report also moves HEAD, as another queue's commit would
     wrapper.write_text("#!/bin/sh\n"
@@ -142,19 +151,6 @@ def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) 
                        "  git update-ref HEAD \"$(git commit-tree HEAD^{tree} -p HEAD -m 'another queue')\"; fi\n"
                        f"exec {root / '.venv' / 'bin' / 'resdom'} \"$@\"\n")
     wrapper.chmod(0o755)
-    (repo / "docs").mkdir()
-    (repo / "docs" / "results.md").write_text("# R\n\n<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n")
-    (repo / "docs" / "remedies.md").write_text("# M\n")
-    (repo / ".gitignore").write_text(".venv\nmoved\n")
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
-
-    git("init", "-q")
-    git("config", "user.email", "t@example.org")
-    git("config", "user.name", "t")
-    git("add", ".")
-    git("commit", "-qm", "start")
     cell = "results/beauty-ts/gru4rec/seed1"
     shutil.copytree(root / cell, repo / cell)
     done = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", cell], cwd=repo, capture_output=True,
@@ -166,6 +162,7 @@ def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) 
                                                            "start"]
     assert "| beauty-ts | gru4rec | 1 seed |" in git("show", "HEAD:docs/results.md")
     assert git("status", "--porcelain") == ""
+
 
 def _queue_repo(tmp_path: Path, grid: str) -> Path:
     """A checkout holding scripts/reproduce_queue.sh, the grid ``grid``, stored beauty-ts cells of gru4rec (40
