@@ -19,6 +19,7 @@ from resdom.report.stats import (
     hit_at,
     holm,
     ndcg_at,
+    replicate_counts,
     verdict,
     wilson,
 )
@@ -103,6 +104,15 @@ def _reference_bootstrap(a: list[np.ndarray], b: list[np.ndarray], n_boot: int, 
         vb = np.mean([stat(b[s][users[r]]) for s in sb[r]])
         out[r] = va - vb
     return out
+
+
+def test_replicate_counts_by_hand_and_against_a_counter() -> None:
+    users = np.array([[0, 0, 2], [1, 2, 1], [2, 2, 2]])
+    assert replicate_counts(users).tolist() == [[2, 0, 1], [0, 2, 1], [0, 0, 3]]
+    draws = np.random.default_rng(3).integers(0, 40, size=(25, 40))
+    slow = [[list(row).count(u) for u in range(40)] for row in draws]
+    counts = replicate_counts(draws)
+    assert counts.dtype == np.float64 and counts.tolist() == slow
 
 
 @pytest.fixture
