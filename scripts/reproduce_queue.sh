@@ -6,7 +6,8 @@
 # the run folder that holds it (runs/repro*/); a new cell goes to $GRID.
 #   scripts/reproduce_queue.sh [QUEUE]            # e.g. twice, in the background, on a 2-core machine
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
-#                                                 # and the CPU hours the open ones may take
+#                                                 # the CPU hours the open ones may take, and the open seeds by
+#                                                 # data set and model with their hours
 # Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost,
 # as in --status but scaled by how fast this worker's finished cells went against their estimates, would not end
 # by then; run folders may not outlive the machine, so a cell cut off is lost), and
@@ -102,6 +103,14 @@ open_cells = [line.split()[:2] for line in sys.argv[2].splitlines() if line.stri
 if sys.argv[3] == "seconds":
     for d, m in open_cells:
         print(round(guess(d, m)))
+elif sys.argv[3] == "groups":  # a line a data set and model: its open seeds and their hours, in queue order
+    seeds = {}
+    for line in sys.argv[2].splitlines():
+        if line.strip():
+            d, m, s = line.split()[:3]
+            seeds.setdefault((d, m), []).append(s)
+    for (d, m), ss in seeds.items():
+        print(f"  {d} {m}: seed{'s' if len(ss) > 1 else ''} {', '.join(ss)} (about {len(ss) * guess(d, m) / 3600:.1f} h)")
 elif open_cells and every:
     hours = sum(guess(d, m) for d, m in open_cells) / 3600
     print(f"open cells: {len(open_cells)}, about {hours:.0f} CPU hours (each costed as the stored cells of the same "
@@ -125,6 +134,7 @@ if [ "$STATUS" = 1 ]; then
   for c in "${busy[@]}"; do echo "being trained or diagnosed: $c$(progress "$(grid_of $c)" $c)"; done
   for c in "${next[@]:0:5}"; do echo "next open: $c$(progress "$(grid_of $c)" $c)"; done
   estimate "$(printf '%s\n' "${busy[@]}" "${next[@]}")"
+  [ "${#next[@]}" -gt 0 ] && { echo "open, by data set and model:"; estimate "$(printf '%s\n' "${next[@]}")" groups; }
   exit 0
 fi
 mkdir -p "$CLAIMS"

@@ -223,6 +223,23 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_the_queue_status_groups_the_open_seeds_with_their_hours(tmp_path: Path) -> None:
+    """--status ends with a line a data set and model: its open seeds, in the queue's order, and their hours (the
+    stored cells' cost times the seeds: bert4rec 70 minutes, gru4rec 40)."""
+    import subprocess
+
+    repo = _queue_repo(tmp_path, "beauty-ts bert4rec 1\nbeauty-ts gru4rec 3\nbeauty-ts bert4rec 2\n"
+                                 "beauty-ts bert4rec 3\nbeauty-ts gru4rec 1\n")
+    done = subprocess.run(["bash", "scripts/reproduce_queue.sh", "--status", "scripts/grid.txt"], cwd=repo,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "2 of 5 planned cells stored in results/"
+    assert lines[-3:] == ["open, by data set and model:", "  beauty-ts gru4rec: seed 3 (about 0.7 h)",
+                          "  beauty-ts bert4rec: seeds 2, 3 (about 2.3 h)"]
+
+
+@pytest.mark.slow
 def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path) -> None:
     """A worker whose first cell took a tenth of its estimate (4 of 40 minutes) takes a 70-minute cell with 50
     minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
