@@ -150,6 +150,35 @@ def test_masked_loss_is_ce_over_items_at_masked_positions() -> None:
     assert where.sum() > 0 and torch.allclose(loss, want, atol=1e-12)
 
 
+@pytest.mark.parametrize("groups", [2, 4, 9])
+def test_training_in_length_groups_gives_the_same_masks_states_loss_and_gradients(groups: int) -> None:
+    """With ``encode_groups`` > 1 (what the trainer sets for ``mlm``) the masked window is encoded in groups of
+    similar length, each cut to its longest row: with dropout off, the same masks, the same states at every real
+    position, the same loss and the same gradients as one pass over the whole padded batch."""
+    from resdom.training.objectives import LossContext, get_objective
+
+    train = Sequences.from_lists([[4, 5, 6, 7, 8, 9, 10, 11, 12, 13], [3], [2, 9], [7, 7, 1, 19, 2], [14, 15],
+                                  [1, 2, 3, 4, 5, 6, 7, 8, 9], [18]])
+    batch = make_batch(build_samples(train, 8, "window"), np.arange(7), n_items=20)
+    runs = []
+    for g in (1, groups):
+        m = make(n_items=20, dropout=0.0, attn_dropout=0.0).double().train()
+        m.encode_groups = g
+        torch.manual_seed(5)
+        out, hidden = m.training_states(batch)
+        loss = get_objective("mlm").loss(m, out, hidden, LossContext())
+        loss.backward()
+        runs.append((out, hidden, loss, {n: p.grad for n, p in m.named_parameters() if p.grad is not None}))
+    (out1, h1, loss1, grads1), (outg, hg, lossg, gradsg) = runs
+    assert torch.equal(out1.items, outg.items) and torch.equal(out1.targets, outg.targets)
+    real = batch.items > 0
+    assert torch.allclose(h1[real], hg[real], atol=1e-12)
+    assert (out1.targets > 0).sum() > 0 and torch.allclose(loss1, lossg, atol=1e-12)
+    assert grads1.keys() == gradsg.keys()
+    for name in grads1:
+        assert torch.allclose(grads1[name], gradsg[name], atol=1e-12), name
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Attention: bidirectional; left padding equals right padding
 
@@ -371,8 +400,10 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
         split = prepare_split("synthetic:n_users=600,n_items=60,min_len=8,max_len=16,p_last=0.8,p_skip2=0.0,"
                               "p_user=0.1,seed=0")
         out = tmp_path_factory.mktemp("bert4rec")
+        # lr 5e-3: at 1e-2 HR@10 after 15 epochs ranged 0.25-0.57 over training seeds; at 5e-3 0.55-0.58 (seeds
+        # 0, 2, 5 and 17, the default)
         m, t = resolve_configs("bert4rec", {"max_len": 17, "hidden": 32, "layers": 1, "dropout": 0.1},
-                               {"epochs": 15, "batch_size": 32, "lr": 1e-2, "device": "cpu", "patience": 15},
+                               {"epochs": 15, "batch_size": 32, "lr": 5e-3, "device": "cpu", "patience": 15},
                                n_items=split.n_items)
         result = fit(split, m, t, out, {"source": "synthetic"}, progress=False)
     finally:
