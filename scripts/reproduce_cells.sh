@@ -22,9 +22,14 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
   # The documents are refilled on HEAD's own copies and committed through a temporary index, so an edit in
   # progress in docs/results.md or docs/remedies.md never rides along with a cell; the working copies are refilled
   # in the same pass (their prose kept). HEAD moves only if no other commit came in meanwhile (else: 1, retry).
+  # The checkout's own index is only reset to the new HEAD at the end: nothing of a cell is ever staged there, so
+  # a `git commit` someone makes meanwhile cannot take a cell (or its tables) with it.
   local cell=$1 msg=$2 tmp head doc heads=() works=() ok=1
-  git add "$cell" 2>/dev/null; git diff --cached --quiet HEAD -- "$cell" && return 0  # stored before, unchanged
   tmp=$(mktemp -d) && head=$(git rev-parse HEAD) || return 1
+  if ( export GIT_INDEX_FILE="$tmp/index"  # stored before, unchanged: nothing to commit
+       git read-tree "$head" && { git add "$cell" 2>/dev/null; git diff --cached --quiet "$head" -- "$cell"; } ); then
+    rm -rf "$tmp"; return 0
+  fi
   for doc in "${DOCS[@]}"; do
     git show "$head:$doc" > "$tmp/${doc##*/}" && heads+=(--doc "$tmp/${doc##*/}") && works+=(--doc "$doc") || ok=0
   done

@@ -138,7 +138,8 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) -> None:
     """Two queues commit into one checkout: where another commit moves HEAD while a cell's documents are refilled,
-    the cell's commit fails quietly and is made again on the new HEAD, with a line saying so (no git "fatal")."""
+    the cell's commit fails quietly and is made again on the new HEAD, with a line saying so (no git "fatal").
+    Meanwhile nothing is staged in the checkout's index, so a `git commit` made then could not take the cell."""
     import shutil
     import subprocess
 
@@ -147,6 +148,7 @@ def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) 
     (repo / ".venv" / "bin").mkdir(parents=True)
     wrapper = repo / ".venv" / "bin" / "resdom"  # the first report also moves HEAD, as another queue's commit would
     wrapper.write_text("#!/bin/sh\n"
+                       "git diff --cached --name-only >> .venv/staged.txt\n"
                        "if [ ! -e moved ]; then touch moved\n"
                        "  git update-ref HEAD \"$(git commit-tree HEAD^{tree} -p HEAD -m 'another queue')\"; fi\n"
                        f"exec {root / '.venv' / 'bin' / 'resdom'} \"$@\"\n")
@@ -162,6 +164,7 @@ def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) 
                                                            "start"]
     assert "| beauty-ts | gru4rec | 1 seed |" in git("show", "HEAD:docs/results.md")
     assert git("status", "--porcelain") == ""
+    assert (repo / ".venv" / "staged.txt").read_text() == ""  # two refills, nothing staged during either
 
 
 def _queue_repo(tmp_path: Path, grid: str) -> Path:
