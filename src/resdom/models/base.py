@@ -161,9 +161,14 @@ class SequentialRecommender(nn.Module):
             if items.shape[1] > self.max_len:
                 items = items[:, -self.max_len:]
             return self.encode_tokens(self.block_tokens(items), min(last, items.shape[1]))[:, 1:]
-        if self.training and self.encode_groups > 1 and not self.full_window() and items.shape[0] > 1:
-            return self.encode_in_groups(items, self.encode_groups, last)
-        return self.encode_tokens(items, last)
+        return self.encode_batch(items, last)
+
+    def encode_batch(self, tokens: torch.Tensor, last: int = 0) -> torch.Tensor:
+        """``encode_tokens(tokens, last)``, in ``encode_groups`` length groups where training asks for them (the same
+        states at real positions; never on a full window, whose states depend on the padding)."""
+        if self.training and self.encode_groups > 1 and not self.full_window() and tokens.shape[0] > 1:
+            return self.encode_in_groups(tokens, self.encode_groups, last)
+        return self.encode_tokens(tokens, last)
 
     def readout_width(self) -> int:
         """How many of the last columns of ``encode`` the prediction at column L-1 reads: 1 (``readout="last"``),

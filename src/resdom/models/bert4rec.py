@@ -115,9 +115,7 @@ class BERT4Rec(SequentialRecommender):
         if batch.targets.dim() == 1:
             return batch, self.encode(batch.items, self.readout_width())
         tokens, labels = self.mask_items(batch.items, batch.targets)
-        if self.training and self.encode_groups > 1 and tokens.shape[0] > 1:  # the same states at real positions
-            return TrainBatch(tokens, labels), self.encode_in_groups(tokens, self.encode_groups)
-        return TrainBatch(tokens, labels), self.encode_tokens(tokens)
+        return TrainBatch(tokens, labels), self.encode_batch(tokens)  # in the trainer's length groups
 
     def exact_length_groups(self) -> bool:
         """False: the masked-item loss is a mean over masked positions, which the trainer's group weights (real
