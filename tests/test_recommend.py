@@ -265,3 +265,25 @@ def test_filtering_follows_the_splits_setting_by_default(model) -> None:
     assert not keeps.filter_seen
     pd.testing.assert_frame_equal(recommend(model, keeps, k=30), recommend(model, keeps, k=30, filter_seen=False))
     assert not recommend(model, keeps, k=30).equals(recommend(model, keeps, k=30, filter_seen=True))
+
+
+def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> None:
+    history = split.history()
+    unseen = [split.n_items - len(set(history.sequence(row).tolist())) for row in range(len(history))]
+    k = sorted(unseen)[1] + 1  # more than the two users with the fewest unseen items have
+    short = [split.user_labels[history.users[row]] for row in range(len(history)) if unseen[row] < k]
+    recs = recommend(model, split, k=k)
+    assert recs.groupby("user").size().lt(k).sum() == len(short) >= 2
+    note = recs.attrs["note"]
+    assert note.startswith(f"{len(short)} of {len(history)} users have fewer than {k} recommendable items")
+    assert str(short[0]) in note and "none" not in note
+    assert "note" not in recommend(model, split, k=1).attrs  # every list full: no note
+    # a user whose every item is seen gets no row, and the note says so
+    rows = [("all", item, t) for t, item in enumerate("abcab")] + [("few", item, t) for t, item in enumerate("aab")]
+    small = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
+    recs = recommend(_model(small.n_items), small, k=1, filter_seen=True)
+    assert recs["user"].tolist() == ["few"]
+    assert recs.attrs["note"] == ("1 of 2 users have fewer than 1 recommendable items (seen items filtered, 3 items "
+                                  "in all) and get fewer rows, 1 of them none: all")
+    assert invoke("recommend", str(run_dir), "--k", str(k), "--device", "cpu") == 0
+    assert f"note: {len(short)} of {len(history)} users have fewer than {k}" in capsys.readouterr().err

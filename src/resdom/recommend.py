@@ -15,7 +15,8 @@ The input of a user (``history``):
 
 Order: by score, highest first; equal scores by increasing internal item id, so the output is deterministic.
 Items scored -inf (padding, seen items when filtering) are never recommended: a user with fewer than ``k`` unseen
-items gets fewer rows.
+items gets fewer rows (none if every item is seen), and the frame's ``attrs["note"]`` says how many users did and
+names the first of them (``resdom recommend`` prints it).
 """
 
 from __future__ import annotations
@@ -164,9 +165,21 @@ def recommend(
     user_idx = inputs.users[rows[r]]
     frame = pd.DataFrame({"user": _external(split.user_labels, user_idx), "item": _external(split.item_labels, items),
                           "rank": rank.astype(np.int64), "score": scores})
+    notes = []
     if split.user_labels is None or split.item_labels is None:
-        frame.attrs["note"] = ("this split was saved before resdom kept external ids: users and items are resdom's "
-                               "internal indices")
+        notes.append("this split was saved before resdom kept external ids: users and items are resdom's internal "
+                     "indices")
+    counts = np.bincount(r, minlength=len(rows))  # rows of each selected user
+    short = np.flatnonzero(counts < int(k))
+    if len(short):
+        none = int((counts == 0).sum())
+        named = ", ".join(str(x) for x in _external(split.user_labels, inputs.users[rows[short[:3]]]))
+        notes.append(f"{len(short):,} of {len(rows):,} users have fewer than {int(k)} recommendable items "
+                     f"({'seen items filtered, ' if filter_seen else ''}{int(model.n_items):,} items in all) and get "
+                     f"fewer rows{f', {none:,} of them none' if none else ''}: {named}"
+                     f"{', ...' if len(short) > 3 else ''}")
+    if notes:
+        frame.attrs["note"] = "; ".join(notes)
     return frame
 
 
