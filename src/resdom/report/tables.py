@@ -39,7 +39,7 @@ class Column:
 class Table:
     """An aggregated table: ``rows`` of ``{"dataset", "model", "n", key: (mean, std | None), "values": {key:
     [each run's value]}}``, ``n`` the seeds averaged (a cell over fewer says so); ``notes``: which runs of a row were
-    left out of which columns, and why."""
+    left out of which columns, and why; ``remarks``: runs averaged in but to be read with care, and why."""
 
     name: str
     title: str
@@ -48,6 +48,7 @@ class Table:
     rows: list[dict[str, Any]] = field(default_factory=list)
     per_model: bool = True
     notes: list[str] = field(default_factory=list)
+    remarks: list[str] = field(default_factory=list)  # runs to read with care (``early_peaks``), a line each
 
     @property
     def empty(self) -> bool:
@@ -165,13 +166,44 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
         ("training", "Training",
          "Best epoch (by validation NDCG@10) and epochs run, each seed's in seed order; how many seeds early "
          "stopping ended (the others: the epoch cap); the summed training-pass minutes per seed, mean ± std "
-         "(results-store cells).",
+         f"(results-store cells). Seeds whose best epoch came at most {EARLY_PEAK} epochs in are named under the "
+         "table with their test NDCG@10.",
          [Column("best_epoch", "Best epoch", "each"), Column("epochs_run", "Epochs", "each"),
           Column("early_stopped", "Ended by early stopping", "of"), Column("train_min", "Train min", "count")]),
     ]
     tables = [dataset_table(runs, extra_stats)]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
+    tables[-1].remarks = early_peaks(runs)
     return tables + [remedies_table(remedy_runs(runs))]
+
+
+EARLY_PEAK = 5  # a best epoch at or before this one, then early stopping: validation peaked before training settled
+
+
+def early_peaks(runs: list[RunRecord]) -> list[str]:
+    """The runs early stopping ended after a best epoch of at most ``EARLY_PEAK`` (one early validation peak that
+    the next epochs' patience did not see beaten), each with its test NDCG@10 beside the range of the other seeds
+    of its data set and model: such a seed is averaged in like the others (the protocol's outcome), and the line
+    lets a reader see how far it pulls the row."""
+    groups: dict[tuple[str, str], list[tuple[RunRecord, dict[str, float | None]]]] = {}
+    for run in runs:
+        groups.setdefault((run.dataset, run.model), []).append((run, run_values(run)))
+    lines = []
+    for _, group in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]))):
+        for run, v in group:
+            best, ran = v.get("best_epoch"), v.get("epochs_run")
+            if best is None or best > EARLY_PEAK or v.get("early_stopped") != 1.0:
+                continue
+            line = f"{run.label}: best epoch {best:.0f} of {ran:.0f} run"
+            if v.get("NDCG@10") is not None:
+                line += f"; test NDCG@10 {v['NDCG@10']:.4f}"
+                others = [w["NDCG@10"] for r, w in group if r is not run and w.get("NDCG@10") is not None]
+                if others:
+                    line += (f" against {min(others):.4f}" if len(others) == 1 else
+                             f" against {min(others):.4f} to {max(others):.4f}") + \
+                        f" for the other seed{'s' if len(others) > 1 else ''}"
+            lines.append(line)
+    return lines
 
 
 def remedy_runs(runs: list[RunRecord]) -> list[RunRecord]:
@@ -261,6 +293,10 @@ def _lead(table: Table, row: dict[str, Any]) -> list[str]:
     return [row["dataset"], row["model"], seeds_cell(row["n"])] if table.per_model else [row["dataset"]]
 
 
+REMARKS_LEAD = (f"Early peaks (averaged in like every seed; best epoch at most {EARLY_PEAK}, then early stopping "
+                "ended the run):")
+
+
 def to_markdown(table: Table) -> str:
     """A GitHub-flavoured Markdown table (header, then one line per row)."""
     header = _headers(table)
@@ -272,6 +308,8 @@ def to_markdown(table: Table) -> str:
         lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
     if table.notes:
         lines += ["", "Left out (a row's Seeds count only the runs averaged):", *(f"- {x}" for x in table.notes)]
+    if table.remarks:
+        lines += ["", REMARKS_LEAD, *(f"- {x}" for x in table.remarks)]
     return "\n".join(lines) + "\n"
 
 
@@ -313,6 +351,7 @@ def to_latex(table: Table) -> str:
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     lines += [rf"\par\smallskip{{\footnotesize Left out: {latex_escape(x)}}}" for x in table.notes]
+    lines += [rf"\par\smallskip{{\footnotesize Early peak: {latex_escape(x)}}}" for x in table.remarks]
     lines += [r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -328,8 +367,10 @@ def to_html(table: Table) -> str:
     if not body:
         body.append(f'<tr><td colspan="{len(_headers(table))}">(no data)</td></tr>')
     notes = "".join(f"<li>{html.escape(x)}</li>" for x in table.notes)
+    remarks = "".join(f"<li>{html.escape(x)}</li>" for x in table.remarks)
     return f'<table class="data" id="table-{table.name}"><thead><tr>{head}</tr></thead><tbody>' + "".join(body) + \
-        "</tbody></table>" + (f'<p class="note">Left out:</p><ul class="note">{notes}</ul>' if notes else "")
+        "</tbody></table>" + (f'<p class="note">Left out:</p><ul class="note">{notes}</ul>' if notes else "") + \
+        (f'<p class="note">{html.escape(REMARKS_LEAD)}</p><ul class="note">{remarks}</ul>' if remarks else "")
 
 
 def write_tables(tables: list[Table], out_dir: str | Path) -> list[Path]:
