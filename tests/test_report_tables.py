@@ -11,7 +11,17 @@ import pytest
 
 from resdom.errors import ResdomError
 from resdom.report import find_run_dirs, read_run, read_runs, summary_tables
-from resdom.report.tables import Column, Table, format_cell, mean_std, to_csv, to_latex, to_markdown, write_tables
+from resdom.report.tables import (
+    Column,
+    Table,
+    format_cell,
+    mean_std,
+    to_csv,
+    to_html,
+    to_latex,
+    to_markdown,
+    write_tables,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
 
@@ -322,4 +332,5 @@ def test_an_early_peak_is_named_under_the_training_table(tmp_path: Path) -> None
                        f"ended the run):\n- {line}\n")
     assert "| toyA | sasrec | 2 | 4 / 4 | 5 / 14 | 1 of 2 |" in md  # still averaged in
     assert f"Early peak: {line}" in to_latex(tables["training"])
+    assert f"<li>{line}</li>" in to_html(tables["training"])
     assert line in render_markdown(runs, [], list(tables.values()), "t")
