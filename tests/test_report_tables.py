@@ -307,30 +307,45 @@ def test_model_order_is_total_so_generated_text_does_not_depend_on_set_order() -
     assert sorted(labels, key=model_order)[1:] == sorted(set(labels) - {"sasrec"})
 
 
-def test_an_early_peak_is_named_under_the_training_table(tmp_path: Path) -> None:
-    """Every fixture run stopped at the cap (best epoch 4 of 5): no remark. Make toyA / sasrec / seed 2 and toyB
-    early stopped: seed 2 (best 4 <= 5) is named with its NDCG@10 beside seed 1's, toyB (best 6) is not; a run that
-    peaked early but ran to the cap is not an early peak either."""
+def _early_stopped(root: Path, name: str, best: int) -> None:
     import json
 
+    path = root / name / "metrics.json"
+    metrics = json.loads(path.read_text()) | {"best_epoch": best, "epochs_run": best + 10, "stopped": "early_stopping"}
+    path.write_text(json.dumps(metrics))
+
+
+def test_an_early_peak_is_named_under_the_training_table(tmp_path: Path) -> None:
+    """Every fixture run stopped at the cap (best epoch 4 of 5): no remark. Make toyA / sasrec / seed 2 and toyB
+    early stopped: seed 2 (best 4 <= 5) is named with its NDCG@10 beside seed 1's, toyB (best 6, no other seed) is
+    not; seed 1, best 4 too but stopped at the cap, is not an early peak either."""
     from resdom.report.html import render_markdown
 
     assert summary_tables(read_runs(find_run_dirs(FIXTURES)))[-2].remarks == []
     root = _copy_fixtures(tmp_path)
-    for name, best in (("toyA_sasrec_seed2", 4), ("toyB_sasrec_seed1", 6)):
-        path = root / name / "metrics.json"
-        metrics = json.loads(path.read_text())
-        metrics |= {"best_epoch": best, "epochs_run": best + 10, "stopped": "early_stopping"}
-        path.write_text(json.dumps(metrics))
+    _early_stopped(root, "toyA_sasrec_seed2", 4)
+    _early_stopped(root, "toyB_sasrec_seed1", 6)
     runs = read_runs(find_run_dirs(root))
     tables = {t.name: t for t in summary_tables(runs)}
     line = "toyA / sasrec / seed 2: best epoch 4 of 14 run; test NDCG@10 0.1800 against 0.1600 for the other seed"
     assert tables["training"].remarks == [line]
     assert all(t.remarks == [] for name, t in tables.items() if name != "training")
     md = to_markdown(tables["training"])
-    assert md.endswith(f"\n\nEarly peaks (averaged in like every seed; best epoch at most 5, then early stopping "
-                       f"ended the run):\n- {line}\n")
+    assert md.endswith("\n\nEarly peaks (averaged in like every seed; early stopping ended the run after a best epoch "
+                       f"of at most 5 or below a third of the other seeds' median):\n- {line}\n")
     assert "| toyA | sasrec | 2 | 4 / 4 | 5 / 14 | 1 of 2 |" in md  # still averaged in
     assert f"Early peak: {line}" in to_latex(tables["training"])
     assert f"<li>{line}</li>" in to_html(tables["training"])
     assert line in render_markdown(runs, [], list(tables.values()), "t")
+
+
+@pytest.mark.parametrize(("best2", "named"), [(12, True), (14, False)])
+def test_an_early_peak_relative_to_the_other_seeds(tmp_path: Path, best2: int, named: bool) -> None:
+    """Seed 1's best epoch 40: seed 2's 12 lies below a third of it (13.3) and is named, 14 is not; seed 1 is not
+    (40 is not below a third of 12)."""
+    root = _copy_fixtures(tmp_path)
+    _early_stopped(root, "toyA_sasrec_seed1", 40)
+    _early_stopped(root, "toyA_sasrec_seed2", best2)
+    remarks = summary_tables(read_runs(find_run_dirs(root)))[-2].remarks
+    assert remarks == (["toyA / sasrec / seed 2: best epoch 12 of 22 run; test NDCG@10 0.1800 against 0.1600 for "
+                        "the other seed"] if named else [])

@@ -12,6 +12,7 @@ import csv
 import html
 import io
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,8 +167,8 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
         ("training", "Training",
          "Best epoch (by validation NDCG@10) and epochs run, each seed's in seed order; how many seeds early "
          "stopping ended (the others: the epoch cap); the summed training-pass minutes per seed, mean ± std "
-         f"(results-store cells). Seeds whose best epoch came at most {EARLY_PEAK} epochs in are named under the "
-         "table with their test NDCG@10.",
+         f"(results-store cells). Seeds whose best epoch came at most {EARLY_PEAK} epochs in, or before a third of "
+         "the other seeds' median best epoch, are named under the table with their test NDCG@10.",
          [Column("best_epoch", "Best epoch", "each"), Column("epochs_run", "Epochs", "each"),
           Column("early_stopped", "Ended by early stopping", "of"), Column("train_min", "Train min", "count")]),
     ]
@@ -178,13 +179,15 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
 
 
 EARLY_PEAK = 5  # a best epoch at or before this one, then early stopping: validation peaked before training settled
+EARLY_SHARE = 1 / 3  # or a best epoch below this share of the median best epoch of the other seeds of its row
 
 
 def early_peaks(runs: list[RunRecord]) -> list[str]:
-    """The runs early stopping ended after a best epoch of at most ``EARLY_PEAK`` (one early validation peak that
-    the next epochs' patience did not see beaten), each with its test NDCG@10 beside the range of the other seeds
-    of its data set and model: such a seed is averaged in like the others (the protocol's outcome), and the line
-    lets a reader see how far it pulls the row."""
+    """The runs early stopping ended after a best epoch of at most ``EARLY_PEAK`` or below ``EARLY_SHARE`` of the
+    median best epoch of the other seeds of its data set and model (one early validation peak that the next
+    epochs' patience did not see beaten), each with its test NDCG@10 beside the range of those other seeds': such a
+    seed is averaged in like the others (the protocol's outcome), and the line lets a reader see how far it pulls
+    the row."""
     groups: dict[tuple[str, str], list[tuple[RunRecord, dict[str, float | None]]]] = {}
     for run in runs:
         groups.setdefault((run.dataset, run.model), []).append((run, run_values(run)))
@@ -192,7 +195,10 @@ def early_peaks(runs: list[RunRecord]) -> list[str]:
     for _, group in sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]))):
         for run, v in group:
             best, ran = v.get("best_epoch"), v.get("epochs_run")
-            if best is None or best > EARLY_PEAK or v.get("early_stopped") != 1.0:
+            if best is None or v.get("early_stopped") != 1.0:
+                continue
+            bests = [w["best_epoch"] for r, w in group if r is not run and w.get("best_epoch") is not None]
+            if best > EARLY_PEAK and not (bests and best < EARLY_SHARE * statistics.median(bests)):
                 continue
             line = f"{run.label}: best epoch {best:.0f} of {ran:.0f} run"
             if v.get("NDCG@10") is not None:
@@ -293,8 +299,8 @@ def _lead(table: Table, row: dict[str, Any]) -> list[str]:
     return [row["dataset"], row["model"], seeds_cell(row["n"])] if table.per_model else [row["dataset"]]
 
 
-REMARKS_LEAD = (f"Early peaks (averaged in like every seed; best epoch at most {EARLY_PEAK}, then early stopping "
-                "ended the run):")
+REMARKS_LEAD = (f"Early peaks (averaged in like every seed; early stopping ended the run after a best epoch of at "
+                f"most {EARLY_PEAK} or below a third of the other seeds' median):")
 
 
 def to_markdown(table: Table) -> str:
