@@ -28,6 +28,7 @@ def missing_blocks(docs: dict[str, str], tables: dict[str, str]) -> list[str]:
     return problems + [f"{name}: unknown block {block!r}" for name, block in found if block not in tables]
 
 
+@pytest.mark.slow  # regenerates every table from the store (the comparisons' bootstraps): about 80 s on one core
 def test_committed_tables_equal_what_the_store_regenerates() -> None:
     cells = store_cells(ROOT / "results")
     assert cells, "results/ holds no cell"
