@@ -174,7 +174,7 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
     ]
     tables = [dataset_table(runs, extra_stats)]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
-    tables[-1].remarks = early_peaks(runs)
+    next(t for t in tables if t.name == "training").remarks = early_peaks(runs)
     return tables + [remedies_table(remedy_runs(runs))]
 
 
