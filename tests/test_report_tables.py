@@ -321,7 +321,7 @@ def test_an_early_peak_is_named_under_the_training_table(tmp_path: Path) -> None
     not; seed 1, best 4 too but stopped at the cap, is not an early peak either."""
     from resdom.report.html import render_markdown
 
-    assert summary_tables(read_runs(find_run_dirs(FIXTURES)))[-2].remarks == []
+    assert {t.name: t for t in summary_tables(read_runs(find_run_dirs(FIXTURES)))}["training"].remarks == []
     root = _copy_fixtures(tmp_path)
     _early_stopped(root, "toyA_sasrec_seed2", 4)
     _early_stopped(root, "toyB_sasrec_seed1", 6)
@@ -346,6 +346,6 @@ def test_an_early_peak_relative_to_the_other_seeds(tmp_path: Path, best2: int, n
     root = _copy_fixtures(tmp_path)
     _early_stopped(root, "toyA_sasrec_seed1", 40)
     _early_stopped(root, "toyA_sasrec_seed2", best2)
-    remarks = summary_tables(read_runs(find_run_dirs(root)))[-2].remarks
+    remarks = {t.name: t for t in summary_tables(read_runs(find_run_dirs(root)))}["training"].remarks
     assert remarks == (["toyA / sasrec / seed 2: best epoch 12 of 22 run; test NDCG@10 0.1800 against 0.1600 for "
                         "the other seed"] if named else [])
