@@ -165,3 +165,14 @@ def test_studied_variants_are_the_remedies_probes_and_training_variants() -> Non
     assert "sasrec-query" in probes and all(studied_variant(label) for label in probes)
     assert {label for label in MODEL_VARIANTS if not studied_variant(label)} == set(NAMED_VARIANTS)
     assert not studied_variant("gru4rec-query")  # not a registered probe
+
+
+def test_shares_runs_only_for_stopping_variants_of_their_own_model() -> None:
+    from resdom.experiments import STOPPING_FIELDS, TRAINING_VARIANTS, shares_runs
+
+    assert shares_runs("sasrec-p30", "sasrec") and shares_runs("sasrec-v1024", "sasrec")
+    assert not shares_runs("sasrec-celast", "sasrec")  # another objective: another run
+    assert not shares_runs("sasrec-p30", "duorec") and not shares_runs("sasrec", "sasrec")
+    assert not shares_runs("sasrec-gate", "sasrec") and not shares_runs("sasrec-query", "sasrec")
+    assert {label for label, (_, values) in TRAINING_VARIANTS.items() if set(values) <= STOPPING_FIELDS} == {
+        "sasrec-p30", "sasrec-v1024"}

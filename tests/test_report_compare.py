@@ -27,7 +27,7 @@ from resdom.report.compare import (
     parse_metric,
     read_users,
 )
-from resdom.report.stats import Margin, bootstrap_diff, holm
+from resdom.report.stats import Margin, bootstrap_diff, holm, seed_test
 
 N_ITEMS, ALPHAS, CAP = 500, [0.0, 0.5, 1.0], 100
 
@@ -204,7 +204,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     difficulty = rng.normal(size=U)
     echo = rng.random(U) < 0.6  # users whose last item the base models echo at rank 1
     for label, quality, seeds, echo_rate in (("base", 0.0, 3, 1.0), ("better", 0.6, 3, 1.0), ("same", 0.0, 3, 1.0),
-                                             ("noecho", 0.0, 2, 0.3), ("solo", 0.6, 1, 1.0)):
+                                             ("noecho", 0.0, 3, 0.3), ("solo", 0.6, 1, 1.0)):
         for s in range(1, seeds + 1):
             last = np.where(echo & (rng.random(U) < echo_rate), 1, 2 + rng.integers(0, 50, U))
             write_users(root / "toy" / label / f"seed{s}" / "users.npz", _ranks(rng, difficulty, quality), last)
@@ -282,6 +282,19 @@ def test_table_numbers_are_the_evidence(store: Path, table) -> None:
         assert r.margin_abs == pytest.approx(r.margin.absolute(r.baseline_mean))
     assert [r.p_holm for r in done] == pytest.approx(holm([r.diff.p_value for r in done]).tolist())
     assert [r.p_equiv_holm for r in done] == pytest.approx(holm([r.p_equiv for r in done]).tolist())
+    for r in done:  # the seeds' t-test of the same per-seed values, in its own Holm family
+        c = r.comparison
+        again = seed_test(_evidence_values(store, c.dataset, c.other, c.metric),
+                          _evidence_values(store, c.dataset, c.baseline, c.metric))
+        assert again == r.seeds
+    assert [r.p_seed_holm for r in done] == pytest.approx(holm([r.seeds.p_value() for r in done]).tolist())
+    assert [r.p_seed_equiv_holm for r in done] == pytest.approx(
+        holm([r.seeds.p_equiv(r.margin_abs) for r in done]).tolist())
+    for r in done:  # a difference needs both tests, equivalence both TOSTs
+        decided = max(r.p_holm, r.p_seed_holm) < table.alpha
+        assert r.p_decisive == max(r.p_holm, r.p_seed_holm)
+        assert (r.verdict in ("higher", "lower")) == decided
+        assert r.verdict.startswith("equivalent") == (not decided and max(r.p_equiv_holm, r.p_seed_equiv_holm) < 0.05)
     solo = table.rows[3]
     assert solo.diff.single_seed and (solo.n_seeds_baseline, solo.n_seeds_other) == (3, 1)
 
@@ -300,9 +313,13 @@ def test_markdown(table) -> None:
     d = better.diff
     assert rows[0][5] == f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]" and d.estimate > 0
     assert better.diff.p_value == pytest.approx(2 / 1201)  # no replicate at or below 0: p at its floor
-    assert rows[0][6] == "≤0.010" and better.p_holm == pytest.approx(6 * 2 / 1201)  # shown as a bound
+    assert better.p_holm == pytest.approx(6 * 2 / 1201) and better.p_seed_holm < 0.001
+    assert rows[0][6] == "≤0.010 bootstrap, <0.001 seeds' t"  # the bootstrap's at its floor: shown as a bound
     same = table.rows[1]
-    assert rows[1][6] == f"{same.p_holm:.3f}" and same.diff.p_value > 2 / 1201
+    assert rows[1][6] == f"{same.p_holm:.3f} bootstrap, {same.p_seed_holm:.3f} seeds' t"
+    assert same.diff.p_value > 2 / 1201
+    solo = table.rows[3]
+    assert solo.seeds.kind == "pooled" and rows[3][6].endswith(" seeds' t")
     assert rows[0][7:] == ["higher", "3 / 3", str(U)]
     assert rows[3][1] == "solo (1 seed) vs base" and rows[3][8] == "3 / 1"
     assert rows[4] == ["toy", "partial vs base", "NDCG@10", "–", "–",
@@ -371,3 +388,53 @@ def test_evidence_index_from_runs_and_store(store: Path) -> None:
     assert [p.name for _, p in whole.cells[("toy", "base")]] == ["seed1", "seed2", "seed3"]
     via = compare_table(index, [Comparison("toy", "partial", "partial", "NDCG@10")], n_boot=50)
     assert via.rows[0].verdict == "undecided" and via.rows[0].missing == ["toy/partial/seed2", "toy/partial/seed2"]
+
+
+def test_two_seeds_a_side_cannot_outweigh_their_spread(tmp_path: Path) -> None:
+    """The bootstrap draws from the seeds at hand as if they were all there are: two seeds a side whose HRLI@1 differs
+    by 0.3 give it a p at its floor, but the seeds' t-test (Welch, about 2 df) cannot call it, so the row stays
+    undecided; a third seed a side settles it."""
+    rng = np.random.default_rng(5)
+    difficulty = rng.normal(size=U)
+    for label, echo_rates in (("base", (0.8, 0.6, 0.7)), ("other", (0.4, 0.35, 0.45))):
+        for s, rate in enumerate(echo_rates, 1):
+            last = np.where(rng.random(U) < rate, 1, 3)
+            write_users(tmp_path / "three" / label / f"seed{s}" / "users.npz", _ranks(rng, difficulty, 0.0), last)
+            if s <= 2:
+                write_users(tmp_path / "two" / label / f"seed{s}" / "users.npz", _ranks(rng, difficulty, 0.0), last)
+    two, three = compare_table(tmp_path, [Comparison(ds, "base", "other", "HRLI@1") for ds in ("two", "three")],
+                               n_boot=500).rows
+    assert two.diff.p_value <= 2 / 501 and two.seeds.kind == "welch" and two.p_seed_holm > 0.05
+    assert two.verdict == "undecided" and three.verdict == "lower"
+
+
+def test_paired_seeds_compare_the_seeds_both_have_seed_against_seed(tmp_path: Path) -> None:
+    """A stopping variant's seed k is its base's seed k, stopped by another rule: with ``paired_seeds`` only the
+    seeds both labels have enter, drawn together; where every common seed kept the same checkpoint (the same
+    users.npz), the difference is exactly 0 and the verdict equivalent, where the unpaired comparison of the same
+    files cannot decide."""
+    rng = np.random.default_rng(3)
+    difficulty = rng.normal(size=U)
+    runs = {s: _ranks(rng, difficulty, q) for s, q in zip((1, 2, 3, 4, 5), (0.0, 0.6, -0.5, 0.3, -0.4))}
+    for s, ranks in runs.items():
+        write_users(tmp_path / "toy" / "base" / f"seed{s}" / "users.npz", ranks)
+        if s <= 3:
+            write_users(tmp_path / "toy" / "longer" / f"seed{s}" / "users.npz", ranks)
+    (tmp_path / "toy" / "longer" / "seed6").mkdir()  # a variant's cell with no evidence yet, a seed base lacks
+    write_users(tmp_path / "toy" / "other" / "seed1" / "users.npz", runs[1])
+    pairs = [Comparison("toy", "base", "longer", "NDCG@10", paired_seeds=True),
+             Comparison("toy", "base", "longer", "NDCG@10"),
+             Comparison("toy", "base", "other", "NDCG@10", paired_seeds=True)]
+    paired, unpaired, one = compare_table(tmp_path, pairs, n_boot=500).rows
+    assert (paired.n_seeds_baseline, paired.n_seeds_other) == (3, 3) and paired.diff.paired_seeds
+    assert np.all(paired.diff.distribution == 0.0) and (paired.diff.lo, paired.diff.hi) == (0.0, 0.0)
+    three = [metric_values(ev, "NDCG@10") for ev in label_evidence(tmp_path, "toy", "longer")[0]]
+    assert len(three) == 3
+    assert paired.baseline_mean == paired.other_mean == pytest.approx(np.mean([x.mean() for x in three]))
+    assert paired.verdict == "equivalent (within ±5%)"
+    # unpaired: base's five seeds against the variant's four, each side's seeds drawn on their own; seed6 of the
+    # variant has no users.npz, so the row waits for it
+    assert unpaired.diff is None and unpaired.missing == ["toy/longer/seed6"] and unpaired.verdict == "undecided"
+    assert (one.n_seeds_baseline, one.n_seeds_other) == (1, 1) and one.verdict.startswith("equivalent")
+    unpaired = compare_table(tmp_path, [Comparison("toy", "base", "other", "NDCG@10")], n_boot=500).rows[0]
+    assert unpaired.diff.lo < 0 < unpaired.diff.hi and unpaired.verdict == "undecided"

@@ -238,6 +238,14 @@ def test_table_numbers(tmp_path: Path) -> None:
     # Holm across the two rows with a difference; verdicts from the adjusted p-values
     assert [sas.p_holm, toys.p_holm] == pytest.approx(holm([sas.diff.p_value, toys.diff.p_value]).tolist())
     assert sas.verdict == "higher" and table.n_boot >= 300
+    # the seeds' own RDs' t-test: sasrec's three seeds agree exactly (se 0, p 0); toys's two give df 1
+    assert (sas.seeds.kind, sas.seeds.se, sas.seeds.p_value()) == ("paired", 0.0, 0.0)
+    rds = [mh_by_loops((ev.last_rank == 1).tolist(), (ev.target_rank <= 10).astype(float).tolist(),
+                       freq_strata(ev.last_freq).tolist()) for ev in evs]
+    assert toys.seeds.df == 1.0 and toys.seeds.estimate == pytest.approx(want)
+    assert toys.seeds.se == pytest.approx(abs(rds[0] - rds[1]) / 2)  # sd of two values / sqrt(2)
+    assert [sas.p_seed_holm, toys.p_seed_holm] == pytest.approx(
+        holm([sas.seeds.p_value(), toys.seeds.p_value()]).tolist())
 
 
 def test_table_labels_and_errors(tmp_path: Path) -> None:

@@ -92,7 +92,8 @@ def test_remedy_verdicts_from_per_user_evidence(tmp_path: Path) -> None:
     assert list(rows) == ["sasrec-gate", "sasrec-preln", "sasrec-pool"]  # REMEDY_LABELS order
     gate = rows["sasrec-gate"]
     assert gate[2] == "0.5000 ± 0.0000 (2 seeds); base 0.2500 ± 0.0000 (2 seeds)"
-    assert gate[4].startswith("higher: +0.2500 [") and "Holm p ≤0.010; seeds 2 seeds / 2 seeds" in gate[4]
+    assert gate[4].startswith("higher: +0.2500 [")
+    assert "Holm p ≤0.010 bootstrap, <0.001 seeds' t; seeds 2 seeds / 2 seeds" in gate[4]
     assert gate[5].startswith("lower: -0.7500 [") and gate[6] == "yes"
     preln = rows["sasrec-preln"]
     assert preln[4].startswith("equivalent (within ±5%): +0.0000 [+0.0000, +0.0000] (Holm p 1.000")

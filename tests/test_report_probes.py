@@ -43,7 +43,7 @@ def test_compare_table_runs_on_the_list(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     store = tmp_path / "results"
     for label, hrli in [("sasrec", 0.8), ("sasrec-query", 0.05)]:
-        for s in (1, 2):
+        for s in (1, 2, 3):
             last = np.where(rng.random(300) < hrli, 1, 5)
             write_users(store / "beauty-ts" / label / f"seed{s}" / "users.npz", rng.integers(1, 40, 300), last)
     cs = question_comparisons(1, datasets=["beauty-ts"], models=["sasrec"])

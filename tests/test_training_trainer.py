@@ -561,3 +561,22 @@ def test_early_stopping_on_a_fixed_subset_of_validation_users(tmp_path: Path) ->
     assert result["valid"]["n_users"] == len(split.valid)
     with pytest.raises(ResdomError, match="train.valid_users"):
         configs(valid_users=0)
+
+
+@pytest.mark.parametrize("field,value", [("patience", 1), ("valid_users", 25), ("epochs", 2)])
+def test_stopping_fields_change_no_epoch_of_the_run(tmp_path: Path, field: str, value: int) -> None:
+    """experiments.STOPPING_FIELDS: a run that differs only in when it stops (patience, validation users, the epoch
+    cap) trains, seed for seed, the same epochs as the other: equal losses and validation over the epochs both ran
+    (and so a comparison of the two pairs their seeds, experiments.shares_runs)."""
+    from resdom.experiments import STOPPING_FIELDS
+
+    assert field in STOPPING_FIELDS
+    split, m, t = configs(n_users=60, epochs=4, patience=10)
+    fit(split, m, t, tmp_path / "base", progress=False)
+    fit(split, m, t.model_copy(update={field: value}), tmp_path / "variant", progress=False)
+    base, variant = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+                     for d in ("base", "variant"))
+    assert 1 <= len(variant) and len(base) == 4
+    assert [r["loss"] for r in variant] == [r["loss"] for r in base[:len(variant)]]
+    if field != "valid_users":
+        assert [r["valid"] for r in variant] == [r["valid"] for r in base[:len(variant)]]

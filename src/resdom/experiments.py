@@ -175,6 +175,10 @@ TRAINING_VARIANTS: dict[str, tuple[str, Values]] = {
     # (a candidate cause of the differences from the paper, docs/results.md "The paper side by side")
     "sasrec-v1024": ("sasrec", {"valid_users": 1024}),
 }
+# Train fields that change when training stops and which epoch it keeps, never an epoch's training (validation reads
+# no random stream the training does: tests/test_training_trainer.py). A training variant that sets only these trains,
+# seed for seed, its model's very run, so a comparison of the two pairs their seeds (``shares_runs``).
+STOPPING_FIELDS: frozenset[str] = frozenset({"epochs", "patience", "valid_users"})
 
 # Training-time remedies for residual dominance (docs/remedies.md): variant -> model values on top of the model's
 # own protocol defaults. Registered as "<model>-<variant>" for each of REMEDY_MODELS that supports the values
@@ -271,6 +275,14 @@ def model_variant(label: str) -> tuple[str, Values]:
 def variant_train_values(label: str) -> Values:
     """The train values a ``TRAINING_VARIANTS`` label sets (``{}`` for any other label)."""
     return dict(TRAINING_VARIANTS[label][1]) if label in TRAINING_VARIANTS else {}
+
+
+def shares_runs(label: str, base: str) -> bool:
+    """Whether seed k of ``label`` is seed k of ``base`` trained by the same epochs, stopped by another rule: a
+    ``TRAINING_VARIANTS`` label of ``base`` that sets only ``STOPPING_FIELDS`` ("sasrec-p30" and "sasrec" yes;
+    "sasrec-celast", another objective, no)."""
+    variant = TRAINING_VARIANTS.get(label)
+    return variant is not None and variant[0] == base and set(variant[1]) <= STOPPING_FIELDS
 
 
 def model_labels() -> tuple[str, ...]:

@@ -39,7 +39,7 @@ import math
 import re
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,12 +50,14 @@ from resdom.errors import ResdomError
 from resdom.report.stats import (
     BootstrapResult,
     Margin,
+    SeedTest,
     bootstrap_diff,
     equivalence_test,
     hit_at,
-    holm,
+    holm_or_none,
+    joint_verdict,
     ndcg_at,
-    verdict,
+    seed_test,
 )
 
 USERS_FILE = "users.npz"
@@ -278,10 +280,15 @@ class EvidenceIndex:
             cells.setdefault((r.dataset, r.model), []).append((r.seed if r.seed is not None else 0, Path(r.path)))
         return cls({k: sorted(v) for k, v in cells.items()})
 
-    def evidence(self, dataset: str, label: str) -> tuple[list[UserEvidence], list[str]]:
-        """The evidence of every seed cell of ``label`` on ``dataset`` (seed order) and the cells without any
-        (``"<data set>/<label>/seed<k>"``, or ``"<data set>/<label> (no cells)"``)."""
-        seeds = self.cells.get((dataset, label), [])
+    def seeds(self, dataset: str, label: str) -> list[int]:
+        """The seeds of the cells of ``label`` on ``dataset``, in order."""
+        return [k for k, _ in self.cells.get((dataset, label), [])]
+
+    def evidence(self, dataset: str, label: str, only: Collection[int] | None = None
+                 ) -> tuple[list[UserEvidence], list[str]]:
+        """The evidence of every seed cell of ``label`` on ``dataset`` (seed order; ``only``: of those seeds) and the
+        cells without any (``"<data set>/<label>/seed<k>"``, or ``"<data set>/<label> (no cells)"``)."""
+        seeds = [(k, c) for k, c in self.cells.get((dataset, label), []) if only is None or k in only]
         if not seeds:
             return [], [f"{dataset}/{label} (no cells)"]
         found, missing = [], []
@@ -329,20 +336,23 @@ def _check_pairing(evidence: list[UserEvidence]) -> None:
 @dataclass(frozen=True)
 class Comparison:
     """Compare ``other`` against ``baseline`` (model labels of the store) on ``dataset`` and ``metric``; ``margin``:
-    the equivalence margin (None: ``default_margin(metric)``)."""
+    the equivalence margin (None: ``default_margin(metric)``); ``paired_seeds``: seed k of both is one training run
+    (``experiments.shares_runs``), so the seeds both have are compared seed against seed (``bootstrap_diff``)."""
 
     dataset: str
     baseline: str
     other: str
     metric: str
     margin: Margin | None = None
+    paired_seeds: bool = False
 
 
 @dataclass
 class ComparisonRow:
-    """One row: the means (mean over seeds of the mean over users), the bootstrap of other - baseline, the
-    Holm-adjusted p-values of the difference and of the equivalence test, and the verdict. Numbers are None for a
-    row without per-user evidence (``missing`` names the cells)."""
+    """One row: the means (mean over seeds of the mean over users), the bootstrap of other - baseline and the seeds'
+    own t-test of it (``seeds``; None with a single seed on both sides), the Holm-adjusted p-values of the difference
+    and of the equivalence test under each, and the verdict. Numbers are None for a row without per-user evidence
+    (``missing`` names the cells)."""
 
     comparison: Comparison
     verdict: str
@@ -354,6 +364,9 @@ class ComparisonRow:
     p_equiv: float | None = None  # TOST, unadjusted
     p_holm: float | None = None
     p_equiv_holm: float | None = None
+    seeds: SeedTest | None = None
+    p_seed_holm: float | None = None
+    p_seed_equiv_holm: float | None = None
     n_seeds_baseline: int = 0
     n_seeds_other: int = 0
     n_users: int = 0
@@ -363,6 +376,14 @@ class ComparisonRow:
     def note(self) -> str:
         """Why a row has no numbers (``no_evidence_note``), else empty."""
         return no_evidence_note(self.missing) if self.missing else ""
+
+    @property
+    def p_decisive(self) -> float | None:
+        """The Holm-adjusted p of the difference that the verdict reads: the larger of the bootstrap's and the
+        seeds' test's (a difference must pass both), the bootstrap's alone without a seeds' test."""
+        if self.p_holm is None:
+            return None
+        return self.p_holm if self.p_seed_holm is None else max(self.p_holm, self.p_seed_holm)
 
 
 @dataclass
@@ -385,27 +406,31 @@ def _evidence_row(c: Comparison, margin: Margin, base: list[UserEvidence], other
     _check_pairing(base + other)
     a = [metric_values(ev, c.metric) for ev in other]
     b = [metric_values(ev, c.metric) for ev in base]
-    result = bootstrap_diff(a, b, n_boot=n_boot, seed=seed)
+    result = bootstrap_diff(a, b, n_boot=n_boot, seed=seed, paired_seeds=c.paired_seeds)
     base_mean, other_mean = float(np.mean([x.mean() for x in b])), float(np.mean([x.mean() for x in a]))
     m_abs = margin.absolute(base_mean)
     p_equiv = equivalence_test(result, m_abs, alpha).p_value if m_abs > 0 else None
     return ComparisonRow(c, "", margin, base_mean, other_mean, result, m_abs, p_equiv,
-                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users)
+                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users,
+                         seeds=seed_test(a, b, paired_seeds=c.paired_seeds))
 
 
 def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Comparison], title: str = "",
                   n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> ComparisonTable:
     """Compare each of ``comparisons`` on the per-user evidence of ``store`` (a results store's path, or an
-    ``EvidenceIndex``); Holm across the rows that have evidence (the difference p-values and, separately, the
-    equivalence p-values). Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
+    ``EvidenceIndex``); Holm across the rows that have evidence, in four families: the difference p-values and the
+    equivalence p-values, of the bootstrap and of the seeds' t-test (``SeedTest``); a verdict needs both tests
+    (``ComparisonRow.p_decisive``). Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
     Holm's smallest p can fall below alpha / 5. A row without evidence in every cell is "undecided"."""
     index = as_index(store)
     rows: list[ComparisonRow] = []
     pending: list[tuple[int, Comparison, Margin, list[UserEvidence], list[UserEvidence]]] = []
     for i, c in enumerate(comparisons):
         margin = c.margin or default_margin(c.metric)
-        base, miss_b = index.evidence(c.dataset, c.baseline)
-        other, miss_o = index.evidence(c.dataset, c.other)
+        common = set(index.seeds(c.dataset, c.baseline)) & set(index.seeds(c.dataset, c.other)) \
+            if c.paired_seeds else None
+        base, miss_b = index.evidence(c.dataset, c.baseline, common)
+        other, miss_o = index.evidence(c.dataset, c.other, common)
         missing = miss_b + miss_o
         if missing:
             rows.append(ComparisonRow(c, UNDECIDED, margin, missing=missing))
@@ -416,19 +441,49 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
     for i, c, margin, base, other in pending:
         rows[i] = _evidence_row(c, margin, base, other, n_boot, seed + i, alpha)
     done = [rows[i] for i, *_ in pending]
-    p_holm = holm([r.diff.p_value for r in done]) if done else []
-    p_eq_holm = holm([np.nan if r.p_equiv is None else r.p_equiv for r in done]) if done else []
-    for r, p, q in zip(done, p_holm, p_eq_holm):
-        r.p_holm = float(p)
-        r.p_equiv_holm = None if np.isnan(q) else float(q)
-        r.verdict = verdict(r.diff.estimate, r.p_holm, r.p_equiv_holm, r.margin.text(), alpha)
+    set_verdicts(done, alpha)
     return ComparisonTable(title, rows, n_boot, alpha)
+
+
+class _Tested(Protocol):  # a row of a table of tested differences: ComparisonRow, echo.EchoRow
+    diff: BootstrapResult | None
+    seeds: SeedTest | None
+    p_equiv: float | None
+    margin_abs: float | None
+    margin: Margin
+    p_holm: float | None
+    p_equiv_holm: float | None
+    p_seed_holm: float | None
+    p_seed_equiv_holm: float | None
+    verdict: str
+
+
+def set_verdicts(done: Sequence[_Tested], alpha: float) -> None:
+    """Holm across ``done`` (rows with a bootstrap) in four families, the bootstrap's and the seeds' test's p of the
+    difference and of equivalence, then each row's ``joint_verdict``."""
+    families = {  # raw p-values per row (None: no such test in that row)
+        "p_holm": [r.diff.p_value for r in done],
+        "p_equiv_holm": [r.p_equiv for r in done],
+        "p_seed_holm": [None if r.seeds is None else r.seeds.p_value() for r in done],
+        "p_seed_equiv_holm": [None if r.seeds is None or r.p_equiv is None else r.seeds.p_equiv(r.margin_abs)
+                              for r in done],
+    }
+    for name, raw in families.items():
+        for r, p in zip(done, holm_or_none(raw)):
+            setattr(r, name, p)
+    for r in done:
+        r.verdict = joint_verdict(r.diff.estimate, r.p_holm, r.p_seed_holm, r.p_equiv_holm, r.p_seed_equiv_holm,
+                                  r.margin.text(), alpha)
 
 
 # --- Markdown -------------------------------------------------------------------------------------------------------
 
 COLUMNS = ("data set", "comparison", "metric", "baseline", "other", "difference [95% CI]", "Holm p", "verdict",
            "seeds", "users")
+
+
+SEEDS_TEST = ("paired seeds: their differences, df S - 1; else Welch's, or with a single seed on one side the other "
+              "side's variance for both, df S - 1")
 
 
 def _label(name: str, n_seeds: int) -> str:
@@ -442,6 +497,16 @@ def holm_p_text(p: float, d: BootstrapResult) -> str:
     return f"≤{p:.3f}" if d.p_value <= 2 / (d.n_boot + 1) else f"{p:.3f}"
 
 
+def row_p_text(r: ComparisonRow) -> str:
+    """``≤0.010 bootstrap, 0.480 seeds' t``: the row's Holm-adjusted p of the difference under both tests (the
+    bootstrap's alone where the row has no seeds' test: a single seed on both sides)."""
+    assert r.diff is not None and r.p_holm is not None  # set wherever the row has evidence
+    text = f"{holm_p_text(r.p_holm, r.diff)} bootstrap"
+    if r.p_seed_holm is None:
+        return text
+    return f"{text}, {'<0.001' if r.p_seed_holm < 0.001 else f'{r.p_seed_holm:.3f}'} seeds' t"
+
+
 def _cells(r: ComparisonRow) -> list[str]:
     c = r.comparison
     head = [c.dataset, f"{_label(c.other, r.n_seeds_other)} vs {_label(c.baseline, r.n_seeds_baseline)}", c.metric]
@@ -449,7 +514,7 @@ def _cells(r: ComparisonRow) -> list[str]:
         return head + ["–", "–", r.note, "–", r.verdict, "–", "–"]
     d = r.diff
     return head + [f"{r.baseline_mean:.4f}", f"{r.other_mean:.4f}", f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]",
-                   holm_p_text(r.p_holm, d), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
+                   row_p_text(r), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
 
 
 def comparison_markdown(table: ComparisonTable) -> str:
@@ -461,9 +526,10 @@ def comparison_markdown(table: ComparisonTable) -> str:
     m = sum(r.diff is not None for r in table.rows)
     note = (f"Difference: other - baseline, mean over seeds of the mean over users; 95% CI from a paired bootstrap "
             f"over users with each side's seeds resampled ({table.n_boot} replicates; per comparison, not "
-            f"adjusted). Holm across the {m} comparisons with evidence. Verdict at alpha {table.alpha:g}: "
-            "higher/lower by the Holm-adjusted p; else "
-            "equivalent by two one-sided tests (Holm-adjusted) against the stated margin (a relative margin is a "
-            "share of the baseline's mean); else undecided. A (1 seed) side adds no seed-to-seed variation.")
+            f"adjusted); seeds' t: a t-test on the seeds' own means ({SEEDS_TEST}). Holm across the {m} comparisons "
+            f"with evidence, for each test. Verdict at alpha {table.alpha:g}: higher/lower where both Holm-adjusted p "
+            "are below it; else equivalent where two one-sided tests (Holm-adjusted) pass the stated margin under "
+            "both (a relative margin is a share of the baseline's mean); else undecided. A (1 seed) side adds no "
+            "seed-to-seed variation to the bootstrap; one seed on both sides: no seeds' t, the bootstrap alone.")
     lines += ["", note]
     return "\n".join(lines) + "\n"

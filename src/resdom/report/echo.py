@@ -21,8 +21,10 @@ the mean of RD over its seeds. Its 95% interval is a bootstrap over users with t
 as ``report.stats.bootstrap_diff`` does: each replicate draws the seeds with replacement and U users with
 replacement (the same users for every seed: the cells of a data set hold the same users), recomputes each drawn
 seed's RD on those users (groups and strata recomputed) and averages. A replicate whose RD is undefined is dropped
-(``EchoRow.dropped`` counts them). p-values, the TOST equivalence test against a declared margin, Holm's
-correction across the rows of one table and the verdict are those of ``report.stats``.
+(``EchoRow.dropped`` counts them). With two seeds or more, the seeds' own RDs also get a t-test (``report.stats.
+paired_seed_test``: the bootstrap underprices a few seeds' spread). p-values, the TOST equivalence test against a
+declared margin, Holm's correction across the rows of one table and the verdict (both tests) are those of
+``report.compare.set_verdicts``.
 """
 
 from __future__ import annotations
@@ -44,15 +46,17 @@ from resdom.report.compare import (
     default_margin,
     metric_values,
     no_evidence_note,
+    row_p_text,
+    set_verdicts,
 )
 from resdom.report.stats import (
     BootstrapResult,
     Margin,
+    SeedTest,
     equivalence_test,
-    holm,
+    paired_seed_test,
     replicate_counts,
     seed_weights,
-    verdict,
 )
 
 K = 10
@@ -192,6 +196,9 @@ class EchoRow:
     p_equiv: float | None = None
     p_holm: float | None = None
     p_equiv_holm: float | None = None
+    seeds: SeedTest | None = None  # the seeds' own RDs' t-test (None: one seed)
+    p_seed_holm: float | None = None
+    p_seed_equiv_holm: float | None = None
     dropped: int = 0
     missing: list[str] = field(default_factory=list)
 
@@ -267,6 +274,7 @@ def _row(ds: str, label: str, evidence: list[UserEvidence], missing: list[str], 
     row.p1_std, row.p0_std = float(per_seed[:, 1].mean()), float(per_seed[:, 2].mean())
     row.margin_abs = margin.absolute(row.p0_std)
     row.p_equiv = equivalence_test(row.diff, row.margin_abs, alpha).p_value if row.margin_abs > 0 else None
+    row.seeds = paired_seed_test(per_seed[:, 0])
     return row, True
 
 
@@ -294,11 +302,7 @@ def echo_table(store: str | Path | EvidenceIndex, datasets: Sequence[str] | None
         rows.append(row)
         if has:
             done.append(row)
-    p_holm = holm([r.diff.p_value for r in done]) if done else []
-    p_eq = holm([np.nan if r.p_equiv is None else r.p_equiv for r in done]) if done else []
-    for r, p, q in zip(done, p_holm, p_eq):
-        r.p_holm, r.p_equiv_holm = float(p), None if np.isnan(q) else float(q)
-        r.verdict = verdict(r.diff.estimate, r.p_holm, r.p_equiv_holm, r.margin.text(), alpha)
+    set_verdicts(done, alpha)
     return EchoTable(rows, tuple(bins), k, n_boot, alpha)
 
 
@@ -329,8 +333,7 @@ def _cells(r: EchoRow) -> list[str]:
     if r.diff is None:
         return head + ["–", "–", r.verdict]
     d = r.diff
-    p = "<0.001" if r.p_holm < 0.001 else f"{r.p_holm:.3f}"
-    return head + [f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]", p, r.verdict]
+    return head + [f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]", row_p_text(r), r.verdict]
 
 
 def echo_markdown(table: EchoTable) -> str:
@@ -347,9 +350,10 @@ def echo_markdown(table: EchoTable) -> str:
             f"strata {', '.join(bin_names(table.bins))}, mean over seeds; 95% CI from a bootstrap over users with "
             f"the seeds resampled (per row, not adjusted; {table.n_boot} replicates"
             + (f", {dropped} with an undefined difference dropped" if dropped else "")
-            + f"). Holm across the {m} rows with a difference. Verdict at alpha {table.alpha:g}: higher/lower by "
-            f"the Holm-adjusted p; else equivalent by two one-sided tests (Holm-adjusted) within ±"
-            f"{' / '.join(margins)} of the others' standardised HR@{table.k}; else undecided.")
+            + f"); seeds' t: a t-test on the seeds' own differences (df S - 1; none from one seed). Holm across the "
+            f"{m} rows with a difference, for each test. Verdict at alpha {table.alpha:g}: higher/lower where both "
+            f"Holm-adjusted p are below it; else equivalent by two one-sided tests (Holm-adjusted, both tests) within "
+            f"±{' / '.join(margins)} of the others' standardised HR@{table.k}; else undecided.")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 

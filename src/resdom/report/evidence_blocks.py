@@ -34,10 +34,12 @@ from resdom.experiments import (
     REMEDY_LABELS,
     model_variant,
     remedy_variant,
+    shares_runs,
 )
 from resdom.report.claims import is_causal
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.compare import (
+    SEEDS_TEST,
     UNDECIDED,
     USERS_FILE,
     Comparison,
@@ -45,7 +47,7 @@ from resdom.report.compare import (
     EvidenceIndex,
     compare_table,
     default_margin,
-    holm_p_text,
+    row_p_text,
 )
 from resdom.report.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure
@@ -103,23 +105,31 @@ def difference_text(r: ComparisonRow) -> str:
     if r.diff is None:
         return r.note
     d = r.diff
-    assert r.p_holm is not None  # set wherever the row has evidence
     seeds = f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)}"
-    return f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {holm_p_text(r.p_holm, d)}; seeds {seeds})"
+    if d.paired_seeds:
+        seeds += ", paired"
+    return f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {row_p_text(r)}; seeds {seeds})"
 
 
-def method_note(n_boot: int, m: int, difference: str = "other - baseline", undecided: str = "") -> str:
+PAIRED_NOTE = ("; seeds \"paired\": seed k of both sides is one training run that the other side stopped by "
+               "another rule (`experiments.shares_runs`), so the seeds both have are drawn together")
+
+
+def method_note(n_boot: int, m: int, difference: str = "other - baseline", undecided: str = "",
+                paired: bool = False) -> str:
     """The note under a comparison table: how the difference (``difference``, e.g. "probe - base"), its interval
-    and the verdict are made; ``undecided``: a further case a row is undecided in (", or whose probe is ...")."""
+    and the verdict are made; ``undecided``: a further case a row is undecided in (", or whose probe is ...");
+    ``paired``: some row pairs its seeds (``PAIRED_NOTE``)."""
     return (f"Difference: {difference} over the same test users, mean over seeds of the mean over users, from each "
             f"cell's per-user evidence (users.npz); 95% CI from a paired bootstrap over users with each side's seeds "
-            f"resampled ({n_boot} replicates; per comparison, not adjusted); Holm across the {m} comparisons of "
-            f"this table that have evidence (so an interval can exclude 0 while the Holm-adjusted verdict stays "
-            "undecided). "
-            f"Verdict at alpha 0.05: higher / lower where the Holm-adjusted p is below 0.05; equivalent only where two "
-            f"one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}); else undecided. A row "
-            f"without per-user evidence in every cell{undecided} is undecided. Store means: mean ± std over every "
-            "stored seed, descriptive only.")
+            f"resampled ({n_boot} replicates; per comparison, not adjusted){PAIRED_NOTE if paired else ''}. With a "
+            "few seeds the bootstrap underprices the seeds' spread, so each row also has a t-test on the seeds' own "
+            f"means (\"seeds' t\": {SEEDS_TEST}; none with one seed on both sides). Holm across the {m} comparisons "
+            "of this table that have evidence, for each test (so an interval can exclude 0 while the verdict stays "
+            "undecided). Verdict at alpha 0.05: higher / lower where both Holm-adjusted p are below 0.05; "
+            f"equivalent only where two one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}) "
+            f"under both; else undecided. A row without per-user evidence in every cell{undecided} is undecided. "
+            "Store means: mean ± std over every stored seed, descriptive only.")
 
 
 # --- model against model (docs/results.md) --------------------------------------------------------------------------
@@ -135,7 +145,7 @@ def model_comparisons(runs: list[RunRecord]) -> list[Comparison]:
     out = []
     for ds, label in groups:
         if label != BASELINE and (ds, BASELINE) in groups:
-            out += [Comparison(ds, BASELINE, label, m) for m in METRICS]
+            out += [Comparison(ds, BASELINE, label, m, paired_seeds=shares_runs(label, BASELINE)) for m in METRICS]
     return out
 
 
@@ -151,7 +161,8 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     m = sum(r.diff is not None for r in table.rows)
     header = ["Data set", "Comparison", "Metric", "Model: store mean", "sasrec: store mean",
               "Difference [95% CI]", "Verdict"]
-    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m) + "\n"
+    paired = any(r.diff is not None and r.diff.paired_seeds for r in table.rows)
+    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, paired=paired) + "\n"
 
 
 # --- remedy against base (docs/remedies.md) -------------------------------------------------------------------------
