@@ -5,6 +5,7 @@ draws, the summary numbers against hand computations, the verdicts, Markdown and
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from resdom.report.reliance_dynamics import (
     reliance_dynamics,
     store_dynamics,
     summarise,
+    units_t,
 )
 from resdom.report.stats import holm, wilson
 
@@ -198,6 +200,33 @@ def test_verdicts_and_holm() -> None:
     vals = np.array([[c.dynamics.lag, c.dynamics.change_after, c.dynamics.gain_after] for c in rising])
     reps = cluster_bootstrap_means(vals, ["a"] * 6, table.n_boot, 0)
     assert by["a / sasrec"].p_rise == (1 + np.sum(reps[:, 1] <= 0.01)) / (table.n_boot + 1)
+    # the t-tests: their own Holm families, and each row's from units_t on its cells (data sets' means overall)
+    assert [r.p_rise_t_holm for r in tested] == pytest.approx(holm([r.p_rise_t for r in tested]).tolist())
+    assert [r.p_flat_t_holm for r in tested] == pytest.approx(holm([r.p_flat_t for r in tested]).tolist())
+    assert (by["a / sasrec"].p_rise_t, by["a / sasrec"].p_flat_t) == units_t(vals[:, 1], ["a"] * 6, 0.01)
+
+
+def test_units_t_by_hand() -> None:
+    """Values 0.02, 0.03, 0.04 against 0.01: mean 0.03, sd 0.01, se 0.01/sqrt(3), t = 2 sqrt(3), df 2, whose upper
+    tail is (1 - t / sqrt(2 + t^2)) / 2; over groups, the groups' means are the units."""
+    p_rise, p_flat = units_t([0.02, 0.03, 0.04], ["a"] * 3, 0.01)
+    t = 2 * math.sqrt(3)
+    assert p_rise == pytest.approx((1 - t / math.sqrt(2 + t * t)) / 2, abs=1e-12)
+    assert p_rise + p_flat == pytest.approx(1.0)
+    grouped = units_t([0.0, 0.04, 0.03, 0.03, 0.04], ["a", "a", "b", "b", "c"], 0.01)  # means 0.02, 0.03, 0.04
+    assert grouped == pytest.approx((p_rise, p_flat))
+    assert units_t([0.05, 0.05], ["a", "a"], 0.01) == (0.0, 1.0)  # no spread: the side the mean lies on
+    assert units_t([0.0, 0.0], ["a", "a"], 0.01) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="two units"):
+        units_t([0.5], ["a"], 0.01)
+
+
+def test_a_verdict_needs_the_t_test_too() -> None:
+    """Five cells that rise by 0.02 to 0.2: the percentile bootstrap's p_rise is at its floor (no replicate at or
+    below 0.01), the t-test over five spread values is not below 0.05, so the row stays undecided."""
+    cells = [cell("a", "sasrec", s, 0, x) for s, x in enumerate([0.02, 0.03, 0.2, 0.025, 0.18], 1)]
+    row = dynamics_table(cells, n_boot=1000).rows[0]
+    assert row.p_rise_holm <= 2 / 1001 * 2 and row.p_rise_t_holm > 0.05 and row.verdict == "undecided"
 
 
 def test_table_markdown_and_figure_on_a_store(tmp_path: Path) -> None:

@@ -21,9 +21,12 @@ cell), else the cells drawn with replacement. The share of cells with lag > 0 ge
 as independent). The verdict on "reliance keeps rising after accuracy stops" tests the mean change after against
 a declared margin ``m`` (``GAIN_MARGIN``, 0.01 HRLI@1) on the same replicates: ``p_rise = (1 + #(c* <= m)) /
 (n_boot + 1)`` and ``p_flat = (1 + #(c* >= m)) / (n_boot + 1)``, Holm-adjusted (each family separately) across the
-rows of one table with a verdict: "keeps rising" where p_rise < alpha, else "does not keep rising" where
-p_flat < alpha, else "undecided". Fewer than ``MIN_CELLS`` cells get no verdict: a percentile bootstrap of a mean
-of two to four values is far too narrow.
+rows of one table with a verdict. Even at five values the percentile bootstrap underprices their spread, so the
+same two one-sided tests are also made as t-tests (``units_t``): on the cells' values, or where the group spans
+several data sets on the data sets' means (df: units - 1), each family Holm-adjusted too; a verdict needs both:
+"keeps rising" where the larger of the two adjusted p_rise < alpha, else "does not keep rising" likewise on p_flat,
+else "undecided". Fewer than ``MIN_CELLS`` cells get no verdict: a percentile bootstrap of a mean of two to four
+values is far too narrow.
 
 ``runs_dynamics(runs)`` reads the same from ``report.collect`` records (their curves), and
 ``reliance_dynamics_block(runs)`` is the ``reliance_dynamics`` block of docs/results.md (``report.document_blocks``):
@@ -47,7 +50,7 @@ from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
 from resdom.report.dynamics import Dynamics, cell_dynamics
-from resdom.report.stats import holm, wilson
+from resdom.report.stats import holm, t_cdf, wilson
 
 GAIN_MARGIN = 0.01
 MIN_CELLS = 5
@@ -243,6 +246,10 @@ class DynamicsRow:
     p_flat: float | None = None
     p_rise_holm: float | None = None
     p_flat_holm: float | None = None
+    p_rise_t: float | None = None  # the t-tests' (``units_t``)
+    p_flat_t: float | None = None
+    p_rise_t_holm: float | None = None
+    p_flat_t_holm: float | None = None
     verdict: str = ""
 
     @property
@@ -263,6 +270,23 @@ class DynamicsTable:
     n_boot: int
     alpha: float
     models: tuple[str, ...] = field(default=CAUSAL_MODELS)
+
+
+def units_t(values: Sequence[float], groups: Sequence[str], margin: float) -> tuple[float, float]:
+    """(p_rise, p_flat): one-sided t-tests of the mean of ``values`` against ``margin`` (``P(T >= t)`` and
+    ``P(T <= t)``), over the values themselves, or where ``groups`` holds several names over each group's mean (the
+    data sets, as the bootstrap's first stage draws them); df: units - 1. Units that do not vary at all: 0 or 1 by
+    the side their mean lies on (0.5 each at the margin)."""
+    vals = np.asarray(values, dtype=np.float64)
+    names = list(dict.fromkeys(groups))
+    units = vals if len(names) < 2 else np.array([vals[np.asarray(groups) == g].mean() for g in names])
+    if units.size < 2:
+        raise ValueError("a t-test needs two units or more")
+    mean, se = float(units.mean()), float(units.std(ddof=1) / math.sqrt(units.size))
+    if se == 0.0:
+        return (0.0, 1.0) if mean > margin else (1.0, 0.0) if mean < margin else (0.5, 0.5)
+    t = (mean - margin) / se
+    return 1.0 - t_cdf(t, units.size - 1.0), t_cdf(t, units.size - 1.0)
 
 
 def _interval(mean: float, reps: np.ndarray, n: int) -> Interval:
@@ -288,17 +312,18 @@ def summarise(scope: str, cells: list[CellDynamics], margin: float = GAIN_MARGIN
     if n >= MIN_CELLS:
         row.p_rise = (1 + int(np.sum(reps[:, 1] <= margin))) / (n_boot + 1)
         row.p_flat = (1 + int(np.sum(reps[:, 1] >= margin))) / (n_boot + 1)
+        row.p_rise_t, row.p_flat_t = units_t(vals[:, 1], [c.dataset for c in cells], margin)
     return row
 
 
 def rise_verdict(row: DynamicsRow, margin: float, alpha: float = 0.05) -> str:
-    """"keeps rising (> m)" / "does not keep rising (< m)" / "undecided" from the Holm-adjusted p-values; "too
-    few cells" below ``MIN_CELLS``."""
+    """"keeps rising (> m)" / "does not keep rising (< m)" / "undecided" from the Holm-adjusted p-values of both
+    tests (the bootstrap's and the t-test's: the larger decides); "too few cells" below ``MIN_CELLS``."""
     if row.p_rise_holm is None or row.p_flat_holm is None:
         return f"too few cells ({row.n_cells} < {MIN_CELLS})"
-    if row.p_rise_holm < alpha:
+    if max(row.p_rise_holm, row.p_rise_t_holm) < alpha:
         return f"keeps rising (> {margin:g})"
-    if row.p_flat_holm < alpha:
+    if max(row.p_flat_holm, row.p_flat_t_holm) < alpha:
         return f"does not keep rising (< {margin:g})"
     return "undecided"
 
@@ -334,9 +359,9 @@ def dynamics_table(cells: list[CellDynamics], skipped: Sequence[Skipped] = (), m
     n_boot = max(n_boot, math.ceil(10 * m / alpha))  # Holm's smallest p, m / (n_boot + 1), can fall below alpha / 10
     rows = [summarise(scope, group, margin, n_boot, seed + i) for i, (scope, group) in enumerate(groups)]
     tested = [r for r in rows if r.p_rise is not None]
-    if tested:
-        for r, pr, pf in zip(tested, holm([r.p_rise for r in tested]), holm([r.p_flat for r in tested])):
-            r.p_rise_holm, r.p_flat_holm = float(pr), float(pf)
+    for name in ("p_rise", "p_flat", "p_rise_t", "p_flat_t"):  # four families, each adjusted on its own
+        for r, p in zip(tested, holm([getattr(r, name) for r in tested]) if tested else []):
+            setattr(r, f"{name}_holm", float(p))
     for r in rows:
         r.verdict = rise_verdict(r, margin, alpha)
     return DynamicsTable(rows, cells, list(skipped), margin, n_boot, alpha, tuple(models))
@@ -379,8 +404,9 @@ def dynamics_markdown(table: DynamicsTable) -> str:
             f"construction, not tested). Means over cells; 95% CI from a bootstrap over cells ({table.n_boot} "
             f"replicates), two-stage by data set where a row spans several; lag > 0: share of cells with a Wilson "
             f"interval. The intervals are per row, not adjusted. Verdict on the mean change after against "
-            f"±{table.margin:g} HRLI@1 by one-sided bootstrap "
-            f"tests, Holm across the {m} rows with {MIN_CELLS} cells or more, alpha {table.alpha:g}.")
+            f"±{table.margin:g} HRLI@1 by one-sided bootstrap tests and one-sided t-tests (on the cells, or on the "
+            f"data sets' means where a row spans several; df: units - 1), each Holm-adjusted across the {m} rows "
+            f"with {MIN_CELLS} cells or more; a verdict needs both, alpha {table.alpha:g}.")
     lines += ["", note]
     if table.skipped:
         lines += ["", "Left out: " + "; ".join(f"{s.cell} ({s.reason})" for s in table.skipped) + "."]
