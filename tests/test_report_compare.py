@@ -292,7 +292,6 @@ def test_table_numbers_are_the_evidence(store: Path, table) -> None:
         holm([r.seeds.p_equiv(r.margin_abs) for r in done]).tolist())
     for r in done:  # a difference needs both tests, equivalence both TOSTs
         decided = max(r.p_holm, r.p_seed_holm) < table.alpha
-        assert r.p_decisive == max(r.p_holm, r.p_seed_holm)
         assert (r.verdict in ("higher", "lower")) == decided
         assert r.verdict.startswith("equivalent") == (not decided and max(r.p_equiv_holm, r.p_seed_equiv_holm) < 0.05)
     solo = table.rows[3]

@@ -377,14 +377,6 @@ class ComparisonRow:
         """Why a row has no numbers (``no_evidence_note``), else empty."""
         return no_evidence_note(self.missing) if self.missing else ""
 
-    @property
-    def p_decisive(self) -> float | None:
-        """The Holm-adjusted p of the difference that the verdict reads: the larger of the bootstrap's and the
-        seeds' test's (a difference must pass both), the bootstrap's alone without a seeds' test."""
-        if self.p_holm is None:
-            return None
-        return self.p_holm if self.p_seed_holm is None else max(self.p_holm, self.p_seed_holm)
-
 
 @dataclass
 class ComparisonTable:
@@ -420,7 +412,7 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
     """Compare each of ``comparisons`` on the per-user evidence of ``store`` (a results store's path, or an
     ``EvidenceIndex``); Holm across the rows that have evidence, in four families: the difference p-values and the
     equivalence p-values, of the bootstrap and of the seeds' t-test (``SeedTest``); a verdict needs both tests
-    (``ComparisonRow.p_decisive``). Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
+    (``set_verdicts``). Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
     Holm's smallest p can fall below alpha / 5. A row without evidence in every cell is "undecided"."""
     index = as_index(store)
     rows: list[ComparisonRow] = []
@@ -497,7 +489,7 @@ def holm_p_text(p: float, d: BootstrapResult) -> str:
     return f"≤{p:.3f}" if d.p_value <= 2 / (d.n_boot + 1) else f"{p:.3f}"
 
 
-def row_p_text(r: ComparisonRow) -> str:
+def row_p_text(r: _Tested) -> str:
     """``≤0.010 bootstrap, 0.480 seeds' t``: the row's Holm-adjusted p of the difference under both tests (the
     bootstrap's alone where the row has no seeds' test: a single seed on both sides)."""
     assert r.diff is not None and r.p_holm is not None  # set wherever the row has evidence
