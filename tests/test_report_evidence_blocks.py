@@ -258,3 +258,44 @@ def test_coverage_counts_cells_evidence_and_the_seeds_asked(tmp_path: Path) -> N
     # asked: 3 models x 5 on toys-ts + 3 models x 3 on yelp-ts = 24; stored with evidence within them: seeds 1, 2
     assert "Per-user evidence (users.npz) in 6 of 11 stored cells" in md and "2 of 24 are stored with their" in md
     assert "probes (query, untied, projected), 5 each on beauty-ts, toys-ts, 2 of 20." in md
+
+
+def test_comparison_figure_draws_each_tested_row_with_its_verdict(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line per (data set, model) with evidence, on each metric's panel: the difference and interval as a share
+    of the baseline's NDCG@10 (%) and in HRLI@1; hollow where undecided, filled where the verdict is lower; a model
+    without evidence draws nothing. The block and the figure share one bootstrap (``comparison_evidence``)."""
+    from matplotlib.colors import to_hex
+
+    from resdom.report.evidence_blocks import comparison_evidence, comparison_figure, comparison_figures
+    from resdom.report.figures import model_color
+
+    rng = np.random.default_rng(1)
+    runs = []
+    for seed in (1, 2, 3):
+        for model, rate in (("sasrec", 0.8), ("bert4rec", 0.0)):
+            r = run(tmp_path, "d", model, seed, 0.1)
+            users_npz(r.path, rng.integers(1, 30, U), np.where(rng.random(U) < rate, 1, 9))
+            runs.append(r)
+    runs.append(run(tmp_path, "d", "gru4rec", 1, 0.1))  # no users.npz: no line
+    table = comparison_evidence(runs, n_boot=200)
+    fig = comparison_figure(table)
+    ndcg_ax, hrli_ax = fig.axes
+    assert [t.get_text() for t in ndcg_ax.get_yticklabels()] == ["d bert4rec"]
+    rows = {r.comparison.metric: r for r in table.rows if r.diff is not None and r.comparison.other == "bert4rec"}
+    for ax, metric, scale in ((ndcg_ax, "NDCG@10", 100 / rows["NDCG@10"].baseline_mean), (hrli_ax, "HRLI@1", 1.0)):
+        r = rows[metric]
+        ci, point = ax.lines[0], ax.lines[1]
+        assert list(ci.get_xdata()) == pytest.approx([scale * r.diff.lo, scale * r.diff.hi])
+        assert list(point.get_xdata()) == pytest.approx([scale * r.diff.estimate])
+        filled = to_hex(point.get_markerfacecolor()) == to_hex(model_color("bert4rec"))
+        assert filled == (r.verdict in ("higher", "lower")), (metric, r.verdict)
+    assert rows["HRLI@1"].verdict == "lower" and rows["NDCG@10"].verdict == "undecided"
+    assert comparison_figure(comparison_evidence(runs[-1:], n_boot=50)) is None
+
+    def no_second_bootstrap(*args: object, **kwargs: object) -> None:
+        raise AssertionError("compare_table called again")
+
+    monkeypatch.setattr(evidence_blocks_module, "compare_table", no_second_bootstrap)
+    assert [f.key for f in comparison_figures(runs, table=table)] == ["comparisons"]
+    assert "| d | bert4rec vs sasrec | HRLI@1 |" in evidence_blocks_module.comparisons_markdown(runs, table=table)

@@ -25,8 +25,16 @@ from typing import Any
 from resdom.io import atomic_write_text
 from resdom.report.claims import claims_markdown
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
+from resdom.report.compare import ComparisonTable
 from resdom.report.echo import EchoTable
-from resdom.report.evidence_blocks import EVIDENCE_BLOCKS, echo_evidence, echo_figures, evidence_blocks
+from resdom.report.evidence_blocks import (
+    EVIDENCE_BLOCKS,
+    comparison_evidence,
+    comparison_figures,
+    echo_evidence,
+    echo_figures,
+    evidence_blocks,
+)
 from resdom.report.fidelity import fidelity_block, published_accuracy_block
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
@@ -72,8 +80,9 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     runs = read_runs(list(run_dirs))
     tables = summary_tables(runs, extra_stats)
     table_paths = write_tables(tables, out_dir / "tables")
-    echo, probes = echo_evidence(runs), probe_tables(runs)  # the bootstraps the blocks and figures share
-    blocks = document_blocks(runs, tables, echo=echo, probes=probes)
+    # the bootstraps the blocks and figures share
+    echo, probes, comparisons = echo_evidence(runs), probe_tables(runs), comparison_evidence(runs)
+    blocks = document_blocks(runs, tables, echo=echo, probes=probes, comparisons=comparisons)
     for name in ("claims",):
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
@@ -86,6 +95,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
+    drawn += comparison_figures(runs, table=comparisons)  # issue 27 §2: the comparisons block at a glance
     drawn += echo_figures(runs, table=echo)  # issue 27 §4 question 3
     drawn += probe_figures(runs, tables=probes)  # questions 1 and 2
     fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
@@ -96,16 +106,17 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *, echo: EchoTable | None = None,
-                    probes: ProbeTables | None = None) -> dict[str, str]:
+                    probes: ProbeTables | None = None, comparisons: ComparisonTable | None = None) -> dict[str, str]:
     """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
     blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
     ``fidelity`` and ``published_accuracy`` (``report.fidelity``), ``reliance_dynamics``
     (``report.reliance_dynamics``), ``probe_readout`` and ``probe_embeddings`` (``report.probe_blocks``), and
-    ``summary`` (``report.summary``, from all of these). ``echo`` and ``probes``: the echo and probe bootstraps
-    (``echo_evidence``, ``probe_tables``), made here where not given."""
+    ``summary`` (``report.summary``, from all of these). ``echo``, ``probes``, ``comparisons``: the echo, probe and
+    comparison bootstraps (``echo_evidence``, ``probe_tables``, ``comparison_evidence``), made here where not
+    given."""
     tables = summary_tables(runs) if tables is None else tables
     blocks = {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
-              **evidence_blocks(runs, echo=echo),
+              **evidence_blocks(runs, echo=echo, comparisons=comparisons),
               "fidelity": fidelity_block(runs),
               "published_accuracy": published_accuracy_block(runs),
               "reliance_dynamics": reliance_dynamics_block(runs),

@@ -26,6 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
 from resdom.experiments import (
     CAUSAL_MODELS,
     MODEL_TRAITS,
@@ -44,13 +48,14 @@ from resdom.report.compare import (
     USERS_FILE,
     Comparison,
     ComparisonRow,
+    ComparisonTable,
     EvidenceIndex,
     compare_table,
     default_margin,
     row_p_text,
 )
 from resdom.report.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
-from resdom.report.figures import ReportFigure
+from resdom.report.figures import ReportFigure, model_color
 from resdom.report.probes import PROBE_BASE
 from resdom.report.stats import wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
@@ -61,7 +66,7 @@ BASELINE = "sasrec"
 METRICS: tuple[str, ...] = ("NDCG@10", "HRLI@1")
 FIVE_MODELS: tuple[str, ...] = tuple(MODEL_TRAITS)  # the three causal models and the two contrast models
 N_BOOT = 2000
-EVIDENCE_FIGURE_KEYS: tuple[str, ...] = ("echo",)  # the report figures made here (``echo_figures``)
+EVIDENCE_FIGURE_KEYS: tuple[str, ...] = ("comparisons", "echo")  # the report figures made here (``*_figures``)
 
 
 def margins_text() -> str:
@@ -149,10 +154,17 @@ def model_comparisons(runs: list[RunRecord]) -> list[Comparison]:
     return out
 
 
-def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
-    """The ``comparisons`` block: one row per (data set, model, metric), the model against ``BASELINE``."""
+def comparison_evidence(runs: list[RunRecord], n_boot: int = N_BOOT) -> ComparisonTable:
+    """The tested rows of the ``comparisons`` block (the bootstraps its block and figure share: ``build_report``
+    makes them once)."""
+    return compare_table(EvidenceIndex.from_runs(runs), model_comparisons(runs), n_boot=n_boot)
+
+
+def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: ComparisonTable | None = None) -> str:
+    """The ``comparisons`` block: one row per (data set, model, metric), the model against ``BASELINE``
+    (``table``: ``comparison_evidence(runs, n_boot)``, made here where not given)."""
     groups = _groups(runs, _is_model)
-    table = compare_table(EvidenceIndex.from_runs(runs), model_comparisons(runs), n_boot=n_boot)
+    table = comparison_evidence(runs, n_boot) if table is None else table
     rows = []
     for r in table.rows:
         c = r.comparison
@@ -163,6 +175,64 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
               "Difference [95% CI]", "Verdict"]
     paired = any(r.diff is not None and r.diff.paired_seeds for r in table.rows)
     return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, paired=paired) + "\n"
+
+
+def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100) -> Figure | None:
+    """A forest plot of the ``comparisons`` block, one line per (data set, model) with evidence: NDCG@10 as a share
+    of the baseline's (left) and HRLI@1 (right), other - baseline with its 95% bootstrap interval, coloured by model;
+    a filled dot where the verdict is higher / lower, a diamond where equivalent, a hollow dot where undecided. None
+    where no row has evidence. Not saved here."""
+    by: dict[tuple[str, str], dict[str, ComparisonRow]] = {}
+    for r in table.rows:
+        if r.diff is not None:
+            by.setdefault((r.comparison.dataset, r.comparison.other), {})[r.comparison.metric] = r
+    if not by:
+        return None
+    keys = list(by)
+    fig = Figure(figsize=(width, 1.3 + 0.17 * len(keys)), dpi=dpi, layout="constrained")
+    axes = fig.subplots(1, len(METRICS), sharey=True)
+    ys = np.arange(len(keys))[::-1]
+    for ax, metric in zip(axes, METRICS):
+        scale = 100.0 if default_margin(metric).relative else 1.0
+        for y, key in zip(ys, keys):
+            r = by[key].get(metric)
+            if r is None:
+                continue
+            other = key[1]
+            base = abs(r.baseline_mean) if scale != 1.0 and r.baseline_mean else 1.0
+            lo, est, hi = (scale * x / base for x in (r.diff.lo, r.diff.estimate, r.diff.hi))
+            color = model_color(model_variant(other)[0])
+            ax.plot([lo, hi], [y, y], color=color, lw=1.0)
+            look = {"marker": "D" if r.verdict.startswith("equivalent") else "o", "ms": 3.5, "color": color,
+                    "mfc": color if r.verdict != UNDECIDED else "white"}
+            ax.plot([est], [y], linestyle="none", **look)
+        ax.axvline(0.0, color="0.5", lw=0.8, ls="--")
+        ax.set_xlabel(f"{metric}: model − {BASELINE}" + (f" (% of {BASELINE}'s)" if scale != 1.0 else ""),
+                      fontsize=7)
+        ax.tick_params(axis="x", labelsize=6.5)
+    one = {key: any(r.n_seeds_other == 1 for r in rows.values()) for key, rows in by.items()}
+    axes[0].set_yticks(ys, [f"{ds} {other}" + (" (1 seed)" if one[(ds, other)] else "") for ds, other in keys],
+                       fontsize=6)
+    handles = [Line2D([], [], marker="o", ls="none", color="0.3", ms=3.5, label="higher / lower"),
+               Line2D([], [], marker="D", ls="none", color="0.3", ms=3.5, label="equivalent"),
+               Line2D([], [], marker="o", ls="none", color="0.3", mfc="white", ms=3.5, label="undecided")]
+    fig.legend(handles=handles, fontsize=6, loc="outside lower center", ncol=3, frameon=False,
+               title="verdict (bootstrap and seeds' t, Holm)", title_fontsize=6)
+    fig.suptitle(f"Models against {BASELINE}: difference and 95% interval", fontsize=8)
+    return fig
+
+
+def comparison_figures(runs: list[RunRecord], n_boot: int = N_BOOT, *,
+                       table: ComparisonTable | None = None) -> list[ReportFigure]:
+    """The ``comparisons`` block as a report figure ``comparisons`` (``comparison_figure``; ``table``: as for
+    ``comparisons_markdown``); none where no row has evidence."""
+    fig = comparison_figure(comparison_evidence(runs, n_boot) if table is None else table)
+    if fig is None:
+        return []
+    caption = (f"Every model against {BASELINE} on the same data set, from the cells' per-user evidence: test NDCG@10 "
+               f"(as a share of {BASELINE}'s) and HRLI@1, difference with its 95% bootstrap interval over users and "
+               "seeds; the marker gives the verdict of the comparisons block.")
+    return [ReportFigure("comparisons", "Models against SASRec", caption, fig)]
 
 
 # --- remedy against base (docs/remedies.md) -------------------------------------------------------------------------
@@ -533,12 +603,14 @@ EVIDENCE_BLOCKS: tuple[str, ...] = ("coverage", "remedy_verdicts", "remedy_sprea
                                     "cold_items", "five_models", "echo")
 
 
-def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT, *, echo: EchoTable | None = None) -> dict[str, str]:
-    """Markdown of every block of ``EVIDENCE_BLOCKS`` by name (``echo``: as ``echo_block``'s ``table``)."""
+def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT, *, echo: EchoTable | None = None,
+                    comparisons: ComparisonTable | None = None) -> dict[str, str]:
+    """Markdown of every block of ``EVIDENCE_BLOCKS`` by name (``echo``, ``comparisons``: as the ``table`` of
+    ``echo_block``, ``comparisons_markdown``)."""
     return {"coverage": coverage_markdown(runs),
             "remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
             "remedy_spread": remedy_spread_markdown(runs),
-            "comparisons": comparisons_markdown(runs, n_boot),
+            "comparisons": comparisons_markdown(runs, n_boot, table=comparisons),
             "proportions": proportions_markdown(runs),
             "cold_items": cold_items_markdown(runs),
             "five_models": five_models_markdown(runs),
