@@ -45,6 +45,10 @@ COMPARISONS = """| Data set | Comparison | Metric | Model: store mean | sasrec: 
 | b | y vs sasrec | NDCG@10 | 1 | 2 | +0.1 [+0.05, +0.2] (Holm p 0.01) | higher |
 | b | y vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.01, +0.01] (Holm p 1.0) | equivalent |
 | b | z vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0) | undecided |
+| b | w vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 1 seed / 3 seeds) | undecided |
+| b | v vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 3 seeds / 1 seed) | undecided |
+| b | u vs sasrec | HRLI@1 | 1 | 2 | -0.5 [-0.6, -0.4] (Holm p 0.01; seeds 1 seed / 3 seeds) | lower |
+| b | t vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 11 seeds / 3 seeds) | undecided |
 
 Difference: ...
 """
@@ -130,8 +134,8 @@ def test_published_line_counts_the_marked_values() -> None:
 
 def test_comparisons_line_separates_tested_rows_from_rows_without_evidence() -> None:
     assert comparisons_line(COMPARISONS, "comparisons", "Models") == (
-        "Models (`comparisons` block): 4 of 5 comparisons tested on per-user evidence: 1 lower, 1 higher, "
-        "1 equivalent, 1 undecided; 1 wait for evidence.")
+        "Models (`comparisons` block): 8 of 9 comparisons tested on per-user evidence: 2 lower, 1 higher, "
+        "1 equivalent, 4 undecided (2 of the undecided with a single seed on a side); 1 wait for evidence.")
 
 
 def test_remedies_line_counts_the_answers_of_the_tested_variants() -> None:

@@ -6,6 +6,7 @@ reliance-dynamics blocks."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 VERDICTS = ("lower", "higher", "equivalent", "undecided")
@@ -89,10 +90,16 @@ def published_line(md: str) -> str:
 
 
 def comparisons_line(md: str, block: str, what: str) -> str:
+    """The tested rows' verdicts, and how many of the undecided rest on a single seed on a side ("seeds 1 seed /
+    ..." in the difference's note), then the rows that wait for evidence."""
     rows = table_rows(md)
     tested = [r for r in rows if not r["Difference [95% CI]"].startswith(NO_EVIDENCE)]
+    verdicts = [_verdict(r["Verdict"]) for r in tested]
+    thin = sum(v == "undecided" and re.search(r"seeds (1 seed /|.* / 1 seed\b)", r["Difference [95% CI]"]) is not None
+               for v, r in zip(verdicts, tested))
+    one = f" ({thin} of the undecided with a single seed on a side)" if thin else ""
     return (f"{what} (`{block}` block): {len(tested)} of {len(rows)} comparisons tested on per-user evidence: "
-            f"{tally([_verdict(r['Verdict']) for r in tested])}; {len(rows) - len(tested)} wait for evidence.")
+            f"{tally(verdicts)}{one}; {len(rows) - len(tested)} wait for evidence.")
 
 
 def remedies_line(md: str) -> str:
