@@ -9,8 +9,9 @@
 #                                                 # the CPU hours the open ones may take, and the open seeds by
 #                                                 # data set and model with their hours
 # Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost,
-# as in --status but scaled by how fast this worker's finished cells went against their estimates, would not end
-# by then; run folders may not outlive the machine, so a cell cut off is lost), and
+# as in --status but the slowest stored seed of the same model and data set rather than their mean (seeds stop at
+# very different epochs), scaled by how fast this worker's finished cells went against their estimates, would not
+# end by then; run folders may not outlive the machine, so a cell cut off is lost), and
 # those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried
 # by this worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence (users.npz), so a cell stored
 # without one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new
@@ -85,11 +86,12 @@ def scaled(cost, dataset, model):  # the model's cost on other data sets, each t
             ref = "sasrec" if "sasrec" in refs else sorted(refs)[0]
             out.append(mean(other, model) * mean(dataset, ref) / mean(other, ref))
     return statistics.mean(out) if out else None
-def guess(dataset, model):  # the same model on this data set (its fresh cells where it has some), else scaled
-    # from others (fresh cells first), else the model on any data set, else any cell
+def guess(dataset, model, pick=statistics.mean):  # the same model on this data set (its fresh cells where it has
+    # some; pick=max: the costliest of them), else scaled from others (fresh cells first), else the model on any data
+    # set, else any cell
     for cost in (fresh, every):
         if (dataset, model) in cost:
-            return statistics.mean(cost[(dataset, model)])
+            return pick(cost[(dataset, model)])
     for cost in (fresh, every):
         known = scaled(cost, dataset, model)
         if known is not None:
@@ -100,9 +102,9 @@ def guess(dataset, model):  # the same model on this data set (its fresh cells w
             return statistics.mean(xs)
     return 0.0
 open_cells = [line.split()[:2] for line in sys.argv[2].splitlines() if line.strip()]
-if sys.argv[3] == "seconds":
+if sys.argv[3] == "seconds":  # what UNTIL is held to: a seed may take as long as the slowest stored one did
     for d, m in open_cells:
-        print(round(guess(d, m)))
+        print(round(guess(d, m, max)))
 elif sys.argv[3] == "groups":  # a line a data set and model: its open seeds and their hours, in queue order
     seeds = {}
     for line in sys.argv[2].splitlines():

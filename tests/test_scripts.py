@@ -243,6 +243,24 @@ def test_the_queue_status_groups_the_open_seeds_with_their_hours(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_the_queue_holds_until_to_the_slowest_stored_seed(tmp_path: Path) -> None:
+    """Two stored bert4rec seeds on beauty-ts took 70 and 10 minutes: --status prices seed 3 at their mean (40
+    minutes), but UNTIL holds a worker to the slowest (70 minutes), so 50 minutes left start nothing and 80 do."""
+    import json
+    import subprocess
+
+    repo = _queue_repo(tmp_path, "beauty-ts bert4rec 3\n")
+    cell = repo / "results" / "beauty-ts" / "bert4rec" / "seed2"
+    cell.mkdir(parents=True)
+    cell.joinpath("cell.json").write_text(json.dumps({"compute": {"train_seconds": 540, "diagnose_seconds": 60}}))
+    status = subprocess.run(["bash", "scripts/reproduce_queue.sh", "--status", "scripts/grid.txt"], cwd=repo,
+                            capture_output=True, text=True, timeout=120)
+    assert status.stdout.splitlines()[-1] == "  beauty-ts bert4rec: seed 3 (about 0.7 h)"
+    assert _run_queue(repo, "now + 50 minutes") == []
+    assert _run_queue(repo, "now + 80 minutes") == ["beauty-ts bert4rec 3"]
+
+
+@pytest.mark.slow
 def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path) -> None:
     """A worker whose first cell took a tenth of its estimate (4 of 40 minutes) takes a 70-minute cell with 50
     minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
