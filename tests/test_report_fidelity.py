@@ -36,9 +36,17 @@ def test_t_interval_by_hand_and_one_seed():
     assert one.lo is None and one.covers(0.4) is None and one.text() == "0.500"
 
 
-def test_pooled_proportion_pools_counts():
+def test_pooled_proportion_pools_counts_and_widens_to_the_seeds_spread():
+    """(3, 10) and (7, 10): pooled 0.5; the seeds' rates 0.3 and 0.7 give a t interval (df 1) far wider than the
+    Wilson interval of 10 / 20, so that is the interval (clipped to [0, 1]); seeds that agree keep Wilson's."""
     est = pooled_proportion([(3, 10), (7, 10)])
-    assert est.value == 0.5 and (est.lo, est.hi) == wilson(10, 20)
+    spread = mean_t([0.3, 0.7])
+    assert est.value == 0.5 and spread.lo < wilson(10, 20)[0]
+    assert (est.lo, est.hi) == (max(0.0, spread.lo), min(1.0, spread.hi)) == (0.0, 1.0)
+    agree = pooled_proportion([(50, 100), (50, 100), (51, 100)])
+    assert (agree.lo, agree.hi) == wilson(151, 300)
+    one = pooled_proportion([(3, 10)])
+    assert (one.lo, one.hi) == wilson(3, 10)
 
 
 def write_cell(root: Path, dataset: str, seed: int, attn: float, hrli: float, n: int, rec: list[float],
@@ -118,10 +126,15 @@ def test_rows_from_runs_by_hand(tmp_path):
     assert (attn.lo, attn.hi) == pytest.approx((0.81 - 0.0248434, 0.81 + 0.0248434), abs=1e-6)
     res, _ = rows[0]["+Res"]  # 0.135 +- 4.303 * (0.01 / 6) / sqrt(3)
     assert res.value == pytest.approx(0.135) and res.hi == pytest.approx(0.135 + 0.0041406, abs=1e-6)
-    hrli, paper_hrli = rows[0]["HRLI@1"]  # (80 + 76 + 84) / 300
-    assert hrli.value == pytest.approx(0.8) and (hrli.lo, hrli.hi) == wilson(240, 300) and paper_hrli == 0.78
-    rec, _ = rows[0]["recovery_max"]  # the largest of each seed's curve: 10, 8 and 12 of 40
-    assert rec.value == pytest.approx(30 / 120) and (rec.lo, rec.hi) == wilson(30, 120)
+    hrli, paper_hrli = rows[0]["HRLI@1"]  # (80 + 76 + 84) / 300; the seeds' rates 0.80, 0.76, 0.84 (sd 0.04) give
+    # 0.8 +- 4.303 * 0.04 / sqrt(3), wider than Wilson's interval of 240 / 300
+    half = 4.303 * 0.04 / math.sqrt(3)
+    assert hrli.value == pytest.approx(0.8) and paper_hrli == 0.78
+    assert (hrli.lo, hrli.hi) == pytest.approx((0.8 - half, 0.8 + half), abs=1e-6) and hrli.lo < wilson(240, 300)[0]
+    rec, _ = rows[0]["recovery_max"]  # the largest of each seed's curve: 10, 8 and 12 of 40 (rates sd 0.05)
+    half = 4.303 * 0.05 / math.sqrt(3)
+    assert rec.value == pytest.approx(30 / 120) and (rec.lo, rec.hi) == pytest.approx((0.25 - half, 0.25 + half),
+                                                                                       abs=1e-6)
     assert rows[1]["Attn"][0].lo is None  # one seed: no interval over seeds
     assert (rows[1]["HRLI@1"][0].lo, rows[1]["HRLI@1"][0].hi) == wilson(50, 100)  # but a Wilson interval over users
     assert rows[2]["recovery_max"][1] == 0.28  # ML-1M's published recovery, on the not comparable row
@@ -160,10 +173,10 @@ def test_fidelity_block_by_hand(tmp_path):
     assert ("Published values outside resdom's 95% interval (comparable data sets; resdom - paper): Attn on "
             "beauty-ts (+0.034); +Res on beauty-ts (+0.016); +LN on beauty-ts (+0.016); HRLI@1 on toys-ts (-0.320)."
             in lines)
-    lo, hi = wilson(30, 120)
-    assert lines[-1] == (f"The largest recovery over α on any data set held is 0.250 [{lo:.3f}, {hi:.3f}] (beauty-ts, "
-                         "3 seeds, 95% Wilson interval), against the paper's \"up to about 46%\" over its nine data "
-                         "sets: outside the interval.")
+    half = 4.303 * 0.05 / math.sqrt(3)
+    assert lines[-1] == (f"The largest recovery over α on any data set held is 0.250 [{0.25 - half:.3f}, "
+                         f"{0.25 + half:.3f}] (beauty-ts, 3 seeds, 95% interval), against the paper's \"up to about "
+                         "46%\" over its nine data sets: outside the interval.")
 
 
 def test_fidelity_block_without_paper_data_sets(tmp_path):
