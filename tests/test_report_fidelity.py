@@ -30,8 +30,8 @@ def test_wilson_by_hand():
 
 
 def test_t_interval_by_hand_and_one_seed():
-    est = mean_t([1.0, 2.0, 3.0])  # sd 1, t(0.975, 2) = 4.303
-    assert est.value == 2.0 and est.hi - 2.0 == pytest.approx(4.303 / math.sqrt(3)) and est.seeds == 3
+    est = mean_t([1.0, 2.0, 3.0])  # sd 1, t(0.975, 2) = 4.3026527 (tables: 4.303)
+    assert est.value == 2.0 and est.hi - 2.0 == pytest.approx(4.3026527 / math.sqrt(3)) and est.seeds == 3
     one = mean_t([0.5])
     assert one.lo is None and one.covers(0.4) is None and one.text() == "0.500"
 
@@ -121,18 +121,18 @@ def test_rows_from_runs_by_hand(tmp_path):
     rows = fidelity_rows_runs(hand_store(tmp_path))
     assert [(r["dataset"], r["seeds"], r["comparable"]) for r in rows] == [
         ("beauty-ts", 3, True), ("toys-ts", 1, True), ("ml-1m-part", 1, False)]
-    attn, paper = rows[0]["Attn"]  # mean 0.81, sd 0.01, t(0.975, 2) = 4.303: half 4.303 * 0.01 / sqrt(3)
+    attn, paper = rows[0]["Attn"]  # mean 0.81, sd 0.01, t(0.975, 2) = 4.3026527: half 4.3026527 * 0.01 / sqrt(3)
     assert attn.value == pytest.approx(0.81) and paper == 0.776
-    assert (attn.lo, attn.hi) == pytest.approx((0.81 - 0.0248434, 0.81 + 0.0248434), abs=1e-6)
-    res, _ = rows[0]["+Res"]  # 0.135 +- 4.303 * (0.01 / 6) / sqrt(3)
-    assert res.value == pytest.approx(0.135) and res.hi == pytest.approx(0.135 + 0.0041406, abs=1e-6)
+    assert (attn.lo, attn.hi) == pytest.approx((0.81 - 0.0248414, 0.81 + 0.0248414), abs=1e-6)
+    res, _ = rows[0]["+Res"]  # 0.135 +- 4.3026527 * (0.01 / 6) / sqrt(3)
+    assert res.value == pytest.approx(0.135) and res.hi == pytest.approx(0.135 + 0.0041402, abs=1e-6)
     hrli, paper_hrli = rows[0]["HRLI@1"]  # (80 + 76 + 84) / 300; the seeds' rates 0.80, 0.76, 0.84 (sd 0.04) give
-    # 0.8 +- 4.303 * 0.04 / sqrt(3), wider than Wilson's interval of 240 / 300
-    half = 4.303 * 0.04 / math.sqrt(3)
+    # 0.8 +- 4.3026527 * 0.04 / sqrt(3), wider than Wilson's interval of 240 / 300
+    half = 4.3026527 * 0.04 / math.sqrt(3)
     assert hrli.value == pytest.approx(0.8) and paper_hrli == 0.78
     assert (hrli.lo, hrli.hi) == pytest.approx((0.8 - half, 0.8 + half), abs=1e-6) and hrli.lo < wilson(240, 300)[0]
     rec, _ = rows[0]["recovery_max"]  # the largest of each seed's curve: 10, 8 and 12 of 40 (rates sd 0.05)
-    half = 4.303 * 0.05 / math.sqrt(3)
+    half = 4.3026527 * 0.05 / math.sqrt(3)
     assert rec.value == pytest.approx(30 / 120) and (rec.lo, rec.hi) == pytest.approx((0.25 - half, 0.25 + half),
                                                                                        abs=1e-6)
     assert rows[1]["Attn"][0].lo is None  # one seed: no interval over seeds
@@ -173,7 +173,7 @@ def test_fidelity_block_by_hand(tmp_path):
     assert ("Published values outside resdom's 95% interval (comparable data sets; resdom - paper): Attn on "
             "beauty-ts (+0.034); +Res on beauty-ts (+0.016); +LN on beauty-ts (+0.016); HRLI@1 on toys-ts (-0.320)."
             in lines)
-    half = 4.303 * 0.05 / math.sqrt(3)
+    half = 4.3026527 * 0.05 / math.sqrt(3)
     assert lines[-1] == (f"The largest recovery over α on any data set held is 0.250 [{0.25 - half:.3f}, "
                          f"{0.25 + half:.3f}] (beauty-ts, 3 seeds, 95% interval), against the paper's \"up to about "
                          "46%\" over its nine data sets: outside the interval.")
@@ -201,7 +201,7 @@ def test_published_accuracy_block_by_hand(tmp_path):
     runs = [run("sasrec-tts", 1, 0.040, 0.0230), run("sasrec-tts", 2, 0.044, 0.0232),
             run("sasrec-tts", 3, 0.036, 0.0228), run("gru4rec", 1, 0.0200, 0.0100), run("sasrec", 1, 0.5, 0.5)]
     md = published_accuracy_block(runs)
-    half = 4.303 * 0.004 / math.sqrt(3)
+    half = 4.3026527 * 0.004 / math.sqrt(3)
     assert (f"| beauty-ts | sasrec-tts | 3 | 0.0400 [{0.04 - half:.4f}, {0.04 + half:.4f}] vs 0.0396 (+0.0004) ✓ | "
             "0.0230 [") in md
     ndcg = mean_t([0.0230, 0.0232, 0.0228])  # a tight interval above the published 0.0224: outside

@@ -59,8 +59,10 @@ def test_near_zero_and_the_answers() -> None:
     """near 0: the Wilson upper end below 0.02 (0 of 1,000: upper 0.0038), not near 0: the lower end above it
     (50 of 100), else undecided (0 of 100: upper 0.037; no count)."""
     assert wilson_by_hand(0, 1000)[1] < 0.02 < wilson_by_hand(0, 100)[1]
-    assert near_zero((0, 1000, 2)) == "yes" and near_zero((50, 100, 1)) == "no"
-    assert near_zero((0, 100, 1)) == "undecided" and near_zero(None) == "undecided"
+    assert near_zero([(0, 500), (0, 500)]) == "yes" and near_zero([(50, 100)]) == "no"
+    assert near_zero([(0, 100)]) == "undecided" and near_zero(None) == "undecided"
+    # pooled 6 / 1000 alone would be near 0 (Wilson's upper end 0.013), but seeds at 0.000 and 0.012 spread it
+    assert near_zero([(0, 500), (6, 500)]) == "undecided" and near_zero([(3, 500), (3, 500)]) == "yes"
     assert readout_answer("lower", "yes") == "yes"
     assert readout_answer("lower", "no") == "in part: lower, not near 0"
     assert readout_answer("lower", "undecided") == "in part: lower, near 0 undecided"

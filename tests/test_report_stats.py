@@ -19,9 +19,11 @@ from resdom.report.stats import (
     hit_at,
     holm,
     ndcg_at,
+    pooled_interval,
     replicate_counts,
     seed_test,
     t_cdf,
+    t_ppf,
     verdict,
     wilson,
 )
@@ -359,6 +361,30 @@ def test_t_cdf_table_values_and_limits() -> None:
     assert t_cdf(1.5, 1e7) == pytest.approx(NormalDist().cdf(1.5), abs=1e-6)
     with pytest.raises(ValueError, match="degrees of freedom"):
         t_cdf(1.0, 0.0)
+
+
+def test_t_ppf_inverts_t_cdf_and_matches_tables() -> None:
+    for q, df, table in ((0.975, 1, 12.7062047), (0.975, 2, 4.30265273), (0.975, 4, 2.77644511),
+                         (0.975, 10, 2.22813885), (0.95, 3, 2.35336343)):
+        assert t_ppf(q, df) == pytest.approx(table, abs=1e-7)
+    for q in (0.01, 0.3, 0.5, 0.9):
+        assert t_cdf(t_ppf(q, 2.7), 2.7) == pytest.approx(q, abs=1e-12)
+    assert t_ppf(0.025, 3) == pytest.approx(-t_ppf(0.975, 3), abs=1e-10)
+    with pytest.raises(ValueError, match="0 < q < 1"):
+        t_ppf(1.0, 3)
+
+
+def test_pooled_interval_widens_wilson_to_the_seeds_spread() -> None:
+    """(30, 100) and (50, 100): Wilson's interval of 80 / 200 is [0.335, 0.469]; the seeds' rates 0.3 and 0.5 give
+    0.4 +- 12.706 * 0.1414 / sqrt(2) = 0.4 +- 1.27, clipped to [0, 1]. Seeds that agree keep Wilson's interval; one
+    seed is Wilson's."""
+    assert pooled_interval([(30, 100), (50, 100)]) == (0.0, 1.0)
+    assert pooled_interval([(40, 100), (40, 100), (41, 100)]) == pytest.approx(wilson(121, 300))
+    assert pooled_interval([(3, 10)]) == pytest.approx(wilson(3, 10))
+    rates = np.array([0.80, 0.76, 0.84])  # (80, 76, 84) of 100: t half 4.3027 * 0.04 / sqrt(3) = 0.0994
+    lo, hi = pooled_interval([(80, 100), (76, 100), (84, 100)])
+    assert (lo, hi) == pytest.approx((0.8 - 4.3026527 * rates.std(ddof=1) / math.sqrt(3),
+                                      0.8 + 4.3026527 * rates.std(ddof=1) / math.sqrt(3)), abs=1e-6)
 
 
 def test_seed_test_by_hand() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from resdom.errors import ResdomError
 from resdom.report.collect import RunRecord
-from resdom.report.stats import wilson
+from resdom.report.stats import pooled_interval, t_ppf
 
 # The reference paper's published SASRec numbers (Kozaki et al., RecSys 2026): mixing ratios (norm of sums)
 # Attn / +Res / +LN per data set; HRLI@1 read from its figure (approximate); residual scaling recovers "up to
@@ -52,7 +52,6 @@ DATASETS: dict[str, tuple[str, bool]] = {
 NOT_COMPARABLE: dict[str, str] = {"ml-1m-part": "a 2,999-user part of ML-1M"}
 STAGES = ("Attn", "+Res", "+LN")
 QUANTITY = {"Attn": "Attn", "+Res": "+Res", "+LN": "+LN", "HRLI@1": "HRLI@1", "recovery_max": "largest recovery"}
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 @dataclass(frozen=True)
@@ -80,20 +79,15 @@ def mean_t(values: list[float]) -> Estimate:
     if n < 2:
         return Estimate(m, None, None, n)
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    half = T975.get(n - 1, 1.96) * sd / math.sqrt(n)
+    half = t_ppf(0.975, n - 1.0) * sd / math.sqrt(n)
     return Estimate(m, m - half, m + half, n)
 
 
 def pooled_proportion(counts: list[tuple[int, int]]) -> Estimate:
-    """Successes / trials pooled over seeds, with the Wilson interval of the pooled counts, widened to the t
-    interval over the seeds' own proportions (``mean_t``, two seeds or more) where that reaches further: the
-    pooled counts take every seed's users as new draws, so alone they leave out how much the seeds differ."""
+    """Successes / trials pooled over seeds, with ``stats.pooled_interval`` (Wilson's of the pooled counts, widened
+    to the t interval over the seeds' own proportions where that reaches further)."""
     k, n = sum(c for c, _ in counts), sum(t for _, t in counts)
-    lo, hi = wilson(k, n)
-    if len(counts) > 1:
-        seeds = mean_t([c / t for c, t in counts])
-        lo, hi = max(0.0, min(lo, seeds.lo)), min(1.0, max(hi, seeds.hi))
-    return Estimate(k / n, lo, hi, len(counts))
+    return Estimate(k / n, *pooled_interval(counts), len(counts))
 
 
 def read_cell(cell: Path) -> dict[str, Any] | None:

@@ -16,7 +16,8 @@ Each block has three parts:
    equivalence; a row whose cells lack ``users.npz``, or a probe not trained, is "undecided");
 2. the +Res mixing ratio (norm of sums, pooled over layers; mixing.json's ``all`` and ``last`` scopes) of probe and
    base side by side, mean ± std over the stored seeds ("1 seed" where one): descriptive, not tested; for question
-   1 also the probe's HRLI@1 pooled over its seeds with a Wilson 95% interval, and whether that is "near 0"
+   1 also the probe's HRLI@1 pooled over its seeds with a 95% interval (``stats.pooled_interval``: Wilson's of the
+   pooled counts, widened to the seeds' t interval where that reaches further), and whether that is "near 0"
    (``near_zero``: the interval's upper end below the HRLI@1 margin);
 3. the answer, generated from the verdicts (``readout_answer``, ``embeddings_answer``): it claims only what the
    verdicts say, and says "undecided" where the evidence is missing or the interval too wide; then the cells the
@@ -55,7 +56,7 @@ from resdom.report.evidence_blocks import (
 )
 from resdom.report.figures import ReportFigure
 from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
-from resdom.report.stats import wilson
+from resdom.report.stats import pooled_interval
 from resdom.report.tables import seeds_text
 
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
@@ -127,27 +128,27 @@ def _difference(r: ComparisonRow, trained: bool) -> str:
     return difference_text(r)
 
 
-def near_zero(count: tuple[int, int, int] | None, margin: float = HRLI_MARGIN) -> str:
-    """Is a pooled HRLI@1 (k, n, seeds) near 0? "yes" where its Wilson 95% interval's upper end is below ``margin``,
-    "no" where its lower end is above it, else (or without a count) "undecided"."""
-    if count is None:
+def near_zero(counts: list[tuple[int, int]] | None, margin: float = HRLI_MARGIN) -> str:
+    """Is HRLI@1 pooled over seeds ((k, n) a seed) near 0? "yes" where its 95% interval's (``stats.pooled_interval``)
+    upper end is below ``margin``, "no" where its lower end is above it, else (or without counts) "undecided"."""
+    if not counts:
         return UNDECIDED
-    lo, hi = wilson(count[0], count[1])
+    lo, hi = pooled_interval(counts)
     return "yes" if hi < margin else "no" if lo > margin else UNDECIDED
 
 
-def _pooled_hrli(runs: list[RunRecord]) -> tuple[int, int, int] | None:
-    """(users whose last item is ranked first, users, seeds) of HRLI@1 summed over ``runs`` that have the count."""
+def _seed_hrli(runs: list[RunRecord]) -> list[tuple[int, int]] | None:
+    """(users whose last item is ranked first, users) of HRLI@1 for each of ``runs`` that has the count."""
     have = [c for c in (hrli_count(r) for r in runs) if c is not None]
-    return (sum(k for k, _ in have), sum(n for _, n in have), len(have)) if have else None
+    return have or None
 
 
-def _hrli_text(count: tuple[int, int, int] | None) -> str:
-    if count is None:
+def _hrli_text(counts: list[tuple[int, int]] | None) -> str:
+    if not counts:
         return "–"
-    k, n, s = count
-    lo, hi = wilson(k, n)
-    return f"{k:,} / {n:,} = {k / n:.3f} [{lo:.3f}, {hi:.3f}] ({seeds_text(s)})"
+    k, n = sum(c for c, _ in counts), sum(t for _, t in counts)
+    lo, hi = pooled_interval(counts)
+    return f"{k:,} / {n:,} = {k / n:.3f} [{lo:.3f}, {hi:.3f}] ({seeds_text(len(counts))})"
 
 
 def mixing_markdown(runs: list[RunRecord], pairs: list[tuple[str, str, str]], question: int) -> str:
@@ -162,7 +163,7 @@ def mixing_markdown(runs: list[RunRecord], pairs: list[tuple[str, str, str]], qu
         for key, _ in MIXING_KEYS:
             cells.append(f"{store_mean(p_runs, key)} / {store_mean(b_runs, key)}")
         if question == 1:
-            count = _pooled_hrli(p_runs)
+            count = _seed_hrli(p_runs)
             cells += [_hrli_text(count), near_zero(count) if p_runs else NOT_TRAINED]
         rows.append(cells)
     header = ["Data set", "Probe / base", *(f"{name}: probe / base" for _, name in MIXING_KEYS)]
@@ -264,7 +265,8 @@ def _mixing_note(question: int) -> str:
             "one; mean ± std over the stored seeds of the probe / of the base model; descriptive, not tested.")
     if question == 1:
         note += (" Probe HRLI@1: users whose last input item is the top-1 unfiltered item, pooled over the probe's "
-                 f"seeds (users x seeds) with a Wilson 95% interval; near 0: its upper end is below {HRLI_MARGIN:g} "
+                 f"seeds (users x seeds) with the Wilson 95% interval of the pooled counts, widened to the seeds' t "
+                 f"interval where that reaches further; near 0: its upper end is below {HRLI_MARGIN:g} "
                  f"(the HRLI@1 margin), not near 0: its lower end is above it, else undecided.")
     return note
 
@@ -287,7 +289,7 @@ def _answer(rows: list[ComparisonRow], groups: dict[tuple[str, str], list[RunRec
         if not trained:
             parts.append(f"{head}: {UNDECIDED} ({NOT_TRAINED})")
         elif question == 1:
-            near = near_zero(_pooled_hrli(groups[(c.dataset, c.other)]))
+            near = near_zero(_seed_hrli(groups[(c.dataset, c.other)]))
             parts.append(f"{head}: removes last-item reliance? {readout_answer(hr.verdict, near)} (HRLI@1 "
                          f"{_phrase(hr, trained)}; near 0: {near}; NDCG@10 {_phrase(nd, trained)})")
         else:

@@ -233,16 +233,18 @@ def _betacf(a: float, b: float, x: float) -> float:
     return h
 
 
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1."""
+def betainc(a: float, b: float, x: float, y: float | None = None) -> float:
+    """The regularised incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1; ``y``: 1 - x where the caller
+    has it without cancellation (x near 1)."""
+    y = 1.0 - x if y is None else y
     if x <= 0.0:
         return 0.0
-    if x >= 1.0:
+    if y <= 0.0:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y))
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+    return 1.0 - front * _betacf(b, a, y) / b
 
 
 def t_cdf(t: float, df: float) -> float:
@@ -251,8 +253,36 @@ def t_cdf(t: float, df: float) -> float:
         raise ValueError(f"degrees of freedom must be > 0 (got {df})")
     if math.isinf(df):
         return NormalDist().cdf(t)
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))
     return tail if t < 0 else 1.0 - tail
+
+
+def t_ppf(q: float, df: float) -> float:
+    """The ``q`` quantile of Student's t with ``df`` degrees of freedom (bisection on ``t_cdf`` to 1e-12)."""
+    if not 0 < q < 1:
+        raise ValueError(f"a quantile needs 0 < q < 1 (got {q})")
+    lo, hi = -1.0, 1.0
+    while t_cdf(lo, df) > q:
+        lo *= 2.0
+    while t_cdf(hi, df) < q:
+        hi *= 2.0
+    while hi - lo > 1e-12 * max(1.0, abs(lo)):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
+    return (lo + hi) / 2.0
+
+
+def pooled_interval(counts: Sequence[tuple[int, int]], conf: float = 0.95) -> tuple[float, float]:
+    """The interval of a rate pooled over seeds, (successes, trials) a seed: the Wilson interval of the pooled
+    counts, widened to the t interval over the seeds' own rates (two seeds or more) where that reaches further,
+    clipped to [0, 1]. The pooled counts take every seed's users as new draws, so alone they leave out how much
+    the seeds differ."""
+    lo, hi = wilson(sum(k for k, _ in counts), sum(n for _, n in counts), conf)
+    if len(counts) > 1:
+        rates = np.array([k / n for k, n in counts], dtype=np.float64)
+        half = t_ppf((1 + conf) / 2, rates.size - 1.0) * float(rates.std(ddof=1)) / math.sqrt(rates.size)
+        lo, hi = max(0.0, min(lo, rates.mean() - half)), min(1.0, max(hi, rates.mean() + half))
+    return float(lo), float(hi)
 
 
 @dataclass(frozen=True)
