@@ -437,3 +437,6 @@ def test_paired_seeds_compare_the_seeds_both_have_seed_against_seed(tmp_path: Pa
     assert (one.n_seeds_baseline, one.n_seeds_other) == (1, 1) and one.verdict.startswith("equivalent")
     unpaired = compare_table(tmp_path, [Comparison("toy", "base", "other", "NDCG@10")], n_boot=500).rows[0]
     assert unpaired.diff.lo < 0 < unpaired.diff.hi and unpaired.verdict == "undecided"
+    write_users(tmp_path / "toy" / "late" / "seed9" / "users.npz", runs[1])  # a seed base does not have
+    late = compare_table(tmp_path, [Comparison("toy", "base", "late", "NDCG@10", paired_seeds=True)]).rows[0]
+    assert late.verdict == "undecided" and late.missing == ["toy/late (no seed in common with base, paired seeds)"]

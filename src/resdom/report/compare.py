@@ -424,6 +424,8 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
         base, miss_b = index.evidence(c.dataset, c.baseline, common)
         other, miss_o = index.evidence(c.dataset, c.other, common)
         missing = miss_b + miss_o
+        if common is not None and not common and index.seeds(c.dataset, c.baseline) and index.seeds(c.dataset, c.other):
+            missing = [f"{c.dataset}/{c.other} (no seed in common with {c.baseline}, paired seeds)"]
         if missing:
             rows.append(ComparisonRow(c, UNDECIDED, margin, missing=missing))
         else:
