@@ -1,6 +1,7 @@
-"""Statistics for comparisons on per-user evidence (issue 27 §2): per-user metrics from ranks, Wilson intervals for
-proportions, a paired bootstrap over users with the seeds resampled hierarchically, Holm's correction, equivalence by
-two one-sided tests (TOST) and the verdict of a comparison. Pure NumPy and the standard library (no torch).
+"""Statistics for comparisons on per-user evidence (issue 27 §2; spec §3, "Comparing two models"): per-user metrics
+from ranks, Wilson intervals for proportions, a paired bootstrap over users with the seeds resampled hierarchically,
+the seeds' own t-test, Holm's correction, equivalence by two one-sided tests (TOST) and the verdict of a comparison.
+Pure NumPy and the standard library (no torch).
 
 Conventions. A model's evidence is one per-user array per seed, all over the same users in the same order (shape
 ``(S, U)``: S seeds, U users). Its value under a statistic ``stat`` (a NumPy-style reduction called as
