@@ -14,6 +14,7 @@ import pytest
 from resdom.report.stats import (
     BootstrapResult,
     Margin,
+    SeedTest,
     bootstrap_diff,
     equivalence_test,
     hit_at,
@@ -23,6 +24,7 @@ from resdom.report.stats import (
     replicate_counts,
     seed_test,
     t_cdf,
+    t_interval,
     t_ppf,
     verdict,
     wilson,
@@ -385,6 +387,30 @@ def test_pooled_interval_widens_wilson_to_the_seeds_spread() -> None:
     lo, hi = pooled_interval([(80, 100), (76, 100), (84, 100)])
     assert (lo, hi) == pytest.approx((0.8 - 4.3026527 * rates.std(ddof=1) / math.sqrt(3),
                                       0.8 + 4.3026527 * rates.std(ddof=1) / math.sqrt(3)), abs=1e-6)
+
+
+def test_t_interval_by_hand() -> None:
+    """1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.3026527 (tables: 4.303); 99%: t(0.995, 2) = 9.9248432; one value has no
+    interval; none is refused."""
+    m, lo, hi = t_interval([1.0, 2.0, 3.0])
+    assert (m, lo, hi) == pytest.approx((2.0, 2.0 - 4.3026527 / math.sqrt(3), 2.0 + 4.3026527 / math.sqrt(3)))
+    assert t_interval(np.array([1.0, 2.0, 3.0]), 0.99)[2] == pytest.approx(2.0 + 9.9248432 / math.sqrt(3))
+    assert t_interval([0.5]) == (0.5, None, None)
+    with pytest.raises(ValueError, match="one value"):
+        t_interval([])
+
+
+def test_seed_test_one_sided_p_by_hand() -> None:
+    """t = (2 - 1) / 0.5 = 2, df 4: P(T >= 2) = 0.0580583 (closed form for df 4), the mirror 0.9419417; the two sum
+    to 1, and TOST is the larger of p_above(-m) and p_below(m). Seeds that do not vary: the side the estimate lies
+    on."""
+    st = SeedTest(2.0, 0.5, 4.0, "paired")
+    assert st.p_above(1.0) == pytest.approx(0.0580583, abs=1e-7)
+    assert st.p_below(1.0) == pytest.approx(1 - 0.0580583, abs=1e-7)
+    assert st.p_above() + st.p_below() == pytest.approx(1.0)
+    assert st.p_equiv(3.0) == max(st.p_above(-3.0), st.p_below(3.0))
+    flat = SeedTest(2.0, 0.0, 4.0, "paired")
+    assert (flat.p_above(1.0), flat.p_below(1.0), flat.p_above(2.0), flat.p_below(3.0)) == (0.0, 1.0, 0.5, 0.0)
 
 
 def test_seed_test_by_hand() -> None:

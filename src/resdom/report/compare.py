@@ -347,26 +347,33 @@ class Comparison:
     paired_seeds: bool = False
 
 
-@dataclass
-class ComparisonRow:
-    """One row: the means (mean over seeds of the mean over users), the bootstrap of other - baseline and the seeds'
-    own t-test of it (``seeds``; None with a single seed on both sides), the Holm-adjusted p-values of the difference
-    and of the equivalence test under each, and the verdict. Numbers are None for a row without per-user evidence
-    (``missing`` names the cells)."""
+@dataclass(kw_only=True)
+class TestedRow:
+    """What ``set_verdicts`` reads and writes in a row of a table of tested differences (``ComparisonRow``,
+    ``echo.EchoRow``): the margin, the bootstrap of the difference (``diff``) and the seeds' own t-test of it
+    (``seeds``; None with a single seed on both sides), the TOST p at the margin's absolute value, the Holm-adjusted
+    p-values of the difference and of equivalence under each test, and the verdict."""
 
-    comparison: Comparison
-    verdict: str
     margin: Margin
-    baseline_mean: float | None = None
-    other_mean: float | None = None
+    verdict: str = ""
     diff: BootstrapResult | None = None
     margin_abs: float | None = None
     p_equiv: float | None = None  # TOST, unadjusted
+    seeds: SeedTest | None = None
     p_holm: float | None = None
     p_equiv_holm: float | None = None
-    seeds: SeedTest | None = None
     p_seed_holm: float | None = None
     p_seed_equiv_holm: float | None = None
+
+
+@dataclass(kw_only=True)
+class ComparisonRow(TestedRow):
+    """One row: the means (mean over seeds of the mean over users) and the tests of other - baseline
+    (``TestedRow``). Numbers are None for a row without per-user evidence (``missing`` names the cells)."""
+
+    comparison: Comparison
+    baseline_mean: float | None = None
+    other_mean: float | None = None
     n_seeds_baseline: int = 0
     n_seeds_other: int = 0
     n_users: int = 0
@@ -402,9 +409,9 @@ def _evidence_row(c: Comparison, margin: Margin, base: list[UserEvidence], other
     base_mean, other_mean = float(np.mean([x.mean() for x in b])), float(np.mean([x.mean() for x in a]))
     m_abs = margin.absolute(base_mean)
     p_equiv = equivalence_test(result, m_abs, alpha).p_value if m_abs > 0 else None
-    return ComparisonRow(c, "", margin, base_mean, other_mean, result, m_abs, p_equiv,
-                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users,
-                         seeds=seed_test(a, b, paired_seeds=c.paired_seeds))
+    return ComparisonRow(comparison=c, margin=margin, baseline_mean=base_mean, other_mean=other_mean, diff=result,
+                         margin_abs=m_abs, p_equiv=p_equiv, seeds=seed_test(a, b, paired_seeds=c.paired_seeds),
+                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users)
 
 
 def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Comparison], title: str = "",
@@ -427,9 +434,9 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
         if common is not None and not common and index.seeds(c.dataset, c.baseline) and index.seeds(c.dataset, c.other):
             missing = [f"{c.dataset}/{c.other} (no seed in common with {c.baseline}, paired seeds)"]
         if missing:
-            rows.append(ComparisonRow(c, UNDECIDED, margin, missing=missing))
+            rows.append(ComparisonRow(comparison=c, verdict=UNDECIDED, margin=margin, missing=missing))
         else:
-            rows.append(ComparisonRow(c, "", margin))
+            rows.append(ComparisonRow(comparison=c, margin=margin))
             pending.append((i, c, margin, base, other))
     n_boot = _effective_n_boot(n_boot, len(pending), alpha)
     for i, c, margin, base, other in pending:
@@ -439,20 +446,7 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
     return ComparisonTable(title, rows, n_boot, alpha)
 
 
-class _Tested(Protocol):  # a row of a table of tested differences: ComparisonRow, echo.EchoRow
-    diff: BootstrapResult | None
-    seeds: SeedTest | None
-    p_equiv: float | None
-    margin_abs: float | None
-    margin: Margin
-    p_holm: float | None
-    p_equiv_holm: float | None
-    p_seed_holm: float | None
-    p_seed_equiv_holm: float | None
-    verdict: str
-
-
-def set_verdicts(done: Sequence[_Tested], alpha: float) -> None:
+def set_verdicts(done: Sequence[TestedRow], alpha: float) -> None:
     """Holm across ``done`` (rows with a bootstrap) in four families, the bootstrap's and the seeds' test's p of the
     difference and of equivalence, then each row's ``joint_verdict``."""
     families = {  # raw p-values per row (None: no such test in that row)
@@ -491,7 +485,7 @@ def holm_p_text(p: float, d: BootstrapResult) -> str:
     return f"≤{p:.3f}" if d.p_value <= 2 / (d.n_boot + 1) else f"{p:.3f}"
 
 
-def row_p_text(r: _Tested) -> str:
+def row_p_text(r: TestedRow) -> str:
     """``≤0.010 bootstrap, 0.480 seeds' t``: the row's Holm-adjusted p of the difference under both tests (the
     bootstrap's alone where the row has no seeds' test: a single seed on both sides)."""
     assert r.diff is not None and r.p_holm is not None  # set wherever the row has evidence

@@ -41,6 +41,7 @@ from resdom.errors import ResdomError
 from resdom.report.compare import (
     UNDECIDED,
     EvidenceIndex,
+    TestedRow,
     UserEvidence,
     as_index,
     default_margin,
@@ -52,7 +53,6 @@ from resdom.report.compare import (
 from resdom.report.stats import (
     BootstrapResult,
     Margin,
-    SeedTest,
     equivalence_test,
     paired_seed_test,
     replicate_counts,
@@ -175,8 +175,8 @@ def echo_bootstrap(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray, n_str
 
 # --- the table ------------------------------------------------------------------------------------------------------
 
-@dataclass
-class EchoRow:
+@dataclass(kw_only=True)
+class EchoRow(TestedRow):
     """One (data set, label): per seed s, ``n[s]``/``x[s]`` (J, 2) users and hits per (stratum, group), group 1
     the echo group; the crude rates (mean over seeds of each group's HR@K), the stratified difference's bootstrap,
     p-values (Holm across the table's rows) and the verdict. ``diff`` is None where the difference is undefined
@@ -184,21 +184,11 @@ class EchoRow:
 
     dataset: str
     label: str
-    verdict: str
     n: np.ndarray  # (S, J, 2)
     x: np.ndarray  # (S, J, 2)
-    margin: Margin
     n_users: int = 0
-    diff: BootstrapResult | None = None
     p1_std: float | None = None  # standardised rates, mean over seeds
     p0_std: float | None = None
-    margin_abs: float | None = None
-    p_equiv: float | None = None
-    p_holm: float | None = None
-    p_equiv_holm: float | None = None
-    seeds: SeedTest | None = None  # the seeds' own RDs' t-test (None: one seed)
-    p_seed_holm: float | None = None
-    p_seed_equiv_holm: float | None = None
     dropped: int = 0
     missing: list[str] = field(default_factory=list)
 
@@ -259,12 +249,12 @@ def _row(ds: str, label: str, evidence: list[UserEvidence], missing: list[str], 
     """One row and whether it has a bootstrap (it then awaits Holm's correction for its verdict)."""
     J = len(bins)
     if not evidence:
-        return EchoRow(ds, label, UNDECIDED, np.zeros((0, J, 2)),
-                       np.zeros((0, J, 2)), margin, missing=missing), False
+        return EchoRow(dataset=ds, label=label, verdict=UNDECIDED, n=np.zeros((0, J, 2)), x=np.zeros((0, J, 2)),
+                       margin=margin, missing=missing), False
     echo, hit, stratum = _arrays(evidence, k, bins)
     counts = [stratum_counts(echo[s], hit[s], stratum, J) for s in range(len(evidence))]
-    row = EchoRow(ds, label, "", np.stack([c[0] for c in counts]), np.stack([c[1] for c in counts]), margin,
-                  n_users=int(echo.shape[1]), missing=missing)
+    row = EchoRow(dataset=ds, label=label, n=np.stack([c[0] for c in counts]), x=np.stack([c[1] for c in counts]),
+                  margin=margin, n_users=int(echo.shape[1]), missing=missing)
     per_seed = np.array([_rd_from_counts(n, x) for n, x in counts])  # (S, 3)
     if np.isnan(per_seed[:, 0]).any():
         why = NO_DIFFERENCE + (" in every seed" if np.isnan(per_seed[:, 0]).all() else " in a seed")

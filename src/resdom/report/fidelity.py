@@ -20,14 +20,13 @@ only ("not held here"). ``fidelity_block(runs)`` is the ``fidelity`` block of do
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
 from resdom.report.collect import RunRecord
-from resdom.report.stats import pooled_interval, t_ppf
+from resdom.report.stats import pooled_interval, t_interval
 
 # The reference paper's published SASRec numbers (Kozaki et al., RecSys 2026): mixing ratios (norm of sums)
 # Attn / +Res / +LN per data set; HRLI@1 read from its figure (approximate); residual scaling recovers "up to
@@ -74,13 +73,7 @@ class Estimate:
 
 def mean_t(values: list[float]) -> Estimate:
     """Mean over seeds with a two-sided 95% t interval (none from one seed)."""
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return Estimate(m, None, None, n)
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    half = t_ppf(0.975, n - 1.0) * sd / math.sqrt(n)
-    return Estimate(m, m - half, m + half, n)
+    return Estimate(*t_interval(values), len(values))
 
 
 def pooled_proportion(counts: list[tuple[int, int]]) -> Estimate:

@@ -50,7 +50,7 @@ from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
 from resdom.report.dynamics import Dynamics, cell_dynamics
-from resdom.report.stats import holm, t_cdf, wilson
+from resdom.report.stats import holm, paired_seed_test, wilson
 
 GAIN_MARGIN = 0.01
 MIN_CELLS = 5
@@ -280,13 +280,10 @@ def units_t(values: Sequence[float], groups: Sequence[str], margin: float) -> tu
     vals = np.asarray(values, dtype=np.float64)
     names = list(dict.fromkeys(groups))
     units = vals if len(names) < 2 else np.array([vals[np.asarray(groups) == g].mean() for g in names])
-    if units.size < 2:
+    test = paired_seed_test(units)  # the one-sample t-test of the units' mean
+    if test is None:
         raise ValueError("a t-test needs two units or more")
-    mean, se = float(units.mean()), float(units.std(ddof=1) / math.sqrt(units.size))
-    if se == 0.0:
-        return (0.0, 1.0) if mean > margin else (1.0, 0.0) if mean < margin else (0.5, 0.5)
-    t = (mean - margin) / se
-    return 1.0 - t_cdf(t, units.size - 1.0), t_cdf(t, units.size - 1.0)
+    return test.p_above(margin), test.p_below(margin)
 
 
 def _interval(mean: float, reps: np.ndarray, n: int) -> Interval:

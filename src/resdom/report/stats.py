@@ -273,16 +273,28 @@ def t_ppf(q: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
+def t_interval(values: Sequence[float] | np.ndarray, conf: float = 0.95) -> tuple[float, float | None, float | None]:
+    """(mean, lo, hi): the mean of ``values`` (e.g. one number per seed) with its two-sided t interval, df n - 1;
+    lo and hi None for a single value."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        raise ValueError("a mean needs one value or more")
+    m = float(v.mean())
+    if v.size < 2:
+        return m, None, None
+    half = t_ppf((1 + conf) / 2, v.size - 1.0) * float(v.std(ddof=1)) / math.sqrt(v.size)
+    return m, m - half, m + half
+
+
 def pooled_interval(counts: Sequence[tuple[int, int]], conf: float = 0.95) -> tuple[float, float]:
     """The interval of a rate pooled over seeds, (successes, trials) a seed: the Wilson interval of the pooled
-    counts, widened to the t interval over the seeds' own rates (two seeds or more) where that reaches further,
-    clipped to [0, 1]. The pooled counts take every seed's users as new draws, so alone they leave out how much
-    the seeds differ."""
+    counts, widened to the t interval over the seeds' own rates (``t_interval``, two seeds or more) where that
+    reaches further, clipped to [0, 1]. The pooled counts take every seed's users as new draws, so alone they leave
+    out how much the seeds differ."""
     lo, hi = wilson(sum(k for k, _ in counts), sum(n for _, n in counts), conf)
-    if len(counts) > 1:
-        rates = np.array([k / n for k, n in counts], dtype=np.float64)
-        half = t_ppf((1 + conf) / 2, rates.size - 1.0) * float(rates.std(ddof=1)) / math.sqrt(rates.size)
-        lo, hi = max(0.0, min(lo, rates.mean() - half)), min(1.0, max(hi, rates.mean() + half))
+    _, t_lo, t_hi = t_interval([k / n for k, n in counts], conf)
+    if t_lo is not None and t_hi is not None:
+        lo, hi = max(0.0, min(lo, t_lo)), min(1.0, max(hi, t_hi))
     return float(lo), float(hi)
 
 
@@ -306,19 +318,32 @@ class SeedTest:
             return 1.0 if self.estimate == 0.0 else 0.0
         return min(1.0, 2.0 * t_cdf(-abs(self.estimate) / self.se, self.df))
 
+    def p_above(self, margin: float = 0.0) -> float:
+        """One-sided, for ``difference > margin``: ``P(T >= t)``, t = (estimate - margin) / se. Seeds that do not vary
+        at all: 0 or 1 by the side the estimate lies on (0.5 at the margin)."""
+        if self.se == 0.0:
+            return 0.0 if self.estimate > margin else 1.0 if self.estimate < margin else 0.5
+        return 1.0 - t_cdf((self.estimate - margin) / self.se, self.df)
+
+    def p_below(self, margin: float = 0.0) -> float:
+        """One-sided, for ``difference < margin`` (``p_above``'s mirror)."""
+        if self.se == 0.0:
+            return 0.0 if self.estimate < margin else 1.0 if self.estimate > margin else 0.5
+        return t_cdf((self.estimate - margin) / self.se, self.df)
+
     def p_equiv(self, margin: float) -> float:
         """Two one-sided tests of ``-margin < difference < margin``: the larger one-sided p."""
         if not margin > 0:
             raise ValueError(f"an equivalence margin must be > 0 (got {margin})")
         if self.se == 0.0:
             return 0.0 if abs(self.estimate) < margin else 1.0
-        return max(1.0 - t_cdf((self.estimate + margin) / self.se, self.df),
-                   t_cdf((self.estimate - margin) / self.se, self.df))
+        return max(self.p_above(-margin), self.p_below(margin))
 
 
 def paired_seed_test(differences: Sequence[float] | np.ndarray) -> SeedTest | None:
     """The "paired" ``SeedTest`` of per-seed differences (each seed's own difference, e.g. of one run stopped by two
-    rules, or of two groups of users within one cell): their mean, its standard error, df S - 1; None for one seed."""
+    rules, or of two groups of users within one cell): their mean, its standard error, df S - 1; None for one seed.
+    The same is the one-sample t-test of any values' mean (``p_above``/``p_below`` against a margin)."""
     d = np.asarray(differences, dtype=np.float64)
     if d.size < 2:
         return None
