@@ -211,6 +211,22 @@ def test_split_counts_the_dropped_user_and_keeps_its_history(tmp_path: Path) -> 
                                                                            ["y"]]
 
 
+def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
+    """Two users with 2 and 1 interactions: leave-one-out drops both (it needs 3 each), the global temporal split
+    drops both for its own reasons; the message names the parts left empty and the split's dropped counts."""
+    f = write(tmp_path / "tiny.csv", "user_id,item_id,timestamp\n1,a,1\n1,b,2\n2,a,3\n")
+    with pytest.raises(ResdomError) as loo:
+        prepare_split(str(f))
+    assert str(loo.value) == (f"{f}: the loo split leaves no training and no test data: 2 user(s) after "
+                              "preprocessing, dropped by the split: 2 fewer than 3 items (leave-one-out needs 3 "
+                              "interactions or more per user)")
+    with pytest.raises(ResdomError) as gts:
+        prepare_split(str(f), protocol="gts")
+    assert "\n" not in str(gts.value)
+    assert str(gts.value).startswith(f"{f}: the gts split leaves no training and no test data: 2 user(s) after "
+                                     "preprocessing, dropped by the split: test: 1 eval users with one interaction")
+
+
 def test_registered_data_sets_keep_their_protocol_and_fingerprint(shared_raw: Path) -> None:
     """The paper data sets still get k-core 5 (ml-100k its preset: none), and their splits are the very ones of
     before issue 28 (the fingerprints below were checked equal to the previous code's splits when the fingerprint

@@ -233,10 +233,25 @@ def prepare_split(
     else:
         parts = split_gts(seqs, quantile, valid_quantile)
     counts = part_counts(parts)
-    if counts["train"]["interactions"] == 0 or counts["test"]["users"] == 0:
-        raise ResdomError(f"{source_name(source)}: the {protocol} split leaves an empty training or test part "
-                          f"({counts})")
+    empty = [part for part, key in (("training", ("train", "interactions")), ("test", ("test", "users")))
+             if counts[key[0]][key[1]] == 0]
+    if empty:
+        dropped = _dropped_text(parts.info["dropped_users"])
+        raise ResdomError(f"{source_name(source)}: the {protocol} split leaves no {' and no '.join(empty)} data: "
+                          f"{len(seqs)} user(s) after preprocessing, dropped by the split: {dropped or 'none'}"
+                          + (" (leave-one-out needs 3 interactions or more per user)" if protocol == "loo" else ""))
     return split_data(parts, prepared, manifest, evaluation)
+
+
+def _dropped_text(dropped: dict[str, Any], where: str = "") -> str:
+    """``{'test': {'eval_users_with_one_interaction': 1}}`` -> "test: 1 eval users with one interaction"."""
+    texts = []
+    for key, value in dropped.items():
+        if isinstance(value, dict):
+            texts.append(_dropped_text(value, f"{where}{key}: "))
+        elif value:
+            texts.append(f"{where}{value} {key.replace('_', ' ')}")
+    return ", ".join(t for t in texts if t)
 
 
 def split_data(parts: SplitParts, prepared: Prepared, manifest: dict[str, Any],
