@@ -213,18 +213,19 @@ def test_split_counts_the_dropped_user_and_keeps_its_history(tmp_path: Path) -> 
 
 def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
     """Two users with 2 and 1 interactions: leave-one-out drops both (it needs 3 each), the global temporal split
-    drops both for its own reasons; the message names the parts left empty and the split's dropped counts."""
+    drops both for its own reasons; the message names the parts left empty and the split's dropped counts (in the
+    words of the data summary's split line, ``changes.split_reasons``)."""
     f = write(tmp_path / "tiny.csv", "user_id,item_id,timestamp\n1,a,1\n1,b,2\n2,a,3\n")
     with pytest.raises(ResdomError) as loo:
         prepare_split(str(f))
     assert str(loo.value) == (f"{f}: the loo split leaves no training and no test data: 2 user(s) after "
-                              "preprocessing, dropped by the split: 2 fewer than 3 items (leave-one-out needs 3 "
+                              "preprocessing, dropped by the split: fewer than 3 items: 2 (leave-one-out needs 3 "
                               "interactions or more per user)")
     with pytest.raises(ResdomError) as gts:
         prepare_split(str(f), protocol="gts")
     assert "\n" not in str(gts.value)
     assert str(gts.value).startswith(f"{f}: the gts split leaves no training and no test data: 2 user(s) after "
-                                     "preprocessing, dropped by the split: test: 1 eval users with one interaction")
+                                     "preprocessing, dropped by the split: test: eval users with one interaction: 1")
 
 
 def test_registered_data_sets_keep_their_protocol_and_fingerprint(shared_raw: Path) -> None:

@@ -85,7 +85,7 @@ def _time_line(time: dict[str, Any], fmt: str) -> str:
     return f"order: the {fmt} format has no timestamps: each user's interactions in file order"
 
 
-def _split_reasons(reasons: Any) -> str:
+def split_reasons(reasons: Any) -> str:
     """A split's ``dropped_users`` as words: ``fewer than 3 items: 2``, ``test: eval users with one interaction: 1``."""
     flat: list[str] = []
 
@@ -130,7 +130,7 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
                  f"{_n(k['interactions'], 'interaction')}" if k else "k-core: off (no user or item filtered)")
     s = c.get("split")
     if s:
-        why = _split_reasons(s.get("reasons"))
+        why = split_reasons(s.get("reasons"))
         line = (f"{s.get('protocol')} split: {_n(s['users_dropped'], 'user')} in no part"
                 f"{' (' + why + ')' if why else ''}, {_n(s['interactions_unused'], 'interaction')} in no part")
         if s.get("users_partly_used"):

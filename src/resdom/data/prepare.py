@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from resdom import __version__
-from resdom.data.changes import preprocessing_changes, split_changes
+from resdom.data.changes import preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
 from resdom.data.preprocess import Prepared, PreprocessConfig, preprocess
@@ -233,25 +233,14 @@ def prepare_split(
     else:
         parts = split_gts(seqs, quantile, valid_quantile)
     counts = part_counts(parts)
-    empty = [part for part, key in (("training", ("train", "interactions")), ("test", ("test", "users")))
-             if counts[key[0]][key[1]] == 0]
+    empty = [part for part, n in (("training", counts["train"]["interactions"]), ("test", counts["test"]["users"]))
+             if n == 0]
     if empty:
-        dropped = _dropped_text(parts.info["dropped_users"])
+        dropped = split_reasons(parts.info["dropped_users"])
         raise ResdomError(f"{source_name(source)}: the {protocol} split leaves no {' and no '.join(empty)} data: "
                           f"{len(seqs)} user(s) after preprocessing, dropped by the split: {dropped or 'none'}"
                           + (" (leave-one-out needs 3 interactions or more per user)" if protocol == "loo" else ""))
     return split_data(parts, prepared, manifest, evaluation)
-
-
-def _dropped_text(dropped: dict[str, Any], where: str = "") -> str:
-    """``{'test': {'eval_users_with_one_interaction': 1}}`` -> "test: 1 eval users with one interaction"."""
-    texts = []
-    for key, value in dropped.items():
-        if isinstance(value, dict):
-            texts.append(_dropped_text(value, f"{where}{key}: "))
-        elif value:
-            texts.append(f"{where}{value} {key.replace('_', ' ')}")
-    return ", ".join(t for t in texts if t)
 
 
 def split_data(parts: SplitParts, prepared: Prepared, manifest: dict[str, Any],
