@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,8 +218,12 @@ def _problem(err: Any) -> str:
 
 
 def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, imported_from: dict[str, Any],
-              force: bool = False) -> Path:
-    """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it."""
+              force: bool = False, log: Callable[[str], None] | None = None, notes: Sequence[str] = ()) -> Path:
+    """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it.
+
+    Then ``log`` gets each of ``notes`` (what the importer applied to the data) and, where ``imported_from`` names
+    ignored weights, the line that says so.
+    """
     out = Path(out)
     check_output_folder(out, "--out", runs=False, force=force)
     run = RunDir(out)
@@ -238,4 +242,7 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     })
     for stale in (run.final, run.log):
         stale.unlink(missing_ok=True)
+    for line in [*notes, ignored_weights_line(imported_from.get("ignored_weights", []))] if log is not None else ():
+        if line:
+            log(line)
     return out

@@ -32,7 +32,6 @@ from resdom.adapters.common import (
     ImportData,
     TrackedState,
     attention_weights,
-    ignored_weights_line,
     load_import_data,
     load_weights,
     source_rows,
@@ -158,11 +157,7 @@ def import_pmixer(state_path: str | Path, source: str, out: str | Path, heads: i
     imported = {"format": "pmixer", "path": str(Path(state_path).resolve()), "heads": heads,
                 "norm_first": norm_first, "max_len": model.max_len, "preprocessing": applied,
                 "ignored_weights": ignored}
-    path = write_run(out, model, data, imported, force)
-    for line in [*applied, ignored_weights_line(ignored)] if log is not None else ():
-        if line:
-            log(line)
-    return path
+    return write_run(out, model, data, imported, force, log, applied)
 
 
 def describe_pmixer_data(data: ImportData) -> list[str]:

@@ -37,7 +37,6 @@ from resdom.adapters.common import (
     ImportData,
     TrackedState,
     check_heads,
-    ignored_weights_line,
     imported_model_config,
     load_weights,
     setting_number,
@@ -607,8 +606,4 @@ def import_recbole(checkpoint: str | Path, source: str, out: str | Path, data_di
                 "dataset": ckpt.get("dataset"), "model": ckpt.get("model"),
                 "max_item_list_length": ckpt.get("MAX_ITEM_LIST_LENGTH"), "preprocessing": applied,
                 "ignored_weights": ignored}
-    path = write_run(out, model, data, imported, force)
-    for line in [*applied, ignored_weights_line(ignored)] if log is not None else ():
-        if line:
-            log(line)
-    return path
+    return write_run(out, model, data, imported, force, log, applied)

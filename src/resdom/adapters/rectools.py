@@ -52,7 +52,6 @@ from resdom.adapters.common import (
     _keys,
     attention_weights,
     check_heads,
-    ignored_weights_line,
     imported_model_config,
     load_weights,
     setting_mapping,
@@ -310,8 +309,4 @@ def import_rectools(path: str | Path, source: str, out: str | Path, data_dir: st
     imported = {"format": "rectools", "path": str(Path(path).resolve()), "class": ck.config["cls"],
                 "model_config": {k: v for k, v in ck.config.items() if isinstance(v, (str, int, float, bool))},
                 "lightning_version": ck.version, "preprocessing": lines[1:], "ignored_weights": ignored}
-    run = write_run(out, model, data, imported, force)
-    for line in [*lines, ignored_weights_line(ignored)] if log is not None else ():
-        if line:
-            log(line)
-    return run
+    return write_run(out, model, data, imported, force, log, lines)
