@@ -136,6 +136,37 @@ def test_a_cell_commit_leaves_an_edit_in_progress_out(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_cell_commit_names_a_hand_written_reading_it_breaks(tmp_path: Path) -> None:
+    """After a cell's commit, scripts/reproduce_cells.sh runs the checkout's tests/test_results_doc.py but its
+    tables' regeneration: a failing reading is named in a warning and the cell stays committed (exit 0); the
+    regeneration test is not run; where every reading holds, nothing is said."""
+    import shutil
+    import subprocess
+
+    table = "<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n"
+    root, repo, git = _cells_repo(tmp_path, {"results.md": "# R\n\n" + table, "remedies.md": "# M\n"}, ())
+    (repo / ".venv").symlink_to(root / ".venv")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_results_doc.py").write_text(
+        "from pathlib import Path\n\n\n"
+        "def test_committed_tables_equal_what_the_store_regenerates():\n    raise AssertionError\n\n\n"
+        "def test_a_reading():\n    assert '| beauty-ts | bert4rec |' not in Path('docs/results.md').read_text()\n")
+    first, second = "results/beauty-ts/gru4rec/seed1", "results/beauty-ts/bert4rec/seed1"
+    shutil.copytree(root / first, repo / first)
+    quiet = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", first], cwd=repo, capture_output=True,
+                           text=True)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    shutil.copytree(root / second, repo / second)
+    loud = subprocess.run(["bash", "scripts/reproduce_cells.sh", "--commit", second], cwd=repo, capture_output=True,
+                          text=True)
+    assert loud.returncode == 0, loud.stderr
+    assert git("log", "-1", "--format=%s").strip() == "results: beauty-ts / bert4rec / seed 1"
+    assert f"WARNING: with {second} stored, a hand-written reading" in loud.stderr
+    assert "FAILED tests/test_results_doc.py::test_a_reading" in loud.stderr
+    assert "test_committed_tables" not in loud.stderr
+
+
+@pytest.mark.slow
 def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) -> None:
     """Two queues commit into one checkout: where another commit moves HEAD while a cell's documents are refilled,
     the cell's commit fails quietly and is made again on the new HEAD, with a line saying so (no git "fatal").
