@@ -9,6 +9,8 @@
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
 # The commit holds the cell and the regenerated text tables only, never a figure (see commit_cell).
+# After each commit it runs the documents' hand-written readings against the store and names any that the new
+# cell breaks (check_readings; the cell stays committed, make test fails until the reading is rewritten).
 # Training runs from a frozen copy of src/ (runs/code-<commit>/), so editing the code while the grid runs cannot
 # break a cell half way (modules are imported lazily); the report is regenerated with the checkout's own code.
 set -uo pipefail
