@@ -11,7 +11,8 @@
 # Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost,
 # as in --status but the slowest stored seed of the same model and data set rather than their mean (seeds stop at
 # very different epochs), scaled by how fast this worker's finished cells went against their estimates, would not
-# end by then; run folders may not outlive the machine, so a cell cut off is lost), and
+# end by then; a started cell is costed by the epochs its patience still allows and its diagnosis, so one near its
+# end is not passed over; a cell cut off resumes from its last epoch where its run folder outlives the machine), and
 # those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried
 # by this worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence (users.npz), so a cell stored
 # without one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new
@@ -145,13 +146,36 @@ declare -A failed=()
 # This machine's speed against the stored cells': the seconds the cells this worker finished took, over what
 # estimate said they would (1 until one is finished), applied to the next estimates.
 took=1 said=1 guess=0
-fits() {  # DATA SET MODEL: the cell's estimated cost, at this machine's speed, ends before UNTIL (always, without);
-  # leaves the unscaled estimate in guess (0 without UNTIL)
+fits() {  # DATA SET MODEL SEED GRID: the cell's estimated cost, at this machine's speed, ends before UNTIL (always,
+  # without); leaves the unscaled estimate of the whole cell in guess (0 without UNTIL). A started cell costs what is
+  # left of it (still_to_go), not a whole one.
   guess=0
   [ -z "${UNTIL:-}" ] && return 0
   local left; left=$(( $(date -d "$UNTIL" +%s) - $(date +%s) ))
   guess=$(estimate "$1 $2 0" seconds)
-  [ $(( guess * took / said )) -le "$left" ]
+  [ $(( $(still_to_go "$4/$1/$2/seed$3" "$guess") * took / said )) -le "$left" ]
+}
+still_to_go() {  # RUN SECONDS: of a cell whose whole estimate is SECONDS, the seconds left: all of them for a new
+  # cell; for a started one, its last epoch's seconds times the epochs its patience still allows (none once training
+  # has finished: metrics.json), plus a twentieth of the estimate for its diagnosis (1-3% of a stored cell's cost),
+  # never more than the whole estimate. It counts no improvement to come, so it errs on the short side; a cell cut
+  # off at UNTIL resumes from its last epoch.
+  .venv/bin/python - "$1" "$2" <<'PY'
+import json, sys
+from pathlib import Path
+run, whole = Path(sys.argv[1]), int(sys.argv[2])
+log = run / "metrics.jsonl"
+lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+if (run / "metrics.json").exists():
+    print(min(whole, whole // 20))
+elif lines:
+    last = lines[-1]
+    patience = json.loads((run / "config.json").read_text()).get("train", {}).get("patience", 10)
+    epochs = max(last["best_epoch"] + patience - last["epoch"], 0)
+    print(min(whole, round(last["seconds"] * epochs) + whole // 20))
+else:
+    print(whole)
+PY
 }
 cost_of() {  # DATA SET MODEL SEED: the training and diagnosis seconds of the stored cell
   .venv/bin/python -c 'import json, sys; c = json.load(open(sys.argv[1]))["compute"]
@@ -189,7 +213,7 @@ while true; do
     grid=$(grid_of "$dataset" "$label" "$seed")
     # a process outside the queue trains there: leave the cell to it
     training "$grid" "$dataset" "$label" "$seed" && continue
-    fits "$dataset" "$label" || continue
+    fits "$dataset" "$label" "$seed" "$grid" || continue
     claim "$key" || continue
     # stored between the check above and the claim (its worker has just released it): not ours to train again
     if stored "$dataset" "$label" "$seed"; then release "$key"; continue; fi

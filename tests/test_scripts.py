@@ -257,6 +257,27 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_the_queue_costs_a_started_cell_by_what_is_left_of_it(tmp_path: Path) -> None:
+    """A bert4rec cell on beauty-ts costs 70 minutes whole. Seed 2, started and 10 epochs past its best with patience
+    10, has only its diagnosis left (a twentieth: 3.5 minutes) and fits 10 minutes; seed 3, started with 10 one-minute
+    epochs left, needs 13.5 and does not; seed 4, not started, needs all 70."""
+    import json
+
+    repo = _queue_repo(tmp_path, "beauty-ts bert4rec 4\nbeauty-ts bert4rec 3\nbeauty-ts bert4rec 2\n")
+    for seed, (epoch, best) in {2: (70, 60), 3: (5, 5)}.items():
+        run = repo / "runs" / "repro" / "beauty-ts" / "bert4rec" / f"seed{seed}"
+        run.mkdir(parents=True)
+        run.joinpath("config.json").write_text(json.dumps({"train": {"patience": 10}}))
+        run.joinpath("metrics.jsonl").write_text(
+            json.dumps({"epoch": epoch - 1, "best_epoch": best, "seconds": 60}) + "\n"
+            + json.dumps({"epoch": epoch, "best_epoch": best, "seconds": 60}) + "\n")
+    assert _run_queue(repo, "now + 10 minutes") == ["beauty-ts bert4rec 2"]
+    assert _run_queue(repo, "now + 15 minutes") == ["beauty-ts bert4rec 3", "beauty-ts bert4rec 2"]
+    assert _run_queue(repo, "now + 80 minutes") == ["beauty-ts bert4rec 4", "beauty-ts bert4rec 3",
+                                                    "beauty-ts bert4rec 2"]
+
+
+@pytest.mark.slow
 def test_the_queue_status_groups_the_open_seeds_with_their_hours(tmp_path: Path) -> None:
     """--status ends with a line a data set and model: its open seeds, in the queue's order, and their hours (the
     stored cells' cost times the seeds: bert4rec 70 minutes, gru4rec 40)."""
