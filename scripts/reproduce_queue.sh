@@ -46,21 +46,40 @@ claimed() {  # a live worker holds the cell's claim (runs/claims/, see claim bel
   local owner; owner=$(cat "$CLAIMS/$1/pid" 2>/dev/null) || return 1
   [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null
 }
-progress() {  # ", epoch E (best B, ...)" of a started cell, from its epoch log; nothing for a new one
-  local run="$1/$2/$3/seed$4"
-  [ -f "$run/metrics.jsonl" ] || return 0
-  .venv/bin/python - "$run" <<'PY'
+epoch_log() {  # RUN MODE [SECONDS]: what a cell's epoch log (metrics.jsonl) says of it. MODE progress: ", epoch E
+  # (best B, ...)" of a started cell, nothing for a new one. MODE seconds: of a cell whose whole estimate is SECONDS,
+  # the seconds left: all of them for a new cell; for a started one, its last epoch's seconds times the epochs its
+  # patience still allows (none once training has finished: metrics.json), plus a twentieth of the estimate for its
+  # diagnosis (1-3% of a stored cell's cost), never more than the whole estimate. It counts no improvement to come,
+  # so it errs on the short side; a cell cut off at UNTIL resumes from its last epoch.
+  .venv/bin/python - "$@" <<'PY'
 import json, sys
 from pathlib import Path
-run = Path(sys.argv[1])
-log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-if log:
-    last = log[-1]
+run, mode = Path(sys.argv[1]), sys.argv[2]
+log = run / "metrics.jsonl"
+lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
+if lines:
+    last = lines[-1]
     patience = json.loads((run / "config.json").read_text()).get("train", {}).get("patience", 10)
     left = last["best_epoch"] + patience - last["epoch"]
-    print(f", epoch {last['epoch']} (best {last['best_epoch']}, last epoch {last['seconds'] / 60:.1f} min, "
-          f"at most {left} more unless it improves)", end="")
+if mode == "progress":
+    if lines:
+        print(f", epoch {last['epoch']} (best {last['best_epoch']}, last epoch {last['seconds'] / 60:.1f} min, "
+              f"at most {left} more unless it improves)", end="")
+else:
+    whole = int(sys.argv[3])
+    if (run / "metrics.json").exists():
+        print(min(whole, whole // 20))
+    elif lines:
+        print(min(whole, round(last["seconds"] * max(left, 0)) + whole // 20))
+    else:
+        print(whole)
 PY
+}
+progress() {  # GRID DATA SET MODEL SEED: ", epoch E (best B, ...)" of a started cell; nothing for a new one
+  local run="$1/$2/$3/seed$4"
+  [ -f "$run/metrics.jsonl" ] || return 0
+  epoch_log "$run" progress
 }
 
 estimate() {  # CELLS ["seconds"]: the cells not stored, "data set  model  seed" a line -> the CPU hours they may
@@ -148,34 +167,12 @@ declare -A failed=()
 took=1 said=1 guess=0
 fits() {  # DATA SET MODEL SEED GRID: the cell's estimated cost, at this machine's speed, ends before UNTIL (always,
   # without); leaves the unscaled estimate of the whole cell in guess (0 without UNTIL). A started cell costs what is
-  # left of it (still_to_go), not a whole one.
+  # left of it (epoch_log ... seconds), not a whole one.
   guess=0
   [ -z "${UNTIL:-}" ] && return 0
   local left; left=$(( $(date -d "$UNTIL" +%s) - $(date +%s) ))
   guess=$(estimate "$1 $2 0" seconds)
-  [ $(( $(still_to_go "$4/$1/$2/seed$3" "$guess") * took / said )) -le "$left" ]
-}
-still_to_go() {  # RUN SECONDS: of a cell whose whole estimate is SECONDS, the seconds left: all of them for a new
-  # cell; for a started one, its last epoch's seconds times the epochs its patience still allows (none once training
-  # has finished: metrics.json), plus a twentieth of the estimate for its diagnosis (1-3% of a stored cell's cost),
-  # never more than the whole estimate. It counts no improvement to come, so it errs on the short side; a cell cut
-  # off at UNTIL resumes from its last epoch.
-  .venv/bin/python - "$1" "$2" <<'PY'
-import json, sys
-from pathlib import Path
-run, whole = Path(sys.argv[1]), int(sys.argv[2])
-log = run / "metrics.jsonl"
-lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.exists() else []
-if (run / "metrics.json").exists():
-    print(min(whole, whole // 20))
-elif lines:
-    last = lines[-1]
-    patience = json.loads((run / "config.json").read_text()).get("train", {}).get("patience", 10)
-    epochs = max(last["best_epoch"] + patience - last["epoch"], 0)
-    print(min(whole, round(last["seconds"] * epochs) + whole // 20))
-else:
-    print(whole)
-PY
+  [ $(( $(epoch_log "$4/$1/$2/seed$3" seconds "$guess") * took / said )) -le "$left" ]
 }
 cost_of() {  # DATA SET MODEL SEED: the training and diagnosis seconds of the stored cell
   .venv/bin/python -c 'import json, sys; c = json.load(open(sys.argv[1]))["compute"]
