@@ -2,8 +2,8 @@
 # One worker through the reproduction queue (scripts/grid.txt: "data set  model  seed" a line, in the order
 # they should be trained). Start one worker per free core; each takes the first cell that is neither stored in
 # results/ nor claimed by a live worker, trains, diagnoses and commits it with scripts/reproduce_cells.sh, and
-# goes on until the queue is done. A cell that was started before (by any worker, in any session) resumes in
-# the run folder that holds it (runs/repro*/); a new cell goes to $GRID.
+# goes on until the queue is done. A cell that was started before (by any worker, in any session) comes first and
+# resumes in the run folder that holds it (runs/repro*/, runs/evidence/); a new cell goes to $GRID.
 #   scripts/reproduce_queue.sh [QUEUE]            # e.g. twice, in the background, on a 2-core machine
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
 #                                                 # the CPU hours the open ones may take, and the open seeds by
@@ -27,8 +27,18 @@ CLAIMS=runs/claims
 EVIDENCE=${EVIDENCE:-0}
 [ "$EVIDENCE" = 1 ] && GRID=${GRID:-runs/evidence}
 
-cells() {  # the queue's cells, "data set  model  seed" a line, comments and blank lines left out
-  grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$QUEUE"
+cells() {  # the queue's cells, "data set  model  seed" a line, comments and blank lines left out; those started
+  # before (their run folder holds an epoch log) first, each group in the queue's order: finishing a cell costs less
+  # than starting one, and a worker stopped at UNTIL leaves fewer cells half-trained
+  local lines started=() rest=() dataset label seed
+  lines=$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$QUEUE")
+  while read -r dataset label seed _; do
+    [ -z "$dataset" ] && continue
+    if [ -f "$(grid_of "$dataset" "$label" "$seed")/$dataset/$label/seed$seed/metrics.jsonl" ]; then
+      started+=("$dataset $label $seed")
+    else rest+=("$dataset $label $seed"); fi
+  done <<<"$lines"
+  [ "${#started[@]}${#rest[@]}" = 00 ] || printf '%s\n' "${started[@]}" "${rest[@]}"
 }
 stored() {  # the cell is in the store (with EVIDENCE=1: and has its users.npz)
   [ -f "$STORE/$1/$2/seed$3/cell.json" ] && { [ "$EVIDENCE" != 1 ] || [ -f "$STORE/$1/$2/seed$3/users.npz" ]; }

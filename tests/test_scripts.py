@@ -260,7 +260,8 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
 def test_the_queue_costs_a_started_cell_by_what_is_left_of_it(tmp_path: Path) -> None:
     """A bert4rec cell on beauty-ts costs 70 minutes whole. Seed 2, started and 10 epochs past its best with patience
     10, has only its diagnosis left (a twentieth: 3.5 minutes) and fits 10 minutes; seed 3, started with 10 one-minute
-    epochs left, needs 13.5 and does not; seed 4, not started, needs all 70."""
+    epochs left, needs 13.5 and does not; seed 4, not started, needs all 70. The started seeds come before seed 4,
+    which the grid puts first: finishing a cell costs less than starting one."""
     import json
 
     repo = _queue_repo(tmp_path, "beauty-ts bert4rec 4\nbeauty-ts bert4rec 3\nbeauty-ts bert4rec 2\n")
@@ -273,8 +274,8 @@ def test_the_queue_costs_a_started_cell_by_what_is_left_of_it(tmp_path: Path) ->
             + json.dumps({"epoch": epoch, "best_epoch": best, "seconds": 60}) + "\n")
     assert _run_queue(repo, "now + 10 minutes") == ["beauty-ts bert4rec 2"]
     assert _run_queue(repo, "now + 15 minutes") == ["beauty-ts bert4rec 3", "beauty-ts bert4rec 2"]
-    assert _run_queue(repo, "now + 80 minutes") == ["beauty-ts bert4rec 4", "beauty-ts bert4rec 3",
-                                                    "beauty-ts bert4rec 2"]
+    assert _run_queue(repo, "now + 80 minutes") == ["beauty-ts bert4rec 3", "beauty-ts bert4rec 2",
+                                                    "beauty-ts bert4rec 4"]
 
 
 @pytest.mark.slow
