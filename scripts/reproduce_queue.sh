@@ -92,8 +92,10 @@ progress() {  # GRID DATA SET MODEL SEED: ", epoch E (best B, ...)" of a started
   epoch_log "$run" progress
 }
 
-estimate() {  # CELLS ["seconds"]: the cells not stored, "data set  model  seed" a line -> the CPU hours they may
-  # take (a sentence), or with "seconds" each cell's estimated seconds, a line each
+estimate() {  # CELLS [seconds|mean|groups]: the cells not stored, "data set  model  seed [seconds left]" a line ->
+  # the CPU hours they may take (a sentence), or each cell's estimated seconds, a line each (seconds: the slowest
+  # stored seed's, which UNTIL is held to; mean: their mean), or the open seeds of each data set and model with their
+  # hours (groups). A started cell's fourth field, what is left of it (epoch_log ... seconds), replaces its estimate
   .venv/bin/python - "$STORE" "$1" "${2:-}" <<'PY'
 import json, statistics, sys
 from pathlib import Path
@@ -131,24 +133,25 @@ def guess(dataset, model, pick=statistics.mean):  # the same model on this data 
         if xs:
             return statistics.mean(xs)
     return 0.0
-open_cells = [line.split()[:2] for line in sys.argv[2].splitlines() if line.strip()]
-if sys.argv[3] == "seconds":  # what UNTIL is held to: a seed may take as long as the slowest stored one did
-    for d, m in open_cells:
-        print(round(guess(d, m, max)))
+open_cells = [line.split() for line in sys.argv[2].splitlines() if line.strip()]
+def left(cell):  # the seconds a cell may still take: what is left of a started one, else the mean estimate
+    return float(cell[3]) if len(cell) > 3 else guess(cell[0], cell[1])
+if sys.argv[3] in ("seconds", "mean"):  # seconds, what UNTIL is held to: a seed may take as long as the slowest
+    for d, m, *_ in open_cells:  # stored one did
+        print(round(guess(d, m, max if sys.argv[3] == "seconds" else statistics.mean)))
 elif sys.argv[3] == "groups":  # a line a data set and model: its open seeds and their hours, in queue order
     seeds = {}
-    for line in sys.argv[2].splitlines():
-        if line.strip():
-            d, m, s = line.split()[:3]
-            seeds.setdefault((d, m), []).append(s)
-    for (d, m), ss in seeds.items():
-        print(f"  {d} {m}: seed{'s' if len(ss) > 1 else ''} {', '.join(ss)} (about {len(ss) * guess(d, m) / 3600:.1f} h)")
+    for cell in open_cells:
+        seeds.setdefault((cell[0], cell[1]), []).append(cell)
+    for (d, m), cs in seeds.items():
+        print(f"  {d} {m}: seed{'s' if len(cs) > 1 else ''} {', '.join(c[2] for c in cs)} "
+              f"(about {sum(left(c) for c in cs) / 3600:.1f} h)")
 elif open_cells and every:
-    hours = sum(guess(d, m) for d, m in open_cells) / 3600
+    hours = sum(left(c) for c in open_cells) / 3600
     print(f"open cells: {len(open_cells)}, about {hours:.0f} CPU hours (each costed as the stored cells of the same "
           "model on the same data set, else as the model's cells on other data sets scaled by a model stored on both, "
           "else on any; where a data set and model has cells with per-user evidence (the current code), those only; "
-          "at one thread; a started cell counted whole)")
+          "at one thread; a started cell by the epochs its patience still allows)")
 PY
 }
 
@@ -165,8 +168,12 @@ if [ "$STATUS" = 1 ]; then
   echo "$stored of $planned planned cells stored in $STORE/"
   for c in "${busy[@]}"; do echo "being trained or diagnosed: $c$(progress "$(grid_of $c)" $c)"; done
   for c in "${next[@]:0:5}"; do echo "next open: $c$(progress "$(grid_of $c)" $c)"; done
-  estimate "$(printf '%s\n' "${busy[@]}" "${next[@]}")"
-  [ "${#next[@]}" -gt 0 ] && { echo "open, by data set and model:"; estimate "$(printf '%s\n' "${next[@]}")" groups; }
+  # a started cell costs what is left of it (its fourth field)
+  with_left() { local d m s run; for c in "$@"; do read -r d m s <<<"$c"; run="$(grid_of $c)/$d/$m/seed$s"
+    if [ -f "$run/metrics.jsonl" ]; then echo "$c $(epoch_log "$run" seconds "$(estimate "$c" mean)")"
+    else echo "$c"; fi; done; }
+  estimate "$(with_left "${busy[@]}" "${next[@]}")"
+  [ "${#next[@]}" -gt 0 ] && { echo "open, by data set and model:"; estimate "$(with_left "${next[@]}")" groups; }
   exit 0
 fi
 mkdir -p "$CLAIMS"

@@ -296,6 +296,29 @@ def test_the_queue_status_groups_the_open_seeds_with_their_hours(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_the_queue_status_costs_a_started_cell_by_what_is_left_of_it(tmp_path: Path) -> None:
+    """bert4rec on beauty-ts costs 70 minutes a seed. Seed 3, started with ten one-minute epochs left, costs 10
+    minutes and a twentieth of 70 for its diagnosis (13.5 minutes), and comes first; seed 2 costs 70: 1.4 hours in
+    all, where counting the started seed whole would say 2.3."""
+    import json
+    import subprocess
+
+    repo = _queue_repo(tmp_path, "beauty-ts bert4rec 2\nbeauty-ts bert4rec 3\n")
+    run = repo / "runs" / "repro" / "beauty-ts" / "bert4rec" / "seed3"
+    run.mkdir(parents=True)
+    run.joinpath("config.json").write_text(json.dumps({"train": {"patience": 10}}))
+    run.joinpath("metrics.jsonl").write_text(json.dumps({"epoch": 5, "best_epoch": 5, "seconds": 60}) + "\n")
+    done = subprocess.run(["bash", "scripts/reproduce_queue.sh", "--status", "scripts/grid.txt"], cwd=repo,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("next open: beauty-ts bert4rec 3, epoch 5 (best 5,")
+    assert lines[2] == "next open: beauty-ts bert4rec 2"
+    assert lines[3].startswith("open cells: 2, about 1 CPU hours")
+    assert lines[-1] == "  beauty-ts bert4rec: seeds 3, 2 (about 1.4 h)"
+
+
+@pytest.mark.slow
 def test_the_queue_holds_until_to_the_slowest_stored_seed(tmp_path: Path) -> None:
     """Two stored bert4rec seeds on beauty-ts took 70 and 10 minutes: --status prices seed 3 at their mean (40
     minutes), but UNTIL holds a worker to the slowest (70 minutes), so 50 minutes left start nothing and 80 do."""
