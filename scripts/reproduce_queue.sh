@@ -34,7 +34,7 @@ cells() {  # the queue's cells, "data set  model  seed" a line, comments and bla
   lines=$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$QUEUE")
   while read -r dataset label seed _; do
     [ -z "$dataset" ] && continue
-    if [ -f "$(grid_of "$dataset" "$label" "$seed")/$dataset/$label/seed$seed/metrics.jsonl" ]; then
+    if started "$dataset" "$label" "$seed"; then
       started+=("$dataset $label $seed")
     else rest+=("$dataset $label $seed"); fi
   done <<<"$lines"
@@ -47,6 +47,12 @@ grid_of() {  # the run folder that holds the cell (where it was started), else $
   local dir
   for dir in runs/repro*/ runs/evidence/; do [ -d "$dir$1/$2/seed$3" ] && { echo "${dir%/}"; return; }; done
   echo "${GRID:-runs/repro}"
+}
+run_of() {  # DATA SET MODEL SEED: the cell's run folder (grid_of's)
+  echo "$(grid_of "$1" "$2" "$3")/$1/$2/seed$3"
+}
+started() {  # DATA SET MODEL SEED: the cell's run folder holds an epoch log
+  [ -f "$(run_of "$1" "$2" "$3")/metrics.jsonl" ]
 }
 training() {  # a trainer (a worker's or anyone's) holds the run's lock
   local lock="$1/$2/$3/seed$4/.lock"
@@ -86,10 +92,16 @@ else:
         print(whole)
 PY
 }
-progress() {  # GRID DATA SET MODEL SEED: ", epoch E (best B, ...)" of a started cell; nothing for a new one
-  local run="$1/$2/$3/seed$4"
-  [ -f "$run/metrics.jsonl" ] || return 0
-  epoch_log "$run" progress
+progress() {  # DATA SET MODEL SEED: ", epoch E (best B, ...)" of a started cell; nothing for a new one
+  started "$1" "$2" "$3" || return 0
+  epoch_log "$(run_of "$1" "$2" "$3")" progress
+}
+with_left() {  # CELL...: each "data set  model  seed" a line, a started one with what is left of it (epoch_log ...
+  # seconds of its mean estimate) as a fourth field, which estimate then counts instead of a whole cell
+  local c
+  for c in "$@"; do
+    if started $c; then echo "$c $(epoch_log "$(run_of $c)" seconds "$(estimate "$c" mean)")"; else echo "$c"; fi
+  done
 }
 
 estimate() {  # CELLS [seconds|mean|groups]: the cells not stored, "data set  model  seed [seconds left]" a line ->
@@ -166,12 +178,8 @@ if [ "$STATUS" = 1 ]; then
     else next+=("$dataset $label $seed"); fi
   done < <(cells)
   echo "$stored of $planned planned cells stored in $STORE/"
-  for c in "${busy[@]}"; do echo "being trained or diagnosed: $c$(progress "$(grid_of $c)" $c)"; done
-  for c in "${next[@]:0:5}"; do echo "next open: $c$(progress "$(grid_of $c)" $c)"; done
-  # a started cell costs what is left of it (its fourth field)
-  with_left() { local d m s run; for c in "$@"; do read -r d m s <<<"$c"; run="$(grid_of $c)/$d/$m/seed$s"
-    if [ -f "$run/metrics.jsonl" ]; then echo "$c $(epoch_log "$run" seconds "$(estimate "$c" mean)")"
-    else echo "$c"; fi; done; }
+  for c in "${busy[@]}"; do echo "being trained or diagnosed: $c$(progress $c)"; done
+  for c in "${next[@]:0:5}"; do echo "next open: $c$(progress $c)"; done
   estimate "$(with_left "${busy[@]}" "${next[@]}")"
   [ "${#next[@]}" -gt 0 ] && { echo "open, by data set and model:"; estimate "$(with_left "${next[@]}")" groups; }
   exit 0
