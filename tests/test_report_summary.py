@@ -12,6 +12,7 @@ from resdom.report.summary import (
     probe_line,
     published_line,
     remedies_line,
+    spread_line,
     summary_markdown,
     table_rows,
     tally,
@@ -97,6 +98,18 @@ DYNAMICS = """Question 4 ...
 Answer, generated from the table: ...
 """
 
+SPREAD = """caption
+
+| scope | seeds | widening |
+|---|---|---|
+| a / sasrec | 3 | +0.1 |
+
+| scope | groups | widening [95% CI] | verdict |
+|---|---|---|---|
+| all data sets / base models | 20 | +0.066 [+0.018, +0.140] | the selected epoch widens the spread |
+| all data sets / all models | 45 | +0.038 [-0.011, +0.105] | undecided |
+"""
+
 
 def test_table_rows_reads_every_table_and_skips_the_rules() -> None:
     rows = table_rows(PROBE)
@@ -154,6 +167,9 @@ def test_echo_and_dynamics_lines() -> None:
     assert dynamics_line(DYNAMICS).endswith(
         "block): all data sets / base models: undecided; all data sets / all models: keeps rising.")
     assert dynamics_line("").endswith("block): no monitored curve stored.")
+    assert spread_line(SPREAD) == ("Why seeds disagree on HRLI@1 (`seed_spread` block): all data sets / base models: "
+                                   "the selected epoch widens the spread; all data sets / all models: undecided.")
+    assert spread_line("").endswith("block): no group of seeds stored.")
 
 
 def test_coverage_line_quotes_the_sentence_over_the_store() -> None:
@@ -165,7 +181,8 @@ def test_coverage_line_quotes_the_sentence_over_the_store() -> None:
 def test_summary_markdown_is_one_bullet_per_block() -> None:
     blocks = {"coverage": "Per-user evidence (users.npz) in 1 of 2 stored cells.\n", "claims": CLAIMS,
               "fidelity": FIDELITY, "published_accuracy": "", "comparisons": COMPARISONS, "remedy_verdicts": REMEDIES,
-              "probe_readout": PROBE, "probe_embeddings": PROBE, "echo": ECHO, "reliance_dynamics": DYNAMICS}
+              "probe_readout": PROBE, "probe_embeddings": PROBE, "echo": ECHO, "reliance_dynamics": DYNAMICS,
+              "seed_spread": SPREAD}
     lines = summary_markdown(blocks).splitlines()
-    assert len(lines) == 10 and all(line.startswith("- ") for line in lines)
+    assert len(lines) == 11 and all(line.startswith("- ") for line in lines)
     assert lines[4] == "- " + comparisons_line(COMPARISONS, "comparisons", "Models against `sasrec`")

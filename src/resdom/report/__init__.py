@@ -10,6 +10,7 @@ Markdown twin. See docs/reports.md.
                          paper's claims checked per (data set, causal model) (report.claims), the blocks
                          of report.evidence_blocks (remedy_verdicts.md, comparisons.md, proportions.md, ...),
                          fidelity.md (report.fidelity), reliance_dynamics.md (report.reliance_dynamics),
+                         seed_spread.md (report.seed_spread),
                          probe_readout.md and probe_embeddings.md (report.probe_blocks)
 
 ``document_blocks(runs)`` gives the Markdown of every table by name, for the ``<!-- resdom:table NAME -->`` blocks
@@ -41,6 +42,7 @@ from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
 from resdom.report.probe_blocks import ProbeTables, probe_blocks, probe_figures, probe_tables
 from resdom.report.reliance_dynamics import reliance_dynamics_block
+from resdom.report.seed_spread import seed_spread_block
 from resdom.report.summary import summary_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
@@ -49,9 +51,9 @@ __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", 
 
 
 # blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2,
-# and the summary of every block's conclusions (``report.summary``)
-BEYOND_TABLES = ("fidelity", "published_accuracy", "reliance_dynamics", "probe_readout", "probe_embeddings",
-                 "summary")
+# why seeds disagree on HRLI@1, and the summary of every block's conclusions (``report.summary``)
+BEYOND_TABLES = ("fidelity", "published_accuracy", "reliance_dynamics", "seed_spread", "probe_readout",
+                 "probe_embeddings", "summary")
 
 
 @dataclass
@@ -110,15 +112,16 @@ def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *,
     """Markdown by block name: every summary table of ``runs`` (``tables`` if already built), ``claims``, the
     blocks of ``report.evidence_blocks`` (``EVIDENCE_BLOCKS``: remedy_verdicts, comparisons, proportions, ...),
     ``fidelity`` and ``published_accuracy`` (``report.fidelity``), ``reliance_dynamics``
-    (``report.reliance_dynamics``), ``probe_readout`` and ``probe_embeddings`` (``report.probe_blocks``), and
-    ``summary`` (``report.summary``, from all of these). ``echo``, ``probes``, ``comparisons``: the echo, probe and
-    comparison bootstraps (``echo_evidence``, ``probe_tables``, ``comparison_evidence``), made here where not
-    given."""
+    (``report.reliance_dynamics``), ``seed_spread`` (``report.seed_spread``), ``probe_readout`` and
+    ``probe_embeddings`` (``report.probe_blocks``), and ``summary`` (``report.summary``, from all of these).
+    ``echo``, ``probes``, ``comparisons``: the echo, probe and comparison bootstraps (``echo_evidence``,
+    ``probe_tables``, ``comparison_evidence``), made here where not given."""
     tables = summary_tables(runs) if tables is None else tables
     blocks = {**{t.name: to_markdown(t) for t in tables}, "claims": claims_markdown(runs),
               **evidence_blocks(runs, echo=echo, comparisons=comparisons),
               "fidelity": fidelity_block(runs),
               "published_accuracy": published_accuracy_block(runs),
               "reliance_dynamics": reliance_dynamics_block(runs),
+              "seed_spread": seed_spread_block(runs),
               **probe_blocks(runs, tables=probes)}
     return {**blocks, "summary": summary_markdown(blocks)}

@@ -38,6 +38,7 @@ from resdom.io import atomic_write_bytes
 from resdom.names import STAGES, band_names
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.reliance_dynamics import GAIN_MARGIN, DynamicsTable, dynamics_figure, runs_dynamics
+from resdom.report.seed_spread import runs_seed_curves, seed_groups, spread_figure
 from resdom.report.tables import remedy_runs
 from resdom.report.values import run_values
 from resdom.stored import number_at
@@ -893,8 +894,8 @@ FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
     fig_reliance_by_model, fig_hrli_by_frequency, fig_recovery, fig_per_position, fig_reliance_curve,
     fig_mixing_curve,
 ]
-EXTRA_FIGURE_KEYS = ("remedies", "reliance_dynamics")  # drawn by all_figures where their data are; linked from
-# the documents, not shown by report.html / report.md
+# drawn by all_figures where their data are; linked from the documents, not shown by report.html / report.md
+EXTRA_FIGURE_KEYS = ("remedies", "reliance_dynamics", "seed_spread")
 FIGURE_KEYS = ("mixing_by_stage", "alpha_mixing", "alpha_hrli", "alpha_accuracy", "shuffle", "hrli", "hrli_by_model",
                "hrli_by_frequency", "recovery", "mixing_per_position", "reliance_curve", "mixing_curve")
 
@@ -927,6 +928,7 @@ def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     figures = [build(models) for build in FIGURE_BUILDERS]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
     figures.append(fig_reliance_dynamics(runs))  # only where monitored curves of causal models are
+    figures.append(fig_seed_spread(runs))  # only where a causal model has enough monitored seeds
     return [f for f in figures if f is not None]
 
 
@@ -1050,3 +1052,19 @@ def fig_reliance_dynamics(runs: list[RunRecord]) -> ReportFigure | None:
                         "epoch by which validation NDCG@10 has made 95% of its rise (x) against the same for HRLI@1 "
                         "(y); above the dashed line y = x reliance settles after accuracy. Points sharing an epoch "
                         "pair are spread by up to 1.2 epochs; n: cells per data set.", dynamics_figure(table))
+
+
+@_styled
+def fig_seed_spread(runs: list[RunRecord]) -> ReportFigure | None:
+    """Why seeds disagree on HRLI@1 (docs/results.md, ``report.seed_spread``): each (data set, model)'s spread over
+    seeds at the selected epochs against at one common epoch, and the monitored curves of the group the selected
+    epochs split most; None where no group has enough monitored seeds."""
+    groups = seed_groups(runs_seed_curves(runs)[0])
+    if not groups:
+        return None
+    return ReportFigure("seed_spread", "Why seeds disagree on HRLI@1: the selected epoch",
+                        "Left: one point per data set and model with three seeds or more, the standard deviation over "
+                        "seeds of the monitored HRLI@1 read at one common epoch (x) against read at the epoch each "
+                        "seed kept (y); above the dashed line y = x, where early stopping stops adds to the seeds' "
+                        "disagreement. Right: the group it adds most to, each seed's monitored HRLI@1 by epoch with "
+                        "the epoch it kept (dot) and the common epoch (dashed).", spread_figure(groups))

@@ -224,8 +224,8 @@ class Interval:
     lo: float | None
     hi: float | None
 
-    def text(self, digits: int) -> str:
-        f = f"{{:+.{digits}f}}"
+    def text(self, digits: int, signed: bool = True) -> str:
+        f = f"{{:{'+' * signed}.{digits}f}}"
         return f.format(self.mean) + ("" if self.lo is None else f" [{f.format(self.lo)}, {f.format(self.hi)}]")
 
 

@@ -138,6 +138,12 @@ def dynamics_line(md: str) -> str:
     return f"Question 4, does reliance keep rising after accuracy stops (`reliance_dynamics` block): {found}."
 
 
+def spread_line(md: str) -> str:
+    rows = {r["scope"]: r["verdict"] for r in table_rows(md) if r.get("scope", "").startswith("all data")}
+    found = "; ".join(f"{scope}: {verdict}" for scope, verdict in rows.items()) or "no group of seeds stored"
+    return f"Why seeds disagree on HRLI@1 (`seed_spread` block): {found}."
+
+
 def coverage_line(md: str) -> str:
     """The coverage block's sentence over the store (without the queue command)."""
     found = [line for line in md.splitlines() if line.startswith("Per-user evidence")]
@@ -153,5 +159,6 @@ def summary_markdown(blocks: dict[str, str]) -> str:
              remedies_line(blocks["remedy_verdicts"]),
              probe_line(blocks["probe_readout"], "probe_readout", "Question 1, the readout position"),
              probe_line(blocks["probe_embeddings"], "probe_embeddings", "Question 2, tied output embeddings"),
-             echo_line(blocks["echo"]), dynamics_line(blocks["reliance_dynamics"])]
+             echo_line(blocks["echo"]), dynamics_line(blocks["reliance_dynamics"]),
+             spread_line(blocks["seed_spread"])]
     return "".join(f"- {line}\n" for line in lines)
