@@ -189,7 +189,8 @@ def test_the_block_and_its_answer(tmp_path: Path) -> None:
     assert last.endswith("Widened most (of the groups read at the mean of their selected epochs): a / sasrec, "
                          "selected epochs 10, 20, 30: SD 0.200 at those epochs, 0.000 at epoch 20.0 (the figure's "
                          "right panel).")
-    assert "too few data sets" in last
+    assert ("too few data sets (t-test on data sets' means) (the test HRLI@1's SD: 0.200 [0.200, 0.200], Pearson's "
+            "r with the first over the groups n/a)") in last
     assert answer_sentence(spread_table([])) == ""
     assert seed_spread_block([]) == ("No (data set, model) of sasrec, duorec, bsarec has 3 seeds with a monitored "
                                      "training curve and a selected epoch within it: nothing to compare yet.\n")

@@ -309,8 +309,8 @@ def answer_sentence(table: SpreadTable) -> str:
     parts = [f"over {'all models' if r.scope.endswith('all models') else 'the base models alone'} "
              f"({_count(len(r.groups), 'group')}, {_count(len(r.datasets), 'data set')}) the seeds' HRLI@1 spreads "
              f"by {r.sd_selected.text(3, False)} (SD) at the epochs they kept and by {r.sd_common.text(3, False)} "
-             f"at one common epoch, a widening of {r.widening.text(3)}: {r.verdict} (the test HRLI@1's SD, "
-             f"{r.sd_test.text(3, False)}, follows the first: r = {_r(r)})" for r in table.rows]
+             f"at one common epoch, a widening of {r.widening.text(3)}: {r.verdict} (the test HRLI@1's SD: "
+             f"{r.sd_test.text(3, False)}, Pearson's r with the first over the groups {_r(r)})" for r in table.rows]
     if not parts:
         return ""
     top = widest(table.groups)
