@@ -36,6 +36,15 @@ def test_t_interval_by_hand_and_one_seed():
     assert one.lo is None and one.covers(0.4) is None and one.text() == "0.500"
 
 
+def test_prediction_interval_of_one_more_run_by_hand():
+    from resdom.report.stats import prediction_interval
+
+    lo, hi = prediction_interval([1.0, 2.0, 3.0])  # sd 1: 2 +- 4.3026527 * sqrt(1 + 1/3), wider than the mean's
+    assert (lo, hi) == pytest.approx((2.0 - 4.3026527 * math.sqrt(4 / 3), 2.0 + 4.3026527 * math.sqrt(4 / 3)))
+    assert hi - 2.0 == pytest.approx((mean_t([1.0, 2.0, 3.0]).hi - 2.0) * math.sqrt(3 + 1))
+    assert prediction_interval([0.5]) is None and prediction_interval([0.5, 0.5]) == (0.5, 0.5)
+
+
 def test_pooled_proportion_pools_counts_and_widens_to_the_seeds_spread():
     """(3, 10) and (7, 10): pooled 0.5; the seeds' rates 0.3 and 0.7 give a t interval (df 1) far wider than the
     Wilson interval of 10 / 20, so that is the interval (clipped to [0, 1]); seeds that agree keep Wilson's."""
@@ -173,6 +182,14 @@ def test_fidelity_block_by_hand(tmp_path):
     assert ("Published values outside resdom's 95% interval (comparable data sets; resdom - paper): Attn on "
             "beauty-ts (+0.034); +Res on beauty-ts (+0.016); +LN on beauty-ts (+0.016); HRLI@1 on toys-ts (-0.320)."
             in lines)
+    # one more run: Attn 0.81 +- 4.3026527 * 0.01 * sqrt(4 / 3) = [0.760, 0.860] holds 0.776; +Res and +LN
+    # 0.135 +- 4.3026527 * (0.01 / 6) * sqrt(4 / 3) = [0.127, 0.143] do not hold 0.119; HRLI@1 0.80 +- 0.199 holds
+    # 0.78; Beauty has no published recovery, toys-ts one seed, ml-1m-part is not comparable: 4 values, 2 outside
+    assert lines[-2] == (
+        "Of the 4 published values of comparable data sets with two seeds or more, 2 lie outside even the 95% "
+        "prediction interval of one more resdom run (mean ± t(n - 1) · SD · √(1 + 1/n) over the seeds' own values, "
+        "the paper's numbers being single runs; resdom's mean [interval] vs the paper): +Res on beauty-ts (0.135 "
+        "[0.127, 0.143] vs 0.119); +LN on beauty-ts (0.135 [0.127, 0.143] vs 0.119).")
     half = 4.3026527 * 0.05 / math.sqrt(3)
     assert lines[-1] == (f"The largest recovery over α on any data set held is 0.250 [{0.25 - half:.3f}, "
                          f"{0.25 + half:.3f}] (beauty-ts, 3 seeds, 95% interval), against the paper's \"up to about "
@@ -232,6 +249,11 @@ def test_fidelity_block_adds_the_paper_stopping_cells_where_stored(tmp_path):
     est = mean_t([0.776, 0.777])
     assert f"| {est.text()} vs 0.776 (+{est.value - 0.776:.3f}) ✓ |" in early
     assert "Every published value of a comparable data set lies inside" in early  # Attn, +Res and HRLI@1 cover them
+    # one more run of sasrec: Attn 0.8055 +- 12.7062 * 0.000707 * 1.2247 = [0.794496, 0.816504] misses 0.776; the
+    # rest agree exactly with the paper (sd 0: an interval of one point, the published value on it)
+    assert ("Of the 4 published values of comparable data sets with two seeds or more, 1 lies outside even the 95% "
+            "prediction interval") in head and "): Attn on beauty-ts (0.806 [0.794, 0.817] vs 0.776)." in head
+    assert "with two seeds or more, 0 lie outside even the 95% prediction interval" in early
 
 
 def test_the_itemties_sets_stand_beside_the_paper_data_set_they_cut(tmp_path):

@@ -135,6 +135,13 @@ def test_fidelity_line_counts_comparable_values_only() -> None:
                                               "interval (the sentences")
     early = FIDELITY + "\nThe same for `sasrec-v1024`:\n\n" + "\n".join(FIDELITY.splitlines()[2:6]) + "\n"
     assert "interval; with the paper's early stopping, 2 of 3 (the sentences" in fidelity_line(early)
+    one_more = ("\nOf the {} published values of comparable data sets with two seeds or more, {} outside even the 95% "
+                "prediction interval of one more resdom run (how): x.\n")
+    both = (FIDELITY + one_more.format(3, "1 lies") + "\nThe same for `sasrec-v1024`:\n\n"
+            + "\n".join(FIDELITY.splitlines()[2:6]) + "\n" + one_more.format(2, "0 lie"))
+    assert ("block): 2 of 3 published values on comparable data sets lie outside resdom's 95% interval, 1 of 3 "
+            "outside even one more resdom run's 95% prediction interval; with the paper's early stopping, 2 of 3 and 0 "
+            "of 2 (the sentences") in fidelity_line(both)
 
 
 def test_published_line_counts_the_marked_values() -> None:

@@ -286,6 +286,16 @@ def t_interval(values: Sequence[float] | np.ndarray, conf: float = 0.95) -> tupl
     return m, m - half, m + half
 
 
+def prediction_interval(values: Sequence[float] | np.ndarray, conf: float = 0.95) -> tuple[float, float] | None:
+    """(lo, hi): the two-sided t prediction interval of one more value drawn as ``values`` were (e.g. one more
+    seed's run), ``mean ± t((1 + conf) / 2, n - 1) · SD · sqrt(1 + 1/n)``; None for fewer than two values."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2:
+        return None
+    half = t_ppf((1 + conf) / 2, v.size - 1.0) * float(v.std(ddof=1)) * math.sqrt(1.0 + 1.0 / v.size)
+    return float(v.mean()) - half, float(v.mean()) + half
+
+
 def pooled_interval(counts: Sequence[tuple[int, int]], conf: float = 0.95) -> tuple[float, float]:
     """The interval of a rate pooled over seeds, (successes, trials) a seed: the Wilson interval of the pooled
     counts, widened to the t interval over the seeds' own rates (``t_interval``, two seeds or more) where that
