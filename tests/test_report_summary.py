@@ -142,6 +142,8 @@ def test_fidelity_line_counts_comparable_values_only() -> None:
     assert ("block): 2 of 3 published values on comparable data sets lie outside resdom's 95% interval, 1 of 3 "
             "outside even one more resdom run's 95% prediction interval; with the paper's early stopping, 2 of 3 and 0 "
             "of 2 (the sentences") in fidelity_line(both)
+    second_only = early + one_more.format(2, "1 lies")  # the first table has no sentence on one more run
+    assert "95% interval; with the paper's early stopping, 2 of 3 and 1 of 2 (the" in fidelity_line(second_only)
 
 
 def test_published_line_counts_the_marked_values() -> None:

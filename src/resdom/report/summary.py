@@ -77,16 +77,17 @@ SINGLE_RUN = re.compile(r"Of the (\d+) published values? of comparable data sets
 
 def fidelity_line(md: str) -> str:
     tables = tables_of(md) or [[]]
-    single = SINGLE_RUN.findall(md)  # one per table that has values to set against one more run
+    # each table's sentence on one more run, where it has one (the second table follows "The same for")
+    single = [SINGLE_RUN.findall(part)[:1] for part in md.split("\nThe same for `", 1)]
     counts = [_outside_of(t) for t in tables[:2]]
     line = (f"Beside the paper's published numbers (`fidelity` block): {counts[0][0]} of {counts[0][1]} published "
             "values on comparable data sets lie outside resdom's 95% interval")
-    if single:
-        line += f", {single[0][1]} of {single[0][0]} outside even one more resdom run's 95% prediction interval"
+    for (n, off) in single[0]:
+        line += f", {off} of {n} outside even one more resdom run's 95% prediction interval"
     if len(counts) > 1:  # the model trained with the paper's early stopping
         line += f"; with the paper's early stopping, {counts[1][0]} of {counts[1][1]}"
-        if len(single) > 1:
-            line += f" and {single[1][1]} of {single[1][0]}"
+        for (n, off) in single[1] if len(single) > 1 else []:
+            line += f" and {off} of {n}"
     return line + (" (the sentences under the tables name them; the prose after them gives what was measured about the "
                    "causes).")
 
