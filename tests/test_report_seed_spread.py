@@ -175,6 +175,22 @@ def test_cells_of_the_runs_and_the_reasons_others_are_left_out(tmp_path: Path) -
     assert cells[1].epochs == (5, 10, 15, 20, 25, 30) and cells[1].hrli == tuple(RISE)
 
 
+def test_runs_without_seeds_stay_apart(tmp_path: Path) -> None:
+    """A user's three runs of one model with no seed in their config are three runs, not one read three times."""
+    from resdom.report.collect import RunRecord
+
+    def run(i: int, best: int) -> RunRecord:
+        rows = [{"epoch": e, "valid": {"NDCG@10": 0.1}, **({"monitor": {"HRLI@1": e / 50}} if e % 5 == 0 else {})}
+                for e in range(1, 31)]
+        return RunRecord(tmp_path / f"run{i}", "a", "sasrec", None, "gts", config={"model": {"name": "sasrec"}},
+                         metrics={"best_epoch": best}, diagnostics={"hrli": {"values": {"HRLI@1": 0.1 * i}}},
+                         curve=rows)
+
+    cells, skipped = runs_seed_curves([run(1, 10), run(2, 20), run(3, 30)])
+    assert skipped == [] and sorted(c.best_epoch for c in cells) == [10, 20, 30]
+    assert seed_groups(cells)[0].sd_selected == pytest.approx(0.2)
+
+
 def test_the_block_and_its_answer(tmp_path: Path) -> None:
     runs = read_store(tmp_path)
     block = seed_spread_block(runs, n_boot=50)

@@ -140,16 +140,22 @@ def rows_dynamics(curve: list[dict[str, Any]], where: str | Path) -> Dynamics | 
     return d
 
 
+def run_model(r: RunRecord) -> str | None:
+    """The model a read run trained: its ``cell.json`` "model", else its ``config.json`` model name."""
+    model = r.cell.get("model") if r.cell else None
+    if not isinstance(model, str):
+        config_model = r.config.get("model")
+        model = config_model.get("name") if isinstance(config_model, dict) else None
+    return model if isinstance(model, str) else None
+
+
 def runs_dynamics(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MODELS) -> tuple[list[CellDynamics],
                                                                                          list[Skipped]]:
     """``store_dynamics`` from read runs (``report.collect``; their ``curve``, the model of ``cell.json`` else of
     ``config.json``), in the order data set, label, seed."""
     cells, skipped = [], []
     for r in sorted(runs, key=lambda r: (r.dataset, r.model, r.seed if r.seed is not None else -1)):
-        model = r.cell.get("model") if r.cell else None
-        if not isinstance(model, str):
-            config_model = r.config.get("model")
-            model = config_model.get("name") if isinstance(config_model, dict) else None
+        model = run_model(r)
         if model not in models:
             continue
         seed = r.seed if r.seed is not None else 0

@@ -2,7 +2,7 @@
 compared at the epochs early stopping selected and at one common epoch, from the stored training curves' HRLI@1
 monitor. NumPy and matplotlib only (no torch).
 
-A cell counts where it is one the question 4 block reads (``report.reliance_dynamics.runs_dynamics``: a causal
+A cell counts where it is one the question 4 block reads (``report.reliance_dynamics.rows_dynamics``: a causal
 model with HRLI@1 monitored from the first monitor interval on), its ``cell.json`` (else ``metrics.json``) names
 the selected epoch, that epoch lies within its monitored epochs, and its ``hrli.json`` holds the test HRLI@1 of the
 selected checkpoint. Per cell, ``h(e)``: the monitor's HRLI@1 (unfiltered, on a fixed validation subsample) linearly
@@ -39,7 +39,16 @@ from matplotlib.figure import Figure
 
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
-from resdom.report.reliance_dynamics import RELIANCE, Interval, Skipped, cluster_bootstrap_means, runs_dynamics, units_t
+from resdom.report.reliance_dynamics import (
+    CURVE_FILE,
+    RELIANCE,
+    Interval,
+    Skipped,
+    cluster_bootstrap_means,
+    rows_dynamics,
+    run_model,
+    units_t,
+)
 from resdom.report.stats import holm
 
 MIN_SEEDS = 3
@@ -83,24 +92,31 @@ def _best_epoch(r: RunRecord) -> int | None:
 
 def runs_seed_curves(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MODELS) -> tuple[list[SeedCurve],
                                                                                           list[Skipped]]:
-    """The cells of ``runs`` that count (module docstring), and those of a causal model left out, with the reason."""
-    eligible, skipped = runs_dynamics(runs, models)
-    by_name = {(r.dataset, r.model, r.seed if r.seed is not None else 0): r for r in runs}
-    cells = []
-    for c in eligible:
-        r = by_name[(c.dataset, c.label, c.seed)]
+    """The cells of ``runs`` that count (module docstring), in the order data set, label, seed, and those of a
+    causal model left out, with the reason."""
+    cells, skipped = [], []
+    for r in sorted(runs, key=lambda r: (r.dataset, r.model, r.seed if r.seed is not None else -1)):
+        model = run_model(r)
+        if model not in models:
+            continue
+        seed = r.seed if r.seed is not None else 0
+        name = f"{r.dataset}/{r.model}/seed{seed}"
+        why = rows_dynamics(r.curve, r.path) if r.curve else f"no {CURVE_FILE}"  # question 4's cells only
+        if isinstance(why, str):
+            skipped.append(Skipped(name, why))
+            continue
         epochs, hrli = monitor_series(r.curve)
-        best = _best_epoch(r)
-        test = r.diag("hrli").get("values", {}).get(RELIANCE)
+        best, test = _best_epoch(r), r.diag("hrli").get("values", {}).get(RELIANCE)
         if best is None:
-            skipped.append(Skipped(c.name, "no selected epoch in cell.json or metrics.json"))
+            why = "no selected epoch in cell.json or metrics.json"
         elif not epochs[0] <= best <= epochs[-1]:
-            skipped.append(Skipped(c.name, f"selected epoch {best} outside its monitored epochs "
-                                           f"{epochs[0]}-{epochs[-1]}"))
+            why = f"selected epoch {best} outside its monitored epochs {epochs[0]}-{epochs[-1]}"
         elif not isinstance(test, (int, float)):
-            skipped.append(Skipped(c.name, f"no test {RELIANCE} ({r.why_empty('hrli')})"))
+            why = f"no test {RELIANCE} ({r.why_empty('hrli')})"
         else:
-            cells.append(SeedCurve(c.dataset, c.label, c.seed, c.model, best, float(test), epochs, hrli))
+            cells.append(SeedCurve(r.dataset, r.model, seed, model, best, float(test), epochs, hrli))
+            continue
+        skipped.append(Skipped(name, why))
     return cells, skipped
 
 
