@@ -2,8 +2,9 @@
 per-band HRLI@1 is the hrli diagnostic's, its mean pairwise cosine the mean over every pair of distinct rows) and
 scripts/bsarec_residuals_check.py (BSARec on video-ts: with the frequency residual as trained its rows are the
 alpha sweep's), scripts/recovery_filter_check.py ("The paper side by side": its filtered curve is the stored
-recovery.json's, checked) and scripts/mixing_population_check.py (its test-user ratios are the stored mixing.json's,
-checked; its validation-user ratios the mixing diagnostic's over the validation set)."""
+recovery.json's, checked), scripts/mixing_population_check.py (its test-user ratios are the stored mixing.json's,
+checked; its validation-user ratios the mixing diagnostic's over the validation set) and
+scripts/epoch_trajectory_check.py (its retrain is the stored run, checked; its kept epoch's numbers the stored ones)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ cold_items_check = importlib.import_module("cold_items_check")
 bsarec_residuals_check = importlib.import_module("bsarec_residuals_check")
 recovery_filter_check = importlib.import_module("recovery_filter_check")
 mixing_population_check = importlib.import_module("mixing_population_check")
+epoch_trajectory_check = importlib.import_module("epoch_trajectory_check")
 
 SMALL = {"epochs": 2, "hidden": 16, "layers": 2, "heads": 2, "max_len": 12, "batch_size": 64, "seed": 0}
 
@@ -591,3 +593,42 @@ def test_mixing_population_check_reproduces_the_stored_ratios_and_refuses_anothe
     (run / "diagnostics" / "mixing.json").write_text(json.dumps(bad))
     with pytest.raises(SystemExit, match="mixing.json is of checkpoint 0000000000000000"):
         mixing_population_check.check(run, run)
+
+
+def test_epoch_trajectory_check_retrains_the_stored_run_and_refuses_another(tmp_path: Path) -> None:
+    """A stored cell retrained from its config.json is the same run (every epoch's loss, the kept epoch, and there
+    the stored test mixing ratios and HRLI@1); one epoch read per epoch, the kept one's numbers the stored ones. A
+    cell whose curve another run wrote is refused, naming the epoch; ``trajectory_table`` reads the kept epoch and
+    the epochs closest to the paper's Attn and HRLI@1."""
+    import json
+
+    from cli_helpers import invoke
+
+    from resdom.pipeline.store import export_cell
+
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=20,seed=0", protocol="gts")
+    run = tmp_path / "run"
+    resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, **{**SMALL, "epochs": 3})
+    assert invoke("diagnose", str(run), "--no-progress", "--device", "cpu") == 0
+    cell = export_cell(run, tmp_path / "store", "toys-ts", "sasrec", 0)
+    out = epoch_trajectory_check.trajectory(cell, None)
+    meta = json.loads((cell / "cell.json").read_text())
+    assert [e["epoch"] for e in out["epochs"]] == [1, 2, 3] and out["kept_epoch"] == meta["best_epoch"]
+    kept = out["epochs"][meta["best_epoch"] - 1]
+    stored = json.loads((cell / "diagnostics" / "mixing.json").read_text())["pooled"]["all"]
+    assert {s: kept[s] for s in ("Attn", "+Res", "+LN")} == pytest.approx(stored, abs=1e-6)
+    hrli = json.loads((cell / "diagnostics" / "hrli.json").read_text())["values"]["HRLI@1"]
+    assert kept["HRLI@1"] == pytest.approx(hrli, abs=1e-6) and out["n_test_users"] == len(split.test)
+
+    table = epoch_trajectory_check.trajectory_table({"cells": {"c": out}})
+    assert table.splitlines()[2].startswith(f"| c | 0.772 / 0.123 / ~0.82 | the kept epoch | {out['kept_epoch']} | ")
+    attn = epoch_trajectory_check.closest(out, "Attn", 0.772)
+    assert all(abs(e["Attn"] - 0.772) >= abs(attn["Attn"] - 0.772) for e in out["epochs"])
+    assert f"| Attn closest to the paper's | {attn['epoch']} | {attn['Attn']:.3f} |" in table
+
+    curve = (cell / "curve.jsonl").read_text().splitlines()
+    first = json.loads(curve[0])
+    first["loss"] += 0.01
+    (cell / "curve.jsonl").write_text("\n".join([json.dumps(first), *curve[1:]]) + "\n")
+    with pytest.raises(SystemExit, match="the retrain is not the stored run: epoch 1: loss"):
+        epoch_trajectory_check.trajectory(cell, None)
