@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,20 +149,27 @@ def run_model(r: RunRecord) -> str | None:
     return model if isinstance(model, str) else None
 
 
-def runs_dynamics(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MODELS) -> tuple[list[CellDynamics],
-                                                                                         list[Skipped]]:
-    """``store_dynamics`` from read runs (``report.collect``; their ``curve``, the model of ``cell.json`` else of
-    ``config.json``), in the order data set, label, seed."""
-    cells, skipped = [], []
+def monitored_runs(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MODELS) -> Iterator[
+        tuple[RunRecord, str, int, Dynamics | Skipped]]:
+    """(run, its model, its seed (0 where none), its dynamics or why it has none) for each run of ``models``, in the
+    order data set, label, seed: the cells question 4 reads (and ``report.seed_spread`` after it)."""
     for r in sorted(runs, key=lambda r: (r.dataset, r.model, r.seed if r.seed is not None else -1)):
         model = run_model(r)
         if model not in models:
             continue
         seed = r.seed if r.seed is not None else 0
-        name = f"{r.dataset}/{r.model}/seed{seed}"
         got = rows_dynamics(r.curve, r.path) if r.curve else f"no {CURVE_FILE}"
-        if isinstance(got, str):
-            skipped.append(Skipped(name, got))
+        yield r, model, seed, Skipped(f"{r.dataset}/{r.model}/seed{seed}", got) if isinstance(got, str) else got
+
+
+def runs_dynamics(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MODELS) -> tuple[list[CellDynamics],
+                                                                                         list[Skipped]]:
+    """``store_dynamics`` from read runs (``report.collect``; their ``curve``, the model of ``cell.json`` else of
+    ``config.json``), in the order data set, label, seed."""
+    cells, skipped = [], []
+    for r, model, seed, got in monitored_runs(runs, models):
+        if isinstance(got, Skipped):
+            skipped.append(got)
         else:
             cells.append(CellDynamics(r.dataset, r.model, seed, model, got))
     return cells, skipped

@@ -2,7 +2,7 @@
 compared at the epochs early stopping selected and at one common epoch, from the stored training curves' HRLI@1
 monitor. NumPy and matplotlib only (no torch).
 
-A cell counts where it is one the question 4 block reads (``report.reliance_dynamics.rows_dynamics``: a causal
+A cell counts where it is one the question 4 block reads (``report.reliance_dynamics.monitored_runs``: a causal
 model with HRLI@1 monitored from the first monitor interval on), its ``cell.json`` (else ``metrics.json``) names
 the selected epoch, that epoch lies within its monitored epochs, and its ``hrli.json`` holds the test HRLI@1 of the
 selected checkpoint. Per cell, ``h(e)``: the monitor's HRLI@1 (unfiltered, on a fixed validation subsample) linearly
@@ -40,13 +40,11 @@ from matplotlib.figure import Figure
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
 from resdom.report.reliance_dynamics import (
-    CURVE_FILE,
     RELIANCE,
     Interval,
     Skipped,
     cluster_bootstrap_means,
-    rows_dynamics,
-    run_model,
+    monitored_runs,
     units_t,
 )
 from resdom.report.stats import holm
@@ -95,15 +93,9 @@ def runs_seed_curves(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_M
     """The cells of ``runs`` that count (module docstring), in the order data set, label, seed, and those of a
     causal model left out, with the reason."""
     cells, skipped = [], []
-    for r in sorted(runs, key=lambda r: (r.dataset, r.model, r.seed if r.seed is not None else -1)):
-        model = run_model(r)
-        if model not in models:
-            continue
-        seed = r.seed if r.seed is not None else 0
-        name = f"{r.dataset}/{r.model}/seed{seed}"
-        why = rows_dynamics(r.curve, r.path) if r.curve else f"no {CURVE_FILE}"  # question 4's cells only
-        if isinstance(why, str):
-            skipped.append(Skipped(name, why))
+    for r, model, seed, got in monitored_runs(runs, models):  # question 4's cells only
+        if isinstance(got, Skipped):
+            skipped.append(got)
             continue
         epochs, hrli = monitor_series(r.curve)
         best, test = _best_epoch(r), r.diag("hrli").get("values", {}).get(RELIANCE)
@@ -116,7 +108,7 @@ def runs_seed_curves(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_M
         else:
             cells.append(SeedCurve(r.dataset, r.model, seed, model, best, float(test), epochs, hrli))
             continue
-        skipped.append(Skipped(name, why))
+        skipped.append(Skipped(f"{r.dataset}/{r.model}/seed{seed}", why))
     return cells, skipped
 
 
