@@ -29,7 +29,6 @@ across those rows; a verdict needs both: "the selected epoch widens the spread" 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +47,7 @@ from resdom.report.reliance_dynamics import (
     units_t,
 )
 from resdom.report.stats import holm
+from resdom.stored import number_at
 
 MIN_SEEDS = 3
 FLOOR = 1e-3  # the figure's log scale: standard deviations below it are drawn at it
@@ -98,15 +98,15 @@ def runs_seed_curves(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_M
             skipped.append(got)
             continue
         epochs, hrli = monitor_series(r.curve)
-        best, test = _best_epoch(r), r.diag("hrli").get("values", {}).get(RELIANCE)
+        best, test = _best_epoch(r), number_at(r.diag("hrli"), "values", RELIANCE)
         if best is None:
             why = "no selected epoch in cell.json or metrics.json"
         elif not epochs[0] <= best <= epochs[-1]:
             why = f"selected epoch {best} outside its monitored epochs {epochs[0]}-{epochs[-1]}"
-        elif not isinstance(test, (int, float)):
+        elif test is None:
             why = f"no test {RELIANCE} ({r.why_empty('hrli')})"
         else:
-            cells.append(SeedCurve(r.dataset, r.model, seed, model, best, float(test), epochs, hrli))
+            cells.append(SeedCurve(r.dataset, r.model, seed, model, best, test, epochs, hrli))
             continue
         skipped.append(Skipped(f"{r.dataset}/{r.model}/seed{seed}", why))
     return cells, skipped
@@ -236,9 +236,9 @@ def spread_table(cells: Sequence[SeedCurve], skipped: Sequence[Skipped] = (), n_
                  alpha: float = 0.05) -> SpreadTable:
     """The groups of ``cells`` and the summary rows (the base models, where they differ from all; all models), Holm
     across the rows (each family on its own)."""
-    groups = seed_groups(cells)
-    counts = Counter(f"{c.dataset} / {c.label}" for c in cells)
-    few = [(scope, n) for scope, n in counts.items() if n < MIN_SEEDS]
+    every = seed_groups(cells, min_seeds=1)
+    groups = [g for g in every if len(g.cells) >= MIN_SEEDS]
+    few = [(g.scope, len(g.cells)) for g in every if len(g.cells) < MIN_SEEDS]
     scopes = []
     base = [g for g in groups if g.cells[0].model == g.label]
     if base and len(base) < len(groups):
