@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 
 from resdom.data.prepare import prepare_split
-from resdom.diagnostics.hrli import last_item_hit_rates
-from resdom.diagnostics.mixing import mixing_ratios
-from resdom.diagnostics.monitor import epoch_monitor
+from resdom.diagnostics.monitor import cheap_diagnostics, epoch_monitor
 from resdom.models.config import ModelConfig
 from resdom.report.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
 from resdom.runs import data_fingerprint
@@ -40,14 +38,6 @@ DEFAULT_CELLS = ("results/beauty-ts/sasrec/seed1", "results/toys-ts/sasrec/seed1
 WHAT = ("a stored cell retrained from its config, its current model read on all test users after every epoch: "
         "mixing ratios (norm of sums, pooled over layers, all real positions) and HRLI@1 (unfiltered)")
 TOL = 1e-6
-
-
-def test_numbers(model, evalset) -> dict:
-    """The test users' pooled mixing ratios and unfiltered HRLI@1 of ``model`` (left in eval mode)."""
-    model.eval()
-    pooled = mixing_ratios(model, evalset).pooled["all"]
-    hrli = last_item_hit_rates(model, evalset, ks=(1,), Ks=(1,))
-    return {**{s: float(pooled[s]) for s in STAGES}, "HRLI@1": float(hrli.values["HRLI@1"])}
 
 
 def trajectory(cell: Path, data_dir: str) -> dict:
@@ -66,9 +56,9 @@ def trajectory(cell: Path, data_dir: str) -> dict:
     epochs: list[dict] = []
 
     def probe(end: EpochEnd) -> None:  # after the monitor: the current model on every test user
-        numbers = test_numbers(end.model, end.split.test)
-        epochs.append({"epoch": end.epoch, "loss": end.record["loss"],
-                       "valid_NDCG@10": end.record["valid"]["NDCG@10"], **numbers})
+        numbers = cheap_diagnostics(end.model, end.split.test)  # the monitor's numbers, on the test users
+        epochs.append({"epoch": end.epoch, "loss": end.record["loss"], "valid_NDCG@10": end.record["valid"]["NDCG@10"],
+                       **{s: numbers["mixing_all"][s] for s in STAGES}, "HRLI@1": numbers["HRLI@1"]})
         end.model.train()
 
     torch.set_num_threads(1)
