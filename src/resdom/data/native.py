@@ -42,7 +42,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from resdom.data.readers import TIME_MAX, TIME_MIN, RawInteractions, read_movielens, time_column_values
+from resdom.data.readers import (
+    TIME_MAX,
+    TIME_MIN,
+    RawInteractions,
+    parser_error,
+    read_movielens,
+    time_column_values,
+)
 from resdom.errors import ResdomError
 
 NATIVE_FORMATS = ("movielens-zip", "diginetica", "steam", "beeradvocate", "zvuk", "time-to-split-csv")
@@ -175,8 +182,7 @@ def read_diginetica(path: Path) -> RawInteractions:
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except pd.errors.ParserError as e:
-        raise ResdomError(f"{path}: wrong column count: {str(e).replace('Error tokenizing data. C error: ', '')}"
-                          ) from None
+        raise parser_error(path, e) from None
     except UnicodeDecodeError:
         raise ResdomError(f"{path}: not UTF-8 text") from None
     if tuple(df.columns) != DIGINETICA_HEADER:
@@ -421,8 +427,7 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
         df = pd.read_csv(path, usecols=[user_col, item_col, time_col], dtype={user_col: str, item_col: str},
                          keep_default_na=False, na_values={time_col: [""]}, engine="c")
     except pd.errors.ParserError as e:
-        raise ResdomError(f"{path}: wrong column count: {str(e).replace('Error tokenizing data. C error: ', '')}"
-                          ) from None
+        raise parser_error(path, e) from None
     except UnicodeDecodeError:
         raise ResdomError(f"{path}: not UTF-8 text") from None
     if len(df) == 0:

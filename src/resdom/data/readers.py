@@ -33,6 +33,7 @@ a value outside (1e20, -1e12, milliseconds after 1978) is an error naming its fi
 from __future__ import annotations
 
 import gzip
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -607,6 +608,17 @@ def read_frame(
     return _frame_to_raw(df, name, "dataframe", columns, first_data_line=None, files=[])
 
 
+def parser_error(path: Path, e: Exception) -> ResdomError:
+    """pandas' C tokenizer error as one line naming the file's line: its "line L" is 1-based and its "row R" (where
+    an unclosed quote starts) 0-based, both counting every line of the file, the header and blank lines too."""
+    msg = str(e).replace("Error tokenizing data. C error: ", "").strip()
+    if m := re.fullmatch(r"Expected (\d+) fields in line (\d+), saw (\d+)", msg):
+        return ResdomError(f"{path}:{m[2]}: expected {m[1]} columns, found {m[3]}")
+    if m := re.fullmatch(r"EOF inside string starting at row (\d+)", msg):
+        return ResdomError(f"{path}:{int(m[1]) + 1}: a quote (\") opened on this line is never closed")
+    return ResdomError(f"{path}: not a readable table ({msg})")
+
+
 def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> pd.DataFrame:
     try:
         return pd.read_csv(
@@ -614,8 +626,7 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
             keep_default_na=False, skip_blank_lines=True, engine="c",
         )
     except pd.errors.ParserError as e:
-        msg = str(e).replace("Error tokenizing data. C error: ", "").strip()
-        raise ResdomError(f"{path}: wrong column count: {msg}") from None
+        raise parser_error(path, e) from None
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except UnicodeDecodeError:
@@ -649,8 +660,11 @@ def _frame_to_raw(
     icol = columns.item_col or DEFAULT_COLUMNS["item_col"]
     for name, flag in ((ucol, "--user-col"), (icol, "--item-col")):
         if name not in cols:
+            seps = [c for c in ";|\t, " if fmt in ("csv", "tsv") and len(cols) == 1 and c in cols[0]]
+            hint = (f" (the header reads as one column: is the file separated by {seps[0]!r}? --format csv reads "
+                    "commas, --format tsv tabs; save a file with another separator with one of them)") if seps else ""
             raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(cols)}); name it with "
-                              f"{flag}")
+                              f"{flag}{hint}")
     tcol: str | None = columns.time_col or DEFAULT_COLUMNS["time_col"]
     notes = []
     if columns.no_time:
