@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from cli_helpers import invoke, run_cli
 from test_training_support import toy_split
 
@@ -79,6 +80,17 @@ def test_bad_values_exit_2_with_one_line(tmp_path: Path, capsys, args: list[str]
     assert code == 2
     assert needle in err and err.strip().count("\n") == 0 and "Traceback" not in err
     assert not (tmp_path / "r").exists()  # refused before any data is read or written
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("args,needle", [(["--device", "cuda"], "--device: 'cuda' requested"),
+                                         (["--set", "train.device=cuda"], "train.device: 'cuda' requested")])
+def test_an_absent_device_is_refused_before_the_data_is_read(tmp_path: Path, capsys, args: list[str],
+                                                             needle: str) -> None:
+    code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(tmp_path / "r"), *args)
+    assert code == 2 and needle in err
+    assert err.strip().count("\n") == 0 and "data:" not in err  # no "data: read ..." line before the refusal
+    assert not (tmp_path / "r").exists()
 
 
 def test_yaml_config_layers(tmp_path: Path) -> None:

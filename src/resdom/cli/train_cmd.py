@@ -237,8 +237,9 @@ def train(
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
-    resolve_configs(cfg.name, values["model"], values["train"], source=preset_source, n_items=1,
-                    protocol=protocol)  # fail fast
+    _, early = resolve_configs(cfg.name, values["model"], values["train"], source=preset_source, n_items=1,
+                               protocol=protocol)  # fail fast, before the data is read
+    resolve_device(early.device, "--device" if device else "train.device")
 
     split = data.split(source)
     model_cfg, train_cfg = resolve_configs(cfg.name, values["model"], values["train"], source=preset_source,
