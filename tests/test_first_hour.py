@@ -228,6 +228,15 @@ def test_device_errors_name_the_commands_own_option(trained_run: Path, capsys, c
     assert "train.device" not in err
 
 
+@pytest.mark.parametrize("args", [["demo"], ["reproduce", "--datasets", "synthetic", "--models", "sasrec", "--seeds",
+                                              "1,2"], ["remedies", "synthetic", "--variants", "gate,pool"]])
+def test_pipelines_refuse_a_device_up_front(tmp_path: Path, capsys, args: list[str]) -> None:
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, *args, "--out", str(out), "--device", "tpu")
+    user_error(code, err, "--device: unknown device 'tpu'")
+    assert "FAILED" not in err and not out.exists()  # before: the demo made its data, the grids failed every cell
+
+
 def test_alpha_summary_names_its_users(trained_run: Path, capsys) -> None:
     code, out, err = run_cli(capsys, "diagnose", str(trained_run), "--what", "alpha", "--alphas", "1,0.5")
     assert code == 0, err

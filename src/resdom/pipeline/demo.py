@@ -28,6 +28,7 @@ from typing import Any
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
@@ -72,6 +73,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
              echo: Callable[[str], None] = print) -> DemoResult:
     """Prepare the synthetic data, train SASRec, run every diagnostic and write the report into ``out_dir``."""
     s = settings or DemoSettings()
+    resolve_device(s.device, "--device")  # refused before the data is made
     out_dir = Path(out_dir)
     run_dir = out_dir / "run"
     timings: dict[str, float] = {}

@@ -72,6 +72,7 @@ class GridSpec:
         self.store = Path(self.store) if self.store is not None else None
         if self.protocol not in ("gts", "loo"):
             raise ResdomError(f"--protocol: {self.protocol!r} is not one of gts, loo")
+        resolve_device(self.device, "--device")  # one refusal up front, not one failed cell after another
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
             raise ResdomError(f"--datasets: {bad[0]!r} is not a data set name (see `resdom data list`)")
