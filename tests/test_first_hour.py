@@ -76,6 +76,11 @@ def test_csv_with_own_column_names_trains_end_to_end(tmp_path: Path, capsys) -> 
     for command in (["data", "stats"], ["data", "split", "--out", str(tmp_path / "s")], ["train", "--out", str(run)]):
         code, _, err = run_cli(capsys, *command, str(csv), "--k-core", "-1")
         user_error(code, err, "--k-core: must be 0 (off) or more")  # before: a pydantic traceback
+    for flag, value in (("--quantile", "1.5"), ("--valid-quantile", "0"), ("--quantile", "nan")):
+        for command in (["data", "split", "--out", str(tmp_path / "q")], ["train", "--out", str(tmp_path / "q")]):
+            code, _, err = run_cli(capsys, *command, str(csv), "--protocol", "gts", flag, value)
+            user_error(code, err, f"{flag}: must lie strictly between 0 and 1")  # before: no option named
+            assert not (tmp_path / "q").exists()
 
 
 def test_train_on_a_saved_split_uses_exactly_that_split(tmp_path: Path, capsys) -> None:

@@ -129,6 +129,10 @@ class DataOptions:
     def __post_init__(self) -> None:
         if self.k_core is not None and self.k_core < 0:
             raise ResdomError(f"--k-core: must be 0 (off) or more (got {self.k_core})")
+        for name in ("quantile", "valid_quantile"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 < value < 1.0:
+                raise ResdomError(f"{_FLAGS[name]}: must lie strictly between 0 and 1 (got {value})")
 
     def given(self) -> dict[str, Any]:
         """The options the user set, by field name."""
