@@ -237,9 +237,16 @@ def prepare_split(
              if n == 0]
     if empty:
         dropped = split_reasons(parts.info["dropped_users"])
+        if protocol == "loo":
+            why = " (leave-one-out needs 3 interactions or more per user)"
+        else:
+            t = parts.info["thresholds"]
+            after = int((seqs.times > t["T_test"]).sum())
+            why = (f" ({after:,} of {len(seqs.items):,} interactions lie after T_test = {t['T_test_iso']}, the "
+                   f"{quantile:g}-quantile of the timestamps; a test user needs one after it and 2 at or before it"
+                   + ("; lower --quantile" if after == 0 and (seqs.times < t["T_test"]).any() else "") + ")")
         raise ResdomError(f"{source_name(source)}: the {protocol} split leaves no {' and no '.join(empty)} data: "
-                          f"{len(seqs)} user(s) after preprocessing, dropped by the split: {dropped or 'none'}"
-                          + (" (leave-one-out needs 3 interactions or more per user)" if protocol == "loo" else ""))
+                          f"{len(seqs)} user(s) after preprocessing, dropped by the split: {dropped or 'none'}{why}")
     return split_data(parts, prepared, manifest, evaluation)
 
 
