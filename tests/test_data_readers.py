@@ -113,6 +113,46 @@ def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
         assert raw_lists([p]) == (EXPECTED_ITEMS, EXPECTED_TIMES)
 
 
+BOM_CASES = {  # one file of each text format holding EXPECTED_ITEMS / EXPECTED_TIMES
+    "user-lines": ("seq.txt", "1 10 20 30\n2 20 30\n3 30 10\n"),
+    "interactions": ("inter.txt", "1 10 100\n1 20 200\n2 20 150\n1 30 300\n2 30 150\n3 30 50\n3 10 60\n"),
+    "recbole": ("x.inter", "user_id:token\titem_id:token\ttimestamp:float\n1\t10\t100\n1\t20\t200\n2\t20\t150\n"
+                           "1\t30\t300\n2\t30\t150\n3\t30\t50\n3\t10\t60\n"),
+    "csv": ("x.csv", "user_id,item_id,timestamp\n1,10,100\n1,20,200\n2,20,150\n1,30,300\n2,30,150\n3,30,50\n3,10,60\n"),
+    "movielens": ("ratings.dat.gz", "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n"
+                                    "3::30::2::50\n3::10::2::60\n"),
+}
+
+
+@pytest.mark.parametrize("fmt", list(BOM_CASES))
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path: Path, fmt: str) -> None:
+    """A file saved with a UTF-8 byte-order mark (Excel, Notepad) reads exactly as the same file without one.
+    Before: the first line's user became '\\ufeff1', another user than '1' (an extra user, ids no longer integers)
+    in the whitespace formats, and a RecBole header's first field was not found."""
+    name, text = BOM_CASES[fmt]
+    reads = []
+    for folder, prefix in (("plain", b""), ("bom", b"\xef\xbb\xbf")):
+        (tmp_path / folder).mkdir()
+        data = prefix + text.encode()
+        p = tmp_path / folder / name
+        p.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+        assert detect_format([p]) == fmt
+        raw = read_interactions([p], None)
+        reads.append((raw.users.dtype, raw.users.tolist(), raw.items.tolist(),
+                      None if raw.times is None else raw.times.tolist()))
+    assert reads[1] == reads[0] and reads[0][0] == np.int64
+    expected_times = None if fmt == "user-lines" else EXPECTED_TIMES
+    assert raw_lists([tmp_path / "bom" / name]) == (EXPECTED_ITEMS, expected_times)
+
+
+def test_paired_files_with_byte_order_marks(tmp_path: Path) -> None:
+    items = tmp_path / "X_item.txt"
+    times = tmp_path / "X_time.txt"
+    items.write_bytes(b"\xef\xbb\xbf1 10 20 30\n2 20 30\n3 30 10\n")
+    times.write_bytes(b"\xef\xbb\xbf1 100 200 300\n2 150 150\n3 50 60\n")
+    assert raw_lists([items, times]) == (EXPECTED_ITEMS, EXPECTED_TIMES)
+
+
 def test_all_formats_agree_after_preprocessing(tmp_path: Path) -> None:
     items = write(tmp_path / "a_item.txt", "1 10 20 30\n2 20 30\n3 30 10\n")
     times = write(tmp_path / "a_time.txt", "1 100 200 300\n2 150 150\n3 50 60\n")

@@ -216,6 +216,11 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     # a users file in CSV form (the output of an earlier call)
     assert invoke("recommend", str(run_dir), "--users", str(out), "--k", "1", "--device", "cpu") == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("cust-004,")
+    # a users file saved with a byte-order mark and Windows line ends (Notepad, Excel): the same users
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbfcust-004\r\ncust-000\r\n")
+    assert invoke("recommend", str(run_dir), "--users", str(bom), "--k", "1", "--device", "cpu") == 0
+    assert [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["cust-004", "cust-000"]
 
 
 def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) -> None:

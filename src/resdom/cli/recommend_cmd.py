@@ -29,7 +29,7 @@ def read_user_ids(path: Path) -> list[str]:
         ids = _csv_ids(path)
     else:
         try:
-            text = path.read_bytes().decode("utf-8")
+            text = path.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
         except OSError as e:
             raise ResdomError(f"--users {path}: cannot read it ({e.strerror})") from None
         except UnicodeDecodeError:

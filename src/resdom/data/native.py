@@ -125,7 +125,7 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, line without its end) of a text file, gzip by suffix."""
     gz = path.name.lower().endswith(".gz")
     try:
-        with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
+        with (gzip.open(path, "rt", encoding="utf-8-sig") if gz else open(path, encoding="utf-8-sig")) as f:
             for no, line in enumerate(f, start=1):
                 yield no, line.rstrip("\r\n")
     except UnicodeDecodeError:

@@ -204,7 +204,7 @@ def _open_text(path: Path) -> str:
     except (OSError, EOFError) as e:
         raise ResdomError(f"{path}: cannot read ({e})") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading byte-order mark (files saved by Excel, Notepad) is no id's text
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ResdomError(f"{path}:{line}: not UTF-8 text") from None
@@ -217,7 +217,7 @@ def _head_lines(path: Path, n: int) -> list[str]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     out: list[str] = []
     try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as f:  # type: ignore[operator]
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:  # type: ignore[operator]
             for line in f:
                 if line.strip():
                     out.append(line)
