@@ -110,6 +110,27 @@ def test_normalize_ids_is_an_option_off_by_default(tmp_path: Path, capsys) -> No
     assert "data: read 7 interactions of 1 user and 2 items (csv); ids normalized" in capsys.readouterr().err
 
 
+def test_ids_that_normalizing_would_merge_are_kept_and_noted(tmp_path: Path, capsys) -> None:
+    """Kept apart (ids are exact), but the data summary says which ids look like one id written twice."""
+    p = write(tmp_path / "x.csv", ISSUE_CSV)  # items 007, 7, 07, +7 (one to --normalize-ids), ' a', 'a ', 'a'
+    prepared, manifest = load_prepared(str(p))
+    assert labels_of(prepared) == ["007", "7", "07", "+7", " a", "a ", "a"]
+    assert manifest["changes"]["notes"] == [
+        "7 item ids differ from another only by surrounding spaces, leading zeros or a '+' (e.g. '007' and '7'): "
+        "kept apart, as read; --normalize-ids makes them one"]
+    spaced = pd.DataFrame({"user_id": ["u1", "u1 ", "u2"], "item_id": ["a", "b", "c"], "timestamp": [1, 2, 3]})
+    _, frame = load_prepared(spaced)
+    assert frame["changes"]["notes"] == [
+        "2 user ids differ from another only by surrounding spaces, leading zeros or a '+' (e.g. 'u1' and 'u1 '): "
+        "kept apart, as read; --normalize-ids makes them one"]
+    assert invoke("data", "stats", str(p)) == 0
+    assert "data: note: 7 item ids differ from another only by" in capsys.readouterr().err
+    # none where no two ids merge, and none when they are normalized
+    clean = write(tmp_path / "c.csv", "user_id,item_id,timestamp\nu1,a,1\nu1,b,2\nu2,007,3\nu2,8,4\n")
+    assert load_prepared(str(clean))[1]["changes"]["notes"] == []
+    assert load_prepared(str(p), normalize_ids=True)[1]["changes"]["notes"] == []
+
+
 # ---------------------------------------------------------------------------------------------------- timestamps
 
 

@@ -41,7 +41,14 @@ from resdom.data.changes import preprocessing_changes, split_changes, split_reas
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
 from resdom.data.preprocess import Prepared, PreprocessConfig, preprocess
-from resdom.data.readers import RawInteractions, drop_times, read_frame, read_interactions, split_source_paths
+from resdom.data.readers import (
+    RawInteractions,
+    drop_times,
+    note_near_duplicate_ids,
+    read_frame,
+    read_interactions,
+    split_source_paths,
+)
 from resdom.data.registry import DATASETS
 from resdom.data.sequences import Sequences, SplitData
 from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_loo
@@ -89,6 +96,8 @@ def read_source(
         if fmt is not None:
             raise ResdomError(f"fmt: a DataFrame is read by its columns; fmt={fmt!r} does not apply")
         raw = read_frame(source, **reader_options)
+        if not reader_options.get("normalize_ids"):
+            note_near_duplicate_ids(raw)
         record = {"kind": "dataframe", "name": "DataFrame", "format": "dataframe", "rows": len(source),
                   "columns": [str(c) for c in source.columns], "sha256": frame_sha256(source)}
         return raw, record, {}
@@ -128,6 +137,8 @@ def read_source(
                               "and no such file") from None
         raise e
     raw = _read(paths, fmt, **reader_options)
+    if not reader_options.get("normalize_ids"):
+        note_near_duplicate_ids(raw)
     files = [{"path": str(p.resolve()), "sha256": sha256_file(p)} for p in raw.files]
     return raw, {"kind": "path", "name": source, "format": raw.fmt, "files": files}, {}
 

@@ -362,6 +362,25 @@ def _normalized(texts: np.ndarray) -> np.ndarray:
     return ints if ints is not None else out
 
 
+def note_near_duplicate_ids(raw: RawInteractions) -> RawInteractions:
+    """Add a note to ``raw`` (ids kept exactly) for each id column in which different ids are one id to
+    ``--normalize-ids`` (``'u1 '`` and ``'u1'``, ``'007'`` and ``'7'``): they stay different users or items, as read,
+    but a reader of the data summary should know. Integer labels are canonical already: only text ids are looked at."""
+    for labels, what in ((raw.users, "user"), (raw.items, "item")):
+        if labels.dtype != object:
+            continue
+        unique = pd.unique(labels)
+        merged = pd.Series(_normalized(unique), dtype=object)
+        clash = merged.duplicated(keep=False).to_numpy()
+        if not clash.any():
+            continue
+        example = unique[clash & (merged == merged[clash].iloc[0]).to_numpy()][:2]
+        raw.notes.append(f"{int(clash.sum()):,} {what} ids differ from another only by surrounding spaces, leading "
+                         f"zeros or a '+' (e.g. {example[0]!r} and {example[1]!r}): kept apart, as read; "
+                         "--normalize-ids makes them one")
+    return raw
+
+
 def id_labels(texts: np.ndarray, normalize: bool = False) -> np.ndarray:
     """Labels of the id strings ``texts`` (n,): int64 where all are canonical integers, else an object array of the
     exact strings. ``normalize``: ``_normalized`` (off by default)."""
