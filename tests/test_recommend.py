@@ -171,7 +171,8 @@ def test_bad_arguments_are_one_line_errors(split, model) -> None:
         (lambda: recommend(model, split, k=0), "k: expected an integer >= 1"),
         (lambda: recommend(model, split, k=2, history="train"), "history: expected one of all, test, valid"),
         (lambda: recommend(object(), split, k=2), "model:"),
-        (lambda: recommend(model, split, ["cust-000"], k=2, history="test"), "users: 1 of them have no test input"),
+        (lambda: recommend(model, split, ["cust-000"], k=2, history="test"),
+         "users: 1 of them have no test input: 'cust-000';"),  # its id, not an internal index
     ]:
         with pytest.raises(ResdomError, match=message):
             call()

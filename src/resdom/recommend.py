@@ -74,15 +74,17 @@ def _inputs(split: SplitData, history: str) -> Sequences:
     return part.inputs
 
 
-def _select(inputs: Sequences, wanted: np.ndarray | None, history: str) -> np.ndarray:
-    """Rows of ``inputs`` for user indices ``wanted`` (None: every row), in ``wanted``'s order."""
+def _select(inputs: Sequences, wanted: np.ndarray | None, history: str, ids: list[Any]) -> np.ndarray:
+    """Rows of ``inputs`` for user indices ``wanted`` (None: every row), in ``wanted``'s order; ``ids``: the
+    external id of each of ``wanted``, for the message naming those without an input."""
     if wanted is None:
         return np.arange(len(inputs), dtype=np.int64)
     row_of = {int(u): r for r, u in enumerate(inputs.users)}
-    absent = [int(u) for u in wanted if int(u) not in row_of]
+    absent = [ids[j] for j, u in enumerate(wanted) if int(u) not in row_of]
     if absent:
-        raise ResdomError(f"users: {len(absent):,} of them have no {history} input (e.g. user index {absent[0]}); "
-                          "history='all' recommends for every user with any interaction")
+        shown = ", ".join(repr(u) for u in absent[:5]) + (f" and {len(absent) - 5:,} more" if len(absent) > 5 else "")
+        raise ResdomError(f"users: {len(absent):,} of them have no {history} input: {shown}; history='all' "
+                          "recommends for every user with any interaction")
     return np.array([row_of[int(u)] for u in wanted], dtype=np.int64)
 
 
@@ -138,8 +140,9 @@ def recommend(
     if filter_seen is None:
         filter_seen = split.filter_seen
     inputs = _inputs(split, history)
-    wanted = None if users is None else user_index(split, list(users))
-    rows = _select(inputs, wanted, history)
+    ids = None if users is None else list(users)
+    wanted = None if ids is None else user_index(split, ids)
+    rows = _select(inputs, wanted, history, ids or [])
     dev = torch.device(device) if device is not None else model_device(model)
     if float(alpha) != 1.0 and not list(model.attention_blocks()):
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
