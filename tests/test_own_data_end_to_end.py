@@ -6,6 +6,7 @@ in the file's own ids, and recommend's ranks are the ranks evaluation computes."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,24 @@ def _own_csv(path: Path) -> pd.DataFrame:
     return df
 
 
+def _clash_note(ids: list[str], what: str) -> str:
+    """The data summary's note on ids that --normalize-ids would make one, from a plain loop: each id keyed by its
+    stripped text, integer-looking ones by their integer; the example is the first such group's first two ids."""
+    unique = list(dict.fromkeys(ids))
+
+    def key(text: str) -> str:
+        stripped = text.strip()
+        return str(int(stripped)) if re.fullmatch(r"[+-]?[0-9]{1,18}", stripped) else stripped
+
+    groups: dict[str, list[str]] = {}
+    for text in unique:
+        groups.setdefault(key(text), []).append(text)
+    clash = [text for text in unique if len(groups[key(text)]) > 1]
+    a, b = groups[key(clash[0])][:2]
+    return (f"data: note: {len(clash)} {what} ids differ from another only by surrounding spaces, leading zeros or a "
+            f"'+' (e.g. {a!r} and {b!r}): kept apart, as read; --normalize-ids makes them one")
+
+
 def _expected_lines(df: pd.DataFrame) -> list[str]:
     """The ``data:`` lines, each number computed here from the frame by plain pandas (the slow obvious reference)."""
     ordered = df.assign(row=range(len(df))).sort_values(["customer", "when", "row"], kind="stable")
@@ -52,6 +71,7 @@ def _expected_lines(df: pd.DataFrame) -> list[str]:
 
     return [f"data: read {len(df):,} interactions of {df['customer'].nunique()} users and {df['product'].nunique()} "
             "items (csv); ids kept exactly as read",
+            *(_clash_note(df[column].tolist(), what) for column, what in (("customer", "user"), ("product", "item"))),
             f"data: order: each user's interactions by timestamp (fractional seconds kept); {n(ties, 'pair')} of "
             f"neighbours with equal times {'keeps' if ties == 1 else 'keep'} file order",
             f"data: repeats: {n(repeats, 'row')} {'repeats' if repeats == 1 else 'repeat'} an earlier (user, item) "
@@ -77,7 +97,7 @@ def test_a_users_csv_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
     # prepare: every change printed, numbers as computed by hand
     expected = _expected_lines(df)
-    assert "1 pair of neighbours with equal times keeps file order" in expected[1]  # the planted tie, and only it
+    assert "1 pair of neighbours with equal times keeps file order" in expected[3]  # the planted tie, and only it
     code, out, err = run_cli(capsys, "data", "split", "shop.csv", *cols, "--time-col", "when", "--out", "split")
     assert code == 0, err
     assert [x for x in err.splitlines() if x.startswith("data:")] == expected
