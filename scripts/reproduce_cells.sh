@@ -2,7 +2,9 @@
 # Train the reproduction grid cell group by cell group, one torch thread, and commit each cell to the results
 # store as soon as it is finished, with the text tables (docs/results.md, docs/remedies.md, docs/results/tables/)
 # regenerated from the store. Resumable: rerun it and finished cells are skipped (stored again unchanged).
-# Figures and the report page are not part of a cell's commit: make them on demand (or at a milestone) with
+# Figures and the report page are not part of a cell's commit: make them on demand with the command below; the
+# committed figures change only with the figure code, and once more when the grid's last cell is stored (a
+# regeneration per session rewrites 16 PNGs, about 0.9 MB of history, for a few more seeds)
 #   .venv/bin/resdom report results --out docs/results --title "resdom reproduction (results store)"
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
 #   scripts/reproduce_cells.sh --commit results/beauty-ts/sasrec/seed1 ...   # commit cells stored by hand
