@@ -14,6 +14,42 @@ from cli_helpers import one_line_error, run_cli
 from resdom.errors import ResdomError
 from resdom.rundir import check_output_folder
 
+# ------------------------------------------------------------------------------------ command-line mistakes
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["train", SOURCE], ["resdom train: missing option '--out'", "(see resdom train --help)"]),
+    (["train"], ["resdom train: missing argument 'source'"]),
+    (["trian"], ["resdom: no such command 'trian'", "train"]),
+    (["train", SOURCE, "--out", "x", "--epochs", "abc"], ["resdom train: invalid value for '--epochs'"]),
+    (["train", SOURCE, "--out", "x", "--bogus"], ["resdom train: no such option: --bogus"]),
+    (["data", "split"], ["resdom data split: missing argument"]),
+    (["diagnose", "a", "b", "c"], ["resdom diagnose:"]),
+])
+def test_a_command_line_click_cannot_parse_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str], args: list[str],
+                                                       needles: list[str]) -> None:
+    """Not Click's boxed usage message (five lines): one ``error:`` line naming the command and the option."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, *args)
+    one_line_error(code, err, *needles)
+    assert err.strip().count("\n") == 0 and out == "" and "Usage:" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("args", [[], ["data"]])
+def test_a_bare_command_group_still_prints_its_help(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2 and "Usage:" in out + err and "Commands" in out + err and "error:" not in err
+
+
+def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "train", "--help")
+    assert code == 0 and "--out" in out and err == ""
+    code, out, err = run_cli(capsys, "version")
+    assert code == 0 and out.startswith("resdom ")
+
+
 # ----------------------------------------------------------------------------------------- output folders
 
 

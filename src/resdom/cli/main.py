@@ -1,4 +1,5 @@
-"""``resdom`` entry point: user mistakes (ResdomError) become one line on stderr and exit status 2."""
+"""``resdom`` entry point: user mistakes (a ResdomError, or a command line Click cannot parse) become one line on
+stderr and exit status 2."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ import resdom
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
+
+try:  # typer >= 0.26 carries its own copy of Click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer, with Click installed beside it
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+_NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())  # Click >= 8.2 raises it to print the help
 
 _typer_app = typer.Typer(
     name="resdom",
@@ -82,7 +89,19 @@ def _leave_group_process(code: int | str | None) -> None:
 
 def _run() -> None:
     try:
-        _typer_app()
+        code = _typer_app(prog_name="resdom", standalone_mode=False)  # Click's errors come here, not boxed
+    except click_exceptions.UsageError as e:
+        if isinstance(e, _NO_ARGS_IS_HELP):  # a bare ``resdom`` or ``resdom data``: the help, as before
+            e.show()
+            sys.exit(e.exit_code)
+        typer.secho(f"error: {usage_line(e)}", err=True, fg="red")
+        sys.exit(2)
+    except click_exceptions.ClickException as e:  # e.g. a file Click could not open
+        typer.secho(f"error: {e.format_message()}", err=True, fg="red")
+        sys.exit(e.exit_code)
+    except typer.Abort:  # end of input at a prompt
+        typer.secho("error: aborted", err=True, fg="red")
+        sys.exit(1)
     except ResdomError as e:
         typer.secho(f"error: {e}", err=True, fg="red")
         sys.exit(2)
@@ -92,3 +111,12 @@ def _run() -> None:
             raise
         typer.secho(f"error: {no_space_message(e.filename)}", err=True, fg="red")
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)  # e.g. typer.Exit(130) after Ctrl-C comes back as 130
+
+
+def usage_line(error: click_exceptions.UsageError) -> str:
+    """A command line Click cannot parse, in one line: which command, what is wrong, where the help is, e.g.
+    ``resdom train: missing option '--out' / '-o' (see resdom train --help)``."""
+    command = error.ctx.command_path if error.ctx is not None else "resdom"
+    message = " ".join(error.format_message().split()).rstrip(".")
+    return f"{command}: {message[:1].lower()}{message[1:]} (see {command} --help)"
