@@ -176,7 +176,8 @@ def recommend(
     short = np.flatnonzero(counts < int(k))
     if len(short):
         none = int((counts == 0).sum())
-        named = ", ".join(str(x) for x in _external(split.user_labels, inputs.users[rows[short[:3]]]))
+        named = ", ".join(repr(x) if isinstance(x, str) else str(x)  # quoted: an id may hold a comma or a space
+                          for x in _external(split.user_labels, inputs.users[rows[short[:3]]]).tolist())
         notes.append(f"{len(short):,} of {len(rows):,} users have fewer than {int(k)} recommendable items "
                      f"({'seen items filtered, ' if filter_seen else ''}{int(model.n_items):,} items in all) and get "
                      f"fewer rows{f', {none:,} of them none' if none else ''}: {named}"
