@@ -342,6 +342,10 @@ def test_command_line_data_options_win_over_the_files(tmp_path: Path, fake_fit: 
     ("data:\n  quantile: [1]\n", "data.quantile must be float"),
     ("data: [gts]\n", "section 'data' must be a mapping"),
     ("model:\n  name: caser\n", "model.name: unknown model 'caser'"),
+    # PyYAML keeps the last of two equal keys without a word: an edited copy of a field would be trained silently
+    ("model:\n  hidden: 8\n  layers: 1\n  hidden: 16\n", "c.yaml:4: not valid YAML ('hidden' is given twice"),
+    ("model:\n  hidden: 8\ntrain: {}\nmodel:\n  layers: 1\n", "c.yaml:4: not valid YAML ('model' is given twice"),
+    ('{"train": {"lr": 0.001, "lr": 0.01}}', "c.yaml:1: not valid YAML ('lr' is given twice"),
 ])
 def test_bad_data_section_is_one_line(tmp_path: Path, capsys, text: str, needle: str) -> None:
     path = tmp_path / "c.yaml"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
 
     path = config_path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=_unique_keys_loader()) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -110,6 +111,27 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
         out[section].update(values)
     out["model"].pop("n_items", None)
     return out
+
+
+def _unique_keys_loader() -> type:
+    """PyYAML's SafeLoader, but a key given twice in one mapping is an error at its line (YAML requires unique keys;
+    PyYAML would keep the last value silently, so an edited copy of a field would be trained without a word)."""
+    import yaml
+
+    class UniqueKeysLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN202
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, Hashable):
+                    continue  # SafeLoader itself refuses it below, at its line
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice in one mapping",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeysLoader
 
 
 def parse_set(assignments: list[str]) -> dict[str, dict[str, Any]]:
