@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from resdom.data.prepare import load_interactions, load_prepared
-from resdom.data.readers import detect_format, read_interactions, split_source_paths
+from resdom.data.readers import RawInteractions, detect_format, read_frame, read_interactions, split_source_paths
 from resdom.errors import ResdomError
 
 # the same 3 users in every format: u1: 10 20 30 (t 100 200 300), u2: 20 30 (t 150 150), u3: 30 10 (t 50 60)
@@ -91,6 +92,40 @@ def test_tables_with_named_columns(tmp_path: Path, fmt: str) -> None:
         df.to_csv(p, sep="," if fmt == "csv" else "\t", index=False)
     assert detect_format([p]) == fmt
     assert raw_lists([p], user_col="uid", item_col="iid", time_col="ts") == (EXPECTED_ITEMS, EXPECTED_TIMES)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "recbole", "parquet", "dataframe"])
+def test_a_column_read_twice_in_the_header_is_refused(tmp_path: Path, fmt: str) -> None:
+    """pandas would read the first ``item_id`` and rename the second ``item_id.1`` (or refuse the names, or return a
+    frame for ``df["item_id"]``): which column is meant is ambiguous, so the header is refused naming both; a
+    repeated column that is not read changes nothing."""
+    rows = [[1, 10, 11, 100, 5], [1, 20, 21, 200, 4], [2, 20, 21, 150, 3], [3, 10, 11, 60, 4]]
+
+    def read(header: list[str]) -> RawInteractions:
+        if fmt == "dataframe":
+            return read_frame(pd.DataFrame(rows, columns=header))
+        path = tmp_path / f"x.{'inter' if fmt == 'recbole' else fmt}"
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table([pa.array(col) for col in zip(*rows)], names=header), path)
+        else:
+            names = [f"{h}:token" for h in header] if fmt == "recbole" else header
+            sep = "," if fmt == "csv" else "\t"
+            path.write_text(sep.join(names) + "\n" + "".join(sep.join(map(str, r)) + "\n" for r in rows))
+        return read_interactions([path], fmt)
+
+    where = {"dataframe": "DataFrame", "parquet": "x.parquet", "recbole": "x.inter:1"}.get(fmt, f"x.{fmt}:1")
+    with pytest.raises(ResdomError, match=rf"{re.escape(where)}: the header names column 'item_id' 2 times "
+                                          r"\(columns 2, 3\)"):
+        read(["user_id", "item_id", "item_id", "timestamp", "rating"])
+    if fmt != "recbole":  # RecBole's atomic header may not repeat a name at all (pandas refuses the names)
+        plain = read(["user_id", "item_id", "other", "timestamp", "rating"])
+        repeated = read(["user_id", "item_id", "other", "timestamp", "other"])  # not a column that is read
+        for a, b in ((plain.users, repeated.users), (plain.items, repeated.items), (plain.times, repeated.times)):
+            np.testing.assert_array_equal(a, b)
+        assert plain.items.tolist() == [10, 20, 20, 10]
 
 
 def test_csv_string_ids_and_dates(tmp_path: Path) -> None:

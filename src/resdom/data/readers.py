@@ -32,6 +32,7 @@ a value outside (1e20, -1e12, milliseconds after 1978) is an error naming its fi
 
 from __future__ import annotations
 
+import csv
 import gzip
 import re
 from collections.abc import Callable
@@ -590,6 +591,7 @@ def read_recbole(
         if not sep or not name or not typ:
             raise ResdomError(f"{path}:1: header field {i} {f!r} is not 'name:type' (RecBole atomic file)")
         names.append(name)
+    _check_unique_header(names, f"{path}:1")
     df = _read_csv(path, sep="\t", names=names, skiprows=1)
     columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
     return _frame_to_raw(df, str(path), "recbole", columns, first_data_line=2, files=[path])
@@ -602,16 +604,38 @@ def read_table(
     """CSV / TSV (header row) or Parquet with named user, item and timestamp columns."""
     columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
     if fmt == "parquet":
+        import pyarrow.parquet as pq
+
         try:
-            df = pd.read_parquet(path)
-        except Exception as e:  # pyarrow raises many types for a bad file
-            raise ResdomError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+            names = pq.read_schema(path).names
+            _check_unique_header(names, str(path), columns.read)
+            once = [n for n in names if names.count(n) == 1]  # pyarrow reads no column whose name repeats
+            df = pd.read_parquet(path, columns=None if len(once) == len(names) else once)
+        except ResdomError:
+            raise
+        except Exception as e:  # pyarrow raises many types for a bad file; its messages span lines
+            raise ResdomError(f"{path}: not a readable Parquet file ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())})") from None
         return _frame_to_raw(df, str(path), fmt, columns, first_data_line=None, files=[path])
     head = _head_lines(path, 1)
     if not head:
         raise ResdomError(f"{path}: file is empty")
-    df = _read_csv(path, sep="," if fmt == "csv" else "\t", names=None, skiprows=0)
+    sep = "," if fmt == "csv" else "\t"
+    _check_unique_header(next(csv.reader([head[0].rstrip("\r\n")], delimiter=sep), []), f"{path}:1", columns.read)
+    df = _read_csv(path, sep=sep, names=None, skiprows=0)
     return _frame_to_raw(df, str(path), fmt, columns, first_data_line=2, files=[path])
+
+
+def _check_unique_header(names: list[str], where: str, read: tuple[str, ...] | None = None) -> None:
+    """A header naming a column that is read (``read``; None: any column) twice is ambiguous (pandas would read the
+    first as given and rename the second ``name.1``, or refuse): a ResdomError naming the column and its positions."""
+    seen: dict[str, list[int]] = {}
+    for i, name in enumerate(map(str, names), start=1):
+        seen.setdefault(name, []).append(i)
+    for name, at in seen.items():
+        if len(at) > 1 and (read is None or name in read):
+            raise ResdomError(f"{where}: the header names column {name!r} {len(at)} times (columns "
+                              f"{', '.join(map(str, at))}): which one is meant is ambiguous; give them distinct names")
 
 
 def read_frame(
@@ -624,6 +648,7 @@ def read_frame(
     if not isinstance(df, pd.DataFrame):
         raise ResdomError(f"{name}: expected a pandas DataFrame, got {type(df).__name__}")
     columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
+    _check_unique_header(list(df.columns), name, columns.read)
     return _frame_to_raw(df, name, "dataframe", columns, first_data_line=None, files=[])
 
 
@@ -661,6 +686,12 @@ class _Columns:
     time_col: str | None = None
     no_time: bool = False
     normalize_ids: bool = False
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        """The names of the columns read: user, item and (unless no_time) timestamp."""
+        names = (self.user_col or DEFAULT_COLUMNS["user_col"], self.item_col or DEFAULT_COLUMNS["item_col"])
+        return names if self.no_time else (*names, self.time_col or DEFAULT_COLUMNS["time_col"])
 
 
 def _frame_to_raw(
