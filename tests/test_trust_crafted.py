@@ -37,6 +37,20 @@ def test_a_command_line_click_cannot_parse_is_one_line(tmp_path: Path, monkeypat
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_an_error_quoting_a_multi_line_message_is_still_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Libraries' messages (pyarrow's schema dumps) span lines; the CLI prints a ResdomError that quotes one as one
+    line, spaces inside a line kept as they are (an id such as 'a  b' is not changed)."""
+    def fail(*args: object, **kwargs: object) -> str:
+        raise ResdomError("x.parquet: not readable (ArrowInvalid: no field\n  user_id: int64\r\n  'a  b': string\n)")
+
+    monkeypatch.setattr("resdom.cli.data_cmd.format_stats", fail)
+    code, _, err = run_cli(capsys, "data", "stats", SOURCE)
+    line = one_line_error(code, err, "x.parquet: not readable")
+    assert line.endswith("(ArrowInvalid: no field user_id: int64 'a  b': string )")
+    assert [x for x in err.splitlines() if not x.startswith("data: ")] == [line]  # after the data summary: one line
+
+
 @pytest.mark.parametrize("args", [[], ["data"]])
 def test_a_bare_command_group_still_prints_its_help(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     code, out, err = run_cli(capsys, *args)

@@ -4,6 +4,7 @@ stderr and exit status 2."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import typer
@@ -17,6 +18,7 @@ try:  # typer >= 0.26 carries its own copy of Click
     from typer._click import exceptions as click_exceptions
 except ImportError:  # pragma: no cover - older typer, with Click installed beside it
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
+_LINE_BREAKS = re.compile(r"[ \t]*[\r\n]+[ \t]*")
 _NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())  # Click >= 8.2 raises it to print the help
 
 _typer_app = typer.Typer(
@@ -102,8 +104,8 @@ def _run() -> None:
     except typer.Abort:  # end of input at a prompt
         typer.secho("error: aborted", err=True, fg="red")
         sys.exit(1)
-    except ResdomError as e:
-        typer.secho(f"error: {e}", err=True, fg="red")
+    except ResdomError as e:  # one line even where it quotes a library's message that spans lines (pyarrow's)
+        typer.secho(f"error: {_LINE_BREAKS.sub(' ', str(e).strip())}", err=True, fg="red")
         sys.exit(2)
     except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...)
 
