@@ -68,6 +68,8 @@ def test_diginetica_session_item_and_time(tmp_path: Path) -> None:
     (DIGINETICA.replace(";1500;", ";1.5;"), r":5: timeframe '1.5' is not a whole number"),
     (DIGINETICA.replace("3;7;0042", "3;7;"), r":7: missing value in column 'itemId'"),
     ("sessionId;userId;itemId;timeframe;eventdate\n", "no rows after the header"),
+    # the header as written, not as pandas renames a repeated name ('itemId.1')
+    ("sessionId;userId;itemId;timeframe;itemId\n1;;2;3;4\n", r":1: header 'sessionId;userId;itemId;timeframe;itemId',"),
 ])
 def test_diginetica_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "views.csv"
@@ -100,7 +102,7 @@ def test_steam_fields_from_python_literals(tmp_path: Path) -> None:
     raw = read_steam(path)
     assert rows(raw) == [("Chaos Syren", "725280", day("2017-12-17")), ("O'Neil", "328100", day("2017-12-27")),
                          ("Chaos Syren", "631920", day("2017-12-17"))]
-    assert "1 reviews without 'username' skipped" in raw.notes
+    assert "1 review without 'username' skipped" in raw.notes
     plain = tmp_path / "steam_reviews.json"
     plain.write_text("\n".join(STEAM_LINES))
     assert rows(read_steam(plain)) == rows(raw)
@@ -206,7 +208,7 @@ def test_beeradvocate_layouts(tmp_path: Path, layout: str) -> None:
     path.write_bytes(gzip.compress(text.encode()))
     raw = read_beeradvocate(path)
     assert rows(raw) == [("stcules", "47986", 1234817823), ("stcules", "47966", 1235916604)]
-    assert "1 reviews without 'review/profileName' skipped" in raw.notes
+    assert "1 review without 'review/profileName' skipped" in raw.notes
 
 
 def test_beeradvocate_errors(tmp_path: Path) -> None:
@@ -264,6 +266,12 @@ def test_time_to_split_csv(tmp_path: Path) -> None:
         read_tts_csv(path, "user_id", "item_id", "timestamp")
     with pytest.raises(ResdomError, match="needs the column names"):
         read_native("time-to-split-csv", [path])
+    # a column read named twice: which is meant is ambiguous (pandas would read the first); one not read is fine
+    path.write_text("user_id,item_id,item_id,timestamp\na,b,c,12\n")
+    with pytest.raises(ResdomError, match=r"csv:1: the header names column 'item_id' 2 times \(columns 2, 3\)"):
+        read_tts_csv(path, "user_id", "item_id", "timestamp")
+    path.write_text("user_id,x,item_id,timestamp,x\na,1,b,12,2\n")
+    assert rows(read_tts_csv(path, "user_id", "item_id", "timestamp")) == [("a", "b", 12)]
 
 
 # ------------------------------------------------------------------------------------------------ ml-1m.zip

@@ -46,6 +46,8 @@ from resdom.data.readers import (
     TIME_MAX,
     TIME_MIN,
     RawInteractions,
+    check_unique_header,
+    header_fields,
     parser_error,
     read_movielens,
     time_column_values,
@@ -186,7 +188,7 @@ def read_diginetica(path: Path) -> RawInteractions:
     except UnicodeDecodeError:
         raise ResdomError(f"{path}: not UTF-8 text") from None
     if tuple(df.columns) != DIGINETICA_HEADER:
-        raise ResdomError(f"{path}:1: header {';'.join(map(str, df.columns))!r}, expected "
+        raise ResdomError(f"{path}:1: header {';'.join(header_fields(path, ';'))!r}, expected "
                           f"{';'.join(DIGINETICA_HEADER)!r} (CIKM Cup 2016 train-item-views.csv)")
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows after the header")
@@ -292,7 +294,7 @@ def _dict_records(path: Path, fields: tuple[str, ...]) -> tuple[list[list[str]],
 
 
 def _skip_notes(skipped: dict[str, int], what: str) -> list[str]:
-    return [f"{n:,} {what} without {f!r} skipped" for f, n in skipped.items() if n]
+    return [f"{n:,} {what}{'s' if n != 1 else ''} without {f!r} skipped" for f, n in skipped.items() if n]
 
 
 def read_steam(path: Path) -> RawInteractions:
@@ -303,7 +305,7 @@ def read_steam(path: Path) -> RawInteractions:
     arr = np.asarray(rows, dtype=object)
     lines = np.asarray(line_nos, dtype=np.int64)
     seconds = _date_seconds(pd.Series(arr[:, 2]), "%Y-%m-%d", path, "date", lines)
-    notes = ["user = username, item = product_id, time = date (UTC midnight)", *_skip_notes(skipped, "reviews")]
+    notes = ["user = username, item = product_id, time = date (UTC midnight)", *_skip_notes(skipped, "review")]
     return RawInteractions(arr[:, 0], arr[:, 1], seconds, "steam", [path], notes=notes)
 
 
@@ -325,7 +327,7 @@ def read_beeradvocate(path: Path) -> RawInteractions:
     if len(bad):
         k = int(bad[0])
         raise ResdomError(f"{path}:{line_nos[k]}: review/time {arr[k, 2]!r} is not whole Unix seconds")
-    notes = ["user = review/profileName, item = beer/beerId, time = review/time", *_skip_notes(skipped, "reviews")]
+    notes = ["user = review/profileName, item = beer/beerId, time = review/time", *_skip_notes(skipped, "review")]
     return _ordered_by_exact_time(arr[:, 0], arr[:, 1], times.astype(np.int64), 1, "beeradvocate", path, notes,
                                   lambda k: f"{path}:{line_nos[k]}")
 
@@ -420,6 +422,7 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise ResdomError(f"{path}: not a readable CSV file ({type(e).__name__})") from None
     cols = list(map(str, head.columns))
+    check_unique_header(header_fields(path, ","), f"{path}:1", (user_col, item_col, time_col))
     for name, flag in ((user_col, "--user-col"), (item_col, "--item-col"), (time_col, "--time-col")):
         if name not in cols:
             raise ResdomError(f"{path}:1: missing column {name!r} (columns: {', '.join(cols)}); name it with {flag}")

@@ -591,7 +591,7 @@ def read_recbole(
         if not sep or not name or not typ:
             raise ResdomError(f"{path}:1: header field {i} {f!r} is not 'name:type' (RecBole atomic file)")
         names.append(name)
-    _check_unique_header(names, f"{path}:1")
+    check_unique_header(names, f"{path}:1")
     df = _read_csv(path, sep="\t", names=names, skiprows=1)
     columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
     return _frame_to_raw(df, str(path), "recbole", columns, first_data_line=2, files=[path])
@@ -608,7 +608,7 @@ def read_table(
 
         try:
             names = pq.read_schema(path).names
-            _check_unique_header(names, str(path), columns.read)
+            check_unique_header(names, str(path), columns.read)
             once = [n for n in names if names.count(n) == 1]  # pyarrow reads no column whose name repeats
             df = pd.read_parquet(path, columns=None if len(once) == len(names) else once)
         except ResdomError:
@@ -621,12 +621,19 @@ def read_table(
     if not head:
         raise ResdomError(f"{path}: file is empty")
     sep = "," if fmt == "csv" else "\t"
-    _check_unique_header(next(csv.reader([head[0].rstrip("\r\n")], delimiter=sep), []), f"{path}:1", columns.read)
+    check_unique_header(header_fields(path, sep), f"{path}:1", columns.read)
     df = _read_csv(path, sep=sep, names=None, skiprows=0)
     return _frame_to_raw(df, str(path), fmt, columns, first_data_line=2, files=[path])
 
 
-def _check_unique_header(names: list[str], where: str, read: tuple[str, ...] | None = None) -> None:
+def header_fields(path: Path, sep: str) -> list[str]:
+    """The fields of a delimited file's header (its first line that is not blank), unquoted as CSV reads them, as
+    written: pandas renames a repeated name (``item_id.1``)."""
+    head = _head_lines(path, 1)
+    return next(csv.reader([head[0].rstrip("\r\n")], delimiter=sep), []) if head else []
+
+
+def check_unique_header(names: list[str], where: str, read: tuple[str, ...] | None = None) -> None:
     """A header naming a column that is read (``read``; None: any column) twice is ambiguous (pandas would read the
     first as given and rename the second ``name.1``, or refuse): a ResdomError naming the column and its positions."""
     seen: dict[str, list[int]] = {}
@@ -648,7 +655,7 @@ def read_frame(
     if not isinstance(df, pd.DataFrame):
         raise ResdomError(f"{name}: expected a pandas DataFrame, got {type(df).__name__}")
     columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
-    _check_unique_header(list(df.columns), name, columns.read)
+    check_unique_header(list(df.columns), name, columns.read)
     return _frame_to_raw(df, name, "dataframe", columns, first_data_line=None, files=[])
 
 
