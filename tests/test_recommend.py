@@ -222,6 +222,16 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     bom.write_bytes(b"\xef\xbb\xbfcust-004\r\ncust-000\r\n")
     assert invoke("recommend", str(run_dir), "--users", str(bom), "--k", "1", "--device", "cpu") == 0
     assert [line.split(",")[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["cust-004", "cust-000"]
+    # an id given twice is recommended once, at its first place, and the note says so (was: its rows twice)
+    twice = tmp_path / "twice.txt"
+    twice.write_text("cust-000\ncust-004\ncust-000\n")
+    assert invoke("recommend", str(run_dir), "--users", str(twice), "--k", "2", "--device", "cpu") == 0
+    printed = capsys.readouterr()
+    assert [line.split(",")[0] for line in printed.out.splitlines()[1:]] == ["cust-000"] * 2 + ["cust-004"] * 2
+    assert ("note: 1 user id(s) given more than once ('cust-000'): each recommended once, at its first place"
+            in printed.err)
+    frame = recommend(model, split, ["cust-004", "cust-000", "cust-004", "cust-004"], k=1)
+    assert frame["user"].tolist() == ["cust-004", "cust-000"] and "'cust-004'" in frame.attrs["note"]
 
 
 def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) -> None:

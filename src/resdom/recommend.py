@@ -22,6 +22,7 @@ names the first of them (``resdom recommend`` prints it).
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +117,8 @@ def recommend(
     device: str | torch.device | None = None,
 ) -> pd.DataFrame:
     """The top ``k`` items of each user in ``users`` (external ids; None: every user with an input) as a DataFrame
-    (user, item, rank 1..k, score), users in the order given (None: increasing user index), in external ids.
+    (user, item, rank 1..k, score), users in the order given (None: increasing user index; an id given twice is
+    recommended once, at its first place, with a note in ``DataFrame.attrs["note"]``), in external ids.
 
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``); ``alpha``: the
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
@@ -140,7 +142,18 @@ def recommend(
     if filter_seen is None:
         filter_seen = split.filter_seen
     inputs = _inputs(split, history)
-    ids = None if users is None else list(users)
+    ids, notes = None, []
+    if users is not None:
+        given = list(users)
+        first = {}  # text -> the id as given, at its first place (ids are matched as text, user_index)
+        for u in given:
+            first.setdefault(str(u), u)
+        ids = list(first.values())
+        if len(ids) < len(given):
+            counts = Counter(str(u) for u in given)
+            repeated = [u for u in ids if counts[str(u)] > 1]
+            notes.append(f"{len(repeated):,} user id(s) given more than once ({', '.join(map(repr, repeated[:3]))}"
+                         f"{', ...' if len(repeated) > 3 else ''}): each recommended once, at its first place")
     wanted = None if ids is None else user_index(split, ids)
     rows = _select(inputs, wanted, history, ids or [])
     dev = torch.device(device) if device is not None else model_device(model)
@@ -168,7 +181,6 @@ def recommend(
     user_idx = inputs.users[rows[r]]
     frame = pd.DataFrame({"user": _external(split.user_labels, user_idx), "item": _external(split.item_labels, items),
                           "rank": rank.astype(np.int64), "score": scores})
-    notes = []
     if split.user_labels is None or split.item_labels is None:
         notes.append("this split was saved before resdom kept external ids: users and items are resdom's internal "
                      "indices")
