@@ -356,6 +356,28 @@ def test_bad_data_section_is_one_line(tmp_path: Path, capsys, text: str, needle:
     assert not (tmp_path / "r").exists()
 
 
+def test_a_bad_value_is_named_where_it_was_given(tmp_path: Path, capsys) -> None:
+    """The config file, the --set or the option that gave a value pydantic refuses, not only the field (a file's
+    value overridden by --set is no longer the file's)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  hidden: [8]\ntrain:\n  lr: 0\n")
+    out = str(tmp_path / "r")
+    cases = [
+        ([], f"error: {path}: model.hidden: Input should be a valid integer (got [8])"),
+        (["--set", "model.hidden=8"], f"error: {path}: train.lr: Input should be greater than 0 (got 0)"),
+        (["--set", "model.hidden=8", "--set", "train.lr=-2"], "error: --set train.lr: Input should be greater than 0"),
+        (["--set", "model.hidden=10", "--set", "model.heads=4", "--set", "train.lr=1e-3"],
+         "error: model: hidden (10) must be divisible by heads (4)"),  # a rule across fields: the section
+    ]
+    for extra, needle in cases:
+        for args in (["train", SOURCE, "--out", out], ["config", "show"]):
+            code, _, err = run_cli(capsys, *args, "--config", str(path), *extra)
+            assert code == 2 and err.startswith(needle) and err.strip().count("\n") == 0, (args, extra, err)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", out, "--epochs", "0")
+    assert code == 2 and err.startswith("error: --epochs: Input should be greater than or equal to 1"), err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_config_naming_another_model_than_model_is_refused(tmp_path: Path, capsys) -> None:
     code, _, err = run_cli(capsys, "train", SOURCE, "--model", "sasrec", "--config", "duorec_loo",
                            "--out", str(tmp_path / "r"))

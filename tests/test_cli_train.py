@@ -72,7 +72,8 @@ def test_train_again_on_finished_run_does_not_retrain(trained_run: Path, capsys)
         (["--model", "caser"], "--model"),
         (["--protocol", "random"], "--protocol"),
         (["--model", "bsarec", "--set", "train.objective=ce_all"], "label leakage"),
-        (["--device", "tpu"], "train.device"),
+        (["--device", "tpu"], "--device: Input should be 'auto', 'cpu', 'cuda' or 'mps' (got 'tpu')"),
+        (["--set", "train.device=tpu"], "--set train.device: Input should be"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(tmp_path: Path, capsys, args: list[str], needle: str) -> None:

@@ -20,7 +20,6 @@ from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
 from resdom.models import MODEL_CLASSES
 from resdom.resources import describe_config, reference_configs
-from resdom.training.config import resolve_configs
 
 config_app = typer.Typer(help="Configurations: the shipped reference configs, the full config of a model.",
                          no_args_is_help=True)
@@ -50,8 +49,7 @@ def full_config(model: str | None = None, config: Path | None = None, set_: list
     model are left out; ``model.name`` is the label (a variant's, e.g. sasrec-tts); values are plain YAML types."""
     cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions())
     protocol = cfg.data.resolved_protocol
-    model_cfg, train_cfg = resolve_configs(cfg.name, cfg.values["model"], cfg.values["train"], source=dataset,
-                                           n_items=1, protocol=protocol)
+    model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=protocol)
     shown_model = {k: v for k, v in model_cfg.model_dump(mode="json").items() if applies(cfg.name, k)}
     shown_model["name"] = cfg.label  # a variant's label (sasrec-tts): training from the file records it
     return cfg.label, {"model": shown_model, "train": train_cfg.model_dump(mode="json"),

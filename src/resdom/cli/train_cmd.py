@@ -31,7 +31,7 @@ from resdom.cli.data_options import (
 )
 from resdom.cli.values import parse_cutoffs, positive_int, progress_option
 from resdom.distributed import resolve_device
-from resdom.errors import ResdomError
+from resdom.errors import OptionError, ResdomError
 from resdom.experiments import canonical_label, model_variant, variant_train_values
 from resdom.models.config import ModelConfig
 from resdom.names import CUTOFFS, PARTS, metric_key
@@ -206,6 +206,16 @@ class CommandConfig:
     name: str
     values: dict[str, dict[str, Any]]
     data: DataOptions
+    origins: dict[str, str]  # "model.hidden" -> where the user gave its value ("c.yaml: model.hidden", "--epochs")
+
+    def resolve(self, source: str | None, n_items: int, protocol: str | None) -> tuple[ModelConfig, TrainConfig]:
+        """``resolve_configs`` of these values; a bad value is named where the user gave it (the config file, the
+        --set or the option), not only by its field."""
+        try:
+            return resolve_configs(self.name, self.values["model"], self.values["train"], source=source,
+                                   n_items=n_items, protocol=protocol)
+        except OptionError as e:
+            raise e.renamed(self.origins) from None
 
 
 def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path | None) -> str:
@@ -229,10 +239,13 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
     set_name = set_values.get("model", {}).pop("name", None)
     label = _model_label(model, set_name, file_model.pop("name", None), config)
     name, variant = model_variant(label)
-    values = _merge({"model": variant, "train": variant_train_values(label)},
-                    {"model": file_model, "train": file_values.get("train", {})},
-                    set_values, {"train": explicit})
-    return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {})))
+    file_layer = {"model": file_model, "train": file_values.get("train", {})}
+    values = _merge({"model": variant, "train": variant_train_values(label)}, file_layer, set_values,
+                    {"train": explicit})
+    origins = {f"{s}.{k}": f"{config}: {s}.{k}" for s in SECTIONS for k in file_layer.get(s, {})}
+    origins |= {f"{s}.{k}": f"--set {s}.{k}" for s in SECTIONS for k in set_values.get(s, {})}
+    origins |= {f"train.{k}": f"--{k}" for k in explicit}
+    return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {})), origins)
 
 
 @data_options(split=True)
@@ -254,18 +267,16 @@ def train(
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
-    data, values = cfg.data, cfg.values
+    data = cfg.data
     check_output_folder(out, "--out", runs=True)
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
-    _, early = resolve_configs(cfg.name, values["model"], values["train"], source=preset_source, n_items=1,
-                               protocol=protocol)  # fail fast, before the data is read
+    _, early = cfg.resolve(preset_source, n_items=1, protocol=protocol)  # fail fast, before the data is read
     resolve_device(early.device, "--device" if device else "train.device")
 
     split = data.split(source)
-    model_cfg, train_cfg = resolve_configs(cfg.name, values["model"], values["train"], source=preset_source,
-                                           n_items=split.n_items, protocol=protocol)
+    model_cfg, train_cfg = cfg.resolve(preset_source, n_items=split.n_items, protocol=protocol)
     data_info = data.record(source)
     if cfg.label != cfg.name:
         data_info["label"] = cfg.label  # reports name the run by its variant

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from resdom.errors import ResdomError
+from resdom.errors import OptionError
 from resdom.experiments import MODEL_TRAITS
 from resdom.names import MODELS
 
@@ -122,24 +122,26 @@ class ModelConfig(BaseModel):
 
 
 def make_model_config(**values: object) -> ModelConfig:
-    """Validate ``values`` into a ModelConfig; a bad field becomes a ResdomError naming it."""
+    """Validate ``values`` into a ModelConfig; a bad field becomes an OptionError naming it."""
     from pydantic import ValidationError
 
     try:
         return ModelConfig(**values)
     except ValidationError as e:
-        raise ResdomError(format_validation_error(e, "model")) from None
+        raise validation_error(e, "model") from None
 
 
-def format_validation_error(e: Exception, section: str) -> str:
-    """One line per bad field: ``section.field: message (got value)``."""
+def validation_error(e: Exception, section: str) -> OptionError:
+    """pydantic's ValidationError as an OptionError, one problem a bad field: (``section.field``, message (got
+    value)); a front end renames the fields by where their values came from (``OptionError.renamed``)."""
     from pydantic import ValidationError
 
     if not isinstance(e, ValidationError):
-        return str(e)
-    parts = []
+        return OptionError([(section, str(e))])
+    problems = []
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+        loc = ".".join(str(x) for x in err["loc"])
         got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-        parts.append(f"{section}.{loc}: {err['msg']}{got}")
-    return "invalid config: " + "; ".join(parts)
+        message = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
+        problems.append((f"{section}.{loc}" if loc else section, f"{message}{got}"))
+    return OptionError(problems)

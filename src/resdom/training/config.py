@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from resdom.errors import ResdomError
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import MODEL_CLASSES, model_class
-from resdom.models.config import ModelConfig, format_validation_error, make_model_config
+from resdom.models.config import ModelConfig, make_model_config, validation_error
 from resdom.names import DEVICES, METRICS
 from resdom.training.objectives import OBJECTIVES, get_objective
 
@@ -87,11 +87,11 @@ RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads", 
 
 
 def make_train_config(**values: Any) -> TrainConfig:
-    """Validate ``values`` into a TrainConfig; a bad field becomes a ResdomError naming ``train.<field>``."""
+    """Validate ``values`` into a TrainConfig; a bad field becomes an OptionError naming ``train.<field>``."""
     try:
         return TrainConfig(**values)
     except ValidationError as e:
-        raise ResdomError(format_validation_error(e, "train")) from None
+        raise validation_error(e, "train") from None
 
 
 def resolve_configs(
