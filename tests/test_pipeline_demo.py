@@ -126,6 +126,20 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
         GridSpec(["beauty-ts"], ["sasrec"], [1, 1], tmp_path)
     with pytest.raises(ResdomError, match="--protocol"):
         GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path, protocol="random")
+    # every cell's configuration is resolved up front: a bad --set value is one refusal naming it and the cell it
+    # first breaks, before anything is written (was: every cell failed on its own, each with an error.txt folder)
+    with pytest.raises(ResdomError, match=r"^--set model\.hidden: Input should be a valid integer.*\(sasrec on "
+                                          r"beauty-ts\)$"):
+        GridSpec(["beauty-ts"], ["sasrec", "bsarec"], [1], tmp_path / "g", model_values={"hidden": "abc"})
+    with pytest.raises(ResdomError, match=r"^--set train\.lr: Input should be greater than 0"):
+        GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path / "g", train_values={"lr": 0})
+    with pytest.raises(ResdomError, match=r"label leakage.*\(bsarec on toys-ts\)$"):  # a rule of one model only
+        GridSpec(["toys-ts"], ["sasrec", "bsarec"], [1], tmp_path / "g", train_values={"objective": "ce_all"})
+    with pytest.raises(ResdomError, match=r"^model: hidden \(60\) must be divisible by heads \(8\)"):
+        GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path / "g", model_values={"hidden": 60, "heads": 8})
+    assert not (tmp_path / "g").exists()
+    GridSpec(["beauty-ts", "synthetic"], ["sasrec", "sasrec-tts", "duorec", "bsarec", "sasrec-celast"], [1], tmp_path,
+             model_values={"hidden": 32}, train_values={"lr": 1e-3})  # values every cell takes
 
 
 @pytest.mark.slow

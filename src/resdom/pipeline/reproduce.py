@@ -28,7 +28,7 @@ from resdom.diagnostics.evidence import read_header
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import run_all
 from resdom.distributed import resolve_device
-from resdom.errors import ResdomError
+from resdom.errors import OptionError, ResdomError
 from resdom.experiments import canonical_label, model_labels, model_variant, variant_train_values
 from resdom.io import atomic_write_json
 from resdom.names import USERS
@@ -37,6 +37,7 @@ from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
 from resdom.rundir import RunDir
+from resdom.training.config import resolve_configs
 
 
 def known_labels() -> tuple[str, ...]:
@@ -76,6 +77,32 @@ class GridSpec:
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
             raise ResdomError(f"--datasets: {bad[0]!r} is not a data set name (see `resdom data list`)")
+        self._check_configs()
+
+    def _check_configs(self) -> None:
+        """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
+        --set value is one refusal naming it, not one failed cell after another."""
+        given = {f"model.{k}": f"--set model.{k}" for k in self.model_values}
+        given |= {f"train.{k}": f"--set train.{k}" for k in self.train_values} | {"train.epochs": "--epochs"}
+        for dataset in self.datasets:
+            for label in self.models:
+                model, model_values, train_values = self.cell_values(label, self.seeds[0])
+                try:
+                    resolve_configs(model, model_values, {"device": self.device, **train_values}, source=dataset,
+                                    n_items=1, protocol=self.protocol)
+                except OptionError as e:
+                    raise ResdomError(f"{e.renamed(given)} ({label} on {dataset})") from None
+                except ResdomError as e:
+                    raise ResdomError(f"{e} ({label} on {dataset})") from None
+
+    def cell_values(self, label: str, seed: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """(model, model values, train values) of the cells of ``label`` and ``seed``: the variant's values, then
+        the grid's (--set, --epochs)."""
+        model, variant = model_variant(label)
+        train_values = {**variant_train_values(label), **self.train_values, "seed": seed}
+        if self.epochs is not None:
+            train_values["epochs"] = self.epochs
+        return model, {**variant, **self.model_values}, train_values
 
     def cells(self) -> list[tuple[str, str, int]]:
         return [(d, m, s) for d in self.datasets for m in self.models for s in self.seeds]
@@ -152,12 +179,9 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
         if not is_finished(run_dir, spec.epochs):
             run_dir.mkdir(parents=True, exist_ok=True)
             split = cache.split(dataset, run_dir)
-            train_values = {**variant_train_values(label), **spec.train_values, "seed": seed}
-            if spec.epochs is not None:
-                train_values["epochs"] = spec.epochs
-            model, variant = model_variant(label)
+            model, model_values, train_values = spec.cell_values(label, seed)
             train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
-                               stats=cache.stats(dataset, split), model_values={**variant, **spec.model_values},
+                               stats=cache.stats(dataset, split), model_values=model_values,
                                train_values=train_values, device=spec.device, progress=progress, label=label)
             outcome.status = "done"
         elif USERS in missing_diagnostics(run_dir):  # finished before the per-user evidence: add it, no training
