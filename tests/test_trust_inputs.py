@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +133,32 @@ def test_timestamps_outside_the_range_are_refused_with_file_and_line(
     code, _, err = run_cli(capsys, "data", "split", str(csv), "--out", str(tmp_path / "split"))
     one_line_error(code, err, f"{csv}:3", "outside the supported range")
     assert not (tmp_path / "split").exists()
+
+
+@pytest.mark.parametrize("kind", ["parquet", "dataframe"])
+def test_typed_timestamp_columns_that_are_not_times_are_refused(tmp_path: Path, kind: str) -> None:
+    """A typed column (Parquet, a DataFrame) of true/false values or durations is not a time (pandas would read True
+    as 1 s and '3 days' as its nanoseconds); milliseconds are named as the plain number the column holds."""
+    import pandas as pd
+
+    from resdom.data.prepare import load_prepared
+
+    def read(times: list) -> None:  # noqa: ANN001
+        df = pd.DataFrame({"user_id": [1, 1, 1, 2, 2, 2], "item_id": [10, 20, 30, 10, 20, 30], "timestamp": times})
+        if kind == "parquet":
+            df.to_parquet(tmp_path / "t.parquet")
+        load_prepared(df if kind == "dataframe" else str(tmp_path / "t.parquet"), k_core=0)
+
+    where = "DataFrame: row 1" if kind == "dataframe" else f"{tmp_path / 't.parquet'}: row 1"
+    with pytest.raises(ResdomError, match=rf"^{re.escape(where)}: column 'timestamp' holds true/false values, not "):
+        read([True, False, True, False, True, True])
+    with pytest.raises(ResdomError, match=rf"^{re.escape(where)}: column 'timestamp' holds durations \(e\.g\. "
+                                          r"'1 days 00:00:00'\), not times"):
+        read(list(pd.to_timedelta([1, 2, 3, 4, 5, 6], unit="D")))
+    with pytest.raises(ResdomError, match=rf"^{re.escape(where)} \(column 'timestamp'\): timestamp 1600000000000 "
+                                          r"is outside the supported range"):
+        read([1600000000000 + k for k in range(6)])
+    read(list(pd.to_datetime([f"2020-01-0{k}" for k in range(1, 7)]).tz_localize("Europe/Berlin")))  # dates: read
 
 
 def test_timestamps_at_the_range_ends_are_read(tmp_path: Path) -> None:

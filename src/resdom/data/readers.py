@@ -402,6 +402,8 @@ def _labels(tok: _Tokens, select: np.ndarray, normalize: bool = False) -> np.nda
 
 
 def _time_range_error(where: str, value: object) -> ResdomError:
+    if isinstance(value, np.generic):
+        value = value.item()  # 1600000000000, not np.int64(1600000000000)
     return ResdomError(
         f"{where}: timestamp {value!r} is outside the supported range, Unix seconds from {TIME_MIN} to {TIME_MAX} "
         "(years 1 to 9999); timestamps must be Unix seconds (milliseconds: divide by 1000)"
@@ -771,6 +773,10 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
     if pd.api.types.is_datetime64_any_dtype(col.dtype):
         return pd.to_datetime(col, utc=True)
+    for is_kind, what in ((pd.api.types.is_bool_dtype, "true/false values"),
+                          (pd.api.types.is_timedelta64_dtype, f"durations (e.g. {str(col.iloc[0])!r})")):
+        if is_kind(col.dtype):  # pandas would read True as 1 s and a duration as its nanoseconds
+            raise ResdomError(f"{where(0)}: column {name!r} holds {what}, not times (Unix seconds or dates)")
     numeric = pd.to_numeric(col, errors="coerce")
     bad = np.flatnonzero(pd.isna(numeric.to_numpy()) | ~np.isfinite(numeric.to_numpy(dtype=np.float64)))
     if len(bad) == 0:
