@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from resdom.errors import OptionError
 from resdom.experiments import MODEL_TRAITS
@@ -123,21 +123,15 @@ class ModelConfig(BaseModel):
 
 def make_model_config(**values: object) -> ModelConfig:
     """Validate ``values`` into a ModelConfig; a bad field becomes an OptionError naming it."""
-    from pydantic import ValidationError
-
     try:
         return ModelConfig(**values)
     except ValidationError as e:
         raise validation_error(e, "model") from None
 
 
-def validation_error(e: Exception, section: str) -> OptionError:
+def validation_error(e: ValidationError, section: str) -> OptionError:
     """pydantic's ValidationError as an OptionError, one problem a bad field: (``section.field``, message (got
     value)); a front end renames the fields by where their values came from (``OptionError.renamed``)."""
-    from pydantic import ValidationError
-
-    if not isinstance(e, ValidationError):
-        return OptionError([(section, str(e))])
     problems = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
