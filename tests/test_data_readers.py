@@ -128,6 +128,22 @@ def test_a_column_read_twice_in_the_header_is_refused(tmp_path: Path, fmt: str) 
         assert plain.items.tolist() == [10, 20, 20, 10]
 
 
+@pytest.mark.parametrize("users, merged", [([1, "1", 2, 2], True), ([1, 1.0, 2, 2], True), ([True, 1, 2, 2], True),
+                                           ([1, "a", 2, "b"], False), ([1.0, 1.0, 2.5, 2.5], False)])
+def test_a_dataframe_id_column_of_mixed_types_must_map_one_to_one_onto_text(users: list, merged: bool) -> None:
+    """Ids are read as their text: an object column holding 1 and '1' (one text) or 1 and 1.0 (one value, two
+    texts) would merge or split ids without a word, so it is refused; mixed types with distinct texts are read."""
+    df = pd.DataFrame({"user_id": pd.Series(users, dtype=object), "item_id": [10, 20, 10, 30], "timestamp": range(4)})
+    if merged:
+        with pytest.raises(ResdomError, match=r"^DataFrame: column 'user_id' mixes .* values whose texts are not one "
+                                              r"per id .*df\['user_id'\]\.astype\(str\)"):
+            read_frame(df)
+        with pytest.raises(ResdomError, match="column 'item_id' mixes"):
+            read_frame(df.rename(columns={"user_id": "item_id", "item_id": "user_id"}))
+    else:
+        assert sorted(map(str, read_frame(df).users.tolist())) == sorted(map(str, users))
+
+
 def test_csv_string_ids_and_dates(tmp_path: Path) -> None:
     p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nA,x,2020-01-02\nA,y,2020-01-01\nB,x,2020-01-03\n")
     prepared, _ = load_prepared(str(p), k_core=0)

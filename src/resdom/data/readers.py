@@ -658,7 +658,27 @@ def read_frame(
         raise ResdomError(f"{name}: expected a pandas DataFrame, got {type(df).__name__}")
     columns = _Columns(user_col, item_col, time_col, no_time, normalize_ids)
     check_unique_header(list(df.columns), name, columns.read)
+    for column in columns.read[:2]:
+        if column in df.columns:
+            _check_text_is_one_to_one(df[column], name, column)
     return _frame_to_raw(df, name, "dataframe", columns, first_data_line=None, files=[])
+
+
+def _check_text_is_one_to_one(col: pd.Series, where: str, name: str) -> None:
+    """An id column of mixed Python types (an object column holding 1 and '1', or 1 and 1.0) whose values and texts
+    do not correspond one to one: ids are read as their text, so two ids would become one (or one two) without a
+    word; a ResdomError instead. A column of one type (the usual) is not looked at value by value."""
+    if col.dtype != object or not pd.api.types.infer_dtype(col, skipna=True).startswith("mixed"):
+        return
+    try:
+        values = col.nunique(dropna=True)
+    except TypeError:  # unhashable values (lists): each is read as its text, as before
+        return
+    if values != col.dropna().astype(str).nunique():
+        types = " and ".join(sorted({type(v).__name__ for v in col.dropna().unique()}))
+        raise ResdomError(f"{where}: column {name!r} mixes {types} values whose texts are not one per id (e.g. 1 "
+                          f"and '1' have one text, 1 and 1.0 two); ids are read as text, so give the column one "
+                          f"type first (e.g. df[{name!r}].astype(str))")
 
 
 def parser_error(path: Path, e: Exception) -> ResdomError:
