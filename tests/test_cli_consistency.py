@@ -325,6 +325,19 @@ def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
     assert saved["train"] == shown["train"]
 
 
+def test_quantile_with_a_loo_split_is_noted_as_not_used(tmp_path: Path, capsys) -> None:
+    """--quantile sets GTS's cut time; with the loo protocol (the default) it would be ignored without a word."""
+    note = "data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--out", str(tmp_path / "a"))
+    assert code == 0 and f"{note} (the default protocol), which has none: not used" in err
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--protocol", "loo",
+                           "--out", str(tmp_path / "b"))
+    assert code == 0 and f"{note}, which has none: not used" in err
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--protocol", "gts",
+                           "--out", str(tmp_path / "c"))
+    assert code == 0 and "data: note: --quantile" not in err
+
+
 def test_command_line_data_options_win_over_the_files(tmp_path: Path, fake_fit: list, capsys) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("data:\n  protocol: gts\n  quantile: 0.8\n")

@@ -173,6 +173,12 @@ class DataOptions:
             quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
             split = prepare_split(source, self.resolved_protocol, quantile, self.data_dir, self.fmt, **opts)
         print_changes(split.manifest)
+        loo = split.manifest.get("protocol") == "loo"
+        if loo and self.quantile is not None and int(os.environ.get("RANK", "0")) == 0:
+            # (--valid-quantile with loo is refused by prepare_split; --quantile has a default there, so it is not)
+            typer.echo(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
+                       f"{' (the default protocol)' if self.protocol is None else ''}, which has none: not used",
+                       err=True)
         return split
 
     def _check_saved_split(self, source: str, manifest: dict[str, Any]) -> None:
