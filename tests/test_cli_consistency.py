@@ -325,7 +325,7 @@ def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
     assert saved["train"] == shown["train"]
 
 
-def test_quantile_with_a_loo_split_is_noted_as_not_used(tmp_path: Path, capsys) -> None:
+def test_quantiles_with_a_loo_split(tmp_path: Path, capsys) -> None:
     """--quantile sets GTS's cut time; with the loo protocol (the default) it would be ignored without a word."""
     note = "data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
     code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--out", str(tmp_path / "a"))
@@ -336,6 +336,14 @@ def test_quantile_with_a_loo_split_is_noted_as_not_used(tmp_path: Path, capsys) 
     code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--protocol", "gts",
                            "--out", str(tmp_path / "c"))
     assert code == 0 and "data: note: --quantile" not in err
+    # --valid-quantile has no default to fall back on: with loo it is refused, before the data is read
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--valid-quantile", "0.5", "--out", str(tmp_path / "d"))
+    assert code == 2 and err == ("error: --valid-quantile: sets the validation cut time of --protocol gts; this is a "
+                                 "loo split (the default protocol), which has none\n") and not (tmp_path / "d").exists()
+    from resdom.data.prepare import prepare_split
+
+    with pytest.raises(ResdomError, match="^valid_quantile: sets the validation cut time of the gts protocol"):
+        prepare_split(str(tmp_path / "no-such-file.csv"), protocol="loo", valid_quantile=0.5)
 
 
 def test_command_line_data_options_win_over_the_files(tmp_path: Path, fake_fit: list, capsys) -> None:

@@ -167,6 +167,10 @@ class DataOptions:
         else:
             opts = self.preprocess_options()
             if self.valid_quantile is not None:
+                if self.resolved_protocol == "loo":
+                    default = " (the default protocol)" if self.protocol is None else ""
+                    raise ResdomError("--valid-quantile: sets the validation cut time of --protocol gts; this is a "
+                                      f"loo split{default}, which has none")
                 opts["valid_quantile"] = self.valid_quantile
             if self.filter_seen is not None:
                 opts["filter_seen"] = self.filter_seen

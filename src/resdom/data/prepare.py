@@ -234,12 +234,12 @@ def prepare_split(
         raise ResdomError(f"unknown protocol {protocol!r}; choose loo or gts")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
     valid_quantile = options.pop("valid_quantile", None)
+    if protocol == "loo" and valid_quantile is not None:  # before the data is read
+        raise ResdomError("valid_quantile: sets the validation cut time of the gts protocol; a loo split has none")
     evaluation = evaluation_setting(source_name(source), options.pop("filter_seen", None))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
     seqs = prepared.sequences
     if protocol == "loo":
-        if valid_quantile is not None:
-            raise ResdomError("valid_quantile applies to --protocol gts only")
         parts: SplitParts = split_loo(seqs)
     else:
         parts = split_gts(seqs, quantile, valid_quantile)
