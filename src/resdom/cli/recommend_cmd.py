@@ -15,7 +15,7 @@ from resdom.recommend import recommend as top_items
 from resdom.runs import load_run
 
 USERS_HELP = ("'all' (every user), or a file of user ids: one id a line, exactly as in the data (a .csv file: its "
-              "'user_id' or 'user' column, else its first)")
+              "'user_id' or 'user' column, else its first); an id listed twice gets its rows once")
 
 
 def read_user_ids(path: Path) -> list[str]:
