@@ -362,6 +362,9 @@ def test_command_line_data_options_win_over_the_files(tmp_path: Path, fake_fit: 
     ("data:\n  protocol: random\n", "data.protocol: unknown protocol 'random'"),
     ("data:\n  quantile: [1]\n", "data.quantile must be float"),
     ("data: [gts]\n", "section 'data' must be a mapping"),
+    ("data:\n  format: xlsx\n", "c.yaml: data.format: unknown format 'xlsx'; choose one of: user-lines,"),
+    ("data:\n  k_core: -1\n  quantile: 1.5\n", "c.yaml: data.k_core: must be 0 (off) or more (got -1); /"),
+    ("data:\n  k_core: -1\n  quantile: 1.5\n", "c.yaml: data.quantile: must lie strictly between 0 and 1 (got 1.5)"),
     ("model:\n  name: caser\n", "model.name: unknown model 'caser'"),
     # PyYAML keeps the last of two equal keys without a word: an edited copy of a field would be trained silently
     ("model:\n  hidden: 8\n  layers: 1\n  hidden: 16\n", "c.yaml:4: not valid YAML ('hidden' is given twice"),

@@ -23,9 +23,11 @@ from typing import Any, TypeVar
 import typer
 
 from resdom.data.changes import change_lines
+from resdom.data.native import NATIVE_FORMATS
 from resdom.data.prepare import load_prepared, prepare_split
+from resdom.data.readers import FORMATS
 from resdom.data.sequences import SplitData
-from resdom.errors import ResdomError
+from resdom.errors import OptionError, ResdomError
 
 SOURCE_HELP = (
     "A registered data set (see 'resdom data list'), 'synthetic' or 'synthetic:knob=value,...', or a path: "
@@ -127,12 +129,19 @@ class DataOptions:
     filter_seen: bool | None = None
 
     def __post_init__(self) -> None:
+        """A bad value is an OptionError naming its flag (a config file's ``data:`` renames it to its key)."""
+        problems = []
+        if self.fmt is not None and self.fmt not in (*FORMATS, *NATIVE_FORMATS):
+            problems.append(("fmt", f"unknown format {self.fmt!r}; choose one of: "
+                                    f"{', '.join((*FORMATS, *NATIVE_FORMATS))}"))
         if self.k_core is not None and self.k_core < 0:
-            raise ResdomError(f"--k-core: must be 0 (off) or more (got {self.k_core})")
+            problems.append(("k_core", f"must be 0 (off) or more (got {self.k_core})"))
         for name in ("quantile", "valid_quantile"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value < 1.0:
-                raise ResdomError(f"{_FLAGS[name]}: must lie strictly between 0 and 1 (got {value})")
+                problems.append((name, f"must lie strictly between 0 and 1 (got {value})"))
+        if problems:
+            raise OptionError([(_FLAGS[name], problem) for name, problem in problems])
 
     def given(self) -> dict[str, Any]:
         """The options the user set, by field name."""
@@ -302,6 +311,10 @@ def data_config_values(section: dict[str, Any], where: str) -> dict[str, Any]:
             hint = f" (did you mean data.{close[0]}?)" if close else f" (known: {', '.join(sorted(keys))})"
             raise ResdomError(f"{where}: unknown field data.{key}{hint}")
         out[keys[key]] = _config_value(key, annotations[keys[key]], value, where)
+    try:
+        DataOptions(**out)
+    except OptionError as e:
+        raise e.renamed({_FLAGS[field]: f"{where}: data.{key}" for key, field in keys.items()}) from None
     return out
 
 

@@ -82,7 +82,11 @@ class RawInteractions:
 def split_source_paths(source: str | Path) -> list[Path]:
     """``"a.txt,b.txt"`` -> two paths (paired files); a folder of paired files -> its item and time files."""
     text = str(source)
-    paths = [Path(p.strip()).expanduser() for p in text.split(",")] if "," in text else [Path(text).expanduser()]
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):  # Path("") is the working directory
+        raise ResdomError(f"source {text!r}: an empty path; give a file, a folder, 'items.txt,times.txt', a "
+                          "registered data set (`resdom data list`) or synthetic")
+    paths = [Path(p).expanduser() for p in parts] if len(parts) > 1 else [Path(text).expanduser()]
     for p in paths:
         if not p.exists():
             raise ResdomError(f"{p}: no such file or directory")
@@ -101,7 +105,8 @@ def _files_in_folder(folder: Path) -> list[Path]:
         return [items[0], times[0]]
     if len(files) == 1:
         return files
-    names = ", ".join(p.name for p in files) or "nothing"
+    names = ", ".join(p.name for p in files[:8]) + (f" and {len(files) - 8:,} more" if len(files) > 8 else "")
+    names = names or "nothing"
     raise ResdomError(
         f"{folder}: cannot tell which files to read (found {names}); give a file, or 'items.txt,times.txt' for "
         "paired files"
