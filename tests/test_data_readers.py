@@ -318,12 +318,15 @@ def test_missing_named_column_parquet(tmp_path: Path) -> None:
 
 def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
     p = write(tmp_path / "seq.txt", "1 10 20 30\n")
+    table = write(tmp_path / "x.csv", "user_id,item_id,timestamp\n1,10,100\n")
     cases = [
         (["data", "stats", str(tmp_path / "nope.txt")], "unknown source"),
         (["data", "stats", str(p), "--format", "weird"], "--format: unknown format 'weird'; choose one of: "
          "user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens, movielens-zip, diginetica, "),
         (["data", "stats", ""], "source '': an empty path"),  # Path("") would be the working directory
         (["data", "stats", f"{p},"], f"source '{p},': an empty path"),
+        (["data", "stats", f"{table},{table}"], f"{table}, {table}: two paths are read as a paired file pair "
+         "(items,times: one user a line, whitespace-separated), but x.csv is a table; give one table file"),
         (["data", "stats", "synthetic:p_lsat=0.2"], "unknown synthetic knob 'p_lsat'"),
         (["data", "stats", "synthetic:p_last=0.9,p_user=0.9"], "> 1"),
         (["data", "split", "beauty", "--protocol", "xyz", "--out", str(tmp_path / "o")], "unknown protocol"),
@@ -335,10 +338,10 @@ def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
         assert code == 2 and needle in err, (args, err)
     with pytest.raises(ResdomError, match="unknown data option 'kcore'"):
         load_interactions(str(p), kcore=3)
-    for k in range(12):  # a folder of many files: the message names eight and counts the rest
+    for k in range(12):  # a folder of 14 files: the message names eight and counts the rest
         write(tmp_path / f"f{k:02d}.txt", "1 2\n")
     with pytest.raises(ResdomError, match=r"cannot tell which files to read \(found f00\.txt, f01\.txt, .*, f07\.txt "
-                                          r"and 5 more\)"):
+                                          r"and 6 more\)"):
         split_source_paths(tmp_path)
 
 

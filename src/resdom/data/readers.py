@@ -166,9 +166,16 @@ def _names(paths: list[Path]) -> str:
     return ", ".join(str(p) for p in paths)
 
 
+_TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".inter")
+
+
 def detect_format(paths: list[Path]) -> str:
     """The format of ``paths`` where it is unambiguous; otherwise a ResdomError asking for ``--format``."""
     if len(paths) == 2:
+        tables = [p for p in paths if p.name.lower().removesuffix(".gz").endswith(_TABLE_SUFFIXES)]
+        if tables:  # two comma-separated paths are a paired items,times pair, not two tables to concatenate
+            raise ResdomError(f"{_names(paths)}: two paths are read as a paired file pair (items,times: one user a "
+                              f"line, whitespace-separated), but {tables[0].name} is a table; give one table file")
         return "paired"
     path = paths[0]
     name = path.name.lower()
