@@ -230,6 +230,14 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     assert [line.split(",")[0] for line in printed.out.splitlines()[1:]] == ["cust-000"] * 2 + ["cust-004"] * 2
     assert ("note: 1 user id(s) given more than once ('cust-000'): each recommended once, at its first place"
             in printed.err)
+    # a .csv of bare ids: its first line is its header, and the note says so (nothing dropped without a word)
+    bare = tmp_path / "bare.csv"
+    bare.write_text("cust-000\ncust-004\n")
+    assert invoke("recommend", str(run_dir), "--users", str(bare), "--k", "1", "--device", "cpu") == 0
+    printed = capsys.readouterr()
+    assert [line.split(",")[0] for line in printed.out.splitlines()[1:]] == ["cust-004"]
+    assert f"note: --users {bare}: no column 'user_id' or 'user'; read the first column, taking its first line " \
+           "'cust-000' as the header" in printed.err
     frame = recommend(model, split, ["cust-004", "cust-000", "cust-004", "cust-004"], k=1)
     assert frame["user"].tolist() == ["cust-004", "cust-000"] and "'cust-004'" in frame.attrs["note"]
 

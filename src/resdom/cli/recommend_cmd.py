@@ -49,7 +49,12 @@ def _csv_ids(path: Path) -> list[str]:
         raise ResdomError(f"--users {path}: not a readable CSV file ({type(e).__name__})") from None
     if df.shape[1] == 0:
         raise ResdomError(f"--users {path}: no columns")
-    column = next((c for c in ("user_id", "user") if c in df.columns), df.columns[0])
+    column = next((c for c in ("user_id", "user") if c in df.columns), None)
+    if column is None:  # a file of bare ids would lose its first one to the header without a word
+        column = df.columns[0]
+        typer.echo(f"note: --users {path}: no column 'user_id' or 'user'; read the first column, taking its first "
+                   f"line {column!r} as the header (name the column user_id to say so; a file of ids alone: .txt)",
+                   err=True)
     return [v for v in df[column].tolist() if v != ""]
 
 
