@@ -144,6 +144,18 @@ def test_a_dataframe_id_column_of_mixed_types_must_map_one_to_one_onto_text(user
         assert sorted(map(str, read_frame(df).users.tolist())) == sorted(map(str, users))
 
 
+def test_a_line_with_a_user_and_no_item_is_counted_not_dropped_silently(tmp_path: Path) -> None:
+    items = write(tmp_path / "items.txt", "u1 a b\nu2\nu3 c\nu4\n")
+    raw = read_interactions([items], "user-lines")
+    assert raw.users.tolist() == ["u1", "u1", "u3"]
+    assert raw.notes == [f"2 lines with a user and no item skipped (e.g. 'u2', {items}:2)"]
+    times = write(tmp_path / "times.txt", "u1 1 2\nu2\nu3 5\nu4\n")
+    raw = read_interactions([items, times], "paired")
+    assert raw.users.tolist() == ["u1", "u1", "u3"] and raw.times.tolist() == [1, 2, 5]
+    assert raw.notes == [f"2 lines with a user and no item skipped (e.g. 'u2', {items}:2)"]
+    assert read_interactions([write(tmp_path / "full.txt", "u1 a\n")], "user-lines").notes == []
+
+
 def test_csv_string_ids_and_dates(tmp_path: Path) -> None:
     p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nA,x,2020-01-02\nA,y,2020-01-01\nB,x,2020-01-03\n")
     prepared, _ = load_prepared(str(p), k_core=0)

@@ -486,7 +486,19 @@ def read_user_lines(path: Path, normalize_ids: bool = False) -> RawInteractions:
     _check_unique_users(tok, users_per_line)
     user_rows, rest_idx = _user_line_arrays(tok, users_per_line)
     items = _labels(tok, rest_idx, normalize_ids)
-    return RawInteractions(user_rows, items, None, "user-lines", [path], time_ordered=True)
+    return RawInteractions(user_rows, items, None, "user-lines", [path], time_ordered=True,
+                           notes=_users_without_items(tok, users_per_line))
+
+
+def _users_without_items(tok: _Tokens, users_per_line: np.ndarray) -> list[str]:
+    """A note on the lines that hold a user and no item (such a user has no interaction, so is no user of the
+    data): counted and the first named, never dropped without a word."""
+    empty = np.flatnonzero(tok.counts == 1)
+    if not len(empty):
+        return []
+    k = int(empty[0])
+    return [f"{len(empty):,} line{'s' if len(empty) > 1 else ''} with a user and no item skipped (e.g. "
+            f"{str(users_per_line[k])!r}, {tok.path}:{tok.line_no[k]})"]
 
 
 def _check_unique_users(tok: _Tokens, users_per_line: np.ndarray) -> None:
@@ -532,7 +544,8 @@ def read_paired(item_path: Path, time_path: Path, normalize_ids: bool = False) -
     items = _labels(items_tok, item_idx, normalize_ids)
     times = _to_time(times_tok, time_idx)
     _check_non_decreasing(times_tok, user_rows, times, time_idx)
-    return RawInteractions(user_rows, items, times, "paired", [item_path, time_path], time_ordered=True)
+    return RawInteractions(user_rows, items, times, "paired", [item_path, time_path], time_ordered=True,
+                           notes=_users_without_items(items_tok, item_users))
 
 
 def _check_non_decreasing(tok: _Tokens, users: np.ndarray, times: np.ndarray, flat_idx: np.ndarray) -> None:
