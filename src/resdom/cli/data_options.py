@@ -188,7 +188,7 @@ class DataOptions:
         print_changes(split.manifest)
         loo = split.manifest.get("protocol") == "loo"
         if loo and self.quantile is not None and int(os.environ.get("RANK", "0")) == 0:
-            # (--valid-quantile with loo is refused by prepare_split; --quantile has a default there, so it is not)
+            # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)
             typer.echo(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
                        f"{' (the default protocol)' if self.protocol is None else ''}, which has none: not used",
                        err=True)
