@@ -61,6 +61,9 @@ def _choice(value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+SEED_LIMIT = 2**62  # shuffle seeds lie in [-SEED_LIMIT, SEED_LIMIT): seed + user index stays an int64
+
+
 def _integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
     items = _items(value)
     if items is None or not items:
@@ -133,7 +136,13 @@ class DiagnoseOptions(BaseModel):
     def _seeds(cls, v: Any) -> tuple[int, ...]:
         if _items(v) == []:
             raise ValueError("give at least one seed")
-        return _integers(v, None, "(0, 1, 2)")
+        seeds = _integers(v, None, "(0, 1, 2)")
+        big = [s for s in seeds if not -SEED_LIMIT <= s < SEED_LIMIT]  # a user's stream is keyed by seed + user
+        if big:
+            raise ValueError(f"every seed must lie in [-2^62, 2^62) (got {big[0]})")
+        if len(set(seeds)) < len(seeds):  # a seed twice would count its shuffle twice in the mean over seeds
+            raise ValueError(f"repeated seed in {','.join(map(str, seeds))}")
+        return seeds
 
     @field_validator("alphas", mode="before")
     @classmethod
