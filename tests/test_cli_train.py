@@ -74,6 +74,7 @@ def test_train_again_on_finished_run_does_not_retrain(trained_run: Path, capsys)
         (["--model", "bsarec", "--set", "train.objective=ce_all"], "label leakage"),
         (["--device", "tpu"], "--device: Input should be 'auto', 'cpu', 'cuda' or 'mps' (got 'tpu')"),
         (["--set", "train.device=tpu"], "--set train.device: Input should be"),
+        (["--seed", "99999999999999999999"], "--seed: Input should be less than or equal to 9223372036854775807"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(tmp_path: Path, capsys, args: list[str], needle: str) -> None:

@@ -137,6 +137,8 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
         GridSpec(["toys-ts"], ["sasrec", "bsarec"], [1], tmp_path / "g", train_values={"objective": "ce_all"})
     with pytest.raises(ResdomError, match=r"^model: hidden \(60\) must be divisible by heads \(8\)"):
         GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path / "g", model_values={"hidden": 60, "heads": 8})
+    with pytest.raises(ResdomError, match=r"^--seeds: every seed must lie in \[0, 2\^63\) \(got 1844674407370955161"):
+        GridSpec(["beauty-ts"], ["sasrec"], [1, 2**64], tmp_path / "g")  # torch.manual_seed would overflow
     assert not (tmp_path / "g").exists()
     GridSpec(["beauty-ts", "synthetic"], ["sasrec", "sasrec-tts", "duorec", "bsarec", "sasrec-celast"], [1], tmp_path,
              model_values={"hidden": 32}, train_values={"lr": 1e-3})  # values every cell takes

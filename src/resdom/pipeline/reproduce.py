@@ -77,6 +77,9 @@ class GridSpec:
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
             raise ResdomError(f"--datasets: {bad[0]!r} is not a data set name (see `resdom data list`)")
+        bad = [s for s in self.seeds if not 0 <= s < 2**63]
+        if bad:
+            raise ResdomError(f"--seeds: every seed must lie in [0, 2^63) (got {bad[0]})")
         self._check_configs()
 
     def _check_configs(self) -> None:

@@ -33,7 +33,7 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0.0)
     patience: int = Field(10, ge=1, description="epochs without improvement of `metric` before stopping")
     metric: str = Field("NDCG@10", description="validation metric for early stopping and the best checkpoint")
-    seed: int = Field(17, ge=0)
+    seed: int = Field(17, ge=0, le=2**63 - 1)  # torch.manual_seed takes at most 64 bits
     device: DeviceName = "auto"
     eval_batch_size: int = Field(256, ge=1)
     threads: int | None = Field(
