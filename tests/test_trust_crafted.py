@@ -51,6 +51,31 @@ def test_an_error_quoting_a_multi_line_message_is_still_one_line(monkeypatch: py
     assert [x for x in err.splitlines() if not x.startswith("data: ")] == [line]  # after the data summary: one line
 
 
+def test_a_model_too_large_for_memory_is_one_line_and_writes_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """An absurd size (model.max_len 10^9) fails where the weights are allocated: one line naming the sizes, and
+    no run folder (the model is built before config.json is written). Other errors are not disguised."""
+    import resdom.training.trainer as trainer
+
+    def refuse(cfg: object) -> None:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 32000000000 bytes")
+
+    monkeypatch.setattr(trainer, "build_model", refuse)
+    out = tmp_path / "r"
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=1000000000")
+    one_line_error(code, err, "model: its weights do not fit in memory on cpu (model.max_len 1000000000, "
+                              "model.hidden 8,", "lower model.max_len or model.hidden")
+    assert not out.exists()
+
+    def broken(cfg: object) -> None:
+        raise RuntimeError("some other failure")
+
+    monkeypatch.setattr(trainer, "build_model", broken)
+    with pytest.raises(RuntimeError, match="some other failure"):
+        run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY)
+
+
 @pytest.mark.parametrize("args", [[], ["data"]])
 def test_a_bare_command_group_still_prints_its_help(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     code, out, err = run_cli(capsys, *args)

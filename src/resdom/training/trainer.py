@@ -83,6 +83,19 @@ PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total
 # ----------------------------------------------------------------------------------------------- seeds
 
 
+def _built(model_cfg: ModelConfig, device: torch.device) -> nn.Module:
+    """``build_model(model_cfg)`` on ``device``; weights that do not fit in memory are a ResdomError naming the
+    sizes that set them, not an allocator's traceback."""
+    try:
+        return build_model(model_cfg).to(device)
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e):
+            raise
+        raise ResdomError(f"model: its weights do not fit in memory on {device} (model.max_len {model_cfg.max_len}, "
+                          f"model.hidden {model_cfg.hidden}, {model_cfg.n_items:,} items); lower model.max_len or "
+                          "model.hidden") from None
+
+
 def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
     """A 63-bit seed for one random stream of one epoch (stream 0: order, 1: negatives, 2: torch/dropout)."""
     return int(np.random.SeedSequence([seed, epoch, stream, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1))
@@ -238,6 +251,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     samples = build_samples(split.train, model_cfg.max_len, objective.layout)
     if len(samples) == 0:
         raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
+    torch.manual_seed(train_cfg.seed)
+    model = _built(model_cfg, device)  # before anything is written: a model too large to hold writes no run
     if dist_ctx.is_main:
         held.enter_context(directory_lock(files.dir, "training"))
         for folder in (files.dir, files.state_dir, files.data):  # what a killed trainer left half-written
@@ -245,8 +260,6 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
     dist_ctx.barrier()
 
-    torch.manual_seed(train_cfg.seed)
-    model = build_model(model_cfg).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     stopper = EarlyStopping()
     source = source_commit()
