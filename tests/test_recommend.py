@@ -238,6 +238,8 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     assert [line.split(",")[0] for line in printed.out.splitlines()[1:]] == ["cust-004"]
     assert f"note: --users {bare}: no column 'user_id' or 'user'; read the first column, taking its first line " \
            "'cust-000' as the header" in printed.err
+    one = recommend(model, split, "cust-004", k=2)  # one id, not its characters
+    pd.testing.assert_frame_equal(one, recommend(model, split, ["cust-004"], k=2))
     frame = recommend(model, split, ["cust-004", "cust-000", "cust-004", "cust-004"], k=1)
     assert frame["user"].tolist() == ["cust-004", "cust-000"] and "'cust-004'" in frame.attrs["note"]
 

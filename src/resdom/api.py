@@ -152,15 +152,15 @@ class Fitted:
         return files.dir
 
 
-    def recommend(self, users: Sequence[Any] | None = None, k: int = 10, filter_seen: bool | None = None,
+    def recommend(self, users: Sequence[Any] | str | int | None = None, k: int = 10, filter_seen: bool | None = None,
                   alpha: float = 1.0, *, history: str = "all", batch_size: int = 256) -> pd.DataFrame:
         """The top ``k`` items for each user as a pandas DataFrame (user, item, rank 1..k, score), in the data's own
         (external) ids: the ids of the file or DataFrame the split was prepared from, exactly as read.
 
         ``users``: external user ids (matched as text: ``7`` and ``"7"`` are the same id, ``"007"`` is another);
-        None: every user. An unknown id is a ResdomError naming it. ``filter_seen``: never recommend an item of the
-        user's input (None: the split's setting, ``SplitData.filter_seen``: True but for data sets that keep seen
-        items, as evaluation). ``alpha``: the residual scale at inference (1: the model as trained; docs/spec.md §4).
+        one id alone (``"u7"``) is that user; None: every user. An unknown id is a ResdomError naming it.
+        ``filter_seen``: never recommend an item of the user's input (None: the split's setting,
+        ``SplitData.filter_seen``: True but for data sets that keep seen items, as evaluation). ``alpha``: the residual scale at inference (1: the model as trained; docs/spec.md §4).
         ``history``: ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` /
         ``"valid"`` (that part's inputs, as evaluation scores them; ranks then equal evaluation's). Works for
         imported models as for trained ones (``resdom.recommend``)."""

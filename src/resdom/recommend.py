@@ -107,7 +107,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def recommend(
     model: Any,
     split: SplitData,
-    users: Iterable[Any] | None = None,
+    users: Iterable[Any] | str | int | None = None,
     k: int = 10,
     *,
     filter_seen: bool | None = None,
@@ -117,8 +117,9 @@ def recommend(
     device: str | torch.device | None = None,
 ) -> pd.DataFrame:
     """The top ``k`` items of each user in ``users`` (external ids; None: every user with an input) as a DataFrame
-    (user, item, rank 1..k, score), users in the order given (None: increasing user index; an id given twice is
-    recommended once, at its first place, with a note in ``DataFrame.attrs["note"]``), in external ids.
+    (user, item, rank 1..k, score), users in the order given (None: increasing user index; one id, e.g. "u7": that
+    user; an id given twice is recommended once, at its first place, with a note in ``DataFrame.attrs["note"]``), in
+    external ids.
 
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``); ``alpha``: the
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
@@ -144,7 +145,7 @@ def recommend(
     inputs = _inputs(split, history)
     ids, notes = None, []
     if users is not None:
-        given = list(users)
+        given = [users] if isinstance(users, (str, bytes)) or not isinstance(users, Iterable) else list(users)
         first = {}  # text -> the id as given, at its first place (ids are matched as text, user_index)
         for u in given:
             first.setdefault(str(u), u)
