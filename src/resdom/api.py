@@ -160,7 +160,8 @@ class Fitted:
         ``users``: external user ids (matched as text: ``7`` and ``"7"`` are the same id, ``"007"`` is another);
         one id alone (``"u7"``) is that user; None: every user. An unknown id is a ResdomError naming it.
         ``filter_seen``: never recommend an item of the user's input (None: the split's setting,
-        ``SplitData.filter_seen``: True but for data sets that keep seen items, as evaluation). ``alpha``: the residual scale at inference (1: the model as trained; docs/spec.md §4).
+        ``SplitData.filter_seen``: True but for data sets that keep seen items, as evaluation). ``alpha``: the
+        residual scale at inference (1: the model as trained; docs/spec.md §4).
         ``history``: ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` /
         ``"valid"`` (that part's inputs, as evaluation scores them; ranks then equal evaluation's). Works for
         imported models as for trained ones (``resdom.recommend``)."""
