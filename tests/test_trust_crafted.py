@@ -117,6 +117,21 @@ def test_out_naming_an_existing_file_is_one_line(tmp_path: Path, capsys: pytest.
     assert target.read_text() == "precious"
 
 
+@pytest.mark.parametrize("command", ["evaluate", "diagnose", "recommend"])
+def test_a_file_given_as_a_run_directory_is_named_as_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            command: str) -> None:
+    from resdom.report.collect import read_run
+
+    afile = tmp_path / "recs.csv"
+    afile.write_text("user,item\n")
+    code, _, err = run_cli(capsys, command, str(afile))
+    one_line_error(code, err, f"{afile}: a file, not a run directory")
+    code, _, err = run_cli(capsys, command, str(tmp_path / "absent"))
+    one_line_error(code, err, f"{tmp_path / 'absent'}: run directory not found")
+    with pytest.raises(ResdomError, match="a file, not a run directory"):
+        read_run(afile)
+
+
 def test_output_folder_rules(tmp_path: Path) -> None:
     check_output_folder(tmp_path / "new", runs=True)  # absent: fine
     empty = tmp_path / "empty"

@@ -224,7 +224,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     files = RunDir(run_dir)
     run_dir = files.dir
     if not run_dir.is_dir():
-        raise ResdomError(f"{run_dir}: run directory not found")
+        raise ResdomError(f"{run_dir}: " + ("a file, not a run directory" if run_dir.is_file() else
+                                             "run directory not found"))
     ckpt = files.model
     if not ckpt.exists():
         raise ResdomError(f"{run_dir}: no {ckpt.name} (has training finished at least one epoch?)")

@@ -141,7 +141,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
     """Read one run directory. Raises ResdomError when it is not a directory or has nothing to report."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ResdomError(f"{run_dir}: run directory not found")
+        raise ResdomError(f"{run_dir}: " + ("a file, not a run directory" if run_dir.is_file() else
+                                             "run directory not found"))
     files = RunDir(run_dir)
     config = _maybe(files.config)
     diagnostics = read_diagnostics(run_dir)
