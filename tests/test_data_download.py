@@ -175,3 +175,14 @@ def test_web_file_downloads_from_its_address_under_a_mirror_base(server: Server,
     got.path.unlink()
     with pytest.raises(ResdomError, match="downloaded file has sha256"):
         resolve_dataset_files(web)
+
+
+def test_download_names_what_it_cannot_fetch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`resdom data download synthetic` was 'unknown data set' followed by a list that named synthetic."""
+    from cli_helpers import one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "data", "download", "synthetic")
+    one_line_error(code, err, "'synthetic' is generated in memory", "nothing to download")
+    code, _, err = run_cli(capsys, "data", "download", "beuaty")
+    line = one_line_error(code, err, "unknown data set 'beuaty'; registered: beauty,", "(and synthetic, generated)")
+    assert ", synthetic," not in line

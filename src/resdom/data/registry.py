@@ -300,7 +300,10 @@ DATASETS: dict[str, DatasetSpec] = {
 
 def get_dataset(name: str) -> DatasetSpec:
     """The registered data set ``name``; an unknown name is a ResdomError listing the known ones."""
+    if name == "synthetic" or name.startswith("synthetic:"):
+        raise ResdomError(f"{name!r} is generated in memory (resdom's generator), not a file: nothing to download")
     try:
         return DATASETS[name]
     except KeyError:
-        raise ResdomError(f"unknown data set {name!r}; registered: {', '.join(DATASETS)}, synthetic") from None
+        raise ResdomError(f"unknown data set {name!r}; registered: {', '.join(DATASETS)} (and synthetic, "
+                          "generated)") from None
