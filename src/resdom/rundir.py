@@ -86,6 +86,11 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     return path.exists()
 
 
+def not_a_run_dir(path: Path) -> ResdomError:
+    """The error for a run directory argument that is no directory: a file, or nothing at all."""
+    return ResdomError(f"{path}: " + ("a file, not a run directory" if path.is_file() else "run directory not found"))
+
+
 def _has_run_config(run: RunDir) -> bool:
     """Whether ``run.config`` is a resdom run's config.json (a JSON object with ``model`` and ``versions``)."""
     try:

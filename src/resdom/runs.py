@@ -21,7 +21,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.config import ModelConfig
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, not_a_run_dir
 
 CHECKPOINT_FORMAT = "resdom-checkpoint/1"
 
@@ -224,8 +224,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     files = RunDir(run_dir)
     run_dir = files.dir
     if not run_dir.is_dir():
-        raise ResdomError(f"{run_dir}: " + ("a file, not a run directory" if run_dir.is_file() else
-                                             "run directory not found"))
+        raise not_a_run_dir(run_dir)
     ckpt = files.model
     if not ckpt.exists():
         raise ResdomError(f"{run_dir}: no {ckpt.name} (has training finished at least one epoch?)")

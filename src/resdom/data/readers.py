@@ -644,11 +644,11 @@ def read_table(
             raise ResdomError(f"{path}: not a readable Parquet file ({type(e).__name__}: "
                               f"{' '.join(str(e).split())})") from None
         return _frame_to_raw(df, str(path), fmt, columns, first_data_line=None, files=[path])
-    head = _head_lines(path, 1)
-    if not head:
-        raise ResdomError(f"{path}: file is empty")
     sep = "," if fmt == "csv" else "\t"
-    check_unique_header(header_fields(path, sep), f"{path}:1", columns.read)
+    fields = header_fields(path, sep)
+    if not fields:
+        raise ResdomError(f"{path}: file is empty")
+    check_unique_header(fields, f"{path}:1", columns.read)
     df = _read_csv(path, sep=sep, names=None, skiprows=0)
     return _frame_to_raw(df, str(path), fmt, columns, first_data_line=2, files=[path])
 
@@ -760,8 +760,7 @@ def _frame_to_raw(
             return f"{where_name}: row {k + 1}"
     cols = list(map(str, df.columns))
     df = df.set_axis(cols, axis=1)
-    ucol = columns.user_col or DEFAULT_COLUMNS["user_col"]
-    icol = columns.item_col or DEFAULT_COLUMNS["item_col"]
+    ucol, icol = columns.read[:2]
     for name, flag in ((ucol, "--user-col"), (icol, "--item-col")):
         if name not in cols:
             seps = [c for c in ";|\t, " if fmt in ("csv", "tsv") and len(cols) == 1 and c in cols[0]]

@@ -37,7 +37,7 @@ from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
 from resdom.rundir import RunDir
-from resdom.training.config import resolve_configs
+from resdom.training.config import MAX_SEED, resolve_configs
 
 
 def known_labels() -> tuple[str, ...]:
@@ -77,7 +77,7 @@ class GridSpec:
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
             raise ResdomError(f"--datasets: {bad[0]!r} is not a data set name (see `resdom data list`)")
-        bad = [s for s in self.seeds if not 0 <= s < 2**63]
+        bad = [s for s in self.seeds if not 0 <= s <= MAX_SEED]
         if bad:
             raise ResdomError(f"--seeds: every seed must lie in [0, 2^63) (got {bad[0]})")
         self._check_configs()

@@ -20,7 +20,7 @@ from resdom import names
 from resdom.errors import ResdomError
 from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS
 from resdom.io import read_jsonl, sha256_file
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, not_a_run_dir
 
 
 @dataclass
@@ -141,8 +141,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     """Read one run directory. Raises ResdomError when it is not a directory or has nothing to report."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ResdomError(f"{run_dir}: " + ("a file, not a run directory" if run_dir.is_file() else
-                                             "run directory not found"))
+        raise not_a_run_dir(run_dir)
     files = RunDir(run_dir)
     config = _maybe(files.config)
     diagnostics = read_diagnostics(run_dir)

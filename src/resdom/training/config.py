@@ -21,6 +21,9 @@ ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the re
 DeviceName = Literal[DEVICES]  # type: ignore[valid-type]
 
 
+MAX_SEED = 2**63 - 1  # the largest train.seed: torch.manual_seed takes at most 64 bits
+
+
 class TrainConfig(BaseModel):
     """How a model is trained (spec §2 and §6). ``objective=None`` means the model's default."""
 
@@ -33,7 +36,7 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0.0)
     patience: int = Field(10, ge=1, description="epochs without improvement of `metric` before stopping")
     metric: str = Field("NDCG@10", description="validation metric for early stopping and the best checkpoint")
-    seed: int = Field(17, ge=0, le=2**63 - 1)  # torch.manual_seed takes at most 64 bits
+    seed: int = Field(17, ge=0, le=MAX_SEED)
     device: DeviceName = "auto"
     eval_batch_size: int = Field(256, ge=1)
     threads: int | None = Field(

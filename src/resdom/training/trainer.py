@@ -83,19 +83,6 @@ PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total
 # ----------------------------------------------------------------------------------------------- seeds
 
 
-def _built(model_cfg: ModelConfig, device: torch.device) -> nn.Module:
-    """``build_model(model_cfg)`` on ``device``; weights that do not fit in memory are a ResdomError naming the
-    sizes that set them, not an allocator's traceback."""
-    try:
-        return build_model(model_cfg).to(device)
-    except (torch.OutOfMemoryError, RuntimeError) as e:
-        if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e):
-            raise
-        raise ResdomError(f"model: its weights do not fit in memory on {device} (model.max_len {model_cfg.max_len}, "
-                          f"model.hidden {model_cfg.hidden}, {model_cfg.n_items:,} items); lower model.max_len or "
-                          "model.hidden") from None
-
-
 def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
     """A 63-bit seed for one random stream of one epoch (stream 0: order, 1: negatives, 2: torch/dropout)."""
     return int(np.random.SeedSequence([seed, epoch, stream, rank]).generate_state(2, np.uint64)[0] >> np.uint64(1))
@@ -231,6 +218,19 @@ def _load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         return None
+
+
+def _built(model_cfg: ModelConfig, device: torch.device) -> nn.Module:
+    """``build_model(model_cfg)`` on ``device``; weights that do not fit in memory are a ResdomError naming the
+    sizes that set them, not an allocator's traceback."""
+    try:
+        return build_model(model_cfg).to(device)
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e):
+            raise
+        raise ResdomError(f"model: its weights do not fit in memory on {device} (model.max_len {model_cfg.max_len}, "
+                          f"model.hidden {model_cfg.hidden}, {model_cfg.n_items:,} items); lower model.max_len or "
+                          "model.hidden") from None
 
 
 def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
