@@ -11,6 +11,7 @@ from cli_helpers import SMALL_SYNTHETIC as SOURCE
 from cli_helpers import TINY_MODEL as TINY
 from cli_helpers import one_line_error, run_cli
 
+from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.rundir import check_output_folder
 
@@ -102,6 +103,40 @@ def test_train_refuses_a_folder_of_other_files_and_leaves_it_untouched(tmp_path:
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(folder), "--epochs", "1", *TINY)
     one_line_error(code, err, "--out", "not a resdom run directory", "notes.txt")
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_data_split_replaces_only_its_own_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`data split --out` rewrites the same split, replaces another one only with --force, and never writes into a
+    folder of other files, a run directory or a run's data/ (the split its checkpoint was trained on)."""
+    def files(folder: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    out = tmp_path / "split"
+    assert run_cli(capsys, "data", "split", SOURCE, "--out", str(out))[0] == 0
+    loo = files(out)
+    assert run_cli(capsys, "data", "split", SOURCE, "--out", str(out))[0] == 0  # the same split again: fine
+    assert files(out) == loo
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--protocol", "gts", "--out", str(out))
+    one_line_error(code, err, f"--out {out}: holds another split (made from {SOURCE}, loo protocol)", "--force")
+    assert files(out) == loo
+    assert run_cli(capsys, "data", "split", SOURCE, "--protocol", "gts", "--out", str(out), "--force")[0] == 0
+    assert SplitData.load(out).manifest["protocol"] == "gts"
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--out", str(folder), "--force")
+    one_line_error(code, err, "--out", "is not a split folder", "notes.txt")
+    assert files(folder) == {"notes.txt": b"keep me"}
+
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", str(out), "--out", str(run), "--epochs", "1", *TINY)[0] == 0
+    before = files(run / "data")
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--out", str(run))
+    one_line_error(code, err, f"--out {run}: is a run directory")
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--out", str(run / "data"), "--force")
+    one_line_error(code, err, f"is the split of the run directory {run}")
+    assert files(run / "data") == before and not (run / SplitData.ARRAYS).exists()
 
 
 @pytest.mark.parametrize("command", [["train", SOURCE, *TINY], ["data", "split", SOURCE], ["report", "RUNS"]])

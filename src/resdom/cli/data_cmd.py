@@ -12,7 +12,8 @@ from resdom.cli.data_options import DATA_DIR_HELP, SOURCE_HELP, DataOptions, dat
 from resdom.data.download import resolve_dataset_files
 from resdom.data.registry import DATASETS, get_dataset
 from resdom.data.stats import format_stats
-from resdom.rundir import require_folder_path
+from resdom.errors import ResdomError
+from resdom.rundir import check_split_folder
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts), the registry.", no_args_is_help=True)
 
@@ -57,11 +58,15 @@ def split_cmd(
     source: str = typer.Argument(..., help=SOURCE_HELP),
     out: Path = typer.Option(..., "--out", help="Output folder (arrays.npz + manifest.json); `resdom train OUT` "
                              "trains on exactly this split."),
+    force: bool = typer.Option(False, "--force", help="replace another split saved in --out"),
     data: DataOptions = DataOptions(),
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
-    require_folder_path(out, "--out")
+    saved = check_split_folder(out, "--out")
     split = data.split(source)
+    if saved is not None and saved != json.loads(json.dumps(split.manifest)) and not force:
+        raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out, or "
+                          "--force to replace it")
     split.save(out)
     protocol = split.manifest.get("protocol", data.resolved_protocol)
     m = split.manifest
@@ -75,6 +80,13 @@ def split_cmd(
         typer.echo(
             f"  {part:<6}{c['users']:>9,} users {c['items']:>8,} items {c['interactions']:>10,} interactions{extra}"
         )
+
+
+def _made_from(manifest: dict[str, Any]) -> str:
+    """What a saved split was made from, for a message: its source and protocol."""
+    source = manifest.get("source")
+    name = source.get("name") if isinstance(source, dict) else None
+    return f"made from {name or 'an unknown source'}, {manifest.get('protocol', 'unknown')} protocol"
 
 
 @data_app.command("list")

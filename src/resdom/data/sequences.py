@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_bytes, atomic_write_text
+from resdom.io import atomic_write_files
 
 
 @dataclass
@@ -184,7 +184,8 @@ class SplitData:
         return not (isinstance(evaluation, dict) and evaluation.get("filter_seen") is False)
 
     def save(self, directory: str | Path) -> None:
-        """Write ``arrays.npz`` and ``manifest.json`` into ``directory`` (atomically, file by file)."""
+        """Write ``arrays.npz`` and ``manifest.json`` into ``directory`` (atomically, both written before either
+        replaces an earlier split's file)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, np.ndarray] = {"n_items": np.array(self.n_items)}
@@ -209,8 +210,8 @@ class SplitData:
 
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
-        atomic_write_bytes(directory / self.ARRAYS, buf.getvalue())
-        atomic_write_text(directory / self.MANIFEST, json.dumps(self.manifest, indent=2, sort_keys=True))
+        atomic_write_files({directory / self.ARRAYS: buf.getvalue(),
+                            directory / self.MANIFEST: json.dumps(self.manifest, indent=2, sort_keys=True).encode()})
 
     ARRAYS, MANIFEST = "arrays.npz", "manifest.json"  # the layout of a split directory
 
