@@ -303,7 +303,7 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
     note = recs.attrs["note"]
     assert note.startswith(f"{len(short)} of {len(history)} users have fewer than {k} recommendable items")
     named = ", ".join(repr(u) if isinstance(u, str) else str(u) for u in short[:3])  # text ids quoted, integers bare
-    assert note.endswith(named + (", ..." if len(short) > 3 else "")), note
+    assert note.endswith("get fewer rows: users " + named + (", ..." if len(short) > 3 else "")), note
     assert "none" not in note
     assert "note" not in recommend(model, split, k=1).attrs  # every list full: no note
     # a user whose every item is seen gets no row, and the note says so
@@ -315,8 +315,8 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
     rows = [("u,1", item, t) for t, item in enumerate("abcab")] + [("u 2", item, t) for t, item in enumerate("abab")]
     small2 = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
     note2 = recommend(_model(small2.n_items), small2, k=2, filter_seen=True).attrs["note"]
-    assert note2.endswith("1 of them none: 'u,1', 'u 2'"), note2
+    assert note2.endswith("(1 of them none): users 'u,1', 'u 2'"), note2
     assert recs.attrs["note"] == ("1 of 2 users have fewer than 1 recommendable items (seen items filtered, 3 items "
-                                  "in all) and get fewer rows, 1 of them none: 'all'")
+                                  "in all) and get fewer rows (1 of them none): user 'all'")
     assert invoke("recommend", str(run_dir), "--k", str(k), "--device", "cpu") == 0
     assert f"note: {len(short)} of {len(history)} users have fewer than {k}" in capsys.readouterr().err

@@ -193,8 +193,8 @@ def recommend(
                           for x in _external(split.user_labels, inputs.users[rows[short[:3]]]).tolist())
         notes.append(f"{len(short):,} of {len(rows):,} users have fewer than {int(k)} recommendable items "
                      f"({'seen items filtered, ' if filter_seen else ''}{int(model.n_items):,} items in all) and get "
-                     f"fewer rows{f', {none:,} of them none' if none else ''}: {named}"
-                     f"{', ...' if len(short) > 3 else ''}")
+                     f"fewer rows{f' ({none:,} of them none)' if none else ''}: user{'s' if len(short) > 1 else ''} "
+                     f"{named}{', ...' if len(short) > 3 else ''}")
     if notes:
         frame.attrs["note"] = "; ".join(notes)
     return frame
