@@ -169,7 +169,10 @@ def test_summaries_of_the_stored_cells_regenerate() -> None:
     ({"definition": "mean"}, "definition", "must be one of norm_of_sums, sum_of_norms"),
     ({"seeds": ""}, "seeds", "give at least one seed"),
     ({"seeds": "0,x"}, "seeds", "expected comma-separated integers"),
-    ({"seeds": "0,2,0"}, "seeds", "repeated seed in 0,2,0"),  # it would count one shuffle twice in the mean
+    ({"seeds": "0,2,0"}, "seeds", "seed 0 is given twice (in 0,2,0)"),  # it would count one shuffle twice in the mean
+    ({"alphas": "1,0.5,1.0"}, "alphas", "residual scale 1 is given twice (in 1,0.5,1)"),  # a sweep row twice
+    ({"layers": "0,0"}, "layers", "block 0 is given twice (in 0,0)"),
+    ({"cutoffs": (1, 10, 10)}, "cutoffs", "value 10 is given twice (in 1,10,10)"),
     ({"seeds": "99999999999999999999"}, "seeds", "every seed must lie in [-2^62, 2^62) (got 99999999999999999999)"),
     ({"seeds": (2**62,)}, "seeds", "every seed must lie in [-2^62, 2^62)"),  # seed + user index: an int64
     ({"alphas": "1,x"}, "alphas", "expected comma-separated numbers"),

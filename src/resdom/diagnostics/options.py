@@ -86,6 +86,19 @@ def _integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _no_repeats(values: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    """``values`` unchanged; ValueError naming the first value given twice (a sweep or table would hold it twice)."""
+    def text(x: Any) -> str:
+        return f"{x:g}" if isinstance(x, float) else str(x)
+
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"{what} {text(v)} is given twice (in {','.join(map(text, values))})")
+        seen.add(v)
+    return values
+
+
 class DiagnoseOptions(BaseModel):
     """What to diagnose and how (docs/spec.md §4); the defaults are ``resdom diagnose``'s.
 
@@ -124,7 +137,7 @@ class DiagnoseOptions(BaseModel):
     @field_validator("recency", "cutoffs", mode="before")
     @classmethod
     def _positive_ints(cls, v: Any) -> tuple[int, ...]:
-        return _integers(v, 1, "(1, 5, 10)")
+        return _no_repeats(_integers(v, 1, "(1, 5, 10)"), "value")
 
     @field_validator("definition", mode="before")
     @classmethod
@@ -140,9 +153,7 @@ class DiagnoseOptions(BaseModel):
         big = [s for s in seeds if not -SEED_LIMIT <= s < SEED_LIMIT]  # a user's stream is keyed by seed + user
         if big:
             raise ValueError(f"every seed must lie in [-2^62, 2^62) (got {big[0]})")
-        if len(set(seeds)) < len(seeds):  # a seed twice would count its shuffle twice in the mean over seeds
-            raise ValueError(f"repeated seed in {','.join(map(str, seeds))}")
-        return seeds
+        return _no_repeats(seeds, "seed")  # a seed twice would count its shuffle twice in the mean over seeds
 
     @field_validator("alphas", mode="before")
     @classmethod
@@ -161,14 +172,14 @@ class DiagnoseOptions(BaseModel):
             raise ValueError(f"residual scales must lie in [{lo:g}, {hi:g}] (got {bad[0]:g})")
         if not values:
             raise ValueError("give at least one residual scale")
-        return tuple(values)
+        return _no_repeats(tuple(values), "residual scale")
 
     @field_validator("layers", mode="before")
     @classmethod
     def _layers(cls, v: Any) -> tuple[int, ...] | None:
         if v is None or (isinstance(v, str) and not v.strip()):
             return None
-        return _integers(v, 0, "(0, 1)")
+        return _no_repeats(_integers(v, 0, "(0, 1)"), "block")
 
     @field_validator("batch_size", mode="before")
     @classmethod
