@@ -3,6 +3,7 @@ regenerates."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,6 @@ def test_every_cell_names_one_checkpoint_and_early_stopping_or_its_cap() -> None
 
 def test_deleting_any_table_block_is_caught() -> None:
     """Each whole block deleted from either document (or doubled) is reported."""
-    import re
-
     tables = {"accuracy": "", "hrli": "", "remedies": ""}
     block = "<!-- resdom:table {} -->\nx\n<!-- /resdom:table -->\n"
     docs = {"results.md": "# R\n" + block.format("accuracy") + block.format("hrli"),
@@ -74,8 +73,6 @@ def test_deleting_any_table_block_is_caught() -> None:
 def test_the_report_always_makes_the_fidelity_and_question_4_blocks_and_their_deletion_is_caught() -> None:
     """The fidelity and reliance_dynamics blocks are made from any runs (here none of a paper data set and none with
     a monitored curve), so the test above fails when either is deleted from docs/results.md."""
-    import re
-
     from resdom.report.collect import find_run_dirs
 
     tables = document_blocks(read_runs(find_run_dirs(ROOT / "tests" / "fixtures" / "diagnostics")))
@@ -93,8 +90,6 @@ def test_the_probe_blocks_are_made_from_any_runs_and_their_deletion_is_caught() 
     """Issue 27 §4 questions 1 and 2: probe_readout and probe_embeddings are made from any runs (here none of a probe
     or of a probe data set: every probe "not trained yet"), stand once each in docs/results.md under "Beyond the
     paper", and deleting either block fails the drift check."""
-    import re
-
     from resdom.report.collect import find_run_dirs
     from resdom.report.probe_blocks import PROBE_BLOCKS
 
@@ -114,8 +109,6 @@ def test_the_probe_blocks_are_made_from_any_runs_and_their_deletion_is_caught() 
 def test_spec_section_5_quotes_no_measured_number_and_points_at_blocks_that_exist() -> None:
     """docs/spec.md §5: the paper's numbers (its first paragraph) only; what resdom measured is a pointer to blocks of
     docs/results.md (regenerated and checked above), not numbers that go stale."""
-    import re
-
     spec = (ROOT / "docs" / "spec.md").read_text()
     section = spec.split("## 5. ", 1)[1].split("\n## ", 1)[0]
     ours = section.split("\n\n", 2)[2]  # after the heading line and the paper's paragraph
@@ -148,8 +141,6 @@ def test_results_prose_after_the_tables_copies_no_measured_number(doc: str, sect
     """docs/results.md from "Comparisons with intervals" on and docs/remedies.md's real-data section: outside the
     generated blocks, a decimal or a percentage is one of the declared settings or the paper's ranges
     (``SETTINGS``); a measured number belongs in a block (a retrained cell would leave it stale)."""
-    import re
-
     text = (ROOT / "docs" / doc).read_text()
     text = text[text.index(section):]
     prose = re.sub(r"<!-- resdom:table \w+ -->\n.*?<!-- /resdom:table -->\n", "", text, flags=re.S)
@@ -539,7 +530,6 @@ def test_the_stopping_candidate_reading_holds_on_the_store() -> None:
     `sasrec`'s, and its own fidelity table still marks the paper's Attn and HRLI@1 outside; on toys-ts its mean
     HRLI@1 is the lower, the verdict undecided, the row giving both tests' Holm p."""
     import json
-    import re
 
     from resdom.report.fidelity import PAPER_HRLI1
     from resdom.report.summary import table_rows, tables_of
@@ -581,8 +571,6 @@ def test_the_same_day_order_candidate_reading_holds_on_the_store() -> None:
     lies outside their intervals and on Beauty its HRLI@1 too, while on Sports its HRLI@1 lies inside both orders'
     intervals; on Sports the paper's +Res lies inside sports-ts's interval and outside sports-ts-itemties'; on Beauty
     the itemties' largest recovery over α is lower than beauty-ts's."""
-    import re
-
     from resdom.report.summary import tables_of
 
     text = (ROOT / "docs" / "results.md").read_text()
@@ -605,3 +593,37 @@ def test_the_same_day_order_candidate_reading_holds_on_the_store() -> None:
     assert sports["+Res"].endswith("✓") and sports_ties["+Res"].endswith("✗")
     beauty, beauty_ties = rows["beauty-ts (Beauty)"], rows["beauty-ts-itemties (Beauty)"]
     assert value(beauty_ties["largest recovery over α"]) < value(beauty["largest recovery over α"])
+
+
+def test_the_block_names_known_up_front_are_those_the_blocks_get() -> None:
+    """``document_block_names`` (what `resdom report --doc` checks a document against before writing anything) is
+    exactly the set of names ``document_blocks`` fills, here from runs with no paper data set, probe or remedy."""
+    from resdom.report import document_block_names
+    from resdom.report.collect import find_run_dirs
+
+    tables = document_blocks(read_runs(find_run_dirs(ROOT / "tests" / "fixtures" / "diagnostics")))
+    assert sorted(document_block_names()) == sorted(tables)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a\n<!-- resdom:table hrli -->\nold\n", "doc.md:2: block 'hrli' is never closed"),
+    ("<!-- resdom:table hrli -->\n<!-- resdom:table mixing -->\n<!-- /resdom:table -->\n",
+     "doc.md:2: block 'mixing' opens inside block 'hrli' of line 1, which is not closed"),
+    ("a\nb\n<!-- /resdom:table -->\n", "doc.md:3: a block end with no block open"),
+    ("see <!-- resdom:table hrli -->\n<!-- /resdom:table -->\n", "doc.md:1: malformed block marker"),
+    ("<!-- resdom:table  hrli -->\n<!-- /resdom:table -->\n", "doc.md:1: malformed block marker"),
+    ("<!-- resdom:table nope -->\n<!-- /resdom:table -->\n", "doc.md:1: block names table 'nope'; known: hrli"),
+])
+def test_check_blocks_names_the_line_of_a_block_fill_blocks_would_skip_or_refuse(text: str, message: str) -> None:
+    """Each of these documents is one ``fill_blocks`` skips without a word (an unclosed or malformed block) or
+    refuses half-way (an unknown name); ``check_blocks`` refuses it with its line."""
+    from resdom.errors import ResdomError
+    from resdom.pipeline.store import check_blocks
+
+    with pytest.raises(ResdomError, match=re.escape(message)):
+        check_blocks(text, ["hrli", "mixing"], where="doc.md")
+    good = "# t\n<!-- resdom:table hrli -->\nold\n<!-- /resdom:table -->\ntext\n<!-- resdom:table mixing -->\n" \
+           "<!-- /resdom:table -->\n"
+    check_blocks(good, ["hrli", "mixing"], where="doc.md")  # no error
+    assert fill_blocks(good, {"hrli": "H\n", "mixing": "M\n"}) == good.replace("old\n", "H\n").replace(
+        "mixing -->\n", "mixing -->\nM\n")

@@ -180,6 +180,7 @@ def test_report_fills_the_remedies_block_of_a_second_document_from_the_variants_
     args = ["report", str(store), "--out", str(rep), "--doc", str(results_doc)]
     assert invoke(*args, "--doc", str(bad)) == 2
     assert results_doc.read_text() == "<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n"  # nothing written
+    assert not rep.exists()  # the documents are checked before the report is written
     assert invoke(*args, "--doc", str(remedies_doc)) == 0
     text = remedies_doc.read_text()
     rows = [line.split("|")[1:3] for line in text.splitlines() if line.startswith(("| toy", "| other"))]

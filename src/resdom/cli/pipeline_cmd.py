@@ -20,8 +20,8 @@ from resdom.pipeline.remedies import remedies as run_remedies
 from resdom.pipeline.remedies import remedy_grid
 from resdom.pipeline.reproduce import GridSpec
 from resdom.pipeline.reproduce import reproduce as run_grid
-from resdom.pipeline.store import block_names, fill_blocks
-from resdom.report import build_report, find_run_dirs, left_out
+from resdom.pipeline.store import block_names, check_blocks, fill_blocks
+from resdom.report import build_report, document_block_names, find_run_dirs, left_out
 from resdom.rundir import require_folder_path
 
 
@@ -64,14 +64,11 @@ def report(
         if not runs:
             raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
         found += [r for r in runs if r not in found]
+    texts = {d: _document(d) for d in docs or []}  # every document checked before anything is written
     paths = build_report(found, out, title=title, figures=not tables_only)
     typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
-    if docs:
-        tables = paths.blocks
-        missing = [d for d in docs if not d.is_file()]
-        if missing:
-            raise ResdomError(f"{missing[0]}: no such document")
-        filled = {d: fill_blocks(d.read_text(), tables, where=str(d)) for d in docs}  # all checked before any write
+    if texts:
+        filled = {d: fill_blocks(text, paths.blocks, where=str(d)) for d, text in texts.items()}
         for d, text in filled.items():
             atomic_write_text(d, text)
             typer.echo(f"  {d}: {len(block_names(text))} table block(s) refilled")
@@ -81,6 +78,18 @@ def report(
             typer.echo(f"  left out of {r.label}: {cause}", err=True)
     if not tables_only:
         typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
+
+
+def _document(path: Path) -> str:
+    """The text of a ``--doc`` document, its table blocks checked (``check_blocks``); a ResdomError otherwise."""
+    if not path.is_file():
+        raise ResdomError(f"--doc {path}: no such document")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResdomError(f"--doc {path}: cannot be read as UTF-8 text ({e})") from None
+    check_blocks(text, document_block_names(), where=str(path))
+    return text
 
 
 def demo(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,38 @@ def fill_blocks(text: str, tables: dict[str, str], where: str = "document") -> s
         return m.group(1) + tables[name] + m.group(4)
 
     return _BLOCK.sub(sub, text)
+
+
+_MARKER = re.compile(r"<!--\s*/?\s*resdom:table\b.*?-->")
+_OPEN, _CLOSE = re.compile(r"<!-- resdom:table (?P<name>[\w-]+) -->"), "<!-- /resdom:table -->"
+
+
+def check_blocks(text: str, known: Iterable[str], where: str = "document") -> None:
+    """A ResdomError naming ``where`` and the line unless every block marker of ``text`` is well formed (each on a
+    line of its own, ``<!-- resdom:table NAME -->`` then ``<!-- /resdom:table -->``, never nested) and names a
+    table of ``known``: what ``fill_blocks`` would otherwise skip without a word or refuse half-way."""
+    known = sorted(known)
+    opened: tuple[int, str] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        for marker in _MARKER.findall(line):
+            at = f"{where}:{number}"
+            m = _OPEN.fullmatch(line)
+            if line == _CLOSE:
+                if opened is None:
+                    raise ResdomError(f"{at}: a block end with no block open")
+                opened = None
+            elif m is None:
+                raise ResdomError(f"{at}: malformed block marker {marker!r} (expected `<!-- resdom:table NAME -->` "
+                                  "or `<!-- /resdom:table -->`, each on a line of its own)")
+            elif opened is not None:
+                raise ResdomError(f"{at}: block {m['name']!r} opens inside block {opened[1]!r} of line "
+                                  f"{opened[0]}, which is not closed")
+            elif m["name"] not in known:
+                raise ResdomError(f"{at}: block names table {m['name']!r}; known: {', '.join(known)}")
+            else:
+                opened = (number, m["name"])
+    if opened is not None:
+        raise ResdomError(f"{where}:{opened[0]}: block {opened[1]!r} is never closed (no `{_CLOSE}` after it)")
 
 
 def block_names(text: str) -> list[str]:

@@ -46,8 +46,8 @@ from resdom.report.seed_spread import seed_spread_block
 from resdom.report.summary import summary_markdown
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
-__all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_blocks",
-           "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
+__all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_block_names",
+           "document_blocks", "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
 
 
 # blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2,
@@ -105,6 +105,12 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     atomic_write_text(html_path, render_html(runs, drawn, tables, title))
     atomic_write_text(md_path, render_markdown(runs, drawn, tables, title))
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
+
+
+def document_block_names() -> tuple[str, ...]:
+    """The names ``document_blocks`` gives a table under, whatever the runs (a summary table with no data is kept
+    empty): what a ``<!-- resdom:table NAME -->`` block may name."""
+    return (*(t.name for t in summary_tables([])), "claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES)
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *, echo: EchoTable | None = None,
