@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
-from cli_helpers import invoke, run_cli
+from cli_helpers import invoke, one_line_error, run_cli
 from typer.core import TyperOption
 
 from resdom.cli.main import _typer_app
@@ -302,6 +302,16 @@ def test_config_show_prints_every_setting(capsys) -> None:
     assert shown["model"]["max_len"] == 200 and shown["train"]["objective"] == "ce_all"  # GTS: the paper's code
     code, loo, _ = run_cli(capsys, "config", "show", "SASRec")
     assert yaml.safe_load(loo)["model"]["max_len"] == 50 and yaml.safe_load(loo)["data"]["protocol"] == "loo"
+
+
+def test_config_show_names_its_model_argument_as_it_is_given(tmp_path: Path, capsys) -> None:
+    """`config show` takes the model as its MODEL argument, so a bad name is MODEL's, not a --model it has not."""
+    code, _, err = run_cli(capsys, "config", "show", "nope")
+    one_line_error(code, err, "error: MODEL: unknown model 'nope'")
+    code, _, err = run_cli(capsys, "config", "show", "sasrec", "--set", "model.name=bsarec")
+    one_line_error(code, err, "error: --set model.name: 'bsarec' contradicts MODEL 'sasrec'")
+    code, _, err = run_cli(capsys, "train", SOURCE, "--model", "nope", "--out", str(tmp_path / "r"))
+    one_line_error(code, err, "error: --model: unknown model 'nope'")
 
 
 def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:

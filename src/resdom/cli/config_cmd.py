@@ -47,7 +47,7 @@ def full_config(model: str | None = None, config: Path | None = None, set_: list
     """(label, {"model": ..., "train": ..., "data": ...}): every setting resolved as ``resdom train`` resolves it
     (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty). Model fields that do not apply to the
     model are left out; ``model.name`` is the label (a variant's, e.g. sasrec-tts); values are plain YAML types."""
-    cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions())
+    cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions(), model_flag="MODEL")
     protocol = cfg.data.resolved_protocol
     model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=protocol)
     shown_model = {k: v for k, v in model_cfg.model_dump(mode="json").items() if applies(cfg.name, k)}

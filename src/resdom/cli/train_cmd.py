@@ -218,11 +218,14 @@ class CommandConfig:
             raise e.renamed(self.origins) from None
 
 
-def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path | None) -> str:
-    """The label of --model, else of ``--set model.name=...``, else of the config file's ``model.name``, else the
-    default (names read case-insensitively); two of them naming different models is an error."""
+def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path | None,
+                 model_flag: str = "--model") -> str:
+    """The label of --model (``model_flag``: how the command takes it), else of ``--set model.name=...``, else of the
+    config file's ``model.name``, else the default (names read case-insensitively); two of them naming different
+    models is an error."""
     given = [(canonical_label(str(value), where), where, value) for value, where in (
-        (option, "--model"), (set_name, "--set model.name"), (file_name, f"{config}: model.name")) if value is not None]
+        (option, model_flag), (set_name, "--set model.name"), (file_name, f"{config}: model.name"))
+        if value is not None]
     for label, where, value in given[1:]:
         if model_variant(label)[0] != model_variant(given[0][0])[0]:
             raise ResdomError(f"{where}: {value!r} contradicts {given[0][1]} {given[0][2]!r}")
@@ -230,14 +233,14 @@ def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path
 
 
 def command_config(model: str | None, config: Path | None, set_: list[str], explicit: dict[str, Any],
-                   data: DataOptions) -> CommandConfig:
+                   data: DataOptions, model_flag: str = "--model") -> CommandConfig:
     """The layers of a command's configuration (module docstring) -> CommandConfig; nothing is validated yet
     beyond field names (``resolve_configs`` does)."""
     file_values = read_config_file(config) if config else {}
     file_model = dict(file_values.get("model", {}))
     set_values = parse_set(set_)
     set_name = set_values.get("model", {}).pop("name", None)
-    label = _model_label(model, set_name, file_model.pop("name", None), config)
+    label = _model_label(model, set_name, file_model.pop("name", None), config, model_flag)
     name, variant = model_variant(label)
     file_layer = {"model": file_model, "train": file_values.get("train", {})}
     values = _merge({"model": variant, "train": variant_train_values(label)}, file_layer, set_values,
