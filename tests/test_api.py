@@ -165,6 +165,11 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.evaluate(f, part="train"), "part: expected valid or test"),
     (lambda s, f: resdom.evaluate(f, batch_size=0), "batch_size: must be at least 1"),
     (lambda s, f: resdom.evaluate(object(), s), "model: object is not diagnosable"),
+    # the part named where the split goes: was an AttributeError ('str' object has no attribute 'test')
+    (lambda s, f: resdom.evaluate(f, "test"), "split: expected a SplitData or EvalSet, got str 'test' (the part is "
+                                              "chosen by part='test')"),
+    (lambda s, f: resdom.diagnose(f, "valid"), "split: expected a SplitData or EvalSet, got str 'valid'"),
+    (lambda s, f: resdom.evaluate(f, 5), "split: expected a SplitData or EvalSet, got int 5"),
     (lambda s, f: resdom.diagnose(f.model), "split: diagnose needs the data"),
     (lambda s, f: resdom.diagnose(f, what="nope"), "what: unknown diagnostic 'nope'"),
     (lambda s, f: resdom.diagnose(f, what="users"), "what: unknown diagnostic 'users'"),  # users.npz: run_all's

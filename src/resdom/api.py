@@ -319,6 +319,9 @@ def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -
         raise ResdomError(f"model: {e}") from None
     if split is None:
         raise ResdomError(f"split: {what} needs the data (a SplitData) when the model is not a Fitted")
+    if not isinstance(split, (SplitData, EvalSet)):
+        hint = f" (the part is chosen by part={split!r})" if isinstance(split, str) and split in PARTS else ""
+        raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(split).__name__} {split!r:.40}{hint}")
     return model, split
 
 
@@ -356,8 +359,6 @@ def evaluate(
     cutoffs = _positive_ints(cutoffs, "cutoffs")
     positive_int(batch_size, "batch_size")
     evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))
-    if not isinstance(evalset, EvalSet):
-        raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(data).__name__}")
     dev = _device(device)
     if filter_seen is None:
         filter_seen = data.filter_seen if isinstance(data, SplitData) else True
