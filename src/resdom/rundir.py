@@ -72,7 +72,7 @@ def _early_names() -> frozenset[str]:
 EARLY_NAMES = _early_names()  # what a run directory may hold before its config.json: the split, the lock, an error
 
 
-def _is_temporary(name: str) -> bool:
+def is_temporary(name: str) -> bool:
     """What an interrupted writer leaves (``resdom.io``'s ``.NAME.*.tmp`` and ``.tmp*``)."""
     return name.startswith(".") and (name.endswith(".tmp") or name.startswith(".tmp"))
 
@@ -117,39 +117,10 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
         return
     if not runs:
         raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to overwrite)")
-    if _has_run_config(RunDir(path)) or all(n in EARLY_NAMES or _is_temporary(n) for n in entries):
+    if _has_run_config(RunDir(path)) or all(n in EARLY_NAMES or is_temporary(n) for n in entries):
         return
-    others = [n for n in entries if n not in EARLY_NAMES and not _is_temporary(n)]
+    others = [n for n in entries if n not in EARLY_NAMES and not is_temporary(n)]
     raise ResdomError(f"{option} {path}: exists, is not empty and is not a resdom run directory (it holds "
                       f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); choose another {option} or "
                       "an empty folder")
 
-
-def check_split_folder(path: str | Path, option: str = "--out") -> dict | None:
-    """Refuse ``path`` as the folder of ``resdom data split``, with one line naming ``option``, unless it is absent,
-    empty or holds a saved split and nothing else; return that split's manifest (``{}`` where it cannot be read),
-    else None. A run directory, and a run's ``data/`` (the split its checkpoint was trained on), are refused."""
-    from resdom.data.sequences import SplitData
-
-    path = Path(path)
-    if not require_folder_path(path, option):
-        return None
-    entries = sorted(p.name for p in path.iterdir() if not _is_temporary(p.name))
-    if not entries:
-        return None
-    if RunDir(path).is_run():
-        raise ResdomError(f"{option} {path}: is a run directory, not a split folder; choose another {option}")
-    if path.resolve().name == RunDir(".").data.name and RunDir(path.resolve().parent).is_run():
-        raise ResdomError(f"{option} {path}: is the split of the run directory {path.parent} (its checkpoint was "
-                          f"trained on it); choose another {option}")
-    layout = {SplitData.ARRAYS, SplitData.MANIFEST}
-    if not set(entries) <= layout:
-        others = [n for n in entries if n not in layout]
-        raise ResdomError(f"{option} {path}: exists, is not empty and is not a split folder (it holds "
-                          f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); choose another {option} "
-                          "or an empty folder")
-    try:
-        manifest = json.loads((path / SplitData.MANIFEST).read_text())
-    except (OSError, ValueError):
-        return {}
-    return manifest if isinstance(manifest, dict) else {}

@@ -11,9 +11,9 @@ import typer
 from resdom.cli.data_options import DATA_DIR_HELP, SOURCE_HELP, DataOptions, data_options
 from resdom.data.download import resolve_dataset_files
 from resdom.data.registry import DATASETS, get_dataset
+from resdom.data.sequences import check_split_folder
 from resdom.data.stats import format_stats
 from resdom.errors import ResdomError
-from resdom.rundir import check_split_folder
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts), the registry.", no_args_is_help=True)
 

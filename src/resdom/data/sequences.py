@@ -19,6 +19,7 @@ import numpy as np
 
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files
+from resdom.rundir import RunDir, is_temporary, require_folder_path
 
 
 @dataclass
@@ -328,3 +329,31 @@ def _check_csr(seqs: Sequences, n_items: int, name: str) -> None:
         raise ValueError(f"{name} item ids outside 1..{n_items}")
     if seqs.times is not None and len(seqs.times) != len(seqs.items):
         raise ValueError(f"{name} times do not match its items")
+
+
+def check_split_folder(path: str | Path, option: str = "--out") -> dict | None:
+    """Refuse ``path`` as the folder of ``resdom data split``, with one line naming ``option``, unless it is absent,
+    empty or holds a saved split and nothing else; return that split's manifest (``{}`` where it cannot be read),
+    else None. A run directory, and a run's ``data/`` (the split its checkpoint was trained on), are refused."""
+    path = Path(path)
+    if not require_folder_path(path, option):
+        return None
+    entries = sorted(p.name for p in path.iterdir() if not is_temporary(p.name))
+    if not entries:
+        return None
+    if RunDir(path).is_run():
+        raise ResdomError(f"{option} {path}: is a run directory, not a split folder; choose another {option}")
+    if path.resolve().name == RunDir(".").data.name and RunDir(path.resolve().parent).is_run():
+        raise ResdomError(f"{option} {path}: is the split of the run directory {path.parent} (its checkpoint was "
+                          f"trained on it); choose another {option}")
+    layout = {SplitData.ARRAYS, SplitData.MANIFEST}
+    if not set(entries) <= layout:
+        others = [n for n in entries if n not in layout]
+        raise ResdomError(f"{option} {path}: exists, is not empty and is not a split folder (it holds "
+                          f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); choose another {option} "
+                          "or an empty folder")
+    try:
+        manifest = json.loads((path / SplitData.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
