@@ -178,6 +178,15 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.diagnose(f, recency=(0,)), "recency: every value must be an integer >= 1"),
     (lambda s, f: resdom.diagnose(f, definition="norms"), "definition: must be one of"),
     (lambda s, f: resdom.load_run("no/such/run"), "no/such/run: run directory not found"),
+    # prepare_split's own values, checked before the data is read (were a TypeError, pydantic's multi-line
+    # ValidationError, and "SplitData(train=...): no such file or directory")
+    (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", quantile="x"),
+     "quantile: must lie strictly between 0 and 1 (got 'x')"),
+    (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", quantile=float("nan")), "quantile: must lie"),
+    (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", valid_quantile=1), "valid_quantile: must lie"),
+    (lambda s, f: resdom.prepare_split(SOURCE, k_core=-1), "k_core: must be >= 0 (0 or None: off) (got -1)"),
+    (lambda s, f: resdom.prepare_split(SOURCE, sample_users=0), "sample_users: must be >= 1 (None: all users)"),
+    (lambda s, f: resdom.prepare_split(s), "source: a SplitData is split already"),
 ])
 def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, call, message):
     with pytest.raises(ResdomError) as e:

@@ -6,6 +6,11 @@ boundary where the input is read, and name the file, line or field in the messag
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class ResdomError(Exception):
     """A user-facing error: the message says what is wrong and where (file:line, field name)."""
@@ -23,3 +28,17 @@ class OptionError(ResdomError):
     def renamed(self, names: dict[str, str]) -> OptionError:
         """The same problems with each field named ``names[field]`` (fields not in ``names`` keep their name)."""
         return OptionError([(names.get(name, name), problem) for name, problem in self.problems])
+
+
+def validation_error(e: ValidationError, section: str | None = None) -> OptionError:
+    """pydantic's ValidationError as an OptionError, one problem a bad field: (``section.field``, or ``field``
+    without a section, message (got value)); a front end renames the fields by where their values came from
+    (``OptionError.renamed``)."""
+    problems = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        message = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
+        name = ".".join(x for x in (section, loc) if x) or "value"
+        problems.append((name, f"{message}{got}"))
+    return OptionError(problems)

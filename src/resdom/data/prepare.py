@@ -30,11 +30,13 @@ its manifest and data fingerprint.
 from __future__ import annotations
 
 import hashlib
+import numbers
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from resdom import __version__
 from resdom.data.changes import preprocessing_changes, split_changes, split_reasons
@@ -54,7 +56,7 @@ from resdom.data.sequences import Sequences, SplitData
 from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_loo
 from resdom.data.stats import dataset_stats
 from resdom.data.synthetic import generate, parse_synthetic_source
-from resdom.errors import ResdomError
+from resdom.errors import ResdomError, validation_error
 
 PREPROCESS_OPTIONS = tuple(PreprocessConfig.model_fields)
 READER_OPTIONS = ("user_col", "item_col", "time_col", "no_time", "normalize_ids")
@@ -178,10 +180,11 @@ def load_prepared(
     for flag in ("no_time", "normalize_ids"):
         if not reader_opts.get(flag, True):
             reader_opts.pop(flag)
-    raw, source_record, preset = read_source(source, data_dir, fmt, **reader_opts)
     explicit = {k: v for k, v in options.items() if k in PREPROCESS_OPTIONS}
+    _preprocess_config(explicit)  # checked before the data is read
+    raw, source_record, preset = read_source(source, data_dir, fmt, **reader_opts)
     defaults = REGISTERED_DEFAULTS if source_record["kind"] == "registry" else {}
-    cfg = PreprocessConfig(**{**defaults, **preset, **explicit})
+    cfg = _preprocess_config({**defaults, **preset, **explicit})
     read_counts = _raw_counts(raw)
     prepared = preprocess(raw, cfg)
 
@@ -198,6 +201,21 @@ def load_prepared(
                                          bool(reader_opts.get("normalize_ids"))),
     }
     return prepared, manifest
+
+
+def _preprocess_config(values: dict[str, Any]) -> PreprocessConfig:
+    """``PreprocessConfig(**values)``; a bad value is an OptionError naming its option (``k_core: ...``)."""
+    try:
+        return PreprocessConfig(**values)
+    except ValidationError as e:
+        raise validation_error(e) from None
+
+
+def _quantile(value: Any, name: str) -> float:
+    """``value`` as a quantile strictly between 0 and 1; a ResdomError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
+        raise ResdomError(f"{name}: must lie strictly between 0 and 1 (got {value!r})")
+    return float(value)
 
 
 def _raw_counts(raw: RawInteractions) -> dict[str, int]:
@@ -230,12 +248,18 @@ def prepare_split(
     applied, the source files' sha256, the tie rule, the dropped users, and ``changes`` (what was removed, and
     why). The split keeps the external user and item ids (``user_labels``, ``item_labels``).
     """
+    if isinstance(source, SplitData):
+        raise ResdomError("source: a SplitData is split already (give it to resdom.fit as it is, or its source "
+                          "to prepare_split)")
     if protocol not in PROTOCOLS:
         raise ResdomError(f"unknown protocol {protocol!r}; choose loo or gts")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
     valid_quantile = options.pop("valid_quantile", None)
     if protocol == "loo" and valid_quantile is not None:  # before the data is read
         raise ResdomError("valid_quantile: sets the validation cut time of the gts protocol; a loo split has none")
+    quantile = _quantile(quantile, "quantile")
+    if valid_quantile is not None:
+        valid_quantile = _quantile(valid_quantile, "valid_quantile")
     evaluation = evaluation_setting(source_name(source), options.pop("filter_seen", None))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
     seqs = prepared.sequences

@@ -62,14 +62,14 @@ class PreprocessConfig(BaseModel):
     @classmethod
     def _k_non_negative(cls, v: int | None) -> int | None:
         if v is not None and v < 0:
-            raise ValueError("k_core must be >= 0 (0 or None: off)")
+            raise ValueError("must be >= 0 (0 or None: off)")
         return v or None
 
     @field_validator("sample_users")
     @classmethod
     def _sample_positive(cls, v: int | None) -> int | None:
         if v is not None and v < 1:
-            raise ValueError("sample_users must be >= 1 (None: all users)")
+            raise ValueError("must be >= 1 (None: all users)")
         return v
 
     def record(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from resdom.errors import OptionError
+from resdom.errors import validation_error
 from resdom.experiments import MODEL_TRAITS
 from resdom.names import MODELS
 
@@ -127,15 +127,3 @@ def make_model_config(**values: object) -> ModelConfig:
         return ModelConfig(**values)
     except ValidationError as e:
         raise validation_error(e, "model") from None
-
-
-def validation_error(e: ValidationError, section: str) -> OptionError:
-    """pydantic's ValidationError as an OptionError, one problem a bad field: (``section.field``, message (got
-    value)); a front end renames the fields by where their values came from (``OptionError.renamed``)."""
-    problems = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-        message = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
-        problems.append((f"{section}.{loc}" if loc else section, f"{message}{got}"))
-    return OptionError(problems)

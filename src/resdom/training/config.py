@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from resdom.errors import ResdomError
+from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import MODEL_CLASSES, model_class
-from resdom.models.config import ModelConfig, make_model_config, validation_error
+from resdom.models.config import ModelConfig, make_model_config
 from resdom.names import DEVICES, METRICS
 from resdom.training.objectives import OBJECTIVES, get_objective
 
