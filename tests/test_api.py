@@ -187,6 +187,13 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.prepare_split(SOURCE, k_core=-1), "k_core: must be >= 0 (0 or None: off) (got -1)"),
     (lambda s, f: resdom.prepare_split(SOURCE, sample_users=0), "sample_users: must be >= 1 (None: all users)"),
     (lambda s, f: resdom.prepare_split(s), "source: a SplitData is split already"),
+    # a flag given as text would be true; numbers of the wrong kind were TypeErrors
+    (lambda s, f: resdom.prepare_split(SOURCE, filter_seen="no"), "filter_seen: expected True, False or None"),
+    (lambda s, f: f.recommend(filter_seen="no"), "filter_seen: expected True, False or None (got 'no')"),
+    (lambda s, f: resdom.evaluate(f, filter_seen=1), "filter_seen: expected True, False or None (got 1)"),
+    (lambda s, f: f.recommend(alpha="x"), "alpha: the residual scale must lie in [0, 1] (got 'x')"),
+    (lambda s, f: f.recommend(batch_size=0), "batch_size: must be at least 1 (got 0)"),
+    (lambda s, f: resdom.evaluate(f, batch_size="x"), "batch_size: expected an integer >= 1 (got 'x')"),
 ])
 def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, call, message):
     with pytest.raises(ResdomError) as e:

@@ -168,7 +168,8 @@ def test_top_k_breaks_ties_by_item_id() -> None:
 
 def test_bad_arguments_are_one_line_errors(split, model) -> None:
     for call, message in [
-        (lambda: recommend(model, split, k=0), "k: expected an integer >= 1"),
+        (lambda: recommend(model, split, k=0), "k: must be at least 1 \\(got 0\\)"),
+        (lambda: recommend(model, split, k=2.5), "k: expected an integer >= 1 \\(got 2.5\\)"),
         (lambda: recommend(model, split, k=2, history="train"), "history: expected one of all, test, valid"),
         (lambda: recommend(object(), split, k=2), "model:"),
         (lambda: recommend(model, split, ["cust-000"], k=2, history="test"),

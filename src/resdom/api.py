@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from resdom.checks import positive_int
+from resdom.checks import optional_bool, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.alpha import ALPHAS
@@ -357,7 +357,7 @@ def evaluate(
     """
     model, data = _model_and_split(model, split, "evaluate")
     cutoffs = _positive_ints(cutoffs, "cutoffs")
-    positive_int(batch_size, "batch_size")
+    batch_size, filter_seen = positive_int(batch_size, "batch_size"), optional_bool(filter_seen, "filter_seen")
     evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))
     dev = _device(device)
     if filter_seen is None:

@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
+
 from resdom.errors import ResdomError
 
 ALPHA_RANGE = (0.0, 1.0)  # residual scales: 1 = the trained model, 0 = no attention residual
 
 
 def positive_int(value: int, option: str) -> int:
-    """``value`` itself; ResdomError naming ``option`` where it is below 1 (batch sizes)."""
+    """``value`` as an int; ResdomError naming ``option`` where it is no integer or below 1 (batch sizes, k)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ResdomError(f"{option}: expected an integer >= 1 (got {value!r})")
     if value < 1:
         raise ResdomError(f"{option}: must be at least 1 (got {value})")
-    return value
+    return int(value)
+
+
+def optional_bool(value: bool | None, option: str) -> bool | None:
+    """``value`` where it is True, False or None (a numpy bool as a bool); ResdomError naming ``option`` otherwise
+    (``filter_seen="no"`` would be true)."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    raise ResdomError(f"{option}: expected True, False or None (got {value!r})")
+
+
+def alpha_value(value: float, option: str) -> float:
+    """``value`` as a float in ``ALPHA_RANGE``; ResdomError naming ``option`` otherwise (NaN, text, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            ALPHA_RANGE[0] <= float(value) <= ALPHA_RANGE[1]):  # NaN fails both
+        raise ResdomError(f"{option}: the residual scale must lie in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}] "
+                          f"(got {value!r})")
+    return float(value)
 
 
 def parse_alphas(text: str | None, option: str = "--alphas") -> list[float] | None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from resdom.checks import ALPHA_RANGE
+from resdom.checks import alpha_value, optional_bool, positive_int
 from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.errors import ResdomError
@@ -130,12 +130,9 @@ def recommend(
     """
     import pandas as pd
 
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ResdomError(f"k: expected an integer >= 1 (got {k!r})")
+    k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
+    filter_seen, alpha = optional_bool(filter_seen, "filter_seen"), alpha_value(alpha, "alpha")
 
-    if not ALPHA_RANGE[0] <= float(alpha) <= ALPHA_RANGE[1]:  # NaN fails both
-        raise ResdomError(f"alpha: the residual scale must lie in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}] "
-                          f"(got {alpha!r})")
     try:
         check_model(model)
     except TypeError as e:

@@ -39,6 +39,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from resdom import __version__
+from resdom.checks import optional_bool
 from resdom.data.changes import preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
@@ -260,7 +261,7 @@ def prepare_split(
     quantile = _quantile(quantile, "quantile")
     if valid_quantile is not None:
         valid_quantile = _quantile(valid_quantile, "valid_quantile")
-    evaluation = evaluation_setting(source_name(source), options.pop("filter_seen", None))
+    evaluation = evaluation_setting(source_name(source), optional_bool(options.pop("filter_seen", None), "filter_seen"))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
     seqs = prepared.sequences
     if protocol == "loo":
