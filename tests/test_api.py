@@ -210,12 +210,28 @@ def test_save_refuses_a_non_empty_directory(fitted, run_dir):
 
 def test_save_overwrite_drops_the_old_models_state_and_diagnostics(fitted, tmp_path):
     old = tmp_path / "run"
+    resdom.Fitted(**{**fitted.__dict__}).save(old)
     for folder in ("state", "diagnostics"):
-        (old / folder).mkdir(parents=True)
+        (old / folder).mkdir(parents=True, exist_ok=True)
         (old / folder / "x.json").write_text("{}")
     resdom.Fitted(**{**fitted.__dict__}).save(old, overwrite=True)
     assert not (old / "state").exists() and not (old / "diagnostics").exists()
     assert resdom.load_run(old, device="cpu").checkpoint == json.loads((old / "metrics.json").read_text())["checkpoint"]
+
+
+def test_save_overwrite_replaces_a_run_never_a_folder_of_other_files(fitted, tmp_path):
+    """overwrite=True removes the folder's state/ and diagnostics/: only a run's; "no" is not False."""
+    project = tmp_path / "project"
+    (project / "diagnostics").mkdir(parents=True)
+    (project / "diagnostics" / "mine.txt").write_text("keep me")
+    (project / "notes.txt").write_text("keep me too")
+    copy = resdom.Fitted(**{**fitted.__dict__})
+    with pytest.raises(ResdomError, match="is not a resdom run directory"):
+        copy.save(project, overwrite=True)
+    with pytest.raises(ResdomError, match="overwrite: expected True or False \\(got 'no'\\)"):
+        copy.save(tmp_path / "run", overwrite="no")
+    assert sorted(p.name for p in project.rglob("*")) == ["diagnostics", "mine.txt", "notes.txt"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_diagnose_a_model_without_attention_skips_what_does_not_apply(split, capsys):

@@ -44,7 +44,7 @@ from resdom.models.config import ModelConfig
 from resdom.names import MODELS, PARTS
 from resdom.recommend import recommend
 from resdom.report.figures import result_figure
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import checkpoint_id, save_checkpoint
 from resdom.runs import load_run as read_run
 from resdom.training.config import TrainConfig, make_train_config, resolve_configs
@@ -124,16 +124,21 @@ class Fitted:
         ``config.json``, ``data/``, ``model.safetensors`` + ``model.json``, ``metrics.json``, ``metrics.jsonl``.
 
         No resume state is written: ``resdom train`` there starts afresh. A non-empty ``path`` is refused unless
-        ``overwrite`` (then its resume state and diagnostics, of whatever model was there, are removed). Returns
+        ``overwrite`` and a run directory (then its resume state and diagnostics, of whatever model was there, are
+        removed; a folder of other files is refused even then). Returns
         ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
         """
         import shutil
 
         files = RunDir(path)
+        if not isinstance(overwrite, bool):  # overwrite="no" would be true
+            raise ResdomError(f"overwrite: expected True or False (got {overwrite!r})")
         if files.dir.exists() and not files.dir.is_dir():
             raise ResdomError(f"{files.dir}: exists and is not a directory")
-        if files.dir.is_dir() and any(files.dir.iterdir()) and not overwrite:
-            raise ResdomError(f"{files.dir}: exists and is not empty (choose another path, or overwrite=True)")
+        if files.dir.is_dir() and any(files.dir.iterdir()):
+            if not overwrite:
+                raise ResdomError(f"{files.dir}: exists and is not empty (choose another path, or overwrite=True)")
+            check_output_folder(files.dir, "path", runs=True)  # a run is replaced, never a folder of other files
         for stale in (files.state_dir, files.diagnostics):
             shutil.rmtree(stale, ignore_errors=True)
         self.split.save(files.data)
