@@ -208,6 +208,17 @@ def test_cli_import_pmixer_norm_first(tmp_path: Path, capsys: pytest.CaptureFixt
     assert invoke(*cmd[:5], str(tmp_path / "run2"), "--heads", "3", "--k-core", "0") == 2
     err = capsys.readouterr().err
     assert "--heads 3" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # --force replaces the run (its diagnostics go), never a folder of other files, whose diagnostics/ it would remove
+    (out / "diagnostics").mkdir()
+    assert invoke(*cmd) == 2 and "--force" in capsys.readouterr().err
+    assert invoke(*cmd, "--force") == 0 and not (out / "diagnostics").exists()
+    project = tmp_path / "project"
+    (project / "diagnostics").mkdir(parents=True)
+    (project / "diagnostics" / "mine.txt").write_text("keep me")
+    capsys.readouterr()
+    assert invoke(*cmd[:5], str(project), *cmd[6:], "--force") == 2
+    assert "is not a resdom run directory (it holds diagnostics)" in capsys.readouterr().err
+    assert [p.name for p in project.rglob("*")] == ["diagnostics", "mine.txt"]
 
 
 def test_default_applies_pmixers_preprocessing_none(tmp_path: Path) -> None:

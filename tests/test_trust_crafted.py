@@ -191,6 +191,9 @@ def test_output_folder_rules(tmp_path: Path) -> None:
     (other / "config.json").write_text("[1, 2]")
     with pytest.raises(ResdomError, match="not a resdom run directory .it holds config.json"):
         check_output_folder(other, runs=True)
+    # --force (an import) replaces a run, never a folder of other files: it would remove their diagnostics/ and state/
+    with pytest.raises(ResdomError, match="not a resdom run directory .it holds config.json"):
+        check_output_folder(other, runs=False, force=True)
 
 
 def test_api_fit_refuses_a_folder_of_other_files(tmp_path: Path) -> None:

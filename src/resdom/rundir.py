@@ -105,7 +105,8 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
 
     Refused: an existing file (or anything not a directory); a non-empty folder that is not a run directory
     (``runs=True``: a run is resumed / redone in place, but a folder of other files is never written into); with
-    ``runs=False`` any non-empty folder unless ``force``. A folder counts as a run when its config.json is a resdom
+    ``runs=False`` any non-empty folder unless ``force``, and even then one that is not a run directory (a writer
+    that replaces a run removes its diagnostics/ and state/). A folder counts as a run when its config.json is a resdom
     run's (with ``model`` and ``versions``), or when it has no config.json and holds only what a run holds before
     writing one (``EARLY_NAMES``, a writer's temporaries); a folder of other files that happens to hold a
     ``config.json`` or ``metrics.json`` of its own does not."""
@@ -113,9 +114,9 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     if not require_folder_path(path, option):
         return
     entries = sorted(p.name for p in path.iterdir())
-    if not entries or force:
+    if not entries:
         return
-    if not runs:
+    if not runs and not force:
         raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to overwrite)")
     if _has_run_config(RunDir(path)) or all(n in EARLY_NAMES or is_temporary(n) for n in entries):
         return

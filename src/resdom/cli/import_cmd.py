@@ -18,6 +18,7 @@ RECBOLE_DATA_HELP = ("RecBole's .inter file the model was trained on, or a regis
                      "RecBole's own filters, numbering and order are rebuilt from the checkpoint's config")
 PMIXER_DATA_HELP = ("the data file the model was trained on (pmixer's `user item` lines), or a registered name; "
                     "used as it is, as pmixer does (no k-core, file order)")
+FORCE_HELP = "replace the run in a non-empty --out (never a folder of other files)"
 
 
 def _data_options(k_core: int | None) -> dict[str, Any]:
@@ -29,7 +30,7 @@ def import_recbole(
     data: str = typer.Option(..., "--data", help=RECBOLE_DATA_HELP),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
     data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
-    force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
     path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=typer.echo)
@@ -46,7 +47,7 @@ def import_pmixer(
     max_len: int = typer.Option(None, "--max-len", min=1, help="--maxlen it was trained with (default: from weights)"),
     data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
     k_core: int = typer.Option(None, "--k-core", min=0, help="a k-core to apply to --data (default: none, as pmixer)"),
-    force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Import a pmixer/SASRec.pytorch SASRec state dict (post-LN or --norm-first) as a resdom run."""
     path = pmixer.import_pmixer(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len,
@@ -61,7 +62,7 @@ def import_rectools(
                              "name); items the model does not know are dropped, as RecTools' recommend does"),
     out: Path = typer.Option(..., "--out", help="run directory to write"),
     data_dir: Path = typer.Option(None, "--data-dir", help="where registered data sets are found"),
-    force: bool = typer.Option(False, "--force", help="overwrite a non-empty --out"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Import a RecTools SASRec or BERT4Rec model (id embeddings, dot-product scores) as a resdom run."""
     path = rectools.import_rectools(model_file, data, out, data_dir=data_dir, force=force, log=typer.echo)
