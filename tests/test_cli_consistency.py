@@ -122,7 +122,7 @@ def test_quiet_is_kept_as_a_hidden_alias_of_no_progress(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(pipeline_cmd, "run_grid", fake)
     for flag, expected in (("-q", False), ("--quiet", False), ("--no-progress", False), ("--progress", True)):
-        assert invoke("reproduce", "--datasets", "x", "--models", "sasrec", "--out", "/tmp/never", flag) == 0
+        assert invoke("reproduce", "--datasets", "synthetic", "--models", "sasrec", "--out", "/tmp/never", flag) == 0
         assert seen.pop() is expected, flag
     capsys.readouterr()
 

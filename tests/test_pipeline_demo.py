@@ -11,9 +11,11 @@ from typer.testing import CliRunner
 
 from resdom.cli.main import _typer_app
 from resdom.pipeline import DemoSettings, GridSpec, reproduce, run_demo
+from resdom.pipeline.remedies import remedy_grid
 from resdom.report.figures import FIGURE_KEYS
 
 TINY = "synthetic:n_users=120,n_items=40,min_len=6,max_len=14"
+SHORT = "synthetic:n_users=3,n_items=40,min_len=2,max_len=2"  # a data set whose every cell fails: no loo split
 TINY_MODEL = {"hidden": 16, "layers": 2, "heads": 2, "max_len": 16}
 
 
@@ -86,15 +88,15 @@ def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_reproduce_grid_resume_and_failures(tmp_path: Path) -> None:
     out = tmp_path / "grid"
-    spec = GridSpec([TINY, "no-such-dataset"], ["sasrec", "bsarec"], [1], out, protocol="loo", device="cpu",
+    spec = GridSpec([TINY, SHORT], ["sasrec", "bsarec"], [1], out, protocol="loo", device="cpu",
                     epochs=1, train_values={"batch_size": 64}, model_values=dict(TINY_MODEL))
     lines: list[str] = []
     result = reproduce(spec, progress=False, echo=lines.append)
     status = {(o.dataset, o.model): o.status for o in result.outcomes}
     assert status == {(TINY, "sasrec"): "done", (TINY, "bsarec"): "done",
-                      ("no-such-dataset", "sasrec"): "failed", ("no-such-dataset", "bsarec"): "failed"}
-    err = (out / "no-such-dataset" / "sasrec" / "seed1" / "error.txt").read_text()
-    assert "no-such-dataset" in err.splitlines()[0]
+                      (SHORT, "sasrec"): "failed", (SHORT, "bsarec"): "failed"}
+    err = (out / SHORT / "sasrec" / "seed1" / "error.txt").read_text()
+    assert "the loo split leaves no training and no test data" in err.splitlines()[0]
     assert any(line.startswith("[4/4]") for line in lines)  # progress across the grid
     summary = out / "summary"
     assert result.report_html == summary / "report.html" and (summary / "tables" / "mixing.tex").is_file()
@@ -139,7 +141,22 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
         GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path / "g", model_values={"hidden": 60, "heads": 8})
     with pytest.raises(ResdomError, match=r"^--seeds: every seed must lie in \[0, 2\^63\) \(got 1844674407370955161"):
         GridSpec(["beauty-ts"], ["sasrec"], [1, 2**64], tmp_path / "g")  # torch.manual_seed would overflow
+    # every data set is known before the first cell (was: each cell of it failed on its own, with an error.txt)
+    with pytest.raises(ResdomError, match=r"^--datasets: unknown source 'beuaty-ts' \(did you mean beauty-ts\?\)"):
+        GridSpec(["beauty-ts", "beuaty-ts"], ["sasrec"], [1], tmp_path / "g")
+    with pytest.raises(ResdomError, match=r"^--datasets: 'synthetic:bogus=1': unknown synthetic knob 'bogus'"):
+        GridSpec(["synthetic:bogus=1"], ["sasrec"], [1], tmp_path / "g")
+    with pytest.raises(ResdomError, match=r"^DATASET: unknown source 'nope'"):  # remedies takes it as an argument
+        remedy_grid("nope", "sasrec", ["base"], [1], tmp_path / "g")
     assert not (tmp_path / "g").exists()
+    # a folder holding files is never a grid's output (a grid's folders, of any data sets, are)
+    mine = tmp_path / "mine"
+    (mine / "beauty-ts").mkdir(parents=True)
+    (mine / "other-set").mkdir()
+    GridSpec(["beauty-ts"], ["sasrec"], [1], mine)
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ResdomError, match=r"--out .*mine: holds files, not a grid's folders .*: notes.txt;"):
+        GridSpec(["beauty-ts"], ["sasrec"], [1], mine)
     GridSpec(["beauty-ts", "synthetic"], ["sasrec", "sasrec-tts", "duorec", "bsarec", "sasrec-celast"], [1], tmp_path,
              model_values={"hidden": 32}, train_values={"lr": 1e-3})  # values every cell takes
 

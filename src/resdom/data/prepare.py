@@ -29,6 +29,7 @@ its manifest and data fingerprint.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import numbers
 from pathlib import Path
@@ -135,15 +136,30 @@ def read_source(
         paths = split_source_paths(source)
     except ResdomError as e:
         if "," not in source and not Path(source).exists():
-            known = ", ".join(DATASETS)
-            raise ResdomError(f"unknown source {source!r}: not a registered data set ({known}, synthetic) "
-                              "and no such file") from None
+            raise _unknown_source(source) from None
         raise e
     raw = _read(paths, fmt, **reader_options)
     if not reader_options.get("normalize_ids"):
         note_near_duplicate_ids(raw)
     files = [{"path": str(p.resolve()), "sha256": sha256_file(p)} for p in raw.files]
     return raw, {"kind": "path", "name": source, "format": raw.fmt, "files": files}, {}
+
+
+def _unknown_source(source: str) -> ResdomError:
+    close = difflib.get_close_matches(source, [*DATASETS, "synthetic"], n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return ResdomError(f"unknown source {source!r}{hint}: not a registered data set ({', '.join(DATASETS)}, "
+                       "synthetic) and no such file")
+
+
+def check_source(source: str) -> None:
+    """Nothing where ``source`` names a registered data set, a synthetic one (its knobs checked) or existing files;
+    the ResdomError ``read_source`` would raise otherwise, before anything is read or downloaded (a grid checks
+    every data set before its first cell)."""
+    if source == "synthetic" or source.startswith("synthetic:"):
+        parse_synthetic_source(source)
+    elif source not in DATASETS and not all(Path(p).exists() for p in source.split(",")):
+        raise _unknown_source(source)
 
 
 def _read(paths: list[Path], fmt: str | None, **reader_options: Any) -> RawInteractions:

@@ -227,4 +227,4 @@ def parse_synthetic_source(source: str) -> SyntheticConfig:
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "config"
-        raise ResdomError(f"{source!r}: {where}: {err['msg']}") from None
+        raise ResdomError(f"{source!r}: {where}: {err['msg'].removeprefix('Value error, ')}") from None

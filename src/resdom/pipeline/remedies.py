@@ -39,7 +39,7 @@ def remedy_grid(dataset: str, model: str, variants: list[str], seeds: list[int],
     if not variants:
         raise ResdomError("--variants: give at least one variant")
     labels = [remedy_label(model, v) for v in variants]
-    return GridSpec([dataset], labels, seeds, Path(out), **grid)
+    return GridSpec([dataset], labels, seeds, Path(out), **grid, dataset_flag="DATASET")
 
 
 def remedies(spec: GridSpec, progress: bool = True, echo: Callable[[str], None] = print) -> RemediesResult:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.data.prepare import prepare_split
+from resdom.data.prepare import check_source, prepare_split
 from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
 from resdom.diagnostics.evidence import read_header
@@ -36,8 +36,10 @@ from resdom.pipeline.common import is_finished, missing_diagnostics, record_fail
 from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, is_temporary, require_folder_path
 from resdom.training.config import MAX_SEED, resolve_configs
+
+SUMMARY, DATASET_JSON = "summary", "dataset.json"  # DIR/summary/, DIR/<dataset>/dataset.json
 
 
 def known_labels() -> tuple[str, ...]:
@@ -61,11 +63,12 @@ class GridSpec:
     train_values: dict[str, Any] = field(default_factory=dict)
     model_values: dict[str, Any] = field(default_factory=dict)
     store: Path | None = None  # the results store (resdom.pipeline.store): each finished cell is exported there
+    dataset_flag: str = "--datasets"  # how the command takes the data sets, for its messages (remedies: DATASET)
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
         self.models = [canonical_label(m, "--models") for m in self.models]  # "SASRec" -> "sasrec"
-        for name, values in (("--datasets", self.datasets), ("--models", self.models), ("--seeds", self.seeds)):
+        for name, values in ((self.dataset_flag, self.datasets), ("--models", self.models), ("--seeds", self.seeds)):
             if not values:
                 raise ResdomError(f"{name}: give at least one value")
             if len(set(values)) != len(values):
@@ -76,11 +79,28 @@ class GridSpec:
         resolve_device(self.device, "--device")  # one refusal up front, not one failed cell after another
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
-            raise ResdomError(f"--datasets: {bad[0]!r} is not a data set name (see `resdom data list`)")
+            raise ResdomError(f"{self.dataset_flag}: {bad[0]!r} is not a data set name (see `resdom data list`)")
+        for dataset in self.datasets:  # one refusal up front, not one failed cell after another
+            try:
+                check_source(dataset)
+            except ResdomError as e:
+                raise ResdomError(f"{self.dataset_flag}: {e}") from None
+        self._check_out()
         bad = [s for s in self.seeds if not 0 <= s <= MAX_SEED]
         if bad:
             raise ResdomError(f"--seeds: every seed must lie in [0, 2^63) (got {bad[0]})")
         self._check_configs()
+
+    def _check_out(self) -> None:
+        """``out`` may be absent or a folder of folders (a grid's: data set folders and ``summary/``, module
+        docstring); a folder holding files, which a grid never writes there, is refused before anything is."""
+        if not require_folder_path(self.out, "--out"):
+            return
+        files = sorted(p.name for p in self.out.iterdir() if not p.is_dir() and not is_temporary(p.name))
+        if files:
+            raise ResdomError(f"--out {self.out}: holds files, not a grid's folders (data set folders and "
+                              f"{SUMMARY}/): {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}; choose "
+                              "another --out or an empty folder")
 
     def _check_configs(self) -> None:
         """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
@@ -149,7 +169,7 @@ class _DataCache:
 
     def stats(self, dataset: str, split: SplitData) -> dict[str, Any]:
         """Statistics of the whole data set (from the split's manifest), saved once to DIR/<dataset>/dataset.json."""
-        path = self.spec.out / dataset / "dataset.json"
+        path = self.spec.out / dataset / DATASET_JSON
         if path.is_file():
             return json.loads(path.read_text())
         stats = split.manifest.get("dataset") or dataset_stats(split.train)
@@ -275,8 +295,9 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
                   "failed": f"FAILED: {outcome.message}"}[outcome.status]
         stored = f"; stored in {outcome.stored}" if outcome.stored else ""
         echo(f"{tag}: {detail}{stored}{_eta(worked, left)}")
-    summary_dir = spec.out / "summary"
-    atomic_write_json(summary_dir / "grid.json", {"spec": {**asdict(spec), "out": str(spec.out)},
+    summary_dir = spec.out / SUMMARY
+    record = {k: v for k, v in asdict(spec).items() if k != "dataset_flag"}  # a message's wording, not the grid
+    atomic_write_json(summary_dir / "grid.json", {"spec": {**record, "out": str(spec.out)},
                                                   "outcomes": [asdict(o) for o in outcomes]})
     finished = [Path(o.run_dir) for o in outcomes if RunDir(o.run_dir).final.is_file()]
     # failed cells that got as far as writing their config are listed in the report's run table, with the error
@@ -285,8 +306,8 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
     if not finished:
         echo(f"no run finished; nothing to summarise (see {summary_dir / 'grid.json'})")
         return GridResult(outcomes, summary_dir, None, [])
-    stats = {d: json.loads((spec.out / d / "dataset.json").read_text()) for d in spec.datasets
-             if (spec.out / d / "dataset.json").is_file()}
+    stats = {d: json.loads((spec.out / d / DATASET_JSON).read_text()) for d in spec.datasets
+             if (spec.out / d / DATASET_JSON).is_file()}
     paths = build_report(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
                          f"({spec.protocol.upper()})", extra_stats=stats)
     return GridResult(outcomes, summary_dir, paths.html, finding_lines(read_runs(finished)))
