@@ -147,6 +147,10 @@ def test_findings_wording_follows_the_numbers() -> None:
     assert s[1].endswith("second to last; 31.4% of these users' last items never occur in training (HRLI@1 over "
                          "the others: 0.708).")
     assert _sentences({**base, "unseen_share": 0.001, "HRLI@1_seen": 0.85})[1] == _sentences(base)[1]  # too few
+    # a run not diagnosed yet says so (was: its heading over nothing)
+    none = {**base, "mix_all_Attn": None, "mix_all_+Res": None, "HRLI@1": None, "HRL2I@1": None}
+    assert _sentences(none) == ["No finding yet: no run of this group has its mixing, HRLI or recovery diagnostics "
+                                "(run `resdom diagnose RUN_DIR`, then the report again)."]
 
 
 def test_every_table_column_comes_from_run_values() -> None:

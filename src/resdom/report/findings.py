@@ -150,4 +150,7 @@ def _sentences(f: dict[str, Any]) -> list[str]:
         these = f"of these {f['n_recoverable']}, " if f.get("n_recoverable") is not None else ""
         out.append(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
                    f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {these}lowering α recovers {band}{star}.")
+    if not out:
+        out.append("No finding yet: no run of this group has its mixing, HRLI or recovery diagnostics (run "
+                   "`resdom diagnose RUN_DIR`, then the report again).")
     return out
