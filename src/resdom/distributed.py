@@ -102,7 +102,10 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
     if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
         raise ResdomError(f"{option}: 'mps' requested but it is not available")
     if name not in DEVICES:
-        raise ResdomError(f"{option}: unknown device {name!r} ({', '.join(DEVICES[:-1])} or {DEVICES[-1]})")
+        hint = ""
+        if str(name).startswith("cuda:"):  # one GPU of several: the process sees only the ones it is given
+            hint = f"; to use GPU {name[5:]}, run with CUDA_VISIBLE_DEVICES={name[5:]} and the device 'cuda'"
+        raise ResdomError(f"{option}: unknown device {name!r} ({', '.join(DEVICES[:-1])} or {DEVICES[-1]}){hint}")
     return torch.device(name)
 
 
