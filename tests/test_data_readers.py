@@ -208,6 +208,35 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path: Path, fmt: str)
     assert raw_lists([tmp_path / "bom" / name]) == (EXPECTED_ITEMS, expected_times)
 
 
+def test_an_archive_or_binary_file_read_as_text_says_what_it_is(tmp_path: Path) -> None:
+    """A zip (or .xlsx), a gzip file without .gz, a Parquet file named .csv: read as text they gave
+    "qz.zip:1: not UTF-8 text" or, for Parquet as CSV, "p.csv:3: expected 2 columns, found 35"; now one line saying
+    what the file is and what to do, whatever the reader. A real .gz is still decompressed."""
+    import io
+    import zipfile
+
+    text = "user_id,item_id,timestamp\na,x,1\na,y,2\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("data.csv", text)
+    parquet = io.BytesIO()
+    pd.DataFrame({"user_id": ["a"], "item_id": ["x"], "timestamp": [1]}).to_parquet(parquet)
+    cases = {"data.zip": (buf.getvalue(), "a zip archive or an .xlsx workbook"),
+             "data.csv": (gzip.compress(text.encode()), "gzip-compressed: name it *.gz"),
+             "data.txt": (parquet.getvalue(), "a Parquet file: name it *.parquet or give --format parquet")}
+    for name, (data, what) in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        for fmt in (None, "csv", "tsv", "interactions", "user-lines"):
+            with pytest.raises(ResdomError) as e:
+                read_interactions([p], fmt)
+            assert str(e.value).startswith(f"{p}: not UTF-8 text ({what}"), (name, fmt, str(e.value))
+        p.unlink()
+    gz = tmp_path / "data.csv.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    assert read_interactions([gz], None).items.tolist() == ["x", "y"]
+
+
 def test_paired_files_with_byte_order_marks(tmp_path: Path) -> None:
     items = tmp_path / "X_item.txt"
     times = tmp_path / "X_time.txt"

@@ -48,6 +48,7 @@ from resdom.data.readers import (
     RawInteractions,
     check_unique_header,
     header_fields,
+    not_text,
     parser_error,
     read_movielens,
     time_column_values,
@@ -131,7 +132,7 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
             for no, line in enumerate(f, start=1):
                 yield no, line.rstrip("\r\n")
     except UnicodeDecodeError:
-        raise ResdomError(f"{path}: not UTF-8 text") from None
+        raise not_text(path) from None
     except (OSError, EOFError) as e:
         raise ResdomError(f"{path}: cannot read ({e})") from None
 
@@ -186,7 +187,7 @@ def read_diginetica(path: Path) -> RawInteractions:
     except pd.errors.ParserError as e:
         raise parser_error(path, e) from None
     except UnicodeDecodeError:
-        raise ResdomError(f"{path}: not UTF-8 text") from None
+        raise not_text(path) from None
     if tuple(df.columns) != DIGINETICA_HEADER:
         raise ResdomError(f"{path}:1: header {';'.join(header_fields(path, ';'))!r}, expected "
                           f"{';'.join(DIGINETICA_HEADER)!r} (CIKM Cup 2016 train-item-views.csv)")
@@ -432,7 +433,7 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
     except pd.errors.ParserError as e:
         raise parser_error(path, e) from None
     except UnicodeDecodeError:
-        raise ResdomError(f"{path}: not UTF-8 text") from None
+        raise not_text(path) from None
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows after the header")
     for col in (user_col, item_col):

@@ -188,6 +188,7 @@ def detect_format(paths: list[Path]) -> str:
         return "csv"
     if base.endswith(".tsv"):
         return "tsv"
+    refuse_binary(path)
     lines = _head_lines(path, _SNIFF_LINES)
     if not lines:
         raise ResdomError(f"{path}: file is empty")
@@ -210,8 +211,41 @@ def detect_format(paths: list[Path]) -> str:
 # whitespace text formats
 
 
+_BINARY = ((b"PK\x03\x04", "a zip archive or an .xlsx workbook: unpack it, or save the sheet as CSV"),
+           (b"\x1f\x8b", "gzip-compressed: name it *.gz, which resdom reads"),
+           (b"PAR1", "a Parquet file: name it *.parquet or give --format parquet"),
+           (b"BZh", "bzip2-compressed: decompress it first"),
+           (b"\xfd7zXZ\x00", "xz-compressed: decompress it first"),
+           (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive: unpack it first"))
+
+
+def _binary_kind(path: Path) -> str | None:
+    """What ``path`` is where its first bytes say it is no text file (``_BINARY``), else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    return next((what for magic, what in _BINARY if head.startswith(magic)), None)
+
+
+def refuse_binary(path: Path) -> None:
+    """A ResdomError where ``path`` is, by its first bytes, an archive, a compressed or a Parquet file read as text
+    (a .gz file is decompressed by its reader, so it is left alone): a text parser would misread it."""
+    if not path.name.lower().endswith(".gz") and (what := _binary_kind(path)) is not None:
+        raise ResdomError(f"{path}: not UTF-8 text ({what})")
+
+
+def not_text(path: Path, line: int | None = None) -> ResdomError:
+    """The error for a file that is not UTF-8 text, saying what it is where its first bytes tell."""
+    what = None if path.name.lower().endswith(".gz") else _binary_kind(path)
+    return ResdomError(f"{path}{f':{line}' if line and what is None else ''}: not UTF-8 text"
+                       + (f" ({what})" if what else ""))
+
+
 def _open_text(path: Path) -> str:
     """The whole file as text (gzip by suffix); an empty file is an error."""
+    refuse_binary(path)
     try:
         raw = gzip.decompress(path.read_bytes()) if path.name.lower().endswith(".gz") else path.read_bytes()
     except (OSError, EOFError) as e:
@@ -219,8 +253,7 @@ def _open_text(path: Path) -> str:
     try:
         text = raw.decode("utf-8-sig")  # a leading byte-order mark (files saved by Excel, Notepad) is no id's text
     except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise ResdomError(f"{path}:{line}: not UTF-8 text") from None
+        raise not_text(path, raw[: e.start].count(b"\n") + 1) from None
     if not text.strip():
         raise ResdomError(f"{path}: file is empty")
     return text
@@ -718,6 +751,7 @@ def parser_error(path: Path, e: Exception) -> ResdomError:
 
 
 def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> pd.DataFrame:
+    refuse_binary(path)
     try:
         return pd.read_csv(
             path, sep=sep, names=names, header=0 if names is None else None, skiprows=skiprows, dtype=str,
@@ -728,7 +762,7 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except UnicodeDecodeError:
-        raise ResdomError(f"{path}: not UTF-8 text") from None
+        raise not_text(path) from None
 
 
 @dataclass(frozen=True)
