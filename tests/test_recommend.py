@@ -249,8 +249,15 @@ def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) 
     users = tmp_path / "users.txt"
     users.write_text("cust-004\nnobody\n007\n")
     out = tmp_path / "recs.csv"
+    archive, empty_csv, quoted = tmp_path / "users.zip", tmp_path / "empty.csv", tmp_path / "quoted.csv"
+    archive.write_bytes(b"PK\x03\x04" + bytes(20))  # a zip's first bytes
+    empty_csv.write_text("")
+    quoted.write_text('user_id\n"cust-004\n')
     cases = [
         (["--users", str(users), "--out", str(out)], f"--users {users}: 2 user id(s) not in the data: 'nobody', '007'"),
+        (["--users", str(archive)], f"--users {archive}: not UTF-8 text (a zip archive or an .xlsx workbook)"),
+        (["--users", str(empty_csv)], f"--users {empty_csv}: file is empty"),  # was: (EmptyDataError)
+        (["--users", str(quoted)], f"--users {quoted}:2: a quote (\") opened on this line is never closed"),
         (["--out", str(tmp_path)], f"--out {tmp_path}: is a directory"),
         (["--users", str(tmp_path / "none.txt")], "no such file"),
         (["--k", "0"], "--k: must be at least 1"),

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from resdom.cli.values import parse_alphas, positive_int
+from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
@@ -25,16 +26,20 @@ def read_user_ids(path: Path) -> list[str]:
         raise ResdomError(f"--users {path}: is a directory; give a file of user ids or 'all'")
     if not path.is_file():
         raise ResdomError(f"--users {path}: no such file (give a file of user ids, one a line, or 'all')")
-    if path.suffix.lower() == ".csv":
-        ids = _csv_ids(path)
-    else:
-        try:
-            text = path.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
-        except OSError as e:
-            raise ResdomError(f"--users {path}: cannot read it ({e.strerror})") from None
-        except UnicodeDecodeError:
-            raise ResdomError(f"--users {path}: not UTF-8 text") from None
-        ids = [line for line in text.splitlines() if line.strip()]
+    try:
+        refuse_binary(path, advice=False)  # a zip or Parquet file: say what it is
+        if path.suffix.lower() == ".csv":
+            ids = _csv_ids(path)
+        else:
+            try:
+                text = path.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
+            except OSError as e:
+                raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+            except UnicodeDecodeError:
+                raise ResdomError(f"{path}: not UTF-8 text") from None
+            ids = [line for line in text.splitlines() if line.strip()]
+    except ResdomError as e:
+        raise ResdomError(f"--users {e}") from None
     if not ids:
         raise ResdomError(f"--users {path}: no user ids in it")
     return ids
@@ -45,10 +50,16 @@ def _csv_ids(path: Path) -> list[str]:
 
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
-        raise ResdomError(f"--users {path}: not a readable CSV file ({type(e).__name__})") from None
+    except UnicodeDecodeError:
+        raise ResdomError(f"{path}: not UTF-8 text") from None
+    except pd.errors.ParserError as e:
+        raise parser_error(path, e) from None
+    except pd.errors.EmptyDataError:
+        raise ResdomError(f"{path}: file is empty") from None
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
     if df.shape[1] == 0:
-        raise ResdomError(f"--users {path}: no columns")
+        raise ResdomError(f"{path}: no columns")
     column = next((c for c in ("user_id", "user") if c in df.columns), None)
     if column is None:  # a file of bare ids would lose its first one to the header without a word
         column = df.columns[0]

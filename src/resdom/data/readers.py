@@ -211,34 +211,38 @@ def detect_format(paths: list[Path]) -> str:
 # whitespace text formats
 
 
-_BINARY = ((b"PK\x03\x04", "a zip archive or an .xlsx workbook: unpack it, or save the sheet as CSV"),
-           (b"\x1f\x8b", "gzip-compressed: name it *.gz, which resdom reads"),
-           (b"PAR1", "a Parquet file: name it *.parquet or give --format parquet"),
-           (b"BZh", "bzip2-compressed: decompress it first"),
-           (b"\xfd7zXZ\x00", "xz-compressed: decompress it first"),
-           (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive: unpack it first"))
+_BINARY = ((b"PK\x03\x04", "a zip archive or an .xlsx workbook", "unpack it, or save the sheet as CSV"),
+           (b"\x1f\x8b", "gzip-compressed", "name it *.gz, which resdom reads"),
+           (b"PAR1", "a Parquet file", "name it *.parquet or give --format parquet"),
+           (b"BZh", "bzip2-compressed", "decompress it first"),
+           (b"\xfd7zXZ\x00", "xz-compressed", "decompress it first"),
+           (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "unpack it first"))
 
 
-def _binary_kind(path: Path) -> str | None:
-    """What ``path`` is where its first bytes say it is no text file (``_BINARY``), else None."""
+def _binary_kind(path: Path, advice: bool = True) -> str | None:
+    """What ``path`` is (and, with ``advice``, what to do) where its first bytes say it is no text file, else
+    None. A .gz file is decompressed by its reader, so it is never one."""
+    if path.name.lower().endswith(".gz"):
+        return None
     try:
         with open(path, "rb") as f:
             head = f.read(8)
     except OSError:
         return None
-    return next((what for magic, what in _BINARY if head.startswith(magic)), None)
+    found = next(((kind, todo) for magic, kind, todo in _BINARY if head.startswith(magic)), None)
+    return None if found is None else f"{found[0]}: {found[1]}" if advice else found[0]
 
 
-def refuse_binary(path: Path) -> None:
+def refuse_binary(path: Path, advice: bool = True) -> None:
     """A ResdomError where ``path`` is, by its first bytes, an archive, a compressed or a Parquet file read as text
-    (a .gz file is decompressed by its reader, so it is left alone): a text parser would misread it."""
-    if not path.name.lower().endswith(".gz") and (what := _binary_kind(path)) is not None:
+    (a text parser would misread it); ``advice``: say what to do (the data readers' advice)."""
+    if (what := _binary_kind(path, advice)) is not None:
         raise ResdomError(f"{path}: not UTF-8 text ({what})")
 
 
 def not_text(path: Path, line: int | None = None) -> ResdomError:
     """The error for a file that is not UTF-8 text, saying what it is where its first bytes tell."""
-    what = None if path.name.lower().endswith(".gz") else _binary_kind(path)
+    what = _binary_kind(path)
     return ResdomError(f"{path}{f':{line}' if line and what is None else ''}: not UTF-8 text"
                        + (f" ({what})" if what else ""))
 
