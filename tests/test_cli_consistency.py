@@ -390,6 +390,19 @@ def test_bad_data_section_is_one_line(tmp_path: Path, capsys, text: str, needle:
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("data, needle", [
+    (b"model:\n  hidden: 8\n\xff\n", "c.yaml:3: not UTF-8 text"),  # was a UnicodeDecodeError traceback
+    (b"PK\x03\x04" + bytes(20), "c.yaml: not UTF-8 text (a zip archive or an .xlsx workbook)"),
+])
+def test_a_config_file_that_is_not_text_is_one_line(tmp_path: Path, capsys, data: bytes, needle: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    for args in (["train", SOURCE, "--out", str(tmp_path / "r")], ["config", "show"]):
+        code, _, err = run_cli(capsys, *args, "--config", str(path))
+        assert code == 2 and err.strip() == f"error: {tmp_path}/{needle}", err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_bad_value_is_named_where_it_was_given(tmp_path: Path, capsys) -> None:
     """The config file, the --set or the option that gave a value pydantic refuses, not only the field (a file's
     value overridden by --set is no longer the file's)."""

@@ -30,6 +30,7 @@ from resdom.cli.data_options import (
     with_config_data,
 )
 from resdom.cli.values import parse_cutoffs, positive_int, progress_option
+from resdom.data.readers import not_text, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import OptionError, ResdomError
 from resdom.experiments import canonical_label, model_variant, variant_train_values
@@ -84,8 +85,17 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     import yaml
 
     path = config_path(path)
+    refuse_binary(path, advice=False)
     try:
-        data = yaml.load(path.read_text(), Loader=_unique_keys_loader()) or {}
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise not_text(path, raw[: e.start].count(b"\n") + 1, advice=False) from None
+    try:
+        data = yaml.load(text, Loader=_unique_keys_loader()) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -240,9 +240,10 @@ def refuse_binary(path: Path, advice: bool = True) -> None:
         raise ResdomError(f"{path}: not UTF-8 text ({what})")
 
 
-def not_text(path: Path, line: int | None = None) -> ResdomError:
-    """The error for a file that is not UTF-8 text, saying what it is where its first bytes tell."""
-    what = _binary_kind(path)
+def not_text(path: Path, line: int | None = None, advice: bool = True) -> ResdomError:
+    """The error for a file that is not UTF-8 text, saying what it is where its first bytes tell (``advice``: and
+    what to do, for a data file)."""
+    what = _binary_kind(path, advice)
     return ResdomError(f"{path}{f':{line}' if line and what is None else ''}: not UTF-8 text"
                        + (f" ({what})" if what else ""))
 
