@@ -193,6 +193,28 @@ def test_config_json_that_is_not_json_is_one_line(run_dir: Path, capsys: pytest.
     one_line_error(code, err, "config.json")
 
 
+def test_json_files_that_are_not_utf8_text_are_one_line_or_redone(trained: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A run's JSON file of bytes that are not UTF-8 (disk damage, a copy gone wrong): the report names it in one
+    line, and diagnose / a resumed train redo what they find damaged; all three were UnicodeDecodeError tracebacks
+    (the readers caught JSONDecodeError only)."""
+    assert run_cli(capsys, "diagnose", str(trained), "--what", "hrli", "--no-progress")[0] == 0
+    damaged = b"\xff\xfe{"
+    for name in ("metrics.json", "diagnostics/hrli.json", "diagnostics/summary.json"):
+        path = trained / name
+        original = path.read_bytes()
+        path.write_bytes(damaged)
+        code, _, err = run_cli(capsys, "report", str(trained), "--out", str(tmp_path / "rep"))
+        one_line_error(code, err, f"{path}: not valid JSON (not UTF-8 text)")
+        path.write_bytes(original)
+    (trained / "diagnostics" / "hrli.json").write_bytes(damaged)
+    assert run_cli(capsys, "diagnose", str(trained), "--what", "hrli", "--no-progress")[0] == 0
+    assert json.loads((trained / "diagnostics" / "hrli.json").read_text())["checkpoint"]
+    (trained / "metrics.jsonl").write_bytes(damaged + b"\n")  # resuming reads the epoch log
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    assert code == 0 and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("damage", ["empty", "truncated", "flipped", "manifest"])
 def test_corrupt_split_is_one_line(run_dir: Path, damage: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = run_dir / "data" / "arrays.npz"

@@ -54,7 +54,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():  # a damaged line is skipped like a torn one
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:

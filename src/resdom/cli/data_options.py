@@ -94,7 +94,7 @@ def split_manifest(source: str | Path) -> dict[str, Any]:
     path = Path(str(source)) / SplitData.MANIFEST
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ResdomError(f"{path}: cannot read the split's manifest ({e}); run `resdom data split` again") from None
     if not isinstance(manifest, dict):
         raise ResdomError(f"{path}: not a split manifest (expected a JSON object); run `resdom data split` again")

@@ -213,7 +213,7 @@ def write_result(files: RunDir, d: Diagnostic, result: Any, seconds: float, chec
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return {}
 
 

@@ -33,7 +33,7 @@ def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
         summary = json.loads(files.summary.read_text())
         config = json.loads(files.config.read_text())
         current = checkpoint_id(files.model)
-    except (OSError, json.JSONDecodeError, ResdomError):
+    except (OSError, ValueError, ResdomError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return False
     if not metrics.get("checkpoint") == summary.get("checkpoint") == current:
         return False  # computed on another checkpoint than the one now in the run directory
@@ -76,7 +76,7 @@ def missing_diagnostics(run_dir: Path) -> list[str]:
     for name in diagnostic_names():
         try:
             ok = json.loads(files.diagnostic(name).read_text()).get("checkpoint") == current
-        except (OSError, json.JSONDecodeError, AttributeError):
+        except (OSError, ValueError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             ok = False
         if not ok:
             missing.append(name)
@@ -91,7 +91,7 @@ def _resummarise(run_dir: Path) -> dict[str, Any]:
     old: Any = {}
     try:
         old = json.loads(files.summary.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         pass
     summary = summarise(files.diagnostics, "test", checkpoint_id(files.model))
     if isinstance(old, dict) and old.get("checkpoint") == summary["checkpoint"] and "seconds" in old:

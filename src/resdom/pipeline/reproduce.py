@@ -170,8 +170,10 @@ class _DataCache:
     def stats(self, dataset: str, split: SplitData) -> dict[str, Any]:
         """Statistics of the whole data set (from the split's manifest), saved once to DIR/<dataset>/dataset.json."""
         path = self.spec.out / dataset / DATASET_JSON
-        if path.is_file():
+        try:
             return json.loads(path.read_text())
+        except (OSError, ValueError):  # absent, or damaged: made again
+            pass
         stats = split.manifest.get("dataset") or dataset_stats(split.train)
         atomic_write_json(path, stats)
         return stats

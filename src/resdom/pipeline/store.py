@@ -45,7 +45,7 @@ def cell_dir(store: str | Path, dataset: str, label: str, seed: int) -> Path:
 def _read(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ResdomError(f"{path}: cannot read ({e})") from None
 
 

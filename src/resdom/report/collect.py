@@ -73,9 +73,13 @@ class RunRecord:
 def read_json(path: Path) -> dict[str, Any]:
     """Parse ``path``; a malformed file is a ResdomError naming it."""
     try:
-        obj = json.loads(path.read_text())
+        obj = json.loads(path.read_bytes().decode("utf-8"))
     except json.JSONDecodeError as e:
         raise ResdomError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise ResdomError(f"{path}: not valid JSON (not UTF-8 text)") from None
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
     if not isinstance(obj, dict):
         raise ResdomError(f"{path}: expected a JSON object, found {type(obj).__name__}")
     return obj
@@ -165,7 +169,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         metrics=metrics,
         diagnostics={k: v for k, v in diagnostics.items() if v},
         data_stats=_data_stats(data),
-        error=error_path.read_text().strip() if error_path.is_file() else None,
+        error=error_path.read_text(errors="replace").strip() if error_path.is_file() else None,
         stale=stale,
         problems=problems,
         cell=cell,

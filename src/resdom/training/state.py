@@ -20,7 +20,7 @@ from torch import nn
 
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_files, atomic_write_json, safetensors_bytes
+from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
 from resdom.models.config import ModelConfig
 from resdom.rundir import RunDir
 from resdom.runs import data_fingerprint, data_fingerprints, read_safetensors
@@ -180,17 +180,7 @@ class RunFiles(RunDir):
 
     def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
         """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""
-        if not self.log.exists():
-            return []
-        out = []
-        for line in self.log.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("epoch", 0) <= up_to_epoch:
-                out.append(rec)
-        return out
+        return [rec for rec in read_jsonl(self.log) if rec.get("epoch", 0) <= up_to_epoch]
 
 
 def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig, train_cfg: TrainConfig,
