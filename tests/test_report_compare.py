@@ -153,12 +153,16 @@ def _malformed(tmp: Path) -> dict[str, tuple[Path, str]]:
     text = tmp / "text" / "users.npz"
     text.parent.mkdir()
     text.write_text("not a zip\n")
-    cases["text"] = (text, "not a readable .npz")
+    cases["text"] = (text, "not an .npz archive (damaged, or not written by resdom); rerun `resdom diagnose")
+    garbage = tmp / "garbage" / "users.npz"  # numpy tried it as a pickle: "...load it unsafely using allow_pickle="
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"\xff\xfe{")
+    cases["garbage"] = (garbage, "not an .npz archive (damaged")
     npy = tmp / "npy" / "users.npz"
     npy.parent.mkdir()
     with open(npy, "wb") as f:
         np.save(f, np.arange(3))
-    cases["npy"] = (npy, "single array")
+    cases["npy"] = (npy, "not an .npz archive")
     truncated = tmp / "truncated" / "users.npz"
     truncated.parent.mkdir()
     truncated.write_bytes(write_users(tmp / "whole" / "users.npz", ranks).read_bytes()[:200])

@@ -173,14 +173,13 @@ def read_users(path: str | Path) -> UserEvidence:
     path = Path(path)
     if not path.is_file():
         raise _bad(path, "no such file")
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":  # numpy would try it as a pickle and say so
+            raise _bad(path, "not an .npz archive (damaged, or not written by resdom); rerun `resdom diagnose "
+                             "--what users` on its run")
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not hasattr(loaded, "files"):
-            raise _bad(path, "not an .npz archive (a single array)")
-        with loaded as npz:
+        with np.load(path, allow_pickle=False) as npz:  # a zip archive: an NpzFile
             arrays = {name: npz[name] for name in npz.files}
-    except ResdomError:
-        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, KeyError) as e:
         raise _bad(path, f"not a readable .npz file ({type(e).__name__}: {e})") from None
     missing = [k for k in ("header", *PER_USER, *PER_ALPHA) if k not in arrays]
