@@ -364,7 +364,7 @@ def test_other_user_mistakes(tmp_path: Path, monkeypatch, capsys) -> None:
         (["data", "stats", str(tmp_path / "nope.txt")], "unknown source"),
         (["data", "stats", str(p), "--format", "weird"], "--format: unknown format 'weird'; choose one of: "
          "user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens, movielens-zip, diginetica, "),
-        (["data", "stats", ""], "source '': an empty path"),  # Path("") would be the working directory
+        (["data", "stats", ""], "an empty argument (an unset shell variable?)"),  # Path("") is the working folder
         (["data", "stats", f"{p},"], f"source '{p},': an empty path"),
         (["data", "stats", f"{table},{table}"], f"{table}, {table}: two paths are read as a paired file pair "
          "(items,times: one user a line, whitespace-separated), but x.csv is a table; give one table file"),

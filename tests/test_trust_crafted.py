@@ -93,6 +93,32 @@ def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
 # ----------------------------------------------------------------------------------------- output folders
 
 
+@pytest.mark.parametrize("args, message", [
+    (["report", "RUN", "--out", ""], "--out: an empty value (an unset shell variable?); give one"),
+    (["report", "RUN", "--out="], "--out: an empty value"),
+    (["recommend", "RUN", "-o", ""], "-o: an empty value"),
+    (["evaluate", ""], "an empty argument (an unset shell variable?); give a value or leave it out"),
+    (["train", SOURCE, "--out", "x", "--config", ""], "--config: an empty value"),
+])
+def test_an_empty_argument_is_refused_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], args: list[str],
+                                                           message: str) -> None:
+    """`--out "$OUT"` with OUT unset: Path("") is the working folder, so `report` wrote its report there and
+    `evaluate ""` looked for a run in it."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, *[str(tmp_path / "run") if a == "RUN" else a for a in args])
+    one_line_error(code, err, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_values_that_mean_all_are_kept() -> None:
+    from resdom.cli.main import empty_argument
+
+    assert empty_argument(["diagnose", "run", "--what", "", "--layers", "", "--alphas="]) is None
+    assert empty_argument(["recommend", "run", "--", ""]) is None  # after "--" nothing is an option
+    assert empty_argument(["train", "src", "--set", ""]) == "--set: an empty value (an unset shell variable?); give one"
+
+
 def test_train_refuses_a_folder_of_other_files_and_leaves_it_untouched(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "project"

@@ -89,7 +89,33 @@ def _leave_group_process(code: int | str | None) -> None:
         distributed.leave(code)
 
 
+EMPTY_MEANS_ALL = frozenset({"--what", "--layers", "--alphas"})  # "" there: every diagnostic / block, the default
+
+
+def empty_argument(args: list[str]) -> str | None:
+    """The message for an empty argument, or None: a shell variable left unset (``--out "$OUT"``) would otherwise
+    be read as the working folder (Path("") is "."), and a report written into it. Options where "" means all
+    (``EMPTY_MEANS_ALL``) are left alone."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        option, eq, value = arg.partition("=")
+        if arg.startswith("--") and eq and not value and option not in EMPTY_MEANS_ALL:
+            return f"{option}: an empty value (an unset shell variable?); give one"
+        if arg == "":
+            before = args[i - 1] if i else ""
+            if before.startswith("-") and "=" not in before:
+                if before in EMPTY_MEANS_ALL:
+                    continue
+                return f"{before}: an empty value (an unset shell variable?); give one"
+            return "an empty argument (an unset shell variable?); give a value or leave it out"
+    return None
+
+
 def _run() -> None:
+    if (message := empty_argument(sys.argv[1:])) is not None:
+        typer.secho(f"error: {message}", err=True, fg="red")
+        sys.exit(2)
     try:
         code = _typer_app(prog_name="resdom", standalone_mode=False)  # Click's errors come here, not boxed
     except click_exceptions.UsageError as e:
