@@ -46,6 +46,20 @@ def test_demo_end_to_end_and_rerun(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_demo_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
+    """The demo writes run/, report.html, report.md, figures/ and tables/ into --out: into a folder of other files
+    (a run directory, a project) it wrote them beside the user's files."""
+    from resdom.errors import ResdomError
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    (folder / "report.html").write_text("an earlier demo's")  # the demo's own names are fine
+    with pytest.raises(ResdomError, match=r"--out .*project: holds what the demo does not write \(notes.txt\)"):
+        run_demo(folder, DemoSettings(epochs=1, device="cpu"), progress=False, echo=lambda _: None)
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "report.html"]
+
+
 def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     """``resdom demo``'s own setting (synthetic:demo, full size, about 25 s of CPU): the trained SASRec ranks the
     last input item first far more often than the second to last, the residual swamps the mixing, a keep_last

@@ -5,6 +5,8 @@ Layout of the output directory::
     OUT/run/          the SASRec run directory (resdom.runs), with diagnostics/
     OUT/report.html   the report (also report.md, figures/, tables/)
 
+A folder holding anything else is refused as --out (nothing of the demo is written beside your files).
+
 Running it again resumes / reuses the run (on the split saved in ``OUT/run/data``): a finished training with the
 same settings is not repeated; the diagnostics and the report are redone. A run trained with other settings (e.g.
 ``--epochs``) is trained again from scratch, and the console says so. A run directory made from another source is
@@ -33,7 +35,7 @@ from resdom.errors import ResdomError
 from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
 from resdom.report.findings import finding_lines
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, is_temporary, require_folder_path
 from resdom.training.state import ResumeState, RunFiles
 
 
@@ -69,12 +71,27 @@ class DemoResult:
     timings: dict[str, float]
 
 
+DEMO_NAMES = ("run", "report.html", "report.md", "figures", "tables")  # what the demo writes into OUT (layout above)
+
+
+def _check_out(out_dir: Path) -> None:
+    """``out_dir`` may be absent, empty or an earlier demo's (``DEMO_NAMES``); a folder of other files is refused
+    before anything is written into it."""
+    if not require_folder_path(out_dir, "--out"):
+        return
+    others = sorted(p.name for p in out_dir.iterdir() if p.name not in DEMO_NAMES and not is_temporary(p.name))
+    if others:
+        raise ResdomError(f"--out {out_dir}: holds what the demo does not write ({', '.join(others[:3])}"
+                          f"{', ...' if len(others) > 3 else ''}); choose another --out or an empty folder")
+
+
 def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None = None, progress: bool = True,
              echo: Callable[[str], None] = print) -> DemoResult:
     """Prepare the synthetic data, train SASRec, run every diagnostic and write the report into ``out_dir``."""
     s = settings or DemoSettings()
     resolve_device(s.device, "--device")  # refused before the data is made
     out_dir = Path(out_dir)
+    _check_out(out_dir)
     run_dir = out_dir / "run"
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
