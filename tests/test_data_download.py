@@ -139,6 +139,16 @@ def test_resolution_order(server: Server, tmp_path: Path, monkeypatch) -> None:
     (explicit / "tiny" / "Tiny.txt").write_bytes(CONTENT + b"6 1 2 3 4 5\n")
     with pytest.raises(ResdomError, match="does not match the registered"):
         resolve_dataset_files(SPEC, explicit)
+    # a file where a folder is meant: the variable was passed over without a word, --data-dir said "not found"
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ResdomError, match=r"^--data-dir .*afile: not a folder \(give a folder laid out like"):
+        resolve_dataset_files(SPEC, afile)
+    monkeypatch.setenv(ENV_DATA_DIR, str(afile))
+    with pytest.raises(ResdomError, match=r"^RESDOM_DATA_DIR=.*afile: not a folder .*, or unset it\)$"):
+        resolve_dataset_files(SPEC)
+    (env / "tiny" / "Tiny.txt").write_bytes(CONTENT)
+    assert resolve_dataset_files(SPEC, env)[0].origin == "data-dir"  # --data-dir given: the variable is not read
 
 
 @pytest.mark.slow

@@ -64,7 +64,14 @@ def download_base() -> str:
 
 
 def resolve_dataset_files(spec: DatasetSpec, data_dir: str | Path | None = None) -> list[ResolvedFile]:
-    """The local files of ``spec`` (in ``spec.files`` order), downloading into the cache where needed."""
+    """The local files of ``spec`` (in ``spec.files`` order), downloading into the cache where needed. A
+    ``data_dir`` or $RESDOM_DATA_DIR that is a file is refused (the variable would be passed over in silence; a
+    folder not made yet is where a file fetched by hand is to go)."""
+    env = os.environ.get(ENV_DATA_DIR)
+    given = (f"--data-dir {data_dir}", data_dir, "") if data_dir is not None else (
+        f"{ENV_DATA_DIR}={env}", env, ", or unset it") if env else None  # --data-dir given: the variable is unread
+    if given is not None and Path(given[1]).expanduser().exists() and not Path(given[1]).expanduser().is_dir():
+        raise ResdomError(f"{given[0]}: not a folder (give a folder laid out like shared/data/raw{given[2]})")
     return [resolve_file(f, data_dir, spec.name) for f in spec.files]
 
 
