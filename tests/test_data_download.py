@@ -112,6 +112,15 @@ def test_missing_upstream_and_offline(server: Server, tmp_path: Path, monkeypatc
     assert leftovers(tmp_path / "x") == []
 
 
+def test_a_file_in_the_download_path_is_one_line(tmp_path: Path) -> None:
+    """RESDOM_CACHE_DIR naming a file: was NotADirectoryError's traceback, before any network."""
+    afile = tmp_path / "cache"
+    afile.write_text("")
+    with pytest.raises(ResdomError, match=r"cache/tiny: cannot be made, a file stands in its path .*RESDOM_CACHE_DIR"):
+        download_file("http://127.0.0.1:9/never", afile / "tiny" / "Tiny.txt", "0" * 64)
+    assert afile.read_text() == ""
+
+
 def test_wrong_cached_file_is_downloaded_again(server: Server, tmp_path: Path) -> None:
     server.routes[server.url_path(SPEC.files[0])] = CONTENT
     bad = tmp_path / "cache" / "tiny" / "Tiny.txt"

@@ -152,7 +152,11 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
     """
     dest = Path(dest)
     created = _missing_parents(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where a folder of the path should be
+        raise ResdomError(f"{dest.parent}: cannot be made, a file stands in its path (the download folder is "
+                          f"{ENV_CACHE_DIR} or the user cache; point {ENV_CACHE_DIR} at a folder)") from None
     print(f"resdom: downloading {url}", file=sys.stderr)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     ok = False
