@@ -24,6 +24,7 @@ ranking.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -302,8 +303,9 @@ def get_dataset(name: str) -> DatasetSpec:
     """The registered data set ``name``; an unknown name is a ResdomError listing the known ones."""
     if name == "synthetic" or name.startswith("synthetic:"):
         raise ResdomError(f"{name!r} is generated in memory (resdom's generator), not a file: nothing to download")
-    try:
+    if name in DATASETS:
         return DATASETS[name]
-    except KeyError:
-        raise ResdomError(f"unknown data set {name!r}; registered: {', '.join(DATASETS)} (and synthetic, "
-                          "generated)") from None
+    close = difflib.get_close_matches(name, DATASETS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ResdomError(f"unknown data set {name!r}{hint}; registered: {', '.join(DATASETS)} (and synthetic, "
+                      "generated)")
