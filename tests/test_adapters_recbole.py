@@ -185,6 +185,21 @@ def test_other_data_is_refused(tmp_path: Path) -> None:
         import_recbole(CKPT, str(other), tmp_path / "run")
 
 
+def test_a_csv_given_as_the_inter_file_or_a_recbole_file_to_another_importer_says_so(tmp_path: Path) -> None:
+    """A comma-separated file as --data said "no column 'user_id' in the header (has user_id,item_id,timestamp)";
+    a RecBole checkpoint given to import-pmixer / import-rectools named only the refused global."""
+    from resdom.adapters.pmixer import import_pmixer
+
+    csv = tmp_path / "shop.csv"
+    csv.write_text("user_id,item_id,timestamp\n1,2,3\n")
+    with pytest.raises(ResdomError, match=r"shop.csv:1: the header reads as one column \('user_id,item_id,timestamp'"
+                                          r"\): a RecBole .inter file is separated by tabs, with typed fields"):
+        import_recbole(CKPT, str(csv), tmp_path / "run")
+    with pytest.raises(ResdomError, match=r"it is a RecBole checkpoint: `resdom import-recbole` reads it$"):
+        import_pmixer(CKPT, str(INTER), tmp_path / "run2")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run2").exists()
+
+
 def test_existing_output_is_not_overwritten(run_dir: Path) -> None:
     with pytest.raises(ResdomError, match="not empty"):
         import_recbole(CKPT, str(INTER), run_dir)

@@ -203,5 +203,6 @@ def test_download_names_what_it_cannot_fetch(tmp_path: Path, capsys: pytest.Capt
     code, _, err = run_cli(capsys, "data", "download", "synthetic")
     one_line_error(code, err, "'synthetic' is generated in memory", "nothing to download")
     code, _, err = run_cli(capsys, "data", "download", "beuaty")
-    line = one_line_error(code, err, "unknown data set 'beuaty' (did you mean beauty?); registered: beauty,", "(and synthetic, generated)")
+    line = one_line_error(code, err, "unknown data set 'beuaty' (did you mean beauty?); registered: beauty,",
+                          "(and synthetic, generated)")
     assert ", synthetic," not in line

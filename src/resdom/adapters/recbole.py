@@ -327,6 +327,11 @@ def _read_inter(path: Path, sep: str, ids: list[str], optional: list[str], encod
             header = f.readline()[:-1].split(sep)
     except UnicodeDecodeError:
         raise ResdomError(f"{path}: not readable as {encoding or 'utf-8'} text") from None
+    if len(header) == 1 and any(c in header[0] for c in ",; "):
+        separator = "tabs" if sep == "\t" else repr(sep)
+        raise ResdomError(f"{path}:1: the header reads as one column ({header[0]!r}): a RecBole .inter file is "
+                          f"separated by {separator}, with typed fields (user_id:token, item_id:token, "
+                          "timestamp:float)")
     fields = {}
     for col in header:
         name, _, ftype = col.partition(":")

@@ -211,6 +211,11 @@ BASE_GLOBALS: dict[str, Callable[..., Any]] = {
 _BUILDABLE = (Inert, OrderedDict, np.ndarray, np.dtype)
 
 
+# the library a global names, for the refusal: the importer that reads that library's files
+_IMPORTERS = (("recbole.", "; it is a RecBole checkpoint: `resdom import-recbole` reads it"),
+              ("rectools.", "; it is a RecTools model: `resdom import-rectools` reads it"))
+
+
 class RestrictedUnpickler(pickle._Unpickler):
     """A pickle unpickler whose ``find_class`` allows only ``BASE_GLOBALS``, storage types and inert stand-ins.
 
@@ -253,9 +258,10 @@ class RestrictedUnpickler(pickle._Unpickler):
             return _Global(fn, qualname)
         if module == "torch" and name in STORAGE_DTYPES:
             return _StorageType(STORAGE_DTYPES[name])
+        library = next((hint for prefix, hint in _IMPORTERS if qualname.startswith(prefix)), "")
         raise ResdomError(
             f"{self._source}: refused to load: it needs the global {qualname!r}, which is not a tensor, a plain "
-            "container or a known inert class (resdom never runs code from a checkpoint)"
+            f"container or a known inert class (resdom never runs code from a checkpoint){library}"
         )
 
     def charge(self, n_bytes: int, what: str) -> None:
