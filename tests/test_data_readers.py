@@ -166,6 +166,21 @@ def test_csv_string_ids_and_dates(tmp_path: Path) -> None:
     assert s.times.tolist() == [1577836800, 1577923200, 1578009600]
 
 
+def test_dates_with_and_without_a_zone_are_not_mixed(tmp_path: Path) -> None:
+    """pandas reads a time without a zone as UTC and one with a zone at its offset: mixed in one column, the
+    order of a day's rows silently depended on a zone nobody gave (x at 10:00 local came after y at 09:00Z)."""
+    mixed = write(tmp_path / "m.csv", "user_id,item_id,timestamp\nA,x,2020-01-01T10:00:00\nA,y,2020-01-01T09:00:00Z\n")
+    with pytest.raises(ResdomError, match=r"m\.csv:2: timestamp '2020-01-01T10:00:00' in column 'timestamp' has no "
+                                          r"time zone, while '2020-01-01T09:00:00Z' \(.*m\.csv:3\) has one"):
+        read_interactions([mixed], None)
+    zoned = write(tmp_path / "z.csv", "user_id,item_id,timestamp\nA,x,2020-01-01T10:00:00+02:00\n"
+                  "A,y,2020-01-01T09:00:00Z\nA,z,2020-01-03\n")  # a bare date carries no time of day to misplace
+    raw = read_interactions([zoned], None)
+    assert raw.times.tolist() == [1577865600, 1577869200, 1578009600]  # 08:00Z, 09:00Z, the 3rd at 00:00Z
+    naive = write(tmp_path / "n.csv", "user_id,item_id,timestamp\nA,x,2020-01-01 10:00\nA,y,2020-01-01 09:00\n")
+    assert read_interactions([naive], None).times.tolist() == [1577872800, 1577869200]  # all read as UTC
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

@@ -844,6 +844,10 @@ def _id_column(col: pd.Series, where: Callable[[int], str], name: str, normalize
     return id_labels(col.astype(str).to_numpy(dtype=object), normalize)
 
 
+_TIME = r"[T ]\d{1,2}:\d{2}"  # a date's time of day
+_ZONE = _TIME + r"(?::\d{2}(?:\.\d+)?)?\s*(?:Z|UTC|GMT|[+-]\d{2}(?::?\d{2})?)\s*$"  # ... with its zone
+
+
 def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -> pd.Series:
     """The values of a timestamp column (n,), checked: finite numbers (a numeric Series, integer dtype where the
     column's is) or dates (a UTC datetime Series: a datetime column, or one whose every value is a date's text).
@@ -872,6 +876,14 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
     if len(bad):
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is neither a number nor a date")
+    text = col.astype(str)
+    zoned = text.str.contains(_ZONE, regex=True).to_numpy()
+    naive = text.str.contains(_TIME, regex=True).to_numpy() & ~zoned  # a time of day without its zone
+    if zoned.any() and naive.any():  # pandas reads a time without a zone as UTC, the others at their offset
+        k, j = int(np.flatnonzero(naive)[0]), int(np.flatnonzero(zoned)[0])
+        raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} has no time zone, while "
+                          f"{col.iloc[j]!r} ({where(j)}) has one: in which zone the first lies is ambiguous, and "
+                          "with it the order of the day's interactions; give every date a zone, or none")
     return parsed
 
 
