@@ -68,6 +68,7 @@ def test_train_again_on_finished_run_does_not_retrain(trained_run: Path, capsys)
         (["--set", "train.lr=abc"], "train.lr"),
         (["--set", "train.lr=-1"], "train.lr"),
         (["--set", "hidden=3"], "expected model.<field>=<value>"),
+        (["--set", "data.k_core=5"], "--set 'data.k_core=5': a data setting is given by its option, --k-core"),
         (["--set", "train.metric=NDCG@7"], "train.metric"),
         (["--model", "caser"], "--model"),
         (["--protocol", "random"], "--protocol"),

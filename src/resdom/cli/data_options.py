@@ -277,6 +277,12 @@ def data_config_keys() -> dict[str, str]:
     return {_config_key(flag): name for name, flag in _FLAGS.items()}
 
 
+def data_flag(key: str) -> str | None:
+    """The command-line flag of a config file's ``data:`` key (``k_core`` -> ``--k-core``), None for no such key."""
+    name = data_config_keys().get(key)
+    return None if name is None else _FLAGS[name].split("/")[0]
+
+
 def _config_value(key: str, annotation: Any, value: Any, where: str) -> Any:
     """``value`` of ``data.<key>`` checked against the option's type (YAML gives int, float, bool, str)."""
     import typing

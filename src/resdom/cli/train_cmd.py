@@ -24,6 +24,7 @@ from resdom.cli.data_options import (
     SOURCE_HELP,
     DataOptions,
     data_config_values,
+    data_flag,
     data_options,
     is_split_dir,
     split_manifest,
@@ -152,6 +153,9 @@ def parse_set(assignments: list[str]) -> dict[str, dict[str, Any]]:
     for item in assignments:
         key, sep, raw = item.partition("=")
         section, dot, field = key.strip().partition(".")
+        if section == "data" and data_flag(field.strip()) is not None:  # the data settings are options of their own
+            raise ResdomError(f"--set {item!r}: a data setting is given by its option, {data_flag(field.strip())} "
+                              "(or in a config file's data: section), not by --set")
         if not sep or not dot or section not in SECTIONS or not field:
             raise ResdomError(f"--set {item!r}: expected model.<field>=<value> or train.<field>=<value>")
         _check_field(section, field, f"--set {item!r}")
