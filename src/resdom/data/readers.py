@@ -848,6 +848,16 @@ _TIME = r"[T ]\d{1,2}:\d{2}"  # a date's time of day
 _ZONE = _TIME + r"(?::\d{2}(?:\.\d+)?)?\s*(?:Z|UTC|GMT|[+-]\d{2}(?::?\d{2})?)\s*$"  # ... with its zone
 
 
+def _one_kind_of_zone(col: pd.Series) -> bool:
+    """Whether pandas parses the dates of ``col`` without "Mixed timezones" (all without a zone, or all with the
+    same one): then no time lacks the zone another has. A quick pass; the row-by-row check runs otherwise."""
+    try:
+        pd.to_datetime(col, errors="coerce", format="mixed")
+    except ValueError:
+        return False
+    return True
+
+
 def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -> pd.Series:
     """The values of a timestamp column (n,), checked: finite numbers (a numeric Series, integer dtype where the
     column's is) or dates (a UTC datetime Series: a datetime column, or one whose every value is a date's text).
@@ -876,6 +886,8 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
     if len(bad):
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is neither a number nor a date")
+    if _one_kind_of_zone(col):
+        return parsed
     text = col.astype(str)
     zoned = text.str.contains(_ZONE, regex=True).to_numpy()
     naive = text.str.contains(_TIME, regex=True).to_numpy() & ~zoned  # a time of day without its zone
