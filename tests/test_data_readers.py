@@ -429,6 +429,31 @@ def test_fast_tokenizer_matches_per_line_reference(text: str) -> None:
     assert fast.counts.tolist() == ref.counts.tolist() and fast.line_no.tolist() == ref.line_no.tolist()
 
 
+@pytest.mark.parametrize("fmt, text", [
+    ("user-lines", "u1 Caf\u00e9\u00a0Noir tea\nu2 tea\u3000cup Caf\u00e9\u00a0Noir\n"),
+    ("interactions", "u1 Caf\u00e9\u00a0Noir 1\nu1 tea 2\nu2 tea\u3000cup 3\nu2 Caf\u00e9\u00a0Noir 4\n"),
+])
+def test_a_unicode_space_inside_an_id_is_part_of_the_id(tmp_path: Path, fmt: str, text: str) -> None:
+    """Whitespace formats separate fields by ASCII spaces and tabs: str.split cut 'Café\u00a0Noir' (a no-break space,
+    copied from a web page) into two items 'Café' and 'Noir' without a word. Now one id, as read, with a note."""
+    p = write(tmp_path / "seq.txt", text)
+    raw = read_interactions([p], fmt)
+    assert set(raw.items.tolist()) == {"Caf\u00e9\u00a0Noir", "tea", "tea\u3000cup"}
+    assert raw.notes[-1] == ("2 ids hold a Unicode space (e.g. 'Café\\xa0Noir'), kept as part of the id: fields are "
+                             "separated by ASCII spaces and tabs")
+    plain = write(tmp_path / "plain.txt", "u1 a b\nu2 b c\n")
+    assert read_interactions([plain], "user-lines").notes == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="1x \t\n\xa0\u2003\u3000", max_size=60))
+def test_the_reference_tokenizer_splits_at_ascii_whitespace_only(text: str) -> None:
+    from resdom.data.readers import _tokenize_lines
+
+    tok = _tokenize_lines(Path("f"), text)
+    assert tok.tokens == [t for line in text.splitlines() for t in re.split(r"[ \t]+", line) if t]
+
+
 def test_fast_tokenizer_used_on_plain_and_crlf_text() -> None:
     from resdom.data.readers import _tokenize_fast
 

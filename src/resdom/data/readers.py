@@ -194,8 +194,8 @@ def detect_format(paths: list[Path]) -> str:
         raise ResdomError(f"{path}: file is empty")
     if "::" in lines[0]:
         return "movielens"
-    counts = [len(line.split()) for line in lines]
-    users = [line.split(maxsplit=1)[0] for line in lines]
+    counts = [len(_fields(line)) for line in lines]
+    users = [_fields(line)[0] for line in lines]
     repeated_users = len(set(users)) < len(users)
     if repeated_users and len(set(counts)) == 1 and counts[0] in (2, 3):
         return "interactions"
@@ -288,6 +288,7 @@ class _Tokens:
     counts: np.ndarray
     line_no: np.ndarray
     _nbytes: np.ndarray | None = None  # UTF-8 length of each token, where the tokenizer measured it
+    notes: list[str] = field(default_factory=list)  # for RawInteractions.notes (ids holding a Unicode space)
 
     @property
     def starts(self) -> np.ndarray:
@@ -330,18 +331,30 @@ def _tokenize(path: Path, sep: str | None = None) -> _Tokens:
     return fast if fast is not None else _tokenize_lines(path, text)
 
 
+_FIELD_SEPARATORS = re.compile(r"[ \t\n\r\x0b\x0c\x1c-\x1f]+")  # ASCII whitespace: what str.split cuts at but Unicode's
+
+
+def _fields(line: str) -> list[str]:
+    """The whitespace-separated fields of ``line``: separated by ASCII spaces, tabs and the like only, so an id
+    holding a no-break or other Unicode space (copied from a web page) stays one id, as read."""
+    return [t for t in _FIELD_SEPARATORS.split(line) if t]
+
+
 def _tokenize_lines(path: Path, text: str) -> _Tokens:
     """Per-line tokenizer (the reference for ``_tokenize_fast``, and its fallback)."""
     per_line: list[list[str]] = []
     line_no: list[int] = []
     for i, line in enumerate(text.splitlines(), start=1):
-        toks = line.split()
+        toks = _fields(line)
         if toks:
             per_line.append(toks)
             line_no.append(i)
     counts = np.fromiter((len(t) for t in per_line), dtype=np.int64, count=len(per_line))
     tokens = [t for toks in per_line for t in toks]
-    return _Tokens(path, tokens, counts, np.asarray(line_no, dtype=np.int64))
+    spaced = list(dict.fromkeys(t for t in tokens if not t.isascii() and any(c.isspace() for c in t)))
+    notes = [f"{len(spaced):,} id{'s' if len(spaced) > 1 else ''} hold a Unicode space (e.g. {spaced[0]!r}), kept as "
+             "part of the id: fields are separated by ASCII spaces and tabs"] if spaced else []
+    return _Tokens(path, tokens, counts, np.asarray(line_no, dtype=np.int64), notes=notes)
 
 
 def _tokenize_fast(path: Path, text: str) -> _Tokens | None:
@@ -353,7 +366,7 @@ def _tokenize_fast(path: Path, text: str) -> _Tokens | None:
     if any(c in text for c in "\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029") or text.count("\r") != text.count("\r\n"):
         return None
     if not text.isascii() and any(c.isspace() for c in set(text) if ord(c) > 127):
-        return None  # str.split also splits at Unicode spaces (U+00A0, U+3000, ...)
+        return None  # str.split would split at Unicode spaces (U+00A0, U+3000, ...), which are part of an id
     tokens = text.split()
     data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     newline = data == 10
@@ -525,7 +538,7 @@ def read_user_lines(path: Path, normalize_ids: bool = False) -> RawInteractions:
     user_rows, rest_idx = _user_line_arrays(tok, users_per_line)
     items = _labels(tok, rest_idx, normalize_ids)
     return RawInteractions(user_rows, items, None, "user-lines", [path], time_ordered=True,
-                           notes=_users_without_items(tok, users_per_line))
+                           notes=[*_users_without_items(tok, users_per_line), *tok.notes])
 
 
 def _users_without_items(tok: _Tokens, users_per_line: np.ndarray) -> list[str]:
@@ -583,7 +596,7 @@ def read_paired(item_path: Path, time_path: Path, normalize_ids: bool = False) -
     times = _to_time(times_tok, time_idx)
     _check_non_decreasing(times_tok, user_rows, times, time_idx)
     return RawInteractions(user_rows, items, times, "paired", [item_path, time_path], time_ordered=True,
-                           notes=_users_without_items(items_tok, item_users))
+                           notes=[*_users_without_items(items_tok, item_users), *items_tok.notes])
 
 
 def _check_non_decreasing(tok: _Tokens, users: np.ndarray, times: np.ndarray, flat_idx: np.ndarray) -> None:
@@ -634,7 +647,7 @@ def _rows_to_raw(tok: _Tokens, ncols_allowed: tuple[int, ...], fmt: str, layout:
     users = _labels(tok, base, normalize_ids)
     items = _labels(tok, base + 1, normalize_ids)
     times = _to_time(tok, base + ncols - 1) if ncols in (3, 4) else None
-    return RawInteractions(users, items, times, fmt, [tok.path], time_ordered=False)
+    return RawInteractions(users, items, times, fmt, [tok.path], time_ordered=False, notes=list(tok.notes))
 
 
 # ---------------------------------------------------------------------------------------------------------------
