@@ -163,8 +163,8 @@ def test_equal_times_still_keep_file_order(tmp_path: Path) -> None:
 
 def test_a_table_without_its_timestamp_column_is_an_error_unless_no_time(tmp_path: Path, capsys) -> None:
     p = write(tmp_path / "x.csv", "user_id,item_id\nu,b\nu,a\nu,c\n")
-    with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'timestamp' \(columns: user_id, "
-                                          r"item_id\); name the timestamp column with --time-col.*--no-time"):
+    with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'timestamp' \(columns: 'user_id', "
+                                          r"'item_id'\); name the timestamp column with --time-col.*--no-time"):
         load_prepared(str(p))
     with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'when'.*--no-time"):
         load_prepared(str(p), time_col="when")

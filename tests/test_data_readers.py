@@ -306,7 +306,14 @@ MALFORMED = {
     "bad timestamp, interactions": ("inter.txt", "1 10 100\n1 20 later\n", "interactions",
                                     r"inter\.txt:2: timestamp 'later' is not a number"),
     "missing column, csv": ("x.csv", "user,item_id\n1,2\n", None,
-                            r"x\.csv: missing column 'user_id' \(columns: user, item_id\)"),
+                            r"x\.csv: missing column 'user_id' \(columns: 'user', 'item_id'\)"),
+    # a name with other case or spaces is named, quoted (a space around a name is then visible)
+    "column with spaces, csv": ("x.csv", "user_id, item_id,timestamp\n1,2,3\n", None,
+                                r"x\.csv: missing column 'item_id' \(columns: 'user_id', ' item_id', 'timestamp'\); "
+                                r"name it with --item-col \(' item_id' is named with other case or spaces: "
+                                r"--item-col ' item_id' reads it\)"),
+    "column in capitals, csv": ("x.csv", "User_ID,item_id,timestamp\n1,2,3\n", None,
+                                r"--user-col 'User_ID' reads it"),
     "missing column, recbole": ("x.inter", "user_id:token\titem:token\n1\t2\n", None,
                                 r"x\.inter: missing column 'item_id'"),
     "bad recbole header": ("x.inter", "user_id\titem_id:token\n1\t2\n", None, r"x\.inter:1: header field 1 'user_id'"),
@@ -315,7 +322,7 @@ MALFORMED = {
     "empty csv": ("x.csv", "", None, r"x\.csv: file is empty"),
     "header-only csv": ("x.csv", "user_id,item_id,timestamp\n", None, r"x\.csv: no rows after the header"),
     "no timestamp column, csv": ("x.csv", "user_id,item_id\n1,2\n", None,
-                                 r"x\.csv: missing timestamp column 'timestamp' \(columns: user_id, item_id\).*"
+                                 r"x\.csv: missing timestamp column 'timestamp' \(columns: 'user_id', 'item_id'\).*"
                                  r"--no-time"),
     "user on two lines": ("seq.txt", "1 10 20 30\n2 20 30 40\n1 40 50\n", "user-lines",
                           r"seq\.txt:3: user 1 already has a line \(line 1\)"),

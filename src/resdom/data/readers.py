@@ -800,6 +800,12 @@ class _Columns:
         return names if self.no_time else (*names, self.time_col or DEFAULT_COLUMNS["time_col"])
 
 
+
+def _near_column(cols: list[str], name: str, flag: str) -> str:
+    """A hint where a column of ``cols`` is ``name`` but for case or surrounding spaces (' item_id', 'Item_ID')."""
+    near = [c for c in cols if c.strip().casefold() == name.casefold()]
+    return f" ({near[0]!r} is named with other case or spaces: {flag} {near[0]!r} reads it)" if near else ""
+
 def _frame_to_raw(
     df: pd.DataFrame, where_name: str, fmt: str, columns: _Columns, first_data_line: int | None, files: list[Path],
 ) -> RawInteractions:
@@ -818,8 +824,9 @@ def _frame_to_raw(
             seps = [c for c in ";|\t, " if fmt in ("csv", "tsv") and len(cols) == 1 and c in cols[0]]
             hint = (f" (the header reads as one column: is the file separated by {seps[0]!r}? --format csv reads "
                     "commas, --format tsv tabs; save a file with another separator with one of them)") if seps else ""
-            raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(cols)}); name it with "
-                              f"{flag}{hint}")
+            hint = hint or _near_column(cols, name, flag)
+            raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(map(repr, cols))}); "
+                              f"name it with {flag}{hint}")
     tcol: str | None = columns.time_col or DEFAULT_COLUMNS["time_col"]
     notes = []
     if columns.no_time:
@@ -830,8 +837,9 @@ def _frame_to_raw(
         tcol = None
     elif tcol not in cols:
         how = "name the timestamp column with --time-col (time_col=...)" if not columns.time_col else "check its name"
-        raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: {', '.join(cols)}); {how}, or "
-                          "pass --no-time (no_time=True) to order each user's interactions by the file's row order")
+        raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: {', '.join(map(repr, cols))}); "
+                          f"{how}, or pass --no-time (no_time=True) to order each user's interactions by the file's "
+                          f"row order{_near_column(cols, tcol, '--time-col')}")
     if len(df) == 0:
         raise ResdomError(f"{where_name}: no rows after the header")
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
