@@ -331,7 +331,7 @@ def _tokenize(path: Path, sep: str | None = None) -> _Tokens:
     return fast if fast is not None else _tokenize_lines(path, text)
 
 
-_FIELD_SEPARATORS = re.compile(r"[ \t\n\r\x0b\x0c\x1c-\x1f]+")  # ASCII whitespace: what str.split cuts at but Unicode's
+_FIELD_SEPARATORS = re.compile(r"[ \t\n\r\x0b\x0c\x1c-\x1f]+")  # str.split's separators but the Unicode spaces
 
 
 def _fields(line: str) -> list[str]:
