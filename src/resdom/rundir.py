@@ -86,6 +86,11 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     return path.exists()
 
 
+def first_names(names: list[str]) -> str:
+    """The first three of ``names``, comma-separated, with ``...`` where there are more: what a refused folder holds."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def not_a_run_dir(path: Path) -> ResdomError:
     """The error for a run directory argument that is no directory: a file, or nothing at all."""
     return ResdomError(f"{path}: " + ("a file, not a run directory" if path.is_file() else "run directory not found"))
@@ -122,6 +127,6 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
         return
     others = [n for n in entries if n not in EARLY_NAMES and not is_temporary(n)]
     raise ResdomError(f"{option} {path}: exists, is not empty and is not a resdom run directory (it holds "
-                      f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); choose another {option} or "
+                      f"{first_names(others)}); choose another {option} or "
                       "an empty folder")
 

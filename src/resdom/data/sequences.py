@@ -19,7 +19,7 @@ import numpy as np
 
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files
-from resdom.rundir import RunDir, is_temporary, require_folder_path
+from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
 
 
 @dataclass
@@ -350,7 +350,7 @@ def check_split_folder(path: str | Path, option: str = "--out") -> dict | None:
     if not set(entries) <= layout:
         others = [n for n in entries if n not in layout]
         raise ResdomError(f"{option} {path}: exists, is not empty and is not a split folder (it holds "
-                          f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); choose another {option} "
+                          f"{first_names(others)}); choose another {option} "
                           "or an empty folder")
     try:
         manifest = json.loads((path / SplitData.MANIFEST).read_text())

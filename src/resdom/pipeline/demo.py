@@ -35,7 +35,7 @@ from resdom.errors import ResdomError
 from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
 from resdom.report.findings import finding_lines
-from resdom.rundir import RunDir, is_temporary, require_folder_path
+from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
 from resdom.training.state import ResumeState, RunFiles
 
 
@@ -81,8 +81,8 @@ def _check_out(out_dir: Path) -> None:
         return
     others = sorted(p.name for p in out_dir.iterdir() if p.name not in DEMO_NAMES and not is_temporary(p.name))
     if others:
-        raise ResdomError(f"--out {out_dir}: holds what the demo does not write ({', '.join(others[:3])}"
-                          f"{', ...' if len(others) > 3 else ''}); choose another --out or an empty folder")
+        raise ResdomError(f"--out {out_dir}: holds what the demo does not write ({first_names(others)}); choose "
+                          "another --out or an empty folder")
 
 
 def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None = None, progress: bool = True,

@@ -36,7 +36,7 @@ from resdom.pipeline.common import is_finished, missing_diagnostics, record_fail
 from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
-from resdom.rundir import RunDir, is_temporary, require_folder_path
+from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
 from resdom.training.config import MAX_SEED, resolve_configs
 
 SUMMARY, DATASET_JSON = "summary", "dataset.json"  # DIR/summary/, DIR/<dataset>/dataset.json
@@ -99,7 +99,7 @@ class GridSpec:
         files = sorted(p.name for p in self.out.iterdir() if not p.is_dir() and not is_temporary(p.name))
         if files:
             raise ResdomError(f"--out {self.out}: holds files, not a grid's folders (data set folders and "
-                              f"{SUMMARY}/): {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}; choose "
+                              f"{SUMMARY}/): {first_names(files)}; choose "
                               "another --out or an empty folder")
 
     def _check_configs(self) -> None:
