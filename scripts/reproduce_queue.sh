@@ -8,15 +8,15 @@
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
 #                                                 # the CPU hours the open ones may take, and the open seeds by
 #                                                 # data set and model with their hours
-# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost,
-# as in --status but the slowest stored seed of the same model and data set rather than their mean (seeds stop at
-# very different epochs), scaled by how fast this worker's finished cells went against their estimates, would not
-# end by then; a started cell is costed by the epochs its patience still allows and its diagnosis, so one near its
-# end is not passed over; a cell cut off resumes from its last epoch where its run folder outlives the machine), and
-# those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried
-# by this worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence (users.npz), so a cell stored
-# without one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new
-# run in runs/evidence) and its record in results/ replaced by the new one, in the cell's own commit:
+# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost, as in
+# --status but the slowest stored seed of the same model and data set rather than their mean (seeds stop at very
+# different epochs), scaled by how fast this worker's finished cells went per epoch against the stored ones, would not
+# end by then; a started cell is costed by the epochs its patience still allows and its diagnosis, so one near its end
+# is not passed over; a cell cut off resumes from its last epoch where its run folder outlives the machine), and those
+# of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried by this
+# worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence (users.npz), so a cell stored without
+# one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new run in
+# runs/evidence) and its record in results/ replaced by the new one, in the cell's own commit:
 #   EVIDENCE=1 UNTIL=08:40 scripts/reproduce_queue.sh scripts/grid_evidence.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,12 +114,18 @@ from pathlib import Path
 # (data set, model) -> training + diagnosis seconds of each stored cell (every), and of those with their per-user
 # evidence (fresh: trained by the current code; the older cells ran older code, often on a machine that also ran
 # benchmarks, so where a data set and model has fresh cells only those count)
-every, fresh = {}, {}
-for f in Path(sys.argv[1]).glob("*/*/seed*/cell.json"):
-    c = json.loads(f.read_text())["compute"]
-    seconds = c.get("train_seconds", 0) + c.get("diagnose_seconds", 0)
-    for cost in (every, fresh) if (f.parent / "users.npz").exists() else (every,):
-        cost.setdefault((f.parts[-4], f.parts[-3]), []).append(seconds)
+open_cells = [line.split() for line in sys.argv[2].splitlines() if line.strip()]
+def load(value, leave=()):  # value(cell.json) of each stored cell (None: not counted) but those in leave, as
+    # (fresh, every)
+    every, fresh = {}, {}
+    for f in Path(sys.argv[1]).glob("*/*/seed*/cell.json"):
+        if tuple(f.parts[-4:-2]) + (f.parts[-2][4:],) in leave:
+            continue
+        v = value(json.loads(f.read_text()))
+        for cost in (() if v is None else (every, fresh) if (f.parent / "users.npz").exists() else (every,)):
+            cost.setdefault((f.parts[-4], f.parts[-3]), []).append(v)
+    return fresh, every
+fresh, every = load(lambda c: c["compute"].get("train_seconds", 0) + c["compute"].get("diagnose_seconds", 0))
 def scaled(cost, dataset, model):  # the model's cost on other data sets, each times how much more (or less) a
     # model stored on both cost on this one than there (SASRec's ratio where it has one): None where no pair has it
     mean = lambda d, m: statistics.mean(cost[(d, m)])
@@ -130,9 +136,10 @@ def scaled(cost, dataset, model):  # the model's cost on other data sets, each t
             ref = "sasrec" if "sasrec" in refs else sorted(refs)[0]
             out.append(mean(other, model) * mean(dataset, ref) / mean(other, ref))
     return statistics.mean(out) if out else None
-def guess(dataset, model, pick=statistics.mean):  # the same model on this data set (its fresh cells where it has
-    # some; pick=max: the costliest of them), else scaled from others (fresh cells first), else the model on any data
-    # set, else any cell
+def guess(dataset, model, pick=statistics.mean, costs=(fresh, every)):  # the same model on this data set (its
+    # fresh cells where it has some; pick=max: the costliest of them), else scaled from others (fresh cells first),
+    # else the model on any data set, else any cell
+    fresh, every = costs
     for cost in (fresh, every):
         if (dataset, model) in cost:
             return pick(cost[(dataset, model)])
@@ -145,12 +152,20 @@ def guess(dataset, model, pick=statistics.mean):  # the same model on this data 
         if xs:
             return statistics.mean(xs)
     return 0.0
-open_cells = [line.split() for line in sys.argv[2].splitlines() if line.strip()]
 def left(cell):  # the seconds a cell may still take: what is left of a started one, else the mean estimate
     return float(cell[3]) if len(cell) > 3 else guess(cell[0], cell[1])
 if sys.argv[3] in ("seconds", "mean"):  # seconds, what UNTIL is held to: a seed may take as long as the slowest
     for d, m, *_ in open_cells:  # stored one did
         print(round(guess(d, m, max if sys.argv[3] == "seconds" else statistics.mean)))
+elif sys.argv[3] == "epochs":  # of a cell just stored, "data set  model  seed  epochs": what it would have cost at
+    # the other stored cells' speed, their seconds per epoch times its epochs plus their diagnosis (nothing where no
+    # other cell records its epochs): a seed that stopped early is not taken for a faster machine
+    d, m, s, epochs = open_cells[0][:4]
+    per_epoch = load(lambda c: c["compute"].get("train_seconds", 0) / c["epochs_run"] if c.get("epochs_run") else None,
+                     leave={(d, m, s)})
+    if per_epoch[1] and int(epochs) > 0:
+        diagnosis = load(lambda c: c["compute"].get("diagnose_seconds", 0), leave={(d, m, s)})
+        print(round(guess(d, m, costs=per_epoch) * int(epochs) + guess(d, m, costs=diagnosis)))
 elif sys.argv[3] == "groups":  # a line a data set and model: its open seeds and their hours, in queue order
     seeds = {}
     for cell in open_cells:
@@ -188,7 +203,8 @@ mkdir -p "$CLAIMS"
 declare -A failed=()
 
 # This machine's speed against the stored cells': the seconds the cells this worker finished took, over what
-# estimate said they would (1 until one is finished), applied to the next estimates.
+# they would have taken at the stored cells' seconds per epoch (1 until one is finished), applied to the next
+# estimates.
 took=1 said=1 guess=0
 fits() {  # DATA SET MODEL SEED GRID: the cell's estimated cost, at this machine's speed, ends before UNTIL (always,
   # without); leaves the unscaled estimate of the whole cell in guess (0 without UNTIL). A started cell costs what is
@@ -202,6 +218,10 @@ fits() {  # DATA SET MODEL SEED GRID: the cell's estimated cost, at this machine
 cost_of() {  # DATA SET MODEL SEED: the training and diagnosis seconds of the stored cell
   .venv/bin/python -c 'import json, sys; c = json.load(open(sys.argv[1]))["compute"]
 print(round(c.get("train_seconds", 0) + c.get("diagnose_seconds", 0)))' "$STORE/$1/$2/seed$3/cell.json"
+}
+epochs_of() {  # DATA SET MODEL SEED: the epochs the stored cell ran (0 where its record does not say)
+  .venv/bin/python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("epochs_run") or 0)' \
+    "$STORE/$1/$2/seed$3/cell.json"
 }
 
 claim() {  # KEY: 0 when this worker now holds the cell's claim, runs/claims/KEY/pid naming it. Claims are made and
@@ -246,8 +266,13 @@ while true; do
   read -r dataset label seed grid <<<"$next"  # guess: the estimate fits made for this cell
   GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
   if stored "$dataset" "$label" "$seed"; then
-    # a cell resumed from an earlier start counts its earlier epochs too: the factor errs on the slow side
-    [ "$guess" -gt 0 ] && { took=$(( took + $(cost_of "$dataset" "$label" "$seed") )); said=$(( said + guess )); }
+    # said: what the cell would have cost at the stored cells' speed per epoch for the epochs it ran (a seed that
+    # stopped early is not a faster machine); the whole-cell estimate where no stored cell records its epochs. A
+    # cell resumed from an earlier start counts its earlier epochs on both sides
+    if [ "$guess" -gt 0 ]; then
+      ran=$(estimate "$dataset $label $seed $(epochs_of "$dataset" "$label" "$seed")" epochs)
+      took=$(( took + $(cost_of "$dataset" "$label" "$seed") )); said=$(( said + ${ran:-$guess} ))
+    fi
   else failed[$dataset+$label+$seed]=1; fi
   release "$dataset+$label+$seed"
 done

@@ -203,7 +203,7 @@ def test_a_cell_commit_that_loses_a_race_for_head_commits_again(tmp_path: Path) 
 def _queue_repo(tmp_path: Path, grid: str) -> Path:
     """A checkout holding scripts/reproduce_queue.sh, the grid ``grid``, stored beauty-ts cells of gru4rec (40
     minutes) and bert4rec (70 minutes), and a stub trainer that records the cells it is given and, with
-    STUB_STORES set, stores each as a cell that took 4 minutes."""
+    STUB_STORES set, stores each as a cell that took 4 minutes (and ran STUB_EPOCHS epochs where that is set)."""
     import json
     import shutil
 
@@ -217,7 +217,8 @@ def _queue_repo(tmp_path: Path, grid: str) -> Path:
     stub = repo / "scripts" / "reproduce_cells.sh"
     stub.write_text('#!/usr/bin/env bash\necho "$@" >> started.txt\nread -r d m s <<<"$1"\n'
                     'if [ -n "${STUB_STORES:-}" ]; then mkdir -p results/$d/$m/seed$s\n'
-                    '  echo \'{"compute": {"train_seconds": 200, "diagnose_seconds": 40}}\' \\\n'
+                    '  echo "{\\"compute\\": {\\"train_seconds\\": 200, \\"diagnose_seconds\\": 40},"\\\n'
+                    '    "\\"epochs_run\\": ${STUB_EPOCHS:-null}}" \\\n'
                     '    > results/$d/$m/seed$s/cell.json\n'
                     '  touch results/$d/$m/seed$s/users.npz\n'
                     'fi\n'
@@ -344,6 +345,24 @@ def test_the_queue_scales_its_estimates_by_the_cells_it_finished(tmp_path: Path)
     minutes left: the estimate scaled by the machine's speed (about 7 minutes) fits."""
     repo = _queue_repo(tmp_path, "beauty-ts gru4rec 2\nbeauty-ts bert4rec 2\n")
     assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1") == ["beauty-ts gru4rec 2", "beauty-ts bert4rec 2"]
+
+
+@pytest.mark.slow
+def test_the_queue_measures_its_speed_per_epoch(tmp_path: Path) -> None:
+    """The stored gru4rec cell ran 40 epochs in 40 minutes. A worker's first gru4rec cell that took 4 minutes for 4
+    epochs (it stopped early) went at the stored speed, so the 70-minute bert4rec cell does not fit 50 minutes; one
+    that took 4 minutes for 40 epochs went ten times as fast, so it does."""
+    import json
+
+    repo = _queue_repo(tmp_path, "beauty-ts gru4rec 2\nbeauty-ts bert4rec 2\n")
+    cell = repo / "results" / "beauty-ts" / "gru4rec" / "seed1" / "cell.json"
+    cell.write_text(json.dumps({**json.loads(cell.read_text()), "epochs_run": 40}))
+    assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1", STUB_EPOCHS="4") == ["beauty-ts gru4rec 2"]
+    stored = json.loads((repo / "results" / "beauty-ts" / "gru4rec" / "seed2" / "cell.json").read_text())
+    assert stored["epochs_run"] == 4
+    (repo / "results" / "beauty-ts" / "gru4rec" / "seed2" / "cell.json").unlink()
+    assert _run_queue(repo, "now + 50 minutes", STUB_STORES="1", STUB_EPOCHS="40") == ["beauty-ts gru4rec 2",
+                                                                                     "beauty-ts bert4rec 2"]
 
 
 @pytest.mark.slow
