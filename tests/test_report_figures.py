@@ -229,6 +229,26 @@ def test_findings_say_how_many_users(tmp_path: Path) -> None:
     assert "shares of 190–200 test users" in text
 
 
+def test_findings_of_a_model_without_a_residual_name_no_alpha(tmp_path: Path) -> None:
+    """GRU4Rec has no residual to scale: its recovery sweep holds alpha = 1 only, so the finding says so rather
+    than "recovers n/a at α=0.1 ...; α* = 1.0 recovers 0.0%"."""
+    import json
+
+    from resdom.report import finding_lines
+
+    run = tmp_path / "toyA_gru4rec_seed1"
+    shutil.copytree(FIXTURES / "toyA_sasrec_seed1", run)
+    path = run / "diagnostics" / "recovery.json"
+    rec = json.loads(path.read_text())
+    for split in ("valid", "test"):
+        rec[split]["curve"] = [row for row in rec[split]["curve"] if row["alpha"] == 1.0]
+    rec["alpha_star"] = 1.0
+    path.write_text(json.dumps(rec))
+    text = "\n".join(finding_lines(read_runs([run])))
+    assert "= 8.0% of 200 test users (16 users); no α below 1 was swept (the model has no residual to scale)." in text
+    assert "n/a at α" not in text and "α* =" not in text
+
+
 def _five_model_runs() -> list:
     from resdom.names import MODELS
     from resdom.report.collect import RunRecord
