@@ -474,3 +474,22 @@ def test_demo_with_other_epochs_trains_again_and_says_so(tmp_path: Path) -> None
     run_demo(out, DemoSettings(epochs=2, **tiny), progress=False, echo=lines.append)
     assert any(x.startswith("[2/3] reusing the finished SASRec run") for x in lines)
     assert "again from scratch" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("out", ["run", "run/report", "runs/run", "runs/run/figures"])
+def test_report_refuses_to_write_into_a_run_it_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], out: str) -> None:
+    """``resdom report RUN --out RUN`` (or a folder inside it) wrote report.html, figures/ and tables/ among the
+    run's own files (in a results store: into the cell the next commit carries); refused, nothing written."""
+    import shutil
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "diagnostics" / "toyA_sasrec_seed1"
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(fixture, "run")
+    shutil.copytree(fixture, "runs/run")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    code, _, err = run_cli(capsys, "report", "runs" if out.startswith("runs") else "run", "--out", out)
+    where = "the run directory" if out in ("run", "runs/run") else "inside"
+    one_line_error(code, err, f"--out {out}: is {where} ", "which the report reads; choose a folder outside every run")
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    assert run_cli(capsys, "report", "runs", "--out", "runs/summary")[0] == 0  # beside the runs: as the grid does
