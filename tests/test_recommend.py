@@ -269,6 +269,22 @@ def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) 
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and needle in err, (args, err)
         assert not out.exists()
+    # an existing file that is not an earlier call's output (the data, the users list) is never overwritten
+    for path in (users, quoted):
+        before = path.read_bytes()
+        code = invoke("recommend", str(run_dir), "--device", "cpu", "--users", str(users), "--out", str(path))
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"--out {path}: exists and is not a recommendations file (its first line is not " in err
+        assert path.read_bytes() == before
+    users.write_text("cust-004\n")
+    for before in ("", "user,item,rank,score\r\ncust-000,x,1,0.5\r\n"):  # empty, or an earlier output: replaced
+        out.write_text(before)
+        assert invoke("recommend", str(run_dir), "--device", "cpu", "--users", str(users), "--k", "1",
+                      "--out", str(out)) == 0
+        capsys.readouterr()
+        assert out.read_text().splitlines()[0] == "user,item,rank,score"
+        assert out.read_text().splitlines()[1].startswith("cust-004,")
 
 
 def test_imported_model_recommends_in_the_files_ids(tmp_path: Path) -> None:

@@ -19,6 +19,20 @@ USERS_HELP = ("'all' (every user), or a file of user ids: one id a line, exactly
               "'user_id' or 'user' column, else its first); an id listed twice gets its rows once")
 
 
+HEADER = "user,item,rank,score"
+
+
+def _replaceable(path: Path) -> bool:
+    """An existing ``--out`` file may be replaced: it is empty or an earlier call's output (its first line is
+    ``HEADER``), never another file (the data, the --users list)."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(len(HEADER) + 3)
+    except OSError:
+        return False
+    return first.rstrip(b"\r\n") in (b"", HEADER.encode())
+
+
 def read_user_ids(path: Path) -> list[str]:
     """The user ids of ``path``: one a line, kept exactly but for the line break (blank lines skipped); a ``.csv``
     file: its ``user_id`` or ``user`` column (else the first), every value as text. [] is a ResdomError."""
@@ -93,6 +107,9 @@ def recommend(
         raise ResdomError(f"--out {out}: is a directory; give a file name (e.g. {out / 'recs.csv'})")
     if out is not None and any(p.exists() and not p.is_dir() for p in out.parents):
         raise ResdomError(f"--out {out}: a folder on its path is a file")
+    if out is not None and out.exists() and not _replaceable(out):
+        raise ResdomError(f"--out {out}: exists and is not a recommendations file (its first line is not "
+                          f"'{HEADER}'); choose another file name, or remove it first")
     wanted = None if users == "all" else read_user_ids(Path(users))
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
