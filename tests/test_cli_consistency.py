@@ -304,6 +304,26 @@ def test_config_show_prints_every_setting(capsys) -> None:
     assert yaml.safe_load(loo)["model"]["max_len"] == 50 and yaml.safe_load(loo)["data"]["protocol"] == "loo"
 
 
+def test_config_show_replaces_only_a_file_it_wrote(tmp_path: Path, capsys) -> None:
+    """``config show --out FILE`` over a file it did not write (a config written by hand, given with --config; the
+    data) is refused in one line and the file kept; over its own earlier output (or an empty file) it writes."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("model:\n  hidden: 8\n")
+    code, _, err = run_cli(capsys, "config", "show", "--config", str(mine), "--out", str(mine))
+    assert code == 2 and err.count("\n") == 1, err
+    assert (f"--out {mine}: exists and is not a configuration `resdom config show` wrote (its first line does not "
+            "begin '# resdom ')") in err
+    assert mine.read_text() == "model:\n  hidden: 8\n"
+    shown = tmp_path / "shown.yaml"
+    shown.write_text("")
+    for _ in range(2):
+        code, _, err = run_cli(capsys, "config", "show", "--config", str(mine), "--out", str(shown))
+        assert code == 0, err
+        assert yaml.safe_load(shown.read_text())["model"]["hidden"] == 8
+    code, _, err = run_cli(capsys, "config", "show", "--out", str(tmp_path))
+    assert code == 2 and f"--out {tmp_path}: is a directory; give a file name" in err
+
+
 def test_config_show_names_its_model_argument_as_it_is_given(tmp_path: Path, capsys) -> None:
     """`config show` takes the model as its MODEL argument, so a bad name is MODEL's, not a --model it has not."""
     code, _, err = run_cli(capsys, "config", "show", "nope")

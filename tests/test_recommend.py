@@ -275,7 +275,7 @@ def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) 
         code = invoke("recommend", str(run_dir), "--device", "cpu", "--users", str(users), "--out", str(path))
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
-        assert f"--out {path}: exists and is not a recommendations file (its first line is not " in err
+        assert f"--out {path}: exists and is not a recommendations file (its first line does not begin " in err
         assert path.read_bytes() == before
     users.write_text("cust-004\n")
     for before in ("", "user,item,rank,score\r\ncust-000,x,1,0.5\r\n"):  # empty, or an earlier output: replaced

@@ -86,6 +86,27 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     return path.exists()
 
 
+def check_output_file(path: Path, option: str, first_line: str, what: str) -> None:
+    """Refuse ``path`` as an output file, in one line naming ``option``: a folder, a path through a file, or an
+    existing file that is neither empty nor an earlier output of the same writer (its first line starts with
+    ``first_line``; ``what`` names such a file), so that no other file (the data, a list of ids, a config written
+    by hand) is ever replaced."""
+    if path.is_dir():
+        raise ResdomError(f"{option} {path}: is a directory; give a file name")
+    if any(p.exists() and not p.is_dir() for p in path.parents):
+        raise ResdomError(f"{option} {path}: a folder on its path is a file")
+    if not path.exists():
+        return
+    try:
+        with path.open("rb") as f:
+            first = f.readline(len(first_line.encode()) + 2)
+    except OSError as e:
+        raise ResdomError(f"{option} {path}: cannot be read ({e.strerror})") from None
+    if first and not first.startswith(first_line.encode()):
+        raise ResdomError(f"{option} {path}: exists and is not {what} (its first line does not begin "
+                          f"'{first_line}'); choose another file name, or remove it first")
+
+
 def first_names(names: list[str]) -> str:
     """The first three of ``names``, comma-separated, with ``...`` where there are more: what a refused folder holds."""
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

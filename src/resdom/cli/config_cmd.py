@@ -15,11 +15,11 @@ import typer
 import resdom
 from resdom.cli.data_options import DataOptions, data_config_section, data_options
 from resdom.cli.train_cmd import MODEL_HELP, command_config
-from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
 from resdom.models import MODEL_CLASSES
 from resdom.resources import describe_config, reference_configs
+from resdom.rundir import check_output_file
 
 config_app = typer.Typer(help="Configurations: the shipped reference configs, the full config of a model.",
                          no_args_is_help=True)
@@ -94,8 +94,7 @@ def show_cmd(
     if out is None:
         typer.echo(text, nl=False)
         return
-    if out.is_dir():
-        raise ResdomError(f"--out {out}: is a folder; give a file name")
+    check_output_file(out, "--out", "# resdom ", "a configuration `resdom config show` wrote")
     atomic_write_text(out, text)
     typer.echo(f"{label}: written to {out}")
 

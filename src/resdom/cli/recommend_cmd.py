@@ -13,24 +13,11 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
 from resdom.recommend import recommend as top_items
+from resdom.rundir import check_output_file
 from resdom.runs import load_run
 
 USERS_HELP = ("'all' (every user), or a file of user ids: one id a line, exactly as in the data (a .csv file: its "
               "'user_id' or 'user' column, else its first); an id listed twice gets its rows once")
-
-
-HEADER = "user,item,rank,score"
-
-
-def _replaceable(path: Path) -> bool:
-    """An existing ``--out`` file may be replaced: it is empty or an earlier call's output (its first line is
-    ``HEADER``), never another file (the data, the --users list)."""
-    try:
-        with path.open("rb") as f:
-            first = f.readline(len(HEADER) + 3)
-    except OSError:
-        return False
-    return first.rstrip(b"\r\n") in (b"", HEADER.encode())
 
 
 def read_user_ids(path: Path) -> list[str]:
@@ -103,13 +90,8 @@ def recommend(
     positive_int(k, "--k")
     positive_int(batch_size, "--batch-size")
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
-    if out is not None and out.is_dir():
-        raise ResdomError(f"--out {out}: is a directory; give a file name (e.g. {out / 'recs.csv'})")
-    if out is not None and any(p.exists() and not p.is_dir() for p in out.parents):
-        raise ResdomError(f"--out {out}: a folder on its path is a file")
-    if out is not None and out.exists() and not _replaceable(out):
-        raise ResdomError(f"--out {out}: exists and is not a recommendations file (its first line is not "
-                          f"'{HEADER}'); choose another file name, or remove it first")
+    if out is not None:
+        check_output_file(out, "--out", "user,item,rank,score", "a recommendations file")
     wanted = None if users == "all" else read_user_ids(Path(users))
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
