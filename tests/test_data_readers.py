@@ -173,10 +173,17 @@ def test_dates_with_and_without_a_zone_are_not_mixed(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match=r"m\.csv:2: timestamp '2020-01-01T10:00:00' in column 'timestamp' has no "
                                           r"time zone, while '2020-01-01T09:00:00Z' \(.*m\.csv:3\) has one"):
         read_interactions([mixed], None)
+    # a bare date is midnight in a zone nobody gave: read as UTC, 2020-01-01 came after 03:00 at +05:00 that day
+    dated = write(tmp_path / "d.csv", "user_id,item_id,timestamp\nA,x,2020-01-01T03:00:00+05:00\nA,y,2020-01-01\n")
+    with pytest.raises(ResdomError, match=r"d\.csv:3: timestamp '2020-01-01' in column 'timestamp' has no time zone, "
+                                          r"while '2020-01-01T03:00:00\+05:00' \(.*d\.csv:2\) has one"):
+        read_interactions([dated], None)
     zoned = write(tmp_path / "z.csv", "user_id,item_id,timestamp\nA,x,2020-01-01T10:00:00+02:00\n"
-                  "A,y,2020-01-01T09:00:00Z\nA,z,2020-01-03\n")  # a bare date carries no time of day to misplace
+                  "A,y,2020-01-01T09:00:00Z\nA,z,2020-01-03T00:00:00Z\n")
     raw = read_interactions([zoned], None)
     assert raw.times.tolist() == [1577865600, 1577869200, 1578009600]  # 08:00Z, 09:00Z, the 3rd at 00:00Z
+    dates = write(tmp_path / "b.csv", "user_id,item_id,timestamp\nA,x,2020-01-02\nA,y,2020-01-01\n")
+    assert read_interactions([dates], None).times.tolist() == [1577923200, 1577836800]  # bare dates alone: UTC
     naive = write(tmp_path / "n.csv", "user_id,item_id,timestamp\nA,x,2020-01-01 10:00\nA,y,2020-01-01 09:00\n")
     assert read_interactions([naive], None).times.tolist() == [1577872800, 1577869200]  # all read as UTC
 

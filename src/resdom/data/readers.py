@@ -911,7 +911,7 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
         return parsed
     text = col.astype(str)
     zoned = text.str.contains(_ZONE, regex=True).to_numpy()
-    naive = text.str.contains(_TIME, regex=True).to_numpy() & ~zoned  # a time of day without its zone
+    naive = ~zoned  # a time of day without its zone, or a bare date (its midnight in which zone?)
     if zoned.any() and naive.any():  # pandas reads a time without a zone as UTC, the others at their offset
         k, j = int(np.flatnonzero(naive)[0]), int(np.flatnonzero(zoned)[0])
         raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} has no time zone, while "
