@@ -204,3 +204,22 @@ def test_split_cli_writes_arrays_and_manifest(tmp_path, monkeypatch, capsys) -> 
     assert (tmp_path / "o" / "arrays.npz").exists() and (tmp_path / "o" / "manifest.json").exists()
     assert "T_test" in out and "train" in out and "test" in out
     assert SplitData.load(tmp_path / "o").manifest["quantile"] == 0.8
+    assert "note:" not in err
+
+
+def test_split_cli_says_when_the_valid_part_is_empty(tmp_path, capsys) -> None:
+    """Twenty users with five early interactions and two with one late one: at the 0.98-quantile T_val equals
+    T_test, the valid part is empty, and train would refuse the split; data split says so when it writes it (it
+    said "valid 0 users" only), and a lower --valid-quantile gives validation users."""
+    lines = ["user_id,item_id,timestamp"] + [f"u{u},i{(u + t) % 7},{t + 1}" for u in range(20) for t in range(5)]
+    (tmp_path / "d.csv").write_text("\n".join(lines + ["u0,i3,1000", "u1,i4,1000"]) + "\n")
+    args = ["data", "split", str(tmp_path / "d.csv"), "--protocol", "gts", "--quantile", "0.98"]
+    assert invoke(*args, "--out", str(tmp_path / "a")) == 0
+    out, err = capsys.readouterr()
+    assert "valid         0 users" in out
+    assert (f"note: the valid part is empty, so `resdom train {tmp_path / 'a'}` will refuse this split (early "
+            "stopping and the best checkpoint need validation users); a lower --valid-quantile moves T_val "
+            "earlier") in err
+    assert invoke(*args, "--valid-quantile", "0.5", "--out", str(tmp_path / "b")) == 0
+    assert "note: the valid part is empty" not in capsys.readouterr().err
+    assert len(SplitData.load(tmp_path / "b").valid) == 20

@@ -281,8 +281,12 @@ def test_unusable_splits_are_clear_errors(tmp_path: Path) -> None:
 
     split, m, t = configs(n_users=10)
     no_valid = SplitData(split.train, EvalSet(Sequences.from_lists([]), []), split.test, split.n_items, {})
-    with pytest.raises(ResdomError, match="no validation users"):
+    with pytest.raises(ResdomError, match=r"no validation users: early stopping and the best checkpoint need "
+                                          r"them$"):
         fit(no_valid, m, t, tmp_path / "a", progress=False)
+    gts = SplitData(split.train, no_valid.valid, split.test, split.n_items, {"protocol": "gts"})
+    with pytest.raises(ResdomError, match=r"need them \(a gts split: a lower --valid-quantile moves T_val earlier\)"):
+        fit(gts, m, t, tmp_path / "g", progress=False)
     one_item = SplitData(Sequences.from_lists([[1]] * 10), split.valid, split.test, split.n_items, {})
     with pytest.raises(ResdomError, match="no training samples for ce_all"):
         fit(one_item, m, t, tmp_path / "b", progress=False)

@@ -247,7 +247,9 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
     if len(split.valid) == 0:
-        raise ResdomError("the split has no validation users: early stopping and the best checkpoint need them")
+        hint = " (a gts split: a lower --valid-quantile moves T_val earlier)" if split.manifest.get(
+            "protocol") == "gts" else ""
+        raise ResdomError(f"the split has no validation users: early stopping and the best checkpoint need them{hint}")
     samples = build_samples(split.train, model_cfg.max_len, objective.layout)
     if len(samples) == 0:
         raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
