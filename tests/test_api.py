@@ -7,6 +7,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
@@ -189,6 +191,15 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.prepare_split(SOURCE, k_core=-1), "k_core: must be >= 0 (0 or None: off) (got -1)"),
     (lambda s, f: resdom.prepare_split(SOURCE, sample_users=0), "sample_users: must be >= 1 (None: all users)"),
     (lambda s, f: resdom.prepare_split(s), "source: a SplitData is split already"),
+    # what is no source: its text was taken for a file name ("[1: no such file or directory", a Series printed whole)
+    (lambda s, f: resdom.prepare_split([1, 2, 3]), "source: expected a data set name, a file or folder path, or a "
+                                                   "pandas DataFrame (got list)"),
+    (lambda s, f: resdom.prepare_split(pd.Series(["u1", "u2"])), "source: expected a data set name, a file or folder "
+                                                                 "path, or a pandas DataFrame (got Series)"),
+    (lambda s, f: resdom.prepare_split(pd.DataFrame({"u": ["a"]}), user_col=True), "user_col: expected a column name, "
+                                                                                    "got bool True"),
+    (lambda s, f: resdom.prepare_split(pd.DataFrame({"u": ["a"]}), item_col=["i"]), "item_col: expected a column name, "
+                                                                                    "got list ['i']"),
     # a flag given as text would be true; numbers of the wrong kind were TypeErrors
     (lambda s, f: resdom.prepare_split(SOURCE, filter_seen="no"), "filter_seen: expected True, False or None"),
     (lambda s, f: f.recommend(filter_seen="no"), "filter_seen: expected True, False or None (got 'no')"),
@@ -201,6 +212,17 @@ def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, c
     with pytest.raises(ResdomError) as e:
         call(split, fitted)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_integer_column_labels_are_columns() -> None:
+    """A DataFrame read with header=None has columns 0, 1, 2: user_col=0 was taken for "not given" (the default
+    'user_id', then "missing column") and 1 for a name that no column (labels read as text) had."""
+    rows = [("a", "x", 1), ("a", "y", 2), ("a", "z", 3), ("b", "y", 1), ("b", "z", 2), ("b", "x", 3)]
+    split = resdom.prepare_split(pd.DataFrame(rows), user_col=0, item_col=np.int64(1), time_col=2)
+    named = resdom.prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
+    assert split.user_labels.tolist() == named.user_labels.tolist() == ["a", "b"]
+    assert split.item_labels.tolist() == named.item_labels.tolist()
+    assert split.train.to_lists() == named.train.to_lists() and split.test.targets.tolist() == [3, 1]
 
 
 def test_save_refuses_a_non_empty_directory(fitted, run_dir):

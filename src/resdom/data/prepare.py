@@ -32,6 +32,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import numbers
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,14 @@ Source = str | Path | pd.DataFrame
 
 
 def source_name(source: Source) -> str:
-    """How ``source`` is named in messages and the manifest (``DataFrame`` for a pandas DataFrame)."""
-    return "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
+    """How ``source`` is named in messages and the manifest (``DataFrame`` for a pandas DataFrame); a ResdomError
+    for what is no source (a list, a Series: its text was taken for a file name)."""
+    if isinstance(source, pd.DataFrame):
+        return "DataFrame"
+    if not isinstance(source, (str, os.PathLike)):
+        raise ResdomError(f"source: expected a data set name, a file or folder path, or a pandas DataFrame (got "
+                          f"{type(source).__name__})")
+    return str(source)
 
 
 def frame_sha256(df: pd.DataFrame) -> str:
@@ -105,7 +112,7 @@ def read_source(
         record = {"kind": "dataframe", "name": "DataFrame", "format": "dataframe", "rows": len(source),
                   "columns": [str(c) for c in source.columns], "sha256": frame_sha256(source)}
         return raw, record, {}
-    source = str(source)
+    source = source_name(source)
     if source == "synthetic" or source.startswith("synthetic:"):
         cfg = parse_synthetic_source(source)
         seqs = generate(cfg)

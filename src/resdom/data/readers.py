@@ -793,6 +793,14 @@ class _Columns:
     no_time: bool = False
     normalize_ids: bool = False
 
+    def __post_init__(self) -> None:
+        for field_name in ("user_col", "item_col", "time_col"):  # a DataFrame's integer label (header=None) is
+            value = getattr(self, field_name)  # matched as its text, as every column name is
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                object.__setattr__(self, field_name, str(value))
+            elif value is not None and not isinstance(value, str):
+                raise ResdomError(f"{field_name}: expected a column name, got {type(value).__name__} {value!r}")
+
     @property
     def read(self) -> tuple[str, ...]:
         """The names of the columns read: user, item and (unless no_time) timestamp."""
