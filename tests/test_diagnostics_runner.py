@@ -77,6 +77,7 @@ def test_subset_keeps_the_other_figures_in_the_summary(run_dir):
 def test_parse_what():
     assert parse_what("all") == list(diagnostic_names()) == ["shuffle", "hrli", "mixing", "alpha", "recovery"]
     assert parse_what("recovery,hrli") == ["hrli", "recovery"]
+    assert parse_what("HRLI, Mixing") == ["hrli", "mixing"] and parse_what("ALL") == parse_what("all")  # any case
     with pytest.raises(ResdomError, match="unknown diagnostic 'bogus'"):
         parse_what("hrli,bogus")
 

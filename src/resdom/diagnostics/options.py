@@ -27,13 +27,13 @@ from resdom.names import PARTS, USERS
 
 
 def parse_what(what: Any, choices: Iterable[str] | None = None) -> tuple[str, ...]:
-    """"all" or some of ``choices`` (default: the registered diagnostics), as a comma-separated string or a
-    sequence -> the chosen names in ``choices`` order; ValueError naming an unknown one."""
+    """"all" or some of ``choices`` (default: the registered diagnostics), in any case, as a comma-separated string
+    or a sequence -> the chosen names in ``choices`` order; ValueError naming an unknown one."""
     choices = tuple(diagnostic_names() if choices is None else choices)
     items = _items(what)
     if items is None:
         raise ValueError(f"expected all or some of {', '.join(choices)} (got {what!r})")
-    names = [str(w).strip() for w in items if str(w).strip()]
+    names = [str(w).strip().lower() for w in items if str(w).strip()]  # any case, as model names
     if not names or names == ["all"]:
         return choices
     bad = [w for w in names if w not in choices]
