@@ -206,3 +206,7 @@ def test_download_names_what_it_cannot_fetch(tmp_path: Path, capsys: pytest.Capt
     line = one_line_error(code, err, "unknown data set 'beuaty' (did you mean beauty?); registered: beauty,",
                           "(and synthetic, generated)")
     assert ", synthetic," not in line
+    code, _, err = run_cli(capsys, "data", "download", "BEAUTY")  # a name in other case: the name meant
+    one_line_error(code, err, "unknown data set 'BEAUTY' (did you mean beauty?)")
+    code, _, err = run_cli(capsys, "data", "stats", "Beauty-TS")
+    one_line_error(code, err, "unknown source 'Beauty-TS' (did you mean beauty-ts?)")

@@ -153,7 +153,7 @@ def read_source(
 
 
 def _unknown_source(source: str) -> ResdomError:
-    close = difflib.get_close_matches(source, [*DATASETS, "synthetic"], n=1)
+    close = difflib.get_close_matches(source.lower(), [*DATASETS, "synthetic"], n=1)  # BEAUTY: beauty
     hint = f" (did you mean {close[0]}?)" if close else ""
     return ResdomError(f"unknown source {source!r}{hint}: not a registered data set ({', '.join(DATASETS)}, "
                        "synthetic) and no such file")

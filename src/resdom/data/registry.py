@@ -305,7 +305,7 @@ def get_dataset(name: str) -> DatasetSpec:
         raise ResdomError(f"{name!r} is generated in memory (resdom's generator), not a file: nothing to download")
     if name in DATASETS:
         return DATASETS[name]
-    close = difflib.get_close_matches(name, DATASETS, n=1)
+    close = difflib.get_close_matches(name.lower(), DATASETS, n=1)  # BEAUTY: beauty
     hint = f" (did you mean {close[0]}?)" if close else ""
     raise ResdomError(f"unknown data set {name!r}{hint}; registered: {', '.join(DATASETS)} (and synthetic, "
                       "generated)")
