@@ -245,6 +245,27 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     assert frame["user"].tolist() == ["cust-004", "cust-000"] and "'cust-004'" in frame.attrs["note"]
 
 
+def test_cli_takes_user_ids_themselves(run_dir, split, model, tmp_path, monkeypatch, capsys) -> None:
+    """--users with no such file: the ids themselves, comma-separated (an empty piece skipped); one name that is
+    neither a file nor an id is a mistyped file name, or an id, and the message says both; a file of that name
+    wins over the id."""
+    monkeypatch.chdir(tmp_path)
+    assert invoke("recommend", str(run_dir), "--users", "cust-004,,cust-000", "--k", "2", "--device", "cpu") == 0
+    got = [line.split(",")[:3] for line in capsys.readouterr().out.splitlines()[1:]]
+    want = recommend(model, split, ["cust-004", "cust-000"], k=2)
+    assert got == [[u, str(i), str(r)] for u, i, r in want[["user", "item", "rank"]].values.tolist()]
+    for users, needle in (("users.txt", "--users users.txt: no such file, nor a user id of the data (give a file of "
+                                        "user ids, the ids themselves, comma-separated, or 'all')"),
+                          ("cust-000,nobody", "--users cust-000,nobody: 1 user id(s) not in the data: 'nobody'"),
+                          (",", "--users ',': no user ids in it")):
+        assert invoke("recommend", str(run_dir), "--users", users, "--device", "cpu") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+    (tmp_path / "cust-000").write_text("cust-004\n")  # a file named like an id: the file's ids
+    assert invoke("recommend", str(run_dir), "--users", "cust-000", "--k", "1", "--device", "cpu") == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("cust-004,")
+
+
 def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) -> None:
     users = tmp_path / "users.txt"
     users.write_text("cust-004\nnobody\n007\n")

@@ -16,8 +16,23 @@ from resdom.recommend import recommend as top_items
 from resdom.rundir import check_output_file
 from resdom.runs import load_run
 
-USERS_HELP = ("'all' (every user), or a file of user ids: one id a line, exactly as in the data (a .csv file: its "
-              "'user_id' or 'user' column, else its first); an id listed twice gets its rows once")
+USERS_HELP = ("'all' (every user), a file of user ids: one id a line, exactly as in the data (a .csv file: its "
+              "'user_id' or 'user' column, else its first), or ids themselves, comma-separated (where no such file "
+              "exists: --users u1,u2); an id listed twice gets its rows once")
+
+
+def user_ids(users: str) -> list[str] | None:
+    """What ``--users`` asks for: None for ``all``; the ids of the file it names (``read_user_ids``); else the ids
+    themselves, comma-separated, each kept exactly (empty pieces skipped)."""
+    if users == "all":
+        return None
+    path = Path(users)
+    if path.exists() or path.is_symlink():
+        return read_user_ids(path)
+    ids = [u for u in users.split(",") if u]
+    if not ids:
+        raise ResdomError(f"--users {users!r}: no user ids in it")
+    return ids
 
 
 def read_user_ids(path: Path) -> list[str]:
@@ -26,7 +41,8 @@ def read_user_ids(path: Path) -> list[str]:
     if path.is_dir():
         raise ResdomError(f"--users {path}: is a directory; give a file of user ids or 'all'")
     if not path.is_file():
-        raise ResdomError(f"--users {path}: no such file (give a file of user ids, one a line, or 'all')")
+        raise ResdomError(f"--users {path}: no such file (give a file of user ids, one a line, the ids themselves, "
+                          "comma-separated, or 'all')")
     try:
         refuse_binary(path, advice=False)  # a zip or Parquet file: say what it is
         if path.suffix.lower() == ".csv":
@@ -92,7 +108,7 @@ def recommend(
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
     if out is not None:
         check_output_file(out, "--out", "user,item,rank,score", "a recommendations file")
-    wanted = None if users == "all" else read_user_ids(Path(users))
+    wanted = user_ids(users)
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
     if run.training_note():
@@ -104,6 +120,9 @@ def recommend(
     except ResdomError as e:
         where = f"--users {users}" if str(e).startswith("users:") else ""
         message = str(e).replace("users: ", f"{where}: ", 1) if where else str(e).replace("history:", "--history:")
+        if where and wanted is not None and len(wanted) == 1 and not Path(users).exists():  # a mistyped file name?
+            message = f"--users {users}: no such file, nor a user id of the data (give a file of user ids, the ids " \
+                      "themselves, comma-separated, or 'all')"
         raise ResdomError(message) from None
     if frame.attrs.get("note"):
         typer.echo(f"note: {frame.attrs['note']}", err=True)
