@@ -29,7 +29,6 @@ its manifest and data fingerprint.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import numbers
 import os
@@ -54,7 +53,7 @@ from resdom.data.readers import (
     read_interactions,
     split_source_paths,
 )
-from resdom.data.registry import DATASETS
+from resdom.data.registry import DATASETS, dataset_hint
 from resdom.data.sequences import Sequences, SplitData
 from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_loo
 from resdom.data.stats import dataset_stats
@@ -153,8 +152,7 @@ def read_source(
 
 
 def _unknown_source(source: str) -> ResdomError:
-    close = difflib.get_close_matches(source.lower(), [*DATASETS, "synthetic"], n=1)  # BEAUTY: beauty
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    hint = dataset_hint(source, [*DATASETS, "synthetic"])
     return ResdomError(f"unknown source {source!r}{hint}: not a registered data set ({', '.join(DATASETS)}, "
                        "synthetic) and no such file")
 

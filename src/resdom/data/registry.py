@@ -299,13 +299,17 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
+def dataset_hint(name: str, names: tuple[str, ...] | list[str] = tuple(DATASETS)) -> str:
+    """`` (did you mean beauty?)`` for a name close to one of ``names`` (in any case: BEAUTY is beauty), else ""."""
+    close = difflib.get_close_matches(name.lower(), list(names), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def get_dataset(name: str) -> DatasetSpec:
     """The registered data set ``name``; an unknown name is a ResdomError listing the known ones."""
     if name == "synthetic" or name.startswith("synthetic:"):
         raise ResdomError(f"{name!r} is generated in memory (resdom's generator), not a file: nothing to download")
     if name in DATASETS:
         return DATASETS[name]
-    close = difflib.get_close_matches(name.lower(), DATASETS, n=1)  # BEAUTY: beauty
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ResdomError(f"unknown data set {name!r}{hint}; registered: {', '.join(DATASETS)} (and synthetic, "
-                      "generated)")
+    raise ResdomError(f"unknown data set {name!r}{dataset_hint(name)}; registered: {', '.join(DATASETS)} (and "
+                      "synthetic, generated)")
