@@ -142,20 +142,19 @@ def _sentences(f: dict[str, Any]) -> list[str]:
                     f"(HRLI@1 over the others: {_fmt(f['HRLI@1_seen'])})")
         out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}{cold}.")
     if f["rec_share"] is not None:
-        band = "lowering α recovers " + ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}"
-                                                  for a in RECOVERY_ALPHAS)
-        if not f.get("alpha_swept"):  # GRU4Rec: no residual stream, the sweep holds alpha = 1 only
-            band = "no α below 1 was swept (the model has no residual to scale)"
-        star = ""
-        if f["alpha_star"] is not None and f.get("alpha_swept"):
-            star = (f"; α* = {f['alpha_star']:.1f} (chosen on validation) recovers {_fmt(f['rec_star'], pct=True)}"
-                    f" with test HR@10 {_fmt(f['HR@10_at_star'])} vs {_fmt(f['HR@10'])} at α=1")
         of = f"{f['n_recovery']} test users" if f.get("n_recovery") else "test users"
         count = f" ({f['n_recoverable']} users)" if f.get("n_recoverable") is not None else ""
-        these = f"of these {f['n_recoverable']}, " if f.get("n_recoverable") is not None and f.get("alpha_swept") \
-            else ""
+        if f.get("alpha_swept"):
+            these = f"of these {f['n_recoverable']}, " if f.get("n_recoverable") is not None else ""
+            band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" for a in RECOVERY_ALPHAS)
+            star = "" if f["alpha_star"] is None else (
+                f"; α* = {f['alpha_star']:.1f} (chosen on validation) recovers {_fmt(f['rec_star'], pct=True)}"
+                f" with test HR@10 {_fmt(f['HR@10_at_star'])} vs {_fmt(f['HR@10'])} at α=1")
+            what = f"{these}lowering α recovers {band}{star}"
+        else:  # GRU4Rec: no residual stream, the sweep holds alpha = 1 only
+            what = "no α below 1 was swept (the model has no residual to scale)"
         out.append(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
-                   f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {these}{band}{star}.")
+                   f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {what}.")
     if not out:
         out.append("No finding yet: no run of this group has its mixing, HRLI or recovery diagnostics (run "
                    "`resdom diagnose RUN_DIR`, then the report again).")
