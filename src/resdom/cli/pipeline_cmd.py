@@ -64,10 +64,11 @@ def report(
         if not runs:
             raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
         found += [r for r in runs if r not in found]
-    inside = [r for r in found if r.resolve() == out.resolve() or r.resolve() in out.resolve().parents]
-    if inside:  # report.html, figures/ and tables/ would land among a run's (or a store cell's) own files
-        raise ResdomError(f"--out {out}: is {'the run directory' if inside[0].resolve() == out.resolve() else 'inside'}"
-                          f" {inside[0]}, which the report reads; choose a folder outside every run")
+    target = out.resolve()
+    inside = next((r for r in found if r.resolve() == target or r.resolve() in target.parents), None)
+    if inside is not None:  # report.html, figures/ and tables/ would land among a run's (or a store cell's) files
+        raise ResdomError(f"--out {out}: is {'the run directory' if inside.resolve() == target else 'inside'}"
+                          f" {inside}, which the report reads; choose a folder outside every run")
     texts = {d: _document(d) for d in docs or []}  # every document checked before anything is written
     paths = build_report(found, out, title=title, figures=not tables_only)
     typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")

@@ -26,13 +26,17 @@ def user_ids(users: str) -> list[str] | None:
     themselves, comma-separated, each kept exactly (empty pieces skipped)."""
     if users == "all":
         return None
-    path = Path(users)
-    if path.exists() or path.is_symlink():
-        return read_user_ids(path)
+    if _names_a_file(users):
+        return read_user_ids(Path(users))
     ids = [u for u in users.split(",") if u]
     if not ids:
         raise ResdomError(f"--users {users!r}: no user ids in it")
     return ids
+
+
+def _names_a_file(users: str) -> bool:
+    """Whether ``--users`` names something on disk (a file of ids, or what is refused as one), not ids themselves."""
+    return Path(users).exists() or Path(users).is_symlink()
 
 
 def read_user_ids(path: Path) -> list[str]:
@@ -120,7 +124,7 @@ def recommend(
     except ResdomError as e:
         where = f"--users {users}" if str(e).startswith("users:") else ""
         message = str(e).replace("users: ", f"{where}: ", 1) if where else str(e).replace("history:", "--history:")
-        if where and wanted is not None and len(wanted) == 1 and not Path(users).exists():  # a mistyped file name?
+        if where and wanted is not None and len(wanted) == 1 and not _names_a_file(users):  # a mistyped file name?
             message = f"--users {users}: no such file, nor a user id of the data (give a file of user ids, the ids " \
                       "themselves, comma-separated, or 'all')"
         raise ResdomError(message) from None
