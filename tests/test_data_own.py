@@ -308,6 +308,15 @@ def test_every_command_that_prepares_data_prints_what_changed(tmp_path: Path, ca
     assert [f"data: {x}" for x in lines if x.startswith("loo split")] == [split_line]
 
 
+def test_a_split_that_uses_every_row_says_so(tmp_path: Path, capsys) -> None:
+    p = tmp_path / "full.csv"
+    p.write_text("user_id,item_id,timestamp\n" + "".join(f"u{u},i{j},{10 * u + j}\n" for u in range(2)
+                                                          for j in range(3)))
+    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s")) == 0
+    err = capsys.readouterr().err
+    assert "data: loo split: every user and interaction in a part\n" in err and "in no part" not in err
+
+
 @pytest.mark.slow
 def test_train_prints_what_changed(tmp_path: Path, capsys) -> None:
     p = _sparse_csv(tmp_path)

@@ -131,12 +131,14 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     s = c.get("split")
     if s:
         why = split_reasons(s.get("reasons"))
-        line = (f"{s.get('protocol')} split: {_n(s['users_dropped'], 'user')} in no part"
-                f"{' (' + why + ')' if why else ''}, {_n(s['interactions_unused'], 'interaction')} in no part")
-        if s.get("users_partly_used"):
-            line += f" ({s['users_partly_used']:,} users partly)"
         if s["users_dropped"] or s["interactions_unused"]:
+            line = (f"{s.get('protocol')} split: {_n(s['users_dropped'], 'user')} in no part"
+                    f"{' (' + why + ')' if why else ''}, {_n(s['interactions_unused'], 'interaction')} in no part")
+            if s.get("users_partly_used"):
+                line += f" ({s['users_partly_used']:,} users partly)"
             line += "; kept for `recommend`"
+        else:
+            line = f"{s.get('protocol')} split: every user and interaction in a part"
         lines.append(line)
         if s.get("items_unused"):
             lines.append(f"{_n(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")
