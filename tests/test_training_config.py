@@ -60,6 +60,28 @@ def test_bad_values_name_the_field() -> None:
         resolve_configs("sasrec", {"name": "bsarec"}, {}, n_items=10)
 
 
+@pytest.mark.parametrize("section, field", [("train", "epochs"), ("train", "lr"), ("train", "threads"),
+                                            ("model", "hidden"), ("model", "dropout")])
+def test_a_bool_is_no_number(section: str, field: str) -> None:
+    """pydantic's lax mode read True as 1: ``hidden: true`` built a one-unit model, ``epochs=True`` one epoch."""
+    values = {field: True}
+    with pytest.raises(ResdomError, match=rf"{section}\.{field}: expected a number, not true or false"):
+        resolve_configs("sasrec", *((values, {}) if section == "model" else ({}, values)), n_items=10)
+    assert resolve_configs("sasrec", {"norm_first": True}, {"lr": "1e-3"}, n_items=10)[1].lr == 1e-3  # YAML's 1e-3
+
+
+def test_the_other_configs_refuse_a_bool_for_a_number() -> None:
+    from pydantic import ValidationError
+
+    from resdom.data.preprocess import PreprocessConfig
+    from resdom.data.synthetic import SyntheticConfig
+
+    for make in (lambda: SyntheticConfig(n_users=True), lambda: PreprocessConfig(k_core=True)):
+        with pytest.raises(ValidationError, match="expected a number, not true or false"):
+            make()
+    assert PreprocessConfig(remove_repeats=True, sample_users=None).remove_repeats
+
+
 def test_resolve_device() -> None:
     import torch
 

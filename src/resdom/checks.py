@@ -3,12 +3,37 @@
 from __future__ import annotations
 
 import numbers
+import types
+import typing
+from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ValidationInfo, field_validator
 
 from resdom.errors import ResdomError
 
 ALPHA_RANGE = (0.0, 1.0)  # residual scales: 1 = the trained model, 0 = no attention residual
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field of this type takes an int or a float and no bool."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = typing.get_args(annotation)
+    else:
+        kinds = (annotation,)
+    return bool({int, float} & set(kinds)) and bool not in kinds
+
+
+class NumbersModel(BaseModel):
+    """A pydantic model whose int and float fields refuse a bool: pydantic's lax mode reads True as 1, so
+    ``hidden: true`` or ``fit(..., epochs=True)`` would train a one-unit or one-epoch model without a word."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, (bool, np.bool_)) and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError("expected a number, not true or false")
+        return value
 
 
 def positive_int(value: int, option: str) -> int:

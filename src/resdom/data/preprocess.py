@@ -31,8 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import ConfigDict, field_validator
 
+from resdom.checks import NumbersModel
 from resdom.data.readers import RawInteractions
 from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
@@ -42,7 +43,7 @@ TIE_RULE_ITEM = "sort by timestamp within each user; equal timestamps by increas
 TIE_RULE_NO_TIMES = "no timestamps: each user's interactions in source order"
 
 
-class PreprocessConfig(BaseModel):
+class PreprocessConfig(NumbersModel):
     """Preprocessing options. ``k_core`` None or 0 turns the k-core off (the default: a user's own data is not
     filtered; registered paper data sets apply their protocol's k-core, ``prepare.REGISTERED_DEFAULTS``)."""
 

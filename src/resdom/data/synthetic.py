@@ -45,13 +45,14 @@ from dataclasses import dataclass
 from hashlib import sha256
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from resdom.checks import NumbersModel
 from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
 
 
-class SyntheticConfig(BaseModel):
+class SyntheticConfig(NumbersModel):
     """Knobs of the generator (see the module docstring for what each one plants)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -12,9 +12,9 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from resdom.checks import ALPHA_RANGE
+from resdom.checks import ALPHA_RANGE, NumbersModel
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
@@ -99,7 +99,7 @@ def _no_repeats(values: tuple[Any, ...], what: str) -> tuple[Any, ...]:
     return values
 
 
-class DiagnoseOptions(BaseModel):
+class DiagnoseOptions(NumbersModel):
     """What to diagnose and how (docs/spec.md §4); the defaults are ``resdom diagnose``'s.
 
     ``what``: the diagnostics (names of ``diagnostics.registry``; "all" = every registered one, in canonical order)

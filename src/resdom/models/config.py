@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from resdom.checks import NumbersModel
 from resdom.errors import validation_error
 from resdom.experiments import MODEL_TRAITS
 from resdom.names import MODELS
 
 ModelName = Literal[MODELS]  # type: ignore[valid-type]
 
-class ModelConfig(BaseModel):
+class ModelConfig(NumbersModel):
     """Architecture of a causal self-attention recommender.
 
     Defaults follow BSARec's code base (spec §6): ``Dropout(LayerNorm(E + P))`` input, post-LN blocks,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from resdom.checks import NumbersModel
 from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import MODEL_CLASSES, model_class
@@ -24,7 +25,7 @@ DeviceName = Literal[DEVICES]  # type: ignore[valid-type]
 MAX_SEED = 2**63 - 1  # the largest train.seed: torch.manual_seed takes at most 64 bits
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(NumbersModel):
     """How a model is trained (spec §2 and §6). ``objective=None`` means the model's default."""
 
     model_config = ConfigDict(extra="forbid")
