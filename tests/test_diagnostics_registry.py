@@ -177,6 +177,7 @@ def test_summaries_of_the_stored_cells_regenerate() -> None:
     ({"seeds": (2**62,)}, "seeds", "every seed must lie in [-2^62, 2^62)"),  # seed + user index: an int64
     ({"alphas": "1,x"}, "alphas", "expected comma-separated numbers"),
     ({"alphas": (1.0, 2.0)}, "alphas", "residual scales must lie in [0, 1] (got 2)"),
+    ({"alphas": (0.5, True)}, "alphas", "expected numbers in [0, 1] (got (0.5, True))"),  # True read as alpha 1
     ({"alphas": "nan"}, "alphas", "(got nan)"),
     ({"alphas": []}, "alphas", "give at least one residual scale"),
     ({"layers": "-1"}, "layers", "every value must be an integer >= 0 (got -1)"),

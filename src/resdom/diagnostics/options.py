@@ -12,6 +12,7 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from resdom.checks import ALPHA_RANGE, NumbersModel
@@ -163,6 +164,8 @@ class DiagnoseOptions(NumbersModel):
         if items is None:
             raise ValueError(f"expected a sequence of numbers in [{lo:g}, {hi:g}] (got {v!r})")
         try:
+            if any(isinstance(a, (bool, np.bool_)) for a in items):
+                raise TypeError  # float(True) is 1.0: a flag given for a scale
             values = [float(a) for a in items]
         except (TypeError, ValueError):
             what = "comma-separated numbers" if isinstance(v, str) else f"numbers in [{lo:g}, {hi:g}]"
