@@ -247,17 +247,20 @@ def test_coverage_counts_cells_evidence_and_the_seeds_asked(tmp_path: Path) -> N
     runs = [run("toys-ts", "sasrec", 1, True), run("toys-ts", "sasrec", 2, True), run("toys-ts", "sasrec", 3),
             run("toys-ts", "sasrec", 6, True), run("toys-ts", "bert4rec", 1, True), run("yelp-ts", "sasrec", 1),
             run("beauty-ts-itemties", "sasrec-tts", 1), run("toys-ts", "sasrec-gate", 1, True),
-            run("toys-ts", "sasrec-gate", 2), run("toys-ts", "sasrec-query", 4, True), run("yelp-ts", "sasrec-pool", 1)]
+            run("toys-ts", "sasrec-gate", 2), run("toys-ts", "sasrec-query", 4, True), run("yelp-ts", "sasrec-pool", 1),
+            run("toys-ts", "sasrec-celast", 1, True)]
     md = coverage_markdown(runs)
     lines = md.splitlines()
     assert lines[2] == "| beauty-ts-itemties | 1 | 0 of 1 | – | – | – | – |"
-    # toys-ts asks 5 seeds of the one remedy variant stored there (gate) and of the three probes: 20
-    assert lines[3] == ("| toys-ts | 8 | 6 of 8 | 3 of 5 (2 with evidence) | 0 of 5 | 0 of 5 | "
-                        "3 of 20 (2 with evidence) |")
+    # toys-ts asks 5 seeds of the one remedy variant stored there (gate), of the three probes and of the query
+    # probe's same-objective base stored there (celast; the probe block compares the probe with it): 25
+    assert lines[3] == ("| toys-ts | 9 | 7 of 9 | 3 of 5 (2 with evidence) | 0 of 5 | 0 of 5 | "
+                        "4 of 25 (3 with evidence) |")
     assert lines[4] == "| yelp-ts | 2 | 0 of 2 | 1 of 3 (0 with evidence) | 0 of 3 | 0 of 3 | – |"
     # asked: 3 models x 5 on toys-ts + 3 models x 3 on yelp-ts = 24; stored with evidence within them: seeds 1, 2
-    assert "Per-user evidence (users.npz) in 6 of 11 stored cells" in md and "2 of 24 are stored with their" in md
-    assert "probes (query, untied, projected), 5 each on beauty-ts, toys-ts, 2 of 20." in md
+    assert "Per-user evidence (users.npz) in 7 of 12 stored cells" in md and "2 of 24 are stored with their" in md
+    assert ("probes (query, untied, projected) and their same-objective bases stored, 5 each on beauty-ts, toys-ts, "
+            "3 of 25.") in md
 
 
 def test_comparison_figure_draws_each_tested_row_with_its_verdict(tmp_path: Path,

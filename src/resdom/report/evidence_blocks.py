@@ -56,7 +56,7 @@ from resdom.report.compare import (
 )
 from resdom.report.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure, model_color
-from resdom.report.probes import PROBE_BASE
+from resdom.report.probes import PROBE_BASE, SAME_OBJECTIVE_BASE
 from resdom.report.stats import wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
@@ -497,9 +497,11 @@ SASREC_PROBES: tuple[str, ...] = tuple(f"{PROBE_BASE}-{p}" for p in PROBES if f"
 
 def asked_variants(labels: set[str]) -> list[str]:
     """The SASRec remedy variants among ``labels`` (a data set's stored labels), in REMEDY_LABELS order, then every
-    SASRec probe (asked whether stored or not)."""
+    SASRec probe (asked whether stored or not), then each probe's same-objective base among ``labels`` (the probe
+    blocks compare the probe with it wherever it has cells, so its seeds are asked there as the probe's)."""
     remedies = [lb for lb in REMEDY_LABELS if lb in labels and (rv := remedy_variant(lb)) and rv[0] == PROBE_BASE]
-    return remedies + list(SASREC_PROBES)
+    bases = [f"{PROBE_BASE}-{b}" for b in dict.fromkeys(SAME_OBJECTIVE_BASE.values()) if f"{PROBE_BASE}-{b}" in labels]
+    return remedies + list(SASREC_PROBES) + bases
 
 
 def coverage_markdown(runs: list[RunRecord]) -> str:
@@ -543,7 +545,8 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
     text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the issue asks of "
              f"{', '.join(CAUSAL_MODELS)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, "
              f"{OTHER_SEEDS} on every other data set), {stored_total} of {asked_total} are stored with their evidence; "
-             f"of those it asks of {PROBE_BASE}'s remedy variants stored and its probes ({probes}), "
+             f"of those it asks of {PROBE_BASE}'s remedy variants stored, its probes ({probes}) and their "
+             f"same-objective bases stored, "
              f"{max(MAIN_SEEDS.values())} each on {', '.join(sorted(MAIN_SEEDS))}, {variants_stored} of "
              f"{variants_asked}. "
              f"The queue that trains the rest: `{COVERAGE_QUEUE}`.\n")

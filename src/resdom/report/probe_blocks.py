@@ -55,15 +55,11 @@ from resdom.report.evidence_blocks import (
     store_mean,
 )
 from resdom.report.figures import ReportFigure
-from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS
+from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS, SAME_OBJECTIVE_BASE
 from resdom.report.stats import pooled_interval
 from resdom.report.tables import seeds_text
 
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
-# A probe's second base, trained with the probe's own objective (the query token has one readout a sequence, so the
-# probe trains ce_last while its base trains ce_all): "<model>-<probe>" is also compared with "<model>-<suffix>"
-# (``experiments.TRAINING_VARIANTS``) wherever that base has cells, so accuracy is read without the objective.
-SAME_OBJECTIVE_BASE: dict[str, str] = {"query": "celast"}
 BLOCK_QUESTION: dict[str, int] = {"probe_readout": 1, "probe_embeddings": 2}
 PROBE_BLOCKS: tuple[str, ...] = tuple(BLOCK_QUESTION)
 TARGET_SEEDS = 5  # issue 27 §4: "beauty-ts and toys-ts, 5 seeds"

@@ -23,6 +23,10 @@ PROBE_BASE = "sasrec"  # the model whose probes (and remedy variants) issue 27 a
 PROBE_VARIANTS: tuple[str, ...] = tuple(PROBES)
 PROBE_DATASETS: tuple[str, ...] = ("beauty-ts", "toys-ts")
 PROBE_METRICS: dict[str, Margin] = {"NDCG@10": Margin(0.05, relative=True), "HRLI@1": Margin(0.02, relative=False)}
+# A probe's second base, trained with the probe's own objective (the query token has one readout a sequence, so the
+# probe trains ce_last while its base trains ce_all): "<model>-<probe>" is also compared with "<model>-<suffix>"
+# (``experiments.TRAINING_VARIANTS``) wherever that base has cells, so accuracy is read without the objective.
+SAME_OBJECTIVE_BASE: dict[str, str] = {"query": "celast"}
 
 
 def probe_comparisons(datasets: Sequence[str] = PROBE_DATASETS, models: Sequence[str] = PROBE_MODELS,
