@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from resdom.report.collect import RunRecord
+from resdom.report.evidence_blocks import COVERAGE_QUEUE
 from resdom.report.probe_blocks import (
     PROBE_BLOCKS,
-    QUEUE_COMMAND,
     embeddings_answer,
     missing_cells,
     near_zero,
@@ -113,7 +113,7 @@ def test_readout_block_by_hand(tmp_path: Path) -> None:
     assert "Holm across the 2 comparisons" in md and "400 replicates" in md  # raised: 10 * 2 / 0.05
     assert ("Not in the store yet (5 seeds of each probe and base asked): beauty-ts/sasrec-query/seed1,2,3,4,5, "
             "beauty-ts/sasrec/seed2,3,4,5, toys-ts/sasrec-query/seed3,4,5, toys-ts/sasrec/seed3,4,5.") in md
-    assert f"`{QUEUE_COMMAND}`" in md and "level" not in md
+    assert f"`{COVERAGE_QUEUE}`" in md and "level" not in md
 
 
 def test_embeddings_block_and_missing_evidence(tmp_path: Path) -> None:

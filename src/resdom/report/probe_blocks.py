@@ -47,6 +47,7 @@ from resdom.report.compare import (
     compare_table,
 )
 from resdom.report.evidence_blocks import (
+    COVERAGE_QUEUE,
     N_BOOT,
     difference_text,
     hrli_count,
@@ -63,8 +64,6 @@ QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "p
 BLOCK_QUESTION: dict[str, int] = {"probe_readout": 1, "probe_embeddings": 2}
 PROBE_BLOCKS: tuple[str, ...] = tuple(BLOCK_QUESTION)
 TARGET_SEEDS = 5  # issue 27 §4: "beauty-ts and toys-ts, 5 seeds"
-QUEUE = "scripts/grid_probes.txt"
-QUEUE_COMMAND = f"UNTIL=HH:MM scripts/reproduce_queue.sh {QUEUE}"
 MIXING_KEYS: tuple[tuple[str, str], ...] = (("mix_all_+Res", "+Res (all)"), ("mix_last_+Res", "+Res (last)"))
 HRLI_MARGIN = PROBE_METRICS["HRLI@1"].value
 NOT_TRAINED = "not trained yet"
@@ -251,8 +250,8 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT,
     missing = missing_cells(runs, pairs)
     if missing:
         text += (f"\nNot in the store yet ({TARGET_SEEDS} seeds of each probe and base asked): "
-                 f"{compact_cells(missing)}. The probes' queue ({QUEUE}, which lists the cells it trains, in order) "
-                 f"runs with `{QUEUE_COMMAND}`.\n")
+                 f"{compact_cells(missing)}. The queue that trains them (with every other cell the issue asks for): "
+                 f"`{COVERAGE_QUEUE}`.\n")
     return text
 
 
