@@ -152,6 +152,17 @@ def test_alpha_sweep_scales_only_the_chosen_layers():
     assert list(ALPHAS) == [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
 
 
+@pytest.mark.parametrize("bad", [True, np.bool_(False), "0.5", None])
+def test_alpha_sweep_and_recovery_refuse_an_alpha_that_is_not_a_number(bad):
+    # float(True) is 1.0 and float("0.5") is 0.5: the functions below the options must not read either as a scale
+    m, ev = model(), evalset()
+    with pytest.raises(ValueError, match="alphas must be numbers"):
+        alpha_sweep(m, ev, alphas=(0.5, bad))
+    with pytest.raises(ValueError, match="alphas must be numbers"):
+        miss_recovery(m, ev, evalset(seed=2), alphas=(1.0, bad))
+    assert alpha_sweep(m, ev, alphas=(np.float32(0.5), 1)).rows[0]["alpha"] == 0.5  # NumPy and int scales still read
+
+
 def test_select_alpha_by_hand():
     curve = [{"alpha": 1.0, "recovery": 0.0, "HR@10": 0.50}, {"alpha": 0.8, "recovery": 0.2, "HR@10": 0.496},
              {"alpha": 0.5, "recovery": 0.4, "HR@10": 0.45}, {"alpha": 0.3, "recovery": 0.2, "HR@10": 0.499}]

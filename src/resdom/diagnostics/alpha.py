@@ -49,6 +49,9 @@ ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  #
 
 
 def check_alphas(alphas: Sequence[float]) -> list[float]:
+    bad_type = [a for a in alphas if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float, np.number))]
+    if bad_type:  # float(True) is 1.0 and float("2") is 2.0: a flag or a text given for a scale
+        raise ValueError(f"alphas must be numbers (got {bad_type[0]!r})")
     out = [float(a) for a in alphas]
     if not out:
         raise ValueError("alphas must not be empty")
