@@ -260,7 +260,15 @@ def test_coverage_counts_cells_evidence_and_the_seeds_asked(tmp_path: Path) -> N
     # asked: 3 models x 5 on toys-ts + 3 models x 3 on yelp-ts = 24; stored with evidence within them: seeds 1, 2
     assert "Per-user evidence (users.npz) in 7 of 12 stored cells" in md and "2 of 24 are stored with their" in md
     assert ("probes (query, untied, projected) and their same-objective bases stored, 5 each on beauty-ts, toys-ts, "
-            "3 of 25.") in md
+            "3 of 25. The queue that trains the rest: `EVIDENCE=1 scripts/reproduce_queue.sh") in md
+    # every asked seed stored with its evidence: the sentence says so rather than naming a queue for "the rest"
+    tmp_path = tmp_path / "complete"
+    done = [run("yelp-ts", m, k, True) for m in ("sasrec", "duorec", "bsarec") for k in (1, 2, 3)]
+    md = coverage_markdown(done)
+    assert "9 of 9 are stored with their evidence" in md and "the rest" not in md
+    assert md.endswith("Every asked seed is stored with its evidence. The queue that trained them: "
+                       "`EVIDENCE=1 scripts/reproduce_queue.sh scripts/grid_evidence.txt`.\n")
+    assert "the rest" in coverage_markdown(done[1:])  # sasrec seed 1 missing
 
 
 def test_comparison_figure_draws_each_tested_row_with_its_verdict(tmp_path: Path,

@@ -549,7 +549,9 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
              f"same-objective bases stored, "
              f"{max(MAIN_SEEDS.values())} each on {', '.join(sorted(MAIN_SEEDS))}, {variants_stored} of "
              f"{variants_asked}. "
-             f"The queue that trains the rest: `{COVERAGE_QUEUE}`.\n")
+             + ("Every asked seed is stored with its evidence. The queue that trained them"
+                if (stored_total, variants_stored) == (asked_total, variants_asked) and n_ev == len(cells)
+                else "The queue that trains the rest") + f": `{COVERAGE_QUEUE}`.\n")
     return text
 
 
