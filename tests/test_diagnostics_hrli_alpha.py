@@ -152,7 +152,7 @@ def test_alpha_sweep_scales_only_the_chosen_layers():
     assert list(ALPHAS) == [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
 
 
-@pytest.mark.parametrize("bad", [True, np.bool_(False), "0.5", None])
+@pytest.mark.parametrize("bad", [True, np.bool_(False), "0.5", None, np.complex64(0.5)])
 def test_alpha_sweep_and_recovery_refuse_an_alpha_that_is_not_a_number(bad):
     # float(True) is 1.0 and float("0.5") is 0.5: the functions below the options must not read either as a scale
     m, ev = model(), evalset()

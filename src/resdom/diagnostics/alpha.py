@@ -10,6 +10,7 @@ HR@10 and NDCG@10 are unfiltered too, as that data set's evaluation, and the res
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  #
 
 
 def check_alphas(alphas: Sequence[float]) -> list[float]:
-    bad_type = [a for a in alphas if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, float, np.number))]
+    bad_type = [a for a in alphas if isinstance(a, bool) or not isinstance(a, numbers.Real)]  # as checks.alpha_value
     if bad_type:  # float(True) is 1.0 and float("2") is 2.0: a flag or a text given for a scale
         raise ValueError(f"alphas must be numbers (got {bad_type[0]!r})")
     out = [float(a) for a in alphas]
