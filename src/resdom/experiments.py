@@ -35,9 +35,11 @@ Values = dict[str, Any]
 # ------------------------------------------------------------------------------------- reference architectures
 
 # The reference paper's SASRec: post-LN blocks, LN(Dropout(E * sqrt(d) + P)) input, FFN d with ReLU, max length 200.
+# Its query/key/value projections are nn.MultiheadAttention's (Xavier-uniform, zero biases) and its FFN has pmixer's
+# dropout after the first layer; no final LayerNorm (the last public commit of its code comments it out: spec §6).
 REFERENCE_POST_LN: Values = {
     "embedding": "dropout_ln", "emb_scale": True, "ln_eps": 1e-8, "inner_mult": 1, "activation": "relu",
-    "positions": "from_start", "max_len": 200,
+    "positions": "from_start", "max_len": 200, "qkv_init": "xavier", "ffn_dropout": True,
 }
 # time-to-split's SASRec and the paper's DuoRec: the query-LN block, Dropout(E * sqrt(d) + P) input, a final LN
 # (the paper's DuoRec adds query_ln_kv="query": keys and values from LN_a(X), dropout on the attention output).
@@ -54,6 +56,20 @@ TIME_TO_SPLIT_BERT4REC: Values = {
 }
 # time-to-split's GRU4Rec (its grid point 32: d 64, 1 layer, dropout 0.1; max length 128; models/gru4rec.py).
 TIME_TO_SPLIT_GRU4REC: Values = {"max_len": 128, "hidden": 64, "layers": 1, "dropout": 0.1}
+
+
+# ------------------------------------------------------------------------------------------ training recipes
+
+# The version of each model's training recipe (initialisation, dropout sites, LayerNorms), recorded in every run's
+# config.json (``versions.recipe``, e.g. "sasrec/2") and so in every results-store cell; raised whenever a change
+# alters what a seeded run of that model trains. sasrec 2: the reference paper's SASRec (GTS) initialises its
+# query/key/value projections Xavier-uniform and has dropout inside its FFN, as its code (recipe 1 had neither).
+RECIPE_VERSIONS: dict[str, int] = {"sasrec": 2, "duorec": 1, "bsarec": 1, "bert4rec": 1, "gru4rec": 1}
+
+
+def recipe_label(model: str) -> str:
+    """``"<model>/<version>"`` of ``model``'s training recipe (``RECIPE_VERSIONS``)."""
+    return f"{model}/{RECIPE_VERSIONS[model]}"
 
 
 # ---------------------------------------------------------------------------------------------- model traits
@@ -101,6 +117,7 @@ MODEL_TRAITS: dict[str, ModelTraits] = {
     "gru4rec": ModelTraits(heads=False, contrast=True),
 }
 assert tuple(MODEL_TRAITS) == MODELS, "resdom.names.MODELS and MODEL_TRAITS disagree"
+assert tuple(RECIPE_VERSIONS) == MODELS, "resdom.names.MODELS and RECIPE_VERSIONS disagree"
 # The causal self-attention recommenders whose last-item reliance resdom studies (SASRec, DuoRec, BSARec): every
 # model but the contrast models, by their traits.
 CAUSAL_MODELS: tuple[str, ...] = tuple(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)

@@ -372,7 +372,9 @@ class AttentionBlock(nn.Module):
         self.norm_first = cfg.norm_first
         self.attention = MultiHeadAttention(cfg.hidden, cfg.heads, cfg.attn_dropout)
         self.attn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
-        self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation)
+        self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation,
+                               inner_dropout=cfg.dropout if cfg.ffn_dropout else 0.0)
+        self.xavier_qkv = cfg.qkv_init == "xavier"
         self.ffn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.dropout = Dropout(cfg.dropout)
         self.attn_out_dropout: nn.Module = self.dropout  # dropout on A before the sum (none in the query-LN block)
@@ -458,7 +460,14 @@ class AttentionBlock(nn.Module):
         return self.ffn_sublayer(self.attention_sublayer(x, mask_bias, last))
 
     def reset_parameters(self) -> None:
-        """Initialisation beyond the model-wide one (``SequentialRecommender._init_weights``); none here."""
+        """Initialisation beyond the model-wide one (``SequentialRecommender._init_weights``): with
+        ``qkv_init="xavier"``, ``nn.MultiheadAttention``'s Xavier-uniform over the stacked (3d, d) query/key/value
+        matrix (biases stay 0; the output projection keeps N(0, init_std), being an ``nn.Linear`` there)."""
+        if self.xavier_qkv:
+            a = self.attention
+            bound = math.sqrt(6.0 / (4 * a.query.in_features))  # fan_in d + fan_out 3d
+            for lin in (a.query, a.key, a.value):
+                nn.init.uniform_(lin.weight, -bound, bound)
 
 
 class QueryLNBlock(AttentionBlock):
@@ -479,12 +488,7 @@ class QueryLNBlock(AttentionBlock):
         super().__init__(cfg)
         self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation, inner_dropout=cfg.dropout)
         self.attn_out_dropout = nn.Identity()
-
-    def reset_parameters(self) -> None:
-        a = self.attention
-        bound = math.sqrt(6.0 / (4 * a.query.in_features))  # xavier_uniform_ of the stacked (3d, d) in_proj_weight
-        for lin in (a.query, a.key, a.value):
-            nn.init.uniform_(lin.weight, -bound, bound)
+        self.xavier_qkv = True
 
     def residual_and_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.attn_ln(x)

@@ -67,6 +67,16 @@ class ModelConfig(NumbersModel):
         "ln_dropout", description="input: Dropout(LN(E+P)) (BSARec), LN(Dropout(E+P)) (reference), Dropout(E+P)"
     )
     final_ln: bool = False
+    qkv_init: Literal["normal", "xavier"] = Field(
+        "normal", description="initialisation of the query/key/value projections: N(0, init_std) with zero biases "
+        "(BSARec, RecBole), or nn.MultiheadAttention's Xavier-uniform over the stacked (3d, d) matrix with zero "
+        "biases (pmixer's SASRec and the code built on it: the reference paper's SASRec). The query-LN blocks are "
+        "always Xavier (their reference is nn.MultiheadAttention)"
+    )
+    ffn_dropout: bool = Field(
+        False, description="dropout inside the FFN, on its first layer's output (pmixer's dropout1: the reference "
+        "paper's SASRec); the query-LN blocks always have it. Before ReLU or after it is the same mask and values"
+    )
     ln_eps: float = Field(1e-12, gt=0.0)
     final_ln_eps: float | None = Field(None, gt=0.0, description="eps of the final LayerNorm (default ln_eps); "
                                        "RecTools' SASRec: 1e-8 there, 1e-5 in its blocks")

@@ -33,6 +33,7 @@ from resdom import distributed
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
+from resdom.experiments import recipe_label
 from resdom.io import atomic_write_json, atomic_write_text, directory_lock, remove_temporaries, writing
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
@@ -403,7 +404,8 @@ def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, tra
         atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in kept))
     data = {**data_info, "fingerprint": fingerprint, "n_items": split.n_items, "manifest": split.manifest}
     atomic_write_json(files.config, {"model": model_cfg.model_dump(), "train": train_cfg.model_dump(),
-                                     "data": data, "versions": versions()})
+                                     "data": data,
+                                     "versions": {**versions(), "recipe": recipe_label(model_cfg.name)}})
 
 
 def _read_final(files: RunFiles) -> dict[str, Any]:
