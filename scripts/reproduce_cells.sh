@@ -9,7 +9,8 @@
 #   scripts/reproduce_cells.sh "beauty-ts sasrec-tts 1,2,3" "sports-ts sasrec-tts 1,2,3" ...
 #   scripts/reproduce_cells.sh --commit results/beauty-ts/sasrec/seed1 ...   # commit cells stored by hand
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
-# (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell).
+# (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell), CODE_COMMIT
+# (default: the checkout's src/ as it is; a commit: that commit's src/, so a retraining queue keeps one code).
 # The commit holds the cell and the regenerated text tables only, never a figure (see commit_cell).
 # After each commit it runs the documents' hand-written readings against the store and names any that the new
 # cell breaks (check_readings; the cell stays committed, make test fails until the reading is rewritten).
@@ -84,13 +85,19 @@ if [ "${1:-}" = --commit ]; then  # commit cells of $STORE stored by hand (resdo
   done
   exit "$status"
 fi
-CODE="runs/code-$(git rev-parse --short HEAD)"
+CODE="runs/code-$(git rev-parse --short "${CODE_COMMIT:-HEAD}")"
 if [ ! -d "$CODE/src" ]; then  # copied aside, then renamed: two scripts started together never share a half copy
   # SOURCE_COMMIT: what every epoch and config.json of these cells records as their code (resdom.runs.source_commit)
-  dirty=$(git status --porcelain -- src | head -c1)
-  mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" \
-    && echo "$(git rev-parse --short HEAD)${dirty:+-dirty}" > "$tmp/src/resdom/SOURCE_COMMIT" \
-    && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
+  if [ -n "${CODE_COMMIT:-}" ]; then  # that commit's src/ exactly, whatever the checkout holds
+    mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && git archive "$CODE_COMMIT" src | tar -x -C "$tmp" \
+      && git rev-parse --short "$CODE_COMMIT" > "$tmp/src/resdom/SOURCE_COMMIT" \
+      && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
+  else
+    dirty=$(git status --porcelain -- src | head -c1)
+    mkdir -p runs && tmp=$(mktemp -d "$CODE.XXXXXX") && cp -r src "$tmp/src" \
+      && echo "$(git rev-parse --short HEAD)${dirty:+-dirty}" > "$tmp/src/resdom/SOURCE_COMMIT" \
+      && { mv -T "$tmp" "$CODE" 2>/dev/null || rm -rf "$tmp"; }
+  fi
 fi
 for group in "$@"; do
   read -r dataset label seeds <<<"$group"

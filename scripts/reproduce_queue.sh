@@ -18,6 +18,10 @@
 # one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new run in
 # runs/evidence) and its record in results/ replaced by the new one, in the cell's own commit:
 #   EVIDENCE=1 UNTIL=08:40 scripts/reproduce_queue.sh scripts/grid_evidence.txt
+# RECIPE=sasrec/2: a cell counts as stored only when its cell.json records that training recipe (versions.recipe,
+# resdom.experiments.RECIPE_VERSIONS), so the cells of an earlier recipe are trained again and replaced; with
+# CODE_COMMIT (scripts/reproduce_cells.sh) every cell trains from that commit's code:
+#   RECIPE=sasrec/2 CODE_COMMIT=a98357d8 UNTIL=19:30 nice -n 19 scripts/reproduce_queue.sh scripts/grid_recipe2.txt
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATUS=0; [ "${1:-}" = --status ] && { STATUS=1; shift; }
@@ -25,6 +29,7 @@ QUEUE=${1:-scripts/grid.txt}
 STORE=${STORE:-results}
 CLAIMS=runs/claims
 EVIDENCE=${EVIDENCE:-0}
+RECIPE=${RECIPE:-}
 [ "$EVIDENCE" = 1 ] && GRID=${GRID:-runs/evidence}
 
 cells() {  # the queue's cells, "data set  model  seed" a line, comments and blank lines left out; those started
@@ -40,8 +45,10 @@ cells() {  # the queue's cells, "data set  model  seed" a line, comments and bla
   done <<<"$lines"
   [ "${#started[@]}${#rest[@]}" = 00 ] || printf '%s\n' "${started[@]}" "${rest[@]}"
 }
-stored() {  # the cell is in the store (with EVIDENCE=1: and has its users.npz)
-  [ -f "$STORE/$1/$2/seed$3/cell.json" ] && { [ "$EVIDENCE" != 1 ] || [ -f "$STORE/$1/$2/seed$3/users.npz" ]; }
+stored() {  # the cell is in the store (with EVIDENCE=1: and has its users.npz; with RECIPE: trained with that recipe)
+  local cell="$STORE/$1/$2/seed$3"
+  [ -f "$cell/cell.json" ] && { [ "$EVIDENCE" != 1 ] || [ -f "$cell/users.npz" ]; } \
+    && { [ -z "$RECIPE" ] || grep -q "\"recipe\": \"$RECIPE\"" "$cell/cell.json"; }
 }
 grid_of() {  # the run folder that holds the cell (where it was started), else $GRID
   local dir
