@@ -99,7 +99,7 @@ def evaluate(
     if hasattr(inner, "eval"):
         inner.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):  # float32 even in an autocast region
             ranks = _local_ranks(inner, evalset, index, filter_seen, batch_size, device)
     finally:
         if was_training:

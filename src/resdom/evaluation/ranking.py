@@ -16,6 +16,7 @@ on x86: checked by ``tests/test_evaluation_ranking.py``).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,6 +29,18 @@ KS = CUTOFFS
 SCORE_BUDGET = 32_000_000  # floats per (users x items) score chunk: 128 MB in float32
 MISS = int(np.iinfo(np.int64).max // 4)  # rank of an item that cannot be recommended (filtered out, absent)
 ITEM_TILE = 2048  # items per score tile of ``tiled_ranks``: a (users x tile) block stays in the core's cache
+
+
+def exact(fn):
+    """Run ``fn(hidden, ...)`` with autocast off on ``hidden``'s device: scores and ranks are float32 even inside a
+    bfloat16 autocast region (a training step's), so evaluation and every diagnostic rank exactly as without it."""
+
+    @functools.wraps(fn)
+    def wrapped(hidden: torch.Tensor, *args, **kwargs):
+        with torch.autocast(hidden.device.type, enabled=False):
+            return fn(hidden, *args, **kwargs)
+
+    return wrapped
 
 
 def user_chunk_size(n_items: int, requested: int, budget: int = SCORE_BUDGET) -> int:
@@ -58,6 +71,7 @@ def _check_finite(scores: torch.Tensor) -> None:
         )
 
 
+@exact
 def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tensor:
     """hidden (B, d), item_emb (N+1, d), seen (B, L) item ids or None -> scores (B, N+1) float.
 
@@ -88,6 +102,7 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
     return ranks[:, 0] if flat else ranks
 
 
+@exact
 def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tensor,
                 seen: torch.Tensor | None = None, tile: int = ITEM_TILE) -> torch.Tensor:
     """``pessimistic_ranks(full_scores(hidden, item_emb, seen), items)`` without the (B, N+1) score matrix.

@@ -96,7 +96,10 @@ class _CrossEntropy(torch.autograd.Function):
     ``F.cross_entropy`` on CPU: ``benchmarks/RESULTS.md``, section "ce"."""
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int, grads: bool) -> torch.Tensor:
+    def forward(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int, grads: bool,
+                low: torch.dtype | None = None) -> torch.Tensor:
+        if low is not None:  # under autocast: the products in ``low``, everything else float32
+            return _CrossEntropy.forward_low(ctx, h, emb, t, rows, grads, low)
         lse = torch.empty(h.shape[0], dtype=h.dtype, device=h.device)
         gh = torch.empty_like(h) if grads else h.new_empty(0)
         ge = torch.zeros_like(emb) if grads else emb.new_empty(0)
@@ -116,19 +119,54 @@ class _CrossEntropy(torch.autograd.Function):
         return (lse - (h * emb[t]).sum(-1)).mean()
 
     @staticmethod
+    def forward_low(ctx, h: torch.Tensor, emb: torch.Tensor, t: torch.Tensor, rows: int, grads: bool,
+                    low: torch.dtype) -> torch.Tensor:
+        """``forward`` under autocast to ``low`` (bfloat16): the three block products take ``low`` operands (the
+        kernels accumulate in float32, their results are rounded to ``low`` once) and everything else is float32:
+        the scores are widened before the softmax and the log-sum-exp, the gradients are summed over the blocks and
+        returned in float32 (autograd casts each to its input's dtype), the loss is float32."""
+        with torch.autocast(h.device.type, enabled=False):
+            h32, e32 = h.float(), emb.float()
+            hl, el = h.to(low), emb.to(low)
+            lse = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
+            gh = torch.empty_like(h32) if grads else h32.new_empty(0)
+            ge = torch.zeros_like(e32) if grads else e32.new_empty(0)
+            block_rows = torch.arange(min(rows, h.shape[0]), device=h.device)
+            for s in range(0, h.shape[0], rows):
+                hb = hl[s : s + rows]
+                scores = (el @ hb.T).float()  # (N, rows)
+                top = scores.amax(0, keepdim=True)
+                z = scores.sub_(top).exp_().sum(0, keepdim=True)
+                lse[s : s + rows] = z.log().add_(top).squeeze(0)
+                if grads:
+                    g = scores.div_(z)
+                    g[t[s : s + rows], block_rows[: len(hb)]] -= 1.0
+                    gl = g.to(low)
+                    gh[s : s + rows] = gl.T @ el
+                    ge += gl @ hb
+            ctx.save_for_backward(gh, ge)
+            return (lse - (h32 * e32[t]).sum(-1)).mean()
+
+    @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         gh, ge = ctx.saved_tensors
         scale = grad / gh.shape[0]
-        return gh * scale, ge * scale, None, None, None
+        return gh * scale, ge * scale, None, None, None, None
 
 
 def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items (``_CrossEntropy``:
-    no (P, N) tensor)."""
+    no (P, N) tensor). Under ``torch.autocast`` (``train.precision`` bf16) the block products run in the autocast
+    dtype and the softmax, log-sum-exp, loss and gradients' sums in float32 (``_CrossEntropy.forward_low``);
+    without it every op is the float32 one it always was (the same bits)."""
     if h.shape[0] == 0:
         return h.sum() * 0.0
     grads = torch.is_grad_enabled() and (h.requires_grad or emb.requires_grad)  # else the value only
-    return _CrossEntropy.apply(h, emb, targets - 1, CPU_ROWS if h.device.type == "cpu" else h.shape[0], grads)
+    rows = CPU_ROWS if h.device.type == "cpu" else h.shape[0]
+    low = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else None
+    if low is None:  # float32: exactly as before autocast was supported
+        return _CrossEntropy.apply(h, emb, targets - 1, rows, grads)
+    return _CrossEntropy.apply(h, emb, targets - 1, rows, grads, low)
 
 
 class CEAll(Objective):
