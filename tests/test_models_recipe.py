@@ -206,3 +206,62 @@ def test_every_model_has_a_recipe_version_recorded_in_its_runs(tmp_path) -> None
     assert config["versions"]["recipe"] == "sasrec/2"
     assert config["model"]["qkv_init"] == "xavier" and config["model"]["ffn_dropout"] is True
     assert fitted is not None
+
+
+def query_ln_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: float, kv_from_q: bool) -> torch.Tensor:
+    """The query-LN SASRec of time-to-split (``kv_from_q=False``: ``MHA(Q, X, X)``, no dropout on its output) and
+    the paper's DuoRec (``True``: ``AnalyzableMHA(Q, Q, Q)`` with ``out_dropout``), written out on resdom's
+    parameters: ``Dropout(E * sqrt(d) + P)``; per block ``Q = LN_a(X)``, ``H = LN_f(Q + [Dropout](A))``,
+    ``X' = H + Dropout(conv2(ReLU(Dropout(conv1(H)))))``; a final LayerNorm."""
+    B, T = items.shape
+    x = tape.replay(model.item_emb.weight[items] * math.sqrt(D) + model.pos_emb.weight[torch.arange(T)], p)
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    for blk in model.blocks:
+        a = blk.attention
+        q_in = nn.functional.layer_norm(x, (D,), blk.attn_ln.weight, blk.attn_ln.bias, 1e-8)
+        kv_in = q_in if kv_from_q else x
+        q, k, v = (nn.functional.linear(t, lin.weight, lin.bias).view(B, T, HEADS, D // HEADS).transpose(1, 2)
+                   for t, lin in ((q_in, a.query), (kv_in, a.key), (kv_in, a.value)))
+        weights = torch.softmax(((q @ k.transpose(-1, -2)) / math.sqrt(D // HEADS)).masked_fill(causal, -math.inf), -1)
+        weights = tape.replay(weights, p)
+        attn = nn.functional.linear((weights @ v).transpose(1, 2).reshape(B, T, D), a.out.weight, a.out.bias)
+        attn = tape.replay(attn, p) if kv_from_q else attn
+        h = nn.functional.layer_norm(q_in + attn, (D,), blk.ffn_ln.weight, blk.ffn_ln.bias, 1e-8)
+        y = torch.relu(tape.replay(nn.functional.linear(h, blk.ffn.fc1.weight, blk.ffn.fc1.bias), p))
+        x = h + tape.replay(nn.functional.linear(y, blk.ffn.fc2.weight, blk.ffn.fc2.bias), p)
+    return nn.functional.layer_norm(x, (D,), model.final_ln.weight, model.final_ln.bias, 1e-8)
+
+
+@pytest.mark.parametrize(("label", "protocol", "kv_from_q", "sites"), [
+    ("sasrec-tts", "gts", False, 3),  # time-to-split's SASRec: weights, FFN inner, FFN output
+    ("duorec", "gts", True, 4),  # the paper's DuoRec: and out_dropout on the attention output
+])
+def test_query_ln_models_train_as_their_reference(monkeypatch, label: str, protocol: str, kv_from_q: bool,
+                                                  sites: int) -> None:
+    from resdom.experiments import model_variant
+
+    model_name, variant = model_variant(label)
+    values = {**model_defaults(model_name, protocol)[0], **variant}
+    cfg = ModelConfig(**{**values, "name": model_name, "n_items": 50, "hidden": D, "heads": HEADS, "layers": LAYERS,
+                         "max_len": L, "dropout": 0.3, "attn_dropout": 0.3})
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    xavier = math.sqrt(6.0 / (4 * D)) / math.sqrt(3.0)
+    for blk in model.blocks:  # nn.MultiheadAttention's initialisation: Xavier in_proj, N(0, 0.02) out_proj
+        assert float(blk.attention.key.weight.detach().std()) == pytest.approx(xavier, rel=0.06)
+        assert float(blk.attention.out.weight.detach().std()) == pytest.approx(0.02, rel=0.06)
+        assert float(blk.ffn.fc1.weight.detach().std()) == pytest.approx(0.02, rel=0.06)
+    items = torch.randint(1, 51, (4, L))
+    tape = MaskTape()
+    monkeypatch.setattr(block_module, "dropout", tape.record)
+    mine = model.encode(items)
+    ref = query_ln_forward(model, items, tape, 0.3, kv_from_q)
+    assert tape.at == len(tape.masks) == 1 + sites * LAYERS
+    torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(mine)
+    params = [p for p in model.parameters() if p.requires_grad]
+    g_mine = torch.autograd.grad((mine * weights).sum(), params, allow_unused=True)
+    g_ref = torch.autograd.grad((ref * weights).sum(), params, allow_unused=True)
+    for p, a, b in zip(params, g_mine, g_ref):
+        zero = torch.zeros_like(p)
+        torch.testing.assert_close(zero if a is None else a, zero if b is None else b, rtol=1e-4, atol=1e-6)
