@@ -118,21 +118,21 @@ def test_a_users_csv_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "who.txt").write_text("solo\n007\n7\nu \n")
     code, _, err = run_cli(capsys, "recommend", "run", "--users", "who.txt", "--k", "5", "--out", "recs.csv")
     assert code == 0, err
-    recs = pd.read_csv(tmp_path / "recs.csv", dtype={"user": str, "item": str}, keep_default_na=False)
-    assert recs["user"].tolist() == [u for u in ("solo", "007", "7", "u ") for _ in range(5)]
+    recs = pd.read_csv(tmp_path / "recs.csv", dtype={"user_id": str, "item_id": str}, keep_default_na=False)
+    assert recs["user_id"].tolist() == [u for u in ("solo", "007", "7", "u ") for _ in range(5)]
     assert recs["rank"].tolist() == [1, 2, 3, 4, 5] * 4
-    assert set(recs["item"]) <= set(df["product"])
-    for user, mine in recs.groupby("user"):  # seen items are filtered: none the user bought
-        assert not set(mine["item"]) & set(df.loc[df["customer"] == user, "product"]), user
+    assert set(recs["item_id"]) <= set(df["product"])
+    for user, mine in recs.groupby("user_id"):  # seen items are filtered: none the user bought
+        assert not set(mine["item_id"]) & set(df.loc[df["customer"] == user, "product"]), user
 
     # recommend's ranks are evaluation's: the target's place in the full list is its rank in users.npz (diagnose),
     # a filtered target (in the input) is never listed and evaluation counts it a miss; HR@K equals evaluate's
     code, _, err = run_cli(capsys, "recommend", "run", "--history", "test", "--k", str(split.n_items), "--out",
                            "full.csv")
     assert code == 0, err
-    full = pd.read_csv(tmp_path / "full.csv", dtype={"user": str, "item": str}, keep_default_na=False)
+    full = pd.read_csv(tmp_path / "full.csv", dtype={"user_id": str, "item_id": str}, keep_default_na=False)
     test = split.test
-    place = {(u, i): r for u, i, r in zip(full["user"], full["item"], full["rank"])}
+    place = {(u, i): r for u, i, r in zip(full["user_id"], full["item_id"], full["rank"])}
     listed = []
     assert evidence["user"].tolist() == test.inputs.users.tolist()
     for row in range(len(test)):

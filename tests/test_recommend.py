@@ -71,8 +71,8 @@ def test_ranks_equal_the_ranks_evaluation_computes(split, model, filter_seen) ->
     for i in range(len(split.test)):
         user = split.user_labels[split.test.inputs.users[i]]
         target = _label(split, split.test.targets[i])
-        mine = recs[recs["user"] == user]
-        hit = mine[mine["item"] == target]
+        mine = recs[recs["user_id"] == user]
+        hit = mine[mine["item_id"] == target]
         seen = split.test.targets[i] in set(split.test.inputs.sequence(i).tolist())
         if filter_seen and seen:  # evaluation: a filtered target ranks last (a miss); recommend never lists it
             assert hit.empty and ranks[i] >= split.n_items - 1
@@ -84,7 +84,7 @@ def test_ranks_equal_the_ranks_evaluation_computes(split, model, filter_seen) ->
     top10 = recommend(model, split, k=10, filter_seen=filter_seen, history="test")
     metrics = evaluate(model, split.test, filter_seen=filter_seen, ks=(10,)).metrics
     hits = sum(_label(split, split.test.targets[i]) in set(
-        top10.loc[top10["user"] == split.user_labels[split.test.inputs.users[i]], "item"])
+        top10.loc[top10["user_id"] == split.user_labels[split.test.inputs.users[i]], "item_id"])
         for i in range(len(split.test)))
     assert hits / len(split.test) == pytest.approx(metrics["HR@10"])
 
@@ -101,25 +101,25 @@ def test_scores_and_order_equal_a_hand_computation(split, model) -> None:
         scores[0] = -np.inf
         scores[seq] = -np.inf  # every item of the whole history, as evaluation filters
         best = sorted(range(1, split.n_items + 1), key=lambda j: (-scores[j], j))[:5]
-        mine = recs[recs["user"] == split.user_labels[history.users[row]]]
-        assert mine["item"].tolist() == [_label(split, j) for j in best]
+        mine = recs[recs["user_id"] == split.user_labels[history.users[row]]]
+        assert mine["item_id"].tolist() == [_label(split, j) for j in best]
         assert mine["rank"].tolist() == [1, 2, 3, 4, 5]
         np.testing.assert_allclose(mine["score"].to_numpy(), scores[best], rtol=1e-5, atol=1e-5)
 
 
 def test_every_user_in_external_ids_with_the_one_interaction_user(split, model) -> None:
     recs = recommend(model, split, k=3)
-    assert list(recs.columns) == ["user", "item", "rank", "score"]
-    assert recs["user"].unique().tolist() == sorted(_frame()["user_id"].unique())  # first appearance = sorted here
-    assert "cust-000" in set(recs["user"])  # one interaction: dropped by LOO, recommended from its history
-    assert set(recs["item"]) <= set(_frame()["item_id"]) and recs["item"].map(type).eq(str).all()
+    assert list(recs.columns) == ["user_id", "item_id", "score", "rank"]
+    assert recs["user_id"].unique().tolist() == sorted(_frame()["user_id"].unique())  # first appearance = sorted here
+    assert "cust-000" in set(recs["user_id"])  # one interaction: dropped by LOO, recommended from its history
+    assert set(recs["item_id"]) <= set(_frame()["item_id"]) and recs["item_id"].map(type).eq(str).all()
     one = _frame().query("user_id == 'cust-000'")["item_id"].iloc[0]
-    assert one not in set(recs.loc[recs["user"] == "cust-000", "item"])  # seen: filtered
+    assert one not in set(recs.loc[recs["user_id"] == "cust-000", "item_id"])  # seen: filtered
 
 
 def test_users_chosen_by_external_id_in_the_order_given(split, model) -> None:
     recs = recommend(model, split, ["cust-005", "cust-000", "cust-002"], k=2)
-    assert recs["user"].tolist() == ["cust-005"] * 2 + ["cust-000"] * 2 + ["cust-002"] * 2
+    assert recs["user_id"].tolist() == ["cust-005"] * 2 + ["cust-000"] * 2 + ["cust-002"] * 2
     with pytest.raises(ResdomError, match=r"users: 2 user id\(s\) not in the data: 'cust-5', ' cust-002'"):
         recommend(model, split, ["cust-5", "cust-005", " cust-002"], k=2)
 
@@ -129,11 +129,12 @@ def test_integer_ids_match_as_text(model) -> None:
                        "timestamp": [1, 2, 3, 4, 1, 2, 3, 4]})
     split = prepare_split(df)
     m = _model(split.n_items)
-    assert recommend(m, split, [7], k=1)["user"].tolist() == recommend(m, split, ["7"], k=1)["user"].tolist() == [7]
+    by_int, by_text = recommend(m, split, [7], k=1), recommend(m, split, ["7"], k=1)
+    assert by_int["user_id"].tolist() == by_text["user_id"].tolist() == [7]
     with pytest.raises(ResdomError, match="'007'"):
         recommend(m, split, ["007"], k=1)
     recs = recommend(m, split, k=4, filter_seen=False)
-    assert recs["item"].dtype == np.int64 and recs["user"].dtype == np.int64
+    assert recs["item_id"].dtype == np.int64 and recs["user_id"].dtype == np.int64
 
 
 def test_fewer_rows_when_fewer_items_are_unseen(split, model) -> None:
@@ -141,7 +142,7 @@ def test_fewer_rows_when_fewer_items_are_unseen(split, model) -> None:
     history = split.history()
     for row in range(len(history)):
         n_unseen = split.n_items - len(set(history.sequence(row).tolist()))
-        assert (recs["user"] == split.user_labels[history.users[row]]).sum() == n_unseen
+        assert (recs["user_id"] == split.user_labels[history.users[row]]).sum() == n_unseen
     assert np.isfinite(recs["score"]).all()
 
 
@@ -206,15 +207,16 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     assert invoke("recommend", str(run_dir), "--users", str(users), "--k", "3", "--out", str(out),
                   "--device", "cpu") == 0
     assert "6 recommendations for 2 users" in capsys.readouterr().err
-    got = pd.read_csv(out, dtype={"user": str, "item": str}, keep_default_na=False)
+    got = pd.read_csv(out, dtype={"user_id": str, "item_id": str}, keep_default_na=False)
     want = recommend(model, split, ["cust-004", "cust-000"], k=3)
-    assert got[["user", "item", "rank"]].values.tolist() == want[["user", "item", "rank"]].values.tolist()
+    assert list(got.columns) == ["user_id", "item_id", "score", "rank"]
+    assert got[["user_id", "item_id", "rank"]].values.tolist() == want[["user_id", "item_id", "rank"]].values.tolist()
     np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
     assert not list(out.parent.glob(".*tmp"))  # atomic: no temporary left
     # every user, CSV on stdout
     assert invoke("recommend", str(run_dir), "--k", "1", "--device", "cpu") == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == "user,item,rank,score" and len(printed) == 1 + len(split.history())
+    assert printed[0] == "user_id,item_id,score,rank" and len(printed) == 1 + len(split.history())
     # a users file in CSV form (the output of an earlier call)
     assert invoke("recommend", str(run_dir), "--users", str(out), "--k", "1", "--device", "cpu") == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("cust-004,")
@@ -242,7 +244,7 @@ def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, cap
     one = recommend(model, split, "cust-004", k=2)  # one id, not its characters
     pd.testing.assert_frame_equal(one, recommend(model, split, ["cust-004"], k=2))
     frame = recommend(model, split, ["cust-004", "cust-000", "cust-004", "cust-004"], k=1)
-    assert frame["user"].tolist() == ["cust-004", "cust-000"] and "'cust-004'" in frame.attrs["note"]
+    assert frame["user_id"].tolist() == ["cust-004", "cust-000"] and "'cust-004'" in frame.attrs["note"]
 
 
 def test_cli_takes_user_ids_themselves(run_dir, split, model, tmp_path, monkeypatch, capsys) -> None:
@@ -251,9 +253,9 @@ def test_cli_takes_user_ids_themselves(run_dir, split, model, tmp_path, monkeypa
     wins over the id."""
     monkeypatch.chdir(tmp_path)
     assert invoke("recommend", str(run_dir), "--users", "cust-004,,cust-000", "--k", "2", "--device", "cpu") == 0
-    got = [line.split(",")[:3] for line in capsys.readouterr().out.splitlines()[1:]]
+    got = [line.split(",")[:2] + line.split(",")[3:] for line in capsys.readouterr().out.splitlines()[1:]]
     want = recommend(model, split, ["cust-004", "cust-000"], k=2)
-    assert got == [[u, str(i), str(r)] for u, i, r in want[["user", "item", "rank"]].values.tolist()]
+    assert got == [[u, str(i), str(r)] for u, i, r in want[["user_id", "item_id", "rank"]].values.tolist()]
     for users, needle in (("users.txt", "--users users.txt: no such file, nor a user id of the data (give a file of "
                                         "user ids, the ids themselves, comma-separated, or 'all')"),
                           ("cust-000,nobody", "--users cust-000,nobody: 1 user id(s) not in the data: 'nobody'"),
@@ -304,7 +306,7 @@ def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) 
         assert invoke("recommend", str(run_dir), "--device", "cpu", "--users", str(users), "--k", "1",
                       "--out", str(out)) == 0
         capsys.readouterr()
-        assert out.read_text().splitlines()[0] == "user,item,rank,score"
+        assert out.read_text().splitlines()[0] == "user_id,item_id,score,rank"
         assert out.read_text().splitlines()[1].startswith("cust-004,")
 
 
@@ -325,8 +327,8 @@ def test_imported_model_recommends_in_the_files_ids(tmp_path: Path) -> None:
             scores = pm.predict(_left_pad([seqs[user]], MAXLEN), np.array(raw_items))[0].numpy()
         order = [raw_items[j] for j in np.lexsort((np.arange(len(raw_items)), -scores))]
         expected = [i for i in order if i not in set(seqs[user])][:5]
-        mine = recs[recs["user"] == user]
-        assert mine["item"].tolist() == expected
+        mine = recs[recs["user_id"] == user]
+        assert mine["item_id"].tolist() == expected
         np.testing.assert_allclose(mine["score"], [scores[raw_items.index(i)] for i in expected], rtol=1e-4,
                                    atol=1e-5)
 
@@ -344,7 +346,7 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
     k = sorted(unseen)[1] + 1  # more than the two users with the fewest unseen items have
     short = [split.user_labels[history.users[row]] for row in range(len(history)) if unseen[row] < k]
     recs = recommend(model, split, k=k)
-    assert recs.groupby("user").size().lt(k).sum() == len(short) >= 2
+    assert recs.groupby("user_id").size().lt(k).sum() == len(short) >= 2
     note = recs.attrs["note"]
     assert note.startswith(f"{len(short)} of {len(history)} users have fewer than {k} recommendable items")
     named = ", ".join(repr(u) if isinstance(u, str) else str(u) for u in short[:3])  # text ids quoted, integers bare
@@ -355,7 +357,7 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
     rows = [("all", item, t) for t, item in enumerate("abcab")] + [("few", item, t) for t, item in enumerate("aab")]
     small = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
     recs = recommend(_model(small.n_items), small, k=1, filter_seen=True)
-    assert recs["user"].tolist() == ["few"]
+    assert recs["user_id"].tolist() == ["few"]
     # text ids are quoted: an id may hold a comma or a space
     rows = [("u,1", item, t) for t, item in enumerate("abcab")] + [("u 2", item, t) for t, item in enumerate("abab")]
     small2 = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
@@ -365,3 +367,152 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
                                   "in all) and get fewer rows (1 of them none): user 'all'")
     assert invoke("recommend", str(run_dir), "--k", str(k), "--device", "cpu") == 0
     assert f"note: {len(short)} of {len(history)} users have fewer than {k}" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- issue 60: sessions, whitelist, exclusions, similar items
+
+
+def _hand_top(model, split, seq: list[int], k: int, blocked: set[int] = frozenset(), filter_seen: bool = True):
+    """The slow reference: one session's scores by hand, top ``k`` as (item id, score), ties by item id."""
+    padded = torch.tensor([[0] * (MAX_LEN - len(seq[-MAX_LEN:])) + seq[-MAX_LEN:]])
+    with torch.no_grad():
+        scores = (final_states(model, padded) @ model.item_embeddings().detach().T)[0].numpy().astype(np.float64)
+    allowed = [j for j in range(1, split.n_items + 1) if j not in blocked and not (filter_seen and j in seq)]
+    best = sorted(allowed, key=lambda j: (-scores[j], j))[:k]
+    return best, scores[best]
+
+
+def test_sessions_score_like_a_user_with_that_history(split, model) -> None:
+    history = split.history()
+    row = 3
+    user = split.user_labels[history.users[row]]
+    seq = history.sequence(row).tolist()
+    labels = [split.item_labels[j] for j in seq]
+    recs = recommend(model, split, sequences={"s1": labels, "new": labels[:2]}, k=4)
+    as_user = recommend(model, split, [user], k=4)
+    assert list(recs.columns) == ["user_id", "item_id", "score", "rank"]
+    mine = recs[recs["user_id"] == "s1"]
+    assert mine["item_id"].tolist() == as_user["item_id"].tolist()
+    np.testing.assert_allclose(mine["score"], as_user["score"], rtol=1e-6)
+    best, scores = _hand_top(model, split, seq[:2], 4)
+    new = recs[recs["user_id"] == "new"]
+    assert new["item_id"].tolist() == [split.item_labels[j] for j in best] and new["rank"].tolist() == [1, 2, 3, 4]
+    np.testing.assert_allclose(new["score"], scores, rtol=1e-5, atol=1e-5)
+    assert "note" not in recs.attrs
+    # a list of lists: sessions 0, 1, ...; unknown items left out and named in one note; an empty session no rows
+    listed = recommend(model, split, sequences=[labels[:2] + ["no such item"], ["nope"], labels], k=2)
+    assert listed["user_id"].tolist() == [0, 0, 2, 2]
+    assert listed[listed["user_id"] == 0]["item_id"].tolist() == new["item_id"].tolist()[:2]
+    assert listed.attrs["note"] == ("sequences: 2 item id(s) not in the data, left out: 'no such item', 'nope'; "
+                                    "1 sequence(s) with no item of the data get no rows: 1")
+    for bad, message in [("abc", "sequences: expected a list of item-id lists"),
+                         (["a", "b"], r"sequences: each sequence must be a list of item ids.*one session: \[\[...\]\]"),
+                         ([], "sequences: no sequences in it")]:
+        with pytest.raises(ResdomError, match=message):
+            recommend(model, split, sequences=bad, k=2)
+    with pytest.raises(ResdomError, match="users, sequences: give one of them"):
+        recommend(model, split, ["cust-001"], sequences=[labels], k=2)
+
+
+def test_whitelist_and_exclusions_against_a_hand_ranking(split, model) -> None:
+    history = split.history()
+    pool = [split.item_labels[j] for j in range(1, 13)]
+    ban = [split.item_labels[j] for j in (2, 5)]
+    recs = recommend(model, split, k=5, items=pool + ["ghost"], exclude=ban + ["ghost2"])
+    assert recs.attrs["note"].startswith("items: 1 whitelisted item id(s) not in the data, left out: 'ghost'; "
+                                         "exclude: 1 item id(s) to exclude not in the data, left out: 'ghost2'")
+    blocked = set(range(13, split.n_items + 1)) | {2, 5}
+    for row in range(len(history)):
+        seq = history.sequence(row).tolist()
+        best, scores = _hand_top(model, split, seq, 5, blocked)
+        mine = recs[recs["user_id"] == split.user_labels[history.users[row]]]
+        assert mine["item_id"].tolist() == [split.item_labels[j] for j in best]
+        np.testing.assert_allclose(mine["score"], scores, rtol=1e-5, atol=1e-5)
+    assert set(recs["item_id"]) <= set(pool) - set(ban)
+    with pytest.raises(ResdomError, match="items: none of the 2 item id"):
+        recommend(model, split, k=2, items=["x", "y"])
+    one = recommend(model, split, ["cust-003"], k=3, items=pool[0])  # one id alone: a one-item whitelist
+    assert one["item_id"].tolist() in ([pool[0]], [])
+
+
+def _hand_similar(model, split, item: int, k: int):
+    emb = model.item_embeddings().detach().numpy().astype(np.float64)
+    cos = {j: float(emb[item] @ emb[j] / (np.linalg.norm(emb[item]) * np.linalg.norm(emb[j])))
+           for j in range(1, split.n_items + 1) if j != item}
+    best = sorted(cos, key=lambda j: (-cos[j], j))[:k]
+    return best, [cos[j] for j in best]
+
+
+def test_similar_items_are_cosine_neighbours(split, model) -> None:
+    from resdom.recommend import similar_items
+
+    frame = similar_items(model, split, k=3)
+    assert list(frame.columns) == ["target_item_id", "item_id", "score", "rank"]
+    assert len(frame) == 3 * split.n_items
+    for item in range(1, split.n_items + 1):
+        best, cos = _hand_similar(model, split, item, 3)
+        mine = frame[frame["target_item_id"] == split.item_labels[item]]
+        assert mine["item_id"].tolist() == [split.item_labels[j] for j in best]
+        assert mine["rank"].tolist() == [1, 2, 3]
+        np.testing.assert_allclose(mine["score"], cos, rtol=1e-5, atol=1e-6)
+    assert not (frame["target_item_id"] == frame["item_id"]).any()
+    some = similar_items(model, split, ["007", "7", "007", "nothing"], k=2)
+    assert some["target_item_id"].tolist() == ["007", "007", "7", "7"]
+    assert some.attrs["note"] == "items: 1 item id(s) not in the data, left out: 'nothing'"
+    with pytest.raises(ResdomError, match="items: none of the 1 item id"):
+        similar_items(model, split, ["nothing"], k=2)
+    # a hand case: items 1 and 2 point the same way, 3 orthogonal, 4 opposite; the item itself never listed
+    tiny = SplitData(split.train, split.valid, split.test, 4, split.manifest,
+                     item_labels=np.array([None, "a", "b", "c", "d"], dtype=object))
+
+    class Emb:
+        n_items, max_len = 4, 2
+
+        def item_embeddings(self):
+            return torch.tensor([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+
+        def encode(self, items):
+            raise AssertionError
+
+        def attention_blocks(self):
+            return []
+
+    hand = similar_items(Emb(), tiny, ["a", "c"], k=3, device="cpu")
+    assert hand.values.tolist() == [["a", "b", 1.0, 1], ["a", "c", 0.0, 2], ["a", "d", -1.0, 3],
+                                    ["c", "a", 0.0, 1], ["c", "b", 0.0, 2], ["c", "d", 0.0, 3]]
+
+
+def test_cli_sessions_whitelist_similar_and_short_k(run_dir, split, model, tmp_path, capsys) -> None:
+    labels = [split.item_labels[j] for j in split.history().sequence(3).tolist()]
+    txt, js, csv = tmp_path / "s.txt", tmp_path / "s.json", tmp_path / "s.csv"
+    txt.write_text(",".join(labels) + "\n\n" + "ghost," + labels[0] + "\n")
+    js.write_text('{"a": ' + str(labels).replace("'", '"') + ', "b": ["ghost"]}')
+    csv.write_text("session_id,item_id\n" + "".join(f"a,{x}\n" for x in labels) + "b,ghost\n")
+    want = recommend(model, split, sequences={"a": labels}, k=3)
+    for path, first in ((txt, "0"), (js, "a"), (csv, "a")):
+        code = invoke("recommend", str(run_dir), "--sequences", str(path), "-k", "3", "--device", "cpu")
+        printed = capsys.readouterr()
+        assert code == 0, printed.err
+        lines = printed.out.splitlines()
+        assert lines[0] == "user_id,item_id,score,rank"
+        assert [x.split(",")[1] for x in lines[1:4]] == want["item_id"].tolist() and lines[1].startswith(first + ",")
+        notes = [x for x in printed.err.splitlines() if x.startswith("note:")]
+        assert len(notes) == 1 and "--sequences: 1 item id(s) not in the data, left out: 'ghost'" in notes[0]
+    pool = ",".join(split.item_labels[j] for j in range(1, 9))
+    out = tmp_path / "recs.csv"
+    out.write_text("user,item,rank,score\ncust-000,x,1,0.5\n")  # an earlier output in the old columns: replaced
+    assert invoke("recommend", str(run_dir), "--users", "cust-003,cust-004", "-k", "2", "--items", pool,
+                  "--exclude", split.item_labels[1], "--no-filter-seen", "--out", str(out), "--device", "cpu") == 0
+    assert "4 recommendations for 2 users (top 2, seen items kept, whitelist, exclusions)" in capsys.readouterr().err
+    got = pd.read_csv(out, dtype={"user_id": str, "item_id": str}, keep_default_na=False)
+    ref = recommend(model, split, ["cust-003", "cust-004"], k=2, items=pool.split(","),
+                    exclude=[split.item_labels[1]], filter_seen=False)
+    assert got["item_id"].tolist() == ref["item_id"].tolist()
+    assert invoke("similar", str(run_dir), "--items", "007,7,ghost", "-k", "2", "--device", "cpu") == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines()[0] == "target_item_id,item_id,score,rank" and len(printed.out.splitlines()) == 5
+    assert "note: --items: 1 item id(s) not in the data, left out: 'ghost'" in printed.err
+    code = invoke("similar", str(run_dir), "--items", "ghost", "--device", "cpu")
+    assert code == 2 and "--items: none of the 1 item id(s) is in the data" in capsys.readouterr().err
+    code = invoke("recommend", str(run_dir), "--users", "cust-003", "--sequences", str(txt), "--device", "cpu")
+    assert code == 2 and "give --users or --sequences, not both" in capsys.readouterr().err

@@ -4,7 +4,7 @@
     split = resdom.prepare_split("synthetic:demo", protocol="gts")
     fitted = resdom.fit(split, "sasrec", epochs=10)        # in memory; out="runs/x" writes a run directory
     resdom.evaluate(fitted, cutoffs=(10,)).metrics          # {"HR@10": ..., "NDCG@10": ..., "MRR": ...}
-    fitted.recommend(k=10)                                  # DataFrame user, item, rank, score in your own ids
+    fitted.recommend(k=10)                                  # DataFrame user_id, item_id, score, rank: your ids
     diagnosis = resdom.diagnose(fitted)                     # shuffle, hrli, mixing, alpha, recovery
     diagnosis.plot("mixing")                                # the report's figure; every result: to_dict(), to_frame()
 
@@ -42,7 +42,7 @@ from resdom.experiments import canonical_label, model_variant, variant_train_val
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
 from resdom.models.config import ModelConfig
 from resdom.names import MODELS, PARTS
-from resdom.recommend import recommend
+from resdom.recommend import recommend, similar_items
 from resdom.report.figures import result_figure
 from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import checkpoint_id, save_checkpoint
@@ -158,20 +158,33 @@ class Fitted:
 
 
     def recommend(self, users: Sequence[Any] | str | int | None = None, k: int = 10, filter_seen: bool | None = None,
-                  alpha: float = 1.0, *, history: str = "all", batch_size: int = 256) -> pd.DataFrame:
-        """The top ``k`` items for each user as a pandas DataFrame (user, item, rank 1..k, score), in the data's own
-        (external) ids: the ids of the file or DataFrame the split was prepared from, exactly as read.
+                  alpha: float = 1.0, *, sequences: Any = None, items: Sequence[Any] | str | int | None = None,
+                  exclude: Sequence[Any] | str | int | None = None, history: str = "all",
+                  batch_size: int = 256) -> pd.DataFrame:
+        """The top ``k`` items for each user as a pandas DataFrame in RecTools' columns (user_id, item_id, score,
+        rank 1..k), in the data's own (external) ids: the ids of the file or DataFrame the split was prepared from,
+        exactly as read.
 
         ``users``: external user ids (matched as text: ``7`` and ``"7"`` are the same id, ``"007"`` is another);
         one id alone (``"u7"``) is that user; None: every user. An unknown id is a ResdomError naming it.
+        ``sequences``: sessions to score instead of users, in external item ids, oldest first: a dict {session id:
+        item ids} or a list of item-id lists (ids 0, 1, ...); item ids not in the data are left out and named in
+        ``frame.attrs["note"]``. ``items``: a whitelist, the only items that may be recommended; ``exclude``: items
+        never recommended (external ids; unknown ones left out with a note).
         ``filter_seen``: never recommend an item of the user's input (None: the split's setting,
         ``SplitData.filter_seen``: True but for data sets that keep seen items, as evaluation). ``alpha``: the
         residual scale at inference (1: the model as trained; docs/spec.md §4).
         ``history``: ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` /
         ``"valid"`` (that part's inputs, as evaluation scores them; ranks then equal evaluation's). Works for
         imported models as for trained ones (``resdom.recommend``)."""
-        return recommend(self.model, self.split, users, k, filter_seen=filter_seen, alpha=alpha, history=history,
-                         batch_size=batch_size)
+        return recommend(self.model, self.split, users, k, sequences=sequences, items=items, exclude=exclude,
+                         filter_seen=filter_seen, alpha=alpha, history=history, batch_size=batch_size)
+
+    def similar_items(self, items: Sequence[Any] | str | int | None = None, k: int = 10) -> pd.DataFrame:
+        """The ``k`` items nearest each of ``items`` (external ids; None: every item) by cosine over the model's
+        output item embeddings, the item itself excluded: a DataFrame in RecTools' columns (target_item_id,
+        item_id, score = the cosine, rank 1..k). Unknown ids are left out and named in ``frame.attrs["note"]``."""
+        return similar_items(self.model, self.split, items, k)
 
 
 def load_run(path: str | Path, device: str = "auto") -> Fitted:

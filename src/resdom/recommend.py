@@ -1,9 +1,13 @@
-"""Recommendations in the user's own ids: the top K items for each user, after everything the split knows of them.
+"""Recommendations in the user's own ids: the top K items for each user, after everything the split knows of them,
+or for ad hoc sessions; and the items most similar to an item.
 
 ``recommend(model, split, users, k)`` scores every item for each user exactly as evaluation does (the prediction read
 at the last column of the left-padded input, the last ``max_len`` items; ``evaluation.ranking.full_scores``, seen
 items -inf when filtering, the whole history's items as evaluation filters the whole input) and returns a pandas
-DataFrame of (user, item, rank, score) in external ids (``SplitData.user_labels`` / ``item_labels``).
+DataFrame in RecTools' columns (``COLUMNS``: user_id, item_id, score, rank) in external ids (``SplitData.user_labels``
+/ ``item_labels``). ``sequences=`` scores sessions of item ids instead (a new user, a basket), ``items=`` is a
+whitelist of what may be recommended and ``exclude=`` what may not. ``similar_items`` lists each item's nearest
+items by cosine over the output item embeddings (``SIMILAR_COLUMNS``: target_item_id, item_id, score, rank).
 
 The input of a user (``history``):
 
@@ -22,6 +26,7 @@ names the first of them (``resdom recommend`` prints it).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -33,6 +38,7 @@ from resdom.checks import alpha_value, optional_bool, positive_int
 from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.errors import ResdomError
+from resdom.evaluation.beyond import cosine_scores
 from resdom.evaluation.ranking import full_scores, user_chunk_size
 from resdom.models.interface import final_states, residual_scale
 
@@ -40,6 +46,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 HISTORIES = ("all", "test", "valid")
+COLUMNS = ("user_id", "item_id", "score", "rank")  # RecTools' columns (resdom before 0.2: user, item, rank, score)
+SIMILAR_COLUMNS = ("target_item_id", "item_id", "score", "rank")  # RecTools' item-to-item columns
+OLD_HEADER = "user,item,rank,score"  # the CSV header resdom recommend wrote before: still an earlier output
 
 
 def label_texts(labels: np.ndarray) -> list[str]:
@@ -104,23 +113,117 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return rows[keep], items[keep], values[keep]
 
 
+def item_index(split: SplitData, items: Iterable[Any] | str | int, where: str) -> tuple[np.ndarray, list[Any]]:
+    """(int64 item ids 1..n_items of the external ids in ``items`` that the split knows, in the order given,
+    duplicates kept; the ids it does not know, as given). Ids are matched as text, exactly (``user_index``)."""
+    labels = split.item_labels
+    if labels is None:
+        raise ResdomError(f"{where}: this split was prepared before resdom kept the items' ids; prepare it again "
+                          "(`resdom data split`, or retrain) to name items by id")
+    given = _as_list(items)
+    index = {text: i + 1 for i, text in enumerate(label_texts(labels[1:]))}
+    known = [index[str(x)] for x in given if str(x) in index]
+    unknown = [x for x in given if str(x) not in index]
+    return np.asarray(known, dtype=np.int64), unknown
+
+
+def _as_list(values: Iterable[Any] | str | int) -> list[Any]:
+    """One id (a str, bytes or a scalar) as a one-item list, else the ids as a list."""
+    return [values] if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else list(values)
+
+
+def unknown_note(unknown: list[Any], what: str) -> str:
+    """One line naming ids not in the data: how many, the first few (quoted where text), what became of them."""
+    shown = ", ".join(repr(x) if isinstance(x, str) else str(x) for x in unknown[:5])
+    more = f", and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
+    return f"{len(unknown):,} {what} not in the data, left out: {shown}{more}"
+
+
+def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[Any], list[str]]:
+    """``sequences`` (a dict {id: item ids} or a list of item-id lists, ids 0, 1, ... then) -> (their known items as
+    Sequences in the given order, oldest first; the id of each; notes: the item ids not in the data, left out, and
+    the sequences left with no item, which get no rows)."""
+    if isinstance(sequences, dict):
+        ids, lists = list(sequences.keys()), list(sequences.values())
+    elif isinstance(sequences, (str, bytes)) or not isinstance(sequences, Iterable):
+        raise ResdomError(f"sequences: expected a list of item-id lists or a dict {{id: item ids}} (got "
+                          f"{type(sequences).__name__})")
+    else:
+        lists = list(sequences)
+        ids = list(range(len(lists)))
+    if not lists:
+        raise ResdomError("sequences: no sequences in it")
+    bad = [x for x in lists if isinstance(x, (str, bytes)) or not isinstance(x, Iterable)]
+    if bad:
+        raise ResdomError(f"sequences: each sequence must be a list of item ids, oldest first (got {bad[0]!r}; "
+                          "one session: [[...]])")
+    rows, unknown, empty = [], [], []
+    for sid, seq in zip(ids, lists):
+        known, missing = item_index(split, list(seq), "sequences")
+        unknown += missing
+        rows.append(known.tolist())
+        if not len(known):
+            empty.append(sid)
+    notes = []
+    if unknown:
+        notes.append("sequences: " + unknown_note(list(dict.fromkeys(unknown)), "item id(s)"))
+    if empty:
+        named = ", ".join(repr(x) if isinstance(x, str) else str(x) for x in empty[:3])
+        notes.append(f"{len(empty):,} sequence(s) with no item of the data get no rows: {named}"
+                     f"{', ...' if len(empty) > 3 else ''}")
+    return Sequences.from_lists(rows), ids, notes
+
+
+def allowed_items(split: SplitData, items: Any, exclude: Any) -> tuple[np.ndarray | None, list[str]]:
+    """(bool (n_items + 1,) True for an item that may never be recommended (None: every item may be), notes):
+    ``items``, a whitelist of external ids (None: every item), ``exclude``, ids never recommended (None: none).
+    Ids not in the data are left out with a note; a whitelist none of whose ids is in the data is a ResdomError."""
+    if items is None and exclude is None:
+        return None, []
+    blocked = np.zeros(split.n_items + 1, dtype=bool)
+    notes = []
+    if items is not None:
+        known, unknown = item_index(split, items, "items")
+        if not len(known):
+            raise ResdomError(f"items: none of the {len(_as_list(items)):,} item id(s) of the whitelist is in the "
+                              "data (ids are matched exactly as text)")
+        blocked[:] = True
+        blocked[known] = False
+        if unknown:
+            notes.append("items: " + unknown_note(unknown, "whitelisted item id(s)"))
+    if exclude is not None:
+        known, unknown = item_index(split, exclude, "exclude")
+        blocked[known] = True
+        if unknown:
+            notes.append("exclude: " + unknown_note(unknown, "item id(s) to exclude"))
+    blocked[0] = True
+    return blocked, notes
+
+
 def recommend(
     model: Any,
     split: SplitData,
     users: Iterable[Any] | str | int | None = None,
     k: int = 10,
     *,
+    sequences: Any = None,
+    items: Iterable[Any] | str | int | None = None,
+    exclude: Iterable[Any] | str | int | None = None,
     filter_seen: bool | None = None,
     alpha: float = 1.0,
     history: str = "all",
     batch_size: int = 256,
     device: str | torch.device | None = None,
 ) -> pd.DataFrame:
-    """The top ``k`` items of each user in ``users`` (external ids; None: every user with an input) as a DataFrame
-    (user, item, rank 1..k, score), users in the order given (None: increasing user index; one id, e.g. "u7": that
-    user; an id given twice is recommended once, at its first place, with a note in ``DataFrame.attrs["note"]``), in
-    external ids.
+    """The top ``k`` items of each user in ``users`` (external ids; None: every user with an input), or of each
+    sequence of ``sequences``, as a DataFrame in RecTools' columns (``COLUMNS``: user_id, item_id, score, rank
+    1..k), users in the order given (None: increasing user index; one id, e.g. "u7": that user; an id given twice
+    is recommended once, at its first place, with a note in ``DataFrame.attrs["note"]``), in external ids.
 
+    ``sequences``: ad hoc sessions instead of the split's users: a dict {session id: item ids, oldest first} or a
+    list of item-id lists (session ids 0, 1, ...), in the data's external item ids; ids not in the data are left
+    out with a note (a session left with none gets no rows). ``items``: a whitelist (only these may be
+    recommended); ``exclude``: items never recommended; both in external ids, unknown ones left out with a note.
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``); ``alpha``: the
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
     ``filter_seen``: items of the user's input are never recommended; None: the split's setting
@@ -137,48 +240,67 @@ def recommend(
         check_model(model)
     except TypeError as e:
         raise ResdomError(f"model: {e}") from None
+    if users is not None and sequences is not None:
+        raise ResdomError("users, sequences: give one of them (the split's users, or sessions of item ids)")
     if filter_seen is None:
         filter_seen = split.filter_seen
-    inputs = _inputs(split, history)
-    ids, notes = None, []
-    if users is not None:
-        given = [users] if isinstance(users, (str, bytes)) or not isinstance(users, Iterable) else list(users)
-        first = {}  # text -> the id as given, at its first place (ids are matched as text, user_index)
-        for u in given:
-            first.setdefault(str(u), u)
-        ids = list(first.values())
-        if len(ids) < len(given):
-            counts = Counter(str(u) for u in given)
-            repeated = [u for u in ids if counts[str(u)] > 1]
-            notes.append(f"{len(repeated):,} user id(s) given more than once ({', '.join(map(repr, repeated[:3]))}"
-                         f"{', ...' if len(repeated) > 3 else ''}): each recommended once, at its first place")
-    wanted = None if ids is None else user_index(split, ids)
-    rows = _select(inputs, wanted, history, ids or [])
+    notes: list[str] = []
+    blocked, more = allowed_items(split, items, exclude)
+    if sequences is not None:
+        inputs, session_ids, more_notes = session_inputs(split, sequences)
+        notes += more_notes
+        rows = np.flatnonzero(inputs.lengths > 0)
+    else:
+        inputs = _inputs(split, history)
+        ids = None
+        if users is not None:
+            given = _as_list(users)
+            first = {}  # text -> the id as given, at its first place (ids are matched as text, user_index)
+            for u in given:
+                first.setdefault(str(u), u)
+            ids = list(first.values())
+            if len(ids) < len(given):
+                counts = Counter(str(u) for u in given)
+                repeated = [u for u in ids if counts[str(u)] > 1]
+                notes.append(f"{len(repeated):,} user id(s) given more than once "
+                             f"({', '.join(map(repr, repeated[:3]))}{', ...' if len(repeated) > 3 else ''}): each "
+                             "recommended once, at its first place")
+        wanted = None if ids is None else user_index(split, ids)
+        rows = _select(inputs, wanted, history, ids or [])
+    notes += more
     dev = torch.device(device) if device is not None else model_device(model)
     if float(alpha) != 1.0 and not list(model.attention_blocks()):
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
     chunk = user_chunk_size(int(model.n_items), batch_size)
     longest = max(1, int(inputs.lengths[rows].max(initial=1))) if len(rows) else 1
+    mask = torch.from_numpy(blocked).to(dev) if blocked is not None else None
     out_rows, out_items, out_scores = [], [], []
     scaled = residual_scale(model, float(alpha)) if float(alpha) != 1.0 else contextlib.nullcontext()
     with inference(model), scaled:  # alpha 1: the model as it is (also inside a caller's residual_scale)
         item_emb = model.item_embeddings()
         for start in range(0, len(rows), chunk):
             idx = rows[start:start + chunk]
-            items = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
+            batch = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
             seen = torch.from_numpy(inputs.padded(longest, idx)).to(dev) if filter_seen else None
-            scores = full_scores(final_states(model, items), item_emb, seen)
+            scores = full_scores(final_states(model, batch), item_emb, seen)
+            if mask is not None:
+                scores[:, mask] = -math.inf
             r, i, s = top_k(scores, int(k))
             out_rows.append(r + start)
             out_items.append(i)
             out_scores.append(s)
     r = np.concatenate(out_rows) if out_rows else np.zeros(0, dtype=np.int64)
-    items = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
+    found = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
     scores = np.concatenate(out_scores) if out_scores else np.zeros(0)
     rank = np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
-    user_idx = inputs.users[rows[r]]
-    frame = pd.DataFrame({"user": _external(split.user_labels, user_idx), "item": _external(split.item_labels, items),
-                          "rank": rank.astype(np.int64), "score": scores})
+    if sequences is not None:
+        who = np.empty(len(r), dtype=object)
+        who[:] = [session_ids[int(j)] for j in rows[r]]
+        users_out = _plain(who)
+    else:
+        users_out = _external(split.user_labels, inputs.users[rows[r]])
+    frame = pd.DataFrame({"user_id": users_out, "item_id": _external(split.item_labels, found),
+                          "score": scores, "rank": rank.astype(np.int64)})
     if split.user_labels is None or split.item_labels is None:
         notes.append("this split was saved before resdom kept external ids: users and items are resdom's internal "
                      "indices")
@@ -186,15 +308,83 @@ def recommend(
     short = np.flatnonzero(counts < int(k))
     if len(short):
         none = int((counts == 0).sum())
+        if sequences is not None:
+            short_ids = [session_ids[int(j)] for j in rows[short[:3]]]
+        else:
+            short_ids = _external(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
         named = ", ".join(repr(x) if isinstance(x, str) else str(x)  # quoted: an id may hold a comma or a space
-                          for x in _external(split.user_labels, inputs.users[rows[short[:3]]]).tolist())
-        notes.append(f"{len(short):,} of {len(rows):,} users have fewer than {int(k)} recommendable items "
-                     f"({'seen items filtered, ' if filter_seen else ''}{int(model.n_items):,} items in all) and get "
-                     f"fewer rows{f' ({none:,} of them none)' if none else ''}: user{'s' if len(short) > 1 else ''} "
-                     f"{named}{', ...' if len(short) > 3 else ''}")
+                          for x in short_ids)
+        why = [*(["seen items filtered"] if filter_seen else []), *(["a whitelist"] if items is not None else []),
+               *(["items excluded"] if exclude is not None else [])]
+        kind = "sequences" if sequences is not None else "users"
+        notes.append(f"{len(short):,} of {len(rows):,} {kind} have fewer than {int(k)} recommendable items "
+                     f"({''.join(w + ', ' for w in why)}{int(model.n_items):,} items in all) and get "
+                     f"fewer rows{f' ({none:,} of them none)' if none else ''}: "
+                     f"{kind[:-1] if len(short) == 1 else kind} {named}{', ...' if len(short) > 3 else ''}")
     if notes:
         frame.attrs["note"] = "; ".join(notes)
     return frame
+
+
+def similar_items(
+    model: Any,
+    split: SplitData,
+    items: Iterable[Any] | str | int | None = None,
+    k: int = 10,
+    *,
+    batch_size: int = 1024,
+    device: str | torch.device | None = None,
+) -> pd.DataFrame:
+    """The ``k`` items most similar to each of ``items`` (external ids; None: every item) by cosine over the
+    model's output item embeddings (``item_embeddings()``, what it scores against), the item itself excluded, as
+    a DataFrame in RecTools' item-to-item columns (``SIMILAR_COLUMNS``: target_item_id, item_id, score (the
+    cosine), rank 1..k); equal cosines by increasing internal item id. Ids not in the data are left out with a
+    note in ``DataFrame.attrs["note"]``; none known is a ResdomError; an id given twice is listed once."""
+    import pandas as pd
+
+    k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
+    try:
+        check_model(model)
+    except TypeError as e:
+        raise ResdomError(f"model: {e}") from None
+    notes = []
+    if items is None:
+        targets = np.arange(1, split.n_items + 1, dtype=np.int64)
+    else:
+        targets, unknown = item_index(split, items, "items")
+        if not len(targets):
+            raise ResdomError(f"items: none of the {len(_as_list(items)):,} item id(s) is in the data (ids are "
+                              "matched exactly as text)")
+        if unknown:
+            notes.append("items: " + unknown_note(unknown, "item id(s)"))
+        targets = np.asarray(list(dict.fromkeys(targets.tolist())), dtype=np.int64)
+    dev = torch.device(device) if device is not None else model_device(model)
+    out_rows, out_items, out_scores = [], [], []
+    with inference(model):
+        item_emb = model.item_embeddings().to(dev)
+        for start in range(0, len(targets), batch_size):
+            ids = torch.from_numpy(targets[start:start + batch_size]).to(dev)
+            r, i, s = top_k(cosine_scores(item_emb, ids), k)
+            out_rows.append(r + start)
+            out_items.append(i)
+            out_scores.append(s)
+    r = np.concatenate(out_rows) if out_rows else np.zeros(0, dtype=np.int64)
+    found = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
+    rank = np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
+    frame = pd.DataFrame({"target_item_id": _external(split.item_labels, targets[r]),
+                          "item_id": _external(split.item_labels, found),
+                          "score": np.concatenate(out_scores) if out_scores else np.zeros(0),
+                          "rank": rank.astype(np.int64)})
+    if notes:
+        frame.attrs["note"] = "; ".join(notes)
+    return frame
+
+
+def _plain(values: np.ndarray) -> np.ndarray:
+    """Session ids as an int64 array where every id is an integer, else as given (object)."""
+    if len(values) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in values):
+        return np.asarray(values.tolist(), dtype=np.int64)
+    return values
 
 
 def _external(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray:

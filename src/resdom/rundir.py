@@ -86,11 +86,12 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     return path.exists()
 
 
-def check_output_file(path: Path, option: str, first_line: str, what: str) -> None:
+def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...], what: str) -> None:
     """Refuse ``path`` as an output file, in one line naming ``option``: a folder, a path through a file, or an
     existing file that is neither empty nor an earlier output of the same writer (its first line starts with
-    ``first_line``; ``what`` names such a file), so that no other file (the data, a list of ids, a config written
-    by hand) is ever replaced."""
+    ``first_line``, or one of them: a writer whose header changed names the old one too; ``what`` names such a
+    file), so that no other file (the data, a list of ids, a config written by hand) is ever replaced."""
+    heads = (first_line,) if isinstance(first_line, str) else tuple(first_line)
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file name")
     if any(p.exists() and not p.is_dir() for p in path.parents):
@@ -99,12 +100,12 @@ def check_output_file(path: Path, option: str, first_line: str, what: str) -> No
         return
     try:
         with path.open("rb") as f:
-            first = f.readline(len(first_line.encode()) + 2)
+            first = f.readline(max(len(h.encode()) for h in heads) + 2)
     except OSError as e:
         raise ResdomError(f"{option} {path}: cannot be read ({e.strerror})") from None
-    if first and not first.startswith(first_line.encode()):
+    if first and not any(first.startswith(h.encode()) for h in heads):
         raise ResdomError(f"{option} {path}: exists and is not {what} (its first line does not begin "
-                          f"'{first_line}'); choose another file name, or remove it first")
+                          f"'{heads[0]}'); choose another file name, or remove it first")
 
 
 def first_names(names: list[str]) -> str:

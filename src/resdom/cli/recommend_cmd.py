@@ -1,9 +1,12 @@
-"""``resdom recommend RUN_DIR``: the top K items for users of a run (trained or imported), in the data's own ids,
-as CSV (user, item, rank, score)."""
+"""``resdom recommend RUN_DIR``: the top K items for users of a run (trained or imported), or for sessions of item
+ids, in the data's own ids, as CSV in RecTools' columns (user_id, item_id, score, rank); ``resdom similar RUN_DIR``:
+each item's nearest items by the model's output embeddings (target_item_id, item_id, score, rank)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,9 +15,15 @@ from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
+from resdom.recommend import COLUMNS, OLD_HEADER, SIMILAR_COLUMNS, similar_items
 from resdom.recommend import recommend as top_items
 from resdom.rundir import check_output_file
 from resdom.runs import load_run
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+HEADER, SIMILAR_HEADER = ",".join(COLUMNS), ",".join(SIMILAR_COLUMNS)
 
 USERS_HELP = ("'all' (every user), a file of user ids: one id a line, exactly as in the data (a .csv file: its "
               "'user_id' or 'user' column, else its first), or ids themselves, comma-separated (where no such file "
@@ -42,15 +51,23 @@ def _names_a_file(users: str) -> bool:
 def read_user_ids(path: Path) -> list[str]:
     """The user ids of ``path``: one a line, kept exactly but for the line break (blank lines skipped); a ``.csv``
     file: its ``user_id`` or ``user`` column (else the first), every value as text. [] is a ResdomError."""
+    return read_ids(path, "--users", ("user_id", "user"))
+
+
+def read_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
+    """The ids of ``path`` (``read_user_ids``) for ``option``; a .csv file's column is the first of ``columns``
+    it has (else its first column)."""
+    what, everyone = columns[1], "'all'" if option == "--users" else ""
     if path.is_dir():
-        raise ResdomError(f"--users {path}: is a directory; give a file of user ids or 'all'")
+        raise ResdomError(f"{option} {path}: is a directory; give a file of {what} ids"
+                          f"{' or ' + everyone if everyone else ''}")
     if not path.is_file():
-        raise ResdomError(f"--users {path}: no such file (give a file of user ids, one a line, the ids themselves, "
-                          "comma-separated, or 'all')")
+        raise ResdomError(f"{option} {path}: no such file (give a file of {what} ids, one a line, the ids "
+                          f"themselves, comma-separated{', or ' + everyone if everyone else ''})")
     try:
         refuse_binary(path, advice=False)  # a zip or Parquet file: say what it is
         if path.suffix.lower() == ".csv":
-            ids = _csv_ids(path)
+            ids = _csv_ids(path, option, columns)
         else:
             try:
                 text = path.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
@@ -60,13 +77,13 @@ def read_user_ids(path: Path) -> list[str]:
                 raise ResdomError(f"{path}: not UTF-8 text") from None
             ids = [line for line in text.splitlines() if line.strip()]
     except ResdomError as e:
-        raise ResdomError(f"--users {e}") from None
+        raise ResdomError(f"{option} {e}") from None
     if not ids:
-        raise ResdomError(f"--users {path}: no user ids in it")
+        raise ResdomError(f"{option} {path}: no {what} ids in it")
     return ids
 
 
-def _csv_ids(path: Path) -> list[str]:
+def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
     import pandas as pd
 
     try:
@@ -81,24 +98,118 @@ def _csv_ids(path: Path) -> list[str]:
         raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
     if df.shape[1] == 0:
         raise ResdomError(f"{path}: no columns")
-    column = next((c for c in ("user_id", "user") if c in df.columns), None)
+    column = next((c for c in columns if c in df.columns), None)
     if column is None:  # a file of bare ids would lose its first one to the header without a word
         column = df.columns[0]
-        typer.echo(f"note: --users {path}: no column 'user_id' or 'user'; read the first column, taking its first "
-                   f"line {column!r} as the header (name the column user_id to say so; a file of ids alone: .txt)",
-                   err=True)
+        typer.echo(f"note: {option} {path}: no column '{columns[0]}' or '{columns[1]}'; read the first column, "
+                   f"taking its first line {column!r} as the header (name the column {columns[0]} to say so; a file "
+                   "of ids alone: .txt)", err=True)
     return [v for v in df[column].tolist() if v != ""]
+
+
+SEQUENCES_HELP = ("sessions to score instead of --users, in the data's item ids, oldest first: a .csv / .tsv file "
+                  "of rows (session_id or user_id, item_id; a session's rows in order), a .json file (an object "
+                  "mapping each session id to its item list, or a list of item lists), or a text file with one "
+                  "session a line, its items comma-separated (ids 0, 1, ...); item "
+                  "ids not in the data are left out and named in one note")
+ITEMS_HELP = ("item ids, exactly as in the data: a file (one id a line; a .csv file: its 'item_id' or 'item' "
+              "column, else its first), or the ids themselves, comma-separated")
+
+
+def item_ids(value: str, option: str) -> list[str]:
+    """The item ids ``value`` names: those of the file it names (one a line; a .csv file's ``item_id`` / ``item``
+    column), else the ids themselves, comma-separated."""
+    if _names_a_file(value):
+        return read_ids(Path(value), option, ("item_id", "item"))
+    ids = [u for u in value.split(",") if u]
+    if not ids:
+        raise ResdomError(f"{option} {value!r}: no item ids in it")
+    return ids
+
+
+def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
+    """The sessions of ``--sequences`` (``SEQUENCES_HELP``), every id as text."""
+    option = "--sequences"
+    if path.is_dir():
+        raise ResdomError(f"{option} {path}: is a directory; give a file of sessions")
+    if not path.is_file():
+        raise ResdomError(f"{option} {path}: no such file")
+    try:
+        refuse_binary(path, advice=False)
+        suffix = path.suffix.lower()
+        if suffix in (".csv", ".tsv"):
+            df = _read_table(path, "\t" if suffix == ".tsv" else ",")
+            sid = next((c for c in ("session_id", "user_id", "session", "user") if c in df.columns), None)
+            iid = next((c for c in ("item_id", "item") if c in df.columns), None)
+            if sid is None or iid is None:
+                raise ResdomError(f"{path}: expected the columns session_id (or user_id) and item_id (found "
+                                  f"{', '.join(map(str, df.columns[:5]))})")
+            out: dict[str, list[str]] = {}
+            for s, i in zip(df[sid].tolist(), df[iid].tolist()):
+                if i != "":
+                    out.setdefault(s, []).append(i)
+            return out
+        text = _text(path)
+        if suffix == ".json":
+            try:
+                data = json.loads(text)
+            except ValueError as e:
+                raise ResdomError(f"{path}: not JSON ({e})") from None
+            if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
+                return {str(key): [str(x) for x in v] for key, v in data.items()}
+            if isinstance(data, list) and all(isinstance(v, list) for v in data):
+                return [[str(x) for x in v] for v in data]
+            raise ResdomError(f"{path}: expected a JSON object {{id: [item ids]}} or a list of item-id lists")
+        return [[x for x in line.split(",") if x] for line in text.splitlines() if line.strip()]
+    except ResdomError as e:
+        raise ResdomError(f"{option} {e}") from None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8-sig")  # without a leading byte-order mark
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ResdomError(f"{path}: not UTF-8 text") from None
+
+
+def _read_table(path: Path, sep: str) -> pd.DataFrame:
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, sep=sep, encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ResdomError(f"{path}: not UTF-8 text") from None
+    except pd.errors.ParserError as e:
+        raise parser_error(path, e) from None
+    except pd.errors.EmptyDataError:
+        raise ResdomError(f"{path}: file is empty") from None
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+
+
+def _write(frame: pd.DataFrame, out: Path | None) -> None:
+    text = frame.to_csv(index=False, lineterminator="\n")
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        atomic_write_bytes(out, text.encode("utf-8"))
 
 
 def recommend(
     run_dir: Path = typer.Argument(..., help="a run directory (`resdom train`, an import, or Fitted.save)"),
     users: str = typer.Option("all", "--users", help=USERS_HELP),
-    k: int = typer.Option(10, "--k", help="items per user"),
-    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (user,item,rank,score); default: "
-                                    "print the CSV"),
+    sequences: Path | None = typer.Option(None, "--sequences", help=SEQUENCES_HELP),
+    k: int = typer.Option(10, "--k", "-k", help="items per user"),
+    items: str | None = typer.Option(None, "--items", help="a whitelist: only these may be recommended; "
+                                     + ITEMS_HELP),
+    exclude: str | None = typer.Option(None, "--exclude", help="items never recommended; " + ITEMS_HELP),
+    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (user_id,item_id,score,rank); "
+                                    "default: print the CSV"),
     alpha: float = typer.Option(1.0, "--alpha", help="residual scale at inference, in [0, 1] (1: as trained)"),
     filter_seen: bool | None = typer.Option(
-        None, "--filter/--no-filter",
+        None, "--filter-seen/--no-filter-seen", "--filter/--no-filter",
         help="never (or also) recommend items the user already has; default: the data set's setting (filtered, "
              "but for data sets that keep seen items, as evaluation)"),
     history: str = typer.Option("all", "--history", help="all (each user's whole history), or test / valid (that "
@@ -106,39 +217,79 @@ def recommend(
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per chunk"),
 ) -> None:
-    """Top K items per user, in the data's own user and item ids, as CSV: user,item,rank,score."""
+    """Top K items per user (or per session of --sequences), in the data's own user and item ids, as CSV in
+    RecTools' columns: user_id,item_id,score,rank."""
     positive_int(k, "--k")
     positive_int(batch_size, "--batch-size")
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
     if out is not None:
-        check_output_file(out, "--out", "user,item,rank,score", "a recommendations file")
-    wanted = user_ids(users)
+        check_output_file(out, "--out", (HEADER, OLD_HEADER), "a recommendations file")
+    if sequences is not None and users != "all":
+        raise ResdomError("--sequences: give --users or --sequences, not both")
+    wanted = user_ids(users) if sequences is None else None
+    sessions = read_sequences(sequences) if sequences is not None else None
+    whitelist = item_ids(items, "--items") if items is not None else None
+    excluded = item_ids(exclude, "--exclude") if exclude is not None else None
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
     try:
-        frame = top_items(run.model, run.split, wanted, k, filter_seen=filtered, alpha=scale, history=history,
-                          batch_size=batch_size, device=dev)
+        frame = top_items(run.model, run.split, wanted, k, sequences=sessions, items=whitelist, exclude=excluded,
+                          filter_seen=filtered, alpha=scale, history=history, batch_size=batch_size, device=dev)
     except ResdomError as e:
         where = f"--users {users}" if str(e).startswith("users:") else ""
         message = str(e).replace("users: ", f"{where}: ", 1) if where else str(e).replace("history:", "--history:")
+        for name in ("items", "exclude", "sequences"):
+            if message.startswith(f"{name}:"):
+                message = "--" + message
         if where and wanted is not None and len(wanted) == 1 and not _names_a_file(users):  # a mistyped file name?
             message = f"--users {users}: no such file, nor a user id of the data (give a file of user ids, the ids " \
                       "themselves, comma-separated, or 'all')"
         raise ResdomError(message) from None
     if frame.attrs.get("note"):
-        typer.echo(f"note: {frame.attrs['note']}", err=True)
-    text = frame.to_csv(index=False, lineterminator="\n")
+        note = frame.attrs["note"]
+        for name in ("items", "exclude", "sequences"):
+            note = note.replace(f"{name}: ", f"--{name}: ")
+        typer.echo(f"note: {note}", err=True)
+    _write(frame, out)
     if out is None:
-        typer.echo(text, nl=False)
         return
-    atomic_write_bytes(out, text.encode("utf-8"))
-    n_users = frame["user"].nunique()
-    typer.echo(f"{out}: {len(frame):,} recommendations for {n_users:,} users (top {k}, seen items "
-               f"{'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'})", err=True)
+    n_users = frame["user_id"].nunique()
+    typer.echo(f"{out}: {len(frame):,} recommendations for {n_users:,} {'sessions' if sessions else 'users'} (top "
+               f"{k}, seen items {'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'}"
+               f"{', whitelist' if whitelist else ''}{', exclusions' if excluded else ''})", err=True)
+
+
+def similar(
+    run_dir: Path = typer.Argument(..., help="a run directory (`resdom train`, an import, or Fitted.save)"),
+    items: str = typer.Option("all", "--items", help="'all' (every item), or " + ITEMS_HELP),
+    k: int = typer.Option(10, "--k", "-k", help="similar items per item"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (target_item_id,item_id,score,"
+                                    "rank); default: print the CSV"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
+) -> None:
+    """The K items nearest each item by cosine over the model's output item embeddings (the item itself left out),
+    in the data's own ids, as CSV in RecTools' columns: target_item_id,item_id,score,rank."""
+    positive_int(k, "--k")
+    if out is not None:
+        check_output_file(out, "--out", SIMILAR_HEADER, "a similar-items file")
+    wanted = None if items == "all" else item_ids(items, "--items")
+    dev = resolve_device(device, "--device")
+    run = load_run(run_dir, device=dev)
+    try:
+        frame = similar_items(run.model, run.split, wanted, k, device=dev)
+    except ResdomError as e:
+        raise ResdomError(f"--{e}" if str(e).startswith("items:") else str(e)) from None
+    if frame.attrs.get("note"):
+        typer.echo(f"note: --{frame.attrs['note']}", err=True)
+    _write(frame, out)
+    if out is not None:
+        typer.echo(f"{out}: {len(frame):,} similar items for {frame['target_item_id'].nunique():,} items (top {k}, "
+                   "cosine over the output item embeddings)", err=True)
 
 
 def register(app: typer.Typer) -> None:
     app.command("recommend")(recommend)
+    app.command("similar")(similar)
