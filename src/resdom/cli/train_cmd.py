@@ -278,11 +278,15 @@ def train(
     seed: int | None = typer.Option(None, "--seed", help="random seed (default 17)"),
     device: str | None = typer.Option(None, "--device", help="auto (the default: cuda, then mps, then cpu) | cpu | "
                                       "cuda | mps"),
+    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16: experimental, the "
+                                         "training step's forward pass under bfloat16 autocast; evaluation and "
+                                         "diagnostics stay fp32 (train.precision)"),
     progress: bool = progress_option(),
     data: DataOptions = DataOptions(),
 ) -> None:
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
-    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
+    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
+                                               ("precision", precision)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data = cfg.data
     check_output_folder(out, "--out", runs=True)

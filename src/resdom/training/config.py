@@ -66,6 +66,12 @@ class TrainConfig(NumbersModel):
         "no longer has an item-chunked variant (it was slower and larger than the default, which never holds a "
         "(positions x items) matrix: docs/scaling.md)"
     )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="experimental: bf16 runs the training step's forward pass under bfloat16 autocast (the "
+        "matrix products in bfloat16 with float32 accumulation, the softmax, loss, gradients' sums and Adam in "
+        "float32); evaluation, early stopping, ranks and every diagnostic stay float32. Not yet shown to train as "
+        "well as fp32 (benchmarks/RESULTS.md, section on bf16); fp32 (the default) keeps every seeded run's numbers",
+    )
     monitor_every: int = Field(
         0, ge=0, description="every this many epochs, record HRLI@1, HRL2I@1 and the mixing ratio of the current "
         "model on a fixed validation subsample into metrics.jsonl (\"monitor\"); 0 = off. Changes no training result"

@@ -91,19 +91,31 @@ def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
 
 # --------------------------------------------------------------------------------------- train step
 
+# train.precision -> the autocast dtype of the training step's forward pass (None: float32, no autocast)
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+
 
 class TrainStep(nn.Module):
     """model + objective as one module whose forward returns the loss, so DDP sees every parameter use."""
 
-    def __init__(self, model: SequentialRecommender, objective: Objective, ctx: LossContext) -> None:
+    def __init__(self, model: SequentialRecommender, objective: Objective, ctx: LossContext,
+                 precision: str = "fp32") -> None:
         super().__init__()
         self.model, self.objective, self.ctx = model, objective, ctx
+        self.low = PRECISIONS[precision]  # None: float32, no autocast at all
 
     def forward(self, items: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None,
                 sup_items: torch.Tensor | None) -> torch.Tensor:
         """Tensors of a TrainBatch (see models.base) -> scalar loss (objective + the model's auxiliary loss).
 
         The model makes its own training inputs from the batch (``training_states``: a masked model masks there)."""
+        if self.low is None:
+            return self._loss(items, targets, negatives, sup_items)
+        with torch.autocast(items.device.type, dtype=self.low):  # train.precision: this forward only
+            return self._loss(items, targets, negatives, sup_items).float()
+
+    def _loss(self, items: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None,
+              sup_items: torch.Tensor | None) -> torch.Tensor:
         batch, hidden = self.model.training_states(TrainBatch(items, targets, negatives, sup_items))
         loss = self.objective.loss(self.model, batch, hidden, self.ctx)
         aux = self.model.auxiliary_loss(batch, hidden)
@@ -271,8 +283,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         files.load_state_tensors(state, model, optimizer)
         stopper = state.early_stopping
         start_epoch = state.epoch + 1
-    step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective)).to(device),
-                            dist_ctx)
+    step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective),
+                                      train_cfg.precision).to(device), dist_ctx)
 
     from tqdm.auto import tqdm
 
