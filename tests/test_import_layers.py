@@ -26,7 +26,7 @@ PACKAGE = SRC / "resdom"
 # Lowest first. A module's layer is that of its longest listed prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("resdom", "resdom.names", "resdom.errors", "resdom.io", "resdom.rundir", "resdom.stored", "resdom.experiments",
-     "resdom.checks", "resdom.distributed", "resdom.resources"),
+     "resdom.checks", "resdom.distributed", "resdom.resources", "resdom.version"),
     ("resdom.data",),
     ("resdom.models", "resdom.runs"),
     ("resdom.evaluation",),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from resdom.version import __version__
 
 _API = ("Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "load_split", "prepare_split")
 __all__ = [*_API, "__version__"]

@@ -15,13 +15,13 @@ from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-import resdom
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.config import ModelConfig
 from resdom.rundir import RunDir, not_a_run_dir
+from resdom.version import __version__
 
 CHECKPOINT_FORMAT = "resdom-checkpoint/1"
 
@@ -30,7 +30,7 @@ def source_commit(package_dir: str | Path | None = None) -> str | None:
     """The commit of the source tree resdom runs from, where one is recorded: the file ``SOURCE_COMMIT`` in the
     package directory (``scripts/reproduce_cells.sh`` writes it into the frozen copy its cells train from);
     None otherwise."""
-    path = Path(package_dir or Path(resdom.__file__).parent) / "SOURCE_COMMIT"
+    path = Path(package_dir or Path(__file__).parent) / "SOURCE_COMMIT"
     try:
         return path.read_text().strip() or None
     except OSError:
@@ -40,7 +40,7 @@ def source_commit(package_dir: str | Path | None = None) -> str | None:
 def versions() -> dict[str, str]:
     import numpy
 
-    found = {"resdom": resdom.__version__, "torch": torch.__version__, "numpy": numpy.__version__,
+    found = {"resdom": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
              "python": platform.python_version()}
     commit = source_commit()
     return found if commit is None else {**found, "source": commit}

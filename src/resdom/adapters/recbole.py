@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from resdom.version import __version__
 
-from resdom import __version__
 from resdom.adapters.common import (
     ImportData,
     TrackedState,

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from resdom.version import __version__
 
-from resdom import __version__
 from resdom.adapters.common import (
     ImportData,
     TrackedState,

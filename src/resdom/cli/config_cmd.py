@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from resdom.version import __version__
 
-import resdom
 from resdom.cli.data_options import DataOptions, data_config_section, data_options
 from resdom.cli.train_cmd import MODEL_HELP, command_config
 from resdom.experiments import model_labels
@@ -62,7 +62,7 @@ def config_text(label: str, values: dict[str, Any], dataset: str | None) -> str:
 
     where = f", presets of {dataset}" if dataset else ""
     header = [
-        f"# resdom {resdom.__version__}: the full configuration of {label} ({values['data']['protocol']}{where}).",
+        f"# resdom {__version__}: the full configuration of {label} ({values['data']['protocol']}{where}).",
         "# Every setting is explicit, so `resdom train DATA --config THIS_FILE --out RUN` trains exactly this;",
         "# options given on the command line win over the file. data: null = the source's own default (format:",
         "# detected; k_core: the source's preset; columns: user_id, item_id, timestamp; valid_quantile: quantile).",
@@ -81,9 +81,6 @@ def show_cmd(
     epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
     seed: int | None = typer.Option(None, "--seed", help="random seed"),
     device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
-    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16: experimental, the "
-                                         "training step's forward pass under bfloat16 autocast; evaluation and "
-                                         "diagnostics stay fp32 (train.precision)"),
     dataset: str | None = typer.Option(None, "--dataset", help="apply this data set's presets (BSARec's per-data-set "
                                        "values); nothing is read"),
     out: Path | None = typer.Option(None, "--out", "-o", help="write the YAML to this file instead of printing it"),
@@ -91,8 +88,7 @@ def show_cmd(
 ) -> None:
     """Print the full configuration `resdom train` would use for MODEL (model, train and data settings) as YAML
     that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
-    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
-                                               ("precision", precision)) if v is not None}
+    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
     label, values = full_config(model, config, set_, explicit, data, dataset)
     text = config_text(label, values, dataset)
     if out is None:

@@ -8,8 +8,8 @@ import re
 import sys
 
 import typer
+from resdom.version import __version__
 
-import resdom
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
@@ -40,7 +40,7 @@ def version() -> None:
     """Print resdom's version and its main dependencies' versions."""
     import torch
 
-    typer.echo(f"resdom {resdom.__version__} (torch {torch.__version__})")
+    typer.echo(f"resdom {__version__} (torch {torch.__version__})")
 
 
 def _register() -> None:

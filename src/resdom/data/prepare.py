@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
+from resdom.version import __version__
 
-from resdom import __version__
 from resdom.checks import optional_bool
 from resdom.data.changes import preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
