@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from resdom.version import __version__
 
 from resdom.cli.data_options import DataOptions, data_config_section, data_options
 from resdom.cli.train_cmd import MODEL_HELP, command_config
@@ -20,6 +19,7 @@ from resdom.io import atomic_write_text
 from resdom.models import MODEL_CLASSES
 from resdom.resources import describe_config, reference_configs
 from resdom.rundir import check_output_file
+from resdom.version import __version__
 
 config_app = typer.Typer(help="Configurations: the shipped reference configs, the full config of a model.",
                          no_args_is_help=True)
@@ -81,6 +81,9 @@ def show_cmd(
     epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
     seed: int | None = typer.Option(None, "--seed", help="random seed"),
     device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
+    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16: experimental, the "
+                                         "training step's forward pass under bfloat16 autocast; evaluation and "
+                                         "diagnostics stay fp32 (train.precision)"),
     dataset: str | None = typer.Option(None, "--dataset", help="apply this data set's presets (BSARec's per-data-set "
                                        "values); nothing is read"),
     out: Path | None = typer.Option(None, "--out", "-o", help="write the YAML to this file instead of printing it"),
@@ -88,7 +91,8 @@ def show_cmd(
 ) -> None:
     """Print the full configuration `resdom train` would use for MODEL (model, train and data settings) as YAML
     that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
-    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device)) if v is not None}
+    explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
+                                               ("precision", precision)) if v is not None}
     label, values = full_config(model, config, set_, explicit, data, dataset)
     text = config_text(label, values, dataset)
     if out is None:
