@@ -8,12 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from resdom.limits import cut_message
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
 
 class ResdomError(Exception):
-    """A user-facing error: the message says what is wrong and where (file:line, field name)."""
+    """A user-facing error: the message says what is wrong and where (file:line, field name).
+
+    A value the message quotes whole from a file (a 50 MB timestamp, a 20 MB id) is cut to a readable length
+    (``limits.cut_message``: ``RESDOM_MAX_MESSAGE_CHARS`` characters a value)."""
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (cut_message(args[0]),)
+        super().__init__(*args)
 
 
 class OptionError(ResdomError):

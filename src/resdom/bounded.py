@@ -1,0 +1,384 @@
+"""Reading untrusted bytes within ``resdom.limits``: archives (zip, gz, npz), YAML and JSON, special files.
+
+Every reader of a file a user may be handed goes through these helpers, so that the size a file declares is
+checked before it is allocated and every failure is one ResdomError line naming the file (and member, line or
+field), never a traceback:
+
+- ``refuse_special``: a device, FIFO or socket given as a file (``/dev/zero`` as a CSV) is refused before it is
+  opened;
+- ``open_zip`` / ``read_member``: a zip member is read only where its declared size and its archive's expansion
+  (``limits.expansion_cap``) are within bounds, and never past its declared size; a bad CRC, an unknown
+  compression method, an encrypted member or a truncated stream is a ResdomError;
+- ``gunzip``: a gzip stream unpacked within the same bounds; a truncated one says so;
+- ``load_npz``: an ``.npz`` archive's arrays, parsed here from their ``.npy`` headers (no pickles), each checked to
+  hold the bytes its shape needs before it is made;
+- ``load_yaml`` / ``BoundedSafeLoader``: YAML with at most ``YAML_ALIASES`` aliases, ``YAML_NODES`` nodes once
+  aliases are expanded, and ``YAML_DEPTH`` levels of nesting;
+- ``load_json``: JSON text, its nesting bounded (deep nesting is a RecursionError in ``json``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import stat
+import zipfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from resdom.errors import ResdomError
+from resdom.limits import (
+    EXPANSION,
+    GIB,
+    MEMBER_BYTES,
+    MODEL_BYTES,
+    YAML_ALIASES,
+    YAML_DEPTH,
+    YAML_NODES,
+    Limit,
+    expansion_cap,
+    model_params,
+    short,
+)
+
+CHUNK = 1 << 20
+
+# what zipfile, zlib, lzma and bz2 raise on a damaged archive or member
+_ARCHIVE_ERRORS: tuple[type[BaseException], ...] = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
+                                                      NotImplementedError, RuntimeError, KeyError, IndexError,
+                                                      UnicodeDecodeError)
+try:  # lzma may be missing from a Python built without it
+    import lzma
+
+    _ARCHIVE_ERRORS = (*_ARCHIVE_ERRORS, lzma.LZMAError)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def refuse_special(path: str | Path) -> None:
+    """A ResdomError where ``path`` exists and is neither a regular file nor a folder (a device such as
+    ``/dev/zero``, a FIFO, a socket): reading one may never end, or block. Checked before it is opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent or unreadable: the reader says so in its own words
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+                else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        raise ResdomError(f"{path}: {kind}, not a regular file; give a file")
+
+
+def _damaged(where: str, e: BaseException) -> ResdomError:
+    if isinstance(e, RuntimeError) and "encrypted" in str(e):
+        return ResdomError(f"{where}: an encrypted (password-protected) member; resdom reads no encrypted archive")
+    if isinstance(e, NotImplementedError):
+        return ResdomError(f"{where}: compressed with a method resdom cannot read ({e})")
+    if isinstance(e, EOFError):
+        return ResdomError(f"{where}: the archive is truncated (it ends before its data does); fetch it again")
+    return ResdomError(f"{where}: damaged archive ({type(e).__name__}: {short(str(e))})")
+
+
+def open_zip(source: str | Path | bytes, where: str | None = None) -> zipfile.ZipFile:
+    """An open ``ZipFile`` of a path or of bytes; a file that is no zip archive, or is damaged, is a ResdomError."""
+    where = where or ("archive" if isinstance(source, (bytes, bytearray)) else str(source))
+    if not isinstance(source, (bytes, bytearray)):
+        refuse_special(source)
+    try:
+        return zipfile.ZipFile(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source)
+    except FileNotFoundError:
+        raise ResdomError(f"{where}: no such file") from None
+    except _ARCHIVE_ERRORS as e:
+        raise ResdomError(f"{where}: not a readable zip file ({type(e).__name__}: {short(str(e))})") from None
+
+
+def archive_size(z: zipfile.ZipFile) -> int:
+    """The bytes of the archive ``z`` was opened on (its file's size, or the length of its buffer)."""
+    fp = z.fp
+    if fp is None:
+        return 0
+    try:
+        return os.fstat(fp.fileno()).st_size
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        pos = fp.tell()
+        end = fp.seek(0, io.SEEK_END)
+        fp.seek(pos)
+        return end
+
+
+def check_expansion(z: zipfile.ZipFile, where: str, names: list[str] | None = None) -> None:
+    """A ResdomError where the members ``names`` (all) of ``z`` declare more bytes together than the archive may
+    unpack to (``limits.expansion_cap``): a zip bomb, or a damaged size field."""
+    infos = z.infolist() if names is None else [z.getinfo(n) for n in names]
+    declared = sum(i.file_size for i in infos)
+    cap = expansion_cap(archive_size(z))
+    if declared > cap:
+        raise ResdomError(f"{where}: refused: its members unpack to {declared:,} bytes, more than this archive of "
+                          f"{archive_size(z):,} bytes may ({cap:,}: {EXPANSION.value} times its size plus 64 MiB, at "
+                          f"most {MEMBER_BYTES.env}); {_raise_hint(declared)}")
+
+
+def _raise_hint(needed: int) -> str:
+    return (f"if the file is genuine, raise {MEMBER_BYTES.env} and {EXPANSION.env} (e.g. "
+            f"{MEMBER_BYTES.env}={max(needed, MEMBER_BYTES.value) + (1 << 20)})")
+
+
+def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = None) -> bytes:
+    """The bytes of member ``name`` of ``z``: refused where it declares more than ``cap`` (default: what the
+    archive may unpack to); read never past its declared size; a damaged member is a ResdomError naming
+    ``where:name``."""
+    label = f"{where}:{name}"
+    try:
+        info = z.getinfo(name)
+    except KeyError:
+        raise ResdomError(f"{label}: member missing") from None
+    cap = expansion_cap(archive_size(z)) if cap is None else min(cap, MEMBER_BYTES.value)
+    if info.file_size > cap:
+        raise ResdomError(f"{label}: refused: it unpacks to {info.file_size:,} bytes, more than the {cap:,} this "
+                          f"archive may (a crafted or damaged archive); {_raise_hint(info.file_size)}")
+    out = bytearray()
+    try:
+        with z.open(info) as f:
+            while chunk := f.read(CHUNK):
+                out += chunk
+                if len(out) > info.file_size:  # pragma: no cover - zipfile stops at the declared size
+                    raise ResdomError(f"{label}: unpacks past its declared size")
+    except ResdomError:
+        raise
+    except _ARCHIVE_ERRORS as e:
+        raise _damaged(label, e) from None
+    return bytes(out)
+
+
+def gunzip(source: str | Path | bytes, where: str | None = None) -> bytes:
+    """The unpacked bytes of a gzip file (a path or its bytes), refused past ``limits.expansion_cap`` of its size;
+    a truncated or damaged stream is a ResdomError naming ``where``."""
+    where = where or ("gzip data" if isinstance(source, (bytes, bytearray)) else str(source))
+    if isinstance(source, (bytes, bytearray)):
+        packed, fobj = len(source), io.BytesIO(source)
+    else:
+        refuse_special(source)
+        try:
+            packed, fobj = os.path.getsize(source), open(source, "rb")  # noqa: SIM115 - closed below
+        except OSError as e:
+            raise ResdomError(f"{where}: cannot read it ({e.strerror})") from None
+    cap = expansion_cap(packed)
+    out = bytearray()
+    try:
+        with fobj, gzip.GzipFile(fileobj=fobj) as g:
+            while chunk := g.read(CHUNK):
+                out += chunk
+                if len(out) > cap:
+                    raise ResdomError(f"{where}: refused: this gzip file of {packed:,} bytes unpacks to more than "
+                                      f"{cap:,} bytes ({EXPANSION.value} times its size plus 64 MiB, at most "
+                                      f"{MEMBER_BYTES.env}); {_raise_hint(len(out))}")
+    except ResdomError:
+        raise
+    except EOFError:
+        raise ResdomError(f"{where}: the gzip file is truncated (it ends before its data does); fetch or "
+                          "compress it again") from None
+    except (gzip.BadGzipFile, zlib.error, OSError) as e:
+        raise ResdomError(f"{where}: not a readable gzip file ({type(e).__name__}: {short(str(e))})") from None
+    return bytes(out)
+
+
+def read_bytes(path: str | Path, unpack_gz: bool = True) -> bytes:
+    """A file's bytes (gzip unpacked by its ``.gz`` suffix, within bounds); a special file is refused."""
+    refuse_special(path)
+    if unpack_gz and str(path).lower().endswith(".gz"):
+        return gunzip(path)
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# npz
+
+
+def npy_array(data: bytes | bytearray, where: str) -> np.ndarray:
+    """The array of one ``.npy`` record's bytes: its header parsed (no pickles, no object dtype) and its shape
+    checked against the bytes present before the array is made (a view of ``data``, writable for a bytearray)."""
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"npy version {version}")
+    except (ValueError, SyntaxError, TypeError, EOFError, KeyError) as e:
+        raise ResdomError(f"{where}: not a readable array record ({short(str(e))})") from None
+    if dtype.hasobject:
+        raise ResdomError(f"{where}: refused: an array of Python objects (resdom reads no pickles)")
+    if not all(isinstance(n, int) and n >= 0 for n in shape) or len(shape) > 32:
+        raise ResdomError(f"{where}: malformed array shape {short(shape)}")
+    count = 1
+    for n in shape:
+        count *= n
+    offset = f.tell()
+    needed = count * dtype.itemsize
+    if needed > len(data) - offset:
+        raise ResdomError(f"{where}: its header declares shape {short(shape)} ({needed:,} bytes) but the record holds "
+                          f"{len(data) - offset:,}; the file is truncated or crafted")
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype=dtype)
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def load_npz(source: str | Path | bytes, where: str | None = None) -> dict[str, np.ndarray]:
+    """{name: array} of an ``.npz`` archive (a path or its bytes), every member bounded (``read_member``, the whole
+    archive by ``check_expansion``) and parsed by ``npy_array``. Any damage is a ResdomError naming the member."""
+    where = where or ("npz archive" if isinstance(source, (bytes, bytearray)) else str(source))
+    with open_zip(source, where) as z:
+        check_expansion(z, where)
+        out = {}
+        for info in z.infolist():
+            if info.is_dir():
+                continue
+            data = bytearray(read_member(z, info.filename, where))
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            out[name] = npy_array(data, f"{where}:{info.filename}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# YAML and JSON
+
+
+class BoundedSafeLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader within limits: at most ``YAML_ALIASES`` aliases, ``YAML_DEPTH`` levels of nesting, and
+    ``YAML_NODES`` nodes once aliases are expanded (a 489-byte "billion laughs" document would expand to
+    gigabytes wherever its value is walked). A breach is a ResdomError naming ``source`` and the line."""
+
+    source = "YAML"
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def _refuse(self, what: str, limit: Limit) -> ResdomError:
+        mark = self.peek_event().start_mark if self.check_event() else None
+        line = f":{mark.line + 1}" if mark is not None else ""
+        return ResdomError(f"{self.source}{line}: refused: {what} ({limit.env} raises the limit)")
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > YAML_ALIASES.value:
+                raise self._refuse(f"more than {YAML_ALIASES.value:,} aliases (*name)", YAML_ALIASES)
+        self._depth += 1
+        if self._depth > YAML_DEPTH.value:
+            raise self._refuse(f"nested more than {YAML_DEPTH.value} levels deep", YAML_DEPTH)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()
+        if node is not None:
+            expanded_size(node, YAML_NODES.value, self.source)
+        return node
+
+
+def expanded_size(node: yaml.Node, limit: int, source: str) -> int:
+    """The nodes of ``node`` with every alias expanded (shared nodes counted once per use); a ResdomError past
+    ``limit``. Memoised per node, so the walk is linear in the document, not in its expansion."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node, depth: int) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if depth > YAML_DEPTH.value + 2:  # pragma: no cover - compose_node refuses deeper documents
+            raise ResdomError(f"{source}: refused: nested too deeply")
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            for child in n.value:
+                total += size(child, depth + 1)
+                if total > limit:
+                    break
+        elif isinstance(n, yaml.MappingNode):
+            for key, value in n.value:
+                total += size(key, depth + 1) + size(value, depth + 1)
+                if total > limit:
+                    break
+        if total > limit:
+            line = n.start_mark.line + 1 if n.start_mark is not None else 0
+            raise ResdomError(f"{source}:{line}: refused: its aliases expand to more than {limit:,} values "
+                              f"({YAML_NODES.env} raises the limit)")
+        sizes[id(n)] = total
+        return total
+
+    return size(node, 0)
+
+
+def bounded_loader(base: type[yaml.SafeLoader] = BoundedSafeLoader, source: str = "YAML") -> type[BoundedSafeLoader]:
+    """A ``BoundedSafeLoader`` subclass whose refusals name ``source`` (the file, or ``--set 'x=y'``)."""
+    return type("Loader", (base,), {"source": source})
+
+
+def load_yaml(text: str, source: str = "YAML", loader: type[BoundedSafeLoader] | None = None) -> Any:
+    """``yaml.load`` with ``BoundedSafeLoader`` (or ``loader``, one of its subclasses), refusals naming ``source``.
+    PyYAML's own errors (yaml.YAMLError) pass through for the caller to word."""
+    cls = bounded_loader(loader or BoundedSafeLoader, source)
+    try:
+        return yaml.load(text, Loader=cls)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise ResdomError(f"{source}: refused: nested too deeply") from None
+
+
+def load_json(text: str | bytes, source: str, fix: str = "") -> Any:
+    """``json.loads`` where invalid JSON, deep nesting (a RecursionError in ``json``) or memory exhaustion is a
+    ResdomError naming ``source`` (ending with ``fix`` where given)."""
+    tail = f"; {fix}" if fix else ""
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResdomError(f"{source}: not valid JSON ({short(str(e))}){tail}") from None
+    except RecursionError:
+        raise ResdomError(f"{source}: refused: JSON nested too deeply{tail}") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise ResdomError(f"{source}: not valid JSON ({short(str(e))}){tail}") from None
+
+
+def guarded(source: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, where a MemoryError or RecursionError (a reader meeting a crafted file past what the limits
+    foresee) is a ResdomError naming ``source``: the last line of defence, never the first."""
+    try:
+        return fn()
+    except MemoryError:
+        raise ResdomError(f"{source}: refused: reading it needs more memory than there is (a crafted or damaged "
+                          "file?)") from None
+    except RecursionError:
+        raise ResdomError(f"{source}: refused: nested too deeply (a crafted or damaged file?)") from None
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model descriptions
+
+
+def check_model_description(fields: dict[str, Any], where: str, weights_bytes: int | None = None) -> None:
+    """A ResdomError naming ``where`` when the model a description read from a file asks for (``model.json``, a
+    config) would take more than ``MODEL_BYTES`` (4 bytes a parameter, ``limits.model_params``), or, given the size
+    of its weights file, more parameters than that file can hold (2 bytes a parameter at the least): checked before
+    anything is built, so ``layers: 200000`` or ``max_len: 1e9`` is one line, not gigabytes."""
+    lower, estimate = model_params(fields)
+    sizes = ", ".join(f"{k} {fields[k]!r}" for k in ("n_items", "max_len", "hidden", "layers") if k in fields)
+    if 4 * estimate > MODEL_BYTES.value:
+        raise ResdomError(f"{where}: refused: this model ({short(sizes)}) would take about "
+                          f"{4 * estimate / GIB:,.1f} GiB of weights, more than {MODEL_BYTES.value / GIB:g} GiB "
+                          f"({MODEL_BYTES.env} raises the limit)")
+    if weights_bytes is not None and 2 * lower > weights_bytes + (1 << 16):
+        raise ResdomError(f"{where}: the model it describes ({short(sizes)}) has at least {lower:,} parameters, more "
+                          f"than its weights file of {weights_bytes:,} bytes holds (a damaged or crafted description)")
