@@ -5,14 +5,17 @@ module never lets the file name a real callable except a short list of data cons
 
 - ``torch._utils._rebuild_tensor_v2`` / ``_rebuild_parameter`` are replaced by our own functions that
   cut the tensor out of the storage bytes we read ourselves from the zip archive (``persistent_load``);
-- ``torch.*Storage`` names only select a dtype; ``torch.device`` becomes its string, ``torch.Size`` a tuple;
-- ``collections.OrderedDict``, ``builtins`` containers (set, frozenset, slice, complex, bytearray), numpy
+- ``torch.*Storage`` names only select a dtype; ``torch.device`` becomes its string, ``torch.Size`` a tuple of at
+  most ``limits.PICKLE_DIMS`` whole numbers (given as a tuple or list);
+- ``collections.OrderedDict``, ``builtins`` containers (set, frozenset, slice, complex), numpy
   arrays, scalars and non-object dtypes (data only), ``_codecs.encode`` for latin-1 bytes only (protocol 2);
 - globals under the caller's ``stand_in_prefixes`` (e.g. ``"recbole."``: RecBole's ``Config``, its enums, its
   model class) become ``Inert`` classes whose instances only collect their constructor arguments and state.
 
 Everything else is refused with a ResdomError that names the global (``module.name``). RecBole (or any
-other package named in the file) is never imported.
+other package named in the file) is never imported. No callable takes a size to allocate (``bytearray(N)`` is
+refused: a 318-byte file would take gigabytes); a tensor's storage must be present in the archive with the bytes
+its shape needs, and every record is read through ``resdom.bounded`` (bounded, damage as a ResdomError).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from resdom.bounded import open_zip, read_member, refuse_special
 from resdom.errors import ResdomError
+from resdom.limits import PICKLE_DIMS, short
 
 STORAGE_DTYPES: dict[str, torch.dtype] = {
     "DoubleStorage": torch.float64, "FloatStorage": torch.float32, "HalfStorage": torch.float16,
@@ -85,7 +90,8 @@ class _Global:
         except ResdomError:
             raise
         except Exception as e:  # a malformed argument list: data error, not a crash
-            raise ResdomError(f"{self.name}: bad arguments in the pickle ({type(e).__name__}: {e})") from None
+            raise ResdomError(f"{self.name}: bad arguments in the pickle ({type(e).__name__}: {short(str(e))})"
+                              ) from None
 
     def __setstate__(self, state: Any) -> None:
         raise ResdomError(f"refused: the pickle tries to set state on {self.name}")
@@ -184,6 +190,17 @@ def _np_scalar(dtype: Any, data: Any = b"") -> Any:
     return np.frombuffer(data, dtype=dtype, count=1)[0]
 
 
+def _torch_size(dims: Any = ()) -> tuple[int, ...]:
+    """``torch.Size(dims)``: a tuple of at most ``PICKLE_DIMS`` whole numbers >= 0, given as a tuple or list
+    (never an iterable the file built, such as a long bytes object)."""
+    if not isinstance(dims, (tuple, list)) or len(dims) > PICKLE_DIMS.value:
+        raise ResdomError(f"refused: torch.Size of {type(dims).__name__} with "
+                          f"{len(dims) if hasattr(dims, '__len__') else '?'} dimensions (at most {PICKLE_DIMS.value})")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in dims):
+        raise ResdomError(f"refused: torch.Size{short(tuple(dims), 80)} (dimensions are whole numbers >= 0)")
+    return tuple(dims)
+
+
 def _latin1_bytes(text: Any, encoding: Any = "latin1") -> bytes:
     """``_codecs.encode(text, "latin1")``: how protocol-2 pickles write bytes (numpy arrays in torch.save)."""
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
@@ -197,13 +214,12 @@ BASE_GLOBALS: dict[str, Callable[..., Any]] = {
     "torch._utils._rebuild_tensor": _rebuild_tensor,
     "torch._utils._rebuild_parameter": _rebuild_parameter,
     "torch.device": lambda *a: ":".join(str(x) for x in a),
-    "torch.Size": tuple,
+    "torch.Size": _torch_size,
     "collections.OrderedDict": OrderedDict,
     "builtins.set": set,
     "builtins.frozenset": frozenset,
     "builtins.slice": slice,
     "builtins.complex": complex,
-    "builtins.bytearray": bytearray,
     **_numpy_globals(),
 }
 
@@ -298,17 +314,22 @@ class RestrictedUnpickler(pickle._Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         if self._storages is None or not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise ResdomError(f"{self._source}: refused persistent reference {str(pid)[:80]!r}")
+            raise ResdomError(f"{self._source}: refused persistent reference {short(str(pid), 80)}")
         _, storage_type, key, _location, numel = pid
         dtype = _storage_dtype(storage_type)
+        if not isinstance(key, (str, int)) or isinstance(key, bool) or len(str(key)) > 64:
+            raise ResdomError(f"{self._source}: refused: storage key {short(key, 80)}")
         key = str(key)
         if key not in self._read:  # read each record once (torch.save names a shared storage once per view)
             self._read[key] = bytearray(self._storages(key, self._budget))
             self.charge(len(self._read[key]), f"storage record {key}")
         raw = self._read[key]
         itemsize = torch.empty((), dtype=dtype).element_size()
-        if len(raw) % itemsize or (isinstance(numel, int) and numel * itemsize > len(raw)):
-            raise ResdomError(f"{self._source}: storage record {key} has {len(raw)} bytes, not {numel} x {itemsize}")
+        if not isinstance(numel, int) or isinstance(numel, bool) or numel < 0:
+            raise ResdomError(f"{self._source}: storage record {key}: malformed size {short(numel, 80)}")
+        if len(raw) % itemsize or numel * itemsize > len(raw):
+            raise ResdomError(f"{self._source}: storage record {key} has {len(raw)} bytes, not {numel} x {itemsize} "
+                              "(a truncated or crafted checkpoint)")
         if not raw:
             return torch.empty(0, dtype=dtype)
         return torch.frombuffer(raw, dtype=dtype)
@@ -321,11 +342,12 @@ def load_torch_file(path: str | Path, stand_in_prefixes: Iterable[str] = ()) -> 
     whitelist, or whose tensor records are malformed. Never imports or calls anything the file names.
     """
     path = Path(path)
+    refuse_special(path)
     if not path.is_file():
         raise ResdomError(f"{path}: file not found")
     if not zipfile.is_zipfile(path):
         raise ResdomError(f"{path}: not a torch zip checkpoint (saved with torch < 1.6 or not by torch.save)")
-    with zipfile.ZipFile(path) as z:
+    with open_zip(path) as z:
         return _load_archive(z, stand_in_prefixes, str(path), byte_budget=memory_budget(path.stat().st_size))
 
 
@@ -339,8 +361,8 @@ def load_torch_bytes(data: bytes, stand_in_prefixes: Iterable[str] = (), source:
         raise ResdomError(f"{source}: not a torch zip checkpoint")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile as e:
-        raise ResdomError(f"{source}: not a torch zip checkpoint ({e})") from None
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as e:
+        raise ResdomError(f"{source}: not a torch zip checkpoint ({type(e).__name__}: {short(str(e))})") from None
     with archive as z:
         return _load_archive(z, stand_in_prefixes, source, object_arrays, memory_budget(len(data)))
 
@@ -363,7 +385,12 @@ def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: st
     if len(pkl) != 1:
         raise ResdomError(f"{path}: not a torch zip checkpoint (no single <name>/data.pkl record)")
     prefix = pkl[0][: -len("data.pkl")]
-    order = z.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in names else "little"
+    order = "little"
+    if prefix + "byteorder" in names:
+        raw_order = read_member(z, prefix + "byteorder", path, 64)
+        order = raw_order.decode("ascii", errors="replace").strip()
+        if order not in ("little", "big"):
+            raise ResdomError(f"{path}: record {prefix}byteorder holds {short(raw_order, 40)}, not 'little' or 'big'")
     if order != sys.byteorder:
         raise ResdomError(f"{path}: saved on a {order}-endian machine; this one is {sys.byteorder}-endian")
 
@@ -372,7 +399,7 @@ def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: st
         if budget is not None and size > budget:
             raise ResdomError(f"{path}: refused: record {record} unpacks to {size} bytes, far more than the file's "
                               "size (a crafted or corrupt checkpoint)")
-        return z.read(record)
+        return read_member(z, record, path, budget)
 
     def storage(key: str, budget: int | None) -> bytes:
         record = f"{prefix}data/{key}"
@@ -387,7 +414,7 @@ def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: st
     except ResdomError:
         raise
     except Exception as e:
-        raise ResdomError(f"{path}: malformed pickle ({type(e).__name__}: {e})") from None
+        raise ResdomError(f"{path}: malformed pickle ({type(e).__name__}: {short(str(e))})") from None
 
 
 def loads_restricted(data: bytes, stand_in_prefixes: Iterable[str] = (), source: str = "pickle") -> Any:
@@ -397,4 +424,4 @@ def loads_restricted(data: bytes, stand_in_prefixes: Iterable[str] = (), source:
     except ResdomError:
         raise
     except Exception as e:
-        raise ResdomError(f"{source}: malformed pickle ({type(e).__name__}: {e})") from None
+        raise ResdomError(f"{source}: malformed pickle ({type(e).__name__}: {short(str(e))})") from None
