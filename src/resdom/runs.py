@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from resdom.bounded import check_model_description, load_json, refuse_special
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
@@ -121,11 +122,12 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
     side = Path(path).with_suffix(".json")
     if not side.exists():
         raise ResdomError(f"{side}: checkpoint sidecar missing (expected beside {Path(path).name})")
+    refuse_special(side)
     try:
-        meta = json.loads(side.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResdomError(f"{side}: not valid JSON ({e}); the file is truncated or corrupt: retrain or re-import "
-                          "the run") from None
+        text = side.read_bytes()
+    except OSError as e:
+        raise ResdomError(f"{side}: cannot read it ({e.strerror})") from None
+    meta = load_json(text, str(side), "the file is truncated or corrupt: retrain or re-import the run")
     if not isinstance(meta, dict):
         meta = {"format": f"a JSON {type(meta).__name__}"}
     if meta.get("format") != CHECKPOINT_FORMAT:
@@ -152,6 +154,8 @@ def load_checkpoint(
     except ValidationError as e:
         raise ResdomError(f"{path.with_suffix('.json')}: invalid model config ({e.errors()[0]['msg']} at "
                           f"{'.'.join(map(str, e.errors()[0]['loc']))})") from None
+    refuse_special(path)
+    check_model_description(cfg.model_dump(), f"{path.with_suffix('.json')}: model", path.stat().st_size)
     if expected is not None:
         diff = {k for k, v in expected.model_dump().items() if cfg.model_dump().get(k) != v}
         if diff:
@@ -190,10 +194,11 @@ def read_config(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     fix = "the file is damaged: delete it (evaluate and diagnose do without it; resuming `resdom train` rewrites it)"
+    refuse_special(path)
     try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResdomError(f"{path}: not valid JSON ({e}); {fix}") from None
+        config = load_json(path.read_bytes(), str(path), fix)
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read it ({e.strerror}); {fix}") from None
     if not isinstance(config, dict):
         raise ResdomError(f"{path}: expected a JSON object, found {type(config).__name__}; {fix}")
     return config

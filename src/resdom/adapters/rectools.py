@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from resdom.version import __version__
 
 from resdom.adapters.common import (
     ImportData,
@@ -61,6 +60,7 @@ from resdom.adapters.common import (
     write_run,
 )
 from resdom.adapters.safe_pickle import Inert, load_torch_bytes, loads_restricted
+from resdom.bounded import refuse_special
 from resdom.data.prepare import read_source
 from resdom.data.preprocess import PreprocessConfig, preprocess
 from resdom.data.stats import dataset_stats
@@ -68,6 +68,7 @@ from resdom.errors import ResdomError
 from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
+from resdom.version import __version__
 
 PREFIX = "rectools.models.nn."
 SASREC_LAYERS = PREFIX + "transformers.sasrec.SASRecTransformerLayers"
@@ -98,6 +99,7 @@ class RecToolsCheckpoint:
 def read_rectools_file(path: str | Path) -> RecToolsCheckpoint:
     """Read a RecTools ``model.save`` file or Lightning checkpoint safely (nothing from the file runs)."""
     path = Path(path)
+    refuse_special(path)
     if not path.is_file():
         raise ResdomError(f"{path}: file not found")
     data = path.read_bytes()

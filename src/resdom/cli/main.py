@@ -8,11 +8,12 @@ import re
 import sys
 
 import typer
-from resdom.version import __version__
 
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
+from resdom.limits import short
+from resdom.version import __version__
 
 try:  # typer >= 0.26 carries its own copy of Click
     from typer._click import exceptions as click_exceptions
@@ -127,9 +128,21 @@ def _run() -> None:
     except click_exceptions.ClickException as e:  # e.g. a file Click could not open
         typer.secho(f"error: {e.format_message()}", err=True, fg="red")
         sys.exit(e.exit_code)
-    except typer.Abort:  # end of input at a prompt
+    except typer.Abort as e:  # end of input at a prompt, or (Click's doing) any EOFError a reader let through
+        cause = e.__cause__
+        if isinstance(cause, EOFError) and str(cause):  # a truncated file, not the user's Ctrl-D
+            typer.secho(f"error: a file ended before its data did, it is truncated ({short(str(cause))})", err=True,
+                        fg="red")
+            sys.exit(2)
         typer.secho("error: aborted", err=True, fg="red")
         sys.exit(1)
+    except MemoryError:  # the last line of defence: resdom.limits refuses what it foresees before allocating
+        typer.secho("error: out of memory (an input larger than this machine can hold, or a crafted file past "
+                    "what resdom's limits foresee; docs/limits.md)", err=True, fg="red")
+        sys.exit(2)
+    except RecursionError:
+        typer.secho("error: an input nested too deeply to read (a crafted or damaged file?)", err=True, fg="red")
+        sys.exit(2)
     except ResdomError as e:  # one line even where it quotes a library's message that spans lines (pyarrow's)
         typer.secho(f"error: {_LINE_BREAKS.sub(' ', str(e).strip())}", err=True, fg="red")
         sys.exit(2)

@@ -30,18 +30,18 @@ ResdomError naming the file and line.
 from __future__ import annotations
 
 import ast
-import gzip
+import io
 import json
 import re
 import tempfile
 import warnings
-import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from resdom.bounded import check_expansion, gunzip, open_zip, read_member, refuse_special
 from resdom.data.readers import (
     TIME_MAX,
     TIME_MIN,
@@ -54,6 +54,7 @@ from resdom.data.readers import (
     time_column_values,
 )
 from resdom.errors import ResdomError
+from resdom.limits import short
 
 NATIVE_FORMATS = ("movielens-zip", "diginetica", "steam", "beeradvocate", "zvuk", "time-to-split-csv")
 DIGINETICA_HEADER = ("sessionId", "userId", "itemId", "timeframe", "eventdate")
@@ -72,6 +73,7 @@ def read_native(
     if len(paths) != 1:
         raise ResdomError(f"format {fmt!r} reads one file, got {len(paths)}: {', '.join(map(str, paths))}")
     path = paths[0]
+    refuse_special(path)  # a device or FIFO is never opened
     if fmt == "time-to-split-csv":
         missing = [flag for flag, v in (("--user-col", user_col), ("--item-col", item_col), ("--time-col", time_col))
                    if not v]
@@ -103,14 +105,14 @@ def _ordered_by_exact_time(
         finite = np.isfinite(exact)
         if not finite.all():
             k = int(np.flatnonzero(~finite)[0])
-            raise ResdomError(f"{where(k) if where else path}: timestamp {exact[k]!r} is not a finite number")
+            raise ResdomError(f"{where(k) if where else path}: timestamp {short(exact[k])} is not a finite number")
         seconds = np.floor(exact).astype(np.int64)
     else:
         seconds = np.floor_divide(exact, per_second).astype(np.int64)
     bad = np.flatnonzero((seconds < TIME_MIN) | (seconds > TIME_MAX))
     if len(bad):
         k = int(bad[0])
-        raise ResdomError(f"{where(k) if where else path}: timestamp {exact[k]!r} is outside the supported range "
+        raise ResdomError(f"{where(k) if where else path}: timestamp {short(exact[k])} is outside the supported range "
                           f"(Unix seconds {TIME_MIN} to {TIME_MAX})")
     if per_second == 1:  # whole seconds already: source order, as every reader
         return RawInteractions(users, items, seconds, fmt, [path], notes=notes)
@@ -125,16 +127,25 @@ def _strings(values: pd.Series) -> np.ndarray:
 
 
 def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line without its end) of a text file, gzip by suffix."""
+    """(1-based line number, line without its end) of a text file, gzip by suffix (unpacked within
+    ``resdom.limits``; a truncated one is a ResdomError saying so)."""
+    refuse_special(path)
     gz = path.name.lower().endswith(".gz")
     try:
-        with (gzip.open(path, "rt", encoding="utf-8-sig") if gz else open(path, encoding="utf-8-sig")) as f:
+        with (io.TextIOWrapper(io.BytesIO(gunzip(path)), encoding="utf-8-sig") if gz
+              else open(path, encoding="utf-8-sig")) as f:
             for no, line in enumerate(f, start=1):
                 yield no, line.rstrip("\r\n")
     except UnicodeDecodeError:
         raise not_text(path) from None
-    except (OSError, EOFError) as e:
-        raise ResdomError(f"{path}: cannot read ({e})") from None
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read ({short(str(e))})") from None
+
+
+def _csv_source(path: Path) -> Path | io.BytesIO:
+    """What pandas reads for a CSV file: the file, or a .gz file's bytes unpacked within ``resdom.limits``."""
+    refuse_special(path)
+    return io.BytesIO(gunzip(path)) if path.name.lower().endswith(".gz") else path
 
 
 def _date_seconds(values: pd.Series, fmt: str, path: Path, field: str, lines: np.ndarray) -> np.ndarray:
@@ -143,7 +154,7 @@ def _date_seconds(values: pd.Series, fmt: str, path: Path, field: str, lines: np
     bad = np.flatnonzero(pd.isna(parsed.to_numpy()))
     if len(bad):
         k = int(bad[0])
-        raise ResdomError(f"{path}:{lines[k]}: {field} {values.iloc[k]!r} is not a date ({fmt})")
+        raise ResdomError(f"{path}:{lines[k]}: {field} {short(values.iloc[k])} is not a date ({fmt})")
     ns = parsed.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
     return ns // 1_000_000_000
 
@@ -154,14 +165,12 @@ def _date_seconds(values: pd.Series, fmt: str, path: Path, field: str, lines: np
 
 def read_movielens_zip(path: Path) -> RawInteractions:
     """GroupLens's ``ml-1m.zip``: its one ``ratings.dat`` member, read by ``readers.read_movielens``."""
-    try:
-        with zipfile.ZipFile(path) as z:
-            members = [n for n in z.namelist() if Path(n).name == "ratings.dat"]
-            if len(members) != 1:
-                raise ResdomError(f"{path}: expected one ratings.dat in the zip, found {len(members)}")
-            data = z.read(members[0])
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise ResdomError(f"{path}: not a readable zip file ({e})") from None
+    with open_zip(path) as z:  # bounded: a 3 MB zip that unpacks to gigabytes is refused before it is unpacked
+        members = [n for n in z.namelist() if Path(n).name == "ratings.dat"]
+        if len(members) != 1:
+            raise ResdomError(f"{path}: expected one ratings.dat in the zip, found {len(members)}")
+        check_expansion(z, str(path), members)
+        data = read_member(z, members[0], str(path))
     with tempfile.TemporaryDirectory(prefix="resdom-ml-") as tmp:
         inner = Path(tmp) / "ratings.dat"
         inner.write_bytes(data)
@@ -181,7 +190,7 @@ def read_movielens_zip(path: Path) -> RawInteractions:
 def read_diginetica(path: Path) -> RawInteractions:
     """CIKM Cup 2016 ``train-item-views.csv``: user = sessionId, item = itemId, time = eventdate + timeframe ms."""
     try:
-        df = pd.read_csv(path, sep=";", dtype=str, keep_default_na=False, engine="c")
+        df = pd.read_csv(_csv_source(path), sep=";", dtype=str, keep_default_na=False, engine="c")
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except pd.errors.ParserError as e:
@@ -202,7 +211,7 @@ def read_diginetica(path: Path) -> RawInteractions:
     bad = np.flatnonzero(~frame.str.fullmatch(r"\d{1,15}").to_numpy())
     if len(bad):
         k = int(bad[0])
-        raise ResdomError(f"{path}:{lines[k]}: timeframe {df['timeframe'].iloc[k]!r} is not a whole number of "
+        raise ResdomError(f"{path}:{lines[k]}: timeframe {short(df['timeframe'].iloc[k])} is not a whole number of "
                           "milliseconds")
     days = _date_seconds(df["eventdate"].str.strip(), "%Y-%m-%d", path, "eventdate", lines)
     exact_ms = days * 1000 + frame.to_numpy().astype(np.int64)
@@ -231,7 +240,10 @@ def _decode_string(token: str) -> str:
             pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # invalid escapes such as "\/" stay as written
-        return str(ast.literal_eval(token))
+        try:
+            return str(ast.literal_eval(token))
+        except (SyntaxError, ValueError, MemoryError, RecursionError):  # a bad escape ("\x4", "\N{nope}"): the
+            return token[1:-1]  # text as written, as for the escapes Python only warns about
 
 
 def _value_text(token: str) -> str:
@@ -327,7 +339,7 @@ def read_beeradvocate(path: Path) -> RawInteractions:
     bad = np.flatnonzero(~np.isfinite(times) | (times != np.floor(times)))
     if len(bad):
         k = int(bad[0])
-        raise ResdomError(f"{path}:{line_nos[k]}: review/time {arr[k, 2]!r} is not whole Unix seconds")
+        raise ResdomError(f"{path}:{line_nos[k]}: review/time {short(arr[k, 2])} is not whole Unix seconds")
     notes = ["user = review/profileName, item = beer/beerId, time = review/time", *_skip_notes(skipped, "review")]
     return _ordered_by_exact_time(arr[:, 0], arr[:, 1], times.astype(np.int64), 1, "beeradvocate", path, notes,
                                   lambda k: f"{path}:{line_nos[k]}")
@@ -401,7 +413,7 @@ def read_zvuk(path: Path) -> RawInteractions:
         df = pd.read_parquet(path, columns=list(ZVUK_COLUMNS))
     except Exception as e:  # pyarrow raises many types: missing column, bad file
         raise ResdomError(f"{path}: not a readable Zvuk Parquet file with columns {', '.join(ZVUK_COLUMNS)} "
-                          f"({type(e).__name__}: {e})") from None
+                          f"({type(e).__name__}: {short(' '.join(str(e).split()))})") from None
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows")
     for col in ("user_id", "track_id"):
@@ -417,7 +429,7 @@ def read_zvuk(path: Path) -> RawInteractions:
 def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> RawInteractions:
     """time-to-split's raw CSV: header row, the named user / item / time columns (times in Unix seconds)."""
     try:
-        head = pd.read_csv(path, nrows=0)
+        head = pd.read_csv(_csv_source(path), nrows=0)
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -428,8 +440,9 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
         if name not in cols:
             raise ResdomError(f"{path}:1: missing column {name!r} (columns: {', '.join(cols)}); name it with {flag}")
     try:
-        df = pd.read_csv(path, usecols=[user_col, item_col, time_col], dtype={user_col: str, item_col: str},
-                         keep_default_na=False, na_values={time_col: [""]}, engine="c")
+        df = pd.read_csv(_csv_source(path), usecols=[user_col, item_col, time_col],
+                         dtype={user_col: str, item_col: str}, keep_default_na=False, na_values={time_col: [""]},
+                         engine="c")
     except pd.errors.ParserError as e:
         raise parser_error(path, e) from None
     except UnicodeDecodeError:

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +44,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from resdom.bounded import gunzip, read_bytes, refuse_special
 from resdom.errors import ResdomError
+from resdom.limits import short
 
 FORMATS = ("user-lines", "paired", "interactions", "recbole", "csv", "tsv", "parquet", "movielens")
 DEFAULT_COLUMNS = {"user_col": "user_id", "item_col": "item_id", "time_col": "timestamp"}
@@ -90,6 +94,7 @@ def split_source_paths(source: str | Path) -> list[Path]:
     for p in paths:
         if not p.exists():
             raise ResdomError(f"{p}: no such file or directory")
+        refuse_special(p)
     if len(paths) == 1 and paths[0].is_dir():
         return _files_in_folder(paths[0])
     if len(paths) > 2:
@@ -128,6 +133,8 @@ def read_interactions(
     A table's missing timestamp column is an error unless ``no_time``, which also ignores timestamps that are there
     (each user's interactions then keep the file's row order). ``normalize_ids``: module docstring.
     """
+    for path in paths:
+        refuse_special(path)  # /dev/zero as a CSV would be read for ever
     fmt = detect_format(paths) if fmt is None else _check_format(fmt)
     if fmt == "paired":
         if len(paths) != 2:
@@ -224,6 +231,7 @@ def _binary_kind(path: Path, advice: bool = True) -> str | None:
     None. A .gz file is decompressed by its reader, so it is never one."""
     if path.name.lower().endswith(".gz"):
         return None
+    refuse_special(path)
     try:
         with open(path, "rb") as f:
             head = f.read(8)
@@ -251,10 +259,7 @@ def not_text(path: Path, line: int | None = None, advice: bool = True) -> Resdom
 def _open_text(path: Path) -> str:
     """The whole file as text (gzip by suffix); an empty file is an error."""
     refuse_binary(path)
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.lower().endswith(".gz") else path.read_bytes()
-    except (OSError, EOFError) as e:
-        raise ResdomError(f"{path}: cannot read ({e})") from None
+    raw = read_bytes(path)  # a .gz unpacked within resdom.limits; a truncated one says so
     try:
         text = raw.decode("utf-8-sig")  # a leading byte-order mark (files saved by Excel, Notepad) is no id's text
     except UnicodeDecodeError as e:
@@ -264,19 +269,25 @@ def _open_text(path: Path) -> str:
     return text
 
 
+HEAD_BYTES = 4 << 20  # what the first lines of a file are looked for in (format detection, a header)
+
+
 def _head_lines(path: Path, n: int) -> list[str]:
+    """The first ``n`` non-blank lines of a file (gzip by suffix), looked for in its first ``HEAD_BYTES``."""
+    refuse_special(path)
     opener = gzip.open if path.name.lower().endswith(".gz") else open
-    out: list[str] = []
     try:
-        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:  # type: ignore[operator]
-            for line in f:
-                if line.strip():
-                    out.append(line)
-                if len(out) >= n:
-                    break
-    except (OSError, EOFError) as e:
-        raise ResdomError(f"{path}: cannot read ({e})") from None
-    return out
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            head = f.read(HEAD_BYTES)
+    except EOFError:
+        head = b""  # a truncated gzip file: its reader says so
+    except (OSError, zlib.error) as e:
+        raise ResdomError(f"{path}: cannot read ({short(str(e))})") from None
+    text = head.decode("utf-8-sig", errors="replace")
+    lines = text.splitlines(keepends=True)
+    if len(head) == HEAD_BYTES and lines:
+        lines = lines[:-1] or lines  # the last line may be cut
+    return [line for line in lines if line.strip()][:n]
 
 
 @dataclass
@@ -468,7 +479,7 @@ def _time_range_error(where: str, value: object) -> ResdomError:
     if isinstance(value, np.generic):
         value = value.item()  # 1600000000000, not np.int64(1600000000000)
     return ResdomError(
-        f"{where}: timestamp {value!r} is outside the supported range, Unix seconds from {TIME_MIN} to {TIME_MAX} "
+        f"{where}: timestamp {short(value)} is outside the supported range, Unix seconds from {TIME_MIN} to {TIME_MAX} "
         "(years 1 to 9999); timestamps must be Unix seconds (milliseconds: divide by 1000)"
     )
 
@@ -519,7 +530,7 @@ def _parse_times(tok: _Tokens, select: np.ndarray) -> np.ndarray:
                 raise ValueError
         except ValueError:
             line, col = tok.locate(int(select[k]))
-            raise ResdomError(f"{tok.path}:{line}: timestamp {t!r} is not a number (column {col})") from None
+            raise ResdomError(f"{tok.path}:{line}: timestamp {short(t)} is not a number (column {col})") from None
     raise ResdomError(f"{tok.path}: unreadable timestamps")
 
 
@@ -549,7 +560,7 @@ def _users_without_items(tok: _Tokens, users_per_line: np.ndarray) -> list[str]:
         return []
     k = int(empty[0])
     return [f"{len(empty):,} line{'s' if len(empty) > 1 else ''} with a user and no item skipped (e.g. "
-            f"{str(users_per_line[k])!r}, {tok.path}:{tok.line_no[k]})"]
+            f"{short(str(users_per_line[k]))}, {tok.path}:{tok.line_no[k]})"]
 
 
 def _check_unique_users(tok: _Tokens, users_per_line: np.ndarray) -> None:
@@ -667,7 +678,7 @@ def read_recbole(
     for i, f in enumerate(fields, start=1):
         name, sep, typ = f.partition(":")
         if not sep or not name or not typ:
-            raise ResdomError(f"{path}:1: header field {i} {f!r} is not 'name:type' (RecBole atomic file)")
+            raise ResdomError(f"{path}:1: header field {i} {short(f)} is not 'name:type' (RecBole atomic file)")
         names.append(name)
     check_unique_header(names, f"{path}:1")
     df = _read_csv(path, sep="\t", names=names, skiprows=1)
@@ -770,9 +781,12 @@ def parser_error(path: Path, e: Exception) -> ResdomError:
 
 def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> pd.DataFrame:
     refuse_binary(path)
+    source: Path | io.BytesIO = path
+    if path.name.lower().endswith(".gz"):  # unpacked within resdom.limits (pandas would unpack without a bound,
+        source = io.BytesIO(gunzip(path))  # and a truncated file ended in an EOFError: "error: aborted")
     try:
         return pd.read_csv(
-            path, sep=sep, names=names, header=0 if names is None else None, skiprows=skiprows, dtype=str,
+            source, sep=sep, names=names, header=0 if names is None else None, skiprows=skiprows, dtype=str,
             keep_default_na=False, skip_blank_lines=True, engine="c",
         )
     except pd.errors.ParserError as e:
@@ -850,10 +864,25 @@ def _frame_to_raw(
                           f"row order{_near_column(cols, tcol, '--time-col')}")
     if len(df) == 0:
         raise ResdomError(f"{where_name}: no rows after the header")
+    for name in (ucol, icol, tcol):
+        if name is not None:
+            _refuse_nested(df[name], where, name)
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
     items = _id_column(df[icol], where, icol, columns.normalize_ids)
     times = _time_column(df[tcol], where, tcol) if tcol else None
     return RawInteractions(users, items, times, fmt, files, time_ordered=False, notes=notes)
+
+
+def _refuse_nested(col: pd.Series, where: Callable[[int], str], name: str) -> None:
+    """A column of lists, arrays, mappings or sets (a Parquet list column) holds no ids or times: a ResdomError
+    naming its first such row."""
+    if col.dtype != object:
+        return
+    nested = np.flatnonzero([isinstance(v, (list, tuple, dict, set, frozenset, np.ndarray)) for v in col.to_numpy()])
+    if len(nested):
+        k = int(nested[0])
+        raise ResdomError(f"{where(k)}: column {name!r} holds a {type(col.iloc[k]).__name__} "
+                          f"({short(col.iloc[k], 80)}), not one id or time a row")
 
 
 def _missing(col: pd.Series) -> np.ndarray:
@@ -900,7 +929,7 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
     if pd.api.types.is_datetime64_any_dtype(col.dtype):
         return pd.to_datetime(col, utc=True)
     for is_kind, what in ((pd.api.types.is_bool_dtype, "true/false values"),
-                          (pd.api.types.is_timedelta64_dtype, f"durations (e.g. {str(col.iloc[0])!r})")):
+                          (pd.api.types.is_timedelta64_dtype, f"durations (e.g. {short(str(col.iloc[0]))})")):
         if is_kind(col.dtype):  # pandas would read True as 1 s and a duration as its nanoseconds
             raise ResdomError(f"{where(0)}: column {name!r} holds {what}, not times (Unix seconds or dates)")
     numeric = pd.to_numeric(col, errors="coerce")
@@ -909,12 +938,13 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
         return numeric
     if len(bad) < len(col):  # a mix of numbers and text: the first text value is the error
         k = int(bad[0])
-        raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is not a number")
+        raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} is not a number")
     parsed = pd.to_datetime(col, utc=True, errors="coerce", format="mixed")
     bad = np.flatnonzero(pd.isna(parsed.to_numpy()))
     if len(bad):
         k = int(bad[0])
-        raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} is neither a number nor a date")
+        raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} is neither a number nor "
+                          "a date")
     if _one_kind_of_zone(col):
         return parsed
     text = col.astype(str)
@@ -922,8 +952,8 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
     naive = ~zoned  # a time of day without its zone, or a bare date (its midnight in which zone?)
     if zoned.any() and naive.any():  # pandas reads a time without a zone as UTC, the others at their offset
         k, j = int(np.flatnonzero(naive)[0]), int(np.flatnonzero(zoned)[0])
-        raise ResdomError(f"{where(k)}: timestamp {col.iloc[k]!r} in column {name!r} has no time zone, while "
-                          f"{col.iloc[j]!r} ({where(j)}) has one: in which zone the first lies is ambiguous, and "
+        raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} has no time zone, while "
+                          f"{short(col.iloc[j])} ({where(j)}) has one: in which zone the first lies is ambiguous, and "
                           "with it the order of the day's interactions; give every date a zone, or none")
     return parsed
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from resdom.bounded import load_json, load_npz, refuse_special
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files
+from resdom.limits import short
 from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
 
 
@@ -229,10 +231,12 @@ class SplitData:
             raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json)")
         redo = ("prepare it again (`resdom data split`; in a run directory, delete its state/ and rerun "
                 "`resdom train`, which rewrites data/)")
+        try:  # bounded: a 3 MB file that would unpack to 3 GiB is refused before it is unpacked
+            a = load_npz(path)
+        except ResdomError as e:
+            detail = str(e).removeprefix(str(path)).lstrip(":").strip()
+            raise ResdomError(f"{path}: not a readable prepared split ({detail}); {redo}") from None
         try:
-            with np.load(path, allow_pickle=False) as z:
-                a = {k: z[k] for k in z.files}
-
             def seqs(name: str) -> Sequences:
                 out = Sequences(a[f"{name}_offsets"], a[f"{name}_items"], a.get(f"{name}_times"),
                                 a[f"{name}_users"])
@@ -259,15 +263,16 @@ class SplitData:
                                                                     split.test.inputs)), default=-1) + 1
             if split.user_labels is not None and len(split.user_labels) < n_users:
                 raise ValueError(f"{len(split.user_labels)} user labels for user indices up to {n_users - 1}")
-        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-            detail = f"no array {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
+        except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, zlib.error) as e:
+            detail = f"no array {e}" if isinstance(e, KeyError) else short(str(e) or type(e).__name__)
             raise ResdomError(f"{path}: not a readable prepared split, the file is truncated or corrupt ({detail}); "
                               f"{redo}") from None
         manifest_path = directory / cls.MANIFEST
+        refuse_special(manifest_path)
         try:
-            split.manifest = json.loads(manifest_path.read_text())
-        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise ResdomError(f"{manifest_path}: cannot read it ({e}); {redo}") from None
+            split.manifest = load_json(manifest_path.read_bytes(), str(manifest_path), redo)
+        except OSError as e:
+            raise ResdomError(f"{manifest_path}: cannot read it ({e.strerror}); {redo}") from None
         if not isinstance(split.manifest, dict):
             raise ResdomError(f"{manifest_path}: expected a JSON object; {redo}")
         return split
@@ -321,6 +326,9 @@ def concat(parts: list[Sequences]) -> Sequences:
 
 def _check_csr(seqs: Sequences, n_items: int, name: str) -> None:
     """ValueError where loaded arrays cannot be sequences of items 1..n_items (a damaged file)."""
+    for part, array in (("offsets", seqs.offsets), ("items", seqs.items), ("users", seqs.users)):
+        if np.ndim(array) != 1 or np.asarray(array).dtype.kind not in "iu":
+            raise ValueError(f"{name}_{part} is not a vector of whole numbers")
     o = seqs.offsets
     if (len(o) == 0 or o[0] != 0 or o[-1] != len(seqs.items) or len(seqs.users) != len(o) - 1
             or bool((np.diff(o) < 0).any())):

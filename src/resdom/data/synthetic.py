@@ -50,6 +50,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from resdom.checks import NumbersModel
 from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
+from resdom.limits import SYNTHETIC_INTERACTIONS, SYNTHETIC_ITEMS, SYNTHETIC_USERS
 
 
 class SyntheticConfig(NumbersModel):
@@ -84,6 +85,11 @@ class SyntheticConfig(NumbersModel):
             raise ValueError(f"min_len {self.min_len} > max_len {self.max_len}")
         if self.n_clusters > self.n_items:
             raise ValueError(f"n_clusters {self.n_clusters} > n_items {self.n_items}")
+        for value, limit in ((self.n_users, SYNTHETIC_USERS), (self.n_items, SYNTHETIC_ITEMS),
+                             (self.n_users * self.max_len, SYNTHETIC_INTERACTIONS)):
+            if value > limit.value:  # generated in memory: 10^7 users would take gigabytes
+                raise ValueError(f"{value:,} {limit.what.split(' of ')[0]}, more than {limit.value:,} ({limit.env} "
+                                 "raises the limit)")
         return self
 
     @property

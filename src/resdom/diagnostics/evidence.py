@@ -46,10 +46,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from resdom.bounded import load_npz, npy_array, open_zip, read_member
 from resdom.data.sequences import EvalSet, SplitData, item_counts
 from resdom.diagnostics.alpha import ALPHAS, batch_ranks, check_alphas
 from resdom.diagnostics.common import DEFAULT_BATCH, all_users, batches, check_model, inference, recent_items
 from resdom.diagnostics.recovery import K_RECOVERY, OFFSETS, position_ranks, recoverable_set
+from resdom.errors import ResdomError
 from resdom.models.interface import Diagnosable, final_states, residual_scale
 
 USERS_FILE = "users.npz"
@@ -111,9 +113,12 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 
 def read_users(source: str | Path | bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(header, arrays) of a ``users.npz`` (a path or its bytes). Raises OSError / ValueError / KeyError /
-    zipfile.BadZipFile on a file that is not one."""
-    with np.load(io.BytesIO(source) if isinstance(source, bytes) else source, allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    zipfile.BadZipFile on a file that is not one, or one past ``resdom.limits`` (``bounded.load_npz``: its members'
+    declared and actual sizes are bounded before they are unpacked)."""
+    try:
+        arrays = load_npz(source, "users.npz" if isinstance(source, bytes) else str(source))
+    except ResdomError as e:
+        raise ValueError(str(e)) from None
     header = json.loads(str(arrays.pop("header").item()))
     if not isinstance(header, dict):
         raise ValueError("users.npz: the header is not a JSON object")
@@ -123,9 +128,10 @@ def read_users(source: str | Path | bytes) -> tuple[dict[str, Any], dict[str, np
 def read_header(path: str | Path) -> dict[str, Any] | None:
     """The header of the ``users.npz`` at ``path``, or None where it is absent or unreadable."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            header = json.loads(str(npz["header"].item()))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        with open_zip(path) as z:
+            header_npy = read_member(z, "header.npy", str(path), 1 << 20)
+        header = json.loads(str(npy_array(header_npy, f"{path}:header.npy").item()))
+    except (ResdomError, ValueError, RecursionError):
         return None
     return header if isinstance(header, dict) else None
 
