@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from resdom.checks import optional_bool, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
@@ -37,12 +39,14 @@ from resdom.diagnostics.registry import REGISTRY
 from resdom.diagnostics.runner import compute, parse_what, plan
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.evaluation.beyond import NEIGHBOURS, beyond_accuracy
 from resdom.evaluation.evaluate import evaluate as run_evaluation
+from resdom.evaluation.ranking import MISS
 from resdom.experiments import canonical_label, model_variant, variant_train_values
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
 from resdom.models.config import ModelConfig
 from resdom.names import MODELS, PARTS
-from resdom.recommend import recommend, similar_items
+from resdom.recommend import external_ids, recommend, similar_items
 from resdom.report.figures import result_figure
 from resdom.rundir import RunDir, check_output_folder
 from resdom.runs import checkpoint_id, save_checkpoint
@@ -361,6 +365,8 @@ def evaluate(
     part: str = "test",
     cutoffs: Sequence[int] = (1, 5, 10, 20),
     filter_seen: bool | None = None,
+    beyond: bool = False,
+    neighbours: int = NEIGHBOURS,
     batch_size: int = 256,
     device: str = "auto",
 ) -> EvalResult:
@@ -370,18 +376,60 @@ def evaluate(
     it is moved to ``device``. ``split``: a SplitData (its ``part`` is used), an EvalSet, or None for a Fitted's
     own split. ``filter_seen``: items of each user's input score -inf (a target in its own input is then a miss);
     None: the split's setting (``SplitData.filter_seen``: True except for data sets that keep seen items, such as
-    ``diginetica``), True for a bare EvalSet.
-    Returns an EvalResult: ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``.
+    ``diginetica``), True for a bare EvalSet. ``beyond``: also the beyond-accuracy metrics of the same top-K lists
+    (``evaluation.beyond``: Coverage@K, AvgPop@K, Novelty@K, Echo@K, EchoNN@K; popularity counted on the split's
+    ``train``, so a SplitData is needed), ``neighbours`` the last item's nearest items EchoNN@K counts.
+    Returns an EvalResult: ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``, and ``users``: one
+    row per user (user_id, item_id (the target), rank (0-based, pessimistic; <NA> for a target filtered out),
+    HR@K, NDCG@K, RR, and with ``beyond`` each user's AvgPop@K, Novelty@K, Echo@K, EchoNN@K), in external ids.
     """
     model, data = _model_and_split(model, split, "evaluate")
     cutoffs = _positive_ints(cutoffs, "cutoffs")
     batch_size, filter_seen = positive_int(batch_size, "batch_size"), optional_bool(filter_seen, "filter_seen")
+    if not isinstance(beyond, bool):
+        raise ResdomError(f"beyond: expected True or False (got {beyond!r})")
+    neighbours = positive_int(neighbours, "neighbours")
+    if beyond and not isinstance(data, SplitData):
+        raise ResdomError("beyond: needs a SplitData (popularity is counted on its train), not a bare EvalSet")
     evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))
     dev = _device(device)
     if filter_seen is None:
         filter_seen = data.filter_seen if isinstance(data, SplitData) else True
-    return run_evaluation(_on_device(model, dev), evalset, filter_seen=filter_seen, batch_size=batch_size,
-                          device=dev, ks=cutoffs)
+    model = _on_device(model, dev)
+    result = run_evaluation(model, evalset, filter_seen=filter_seen, batch_size=batch_size, device=dev, ks=cutoffs,
+                            return_ranks=True)
+    values = {}
+    if beyond:
+        more, values = beyond_accuracy(model, evalset, data.train, filter_seen=filter_seen, ks=cutoffs,
+                                       neighbours=neighbours, batch_size=batch_size, device=dev)
+        result.metrics.update(more)
+    result.users = _per_user(result.ranks, evalset, data if isinstance(data, SplitData) else None, cutoffs, values)
+    return result
+
+
+def _per_user(ranks: Any, evalset: EvalSet, split: SplitData | None, cutoffs: tuple[int, ...],
+              values: dict[str, Any]) -> pd.DataFrame:
+    """One row per user of ``evalset``: ids (external where ``split`` has them), rank, HR@K, NDCG@K, RR (as
+    ``ranking.metrics_from_ranks`` averages them), then ``values`` (``beyond.per_user``)."""
+    import pandas as pd
+
+    ranks = np.asarray(ranks, dtype=np.int64)
+    missed = ranks >= MISS
+    r = ranks.astype(np.float64)
+    users = external_ids(split.user_labels if split is not None else None, evalset.inputs.users)
+    items = external_ids(split.item_labels if split is not None else None, evalset.targets)
+    frame = pd.DataFrame({"user_id": users, "item_id": items,
+                          "rank": pd.array(np.where(missed, 0, ranks), dtype="Int64")})
+    frame.loc[missed, "rank"] = pd.NA
+    ks = sorted(cutoffs)
+    for k in ks:
+        frame[f"HR@{k}"] = (r < k).astype(np.float64)
+    for k in ks:
+        frame[f"NDCG@{k}"] = np.where(r < k, 1.0 / np.log2(r + 2.0), 0.0)
+    frame["RR"] = np.where(missed, 0.0, 1.0 / (r + 1.0))
+    for name, v in values.items():
+        frame[name] = v
+    return frame
 
 
 # -------------------------------------------------------------------------------------------- diagnose

@@ -298,8 +298,8 @@ def recommend(
         who[:] = [session_ids[int(j)] for j in rows[r]]
         users_out = _plain(who)
     else:
-        users_out = _external(split.user_labels, inputs.users[rows[r]])
-    frame = pd.DataFrame({"user_id": users_out, "item_id": _external(split.item_labels, found),
+        users_out = external_ids(split.user_labels, inputs.users[rows[r]])
+    frame = pd.DataFrame({"user_id": users_out, "item_id": external_ids(split.item_labels, found),
                           "score": scores, "rank": rank.astype(np.int64)})
     if split.user_labels is None or split.item_labels is None:
         notes.append("this split was saved before resdom kept external ids: users and items are resdom's internal "
@@ -311,7 +311,7 @@ def recommend(
         if sequences is not None:
             short_ids = [session_ids[int(j)] for j in rows[short[:3]]]
         else:
-            short_ids = _external(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
+            short_ids = external_ids(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
         named = ", ".join(repr(x) if isinstance(x, str) else str(x)  # quoted: an id may hold a comma or a space
                           for x in short_ids)
         why = [*(["seen items filtered"] if filter_seen else []), *(["a whitelist"] if items is not None else []),
@@ -371,8 +371,8 @@ def similar_items(
     r = np.concatenate(out_rows) if out_rows else np.zeros(0, dtype=np.int64)
     found = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
     rank = np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
-    frame = pd.DataFrame({"target_item_id": _external(split.item_labels, targets[r]),
-                          "item_id": _external(split.item_labels, found),
+    frame = pd.DataFrame({"target_item_id": external_ids(split.item_labels, targets[r]),
+                          "item_id": external_ids(split.item_labels, found),
                           "score": np.concatenate(out_scores) if out_scores else np.zeros(0),
                           "rank": rank.astype(np.int64)})
     if notes:
@@ -387,7 +387,7 @@ def _plain(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _external(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray:
+def external_ids(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray:
     """``labels[index]`` as an int64 array where every label is an integer, else an object array of str; the
     indices themselves where ``labels`` is None."""
     if labels is None:

@@ -34,11 +34,13 @@ from resdom.cli.values import parse_cutoffs, positive_int, progress_option
 from resdom.data.readers import not_text, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import OptionError, ResdomError
+from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, variant_train_values
+from resdom.io import atomic_write_bytes
 from resdom.models.config import ModelConfig
 from resdom.names import CUTOFFS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
-from resdom.rundir import check_output_folder
+from resdom.rundir import check_output_file, check_output_folder
 from resdom.runs import load_run
 from resdom.training.config import TrainConfig, resolve_configs
 
@@ -323,32 +325,46 @@ def evaluate(
     split: str = typer.Option("test", "--split", help="valid | test"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     filter_seen: bool | None = typer.Option(
-        None, "--filter/--no-filter",
+        None, "--filter-seen/--no-filter-seen", "--filter/--no-filter",
         help="remove (or keep) each user's input items in the ranking; default: the data set's setting (filtered, "
              "except data sets that keep seen items: diginetica, zvuk)"),
     cutoffs: str = typer.Option(",".join(map(str, CUTOFFS)), "--cutoffs", help="the K of HR@K and NDCG@K, "
                                 "comma-separated"),
+    beyond: bool = typer.Option(False, "--beyond", help="also the beyond-accuracy metrics of the same top-K lists: "
+                                "Coverage@K, AvgPop@K, Novelty@K, Echo@K (the last input item in the top K), "
+                                "EchoNN@K (it or one of its --neighbours nearest items)"),
+    neighbours: int = typer.Option(NEIGHBOURS, "--neighbours", help="the last item's nearest items (cosine over "
+                                   "the output item embeddings) that EchoNN@K counts"),
+    per_user: Path | None = typer.Option(None, "--per-user", help="CSV file to write, one row per user: user_id, "
+                                         "item_id (the target), rank (0-based; empty: filtered out), each metric"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
 ) -> None:
-    """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated."""
+    """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated (--beyond:
+    coverage, popularity, novelty and echo of the same top-K lists)."""
     if split not in PARTS:
         raise ResdomError(f"--split: expected {' or '.join(PARTS)}, got {split!r}")
     ks = parse_cutoffs(cutoffs)
     positive_int(batch_size, "--batch-size")
+    positive_int(neighbours, "--neighbours")
+    if per_user is not None:
+        check_output_file(per_user, "--per-user", "user_id,item_id,rank", "a per-user file")
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
     result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
-                            device=dev, cutoffs=ks)
+                            device=dev, cutoffs=ks, beyond=beyond, neighbours=neighbours)
+    if per_user is not None:
+        atomic_write_bytes(per_user, result.users.to_csv(index=False, lineterminator="\n").encode("utf-8"))
+        typer.echo(f"{per_user}: {len(result.users):,} users", err=True)
     if as_json:
         typer.echo(json.dumps({"split": split, "filtered": filtered, **result.to_dict()}, indent=2))
         return
     typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'})")
-
-    for name in sorted(result.metrics, key=metric_key):
+    accuracy = sorted((m for m in result.metrics if metric_key(m)[0] == 0), key=metric_key)
+    for name in [*accuracy, *(m for m in result.metrics if m not in accuracy)]:  # beyond: in evaluation's order
         typer.echo(f"  {name:8s} {result.metrics[name]:.4f}")
 
 

@@ -23,11 +23,14 @@ to the means of AvgPop and Novelty (they are over users with a list) and counts 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
 
-from resdom.evaluation.ranking import full_scores
+from resdom.data.sequences import EvalSet, Sequences
+from resdom.evaluation.ranking import full_scores, user_chunk_size
+from resdom.models.interface import final_states
 
 NEIGHBOURS = 10  # EchoNN@K: the last item's nearest neighbours counted as its echo
 
@@ -119,3 +122,39 @@ def summary(lists: np.ndarray, values: dict[str, np.ndarray], n_items: int, ks: 
             v = v[~np.isnan(v)]
             out[f"{name}@{k}"] = float(v.mean()) if len(v) else 0.0
     return out
+
+
+def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_seen: bool, ks: tuple[int, ...],
+                    neighbours: int = NEIGHBOURS, batch_size: int = 256,
+                    device: str | torch.device = "cpu") -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """(the set's metrics, each user's values in evaluation-set order) of ``model``'s top-K lists on ``evalset``
+    (module docstring), popularity counted on ``train``. ``model``: a Diagnosable already on ``device``, in eval
+    mode under no_grad here (its mode restored)."""
+    device = torch.device(device)
+    n_items, kmax = int(model.n_items), max(ks)
+    counts, n_seq = popularity(train.items, train.offsets, n_items)
+    was_training = bool(getattr(model, "training", False))
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        with torch.no_grad():
+            item_emb = model.item_embeddings()
+            near = cosine_neighbours(item_emb, neighbours)
+            chunk = user_chunk_size(n_items, batch_size)
+            history = max(1, int(evalset.inputs.lengths.max(initial=1)))
+            lists = np.zeros((len(evalset), kmax), dtype=np.int64)
+            for lo in range(0, len(evalset), chunk):
+                idx = np.arange(lo, min(len(evalset), lo + chunk), dtype=np.int64)
+                items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
+                seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
+                top = top_lists(final_states(model, items), item_emb, kmax, seen)
+                lists[idx, :top.shape[1]] = top
+    finally:
+        if was_training:
+            model.train(True)
+    ends = evalset.inputs.offsets[1:]
+    last = np.where(evalset.inputs.lengths > 0, evalset.inputs.items[np.maximum(ends - 1, 0)], 0)
+    values: dict[str, np.ndarray] = {}
+    for k in sorted(ks):
+        values.update(per_user(lists, last, near, counts, n_seq, k))
+    return summary(lists, values, n_items, ks), values

@@ -35,12 +35,19 @@ if TYPE_CHECKING:
 
 @dataclass
 class EvalResult:
-    """metrics: {"HR@K", "NDCG@K", "MRR"} means over ``n_users``; ranks: int64 (n_users,) 0-based, in
-    evaluation-set order, when requested."""
+    """metrics: {"HR@K", "NDCG@K", "MRR"} means over ``n_users`` (and the beyond-accuracy metrics where asked,
+    ``evaluation.beyond``); ranks: int64 (n_users,) 0-based, in evaluation-set order, when requested; users: one
+    row per evaluated user (a pandas DataFrame: ``resdom.evaluate`` fills it), None otherwise."""
 
     metrics: dict[str, float]
     n_users: int
     ranks: np.ndarray | None = None
+    users: pd.DataFrame | None = None
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in list(self.metrics.items())[:4])
+        more = f", ... {len(self.metrics) - 4} more" if len(self.metrics) > 4 else ""
+        return f"EvalResult({self.n_users:,} users: {shown}{more})"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data: ``{"metrics": {...}, "n_users": n}`` (ranks are left out)."""

@@ -1,0 +1,182 @@
+"""Issue 60 §3: beyond-accuracy metrics of evaluation's top-K lists (coverage, average popularity, novelty, echo of
+the last item and of its nearest neighbours) and the per-user table: a hand-computed case, and the whole
+``resdom.evaluate(..., beyond=True)`` against a slow reference that scores and sorts every user in plain Python."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from cli_helpers import invoke
+
+import resdom
+from resdom.data.prepare import prepare_split
+from resdom.data.sequences import Sequences, SplitData
+from resdom.errors import ResdomError
+from resdom.evaluation.beyond import cosine_neighbours, per_user, popularity, summary
+from resdom.models import build_model
+from resdom.models.config import ModelConfig
+from resdom.models.interface import final_states
+
+MAX_LEN = 5
+
+
+def test_a_hand_computed_case() -> None:
+    train = Sequences.from_lists([[1, 2, 2], [2, 3], [2]])
+    counts, n_seq = popularity(train.items, train.offsets, 4)
+    assert counts.tolist() == [0, 1, 3, 1, 0] and n_seq == 3  # sequences holding each item (2 twice in one: once)
+    lists = np.array([[1, 2], [2, 3], [4, 0]])  # the third user's list has one item
+    last = np.array([2, 4, 1])
+    near = np.array([[0], [2], [1], [4], [3]])  # one neighbour each
+    values = {}
+    for k in (1, 2):
+        values.update(per_user(lists, last, near, counts, n_seq, k))
+    got = summary(lists, values, 4, (1, 2))
+    lg3 = math.log2(3)
+    want = {"Coverage@1": 3 / 4, "Coverage@2": 1.0,
+            "AvgPop@1": (1 + 3 + 0) / 3, "AvgPop@2": (2 + 2 + 0) / 3,
+            "Novelty@1": (lg3 + 0 + lg3) / 3, "Novelty@2": (lg3 / 2 + lg3 / 2 + lg3) / 3,
+            "Echo@1": 0.0, "Echo@2": 1 / 3, "EchoNN@1": 1 / 3, "EchoNN@2": 2 / 3}
+    assert list(got) == list(want)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, abs=1e-12), key
+    assert values["Echo@2"].tolist() == [1.0, 0.0, 0.0] and values["EchoNN@2"].tolist() == [1.0, 1.0, 0.0]
+    empty = per_user(np.array([[0, 0]]), np.array([1]), near, counts, n_seq, 2)  # no list: NaN means, no echo
+    assert math.isnan(empty["AvgPop@2"][0]) and empty["Echo@2"][0] == 0.0
+
+
+def test_cosine_neighbours_against_brute_force() -> None:
+    torch.manual_seed(3)
+    emb = torch.randn(12, 4)
+    emb[5] = emb[3] * 2  # the same direction: cosine 1, a tie with nothing else
+    emb[7] = emb[2]  # two items equal: ties broken by id
+    emb[8] = emb[2]
+    got = cosine_neighbours(emb, 4, chunk=3)
+    e = emb.double().numpy()
+    for i in range(1, 12):
+        cos = {j: e[i] @ e[j] / np.linalg.norm(e[i]) / np.linalg.norm(e[j]) for j in range(1, 12) if j != i}
+        want = sorted(cos, key=lambda j: (-round(cos[j], 6), j))[:4]
+        assert got[i].tolist() == want, i
+    assert got[0].tolist() == [0, 0, 0, 0] and cosine_neighbours(emb, 50).shape == (12, 10)
+
+
+def _frame(seed: int = 1, n_users: int = 40, n_items: int = 18) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_users):
+        length = int(rng.integers(3, 9))
+        # a popular head: low ids far more often, and repeats, so popularity and the echo vary
+        picks = rng.zipf(1.6, size=length) % n_items
+        rows += [(f"u{u}", f"i{int(p)}", t) for t, p in enumerate(picks)]
+    return pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+
+
+@pytest.fixture(scope="module")
+def fitted() -> resdom.Fitted:
+    split = prepare_split(_frame())
+    torch.manual_seed(0)
+    cfg = ModelConfig(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1, max_len=MAX_LEN,
+                      dropout=0.0, attn_dropout=0.0)
+    model = build_model(cfg).eval()
+    return resdom.Fitted(model, split, cfg, None)
+
+
+def _reference(fitted: resdom.Fitted, part: str, ks: tuple[int, ...], filter_seen: bool, m: int) -> dict[str, float]:
+    """Every number in plain Python: each user scored alone, sorted by (-score, id), lists cut at K."""
+    model, split = fitted.model, fitted.split
+    evalset: SplitData = getattr(split, part)
+    emb = model.item_embeddings().detach().double().numpy()
+    n = split.n_items
+    held = [set(split.train.sequence(s).tolist()) for s in range(len(split.train))]
+    count = {i: sum(i in h for h in held) for i in range(1, n + 1)}
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)
+    near = {}
+    for i in range(1, n + 1):
+        cos = {j: float(unit[i] @ unit[j]) for j in range(1, n + 1) if j != i}
+        near[i] = sorted(cos, key=lambda j: (-cos[j], j))[:m]
+    out = {f"{name}@{k}": [] for name in ("AvgPop", "Novelty", "Echo", "EchoNN") for k in ks}
+    shown = {k: set() for k in ks}
+    for row in range(len(evalset)):
+        seq = evalset.inputs.sequence(row).tolist()
+        window = seq[-MAX_LEN:]
+        with torch.no_grad():
+            h = final_states(model, torch.tensor([[0] * (MAX_LEN - len(window)) + window]))[0]
+            scores = (h @ model.item_embeddings().T).numpy()  # float32, as the model scores
+        candidates = [j for j in range(1, n + 1) if not (filter_seen and j in seq)]
+        ranked = sorted(candidates, key=lambda j: (-scores[j], j))
+        for k in ks:
+            top = ranked[:k]
+            shown[k] |= set(top)
+            if top:
+                out[f"AvgPop@{k}"].append(sum(count[j] for j in top) / len(top))
+                out[f"Novelty@{k}"].append(sum(-math.log2(max(count[j], 1) / len(held)) for j in top) / len(top))
+            out[f"Echo@{k}"].append(float(seq[-1] in top))
+            out[f"EchoNN@{k}"].append(float(any(j in top for j in [seq[-1], *near[seq[-1]]])))
+    ref = {f"Coverage@{k}": len(shown[k]) / n for k in ks}
+    ref.update({key: sum(v) / len(v) for key, v in out.items()})
+    return ref
+
+
+@pytest.mark.parametrize(("part", "filter_seen"), [("test", True), ("valid", False)])
+def test_evaluate_beyond_equals_the_slow_reference(fitted, part, filter_seen) -> None:
+    ks = (1, 3, 10)
+    result = resdom.evaluate(fitted, part=part, cutoffs=ks, filter_seen=filter_seen, beyond=True, neighbours=2,
+                             device="cpu")
+    ref = _reference(fitted, part, ks, filter_seen, 2)
+    for key, value in ref.items():
+        assert result.metrics[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    assert filter_seen == (result.metrics["Echo@10"] == 0.0)  # filtered: the last item is never listed
+    assert not filter_seen or result.metrics["EchoNN@10"] > 0  # its neighbours still are
+    assert 0 < result.metrics["Coverage@1"] < result.metrics["Coverage@10"] <= 1
+    # accuracy unchanged by beyond=True
+    plain = resdom.evaluate(fitted, part=part, cutoffs=ks, filter_seen=filter_seen, device="cpu")
+    assert {k: v for k, v in result.metrics.items() if k in plain.metrics} == plain.metrics
+
+
+def test_per_user_frame_averages_to_the_metrics(fitted) -> None:
+    result = resdom.evaluate(fitted, cutoffs=(1, 5), beyond=True, device="cpu")
+    users = result.users
+    assert list(users.columns) == ["user_id", "item_id", "rank", "HR@1", "HR@5", "NDCG@1", "NDCG@5", "RR",
+                                   "AvgPop@1", "Novelty@1", "Echo@1", "EchoNN@1", "AvgPop@5", "Novelty@5",
+                                   "Echo@5", "EchoNN@5"]
+    assert len(users) == result.n_users == len(fitted.split.test)
+    split = fitted.split
+    assert users["user_id"].tolist() == [split.user_labels[u] for u in split.test.inputs.users]
+    assert users["item_id"].tolist() == [split.item_labels[i] for i in split.test.targets]
+    for key in ("HR@1", "HR@5", "NDCG@1", "NDCG@5"):
+        assert users[key].mean() == pytest.approx(result.metrics[key], abs=1e-12)
+    assert users["RR"].mean() == pytest.approx(result.metrics["MRR"], abs=1e-12)
+    for key in ("AvgPop@5", "Novelty@5", "Echo@5", "EchoNN@5"):
+        assert users[key].mean() == pytest.approx(result.metrics[key], abs=1e-12)
+    ranks = resdom.evaluate(fitted, cutoffs=(5,), device="cpu").users["rank"]
+    filtered = [t in set(split.test.inputs.sequence(i).tolist()) for i, t in enumerate(split.test.targets)]
+    assert ranks.isna().tolist() == filtered and any(filtered)  # a target in its own input: no rank
+    assert repr(result).startswith(f"EvalResult({result.n_users} users: HR@1 ")
+    with pytest.raises(ResdomError, match="beyond: needs a SplitData"):
+        resdom.evaluate(fitted.model, split.test, beyond=True, device="cpu")
+    with pytest.raises(ResdomError, match="neighbours: must be at least 1"):
+        resdom.evaluate(fitted, beyond=True, neighbours=0, device="cpu")
+
+
+def test_cli_evaluate_beyond_and_per_user(fitted, tmp_path, capsys) -> None:
+    import json
+
+    run = fitted.save(tmp_path / "run")
+    per_user = tmp_path / "users.csv"
+    assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1,5", "--neighbours", "3", "--json", "--per-user",
+                  str(per_user), "--device", "cpu") == 0
+    printed = json.loads(capsys.readouterr().out)
+    api = resdom.evaluate(fitted, cutoffs=(1, 5), beyond=True, neighbours=3, device="cpu")
+    assert printed["metrics"] == pytest.approx(api.metrics)
+    got = pd.read_csv(per_user, dtype={"user_id": str, "item_id": str}, keep_default_na=False)
+    assert got["user_id"].tolist() == api.users["user_id"].tolist()
+    assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "10", "--device", "cpu") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [x.split()[0] for x in lines[1:]] == ["HR@10", "NDCG@10", "MRR", "Coverage@10", "AvgPop@10",
+                                                  "Novelty@10", "Echo@10", "EchoNN@10"]
+    (tmp_path / "data.csv").write_text("a,b\n")
+    code = invoke("evaluate", str(run), "--per-user", str(tmp_path / "data.csv"), "--device", "cpu")
+    assert code == 2 and "--per-user" in capsys.readouterr().err
