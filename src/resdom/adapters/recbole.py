@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from resdom.version import __version__
 
 from resdom.adapters.common import (
     ImportData,
@@ -54,6 +53,7 @@ from resdom.errors import ResdomError
 from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
+from resdom.version import __version__
 
 RECBOLE_STAND_INS = ("recbole.", "yaml.loader.", "yaml.")  # inert stand-ins for any class from these packages
 _ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
-from resdom.version import __version__
 
 from resdom.checks import optional_bool
 from resdom.data.changes import preprocessing_changes, split_changes, split_reasons
@@ -59,6 +58,7 @@ from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_
 from resdom.data.stats import dataset_stats
 from resdom.data.synthetic import generate, parse_synthetic_source
 from resdom.errors import ResdomError, validation_error
+from resdom.version import __version__
 
 PREPROCESS_OPTIONS = tuple(PreprocessConfig.model_fields)
 READER_OPTIONS = ("user_col", "item_col", "time_col", "no_time", "normalize_ids")
