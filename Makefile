@@ -24,6 +24,8 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 
 # the fast subset: no test marked slow (subprocesses, real data, the installed wheel)

@@ -1,12 +1,12 @@
-"""The import contract of src/resdom (docs/architecture.md, "Layers"), read from the source with ``ast``:
+"""What import-linter does not check of the import contract of src/resdom (docs/architecture.md, "Layers").
 
-- layers, lowest first: the shared base (vocabulary, errors, files, experiment settings) -> data -> models ->
-  evaluation -> training -> diagnostics -> report -> pipeline / api -> cli; a module imports only from its own
-  layer or lower ones (``TYPE_CHECKING`` imports included);
-- no import circle between modules;
-- imports sit at the top of modules: only ``resdom/__init__.py`` loads the API lazily (so ``import resdom`` stays
-  torch-free);
-- the report is a torch-free function of the stored JSON (checked by importing it in a fresh interpreter).
+The layers, the absence of any import circle (type-only imports included) and the torch-free report are contracts
+of import-linter (``[tool.importlinter]`` in pyproject.toml, run by ``lint-imports`` in ``make test``). Checked here,
+from the source with ``ast``:
+
+- imports of resdom modules sit at the top of modules: only ``resdom/__init__.py`` loads the API lazily (so
+  ``import resdom`` stays torch-free);
+- ``import resdom`` and every report module load no torch (in a fresh interpreter).
 """
 
 from __future__ import annotations
@@ -23,19 +23,6 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "resdom"
 
-# Lowest first. A module's layer is that of its longest listed prefix.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("resdom", "resdom.names", "resdom.errors", "resdom.io", "resdom.rundir", "resdom.stored", "resdom.experiments",
-     "resdom.checks", "resdom.distributed", "resdom.resources", "resdom.version"),
-    ("resdom.data",),
-    ("resdom.models", "resdom.runs"),
-    ("resdom.evaluation",),
-    ("resdom.training", "resdom.adapters"),
-    ("resdom.diagnostics",),
-    ("resdom.report",),
-    ("resdom.pipeline", "resdom.api", "resdom.recommend"),
-    ("resdom.cli", "resdom.__main__"),
-)
 LAZY_ALLOWED = {"resdom"}  # the package's __init__: the API on first use
 
 
@@ -123,117 +110,14 @@ def internal_imports() -> list[Import]:
     return list(_internal_imports())
 
 
-def layer_of(module: str) -> int:
-    """The layer of ``module``: that of its longest listed prefix (the package ``resdom`` itself only by name, so a
-    new top-level module must be listed)."""
-    best, layer = -1, None
-    for i, prefixes in enumerate(LAYERS):
-        for prefix in prefixes:
-            inside = module.startswith(prefix + ".") and prefix != "resdom"
-            if (module == prefix or inside) and len(prefix) > best:
-                best, layer = len(prefix), i
-    assert layer is not None, f"{module} is in no layer: add it to LAYERS"
-    return layer
-
-
-def upward(imports: list[Import]) -> list[str]:
-    return [f"{i.module}:{i.line} imports {i.target} (layer {layer_of(i.target)} > {layer_of(i.module)})"
-            for i in imports if layer_of(i.target) > layer_of(i.module)
-            and (i.top or i.module not in LAZY_ALLOWED)]  # the package's lazy API: the one way up
-
-
-def cycles(imports: list[Import]) -> list[list[str]]:
-    """The strongly connected components (more than one module, or a self-import) of the graph of the imports run
-    at import time (module level, not under ``TYPE_CHECKING``)."""
-    graph: dict[str, set[str]] = {}
-    for i in imports:
-        if i.top and not i.type_only:
-            graph.setdefault(i.module, set()).add(i.target)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def connect(v: str) -> None:  # Tarjan's algorithm
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                connect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in graph.get(v, ()):
-                out.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            connect(v)
-    return out
-
-
-def test_every_module_has_a_layer() -> None:
-    for module in all_modules():
-        layer_of(module)
-
-
-def test_nothing_imports_upward() -> None:
-    assert upward(internal_imports()) == []
-
-
-def test_no_import_circle() -> None:
-    assert cycles(internal_imports()) == []
-
-
 def test_internal_imports_sit_at_the_top_of_modules() -> None:
     inner = [f"{i.module}:{i.line} imports {i.target}" for i in internal_imports()
              if not i.top and i.module not in LAZY_ALLOWED]
     assert inner == []
 
 
-def test_the_api_does_not_import_the_cli() -> None:
-    assert [i for i in internal_imports() if i.module == "resdom.api" and i.target.startswith("resdom.cli")] == []
-
-
-def test_the_report_reaches_no_torch() -> None:
-    """Every module that importing any report module loads (``resdom.report`` and each of its modules, the ones
-    ``resdom.report`` does not import too: echo, reliance_dynamics, probes, ...; their runtime imports, followed) is
-    torch-free: none of them imports torch, a model, a diagnostic or the trainer, even inside a function."""
-    modules = all_modules()
-    parsed = {n: imports_in(n, p.read_text(), p.name == "__init__.py", set(modules)) for n, p in modules.items()}
-    reached, todo = set(), report_modules()
-    while todo:
-        module = todo.pop()
-        if module in reached:
-            continue
-        reached.add(module)
-        parent = module.rsplit(".", 1)[0]  # importing a submodule runs its package's __init__ first
-        todo += [i.target for i in parsed[module][0] if i.top and not i.type_only] + (
-            [parent] if parent != module and parent in modules else [])
-    assert {"resdom.report.figures", "resdom.report.tables", "resdom.report.values", "resdom.report.echo"} <= reached
-    heavy = sorted(m for m in reached if m.startswith(("resdom.models", "resdom.diagnostics", "resdom.training",
-                                                        "resdom.evaluation", "resdom.data", "resdom.runs")))
-    assert heavy == []
-    assert sorted(m for m in reached if "torch" in parsed[m][1]) == []
-
-
-def test_the_checks_can_fail() -> None:
-    """The checks above find what they look for: an upward import, a circle, an import inside a function, a
-    module outside every layer."""
-    planted = [Import("resdom.report.tables", "resdom.diagnostics.hrli", 1, True, False),
-               Import("resdom.diagnostics.hrli", "resdom.report.tables", 2, True, False)]
-    assert upward(planted) == ["resdom.diagnostics.hrli:2 imports resdom.report.tables (layer 6 > 5)"]
-    assert cycles(planted) == [["resdom.diagnostics.hrli", "resdom.report.tables"]]
+def test_the_check_can_fail() -> None:
+    """``imports_in`` finds an import inside a function, and tells a type-only import from a runtime one."""
     source = ("from typing import TYPE_CHECKING\nimport torch\nfrom resdom.names import STAGES\n"
               "if TYPE_CHECKING:\n    from resdom.api import Fitted\n"
               "def f():\n    from resdom.report import tables\n")
@@ -241,8 +125,6 @@ def test_the_checks_can_fail() -> None:
     assert [(i.target, i.top, i.type_only) for i in found] == [
         ("resdom.names", True, False), ("resdom.api", True, True), ("resdom.report.tables", False, False)]
     assert external == {"typing", "torch"}
-    with pytest.raises(AssertionError):
-        layer_of("elsewhere.module")
 
 
 @pytest.mark.slow

@@ -31,7 +31,8 @@ class NumbersModel(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, (bool, np.bool_)) and _numeric(cls.model_fields[info.field_name].annotation):
+        name = info.field_name
+        if isinstance(value, (bool, np.bool_)) and name is not None and _numeric(cls.model_fields[name].annotation):
             raise ValueError("expected a number, not true or false")
         return value
 

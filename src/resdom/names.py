@@ -1,5 +1,5 @@
 """The vocabulary shared by every layer, in one place: models, protocols, block stages, metrics (the diagnostics' names
-are those registered in ``diagnostics.registry``)."""
+are those registered in ``resdom.records``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 # models.MODEL_CLASSES holds a class for each; bert4rec and gru4rec are the paper's contrast models (spec §7)
 MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
-PROTOCOLS: tuple[str, ...] = ("loo", "gts")
+PROTOCOLS: tuple[str, ...] = ("loo", "gts", "none")  # none: nothing held out (fit on all data)
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")  # --device / train.device: auto = cuda, then mps, then cpu
 PARTS: tuple[str, ...] = ("valid", "test")
 # what diagnose writes besides the registered diagnostics: the per-user evidence (RUN_DIR/diagnostics/users.npz), also

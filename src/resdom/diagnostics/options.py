@@ -1,5 +1,6 @@
 """The options of a diagnose call, validated in one place (``DiagnoseOptions``), for ``resdom.diagnose`` (the API),
-``diagnostics.runner.run_all`` and ``resdom diagnose`` (the CLI).
+``diagnostics.runner.run_all`` and ``resdom diagnose`` (the CLI); and ``Context``, what a diagnostic's compute
+function is given besides the model and the split.
 
 A bad value is an ``OptionError`` naming the field (``alphas: residual scales must lie in [0, 1] (got 2)``); the CLI
 renames the fields to its flags (``--alphas: ...``, ``part`` -> ``--split``). List-valued options take a sequence
@@ -9,8 +10,9 @@ or a comma-separated string (what the CLI passes on), so both front ends parse a
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ConfigDict, Field, ValidationError, field_validator
@@ -19,9 +21,16 @@ from resdom.checks import ALPHA_RANGE, NumbersModel
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
-from resdom.diagnostics.registry import diagnostic_names
+from resdom.diagnostics.mixing import Definition
 from resdom.errors import OptionError
 from resdom.names import PARTS, USERS
+from resdom.records import diagnostic_names
+
+if TYPE_CHECKING:
+    import torch
+
+    from resdom.data.sequences import SplitData
+    from resdom.models.interface import Diagnosable
 
 # USERS (names.py) is what's other choice: the per-user evidence (users.npz, diagnostics.evidence), a file ``run_all``
 # writes after the diagnostics (part of "all"), not a diagnostic result: resdom.diagnose does not compute it
@@ -118,7 +127,7 @@ class DiagnoseOptions(NumbersModel):
     part: str = Field("test", description="valid or test")
     recency: tuple[int, ...] = Field((1, 2, 3), description="k of HRLkI (the k-th most recent input item)")
     cutoffs: tuple[int, ...] = Field((1, 5, 10), description="K of HRLkI@K")
-    definition: str = Field("norm_of_sums", description="mixing ratio: norm_of_sums or sum_of_norms")
+    definition: Definition = Field("norm_of_sums", description="mixing ratio: norm_of_sums or sum_of_norms")
     seeds: tuple[int, ...] = Field((0, 1, 2), description="shuffle seeds")
     alphas: tuple[float, ...] = Field(ALPHAS, description="residual scales in [0, 1] (1 = the trained model)")
     layers: tuple[int, ...] | None = Field(None, description="blocks whose residual is scaled (None: all)")
@@ -143,7 +152,7 @@ class DiagnoseOptions(NumbersModel):
     @field_validator("definition", mode="before")
     @classmethod
     def _definition(cls, v: Any) -> str:
-        return _choice(v, DEFINITIONS)
+        return _choice(v, DEFINITIONS)  # the message names the choices
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -227,3 +236,25 @@ def diagnose_options(**values: Any) -> DiagnoseOptions:
         return DiagnoseOptions(**values)
     except ValidationError as e:
         raise OptionError(problems(e)) from None
+
+
+@dataclass
+class Context:
+    """What a diagnostic's ``compute`` is given besides the model and the data: the part of the split chosen
+    (valid | test), the validated options, where to compute, whether to draw progress bars, and ``shared``: a dict
+    kept across the diagnostics of one call on one model (the alpha sweep leaves its target ranks there, under
+    ``alpha_ranks`` and the part's name, and recovery reuses them instead of ranking the split at every alpha
+    again)."""
+
+    part: str
+    options: DiagnoseOptions
+    device: str | torch.device | None = None
+    progress: bool = False
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    def common(self) -> dict[str, Any]:
+        """The keywords every diagnostic function takes: ``batch_size``, ``device``, ``progress``."""
+        return {"batch_size": self.options.batch_size, "device": self.device, "progress": self.progress}
+
+
+Compute = Callable[["Diagnosable", "SplitData", Context], Any]  # a record's compute function

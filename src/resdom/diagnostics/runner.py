@@ -1,6 +1,6 @@
 """Run the diagnostics on a trained run directory and write ``RUN_DIR/diagnostics/`` (JSON + CSV, atomically).
 
-The diagnostics and what they write come from ``diagnostics.registry``. ``plan`` checks a call's options against
+The diagnostics and what they write come from ``resdom.records``. ``plan`` checks a call's options against
 the model and data, ``compute`` is the one diagnose loop (``run_all`` and ``resdom.diagnose`` both run it), and
 ``run_all`` writes, for each diagnostic, ``<name>.json`` (``to_dict``, schema in docs/architecture.md) and its CSV
 files (``to_frame``; mixing also ``mixing_per_position.csv``), then ``summary.json``: the headline numbers of every
@@ -32,7 +32,7 @@ from resdom.diagnostics.evidence import UserEvidence, read_header, user_evidence
 from resdom.diagnostics.mixing import has_attention, require_attention
 from resdom.diagnostics.options import DiagnoseOptions, diagnose_options
 from resdom.diagnostics.recovery import K_RECOVERY
-from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, diagnostic_names
+from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, compute_of, diagnostic_names
 from resdom.distributed import rank_and_world
 from resdom.errors import OptionError, ResdomError
 from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -114,7 +114,7 @@ def compute(chosen: Sequence[Diagnostic], model: Diagnosable, split: SplitData, 
     out = Diagnosed()
     for step, d in enumerate(chosen, start=1):
         t0 = time.perf_counter()
-        result = d.compute(model, split, ctx)
+        result = compute_of(d)(model, split, ctx)
         if d.reports is None:
             result.split = options.part
         out.results[d.name] = result

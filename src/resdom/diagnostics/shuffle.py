@@ -40,11 +40,12 @@ from resdom.diagnostics.common import (
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
 from resdom.models.interface import Diagnosable, final_states
+from resdom.records import SHUFFLE_MODES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MODES: tuple[str, ...] = ("keep_last", "full", "last_only", "drop_last", "reverse")
+MODES: tuple[str, ...] = SHUFFLE_MODES  # the perturbations, named in the record (resdom.records)
 RANDOM_MODES = frozenset({"keep_last", "full"})
 TOP = 10
 
