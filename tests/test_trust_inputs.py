@@ -260,12 +260,12 @@ def test_truncated_resume_state_names_the_file_and_the_way_out(
     assert after.keys() <= before.keys()  # nothing new, nothing half-written (metrics.json may be gone: stale)
     assert {k: after[k] for k in ("model.safetensors", "model.json")} == {
         k: before[k] for k in ("model.safetensors", "model.json")}
-    # the advice works: a fresh start
-    for p in state.iterdir():
-        p.unlink()
-    state.rmdir()
-    assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)[0] == 0
+    # the advice works: --force keeps the run aside, whole, and trains anew (deleting state/ alone leaves a finished
+    # run where trainer.json failed before metrics.json was dropped: training afresh would replace it, so that
+    # needs --force too, issue 58)
+    assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY, "--force")[0] == 0
     assert json.loads((trained / "metrics.json").read_text())["epochs_run"] == 2
+    assert (trained.parent / "trained.replaced-1" / "model.safetensors").read_bytes() == before["model.safetensors"]
 
 
 def test_orphaned_temporaries_are_removed_by_the_next_training(trained: Path) -> None:

@@ -48,7 +48,7 @@ from resdom.models.config import ModelConfig
 from resdom.names import MODELS, PARTS
 from resdom.recommend import external_ids, recommend, similar_items
 from resdom.report.figures import result_figure
-from resdom.rundir import RunDir, check_output_folder
+from resdom.rundir import RUN, RunDir, check_output_folder, move_aside, own_entries, refuse_cell, write_marker
 from resdom.runs import checkpoint_id, save_checkpoint
 from resdom.runs import load_run as read_run
 from resdom.training.config import TrainConfig, make_train_config, resolve_configs
@@ -127,24 +127,23 @@ class Fitted:
         """Write a run directory at ``path`` that every CLI command reads (``resdom evaluate / diagnose / report``):
         ``config.json``, ``data/``, ``model.safetensors`` + ``model.json``, ``metrics.json``, ``metrics.jsonl``.
 
-        No resume state is written: ``resdom train`` there starts afresh. A non-empty ``path`` is refused unless
-        ``overwrite`` and a run directory (then its resume state and diagnostics, of whatever model was there, are
-        removed; a folder of other files is refused even then). Returns
-        ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
+        No resume state is written: ``resdom train`` there needs ``--force`` (which moves it aside and trains anew).
+        A non-empty ``path`` is refused unless ``overwrite`` and a run directory (then the old run is moved aside to
+        ``PATH.replaced-K``, nothing deleted; a folder of other files and a results-store cell are refused even then).
+        Returns ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
         """
-        import shutil
-
         files = RunDir(path)
         if not isinstance(overwrite, bool):  # overwrite="no" would be true
             raise ResdomError(f"overwrite: expected True or False (got {overwrite!r})")
         if files.dir.exists() and not files.dir.is_dir():
             raise ResdomError(f"{files.dir}: exists and is not a directory")
-        if files.dir.is_dir() and any(files.dir.iterdir()):
+        refuse_cell(files.dir, "path")
+        if files.dir.is_dir() and own_entries(files.dir):
             if not overwrite:
                 raise ResdomError(f"{files.dir}: exists and is not empty (choose another path, or overwrite=True)")
-            check_output_folder(files.dir, "path", runs=True)  # a run is replaced, never a folder of other files
-        for stale in (files.state_dir, files.diagnostics):
-            shutil.rmtree(stale, ignore_errors=True)
+            # a run is replaced, never a folder of other files; the old run is moved aside, not deleted
+            if check_output_folder(files.dir, "path", runs=False, force=True):
+                move_aside(files.dir)
         self.split.save(files.data)
         extra = {k: v for k, v in self.sidecar.items() if k not in ("format", "model", "versions")}
         save_checkpoint(files.model, self.model, extra)
@@ -155,6 +154,7 @@ class Fitted:
         else:
             files.final.unlink(missing_ok=True)
         atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in self.history))
+        write_marker(files.dir, RUN)
         self.checkpoint, self.directory = checkpoint, files.dir
         if self.metrics:
             self.metrics = {**self.metrics, "checkpoint": checkpoint}

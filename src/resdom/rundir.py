@@ -19,7 +19,10 @@ its top (``users.npz``, ``cell_users``), and holds no weights.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from resdom.errors import ResdomError
 from resdom.names import USERS
@@ -127,28 +130,204 @@ def _has_run_config(run: RunDir) -> bool:
     return isinstance(data, dict) and isinstance(data.get("model"), dict) and "versions" in data
 
 
-def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, force: bool = False) -> None:
-    """Refuse ``path`` as an output folder, with one line naming ``option``, when it cannot take the output.
+def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, force: bool = False) -> bool:
+    """Refuse ``path`` as an output folder, with one line naming ``option``, when it cannot take the output; True
+    when it holds a run that the writer replaces (``force``): the caller moves it aside first (``move_aside``), so
+    nothing of it is deleted.
 
-    Refused: an existing file (or anything not a directory); a non-empty folder that is not a run directory
-    (``runs=True``: a run is resumed / redone in place, but a folder of other files is never written into); with
-    ``runs=False`` any non-empty folder unless ``force``, and even then one that is not a run directory (a writer
-    that replaces a run removes its diagnostics/ and state/). A folder counts as a run when its config.json is a resdom
-    run's (with ``model`` and ``versions``), or when it has no config.json and holds only what a run holds before
-    writing one (``EARLY_NAMES``, a writer's temporaries); a folder of other files that happens to hold a
-    ``config.json`` or ``metrics.json`` of its own does not."""
+    Refused: an existing file (or anything not a directory); a results-store cell (``cell.json``), even with
+    ``force`` (its evidence is never written over); a non-empty folder that is not a run directory, ``force`` or
+    not (``runs=True``: a run is resumed / redone in place, but a folder of other files is never written into);
+    with ``runs=True`` a finished or imported run that has no resume state (training would start afresh and replace
+    its model, metrics and diagnostics) unless ``force``; with ``runs=False`` any non-empty run unless ``force``.
+    ``force`` on a run always answers True: the run is kept, moved aside, and the writer starts anew. A folder
+    counts as a run when its marker says so (``MARKER``), when its
+    config.json is a resdom run's (with ``model`` and ``versions``), or when it has no config.json and holds only
+    what a run holds before writing one (``EARLY_NAMES``, a writer's temporaries); a folder of other files that
+    happens to hold a ``config.json`` or ``metrics.json`` of its own does not. A symbolic link where the run writes
+    (``data/``, ``state/``, ``diagnostics/``, the log) that leads out of the folder is refused."""
     path = Path(path)
     if not require_folder_path(path, option):
-        return
-    entries = sorted(p.name for p in path.iterdir())
+        return False
+    refuse_cell(path, option)
+    entries = own_entries(path)
     if not entries:
-        return
-    if not runs and not force:
-        raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to overwrite)")
-    if _has_run_config(RunDir(path)) or all(n in EARLY_NAMES or is_temporary(n) for n in entries):
-        return
-    others = [n for n in entries if n not in EARLY_NAMES and not is_temporary(n)]
-    raise ResdomError(f"{option} {path}: exists, is not empty and is not a resdom run directory (it holds "
-                      f"{first_names(others)}); choose another {option} or "
-                      "an empty folder")
+        return False
+    run = RunDir(path)
+    kind = marked_kind(path)
+    if kind is not None and kind != RUN:
+        raise ResdomError(f"{option} {path}: holds {KIND_NAMES.get(kind, kind)}, not a run directory; choose another "
+                          f"{option}")
+    is_run = kind == RUN or _has_run_config(run) or all(n in EARLY_NAMES for n in entries)
+    if not is_run:
+        raise ResdomError(f"{option} {path}: exists, is not empty and is not a resdom run directory (it holds "
+                          f"{first_names(entries)}); choose another {option} or "
+                          "an empty folder")
+    check_links(path, WRITTEN_BY_RUNS, option)
+    if force:  # whatever run is there is kept, renamed; the writer starts anew
+        return True
+    if not runs:
+        raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to move it "
+                          f"aside to {aside_name(path)} and write anew)")
+    if run.state.is_file() or not _finished(run):
+        return False
+    if not force:
+        raise ResdomError(f"{option} {path}: holds a {'finished' if run.final.is_file() else 'trained or imported'} "
+                          "run with no resume state (state/); training there would start afresh and replace its "
+                          f"model, metrics and diagnostics: choose another {option}, or --force to move it aside to "
+                          f"{aside_name(path)} and train anew")
+    return True
 
+
+def _finished(run: RunDir) -> bool:
+    """Whether a run holds results that training afresh would replace: final metrics, diagnostics, or weights that
+    were imported (config.json's ``imported_from``) rather than trained there."""
+    if run.final.is_file() or (run.diagnostics.is_dir() and any(run.diagnostics.iterdir())):
+        return True
+    try:
+        config = json.loads(run.config.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("imported_from")) and run.model.is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output folders: the marker each writing command leaves, and what --force does (docs/choices.md, "--force")
+
+MARKER = ".resdom-output"  # {"format": MARKER_FORMAT, "kind": KIND, "files": [...]}: who wrote this folder
+MARKER_FORMAT = "resdom-output/1"
+RUN, SPLIT, REPORT, DEMO, GRID = "run", "split", "report", "demo", "grid"
+KIND_NAMES = {RUN: "a resdom run directory", SPLIT: "a split saved by `resdom data split`",
+              REPORT: "a report written by `resdom report`", DEMO: "the output of `resdom demo`",
+              GRID: "a grid of `resdom reproduce`"}
+WRITERS = {RUN: "a run", SPLIT: "a split", REPORT: "a report", DEMO: "the demo", GRID: "a grid"}
+WRITTEN_BY_RUNS = ("data", "state", "diagnostics", "metrics.jsonl", ".lock")  # where train / import / diagnose write
+MAX_MARKER_BYTES = 1 << 20
+
+
+def own_entries(path: Path) -> list[str]:
+    """The names in folder ``path``, sorted, without the marker and a writer's temporaries (``is_temporary``)."""
+    return sorted(p.name for p in path.iterdir() if p.name != MARKER and not is_temporary(p.name))
+
+
+def read_marker(path: str | Path) -> dict[str, Any] | None:
+    """The marker of folder ``path`` (None where there is none, or it is not a resdom marker: a link, too large,
+    not JSON, another format)."""
+    marker = Path(path) / MARKER
+    try:
+        if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > MAX_MARKER_BYTES:
+            return None
+        data = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != MARKER_FORMAT or data.get("kind") not in KIND_NAMES:
+        return None
+    return data
+
+
+def marked_kind(path: str | Path) -> str | None:
+    """The kind of output the marker of folder ``path`` names (None: no marker)."""
+    marker = read_marker(path)
+    return marker["kind"] if marker is not None else None
+
+
+def marked_files(path: str | Path) -> set[str]:
+    """The files (relative paths) the marker of folder ``path`` lists as written by resdom."""
+    files = (read_marker(path) or {}).get("files")
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+
+
+def write_marker(path: str | Path, kind: str, files: Iterable[str | Path] = ()) -> None:
+    """Mark folder ``path`` as ``kind``'s output; ``files`` (relative to ``path``, or inside it) join those an
+    earlier marker of the same kind lists."""
+    from resdom.io import atomic_write_json
+
+    path = Path(path)
+    names = set()
+    for f in files:
+        try:
+            names.add(Path(f).relative_to(path).as_posix())
+        except ValueError:  # already relative to ``path``
+            names.add(Path(f).as_posix())
+    if marked_kind(path) == kind:
+        names |= marked_files(path)
+    atomic_write_json(path / MARKER, {"format": MARKER_FORMAT, "kind": kind, "files": sorted(names)})
+
+
+def is_cell(path: str | Path) -> bool:
+    """Whether folder ``path`` is a results-store cell (it holds ``cell.json``)."""
+    return RunDir(path).cell.is_file()
+
+
+def refuse_cell(path: str | Path, option: str = "--out") -> None:
+    """A ResdomError when ``path`` is a results-store cell: no command writes over a cell's evidence, --force
+    included."""
+    if is_cell(path):
+        raise ResdomError(f"{option} {path}: is a results-store cell (it holds {RunDir(path).cell.name}); resdom "
+                          f"never writes over a cell's evidence, --force included; choose another {option}")
+
+
+def aside_name(path: str | Path) -> Path:
+    """Where ``move_aside`` would move ``path``: ``NAME.replaced-K``, the first K not taken."""
+    path = Path(path)
+    for k in range(1, 10_000):
+        aside = path.with_name(f"{path.name}.replaced-{k}")
+        if not aside.exists() and not aside.is_symlink():
+            return aside
+    raise ResdomError(f"{path}: 9999 folders {path.name}.replaced-K already; remove some")
+
+
+def move_aside(path: str | Path) -> Path:
+    """Rename folder ``path`` to ``aside_name(path)`` (what --force does to an output it replaces: nothing is
+    deleted); returns the new name."""
+    path = Path(path)
+    refuse_cell(path)
+    aside = aside_name(path)
+    path.rename(aside)
+    return aside
+
+
+def check_links(path: str | Path, names: Iterable[str], option: str = "--out") -> None:
+    """A ResdomError when one of ``names`` in folder ``path`` (where a command writes) is a symbolic link that
+    leads out of ``path``: no write follows it out of the folder."""
+    path = Path(path)
+    root = path.resolve()
+    for name in names:
+        entry = path / name
+        if entry.is_symlink() and root not in entry.resolve().parents:
+            raise ResdomError(f"{option} {path}: {name} is a symbolic link out of the folder (to "
+                              f"{cut(str(os.readlink(entry)))}); resdom does not write through it: remove the "
+                              "link or choose another folder")
+
+
+def cut(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters (with ``...``): a value quoted in a one-line message."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, force: bool = False,
+                      legacy: Callable[[Path, list[str]], bool] | None = None,
+                      writes: Iterable[str] = ()) -> bool:
+    """Refuse ``path`` as the output folder of a writer of ``kind`` (``KIND_NAMES``), in one line naming
+    ``option``, unless it is absent, empty, marked as ``kind``'s output, or (written before markers existed) one
+    ``legacy(path, entries)`` recognises; anything else needs ``force``, and then True is returned: the caller moves
+    the folder aside (``move_aside``) and writes anew, so nothing in it is deleted or written over. A results-store
+    cell is refused even with ``force``, and so is a symbolic link among ``writes`` (the entries the writer writes
+    into) that leads out of the folder."""
+    path = Path(path)
+    if not require_folder_path(path, option):
+        return False
+    refuse_cell(path, option)
+    entries = own_entries(path)
+    if not entries:
+        return False
+    marked = marked_kind(path)
+    if marked == kind or (marked is None and legacy is not None and legacy(path, entries)):
+        check_links(path, writes, option)
+        return False
+    if force:
+        return True
+    what = (f"{KIND_NAMES[marked]}, not {KIND_NAMES[kind]}" if marked is not None else
+            f"what {WRITERS[kind]} does not write ({first_names(entries)})")
+    raise ResdomError(f"{option} {path}: holds {what}; choose another {option} or an empty folder, or --force to "
+                      f"move it aside to {aside_name(path)} and write anew")

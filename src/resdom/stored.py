@@ -3,6 +3,7 @@ the report's tables (``report.values``) and the training monitor (``diagnostics.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -32,3 +33,58 @@ def seen_unseen(hrli: dict[str, Any]) -> dict[str, float | None]:
     if n_warm:
         out["HRLI@1_seen"] = sum(n * (v or 0.0) for n, v in warm) / n_warm
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checks of stored results on load (issue 58, "no silent mix"): the report, the store and reproduce share them
+
+CELL_SPLIT = "test"  # the split a run's or a cell's reported diagnostics describe
+_RATES = ("HR@", "NDCG@", "MRR", "HRLI", "HR_", "NDCG_")  # metric names whose values are rates in [0, 1]
+_COUNTS = ("n_users", "best_epoch", "epochs_run")
+
+
+def _cut(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def split_problem(data: dict[str, Any], file: str) -> str | None:
+    """Why a diagnostic's JSON (or summary.json) ``data`` of ``file`` is not of the reported split
+    (``CELL_SPLIT``): its ``split`` names another one; None when it names that one (or none: a file written by hand,
+    resdom's name their split)."""
+    split = data.get("split", CELL_SPLIT)
+    return None if split == CELL_SPLIT else f"{file} computed on the {_cut(split)} split, not {CELL_SPLIT}"
+
+
+def metrics_problem(metrics: Any, file: str = "metrics.json") -> str | None:
+    """Why ``metrics`` (a metrics.json's content) cannot be read as numbers: a value that is not finite (NaN,
+    infinity) anywhere, a rate (HR@K, NDCG@K, MRR) outside [0, 1] or not a number, a count (n_users, best_epoch,
+    epochs_run) that is not a non-negative integer; ``file: field A.B is V (...)``, the value cut to a readable
+    length. None when every value is in range."""
+    def walk(value: Any, at: str) -> str | None:
+        if isinstance(value, dict):
+            for key, v in value.items():
+                found = walk(v, f"{at}.{key}" if at else str(key))
+                if found:
+                    return found
+            return None
+        if isinstance(value, list):
+            for i, v in enumerate(value):
+                found = walk(v, f"{at}[{i}]")
+                if found:
+                    return found
+            return None
+        name = at.rsplit(".", 1)[-1]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and not math.isfinite(value):
+            return f"{file}: field {at} is {_cut(value)}, not a finite number"
+        if name.startswith(_RATES) and (not number or not 0 <= value <= 1):
+            return f"{file}: field {at} is {_cut(value)}; a rate must be a number in [0, 1]"
+        if name in _COUNTS and value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                                      or value < 0):
+            return f"{file}: field {at} is {_cut(value)}; it must be a non-negative integer"
+        return None
+
+    if not isinstance(metrics, dict):
+        return f"{file}: expected a JSON object, found {type(metrics).__name__}"
+    return walk(metrics, "")

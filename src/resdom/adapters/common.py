@@ -8,7 +8,6 @@ instead of a training config). ``resdom evaluate`` and ``resdom diagnose`` read 
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
-from resdom.rundir import RunDir, check_output_folder
+from resdom.rundir import RUN, RunDir, check_output_folder, move_aside, write_marker
 from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
 
 
@@ -225,10 +224,11 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     ignored weights, the line that says so.
     """
     out = Path(out)
-    check_output_folder(out, "--out", runs=False, force=force)
-    run = RunDir(out)
-    for stale in (run.diagnostics, run.state_dir):  # results of whatever model was there before
-        shutil.rmtree(stale, ignore_errors=True)
+    if check_output_folder(out, "--out", runs=False, force=force):  # --force: the old run is kept, renamed
+        aside = move_aside(out)
+        if log is not None:
+            log(f"--force: {out} moved aside to {aside}")
+    run = RunDir(out)  # absent or empty now (or a run killed before its config.json): nothing to delete
     fingerprint = data_fingerprint(data.split)
     data.split.save(run.data)
     save_checkpoint(run.model, model, {
@@ -242,6 +242,7 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     })
     for stale in (run.final, run.log):
         stale.unlink(missing_ok=True)
+    write_marker(out, RUN)
     for line in [*notes, ignored_weights_line(imported_from.get("ignored_weights", []))] if log is not None else ():
         if line:
             log(line)

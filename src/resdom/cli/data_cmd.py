@@ -14,6 +14,7 @@ from resdom.data.registry import DATASETS, get_dataset
 from resdom.data.sequences import check_split_folder
 from resdom.data.stats import format_stats
 from resdom.errors import ResdomError
+from resdom.rundir import SPLIT, aside_name, move_aside, write_marker
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts), the registry.", no_args_is_help=True)
 
@@ -58,16 +59,20 @@ def split_cmd(
     source: str = typer.Argument(..., help=SOURCE_HELP),
     out: Path = typer.Option(..., "--out", help="Output folder (arrays.npz + manifest.json); `resdom train OUT` "
                              "trains on exactly this split."),
-    force: bool = typer.Option(False, "--force", help="replace another split saved in --out"),
+    force: bool = typer.Option(False, "--force", help="replace another split saved in --out (the old one is moved "
+                               "aside, OUT.replaced-K; a folder of other files or a run is refused even then)"),
     data: DataOptions = DataOptions(),
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
     saved = check_split_folder(out, "--out")
     split = data.split(source)
-    if saved is not None and saved != json.loads(json.dumps(split.manifest)) and not force:
-        raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out, or "
-                          "--force to replace it")
+    if saved is not None and saved != json.loads(json.dumps(split.manifest)):
+        if not force:
+            raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out, or "
+                              f"--force to move it aside to {aside_name(out)} and save this one")
+        typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
     split.save(out)
+    write_marker(out, SPLIT)
     protocol = split.manifest.get("protocol", data.resolved_protocol)
     m = split.manifest
     typer.echo(f"{source}: {protocol} split, {m['n_users']:,} users, {split.n_items:,} items -> {out}")

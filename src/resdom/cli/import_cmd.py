@@ -18,7 +18,8 @@ RECBOLE_DATA_HELP = ("RecBole's .inter file the model was trained on, or a regis
                      "RecBole's own filters, numbering and order are rebuilt from the checkpoint's config")
 PMIXER_DATA_HELP = ("the data file the model was trained on (pmixer's `user item` lines), or a registered name; "
                     "used as it is, as pmixer does (no k-core, file order)")
-FORCE_HELP = "replace the run in a non-empty --out (never a folder of other files)"
+FORCE_HELP = ("replace the run in a non-empty --out: the old one is moved aside (OUT.replaced-K), never deleted; a "
+              "results-store cell or a folder of other files is refused even then")
 
 
 def _data_options(k_core: int | None) -> dict[str, Any]:

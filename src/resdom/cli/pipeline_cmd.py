@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from resdom.pipeline.reproduce import GridSpec
 from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
 from resdom.report import build_report, document_block_names, find_run_dirs, left_out
-from resdom.rundir import require_folder_path
+from resdom.rundir import REPORT, check_kind_folder, move_aside, require_folder_path, write_marker
 
 
 def _split_list(value: str, option: str) -> list[str]:
@@ -53,6 +54,9 @@ def report(
                                     "store); repeat for several"),
     tables_only: bool = typer.Option(False, "--tables-only", help="write the tables (OUT/tables/ and the --doc "
                                      "blocks) only: no figures, no report.html / report.md"),
+    force: bool = typer.Option(False, "--force", help="--out holds something other than an earlier report: move it "
+                               "aside (OUT.replaced-K) and write the report anew; a results-store cell is refused "
+                               "even then"),
 ) -> None:
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
     require_folder_path(out, "--out")
@@ -69,8 +73,14 @@ def report(
     if inside is not None:  # report.html, figures/ and tables/ would land among a run's (or a store cell's) files
         raise ResdomError(f"--out {out}: is {'the run directory' if inside.resolve() == target else 'inside'}"
                           f" {inside}, which the report reads; choose a folder outside every run")
+    # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
+    replace = check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
     texts = {d: _document(d) for d in docs or []}  # every document checked before anything is written
+    if replace:
+        typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
     paths = build_report(found, out, title=title, figures=not tables_only)
+    write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
+                               *(p for p in (paths.html, paths.markdown) if p is not None)])
     typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if texts:
         filled = {d: fill_blocks(text, paths.blocks, where=str(d)) for d, text in texts.items()}
@@ -83,6 +93,23 @@ def report(
             typer.echo(f"  left out of {r.label}: {cause}", err=True)
     if not tables_only:
         typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
+
+
+REPORT_WRITES = ("figures", "tables", "report.html", "report.md")  # what a report writes in --out
+
+
+def _earlier_report(out: Path, entries: list[str]) -> bool:
+    """Whether ``out`` (no marker) holds a report written before reports left one: its report.md begins as
+    ``render_markdown`` writes it (``# TITLE``, a blank line, ``N run(s).``)."""
+    if not (out / "report.md").is_file():
+        return False
+    try:
+        with (out / "report.md").open("rb") as f:
+            head = f.read(4096).decode("utf-8", errors="replace").split("\n")[:3]
+    except OSError:
+        return False
+    return (len(head) == 3 and head[0].startswith("# ") and head[1] == ""
+            and re.fullmatch(r"\d+ run\(s\)\.", head[2]) is not None)
 
 
 def _document(path: Path) -> str:
@@ -103,12 +130,14 @@ def demo(
     device: str = typer.Option("auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps"),
     progress: bool = progress_option(),
     quiet: bool = quiet_alias(),
+    force: bool = typer.Option(False, "--force", help="--out holds files the demo did not write: move it aside "
+                               "(OUT.replaced-K) and start anew"),
 ) -> None:
     """Synthetic data -> SASRec -> every diagnostic -> report, offline, in a few minutes on a laptop CPU."""
     settings = DemoSettings(device=device)
     if epochs is not None:
         settings.epochs = epochs
-    result = run_demo(out, settings, progress=progress and not quiet, echo=typer.echo)
+    result = run_demo(out, settings, progress=progress and not quiet, echo=typer.echo, force=force)
     t = result.timings
     typer.echo(f"\ndone in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, diagnostics {t['diagnose_s']:.0f} s)")
     typer.echo(f"report: {result.report_html.resolve()}")

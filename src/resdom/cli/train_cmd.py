@@ -40,7 +40,7 @@ from resdom.io import atomic_write_bytes
 from resdom.models.config import ModelConfig
 from resdom.names import CUTOFFS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
-from resdom.rundir import check_output_file, check_output_folder
+from resdom.rundir import check_output_file, check_output_folder, move_aside
 from resdom.runs import load_run
 from resdom.training.config import TrainConfig, resolve_configs
 
@@ -284,6 +284,9 @@ def train(
                                          "training step's forward pass under bfloat16 autocast; evaluation and "
                                          "diagnostics stay fp32 (train.precision)"),
     progress: bool = progress_option(),
+    force: bool = typer.Option(False, "--force", help="--out holds a finished or imported run with no resume "
+                               "state: move it aside (OUT.replaced-K) and train anew; a results-store cell or a "
+                               "folder of other files is refused even then"),
     data: DataOptions = DataOptions(),
 ) -> None:
     """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
@@ -291,7 +294,7 @@ def train(
                                                ("precision", precision)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data = cfg.data
-    check_output_folder(out, "--out", runs=True)
+    replace = check_output_folder(out, "--out", runs=True, force=force)
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
@@ -307,6 +310,8 @@ def train(
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
         typer.echo(hint, err=True)
+    if replace and is_main:
+        typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
     try:
         result = fit(split, model_cfg, out=out, data_info=data_info, progress=None if progress else False,
                      **train_cfg.model_dump()).metrics

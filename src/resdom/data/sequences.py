@@ -21,7 +21,7 @@ from resdom.bounded import load_json, load_npz, refuse_special
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files
 from resdom.limits import short
-from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
+from resdom.rundir import RunDir, first_names, own_entries, require_folder_path
 
 
 @dataclass
@@ -335,6 +335,8 @@ def _check_csr(seqs: Sequences, n_items: int, name: str) -> None:
         raise ValueError(f"inconsistent {name} offsets")
     if len(seqs.items) and (seqs.items.min() < 1 or seqs.items.max() > n_items):
         raise ValueError(f"{name} item ids outside 1..{n_items}")
+    if len(seqs.users) and seqs.users.min() < 0:  # -1 would label the row with the last user's id
+        raise ValueError(f"{name}_users holds a negative user index ({int(seqs.users.min())})")
     if seqs.times is not None and len(seqs.times) != len(seqs.items):
         raise ValueError(f"{name} times do not match its items")
 
@@ -346,7 +348,7 @@ def check_split_folder(path: str | Path, option: str = "--out") -> dict | None:
     path = Path(path)
     if not require_folder_path(path, option):
         return None
-    entries = sorted(p.name for p in path.iterdir() if not is_temporary(p.name))
+    entries = own_entries(path)  # without resdom's marker and a writer's temporaries
     if not entries:
         return None
     if RunDir(path).is_run():

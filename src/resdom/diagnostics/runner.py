@@ -38,7 +38,7 @@ from resdom.errors import OptionError, ResdomError
 from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, check_links
 from resdom.runs import load_run
 
 
@@ -145,6 +145,7 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
         print(run.training_note(), file=sys.stderr)
     chosen = plan(run.model, run.split, options, note=rank == 0, where=f"{run.directory}/data")
     files = RunDir(run_dir)
+    check_links(files.dir, (files.diagnostics.name,), "RUN_DIR")  # never delete or write through a link out
     if rank == 0:
         discard_stale(files.diagnostics, run.checkpoint)
     lines = progress and rank == 0 and not sys.stderr.isatty()  # a log gets one line per stage instead of bars

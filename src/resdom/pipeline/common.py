@@ -20,6 +20,7 @@ from resdom.io import atomic_write_json, atomic_write_text
 from resdom.names import USERS
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
+from resdom.stored import CELL_SPLIT, split_problem
 from resdom.training.config import resolve_configs
 from resdom.training.trainer import fit
 
@@ -37,6 +38,8 @@ def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
         return False
     if not metrics.get("checkpoint") == summary.get("checkpoint") == current:
         return False  # computed on another checkpoint than the one now in the run directory
+    if summary.get("split") != CELL_SPLIT:
+        return False  # the diagnostics were last run on another split (`diagnose --split valid`): not the cell's
     return epochs is None or config.get("train", {}).get("epochs") == epochs
 
 
@@ -68,14 +71,15 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
 
 def missing_diagnostics(run_dir: Path) -> list[str]:
-    """The registered diagnostics whose file in ``run_dir`` is absent or of another checkpoint, and ``users`` where
-    the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
+    """The registered diagnostics whose file in ``run_dir`` is absent or of another checkpoint or split, and
+    ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
     files = RunDir(run_dir)
     current = checkpoint_id(files.model)
     missing = []
     for name in diagnostic_names():
         try:
-            ok = json.loads(files.diagnostic(name).read_text()).get("checkpoint") == current
+            data = json.loads(files.diagnostic(name).read_text())
+            ok = data.get("checkpoint") == current and split_problem(data, name) is None  # a valid-split file: redone
         except (OSError, ValueError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             ok = False
         if not ok:

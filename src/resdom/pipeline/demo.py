@@ -35,7 +35,7 @@ from resdom.errors import ResdomError
 from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
 from resdom.report.findings import finding_lines
-from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
+from resdom.rundir import DEMO, RunDir, check_kind_folder, move_aside, write_marker
 from resdom.training.state import ResumeState, RunFiles
 
 
@@ -74,24 +74,26 @@ class DemoResult:
 DEMO_NAMES = ("run", "report.html", "report.md", "figures", "tables")  # what the demo writes into OUT (layout above)
 
 
-def _check_out(out_dir: Path) -> None:
-    """``out_dir`` may be absent, empty or an earlier demo's (``DEMO_NAMES``); a folder of other files is refused
-    before anything is written into it."""
-    if not require_folder_path(out_dir, "--out"):
-        return
-    others = sorted(p.name for p in out_dir.iterdir() if p.name not in DEMO_NAMES and not is_temporary(p.name))
-    if others:
-        raise ResdomError(f"--out {out_dir}: holds what the demo does not write ({first_names(others)}); choose "
-                          "another --out or an empty folder")
+def _earlier_demo(out_dir: Path, entries: list[str]) -> bool:
+    """Whether ``out_dir`` (no marker) holds only what an earlier demo wrote (``DEMO_NAMES``)."""
+    return set(entries) <= set(DEMO_NAMES)
+
+
+def _check_out(out_dir: Path, force: bool = False) -> bool:
+    """``out_dir`` may be absent, empty or an earlier demo's (its marker, or only ``DEMO_NAMES``); a folder of other
+    files is refused before anything is written into it, unless ``force`` (then True: it is moved aside)."""
+    return check_kind_folder(out_dir, DEMO, "--out", force=force, legacy=_earlier_demo, writes=DEMO_NAMES)
 
 
 def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None = None, progress: bool = True,
-             echo: Callable[[str], None] = print) -> DemoResult:
-    """Prepare the synthetic data, train SASRec, run every diagnostic and write the report into ``out_dir``."""
+             echo: Callable[[str], None] = print, force: bool = False) -> DemoResult:
+    """Prepare the synthetic data, train SASRec, run every diagnostic and write the report into ``out_dir``
+    (``force``: a folder of other files there is moved aside first, ``OUT.replaced-K``)."""
     s = settings or DemoSettings()
     resolve_device(s.device, "--device")  # refused before the data is made
     out_dir = Path(out_dir)
-    _check_out(out_dir)
+    if _check_out(out_dir, force):
+        echo(f"--force: {out_dir} moved aside to {move_aside(out_dir)}")
     run_dir = out_dir / "run"
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -129,6 +131,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     echo("[3/3] report")
     t1 = time.perf_counter()
     paths = build_report([run_dir], out_dir, title="resdom demo: SASRec on synthetic data")
+    write_marker(out_dir, DEMO)
     timings["report_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     findings = finding_lines([read_run(run_dir)])

@@ -36,7 +36,16 @@ from resdom.pipeline.common import is_finished, missing_diagnostics, record_fail
 from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
-from resdom.rundir import RunDir, first_names, is_temporary, require_folder_path
+from resdom.rundir import (
+    GRID,
+    MARKER,
+    RunDir,
+    first_names,
+    is_temporary,
+    refuse_cell,
+    require_folder_path,
+    write_marker,
+)
 from resdom.training.config import MAX_SEED, resolve_configs
 
 SUMMARY, DATASET_JSON = "summary", "dataset.json"  # DIR/summary/, DIR/<dataset>/dataset.json
@@ -96,7 +105,9 @@ class GridSpec:
         docstring); a folder holding files, which a grid never writes there, is refused before anything is."""
         if not require_folder_path(self.out, "--out"):
             return
-        files = sorted(p.name for p in self.out.iterdir() if not p.is_dir() and not is_temporary(p.name))
+        refuse_cell(self.out, "--out")
+        files = sorted(p.name for p in self.out.iterdir()
+                       if not p.is_dir() and not is_temporary(p.name) and p.name != MARKER)
         if files:
             raise ResdomError(f"--out {self.out}: holds files, not a grid's folders (data set folders and "
                               f"{SUMMARY}/): {first_names(files)}; choose "
@@ -282,6 +293,7 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
     cache = _DataCache(spec)
     outcomes: list[RunOutcome] = []
     worked: list[float] = []
+    write_marker(spec.out, GRID)
     echo(f"grid: {len(spec.datasets)} data set(s) x {len(spec.models)} model(s) x {len(spec.seeds)} seed(s) = "
          f"{len(cells)} runs -> {spec.out}")
     for i, (dataset, model, seed) in enumerate(cells, start=1):

@@ -30,8 +30,10 @@ from resdom.diagnostics.registry import diagnostic_names
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, json_bytes
 from resdom.pipeline.common import is_finished
+from resdom.report.collect import checkpoint_clash
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
+from resdom.stored import metrics_problem, split_problem
 
 MAX_CELL_BYTES = 200_000
 _MANIFEST_KEPT = ("dataset", "protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users",
@@ -75,6 +77,8 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
     run = RunDir(run_dir)
     checkpoint = checkpoint_id(run.model)
     metrics = _read(run.final)
+    if problem := metrics_problem(metrics, str(run.final)):
+        raise ResdomError(problem)
     config = _read(run.config)
     curve = [line for line in run.log.read_text().splitlines() if line.strip()]
     cell = RunDir(cell_dir(store, dataset, label, seed))
@@ -95,17 +99,40 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
             if d.get("checkpoint") != checkpoint:
                 raise ResdomError(f"{path}: computed on checkpoint {d.get('checkpoint')}, not {checkpoint}; "
                                   "rerun `resdom diagnose` first")
+            if problem := split_problem(d, path.name):  # a cell's results are of the test split, never a mix
+                raise ResdomError(f"{path}: {problem.removeprefix(path.name + ' ')}; rerun `resdom diagnose "
+                                  "--split test` first")
             files[cell.diagnostic(name)] = json_bytes(d)
 
     if run.users.is_file():
         files[cell.cell_users] = _users_bytes(run.users, checkpoint)
     elif cell.cell_users.is_file() and (read_header(cell.cell_users) or {}).get("checkpoint") != checkpoint:
         cell.cell_users.unlink()  # an earlier checkpoint's evidence must not sit beside this one's record
+    _check_unique(store, cell.dir, {"dataset": dataset, "label": label, "seed": seed}, checkpoint)
     size = sum(len(b) for b in files.values())
     if size > MAX_CELL_BYTES:
         raise ResdomError(f"{run_dir}: the store record would be {size:,} bytes (limit {MAX_CELL_BYTES:,})")
     atomic_write_files(files)
     return cell.dir
+
+
+def _check_unique(store: str | Path, target: Path, identity: dict[str, Any], checkpoint: str) -> None:
+    """A ResdomError when another cell of ``store`` names ``checkpoint`` but cannot be the same model as the cell
+    ``identity`` (``report.collect.checkpoint_clash``: another seed): a copied cell relabelled as another seed would
+    count as one more seed."""
+    for other in store_cells(store):
+        if other.resolve() == target.resolve():
+            continue
+        try:
+            theirs = json.loads(RunDir(other).cell.read_text())
+        except (OSError, ValueError):
+            continue  # an unreadable cell is reported where it is read
+        if not isinstance(theirs, dict) or theirs.get("checkpoint") != checkpoint:
+            continue
+        if checkpoint_clash(identity, theirs):
+            raise ResdomError(f"{RunDir(other).cell}: names checkpoint {checkpoint} too (as {theirs.get('dataset')} / "
+                              f"{theirs.get('label')} / seed {theirs.get('seed')}); one model cannot be both cells "
+                              f"(a copied cell relabelled?), so {target} is not stored")
 
 
 def _users_bytes(path: Path, checkpoint: str) -> bytes:

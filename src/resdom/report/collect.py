@@ -20,7 +20,8 @@ from resdom import names
 from resdom.errors import ResdomError
 from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS
 from resdom.io import read_jsonl, sha256_file
-from resdom.rundir import RunDir, not_a_run_dir
+from resdom.rundir import RunDir, cut, not_a_run_dir
+from resdom.stored import metrics_problem, split_problem
 
 
 @dataclass
@@ -37,7 +38,7 @@ class RunRecord:
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     data_stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    stale: list[str] = field(default_factory=list)  # results left out: computed on another checkpoint
+    stale: list[str] = field(default_factory=list)  # results left out: of another checkpoint or split
     problems: dict[str, str] = field(default_factory=dict)  # part ("metrics", a diagnostic) -> why it is empty
     cell: dict[str, Any] = field(default_factory=dict)  # a results-store cell's cell.json (compute, identity)
     curve: list[dict[str, Any]] = field(default_factory=list)  # the epoch log (metrics.jsonl / a cell's curve.jsonl)
@@ -57,6 +58,8 @@ class RunRecord:
         if part in self.problems:
             return self.problems[part]
         file = file_name(part)
+        if part == "cell" and self.cell:
+            return f"{file} holds no such number"
         return f"{file} holds no such number" if part == "metrics" or part in self.diagnostics else f"{file} missing"
 
     def test_metrics(self) -> dict[str, float]:
@@ -152,9 +155,13 @@ def read_run(run_dir: str | Path) -> RunRecord:
     metrics = _maybe(files.final)
     if not config and not metrics and not any(diagnostics.values()):
         raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
+    if metrics and (problem := metrics_problem(metrics, str(files.final))):
+        raise ResdomError(problem)  # a NaN or a hit rate of 7.5 never enters a table as a number
     cell = _maybe(files.cell)
     problems = {part: f"{file_name(part)} {'missing' if part == 'metrics' else 'empty'}"
                 for part, d in [("metrics", metrics), *diagnostics.items()] if not d}
+    if "compute" in cell and not isinstance(cell["compute"], dict):
+        problems["cell"] = f"{files.cell}: field compute is {cut(repr(cell['compute']), 80)}, not an object"
     stale = _drop_stale(run_dir, metrics, diagnostics, cell, problems)
     dataset, label, seed = run_identity(run_dir, config, cell)
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
@@ -204,8 +211,12 @@ def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, d
     for name, d in diagnostics.items():
         if d and d.get("checkpoint") != current:
             problems[name] = cause(f"{name}.json", d.get("checkpoint"))
-            d.clear()
-            stale.append(name)
+        elif d and (other_split := split_problem(d, f"{name}.json")):  # a valid-split run's file: never mixed in
+            problems[name] = other_split
+        else:
+            continue
+        d.clear()
+        stale.append(name)
     return stale
 
 
@@ -231,8 +242,39 @@ def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
         if other is not r:
             raise ResdomError(f"{other.path} and {r.path} are both {r.label}: report one of them (a results-store "
                               "cell and the run directory it was exported from, say)")
+    check_checkpoints(runs)
     return sorted(runs, key=lambda r: (r.dataset, model_order(r.model), r.seed if r.seed is not None else -1,
                                        str(r.path)))
+
+
+def run_checkpoint(run: RunRecord) -> str | None:
+    """The checkpoint a run's results name: its cell.json's, else its metrics.json's (None: neither names one)."""
+    named = run.cell.get("checkpoint") or run.metrics.get("checkpoint")
+    return named if isinstance(named, str) and named else None
+
+
+def checkpoint_clash(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two runs or cells (``dataset``, ``label``, ``seed``) that name one checkpoint cannot both be real: a
+    model is trained from one seed, so two seeds cannot share it (a copied cell relabelled as another seed would be
+    averaged as one more); two labels of one seed may (a variant that trained exactly as its base did: sasrec-p30
+    where patience 30 never ran out)."""
+    return a["seed"] != b["seed"]
+
+
+def check_checkpoints(runs: list[RunRecord]) -> None:
+    """A ResdomError naming both when two runs name one checkpoint under two seeds (``checkpoint_clash``)."""
+    by_checkpoint: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        checkpoint = run_checkpoint(r)
+        if checkpoint is not None:
+            by_checkpoint.setdefault(checkpoint, []).append(r)
+    for checkpoint, group in by_checkpoint.items():
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                if checkpoint_clash(*({"dataset": x.dataset, "label": x.model, "seed": x.seed} for x in (a, b))):
+                    raise ResdomError(f"{a.path} and {b.path} name one checkpoint ({checkpoint}) as {a.label} and "
+                                      f"{b.label}: one model cannot be both (a copied cell relabelled?); report "
+                                      "one of them")
 
 
 # the paper's order SASRec, DuoRec, BSARec, the contrast models (``names.MODELS``), each with its named reference

@@ -87,6 +87,38 @@ class ResumeState:
                    dict(data["files"]), dict(data["optimizer_meta"]))
 
 
+MAX_EPOCH = 10**6  # an epoch beyond any training budget (TrainConfig.epochs) is a damaged file's
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def state_problem(state: dict[str, Any]) -> str | None:
+    """Why a ``trainer.json``'s values cannot be resumed from (None: they can): ``epoch`` a whole number in
+    [0, the saved train.epochs] (a run never saves past its budget), ``early_stopping.best_value`` a finite number
+    (or -inf before any epoch improved it: best_epoch 0), ``best_epoch`` and ``bad_epochs`` whole numbers in
+    [0, epoch]. A NaN best value would never be beaten (NaN compares false), so the run would keep an early epoch's
+    model for ever."""
+    epoch = state.get("epoch")
+    budget = (state.get("train") or {}).get("epochs") if isinstance(state.get("train"), dict) else None
+    high = budget if _whole(budget) and 0 < budget <= MAX_EPOCH else MAX_EPOCH
+    if not _whole(epoch) or not 0 <= epoch <= high:
+        return f"field epoch is {str(epoch)[:40]!s}, not a whole number in [0, {high}]"
+    stopping = state.get("early_stopping")
+    if not isinstance(stopping, dict):
+        return "field early_stopping is not an object"
+    for key in ("best_epoch", "bad_epochs"):
+        value = stopping.get(key, 0)
+        if not _whole(value) or not 0 <= value <= epoch:
+            return f"field early_stopping.{key} is {str(value)[:40]}, not a whole number in [0, {epoch}]"
+    best = stopping.get("best_value", -math.inf)
+    if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best) or best == math.inf \
+            or (best == -math.inf and stopping.get("best_epoch", 0) != 0):
+        return f"field early_stopping.best_value is {str(best)[:40]}, not a finite number"
+    return None
+
+
 def flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Optimizer state -> (named tensors ``state.<param>.<key>``, JSON data: param groups and non-tensor state)."""
     sd = optimizer.state_dict()
@@ -117,7 +149,8 @@ class RunFiles(RunDir):
     """A run directory (layout in ``resdom.rundir``) as the trainer writes it, and the resume state in ``state/``."""
 
     def restart_hint(self) -> str:
-        return f"delete {self.state_dir} to restart the run from epoch 1"
+        return (f"delete {self.state_dir} to restart the run from epoch 1, or rerun `resdom train` with --force to "
+                f"keep this run aside ({self.dir.name}.replaced-K) and train anew")
 
     def read_state(self) -> ResumeState | None:
         """The saved ``trainer.json`` (None: no resume state); a malformed one is a ResdomError saying how to
@@ -136,9 +169,13 @@ class RunFiles(RunDir):
         if missing:
             raise ResdomError(f"{self.state}: resume state lacks {', '.join(missing)}; {self.restart_hint()}")
         try:
-            return ResumeState.from_json(state)
+            resumed = ResumeState.from_json(state)
         except (KeyError, TypeError, ValueError) as e:
             raise ResdomError(f"{self.state}: malformed resume state ({e}); {self.restart_hint()}") from None
+        problem = state_problem(state)
+        if problem:
+            raise ResdomError(f"{self.state}: {problem}; {self.restart_hint()}")
+        return resumed
 
     def save_state(self, state: ResumeState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Weights and Adam moments for ``state.epoch``, then ``trainer.json`` (the commit point), then prune."""

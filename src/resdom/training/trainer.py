@@ -38,7 +38,7 @@ from resdom.io import atomic_write_json, atomic_write_text, directory_lock, remo
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.rundir import check_output_folder
+from resdom.rundir import RUN, check_output_folder, write_marker
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
@@ -273,6 +273,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         for folder in (files.dir, files.state_dir, files.data):  # what a killed trainer left half-written
             remove_temporaries(folder)
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
+        write_marker(files.dir, RUN)  # the folder is a run: resdom train / import may write here again
     dist_ctx.barrier()
 
     optimizer = torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)

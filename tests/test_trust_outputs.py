@@ -1,0 +1,319 @@
+"""Issue 58, items 2-4: nothing written over that resdom did not write, and no silent mix.
+
+Each test crafts its folder or file here (no committed binaries) and fails on the code before the change: a
+command that wrote over a run, a store cell or a user's report, a symbolic link followed out of a run, diagnostics
+of the valid split stored or reported as a cell's, resume state, split arrays and metrics that were taken as they
+came, a copied cell counted as another seed, a malformed ``compute`` reported as a missing cell.json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import SMALL_SYNTHETIC as SOURCE
+from cli_helpers import TINY_MODEL as TINY
+from cli_helpers import one_line_error, run_cli
+
+from resdom.adapters.common import ImportData, write_run
+from resdom.data.prepare import prepare_split
+from resdom.data.sequences import SplitData
+from resdom.diagnostics.runner import run_all
+from resdom.errors import ResdomError
+from resdom.io import atomic_write_json
+from resdom.models import ModelConfig, build_model
+from resdom.pipeline.common import is_finished, missing_diagnostics
+from resdom.pipeline.store import cell_dir, export_cell
+from resdom.report.collect import read_run, read_runs
+from resdom.rundir import MARKER, RunDir, check_output_folder, marked_kind
+from resdom.runs import checkpoint_id
+from resdom.training.state import STATE_FORMAT, RunFiles
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (relative path -> bytes): what a refused command must leave as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def split() -> SplitData:
+    return prepare_split(SOURCE, protocol="loo")
+
+
+def make_run(out: Path, split: SplitData) -> Path:
+    """Maker: a run directory as `import-*` writes it (an untrained tiny SASRec; no training, milliseconds)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
+                                    heads=1)).eval()
+    labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
+    return write_run(out, model, ImportData(split, labels, split.manifest), {"format": "test"})
+
+
+def finish(run: Path) -> Path:
+    """Maker: the run's final metrics.json, naming its checkpoint, and its epoch log (what a finished training
+    leaves)."""
+    metrics = {"valid": {"metrics": {"HR@10": 0.5, "NDCG@10": 0.25}, "n_users": 40},
+               "test": {"metrics": {"HR@10": 0.4, "NDCG@10": 0.2}, "n_users": 40},
+               "best_epoch": 1, "epochs_run": 1, "stopped": "max_epochs",
+               "checkpoint": checkpoint_id(RunDir(run).model)}
+    atomic_write_json(RunDir(run).final, metrics)
+    RunDir(run).log.write_text(json.dumps({"epoch": 1, "loss": 1.0, "seconds": 0.1}) + "\n")
+    return run
+
+
+def make_cell(root: Path, dataset: str = "toy", label: str = "sasrec", seed: int = 1, checkpoint: str = "c0",
+              **cell: object) -> Path:
+    """Maker: a results-store cell as ``pipeline.store`` writes it (cell.json, config.json, metrics.json,
+    diagnostics/, users.npz), its files all of ``checkpoint`` and the test split."""
+    folder = cell_dir(root, dataset, label, seed)
+    (folder / "diagnostics").mkdir(parents=True)
+    (folder / "cell.json").write_text(json.dumps({"dataset": dataset, "label": label, "model": "sasrec",
+                                                  "seed": seed, "checkpoint": checkpoint,
+                                                  "compute": {"train_seconds": 60.0}, **cell}))
+    (folder / "config.json").write_text(json.dumps({"label": label, "model": {"name": "sasrec"}, "train": {},
+                                                    "versions": {}}))
+    (folder / "metrics.json").write_text(json.dumps({"test": {"metrics": {"HR@10": 0.3, "NDCG@10": 0.1},
+                                                              "n_users": 9}, "checkpoint": checkpoint}))
+    (folder / "diagnostics" / "hrli.json").write_text(json.dumps({"values": {"HRLI@1": 0.5}, "n_users": 9,
+                                                                  "split": "test", "checkpoint": checkpoint}))
+    (folder / "users.npz").write_bytes(b"evidence")
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------- data loss
+
+
+def test_train_refuses_a_finished_run_without_state(tmp_path: Path, split: SplitData,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A finished run whose state/ was removed (or an imported run) was silently replaced by `train --out`: now
+    refused, in one line that names --force."""
+    run = finish(make_run(tmp_path / "run", split))
+    before = files_of(run)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY)
+    one_line_error(code, err, f"--out {run}: holds a finished run with no resume state", "--force")
+    assert files_of(run) == before
+    imported = make_run(tmp_path / "imported", split)  # imported weights, no metrics yet: replaced all the same
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(imported), "--epochs", "1", *TINY)
+    one_line_error(code, err, "holds a trained or imported run with no resume state")
+
+
+@pytest.mark.slow
+def test_train_force_moves_the_old_run_aside_and_trains_anew(tmp_path: Path, split: SplitData,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """--force keeps the old run whole, renamed OUT.replaced-1, and trains anew (slow: it trains)."""
+    run = finish(make_run(tmp_path / "run", split))
+    before = files_of(run)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force")
+    assert code == 0, err
+    assert f"moved aside to {tmp_path / 'run.replaced-1'}" in err
+    assert files_of(tmp_path / "run.replaced-1") == before  # nothing of the old run lost
+    assert (run / "state" / "trainer.json").is_file() and marked_kind(run) == "run"
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_train_and_import_never_write_over_a_store_cell(tmp_path: Path, split: SplitData, force: bool,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A results-store cell has a run's config.json (model, versions): `train --out CELL` trained into it and
+    `import-* --out CELL --force` deleted its diagnostics and metrics. Refused, --force or not."""
+    cell = make_cell(tmp_path / "store")
+    before = files_of(cell)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(cell), "--epochs", "1", *TINY,
+                           *(["--force"] if force else []))
+    one_line_error(code, err, f"--out {cell}: is a results-store cell", "--force included")
+    with pytest.raises(ResdomError, match="is a results-store cell"):
+        make_run_at = write_run  # the importers' writer (import-recbole, -pmixer, -rectools)
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
+                                        heads=1))
+        labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
+        make_run_at(cell, model, ImportData(split, labels, split.manifest), {"format": "test"}, force=force)
+    assert files_of(cell) == before
+
+
+def test_import_force_moves_the_old_run_aside_with_its_diagnostics(tmp_path: Path, split: SplitData) -> None:
+    """`import-* --out RUN --force` deleted the run's diagnostics/ and state/; now the old run is renamed, whole.
+    A run written before markers existed (no marker) is still recognised as a run."""
+    run = finish(make_run(tmp_path / "run", split))
+    (run / MARKER).unlink(missing_ok=True)  # a run of an earlier resdom
+    (run / "diagnostics").mkdir()
+    (run / "diagnostics" / "hrli.json").write_text('{"split": "test"}')
+    before = files_of(run)
+    with pytest.raises(ResdomError, match="exists and is not empty .*--force to move it aside"):
+        make_run(run, split)
+    assert check_output_folder(run, runs=False, force=True) is True
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1, heads=1))
+    labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
+    write_run(run, model, ImportData(split, labels, split.manifest), {"format": "test"}, force=True)
+    assert files_of(tmp_path / "run.replaced-1") == before
+    assert not (run / "diagnostics").exists() and marked_kind(run) == "run"
+
+
+def test_report_never_writes_over_the_users_files(tmp_path: Path, split: SplitData,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`report --out DIR` overwrote report.md and tables/*.md the user wrote there. Refused; --force moves DIR
+    aside; a report's own folder (its marker, or a report.md of an earlier resdom) is written again."""
+    run = make_run(tmp_path / "run", split)
+    mine = tmp_path / "notes"
+    (mine / "tables").mkdir(parents=True)
+    (mine / "report.md").write_text("# my own notes\n\nnot a resdom report\n")
+    (mine / "tables" / "accuracy.md").write_text("| my | table |\n")
+    before = files_of(mine)
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(mine), "--tables-only")
+    one_line_error(code, err, f"--out {mine}: holds what a report does not write (report.md, tables)", "--force")
+    assert files_of(mine) == before
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(mine), "--tables-only", "--force")
+    assert code == 0, err
+    assert files_of(tmp_path / "notes.replaced-1") == before
+    assert marked_kind(mine) == "report"
+    assert run_cli(capsys, "report", str(run), "--out", str(mine), "--tables-only")[0] == 0  # its own: again
+    old = tmp_path / "old"  # a report folder of an earlier resdom: no marker, report.md as render_markdown wrote
+    (old / "tables").mkdir(parents=True)
+    (old / "report.md").write_text("# resdom report\n\n3 run(s).\n\n## Findings\n")
+    (old / "measurements").mkdir()  # the user's own folder beside it is kept as it is
+    (old / "measurements" / "m.json").write_text("{}")
+    assert run_cli(capsys, "report", str(run), "--out", str(old), "--tables-only")[0] == 0
+    assert (old / "measurements" / "m.json").read_text() == "{}"
+
+
+def test_diagnose_never_follows_a_diagnostics_link_out_of_the_run(tmp_path: Path, split: SplitData,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A `diagnostics` symlink in a run folder made diagnose delete and rewrite files in the folder it points
+    to; refused, that folder untouched."""
+    run = make_run(tmp_path / "run", split)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "hrli.json").write_text('{"checkpoint": "someone else\'s"}')  # discard_stale would delete it
+    (elsewhere / "summary.json").write_text("{}")
+    (run / "diagnostics").symlink_to(elsewhere)
+    before = files_of(elsewhere)
+    code, _, err = run_cli(capsys, "diagnose", str(run), "--what", "hrli", "--device", "cpu")
+    one_line_error(code, err, "diagnostics is a symbolic link out of the folder", str(elsewhere))
+    assert files_of(elsewhere) == before
+
+
+# ------------------------------------------------------------------------------------ wrong answers, silent
+
+
+@pytest.fixture()
+def mixed_run(tmp_path: Path, split: SplitData) -> Path:
+    """Maker: a finished run whose hrli.json is of the valid split and whose other files are of the test split:
+    `diagnose --what hrli --split valid`, then a `diagnose --split test` of shuffle only (or one killed before it
+    rewrote hrli.json)."""
+    run = finish(make_run(tmp_path / "grid" / "toy" / "sasrec" / "seed1", split))
+    run_all(run, what="hrli", split="valid", progress=False)
+    run_all(run, what="shuffle", split="test", progress=False)
+    assert json.loads(RunDir(run).diagnostic("hrli").read_text())["split"] == "valid"
+    assert json.loads(RunDir(run).summary.read_text())["split"] == "test"
+    return run
+
+
+def test_store_and_reproduce_refuse_diagnostics_of_another_split(mixed_run: Path, tmp_path: Path) -> None:
+    """The store export and reproduce checked only the checkpoint, so valid-split diagnostics became a cell's."""
+    with pytest.raises(ResdomError, match=r"hrli.json: computed on the 'valid' split, not test; rerun `resdom "
+                                          r"diagnose --split test`"):
+        export_cell(mixed_run, tmp_path / "store", "toy", "sasrec", 1)
+    assert not (tmp_path / "store").exists()
+    assert "hrli" in missing_diagnostics(mixed_run)  # reproduce computes it again, on the test split
+    run_all(mixed_run, what="mixing", split="valid", progress=False)  # the last diagnose: valid
+    assert not is_finished(mixed_run)  # reproduce does not skip the cell as done
+
+
+def test_report_leaves_out_diagnostics_of_another_split_and_says_which(mixed_run: Path) -> None:
+    """A killed `diagnose --split test` after a valid-split run left a mix that the report showed together."""
+    record = read_run(mixed_run)
+    assert "hrli" not in record.diagnostics and "shuffle" in record.diagnostics
+    assert record.why_empty("hrli") == "hrli.json computed on the 'valid' split, not test"
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"early_stopping": {"best_value": float("nan"), "best_epoch": 2, "bad_epochs": 0}}, "early_stopping.best_value"),
+    ({"early_stopping": {"best_value": float("inf"), "best_epoch": 2, "bad_epochs": 0}}, "early_stopping.best_value"),
+    ({"epoch": -3}, "field epoch is -3"),
+    ({"epoch": 10**12}, "field epoch is 1000000000000"),
+    ({"epoch": True}, "field epoch is True"),
+    ({"early_stopping": {"best_value": 0.1, "best_epoch": 9, "bad_epochs": 0}}, "early_stopping.best_epoch"),
+])
+def test_resume_state_out_of_range_is_refused_naming_file_and_field(tmp_path: Path, change: dict,
+                                                                     field: str) -> None:
+    """A best_value of NaN resumed and kept the epoch-2 model for ever (nothing beats NaN); epoch -3 or 10^12 was
+    taken. Maker: trainer.json as the trainer writes it, one value changed."""
+    files = RunFiles(tmp_path / "run")
+    state = {"format": STATE_FORMAT, "epoch": 3, "stopped": None, "model": {}, "train": {"epochs": 20},
+             "data_fingerprint": "f", "files": {}, "optimizer_meta": {},
+             "early_stopping": {"best_value": 0.1, "best_epoch": 2, "bad_epochs": 1}}
+    files.state_dir.mkdir(parents=True)
+    files.state.write_text(json.dumps(state))
+    assert files.read_state() is not None  # the honest one is read
+    files.state.write_text(json.dumps({**state, **change}))
+    with pytest.raises(ResdomError, match="trainer.json: field") as e:
+        files.read_state()
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_negative_user_indices_in_a_split_are_refused(tmp_path: Path, split: SplitData) -> None:
+    """A user index of -1 in arrays.npz made `recommend` label that row with the last user's id. Maker: a saved
+    split, its test_users[0] set to -1."""
+    split.save(tmp_path / "split")
+    path = tmp_path / "split" / SplitData.ARRAYS
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["test_users"] = arrays["test_users"].copy()
+    arrays["test_users"][0] = -1
+    np.savez_compressed(path, **arrays)
+    with pytest.raises(ResdomError, match=r"arrays.npz: .*test_users holds a negative user index \(-1\)"):
+        SplitData.load(tmp_path / "split")
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("NaN", "field test.metrics.HR@10 is nan, not a finite number"),
+    ("Infinity", "field test.metrics.HR@10 is inf, not a finite number"),
+    ("7.5", "field test.metrics.HR@10 is 7.5; a rate must be a number in [0, 1]"),
+    ('"0.3"', "field test.metrics.HR@10 is '0.3'; a rate must be a number in [0, 1]"),
+])
+def test_metrics_out_of_range_never_enter_the_tables(tmp_path: Path, value: str, needle: str) -> None:
+    """metrics.json values NaN, inf or 7.5 entered the tables as numbers. Maker: a store cell's metrics.json with
+    one value replaced (as text: JSON's NaN and Infinity)."""
+    cell = make_cell(tmp_path / "store")
+    text = (cell / "metrics.json").read_text().replace("0.3", value, 1)
+    (cell / "metrics.json").write_text(text)
+    with pytest.raises(ResdomError, match="metrics.json: field") as e:
+        read_run(cell)
+    assert needle in str(e.value) and str(cell / "metrics.json") in str(e.value)
+
+
+def test_a_copied_cell_relabelled_as_another_seed_is_refused(tmp_path: Path, split: SplitData) -> None:
+    """A copy of a cell relabelled as another seed (one checkpoint id) counted as one more seed. Maker: seed1
+    copied to seed2 with cell.json's seed changed. Two labels of one data set and seed may share a checkpoint (a
+    variant that trained as its base did)."""
+    store = tmp_path / "store"
+    one = make_cell(store, seed=1)
+    two = cell_dir(store, "toy", "sasrec", 2)
+    shutil.copytree(one, two)
+    cell = json.loads((two / "cell.json").read_text())
+    (two / "cell.json").write_text(json.dumps({**cell, "seed": 2}))
+    with pytest.raises(ResdomError, match=r"name one checkpoint \(c0\) as toy / sasrec / seed 1 and toy / sasrec / "
+                                          "seed 2"):
+        read_runs([one, two])
+    make_cell(store, label="sasrec-p30", seed=1)  # another label, same data set and seed: a legitimate twin
+    assert len(read_runs([one, cell_dir(store, "toy", "sasrec-p30", 1)])) == 2
+    # the export refuses to store a run whose checkpoint another cell of the store names under another seed
+    run = finish(make_run(tmp_path / "run", split))
+    run_all(run, what="hrli", split="test", progress=False)
+    ours = checkpoint_id(RunDir(run).model)
+    make_cell(store, seed=7, checkpoint=ours)
+    with pytest.raises(ResdomError, match=f"names checkpoint {ours} too .as toy / sasrec / seed 7"):
+        export_cell(run, store, "toy", "sasrec", 3)
+    assert not cell_dir(store, "toy", "sasrec", 3).exists()
+
+
+def test_a_malformed_compute_is_reported_as_what_it_is(tmp_path: Path) -> None:
+    """A cell.json whose compute is not an object was reported as "cell.json missing"."""
+    cell = make_cell(tmp_path / "store", compute="fast")
+    why = read_run(cell).why_empty("cell")
+    assert why == f"{cell / 'cell.json'}: field compute is 'fast', not an object"
+    sound = read_run(make_cell(tmp_path / "other", compute={}))  # present but without the number
+    assert sound.why_empty("cell") == "cell.json holds no such number"
