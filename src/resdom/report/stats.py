@@ -30,7 +30,18 @@ one-sided tests on the same replicates, ``p = max(1 + #(d* <= -m), 1 + #(d* >= m
 alpha, ``p < alpha`` is the ``1 - 2 alpha`` percentile interval (90% for alpha 0.05) lying inside ``(-m, m)`` (up to
 the +1 correction and the interpolation between replicates at the interval's ends).
 ``verdict`` never says "level": a difference is "higher"/"lower" (Holm-adjusted p below alpha), else "equivalent
-(within ±m)" (TOST p below alpha), else "undecided".
+(within ±m)" (TOST p below alpha), else "undecided". Two sides that are the same checkpoints seed for seed are
+"identical" (``IDENTICAL``): not a test, and never counted as equivalence.
+
+Power. ``detectable_difference`` is the smallest true difference a test detects with probability ``power`` (80%) at
+two-sided level alpha: ``(q(1 - alpha/2) + q(power)) · SE``, q the quantile of the test's distribution (Student's t
+with the test's df; the normal for the bootstrap, whose SE is its replicates' standard deviation). An "undecided"
+row states it (``report.compare``).
+
+A proportion over users and seeds (``bootstrap_proportion``): the users are the same in every seed, and a user's
+hits correlate across seeds, so counting users x seeds as independent trials (a Wilson interval of the pooled counts)
+is too narrow. One replicate draws the seeds with replacement and then the users with replacement, the same users in
+every drawn seed (``bootstrap_diff``'s scheme), and takes the pooled rate over what it drew.
 """
 
 from __future__ import annotations
@@ -471,6 +482,60 @@ def joint_verdict(estimate: float, p_diff: float, p_seed: float | None, p_equiv:
     if p_equiv is not None and p_seed_equiv is not None:
         p_equiv = max(p_equiv, p_seed_equiv)
     return verdict(estimate, p_diff, p_equiv, margin_text, alpha)
+
+
+IDENTICAL = "identical"  # the verdict of two sides that are the same checkpoints in every seed compared
+
+
+def detectable_difference(se: float, df: float = math.inf, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true difference a two-sided test at level ``alpha`` detects with probability ``power``:
+    ``(q(1 - alpha / 2) + q(power)) · se``, q the quantile of Student's t with ``df`` degrees of freedom (``inf``: the
+    normal). The far tail's chance of rejecting (on the wrong side) is left out, as is usual."""
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"alpha and power must lie in (0, 1) (got {alpha}, {power})")
+    if not se >= 0:
+        raise ValueError(f"a standard error must be >= 0 (got {se})")
+    if math.isinf(df):
+        q = NormalDist().inv_cdf
+        return (q(1 - alpha / 2) + q(power)) * se
+    return (t_ppf(1 - alpha / 2, df) + t_ppf(power, df)) * se
+
+
+def bootstrap_proportion(hits: Sequence[np.ndarray] | np.ndarray,
+                         eligible: Sequence[np.ndarray] | np.ndarray | None = None, n_boot: int = 2000, seed: int = 0,
+                         conf: float = 0.95) -> tuple[float, float, float, np.ndarray]:
+    """(estimate, lo, hi, replicates) of a rate pooled over seeds: ``sum(hits · eligible) / sum(eligible)`` over
+    every seed and user, with the percentile interval of a bootstrap that resamples seeds and users together (module
+    docstring). ``hits``, ``eligible``: (S, U), the same U users in every seed (``eligible``: the users the rate
+    counts in each seed, e.g. a seed's recoverable misses; None: every user). A replicate whose draw holds no
+    eligible user has no rate and is left out (NaN in ``replicates``). Deterministic for a given ``seed``."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1 (got {n_boot})")
+    H = _as_seeds(hits, "hits")
+    E = np.ones_like(H) if eligible is None else _as_seeds(eligible, "eligible")
+    if E.shape != H.shape:
+        raise ValueError(f"hits {H.shape} and eligible {E.shape} differ in shape")
+    if np.any((H != 0) & (H != 1)) or np.any((E != 0) & (E != 1)):
+        raise ValueError("hits and eligible hold 0 or 1 per user")
+    _z(conf)
+    K = H * E
+    if E.sum() == 0:
+        raise ValueError("no eligible user in any seed")
+    estimate = float(K.sum() / E.sum())
+    n_seeds, n_users = H.shape
+    rng = np.random.default_rng(seed)
+    dist = np.empty(n_boot)
+    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // n_users))
+    for start in range(0, n_boot, chunk):
+        n_rep = min(chunk, n_boot - start)
+        users = rng.integers(0, n_users, size=(n_rep, n_users))
+        w = seed_weights(rng, n_rep, n_seeds)
+        counts = replicate_counts(users)
+        num, den = ((w * (counts @ X.T)).sum(axis=1) for X in (K, E))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dist[start:start + n_rep] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    lo, hi = np.nanquantile(dist, [(1 - conf) / 2, (1 + conf) / 2])
+    return estimate, float(lo), float(hi), dist
 
 
 def verdict(estimate: float, p_diff: float, p_equiv: float | None, margin_text: str, alpha: float = 0.05) -> str:
