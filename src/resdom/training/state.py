@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -90,7 +90,7 @@ class ResumeState:
 MAX_EPOCH = 10**6  # an epoch beyond any training budget (TrainConfig.epochs) is a damaged file's
 
 
-def _whole(value: Any) -> bool:
+def _whole(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
