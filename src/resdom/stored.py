@@ -36,7 +36,8 @@ def seen_unseen(hrli: dict[str, Any]) -> dict[str, float | None]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Checks of stored results on load (issue 58, "no silent mix"): the report, the store and reproduce share them
+# Checks of stored results on load (no silent mix of runs, checkpoints or splits): the report, the store and
+# reproduce share them
 
 CELL_SPLIT = "test"  # the split a run's or a cell's reported diagnostics describe
 _RATES = ("HR@", "NDCG@", "MRR", "HRLI", "HR_", "NDCG_")  # metric names whose values are rates in [0, 1]

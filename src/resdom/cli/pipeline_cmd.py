@@ -1,4 +1,4 @@
-"""``resdom report``, ``resdom demo`` and ``resdom reproduce`` (issue 5; see docs/reports.md)."""
+"""``resdom report``, ``resdom demo`` and ``resdom reproduce`` (see docs/reports.md)."""
 
 from __future__ import annotations
 

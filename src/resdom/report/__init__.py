@@ -50,7 +50,7 @@ __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", 
            "document_blocks", "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "summary_tables"]
 
 
-# blocks built from the runs beside the summary tables: the paper side by side, issue 27 §4 questions 4, 1 and 2,
+# blocks built from the runs beside the summary tables: the paper side by side, docs/results.md's questions 4, 1 and 2,
 # why seeds disagree on HRLI@1, and the summary of every block's conclusions (``report.summary``)
 BEYOND_TABLES = ("fidelity", "published_accuracy", "reliance_dynamics", "seed_spread", "probe_readout",
                  "probe_embeddings", "summary")
@@ -88,17 +88,17 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     for name in ("claims",):
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
-    for name in EVIDENCE_BLOCKS:  # issue 27: comparisons, proportions and claims from per-user statistics
+    for name in EVIDENCE_BLOCKS:  # comparisons, proportions and claims from per-user statistics
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
-    for name in BEYOND_TABLES:  # the paper side by side (issue 27 §3) and questions 4, 1 and 2 (§4)
+    for name in BEYOND_TABLES:  # the paper side by side and questions 4, 1 and 2 of "Beyond the paper"
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
-    drawn += comparison_figures(runs, table=comparisons)  # issue 27 §2: the comparisons block at a glance
-    drawn += echo_figures(runs, table=echo)  # issue 27 §4 question 3
+    drawn += comparison_figures(runs, table=comparisons)  # the comparisons block at a glance
+    drawn += echo_figures(runs, table=echo)  # question 3 of "Beyond the paper": the echo's cost
     drawn += probe_figures(runs, tables=probes)  # questions 1 and 2
     fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"

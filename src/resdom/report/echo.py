@@ -1,4 +1,4 @@
-"""Does the echo cost accuracy under filtered evaluation? (issue 27 §4, question 3; docs/results.md, "Beyond the
+"""Does the echo cost accuracy under filtered evaluation? (question 3 of docs/results.md, "Beyond the
 paper"). A pure function of the per-user evidence (``users.npz``, read by ``report.compare``); NumPy and matplotlib
 only (no torch).
 

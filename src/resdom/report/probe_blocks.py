@@ -1,4 +1,4 @@
-"""The document blocks of questions 1 and 2 of issue 27 §4 (docs/results.md, "Beyond the paper"), from a report's
+"""The document blocks of questions 1 and 2 of docs/results.md, "Beyond the paper", from a report's
 runs, after the pattern of ``report.evidence_blocks``. No torch.
 
 ``probe_readout``     question 1: does a learned query token appended after the prefix (``<model>-query``) remove
@@ -63,7 +63,7 @@ from resdom.report.tables import seeds_text
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
 BLOCK_QUESTION: dict[str, int] = {"probe_readout": 1, "probe_embeddings": 2}
 PROBE_BLOCKS: tuple[str, ...] = tuple(BLOCK_QUESTION)
-TARGET_SEEDS = 5  # issue 27 §4: "beauty-ts and toys-ts, 5 seeds"
+TARGET_SEEDS = 5  # the seeds each probe and its base are asked for on beauty-ts and toys-ts
 MIXING_KEYS: tuple[tuple[str, str], ...] = (("mix_all_+Res", "+Res (all)"), ("mix_last_+Res", "+Res (last)"))
 HRLI_MARGIN = PROBE_METRICS["HRLI@1"].value
 NOT_TRAINED = "not trained yet"

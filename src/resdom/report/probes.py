@@ -1,4 +1,4 @@
-"""Questions 1 and 2 of issue 27 §4 (docs/results.md, "Beyond the paper"): the comparisons of the probes of the
+"""Questions 1 and 2 of docs/results.md, "Beyond the paper": the comparisons of the probes of the
 residual account against their base model, for ``report.compare.compare_table``. No torch.
 
 - Q1, readout position: ``<model>-query`` reads out at a learned query token appended after the prefix (no
@@ -19,7 +19,7 @@ from resdom.experiments import PROBE_MODELS, PROBES
 from resdom.report.compare import Comparison
 from resdom.report.stats import Margin
 
-PROBE_BASE = "sasrec"  # the model whose probes (and remedy variants) issue 27 asks for: the paper's model
+PROBE_BASE = "sasrec"  # the model whose probes (and remedy variants) the study asks for: the paper's model
 PROBE_VARIANTS: tuple[str, ...] = tuple(PROBES)
 PROBE_DATASETS: tuple[str, ...] = ("beauty-ts", "toys-ts")
 PROBE_METRICS: dict[str, Margin] = {"NDCG@10": Margin(0.05, relative=True), "HRLI@1": Margin(0.02, relative=False)}

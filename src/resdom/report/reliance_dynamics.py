@@ -1,5 +1,5 @@
-"""Does last-item reliance keep rising after accuracy stops? (issue 27 §4, question 4; docs/results.md, "Beyond the
-paper"). Over every stored cell of a causal self-attention model with a monitored training curve, the plateaus of
+"""Does last-item reliance keep rising after accuracy stops? (question 4 of docs/results.md, "Beyond
+the paper"). Over every stored cell of a causal self-attention model with a monitored training curve, the plateaus of
 ``report.dynamics`` summarised with intervals. NumPy and matplotlib only (no torch).
 
 A cell (``STORE/<data set>/<label>/seed<k>/``) counts where its ``cell.json`` names a model of ``CAUSAL_MODELS``
