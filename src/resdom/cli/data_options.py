@@ -24,7 +24,7 @@ import typer
 
 from resdom.data.changes import change_lines
 from resdom.data.native import NATIVE_FORMATS
-from resdom.data.prepare import load_prepared, prepare_split
+from resdom.data.prepare import load_prepared, prepare_split, protocol_name
 from resdom.data.readers import FORMATS
 from resdom.data.sequences import SplitData
 from resdom.errors import OptionError, ResdomError
@@ -40,7 +40,6 @@ DATA_DIR_HELP = (
 FORMAT_HELP = ("Input format: user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens, and the native "
                "files of the paper's data sets: movielens-zip, diginetica, steam, beeradvocate, zvuk, "
                "time-to-split-csv (default: detect).")
-PROTOCOLS = ("loo", "gts")
 DEFAULT_PROTOCOL = "loo"
 DEFAULT_QUANTILE = 0.9
 
@@ -70,12 +69,17 @@ _READ_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 )
 _SPLIT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("protocol", str | None,
-     typer.Option(None, "--protocol", help="loo (leave-one-out, the default) or gts (global temporal split).")),
+     typer.Option(None, "--protocol", help="loo (leave-one-out, the default), gts (global temporal split) or none "
+                  "(nothing held out: fit on every interaction, to recommend); any case.")),
     ("quantile", float | None,
      typer.Option(None, "--quantile", help="GTS: T_test = this quantile of all timestamps (default 0.9).")),
     ("valid_quantile", float | None,
      typer.Option(None, "--valid-quantile",
                   help="GTS: T_val = this quantile of the training pool's times (default: --quantile).")),
+    ("holdout_users", int | None,
+     typer.Option(None, "--holdout-users", help="--protocol none: hold out the last item of this many users as a "
+                  "validation slice for early stopping (default: none held out; training runs --epochs, keeps the "
+                  "last).")),
     ("filter_seen", bool | None,
      typer.Option(None, "--filter-seen/--no-filter-seen",
                   help="Evaluation removes (or keeps) each user's input items from the ranking; recorded in the split "
@@ -126,6 +130,7 @@ class DataOptions:
     protocol: str | None = None
     quantile: float | None = None
     valid_quantile: float | None = None
+    holdout_users: int | None = None
     filter_seen: bool | None = None
 
     def __post_init__(self) -> None:
@@ -161,10 +166,7 @@ class DataOptions:
 
     @property
     def resolved_protocol(self) -> str:
-        protocol = self.protocol or DEFAULT_PROTOCOL
-        if protocol not in PROTOCOLS:
-            raise ResdomError(f"--protocol: unknown protocol {protocol!r} (loo or gts)")
-        return protocol
+        return protocol_name(self.protocol or DEFAULT_PROTOCOL, "--protocol")
 
     def split(self, source: str) -> Any:
         """The SplitData of ``source``: read, preprocessed and split with these options, or, for a folder written
@@ -181,6 +183,11 @@ class DataOptions:
                     raise ResdomError("--valid-quantile: sets the validation cut time of --protocol gts; this is a "
                                       f"loo split{default}, which has none")
                 opts["valid_quantile"] = self.valid_quantile
+            if self.holdout_users is not None:
+                if self.resolved_protocol != "none":
+                    raise ResdomError(f"--holdout-users: the monitoring slice of --protocol none; a "
+                                      f"{self.resolved_protocol} split holds out its own validation users")
+                opts["holdout_users"] = self.holdout_users
             if self.filter_seen is not None:
                 opts["filter_seen"] = self.filter_seen
             quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
@@ -199,15 +206,15 @@ class DataOptions:
         saved = manifest.get("protocol")
         if self.protocol is not None:
             self.resolved_protocol  # noqa: B018 (validates the name)
-            if saved is not None and self.protocol != saved:
+            if saved is not None and self.resolved_protocol != saved:
                 raise ResdomError(f"--protocol {self.protocol}: {source} holds a {saved} split (written by "
                                   "`resdom data split`); leave --protocol out or split the data again")
-        for name in ("quantile", "valid_quantile"):
+        for name in ("quantile", "valid_quantile", "holdout_users"):
             value = getattr(self, name)
             if value is not None and value != manifest.get(name):
                 raise ResdomError(f"{_FLAGS[name]} {value}: {source} is a saved {saved} split "
                                   f"({name} {manifest.get(name)}); leave the option out or split the data again")
-        other = [k for k in self.given() if k not in ("protocol", "quantile", "valid_quantile")]
+        other = [k for k in self.given() if k not in ("protocol", "quantile", "valid_quantile", "holdout_users")]
         if other:
             raise ResdomError(f"{_FLAGS[other[0]]}: does not apply to {source}, a split saved by `resdom data split` "
                               "(its manifest.json records how it was read and preprocessed); give the option to "
@@ -297,8 +304,8 @@ def _config_value(key: str, annotation: Any, value: Any, where: str) -> Any:
               Path: lambda v: isinstance(v, str)}
     if kind in checks and not checks[kind](value):
         raise ResdomError(f"{where}: data.{key} must be {getattr(kind, '__name__', kind)} (got {value!r})")
-    if key == "protocol" and value not in PROTOCOLS:
-        raise ResdomError(f"{where}: data.protocol: unknown protocol {value!r} (loo or gts)")
+    if key == "protocol":
+        value = protocol_name(value, f"{where}: data.protocol")
     return Path(value) if kind is Path else float(value) if kind is float else value
 
 

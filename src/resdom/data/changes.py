@@ -58,6 +58,7 @@ def split_changes(info: dict[str, Any], seqs: Sequences, used: np.ndarray, used_
         "interactions_unused": int((lengths - used).sum()),
         "items_unused": int(n_items - len(np.unique(used_items))),
         "reasons": info.get("dropped_users"),
+        **({"holdout_users": info["holdout_users"]} if info.get("holdout_users") else {}),
     }
 
 
@@ -138,7 +139,10 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
                 line += f" ({s['users_partly_used']:,} users partly)"
             line += "; kept for `recommend`"
         else:
-            line = f"{s.get('protocol')} split: every user and interaction in a part"
+            line = (f"{s.get('protocol')} split: every user and interaction in a part" if s.get("protocol") != "none"
+                    else "none split: every user and interaction in training (nothing held out"
+                    + (f" but the last item of {_n(s['holdout_users'], 'user')}, for early stopping" if
+                       s.get("holdout_users") else "") + ")")
         lines.append(line)
         if s.get("items_unused"):
             lines.append(f"{_n(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")

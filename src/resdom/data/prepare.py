@@ -54,16 +54,16 @@ from resdom.data.readers import (
 )
 from resdom.data.registry import DATASETS, dataset_hint
 from resdom.data.sequences import Sequences, SplitData
-from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_loo
+from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_loo, split_none
 from resdom.data.stats import dataset_stats
 from resdom.data.synthetic import generate, parse_synthetic_source
 from resdom.errors import ResdomError, validation_error
+from resdom.names import PROTOCOLS
 from resdom.version import __version__
 
 PREPROCESS_OPTIONS = tuple(PreprocessConfig.model_fields)
 READER_OPTIONS = ("user_col", "item_col", "time_col", "no_time", "normalize_ids")
-SPLIT_OPTIONS = ("valid_quantile", "filter_seen")
-PROTOCOLS = ("loo", "gts")
+SPLIT_OPTIONS = ("valid_quantile", "filter_seen", "holdout_users")
 # the preprocessing a registered paper data set gets unless its preset or the user says otherwise (the papers'
 # 5-core; a user's own files get no k-core)
 REGISTERED_DEFAULTS: dict[str, Any] = {"k_core": 5}
@@ -254,6 +254,20 @@ def load_interactions(
     return prepared.sequences
 
 
+def protocol_name(protocol: Any, where: str) -> str:
+    """``protocol`` in any case (``GTS``) as one of ``names.PROTOCOLS``; a ResdomError naming ``where`` (and the
+    closest name) otherwise."""
+    import difflib
+
+    text = str(protocol).strip().lower() if isinstance(protocol, str) else None
+    if text in PROTOCOLS:
+        return text
+    close = difflib.get_close_matches(str(protocol).lower(), PROTOCOLS, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ResdomError(f"{where}: unknown protocol {protocol!r} ({hint}choose {', '.join(PROTOCOLS[:-1])} or "
+                      f"{PROTOCOLS[-1]})")
+
+
 def prepare_split(
     source: Source,
     protocol: str = "loo",
@@ -263,7 +277,9 @@ def prepare_split(
     **options: Any,
 ) -> SplitData:
     """Read, preprocess and split ``source`` (module docstring: a registered name, ``synthetic``, a path or a
-    pandas DataFrame) by ``protocol`` ``loo`` or ``gts`` (spec §1).
+    pandas DataFrame) by ``protocol`` ``loo``, ``gts`` (spec §1) or ``none`` (nothing held out: fit on every
+    interaction to recommend; ``holdout_users=N`` holds out the last item of N users as a validation slice for
+    early stopping, ``splits.split_none``), in any case (``"GTS"``).
 
     ``resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts")`` reads a DataFrame. The
     manifest holds: protocol, thresholds (timestamps and ISO dates, GTS), counts per part, the preprocessing
@@ -273,12 +289,19 @@ def prepare_split(
     if isinstance(source, SplitData):
         raise ResdomError("source: a SplitData is split already (give it to resdom.fit as it is, or its source "
                           "to prepare_split)")
-    if protocol not in PROTOCOLS:
-        raise ResdomError(f"unknown protocol {protocol!r}; choose loo or gts")
+    protocol = protocol_name(protocol, "protocol")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
     valid_quantile = options.pop("valid_quantile", None)
-    if protocol == "loo" and valid_quantile is not None:  # before the data is read
-        raise ResdomError("valid_quantile: sets the validation cut time of the gts protocol; a loo split has none")
+    if protocol != "gts" and valid_quantile is not None:  # before the data is read
+        raise ResdomError(f"valid_quantile: sets the validation cut time of the gts protocol; a {protocol} split has "
+                          "none")
+    holdout_users = options.pop("holdout_users", None)
+    if holdout_users is not None:
+        if protocol != "none":
+            raise ResdomError(f"holdout_users: the monitoring slice of protocol 'none'; a {protocol} split holds out "
+                              "its own validation users")
+        if isinstance(holdout_users, bool) or not isinstance(holdout_users, numbers.Integral) or holdout_users < 0:
+            raise ResdomError(f"holdout_users: expected an integer >= 0 (got {holdout_users!r})")
     quantile = _quantile(quantile, "quantile")
     if valid_quantile is not None:
         valid_quantile = _quantile(valid_quantile, "valid_quantile")
@@ -287,11 +310,13 @@ def prepare_split(
     seqs = prepared.sequences
     if protocol == "loo":
         parts: SplitParts = split_loo(seqs)
+    elif protocol == "none":
+        parts = split_none(seqs, holdout_users or 0)
     else:
         parts = split_gts(seqs, quantile, valid_quantile)
     counts = part_counts(parts)
     empty = [part for part, n in (("training", counts["train"]["interactions"]), ("test", counts["test"]["users"]))
-             if n == 0]
+             if n == 0 and not (protocol == "none" and part == "test")]
     if empty:
         dropped = split_reasons(parts.info["dropped_users"])
         if protocol == "loo":

@@ -1,4 +1,5 @@
-"""Splits (spec §1): leave-one-out and the global temporal split (time-to-split, Gusak et al., RecSys 2025).
+"""Splits (spec §1): leave-one-out and the global temporal split (time-to-split, Gusak et al., RecSys 2025), and
+``none``: nothing held out (fit on all data, to recommend; an optional small monitoring slice).
 
 Both take full per-user sequences (oldest first) and return training sequences, validation and test
 ``EvalSet``s and a manifest fragment (thresholds, counts per part, dropped users). Every part keeps
@@ -62,6 +63,30 @@ def split_loo(seqs: Sequences) -> SplitParts:
         "dropped_users": {"fewer_than_3_items": int(len(seqs) - len(keep))},
     }
     return SplitParts(train, valid, test, info)
+
+
+def split_none(seqs: Sequences, holdout_users: int = 0, seed: int = 0) -> SplitParts:
+    """Nothing held out (protocol ``none``: fit on everything, to recommend in production): train is every
+    user's whole sequence; valid and test are empty, unless ``holdout_users`` > 0: then that many users (drawn
+    with ``seed`` among those with 2 items or more; all of them where fewer) have their last item held out as a
+    small validation slice (input ``seq[:-1]``, target ``seq[-1]``, their training sequence ``seq[:-1]``), on
+    which training stops early and keeps its best epoch. Without it training runs ``epochs`` and keeps the last."""
+    holdout_users = int(holdout_users)
+    eligible = np.flatnonzero(seqs.lengths >= 2)
+    if holdout_users > 0 and len(eligible) > holdout_users:
+        chosen = np.sort(np.random.default_rng(seed).choice(eligible, size=holdout_users, replace=False))
+    else:
+        chosen = eligible if holdout_users > 0 else np.zeros(0, dtype=np.int64)
+    lengths = seqs.lengths.copy()
+    lengths[chosen] -= 1
+    train = heads(seqs, lengths)
+    held = seqs.take(chosen)
+    valid = EvalSet(heads(held, held.lengths - 1), last_items(held) if len(held) else np.zeros(0, dtype=np.int64))
+    empty = Sequences(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                      None if seqs.times is None else seqs.times[:0], np.zeros(0, dtype=np.int64))
+    info = {"protocol": "none", "thresholds": None, "holdout_users": int(len(chosen)), "holdout_seed": int(seed),
+            "dropped_users": {}}
+    return SplitParts(train, valid, EvalSet(empty, np.zeros(0, dtype=np.int64)), info)
 
 
 def quantile_threshold(times: np.ndarray, q: float) -> int | float:
