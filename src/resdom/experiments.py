@@ -302,6 +302,33 @@ def shares_runs(label: str, base: str) -> bool:
     return variant is not None and variant[0] == base and set(variant[1]) <= STOPPING_FIELDS
 
 
+# Remedy variants that do not start where their base model starts (``shares_start``): under the reference paper's
+# protocol DuoRec's query LayerNorm (``query_ln``) is a module of its base, and pre-LN drops it, so every parameter
+# drawn after it is another draw.
+NOT_SAME_START: frozenset[str] = frozenset({"duorec-preln"})
+# Named variants that start where their model starts: duorec-tts takes keys and values from the raw input instead
+# of LN_a(X), the same modules drawn in the same order.
+SAME_START_NAMED: frozenset[str] = frozenset({"duorec-tts"})
+
+
+def shares_start(label: str, base: str) -> bool:
+    """Whether seed k of ``label`` starts where seed k of ``base`` starts: every parameter of ``base`` drawn to the
+    same initial value and the same data order in every epoch (the same objective and window, so the same samples
+    shuffled by the same seeded stream), so that a comparison pairs their seeds. True for ``shares_runs`` pairs (one
+    run, two stopping rules), the remedy variants of ``base`` (``REMEDIES``: they add no parameter, or one drawn after
+    the base's: a gate, a pooling query) but those of ``NOT_SAME_START``, and ``SAME_START_NAMED``. Not the probes
+    (untied and projected output embeddings are drawn before the blocks, so the blocks start elsewhere; the query
+    probe trains ce_last, other samples), nor "sasrec-celast" (ce_last: other samples, another order), nor the other
+    named references (another window or block). Under the protocol of the store's cells (gts);
+    tests/test_experiments_pairing.py builds each pair."""
+    if shares_runs(label, base):
+        return True
+    if label in SAME_START_NAMED:
+        return model_variant(label)[0] == base
+    parts = remedy_variant(label)
+    return parts is not None and parts[0] == base and label not in NOT_SAME_START
+
+
 def model_labels() -> tuple[str, ...]:
     """Every name a command accepts for a model: the models (``names.MODELS``), then the ``MODEL_VARIANTS``."""
     return (*MODELS, *MODEL_VARIANTS)
