@@ -392,6 +392,8 @@ def evaluate(
     if beyond and not isinstance(data, SplitData):
         raise ResdomError("beyond: needs a SplitData (popularity is counted on its train), not a bare EvalSet")
     evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))
+    if len(evalset) == 0:
+        raise ResdomError(_no_users(data, part))
     dev = _device(device)
     if filter_seen is None:
         filter_seen = data.filter_seen if isinstance(data, SplitData) else True
@@ -405,6 +407,14 @@ def evaluate(
         result.metrics.update(more)
     result.users = _per_user(result.ranks, evalset, data if isinstance(data, SplitData) else None, cutoffs, values)
     return result
+
+
+def _no_users(data: SplitData | EvalSet, part: str) -> str:
+    """The error for an evaluation part without users (protocol none holds nothing out)."""
+    if isinstance(data, SplitData) and data.manifest.get("protocol") == "none":
+        return (f"part: this split (protocol none) holds no {part} users: it trains on every interaction; evaluate a "
+                "loo or gts split of the same data, or prepare it with holdout_users=N (then part='valid')")
+    return f"part: the {part} set holds no users" if isinstance(data, SplitData) else "split: the EvalSet is empty"
 
 
 def _per_user(ranks: Any, evalset: EvalSet, split: SplitData | None, cutoffs: tuple[int, ...],
@@ -517,6 +527,8 @@ def diagnose(
     if not isinstance(data, SplitData):
         raise ResdomError(f"split: diagnose needs a SplitData (recovery uses valid and test), got "
                           f"{type(data).__name__}")
+    if len(getattr(data, part if part in PARTS else "test")) == 0:
+        raise ResdomError(_no_users(data, part))
     options = diagnose_options(what=parse_what(what), part=part, recency=recency, cutoffs=cutoffs,
                                definition=definition, seeds=seeds, alphas=alphas, layers=layers, per_head=per_head,
                                batch_size=batch_size)  # what: the registered diagnostics (users.npz is run_all's)

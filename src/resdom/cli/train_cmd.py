@@ -320,9 +320,14 @@ def train(
                    err=True)
         raise typer.Exit(130) from None
     if is_main:
+        if split.manifest.get("protocol") == "none" and not result["valid"]["n_users"]:
+            typer.echo(f"{out}: trained {result['epochs_run']} epochs on every interaction (protocol none: nothing "
+                       "held out, the last epoch kept); `resdom recommend` reads it")
+            return
         typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
         for name in PARTS:
-            typer.echo(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
+            if result[name]["n_users"] or split.manifest.get("protocol") != "none":
+                typer.echo(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
 
 
 def evaluate(
@@ -358,6 +363,11 @@ def evaluate(
     run = load_run(run_dir, device=dev)
     if run.training_note():
         typer.echo(run.training_note(), err=True)
+    if len(getattr(run.split, split)) == 0:
+        none = run.split.manifest.get("protocol") == "none"
+        raise ResdomError(f"--split {split}: {run_dir} holds no {split} users" + (
+            " (protocol none: trained on every interaction; evaluate a loo or gts run of the same data, or split it "
+            "with --holdout-users N and evaluate --split valid)" if none else ""))
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
     result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
                             device=dev, cutoffs=ks, beyond=beyond, neighbours=neighbours)

@@ -172,6 +172,8 @@ def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_
     evalset = split.test if which == "test" else split.valid
     if which == "stop" and train_cfg.valid_users is not None:
         evalset = evalset.subset(train_cfg.valid_users, train_cfg.seed)
+    if len(evalset) == 0:  # protocol none: nothing held out
+        return {"metrics": {}, "n_users": 0}
     return evaluate(model, evalset, filter_seen=split.filter_seen, batch_size=train_cfg.eval_batch_size,
                     device=device).to_dict()
 
@@ -259,7 +261,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         check_resumable(files, state, model_cfg, train_cfg, split)
         if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
-    if len(split.valid) == 0:
+    held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
+    if not held_out and split.manifest.get("protocol") != "none":
         hint = " (a gts split: a lower --valid-quantile moves T_val earlier)" if split.manifest.get(
             "protocol") == "gts" else ""
         raise ResdomError(f"the split has no validation users: early stopping and the best checkpoint need them{hint}")
@@ -300,17 +303,22 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         if not math.isfinite(loss):
             raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
         valid = _evaluate(model, split, "stop", train_cfg, device)
-        value = valid["metrics"][train_cfg.metric]
-        improved = stopper.update(value, epoch)
+        if held_out:
+            value = valid["metrics"][train_cfg.metric]
+            improved = stopper.update(value, epoch)
+        else:  # nothing to select on: every epoch's model is saved, so the last one is kept
+            value, improved = math.nan, True
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
                   "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads(),
                   "load": _load_average()}
+        if not held_out:
+            record["best_epoch"] = epoch
         if source is not None:
             record["source"] = source  # the commit that trained this epoch (a resumed run may change it)
-        for hook in hooks:  # the training monitor adds "monitor" every train.monitor_every epochs
+        for hook in hooks if held_out else ():  # the training monitor adds "monitor" every monitor_every epochs
             hook(EpochEnd(epoch, model, split, train_cfg, device, record))
-        if stopper.should_stop(train_cfg.patience):
+        if held_out and stopper.should_stop(train_cfg.patience):
             stopped = "early_stopping"
         elif epoch >= train_cfg.epochs:
             stopped = "max_epochs"
@@ -323,12 +331,17 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
                              optimizer)
         dist_ctx.barrier()
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.4f}", **{train_cfg.metric: f"{value:.4f}"},
-                        best=f"{stopper.best_value:.4f}@{stopper.best_epoch}")
+        if held_out:
+            bar.set_postfix(loss=f"{loss:.4f}", **{train_cfg.metric: f"{value:.4f}"},
+                            best=f"{stopper.best_value:.4f}@{stopper.best_epoch}")
+        else:
+            bar.set_postfix(loss=f"{loss:.4f}")
         if lines:
-            print(f"epoch {epoch}/{train_cfg.epochs}: loss {loss:.4f}, valid {train_cfg.metric} {value:.4f} (best "
-                  f"{stopper.best_value:.4f} at epoch {stopper.best_epoch}), {time.perf_counter() - epoch_start:.0f} s",
-                  file=sys.stderr, flush=True)
+            held = (f"valid {train_cfg.metric} {value:.4f} (best {stopper.best_value:.4f} at epoch "
+                    f"{stopper.best_epoch})" if held_out else "nothing held out (protocol none)")
+            seconds_taken = time.perf_counter() - epoch_start
+            print(f"epoch {epoch}/{train_cfg.epochs}: loss {loss:.4f}, {held}, {seconds_taken:.0f} s", file=sys.stderr,
+                  flush=True)
         for cb in callbacks:
             cb(epoch, record)
         if stopped:
