@@ -55,6 +55,11 @@ def read_pmixer_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict) or "item_emb.weight" not in obj:
         raise ResdomError(f"{path}: not a pmixer SASRec state dict (no 'item_emb.weight')")
     state = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    for name in ("item_emb.weight", "pos_emb.weight"):  # a crafted file: one line, not an IndexError / KeyError
+        if name in obj and (name not in state or state[name].ndim != 2 or 0 in state[name].shape):
+            shape = tuple(state[name].shape) if name in state else type(obj[name]).__name__
+            raise ResdomError(f"{path}: {name!r} is {shape}, not a table of rows x hidden size (a damaged or "
+                              "crafted state dict)")
     return state
 
 
@@ -67,6 +72,11 @@ def maxlen_from_name(path: str | Path) -> int | None:
 def pmixer_model_config(state: dict[str, torch.Tensor], n_items: int, heads: int, norm_first: bool,
                         max_len: int | None = None, where: str = "state dict") -> ModelConfig:
     """resdom's ModelConfig equal to a pmixer SASRec with these weights."""
+    for name in ("item_emb.weight", "pos_emb.weight"):
+        if name in state and (state[name].ndim != 2 or 0 in state[name].shape):
+            raise ResdomError(f"{where}: {name!r} has shape {tuple(state[name].shape)}, not rows x hidden size")
+    if "item_emb.weight" not in state:
+        raise ResdomError(f"{where}: state dict has no 'item_emb.weight' (not pmixer's SASRec)")
     hidden = int(state["item_emb.weight"].shape[1])
     pos_rows = int(state["pos_emb.weight"].shape[0]) if "pos_emb.weight" in state else 0
     layers = len([k for k in state if k.startswith("attention_layers.") and k.endswith(".in_proj_weight")])
