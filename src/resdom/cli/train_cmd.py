@@ -20,6 +20,7 @@ import typer
 
 from resdom.api import evaluate as run_evaluation
 from resdom.api import fit
+from resdom.bounded import BoundedSafeLoader, load_yaml, refuse_special
 from resdom.cli.data_options import (
     SOURCE_HELP,
     DataOptions,
@@ -88,6 +89,7 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     import yaml
 
     path = config_path(path)
+    refuse_special(path)
     refuse_binary(path, advice=False)
     try:
         raw = path.read_bytes()
@@ -98,7 +100,7 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     except UnicodeDecodeError as e:
         raise not_text(path, raw[: e.start].count(b"\n") + 1, advice=False) from None
     try:
-        data = yaml.load(text, Loader=_unique_keys_loader()) or {}
+        data = load_yaml(text, str(path), _unique_keys_loader()) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -131,7 +133,7 @@ def _unique_keys_loader() -> type:
     PyYAML would keep the last value silently, so an edited copy of a field would be trained without a word)."""
     import yaml
 
-    class UniqueKeysLoader(yaml.SafeLoader):
+    class UniqueKeysLoader(BoundedSafeLoader):  # within resdom.limits: aliases, their expansion, nesting
         def construct_mapping(self, node, deep=False):  # noqa: ANN001, ANN202
             seen = set()
             for key_node, _ in node.value:
@@ -161,14 +163,15 @@ def parse_set(assignments: list[str]) -> dict[str, dict[str, Any]]:
         if not sep or not dot or section not in SECTIONS or not field:
             raise ResdomError(f"--set {item!r}: expected model.<field>=<value> or train.<field>=<value>")
         _check_field(section, field, f"--set {item!r}")
-        out[section][field] = _parse_value(raw, yaml)
+        out[section][field] = _parse_value(raw, yaml, f"--set {key.strip()}")
     return out
 
 
-def _parse_value(raw: str, yaml) -> Any:  # noqa: ANN001
-    """A YAML scalar; also ``5e-4``, which YAML 1.1 reads as a string."""
+def _parse_value(raw: str, yaml, source: str = "--set") -> Any:  # noqa: ANN001
+    """A YAML scalar; also ``5e-4``, which YAML 1.1 reads as a string. Read within ``resdom.limits`` (aliases,
+    nesting): a refusal is a ResdomError naming ``source``."""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else raw
+        value = load_yaml(raw, source) if raw.strip() else raw
     except yaml.YAMLError:
         return raw
     if isinstance(value, str):
