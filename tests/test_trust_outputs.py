@@ -235,7 +235,7 @@ def test_report_leaves_out_diagnostics_of_another_split_and_says_which(mixed_run
     ({"epoch": -3}, "field epoch is -3"),
     ({"epoch": 10**12}, "field epoch is 1000000000000"),
     ({"epoch": True}, "field epoch is True"),
-    ({"early_stopping": {"best_value": 0.1, "best_epoch": 9, "bad_epochs": 0}}, "early_stopping.best_epoch"),
+    ({"early_stopping": {"best_value": 0.1, "best_epoch": -1, "bad_epochs": 0}}, "early_stopping.best_epoch"),
 ])
 def test_resume_state_out_of_range_is_refused_naming_file_and_field(tmp_path: Path, change: dict,
                                                                      field: str) -> None:

@@ -98,7 +98,7 @@ def state_problem(state: dict[str, Any]) -> str | None:
     """Why a ``trainer.json``'s values cannot be resumed from (None: they can): ``epoch`` a whole number in
     [0, the saved train.epochs] (a run never saves past its budget), ``early_stopping.best_value`` a finite number
     (or -inf before any epoch improved it: best_epoch 0), ``best_epoch`` and ``bad_epochs`` whole numbers in
-    [0, epoch]. A NaN best value would never be beaten (NaN compares false), so the run would keep an early epoch's
+    [0, MAX_EPOCH]. A NaN best value would never be beaten (NaN compares false), so the run would keep an early epoch's
     model for ever."""
     epoch = state.get("epoch")
     budget = (state.get("train") or {}).get("epochs") if isinstance(state.get("train"), dict) else None
@@ -110,8 +110,8 @@ def state_problem(state: dict[str, Any]) -> str | None:
         return "field early_stopping is not an object"
     for key in ("best_epoch", "bad_epochs"):
         value = stopping.get(key, 0)
-        if not _whole(value) or not 0 <= value <= epoch:
-            return f"field early_stopping.{key} is {str(value)[:40]}, not a whole number in [0, {epoch}]"
+        if not _whole(value) or not 0 <= value <= MAX_EPOCH:
+            return f"field early_stopping.{key} is {str(value)[:40]}, not a whole number in [0, {MAX_EPOCH}]"
     best = stopping.get("best_value", -math.inf)
     if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best) or best == math.inf \
             or (best == -math.inf and stopping.get("best_epoch", 0) != 0):
