@@ -279,3 +279,25 @@ def test_fit_takes_a_training_variants_train_values_under_the_users(split, tmp_p
     assert config["data"]["label"] == "sasrec-celast" and fitted.model_config.name == "sasrec"
     resdom.fit(split, "sasrec-p30", out=tmp_path / "b", device="cpu", progress=False, **{**small, "patience": 3})
     assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["patience"] == 3
+
+
+def test_to_frame_without_a_name_gives_every_table_and_reprs_are_short(diagnosis, fitted, split):
+    """Issue 60 §4: ``to_frame()`` beside ``to_dict()`` takes no argument; a split, a run, an evaluation and a
+    diagnosis print in a line, not as their arrays."""
+    frames = diagnosis.to_frame()
+    assert list(frames) == list(diagnosis.to_dict()) == list(diagnosis.results)
+    for name, frame in frames.items():
+        pd.testing.assert_frame_equal(frame, diagnosis.to_frame(name))
+    for obj in (split, split.train, split.test, fitted, diagnosis, resdom.evaluate(fitted, device="cpu")):
+        text = repr(obj)
+        assert len(text) < 300 and "\n" not in text and "array" not in text, text
+    assert repr(split).startswith(f"SplitData({split.manifest['protocol']} split of ")
+    assert f"{split.n_items:,} items" in repr(split) and f"test {len(split.test):,} users" in repr(split)
+
+
+def test_unknown_diagnostic_gets_a_did_you_mean(fitted, run_dir, capsys):
+    with pytest.raises(ResdomError, match=r"unknown diagnostic 'hrlii' \(did you mean hrli\?"):
+        resdom.diagnose(fitted, what="hrlii", device="cpu")
+    assert invoke("diagnose", str(run_dir), "--what", "hrlii", "--device", "cpu") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--what: unknown diagnostic 'hrlii' (did you mean hrli?" in err, err

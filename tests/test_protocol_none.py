@@ -104,3 +104,18 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
             "users, for early stopping)") in err
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--holdout-users", "3", "--out", "split2")
     one_line_error(code, err, "--holdout-users: the monitoring slice of --protocol none; a loo split")
+
+
+def test_cli_protocol_in_any_case_and_a_did_you_mean(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _frame().to_csv("shop.csv", index=False)
+    code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "GTS", "--out", "gts")
+    assert code == 0, err
+    assert resdom.load_split("gts").manifest["protocol"] == "gts"
+    code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "gst", "--out", "x")
+    one_line_error(code, err, "--protocol: unknown protocol 'gst' (did you mean gts? choose loo, gts or none)")
+    code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "LOO", "--out", "loo")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "train", "loo", "--protocol", "Loo", "--epochs", "1", "--set", "model.hidden=8",
+                           "--set", "model.layers=1", "--device", "cpu", "--no-progress", "--out", "run")
+    assert code == 0, err  # the saved split's protocol, named in another case: no refusal

@@ -477,8 +477,11 @@ class Diagnosis:
         """{name: result.to_dict()} of every diagnostic computed."""
         return {n: r.to_dict() for n, r in self.results.items()}
 
-    def to_frame(self, name: str) -> pd.DataFrame:
-        """The table of diagnostic ``name`` (``self[name].to_frame()``)."""
+    def to_frame(self, name: str | None = None) -> pd.DataFrame | dict[str, pd.DataFrame]:
+        """The table of diagnostic ``name`` (``self[name].to_frame()``); without a name, every computed
+        diagnostic's table, {name: DataFrame} in canonical order (as ``to_dict()`` gives every JSON)."""
+        if name is None:
+            return {n: r.to_frame() for n, r in self.results.items()}
         return self[name].to_frame()
 
     def plot(self, name: str = "mixing", per_position: bool = False) -> Figure:

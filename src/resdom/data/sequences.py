@@ -52,6 +52,10 @@ class Sequences:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def __repr__(self) -> str:
+        return (f"Sequences({len(self):,} sequences, {len(self.items):,} interactions"
+                f"{', with times' if self.times is not None else ''})")
+
     @property
     def lengths(self) -> np.ndarray:
         """int64 (n,): number of items per sequence."""
@@ -135,6 +139,9 @@ class EvalSet:
     def __len__(self) -> int:
         return len(self.targets)
 
+    def __repr__(self) -> str:
+        return f"EvalSet({len(self):,} users, {len(self.inputs.items):,} input items)"
+
     def subset(self, n_users: int, seed: int) -> EvalSet:
         """The same ``n_users`` examples (all when fewer) for every call with ``seed``, in their order here."""
         if len(self) <= n_users:
@@ -165,6 +172,13 @@ class SplitData:
     user_labels: np.ndarray | None = None
     item_labels: np.ndarray | None = None
     rest: Sequences | None = None
+
+    def __repr__(self) -> str:
+        source = (self.manifest.get("source") or {}).get("name") if isinstance(self.manifest, dict) else None
+        protocol = self.manifest.get("protocol") if isinstance(self.manifest, dict) else None
+        return (f"SplitData({protocol or '?'} split{f' of {source!r}' if source else ''}: {self.n_items:,} items, "
+                f"train {len(self.train):,} sequences / {len(self.train.items):,} interactions, valid "
+                f"{len(self.valid):,} users, test {len(self.test):,} users)")
 
     def history(self) -> Sequences:
         """Each user's longest known sequence (oldest first): every part is a prefix of the user's full sequence

@@ -9,6 +9,7 @@ or a comma-separated string (what the CLI passes on), so both front ends parse a
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -48,7 +49,9 @@ def parse_what(what: Any, choices: Iterable[str] | None = None) -> tuple[str, ..
         return choices
     bad = [w for w in names if w not in choices]
     if bad:
-        raise ValueError(f"unknown diagnostic {bad[0]!r} (choose all or from {', '.join(choices)})")
+        close = difflib.get_close_matches(bad[0], choices, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ValueError(f"unknown diagnostic {bad[0]!r} ({hint}choose all or from {', '.join(choices)})")
     return tuple(w for w in choices if w in names)
 
 
