@@ -93,12 +93,15 @@ def test_rows_from_a_store_and_their_marks(tmp_path):
 
 def write_run(root: Path, dataset: str, seed: int, attn: float, hrli: float, n: int, best_recovery: float,
               recoverable: int, checkpoint: str = "c0", label: str = "sasrec") -> None:
-    """A results-store cell that report.collect reads: cell.json naming checkpoint c0, diagnostics of ``checkpoint``;
-    +Res and +LN are Attn / 6."""
+    """A results-store cell that report.collect reads: cell.json naming a checkpoint of its own (two seeds never share
+    one, issue 58), diagnostics of that checkpoint (``checkpoint`` "c0") or of another one; +Res and +LN are
+    Attn / 6."""
     cell = root / dataset / label / f"seed{seed}"
     (cell / "diagnostics").mkdir(parents=True)
+    own = f"c0-{dataset}-{label}-{seed}"
+    checkpoint = own if checkpoint == "c0" else checkpoint
     (cell / "cell.json").write_text(json.dumps({"dataset": dataset, "label": label, "model": "sasrec", "seed": seed,
-                                                "checkpoint": "c0"}))
+                                                "checkpoint": own}))
     (cell / "config.json").write_text(json.dumps({"label": label, "model": {"name": "sasrec"}}))
     pooled = {"Attn": attn, "+Res": attn / 6, "+LN": attn / 6}
     diags = {"mixing": {"pooled": {"all": pooled, "last": pooled}},
