@@ -126,23 +126,30 @@ class _CrossEntropy(torch.autograd.Function):
         the scores are widened before the softmax and the log-sum-exp, the gradients are summed over the blocks and
         returned in float32 (autograd casts each to its input's dtype), the loss is float32."""
         with torch.autocast(h.device.type, enabled=False):
+            P = h.shape[0]
             h32, e32 = h.float(), emb.float()
-            hl, el = h.to(low), emb.to(low)
-            lse = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
+            el = emb.to(low)
+            # the last block padded with zero rows: every block product has the same shape, so the kernels that
+            # the low-precision products build per shape (oneDNN's primitives on CPU) are built once, not once for
+            # every row count a batch ends with; a zero row adds nothing to the item gradient and its outputs are
+            # dropped
+            hl = F.pad(h.to(low), (0, 0, 0, (-P) % rows))
+            lse = torch.empty(P, dtype=torch.float32, device=h.device)
             gh = torch.empty_like(h32) if grads else h32.new_empty(0)
             ge = torch.zeros_like(e32) if grads else e32.new_empty(0)
-            block_rows = torch.arange(min(rows, h.shape[0]), device=h.device)
-            for s in range(0, h.shape[0], rows):
+            block_rows = torch.arange(rows, device=h.device)
+            for s in range(0, P, rows):
+                n = min(rows, P - s)
                 hb = hl[s : s + rows]
                 scores = (el @ hb.T).float()  # (N, rows)
                 top = scores.amax(0, keepdim=True)
                 z = scores.sub_(top).exp_().sum(0, keepdim=True)
-                lse[s : s + rows] = z.log().add_(top).squeeze(0)
+                lse[s : s + n] = z.log().add_(top).squeeze(0)[:n]
                 if grads:
                     g = scores.div_(z)
-                    g[t[s : s + rows], block_rows[: len(hb)]] -= 1.0
+                    g[t[s : s + n], block_rows[:n]] -= 1.0
                     gl = g.to(low)
-                    gh[s : s + rows] = gl.T @ el
+                    gh[s : s + n] = (gl.T @ el)[:n]
                     ge += gl @ hb
             ctx.save_for_backward(gh, ge)
             return (lse - (h32 * e32[t]).sum(-1)).mean()
