@@ -1028,17 +1028,32 @@ def section_ddp(ctx: Context) -> str:
 # --------------------------------------------------------------------------------------- RESULTS.md
 
 
+CPU_FLAGS = (("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512 BF16"), ("amx_bf16", "AMX-BF16"),
+             ("amx_tile", "AMX tiles"))  # the flags that decide what a CPU's fp32 and bf16 products can reach
+
+
+def cpu_model_and_flags() -> tuple[str, str]:
+    """(the CPU's model name, "AVX-512 yes, AVX-512 BF16 yes, AMX-BF16 no, AMX tiles no") from /proc/cpuinfo; the
+    flags "unknown" where it cannot be read (not Linux)."""
+    cpu, flags = platform.processor() or platform.machine(), None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and cpu == (platform.processor() or platform.machine()):
+                cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and flags is None:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    if flags is None:
+        return cpu, "CPU flags unknown"
+    return cpu, ", ".join(f"{name} {'yes' if flag in flags else 'no'}" for flag, name in CPU_FLAGS)
+
+
 def machine_info() -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu, flags = cpu_model_and_flags()
+    cpu = f"{cpu} ({flags})"
     mem = "?"
     try:
         kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
