@@ -178,6 +178,23 @@ def _evaluate(model: SequentialRecommender, split: SplitData, which: str, train_
                     device=device).to_dict()
 
 
+def _check_epochs(files: RunFiles, state: ResumeState, train_cfg: TrainConfig) -> None:
+    """A changed epoch budget on a saved run (``train.epochs``, ``--epochs``): more than it has run resumes training
+    up to it; fewer than it has run, or more after early stopping ended it, is refused in one line (the run's best
+    checkpoint cannot be cut back, and a stopped run would train no further)."""
+    saved = state.train.get("epochs") if isinstance(state.train, dict) else None
+    if saved is None or train_cfg.epochs == saved:
+        return
+    if train_cfg.epochs < state.epoch:
+        raise ResdomError(f"{files.dir}: has trained {state.epoch} epochs already, more than the {train_cfg.epochs} "
+                          f"asked now (train.epochs, --epochs); give {state.epoch} to keep it as it is, more to train "
+                          "it further, or train anew into another folder")
+    if state.stopped == "early_stopping" and train_cfg.epochs > state.epoch:
+        raise ResdomError(f"{files.dir}: early stopping ended this run at epoch {state.epoch} (no better validation "
+                          f"{train_cfg.metric} in {train_cfg.patience} epochs), so {train_cfg.epochs} epochs would "
+                          "train nothing more; train anew into another folder (e.g. with a larger train.patience)")
+
+
 def _resolve_model_config(model_cfg: ModelConfig, split: SplitData) -> ModelConfig:
     if model_cfg.n_items == 0:
         return model_cfg.model_copy(update={"n_items": split.n_items})
@@ -259,6 +276,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     state = files.read_state()
     if state is not None:
         check_resumable(files, state, model_cfg, train_cfg, split)
+        _check_epochs(files, state, train_cfg)
         if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
     held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
