@@ -155,7 +155,8 @@ def test_import_force_moves_the_old_run_aside_with_its_diagnostics(tmp_path: Pat
 def test_report_never_writes_over_the_users_files(tmp_path: Path, split: SplitData,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """`report --out DIR` overwrote report.md and tables/*.md the user wrote there. Refused; --force moves DIR
-    aside; a report's own folder (its marker, or a report.md of an earlier resdom) is written again."""
+    aside; a report's own folder (its marker, or the report.md / tables/tables.md a report writes) is written
+    again."""
     run = make_run(tmp_path / "run", split)
     mine = tmp_path / "notes"
     (mine / "tables").mkdir(parents=True)
@@ -168,8 +169,10 @@ def test_report_never_writes_over_the_users_files(tmp_path: Path, split: SplitDa
     code, _, err = run_cli(capsys, "report", str(run), "--out", str(mine), "--tables-only", "--force")
     assert code == 0, err
     assert files_of(tmp_path / "notes.replaced-1") == before
-    assert marked_kind(mine) == "report"
     assert run_cli(capsys, "report", str(run), "--out", str(mine), "--tables-only")[0] == 0  # its own: again
+    (mine / "tables" / "tables.md").write_text("| my | table |\n")  # not the report's any more: refused
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(mine), "--tables-only")
+    one_line_error(code, err, "holds what a report does not write (tables)")
     old = tmp_path / "old"  # a report folder of an earlier resdom: no marker, report.md as render_markdown wrote
     (old / "tables").mkdir(parents=True)
     (old / "report.md").write_text("# resdom report\n\n3 run(s).\n\n## Findings\n")

@@ -79,8 +79,9 @@ def report(
     if replace:
         typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
     paths = build_report(found, out, title=title, figures=not tables_only)
-    write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
-                               *(p for p in (paths.html, paths.markdown) if p is not None)])
+    if not tables_only:  # a tables-only folder is known by its tables/tables.md (a store commit carries no marker)
+        write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
+                                   *(p for p in (paths.html, paths.markdown) if p is not None)])
     typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if texts:
         filled = {d: fill_blocks(text, paths.blocks, where=str(d)) for d, text in texts.items()}
@@ -98,18 +99,26 @@ def report(
 REPORT_WRITES = ("figures", "tables", "report.html", "report.md")  # what a report writes in --out
 
 
-def _earlier_report(out: Path, entries: list[str]) -> bool:
-    """Whether ``out`` (no marker) holds a report written before reports left one: its report.md begins as
-    ``render_markdown`` writes it (``# TITLE``, a blank line, ``N run(s).``)."""
-    if not (out / "report.md").is_file():
-        return False
+def _head(path: Path, lines: int) -> list[str]:
+    """The first ``lines`` lines of the regular file ``path`` ([] where it is none or cannot be read)."""
+    if not path.is_file():
+        return []
     try:
-        with (out / "report.md").open("rb") as f:
-            head = f.read(4096).decode("utf-8", errors="replace").split("\n")[:3]
+        with path.open("rb") as f:
+            return f.read(4096).decode("utf-8", errors="replace").split("\n")[:lines]
     except OSError:
-        return False
-    return (len(head) == 3 and head[0].startswith("# ") and head[1] == ""
-            and re.fullmatch(r"\d+ run\(s\)\.", head[2]) is not None)
+        return []
+
+
+def _earlier_report(out: Path, entries: list[str]) -> bool:
+    """Whether ``out`` (no marker) holds a report written without one (before reports left one, or tables only):
+    its report.md begins as ``render_markdown`` writes it (``# TITLE``, a blank line, ``N run(s).``), or its
+    tables/tables.md as ``write_tables`` does (the data set statistics first)."""
+    head = _head(out / "report.md", 3)
+    if (len(head) == 3 and head[0].startswith("# ") and head[1] == ""
+            and re.fullmatch(r"\d+ run\(s\)\.", head[2]) is not None):
+        return True
+    return _head(out / "tables" / "tables.md", 1) == ["## Data set statistics"]
 
 
 def _document(path: Path) -> str:
