@@ -196,6 +196,47 @@ def test_diagnose_never_follows_a_diagnostics_link_out_of_the_run(tmp_path: Path
     code, _, err = run_cli(capsys, "diagnose", str(run), "--what", "hrli", "--device", "cpu")
     one_line_error(code, err, "diagnostics is a symbolic link out of the folder", str(elsewhere))
     assert files_of(elsewhere) == before
+    (run / "metrics.jsonl").symlink_to(elsewhere / "summary.json")  # the trainer appends to its epoch log
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force")
+    one_line_error(code, err, "is a symbolic link out of the folder")
+    assert files_of(elsewhere) == before
+
+
+def test_data_split_force_moves_the_other_split_aside(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`data split --force` wrote the new split over another one; now the old split is kept, renamed."""
+    out = tmp_path / "split"
+    assert run_cli(capsys, "data", "split", SOURCE, "--out", str(out))[0] == 0
+    loo = files_of(out)
+    assert marked_kind(out) == "split"
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--protocol", "gts", "--out", str(out), "--force")
+    assert code == 0, err
+    assert files_of(tmp_path / "split.replaced-1") == loo
+    assert SplitData.load(out).manifest["protocol"] == "gts"
+
+
+def test_no_writer_takes_a_store_cell_or_another_commands_folder(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Every folder-writing command refuses a results-store cell, --force included; the demo and reproduce refuse
+    one as --out too. A folder marked as another command's output is named as such."""
+    from resdom.pipeline.demo import _check_out
+    from resdom.pipeline.reproduce import GridSpec
+
+    cell = make_cell(tmp_path / "store")
+    other = make_cell(tmp_path / "other", checkpoint="c1")
+    before = files_of(cell)
+    for args in (["report", str(other), "--out", str(cell), "--force"],
+                 ["data", "split", SOURCE, "--out", str(cell), "--force"]):
+        code, _, err = run_cli(capsys, *args)
+        assert code == 2 and ("results-store cell" in err or "is a run directory" in err), err
+    with pytest.raises(ResdomError, match="is a results-store cell"):
+        _check_out(cell, force=True)
+    with pytest.raises(ResdomError, match="is a results-store cell"):
+        GridSpec(datasets=[SOURCE], models=["sasrec"], seeds=[1], out=cell)
+    assert files_of(cell) == before
+    split = tmp_path / "split"
+    assert run_cli(capsys, "data", "split", SOURCE, "--out", str(split))[0] == 0
+    code, _, err = run_cli(capsys, "report", str(other), "--out", str(split))
+    one_line_error(code, err, "holds a split saved by `resdom data split`, not a report written by `resdom report`")
 
 
 # ------------------------------------------------------------------------------------ wrong answers, silent
