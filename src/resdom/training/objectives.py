@@ -161,6 +161,7 @@ class _CrossEntropy(torch.autograd.Function):
         return gh * scale, ge * scale, None, None, None, None
 
 
+@torch.compiler.disable  # eager under torch.compile: its loop over blocks would be traced again for every row count
 def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items (``_CrossEntropy``:
     no (P, N) tensor). Under ``torch.autocast`` (``train.precision`` bf16) the block products run in the autocast
