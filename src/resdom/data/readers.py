@@ -790,11 +790,29 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
             keep_default_na=False, skip_blank_lines=True, engine="c",
         )
     except pd.errors.ParserError as e:
-        raise parser_error(path, e) from None
+        raise ResdomError(f"{parser_error(path, e)}{_separator_hint(path, sep)}") from None
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except UnicodeDecodeError:
         raise not_text(path) from None
+
+
+def _separator_hint(path: Path, sep: str) -> str:
+    """Where the first line of ``path`` holds another separator (a tab, ';', '|') but not ``sep``: the hint that
+    the file may be separated by it (a TSV saved as .csv), whatever its column names; else ''."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(65_536).decode("utf-8-sig", errors="replace")
+    except OSError:
+        return ""
+    if path.name.lower().endswith(".gz") or sep in first:
+        return ""
+    seps = [c for c in "\t;|" if c in first]
+    if not seps:
+        return ""
+    name = {"\t": "tabs", ";": "';'", "|": "'|'"}[seps[0]]
+    return (f" (its header line holds no {sep!r} but {name}: is the file separated by {name}? --format csv reads "
+            "commas, --format tsv tabs; save a file with another separator with one of them)")
 
 
 @dataclass(frozen=True)
