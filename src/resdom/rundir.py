@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
+from resdom.io import atomic_write_json
 from resdom.names import USERS
 
 
@@ -240,8 +241,6 @@ def marked_files(path: str | Path) -> set[str]:
 def write_marker(path: str | Path, kind: str, files: Iterable[str | Path] = ()) -> None:
     """Mark folder ``path`` as ``kind``'s output; ``files`` (relative to ``path``, or inside it) join those an
     earlier marker of the same kind lists."""
-    from resdom.io import atomic_write_json
-
     path = Path(path)
     names = set()
     for f in files:
