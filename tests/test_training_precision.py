@@ -127,14 +127,21 @@ def test_fp32_train_step_runs_no_autocast() -> None:
     assert torch.equal(step(items, targets, None, None), direct)
     low = TrainStep(model, get_objective("ce_all"), LossContext(), "bf16")(items, targets, None, None)
     assert low.dtype == torch.float32 and not torch.equal(low, direct) and abs(low - direct) < 0.05 * direct
+    # bf16-loss: the states are the float32 ones, only the loss's products are bfloat16
+    with torch.autocast("cpu", torch.bfloat16):
+        loss_only = get_objective("ce_all").loss(model, batch, hidden, LossContext())
+    assert torch.equal(TrainStep(model, get_objective("ce_all"), LossContext(), "bf16-loss")(items, targets, None,
+                                                                                              None), loss_only)
 
 
-@pytest.mark.parametrize("model,objective", [("sasrec", "ce_all"), ("sasrec", "ce_last"), ("bert4rec", None)])
-def test_bf16_trains(tmp_path: Path, model: str, objective: str | None) -> None:
+@pytest.mark.parametrize("model,objective,precision", [
+    ("sasrec", "ce_all", "bf16"), ("sasrec", "ce_last", "bf16"), ("bert4rec", None, "bf16"),
+    ("sasrec", "ce_all", "bf16-loss"), ("sasrec", "bce", "bf16-loss")])
+def test_bf16_trains(tmp_path: Path, model: str, objective: str | None, precision: str) -> None:
     extra = {"objective": objective} if objective else {}
-    losses, result, out = _run(tmp_path, f"bf16-{model}", model, precision="bf16", **extra)
+    losses, result, out = _run(tmp_path, f"{precision}-{model}", model, precision=precision, **extra)
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0], losses
-    assert json.loads((out / "config.json").read_text())["train"]["precision"] == "bf16"
+    assert json.loads((out / "config.json").read_text())["train"]["precision"] == precision
     assert result["test"]["n_users"] == 80 and 0.0 <= result["test"]["metrics"]["NDCG@10"] <= 1.0
 
 

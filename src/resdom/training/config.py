@@ -66,11 +66,13 @@ class TrainConfig(NumbersModel):
         "no longer has an item-chunked variant (it was slower and larger than the default, which never holds a "
         "(positions x items) matrix: docs/scaling.md)"
     )
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Literal["fp32", "bf16", "bf16-loss"] = Field(
         "fp32", description="experimental: bf16 runs the training step's forward pass under bfloat16 autocast (the "
         "matrix products in bfloat16 with float32 accumulation, the softmax, loss, gradients' sums and Adam in "
-        "float32); evaluation, early stopping, ranks and every diagnostic stay float32. Not yet shown to train as "
-        "well as fp32 (benchmarks/RESULTS.md, section on bf16); fp32 (the default) keeps every seeded run's numbers",
+        "float32); bf16-loss only the loss (the full-softmax CE's item products), the model's encoding in float32 "
+        "(the faster of the two on a CPU without AMX). Evaluation, early stopping, ranks and every diagnostic stay "
+        "float32. Neither is yet shown to train as well as fp32 (benchmarks/RESULTS.md, section \"Levers\"); fp32 "
+        "(the default) keeps every seeded run's numbers",
     )
     monitor_every: int = Field(
         0, ge=0, description="every this many epochs, record HRLI@1, HRL2I@1 and the mixing ratio of the current "

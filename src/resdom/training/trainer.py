@@ -91,8 +91,10 @@ def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
 
 # --------------------------------------------------------------------------------------- train step
 
-# train.precision -> the autocast dtype of the training step's forward pass (None: float32, no autocast)
-PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+# train.precision -> (the autocast dtype, or None: float32, no autocast; what runs under it: "step" the training
+# step's whole forward pass, "loss" the objective's loss only, the model's encoding in float32)
+PRECISIONS: dict[str, tuple[torch.dtype | None, str]] = {
+    "fp32": (None, ""), "bf16": (torch.bfloat16, "step"), "bf16-loss": (torch.bfloat16, "loss")}
 
 
 class TrainStep(nn.Module):
@@ -102,7 +104,7 @@ class TrainStep(nn.Module):
                  precision: str = "fp32") -> None:
         super().__init__()
         self.model, self.objective, self.ctx = model, objective, ctx
-        self.low = PRECISIONS[precision]  # None: float32, no autocast at all
+        self.low, self.scope = PRECISIONS[precision]  # low None: float32, no autocast at all
 
     def forward(self, items: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None,
                 sup_items: torch.Tensor | None) -> torch.Tensor:
@@ -111,13 +113,17 @@ class TrainStep(nn.Module):
         The model makes its own training inputs from the batch (``training_states``: a masked model masks there)."""
         if self.low is None:
             return self._loss(items, targets, negatives, sup_items)
-        with torch.autocast(items.device.type, dtype=self.low):  # train.precision: this forward only
+        with torch.autocast(items.device.type, dtype=self.low, enabled=self.scope == "step"):  # this forward only
             return self._loss(items, targets, negatives, sup_items).float()
 
     def _loss(self, items: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None,
               sup_items: torch.Tensor | None) -> torch.Tensor:
         batch, hidden = self.model.training_states(TrainBatch(items, targets, negatives, sup_items))
-        loss = self.objective.loss(self.model, batch, hidden, self.ctx)
+        if self.scope == "loss":  # train.precision bf16-loss: the loss's item products only
+            with torch.autocast(items.device.type, dtype=self.low):
+                loss = self.objective.loss(self.model, batch, hidden, self.ctx)
+        else:
+            loss = self.objective.loss(self.model, batch, hidden, self.ctx)
         aux = self.model.auxiliary_loss(batch, hidden)
         return loss if aux is None else loss + aux
 
