@@ -242,7 +242,7 @@ def load_npz(source: str | Path | bytes, where: str | None = None) -> dict[str, 
         check_expansion(z, where)
         out = {}
         for info in z.infolist():
-            if info.is_dir():
+            if not info.filename or info.filename.endswith("/"):  # a folder, or a name a damaged header emptied
                 continue
             data = bytearray(read_member(z, info.filename, where))
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
