@@ -131,19 +131,29 @@ def test_claims_line_counts_the_marks_of_one_model() -> None:
 
 def test_fidelity_line_counts_comparable_values_only() -> None:
     assert fidelity_line(FIDELITY).startswith("Beside the paper's published numbers (`fidelity` block): 2 of 3 "
-                                              "published values on comparable data sets lie outside resdom's 95% "
-                                              "interval (the sentences")
+                                              "distinct published values on comparable data sets lie outside "
+                                              "resdom's 95% interval under every same-day ordering held (the "
+                                              "sentences")
     early = FIDELITY + "\nThe same for `sasrec-v1024`:\n\n" + "\n".join(FIDELITY.splitlines()[2:6]) + "\n"
-    assert "interval; with the paper's early stopping, 2 of 3 (the sentences" in fidelity_line(early)
-    one_more = ("\nOf the {} published values of comparable data sets with two seeds or more, {} outside even the 95% "
-                "prediction interval of one more resdom run (how): x.\n")
+    assert "ordering held; with the paper's early stopping, 2 of 3 (the sentences" in fidelity_line(early)
+    one_more = ("\nOf the {} distinct published values of comparable data sets with two seeds or more, {} outside "
+                "even the 95% prediction interval of one more resdom run under every same-day ordering held (how): "
+                "x.\n")
     both = (FIDELITY + one_more.format(3, "1 lies") + "\nThe same for `sasrec-v1024`:\n\n"
             + "\n".join(FIDELITY.splitlines()[2:6]) + "\n" + one_more.format(2, "0 lie"))
-    assert ("block): 2 of 3 published values on comparable data sets lie outside resdom's 95% interval, 1 of 3 "
-            "outside even one more resdom run's 95% prediction interval; with the paper's early stopping, 2 of 3 and 0 "
-            "of 2 (the sentences") in fidelity_line(both)
+    assert ("ordering held, 1 of 3 outside even one more resdom run's 95% prediction interval; with the paper's "
+            "early stopping, 2 of 3 and 0 of 2 (the sentences") in fidelity_line(both)
     second_only = early + one_more.format(2, "1 lies")  # the first table has no sentence on one more run
-    assert "95% interval; with the paper's early stopping, 2 of 3 and 1 of 2 (the" in fidelity_line(second_only)
+    assert "ordering held; with the paper's early stopping, 2 of 3 and 1 of 2 (the" in fidelity_line(second_only)
+
+
+def test_fidelity_line_counts_a_value_held_under_two_orderings_once() -> None:
+    """a and a-ties both cut the paper's A: its Attn is one published value, outside only where it is outside under
+    both orderings; its HRLI@1, outside under one only, is not counted outside."""
+    two = FIDELITY.replace("| b (B) | 3 |", "| a-ties (A) | 3 | 0.800 [0.790, 0.810] vs 0.776 (+0.024) ✗ | 0.800 [0.770, "
+                           "0.830] vs ~0.780 (+0.020) ✓ |\n| b (B) | 3 |")
+    assert fidelity_line(two).startswith("Beside the paper's published numbers (`fidelity` block): 1 of 3 distinct "
+                                         "published values")
 
 
 def test_published_line_counts_the_marked_values() -> None:
