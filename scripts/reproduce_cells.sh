@@ -10,7 +10,10 @@
 #   scripts/reproduce_cells.sh --commit results/beauty-ts/sasrec/seed1 ...   # commit cells stored by hand
 # Env: GRID (default runs/repro: run directories, not committed), STORE (default results), DATA_DIR
 # (default ../shared/data/raw), DEVICE (default cpu), COMMIT (default 1: git-commit each stored cell), CODE_COMMIT
-# (default: the checkout's src/ as it is; a commit: that commit's src/, so a retraining queue keeps one code).
+# (default: the checkout's src/ as it is; a commit: that commit's src/, so a retraining queue keeps one code),
+# STAGING (default 0; 1: $STORE is a staging store, e.g. results-sasrec2/ of a retraining queue, whose cells are
+# committed alone: the documents, built from results/, are neither refilled nor checked until the staged cells
+# replace results/'s in one move, so no table ever compares cells of two training recipes).
 # The commit holds the cell and the regenerated text tables only, never a figure (see commit_cell).
 # After each commit it runs the documents' hand-written readings against the store and names any that the new
 # cell breaks (check_readings; the cell stays committed, make test fails until the reading is rewritten).
@@ -19,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GRID=${GRID:-runs/repro}; STORE=${STORE:-results}; DATA_DIR=${DATA_DIR:-../shared/data/raw}
-DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}
+DEVICE=${DEVICE:-cpu}; COMMIT=${COMMIT:-1}; STAGING=${STAGING:-0}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 DOCS=(docs/results.md docs/remedies.md)
 report() { .venv/bin/resdom report "$STORE" --out docs/results --tables-only "$@" >/dev/null; }
@@ -29,20 +32,22 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
   # in the same pass (their prose kept). HEAD moves only if no other commit came in meanwhile (else: 1, retry).
   # The checkout's own index is only reset to the new HEAD at the end: nothing of a cell is ever staged there, so
   # a `git commit` someone makes meanwhile cannot take a cell (or its tables) with it.
-  local cell=$1 msg=$2 tmp head doc heads=() works=() ok=1
+  local cell=$1 msg=$2 tmp head doc heads=() works=() ok=1 docs=("${DOCS[@]}") tables=docs/results/tables
+  [ "$STAGING" = 1 ] && { docs=(); tables=; }  # a staging store: the cell alone, the documents untouched
   tmp=$(mktemp -d) && head=$(git rev-parse HEAD) || return 1
   if ( export GIT_INDEX_FILE="$tmp/index"  # stored before, unchanged: nothing to commit
        git read-tree "$head" && { git add "$cell" 2>/dev/null; git diff --cached --quiet "$head" -- "$cell"; } ); then
     rm -rf "$tmp"; return 0
   fi
-  for doc in "${DOCS[@]}"; do
+  for doc in "${docs[@]}"; do
     git show "$head:$doc" > "$tmp/${doc##*/}" && heads+=(--doc "$tmp/${doc##*/}") && works+=(--doc "$doc") || ok=0
   done
   # a working copy that cannot be refilled (a block being edited) is left as it is
-  [ "$ok" = 1 ] && { report "${heads[@]}" "${works[@]}" || report "${heads[@]}"; } || { rm -rf "$tmp"; return 1; }
+  [ "$ok" = 1 ] && { [ "$STAGING" = 1 ] || report "${heads[@]}" "${works[@]}" || report "${heads[@]}"; } \
+    || { rm -rf "$tmp"; return 1; }
   ( export GIT_INDEX_FILE="$tmp/index"
-    git read-tree "$head" && git add "$cell" docs/results/tables || exit 1
-    for doc in "${DOCS[@]}"; do
+    git read-tree "$head" && git add "$cell" $tables || exit 1
+    for doc in "${docs[@]}"; do
       git update-index --add --cacheinfo "100644,$(git hash-object -w "$tmp/${doc##*/}"),$doc" || exit 1
     done
     commit=$(git commit-tree "$(git write-tree)" -p "$head" -m "$msg") \
@@ -50,7 +55,7 @@ commit_cell() {  # CELL MESSAGE: commit the cell with the documents regenerated 
   ok=$?
   rm -rf "$tmp"
   if [ "$ok" = 0 ]; then  # the index's entries of these paths: the new HEAD's
-    for try in 1 2 3; do git reset -q -- "$cell" docs/results/tables "${DOCS[@]}" && break; sleep 2; done
+    for try in 1 2 3; do git reset -q -- "$cell" $tables "${docs[@]}" && break; sleep 2; done
   fi
   return "$ok"
 }
@@ -69,7 +74,7 @@ commit_with_retries() {  # CELL: its commit, "results: <data set> / <model> / se
 check_readings() {  # CELL: after its commit, the hand-written readings of the documents against the store (the
   # tests of tests/test_results_doc.py but the tables' regeneration, just made: seconds). A reading the new cell
   # breaks is reported, for the next edit to rewrite (the cell stays committed: its numbers are the store's)
-  [ -f tests/test_results_doc.py ] && [ -x .venv/bin/python ] || return 0
+  [ -f tests/test_results_doc.py ] && [ -x .venv/bin/python ] && [ "$STAGING" != 1 ] || return 0
   local out
   out=$(.venv/bin/python -m pytest -q -p no:cacheprovider tests/test_results_doc.py \
     --deselect tests/test_results_doc.py::test_committed_tables_equal_what_the_store_regenerates 2>&1) && return 0

@@ -21,7 +21,11 @@
 # RECIPE=sasrec/2: a cell counts as stored only when its cell.json records that training recipe (versions.recipe,
 # resdom.experiments.RECIPE_VERSIONS), so the cells of an earlier recipe are trained again and replaced; with
 # CODE_COMMIT (scripts/reproduce_cells.sh) every cell trains from that commit's code:
-#   RECIPE=sasrec/2 CODE_COMMIT=a98357d8 UNTIL=19:30 nice -n 19 scripts/reproduce_queue.sh scripts/grid_recipe2.txt
+#   STORE=results-sasrec2 COSTS=results STAGING=1 RECIPE=sasrec/2 CODE_COMMIT=a98357d8 UNTIL=19:30 \
+#     nice -n 19 scripts/reproduce_queue.sh scripts/grid_recipe2.txt
+# (COSTS=results: the store whose cells cost the open ones, default $STORE; a staging store, scripts/reproduce_cells.sh:
+# the new recipe's cells wait there until every cell compared with them
+# is retrained, then replace results/'s together)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATUS=0; [ "${1:-}" = --status ] && { STATUS=1; shift; }
@@ -115,7 +119,7 @@ estimate() {  # CELLS [seconds|mean|groups]: the cells not stored, "data set  mo
   # the CPU hours they may take (a sentence), or each cell's estimated seconds, a line each (seconds: the slowest
   # stored seed's, which UNTIL is held to; mean: their mean), or the open seeds of each data set and model with their
   # hours (groups). A started cell's fourth field, what is left of it (epoch_log ... seconds), replaces its estimate
-  .venv/bin/python - "$STORE" "$1" "${2:-}" <<'PY'
+  .venv/bin/python - "${COSTS:-$STORE}" "$1" "${2:-}" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 # (data set, model) -> training + diagnosis seconds of each stored cell (every), and of those with their per-user
