@@ -313,7 +313,7 @@ def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, for
     the folder aside (``move_aside``) and writes anew, so nothing in it is deleted or written over. A results-store
     cell is refused even with ``force``, and so is a symbolic link among ``writes`` (the entries the writer writes
     into) that leads out of the folder."""
-    path = Path(path)
+    path, writes = Path(path), tuple(writes)
     if not require_folder_path(path, option):
         return False
     refuse_cell(path, option)
@@ -326,7 +326,8 @@ def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, for
         return False
     if force:
         return True
+    others = [n for n in entries if n not in writes] or entries  # what the writer would not write, first
     what = (f"{KIND_NAMES[marked]}, not {KIND_NAMES[kind]}" if marked is not None else
-            f"what {WRITERS[kind]} does not write ({first_names(entries)})")
+            f"what {WRITERS[kind]} does not write ({first_names(others)})")
     raise ResdomError(f"{option} {path}: holds {what}; choose another {option} or an empty folder, or --force to "
                       f"move it aside to {aside_name(path)} and write anew")

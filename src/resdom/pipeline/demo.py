@@ -5,12 +5,13 @@ Layout of the output directory::
     OUT/run/          the SASRec run directory (resdom.runs), with diagnostics/
     OUT/report.html   the report (also report.md, figures/, tables/)
 
-A folder holding anything else is refused as --out (nothing of the demo is written beside your files).
+OUT holds the demo's marker (``resdom.rundir.MARKER``). A folder holding anything else is refused as --out (nothing
+of the demo is written beside your files), unless ``--force``, which moves it aside (``OUT.replaced-K``) first.
 
 Running it again resumes / reuses the run (on the split saved in ``OUT/run/data``): a finished training with the
 same settings is not repeated; the diagnostics and the report are redone. A run trained with other settings (e.g.
-``--epochs``) is trained again from scratch, and the console says so. A run directory made from another source is
-refused.
+``--epochs``) is trained again from scratch, the old one kept as ``OUT/run.replaced-K``, and the console says so. A
+run directory made from another source is refused.
 
 The data is ``synthetic:demo`` (``resdom.data.synthetic.PRESETS``): the next item is mostly one of a few items
 similar to the last one, the first-order structure of real purchase data, so the trained SASRec shows what the
@@ -20,7 +21,6 @@ drop from Attn to +Res, HRLI@1 falling as the residual is scaled down.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,8 +75,9 @@ DEMO_NAMES = ("run", "report.html", "report.md", "figures", "tables")  # what th
 
 
 def _earlier_demo(out_dir: Path, entries: list[str]) -> bool:
-    """Whether ``out_dir`` (no marker) holds only what an earlier demo wrote (``DEMO_NAMES``)."""
-    return set(entries) <= set(DEMO_NAMES)
+    """Whether ``out_dir`` (no marker) holds only what an earlier demo wrote (``DEMO_NAMES``, and runs it moved
+    aside)."""
+    return all(n in DEMO_NAMES or n.startswith("run.replaced-") for n in entries)
 
 
 def _check_out(out_dir: Path, force: bool = False) -> bool:
@@ -94,6 +95,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     out_dir = Path(out_dir)
     if _check_out(out_dir, force):
         echo(f"--force: {out_dir} moved aside to {move_aside(out_dir)}")
+    write_marker(out_dir, DEMO)  # before anything else: a demo killed half way is still known as one
     run_dir = out_dir / "run"
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -112,8 +114,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     changed = _changed_settings(state, s)
     if changed:
         echo(f"      {run_dir} holds a run trained with other settings ({'; '.join(changed)}): training it again "
-             "from scratch")
-        shutil.rmtree(run_dir)
+             f"from scratch (the old run is kept as {move_aside(run_dir)})")
         state = None
     if state is not None and state.stopped:
         echo(f"[2/3] reusing the finished SASRec run (same settings, up to {s.epochs} epochs) and running every "
@@ -131,7 +132,6 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     echo("[3/3] report")
     t1 = time.perf_counter()
     paths = build_report([run_dir], out_dir, title="resdom demo: SASRec on synthetic data")
-    write_marker(out_dir, DEMO)
     timings["report_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     findings = finding_lines([read_run(run_dir)])
