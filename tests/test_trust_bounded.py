@@ -526,3 +526,18 @@ def test_a_huge_timestamp_or_id_is_quoted_cut(tmp_path: Path, capsys: pytest.Cap
     code, _, err = run_cli(capsys, "data", "stats", str(lines), "--format", "user-lines")
     line = one_line_error(code, err, str(lines))
     assert len(line) < READABLE
+
+
+def test_json_nested_too_deeply_is_one_line_where_resdom_reads_json(tmp_path: Path) -> None:
+    """recommend --sequences FILE.json and a split's manifest.json: a RecursionError traceback before."""
+    from resdom.cli.data_options import split_manifest
+    from resdom.cli.recommend_cmd import read_sequences
+
+    deep = "[" * 100_000 + "]" * 100_000
+    sessions = tmp_path / "sessions.json"
+    sessions.write_text(deep)
+    with pytest.raises(ResdomError, match=r"--sequences .*sessions\.json: refused: JSON nested too deeply"):
+        read_sequences(sessions)
+    (tmp_path / "manifest.json").write_text(deep)
+    with pytest.raises(ResdomError, match=r"manifest\.json: refused: JSON nested too deeply"):
+        split_manifest(tmp_path)

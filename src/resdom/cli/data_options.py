@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from resdom.bounded import load_json
 from resdom.data.changes import change_lines
 from resdom.data.native import NATIVE_FORMATS
 from resdom.data.prepare import load_prepared, prepare_split, protocol_name
@@ -41,6 +42,9 @@ FORMAT_HELP = ("Input format: user-lines, paired, interactions, recbole, csv, ts
                "files of the paper's data sets: movielens-zip, diginetica, steam, beeradvocate, zvuk, "
                "time-to-split-csv (default: detect).")
 DEFAULT_PROTOCOL = "loo"
+# the CLI prints the data: lines itself (print_changes): prepare_split's log records of them (prepare.log_changes) are
+# not shown again by Python's last-resort handler
+logging.getLogger("resdom.data").addHandler(logging.NullHandler())
 DEFAULT_QUANTILE = 0.9
 
 # (name, annotation, typer option): the reader and preprocessing options, then the split options
@@ -96,10 +100,11 @@ def is_split_dir(source: str | Path) -> bool:
 def split_manifest(source: str | Path) -> dict[str, Any]:
     """The manifest.json of a split folder (``is_split_dir``)."""
     path = Path(str(source)) / SplitData.MANIFEST
+    again = "run `resdom data split` again"
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ResdomError(f"{path}: cannot read the split's manifest ({e}); run `resdom data split` again") from None
+        manifest = load_json(path.read_bytes(), str(path), again)  # bounded nesting: one line
+    except OSError as e:
+        raise ResdomError(f"{path}: cannot read the split's manifest ({e.strerror}); {again}") from None
     if not isinstance(manifest, dict):
         raise ResdomError(f"{path}: not a split manifest (expected a JSON object); run `resdom data split` again")
     return manifest

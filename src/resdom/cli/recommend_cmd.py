@@ -4,12 +4,12 @@ each item's nearest items by the model's output embeddings (target_item_id, item
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from resdom.bounded import load_json
 from resdom.cli.values import parse_alphas, positive_int
 from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
@@ -151,10 +151,7 @@ def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
             return out
         text = _text(path)
         if suffix == ".json":
-            try:
-                data = json.loads(text)
-            except ValueError as e:
-                raise ResdomError(f"{path}: not JSON ({e})") from None
+            data = load_json(text, str(path))  # nesting too deep for json: one line
             if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
                 return {str(key): [str(x) for x in v] for key, v in data.items()}
             if isinstance(data, list) and all(isinstance(v, list) for v in data):
