@@ -361,3 +361,23 @@ def test_a_malformed_compute_is_reported_as_what_it_is(tmp_path: Path) -> None:
     assert why == f"{cell / 'cell.json'}: field compute is 'fast', not an object"
     sound = read_run(make_cell(tmp_path / "other", compute={}))  # present but without the number
     assert sound.why_empty("cell") == "cell.json holds no such number"
+
+
+def test_reproduce_writes_no_cell_through_a_link_out_of_the_grid(tmp_path: Path) -> None:
+    """A grid folder whose model folder (or data set folder) is a link out of --out: the cell is not trained there
+    and not even its error.txt written; a linked data set folder refuses the grid up front."""
+    from resdom.pipeline.reproduce import GridSpec, _DataCache, run_cell
+
+    grid, elsewhere = tmp_path / "grid", tmp_path / "elsewhere"
+    (grid / SOURCE).mkdir(parents=True)
+    (elsewhere / "seed1").mkdir(parents=True)
+    (elsewhere / "seed1" / "notes.txt").write_text("keep me")
+    (grid / SOURCE / "sasrec").symlink_to(elsewhere)  # maker: the cell's model folder is a link out
+    spec = GridSpec(datasets=[SOURCE], models=["sasrec"], seeds=[1], out=grid, device="cpu", epochs=1)
+    outcome = run_cell(spec, _DataCache(spec), SOURCE, "sasrec", 1, progress=False)
+    assert outcome.status == "failed" and "leads out of --out" in outcome.message
+    assert files_of(elsewhere) == {"seed1/notes.txt": b"keep me"}
+    shutil.rmtree(grid / SOURCE)
+    (grid / SOURCE).symlink_to(elsewhere)  # maker: the data set folder is a link out
+    with pytest.raises(ResdomError, match="is a symbolic link out of the folder"):
+        GridSpec(datasets=[SOURCE], models=["sasrec"], seeds=[1], out=grid, device="cpu", epochs=1)

@@ -40,6 +40,7 @@ from resdom.rundir import (
     GRID,
     MARKER,
     RunDir,
+    check_links,
     first_names,
     is_temporary,
     refuse_cell,
@@ -112,6 +113,7 @@ class GridSpec:
             raise ResdomError(f"--out {self.out}: holds files, not a grid's folders (data set folders and "
                               f"{SUMMARY}/): {first_names(files)}; choose "
                               "another --out or an empty folder")
+        check_links(self.out, (*self.datasets, SUMMARY))  # no data set folder or summary/ written through a link
 
     def _check_configs(self) -> None:
         """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
@@ -210,6 +212,10 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
     never raised."""
     run_dir = spec.run_dir(dataset, label, seed)
     outcome = RunOutcome(dataset, label, seed, str(run_dir), "skipped")
+    if spec.out.resolve() not in run_dir.resolve().parents:  # a link out of the grid: nothing written, not error.txt
+        outcome.status = "failed"
+        outcome.message = f"{run_dir}: leads out of --out {spec.out} (a symbolic link); not written"
+        return outcome
     t0 = time.perf_counter()
     try:
         if not is_finished(run_dir, spec.epochs):
