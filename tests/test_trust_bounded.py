@@ -541,3 +541,35 @@ def test_json_nested_too_deeply_is_one_line_where_resdom_reads_json(tmp_path: Pa
     (tmp_path / "manifest.json").write_text(deep)
     with pytest.raises(ResdomError, match=r"manifest\.json: refused: JSON nested too deeply"):
         split_manifest(tmp_path)
+
+
+def test_a_parquet_file_declaring_far_more_rows_than_its_size_holds_is_refused(tmp_path: Path,
+                                                                               low_expansion: None) -> None:
+    """A few KB of run-length-encoded pages can declare a billion rows (here 3 million, the limit lowered)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 3_000_000
+    path = tmp_path / "rle.parquet"
+    zeros = pa.array(np.zeros(n, dtype=np.int64))
+    pq.write_table(pa.table({"user_id": zeros, "item_id": zeros, "timestamp": zeros}), path, compression="zstd")
+    assert path.stat().st_size < MIB
+    with pytest.raises(ResdomError, match=r"rle\.parquet: refused: this Parquet file .* declares 3,000,000 rows"):
+        read_interactions([path], "parquet")
+
+
+def test_the_cli_turns_an_unforeseen_memory_or_recursion_error_into_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last line of defence (the limits refuse what they foresee first); and an EOFError a reader let through
+    is a truncated file, not "aborted"."""
+    for error, needle, status in ((MemoryError(), "out of memory", 2), (RecursionError(), "nested too deeply", 2),
+                                  (EOFError("Compressed file ended before the end-of-stream marker was reached"),
+                                   "truncated", 2)):
+        def fail(*args: object, _e: BaseException = error, **kwargs: object) -> None:
+            raise _e
+
+        monkeypatch.setattr("resdom.cli.data_cmd.format_stats", fail)
+        code, _, err = run_cli(capsys, "data", "stats", SMALL_SYNTHETIC)
+        assert code == status and "Traceback" not in err
+        lines = [x for x in err.splitlines() if x.startswith("error:")]
+        assert len(lines) == 1 and needle in lines[0], err

@@ -36,6 +36,7 @@ import yaml
 from resdom.errors import ResdomError
 from resdom.limits import (
     EXPANSION,
+    EXPANSION_ALLOWANCE,
     GIB,
     MEMBER_BYTES,
     MODEL_BYTES,
@@ -382,3 +383,28 @@ def check_model_description(fields: dict[str, Any], where: str, weights_bytes: i
     if weights_bytes is not None and 2 * lower > weights_bytes + (1 << 16):
         raise ResdomError(f"{where}: the model it describes ({short(sizes)}) has at least {lower:,} parameters, more "
                           f"than its weights file of {weights_bytes:,} bytes holds (a damaged or crafted description)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parquet
+
+
+def check_parquet(path: str | Path, columns: int | None = None) -> None:
+    """A ResdomError naming ``path`` when a Parquet file's metadata declares more rows than its size may hold: at
+    8 bytes a value (``columns`` read, default all), past ``EXPANSION`` times the file's size plus 64 MiB (a few KB
+    of run-length-encoded pages can declare a billion rows). Metadata that cannot be read is left to the reader."""
+    import pyarrow.parquet as pq
+
+    refuse_special(path)
+    try:
+        meta = pq.read_metadata(path)
+    except Exception:  # noqa: BLE001 - pyarrow raises many types; the reader words them
+        return
+    width = columns if columns is not None else max(meta.num_columns, 1)
+    values = 8 * max(meta.num_rows, 0) * width
+    size = os.path.getsize(path)
+    cap = EXPANSION.value * size + EXPANSION_ALLOWANCE
+    if values > cap:
+        raise ResdomError(f"{path}: refused: this Parquet file of {size:,} bytes declares {meta.num_rows:,} rows, "
+                          f"{values:,} bytes to read, more than {EXPANSION.value} times its size plus 64 MiB (a "
+                          f"crafted or damaged file?); if it is genuine, raise {EXPANSION.env}")

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from resdom.bounded import check_expansion, gunzip, open_zip, read_member, refuse_special
+from resdom.bounded import check_expansion, check_parquet, gunzip, open_zip, read_member, refuse_special
 from resdom.data.readers import (
     TIME_MAX,
     TIME_MIN,
@@ -409,6 +409,7 @@ def _exact_times(col: pd.Series, where: Callable[[int], str], name: str) -> tupl
 
 def read_zvuk(path: Path) -> RawInteractions:
     """Zvuk's ``zvuk-interactions.parquet``: user = user_id, item = track_id, time = datetime."""
+    check_parquet(path, len(ZVUK_COLUMNS))
     try:
         df = pd.read_parquet(path, columns=list(ZVUK_COLUMNS))
     except Exception as e:  # pyarrow raises many types: missing column, bad file
