@@ -2,6 +2,7 @@
 
     python scripts/mixing_population_check.py [CELL ...] [--store results] [--runs 'runs/*'] [--json OUT]
     python scripts/mixing_population_check.py --table JSON    # the markdown table docs/results.md shows
+    python scripts/mixing_population_check.py --pass-orders JSON   # the analysis-folder emulation docs/results.md shows
 
 For every cell given (default: the store's `sasrec` cells) whose checkpoint is still in a run directory under
 ``--runs``: the mixing ratios (norm of sums, pooled over layers, all real positions) pooled over the validation
@@ -25,6 +26,7 @@ from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements,
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.pipeline.store import store_cells
 from resdom.report.fidelity import DATASETS, NOT_COMPARABLE, PAPER_MIXING
+from resdom.report.stats import prediction_interval
 
 STAGES = ("Attn", "+Res", "+LN")
 WHAT = ("mixing ratios (norm of sums, pooled over layers, all real positions) of stored cells' checkpoints pooled over "
@@ -75,14 +77,82 @@ def population_table(measured: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+# The paper's analysis folder: every prediction pass writes its batches as batch000000.npz, batch000001.npz, ... into
+# one folder per model, data set, split type and seed, so a later pass overwrites an earlier pass's file of the same
+# number and the summary (scripts/summarize_mixing_ratios.py there) reads whatever the last passes left. The passes
+# its public code makes: the validation and the test users at alpha = 1, the alpha sweep, the shuffles. A folder
+# holds the last pass's files and, where an earlier pass had more users, that pass's files past the last one's: at
+# most |N_earlier - N_last| users plus one batch (the leftover).
+LAST_PASSES = ("validation users", *(f"test users, alpha = {a:g}" for a in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3,
+                                                                          0.2, 0.1, 0.0)))
+
+
+def last_pass_values(measured: dict, store: Path) -> dict[str, dict]:
+    """Per comparable data set of the paper held: each candidate last pass's Attn and +Res (pooled over layers and all
+    real positions) per seed, from a kept population file (validation users) and the stored alpha sweep of the same
+    checkpoint (test users at each alpha), with the paper's values."""
+    out: dict[str, dict] = {}
+    for name, cell in sorted(measured["cells"].items()):
+        dataset = cell["dataset"]
+        if dataset not in DATASETS or not DATASETS[dataset][1] or DATASETS[dataset][0] not in PAPER_MIXING:
+            continue
+        sweep = json.loads((store.parent / name / "diagnostics" / "alpha.json").read_text())
+        if sweep["checkpoint"] != cell["checkpoint"]:
+            raise SystemExit(f"{name}: its alpha sweep is of another checkpoint than the population file's")
+        ratios = {f"test users, alpha = {r['alpha']:g}": r["mixing_all"] for r in sweep["rows"]}
+        ratios["validation users"] = cell["valid"]["pooled_all"]
+        paper = PAPER_MIXING[DATASETS[dataset][0]]
+        d = out.setdefault(dataset, {"paper": {"Attn": paper[0], "+Res": paper[1]}, "seeds": []})
+        d["seeds"].append({last: {s: r[s] for s in ("Attn", "+Res")} for last, r in ratios.items()})
+    return out
+
+
+def pass_order_table(measured: dict, store: Path) -> str:
+    """The markdown table of the analysis-folder emulation: per comparable data set, the summary's Attn and +Res if
+    each candidate pass is the last (means over seeds), ✓ where the paper's value lies inside the 95% prediction
+    interval of one more run; whether all four data sets' Attn, and their Attn and +Res, are reproduced together."""
+    values = last_pass_values(measured, store)
+    rows = ["| last pass | " + " | ".join(f"{d} ({DATASETS[d][0]}: {v['paper']['Attn']:.3f} / {v['paper']['+Res']:.3f})"
+                                         for d, v in values.items())
+            + " | every Attn | every Attn and +Res |", "|---" * (len(values) + 3) + "|"]
+    held = [p for p in LAST_PASSES if all(p in s for v in values.values() for s in v["seeds"])]
+    for last in held:
+        cells, attn_all, both_all = [], True, True
+        for v in values.values():
+            marks = {}
+            for stage in ("Attn", "+Res"):
+                per_seed = [s[last][stage] for s in v["seeds"]]
+                lo, hi = prediction_interval(per_seed)
+                marks[stage] = (float(np.mean(per_seed)), lo <= v["paper"][stage] <= hi)
+            attn_all &= marks["Attn"][1]
+            both_all &= marks["Attn"][1] and marks["+Res"][1]
+            cells.append(" / ".join(f"{m:.3f}{' ✓' if ok else ''}" for m, ok in marks.values()))
+        rows.append(f"| {last} | " + " | ".join(cells) + f" | {'yes' if attn_all else 'no'} | "
+                    f"{'yes' if both_all else 'no'} |")
+    return "\n".join(rows) + "\n"
+
+
+def leftover_share(measured: dict, batch: int = 256) -> float:
+    """The largest share of users an earlier pass can leave in the folder beside the last pass's, over the cells of a
+    kept file: (|N_valid - N_test| + one batch) / the larger of the two."""
+    return max((abs(c["valid"]["n_users"] - c["test"]["n_users"]) + batch)
+               / max(c["valid"]["n_users"], c["test"]["n_users"])
+               for c in measured["cells"].values() if c["dataset"] in DATASETS and DATASETS[c["dataset"]][1])
+
+
 def main() -> int:
     ap = cell_arguments(__doc__.splitlines()[0])
     ap.set_defaults(runs="runs/*")
     ap.add_argument("--json", type=Path, default=None, help="write the measurements to this JSON file")
     ap.add_argument("--table", type=Path, default=None, help="print the markdown table of this kept JSON file")
+    ap.add_argument("--pass-orders", type=Path, default=None,
+                    help="print the analysis-folder emulation of this kept JSON file (with the store's alpha sweeps)")
     args = ap.parse_args()
     if args.table is not None:
         print(population_table(json.loads(args.table.read_text())), end="")
+        return 0
+    if args.pass_orders is not None:
+        print(pass_order_table(json.loads(args.pass_orders.read_text()), Path(args.store)), end="")
         return 0
     torch.set_num_threads(1)
     cells = args.cells or [c for c in store_cells(args.store) if c.parent.name == "sasrec"]

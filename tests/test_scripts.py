@@ -651,3 +651,37 @@ def test_epoch_trajectory_check_retrains_the_stored_run_and_refuses_another(tmp_
     (cell / "curve.jsonl").write_text("\n".join([json.dumps(first), *curve[1:]]) + "\n")
     with pytest.raises(SystemExit, match="the retrain is not the stored run: epoch 1: loss"):
         epoch_trajectory_check.trajectory(cell, None)
+
+
+def test_the_analysis_folder_emulation_by_hand(tmp_path: Path) -> None:
+    """Two toys-ts seeds: validation users Attn 0.77 / 0.775, +Res 0.12 / 0.13; the stored sweep's test users at
+    alpha = 1 Attn 0.80 / 0.81 and at alpha = 0 Attn = +Res = 0.77 / 0.775. One more run's interval of two seeds
+    (mean +- 12.706 * sd * sqrt(3/2)) of the validation pass holds the paper's Attn 0.772 and +Res 0.123, the
+    alpha = 1 pass neither (Attn 0.805 +- 0.078 holds it: two seeds are wide), the alpha = 0 pass Attn only."""
+    import json
+
+    store = tmp_path / "results"
+    cells = {}
+    for seed, (v, vres, t1, t0) in enumerate([(0.77, 0.12, 0.80, 0.77), (0.775, 0.13, 0.81, 0.775)], 1):
+        name = f"results/toys-ts/sasrec/seed{seed}"
+        (tmp_path / name / "diagnostics").mkdir(parents=True)
+        rows = [{"alpha": 1.0, "mixing_all": {"Attn": t1, "+Res": 0.20, "+LN": 0.20}},
+                {"alpha": 0.0, "mixing_all": {"Attn": t0, "+Res": t0, "+LN": t0}}]
+        (tmp_path / name / "diagnostics" / "alpha.json").write_text(json.dumps({"checkpoint": f"c{seed}",
+                                                                                 "rows": rows}))
+        cells[name] = {"dataset": "toys-ts", "checkpoint": f"c{seed}",
+                       "valid": {"n_users": 100, "pooled_all": {"Attn": v, "+Res": vres}},
+                       "test": {"n_users": 90}}
+    values = mixing_population_check.last_pass_values({"cells": cells}, store)
+    assert values["toys-ts"]["paper"] == {"Attn": 0.772, "+Res": 0.123}
+    assert values["toys-ts"]["seeds"][1]["test users, alpha = 0"] == {"Attn": 0.775, "+Res": 0.775}
+    table = mixing_population_check.pass_order_table({"cells": cells}, store)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
+    assert rows["validation users"] == "| validation users | 0.772 ✓ / 0.125 ✓ | yes | yes |"
+    assert rows["test users, alpha = 0"] == "| test users, alpha = 0 | 0.772 ✓ / 0.772 | yes | no |"
+    assert rows["test users, alpha = 1"].startswith("| test users, alpha = 1 | 0.805 ✓ / 0.200 | yes | no |")
+    assert list(rows) == ["validation users", "test users, alpha = 1", "test users, alpha = 0"]  # the passes held
+    assert mixing_population_check.leftover_share({"cells": cells}) == pytest.approx((10 + 256) / 100)
+    cells["results/toys-ts/sasrec/seed2"]["checkpoint"] = "other"
+    with pytest.raises(SystemExit, match="another checkpoint"):
+        mixing_population_check.last_pass_values({"cells": cells}, store)
