@@ -39,10 +39,6 @@ class Limit:
             return self.default
         return number * scale if number >= 1 else self.default
 
-    def hint(self) -> str:
-        """The clause a refusal ends with: how to raise this limit."""
-        return f"if the file is genuine, raise the limit: {self.env}={2 * self.value} (now {self.value:,})"
-
 
 MEMBER_BYTES = Limit("RESDOM_MAX_MEMBER_BYTES", 4 * GIB,
                      "bytes one archive member (zip, gz, npz, a checkpoint's record) may unpack to")
