@@ -265,3 +265,67 @@ def test_query_ln_models_train_as_their_reference(monkeypatch, label: str, proto
     for p, a, b in zip(params, g_mine, g_ref):
         zero = torch.zeros_like(p)
         torch.testing.assert_close(zero if a is None else a, zero if b is None else b, rtol=1e-4, atol=1e-6)
+
+
+def bsarec_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: float, a: float, c: int) -> torch.Tensor:
+    """BSARec's ``BSARecModel`` (its ``_modules.py``) written out on resdom's parameters, no padding in ``items``:
+    ``Dropout(LN(E + P))``; per block ``DSP = LN(X + Dropout(LPF(X) + beta (X - LPF(X))))``, ``GSP = LN(X +
+    Dropout(MHA(X)))`` with dropout on the attention probabilities, ``H = a DSP + (1 - a) GSP``, ``X' = LN(H +
+    Dropout(W_2 GELU(W_1 H)))``; every LayerNorm eps 1e-12; masks in the order its forward draws them."""
+    B, T = items.shape
+    eps = model.emb_ln.eps
+    x = model.item_emb.weight[items] + model.pos_emb.weight[torch.arange(T) + (model.cfg.max_len - T)]
+    x = tape.replay(nn.functional.layer_norm(x, (D,), model.emb_ln.weight, model.emb_ln.bias, eps), p)
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    for blk in model.blocks:
+        f = blk.filter
+        spec = torch.fft.rfft(x, dim=1, norm="ortho")
+        spec[:, c // 2 + 1:, :] = 0
+        low = torch.fft.irfft(spec, n=T, dim=1, norm="ortho")
+        dsp = nn.functional.layer_norm(x + tape.replay(low + f.sqrt_beta**2 * (x - low), p), (D,), f.ln.weight,
+                                       f.ln.bias, eps)
+        at = blk.attention
+        q, k, v = (nn.functional.linear(x, lin.weight, lin.bias).view(B, T, HEADS, D // HEADS).transpose(1, 2)
+                   for lin in (at.query, at.key, at.value))
+        weights = torch.softmax(((q @ k.transpose(-1, -2)) / math.sqrt(D // HEADS)).masked_fill(causal, -1e4), -1)
+        ctx = (tape.replay(weights, p) @ v).transpose(1, 2).reshape(B, T, D)
+        attn = tape.replay(nn.functional.linear(ctx, at.out.weight, at.out.bias), p)
+        gsp = nn.functional.layer_norm(x + attn, (D,), blk.attn_ln.weight, blk.attn_ln.bias, eps)
+        h = a * dsp + (1 - a) * gsp
+        y = nn.functional.linear(nn.functional.gelu(nn.functional.linear(h, blk.ffn.fc1.weight, blk.ffn.fc1.bias)),
+                                 blk.ffn.fc2.weight, blk.ffn.fc2.bias)
+        x = nn.functional.layer_norm(h + tape.replay(y, p), (D,), blk.ffn_ln.weight, blk.ffn_ln.bias, eps)
+    return x
+
+
+def test_bsarec_initialises_and_trains_as_its_authors_code(monkeypatch) -> None:
+    values, _ = model_defaults("bsarec", "loo", "beauty")
+    cfg = ModelConfig(**{**values, "name": "bsarec", "n_items": N_ITEMS, "hidden": D, "heads": HEADS,
+                         "layers": LAYERS, "max_len": L, "dropout": 0.3, "attn_dropout": 0.3})
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    # its init_weights: Linear and Embedding N(0, 0.02) (the padding row too), biases 0, LayerNorm 1 / 0;
+    # sqrt_beta ~ N(0, 1), one value for every layer (the encoder deep-copies one block)
+    assert float(model.item_emb.weight[0].detach().abs().sum()) > 0
+    for blk in model.blocks:
+        for lin in (blk.attention.query, blk.attention.key, blk.attention.value, blk.attention.out, blk.ffn.fc1):
+            assert float(lin.weight.detach().std()) == pytest.approx(0.02, rel=0.06)
+            assert not lin.bias.detach().any()
+        assert torch.equal(blk.filter.sqrt_beta, model.blocks[0].filter.sqrt_beta)
+        assert blk.ffn.inner_dropout.p == 0.0 and blk.ffn.fc1.out_features == 4 * D
+    assert 0.6 < float(model.blocks[0].filter.sqrt_beta.detach().std()) < 1.4
+    small = build_model(cfg.model_copy(update={"n_items": 50})).train()
+    items = torch.randint(1, 51, (4, L))
+    tape = MaskTape()
+    monkeypatch.setattr(block_module, "dropout", tape.record)
+    mine = small.encode(items)
+    ref = bsarec_forward(small, items, tape, 0.3, cfg.bsa_a, cfg.bsa_c)
+    assert tape.at == len(tape.masks) == 1 + 4 * LAYERS
+    torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
+    weights = torch.randn_like(mine)
+    params = [p for p in small.parameters() if p.requires_grad]
+    g_mine = torch.autograd.grad((mine * weights).sum(), params, allow_unused=True)
+    g_ref = torch.autograd.grad((ref * weights).sum(), params, allow_unused=True)
+    for p, g1, g2 in zip(params, g_mine, g_ref):
+        zero = torch.zeros_like(p)
+        torch.testing.assert_close(zero if g1 is None else g1, zero if g2 is None else g2, rtol=1e-3, atol=1e-5)
