@@ -88,8 +88,8 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     ``data`` included) are skipped, and ``model.n_items`` (set from the data) is dropped."""
     import yaml
 
+    refuse_special(path)  # a device or FIFO: refused before it is looked up or opened
     path = config_path(path)
-    refuse_special(path)
     refuse_binary(path, advice=False)
     try:
         raw = path.read_bytes()
