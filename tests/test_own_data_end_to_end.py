@@ -78,7 +78,11 @@ def _expected_lines(df: pd.DataFrame) -> list[str]:
             f"pair, {consecutive} of them right after the same item; all kept",
             "data: k-core: off (no user or item filtered)",
             f"data: loo split: {n(n_short, 'user')} in no part (fewer than 3 items: {n_short}), "
-            f"{n(rows_short, 'interaction')} in no part; kept for `recommend`"]
+            f"{n(rows_short, 'interaction')} in no part; kept for `recommend`",
+            *([f"data: warning: only {n_loo:,} validation users and {n_loo:,} test users (fewer than 100): early "
+               "stopping and the metrics rest on few users and will vary from split to split; more data, or another "
+               "split (e.g. a lower --quantile for gts), gives steadier numbers"] if (n_loo := int((~short).sum()))
+              < 100 else [])]
 
 
 @pytest.mark.slow

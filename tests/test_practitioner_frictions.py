@@ -3,10 +3,15 @@ GTS drop line that adds up, a warning for small evaluation sets, the Python API'
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
+from resdom.data.changes import change_lines
+from resdom.data.prepare import prepare_split
 from resdom.data.readers import read_interactions
 from resdom.errors import ResdomError
 
@@ -25,3 +30,65 @@ def test_a_tsv_saved_as_csv_gets_the_tab_hint_whatever_its_column_names(tmp_path
     with pytest.raises(ResdomError) as e:
         read_interactions([good], "csv")
     assert str(e.value) == f"{good}:3: expected 3 columns, found 5"
+
+
+def _gts_frame(n_users: int = 60, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_users):
+        times = np.sort(rng.integers(0, 1000, int(rng.integers(1, 5))))
+        rows += [(u, int(rng.integers(30)), int(t)) for t in times]
+    return pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+
+
+def test_the_gts_drop_line_adds_up_against_a_per_user_reference() -> None:
+    df = _gts_frame()
+    split = prepare_split(df, protocol="gts")
+    t_test = split.manifest["thresholds"]["T_test"]
+    # the slow reference: a user is in no part of a GTS split iff one interaction (two or more: a test user, or a
+    # pool user in valid or train); it is 'after' when that interaction lies after T_test
+    per_user = df.groupby("user_id")["timestamp"].agg(["size", "max"])
+    single = per_user[per_user["size"] == 1]
+    after, before = int((single["max"] > t_test).sum()), int((single["max"] <= t_test).sum())
+    assert after > 0 and before > 0  # both reasons exercised
+    held = set(split.train.users) | set(split.valid.inputs.users) | set(split.test.inputs.users)
+    assert len(per_user) - len(held) == after + before
+    line = next(x for x in change_lines(split.manifest) if x.startswith("gts split:"))
+    assert line == (f"gts split: {after + before} users in no part (one interaction, after T_test: {after}; fewer "
+                    f"than 2 interactions, all at or before T_test: {before}), {after + before} interactions in no "
+                    "part; kept for `recommend`")
+
+
+def test_small_evaluation_sets_warn_and_the_python_api_logs_the_data_lines(caplog) -> None:
+    df = _gts_frame()
+    with caplog.at_level(logging.INFO, logger="resdom.data"):
+        split = prepare_split(df, protocol="gts")
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "resdom.data"]
+    lines = change_lines(split.manifest)
+    assert [m for _, m in logged] == [f"data: {x}" for x in lines]
+    n_valid, n_test = len(split.valid), len(split.test)
+    assert n_valid < 100 and n_test < 100
+    assert logged[-1] == ("WARNING", f"data: warning: only {n_valid} validation users and {n_test} test users (fewer "
+                                     "than 100): early stopping and the metrics rest on few users and will vary from "
+                                     "split to split; more data, or another split (e.g. a lower --quantile for gts), "
+                                     "gives steadier numbers")
+    assert all(level == "INFO" for level, _ in logged[:-1])
+    big = pd.DataFrame([(u, (u + t) % 50, t) for u in range(150) for t in range(4)],
+                       columns=["user_id", "item_id", "timestamp"])
+    assert not [x for x in change_lines(prepare_split(big).manifest) if x.startswith("warning")]  # 150 each: none
+    assert not [x for x in change_lines(prepare_split(df, protocol="none").manifest) if x.startswith("warning")]
+
+
+def test_dataframe_errors_name_python_arguments() -> None:
+    df = pd.DataFrame({"customer": ["a", "a", "b"], "Item_ID": ["x", "y", "z"], "ts": [1, 2, 3]})
+    for kwargs, message in [
+        ({}, "DataFrame: missing column 'user_id' (columns: 'customer', 'Item_ID', 'ts'); name it with user_col=..."),
+        ({"user_col": "customer"}, "name it with item_col=... ('Item_ID' is named with other case or spaces: "
+                                   "item_col='Item_ID' reads it)"),
+        ({"user_col": "customer", "item_col": "Item_ID"}, "missing timestamp column 'timestamp' (columns: 'customer',"
+                                                          " 'Item_ID', 'ts'); name the timestamp column with "
+                                                          "time_col=..., or pass time_col=None"),
+    ]:
+        with pytest.raises(ResdomError) as e:
+            prepare_split(df, **kwargs)
+        assert message in str(e.value) and "--" not in str(e.value), str(e.value)

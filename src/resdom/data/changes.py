@@ -51,6 +51,7 @@ def split_changes(info: dict[str, Any], seqs: Sequences, used: np.ndarray, used_
     """The ``changes.split`` of a split of ``seqs``: ``used`` int (U,) the longest prefix of each user some part
     holds, ``used_items`` the items of those prefixes."""
     lengths = seqs.lengths
+    dropped_by = _dropped_by(info, seqs, used)
     return {
         "protocol": info.get("protocol"),
         "users_dropped": int(((used == 0) & (lengths > 0)).sum()),
@@ -58,8 +59,28 @@ def split_changes(info: dict[str, Any], seqs: Sequences, used: np.ndarray, used_
         "interactions_unused": int((lengths - used).sum()),
         "items_unused": int(n_items - len(np.unique(used_items))),
         "reasons": info.get("dropped_users"),
+        **({"dropped_by": dropped_by} if dropped_by else {}),
         **({"holdout_users": info["holdout_users"]} if info.get("holdout_users") else {}),
     }
+
+
+def _dropped_by(info: dict[str, Any], seqs: Sequences, used: np.ndarray) -> dict[str, int]:
+    """GTS: why each user in no part of the split is there, one reason per user, so the reasons add up to the users
+    in no part (the manifest's ``dropped_users`` counts each step's rule over all users, some of whom another part
+    holds). A user with one interaction is in no part: after T_test it is a test target without an input, at or
+    before it a training sequence too short to learn from. {} for other protocols (their reasons add up)."""
+    thresholds = info.get("thresholds")
+    if info.get("protocol") != "gts" or not isinstance(thresholds, dict) or seqs.times is None:
+        return {}
+    lengths = seqs.lengths
+    none = (used == 0) & (lengths > 0)
+    last = np.zeros(len(seqs))
+    last[lengths > 0] = seqs.times[seqs.offsets[1:][lengths > 0] - 1]
+    after = last > thresholds["T_test"]
+    out = {"one interaction, after T_test": int((none & after).sum()),
+           "fewer than 2 interactions, all at or before T_test": int((none & ~after & (lengths < 2)).sum()),
+           "too few at or before T_val": int((none & ~after & (lengths >= 2)).sum())}
+    return {k: v for k, v in out.items() if v}
 
 
 def _n(count: int, word: str) -> str:
@@ -132,6 +153,8 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     s = c.get("split")
     if s:
         why = split_reasons(s.get("reasons"))
+        if isinstance(s.get("dropped_by"), dict):  # GTS: one reason per user, adding up to the users in no part
+            why = "; ".join(f"{k}: {v:,}" for k, v in s["dropped_by"].items())
         if s["users_dropped"] or s["interactions_unused"]:
             line = (f"{s.get('protocol')} split: {_n(s['users_dropped'], 'user')} in no part"
                     f"{' (' + why + ')' if why else ''}, {_n(s['interactions_unused'], 'interaction')} in no part")
@@ -146,4 +169,22 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
         lines.append(line)
         if s.get("items_unused"):
             lines.append(f"{_n(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")
+    small = small_parts(manifest)
+    if small:
+        lines.append(f"warning: only {' and '.join(f'{n:,} {part} users' for part, n in small)} (fewer than "
+                     f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
+                     "split; more data, or another split (e.g. a lower --quantile for gts), gives steadier numbers")
     return lines
+
+
+SMALL_PART = 100  # fewer validation or test users than this: change_lines warns
+
+
+def small_parts(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """[(part, users)] of a loo or gts split's validation and test sets with fewer than ``SMALL_PART`` users."""
+    counts = manifest.get("counts")
+    if manifest.get("protocol") not in ("loo", "gts") or not isinstance(counts, dict):
+        return []
+    names = {"valid": "validation", "test": "test"}
+    return [(names[part], int(counts[part]["users"])) for part in ("valid", "test")
+            if isinstance(counts.get(part), dict) and int(counts[part].get("users", 0)) < SMALL_PART]

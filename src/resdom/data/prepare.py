@@ -30,6 +30,7 @@ its manifest and data fingerprint.
 from __future__ import annotations
 
 import hashlib
+import logging
 import numbers
 import os
 from pathlib import Path
@@ -40,7 +41,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from resdom.checks import optional_bool
-from resdom.data.changes import preprocessing_changes, split_changes, split_reasons
+from resdom.data.changes import change_lines, preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
 from resdom.data.preprocess import Prepared, PreprocessConfig, preprocess
@@ -67,6 +68,7 @@ SPLIT_OPTIONS = ("valid_quantile", "filter_seen", "holdout_users")
 # the preprocessing a registered paper data set gets unless its preset or the user says otherwise (the papers'
 # 5-core; a user's own files get no k-core)
 REGISTERED_DEFAULTS: dict[str, Any] = {"k_core": 5}
+LOG = logging.getLogger("resdom.data")  # the data: lines of prepare_split (log_changes)
 Source = str | Path | pd.DataFrame
 
 
@@ -329,7 +331,21 @@ def prepare_split(
                    + ("; lower --quantile" if after == 0 and (seqs.times < t["T_test"]).any() else "") + ")")
         raise ResdomError(f"{source_name(source)}: the {protocol} split leaves no {' and no '.join(empty)} data: "
                           f"{len(seqs)} user(s) after preprocessing, dropped by the split: {dropped or 'none'}{why}")
-    return split_data(parts, prepared, manifest, evaluation)
+    split = split_data(parts, prepared, manifest, evaluation)
+    log_changes(split.manifest)
+    return split
+
+
+def log_changes(manifest: dict[str, Any]) -> None:
+    """What preparing the data changed (the ``data:`` lines the CLI prints, ``changes.change_lines``) through the
+    ``logging`` logger ``resdom.data``: each line at INFO, a warning (fewer than 100 validation or test users) at
+    WARNING, which Python shows without any logging set up (``logging.basicConfig(level="INFO")`` shows them all;
+    ``split.manifest["changes"]`` holds them as data)."""
+    for line in change_lines(manifest):
+        if line.startswith("warning: "):
+            LOG.warning("data: %s", line)
+        else:
+            LOG.info("data: %s", line)
 
 
 def split_data(parts: SplitParts, prepared: Prepared, manifest: dict[str, Any],

@@ -845,7 +845,10 @@ class _Columns:
 def _near_column(cols: list[str], name: str, flag: str) -> str:
     """A hint where a column of ``cols`` is ``name`` but for case or surrounding spaces (' item_id', 'Item_ID')."""
     near = [c for c in cols if c.strip().casefold() == name.casefold()]
-    return f" ({near[0]!r} is named with other case or spaces: {flag} {near[0]!r} reads it)" if near else ""
+    if not near:
+        return ""
+    given = f"{flag}{near[0]!r}" if flag.endswith("=") else f"{flag} {near[0]!r}"  # user_col='Item' / --user-col 'Item'
+    return f" ({near[0]!r} is named with other case or spaces: {given} reads it)"
 
 def _frame_to_raw(
     df: pd.DataFrame, where_name: str, fmt: str, columns: _Columns, first_data_line: int | None, files: list[Path],
@@ -860,14 +863,16 @@ def _frame_to_raw(
     cols = list(map(str, df.columns))
     df = df.set_axis(cols, axis=1)
     ucol, icol = columns.read[:2]
-    for name, flag in ((ucol, "--user-col"), (icol, "--item-col")):
+    python = fmt == "dataframe"  # prepare_split(df, ...): name the Python arguments, not the CLI's flags
+    flags = ("user_col=", "item_col=") if python else ("--user-col", "--item-col")
+    for name, flag in ((ucol, flags[0]), (icol, flags[1])):
         if name not in cols:
             seps = [c for c in ";|\t, " if fmt in ("csv", "tsv") and len(cols) == 1 and c in cols[0]]
             hint = (f" (the header reads as one column: is the file separated by {seps[0]!r}? --format csv reads "
                     "commas, --format tsv tabs; save a file with another separator with one of them)") if seps else ""
             hint = hint or _near_column(cols, name, flag)
             raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(map(repr, cols))}); "
-                              f"name it with {flag}{hint}")
+                              f"name it with {flag}{'...' if python else ''}{hint}")
     tcol: str | None = columns.time_col or DEFAULT_COLUMNS["time_col"]
     notes = []
     if columns.no_time:
@@ -877,6 +882,11 @@ def _frame_to_raw(
             notes.append("no timestamps (no_time): each user's interactions in file row order")
         tcol = None
     elif tcol not in cols:
+        if python:
+            how = "name the timestamp column with time_col=..." if not columns.time_col else "check its name"
+            raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: "
+                              f"{', '.join(map(repr, cols))}); {how}, or pass time_col=None (no timestamps) to order "
+                              f"each user's interactions by row order{_near_column(cols, tcol, 'time_col=')}")
         how = "name the timestamp column with --time-col (time_col=...)" if not columns.time_col else "check its name"
         raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: {', '.join(map(repr, cols))}); "
                           f"{how}, or pass --no-time (no_time=True) to order each user's interactions by the file's "
