@@ -310,6 +310,16 @@ def test_negative_user_indices_in_a_split_are_refused(tmp_path: Path, split: Spl
     np.savez_compressed(path, **arrays)
     with pytest.raises(ResdomError, match=r"arrays.npz: .*test_users holds a negative user index \(-1\)"):
         SplitData.load(tmp_path / "split")
+    # maker: the full sequences of a user the parts do not hold (``rest``), its index past the user labels
+    from resdom.data.sequences import Sequences
+
+    split.rest = Sequences.from_lists([[1, 2, 3]], users=np.array([len(split.user_labels) + 5]))
+    try:
+        split.save(tmp_path / "rest")
+    finally:
+        split.rest = None
+    with pytest.raises(ResdomError, match=r"40 user labels for user indices up to 45"):
+        SplitData.load(tmp_path / "rest")
 
 
 @pytest.mark.parametrize("value,needle", [

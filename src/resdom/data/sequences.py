@@ -273,8 +273,9 @@ class SplitData:
                 if len(items) != split.n_items:
                     raise ValueError(f"{len(items)} item labels for {split.n_items} items")
                 split.item_labels = np.concatenate([np.array([None], dtype=object), items.astype(object)])
-            n_users = max((int(p.users.max(initial=-1)) for p in (split.train, split.valid.inputs,
-                                                                    split.test.inputs)), default=-1) + 1
+            parts = (split.train, split.valid.inputs, split.test.inputs,
+                     *([split.rest] if split.rest is not None else []))  # rest's users are labelled too
+            n_users = max((int(p.users.max(initial=-1)) for p in parts), default=-1) + 1
             if split.user_labels is not None and len(split.user_labels) < n_users:
                 raise ValueError(f"{len(split.user_labels)} user labels for user indices up to {n_users - 1}")
         except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, zlib.error) as e:
