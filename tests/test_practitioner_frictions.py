@@ -92,3 +92,13 @@ def test_dataframe_errors_name_python_arguments() -> None:
         with pytest.raises(ResdomError) as e:
             prepare_split(df, **kwargs)
         assert message in str(e.value) and "--" not in str(e.value), str(e.value)
+
+
+def test_the_demo_says_how_training_ended() -> None:
+    from resdom.pipeline.demo import training_line
+
+    stopped = {"stopped": "early_stopping", "epochs_run": 23, "best_epoch": 13, "metric": "NDCG@10"}
+    assert training_line(stopped, 50, 10) == ("early stopping ended training at epoch 23 of up to 50: no better "
+                                              "validation NDCG@10 in 10 epochs; the best, epoch 13, is kept")
+    full = {"stopped": "max_epochs", "epochs_run": 5, "best_epoch": 4, "metric": "NDCG@10"}
+    assert training_line(full, 5, 10) == "trained all 5 of 5 epochs; the best by validation NDCG@10, epoch 4, is kept"

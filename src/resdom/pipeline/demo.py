@@ -129,6 +129,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
                                            "lr": s.lr, "seed": s.seed},
                              device=s.device, progress=progress)
     timings["train_s"], timings["diagnose_s"] = out["train_s"], out["diagnose_s"]
+    echo(f"      {training_line(out['metrics'], s.epochs, s.patience)}")
     echo("[3/3] report")
     t1 = time.perf_counter()
     paths = build_report([run_dir], out_dir, title="resdom demo: SASRec on synthetic data")
@@ -136,6 +137,16 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings["total_s"] = time.perf_counter() - t0
     findings = finding_lines([read_run(run_dir)])
     return DemoResult(out_dir, run_dir, paths.html, findings, timings)
+
+
+def training_line(metrics: dict[str, Any], epochs: int, patience: int) -> str:
+    """How training ended, from its ``metrics.json``: early stopping (at which epoch, the best one kept) or the
+    epoch budget."""
+    run, best, metric = metrics.get("epochs_run"), metrics.get("best_epoch"), metrics.get("metric", "the metric")
+    if metrics.get("stopped") == "early_stopping":
+        return (f"early stopping ended training at epoch {run} of up to {epochs}: no better validation {metric} in "
+                f"{patience} epochs; the best, epoch {best}, is kept")
+    return f"trained all {run} of {epochs} epochs; the best by validation {metric}, epoch {best}, is kept"
 
 
 def _changed_settings(state: ResumeState | None, s: DemoSettings) -> list[str]:
