@@ -573,3 +573,22 @@ def test_the_cli_turns_an_unforeseen_memory_or_recursion_error_into_one_line(
         assert code == status and "Traceback" not in err
         lines = [x for x in err.splitlines() if x.startswith("error:")]
         assert len(lines) == 1 and needle in lines[0], err
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(5), torch.zeros(5, 0), torch.zeros(2, 2, 2)])
+def test_a_crafted_recbole_or_rectools_item_table_is_one_line(bad: torch.Tensor) -> None:
+    """A 1-D, empty or 3-D item table was an IndexError traceback in both importers' model configs."""
+    import dataclasses
+
+    from resdom.adapters.recbole import recbole_model_config
+    from resdom.adapters.rectools import ID_EMB, rectools_model_config
+
+    fixtures = Path(__file__).parent / "fixtures"
+    recbole = read_recbole_checkpoint(fixtures / "recbole" / "sasrec_tiny.pth")
+    crafted = dataclasses.replace(recbole, state_dict={**recbole.state_dict, "item_embedding.weight": bad})
+    with pytest.raises(ResdomError, match="'item_embedding.weight' is .*, not a table"):
+        recbole_model_config(crafted, 4)
+    rectools = read_rectools_file(fixtures / "rectools" / "sasrec.rectools")
+    crafted_rt = dataclasses.replace(rectools, state_dict={**rectools.state_dict, ID_EMB: bad})
+    with pytest.raises(ResdomError, match="not a table of rows x hidden size"):
+        rectools_model_config(crafted_rt, 4, "model.rectools")

@@ -192,6 +192,17 @@ def setting_mapping(value: Any, name: str, where: str) -> dict[str, Any]:
     return value
 
 
+def embedding_table(state: dict[str, Any], name: str, where: str) -> torch.Tensor:
+    """``state[name]``, refused in one line unless it is a table (a 2-D tensor of at least one row and column): a
+    crafted checkpoint's 1-D, empty or non-tensor table was an IndexError traceback."""
+    table = state.get(name)
+    if not isinstance(table, torch.Tensor) or table.ndim != 2 or 0 in table.shape:
+        what = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
+        raise ResdomError(f"{where}: {name!r} is {what}, not a table of rows x hidden size (a damaged or crafted "
+                          "checkpoint)")
+    return table
+
+
 def check_heads(hidden: int, heads: int, heads_name: str, where: str) -> None:
     """Attention heads must divide the hidden size (one line naming the setting otherwise)."""
     if heads < 1 or hidden % heads:

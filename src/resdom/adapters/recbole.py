@@ -36,6 +36,7 @@ from resdom.adapters.common import (
     ImportData,
     TrackedState,
     check_heads,
+    embedding_table,
     imported_model_config,
     load_weights,
     setting_number,
@@ -523,6 +524,8 @@ def recbole_model_config(ckpt: RecBoleCheckpoint, n_items: int) -> ModelConfig:
     pos = ckpt.state_dict.get("position_embedding.weight")
     if emb is None or pos is None:
         raise ResdomError(f"{ckpt.path}: state_dict lacks item_embedding / position_embedding (not SASRec?)")
+    emb = embedding_table(ckpt.state_dict, "item_embedding.weight", where)
+    pos = embedding_table(ckpt.state_dict, "position_embedding.weight", where)
     hidden, max_len = int(emb.shape[1]), int(pos.shape[0])
     layers = len({k.split(".")[2] for k in ckpt.state_dict if k.startswith("trm_encoder.layer.")})
     for key, value in (("hidden_size", hidden), ("n_layers", layers), ("MAX_ITEM_LIST_LENGTH", max_len)):

@@ -51,6 +51,7 @@ from resdom.adapters.common import (
     _keys,
     attention_weights,
     check_heads,
+    embedding_table,
     imported_model_config,
     load_weights,
     setting_mapping,
@@ -181,7 +182,7 @@ def rectools_model_config(ck: RecToolsCheckpoint, n_items: int, where: str = "ch
             raise ResdomError(f"{where}: the checkpoint's model_config has no {key!r}")
         return setting_number(cfg.get(key, default), kind, key, where)
 
-    hidden = int(ck.state_dict[ID_EMB].shape[1])
+    hidden = int(embedding_table(ck.state_dict, ID_EMB, where).shape[1])
     layers = len([k for k in ck.state_dict if k.endswith(".multi_head_attn.in_proj_weight")])
     heads = number("n_heads", int)
     check_heads(hidden, heads, "n_heads", where)
