@@ -371,6 +371,9 @@ def test_a_malformed_compute_is_reported_as_what_it_is(tmp_path: Path) -> None:
     assert why == f"{cell / 'cell.json'}: field compute is 'fast', not an object"
     sound = read_run(make_cell(tmp_path / "other", compute={}))  # present but without the number
     assert sound.why_empty("cell") == "cell.json holds no such number"
+    nan = make_cell(tmp_path / "nan", compute={"train_seconds": float("nan")})  # maker: JSON's NaN in compute
+    with pytest.raises(ResdomError, match="cell.json: field compute.train_seconds is nan, not a finite number"):
+        read_run(nan)
 
 
 def test_reproduce_writes_no_cell_through_a_link_out_of_the_grid(tmp_path: Path) -> None:

@@ -24,6 +24,13 @@ from resdom.rundir import RunDir, cut, not_a_run_dir
 from resdom.stored import metrics_problem, split_problem
 
 
+def users_file(folder: str | Path) -> Path:
+    """A run's per-user evidence: ``users.npz`` at the top of a results-store cell, else ``diagnostics/users.npz``
+    of a run directory (where ``resdom diagnose`` writes it)."""
+    top = Path(folder) / "users.npz"
+    return top if top.is_file() else Path(folder) / "diagnostics" / "users.npz"
+
+
 @dataclass
 class RunRecord:
     """One run directory, read: identity, final metrics, diagnostics (each a dict, empty when absent)."""
@@ -42,6 +49,11 @@ class RunRecord:
     problems: dict[str, str] = field(default_factory=dict)  # part ("metrics", a diagnostic) -> why it is empty
     cell: dict[str, Any] = field(default_factory=dict)  # a results-store cell's cell.json (compute, identity)
     curve: list[dict[str, Any]] = field(default_factory=list)  # the epoch log (metrics.jsonl / a cell's curve.jsonl)
+
+    @property
+    def users_path(self) -> Path:
+        """The run's per-user evidence (``users_file``)."""
+        return users_file(self.path)
 
     @property
     def label(self) -> str:
@@ -162,6 +174,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
                 for part, d in [("metrics", metrics), *diagnostics.items()] if not d}
     if "compute" in cell and not isinstance(cell["compute"], dict):
         problems["cell"] = f"{files.cell}: field compute is {cut(repr(cell['compute']), 80)}, not an object"
+    elif cell and (problem := metrics_problem(cell, str(files.cell))):
+        raise ResdomError(problem)  # a NaN train_seconds never enters the cost table as a number
     stale = _drop_stale(run_dir, metrics, diagnostics, cell, problems)
     dataset, label, seed = run_identity(run_dir, config, cell)
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
