@@ -243,8 +243,8 @@ class SplitData:
         path = directory / cls.ARRAYS
         if not path.exists():
             raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json)")
-        redo = ("prepare it again (`resdom data split`; in a run directory, delete its state/ and rerun "
-                "`resdom train`, which rewrites data/)")
+        redo = ("prepare it again (`resdom data split`; in a run directory, rerun `resdom train` with --force, "
+                "which keeps the run aside and trains anew, data/ rewritten)")
         try:  # bounded: a 3 MB file that would unpack to 3 GiB is refused before it is unpacked
             a = load_npz(path)
         except ResdomError as e:
