@@ -24,6 +24,7 @@ import io
 import json
 import os
 import stat
+import struct
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -144,6 +145,8 @@ def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = Non
     if info.file_size > cap:
         raise ResdomError(f"{label}: refused: it unpacks to {info.file_size:,} bytes, more than the {cap:,} this "
                           f"archive may (a crafted or damaged archive); {_raise_hint(info.file_size)}")
+    if info.compress_type == zipfile.ZIP_LZMA:
+        _check_lzma_dictionary(z, info, label)
     out = bytearray()
     try:
         with z.open(info) as f:
@@ -156,6 +159,34 @@ def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = Non
     except _ARCHIVE_ERRORS as e:
         raise _damaged(label, e) from None
     return bytes(out)
+
+
+LZMA_DICTIONARY = 64 * 1024 * 1024  # the largest dictionary an LZMA member may ask for (xz -9 uses 64 MiB)
+
+
+def _check_lzma_dictionary(z: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> None:
+    """An LZMA member's header names the dictionary its decoder allocates (up to 4 GiB, from a few bytes): refused
+    past ``LZMA_DICTIONARY`` unless the member itself is that large."""
+    fp = z.fp
+    if fp is None:
+        return
+    pos = fp.tell()
+    try:
+        fp.seek(info.header_offset)
+        local = fp.read(30)
+        if len(local) < 30:
+            return  # zipfile says what is wrong with the header
+        name_len, extra_len = struct.unpack("<HH", local[26:30])
+        fp.seek(info.header_offset + 30 + name_len + extra_len)
+        props = fp.read(9)  # version (2), size of the properties (2), lc/lp/pb (1), dictionary size (4)
+    finally:
+        fp.seek(pos)
+    if len(props) == 9:
+        dictionary = struct.unpack("<I", props[5:9])[0]
+        if dictionary > max(LZMA_DICTIONARY, info.file_size):
+            raise ResdomError(f"{label}: refused: its LZMA stream asks for a dictionary of {dictionary:,} bytes (at "
+                              f"most {LZMA_DICTIONARY:,} for a member of {info.file_size:,} bytes; a crafted or "
+                              "damaged archive)")
 
 
 def gunzip(source: str | Path | bytes, where: str | None = None) -> bytes:
