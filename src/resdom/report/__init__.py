@@ -80,26 +80,26 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     """
     out_dir = Path(out_dir)
     runs = read_runs(list(run_dirs))
-    tables = summary_tables(runs, extra_stats)
+    study = is_study(runs)
+    every_table = summary_tables(runs, extra_stats)
+    # a user's own runs: the tables that have rows only
+    tables = every_table if study else [t for t in every_table if not t.empty]
     table_paths = write_tables(tables, out_dir / "tables")
     # the bootstraps the blocks and figures share
-    echo, probes, comparisons = echo_evidence(runs), probe_tables(runs), comparison_evidence(runs)
-    blocks = document_blocks(runs, tables, echo=echo, probes=probes, comparisons=comparisons)
-    for name in ("claims",):
-        atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
-        table_paths.append(out_dir / "tables" / f"{name}.md")
-    for name in EVIDENCE_BLOCKS:  # comparisons, proportions and claims from per-user statistics
-        atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
-        table_paths.append(out_dir / "tables" / f"{name}.md")
-    for name in BEYOND_TABLES:  # the paper side by side and questions 4, 1 and 2 of "Beyond the paper"
+    echo, probes, comparisons = ((echo_evidence(runs), probe_tables(runs), comparison_evidence(runs)) if study
+                                 else (None, None, None))
+    blocks = document_blocks(runs, every_table, echo=echo, probes=probes, comparisons=comparisons)
+    names = ("claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES) if study else ("run_coverage",)
+    for name in names:  # the study's: the claims, the per-user statistics, the paper side by side, its questions
         atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
         table_paths.append(out_dir / "tables" / f"{name}.md")
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     drawn = all_figures(runs)
-    drawn += comparison_figures(runs, table=comparisons)  # the comparisons block at a glance
-    drawn += echo_figures(runs, table=echo)  # question 3 of "Beyond the paper": the echo's cost
-    drawn += probe_figures(runs, tables=probes)  # questions 1 and 2
+    if study:
+        drawn += comparison_figures(runs, table=comparisons)  # the comparisons block at a glance
+        drawn += echo_figures(runs, table=echo)  # question 3 of "Beyond the paper": the echo's cost
+        drawn += probe_figures(runs, tables=probes)  # questions 1 and 2
     fig_paths = {f.key: f.save(out_dir / "figures") for f in drawn}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
     atomic_write_text(html_path, render_html(runs, drawn, tables, title))
@@ -107,10 +107,29 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 
+def is_study(runs: list[RunRecord]) -> bool:
+    """Whether the reproduction study's blocks apply to ``runs``: they are cells of a results store (``resdom
+    reproduce --store``, the paper's grid). A report of one's own runs gets the generic tables only: accuracy,
+    training, every diagnostic's table with rows, and ``run_coverage``."""
+    return any(r.cell for r in runs)
+
+
+def run_coverage(runs: list[RunRecord]) -> str:
+    """The ``run_coverage`` block: per run, its data set, model and seed, which diagnostics it holds (of its kept
+    checkpoint) and whether its per-user evidence (``users.npz``) is there, for run folders and store cells alike."""
+    rows = ["| Run | Data set | Model | Seed | Diagnostics | Per-user evidence |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        names = ", ".join(sorted(n for n, d in r.diagnostics.items() if d)) or "none"
+        rows.append(f"| {r.path} | {r.dataset} | {r.model} | {r.seed if r.seed is not None else '–'} | {names} | "
+                    f"{'yes' if r.users_path.is_file() else 'no'} |")
+    have = sum(r.users_path.is_file() for r in runs)
+    return "\n".join(rows) + f"\n\nPer-user evidence (users.npz) in {have} of {len(runs)} run(s).\n"
+
+
 def document_block_names() -> tuple[str, ...]:
     """The names ``document_blocks`` gives a table under, whatever the runs (a summary table with no data is kept
     empty): what a ``<!-- resdom:table NAME -->`` block may name."""
-    return (*(t.name for t in summary_tables([])), "claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES)
+    return (*(t.name for t in summary_tables([])), "claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES, "run_coverage")
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *, echo: EchoTable | None = None,
@@ -129,5 +148,5 @@ def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *,
               "published_accuracy": published_accuracy_block(runs),
               "reliance_dynamics": reliance_dynamics_block(runs),
               "seed_spread": seed_spread_block(runs),
-              **probe_blocks(runs, tables=probes)}
+              **probe_blocks(runs, tables=probes), "run_coverage": run_coverage(runs)}
     return {**blocks, "summary": summary_markdown(blocks)}

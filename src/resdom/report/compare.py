@@ -47,7 +47,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from resdom.errors import ResdomError
+from resdom.report.collect import users_file
 from resdom.report.stats import (
+    IDENTICAL,
     BootstrapResult,
     Margin,
     SeedTest,
@@ -292,7 +294,7 @@ class EvidenceIndex:
             return [], [f"{dataset}/{label} (no cells)"]
         found, missing = [], []
         for k, cell in seeds:
-            path = cell / USERS_FILE
+            path = users_file(cell)
             if path.is_file():
                 if path not in self._read:
                     self._read[path] = read_users(path)
@@ -303,7 +305,7 @@ class EvidenceIndex:
 
     def labels_with_evidence(self) -> list[tuple[str, str]]:
         """(data set, label) pairs with a ``users.npz`` in some seed cell, sorted."""
-        return sorted(k for k, seeds in self.cells.items() if any((c / USERS_FILE).is_file() for _, c in seeds))
+        return sorted(k for k, seeds in self.cells.items() if any(users_file(c).is_file() for _, c in seeds))
 
 
 def as_index(store: str | Path | EvidenceIndex) -> EvidenceIndex:
