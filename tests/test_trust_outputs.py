@@ -394,3 +394,15 @@ def test_reproduce_writes_no_cell_through_a_link_out_of_the_grid(tmp_path: Path)
     (grid / SOURCE).symlink_to(elsewhere)  # maker: the data set folder is a link out
     with pytest.raises(ResdomError, match="is a symbolic link out of the folder"):
         GridSpec(datasets=[SOURCE], models=["sasrec"], seeds=[1], out=grid, device="cpu", epochs=1)
+
+
+def test_force_never_moves_a_run_another_process_is_training(tmp_path: Path, split: SplitData) -> None:
+    """--force moves a run aside only while no trainer holds its lock (it would go on writing into the renamed
+    folder). Maker: the run's .lock held, as a running `resdom train` holds it."""
+    from resdom.io import directory_lock
+    from resdom.rundir import move_aside
+
+    run = finish(make_run(tmp_path / "run", split))
+    with directory_lock(run, "training"), pytest.raises(ResdomError, match="another process is training there"):
+        move_aside(run)
+    assert run.is_dir() and not (tmp_path / "run.replaced-1").exists()

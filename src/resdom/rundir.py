@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json
+from resdom.io import atomic_write_json, is_locked
 from resdom.names import USERS
 
 
@@ -281,6 +281,9 @@ def move_aside(path: str | Path) -> Path:
     deleted); returns the new name."""
     path = Path(path)
     refuse_cell(path)
+    if is_locked(path):  # a trainer writing there would go on writing into the renamed folder
+        raise ResdomError(f"{path}: another process is training there; wait for it to finish or choose another "
+                          "folder")
     aside = aside_name(path)
     path.rename(aside)
     return aside
