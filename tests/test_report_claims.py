@@ -8,7 +8,19 @@ from pathlib import Path
 import pytest
 
 from resdom.report import find_run_dirs, read_runs
-from resdom.report.claims import _lower_hr, _monotone, claims_markdown, hrli_range, is_causal
+from resdom.report.claims import (
+    CLAIMS,
+    _hrli,
+    _lower_hr,
+    _monotone,
+    _res,
+    _shuffle,
+    claims_markdown,
+    hrli_header,
+    hrli_range,
+    is_causal,
+    paper_family,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
 
@@ -55,3 +67,49 @@ def test_which_models_and_ranges() -> None:
     assert not is_causal("bert4rec") and not is_causal("gru4rec") and not is_causal("sasrec-gate")
     assert hrli_range("ml-1m-part") == (0.4, 0.6) and hrli_range("beauty-ts") == (0.8, 0.9)
     assert "(no data)" in claims_markdown([])
+
+
+def test_ranges_are_tested_as_written_both_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HRLI@1 "0.8-0.9" on the Amazon sets: 0.920 (above) fails as 0.790 (below) does; ML-1M's "about 0.5" read as
+    0.4-0.6; HRL2I@1 "near 0" as < 0.05; "+LN about the same" as within 0.05; "`keep_last` a few %" as within 5% and
+    "`full` -35 to -75%" both bounds."""
+    class Run:
+        def __init__(self, **values: float) -> None:
+            self.values = values
+
+    import resdom.report.claims as claims
+
+    monkeypatch.setattr(claims, "run_values", lambda r: {"HRLI@1_seen": None, **r.values})
+
+    def cell(check, dataset: str, **values: float) -> str:
+        return check(dataset, [Run(**values)])
+
+    assert cell(_hrli, "sports-ts", **{"HRLI@1": 0.920, "HRL2I@1": 0.001}) == "0.920 / 0.001 ✗"
+    assert cell(_hrli, "sports-ts", **{"HRLI@1": 0.790, "HRL2I@1": 0.001}).endswith("✗")
+    assert cell(_hrli, "beauty-ts", **{"HRLI@1": 0.85, "HRL2I@1": 0.049}).endswith("✓")
+    assert cell(_hrli, "beauty-ts", **{"HRLI@1": 0.85, "HRL2I@1": 0.05}).endswith("✗")
+    assert cell(_hrli, "ml-1m-part", **{"HRLI@1": 0.61, "HRL2I@1": 0.0}).endswith("✗")
+    assert cell(_hrli, "ml-1m-part", **{"HRLI@1": 0.43, "HRL2I@1": 0.0}).endswith("✓")
+    assert cell(_res, "d", **{"mix_all_+Res": 0.2, "mix_all_+LN": 0.25}).endswith("✓")
+    assert cell(_res, "d", **{"mix_all_+Res": 0.2, "mix_all_+LN": 0.26}).endswith("✗")
+    assert cell(_res, "d", **{"mix_all_+Res": 0.41, "mix_all_+LN": 0.41}).endswith("✗")
+    shuffle = {"shuf_keep_last_rel_NDCG@10": 0.01}
+    assert cell(_shuffle, "d", **shuffle, **{"shuf_full_rel_NDCG@10": -0.76}).endswith("✗")
+    assert cell(_shuffle, "d", **shuffle, **{"shuf_full_rel_NDCG@10": -0.34}).endswith("✗")
+    assert cell(_shuffle, "d", **shuffle, **{"shuf_full_rel_NDCG@10": -0.5}).endswith("✓")
+    assert cell(_shuffle, "d", **{"shuf_keep_last_rel_NDCG@10": -0.06, "shuf_full_rel_NDCG@10": -0.5}).endswith("✗")
+
+
+def test_families_and_the_headers_say_every_tolerance_and_borrowed_range() -> None:
+    assert [paper_family(d) for d in ("beauty-ts", "sports-ts-itemties", "video-ts", "ml-1m-part", "ml-100k",
+                                      "yelp-ts")] == ["Amazon", "Amazon", "Amazon", "ML-1M", None, None]
+    assert hrli_range("ml-100k") == (0.4, 0.6) and hrli_range("yelp-ts") == (0.8, 0.9)
+    head = hrli_header(["beauty-ts", "ml-1m-part"])
+    assert head == ("HRLI@1 0.8-0.9 (Amazon sets; ML-1M about 0.5, taken as 0.4-0.6) / HRL2I@1 near 0, taken as "
+                    "< 0.05 (HRLI@1 over last items seen in training)")
+    head = hrli_header(["beauty-ts", "ml-100k", "yelp-ts", "ml-1m-part"])
+    assert "Amazon sets, applied also to yelp-ts, not in the paper;" in head
+    assert "taken as 0.4-0.6, applied also to ml-100k, not in the paper)" in head
+    headers = [c.header for c in CLAIMS]
+    assert "+LN about the same, taken as within ±0.05 of +Res" in headers[1]
+    assert "`keep_last` a few %, taken as within ±5%" in headers[3] and "steps under 0.005 taken as noise" in headers[4]

@@ -7,6 +7,7 @@ import json
 import math
 import zipfile
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -21,13 +22,15 @@ from resdom.report.compare import (
     _effective_n_boot,
     compare_table,
     comparison_markdown,
+    count_tested,
     default_margin,
     label_evidence,
     metric_values,
     parse_metric,
     read_users,
+    verdict_text,
 )
-from resdom.report.stats import Margin, bootstrap_diff, holm, seed_test
+from resdom.report.stats import Margin, bootstrap_diff, holm, seed_test, t_ppf
 
 N_ITEMS, ALPHAS, CAP = 500, [0.0, 0.5, 1.0], 100
 
@@ -36,11 +39,11 @@ def write_users(path: Path, target_rank: np.ndarray, last_rank: np.ndarray | Non
                 users: np.ndarray | None = None, meta: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
                 **override: Any) -> Path:
     """A users.npz in the contract's format; ``meta`` updates the JSON header, ``override`` replaces arrays (the
-    ``header`` array too)."""
+    ``header`` array too). Its checkpoint is its cell's own (data set / label / seed) unless ``meta`` names one."""
     n = target_rank.size
     last_rank = np.full(n, 1) if last_rank is None else last_rank
     head = {"version": 1, "split": "test", "n_users": n, "n_items": N_ITEMS, "alphas": ALPHAS, "rank_cap": CAP,
-            "checkpoint": "abc"}
+            "checkpoint": "/".join(path.parts[-4:-1])}
     head.update(meta or {})
     arrays: dict[str, Any] = {
         "header": np.array(json.dumps(head)),
@@ -66,8 +69,9 @@ def write_users(path: Path, target_rank: np.ndarray, last_rank: np.ndarray | Non
 
 def test_read_users_round_trip(tmp_path: Path) -> None:
     ranks = np.array([1, 2, 3, 10, 11, 500])
-    ev = read_users(write_users(tmp_path / "users.npz", ranks, np.array([1, 1, 2, 1, 5, 3])))
-    assert ev.n_users == 6 and ev.split == "test" and ev.header["checkpoint"] == "abc"
+    path = write_users(tmp_path / "users.npz", ranks, np.array([1, 1, 2, 1, 5, 3]))
+    ev = read_users(path)
+    assert ev.n_users == 6 and ev.split == "test" and ev.header["checkpoint"] == "/".join(path.parts[-4:-1])
     assert ev.user.tolist() == [7, 10, 13, 16, 19, 22]
     assert ev.target_rank.tolist() == ranks.tolist() and ev.alpha_target_rank.shape == (3, 6)
     assert ev.last_seen.dtype == bool and ev.recoverable.tolist() == [True] + [False] * 5
@@ -413,16 +417,17 @@ def test_two_seeds_a_side_cannot_outweigh_their_spread(tmp_path: Path) -> None:
 
 def test_paired_seeds_compare_the_seeds_both_have_seed_against_seed(tmp_path: Path) -> None:
     """A stopping variant's seed k is its base's seed k, stopped by another rule: with ``paired_seeds`` only the
-    seeds both labels have enter, drawn together; where every common seed kept the same checkpoint (the same
-    users.npz), the difference is exactly 0 and the verdict equivalent, where the unpaired comparison of the same
-    files cannot decide."""
+    seeds both labels have enter, drawn together; where every common seed kept the same checkpoint, the difference
+    is exactly 0 and the verdict "identical" (no test; outside Holm's families); the same per-user values from other
+    checkpoints are tested: equivalent, where the unpaired comparison of the same files cannot decide."""
     rng = np.random.default_rng(3)
     difficulty = rng.normal(size=U)
     runs = {s: _ranks(rng, difficulty, q) for s, q in zip((1, 2, 3, 4, 5), (0.0, 0.6, -0.5, 0.3, -0.4))}
     for s, ranks in runs.items():
-        write_users(tmp_path / "toy" / "base" / f"seed{s}" / "users.npz", ranks)
+        write_users(tmp_path / "toy" / "base" / f"seed{s}" / "users.npz", ranks, meta={"checkpoint": f"run{s}"})
         if s <= 3:
-            write_users(tmp_path / "toy" / "longer" / f"seed{s}" / "users.npz", ranks)
+            write_users(tmp_path / "toy" / "longer" / f"seed{s}" / "users.npz", ranks, meta={"checkpoint": f"run{s}"})
+            write_users(tmp_path / "toy" / "retrained" / f"seed{s}" / "users.npz", ranks)
     (tmp_path / "toy" / "longer" / "seed6").mkdir()  # a variant's cell with no evidence yet, a seed base lacks
     write_users(tmp_path / "toy" / "other" / "seed1" / "users.npz", runs[1])
     pairs = [Comparison("toy", "base", "longer", "NDCG@10", paired_seeds=True),
@@ -434,7 +439,10 @@ def test_paired_seeds_compare_the_seeds_both_have_seed_against_seed(tmp_path: Pa
     three = [metric_values(ev, "NDCG@10") for ev in label_evidence(tmp_path, "toy", "longer")[0]]
     assert len(three) == 3
     assert paired.baseline_mean == paired.other_mean == pytest.approx(np.mean([x.mean() for x in three]))
-    assert paired.verdict == "equivalent (within ±5%)"
+    assert paired.verdict == "identical" and paired.identical and paired.p_holm is None
+    again = compare_table(tmp_path, [Comparison("toy", "base", "retrained", "NDCG@10", paired_seeds=True)],
+                          n_boot=500).rows[0]
+    assert not again.identical and again.verdict == "equivalent (within ±5%)" and again.p_holm is not None
     # unpaired: base's five seeds against the variant's four, each side's seeds drawn on their own; seed6 of the
     # variant has no users.npz, so the row waits for it
     assert unpaired.diff is None and unpaired.missing == ["toy/longer/seed6"] and unpaired.verdict == "undecided"
@@ -444,3 +452,57 @@ def test_paired_seeds_compare_the_seeds_both_have_seed_against_seed(tmp_path: Pa
     write_users(tmp_path / "toy" / "late" / "seed9" / "users.npz", runs[1])  # a seed base does not have
     late = compare_table(tmp_path, [Comparison("toy", "base", "late", "NDCG@10", paired_seeds=True)]).rows[0]
     assert late.verdict == "undecided" and late.missing == ["toy/late (no seed in common with base, paired seeds)"]
+
+
+def test_identical_checkpoints_are_identical_not_equivalent_and_leave_holm(tmp_path: Path) -> None:
+    """Two labels whose every seed is the same checkpoint (from the users.npz header, else the cell.json beside it)
+    get "identical", are left out of Holm's families (the other rows' m is theirs alone) and of the note's count;
+    one seed's checkpoint differing, or the seeds differing, makes a tested row."""
+    rng = np.random.default_rng(2)
+    difficulty = rng.normal(size=U)
+    for s in (1, 2, 3):
+        ranks = _ranks(rng, difficulty, 0.0)
+        write_users(tmp_path / "d" / "base" / f"seed{s}" / "users.npz", ranks, meta={"checkpoint": f"c{s}"})
+        write_users(tmp_path / "d" / "twin" / f"seed{s}" / "users.npz", ranks, meta={"checkpoint": f"c{s}"})
+        write_users(tmp_path / "d" / "near" / f"seed{s}" / "users.npz", ranks,
+                    meta={"checkpoint": f"c{s}" if s < 3 else "other"})
+        # no checkpoint in the header: the cell.json beside it names it
+        path = write_users(tmp_path / "d" / "celled" / f"seed{s}" / "users.npz", ranks, meta={"checkpoint": None})
+        (path.parent / "cell.json").write_text(json.dumps({"checkpoint": f"c{s}"}))
+        write_users(tmp_path / "d" / "better" / f"seed{s}" / "users.npz", _ranks(rng, difficulty, 0.8))
+    write_users(tmp_path / "d" / "fewer" / "seed1" / "users.npz", _ranks(rng, difficulty, 0.0),
+                meta={"checkpoint": "c1"})
+    rows = [Comparison("d", "base", x, "NDCG@10") for x in ("twin", "near", "celled", "better", "fewer")]
+    table = compare_table(tmp_path, rows, n_boot=400)
+    twin, near, celled, better, fewer = table.rows
+    assert twin.verdict == celled.verdict == "identical" and twin.diff.estimate == 0.0
+    assert twin.p_holm is None and twin.detectable is None and verdict_text(twin) == "identical"
+    assert not near.identical and not fewer.identical and near.verdict != "identical"
+    assert count_tested(table.rows) == 3
+    tested = (near, better, fewer)
+    assert [r.p_holm for r in tested] == pytest.approx(list(holm([r.diff.p_value for r in tested])))
+    md = comparison_markdown(table)
+    assert "Holm across the 3 comparisons" in md and "| identical |" in md
+
+
+def test_an_undecided_row_states_the_difference_it_could_detect(tmp_path: Path) -> None:
+    """detectable: (q(1 - a/2) + q(0.8)) SE at Holm's strictest level a = alpha / m, the larger of the bootstrap's
+    (normal, the replicates' SD) and the seeds' t's (its SE and df), by hand from the row's own tests; the verdict
+    text of an undecided row states it, other verdicts do not."""
+    rng = np.random.default_rng(6)
+    difficulty = rng.normal(size=150)
+    for label, q in (("base", 0.0), ("other", 0.05), ("far", 2.5)):
+        for s in (1, 2, 3):
+            write_users(tmp_path / "d" / label / f"seed{s}" / "users.npz", _ranks(rng, difficulty, q))
+    table = compare_table(tmp_path, [Comparison("d", "base", "other", "NDCG@10"),
+                                     Comparison("d", "base", "far", "NDCG@10")], n_boot=400)
+    r, far = table.rows
+    assert r.verdict == "undecided" and far.verdict == "higher"
+    a = 0.05 / 2
+    boot = (NormalDist().inv_cdf(1 - a / 2) + NormalDist().inv_cdf(0.8)) * np.std(r.diff.distribution, ddof=1)
+    seeds = (t_ppf(1 - a / 2, r.seeds.df) + t_ppf(0.8, r.seeds.df)) * r.seeds.se
+    assert r.detectable == pytest.approx(max(boot, seeds), rel=1e-9)
+    assert verdict_text(r) == f"undecided (detects ±{r.detectable:.4f})" and verdict_text(far) == "higher"
+    assert f"undecided (detects ±{r.detectable:.4f})" in comparison_markdown(table)
+    r.detectable = 1.25  # two seeds with about one df at alpha / m: more than any difference of a rate
+    assert verdict_text(r) == "undecided (detects ±1.2500: no possible difference)"

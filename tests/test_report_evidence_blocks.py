@@ -153,9 +153,10 @@ def test_no_evidence_is_never_level(tmp_path: Path) -> None:
     assert "NDCG@10 ±5% of the baseline's mean; HRLI@1 ±0.02 (absolute)" in blocks["comparisons"]
 
 
-def test_proportions_with_wilson_by_hand(tmp_path: Path) -> None:
-    """sasrec: HRLI@1 3 of 4 users (seed 1) and 2 of 4 (seed 2): pooled 5 / 8; unseen last items 3 of 520 in seed 1
-    only; Rec(0.1): 3 of 10 and 5 of 20 recoverable misses: 8 / 30."""
+def test_proportions_without_per_user_evidence_fall_back_to_wilson_by_hand(tmp_path: Path) -> None:
+    """No users.npz: the stored counts' Wilson interval, marked. sasrec: HRLI@1 3 of 4 users (seed 1) and 2 of 4
+    (seed 2): pooled 5 / 8; unseen last items 3 of 520 in seed 1 only; Rec(0.1): 3 of 10 and 5 of 20 recoverable
+    misses: 8 / 30."""
     def recovery(n: int, rec: tuple[float, float, float]) -> dict[str, Any]:
         return {"recovery": {"test": {"recoverable": n, "curve": [{"alpha": a, "recovery": r, "HR@10": 0.1}
                                                                   for a, r in zip((0.1, 0.2, 0.3), rec)]}}}
@@ -171,13 +172,14 @@ def test_proportions_with_wilson_by_hand(tmp_path: Path) -> None:
     row = next(line for line in md.splitlines() if line.startswith("| d | sasrec |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     lo, hi = wilson_by_hand(5, 8)
-    assert cells[2] == "2" and cells[3] == f"0.625 [{lo:.3f}, {hi:.3f}]"
+    assert cells[2] == "2" and cells[3] == f"0.625 [{lo:.3f}, {hi:.3f}] Wilson"
     lo, hi = wilson_by_hand(3, 520)
-    assert cells[4] == f"3 / 520 = 0.006 [{lo:.3f}, {hi:.3f}] (n=1)"
+    assert cells[4] == f"3 / 520 = 0.006 [{lo:.3f}, {hi:.3f}] Wilson (n=1)"
     lo, hi = wilson_by_hand(8, 30)
-    assert cells[5] == f"8 / 30 = 0.267 [{lo:.3f}, {hi:.3f}]" and cells[6].startswith("12 / 30 = 0.400 [")
-    assert cells[7] == "1 / 30 = 0.033 [0.006, 0.167]"
-    assert "| d | bert4rec | 1 seed | 0.020 [" in md and "0 / 100 = 0.000 [0.000, 0.037]" in md
+    assert cells[5] == f"8 / 30 = 0.267 [{lo:.3f}, {hi:.3f}] Wilson" and cells[6].startswith("12 / 30 = 0.400 [")
+    assert cells[7] == "1 / 30 = 0.033 [0.006, 0.167] Wilson"
+    assert "| d | bert4rec | 1 seed | 0.020 [" in md and "0 / 100 = 0.000 [0.000, 0.037] Wilson" in md
+    assert '"Wilson": a row whose cells lack users.npz' in md
     assert wilson_text(0, 100) == "0.000 [0.000, 0.037]"  # the upper end: 1 - (0.025)^(1/100)... by hand below
     assert wilson_by_hand(0, 100)[1] == pytest.approx(0.0370, abs=5e-5)
 
@@ -310,3 +312,56 @@ def test_comparison_figure_draws_each_tested_row_with_its_verdict(tmp_path: Path
     monkeypatch.setattr(evidence_blocks_module, "compare_table", no_second_bootstrap)
     assert [f.key for f in comparison_figures(runs, table=table)] == ["comparisons"]
     assert "| d | bert4rec vs sasrec | HRLI@1 |" in evidence_blocks_module.comparisons_markdown(runs, table=table)
+
+
+def test_proportions_resample_users_and_seeds_from_per_user_evidence(tmp_path: Path) -> None:
+    """Three seeds of 400 users whose last-item hits repeat across seeds: the HRLI@1 cell is the pooled count and the
+    bootstrap's interval over users and seeds (``stats.bootstrap_proportions``, widened to Wilson where that reaches
+    further), wider than the Wilson interval over users x seeds; unseen last items (last_freq 0) and Rec(α) (the
+    recoverable users hit within the top 10 at α) are counted from the same files, as hrli.json and recovery.json
+    count them."""
+    from resdom.report.stats import bootstrap_proportions
+
+    rng = np.random.default_rng(12)
+    n, alphas = 400, [1.0, 0.3, 0.2, 0.1]
+    repeat = rng.random(n) < 0.8
+    freq = np.where(np.arange(n) % 8 == 0, 0, 3)
+    runs, hits, unseen, rec = [], [], [], []
+    for seed in (1, 2, 3):
+        last = np.where(repeat ^ (rng.random(n) < 0.03), 1, 4)
+        target = rng.integers(1, 40, n)
+        at = np.stack([np.minimum(target + (1.0 - a) * 10 * (rng.random(n) < 0.5), 21).astype(int) for a in alphas])
+        recoverable = rng.random(n) < 0.3
+        r = run(tmp_path, "d", "sasrec", seed, 0.1)
+        r.path.mkdir(parents=True, exist_ok=True)
+        head = {"version": 1, "split": "test", "n_users": n, "n_items": N_ITEMS, "alphas": alphas, "rank_cap": 21,
+                "K": 10}
+        np.savez_compressed(r.path / "users.npz", header=np.array(json.dumps(head)), user=np.arange(n),
+                            target_rank=target, target_rank_unfiltered=target, last_rank=last, last_seen=freq > 0,
+                            last_freq=freq, alpha_target_rank=at, alpha_last_rank=np.minimum(np.stack([last] * 4), 21),
+                            recoverable=recoverable)
+        runs.append(r)
+        hits.append(last <= 1)
+        unseen.append(freq == 0)
+        rec.append([(at[alphas.index(a)] <= 10) & recoverable for a in (0.1, 0.2, 0.3)] + [recoverable])
+    md = proportions_markdown(runs, n_boot=300)
+    cells = [c.strip() for c in next(line for line in md.splitlines() if line.startswith("| d | sasrec |"))
+             .strip("|").split("|")]
+    H = np.array(hits, float)
+    R = np.array([x[3] for x in rec], float)
+    found = bootstrap_proportions([(H, None), (H, np.array(unseen, float))]
+                                  + [(np.array([x[i] for x in rec], float), R) for i in range(3)], n_boot=300)
+    k = int(H.sum())
+    w_lo, w_hi = wilson_by_hand(k, H.size)
+    _, lo, hi, _ = found[0]
+    assert cells[3] == f"{k / H.size:.3f} [{min(lo, w_lo):.3f}, {max(hi, w_hi):.3f}]"
+    assert hi - lo > 1.3 * (w_hi - w_lo)  # a user's hits repeat across seeds: fewer independent trials
+    k_unseen, n_unseen = int((H * np.array(unseen)).sum()), int(np.sum(unseen))
+    assert cells[4].startswith(f"{k_unseen:,} / {n_unseen:,} = ")
+    for i in range(3):
+        k_rec = int(sum(x[i].sum() for x in rec))
+        _, lo, hi, _ = found[2 + i]
+        w_lo, w_hi = wilson_by_hand(k_rec, int(R.sum()))
+        assert cells[5 + i] == (f"{k_rec:,} / {int(R.sum()):,} = {k_rec / R.sum():.3f} "
+                                f"[{min(lo, w_lo):.3f}, {max(hi, w_hi):.3f}]")
+    assert "Wilson\"" not in md and "the same users in every drawn seed" in md

@@ -17,6 +17,7 @@ from resdom.report.stats import (
     SeedTest,
     bootstrap_diff,
     bootstrap_proportion,
+    bootstrap_proportions,
     detectable_difference,
     equivalence_test,
     hit_at,
@@ -550,14 +551,20 @@ def test_verdict_branches() -> None:
 
 
 def test_modules_import_no_torch() -> None:
-    """stats.py and compare.py import only NumPy, the standard library and resdom.errors / resdom.report.stats."""
-    allowed = {"numpy", "resdom.errors", "resdom.report.stats", "__future__", "json", "lzma", "math", "re",
-               "zipfile", "zlib", "dataclasses", "pathlib", "typing", "collections.abc", "statistics"}
+    """stats.py and compare.py import only NumPy, the standard library and resdom.errors / resdom.report.stats /
+    resdom.report.collect (where the evidence file of a run lies), and importing them loads no torch."""
+    import subprocess
+    import sys
+
+    allowed = {"numpy", "resdom.errors", "resdom.report.stats", "resdom.report.collect", "__future__", "json", "lzma",
+               "math", "re", "zipfile", "zlib", "dataclasses", "pathlib", "typing", "collections.abc", "statistics"}
     for name in ("stats.py", "compare.py"):
         tree = ast.parse((SRC / name).read_text())
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert imported <= allowed, (name, imported - allowed)
+    code = "import sys, resdom.report.compare, resdom.report.stats; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
 # --- power: the smallest detectable difference ------------------------------------------------------------------
@@ -626,6 +633,9 @@ def test_bootstrap_proportion_matches_a_literal_replicate_loop() -> None:
     assert est == (hits * eligible).sum() / eligible.sum()
     assert dist == pytest.approx(_reference_proportion(hits, eligible, 200, 9), abs=1e-12, nan_ok=True)
     assert (lo, hi) == pytest.approx(tuple(np.nanquantile(dist, [0.025, 0.975])))
+    together = bootstrap_proportions([(hits, eligible), (hits, None)], n_boot=200, seed=9)
+    assert together[0][1:3] == (lo, hi) and np.array_equal(together[0][3], dist, equal_nan=True)
+    assert np.array_equal(together[1][3], bootstrap_proportion(hits, n_boot=200, seed=9)[3])
     one = bootstrap_proportion(hits[:1], n_boot=50, seed=2)[3]
     assert one == pytest.approx(_reference_proportion(hits[:1], np.ones((1, 40)), 50, 2), abs=1e-12)
 

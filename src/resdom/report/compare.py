@@ -23,7 +23,11 @@ for ``rank_cap``): a metric at cutoff K needs K < cap, and asking for more is re
 Metrics (``metric_values``): ``HR@K`` and ``NDCG@K`` on the filtered target rank (``HR@K/unfiltered``,
 ``NDCG@K/unfiltered`` on the unfiltered one) and ``HRLI@K`` on the last item's rank.
 
-A comparison's difference is other - baseline. A row whose cells lack ``users.npz`` (or whose label has no cells)
+A comparison's difference is other - baseline. Where both sides are the same checkpoints seed for seed (the
+``checkpoint`` of each cell's ``users.npz`` header, else of its ``cell.json``; every seed compared, the same seeds on
+both sides) the verdict is "identical": not a test, left out of the Holm families. Every tested row carries the
+smallest difference its design detects (``TestedRow.detectable``), which an "undecided" verdict states
+(``verdict_text``). A row whose cells lack ``users.npz`` (or whose label has no cells)
 gets no numbers and the verdict "undecided" (never "level" or "equivalent"); its ``note`` says "no per-user evidence
 (retrain or re-diagnose: scripts/rediagnose_cells.py --what users)" and names the cells.
 
@@ -54,6 +58,7 @@ from resdom.report.stats import (
     Margin,
     SeedTest,
     bootstrap_diff,
+    detectable_difference,
     equivalence_test,
     hit_at,
     holm_or_none,
@@ -320,6 +325,29 @@ def label_evidence(store: str | Path, dataset: str, label: str) -> tuple[list[Us
     return EvidenceIndex({(dataset, label): seeds} if seeds else {}).evidence(dataset, label)
 
 
+def checkpoint_of(ev: UserEvidence) -> str | None:
+    """The checkpoint a cell's evidence was computed on: its ``users.npz`` header's ``checkpoint``, else the
+    ``checkpoint`` of the ``cell.json`` beside it; None where neither names one."""
+    found = ev.header.get("checkpoint")
+    if isinstance(found, str) and found:
+        return found
+    cell = ev.path.parent / "cell.json"
+    try:
+        found = json.loads(cell.read_text()).get("checkpoint") if cell.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) and found else None
+
+
+def same_checkpoints(base: list[UserEvidence], other: list[UserEvidence], base_seeds: list[int],
+                     other_seeds: list[int]) -> bool:
+    """Whether both sides are the same seeds and each seed's checkpoint is the same on both (every one known)."""
+    if base_seeds != other_seeds or len(base) != len(other) or not base:
+        return False
+    pairs = [(checkpoint_of(b), checkpoint_of(o)) for b, o in zip(base, other)]
+    return all(b is not None and b == o for b, o in pairs)
+
+
 def _check_pairing(evidence: list[UserEvidence]) -> None:
     first = evidence[0]
     for ev in evidence[1:]:
@@ -353,7 +381,8 @@ class TestedRow:
     """What ``set_verdicts`` reads and writes in a row of a table of tested differences (``ComparisonRow``,
     ``echo.EchoRow``): the margin, the bootstrap of the difference (``diff``) and the seeds' own t-test of it
     (``seeds``; None with a single seed on both sides), the TOST p at the margin's absolute value, the Holm-adjusted
-    p-values of the difference and of equivalence under each test, and the verdict."""
+    p-values of the difference and of equivalence under each test, the verdict, whether both sides are one checkpoint
+    seed for seed (``identical``) and the smallest difference the row's tests detect (``detectable``)."""
 
     margin: Margin
     verdict: str = ""
@@ -365,6 +394,8 @@ class TestedRow:
     p_equiv_holm: float | None = None
     p_seed_holm: float | None = None
     p_seed_equiv_holm: float | None = None
+    identical: bool = False  # the same checkpoints on both sides, seed for seed: verdict "identical", no test
+    detectable: float | None = None  # the smallest difference both tests detect (``set_verdicts``)
 
 
 @dataclass(kw_only=True)
@@ -402,7 +433,7 @@ def _effective_n_boot(n_boot: int, m: int, alpha: float) -> int:
 
 
 def _evidence_row(c: Comparison, margin: Margin, base: list[UserEvidence], other: list[UserEvidence],
-                  n_boot: int, seed: int, alpha: float) -> ComparisonRow:
+                  n_boot: int, seed: int, alpha: float, identical: bool = False) -> ComparisonRow:
     _check_pairing(base + other)
     a = [metric_values(ev, c.metric) for ev in other]
     b = [metric_values(ev, c.metric) for ev in base]
@@ -412,7 +443,8 @@ def _evidence_row(c: Comparison, margin: Margin, base: list[UserEvidence], other
     p_equiv = equivalence_test(result, m_abs, alpha).p_value if m_abs > 0 else None
     return ComparisonRow(comparison=c, margin=margin, baseline_mean=base_mean, other_mean=other_mean, diff=result,
                          margin_abs=m_abs, p_equiv=p_equiv, seeds=seed_test(a, b, paired_seeds=c.paired_seeds),
-                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users)
+                         n_seeds_baseline=len(base), n_seeds_other=len(other), n_users=result.n_users,
+                         identical=identical)
 
 
 def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Comparison], title: str = "",
@@ -420,11 +452,12 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
     """Compare each of ``comparisons`` on the per-user evidence of ``store`` (a results store's path, or an
     ``EvidenceIndex``); Holm across the rows that have evidence, in four families: the difference p-values and the
     equivalence p-values, of the bootstrap and of the seeds' t-test (``SeedTest``); a verdict needs both tests
-    (``set_verdicts``). Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
+    (``set_verdicts``); a row whose sides are the same checkpoints seed for seed is "identical", outside the
+    families. Row i's bootstrap uses seed ``seed + i``; ``n_boot`` is raised where needed so that
     Holm's smallest p can fall below alpha / 5. A row without evidence in every cell is "undecided"."""
     index = as_index(store)
     rows: list[ComparisonRow] = []
-    pending: list[tuple[int, Comparison, Margin, list[UserEvidence], list[UserEvidence]]] = []
+    pending: list[tuple[int, Comparison, Margin, list[UserEvidence], list[UserEvidence], bool]] = []
     for i, c in enumerate(comparisons):
         margin = c.margin or default_margin(c.metric)
         common = set(index.seeds(c.dataset, c.baseline)) & set(index.seeds(c.dataset, c.other)) \
@@ -438,18 +471,39 @@ def compare_table(store: str | Path | EvidenceIndex, comparisons: list[Compariso
             rows.append(ComparisonRow(comparison=c, verdict=UNDECIDED, margin=margin, missing=missing))
         else:
             rows.append(ComparisonRow(comparison=c, margin=margin))
-            pending.append((i, c, margin, base, other))
+            seeds_b = [k for k in index.seeds(c.dataset, c.baseline) if common is None or k in common]
+            seeds_o = [k for k in index.seeds(c.dataset, c.other) if common is None or k in common]
+            pending.append((i, c, margin, base, other, same_checkpoints(base, other, seeds_b, seeds_o)))
     n_boot = _effective_n_boot(n_boot, len(pending), alpha)
-    for i, c, margin, base, other in pending:
-        rows[i] = _evidence_row(c, margin, base, other, n_boot, seed + i, alpha)
+    for i, c, margin, base, other, identical in pending:
+        rows[i] = _evidence_row(c, margin, base, other, n_boot, seed + i, alpha, identical)
     done = [rows[i] for i, *_ in pending]
     set_verdicts(done, alpha)
     return ComparisonTable(title, rows, n_boot, alpha)
 
 
+def detectable(r: TestedRow, alpha: float) -> float:
+    """The smallest true difference ``r``'s verdict detects with 80% power at two-sided level ``alpha`` (``stats.
+    detectable_difference``): the larger of the bootstrap's (normal, SE the replicates' standard deviation) and the
+    seeds' t-test's (its SE and df), since a difference needs both; the bootstrap's alone without a seeds' test."""
+    assert r.diff is not None
+    d = r.diff.distribution
+    found = detectable_difference(float(np.std(d, ddof=1)) if d.size > 1 else 0.0, math.inf, alpha)
+    if r.seeds is not None:
+        found = max(found, detectable_difference(r.seeds.se, r.seeds.df, alpha))
+    return found
+
+
 def set_verdicts(done: Sequence[TestedRow], alpha: float) -> None:
     """Holm across ``done`` (rows with a bootstrap) in four families, the bootstrap's and the seeds' test's p of the
-    difference and of equivalence, then each row's ``joint_verdict``."""
+    difference and of equivalence, then each row's ``joint_verdict``; rows whose sides are the same checkpoints seed
+    for seed (``identical``) are left out of the families and get the verdict "identical". Each tested row's
+    ``detectable`` difference is at Holm's strictest level, alpha / m over the m tested rows (a difference that
+    large is detected with 80% power whatever the other rows show)."""
+    for r in done:
+        if r.identical:
+            r.verdict = IDENTICAL
+    done = [r for r in done if not r.identical]
     families = {  # raw p-values per row (None: no such test in that row)
         "p_holm": [r.diff.p_value for r in done],
         "p_equiv_holm": [r.p_equiv for r in done],
@@ -463,6 +517,23 @@ def set_verdicts(done: Sequence[TestedRow], alpha: float) -> None:
     for r in done:
         r.verdict = joint_verdict(r.diff.estimate, r.p_holm, r.p_seed_holm, r.p_equiv_holm, r.p_seed_equiv_holm,
                                   r.margin.text(), alpha)
+        r.detectable = detectable(r, alpha / len(done))
+
+
+def verdict_text(r: TestedRow) -> str:
+    """The verdict as a table shows it: an "undecided" row with a test states the smallest difference it detects,
+    ``undecided (detects ±0.0031)``, and where that is 1 or more, more than any difference of the metrics compared
+    (rates and NDCG in [0, 1]), says so: ``undecided (detects ±2.5000: no possible difference)``; every other
+    verdict as it is."""
+    if r.verdict == UNDECIDED and r.detectable is not None:
+        beyond = ": no possible difference" if r.detectable >= 1.0 else ""
+        return f"{UNDECIDED} (detects ±{r.detectable:.4f}{beyond})"
+    return r.verdict
+
+
+def count_tested(rows: Sequence[TestedRow]) -> int:
+    """The rows tested (a bootstrap, not identical): the m of Holm's families."""
+    return sum(r.diff is not None and not r.identical for r in rows)
 
 
 # --- Markdown -------------------------------------------------------------------------------------------------------
@@ -488,7 +559,10 @@ def holm_p_text(p: float, d: BootstrapResult) -> str:
 
 def row_p_text(r: TestedRow) -> str:
     """``≤0.010 bootstrap, 0.480 seeds' t``: the row's Holm-adjusted p of the difference under both tests (the
-    bootstrap's alone where the row has no seeds' test: a single seed on both sides)."""
+    bootstrap's alone where the row has no seeds' test: a single seed on both sides); ``not tested`` for an identical
+    row."""
+    if r.identical:
+        return "not tested"
     assert r.diff is not None and r.p_holm is not None  # set wherever the row has evidence
     text = f"{holm_p_text(r.p_holm, r.diff)} bootstrap"
     if r.p_seed_holm is None:
@@ -503,7 +577,7 @@ def _cells(r: ComparisonRow) -> list[str]:
         return head + ["–", "–", r.note, "–", r.verdict, "–", "–"]
     d = r.diff
     return head + [f"{r.baseline_mean:.4f}", f"{r.other_mean:.4f}", f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]",
-                   row_p_text(r), r.verdict, f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
+                   row_p_text(r), verdict_text(r), f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
 
 
 def comparison_markdown(table: ComparisonTable) -> str:
@@ -512,13 +586,16 @@ def comparison_markdown(table: ComparisonTable) -> str:
     lines = [f"**{table.title}**", ""] if table.title else []
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
-    m = sum(r.diff is not None for r in table.rows)
+    m = count_tested(table.rows)
     note = (f"Difference: other - baseline, mean over seeds of the mean over users; 95% CI from a paired bootstrap "
             f"over users with each side's seeds resampled ({table.n_boot} replicates; per comparison, not "
             f"adjusted); seeds' t: a t-test on the seeds' own means ({SEEDS_TEST}). Holm across the {m} comparisons "
             f"with evidence, for each test. Verdict at alpha {table.alpha:g}: higher/lower where both Holm-adjusted p "
             "are below it; else equivalent where two one-sided tests (Holm-adjusted) pass the stated margin under "
-            "both (a relative margin is a share of the baseline's mean); else undecided. A (1 seed) side adds no "
-            "seed-to-seed variation to the bootstrap; one seed on both sides: no seeds' t, the bootstrap alone.")
+            "both (a relative margin is a share of the baseline's mean); else undecided, with the difference both "
+            f"tests would detect with 80% power at alpha {table.alpha:g} / {m} (\"detects ±d\"). Identical: the same "
+            "checkpoints on both sides seed for seed (no test, not counted among the comparisons). A (1 seed) side "
+            "adds no seed-to-seed variation to the bootstrap; one seed on both sides: no seeds' t, the bootstrap "
+            "alone.")
     lines += ["", note]
     return "\n".join(lines) + "\n"

@@ -49,6 +49,7 @@ from resdom.report.compare import (
     no_evidence_note,
     row_p_text,
     set_verdicts,
+    verdict_text,
 )
 from resdom.report.stats import (
     BootstrapResult,
@@ -323,7 +324,7 @@ def _cells(r: EchoRow) -> list[str]:
     if r.diff is None:
         return head + ["–", "–", r.verdict]
     d = r.diff
-    return head + [f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]", row_p_text(r), r.verdict]
+    return head + [f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]", row_p_text(r), verdict_text(r)]
 
 
 def echo_markdown(table: EchoTable) -> str:
@@ -343,7 +344,9 @@ def echo_markdown(table: EchoTable) -> str:
             + f"); seeds' t: a t-test on the seeds' own differences (df S - 1; none from one seed). Holm across the "
             f"{m} rows with a difference, for each test. Verdict at alpha {table.alpha:g}: higher/lower where both "
             f"Holm-adjusted p are below it; else equivalent by two one-sided tests (Holm-adjusted, both tests) within "
-            f"±{' / '.join(margins)} of the others' standardised HR@{table.k}; else undecided.")
+            f"±{' / '.join(margins)} of the others' standardised HR@{table.k}; else undecided, with the smallest "
+            f"difference both tests would detect with 80% power at alpha {table.alpha:g} / {m} (Holm's strictest "
+            "step), from the row's bootstrap SD and seeds' t: \"detects ±d\".")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 

@@ -12,19 +12,23 @@
 A comparison's difference, 95% interval, Holm-adjusted p and verdict come from the per-user evidence of the cells
 (``users.npz``, ``report.compare``): a paired bootstrap over users with each side's seeds resampled, Holm across the
 comparisons of one table, "equivalent (within ±m)" only where two one-sided tests pass the declared margin
-(``MARGINS``), else "undecided". A row whose cells lack ``users.npz`` has no difference and the verdict "undecided",
-and says how to get the evidence. The store's means beside it (mean over every seed the store holds, as the other
-tables show them) are descriptive only.
+(``MARGINS``), "identical" where both sides are the same checkpoints seed for seed (not a test), else "undecided",
+with the smallest difference the row's tests detect. A variant that starts where its base starts, seed for seed
+(``experiments.shares_start``: the same initial weights and data order), is compared with it paired: seed against
+seed, the users paired within a seed. A row whose cells lack ``users.npz`` has no difference and the verdict
+"undecided", and says how to get the evidence. The store's means beside it (mean over every seed the store holds, as
+the other tables show them) are descriptive only.
 
-Proportions come with Wilson 95% intervals on the counts (rate x users, an integer in every stored file) pooled over
-a row's seeds: they count users x seeds and leave the seed-to-seed spread out (the bootstrap's job where per-user
-evidence exists). A row or cell over one seed says "1 seed".
+Proportions are pooled over a row's seeds, with a 95% interval from a bootstrap of the cells' per-user evidence that
+resamples seeds and users together (``stats.bootstrap_proportions``: a user's hits correlate across seeds, so
+users x seeds are not independent trials), never narrower than the Wilson interval of the pooled counts; a row whose
+cells lack users.npz falls back to that Wilson interval on the stored counts, marked "Wilson". A row or cell over one
+seed says "1 seed".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -38,26 +42,28 @@ from resdom.experiments import (
     REMEDY_LABELS,
     model_variant,
     remedy_variant,
-    shares_runs,
+    shares_start,
 )
 from resdom.report.claims import is_causal
-from resdom.report.collect import RunRecord, model_order
+from resdom.report.collect import RunRecord, model_order, users_file
 from resdom.report.compare import (
     SEEDS_TEST,
     UNDECIDED,
-    USERS_FILE,
     Comparison,
     ComparisonRow,
     ComparisonTable,
     EvidenceIndex,
     compare_table,
+    count_tested,
     default_margin,
+    read_users,
     row_p_text,
+    verdict_text,
 )
 from resdom.report.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure, model_color
 from resdom.report.probes import PROBE_BASE, SAME_OBJECTIVE_BASE
-from resdom.report.stats import wilson
+from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 from resdom.stored import number_at
@@ -113,18 +119,22 @@ def difference_text(r: ComparisonRow) -> str:
     seeds = f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)}"
     if d.paired_seeds:
         seeds += ", paired"
+    if r.identical:
+        return f"{d.estimate:+.4f}: the same checkpoint in each seed, not tested (seeds {seeds})"
     return f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] (Holm p {row_p_text(r)}; seeds {seeds})"
 
 
-PAIRED_NOTE = ("; seeds \"paired\": seed k of both sides is one training run that the other side stopped by "
-               "another rule (`experiments.shares_runs`), so the seeds both have are drawn together")
+PAIRED_NOTE = ("; seeds \"paired\": seed k of both sides starts from the same initial weights and draws the same "
+               "data order (`experiments.shares_start`: a remedy variant and its base, or one run stopped by two "
+               "rules), so the seeds both have are compared seed against seed: one seed draw for both sides in the "
+               "bootstrap, the seeds' differences in the seeds' t")
 
 
 def method_note(n_boot: int, m: int, difference: str = "other - baseline", undecided: str = "",
-                paired: bool = False) -> str:
+                paired: bool = False, identical: bool = False) -> str:
     """The note under a comparison table: how the difference (``difference``, e.g. "probe - base"), its interval
     and the verdict are made; ``undecided``: a further case a row is undecided in (", or whose probe is ...");
-    ``paired``: some row pairs its seeds (``PAIRED_NOTE``)."""
+    ``paired``: some row pairs its seeds (``PAIRED_NOTE``); ``identical``: some row is "identical"."""
     return (f"Difference: {difference} over the same test users, mean over seeds of the mean over users, from each "
             f"cell's per-user evidence (users.npz); 95% CI from a paired bootstrap over users with each side's seeds "
             f"resampled ({n_boot} replicates; per comparison, not adjusted){PAIRED_NOTE if paired else ''}. With a "
@@ -133,8 +143,12 @@ def method_note(n_boot: int, m: int, difference: str = "other - baseline", undec
             "of this table that have evidence, for each test (so an interval can exclude 0 while the verdict stays "
             "undecided). Verdict at alpha 0.05: higher / lower where both Holm-adjusted p are below 0.05; "
             f"equivalent only where two one-sided tests (Holm-adjusted) pass the declared margin ({margins_text()}) "
-            f"under both; else undecided. A row without per-user evidence in every cell{undecided} is undecided. "
-            "Store means: mean ± std over every stored seed, descriptive only.")
+            f"under both; else undecided, with the smallest difference both tests would detect with 80% power at "
+            f"alpha 0.05 / {m} (Holm's strictest step), from the row's own bootstrap SD and seeds' t (its SE and "
+            f"df): \"detects ±d\". A row without per-user evidence in every cell{undecided} is undecided."
+            + (" Identical: both sides are the same checkpoint in every seed compared (no test, not among the "
+               f"{m} comparisons)." if identical else "")
+            + " Store means: mean ± std over every stored seed, descriptive only.")
 
 
 # --- model against model (docs/results.md) --------------------------------------------------------------------------
@@ -150,7 +164,7 @@ def model_comparisons(runs: list[RunRecord]) -> list[Comparison]:
     out = []
     for ds, label in groups:
         if label != BASELINE and (ds, BASELINE) in groups:
-            out += [Comparison(ds, BASELINE, label, m, paired_seeds=shares_runs(label, BASELINE)) for m in METRICS]
+            out += [Comparison(ds, BASELINE, label, m, paired_seeds=shares_start(label, BASELINE)) for m in METRICS]
     return out
 
 
@@ -169,12 +183,15 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: 
     for r in table.rows:
         c = r.comparison
         rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric, store_mean(groups[(c.dataset, c.other)],
-                     c.metric), store_mean(groups[(c.dataset, c.baseline)], c.metric), difference_text(r), r.verdict])
-    m = sum(r.diff is not None for r in table.rows)
+                     c.metric), store_mean(groups[(c.dataset, c.baseline)], c.metric), difference_text(r),
+                     verdict_text(r)])
+    m = count_tested(table.rows)
     header = ["Data set", "Comparison", "Metric", "Model: store mean", "sasrec: store mean",
               "Difference [95% CI]", "Verdict"]
     paired = any(r.diff is not None and r.diff.paired_seeds for r in table.rows)
-    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, paired=paired) + "\n"
+    identical = any(r.identical for r in table.rows)
+    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, paired=paired,
+                                                             identical=identical) + "\n"
 
 
 def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100) -> Figure | None:
@@ -203,8 +220,8 @@ def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100
             lo, est, hi = (scale * x / base for x in (r.diff.lo, r.diff.estimate, r.diff.hi))
             color = model_color(model_variant(other)[0])
             ax.plot([lo, hi], [y, y], color=color, lw=1.0)
-            look = {"marker": "D" if r.verdict.startswith("equivalent") else "o", "ms": 3.5, "color": color,
-                    "mfc": color if r.verdict != UNDECIDED else "white"}
+            marker = "D" if r.verdict.startswith("equivalent") else "s" if r.verdict == IDENTICAL else "o"
+            look = {"marker": marker, "ms": 3.5, "color": color, "mfc": color if r.verdict != UNDECIDED else "white"}
             ax.plot([est], [y], linestyle="none", **look)
         ax.axvline(0.0, color="0.5", lw=0.8, ls="--")
         ax.set_xlabel(f"{metric}: model − {BASELINE}" + (f" (% of {BASELINE}'s)" if scale != 1.0 else ""),
@@ -215,8 +232,9 @@ def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100
                        fontsize=6)
     handles = [Line2D([], [], marker="o", ls="none", color="0.3", ms=3.5, label="higher / lower"),
                Line2D([], [], marker="D", ls="none", color="0.3", ms=3.5, label="equivalent"),
+               Line2D([], [], marker="s", ls="none", color="0.3", ms=3.5, label="identical"),
                Line2D([], [], marker="o", ls="none", color="0.3", mfc="white", ms=3.5, label="undecided")]
-    fig.legend(handles=handles, fontsize=6, loc="outside lower center", ncol=3, frameon=False,
+    fig.legend(handles=handles, fontsize=6, loc="outside lower center", ncol=4, frameon=False,
                title="verdict (bootstrap and seeds' t, Holm)", title_fontsize=6)
     fig.suptitle(f"Models against {BASELINE}: difference and 95% interval", fontsize=8)
     return fig
@@ -240,24 +258,25 @@ def comparison_figures(runs: list[RunRecord], n_boot: int = N_BOOT, *,
 def answer(ndcg_verdict: str, hrli_verdict: str) -> str:
     """Does a variant beat its base's accuracy at a lower HRLI@1? "yes" where NDCG@10 is higher and HRLI@1 lower;
     "no" where NDCG@10 is lower or equivalent, or HRLI@1 higher or equivalent (either settles it); else
-    "undecided"."""
+    "undecided" ("identical" settles it as equivalence does)."""
     if ndcg_verdict == "higher" and hrli_verdict == "lower":
         return "yes"
-    settled_no = ndcg_verdict == "lower" or ndcg_verdict.startswith("equivalent") or hrli_verdict == "higher" \
-        or hrli_verdict.startswith("equivalent")
+    settled_no = ndcg_verdict in ("lower", IDENTICAL) or ndcg_verdict.startswith("equivalent") \
+        or hrli_verdict in ("higher", IDENTICAL) or hrli_verdict.startswith("equivalent")
     return "no" if settled_no else UNDECIDED
 
 
 def remedy_comparisons(runs: list[RunRecord]) -> list[Comparison]:
     """Each remedy variant against its base model on the same data set, on each of ``METRICS``; in
-    ``experiments.REMEDY_LABELS`` order within a data set."""
+    ``experiments.REMEDY_LABELS`` order within a data set; paired where the variant starts where its base starts
+    (``experiments.shares_start``)."""
     groups = _groups(runs, lambda label: True)
     rank = {m: i for i, m in enumerate(REMEDY_LABELS)}
     out = []
     for ds, label in sorted(groups, key=lambda k: (k[0], rank.get(k[1], len(rank)), k[1])):
         parts = remedy_variant(label)
         if parts is not None and (ds, parts[0]) in groups:
-            out += [Comparison(ds, parts[0], label, m) for m in METRICS]
+            out += [Comparison(ds, parts[0], label, m, paired_seeds=shares_start(label, parts[0])) for m in METRICS]
     return out
 
 
@@ -274,15 +293,18 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
         for r in (nd, hr):
             cells.append(f"{store_mean(var, r.comparison.metric)}; base {store_mean(base, r.comparison.metric)}")
         for r in (nd, hr):
-            cells.append(r.verdict + ("" if r.diff is None else f": {difference_text(r)}"))
+            cells.append(verdict_text(r) + ("" if r.diff is None else f": {difference_text(r)}"))
         cells.append(answer(nd.verdict, hr.verdict))
         if nd.diff is None and hr.diff is None:
             cells[-3] = f"{UNDECIDED}: {nd.note}"  # one note for the row: both metrics lack the same cells
         rows.append(cells)
-    m = sum(r.diff is not None for r in table.rows)
+    m = count_tested(table.rows)
+    paired = any(r.diff is not None and r.diff.paired_seeds for r in table.rows)
+    identical = any(r.identical for r in table.rows)
     header = ["Data set", "Variant", "Test NDCG@10: store mean", "HRLI@1: store mean", "NDCG@10: verdict, difference "
               "[95% CI]", "HRLI@1: verdict, difference [95% CI]", "Higher NDCG@10 at lower HRLI@1?"]
-    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, "variant - base") + "\n"
+    return markdown_table(header, rows) + "\n" + method_note(table.n_boot, m, "variant - base", paired=paired,
+                                                             identical=identical) + "\n"
 
 
 def spread_reading(variant: list[float], base: list[float]) -> str:
@@ -386,26 +408,88 @@ def wilson_text(k: int, n: int, counts: bool = False) -> str:
     return text + f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def proportions_markdown(runs: list[RunRecord]) -> str:
+def user_rates(runs: list[RunRecord]) -> list[tuple[np.ndarray, np.ndarray | None] | None] | None:
+    """Per-user (hits, eligible) arrays, (S, U) over the runs' seeds, of the proportions block's columns in order
+    (HRLI@1; HRLI@1 over users whose last item never occurs in training, ``last_freq`` 0: hrli.json's band 0;
+    Rec(α) at each of ``RECOVERY_ALPHAS``: the recoverable misses hit within the top K at α, recovery.json's
+    count; None for a column whose α the evidence lacks), from each run's ``users.npz``; None where a run has
+    none or the runs' users differ."""
+    evs = []
+    for r in runs:
+        path = r.users_path
+        if not path.is_file():
+            return None
+        evs.append(read_users(path))
+    if any(not np.array_equal(ev.user, evs[0].user) for ev in evs[1:]):
+        return None
+    hit = np.stack([ev.last_rank <= 1 for ev in evs]).astype(float)
+    out: list[tuple[np.ndarray, np.ndarray | None] | None] = [
+        (hit, None), (hit, np.stack([ev.last_freq == 0 for ev in evs]).astype(float))]
+    for a in RECOVERY_ALPHAS:
+        at = [[i for i, x in enumerate(ev.header["alphas"]) if abs(float(x) - a) < 1e-9] for ev in evs]
+        if any(not i for i in at):
+            out.append(None)
+            continue
+        k = [int(ev.header.get("K", 10)) for ev in evs]
+        out.append((np.stack([ev.alpha_target_rank[i[0]] <= kk for ev, i, kk in zip(evs, at, k)]).astype(float),
+                    np.stack([ev.recoverable for ev in evs]).astype(float)))
+    return out
+
+
+def interval_text(k: int, n: int, lo: float, hi: float, counts: bool = False) -> str:
+    """``0.830 [0.790, 0.860]`` (``counts``: ``3 / 520 = 0.006 [...]``): a pooled rate and its interval, widened to
+    the Wilson interval of the pooled counts where that reaches further."""
+    w_lo, w_hi = wilson(k, n)
+    text = f"{k:,} / {n:,} = " if counts else ""
+    return text + f"{k / n:.3f} [{min(lo, w_lo):.3f}, {max(hi, w_hi):.3f}]"
+
+
+def proportions_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
     """The ``proportions`` block: per (data set, model) HRLI@1, HRLI@1 over unseen last items and Recovery at
-    ``RECOVERY_ALPHAS``, each pooled over the seeds with its Wilson 95% interval."""
+    ``RECOVERY_ALPHAS``, each pooled over the seeds with its 95% interval from a bootstrap of users and seeds
+    together (``user_rates``, ``stats.bootstrap_proportions``), or, where a cell lacks per-user evidence, the Wilson
+    interval of the stored counts (marked)."""
     rows = []
+    fallback = False
     for (ds, label), rs in _groups(runs, _is_model).items():
+        rates = user_rates(rs)
+        if rates is not None:
+            usable = [x for x in rates if x is not None and (x[1] is None or x[1].sum() > 0)]
+            found = iter(bootstrap_proportions(usable, n_boot=n_boot))
+            texts = []
+            for i, rate in enumerate(rates):
+                if rate is None or (rate[1] is not None and rate[1].sum() == 0):  # no such α, or no such user
+                    texts.append("–")
+                    continue
+                h, e = rate
+                _, lo, hi, _ = next(found)
+                k, n = int((h * (1 if e is None else e)).sum()), int(h.size if e is None else e.sum())
+                texts.append(interval_text(k, n, lo, hi, counts=i > 0))
+            rows.append([ds, label, seeds_cell(len(rs)), *texts])
+            continue
         cells = [_pooled([hrli_count(r) for r in rs]), _pooled([unseen_counts(r) for r in rs])]
         cells += [_pooled([recovery_count(r, a) for r in rs]) for a in RECOVERY_ALPHAS]
         if all(c is None for c in cells):
             continue
+        fallback = True
         n = max(c[2] for c in cells if c is not None)
-        texts = ["–" if c is None else wilson_text(c[0], c[1], counts=i > 0) + (f" (n={c[2]})" if c[2] < n else "")
-                 for i, c in enumerate(cells)]
+        texts = ["–" if c is None else wilson_text(c[0], c[1], counts=i > 0) + " Wilson"
+                 + (f" (n={c[2]})" if c[2] < n else "") for i, c in enumerate(cells)]
         rows.append([ds, label, seeds_cell(n), *texts])
-    header = ["Data set", "Model", "Seeds", "HRLI@1 [Wilson 95%]", "HRLI@1, last item unseen in training",
-              *(f"Rec(α={a}) of the recoverable misses" for a in RECOVERY_ALPHAS)]
-    note = ("Counts pooled over the row's seeds (users x seeds; a cell over fewer seeds than the row says n=k), "
-            "Wilson 95% intervals on them: they leave the seed-to-seed spread out. HRLI@1: the last input item is the "
-            "top-1 unfiltered item. Unseen: users whose last input item never occurs in the training sequences "
-            "(hrli.json by_frequency band 0). Rec(α): recoverable misses (the final position misses the top-10, one "
-            "of L-1..L-3 hits) hit at residual scale α (recovery.json).")
+    header = ["Data set", "Model", "Seeds", "HRLI@1 [95%, users and seeds resampled]",
+              "HRLI@1, last item unseen in training", *(f"Rec(α={a}) of the recoverable misses"
+                                                         for a in RECOVERY_ALPHAS)]
+    note = (f"Each rate pooled over the row's seeds (users x seeds), from the cells' per-user evidence (users.npz); "
+            f"95% interval: the percentile interval of {n_boot} bootstrap replicates that draw the seeds with "
+            "replacement and then the users with replacement, the same users in every drawn seed (a user's hits "
+            "correlate across seeds, so users x seeds are not independent trials), widened to the Wilson interval "
+            "of the pooled counts where that reaches further (at a count of 0 every replicate is 0). "
+            + ("\"Wilson\": a row whose cells lack users.npz, the Wilson interval of the stored counts alone, "
+               "which leaves the seed-to-seed spread and the users' correlation across seeds out (a cell over fewer "
+               "seeds than the row says n=k). " if fallback else "")
+            + "HRLI@1: the last input item is the top-1 unfiltered item. Unseen: users whose last input item never "
+            "occurs in the training sequences (hrli.json by_frequency band 0). Rec(α): recoverable misses (the "
+            "final position misses the top-10, one of L-1..L-3 hits) hit at residual scale α (recovery.json).")
     return markdown_table(header, rows) + "\n" + note + "\n"
 
 
@@ -511,7 +595,7 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
     of another tie rule), with how many of them carry evidence, and on ``MAIN_SEEDS``' data sets the same over
     SASRec's remedy variants stored there and its probes (``asked_variants``); then one sentence over the store."""
     cells = [r for r in runs if r.seed is not None]
-    evidence = {(r.dataset, r.model, r.seed) for r in cells if (Path(r.path) / USERS_FILE).is_file()}
+    evidence = {(r.dataset, r.model, r.seed) for r in cells if (r.users_path).is_file()}
     rows, asked_total, stored_total, variants_asked, variants_stored = [], 0, 0, 0, 0
     for ds in sorted({r.dataset for r in cells}):
         mine = [r for r in cells if r.dataset == ds]
@@ -569,7 +653,7 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable 
     table over those that do (``table``: ``echo_evidence(runs, n_boot)``, made here where not given). Read as a
     first look where under half of the cells have it."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
-    have = {key: [k for k, c in seeds if (c / "users.npz").is_file()] for key, seeds in index.cells.items()}
+    have = {key: [k for k, c in seeds if users_file(c).is_file()] for key, seeds in index.cells.items()}
     without = [f"{ds}/{lb}/seed{k}" for (ds, lb), seeds in index.cells.items() for k, c in seeds
                if k not in have[(ds, lb)]]
     n_ev = sum(len(ks) for ks in have.values())
@@ -616,7 +700,7 @@ def evidence_blocks(runs: list[RunRecord], n_boot: int = N_BOOT, *, echo: EchoTa
             "remedy_verdicts": remedy_verdicts_markdown(runs, n_boot),
             "remedy_spread": remedy_spread_markdown(runs),
             "comparisons": comparisons_markdown(runs, n_boot, table=comparisons),
-            "proportions": proportions_markdown(runs),
+            "proportions": proportions_markdown(runs, n_boot),
             "cold_items": cold_items_markdown(runs),
             "five_models": five_models_markdown(runs),
             "echo": echo_block(runs, n_boot, table=echo)}

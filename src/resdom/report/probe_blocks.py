@@ -45,6 +45,8 @@ from resdom.report.compare import (
     EvidenceIndex,
     compact_cells,
     compare_table,
+    count_tested,
+    verdict_text,
 )
 from resdom.report.evidence_blocks import (
     COVERAGE_QUEUE,
@@ -239,8 +241,8 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT,
         rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric,
                      store_mean(groups.get((c.dataset, c.other), []), c.metric),
                      store_mean(groups.get((c.dataset, c.baseline), []), c.metric), _difference(r, trained),
-                     r.verdict])
-    m = sum(r.diff is not None for r in table.rows)
+                     verdict_text(r)])
+    m = count_tested(table.rows)
     header = ["Data set", "Comparison", "Metric", "Probe: store mean", "Base: store mean", "Difference [95% CI]",
               "Verdict"]
     note = method_note(table.n_boot, m, "probe - base", ", or whose probe is not trained,")

@@ -509,33 +509,51 @@ def bootstrap_proportion(hits: Sequence[np.ndarray] | np.ndarray,
     docstring). ``hits``, ``eligible``: (S, U), the same U users in every seed (``eligible``: the users the rate
     counts in each seed, e.g. a seed's recoverable misses; None: every user). A replicate whose draw holds no
     eligible user has no rate and is left out (NaN in ``replicates``). Deterministic for a given ``seed``."""
+    return bootstrap_proportions([(hits, eligible)], n_boot, seed, conf)[0]
+
+
+def bootstrap_proportions(rates: Sequence[tuple[Sequence[np.ndarray] | np.ndarray,
+                                                Sequence[np.ndarray] | np.ndarray | None]],
+                          n_boot: int = 2000, seed: int = 0, conf: float = 0.95
+                          ) -> list[tuple[float, float, float, np.ndarray]]:
+    """``bootstrap_proportion`` of several rates over the same seeds and users, (hits, eligible) each, from one set of
+    draws: each rate gets what ``bootstrap_proportion`` gives it alone with the same ``seed``."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1 (got {n_boot})")
-    H = _as_seeds(hits, "hits")
-    E = np.ones_like(H) if eligible is None else _as_seeds(eligible, "eligible")
-    if E.shape != H.shape:
-        raise ValueError(f"hits {H.shape} and eligible {E.shape} differ in shape")
-    if np.any((H != 0) & (H != 1)) or np.any((E != 0) & (E != 1)):
-        raise ValueError("hits and eligible hold 0 or 1 per user")
     _z(conf)
-    K = H * E
-    if E.sum() == 0:
-        raise ValueError("no eligible user in any seed")
-    estimate = float(K.sum() / E.sum())
-    n_seeds, n_users = H.shape
+    pairs = []
+    for hits, eligible in rates:
+        H = _as_seeds(hits, "hits")
+        E = np.ones_like(H) if eligible is None else _as_seeds(eligible, "eligible")
+        if E.shape != H.shape:
+            raise ValueError(f"hits {H.shape} and eligible {E.shape} differ in shape")
+        if np.any((H != 0) & (H != 1)) or np.any((E != 0) & (E != 1)):
+            raise ValueError("hits and eligible hold 0 or 1 per user")
+        if E.sum() == 0:
+            raise ValueError("no eligible user in any seed")
+        pairs.append((H * E, E))
+    if not pairs:
+        return []
+    if len({K.shape for K, _ in pairs}) != 1:
+        raise ValueError("every rate needs the same seeds and users")
+    n_seeds, n_users = pairs[0][0].shape
     rng = np.random.default_rng(seed)
-    dist = np.empty(n_boot)
+    dists = [np.empty(n_boot) for _ in pairs]
     chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // n_users))
     for start in range(0, n_boot, chunk):
         n_rep = min(chunk, n_boot - start)
         users = rng.integers(0, n_users, size=(n_rep, n_users))
         w = seed_weights(rng, n_rep, n_seeds)
         counts = replicate_counts(users)
-        num, den = ((w * (counts @ X.T)).sum(axis=1) for X in (K, E))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            dist[start:start + n_rep] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    lo, hi = np.nanquantile(dist, [(1 - conf) / 2, (1 + conf) / 2])
-    return estimate, float(lo), float(hi), dist
+        for (K, E), dist in zip(pairs, dists):
+            num, den = ((w * (counts @ X.T)).sum(axis=1) for X in (K, E))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                dist[start:start + n_rep] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    out = []
+    for (K, E), dist in zip(pairs, dists):
+        lo, hi = np.nanquantile(dist, [(1 - conf) / 2, (1 + conf) / 2])
+        out.append((float(K.sum() / E.sum()), float(lo), float(hi), dist))
+    return out
 
 
 def verdict(estimate: float, p_diff: float, p_equiv: float | None, margin_text: str, alpha: float = 0.05) -> str:
