@@ -132,10 +132,10 @@ def _raise_hint(needed: int) -> str:
             f"{MEMBER_BYTES.env}={max(needed, MEMBER_BYTES.value) + (1 << 20)})")
 
 
-def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = None) -> bytes:
-    """The bytes of member ``name`` of ``z``: refused where it declares more than ``cap`` (default: what the
-    archive may unpack to); read never past its declared size; a damaged member is a ResdomError naming
-    ``where:name``."""
+def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = None) -> bytearray:
+    """The bytes of member ``name`` of ``z`` (a bytearray: no second copy of a large member): refused where it
+    declares more than ``cap`` (default: what the archive may unpack to); read never past its declared size; a
+    damaged member is a ResdomError naming ``where:name``."""
     label = f"{where}:{name}"
     try:
         info = z.getinfo(name)
@@ -158,7 +158,7 @@ def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = Non
         raise
     except _ARCHIVE_ERRORS as e:
         raise _damaged(label, e) from None
-    return bytes(out)
+    return out
 
 
 LZMA_DICTIONARY = 64 * 1024 * 1024  # the largest dictionary an LZMA member may ask for (xz -9 uses 64 MiB)
@@ -276,7 +276,7 @@ def load_npz(source: str | Path | bytes, where: str | None = None) -> dict[str, 
         for info in z.infolist():
             if not info.filename or info.filename.endswith("/"):  # a folder, or a name a damaged header emptied
                 continue
-            data = bytearray(read_member(z, info.filename, where))
+            data = read_member(z, info.filename, where)  # writable; the array is a view of it (no copy)
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             out[name] = npy_array(data, f"{where}:{info.filename}")
     return out

@@ -321,7 +321,8 @@ class RestrictedUnpickler(pickle._Unpickler):
             raise ResdomError(f"{self._source}: refused: storage key {short(key, 80)}")
         key = str(key)
         if key not in self._read:  # read each record once (torch.save names a shared storage once per view)
-            self._read[key] = bytearray(self._storages(key, self._budget))
+            raw_bytes = self._storages(key, self._budget)
+            self._read[key] = raw_bytes if isinstance(raw_bytes, bytearray) else bytearray(raw_bytes)
             self.charge(len(self._read[key]), f"storage record {key}")
         raw = self._read[key]
         itemsize = torch.empty((), dtype=dtype).element_size()
