@@ -102,3 +102,24 @@ def test_the_demo_says_how_training_ended() -> None:
                                               "validation NDCG@10 in 10 epochs; the best, epoch 13, is kept")
     full = {"stopped": "max_epochs", "epochs_run": 5, "best_epoch": 4, "metric": "NDCG@10"}
     assert training_line(full, 5, 10) == "trained all 5 of 5 epochs; the best by validation NDCG@10, epoch 4, is kept"
+
+
+@pytest.mark.parametrize("command", [["train"], ["data", "split"], ["evaluate"], ["recommend"], ["similar"]])
+def test_help_at_80_columns_cuts_no_word(command, capsys, monkeypatch) -> None:
+    """Every option's help, its default included, is readable in an 80-column terminal: rich marks a word it had to
+    cut with an ellipsis."""
+    from cli_helpers import invoke
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TERMINAL_WIDTH", "80")
+    assert invoke(*command, "--help") == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 80 and ("--device" in out) == (command != ["data", "split"])
+    assert "…" not in out, [x for x in out.splitlines() if "…" in x]
+
+
+def test_filter_seen_and_its_older_name_are_one_option(capsys) -> None:
+    from cli_helpers import invoke
+
+    assert invoke("evaluate", "nowhere", "--filter-seen", "--no-filter") == 2
+    assert "--filter-seen and --no-filter disagree; give one of them" in capsys.readouterr().err

@@ -35,7 +35,7 @@ SOURCE_HELP = (
     "one file, 'items.txt,times.txt' (paired files), or a folder with one *item* and one *time* file."
 )
 DATA_DIR_HELP = (
-    "Folder laid out like shared/data/raw (bsarec/Beauty.txt, ...) holding the registered files. "
+    "Folder laid out like shared/data/raw (a bsarec folder with Beauty.txt, ...) holding the registered files. "
     "Default: $RESDOM_DATA_DIR, then the user cache ($RESDOM_CACHE_DIR or ~/.cache/resdom), then download."
 )
 FORMAT_HELP = ("Input format: user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens, and the native "
@@ -58,11 +58,11 @@ _READ_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
      typer.Option(None, "--remove-repeats/--keep-repeats",
                   help="Remove consecutive repeats of an item within a user (default keep).")),
     ("user_col", str | None,
-     typer.Option(None, "--user-col", help="User column (csv/tsv/parquet/recbole; default user_id).")),
+     typer.Option(None, "--user-col", help="User column (csv, tsv, parquet, recbole; default user_id).")),
     ("item_col", str | None,
-     typer.Option(None, "--item-col", help="Item column (csv/tsv/parquet/recbole; default item_id).")),
+     typer.Option(None, "--item-col", help="Item column (csv, tsv, parquet, recbole; default item_id).")),
     ("time_col", str | None,
-     typer.Option(None, "--time-col", help="Timestamp column (csv/tsv/parquet/recbole; default timestamp). A table "
+     typer.Option(None, "--time-col", help="Timestamp column (csv, tsv, parquet, recbole; default timestamp). A table "
                   "without it is an error unless --no-time.")),
     ("no_time", bool,
      typer.Option(False, "--no-time", help="No timestamps: each user's interactions in the file's row order (a table "

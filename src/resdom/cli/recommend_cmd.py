@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from resdom.bounded import load_json
-from resdom.cli.values import parse_alphas, positive_int
+from resdom.cli.values import one_filter, parse_alphas, positive_int
 from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
@@ -202,13 +202,14 @@ def recommend(
     items: str | None = typer.Option(None, "--items", help="a whitelist: only these may be recommended; "
                                      + ITEMS_HELP),
     exclude: str | None = typer.Option(None, "--exclude", help="items never recommended; " + ITEMS_HELP),
-    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (user_id,item_id,score,rank); "
-                                    "default: print the CSV"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (columns user_id, item_id, score, "
+                                    "rank); default: print the CSV"),
     alpha: float = typer.Option(1.0, "--alpha", help="residual scale at inference, in [0, 1] (1: as trained)"),
     filter_seen: bool | None = typer.Option(
-        None, "--filter-seen/--no-filter-seen", "--filter/--no-filter",
+        None, "--filter-seen/--no-filter-seen",
         help="never (or also) recommend items the user already has; default: the data set's setting (filtered, "
-             "but for data sets that keep seen items, as evaluation)"),
+             "but for data sets that keep seen items, as evaluation); --filter / --no-filter say the same"),
+    filter_old: bool | None = typer.Option(None, "--filter/--no-filter", hidden=True),
     history: str = typer.Option("all", "--history", help="all (each user's whole history), or test / valid (that "
                                 "part's inputs, as evaluation scores them)"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
@@ -216,6 +217,7 @@ def recommend(
 ) -> None:
     """Top K items per user (or per session of --sequences), in the data's own user and item ids, as CSV in
     RecTools' columns: user_id,item_id,score,rank."""
+    filter_seen = one_filter(filter_seen, filter_old)
     positive_int(k, "--k")
     positive_int(batch_size, "--batch-size")
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
@@ -263,8 +265,8 @@ def similar(
     run_dir: Path = typer.Argument(..., help="a run directory (`resdom train`, an import, or Fitted.save)"),
     items: str = typer.Option("all", "--items", help="'all' (every item), or " + ITEMS_HELP),
     k: int = typer.Option(10, "--k", "-k", help="similar items per item"),
-    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (target_item_id,item_id,score,"
-                                    "rank); default: print the CSV"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (columns target_item_id, item_id, "
+                                    "score, rank); default: print the CSV"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
 ) -> None:
     """The K items nearest each item by cosine over the model's output item embeddings (the item itself left out),

@@ -31,7 +31,7 @@ from resdom.cli.data_options import (
     split_manifest,
     with_config_data,
 )
-from resdom.cli.values import parse_cutoffs, positive_int, progress_option
+from resdom.cli.values import one_filter, parse_cutoffs, positive_int, progress_option
 from resdom.data.readers import not_text, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import OptionError, ResdomError
@@ -279,7 +279,9 @@ def train(
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with model:, train: and data: "
                                        "sections, or a shipped configuration's name (`resdom config list`)"),
     set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
-    epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
+    epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs (default: the model's for the "
+                                      "protocol, `resdom config show MODEL` prints it); on a saved run, more epochs "
+                                      "resume it unless early stopping ended it"),
     seed: int | None = typer.Option(None, "--seed", help="random seed (default 17)"),
     device: str | None = typer.Option(None, "--device", help="auto (the default: cuda, then mps, then cpu) | cpu | "
                                       "cuda | mps"),
@@ -339,9 +341,10 @@ def evaluate(
     split: str = typer.Option("test", "--split", help="valid | test"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     filter_seen: bool | None = typer.Option(
-        None, "--filter-seen/--no-filter-seen", "--filter/--no-filter",
+        None, "--filter-seen/--no-filter-seen",
         help="remove (or keep) each user's input items in the ranking; default: the data set's setting (filtered, "
-             "except data sets that keep seen items: diginetica, zvuk)"),
+             "except data sets that keep seen items: diginetica, zvuk); --filter / --no-filter say the same"),
+    filter_old: bool | None = typer.Option(None, "--filter/--no-filter", hidden=True),
     cutoffs: str = typer.Option(",".join(map(str, CUTOFFS)), "--cutoffs", help="the K of HR@K and NDCG@K, "
                                 "comma-separated"),
     beyond: bool = typer.Option(False, "--beyond", help="also the beyond-accuracy metrics of the same top-K lists: "
@@ -356,6 +359,7 @@ def evaluate(
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated (--beyond:
     coverage, popularity, novelty and echo of the same top-K lists)."""
+    filter_seen = one_filter(filter_seen, filter_old)
     if split not in PARTS:
         raise ResdomError(f"--split: expected {' or '.join(PARTS)}, got {split!r}")
     ks = parse_cutoffs(cutoffs)

@@ -40,3 +40,12 @@ def parse_cutoffs(text: str, option: str = "--cutoffs") -> tuple[int, ...]:
     if len(set(values)) != len(values):
         raise ResdomError(f"{option}: repeated cutoff in {text!r}")
     return tuple(values)
+
+
+def one_filter(filter_seen: bool | None, filter_old: bool | None) -> bool | None:
+    """``--filter-seen/--no-filter-seen`` and its older name ``--filter/--no-filter`` (hidden from the help): one
+    value, or a ResdomError where both are given and disagree."""
+    if filter_seen is not None and filter_old is not None and filter_seen != filter_old:
+        raise ResdomError(f"--{'' if filter_seen else 'no-'}filter-seen and --{'' if filter_old else 'no-'}filter "
+                          "disagree; give one of them")
+    return filter_seen if filter_seen is not None else filter_old
