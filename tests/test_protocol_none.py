@@ -90,7 +90,7 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
                              "model.hidden=8", "--set", "model.layers=1", "--device", "cpu", "--no-progress",
                              "--out", "run")
     assert code == 0, err
-    assert out == ("run: trained 1 epochs on every interaction (protocol none: nothing held out, the last epoch "
+    assert out == ("run: trained 1 epoch on every interaction (protocol none: nothing held out, the last epoch "
                    "kept); `resdom recommend` reads it\n")
     assert "data: none split: every user and interaction in training (nothing held out)" in err
     code, out, err = run_cli(capsys, "recommend", "run", "-k", "2", "--device", "cpu")

@@ -327,7 +327,8 @@ def train(
         raise typer.Exit(130) from None
     if is_main:
         if split.manifest.get("protocol") == "none" and not result["valid"]["n_users"]:
-            typer.echo(f"{out}: trained {result['epochs_run']} epochs on every interaction (protocol none: nothing "
+            n = result["epochs_run"]
+            typer.echo(f"{out}: trained {n} epoch{'' if n == 1 else 's'} on every interaction (protocol none: nothing "
                        "held out, the last epoch kept); `resdom recommend` reads it")
             return
         typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
