@@ -150,8 +150,9 @@ def test_fidelity_line_counts_comparable_values_only() -> None:
 def test_fidelity_line_counts_a_value_held_under_two_orderings_once() -> None:
     """a and a-ties both cut the paper's A: its Attn is one published value, outside only where it is outside under
     both orderings; its HRLI@1, outside under one only, is not counted outside."""
-    two = FIDELITY.replace("| b (B) | 3 |", "| a-ties (A) | 3 | 0.800 [0.790, 0.810] vs 0.776 (+0.024) ✗ | 0.800 [0.770, "
-                           "0.830] vs ~0.780 (+0.020) ✓ |\n| b (B) | 3 |")
+    ties = ("| a-ties (A) | 3 | 0.800 [0.790, 0.810] vs 0.776 (+0.024) ✗ | 0.800 [0.770, 0.830] vs ~0.780 (+0.020) ✓ "
+            "|\n| b (B) | 3 |")
+    two = FIDELITY.replace("| b (B) | 3 |", ties)
     assert fidelity_line(two).startswith("Beside the paper's published numbers (`fidelity` block): 1 of 3 distinct "
                                          "published values")
 
