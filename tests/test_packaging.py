@@ -250,3 +250,43 @@ def test_the_sdist_holds_what_its_tests_need_and_a_test_runs_from_it(tmp_path: P
     done = _run([sys.executable, "-m", "pytest", "tests/test_recommend.py", "-q", "-p", "no:cacheprovider",
                  "-k", "top_k or cli_sessions or similar_items"], root, env, timeout=600)
     assert re.search(r"^3 passed", done.stdout, re.M), done.stdout[-2000:]
+
+
+# ------------------------------------------------------------------------------- the practitioner's loop, installed
+
+LOOP_CSV = "customer,product,ts\n" + "".join(
+    f"c{u:02d},sku-{(u * 7 + t * 3) % 23:02d},{1_700_000_000 + 3600 * t + u}\n" for u in range(40) for t in range(6))
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_the_practitioners_loop_from_an_empty_directory(tmp_path: Path) -> None:
+    """Issue 60, done when: from the installed wheel in an empty folder, protocol none trains on everything,
+    recommend scores users and a sessions file (one of its items unknown) with a whitelist, similar lists
+    neighbours, and evaluate --beyond prints the beyond-accuracy metrics, each in RecTools' columns where a table."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "RESDOM_DATA_DIR", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1", RESDOM_CACHE_DIR=str(tmp_path / "cache"))
+    bin_dir = _fresh_venv(tmp_path, _wheel(tmp_path, env), env)
+    cwd = _empty(tmp_path, "loop")
+    (cwd / "shop.csv").write_text(LOOP_CSV)
+    (cwd / "sessions.csv").write_text("session_id,item_id\ns1,sku-01\ns1,sku-04\ns2,sku-09\ns2,nope\n")
+    (cwd / "whitelist.txt").write_text("".join(f"sku-{i:02d}\n" for i in range(0, 23, 2)))
+    cols = ["--user-col", "customer", "--item-col", "product", "--time-col", "ts"]
+    tiny = ["--epochs", "1", "--set", "model.hidden=8", "--set", "model.layers=1", "--device", "cpu", "--no-progress"]
+    commands = [["train", "shop.csv", *cols, "--protocol", "none", "--out", "prod", *tiny],
+                ["recommend", "prod", "--users", "c00,c01", "-k", "3", "--device", "cpu"],
+                ["recommend", "prod", "--sequences", "sessions.csv", "--items", "whitelist.txt", "-k", "2",
+                 "--device", "cpu"],
+                ["similar", "prod", "--items", "sku-01", "-k", "2", "--device", "cpu"],
+                ["train", "shop.csv", *cols, "--out", "loo", *tiny],
+                ["evaluate", "loo", "--beyond", "--cutoffs", "5", "--json", "--device", "cpu"]]
+    done = json.loads(_run([str(bin_dir / "python"), "-c", COMMANDS_SCRIPT, json.dumps(commands)], cwd, env).stdout)
+    assert Path(done["file"]).is_relative_to(bin_dir.parent), done["file"]
+    assert [r["code"] for r in done["runs"]] == [0] * len(commands), done["runs"]
+    _, users, sessions, similar, _, evaluated = (r["stdout"].splitlines() for r in done["runs"])
+    assert users[0] == "user_id,item_id,score,rank" and len(users) == 1 + 2 * 3
+    assert sessions[0] == "user_id,item_id,score,rank" and {x.split(",")[0] for x in sessions[1:]} == {"s1", "s2"}
+    assert all(int(x.split(",")[1].removeprefix("sku-")) % 2 == 0 for x in sessions[1:])  # the whitelist
+    assert similar[0] == "target_item_id,item_id,score,rank" and len(similar) == 3
+    metrics = json.loads("\n".join(evaluated))["metrics"]
+    assert {"HR@5", "Coverage@5", "AvgPop@5", "Novelty@5", "Echo@5", "EchoNN@5"} <= set(metrics)
