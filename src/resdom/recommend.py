@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 HISTORIES = ("all", "test", "valid")
-COLUMNS = ("user_id", "item_id", "score", "rank")  # RecTools' columns (resdom before 0.2: user, item, rank, score)
+COLUMNS = ("user_id", "item_id", "score", "rank")  # RecTools' columns (resdom wrote user, item, rank, score before)
 SIMILAR_COLUMNS = ("target_item_id", "item_id", "score", "rank")  # RecTools' item-to-item columns
 OLD_HEADER = "user,item,rank,score"  # the CSV header resdom recommend wrote before: still an earlier output
 
