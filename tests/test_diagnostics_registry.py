@@ -1,6 +1,7 @@
-"""The diagnostics registry (``diagnostics.registry``) and the diagnose options (``diagnostics.options``): every
-listing of diagnostics derives from the registry, so a sixth diagnostic registered here (in the test alone) is
-computed, written, summarised and reported by the runner, the API, the CLI and the report with no other edit;
+"""The records of the diagnostics (``resdom.records``, one record each) and the diagnose options
+(``diagnostics.options``): every listing of diagnostics derives from the records, so a sixth diagnostic registered
+here (in the test alone: its compute function, result class, table and figure) is computed, written, summarised,
+tabled and drawn by the runner, the API, the CLI and the report with no other edit;
 the summary each record makes reproduces every stored cell's summary.json; bad options name their field (the
 CLI: its flag)."""
 
@@ -19,10 +20,11 @@ import torch
 from cli_helpers import invoke
 
 import resdom
-from resdom.diagnostics.options import DiagnoseOptions, diagnose_options
-from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, diagnostic_names, registered
+from resdom.diagnostics.options import Context, DiagnoseOptions, diagnose_options
+from resdom.diagnostics.registry import compute_of
 from resdom.diagnostics.runner import format_summary, parse_what, run_all, summarise
 from resdom.errors import OptionError, ResdomError
+from resdom.records import REGISTRY, Column, Diagnostic, FigureSpec, TableSpec, diagnostic_names, registered, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 FIVE = ["shuffle", "hrli", "mixing", "alpha", "recovery"]
@@ -54,9 +56,31 @@ def _length(model: Any, split: Any, ctx: Context) -> LengthResult:
                         len(lengths))
 
 
+def _length_values(d: Any) -> dict[str, float | None]:
+    return {"mean_length": d.get("mean_length")}
+
+
+def _length_figure(runs: list[Any], name: str) -> Any:
+    """The sixth diagnostic's report figure: a bar of the mean input length per run."""
+    from matplotlib.figure import Figure
+
+    from resdom.report.figures import ReportFigure
+
+    shown = [r for r in runs if r.diag(name)]
+    if not shown:
+        return None
+    fig = Figure(figsize=(3, 2))
+    fig.add_subplot().bar(range(len(shown)), [r.diag(name)["mean_length"] for r in shown])
+    return ReportFigure(name, "Input lengths", "The mean number of input items per user.", fig)
+
+
 SIXTH = Diagnostic("length", "input lengths", _length, LengthResult, options=("recency",),
                    headline=lambda d: {"mean_length": d["mean_length"]},
-                   lines=lambda s: [f"mean input length {s['mean_length']:.2f}"] if "mean_length" in s else [])
+                   lines=lambda s: [f"mean input length {s['mean_length']:.2f}"] if "mean_length" in s else [],
+                   values=_length_values,
+                   table=TableSpec("Input lengths", "The mean number of input items per user.",
+                                   (Column("mean_length", "Mean length", "num"),)),
+                   figures=(FigureSpec("length", _length_figure),))
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +110,19 @@ def test_the_five_diagnostics_in_canonical_order() -> None:
     assert list(diagnostic_names()) == FIVE
 
 
+def test_every_reference_of_a_record_resolves() -> None:
+    """The records name their compute function, result class and figure builders (torch and matplotlib are imported
+    only when one is used): each name resolves, and the result class is the one the compute function returns."""
+    import typing
+
+    for d in REGISTRY.values():
+        compute = compute_of(d)
+        assert callable(compute) and isinstance(resolve(d.result), type)
+        assert typing.get_type_hints(compute)["return"] is resolve(d.result)
+        for build in [f.build for f in d.figures] + list(d.plots.values()):
+            assert callable(resolve(build))
+
+
 def test_every_option_a_diagnostic_reads_is_a_field_and_every_field_is_read() -> None:
     fields = set(DiagnoseOptions.model_fields)
     read = {o for d in REGISTRY.values() for o in d.options}
@@ -93,10 +130,12 @@ def test_every_option_a_diagnostic_reads_is_a_field_and_every_field_is_read() ->
     assert fields - read == {"what", "part", "batch_size"}  # the call's own options
 
 
-def test_a_sixth_diagnostic_reaches_runner_api_cli_and_report(run_dir: Path, capsys: pytest.CaptureFixture[str]
-                                                             ) -> None:
+def test_a_sixth_diagnostic_reaches_runner_api_cli_and_report(run_dir: Path, capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
     from resdom.pipeline.common import missing_diagnostics
+    from resdom.report import build_report
     from resdom.report.collect import read_run
+    from resdom.report.figures import figure_keys
 
     with registered(SIXTH):
         assert list(DiagnoseOptions().diagnostics) == [*FIVE, "length"]
@@ -121,23 +160,32 @@ def test_a_sixth_diagnostic_reaches_runner_api_cli_and_report(run_dir: Path, cap
         valid_lengths = np.asarray(fitted.split.valid.inputs.lengths)
         assert summary["mean_length"] == pytest.approx(valid_lengths.mean()) and "length" in summary["seconds"]
         assert "mean input length" in format_summary(summary)
-        assert "length" not in missing_diagnostics(run_dir)
+        assert "length" in missing_diagnostics(run_dir)  # a file of the valid split: the report reads test files
         # the CLI: --what takes it, the summary prints it
         code = invoke("diagnose", str(run_dir), "--what", "length", "--no-progress")
         out = capsys.readouterr()
         assert code == 0 and "mean input length" in out.out, out.err
-        # the report reads its file like any other
+        assert "length" not in missing_diagnostics(run_dir)
+        # the report reads its file like any other: its table (after the built-in diagnostics' tables) with its
+        # number, its figure in report.html and report.md
         assert read_run(run_dir).diag("length")["mean_length"] == pytest.approx(lengths.mean())  # the CLI: test
-    assert "length" not in diagnostic_names()
+        paths = build_report([run_dir], tmp_path / "report")
+        names = [t.name for t in paths.tables_data]
+        assert names.index("length") == names.index("recovery") + 1
+        assert f"{lengths.mean():.2f}" in (tmp_path / "report" / "tables" / "length.md").read_text()
+        assert "length" in figure_keys() and paths.figures["length"]["png"].is_file()
+        assert "## Input lengths" in paths.markdown.read_text()
+        assert 'id="fig-length"' in paths.html.read_text()
+    assert "length" not in diagnostic_names() and "length" not in figure_keys()
 
 
-def test_no_module_outside_the_registry_lists_the_diagnostics() -> None:
-    """No literal tuple, list, set or dict of three or more diagnostic names in src/resdom outside the registry
-    (the report is a function of the stored files: its tables and figures read the files they show)."""
+def test_no_module_outside_the_records_lists_the_diagnostics() -> None:
+    """No literal tuple, list, set or dict of three or more diagnostic names in src/resdom outside the records
+    (``resdom.records``), the report included: its tables and figures come from the records."""
     found = []
     for path in sorted((ROOT / "src" / "resdom").rglob("*.py")):
         rel = path.relative_to(ROOT / "src" / "resdom").as_posix()
-        if rel == "diagnostics/registry.py" or rel.startswith("report/"):
+        if rel == "records.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             elts = (node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set))

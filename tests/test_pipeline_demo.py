@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from resdom.cli.main import _typer_app
 from resdom.pipeline import DemoSettings, GridSpec, reproduce, run_demo
 from resdom.pipeline.remedies import remedy_grid
-from resdom.report.figures import FIGURE_KEYS
+from resdom.report.figures import figure_keys
 
 TINY = "synthetic:n_users=120,n_items=40,min_len=6,max_len=14"
 SHORT = "synthetic:n_users=3,n_items=40,min_len=2,max_len=2"  # a data set whose every cell fails: no loo split
@@ -28,7 +28,7 @@ def test_demo_end_to_end_and_rerun(tmp_path: Path) -> None:
     for name in ("shuffle", "hrli", "mixing", "alpha", "recovery", "summary"):
         assert (run / "diagnostics" / f"{name}.json").is_file(), name
     assert result.report_html.is_file() and (tmp_path / "demo" / "report.md").is_file()
-    for key in FIGURE_KEYS:
+    for key in figure_keys():
         assert (tmp_path / "demo" / "figures" / f"{key}.png").is_file(), key
     text = "\n".join(result.findings)
     assert "Mixing ratio" in text and "HRLI@1 =" in text and "Recoverable misses" in text

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from resdom.report import build_report, find_run_dirs
-from resdom.report.figures import FIGURE_KEYS
+from resdom.report.figures import figure_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "diagnostics"
@@ -80,10 +80,10 @@ def test_report_renders_in_chromium(report: Path, tmp_path: Path) -> None:
     dom, probe, console = render(report, tmp_path, screenshot=ARTIFACTS / "report.png")
     assert probe["errors"] == [] and console == [], (probe["errors"], console)
     assert probe["broken"] == [], f"images that did not decode: {probe['broken']}"
-    assert probe["images"] == len(FIGURE_KEYS)
-    for section in ("findings", "runs", "tables", *(f"fig-{k}" for k in FIGURE_KEYS)):
+    assert probe["images"] == len(figure_keys())
+    for section in ("findings", "runs", "tables", *(f"fig-{k}" for k in figure_keys())):
         assert f'id="{section}"' in dom, f"section {section} missing from the rendered DOM"
-    for key in FIGURE_KEYS:
+    for key in figure_keys():
         assert f'data-figure="{key}"' in dom, f"figure {key} missing"
     for table in ("runs", "datasets", "mixing", "hrli", "shuffle", "recovery", "accuracy"):
         assert f'id="table-{table}"' in dom

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from resdom.report import build_report, find_run_dirs, read_runs
-from resdom.report.figures import FIGURE_KEYS, MODEL_COLORS, all_figures, model_color
+from resdom.report.figures import MODEL_COLORS, all_figures, figure_keys, model_color
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
 
@@ -22,7 +22,7 @@ def figures() -> dict:
 
 
 def test_every_figure_built_with_labels_and_legend(figures: dict) -> None:
-    assert list(figures) == list(FIGURE_KEYS)
+    assert list(figures) == list(figure_keys())
     for key, f in figures.items():
         assert f.caption.endswith(".") and f.title
         assert f.figure.legends, f"{key}: no legend"
@@ -95,18 +95,18 @@ def test_bar_heights_are_seed_means(figures: dict) -> None:
 @pytest.mark.slow
 def test_report_files(tmp_path: Path) -> None:
     paths = build_report(find_run_dirs(FIXTURES), tmp_path, title="t")
-    for key in FIGURE_KEYS:
+    for key in figure_keys():
         assert paths.figures[key]["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert paths.figures[key]["pdf"].read_bytes()[:5] == b"%PDF-"
     html = paths.html.read_text()
     assert "<script" not in html and "http://" not in html and "https://" not in html  # self-contained
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == len(FIGURE_KEYS)
-    for key in FIGURE_KEYS:
+    assert len(images) == len(figure_keys())
+    for key in figure_keys():
         section = re.search(rf'<section id="fig-{key}".*?</section>', html, re.S).group(0)
         assert '<p class="caption">' in section and "data:image/png" in section
     md = paths.markdown.read_text()
-    for key in FIGURE_KEYS:
+    for key in figure_keys():
         assert f"(figures/{key}.png)" in md
     assert "| toyA | sasrec | 2 | 0.850 ± 0.071 |" in md
     assert "Mixing ratio drops from 0.850 at Attn to 0.250 at +Res" in "\n".join(paths.findings)
@@ -118,7 +118,7 @@ def test_report_without_diagnostics(tmp_path: Path) -> None:
     shutil.rmtree(run / "diagnostics")
     paths = build_report([run], tmp_path / "out")
     html = paths.html.read_text()
-    assert paths.figures == {} and html.count('class="missing"') == len(FIGURE_KEYS)
+    assert paths.figures == {} and html.count('class="missing"') == len(figure_keys())
     assert "toyB" in html and "0.200" in html  # the run and its test HR@10 from metrics.json
 
 
@@ -146,7 +146,7 @@ def test_small_bars_carry_their_value(tmp_path: Path) -> None:
     mixing = json.loads(path.read_text())
     mixing["pooled"]["all"] = {"Attn": 0.8, "+Res": 0.0}
     path.write_text(json.dumps(mixing))
-    ax = fig_mixing_stages(read_runs([run])).figure.axes[0]
+    ax = fig_mixing_stages(read_runs([run]), "mixing").figure.axes[0]
     assert [t.get_text() for t in ax.texts if t.get_text()] == ["0.000"]  # 0.8 carries none
 
 
@@ -157,7 +157,7 @@ def test_hrl2i_bars_show_on_a_log_axis(figures: dict) -> None:
 
     ax = figures["hrli"].figure.axes[0]
     assert ax.get_yscale() == "log" and ax.get_ylim()[0] == pytest.approx(LOG_FLOOR)
-    fig = fig_reliance_by_model(_five_model_runs()).figure
+    fig = fig_reliance_by_model(_five_model_runs(), "hrli").figure
     ax = fig.axes[0]
     hrl2i = [c for c in ax.containers if hasattr(c, "patches")][1]
     assert [p.get_height() for p in hrl2i.patches] == pytest.approx([LOG_FLOOR, 0.02, 0.04, 0.06, 0.08])
@@ -271,7 +271,7 @@ def test_reliance_by_model_figure_has_all_five_models() -> None:
     from resdom.names import MODELS
     from resdom.report.figures import fig_reliance_by_model, fig_shuffle
 
-    fig = fig_reliance_by_model(_five_model_runs())
+    fig = fig_reliance_by_model(_five_model_runs(), "hrli")
     assert fig is not None and fig.key == "hrli_by_model"
     for d, ax in enumerate(fig.figure.axes):
         labels = [t.get_text() for t in ax.get_xticklabels()]
@@ -281,7 +281,7 @@ def test_reliance_by_model_figure_has_all_five_models() -> None:
             assert hrli[m].get_height() == pytest.approx(0.1 * m + 0.015 + 0.2 * d)  # mean of the two seeds
             assert hrl2i[m].get_height() == pytest.approx(max(0.02 * m, 0.001))  # 0 sits on the log axis' floor
             assert to_hex(hrli[m].get_facecolor()) == MODEL_COLORS[model].lower()
-    shuffle = fig_shuffle(_five_model_runs())
+    shuffle = fig_shuffle(_five_model_runs(), "shuffle")
     colours = {to_hex(p.get_facecolor()) for p in shuffle.figure.axes[0].patches}
     assert colours == {MODEL_COLORS[m].lower() for m in MODELS}
 
@@ -294,7 +294,7 @@ def test_reliance_by_model_panels_hold_their_own_models_and_no_remedy_variants()
     from resdom.report.figures import fig_reliance_by_model
 
     runs = [r for r in _five_model_runs() if r.dataset == "beauty-ts" or r.model in ("sasrec", "gru4rec")]
-    fig = fig_reliance_by_model(runs)
+    fig = fig_reliance_by_model(runs, "hrli")
     ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.figure.axes]
     assert ticks == [["SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"], ["SASRec", "GRU4Rec"]]
     gru = next(c for c in fig.figure.axes[1].containers if hasattr(c, "patches")).patches[1]
@@ -385,13 +385,13 @@ def test_many_data_sets_wrap_onto_lines_of_panels() -> None:
                                    "shuffle": shuffle})
             for i, d in enumerate(datasets)]
     assert MAX_COLUMNS == 3
-    for fig in (fig_reliance_by_model(runs).figure, fig_shuffle(runs).figure):
+    for fig in (fig_reliance_by_model(runs, "hrli").figure, fig_shuffle(runs, "shuffle").figure):
         assert [ax.get_title() for ax in fig.axes] == datasets and fig.get_figwidth() <= PAGE_WIDTH
         grid = [ax.get_subplotspec() for ax in fig.axes]
         assert [(g.rowspan.start, g.colspan.start) for g in grid] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    bars = next(c for c in fig_reliance_by_model(runs).figure.axes[5].containers if hasattr(c, "patches"))
+    bars = next(c for c in fig_reliance_by_model(runs, "hrli").figure.axes[5].containers if hasattr(c, "patches"))
     assert bars.patches[0].get_height() == pytest.approx(0.75)  # set5's HRLI@1
-    assert {ax.get_ylabel() for ax in fig_shuffle(runs).figure.axes} == {"test NDCG@10"}  # one statistic
+    assert {ax.get_ylabel() for ax in fig_shuffle(runs, "shuffle").figure.axes} == {"test NDCG@10"}  # one statistic
 
 
 def test_remedy_points_close_together_get_an_inset() -> None:
@@ -433,16 +433,16 @@ def test_alpha_figures_give_each_data_set_a_panel_and_one_statistic() -> None:
                 for i in range(n)]
 
     for n in (1, 5, 9):
-        fig = fig_alpha_hrli(runs(n))
+        fig = fig_alpha_hrli(runs(n), "alpha")
         assert fig.key == "alpha_hrli" and "HRLI@1" in fig.title and fig.figure.get_figwidth() <= PAGE_WIDTH
         assert [ax.get_title() for ax in fig.figure.axes] == [f"set{i}" for i in range(n)]
         for i, ax in enumerate(fig.figure.axes):
             (line,) = ax.get_lines()  # set i's line alone
             assert list(line.get_ydata()) == pytest.approx([i + 0.0, i + 0.35, i + 0.7])
             assert ax.get_ylabel() == "HRLI@1"
-    assert fig_alpha_mixing(runs(2)).figure.axes[0].get_ylabel() == "mixing ratio at +Res"
-    assert fig_alpha_accuracy(runs(2)).figure.axes[0].get_ylabel() == "test HR@10"
-    api = fig_alpha_sweep(runs(1)).figure
+    assert fig_alpha_mixing(runs(2), "alpha").figure.axes[0].get_ylabel() == "mixing ratio at +Res"
+    assert fig_alpha_accuracy(runs(2), "alpha").figure.axes[0].get_ylabel() == "test HR@10"
+    api = fig_alpha_sweep(runs(1), "alpha").figure
     assert [ax.get_title() for ax in api.axes] == ["mixing ratio at +Res", "HRLI@1", "test HR@10"]
 
 
@@ -465,7 +465,7 @@ def test_a_band_of_shares_stays_inside_0_and_1(tmp_path: Path) -> None:
         dirs.append(run)
     runs = read_runs(dirs)
     assert len({r.seed for r in runs}) == 2
-    fig = fig_recovery(runs)
+    fig = fig_recovery(runs, "recovery")
     assert fig is not None
     ax = fig.figure.axes[0]
     band = [c for c in ax.collections if len(c.get_paths()) and c.get_paths()[0].vertices.shape[0] > 4][0]

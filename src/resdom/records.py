@@ -326,6 +326,7 @@ MIXING_TABLE = TableSpec(
 # --------------------------------------------------------------------------------------------------- alpha
 
 
+ALPHA = "alpha"  # the name, for the modules that read its results (the remedies figure)
 ALPHA_COLUMNS = ("HRLI@1", "HRL2I@1", "HR@10", "NDCG@10")
 
 
@@ -361,24 +362,26 @@ def alpha_values(d: Mapping[str, Any]) -> dict[str, float | None]:
 # ------------------------------------------------------------------------------------------------ recovery
 
 
+RECOVERY = "recovery"  # the name, for the modules that read its results (the per-user evidence, findings)
 RECOVERY_ALPHAS: tuple[float, ...] = (0.1, 0.2, 0.3)  # the alphas the paper's recovery table reports
+RECOVERY_CURVE = "recovery"  # a recovery curve row's key of Recovery(alpha) (recovery.json "test" "curve")
 
 
 def _recovery_headline(d: Mapping[str, Any]) -> dict[str, Any]:
     t, K = d["test"], d["K"]
-    return {"recovery": {
+    return {RECOVERY: {
         "alpha_star": d["alpha_star"], "recoverable_share": t["recoverable_share"],
         "offset_shares": t["offset_shares"], "n_users": t["n_users"],
-        "recovery_at_alpha_star": d["test_at_alpha_star"].get("recovery"),
+        "recovery_at_alpha_star": d["test_at_alpha_star"].get(RECOVERY_CURVE),
         "HR@10_at_alpha_star": d["test_at_alpha_star"].get(f"HR@{K}"),
         "HR@10_at_alpha_1": d["test_at_alpha_star"].get(f"HR@{K}_at_alpha_1"),
-        "max_recovery": max((r["recovery"] for r in t["curve"] if r["recovery"] is not None), default=None)}}
+        "max_recovery": max((r[RECOVERY_CURVE] for r in t["curve"] if r[RECOVERY_CURVE] is not None), default=None)}}
 
 
 def _recovery_lines(s: Mapping[str, Any]) -> list[str]:
-    if "recovery" not in s:
+    if RECOVERY not in s:
         return []
-    r = s["recovery"]
+    r = s[RECOVERY]
     shares = ", ".join(f"{k} {fmt(v)}" for k, v in r["offset_shares"].items())
     return [f"miss recovery (test, {r['n_users']} users): recoverable {fmt(r['recoverable_share'])} ({shares})",
             f"  alpha* {r['alpha_star']} (chosen on valid): recovery {fmt(r['recovery_at_alpha_star'])}, "
@@ -396,7 +399,7 @@ def recovery_values(d: Mapping[str, Any]) -> dict[str, float | None]:
     at = {round(float(row["alpha"]), 6): row for row in curve
           if isinstance(row, dict) and isinstance(row.get("alpha"), (int, float))}
     for a in RECOVERY_ALPHAS:
-        v[f"rec_at_{a}"] = number_at(at.get(round(a, 6)), "recovery")
+        v[f"rec_at_{a}"] = number_at(at.get(round(a, 6)), RECOVERY_CURVE)
     v["alpha_star"] = number_at(d, "alpha_star")
     v["HR@10_at_star"] = number_at(d, "test_at_alpha_star", "HR@10")
     return v
@@ -418,36 +421,39 @@ RECOVERY_TABLE = TableSpec(
 COMPUTE = "resdom.diagnostics.registry"  # the module of the built-in diagnostics' compute functions
 
 for _diagnostic in (
-    Diagnostic("shuffle", "position shuffles", f"{COMPUTE}:shuffle", "resdom.diagnostics.shuffle:ShuffleResult",
-               options=("seeds",), headline=_shuffle_headline, lines=_shuffle_lines, values=shuffle_values,
-               table=SHUFFLE_TABLE, figures=(FigureSpec("shuffle", f"{FIGURES}:fig_shuffle", 50),),
+    Diagnostic("shuffle", "position shuffles", f"{COMPUTE}:compute_shuffle",
+               "resdom.diagnostics.shuffle:ShuffleResult", options=("seeds",),
+               headline=_shuffle_headline, lines=_shuffle_lines, values=shuffle_values, table=SHUFFLE_TABLE,
+               figures=(FigureSpec("shuffle", f"{FIGURES}:fig_shuffle", 50),),
                plots={"shuffle": f"{FIGURES}:fig_shuffle"}),
-    Diagnostic("hrli", "last-item hit rates", f"{COMPUTE}:hrli", "resdom.diagnostics.hrli:HRLIResult",
-               options=("recency", "cutoffs"), headline=_hrli_headline, lines=_hrli_lines, values=hrli_values,
-               table=HRLI_TABLE,
+    Diagnostic("hrli", "last-item hit rates", f"{COMPUTE}:compute_hrli",
+               "resdom.diagnostics.hrli:HRLIResult", options=("recency", "cutoffs"),
+               headline=_hrli_headline, lines=_hrli_lines, values=hrli_values, table=HRLI_TABLE,
                figures=(FigureSpec("hrli", f"{FIGURES}:fig_hrli", 60),
                         FigureSpec("hrli_by_model", f"{FIGURES}:fig_reliance_by_model", 70),
                         FigureSpec("hrli_by_frequency", f"{FIGURES}:fig_hrli_by_frequency", 80)),
                plots={"hrli": f"{FIGURES}:fig_hrli"}),
-    Diagnostic("mixing", "mixing ratios", f"{COMPUTE}:mixing", "resdom.diagnostics.mixing:MixingResult",
-               needs_attention=True, options=("definition", "per_head"),
+    Diagnostic("mixing", "mixing ratios", f"{COMPUTE}:compute_mixing",
+               "resdom.diagnostics.mixing:MixingResult", needs_attention=True, options=("definition", "per_head"),
                frames={"": _to_frame, "_per_position": _mixing_per_position},
                headline=_mixing_headline, lines=_mixing_lines, values=mixing_values, table=MIXING_TABLE,
                figures=(FigureSpec("mixing_by_stage", f"{FIGURES}:fig_mixing_stages", 10),
                         FigureSpec("mixing_per_position", f"{FIGURES}:fig_per_position", 100)),
                plots={"mixing": f"{FIGURES}:fig_mixing_stages",
                       "mixing_per_position": f"{FIGURES}:fig_per_position"}),
-    Diagnostic("alpha", "alpha sweep", f"{COMPUTE}:alpha", "resdom.diagnostics.alpha:AlphaResult",
-               needs_attention=True, options=("alphas", "layers", "definition"), headline=_alpha_headline,
-               lines=_alpha_lines, values=alpha_values,
+    Diagnostic(ALPHA, "alpha sweep", f"{COMPUTE}:compute_alpha",
+               "resdom.diagnostics.alpha:AlphaResult", needs_attention=True,
+               options=("alphas", "layers", "definition"),
+               headline=_alpha_headline, lines=_alpha_lines, values=alpha_values,
                figures=(FigureSpec("alpha_mixing", f"{FIGURES}:fig_alpha_mixing", 20),
                         FigureSpec("alpha_hrli", f"{FIGURES}:fig_alpha_hrli", 30),
                         FigureSpec("alpha_accuracy", f"{FIGURES}:fig_alpha_accuracy", 40)),
-               plots={"alpha": f"{FIGURES}:fig_alpha_sweep"}),
-    Diagnostic("recovery", "miss recovery", f"{COMPUTE}:recovery", "resdom.diagnostics.recovery:RecoveryResult",
-               options=("alphas", "layers"), reads=("valid", "test"), reports="test", headline=_recovery_headline,
-               lines=_recovery_lines, values=recovery_values, table=RECOVERY_TABLE,
-               figures=(FigureSpec("recovery", f"{FIGURES}:fig_recovery", 90),),
-               plots={"recovery": f"{FIGURES}:fig_recovery"}),
+               plots={ALPHA: f"{FIGURES}:fig_alpha_sweep"}),
+    Diagnostic(RECOVERY, "miss recovery", f"{COMPUTE}:compute_recovery",
+               "resdom.diagnostics.recovery:RecoveryResult", options=("alphas", "layers"),
+               reads=("valid", "test"), reports="test",
+               headline=_recovery_headline, lines=_recovery_lines, values=recovery_values, table=RECOVERY_TABLE,
+               figures=(FigureSpec(RECOVERY, f"{FIGURES}:fig_recovery", 90),),
+               plots={RECOVERY: f"{FIGURES}:fig_recovery"}),
 ):
     register(_diagnostic)

@@ -53,6 +53,7 @@ from resdom.diagnostics.common import DEFAULT_BATCH, all_users, batches, check_m
 from resdom.diagnostics.recovery import K_RECOVERY, OFFSETS, position_ranks, recoverable_set
 from resdom.errors import ResdomError
 from resdom.models.interface import Diagnosable, final_states, residual_scale
+from resdom.records import RECOVERY_CURVE
 
 USERS_FILE = "users.npz"
 VERSION = 1
@@ -226,5 +227,5 @@ def recovery_from_evidence(header: dict[str, Any], arrays: Mapping[str, np.ndarr
     for i, a in enumerate(header["alphas"]):
         hit = arrays["alpha_target_rank"][i].astype(np.int64) <= K
         rec = float((hit & R).sum() / R.sum()) if R.any() else math.nan
-        out.append({"alpha": a, "recovery": rec, f"HR@{K}": float(hit.mean()) if hit.size else math.nan})
+        out.append({"alpha": a, RECOVERY_CURVE: rec, f"HR@{K}": float(hit.mean()) if hit.size else math.nan})
     return out

@@ -38,6 +38,7 @@ from resdom.errors import OptionError, ResdomError
 from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
+from resdom.records import RECOVERY
 from resdom.rundir import RunDir, check_links
 from resdom.runs import load_run
 
@@ -190,7 +191,7 @@ def users_evidence(model: Diagnosable, data: SplitData, results: dict[str, Any],
     """The per-user evidence on the test split, from the ranks of this call's alpha sweep (where it ran on the test
     split) and recovery (``results``), the rest computed (``evidence.user_evidence``)."""
     sweep = results["alpha"].user_ranks if "alpha" in results and options.part == "test" else None
-    rec = results.get("recovery")
+    rec = results.get(RECOVERY)
     return user_evidence(model, data, list(options.alphas), options.layer_list(),
                          rec.K if rec is not None else K_RECOVERY, sweep=sweep,
                          recoverable=rec.test.recoverable_users if rec is not None else None,

@@ -22,20 +22,16 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from matplotlib import colormaps, rc_context
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, NullFormatter
-from PIL import Image
 
 from resdom.errors import ResdomError
 from resdom.experiments import REMEDY_LABELS, remedy_variant, studied_variant
 from resdom.io import atomic_write_bytes
 from resdom.names import STAGES, band_names
+from resdom.records import ALPHA, RECOVERY_CURVE, REGISTRY, resolve
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.reliance_dynamics import GAIN_MARGIN, DynamicsTable, dynamics_figure, runs_dynamics
 from resdom.report.seed_spread import runs_seed_curves, seed_groups, spread_figure
@@ -43,7 +39,32 @@ from resdom.report.tables import remedy_runs
 from resdom.report.values import run_values
 from resdom.stored import number_at
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
 # Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
+@functools.cache
+def mpl() -> Any:
+    """The parts of matplotlib the figures draw with, imported when the first figure is drawn: importing the report
+    imports no matplotlib. ``NotebookFigure``: a matplotlib Figure that a notebook shows (as a PNG) when it is a
+    cell's value, without pyplot."""
+    from matplotlib import colormaps, rc_context
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    class NotebookFigure(Figure):
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", dpi=PNG_DPI)
+            return buf.getvalue()
+
+    return SimpleNamespace(colormaps=colormaps, rc_context=rc_context, Line2D=Line2D, Patch=Patch,
+                           FuncFormatter=FuncFormatter, NullFormatter=NullFormatter, NotebookFigure=NotebookFigure)
+
+
 MODEL_COLORS: dict[str, str] = {"sasrec": "#0072B2", "duorec": "#E69F00", "bsarec": "#009E73",
                                 "bert4rec": "#D55E00", "gru4rec": "#CC79A7"}
 _EXTRA_COLORS = ("#56B4E9", "#000000", "#F0E442", "#999999")
@@ -134,6 +155,8 @@ class ReportFigure:
 def palette_png(png: bytes) -> bytes:
     """``png`` as a 256-colour palette PNG (a figure's few flat colours and their anti-aliasing survive; about a
     third of the bytes of the RGBA image)."""
+    from PIL import Image
+
     image = Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
     buf = io.BytesIO()
     image.save(buf, format="PNG", optimize=True, dpi=(PNG_DPI, PNG_DPI))
@@ -144,7 +167,7 @@ def _styled(build: Callable[..., ReportFigure | None]) -> Callable[..., ReportFi
     """Build the figure under ``STYLE`` (small fonts for panels a few inches wide)."""
     @functools.wraps(build)
     def styled(*args: Any, **kwargs: Any) -> ReportFigure | None:
-        with rc_context(STYLE):
+        with mpl().rc_context(STYLE):
             return build(*args, **kwargs)
     return styled
 
@@ -181,15 +204,6 @@ def _stats(values: list[float | None]) -> tuple[float, float] | None:
     return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
 
-class NotebookFigure(Figure):
-    """A matplotlib Figure that a notebook shows (as a PNG) when it is a cell's value, without pyplot."""
-
-    def _repr_png_(self) -> bytes:
-        buf = io.BytesIO()
-        self.savefig(buf, format="png", dpi=PNG_DPI)
-        return buf.getvalue()
-
-
 def _new_figure(n_panels: int, height: float = PANEL_HEIGHT, nrows: int = 1,
                 columns: int = MAX_COLUMNS) -> tuple[Figure, Any]:
     """A figure of ``n_panels`` panels (one per data set, say), each a column of ``nrows`` axes -> (figure,
@@ -200,7 +214,7 @@ def _new_figure(n_panels: int, height: float = PANEL_HEIGHT, nrows: int = 1,
     ncols = min(n_panels, columns)
     lines = -(-n_panels // ncols)
     width = max(COLUMN_WIDTH, PAGE_WIDTH * ncols / max(columns, 1))
-    fig = NotebookFigure(figsize=(width, height * nrows * lines + 0.5), layout="constrained")
+    fig = mpl().NotebookFigure(figsize=(width, height * nrows * lines + 0.5), layout="constrained")
     grid = fig.subplots(nrows * lines, ncols, squeeze=False)
     axes = np.empty((nrows, n_panels), dtype=object)
     for row in range(nrows):
@@ -226,9 +240,9 @@ def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "
     if kind == "none" or not any(len(rs) > 1 for rs in groups.values()):
         return single
     if kind == "band":
-        return [Patch(color="grey", alpha=0.25, label=f"band: {SPREAD}"), *single]
-    return [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none", label=f"error bar: {SPREAD}"),
-            *single]
+        return [mpl().Patch(color="grey", alpha=0.25, label=f"band: {SPREAD}"), *single]
+    return [mpl().Line2D([], [], color="black", marker="|", markersize=8, linestyle="none",
+                         label=f"error bar: {SPREAD}"), *single]
 
 
 def _one_seed_face(n_seeds: int) -> dict[str, Any]:
@@ -239,7 +253,7 @@ def _one_seed_face(n_seeds: int) -> dict[str, Any]:
 def _one_seed_handle() -> Line2D:
     """The legend entry of the hollow mark on a bar (``_bar_values``) or the hollow markers of a line
     (``ONE_SEED_FACE``) that rest on one seed."""
-    return Line2D([], [], **ONE_SEED_LOOK, label="hollow: one seed, no spread")
+    return mpl().Line2D([], [], **ONE_SEED_LOOK, label="hollow: one seed, no spread")
 
 
 def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False,
@@ -250,10 +264,10 @@ def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None
         return f"{model_label(m)} ({seeds_text(groups, m)})" if groups is not None else model_label(m)
 
     if markers:
-        handles: list[Any] = [Line2D([], [], color=model_color(m), marker=model_marker(m), label=label(m))
+        handles: list[Any] = [mpl().Line2D([], [], color=model_color(m), marker=model_marker(m), label=label(m))
                               for m in models]
     else:
-        handles = [Patch(color=model_color(m), label=label(m)) for m in models]
+        handles = [mpl().Patch(color=model_color(m), label=label(m)) for m in models]
     _figure_legend(fig, handles + (extra or []))
 
 
@@ -334,8 +348,8 @@ def _log_rates(ax: Any) -> None:
     """A log y axis from ``LOG_FLOOR`` to 1 for rates (shares of users) that span orders of magnitude."""
     ax.set_yscale("log")
     ax.set_ylim(LOG_FLOOR, 1.6)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(mpl().FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(mpl().NullFormatter())
 
 
 def _bar_values(ax: Any, x: Any, means: list[float], width: float, log: bool, one_seed: Any = False,
@@ -402,28 +416,28 @@ def _bar_panels(groups: dict[tuple[str, str], list[RunRecord]], categories: list
 
 
 @_styled
-def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_mixing_stages(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Mixing ratio (pooled over layers) per stage: bars = all positions, black diamonds = last position."""
-    groups = groups_with(runs, lambda r: r.diag("mixing"))
+    groups = groups_with(runs, lambda r: r.diag(name))
     if not groups:
         return None
-    stages = [s for s in STAGES if any(s in r.diag("mixing").get("stages", STAGES[:2]) for v in groups.values()
+    stages = [s for s in STAGES if any(s in r.diag(name).get("stages", STAGES[:2]) for v in groups.values()
                                        for r in v)]
 
     def last_position(ax: Any, dataset: str, models: list[str]) -> None:  # diamonds over the bars
         width = 0.8 / max(1, len(models))
         for i, model in enumerate(models):
             rs = groups.get((dataset, model), [])
-            last = [_stats([number_at(r.diag("mixing"), "pooled", "last", s) for r in rs]) for s in stages]
+            last = [_stats([number_at(r.diag(name), "pooled", "last", s) for r in rs]) for s in stages]
             xs = np.arange(len(stages)) - 0.4 + width * (i + 0.5)
             ax.plot(xs, [s[0] if s else np.nan for s in last], "D", color="black", markersize=3, linestyle="none")
         ax.set_ylim(0, 1.05)
 
-    fig = _bar_panels(groups, stages, lambda r, s: number_at(r.diag("mixing"), "pooled", "all", s),
+    fig = _bar_panels(groups, stages, lambda r, s: number_at(r.diag(name), "pooled", "all", s),
                       "stage of the attention block", "mixing ratio (context share)", decorate=last_position,
-                      extra=[Line2D([], [], marker="D", color="black", linestyle="none", markersize=3,
+                      extra=[mpl().Line2D([], [], marker="D", color="black", linestyle="none", markersize=3,
                                     label="last position")])
-    users = _note(fig, _users(groups, "mixing"), "Pooled over the positions of")
+    users = _note(fig, _users(groups, name), "Pooled over the positions of")
     return ReportFigure("mixing_by_stage", "Mixing ratio by stage",
                         "Bars give the mixing ratio, the share of each stage's output that comes from other "
                         "positions (pooled over layers, all positions; diamonds: last position), mean over seeds: a "
@@ -431,9 +445,12 @@ def fig_mixing_stages(runs: list[RunRecord]) -> ReportFigure | None:
                         + users, fig)
 
 
-def _alpha_rows(run: RunRecord) -> list[dict[str, Any]]:
-    rows = run.diag("alpha").get("rows", [])
-    return sorted((r for r in rows if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
+def _alpha_rows(name: str) -> Callable[[RunRecord], list[dict[str, Any]]]:
+    """The rows of a run's alpha sweep (the diagnostic ``name``'s file), by alpha."""
+    def rows_of(run: RunRecord) -> list[dict[str, Any]]:
+        rows = run.diag(name).get("rows", [])
+        return sorted((r for r in rows if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
+    return rows_of
 
 
 def _curve_stats(runs: list[RunRecord], rows_of: Callable[[RunRecord], list[dict[str, Any]]],
@@ -481,7 +498,7 @@ def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset
 def _dataset_handles(datasets: list[str]) -> list[Line2D]:
     if len(datasets) < 2:
         return []
-    return [Line2D([], [], color="grey", linestyle=DATASET_STYLES[i % len(DATASET_STYLES)], label=d)
+    return [mpl().Line2D([], [], color="grey", linestyle=DATASET_STYLES[i % len(DATASET_STYLES)], label=d)
             for i, d in enumerate(datasets)]
 
 
@@ -510,53 +527,55 @@ def _curves_by_dataset(groups: dict[tuple[str, str], list[RunRecord]],
 
 
 @_styled
-def _alpha_figure(runs: list[RunRecord], which: str, title: str, caption: str) -> ReportFigure | None:
-    groups = groups_with(runs, _alpha_rows)
+def _alpha_figure(runs: list[RunRecord], name: str, which: str, title: str, caption: str) -> ReportFigure | None:
+    rows_of = _alpha_rows(name)
+    groups = groups_with(runs, rows_of)
     if not groups:
         return None
-    fig = _curves_by_dataset(groups, _alpha_rows, ALPHA_QUANTITIES[which])
-    users = _note(fig, _users(groups, "alpha"), "Each point rests on")
+    fig = _curves_by_dataset(groups, rows_of, ALPHA_QUANTITIES[which])
+    users = _note(fig, _users(groups, name), "Each point rests on")
     return ReportFigure(f"alpha_{which}", title, caption + users, fig)
 
 
-def fig_alpha_mixing(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_alpha_mixing(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Does lowering alpha raise mixing? The +Res mixing ratio (all positions) against alpha."""
-    return _alpha_figure(runs, "mixing", "Residual scaling: mixing ratio at +Res against α",
+    return _alpha_figure(runs, name, "mixing", "Residual scaling: mixing ratio at +Res against α",
                          "The mixing ratio at +Res (share of the block output from other positions, pooled over "
                          "layers and all positions; mean over seeds) against the residual scale α applied at "
                          "inference (α = 1: the trained model): reading right to left, lowering α should raise it.")
 
 
-def fig_alpha_hrli(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_alpha_hrli(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Does lowering alpha lower the reliance on the last item? HRLI@1 against alpha."""
-    return _alpha_figure(runs, "hrli", "Residual scaling: HRLI@1 against α",
+    return _alpha_figure(runs, name, "hrli", "Residual scaling: HRLI@1 against α",
                          "HRLI@1 (share of test users whose last input item is ranked first, unfiltered; mean over "
                          "seeds) against the residual scale α applied at inference: reading right to left, lowering "
                          "α should lower it.")
 
 
-def fig_alpha_accuracy(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_alpha_accuracy(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """What does lowering alpha cost? Test HR@10 (filtered) against alpha."""
-    return _alpha_figure(runs, "accuracy", "Residual scaling: test HR@10 against α",
+    return _alpha_figure(runs, name, "accuracy", "Residual scaling: test HR@10 against α",
                          "Test HR@10 (full ranking, seen items filtered; mean over seeds) against the residual scale "
                          "α applied at inference: the accuracy that lowering α costs.")
 
 
 @_styled
-def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_alpha_sweep(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """The three alpha-sweep statistics of one model side by side (mixing at +Res, HRLI@1, test HR@10), for the
     API's plot of one result (``result_figure("alpha", ...)``); data sets, where several, as line styles."""
-    groups = groups_with(runs, _alpha_rows)
+    rows_of = _alpha_rows(name)
+    groups = groups_with(runs, rows_of)
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
     fig, axes = _new_figure(len(ALPHA_QUANTITIES))
     for ax, (label, value) in zip(axes[0], ALPHA_QUANTITIES.values()):
-        _line_panel(ax, groups, datasets, _alpha_rows, value, label)
+        _line_panel(ax, groups, datasets, rows_of, value, label)
         ax.set_title(label)
     _model_legend(fig, models, _dataset_handles(datasets) + spread_handles(groups, "band"), markers=True,
                   groups=groups)
-    users = _note(fig, _users(groups, "alpha"), "Each point rests on")
+    users = _note(fig, _users(groups, name), "Each point rests on")
     return ReportFigure("alpha_sweep", "Residual scaling sweep",
                         "The mixing ratio at +Res, HRLI@1 and test HR@10 against the residual scale α applied at "
                         "inference (α = 1 is the trained model): reading right to left, lowering α should raise "
@@ -564,20 +583,20 @@ def fig_alpha_sweep(runs: list[RunRecord]) -> ReportFigure | None:
 
 
 @_styled
-def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_shuffle(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Bars of test NDCG@10 for the original / keep_last / full input orders, per data set."""
-    groups = groups_with(runs, lambda r: r.diag("shuffle"))
+    groups = groups_with(runs, lambda r: r.diag(name))
     if not groups:
         return None
 
     def value(r: RunRecord, cat: str) -> float | None:
-        sh = r.diag("shuffle")
+        sh = r.diag(name)
         if cat == "original":
             return number_at(sh, "original", "NDCG@10")
         return number_at(sh, "perturbations", cat, "metrics", "NDCG@10")
 
     fig = _bar_panels(groups, ["original", "keep_last", "full"], value, "input order at inference", "test NDCG@10")
-    users = _note(fig, _users(groups, "shuffle"), "Each bar rests on")
+    users = _note(fig, _users(groups, name), "Each bar rests on")
     return ReportFigure("shuffle", "Position shuffle: test NDCG@10",
                         "Test NDCG@10 (mean over seeds) with the original input order, with all items but the last "
                         "permuted (keep_last) and with every item permuted (full): a small keep_last drop next to a "
@@ -585,16 +604,16 @@ def fig_shuffle(runs: list[RunRecord]) -> ReportFigure | None:
 
 
 @_styled
-def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_hrli(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Bars of HRLI@1, HRL2I@1, HRLI@10, HRL2I@10 per data set, on a log axis (HRL2I is often 100 times smaller)."""
-    groups = groups_with(runs, lambda r: r.diag("hrli"))
+    groups = groups_with(runs, lambda r: r.diag(name))
     if not groups:
         return None
     fig = _bar_panels(groups, ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"],
-                      lambda r, c: number_at(r.diag("hrli"), "values", c), "rate (unfiltered top-K)",
+                      lambda r, c: number_at(r.diag(name), "values", c), "rate (unfiltered top-K)",
                       "share of test users (log)", log=True,
                       decorate=lambda ax, dataset, models: ax.tick_params(axis="x", labelrotation=30))
-    users = _note(fig, _users(groups, "hrli"), "Shares of")
+    users = _note(fig, _users(groups, name), "Shares of")
     return ReportFigure("hrli", "Last-item hit rates",
                         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is "
                         "in the unfiltered top-K (mean over seeds, log scale; a rate below 0.001 sits on the axis "
@@ -603,10 +622,10 @@ def fig_hrli(runs: list[RunRecord]) -> ReportFigure | None:
 
 
 @_styled
-def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set
     holding the models that ran on it (a model keeps its colour in every panel), on a log axis."""
-    groups = groups_with(runs, lambda r: r.diag("hrli"))
+    groups = groups_with(runs, lambda r: r.diag(name))
     if not groups:
         return None
     datasets = _datasets(groups)
@@ -620,7 +639,7 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
         x = np.arange(len(models))
         for j, cat in enumerate(cats):
             cells = [groups.get((dataset, m), []) for m in models]
-            stats = [_stats([number_at(r.diag("hrli"), "values", cat) for r in c]) for c in cells]
+            stats = [_stats([number_at(r.diag(name), "values", cat) for r in c]) for c in cells]
             # an error bar only where there is a spread to show: none (NaN) for a model with one seed
             _bar_values(ax, x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4, True,
                         one_seed=[len(c) == 1 for c in cells],
@@ -636,11 +655,11 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
         ax.set_axisbelow(True)
         _label_small_bars(ax)
     models = _models(groups)
-    seeds = [Patch(color=model_color(m), label=f"{model_label(m)} ({seeds_text(groups, m)})") for m in models]
-    _figure_legend(fig, [Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
-                         Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item"),
+    seeds = [mpl().Patch(color=model_color(m), label=f"{model_label(m)} ({seeds_text(groups, m)})") for m in models]
+    _figure_legend(fig, [mpl().Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
+                         mpl().Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item"),
                          *spread_handles(groups), *seeds])  # the models are named on the x axis too
-    users = _note(fig, _users(groups, "hrli"), "Shares of")
+    users = _note(fig, _users(groups, name), "Shares of")
     return ReportFigure("hrli_by_model", "Last-item reliance by model (the paper's Figure 2)",
                         "For each model, the share of test users whose last input item (solid) and second-to-last "
                         "input item (hatched) is ranked first, unfiltered (mean over seeds, log scale; a rate below "
@@ -650,12 +669,12 @@ def fig_reliance_by_model(runs: list[RunRecord]) -> ReportFigure | None:
 
 
 @_styled
-def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_hrli_by_frequency(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """HRLI@1 against the band of the last input item's training frequency (``hrli.json`` ``by_frequency``), one
     line per model (mean over seeds, error bars where seeds differ), and grey bars for the share of test users in
     each band; one panel per data set."""
     def bands(r: RunRecord) -> dict[str, Any]:
-        b = r.diag("hrli").get("by_frequency")
+        b = r.diag(name).get("by_frequency")
         return b if isinstance(b, dict) else {}
 
     groups = groups_with(runs, bands)
@@ -693,7 +712,7 @@ def fig_hrli_by_frequency(runs: list[RunRecord]) -> ReportFigure | None:
         share.set_xlabel(ax.get_xlabel())  # the twin's x axis is not drawn; labelled for whoever reads the axes
         ax.grid(axis="y", alpha=0.3)
     _model_legend(fig, models, spread_handles(groups), markers=True, groups=groups)
-    users = _note(fig, _users(groups, "hrli"), "Shares of")
+    users = _note(fig, _users(groups, name), "Shares of")
     return ReportFigure("hrli_by_frequency", "Last-item reliance by the last item's training frequency",
                         "HRLI@1 over the test users whose last input item occurs 0, 1-4, 5-19 or 20+ times in the "
                         "training sequences (lines, mean over seeds), and the share of test users in each band (grey "
@@ -766,10 +785,10 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
         (lambda row: number_at(row, "HRLI@1_seen"), {"linestyle": ":", "marker": None}),
     ]
     fig, drawn = _epoch_figure(groups, series, "share of validation users, top-1 (log)", log=True)
-    extra = [Line2D([], [], color="grey", label="HRLI@1: last input item ranked first"),
-             Line2D([], [], color="grey", linestyle="--", label="HRL2I@1: second-to-last item")]
+    extra = [mpl().Line2D([], [], color="grey", label="HRLI@1: last input item ranked first"),
+             mpl().Line2D([], [], color="grey", linestyle="--", label="HRL2I@1: second-to-last item")]
     if 2 in drawn:
-        extra.append(Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training"))
+        extra.append(mpl().Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training"))
     _model_legend(fig, _models(groups), extra + spread_handles(groups, "none"), markers=True, groups=groups)
     users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
     return ReportFigure("reliance_curve", "Last-item reliance during training: HRLI@1 and HRL2I@1",
@@ -799,37 +818,41 @@ def fig_mixing_curve(runs: list[RunRecord]) -> ReportFigure | None:
                         + users, fig)
 
 
-def _recovery_rows(run: RunRecord) -> list[dict[str, Any]]:
-    test = run.diag("recovery").get("test", {})
-    curve = test.get("curve", []) if isinstance(test, dict) else []
-    return sorted((r for r in curve if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
+def _recovery_rows(name: str) -> Callable[[RunRecord], list[dict[str, Any]]]:
+    """The rows of a run's test Recovery(alpha) curve (the diagnostic ``name``'s file), by alpha."""
+    def rows_of(run: RunRecord) -> list[dict[str, Any]]:
+        test = run.diag(name).get("test", {})
+        curve = test.get("curve", []) if isinstance(test, dict) else []
+        return sorted((r for r in curve if isinstance(r, dict) and "alpha" in r), key=lambda r: float(r["alpha"]))
+    return rows_of
 
 
 @_styled
-def fig_recovery(runs: list[RunRecord]) -> ReportFigure | None:
+def fig_recovery(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Recovery(alpha) on the test split, a panel per data set; the band alpha in 0.1-0.3 shaded (its price in
     accuracy: ``fig_alpha_accuracy``)."""
-    groups = groups_with(runs, _recovery_rows)
+    rows_of = _recovery_rows(name)
+    groups = groups_with(runs, rows_of)
     if not groups:
         return None
-    fig = _curves_by_dataset(groups, _recovery_rows, ("Recovery(α)", lambda row: number_at(row, "recovery")),
+    fig = _curves_by_dataset(groups, rows_of, ("Recovery(α)", lambda row: number_at(row, RECOVERY_CURVE)),
                              decorate=lambda ax: ax.axvspan(0.1, 0.3, color="grey", alpha=0.12, linewidth=0),
-                             extra=[Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
-    users = _note(fig, _users(groups, _recovery_counts), "Computed on")
-    return ReportFigure("recovery", "Miss recovery: Recovery(α)",
+                             extra=[mpl().Patch(color="grey", alpha=0.2, label="α in 0.1–0.3")])
+    users = _note(fig, _users(groups, lambda run: _recovery_counts(run, name)), "Computed on")
+    return ReportFigure(name, "Miss recovery: Recovery(α)",
                         "Recovery(α): the share of recoverable misses (targets that an earlier position ranked in "
                         "the top-10 but the final one missed) that the final position hits at residual scale α, mean "
                         "over seeds; what lowering α costs in HR@10 is the figure before." + users, fig)
 
 
-def _recovery_counts(run: RunRecord) -> int | None:
-    test = run.diag("recovery").get("test", {})
+def _recovery_counts(run: RunRecord, name: str) -> int | None:
+    test = run.diag(name).get("test", {})
     n = test.get("n_users") if isinstance(test, dict) else None
-    return n if isinstance(n, int) else run.diag("recovery").get("n_users")
+    return n if isinstance(n, int) else run.diag(name).get("n_users")
 
 
-def _per_position(run: RunRecord, layer: int) -> dict[str, Any] | None:
-    entries = [e for e in run.diag("mixing").get("per_position", []) if isinstance(e, dict)]
+def _per_position(run: RunRecord, name: str, layer: int) -> dict[str, Any] | None:
+    entries = [e for e in run.diag(name).get("per_position", []) if isinstance(e, dict)]
     if not entries:
         return None
     layers = sorted(int(e.get("layer", 0)) for e in entries)
@@ -838,9 +861,9 @@ def _per_position(run: RunRecord, layer: int) -> dict[str, Any] | None:
 
 
 @_styled
-def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 50) -> ReportFigure | None:
+def fig_per_position(runs: list[RunRecord], name: str, layer: int = -1, max_offset: int = 50) -> ReportFigure | None:
     """Mixing ratio against distance from the last position, for one layer (default: the last), per stage."""
-    groups = groups_with(runs, lambda r: _per_position(r, layer))
+    groups = groups_with(runs, lambda r: _per_position(r, name, layer))
     if not groups:
         return None
     datasets, models = _datasets(groups), _models(groups)
@@ -850,7 +873,7 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
     for ax, dataset in zip(axes[0], datasets):
         drawn = 0
         for model in models:
-            entries = [e for e in (_per_position(r, layer) for r in groups.get((dataset, model), [])) if e]
+            entries = [e for e in (_per_position(r, name, layer) for r in groups.get((dataset, model), [])) if e]
             if not entries:
                 continue
             layer_names |= {int(e.get("layer", 0)) for e in entries}
@@ -877,11 +900,11 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
         ax.set_ylabel("mixing ratio")
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
-    stage_handles = [Line2D([], [], color="grey", linestyle=STAGE_STYLES[s], label=s, **STAGE_LOOKS[s])
+    stage_handles = [mpl().Line2D([], [], color="grey", linestyle=STAGE_STYLES[s], label=s, **STAGE_LOOKS[s])
                      for s in stages_seen]
     _model_legend(fig, models, stage_handles, groups=groups)
     which = ", ".join(str(x) for x in sorted(layer_names))
-    users = _note(fig, _users(groups, "mixing"), "Averaged over")
+    users = _note(fig, _users(groups, name), "Averaged over")
     return ReportFigure("mixing_per_position", f"Mixing ratio by position (layer {which})",
                         f"Mixing ratio of layer {which} at each position, counted back from the last one (0), per "
                         "stage (line style) and model (colour), mean over seeds: the gap between the solid Attn line "
@@ -889,35 +912,47 @@ def fig_per_position(runs: list[RunRecord], layer: int = -1, max_offset: int = 5
                         "+Res line shows under the thin marked +LN line where the two coincide)." + users, fig)
 
 
-FIGURE_BUILDERS: list[Callable[[list[RunRecord]], ReportFigure | None]] = [
-    fig_mixing_stages, fig_alpha_mixing, fig_alpha_hrli, fig_alpha_accuracy, fig_shuffle, fig_hrli,
-    fig_reliance_by_model, fig_hrli_by_frequency, fig_recovery, fig_per_position, fig_reliance_curve,
-    fig_mixing_curve,
-]
+# the report's figures that read no diagnostic's file (the training monitor's curves), after the diagnostics' figures
+# (their records' ``figures``: resdom.records); each with its place among them
+CURVE_FIGURES: tuple[tuple[str, Callable[[list[RunRecord]], ReportFigure | None], int], ...] = (
+    ("reliance_curve", fig_reliance_curve, 110), ("mixing_curve", fig_mixing_curve, 120))
 # drawn by all_figures where their data are; linked from the documents, not shown by report.html / report.md
 EXTRA_FIGURE_KEYS = ("remedies", "reliance_dynamics", "seed_spread")
-FIGURE_KEYS = ("mixing_by_stage", "alpha_mixing", "alpha_hrli", "alpha_accuracy", "shuffle", "hrli", "hrli_by_model",
-               "hrli_by_frequency", "recovery", "mixing_per_position", "reliance_curve", "mixing_curve")
+
+
+def _builders() -> list[tuple[str, Callable[[list[RunRecord]], ReportFigure | None]]]:
+    """(key, build(runs)) of every figure report.html and report.md show, in their order: each registered
+    diagnostic's figures (its record's ``figures``, a builder of ``(runs, name)``) and the training curves'."""
+    placed: list[tuple[int, str, Callable[[list[RunRecord]], ReportFigure | None]]] = []
+    for d in REGISTRY.values():
+        for spec in d.figures:
+            placed.append((spec.order, spec.key, functools.partial(resolve(spec.build), name=d.name)))
+    placed += [(order, key, build) for key, build, order in CURVE_FIGURES]
+    return [(key, build) for _, key, build in sorted(placed, key=lambda p: p[0])]
+
+
+def figure_keys() -> tuple[str, ...]:
+    """The keys of the figures report.html and report.md show, in their order (a section each, "no data" where a
+    figure is not drawn)."""
+    return tuple(key for key, _ in _builders())
 
 
 def result_figure(name: str, data: dict[str, Any], model: str = "model", title: str = "") -> Figure:
     """The report's figure of one diagnostic result of one model, drawn from ``data`` (the result's ``to_dict()``).
 
-    ``name``: shuffle, hrli, mixing (ratio by stage), mixing_per_position, alpha (its three statistics side by side)
-    or recovery; ``model``: the
-    legend's label (and colour, for resdom's own model names); ``title``: the panel title.
+    ``name``: a plot a diagnostic's record names (``plots``: shuffle, hrli, mixing (ratio by stage),
+    mixing_per_position, alpha (its three statistics side by side), recovery); ``model``: the legend's label (and
+    colour, for resdom's own model names); ``title``: the panel title.
     """
-    builders: dict[str, Callable[[list[RunRecord]], ReportFigure | None]] = {
-        "shuffle": fig_shuffle, "hrli": fig_hrli, "mixing": fig_mixing_stages, "mixing_per_position": fig_per_position,
-        "alpha": fig_alpha_sweep, "recovery": fig_recovery}
-    if name not in builders:
-        raise ResdomError(f"no figure named {name!r} (one of {', '.join(builders)})")
-    kind = "mixing" if name == "mixing_per_position" else name
+    plots = {plot: (d.name, build) for d in REGISTRY.values() for plot, build in d.plots.items()}
+    if name not in plots:
+        raise ResdomError(f"no figure named {name!r} (one of {', '.join(plots)})")
+    kind, build = plots[name]
     record = RunRecord(path=Path("."), dataset=title, model=model, seed=None, protocol=None, diagnostics={kind: data})
-    figure = builders[name]([record])
+    figure = resolve(build)([record], kind)
     if figure is None:
         raise ResdomError(f"{name}: the result holds nothing to plot")
-    return figure.figure
+    return cast("Figure", figure.figure)
 
 
 def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
@@ -925,7 +960,7 @@ def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     named variants (``sasrec-tts``); remedy variants, probes and training variants (``experiments.studied_variant``)
     only where nothing else ran: they are drawn in the remedies figure and the figures of their own blocks."""
     models = [r for r in runs if not studied_variant(r.model)] or runs
-    figures = [build(models) for build in FIGURE_BUILDERS]
+    figures = [build(models) for _, build in _builders()]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
     figures.append(fig_reliance_dynamics(runs))  # only where monitored curves of causal models are
     figures.append(fig_seed_spread(runs))  # only where a causal model has enough monitored seeds
@@ -990,8 +1025,8 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
     for ax, (dataset, base) in zip(axes.flat, panels):
         curve, drawn = None, []
         if (dataset, base) in groups:
-            x = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "HRLI@1"))
-            y = _curve_stats(groups[(dataset, base)], _alpha_rows, lambda row: number_at(row, "NDCG@10"))
+            x = _curve_stats(groups[(dataset, base)], _alpha_rows(ALPHA), lambda row: number_at(row, "HRLI@1"))
+            y = _curve_stats(groups[(dataset, base)], _alpha_rows(ALPHA), lambda row: number_at(row, "NDCG@10"))
             if x is not None and y is not None and list(x[0]) == list(y[0]):
                 curve = (x[1], y[1])
                 ax.plot(*curve, "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
@@ -1014,7 +1049,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
             sx, sy = _stats([v["HRLI@1"] for v in vals]), _stats([v["NDCG@10"] for v in vals])
             if sx is None or sy is None:
                 continue
-            color = model_color(label) if label == base else colormaps["tab10"](i % 10)
+            color = model_color(label) if label == base else mpl().colormaps["tab10"](i % 10)
             point = {"x": sx[0], "y": sy[0], "xerr": sx[1], "yerr": sy[1], "fmt": model_marker(base), "color": color,
                      "capsize": 2, "markersize": 4, "zorder": 3}
             ax.errorbar(**point, label=f"{label} (n={len(vals)})")
@@ -1023,7 +1058,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
         ax.set_ylabel("NDCG@10 (test)")
         ax.set_title(dataset if len({b for _, b in panels}) == 1 else f"{dataset}: {model_label(base)}")
         several = any(len(points.get((dataset, m), [])) > 1 for m in labels)
-        spread = [Line2D([], [], color="black", marker="|", markersize=8, linestyle="none",
+        spread = [mpl().Line2D([], [], color="black", marker="|", markersize=8, linestyle="none",
                          label=f"error bar: {SPREAD}")] if several else []
         handles, _ = ax.get_legend_handles_labels()
         ax.legend(handles=handles + spread, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2,

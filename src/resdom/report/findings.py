@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from resdom.records import RECOVERY, RECOVERY_CURVE
 from resdom.report.collect import RunRecord
 from resdom.report.figures import group_runs, model_label
 from resdom.report.values import RECOVERY_ALPHAS, run_values
@@ -46,7 +47,7 @@ def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
 
 
 def _test_value(run: RunRecord, key: str) -> Any:
-    test = run.diag("recovery").get("test")
+    test = run.diag(RECOVERY).get("test")
     return test.get(key) if isinstance(test, dict) else None
 
 
@@ -71,12 +72,12 @@ def _hrli_at_lowest_alpha(run: RunRecord) -> tuple[float, float] | None:
 
 
 def _recovery_at_star(run: RunRecord) -> float | None:
-    rec = run.diag("recovery")
+    rec = run.diag(RECOVERY)
     star = rec.get("alpha_star")
     curve = rec.get("test", {}).get("curve", []) if isinstance(rec.get("test"), dict) else []
     for row in curve:
         if isinstance(star, (int, float)) and abs(float(row.get("alpha", -9)) - float(star)) < 1e-6:
-            return row.get("recovery")
+            return row.get(RECOVERY_CURVE)
     return None
 
 

@@ -12,7 +12,7 @@ import html
 from datetime import datetime, timezone
 
 from resdom.report.collect import RunRecord, left_out
-from resdom.report.figures import FIGURE_KEYS, ReportFigure
+from resdom.report.figures import ReportFigure, figure_keys
 from resdom.report.findings import finding_lines, findings_by_group
 from resdom.report.tables import Table, format_value, to_html, to_markdown
 from resdom.report.values import run_values
@@ -89,7 +89,7 @@ def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list
             f"{html.escape(FINDINGS_CAPTION)}</p>{_findings_html(runs)}</section>",
             f'<section id="runs"><h2>Runs</h2><p class="caption">{html.escape(RUNS_CAPTION)}</p>'
             f'{_html_table(RUN_HEADERS, _run_rows(runs), "table-runs")}</section>']
-    for key in FIGURE_KEYS:
+    for key in figure_keys():
         fig = by_key.get(key)
         name = fig.title if fig else key.replace("_", " ")
         toc.append(f'<li><a href="#fig-{key}">{html.escape(name)}</a></li>')
@@ -132,7 +132,7 @@ def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: 
     out = [f"# {title}\n", f"{len(runs)} run(s).\n", "## Findings\n", FINDINGS_CAPTION + "\n",
            "```\n" + "\n".join(finding_lines(runs)) + "\n```\n", "## Runs\n", RUNS_CAPTION + "\n",
            _md_table(RUN_HEADERS, _run_rows(runs))]
-    for key in FIGURE_KEYS:
+    for key in figure_keys():
         fig = by_key.get(key)
         if fig is None:
             out += [f"## {key.replace('_', ' ')}\n", f"_{MISSING}_\n"]

@@ -41,16 +41,18 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
 from resdom.report.dynamics import Dynamics, cell_dynamics
 from resdom.report.stats import holm, paired_seed_test, wilson
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 GAIN_MARGIN = 0.01
 MIN_CELLS = 5
@@ -427,6 +429,8 @@ def dynamics_figure(table: DynamicsTable, width: float = 3.4, dpi: int = 100) ->
     """Scatter of the NDCG@10 plateau epoch (x) against the HRLI@1 plateau epoch (y), one point per cell, one
     colour per data set (n cells in the legend), the line y = x. Points sharing an epoch pair are spread by up to
     ±1.2 epochs (the epochs are multiples of the monitor interval). Not saved here."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, width * 1.3), dpi=dpi, layout="constrained")
     ax = fig.subplots()
     datasets = list(dict.fromkeys(c.dataset for c in table.cells))

@@ -31,10 +31,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
@@ -48,6 +47,9 @@ from resdom.report.reliance_dynamics import (
 )
 from resdom.report.stats import holm
 from resdom.stored import number_at
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MIN_SEEDS = 3
 FLOOR = 1e-3  # the figure's log scale: standard deviations below it are drawn at it
@@ -343,6 +345,8 @@ def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -
     """Left: per group, SD at the common epoch (x) against SD at the selected epochs (y), log scales (values below
     ``FLOOR`` drawn at it), one colour per data set, the line y = x. Right: the ``widest`` group, each seed's
     monitored HRLI@1 against the epoch, its selected epoch marked, the common epoch dashed. Not saved here."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, width * 0.55), dpi=dpi, layout="constrained")
     left, right = fig.subplots(1, 2)
     datasets = list(dict.fromkeys(g.dataset for g in groups))

@@ -20,20 +20,9 @@ from typing import Any
 
 from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.io import atomic_write_text
+from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
-from resdom.report.values import RECOVERY_ALPHAS, run_values, value_source
-
-
-@dataclass(frozen=True)
-class Column:
-    """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``: ``ratio``
-    (3 decimals), ``metric`` (4 decimals: HR@K, NDCG@K), ``pct`` (signed percent, 1 decimal), ``count``
-    (integer), ``num`` (2 decimals), all as mean ± std; ``each`` (every seed's integer, in seed order:
-    ``25 / 43 / 31``) and ``of`` (a 0/1 flag as ``2 of 3`` seeds)."""
-
-    key: str
-    label: str
-    kind: str = "ratio"
+from resdom.report.values import run_values, value_source
 
 
 @dataclass
@@ -107,6 +96,11 @@ def _left_out(group: list[RunRecord], vals: list[dict[str, float | None]], shown
     return lines
 
 
+def diagnostic_tables() -> list[tuple[str, TableSpec]]:
+    """(name, table) of every registered diagnostic that declares a report table, in the tables' ``order``."""
+    return sorted(((d.name, d.table) for d in REGISTRY.values() if d.table is not None), key=lambda nt: nt[1].order)
+
+
 def dataset_table(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] | None = None) -> Table:
     """Data set statistics (spec §1), one row per data set, from each run's ``config.json`` ``data.stats``
     (or ``extra_stats[dataset]``)."""
@@ -133,33 +127,10 @@ def dataset_table(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] 
 
 
 def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] | None = None) -> list[Table]:
-    """All paper tables for ``runs``, in the paper's order; tables with no data are kept but empty."""
+    """All paper tables for ``runs``, in the paper's order: the data sets, each registered diagnostic's table (its
+    record's ``table``, in their ``order``), accuracy, training and the remedies; tables with no data are kept but
+    empty."""
     specs: list[tuple[str, str, str, list[Column]]] = [
-        ("mixing", "Mixing ratio by stage",
-         "Share of the attention-block output that comes from other positions (spec §4, norm of sums), pooled over "
-         "layers, at all real positions and at the last one; 1 = all context, 0 = all self.",
-         [Column(f"mix_{w}_{s}", f"{s} ({w})") for w in ("all", "last") for s in ("Attn", "+Res", "+LN")]),
-        ("hrli", "Last-item hit rates",
-         "Share of test users whose most recent (HRLI) or second most recent (HRL2I) input item is in the "
-         "unfiltered top-K; then the share of test users whose last input item never occurs in the training "
-         "sequences (unseen), and HRLI@1 over the users whose last item was seen in training and over the others.",
-         [Column(k, k) for k in ("HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10")]
-         + [Column("unseen_share", "Unseen last"), Column("HRLI@1_seen", "HRLI@1 (seen)"),
-            Column("HRLI@1_unseen", "HRLI@1 (unseen)")]),
-        ("shuffle", "Position shuffle",
-         "Test NDCG@10 with the original order, with all items but the last permuted (keep_last) and with all "
-         "items permuted (full), and the relative change of NDCG@10 and HR@10.",
-         [Column("shuf_orig_NDCG@10", "NDCG@10", "metric"), Column("shuf_keep_last_NDCG@10", "keep_last", "metric"),
-          Column("shuf_full_NDCG@10", "full", "metric"), Column("shuf_keep_last_rel_NDCG@10", "ΔNDCG keep_last", "pct"),
-          Column("shuf_full_rel_NDCG@10", "ΔNDCG full", "pct"), Column("shuf_keep_last_rel_HR@10", "ΔHR keep_last",
-                                                                        "pct"),
-          Column("shuf_full_rel_HR@10", "ΔHR full", "pct"), Column("shuf_full_jacc", "Jaccard@10 full")]),
-        ("recovery", "Miss recovery",
-         "Recoverable misses (final position misses the top-10, position L-k hits) as a share of test users, per "
-         "offset, and Recovery(alpha) = share of the recoverable set hit at residual scale alpha.",
-         [Column("rec_share", "Recoverable"), Column("rec_L-1", "L-1"), Column("rec_L-2", "L-2"),
-          Column("rec_L-3", "L-3")] + [Column(f"rec_at_{a}", f"Rec(α={a})") for a in RECOVERY_ALPHAS]
-         + [Column("alpha_star", "α*", "num"), Column("HR@10_at_star", "HR@10 at α*", "metric")]),
         ("accuracy", "Accuracy",
          "Test HR@K and NDCG@K with full ranking over all items and seen items filtered.",
          [Column(k, k, "metric") for k in ("HR@10", "NDCG@10", "HR@20", "NDCG@20")]
@@ -173,6 +144,7 @@ def summary_tables(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]]
           Column("early_stopped", "Ended by early stopping", "of"), Column("train_min", "Train min", "count")]),
     ]
     tables = [dataset_table(runs, extra_stats)]
+    tables += [aggregate(runs, list(t.columns), name, t.title, t.caption) for name, t in diagnostic_tables()]
     tables += [aggregate(runs, cols, name, title, caption) for name, title, caption, cols in specs]
     next(t for t in tables if t.name == "training").remarks = early_peaks(runs)
     return tables + [remedies_table(remedy_runs(runs))]
