@@ -166,7 +166,8 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
                                                    "GPU 1, run with CUDA_VISIBLE_DEVICES=1 and the device 'cuda'"),
     (lambda s, f: resdom.evaluate(f, cutoffs=(0, 10)), "cutoffs: every value must be an integer >= 1 (got 0)"),
     (lambda s, f: resdom.evaluate(f, cutoffs=10), "cutoffs: expected a non-empty sequence"),
-    (lambda s, f: resdom.evaluate(f, part="train"), "part: expected valid or test"),
+    (lambda s, f: resdom.evaluate(f, part="train"), "part: expected one of valid, test (got 'train')"),
+    (lambda s, f: resdom.evaluate(f, part="tset"), "part: expected one of valid, test (did you mean test? got 'tset')"),
     (lambda s, f: resdom.evaluate(f, batch_size=0), "batch_size: must be at least 1"),
     (lambda s, f: resdom.evaluate(object(), s), "model: object is not diagnosable"),
     # the part named where the split goes: was an AttributeError ('str' object has no attribute 'test')
@@ -301,3 +302,14 @@ def test_unknown_diagnostic_gets_a_did_you_mean(fitted, run_dir, capsys):
     assert invoke("diagnose", str(run_dir), "--what", "hrlii", "--device", "cpu") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--what: unknown diagnostic 'hrlii' (did you mean hrli?" in err, err
+
+
+def test_closed_choices_take_any_case(fitted, run_dir, capsys):
+    """Issue 60 §4: a part, a history or --split in any case is the same choice."""
+    assert resdom.evaluate(fitted, part="VALID", device="cpu").metrics == resdom.evaluate(
+        fitted, part="valid", device="cpu").metrics
+    pd.testing.assert_frame_equal(fitted.recommend(k=2, history="Test"), fitted.recommend(k=2, history="test"))
+    assert invoke("evaluate", str(run_dir), "--split", "Valid", "--json", "--device", "cpu") == 0
+    assert json.loads(capsys.readouterr().out)["split"] == "valid"
+    assert invoke("evaluate", str(run_dir), "--split", "tets", "--device", "cpu") == 2
+    assert "--split: expected one of valid, test (did you mean test? got 'tets')" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from resdom.checks import optional_bool, positive_int
+from resdom.checks import choice, optional_bool, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.alpha import ALPHAS
@@ -348,9 +348,7 @@ def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -
 
 
 def _check_part(part: str) -> str:
-    if part not in PARTS:
-        raise ResdomError(f"part: expected {' or '.join(PARTS)} (got {part!r})")
-    return part
+    return choice(part, PARTS, "part")  # any case; a did-you-mean
 
 
 def _on_device(model: Any, device: torch.device) -> Any:

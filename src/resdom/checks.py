@@ -46,6 +46,19 @@ def positive_int(value: int, option: str) -> int:
     return int(value)
 
 
+def choice(value: Any, choices: tuple[str, ...], option: str) -> str:
+    """``value`` in any case and without surrounding spaces, as one of ``choices``; a ResdomError naming ``option``,
+    the choices and the closest of them otherwise (``--split tset``: did you mean test?)."""
+    import difflib
+
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in choices:
+        return text
+    close = difflib.get_close_matches(str(value).strip().lower(), choices, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ResdomError(f"{option}: expected one of {', '.join(choices)} ({hint}got {value!r})")
+
+
 def optional_bool(value: bool | None, option: str) -> bool | None:
     """``value`` where it is True, False or None (a numpy bool as a bool); ResdomError naming ``option`` otherwise
     (``filter_seen="no"`` would be true)."""

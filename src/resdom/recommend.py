@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from resdom.checks import alpha_value, optional_bool, positive_int
+from resdom.checks import alpha_value, choice, optional_bool, positive_int
 from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.errors import ResdomError
@@ -76,8 +76,7 @@ def user_index(split: SplitData, users: Iterable[Any], where: str = "users") -> 
 
 def _inputs(split: SplitData, history: str) -> Sequences:
     """The input sequence of every user that has one (``history``: module docstring), ``users`` their indices."""
-    if history not in HISTORIES:
-        raise ResdomError(f"history: expected one of {', '.join(HISTORIES)} (got {history!r})")
+    history = choice(history, HISTORIES, "history")  # any case; a did-you-mean
     if history == "all":
         return split.history()
     part: EvalSet = getattr(split, history)
@@ -235,6 +234,7 @@ def recommend(
 
     k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
     filter_seen, alpha = optional_bool(filter_seen, "filter_seen"), alpha_value(alpha, "alpha")
+    history = choice(history, HISTORIES, "history")
 
     try:
         check_model(model)

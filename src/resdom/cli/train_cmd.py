@@ -21,6 +21,7 @@ import typer
 from resdom.api import evaluate as run_evaluation
 from resdom.api import fit
 from resdom.bounded import BoundedSafeLoader, load_yaml, refuse_special
+from resdom.checks import choice
 from resdom.cli.data_options import (
     SOURCE_HELP,
     DataOptions,
@@ -361,8 +362,7 @@ def evaluate(
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated (--beyond:
     coverage, popularity, novelty and echo of the same top-K lists)."""
     filter_seen = one_filter(filter_seen, filter_old)
-    if split not in PARTS:
-        raise ResdomError(f"--split: expected {' or '.join(PARTS)}, got {split!r}")
+    split = choice(split, PARTS, "--split")  # any case; a did-you-mean
     ks = parse_cutoffs(cutoffs)
     positive_int(batch_size, "--batch-size")
     positive_int(neighbours, "--neighbours")
