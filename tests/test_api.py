@@ -308,6 +308,7 @@ def test_closed_choices_take_any_case(fitted, run_dir, capsys):
     """Issue 60 §4: a part, a history or --split in any case is the same choice."""
     assert resdom.evaluate(fitted, part="VALID", device="cpu").metrics == resdom.evaluate(
         fitted, part="valid", device="cpu").metrics
+    assert resdom.diagnose(fitted, what="hrli", part="Valid", device="cpu").part == "valid"
     pd.testing.assert_frame_equal(fitted.recommend(k=2, history="Test"), fitted.recommend(k=2, history="test"))
     assert invoke("evaluate", str(run_dir), "--split", "Valid", "--json", "--device", "cpu") == 0
     assert json.loads(capsys.readouterr().out)["split"] == "valid"

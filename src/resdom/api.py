@@ -528,7 +528,8 @@ def diagnose(
     if not isinstance(data, SplitData):
         raise ResdomError(f"split: diagnose needs a SplitData (recovery uses valid and test), got "
                           f"{type(data).__name__}")
-    if len(getattr(data, part if part in PARTS else "test")) == 0:
+    part = _check_part(part)  # any case
+    if len(getattr(data, part)) == 0:
         raise ResdomError(_no_users(data, part))
     options = diagnose_options(what=parse_what(what), part=part, recency=recency, cutoffs=cutoffs,
                                definition=definition, seeds=seeds, alphas=alphas, layers=layers, per_head=per_head,
