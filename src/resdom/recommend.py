@@ -359,11 +359,12 @@ def similar_items(
             notes.append("items: " + unknown_note(unknown, "item id(s)"))
         targets = np.asarray(list(dict.fromkeys(targets.tolist())), dtype=np.int64)
     dev = torch.device(device) if device is not None else model_device(model)
+    chunk = user_chunk_size(int(split.n_items), batch_size)  # (chunk, N+1) cosines within ranking.SCORE_BUDGET
     out_rows, out_items, out_scores = [], [], []
     with inference(model):
         item_emb = model.item_embeddings().to(dev)
-        for start in range(0, len(targets), batch_size):
-            ids = torch.from_numpy(targets[start:start + batch_size]).to(dev)
+        for start in range(0, len(targets), chunk):
+            ids = torch.from_numpy(targets[start:start + chunk]).to(dev)
             r, i, s = top_k(cosine_scores(item_emb, ids), k)
             out_rows.append(r + start)
             out_items.append(i)

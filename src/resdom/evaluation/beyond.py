@@ -49,12 +49,14 @@ def cosine_scores(item_emb: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
 
 def cosine_neighbours(item_emb: torch.Tensor, m: int, chunk: int = 1024) -> np.ndarray:
     """int64 (N+1, m): the ``m`` nearest items of every item id by cosine (highest first, equal cosines by
-    increasing id; row 0, padding, is zeros); ``m`` is capped at N - 1."""
+    increasing id; row 0, padding, is zeros); ``m`` is capped at N - 1. At most ``chunk`` items at a time, fewer
+    where their (chunk, N+1) cosines would pass ``ranking.SCORE_BUDGET``."""
     n = item_emb.shape[0] - 1
     m = max(0, min(m, n - 1))
     out = np.zeros((n + 1, m), dtype=np.int64)
     if m == 0:
         return out
+    chunk = user_chunk_size(n, chunk)
     for lo in range(1, n + 1, chunk):
         ids = torch.arange(lo, min(n + 1, lo + chunk), device=item_emb.device)
         out[lo:lo + len(ids)] = ordered_top(cosine_scores(item_emb, ids), m)
