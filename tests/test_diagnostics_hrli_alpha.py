@@ -156,11 +156,24 @@ def test_alpha_sweep_scales_only_the_chosen_layers():
 def test_alpha_sweep_and_recovery_refuse_an_alpha_that_is_not_a_number(bad):
     # float(True) is 1.0 and float("0.5") is 0.5: the functions below the options must not read either as a scale
     m, ev = model(), evalset()
-    with pytest.raises(ValueError, match="alphas must be numbers"):
+    with pytest.raises(ValueError, match=r"expected numbers in \[0, 1\]"):
         alpha_sweep(m, ev, alphas=(0.5, bad))
-    with pytest.raises(ValueError, match="alphas must be numbers"):
+    with pytest.raises(ValueError, match=r"expected numbers in \[0, 1\]"):
         miss_recovery(m, ev, evalset(seed=2), alphas=(1.0, bad))
     assert alpha_sweep(m, ev, alphas=(np.float32(0.5), 1)).rows[0]["alpha"] == 0.5  # NumPy and int scales still read
+
+
+@pytest.mark.parametrize("alphas, needle", [((1.0, 2.0), "must lie in [0, 1] (got 2)"), ((0.5, 0.5), "given twice"),
+                                            ((), "at least one"), ((float("nan"),), "(got nan)")])
+def test_the_functions_below_the_options_take_the_options_rule(alphas, needle):
+    """alpha_sweep and miss_recovery called directly refuse what ``diagnose`` refuses: one rule of residual scales
+    (``checks.residual_scales``: range, repeats, type), in one place."""
+    m, ev = model(), evalset()
+    for call in (lambda: alpha_sweep(m, ev, alphas=alphas),
+                 lambda: miss_recovery(m, ev, evalset(seed=2), alphas=alphas)):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert needle in str(e.value)
 
 
 def test_select_alpha_by_hand():

@@ -31,10 +31,9 @@ import numpy as np
 from resdom.checks import choice, optional_bool, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
-from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import check_model
 from resdom.diagnostics.monitor import epoch_monitor
-from resdom.diagnostics.options import diagnose_options
+from resdom.diagnostics.options import DEFAULTS, diagnose_options
 from resdom.diagnostics.registry import REGISTRY
 from resdom.diagnostics.runner import compute, parse_what, plan
 from resdom.distributed import resolve_device
@@ -499,15 +498,15 @@ def diagnose(
     split: SplitData | None = None,
     what: str | Sequence[str] = "all",
     *,
-    part: str = "test",
-    recency: Sequence[int] = (1, 2, 3),
-    cutoffs: Sequence[int] = (1, 5, 10),
-    definition: str = "norm_of_sums",
-    seeds: Sequence[int] = (0, 1, 2),
-    alphas: Sequence[float] = ALPHAS,
-    layers: Sequence[int] | None = None,
-    per_head: bool = False,
-    batch_size: int = 256,
+    part: str = DEFAULTS.part,
+    recency: Sequence[int] = DEFAULTS.recency,
+    cutoffs: Sequence[int] = DEFAULTS.cutoffs,
+    definition: str = DEFAULTS.definition,
+    seeds: Sequence[int] = DEFAULTS.seeds,
+    alphas: Sequence[float] = DEFAULTS.alphas,
+    layers: Sequence[int] | None = DEFAULTS.layers,
+    per_head: bool = DEFAULTS.per_head,
+    batch_size: int = DEFAULTS.batch_size,
     device: str = "auto",
     progress: bool = False,
 ) -> Diagnosis:
@@ -515,13 +514,13 @@ def diagnose(
 
     ``model``: a Fitted or any model satisfying ``resdom.models.interface.Diagnosable`` (trained here or imported
     by an adapter); it is moved to ``device``. ``split``: a SplitData (None: a Fitted's own). ``what``: ``"all"``
-    or some of the registered diagnostics (``diagnostics.registry``: shuffle, hrli, mixing, alpha, recovery), a
-    list or a comma-separated string. The other options are ``diagnostics.options.DiagnoseOptions``'s, validated
-    there: ``recency`` and ``cutoffs``: the k and K of HRLkI@K (unfiltered rankings). ``definition``: the mixing
-    ratio, ``norm_of_sums`` or ``sum_of_norms``. ``seeds``: shuffle seeds. ``alphas``: residual scales in [0, 1] of
-    the sweep and of recovery, applied to ``layers`` (None: every block). Recovery selects alpha* on ``valid`` and
-    reports ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s: both run
-    ``diagnostics.runner.compute``.
+    or some of the registered diagnostics (``resdom.records``: shuffle, hrli, mixing, alpha, recovery), a list or
+    a comma-separated string. The other options and their defaults are ``diagnostics.options.DiagnoseOptions``'s
+    (``DEFAULTS``), validated there: ``recency`` and ``cutoffs``: the k and K of HRLkI@K (unfiltered rankings).
+    ``definition``: the mixing ratio, ``norm_of_sums`` or ``sum_of_norms``. ``seeds``: shuffle seeds. ``alphas``:
+    residual scales in [0, 1] of the sweep and of recovery, applied to ``layers`` (None: every block). Recovery
+    selects alpha* on ``valid`` and reports ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s:
+    both run ``diagnostics.runner.compute``.
     """
     label = model.name if isinstance(model, Fitted) else str(getattr(getattr(model, "cfg", None), "name", "model"))
     model, data = _model_and_split(model, split, "diagnose")

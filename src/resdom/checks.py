@@ -68,26 +68,55 @@ def optional_bool(value: bool | None, option: str) -> bool | None:
 
 
 def alpha_value(value: float, option: str) -> float:
-    """``value`` as a float in ``ALPHA_RANGE``; ResdomError naming ``option`` otherwise (NaN, text, a bool)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            ALPHA_RANGE[0] <= float(value) <= ALPHA_RANGE[1]):  # NaN fails both
+    """``value`` as a float by ``residual_scales``' rule for one scale; ResdomError naming ``option`` otherwise
+    (NaN, text, a bool)."""
+    try:
+        (scale,) = residual_scales((value,))
+    except ValueError:
         raise ResdomError(f"{option}: the residual scale must lie in [{ALPHA_RANGE[0]:g}, {ALPHA_RANGE[1]:g}] "
-                          f"(got {value!r})")
-    return float(value)
+                          f"(got {value!r})") from None
+    return scale
 
 
 def parse_alphas(text: str | None, option: str = "--alphas") -> list[float] | None:
-    """``"1,0.5,0"`` -> [1.0, 0.5, 0.0]; None where not given. Every value must be a number in ``ALPHA_RANGE``."""
+    """``"1,0.5,0"`` -> [1.0, 0.5, 0.0]; None where not given; ``residual_scales``' rule, a ResdomError naming
+    ``option`` otherwise."""
     if text is None or not text.strip():
         return None
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ResdomError(f"{option}: expected comma-separated numbers (got {text!r})") from None
+        return list(residual_scales(text))
+    except ValueError as e:
+        raise ResdomError(f"{option}: {e}") from None
+
+
+def residual_scales(value: Any) -> tuple[float, ...]:
+    """The one rule for residual scales (alpha, docs/spec.md "Residual scaling"): a comma-separated text, or a
+    sequence of numbers (a bool, a text or a complex number is no scale: ``float(True)`` is 1), each in
+    ``ALPHA_RANGE`` (NaN is not), at least one, none twice (a sweep would hold its row twice) -> the scales as floats,
+    in the order given. A ValueError says what is wrong (the caller names the option)."""
     lo, hi = ALPHA_RANGE
-    bad = [v for v in values if not lo <= v <= hi]  # NaN fails both comparisons
+    if isinstance(value, str):
+        try:
+            values = [float(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"expected comma-separated numbers (got {value!r})") from None
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            items = None
+        if items is None or isinstance(value, (bytes, dict)) or any(
+                isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Real) for a in items):
+            raise ValueError(f"expected numbers in [{lo:g}, {hi:g}] (got {value!r})")
+        values = [float(a) for a in items]
+    bad = [a for a in values if not lo <= a <= hi]  # NaN fails both comparisons
     if bad:
-        raise ResdomError(f"{option}: residual scales must lie in [{lo:g}, {hi:g}] (got {bad[0]:g})")
+        raise ValueError(f"residual scales must lie in [{lo:g}, {hi:g}] (got {bad[0]:g})")
     if not values:
-        raise ResdomError(f"{option}: give at least one residual scale")
-    return values
+        raise ValueError("give at least one residual scale")
+    seen: set[float] = set()
+    for a in values:
+        if a in seen:
+            raise ValueError(f"residual scale {a:g} is given twice (in {','.join(f'{x:g}' for x in values)})")
+        seen.add(a)
+    return tuple(values)

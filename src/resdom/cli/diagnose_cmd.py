@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from resdom.cli.values import progress_option
-from resdom.diagnostics.options import DiagnoseOptions, diagnose_options
+from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary, run_all
 from resdom.distributed import setup
@@ -57,16 +57,20 @@ def diagnose(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
     what: str = typer.Option("all", "--what", help=f"all, or some of {','.join((*diagnostic_names(), USERS))} "
                               f"({USERS}: the per-user evidence, {USERS}.npz)"),
-    split: str = typer.Option("test", "--split", help="valid or test (recovery always selects on valid, reports test)"),
+    split: str = typer.Option(DEFAULTS.part, "--split",
+                              help="valid or test (recovery always selects on valid, reports test)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu), cpu, cuda or mps; under "
                                "torchrun users are sharded"),
-    definition: str = typer.Option("norm_of_sums", "--definition", help="mixing ratio: norm_of_sums or sum_of_norms"),
-    batch_size: int = typer.Option(256, "--batch-size", help="users per batch (lowered for large catalogs)"),
-    seeds: str = typer.Option("0,1,2", "--seeds", help="shuffle seeds, comma-separated"),
-    alphas: str = typer.Option(None, "--alphas", help="residual scales in [0, 1], comma-separated (default 1,0.9..0)"),
+    definition: str = typer.Option(DEFAULTS.definition, "--definition",
+                                   help="mixing ratio: norm_of_sums or sum_of_norms"),
+    batch_size: int = typer.Option(DEFAULTS.batch_size, "--batch-size",
+                                   help="users per batch (lowered for large catalogs)"),
+    seeds: str = typer.Option(",".join(map(str, DEFAULTS.seeds)), "--seeds", help="shuffle seeds, comma-separated"),
+    alphas: str = typer.Option(None, "--alphas", help="residual scales in [0, 1], comma-separated (default "
+                               f"{','.join(f'{a:g}' for a in DEFAULTS.alphas)})"),
     layers: str = typer.Option(None, "--layers", help="blocks whose residual is scaled (default all), e.g. 0,1"),
-    per_head: bool = typer.Option(False, "--per-head", help="also report per-head mixing ratios"),
+    per_head: bool = typer.Option(DEFAULTS.per_head, "--per-head", help="also report per-head mixing ratios"),
     progress: bool = progress_option(),
 ) -> None:
     """Diagnose last-item reliance: every registered diagnostic (see --what), written under RUN_DIR/diagnostics/."""

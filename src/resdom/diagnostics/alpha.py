@@ -10,7 +10,6 @@ HR@10 and NDCG@10 are unfiltered too, as that data set's evaluation, and the res
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from resdom.checks import residual_scales
 from resdom.data.sequences import EvalSet
 from resdom.diagnostics.common import (
     DEFAULT_BATCH,
@@ -50,16 +50,9 @@ ALPHAS: tuple[float, ...] = tuple(round(1.0 - 0.1 * i, 1) for i in range(11))  #
 
 
 def check_alphas(alphas: Sequence[float]) -> list[float]:
-    bad_type = [a for a in alphas if isinstance(a, bool) or not isinstance(a, numbers.Real)]  # as checks.alpha_value
-    if bad_type:  # float(True) is 1.0 and float("2") is 2.0: a flag or a text given for a scale
-        raise ValueError(f"alphas must be numbers (got {bad_type[0]!r})")
-    out = [float(a) for a in alphas]
-    if not out:
-        raise ValueError("alphas must not be empty")
-    bad = [a for a in out if not np.isfinite(a)]
-    if bad:
-        raise ValueError(f"alphas must be finite numbers (got {bad})")
-    return out
+    """``alphas`` as floats by the one rule of residual scales (``checks.residual_scales``: numbers in [0, 1], at
+    least one, none twice); a ValueError otherwise."""
+    return list(residual_scales(alphas))
 
 
 @dataclass

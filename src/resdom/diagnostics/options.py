@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from resdom.checks import ALPHA_RANGE, NumbersModel
+from resdom.checks import NumbersModel, residual_scales
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
@@ -171,23 +170,7 @@ class DiagnoseOptions(NumbersModel):
     @field_validator("alphas", mode="before")
     @classmethod
     def _alphas(cls, v: Any) -> tuple[float, ...]:
-        lo, hi = ALPHA_RANGE
-        items = _items(v)
-        if items is None:
-            raise ValueError(f"expected a sequence of numbers in [{lo:g}, {hi:g}] (got {v!r})")
-        try:
-            if any(isinstance(a, (bool, np.bool_)) for a in items):
-                raise TypeError  # float(True) is 1.0: a flag given for a scale
-            values = [float(a) for a in items]
-        except (TypeError, ValueError):
-            what = "comma-separated numbers" if isinstance(v, str) else f"numbers in [{lo:g}, {hi:g}]"
-            raise ValueError(f"expected {what} (got {v!r})") from None
-        bad = [a for a in values if not lo <= a <= hi]  # NaN fails both comparisons
-        if bad:
-            raise ValueError(f"residual scales must lie in [{lo:g}, {hi:g}] (got {bad[0]:g})")
-        if not values:
-            raise ValueError("give at least one residual scale")
-        return _no_repeats(tuple(values), "residual scale")
+        return residual_scales(v)  # the one rule (resdom.checks): type, range, at least one, no repeats
 
     @field_validator("layers", mode="before")
     @classmethod
@@ -219,6 +202,10 @@ class DiagnoseOptions(NumbersModel):
         """``layers`` as the list the diagnostic functions take (None: every block)."""
         return None if self.layers is None else list(self.layers)
 
+
+
+# diagnose's defaults, written once (the fields above): the API's keywords and the CLI's flags read them
+DEFAULTS = DiagnoseOptions()
 
 def problems(error: ValidationError) -> list[tuple[str, str]]:
     """(field, message) of each error of a DiagnoseOptions validation; a validator's own message as it wrote it."""
