@@ -49,7 +49,7 @@ from pathlib import Path
 family, cap, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 from resdom.errors import ResdomError
 from resdom.data.readers import read_interactions
-from resdom.data.native import read_movielens_zip, read_steam, read_beeradvocate
+from resdom.data.native import read_native, read_movielens_zip, read_steam, read_beeradvocate
 from resdom.data.sequences import SplitData
 READERS = {
     "csv": lambda p: read_interactions([p], "csv"),
@@ -62,6 +62,10 @@ READERS = {
     "beer-snap": read_beeradvocate,
     "arrays.npz": lambda p: SplitData.load(p.parent),
     "manifest.json": lambda p: SplitData.load(p.parent),
+    "recbole-inter": lambda p: read_interactions([p], "recbole"),
+    "diginetica": lambda p: read_native("diginetica", [p]),
+    "tts-csv": lambda p: read_native("time-to-split-csv", [p], "uid", "iid", "ts"),
+    "zvuk": lambda p: read_native("zvuk", [p]),
 }
 if family == "torch":
     import numpy as np
@@ -70,9 +74,10 @@ if family == "torch":
     from resdom.adapters.pmixer import pmixer_model, read_pmixer_state_dict
     from resdom.adapters.recbole import read_recbole_checkpoint
     from resdom.adapters.rectools import read_rectools_file
+    from resdom.cli.recommend_cmd import read_ids, read_sequences
     from resdom.cli.train_cmd import parse_set, read_config_file
     from resdom.diagnostics.evidence import read_users
-    from resdom.runs import load_checkpoint
+    from resdom.runs import load_checkpoint, read_config
 
     def pmixer(p):
         state = read_pmixer_state_dict(p)
@@ -94,6 +99,9 @@ if family == "torch":
         "model.json": lambda p: load_checkpoint(p.parent / "model.safetensors"),
         "model.safetensors": lambda p: load_checkpoint(p),
         "users.npz": users,
+        "config.json": read_config,
+        "sequences.json": read_sequences,
+        "users.txt": lambda p: read_ids(p, "--users", ("user_id", "user")),
     }
 
 
@@ -219,6 +227,14 @@ def _data_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
     split = root / "split"
     prepare_split("synthetic:n_users=40,n_items=25,min_len=5,max_len=10").save(split)
     lines = "".join(" ".join([f"u{u}", *[str((u + i) % 30 + 1) for i in range(6)]]) + "\n" for u in range(40))
+    inter = "user_id:token\titem_id:token\ttimestamp:float\n" + "".join(
+        f"u{u}\t{(u * 7 + i) % 40 + 1}\t{1_600_000_000 + 60 * i}\n" for u in range(30) for i in range(8))
+    digi = "sessionId;userId;itemId;timeframe;eventdate\n" + "".join(
+        f"{s};;{(s * 3 + i) % 40 + 1};{1000 * i};2016-05-{s % 28 + 1:02d}\n" for s in range(1, 30) for i in range(6))
+    tts = "uid,iid,ts\n" + "".join(f"{u},{(u + i) % 40 + 1},{1_600_000_000 + i}\n" for u in range(30) for i in range(8))
+    zvuk = io.BytesIO()
+    pd.DataFrame({"user_id": np.repeat(np.arange(30), 8), "track_id": np.arange(240) % 40 + 1,
+                  "datetime": pd.to_datetime(1_600_000_000 + np.arange(240), unit="s")}).to_parquet(zvuk)
     return {
         "csv": (root / "data.csv", _csv_text().encode()),
         "csv.gz": (root / "data.csv.gz", gzip.compress(_csv_text().encode())),
@@ -230,6 +246,10 @@ def _data_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
         "beer-snap": (root / "beer.txt", beer.encode()),
         "arrays.npz": (split / "arrays.npz", (split / "arrays.npz").read_bytes()),
         "manifest.json": (split / "manifest.json", (split / "manifest.json").read_bytes()),
+        "recbole-inter": (root / "data.inter", inter.encode()),
+        "diginetica": (root / "train-item-views.csv", digi.encode()),
+        "tts-csv": (root / "tts.csv", tts.encode()),
+        "zvuk": (root / "zvuk-interactions.parquet", zvuk.getvalue()),
     }
 
 
@@ -273,12 +293,17 @@ def _torch_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
         "model.json": (run / "model.json", (run / "model.json").read_bytes()),
         "model.safetensors": (run / "model.safetensors", (run / "model.safetensors").read_bytes()),
         "users.npz": (root / "users.npz", users),
+        "config.json": (run / "config.json", json.dumps({"model": {"name": "sasrec", "hidden": 8},
+                                                         "train": {"lr": 0.001}}).encode()),
+        "sequences.json": (root / "sessions.json", json.dumps({"s1": ["1", "2"], "s2": ["3"]}).encode()),
+        "users.txt": (root / "users.txt", b"u1\nu2\nu3\n"),
     }
 
 
 DATA_KINDS = ("csv", "csv.gz", "user-lines", "detect", "parquet", "ml-zip", "steam", "beer-snap", "arrays.npz",
-              "manifest.json")
-TORCH_KINDS = ("recbole", "rectools", "pmixer", "yaml", "set", "model.json", "model.safetensors", "users.npz")
+              "manifest.json", "recbole-inter", "diginetica", "tts-csv", "zvuk")
+TORCH_KINDS = ("recbole", "rectools", "pmixer", "yaml", "set", "model.json", "model.safetensors", "users.npz",
+               "config.json", "sequences.json", "users.txt")
 
 
 class Fuzz:
@@ -439,6 +464,8 @@ REGRESSIONS: dict[str, list[list[tuple[Any, ...]]]] = {
     # YAML: an alias bomb and a deep nesting (a MemoryError and a RecursionError before)
     "yaml": [[("aliases", 0.0)], [("nest", 3000)]],
     "set": [[("aliases", 0.0)], [("nest", 3000)]],
+    # a 400-digit timestamp in a column pandas reads as numbers: pd.to_numeric's OverflowError (found by the fuzzing)
+    "tts-csv": [[("insert", 1.0, 14)]],
     # a truncated gzip stream ("error: aborted" before)
     "csv.gz": [[("truncate", 0.5)], [("truncate", 0.97)]],
 }

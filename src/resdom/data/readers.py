@@ -961,7 +961,10 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
                           (pd.api.types.is_timedelta64_dtype, f"durations (e.g. {short(str(col.iloc[0]))})")):
         if is_kind(col.dtype):  # pandas would read True as 1 s and a duration as its nanoseconds
             raise ResdomError(f"{where(0)}: column {name!r} holds {what}, not times (Unix seconds or dates)")
-    numeric = pd.to_numeric(col, errors="coerce")
+    try:
+        numeric = pd.to_numeric(col, errors="coerce")
+    except (OverflowError, TypeError, ValueError):  # a whole number past a float (a 400-digit timestamp): as text,
+        numeric = pd.to_numeric(col.astype(str), errors="coerce")  # it reads as inf and is refused below
     bad = np.flatnonzero(pd.isna(numeric.to_numpy()) | ~np.isfinite(numeric.to_numpy(dtype=np.float64)))
     if len(bad) == 0:
         return numeric
