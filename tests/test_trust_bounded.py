@@ -592,3 +592,18 @@ def test_a_crafted_recbole_or_rectools_item_table_is_one_line(bad: torch.Tensor)
     crafted_rt = dataclasses.replace(rectools, state_dict={**rectools.state_dict, ID_EMB: bad})
     with pytest.raises(ResdomError, match="not a table of rows x hidden size"):
         rectools_model_config(crafted_rt, 4, "model.rectools")
+
+
+def test_a_numpy_object_array_whose_shape_exceeds_its_elements_is_refused() -> None:
+    """RecTools keeps item ids in object arrays; numpy allocates the shape (8 bytes an element) before it compares
+    it with the list of elements: a shape of 10^8 over two ids took 800 MB."""
+    import io as _io
+
+    from resdom.adapters.safe_pickle import RestrictedUnpickler
+
+    good = pickle.dumps(np.array(["a", "b"], dtype=object), protocol=2)
+    assert good.count(b"K\x02\x85") == 1
+    bomb = good.replace(b"K\x02\x85", b"J" + struct.pack("<i", 10**8) + b"\x85")
+    assert list(RestrictedUnpickler(_io.BytesIO(good), object_arrays=True).load()) == ["a", "b"]
+    with pytest.raises(ResdomError, match=r"a numpy array of shape \(100000000,\) whose data holds 2 elements"):
+        RestrictedUnpickler(_io.BytesIO(bomb), object_arrays=True).load()

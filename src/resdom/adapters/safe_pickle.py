@@ -308,6 +308,18 @@ class RestrictedUnpickler(pickle._Unpickler):
             if state[2].hasobject and not (isinstance(state[4], list) and all(
                     isinstance(x, (str, int, float, bool, type(None))) for x in state[4])):
                 raise ResdomError(f"{self._source}: refused: a numpy object array of anything but str / int / float")
+            shape = state[1]
+            if not (isinstance(shape, tuple) and len(shape) <= PICKLE_DIMS.value
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+                raise ResdomError(f"{self._source}: refused: numpy array shape {short(shape, 80)}")
+            count = 1
+            for n in shape:
+                count *= n
+            held = len(state[4]) if state[2].hasobject else len(state[4]) // max(state[2].itemsize, 1) \
+                if isinstance(state[4], (bytes, bytearray)) else -1
+            if count != held:  # numpy would allocate the shape first (an object array: 8 bytes an element)
+                raise ResdomError(f"{self._source}: refused: a numpy array of shape {short(shape, 80)} whose data "
+                                  f"holds {held} elements")
         pickle._Unpickler.load_build(self)
 
     dispatch[pickle.BUILD[0]] = load_build
