@@ -35,7 +35,7 @@ def import_recbole(
 ) -> None:
     """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
     path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=typer.echo)
-    typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter; diagnose: "
+    typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter-seen; diagnose: "
                f"resdom diagnose {path})")
 
 
