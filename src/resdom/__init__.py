@@ -16,7 +16,7 @@ from typing import Any
 
 from resdom.version import __version__
 
-_API = ("Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "load_split", "prepare_split")
+_API = ("Diagnosis", "Fitted", "diagnose", "diagnose_run", "evaluate", "fit", "load_run", "load_split", "prepare_split")
 __all__ = [*_API, "__version__"]
 
 

@@ -33,9 +33,9 @@ from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
 from resdom.diagnostics.monitor import epoch_monitor
-from resdom.diagnostics.options import DEFAULTS, diagnose_options
+from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options
 from resdom.diagnostics.registry import REGISTRY
-from resdom.diagnostics.runner import compute, parse_what, plan
+from resdom.diagnostics.runner import compute, parse_what, plan, run_all
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS, beyond_accuracy
@@ -440,6 +440,33 @@ def _per_user(ranks: Any, evalset: EvalSet, split: SplitData | None, cutoffs: tu
 
 
 # -------------------------------------------------------------------------------------------- diagnose
+
+
+def diagnose_run(run_dir: str | Path, options: DiagnoseOptions | None = None, *, device: str | torch.device = "auto",
+                 progress: bool = False, **values: Any) -> dict[str, Any]:
+    """Diagnose the run directory ``run_dir`` and write ``RUN_DIR/diagnostics/``: what ``resdom diagnose`` does.
+
+    Parameters
+    ----------
+    run_dir
+        A run directory (``resdom train``, ``fit(out=...)``, ``Fitted.save`` or an importer).
+    options
+        The validated options (``diagnostics.options.DiagnoseOptions``); or give them as ``values`` (the same
+        fields, ``what="all"`` including the per-user evidence ``users``), validated here.
+    device
+        Where to compute (``auto``: cuda, then mps, then cpu); under torchrun each process diagnoses its shard.
+    progress
+        Progress bars on stderr.
+
+    Returns
+    -------
+    dict
+        The summary, as written to ``RUN_DIR/diagnostics/summary.json``: every diagnostic's headline numbers.
+    """
+    return run_all(run_dir, options, device=_device(device) if isinstance(device, str) else device,
+                   progress=progress, **values)
+
+
 
 
 @dataclass

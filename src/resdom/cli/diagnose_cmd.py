@@ -7,10 +7,11 @@ from pathlib import Path
 
 import typer
 
+from resdom.api import diagnose_run
 from resdom.cli.values import progress_option
 from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options
 from resdom.diagnostics.registry import diagnostic_names
-from resdom.diagnostics.runner import format_summary, run_all
+from resdom.diagnostics.runner import format_summary
 from resdom.distributed import setup
 from resdom.errors import OptionError
 from resdom.names import USERS
@@ -80,7 +81,7 @@ def diagnose(
     before = _mtimes(run_dir, names)
     ctx = setup(device, "--device")  # under torchrun: join the process group; each rank diagnoses its shard of users
     try:
-        summary = run_all(run_dir, options, device=ctx.device, progress=progress and ctx.is_main)
+        summary = diagnose_run(run_dir, options, device=ctx.device, progress=progress and ctx.is_main)
     except OptionError as e:  # checked against the model (--layers)
         raise e.renamed(FLAGS) from None
     except KeyboardInterrupt:
