@@ -253,7 +253,8 @@ def _one_seed_face(n_seeds: int) -> dict[str, Any]:
 def _one_seed_handle() -> Line2D:
     """The legend entry of the hollow mark on a bar (``_bar_values``) or the hollow markers of a line
     (``ONE_SEED_FACE``) that rest on one seed."""
-    return mpl().Line2D([], [], **ONE_SEED_LOOK, label="hollow: one seed, no spread")
+    handle: Line2D = mpl().Line2D([], [], **ONE_SEED_LOOK, label="hollow: one seed, no spread")
+    return handle
 
 
 def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None, markers: bool = False,
@@ -332,7 +333,7 @@ def _label_small_bars(ax: Any) -> None:
     def small(h: float) -> bool:
         if log:
             return bool(np.log(max(h, low) / low) < SMALL_BAR * np.log(high / low))
-        return abs(h) < SMALL_BAR * (high - low)
+        return bool(abs(h) < SMALL_BAR * (high - low))
 
     bars = [c for c in ax.containers if hasattr(c, "patches")]
     upright = sum(len(c.patches) for c in bars) > 6  # narrow bars: written upwards, so neighbours' values stay apart
@@ -983,7 +984,7 @@ def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarr
 
     def close(ps: list[dict[str, Any]]) -> bool:
         lo_x, hi_x, lo_y, hi_y = box(ps)
-        return hi_x - lo_x < share * (x1 - x0) and hi_y - lo_y < share * (y1 - y0)
+        return bool(hi_x - lo_x < share * (x1 - x0) and hi_y - lo_y < share * (y1 - y0))
 
     points = [points[0], *(p for p in points[1:] if close([points[0], p]))]
     if len(points) < 2 or not close(points):

@@ -30,7 +30,7 @@ def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
     keys = ["mix_all_Attn", "mix_all_+Res", "mix_all_+LN", "HRLI@1", "HRL2I@1", "rec_share", "alpha_star",
             "HRLI@10", "HRL2I@10", "HR@10", "HR@10_at_star", "unseen_share", "HRLI@1_seen"] + [
                 f"rec_at_{a}" for a in RECOVERY_ALPHAS]
-    out = {k: _mean([v.get(k) for v in vals]) for k in keys}
+    out: dict[str, Any] = {k: _mean([v.get(k) for v in vals]) for k in keys}
     out["rec_star"] = _mean([_recovery_at_star(r) for r in runs])
     out["alpha_swept"] = any(isinstance(row, dict) and isinstance(row.get("alpha"), (int, float)) and row["alpha"] < 1
                              for r in runs for row in _test_value(r, "curve") or [])
@@ -77,7 +77,8 @@ def _recovery_at_star(run: RunRecord) -> float | None:
     curve = rec.get("test", {}).get("curve", []) if isinstance(rec.get("test"), dict) else []
     for row in curve:
         if isinstance(star, (int, float)) and abs(float(row.get("alpha", -9)) - float(star)) < 1e-6:
-            return row.get(RECOVERY_CURVE)
+            value = row.get(RECOVERY_CURVE)
+            return float(value) if isinstance(value, (int, float)) else None
     return None
 
 

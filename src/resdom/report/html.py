@@ -47,8 +47,8 @@ def _run_rows(runs: list[RunRecord]) -> list[list[str]]:
     missing = left_out(runs)
     for r in runs:
         v = run_values(r)
-        num = [format_value(v[k], "ratio") if v.get(k) is not None else "–" for k in ("HR@10", "NDCG@10")]
-        users = format_value(v["n_users"], "count") if v.get("n_users") is not None else "–"
+        num = [format_value(x, "ratio") if (x := v.get(k)) is not None else "–" for k in ("HR@10", "NDCG@10")]
+        users = format_value(n, "count") if (n := v.get("n_users")) is not None else "–"
         status = ("failed: " + r.error.splitlines()[0][:120] if r.error
                   else "; ".join(([f"stale, left out: {', '.join(r.stale)} (rerun resdom diagnose)"] if r.stale else [])
                                  + [c for p, c in missing.get(r.path, {}).items() if p not in r.stale]) or "ok")

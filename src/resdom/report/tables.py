@@ -71,7 +71,7 @@ def aggregate(runs: list[RunRecord], columns: list[Column], name: str, title: st
         vals = [run_values(r) for r in group]
         row: dict[str, Any] = {"dataset": dataset, "model": model, "values": {}}
         for col in columns:
-            xs = [x[col.key] for x in vals if x.get(col.key) is not None]
+            xs = [x for x in (v.get(col.key) for v in vals) if x is not None]
             row[col.key] = mean_std(xs) if xs else None
             row["values"][col.key] = xs
         row["n"] = max(len(xs) for xs in row["values"].values())
@@ -169,13 +169,14 @@ def early_peaks(runs: list[RunRecord]) -> list[str]:
             best, ran = v.get("best_epoch"), v.get("epochs_run")
             if best is None or v.get("early_stopped") != 1.0:
                 continue
-            bests = [w["best_epoch"] for r, w in group if r is not run and w.get("best_epoch") is not None]
+            bests = [b for r, w in group if r is not run and (b := w.get("best_epoch")) is not None]
             if best > EARLY_PEAK and not (bests and best < EARLY_SHARE * statistics.median(bests)):
                 continue
             line = f"{run.label}: best epoch {best:.0f} of {ran:.0f} run"
-            if v.get("NDCG@10") is not None:
-                line += f"; test NDCG@10 {v['NDCG@10']:.4f}"
-                others = [w["NDCG@10"] for r, w in group if r is not run and w.get("NDCG@10") is not None]
+            ndcg = v.get("NDCG@10")
+            if ndcg is not None:
+                line += f"; test NDCG@10 {ndcg:.4f}"
+                others = [x for r, w in group if r is not run and (x := w.get("NDCG@10")) is not None]
                 if others:
                     line += (f" against {min(others):.4f}" if len(others) == 1 else
                              f" against {min(others):.4f} to {max(others):.4f}") + \
