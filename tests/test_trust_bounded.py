@@ -18,7 +18,6 @@ import struct
 import subprocess
 import sys
 import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -53,15 +52,12 @@ def call(module: str, name: str, *args: object) -> bytes:
     return b"\x80\x02c" + f"{module}\n{name}\n".encode() + (b"" if not args else body) + tuple_op + b"R."
 
 
-def torch_zip(pkl: bytes, records: dict[str, bytes] | None = None, byteorder: bytes = b"little",
-              compress: int = zipfile.ZIP_STORED) -> bytes:
-    """A ``torch.save``-style zip archive holding ``pkl`` as archive/data.pkl and ``records`` as archive/data/<key>."""
+def torch_zip(pkl: bytes) -> bytes:
+    """A ``torch.save``-style zip archive holding ``pkl`` as archive/data.pkl (and its byteorder record)."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=compress) as z:
+    with zipfile.ZipFile(buf, "w") as z:
         z.writestr("archive/data.pkl", pkl)
-        z.writestr("archive/byteorder", byteorder)
-        for key, data in (records or {}).items():
-            z.writestr(f"archive/data/{key}", data)
+        z.writestr("archive/byteorder", b"little")
     return buf.getvalue()
 
 
@@ -91,14 +87,6 @@ def patch_zip_headers(data: bytes, member: str, *, method: int | None = None, fl
     return bytes(out)
 
 
-def deflated_zeros(n: int) -> bytes:
-    """A raw deflate stream of ``n`` zero bytes (about n / 1000 bytes: a zip bomb's member)."""
-    c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    chunk = bytes(MIB)
-    parts = [c.compress(chunk) for _ in range(n // MIB)]
-    return b"".join(parts) + c.compress(bytes(n % MIB)) + c.flush()
-
-
 def zip_with_member(name: str, n_zeros: int, others: dict[str, bytes] | None = None) -> bytes:
     """A zip archive whose member ``name`` unpacks to ``n_zeros`` zero bytes, plus ``others`` (stored as given)."""
     buf = io.BytesIO()
@@ -120,11 +108,11 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def alias_bomb(levels: int = 6, width: int = 10, indent: str = "") -> str:
+def alias_bomb(levels: int = 6, width: int = 10) -> str:
     """A YAML "billion laughs": ``width ** levels`` values from a few hundred bytes of anchors and aliases."""
-    lines = [f"{indent}l0: &l0 [{', '.join(['lol'] * width)}]"]
+    lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
     for i in range(1, levels):
-        lines.append(f"{indent}l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]")
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]")
     return "\n".join(lines) + "\n"
 
 
