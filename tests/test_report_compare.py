@@ -433,7 +433,9 @@ def test_paired_seeds_compare_the_seeds_both_have_seed_against_seed(tmp_path: Pa
     pairs = [Comparison("toy", "base", "longer", "NDCG@10", paired_seeds=True),
              Comparison("toy", "base", "longer", "NDCG@10"),
              Comparison("toy", "base", "other", "NDCG@10", paired_seeds=True)]
-    paired, unpaired, one = compare_table(tmp_path, pairs, n_boot=500).rows
+    table = compare_table(tmp_path, pairs, n_boot=500)
+    paired, unpaired, one = table.rows
+    assert "| 3 / 3, paired |" in comparison_markdown(table) and "| 1 / 1, paired |" in comparison_markdown(table)
     assert (paired.n_seeds_baseline, paired.n_seeds_other) == (3, 3) and paired.diff.paired_seeds
     assert np.all(paired.diff.distribution == 0.0) and (paired.diff.lo, paired.diff.hi) == (0.0, 0.0)
     three = [metric_values(ev, "NDCG@10") for ev in label_evidence(tmp_path, "toy", "longer")[0]]

@@ -577,7 +577,8 @@ def _cells(r: ComparisonRow) -> list[str]:
         return head + ["–", "–", r.note, "–", r.verdict, "–", "–"]
     d = r.diff
     return head + [f"{r.baseline_mean:.4f}", f"{r.other_mean:.4f}", f"{d.estimate:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]",
-                   row_p_text(r), verdict_text(r), f"{r.n_seeds_baseline} / {r.n_seeds_other}", str(r.n_users)]
+                   row_p_text(r), verdict_text(r),
+                   f"{r.n_seeds_baseline} / {r.n_seeds_other}" + (", paired" if d.paired_seeds else ""), str(r.n_users)]
 
 
 def comparison_markdown(table: ComparisonTable) -> str:
@@ -594,7 +595,9 @@ def comparison_markdown(table: ComparisonTable) -> str:
             "are below it; else equivalent where two one-sided tests (Holm-adjusted) pass the stated margin under "
             "both (a relative margin is a share of the baseline's mean); else undecided, with the difference both "
             f"tests would detect with 80% power at alpha {table.alpha:g} / {m} (\"detects ±d\"). Identical: the same "
-            "checkpoints on both sides seed for seed (no test, not counted among the comparisons). A (1 seed) side "
+            "checkpoints on both sides seed for seed (no test, not counted among the comparisons). Seeds \"paired\": "
+            "seed k of both sides starts from the same weights and data order (Comparison.paired_seeds), compared "
+            "seed against seed (one seed draw for both in the bootstrap; the paired t). A (1 seed) side "
             "adds no seed-to-seed variation to the bootstrap; one seed on both sides: no seeds' t, the bootstrap "
             "alone.")
     lines += ["", note]
