@@ -145,6 +145,18 @@ def test_each_limit_is_raised_by_its_variable(monkeypatch: pytest.MonkeyPatch) -
     assert expansion_cap(MIB) == MIB
 
 
+def test_docs_limits_names_every_limit_with_its_default() -> None:
+    """docs/limits.md's table lists each limit of resdom.limits (its variable and default), and no other."""
+    from resdom.limits import ALL_LIMITS
+
+    doc = (Path(__file__).parents[1] / "docs" / "limits.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip() for line in doc.splitlines()
+            if line.startswith("| `RESDOM_")}
+    names = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    documented = {k: int(v[:-1]) * names[v[-1]] if v[-1] in names else int(v) for k, v in rows.items()}
+    assert documented == {limit.env: limit.default for limit in ALL_LIMITS}
+
+
 def test_a_value_quoted_in_a_message_is_cut_to_a_readable_length() -> None:
     huge = "1" * 50_000_000
     assert len(short(huge)) < 400 and "50,000,000 characters" in short(huge)
