@@ -89,9 +89,12 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
     echo, probes, comparisons = ((echo_evidence(runs), probe_tables(runs), comparison_evidence(runs)) if study
                                  else (None, None, None))
     blocks = document_blocks(runs, every_table, echo=echo, probes=probes, comparisons=comparisons)
-    names = ("claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES) if study else ("run_coverage",)
-    for name in names:  # the study's: the claims, the per-user statistics, the paper side by side, its questions
-        atomic_write_text(out_dir / "tables" / f"{name}.md", blocks[name])
+    # the study's blocks (the claims, the per-user statistics, the paper side by side, its questions); one's own
+    # runs: their coverage
+    written = {n: blocks[n] for n in ("claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES)} if study else {
+        "run_coverage": run_coverage(runs)}
+    for name, text in written.items():
+        atomic_write_text(out_dir / "tables" / f"{name}.md", text)
         table_paths.append(out_dir / "tables" / f"{name}.md")
     if not figures:
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
@@ -129,7 +132,7 @@ def run_coverage(runs: list[RunRecord]) -> str:
 def document_block_names() -> tuple[str, ...]:
     """The names ``document_blocks`` gives a table under, whatever the runs (a summary table with no data is kept
     empty): what a ``<!-- resdom:table NAME -->`` block may name."""
-    return (*(t.name for t in summary_tables([])), "claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES, "run_coverage")
+    return (*(t.name for t in summary_tables([])), "claims", *EVIDENCE_BLOCKS, *BEYOND_TABLES)
 
 
 def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *, echo: EchoTable | None = None,
@@ -148,5 +151,5 @@ def document_blocks(runs: list[RunRecord], tables: list[Table] | None = None, *,
               "published_accuracy": published_accuracy_block(runs),
               "reliance_dynamics": reliance_dynamics_block(runs),
               "seed_spread": seed_spread_block(runs),
-              **probe_blocks(runs, tables=probes), "run_coverage": run_coverage(runs)}
+              **probe_blocks(runs, tables=probes)}
     return {**blocks, "summary": summary_markdown(blocks)}
