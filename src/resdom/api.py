@@ -255,6 +255,7 @@ def fit(
     progress: bool | None = None,
     data_info: dict[str, Any] | None = None,
     callbacks: Sequence[EpochCallback] = (),
+    train: TrainConfig | None = None,
     **options: Any,
 ) -> Fitted:
     """Train ``model`` on ``split.train`` with early stopping on ``split.valid``; returns the best model in memory.
@@ -267,11 +268,16 @@ def fit(
     directory that is removed before returning, so nothing is left on disk (``Fitted.save`` writes it later).
     ``progress``: tqdm bars (None: on a terminal; elsewhere one line per epoch on stderr; False: silent).
     ``data_info``: recorded in ``config.json`` under ``data`` (how the split was obtained). ``callbacks``:
-    ``cb(epoch, record)`` after each epoch (``training.trainer.fit``).
+    ``cb(epoch, record)`` after each epoch (``training.trainer.fit``). ``train``: a resolved TrainConfig (with
+    ``model`` a resolved ModelConfig, ``training.config.resolve_configs``, and no other options): the trainer
+    receives both as they are, nothing resolved again (``resdom train`` resolves its configuration once, before
+    the data is read); it trains on ``train.device``.
     """
     if not isinstance(split, SplitData):
         raise ResdomError(f"split: expected a SplitData (resdom.prepare_split or resdom.load_split), got "
                           f"{type(split).__name__}")
+    if train is not None:
+        return _fit_resolved(split, model, train, out, progress, data_info, callbacks, options)
     model_values, train_values = _route_options(options)
     _import_tqdm_quietly()
     if isinstance(model, ModelConfig):
@@ -307,6 +313,27 @@ def fit(
         fitted = load_run(tmp, device)
     fitted.directory = None
     return fitted
+
+
+def _fit_resolved(split: SplitData, model: Any, train: TrainConfig, out: str | Path | None, progress: bool | None,
+                  data_info: dict[str, Any] | None, callbacks: Sequence[EpochCallback],
+                  options: dict[str, Any]) -> Fitted:
+    """``fit`` of a resolved configuration: ``model`` a ModelConfig (its n_items set from the split where 0) and
+    ``train`` a TrainConfig, handed to the trainer as they are."""
+    if not isinstance(train, TrainConfig) or not isinstance(model, ModelConfig) or options:
+        raise ResdomError("train: a resolved TrainConfig goes with a resolved ModelConfig as model and no other "
+                          f"options (got model {type(model).__name__}, options {sorted(options)})")
+    if model.n_items not in (0, split.n_items):
+        raise ResdomError(f"model.n_items: {model.n_items} but the split has {split.n_items} items")
+    model_cfg = model if model.n_items else model.model_copy(update={"n_items": split.n_items})
+    _import_tqdm_quietly()
+    _device(train.device)
+    info = data_info if data_info is not None else {"source": (split.manifest.get("source") or {}).get("name"),
+                                                     "protocol": split.manifest.get("protocol")}
+    if out is None:
+        raise ResdomError("out: a resolved configuration trains into a run directory (fit(..., out=...))")
+    run_training(split, model_cfg, train, out, info, callbacks=callbacks, progress=progress, hooks=(epoch_monitor,))
+    return load_run(out, train.device)
 
 
 # -------------------------------------------------------------------------------------------- evaluate

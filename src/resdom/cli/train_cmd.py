@@ -305,11 +305,12 @@ def train(
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
-    _, early = cfg.resolve(preset_source, n_items=1, protocol=protocol)  # fail fast, before the data is read
-    resolve_device(early.device, "--device" if device else "train.device")
+    # the one resolution of the configuration, before the data is read (a bad value fails fast); the split sets
+    # n_items, which nothing else depends on, and fit hands both configs to the trainer as they are
+    model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=protocol)
+    resolve_device(train_cfg.device, "--device" if device else "train.device")
 
     split = data.split(source)
-    model_cfg, train_cfg = cfg.resolve(preset_source, n_items=split.n_items, protocol=protocol)
     data_info = data.record(source)
     if cfg.label != cfg.name:
         data_info["label"] = cfg.label  # reports name the run by its variant
@@ -320,8 +321,8 @@ def train(
     if replace and is_main:
         typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
     try:
-        result = fit(split, model_cfg, out=out, data_info=data_info, progress=None if progress else False,
-                     **train_cfg.model_dump()).metrics
+        result = fit(split, model_cfg, train=train_cfg, out=out, data_info=data_info,
+                     progress=None if progress else False).metrics
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
                    err=True)
