@@ -147,20 +147,22 @@ class Worker:
     """A reader subprocess for one family of kinds: cases go in as JSON lines, outcomes come back; a worker that
     dies (or hangs past its limit) is restarted and its case reported as a crash."""
 
-    def __init__(self, family: str, warm: dict[str, str]) -> None:
-        self.family, self.warm = family, warm
+    def __init__(self, family: str, warm: dict[str, str], log: Path) -> None:
+        self.family, self.warm, self.log = family, warm, log
         self.proc: subprocess.Popen[str] | None = None
 
     def spawn(self) -> None:
         """Start the worker without waiting for it (the two workers import at once); ``wait`` waits."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, self.family, str(CAP_BYTES), str(CASE_SECONDS), json.dumps(self.warm)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        with self.log.open("a") as err:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", WORKER, self.family, str(CAP_BYTES), str(CASE_SECONDS), json.dumps(self.warm)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
 
     def wait(self) -> None:
         ready = self._read(300)
-        assert ready == {"ready": True}, f"{self.family} worker did not start: {ready}"
+        assert ready == {"ready": True}, (f"{self.family} worker did not start: {ready}; its stderr ends: "
+                                          f"{self.log.read_text()[-2000:]}")
 
     def start(self) -> None:
         self.spawn()
@@ -189,6 +191,9 @@ class Worker:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None:
+                    pipe.close()
             self.proc = None
 
 
@@ -315,7 +320,7 @@ class Fuzz:
         for path, data in self.bases.values():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        self.workers = {family: Worker(family, {k: str(self.bases[k][0]) for k in kinds})
+        self.workers = {family: Worker(family, {k: str(self.bases[k][0]) for k in kinds}, root / f"{family}.log")
                         for family, kinds in (("data", DATA_KINDS), ("torch", TORCH_KINDS))}
         for w in self.workers.values():
             w.spawn()
