@@ -196,6 +196,24 @@ def test_no_module_outside_the_records_lists_the_diagnostics() -> None:
     assert found == []
 
 
+# study modules that still read recovery.json by its name (to read it through the record's constant instead)
+NAME_PENDING = {"report/evidence_blocks.py", "report/fidelity.py"}
+
+
+def test_a_diagnostic_is_named_in_its_module_and_its_record_only() -> None:
+    """The name of a diagnostic, as a string literal, stands in its own module and in its record
+    (``resdom.records``) only: every other module reads it from the record (``records.RECOVERY``, a figure's
+    ``name``), so renaming or adding a diagnostic touches those two places."""
+    found = []
+    for path in sorted((ROOT / "src" / "resdom").rglob("*.py")):
+        rel = path.relative_to(ROOT / "src" / "resdom").as_posix()
+        if rel in ("records.py", "diagnostics/recovery.py") or rel in NAME_PENDING:
+            continue
+        if '"recovery"' in path.read_text():
+            found.append(rel)
+    assert found == []
+
+
 def test_summaries_of_the_stored_cells_regenerate() -> None:
     """Each record's headline, over every results-store cell's diagnostics, gives its stored summary.json."""
     cells = sorted(p.parent.parent for p in (ROOT / "results").rglob("diagnostics/summary.json"))
