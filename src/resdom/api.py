@@ -490,8 +490,7 @@ def diagnose_run(run_dir: str | Path, options: DiagnoseOptions | None = None, *,
     dict
         The summary, as written to ``RUN_DIR/diagnostics/summary.json``: every diagnostic's headline numbers.
     """
-    return run_all(run_dir, options, device=_device(device) if isinstance(device, str) else device,
-                   progress=progress, **values)
+    return run_all(run_dir, options, device=str(_device(device)), progress=progress, **values)
 
 
 

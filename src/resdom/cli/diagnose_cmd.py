@@ -23,6 +23,9 @@ FLAGS: dict[str, str] = {"what": "--what", "part": "--split", "definition": "--d
                          "batch_size": "--batch-size"}
 
 
+ALPHAS_TEXT = ",".join(f"{a:g}" for a in DEFAULTS.alphas)  # --alphas' default, as the help shows it
+
+
 def options_from_flags(**values: object) -> DiagnoseOptions:
     """The command's options, validated by ``DiagnoseOptions`` (lists as the comma-separated text given), with a
     bad value's error naming its flag."""
@@ -69,7 +72,7 @@ def diagnose(
                                    help="users per batch (lowered for large catalogs)"),
     seeds: str = typer.Option(",".join(map(str, DEFAULTS.seeds)), "--seeds", help="shuffle seeds, comma-separated"),
     alphas: str = typer.Option(None, "--alphas", help="residual scales in [0, 1], comma-separated (default "
-                               f"{','.join(f'{a:g}' for a in DEFAULTS.alphas)})"),
+                               f"{ALPHAS_TEXT})"),
     layers: str = typer.Option(None, "--layers", help="blocks whose residual is scaled (default all), e.g. 0,1"),
     per_head: bool = typer.Option(DEFAULTS.per_head, "--per-head", help="also report per-head mixing ratios"),
     progress: bool = progress_option(),

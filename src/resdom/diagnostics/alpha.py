@@ -76,8 +76,8 @@ class AlphaResult:
     user_ranks: dict[float, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {} if self.trained_scale is None else {"trained_scale": self.trained_scale,
-                                                        "scale_used": "trained_scale * alpha"}
+        extra: dict[str, Any] = {} if self.trained_scale is None else {
+            "trained_scale": self.trained_scale, "scale_used": "trained_scale * alpha"}
         if not self.filter_seen:
             extra["filter_seen"] = False
         return jsonable({"split": self.split, "n_users": self.n_users, "layers": self.layers,

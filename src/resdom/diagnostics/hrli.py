@@ -57,7 +57,7 @@ class HRLIResult:
     by_frequency: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values}
+        d: dict[str, Any] = {"split": self.split, "n_users": self.n_users, "filtered": False, "values": self.values}
         if self.by_frequency is not None:
             d["by_frequency"] = self.by_frequency
         return jsonable(d)
@@ -99,7 +99,7 @@ def band_masks(last_counts: np.ndarray, edges: Sequence[int] = FREQUENCY_BANDS) 
     """{band name: bool mask (n,)} of the users whose last input item's training frequency (``last_counts``) lies
     in each band (-1, a user without input items, in none)."""
     return {name: (last_counts >= lo) & (last_counts < hi if hi is not None else True)
-            for name, lo, hi in zip(band_names(edges), edges, [*edges[1:], None])}
+            for name, lo, hi in zip(band_names(tuple(edges)), edges, [*edges[1:], None])}
 
 
 def last_item_ranks(
