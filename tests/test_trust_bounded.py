@@ -607,3 +607,17 @@ def test_a_numpy_object_array_whose_shape_exceeds_its_elements_is_refused() -> N
     assert list(RestrictedUnpickler(_io.BytesIO(good), object_arrays=True).load()) == ["a", "b"]
     with pytest.raises(ResdomError, match=r"a numpy array of shape \(100000000,\) whose data holds 2 elements"):
         RestrictedUnpickler(_io.BytesIO(bomb), object_arrays=True).load()
+
+
+def test_the_reports_users_npz_reader_refuses_a_bomb(tmp_path: Path, low_expansion: None) -> None:
+    """report.compare.read_users (the report's per-user evidence) reads within the same limits: a member that
+    unpacks past them is one ResdomError naming the file, before any array is built."""
+    from resdom.report.compare import read_users as report_read_users
+
+    good = npz_bytes({"header": np.array(json.dumps({"version": 1}))})
+    with zipfile.ZipFile(io.BytesIO(good)) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    path = tmp_path / "users.npz"
+    path.write_bytes(zip_with_member("pad.npy", 80 * MIB, members))
+    with pytest.raises(ResdomError, match=r"users\.npz.*not a readable \.npz file.*refused"):
+        report_read_users(path)

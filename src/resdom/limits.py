@@ -97,8 +97,8 @@ def cut_message(message: str, limit: int | None = None) -> str:
 def model_params(fields: dict[str, object]) -> tuple[int, int]:
     """(a lower bound, an estimate) of the parameters of the model a description (``ModelConfig``'s fields:
     name, n_items, max_len, hidden, layers, inner_size / inner_mult, output) asks for, from those fields alone, before
-    anything is built. The lower bound holds for every model resdom builds (its item embedding, its position table
-    where it has one, and 3 hidden^2 a layer); the estimate adds each block's attention and feed-forward weights and
+    anything is built. The lower bound holds for every model resdom builds (its item embedding and 3 hidden^2 a
+    layer); the estimate adds each block's attention and feed-forward weights and
     an untied output table. A field that is no whole number counts as 0 (the config's own check refuses it)."""
 
     def whole(name: str, default: int) -> int:
@@ -108,8 +108,8 @@ def model_params(fields: dict[str, object]) -> tuple[int, int]:
     items, max_len, hidden, layers = whole("n_items", 0) + 2, whole("max_len", 50), whole("hidden", 64), \
         whole("layers", 2)
     inner = whole("inner_size", 0) or whole("inner_mult", 4) * hidden
-    positions = 0 if fields.get("name") == "gru4rec" else (max_len + 1) * hidden
-    lower = items * hidden + positions + layers * 3 * hidden * hidden
+    positions = (max_len + 1) * hidden  # a position table (none in a recurrent model: the estimate's excess only)
+    lower = items * hidden + layers * 3 * hidden * hidden
     tables = 2 if fields.get("output") in ("untied", "projected") else 1
     estimate = tables * items * hidden + positions + layers * (4 * hidden * hidden + 2 * hidden * inner + 10 * hidden)
     return lower, estimate

@@ -38,11 +38,8 @@ reads (``from_runs``: each run directory's own ``users.npz``).
 from __future__ import annotations
 
 import json
-import lzma
 import math
 import re
-import zipfile
-import zlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +47,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from resdom.bounded import load_npz
 from resdom.errors import ResdomError
 from resdom.report.collect import users_file
 from resdom.report.stats import (
@@ -184,11 +182,10 @@ def read_users(path: str | Path) -> UserEvidence:
         if f.read(4) != b"PK\x03\x04":  # numpy would try it as a pickle and say so
             raise _bad(path, "not an .npz archive (damaged, or not written by resdom); rerun `resdom diagnose "
                              "--what users` on its run")
-    try:
-        with np.load(path, allow_pickle=False) as npz:  # a zip archive: an NpzFile
-            arrays = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, KeyError) as e:
-        raise _bad(path, f"not a readable .npz file ({type(e).__name__}: {e})") from None
+    try:  # every member within the limits of resdom.limits (a few MB must not expand to gigabytes)
+        arrays = load_npz(path)
+    except ResdomError as e:
+        raise _bad(path, f"not a readable .npz file ({e})") from None
     missing = [k for k in ("header", *PER_USER, *PER_ALPHA) if k not in arrays]
     if missing:
         raise _bad(path, f"lacks {', '.join(missing)}")
