@@ -375,3 +375,17 @@ def test_alphas_in_range_are_accepted(run_dir: Path, capsys: pytest.CaptureFixtu
     assert code == 0, err
     rows = json.loads((run_dir / "diagnostics" / "alpha.json").read_text())["rows"]
     assert [r["alpha"] for r in rows] == [1.0, 0.25, 0.0]
+
+
+@pytest.mark.parametrize("meta", [{"param_groups": 5}, {"param_groups": [], "scalars": []}, {"scalars": {"x": 1}},
+                                  [], {"param_groups": [{"params": "abc"}]}])
+def test_a_malformed_optimizer_meta_is_one_line(trained: Path, meta: object,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """trainer.json's optimizer_meta of the wrong shape (a number, a list, a name without its parameter id) is one
+    line naming the state and the way out, never a traceback."""
+    capsys.readouterr()
+    path = trained / "state" / "trainer.json"
+    state = json.loads(path.read_text())
+    path.write_text(json.dumps({**state, "optimizer_meta": meta}))
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    one_line_error(code, err, "state", "--force")

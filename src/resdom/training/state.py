@@ -210,7 +210,7 @@ class RunFiles(RunDir):
         try:
             model.load_state_dict(weights)
             optimizer.load_state_dict(unflatten_optimizer(opt, state.optimizer_meta))
-        except (RuntimeError, ValueError, KeyError) as e:
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as e:  # a damaged meta too
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
                               f"{self.restart_hint()}") from None
