@@ -260,18 +260,38 @@ def fit(
 ) -> Fitted:
     """Train ``model`` on ``split.train`` with early stopping on ``split.valid``; returns the best model in memory.
 
-    ``model``: a name (``resdom.names.MODELS`` or a variant label such as ``sasrec-tts``, any case) or a
-    ModelConfig. ``options``: any ModelConfig or TrainConfig
-    field by name (``hidden=64, layers=2, max_len=50, epochs=10, lr=1e-3, batch_size=256, seed=17, ...``), on
-    top of the model's defaults for the split's protocol and data set (as ``resdom train``). ``out``: a run
-    directory to write (and resume, as ``resdom train --out``); without it training runs in a private temporary
-    directory that is removed before returning, so nothing is left on disk (``Fitted.save`` writes it later).
-    ``progress``: tqdm bars (None: on a terminal; elsewhere one line per epoch on stderr; False: silent).
-    ``data_info``: recorded in ``config.json`` under ``data`` (how the split was obtained). ``callbacks``:
-    ``cb(epoch, record)`` after each epoch (``training.trainer.fit``). ``train``: a resolved TrainConfig (with
-    ``model`` a resolved ModelConfig, ``training.config.resolve_configs``, and no other options): the trainer
-    receives both as they are, nothing resolved again (``resdom train`` resolves its configuration once, before
-    the data is read); it trains on ``train.device``.
+    Parameters
+    ----------
+    split
+        The data (``resdom.prepare_split`` or ``resdom.load_split``).
+    model
+        A name (``resdom.names.MODELS`` or a variant label such as ``sasrec-tts``, any case) or a ModelConfig.
+    out
+        A run directory to write (and resume, as ``resdom train --out``); without it training runs in a private
+        temporary directory that is removed before returning, so nothing is left on disk (``Fitted.save`` writes
+        it later).
+    device
+        Where to train and where the returned model lives (``auto``: cuda, then mps, then cpu).
+    progress
+        tqdm bars (None: on a terminal; elsewhere one line per epoch on stderr; False: silent).
+    data_info
+        Recorded in ``config.json`` under ``data`` (how the split was obtained).
+    callbacks
+        ``cb(epoch, record)`` after each epoch (``training.trainer.fit``).
+    train
+        A resolved TrainConfig, with ``model`` a resolved ModelConfig (``training.config.resolve_configs``) and no
+        other options: the trainer receives both as they are, nothing resolved again (``resdom train`` resolves
+        its configuration once, before the data is read); it trains on ``train.device`` into ``out``.
+    **options
+        Any ModelConfig or TrainConfig field by name (``hidden=64, layers=2, max_len=50, epochs=10, lr=1e-3,
+        batch_size=256, seed=17, ...``), on top of the model's defaults for the split's protocol and data set (as
+        ``resdom train``).
+
+    Returns
+    -------
+    Fitted
+        The best checkpoint (by validation ``train_config.metric``) in eval mode, with its split, configurations
+        and metrics; ``directory`` is ``out`` (None without it).
     """
     if not isinstance(split, SplitData):
         raise ResdomError(f"split: expected a SplitData (resdom.prepare_split or resdom.load_split), got "
@@ -565,15 +585,33 @@ def diagnose(
 ) -> Diagnosis:
     """The diagnostics of last-item reliance of ``model`` on ``split``'s ``part``, in memory (nothing written).
 
-    ``model``: a Fitted or any model satisfying ``resdom.models.interface.Diagnosable`` (trained here or imported
-    by an adapter); it is moved to ``device``. ``split``: a SplitData (None: a Fitted's own). ``what``: ``"all"``
-    or some of the registered diagnostics (``resdom.records``: shuffle, hrli, mixing, alpha, recovery), a list or
-    a comma-separated string. The other options and their defaults are ``diagnostics.options.DiagnoseOptions``'s
-    (``DEFAULTS``), validated there: ``recency`` and ``cutoffs``: the k and K of HRLkI@K (unfiltered rankings).
-    ``definition``: the mixing ratio, ``norm_of_sums`` or ``sum_of_norms``. ``seeds``: shuffle seeds. ``alphas``:
-    residual scales in [0, 1] of the sweep and of recovery, applied to ``layers`` (None: every block). Recovery
-    selects alpha* on ``valid`` and reports ``test`` whatever ``part`` says. The numbers equal ``resdom diagnose``'s:
-    both run ``diagnostics.runner.compute``.
+    Parameters
+    ----------
+    model
+        A Fitted or any model satisfying ``resdom.models.interface.Diagnosable`` (trained here or imported by an
+        adapter); it is moved to ``device``.
+    split
+        A SplitData (None: a Fitted's own).
+    what
+        ``"all"`` or some of the registered diagnostics (``resdom.records``: shuffle, hrli, mixing, alpha,
+        recovery), a list or a comma-separated string.
+    part, recency, cutoffs, definition, seeds, alphas, layers, per_head, batch_size
+        ``diagnostics.options.DiagnoseOptions``'s fields, validated there, with its defaults (``DEFAULTS``):
+        ``part`` valid or test; ``recency`` and ``cutoffs`` the k and K of HRLkI@K (unfiltered rankings);
+        ``definition`` the mixing ratio, ``norm_of_sums`` or ``sum_of_norms``; ``seeds`` the shuffle seeds;
+        ``alphas`` residual scales in [0, 1] of the sweep and of recovery, applied to ``layers`` (None: every
+        block); ``per_head`` per-head mixing ratios too; ``batch_size`` users per batch.
+    device
+        Where to compute (``auto``: cuda, then mps, then cpu).
+    progress
+        Progress bars on stderr.
+
+    Returns
+    -------
+    Diagnosis
+        The result objects by name, in canonical order (``to_dict``: the JSON file; ``to_frame``: its table;
+        ``plot``: the report's figure). Recovery selects alpha* on ``valid`` and reports ``test`` whatever
+        ``part`` says. The numbers equal ``resdom diagnose``'s: both run ``diagnostics.runner.compute``.
     """
     label = model.name if isinstance(model, Fitted) else str(getattr(getattr(model, "cfg", None), "name", "model"))
     model, data = _model_and_split(model, split, "diagnose")
