@@ -131,11 +131,12 @@ def test_the_check_can_fail() -> None:
 def test_import_resdom_and_its_report_load_no_torch() -> None:
     """In a fresh interpreter (the one subprocess of this contract): ``import resdom`` loads no torch (the API comes
     on first use), and neither does importing every report module (it reads stored JSON only: no model, trainer or
-    diagnostic either)."""
+    diagnostic either); nor matplotlib, imported where a figure is drawn."""
     code = ("import sys, resdom; assert 'torch' not in sys.modules, 'import resdom loaded torch'; "
             "assert 'fit' in dir(resdom); "
             f"import {', '.join(report_modules())}, resdom.experiments; "
             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'resdom.models', "
-            "'resdom.diagnostics', 'resdom.training'))); assert not bad, bad")
+            "'resdom.diagnostics', 'resdom.training'))); assert not bad, bad; "
+            "assert 'matplotlib' not in sys.modules, 'importing the report loaded matplotlib'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, timeout=300)
     assert done.returncode == 0, done.stderr

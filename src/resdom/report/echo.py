@@ -33,9 +33,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from resdom.errors import ResdomError
 from resdom.report.compare import (
@@ -59,6 +59,9 @@ from resdom.report.stats import (
     replicate_counts,
     seed_weights,
 )
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
+    from matplotlib.figure import Figure
 
 K = 10
 # (lo, hi) inclusive training-frequency bins of the last input item; hi None: no upper end
@@ -382,6 +385,8 @@ def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     """A forest plot, one line per (data set, label) with a difference: the stratified difference echo - others in
     filtered HR@K with its 95% CI (filled) and the crude difference (hollow); the row label gives the users per
     group (echo / others, mean over seeds). Not saved here."""
+    from matplotlib.figure import Figure
+
     rows = [r for r in table.rows if r.diff is not None]
     fig = Figure(figsize=(width, 1.4 + 0.28 * max(1, len(rows))), dpi=dpi, layout="constrained")
     ax = fig.subplots()
@@ -414,6 +419,7 @@ def echo_strata_figure(row: EchoRow, k: int = K, bins: Sequence[tuple[int, int |
                        width: float = 3.4, dpi: int = 100) -> Figure:
     """One row's filtered HR@K per frequency stratum for the two groups (pooled over seeds), n per group in the
     legend. Not saved here."""
+    from matplotlib.figure import Figure
     users, rate = _pooled(row)
     names = bin_names(bins)
     fig = Figure(figsize=(width, 2.4), dpi=dpi, layout="constrained")

@@ -29,10 +29,9 @@ seed says "1 seed".
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from resdom.experiments import (
     CAUSAL_MODELS,
@@ -67,6 +66,9 @@ from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 from resdom.stored import number_at
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
+    from matplotlib.figure import Figure
 
 BASELINE = "sasrec"
 METRICS: tuple[str, ...] = ("NDCG@10", "HRLI@1")
@@ -199,6 +201,9 @@ def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100
     of the baseline's (left) and HRLI@1 (right), other - baseline with its 95% bootstrap interval, coloured by model;
     a filled dot where the verdict is higher / lower, a diamond where equivalent, a hollow dot where undecided. None
     where no row has evidence. Not saved here."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
     by: dict[tuple[str, str], dict[str, ComparisonRow]] = {}
     for r in table.rows:
         if r.diff is not None:

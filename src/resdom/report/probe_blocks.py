@@ -33,8 +33,9 @@ objective (``SAME_OBJECTIVE_BASE``: ``sasrec-query`` against ``sasrec-celast``) 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from matplotlib.figure import Figure
 
 from resdom.report.collect import RunRecord
 from resdom.report.compare import (
@@ -61,6 +62,9 @@ from resdom.report.figures import ReportFigure
 from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS, SAME_OBJECTIVE_BASE
 from resdom.report.stats import pooled_interval
 from resdom.report.tables import seeds_text
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
+    from matplotlib.figure import Figure
 
 QUESTION_VARIANTS: dict[int, tuple[str, ...]] = {1: ("query",), 2: ("untied", "projected")}
 BLOCK_QUESTION: dict[str, int] = {"probe_readout": 1, "probe_embeddings": 2}
@@ -317,6 +321,8 @@ def probes_figure(tables: dict[int, ComparisonTable], width: float = 6.8, dpi: i
     """The forest plot of questions 1 and 2: one line per (question, data set, probe vs base) with evidence, one
     panel per metric of ``PROBE_METRICS``: the difference probe - base with its 95% bootstrap interval, the
     equivalence margin shaded around 0 and the verdict beside the line. None where no row has evidence."""
+    from matplotlib.figure import Figure
+
     metrics = list(PROBE_METRICS)
     lines = [(q, by) for q, table in sorted(tables.items()) for by in per_pair(table.rows)
              if all(by[m].diff is not None for m in metrics)]
