@@ -1,4 +1,4 @@
-"""report.probe_blocks: the blocks of issue 27 §4 questions 1 and 2 (probe_readout, probe_embeddings), on tiny
+"""report.probe_blocks: the blocks of docs/results.md's questions 1 and 2 (probe_readout, probe_embeddings), on tiny
 synthetic stores with hand-computed values."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The document blocks whose claims rest on statistics (issue 27 §2 and §4 question 3), from a report's runs:
+"""The document blocks whose claims rest on statistics (the comparisons; question 3 of docs/results.md), from the
+runs of a report:
 
 ``comparisons``   docs/results.md: every model against ``sasrec`` on the same data set, test NDCG@10 and HRLI@1
 ``remedy_verdicts`` docs/remedies.md: every remedy variant against its base model, NDCG@10 and HRLI@1, and the
@@ -573,13 +574,13 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
     return text + ("\n" if ratios or contrast else "")
 
 
-# --- coverage: the cells and seeds the issue asks for (docs/results.md, Status) ---------------------------------------
+# --- coverage: the cells and seeds the study asks for (docs/results.md, Status) ---------------------------------------
 
-# issue 27 §2: 5 seeds of SASRec / DuoRec / BSARec on these data sets, 3 of every model elsewhere
+# the study asks 5 seeds of SASRec / DuoRec / BSARec on these data sets, 3 of every model elsewhere
 MAIN_SEEDS: dict[str, int] = {"beauty-ts": 5, "toys-ts": 5}
 OTHER_SEEDS = 3
 COVERAGE_QUEUE = "EVIDENCE=1 scripts/reproduce_queue.sh scripts/grid_evidence.txt"
-# issue 27 §2 and §4: on MAIN_SEEDS' data sets, 5 seeds of every remedy comparison (each SASRec remedy variant
+# and, on MAIN_SEEDS' data sets, 5 seeds of every remedy comparison (each SASRec remedy variant
 # stored there) and of each probe of questions 1 and 2
 SASREC_PROBES: tuple[str, ...] = tuple(f"{PROBE_BASE}-{p}" for p in PROBES if f"{PROBE_BASE}-{p}" in MODEL_VARIANTS)
 
@@ -631,7 +632,7 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
     text = markdown_table(header, rows)
     n_ev = sum((r.dataset, r.model, r.seed) in evidence for r in cells)
     probes = ", ".join(v.removeprefix(f"{PROBE_BASE}-") for v in SASREC_PROBES)
-    text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the issue asks of "
+    text += (f"\nPer-user evidence (users.npz) in {n_ev} of {len(cells)} stored cells; of the seeds the study asks of "
              f"{', '.join(CAUSAL_MODELS)} ({max(MAIN_SEEDS.values())} on {', '.join(sorted(MAIN_SEEDS))}, "
              f"{OTHER_SEEDS} on every other data set), {stored_total} of {asked_total} are stored with their evidence; "
              f"of those it asks of {PROBE_BASE}'s remedy variants stored, its probes ({probes}) and their "

@@ -21,7 +21,7 @@ Each block has three parts:
    (``near_zero``: the interval's upper end below the HRLI@1 margin);
 3. the answer, generated from the verdicts (``readout_answer``, ``embeddings_answer``): it claims only what the
    verdicts say, and says "undecided" where the evidence is missing or the interval too wide; then the cells the
-   issue asks for (``TARGET_SEEDS`` seeds of each probe and base) not in the store yet, with the queue command.
+   study asks for (``TARGET_SEEDS`` seeds of each probe and base) not in the store yet, with the queue command.
 
 ``probe_figures`` draws both blocks' comparisons as one forest plot (``probes``): each probe's difference from its
 base with its 95% interval and the equivalence margin, HRLI@1 in its own units, NDCG@10 as a share of the base's mean.
@@ -256,7 +256,7 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT,
     missing = missing_cells(runs, pairs)
     if missing:
         text += (f"\nNot in the store yet ({TARGET_SEEDS} seeds of each probe and base asked): "
-                 f"{compact_cells(missing)}. The queue that trains them (with every other cell the issue asks for): "
+                 f"{compact_cells(missing)}. The queue that trains them (with every other cell the study asks for): "
                  f"`{COVERAGE_QUEUE}`.\n")
     return text
 

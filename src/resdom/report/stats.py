@@ -1,4 +1,4 @@
-"""Statistics for comparisons on per-user evidence (issue 27 §2; spec §3, "Comparing two models"): per-user metrics
+"""Statistics for comparisons on per-user evidence (spec §3, "Comparing two models"): per-user metrics
 from ranks, Wilson intervals for proportions, a paired bootstrap over users with the seeds resampled hierarchically,
 the seeds' own t-test, Holm's correction, equivalence by two one-sided tests (TOST) and the verdict of a comparison.
 Pure NumPy and the standard library (no torch).
