@@ -1,4 +1,5 @@
-"""The hardware levers of issue 61, timed as whole training epochs (interleaved, each in a process of its own):
+"""The hardware levers (bf16 autocast, oneDNN's kernel cache, torch.compile), timed as whole training epochs
+(interleaved, each in a process of its own):
 
     python benchmarks/levers.py epoch --data beauty-ts --configs fp32,bf16 --rounds 3 [--batches 40]
 

@@ -1125,7 +1125,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(RecBole a fifth of them)")
     p.add_argument("--tta-target", type=float, default=0.06, help="tta section: validation NDCG@10 to reach")
     p.add_argument("--tta-budget", type=float, default=None, help="tta section: training seconds each library "
-                   "gets (the issue's equal budget: 7200 or more); --tta-epochs is then a cap only")
+                   "gets (the equal budget of the comparison: 7200 or more); --tta-epochs is then a cap only")
     p.add_argument("--tta-libs", default="resdom,RecBole,RecTools",
                    help="tta section: the libraries measured in this run; the others' stored curves "
                    "(benchmarks/tta/) are used where their settings match")
