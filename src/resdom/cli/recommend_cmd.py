@@ -84,18 +84,7 @@ def read_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
 
 
 def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except UnicodeDecodeError:
-        raise ResdomError(f"{path}: not UTF-8 text") from None
-    except pd.errors.ParserError as e:
-        raise parser_error(path, e) from None
-    except pd.errors.EmptyDataError:
-        raise ResdomError(f"{path}: file is empty") from None
-    except OSError as e:
-        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+    df = _read_table(path, ",")
     if df.shape[1] == 0:
         raise ResdomError(f"{path}: no columns")
     column = next((c for c in columns if c in df.columns), None)
