@@ -148,10 +148,7 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     happens to hold a ``config.json`` or ``metrics.json`` of its own does not. A symbolic link where the run writes
     (``data/``, ``state/``, ``diagnostics/``, the log) that leads out of the folder is refused."""
     path = Path(path)
-    if not require_folder_path(path, option):
-        return False
-    refuse_cell(path, option)
-    entries = own_entries(path)
+    entries = target_entries(path, option)
     if not entries:
         return False
     run = RunDir(path)
@@ -204,6 +201,15 @@ KIND_NAMES = {RUN: "a resdom run directory", SPLIT: "a split saved by `resdom da
 WRITERS = {RUN: "a run", SPLIT: "a split", REPORT: "a report", DEMO: "the demo", GRID: "a grid"}
 WRITTEN_BY_RUNS = ("data", "state", "diagnostics", "metrics.jsonl", ".lock")  # where train / import / diagnose write
 MAX_MARKER_BYTES = 1 << 20
+
+
+def target_entries(path: Path, option: str) -> list[str]:
+    """A writer's target folder ``path``: its own entries (``own_entries``; none where it is absent or empty), a
+    results-store cell refused whatever the writer (``refuse_cell``)."""
+    if not require_folder_path(path, option):
+        return []
+    refuse_cell(path, option)
+    return own_entries(path)
 
 
 def own_entries(path: Path) -> list[str]:
@@ -317,10 +323,7 @@ def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, for
     cell is refused even with ``force``, and so is a symbolic link among ``writes`` (the entries the writer writes
     into) that leads out of the folder."""
     path, writes = Path(path), tuple(writes)
-    if not require_folder_path(path, option):
-        return False
-    refuse_cell(path, option)
-    entries = own_entries(path)
+    entries = target_entries(path, option)
     if not entries:
         return False
     marked = marked_kind(path)
