@@ -56,8 +56,7 @@ from resdom.report.stats import (
     Margin,
     equivalence_test,
     paired_seed_test,
-    replicate_counts,
-    seed_weights,
+    replicate_chunks,
 )
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
@@ -67,7 +66,6 @@ K = 10
 # (lo, hi) inclusive training-frequency bins of the last input item; hi None: no upper end
 FREQ_BINS: tuple[tuple[int, int | None], ...] = ((0, 0), (1, 4), (5, 19), (20, 99), (100, None))
 NO_DIFFERENCE = "no stratum holds both groups"
-_CHUNK_ELEMENTS = 1 << 22  # replicates x users per chunk of the bootstrap
 
 
 # --- strata and the stratified difference ---------------------------------------------------------------------------
@@ -151,22 +149,17 @@ def echo_bootstrap(echo: np.ndarray, hit: np.ndarray, stratum: np.ndarray, n_str
     # per seed: users, then hits, per (stratum, group), all seeds in one (U, S * 4J) matrix, so that a chunk's
     # replicate counts are multiplied once (integer sums: exact in any order)
     basis = np.concatenate([np.concatenate([onehot[s], onehot[s] * H[s][:, None]], axis=1) for s in range(S)], axis=1)
-    rng = np.random.default_rng(seed)
     dist = np.empty(n_boot)
-    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // U))
-    for start in range(0, n_boot, chunk):
-        n_rep = min(chunk, n_boot - start)
-        users = rng.integers(0, U, size=(n_rep, U))
-        weights = seed_weights(rng, n_rep, S)
-        counts = replicate_counts(users)
+    for at, weights, counts in replicate_chunks(np.random.default_rng(seed), n_boot, U, S):
+        n_rep = counts.shape[0]
         sums = (counts @ basis).reshape(n_rep, S, 2, n_strata, 2)  # (replicate, seed, users | hits, J, group)
         rd = np.empty((n_rep, S))
         for s in range(S):
             rd[:, s] = _rd_from_counts(sums[:, s, 0], sums[:, s, 1])[0]
         # a seed drawn 0 times does not count, even where its RD is undefined
-        dist[start:start + n_rep] = np.where(weights > 0, weights * np.nan_to_num(rd, nan=0.0), 0.0).sum(axis=1)
+        dist[at] = np.where(weights > 0, weights * np.nan_to_num(rd, nan=0.0), 0.0).sum(axis=1)
         undefined = ((weights > 0) & np.isnan(rd)).any(axis=1)
-        dist[start:start + n_rep][undefined] = np.nan
+        dist[at][undefined] = np.nan
     kept = dist[~np.isnan(dist)]
     dropped = n_boot - kept.size
     if kept.size == 0:

@@ -47,7 +47,7 @@ every drawn seed (``bootstrap_diff``'s scheme), and takes the pooled rate over w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -165,6 +165,19 @@ def seed_weights(rng: np.random.Generator, n_rep: int, n_seeds: int) -> np.ndarr
         return np.ones((n_rep, 1))
     draws = rng.integers(0, n_seeds, size=(n_rep, n_seeds))
     return (draws[:, :, None] == np.arange(n_seeds)).sum(axis=1) / n_seeds
+
+
+def replicate_chunks(rng: np.random.Generator, n_boot: int, n_users: int,
+                     n_seeds: int) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:
+    """The replicates of a bootstrap over seeds and users, in chunks of at most ``_CHUNK_ELEMENTS`` user draws:
+    (the chunk's replicates as a slice of ``range(n_boot)``, the seeds' weights (n_rep, n_seeds), the users' counts
+    (n_rep, n_users)), the users drawn before the seeds in every chunk (the draw order fixes the numbers)."""
+    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // n_users))
+    for start in range(0, n_boot, chunk):
+        n_rep = min(chunk, n_boot - start)
+        users = rng.integers(0, n_users, size=(n_rep, n_users))
+        weights = seed_weights(rng, n_rep, n_seeds)
+        yield slice(start, start + n_rep), weights, replicate_counts(users)
 
 
 def replicate_counts(users: np.ndarray) -> np.ndarray:
@@ -537,18 +550,12 @@ def bootstrap_proportions(rates: Sequence[tuple[Sequence[np.ndarray] | np.ndarra
     if len({K.shape for K, _ in pairs}) != 1:
         raise ValueError("every rate needs the same seeds and users")
     n_seeds, n_users = pairs[0][0].shape
-    rng = np.random.default_rng(seed)
     dists = [np.empty(n_boot) for _ in pairs]
-    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // n_users))
-    for start in range(0, n_boot, chunk):
-        n_rep = min(chunk, n_boot - start)
-        users = rng.integers(0, n_users, size=(n_rep, n_users))
-        w = seed_weights(rng, n_rep, n_seeds)
-        counts = replicate_counts(users)
+    for at, w, counts in replicate_chunks(np.random.default_rng(seed), n_boot, n_users, n_seeds):
         for (K, E), dist in zip(pairs, dists):
             num, den = ((w * (counts @ X.T)).sum(axis=1) for X in (K, E))
             with np.errstate(invalid="ignore", divide="ignore"):
-                dist[start:start + n_rep] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+                dist[at] = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
     out = []
     for (K, E), dist in zip(pairs, dists):
         lo, hi = np.nanquantile(dist, [(1 - conf) / 2, (1 + conf) / 2])
