@@ -123,3 +123,19 @@ def test_filter_seen_and_its_older_name_are_one_option(capsys) -> None:
 
     assert invoke("evaluate", "nowhere", "--filter-seen", "--no-filter") == 2
     assert "--filter-seen and --no-filter disagree; give one of them" in capsys.readouterr().err
+
+
+def test_format_and_definition_in_any_case_with_the_closest_name(tmp_path: Path) -> None:
+    """--format / fmt= and diagnose's definition take any case, and a near miss names the closest choice."""
+    from resdom.diagnostics.options import DiagnoseOptions
+
+    path = tmp_path / "shop.csv"
+    path.write_text("user_id,item_id,timestamp\n" + "".join(f"u{u},i{(u + k) % 7},{k}\n" for u in range(12)
+                                                            for k in range(5)))
+    split = prepare_split(path, protocol="loo", fmt=" CSV ")
+    assert split.manifest["source"]["format"] == "csv"
+    with pytest.raises(ResdomError, match=r"fmt: unknown format 'CSVV'; choose one of: .* \(did you mean csv\?\)"):
+        prepare_split(path, protocol="loo", fmt="CSVV")
+    assert DiagnoseOptions(definition="Sum_Of_Norms").definition == "sum_of_norms"
+    with pytest.raises(ValueError, match=r"did you mean norm_of_sums\? got 'norm_of_sum'"):
+        DiagnoseOptions(definition="norm_of_sum")

@@ -49,14 +49,18 @@ def positive_int(value: int, option: str) -> int:
 def choice(value: Any, choices: tuple[str, ...], option: str) -> str:
     """``value`` in any case and without surrounding spaces, as one of ``choices``; a ResdomError naming ``option``,
     the choices and the closest of them otherwise (``--split tset``: did you mean test?)."""
-    import difflib
-
     text = value.strip().lower() if isinstance(value, str) else None
     if text in choices:
         return text
+    raise ResdomError(f"{option}: expected one of {', '.join(choices)} ({closest_hint(value, choices)}got {value!r})")
+
+
+def closest_hint(value: Any, choices: tuple[str, ...]) -> str:
+    """``"did you mean X? "`` for the choice closest to ``value`` (in any case), ``""`` where none is close."""
+    import difflib
+
     close = difflib.get_close_matches(str(value).strip().lower(), choices, n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
-    raise ResdomError(f"{option}: expected one of {', '.join(choices)} ({hint}got {value!r})")
+    return f"did you mean {close[0]}? " if close else ""
 
 
 def optional_bool(value: bool | None, option: str) -> bool | None:

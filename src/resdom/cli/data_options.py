@@ -24,9 +24,7 @@ import typer
 
 from resdom.bounded import load_json
 from resdom.data.changes import change_lines
-from resdom.data.native import NATIVE_FORMATS
-from resdom.data.prepare import load_prepared, prepare_split, protocol_name
-from resdom.data.readers import FORMATS
+from resdom.data.prepare import format_name, load_prepared, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
 from resdom.errors import OptionError, ResdomError
 
@@ -141,9 +139,10 @@ class DataOptions:
     def __post_init__(self) -> None:
         """A bad value is an OptionError naming its flag (a config file's ``data:`` renames it to its key)."""
         problems = []
-        if self.fmt is not None and self.fmt not in (*FORMATS, *NATIVE_FORMATS):
-            problems.append(("fmt", f"unknown format {self.fmt!r}; choose one of: "
-                                    f"{', '.join((*FORMATS, *NATIVE_FORMATS))}"))
+        try:  # in any case (--format CSV), with the closest format where it is none
+            object.__setattr__(self, "fmt", format_name(self.fmt))
+        except ResdomError as e:
+            problems.append(("fmt", str(e).removeprefix("fmt: ")))
         if self.k_core is not None and self.k_core < 0:
             problems.append(("k_core", f"must be 0 (off) or more (got {self.k_core})"))
         for name in ("quantile", "valid_quantile"):

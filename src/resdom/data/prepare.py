@@ -40,12 +40,13 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from resdom.checks import optional_bool
+from resdom.checks import closest_hint, optional_bool
 from resdom.data.changes import change_lines, preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
 from resdom.data.preprocess import Prepared, PreprocessConfig, preprocess
 from resdom.data.readers import (
+    FORMATS,
     RawInteractions,
     drop_times,
     note_near_duplicate_ids,
@@ -99,11 +100,24 @@ def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
         raise ResdomError(f"unknown data option {unknown[0]!r}; options: {', '.join(allowed)}")
 
 
+def format_name(fmt: str | None, option: str = "fmt") -> str | None:
+    """``fmt`` in any case and without surrounding spaces (``CSV`` -> ``csv``), one of the formats resdom reads; a
+    ResdomError naming ``option``, every format and the closest otherwise."""
+    formats = (*FORMATS, *NATIVE_FORMATS)
+    text = fmt.strip().lower() if isinstance(fmt, str) else fmt
+    if text is None or text in formats:
+        return text
+    hint = closest_hint(fmt, formats).rstrip()
+    raise ResdomError(f"{option}: unknown format {fmt!r}; choose one of: {', '.join(formats)}"
+                      + (f" ({hint})" if hint else ""))
+
+
 def read_source(
     source: Source, data_dir: str | Path | None = None, fmt: str | None = None, **reader_options: Any
 ) -> tuple[RawInteractions, dict[str, Any], dict[str, Any]]:
     """(raw interactions, source record for the manifest, preprocessing preset) of ``source``."""
     _check_options(reader_options, READER_OPTIONS)
+    fmt = format_name(fmt)
     if isinstance(source, pd.DataFrame):
         if fmt is not None:
             raise ResdomError(f"fmt: a DataFrame is read by its columns; fmt={fmt!r} does not apply")

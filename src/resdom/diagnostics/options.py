@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from resdom.checks import NumbersModel, residual_scales
+from resdom.checks import NumbersModel, closest_hint, residual_scales
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
@@ -67,10 +67,11 @@ def _items(value: Any) -> list[Any] | None:
 
 
 def _choice(value: Any, choices: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``choices``; ValueError naming them otherwise."""
-    if value not in choices:
-        raise ValueError(f"must be one of {', '.join(choices)} (got {value!r})")
-    return str(value)
+    """``value`` in any case if it is one of ``choices``; ValueError naming them and the closest otherwise."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in choices:
+        raise ValueError(f"must be one of {', '.join(choices)} ({closest_hint(value, choices)}got {value!r})")
+    return text
 
 
 SEED_LIMIT = 2**62  # shuffle seeds lie in [-SEED_LIMIT, SEED_LIMIT): seed + user index stays an int64
