@@ -138,22 +138,43 @@ class MaskTape:
         return x * keep / (1.0 - p)
 
 
+def written_out_attention(a: nn.Module, q_in: torch.Tensor, kv_in: torch.Tensor, tape: MaskTape, p: float,
+                          masked: float = -math.inf) -> torch.Tensor:
+    """Multi-head attention written out on resdom's projections ``a`` (queries from ``q_in``, keys and values from
+    ``kv_in``, (B, T, d) each, causal): the weights' dropout mask replayed from ``tape``; the output projection's
+    output, before any dropout on it. ``masked``: the score of a future key (BSARec's code adds -10000)."""
+    B, T, _ = q_in.shape
+    q, k, v = (nn.functional.linear(t, lin.weight, lin.bias).view(B, T, HEADS, D // HEADS).transpose(1, 2)
+               for t, lin in ((q_in, a.query), (kv_in, a.key), (kv_in, a.value)))
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    weights = torch.softmax(((q @ k.transpose(-1, -2)) / math.sqrt(D // HEADS)).masked_fill(causal, masked), -1)
+    ctx = (tape.replay(weights, p) @ v).transpose(1, 2).reshape(B, T, D)
+    return nn.functional.linear(ctx, a.out.weight, a.out.bias)
+
+
+def assert_same_gradients(model: nn.Module, mine: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float,
+                          every_parameter_used: bool = False) -> None:
+    """The gradients of one random linear read-out of ``mine`` and ``ref`` agree for every trainable parameter (a
+    parameter a pass does not reach counts as a zero gradient; ``every_parameter_used``: resdom's pass reaches
+    every one)."""
+    weights = torch.randn_like(mine)
+    params = [p for p in model.parameters() if p.requires_grad]
+    g_mine = torch.autograd.grad((mine * weights).sum(), params, allow_unused=not every_parameter_used)
+    g_ref = torch.autograd.grad((ref * weights).sum(), params, allow_unused=True)
+    for p, a, b in zip(params, g_mine, g_ref):
+        zero = torch.zeros_like(p)
+        torch.testing.assert_close(zero if a is None else a, zero if b is None else b, rtol=rtol, atol=atol)
+
+
 def paper_sasrec_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: float) -> torch.Tensor:
     """SASRecAnalyze's training forward written out on resdom's parameter tensors (no padding in ``items``):
     its masks taken from ``tape`` in the order the reference draws them."""
-    B, T = items.shape
+    T = items.shape[1]
     x = model.item_emb.weight[items] * math.sqrt(D) + model.pos_emb.weight[torch.arange(T)]
     x = tape.replay(x, p)  # emb_dropout
     x = nn.functional.layer_norm(x, (D,), model.emb_ln.weight, model.emb_ln.bias, 1e-8)
-    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     for blk in model.blocks:
-        a = blk.attention
-        q, k, v = (nn.functional.linear(x, lin.weight, lin.bias).view(B, T, HEADS, D // HEADS).transpose(1, 2)
-                   for lin in (a.query, a.key, a.value))
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(D // HEADS)
-        weights = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
-        weights = tape.replay(weights, p)  # nn.MultiheadAttention's dropout on the weights
-        attn = nn.functional.linear((weights @ v).transpose(1, 2).reshape(B, T, D), a.out.weight, a.out.bias)
+        attn = written_out_attention(blk.attention, x, x, tape, p)  # nn.MultiheadAttention: dropout on the weights
         attn = tape.replay(attn, p)  # AnalyzableMHA.out_dropout
         x = nn.functional.layer_norm(x + attn, (D,), blk.attn_ln.weight, blk.attn_ln.bias, 1e-8)
         y = nn.functional.linear(x, blk.ffn.fc1.weight, blk.ffn.fc1.bias)
@@ -175,12 +196,7 @@ def test_sasrec_training_pass_equals_the_papers_with_the_same_dropout_masks(monk
     ref = paper_sasrec_forward(model, items, tape, cfg.dropout)
     assert tape.at == len(tape.masks) == 1 + 4 * LAYERS, "resdom draws a dropout mask the reference does not"
     torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
-    weights = torch.randn_like(mine)
-    params = [p for p in model.parameters() if p.requires_grad]
-    g_mine = torch.autograd.grad((mine * weights).sum(), params)
-    g_ref = torch.autograd.grad((ref * weights).sum(), params, allow_unused=True)
-    for p, a, b in zip(params, g_mine, g_ref):
-        torch.testing.assert_close(a, torch.zeros_like(p) if b is None else b, rtol=1e-4, atol=1e-6)
+    assert_same_gradients(model, mine, ref, rtol=1e-4, atol=1e-6, every_parameter_used=True)
 
 
 def test_the_bsarec_code_base_sasrec_is_unchanged() -> None:
@@ -213,18 +229,11 @@ def query_ln_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: f
     the paper's DuoRec (``True``: ``AnalyzableMHA(Q, Q, Q)`` with ``out_dropout``), written out on resdom's
     parameters: ``Dropout(E * sqrt(d) + P)``; per block ``Q = LN_a(X)``, ``H = LN_f(Q + [Dropout](A))``,
     ``X' = H + Dropout(conv2(ReLU(Dropout(conv1(H)))))``; a final LayerNorm."""
-    B, T = items.shape
+    T = items.shape[1]
     x = tape.replay(model.item_emb.weight[items] * math.sqrt(D) + model.pos_emb.weight[torch.arange(T)], p)
-    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     for blk in model.blocks:
-        a = blk.attention
         q_in = nn.functional.layer_norm(x, (D,), blk.attn_ln.weight, blk.attn_ln.bias, 1e-8)
-        kv_in = q_in if kv_from_q else x
-        q, k, v = (nn.functional.linear(t, lin.weight, lin.bias).view(B, T, HEADS, D // HEADS).transpose(1, 2)
-                   for t, lin in ((q_in, a.query), (kv_in, a.key), (kv_in, a.value)))
-        weights = torch.softmax(((q @ k.transpose(-1, -2)) / math.sqrt(D // HEADS)).masked_fill(causal, -math.inf), -1)
-        weights = tape.replay(weights, p)
-        attn = nn.functional.linear((weights @ v).transpose(1, 2).reshape(B, T, D), a.out.weight, a.out.bias)
+        attn = written_out_attention(blk.attention, q_in, q_in if kv_from_q else x, tape, p)
         attn = tape.replay(attn, p) if kv_from_q else attn
         h = nn.functional.layer_norm(q_in + attn, (D,), blk.ffn_ln.weight, blk.ffn_ln.bias, 1e-8)
         y = torch.relu(tape.replay(nn.functional.linear(h, blk.ffn.fc1.weight, blk.ffn.fc1.bias), p))
@@ -258,13 +267,7 @@ def test_query_ln_models_train_as_their_reference(monkeypatch, label: str, proto
     ref = query_ln_forward(model, items, tape, 0.3, kv_from_q)
     assert tape.at == len(tape.masks) == 1 + sites * LAYERS
     torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
-    weights = torch.randn_like(mine)
-    params = [p for p in model.parameters() if p.requires_grad]
-    g_mine = torch.autograd.grad((mine * weights).sum(), params, allow_unused=True)
-    g_ref = torch.autograd.grad((ref * weights).sum(), params, allow_unused=True)
-    for p, a, b in zip(params, g_mine, g_ref):
-        zero = torch.zeros_like(p)
-        torch.testing.assert_close(zero if a is None else a, zero if b is None else b, rtol=1e-4, atol=1e-6)
+    assert_same_gradients(model, mine, ref, rtol=1e-4, atol=1e-6)
 
 
 def bsarec_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: float, a: float, c: int) -> torch.Tensor:
@@ -272,11 +275,10 @@ def bsarec_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: flo
     ``Dropout(LN(E + P))``; per block ``DSP = LN(X + Dropout(LPF(X) + beta (X - LPF(X))))``, ``GSP = LN(X +
     Dropout(MHA(X)))`` with dropout on the attention probabilities, ``H = a DSP + (1 - a) GSP``, ``X' = LN(H +
     Dropout(W_2 GELU(W_1 H)))``; every LayerNorm eps 1e-12; masks in the order its forward draws them."""
-    B, T = items.shape
+    T = items.shape[1]
     eps = model.emb_ln.eps
     x = model.item_emb.weight[items] + model.pos_emb.weight[torch.arange(T) + (model.cfg.max_len - T)]
     x = tape.replay(nn.functional.layer_norm(x, (D,), model.emb_ln.weight, model.emb_ln.bias, eps), p)
-    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     for blk in model.blocks:
         f = blk.filter
         spec = torch.fft.rfft(x, dim=1, norm="ortho")
@@ -284,12 +286,7 @@ def bsarec_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: flo
         low = torch.fft.irfft(spec, n=T, dim=1, norm="ortho")
         dsp = nn.functional.layer_norm(x + tape.replay(low + f.sqrt_beta**2 * (x - low), p), (D,), f.ln.weight,
                                        f.ln.bias, eps)
-        at = blk.attention
-        q, k, v = (nn.functional.linear(x, lin.weight, lin.bias).view(B, T, HEADS, D // HEADS).transpose(1, 2)
-                   for lin in (at.query, at.key, at.value))
-        weights = torch.softmax(((q @ k.transpose(-1, -2)) / math.sqrt(D // HEADS)).masked_fill(causal, -1e4), -1)
-        ctx = (tape.replay(weights, p) @ v).transpose(1, 2).reshape(B, T, D)
-        attn = tape.replay(nn.functional.linear(ctx, at.out.weight, at.out.bias), p)
+        attn = tape.replay(written_out_attention(blk.attention, x, x, tape, p, masked=-1e4), p)
         gsp = nn.functional.layer_norm(x + attn, (D,), blk.attn_ln.weight, blk.attn_ln.bias, eps)
         h = a * dsp + (1 - a) * gsp
         y = nn.functional.linear(nn.functional.gelu(nn.functional.linear(h, blk.ffn.fc1.weight, blk.ffn.fc1.bias)),
@@ -322,10 +319,4 @@ def test_bsarec_initialises_and_trains_as_its_authors_code(monkeypatch) -> None:
     ref = bsarec_forward(small, items, tape, 0.3, cfg.bsa_a, cfg.bsa_c)
     assert tape.at == len(tape.masks) == 1 + 4 * LAYERS
     torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
-    weights = torch.randn_like(mine)
-    params = [p for p in small.parameters() if p.requires_grad]
-    g_mine = torch.autograd.grad((mine * weights).sum(), params, allow_unused=True)
-    g_ref = torch.autograd.grad((ref * weights).sum(), params, allow_unused=True)
-    for p, g1, g2 in zip(params, g_mine, g_ref):
-        zero = torch.zeros_like(p)
-        torch.testing.assert_close(zero if g1 is None else g1, zero if g2 is None else g2, rtol=1e-3, atol=1e-5)
+    assert_same_gradients(small, mine, ref, rtol=1e-3, atol=1e-5)
