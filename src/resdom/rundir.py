@@ -26,6 +26,7 @@ from typing import Any
 
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, is_locked
+from resdom.limits import cut_message
 from resdom.names import USERS
 
 
@@ -304,13 +305,8 @@ def check_links(path: str | Path, names: Iterable[str], option: str = "--out") -
         entry = path / name
         if entry.is_symlink() and root not in entry.resolve().parents:
             raise ResdomError(f"{option} {path}: {name} is a symbolic link out of the folder (to "
-                              f"{cut(str(os.readlink(entry)))}); resdom does not write through it: remove the "
-                              "link or choose another folder")
-
-
-def cut(text: str, limit: int = 200) -> str:
-    """``text`` cut to ``limit`` characters (with ``...``): a value quoted in a one-line message."""
-    return text if len(text) <= limit else text[:limit] + "..."
+                              f"{cut_message(str(os.readlink(entry)), 200)}); resdom does not write through it: "
+                              "remove the link or choose another folder")
 
 
 def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, force: bool = False,

@@ -20,7 +20,8 @@ from resdom import names
 from resdom.errors import ResdomError
 from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS
 from resdom.io import read_jsonl, sha256_file
-from resdom.rundir import RunDir, cut, not_a_run_dir
+from resdom.limits import short
+from resdom.rundir import RunDir, not_a_run_dir
 from resdom.stored import metrics_problem, split_problem
 
 
@@ -173,7 +174,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     problems = {part: f"{file_name(part)} {'missing' if part == 'metrics' else 'empty'}"
                 for part, d in [("metrics", metrics), *diagnostics.items()] if not d}
     if "compute" in cell and not isinstance(cell["compute"], dict):
-        problems["cell"] = f"{files.cell}: field compute is {cut(repr(cell['compute']), 80)}, not an object"
+        problems["cell"] = f"{files.cell}: field compute is {short(cell['compute'], 80)}, not an object"
     elif cell and (problem := metrics_problem(cell, str(files.cell))):
         raise ResdomError(problem)  # a NaN train_seconds never enters the cost table as a number
     stale = _drop_stale(run_dir, metrics, diagnostics, cell, problems)
