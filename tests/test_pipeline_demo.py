@@ -63,7 +63,7 @@ def test_demo_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
 
 
 def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
-    """``resdom demo``'s own setting (synthetic:demo, full size, about 25 s of CPU): the trained SASRec ranks the
+    """``resdom demo``'s own setting (synthetic:demo, full size, about 15 s of CPU): the trained SASRec ranks the
     last input item first far more often than the second to last, the residual swamps the mixing, a keep_last
     shuffle costs little and a full one much, and scaling the residual down lowers HRLI@1; the printed findings
     carry these numbers and the user counts, and README.md's "Measured:" sentence is this run's."""
