@@ -55,13 +55,29 @@ def stages_of(rec: BlockRecord) -> tuple[str, ...]:
 # The decomposition itself
 
 
+def full_record(rec: BlockRecord) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attn_weights, head_values) of a full record; a light record (``recording(model, weights=False)``) keeps
+    neither."""
+    if rec.attn_weights is None or rec.head_values is None:
+        raise ValueError("this needs a full record (recording(model, weights=True)): a light record keeps only the "
+                         "self terms")
+    return rec.attn_weights, rec.head_values
+
+
+def post_ln(rec: BlockRecord) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(gamma, beta, eps) of the LayerNorm a post-LN block applies to z; a pre-LN block has none."""
+    if rec.ln_weight is None or rec.ln_bias is None or rec.ln_eps is None:
+        raise ValueError("a pre-LN block has no +LN stage")
+    return rec.ln_weight, rec.ln_bias, rec.ln_eps
+
+
 def self_terms(rec: BlockRecord) -> torch.Tensor:
     """g_ii(Attn) = s * sum_h a^h_ii f^h(x_i): (B, L, d) from the diagonal of the weights and the head values (a
     light record holds the sum itself)."""
     if rec.attn_self is not None:
         return rec.attn_self if rec.branch_scale == 1.0 else rec.attn_self * rec.branch_scale
-    diag = torch.diagonal(rec.attn_weights, dim1=-2, dim2=-1)  # (B, H, L)
-    hv = rec.head_values
+    weights, hv = full_record(rec)
+    diag = torch.diagonal(weights, dim1=-2, dim2=-1)  # (B, H, L)
     own = diag[:, 0, :, None] * hv[:, 0]  # a loop over heads reads each head's values once (faster than einsum)
     for h in range(1, hv.shape[1]):
         own.addcmul_(diag[:, h, :, None], hv[:, h])
@@ -83,12 +99,12 @@ def _with_residual(rec: BlockRecord, own: torch.Tensor, x: torch.Tensor) -> torc
 def ln_inverse_scale(rec: BlockRecord) -> torch.Tensor:
     """(B, L, 1): 1 / sqrt(Var_d(z_i) + eps), the real LayerNorm's scale (biased variance, as LayerNorm)."""
     z = rec.z
-    return torch.rsqrt(z.var(-1, unbiased=False, keepdim=True) + rec.ln_eps)
+    return torch.rsqrt(z.var(-1, unbiased=False, keepdim=True) + post_ln(rec)[2])
 
 
-def ln_linear(rec: BlockRecord, v: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+def ln_linear(rec: BlockRecord, v: torch.Tensor, inv: torch.Tensor | float) -> torch.Tensor:
     """The +LN stage's linear map ``gamma * (v - mean_d v) * inv``; v (..., d), inv broadcastable to v."""
-    return rec.ln_weight * (v - v.mean(-1, keepdim=True)) * inv
+    return post_ln(rec)[0] * (v - v.mean(-1, keepdim=True)) * inv
 
 
 def bias_terms(rec: BlockRecord, stage: str) -> torch.Tensor:
@@ -98,7 +114,7 @@ def bias_terms(rec: BlockRecord, stage: str) -> torch.Tensor:
     if stage in ("Attn", "+Res"):
         return s * b
     if stage == "+LN" and not rec.norm_first:
-        return s * (ln_linear(rec, b, ln_inverse_scale(rec)) + rec.ln_bias)
+        return s * (ln_linear(rec, b, ln_inverse_scale(rec)) + post_ln(rec)[1])
     raise ValueError(f"unknown stage {stage!r} for this block (stages: {stages_of(rec)})")
 
 
@@ -110,7 +126,8 @@ def attention_terms(rec: BlockRecord, stage: str, queries: slice | None = None) 
     queries = slice(0, rec.z.shape[1]) if queries is None else queries
     q0 = queries.start or 0
     s = rec.branch_scale
-    g = s * torch.einsum("bhij,bhjd->bijd", rec.attn_weights[:, :, queries, :], rec.head_values)
+    weights, values = full_record(rec)
+    g = s * torch.einsum("bhij,bhjd->bijd", weights[:, :, queries, :], values)
     if stage == "Attn":
         return g
     c = g.shape[1]
@@ -139,7 +156,8 @@ def norm_of_sums(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     B, L, d = rec.z.shape
     keep = ~_excluded(rec, items).flatten()
     gather = float(keep.float().mean()) < RATIO_GATHER_BELOW  # mostly padding: only the positions with a ratio
-    rows = torch.nonzero(keep).flatten() if gather else None  # flat (b, i) of the positions with a ratio
+    # flat (b, i) of the positions with a ratio, where gathered
+    rows = torch.nonzero(keep).flatten() if gather else keep.new_empty(0, dtype=torch.long)
 
     def take(t: torch.Tensor) -> torch.Tensor:  # (B, L, d) -> (N, d) at ``rows`` (every position: (B * L, d))
         return t.reshape(B * L, d).index_select(0, rows) if gather else t.reshape(B * L, d)
@@ -168,7 +186,8 @@ def _stage_norms(rec: BlockRecord, own: torch.Tensor, attn_out: torch.Tensor, x:
     norms = {"Attn": (no, torch.linalg.vector_norm(own, dim=-1)),
              "+Res": (no, torch.linalg.vector_norm(own_res, dim=-1))}
     if not rec.norm_first:
-        norms["+LN"] = (_centred_norm(others, rec.ln_weight), _centred_norm(own_res, rec.ln_weight))
+        gamma = post_ln(rec)[0]
+        norms["+LN"] = (_centred_norm(others, gamma), _centred_norm(own_res, gamma))
     return norms
 
 
@@ -231,12 +250,15 @@ def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
 
 def _rows(rec: BlockRecord, rows: torch.Tensor, width: int) -> BlockRecord:
     """The record of batch rows ``rows``, cut to their last ``width`` positions (queries and keys)."""
-    def take(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t[rows, -width:]
+    def take(t: torch.Tensor) -> torch.Tensor:
+        return t[rows, -width:]
+
+    def maybe(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else take(t)
 
     return replace(
         rec, x=take(rec.x), attn_in=take(rec.attn_in), attn_out=take(rec.attn_out), z=take(rec.z),
-        sublayer_out=take(rec.sublayer_out), freq_out=take(rec.freq_out), attn_self=take(rec.attn_self),
+        sublayer_out=take(rec.sublayer_out), freq_out=maybe(rec.freq_out), attn_self=maybe(rec.attn_self),
         attn_weights=None if rec.attn_weights is None else rec.attn_weights[rows][:, :, -width:, -width:],
         head_values=None if rec.head_values is None else rec.head_values[rows][:, :, -width:])
 
@@ -248,12 +270,13 @@ def _dense_sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torc
     off = allowed & ~torch.eye(items.shape[1], dtype=torch.bool, device=items.device)[None]
     own_attn = self_terms(rec)
     own_res = residual_term(rec, own_attn)
-    others = {"Attn": s * _term_norms(rec.attn_weights, rec.head_values)}
+    weights, values = full_record(rec)
+    others = {"Attn": s * _term_norms(weights, values)}
     others["+Res"] = others["Attn"]
     own = {"Attn": own_attn.norm(dim=-1), "+Res": own_res.norm(dim=-1)}
     if not rec.norm_first:  # 1/sqrt(Var(z_i)+eps) is common to every term of query i: it cancels in r_i
-        mapped = ln_linear(rec, rec.head_values, 1.0)  # gamma * centred f^h_j, (B, H, L, d)
-        others["+LN"] = s * _term_norms(rec.attn_weights, mapped)
+        mapped = ln_linear(rec, values, 1.0)  # gamma * centred f^h_j, (B, H, L, d)
+        others["+LN"] = s * _term_norms(weights, mapped)
         own["+LN"] = ln_linear(rec, own_res, 1.0).norm(dim=-1)
     drop = _excluded(rec, items)
     out = {}
@@ -265,7 +288,7 @@ def _dense_sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torc
 
 def head_ratios(rec: BlockRecord, items: torch.Tensor, definition: str) -> torch.Tensor:
     """(B, H, L): Attn-stage mixing ratio of each head's own terms a^h_ij f^h(x_j)."""
-    w, hv = rec.attn_weights, rec.head_values
+    w, hv = full_record(rec)
     diag = torch.diagonal(w, dim1=-2, dim2=-1)  # (B, H, L)
     own_norm = diag * hv.norm(dim=-1)  # ||a^h_ii f^h(x_i)||
     if definition == "norm_of_sums":

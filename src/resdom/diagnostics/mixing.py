@@ -196,8 +196,11 @@ class MixingAccumulator:
     def _add_freq(self, layer: int, rec: BlockRecord, real: torch.Tensor) -> None:
         if self.freq is None:
             self.freq = {k: _Mean(self.n_layers, self.max_len) for k in ("frequency", "attention")}
-        self.freq["frequency"].add(layer, rec.freq_out.norm(dim=-1), real)
-        self.freq["attention"].add(layer, (rec.sublayer_out - rec.freq_out).norm(dim=-1), real)
+        freq = rec.freq_out
+        if freq is None:
+            raise ValueError("a frequency branch's share needs a block that has one (BSARec)")
+        self.freq["frequency"].add(layer, freq.norm(dim=-1), real)
+        self.freq["attention"].add(layer, (rec.sublayer_out - freq).norm(dim=-1), real)
 
     def merge_ranks(self, n: int) -> None:
         """After the last batch of a set of ``n`` users fed through ``common.batches``: add up the running sums

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from resdom.data.sequences import EvalSet, item_counts
 from resdom.diagnostics.hrli import last_item_hit_rates
@@ -22,7 +23,8 @@ def cheap_diagnostics(model: Diagnosable, evalset: EvalSet, device: Any = None,
     blocks, GRU4Rec); with ``train_counts`` (``data.sequences.item_counts`` of the training sequences) also
     "unseen_share" and "HRLI@1_seen" (HRLI@1 over the users whose last item occurs in training; None if none does).
     Leaves the model in eval mode."""
-    model.eval()
+    if isinstance(model, torch.nn.Module):
+        model.eval()
     hrli = last_item_hit_rates(model, evalset, ks=(1, 2), Ks=(1,), device=device, train_counts=train_counts)
     pooled = mixing_ratios(model, evalset, device=device).to_dict()["pooled"] if has_attention(model) else {}
     out = {"n_users": hrli.n_users, "HRLI@1": hrli.values["HRLI@1"], "HRL2I@1": hrli.values["HRL2I@1"],

@@ -71,23 +71,26 @@ def perturb(inputs: Sequences, mode: str, seed: int = 0) -> Sequences:
     """The sequences perturbed by ``mode`` (one of MODES); users and order of sequences unchanged."""
     if mode not in MODES:
         raise ValueError(f"unknown shuffle mode {mode!r} (choose from {', '.join(MODES)})")
+    users = inputs.users
+    if users is None:
+        raise ValueError("perturb needs the sequences' user indices (Sequences.users): its random keys are per user")
     lengths = inputs.lengths
     n = len(inputs)
     row = np.repeat(np.arange(n, dtype=np.int64), lengths)
     pos = np.arange(len(inputs.items), dtype=np.int64) - np.repeat(inputs.offsets[:-1], lengths)  # 0-based in row
     is_last = pos == np.repeat(lengths, lengths) - 1
     if mode in RANDOM_MODES:
-        keys = random_keys(inputs.users[row], pos, seed)
+        keys = random_keys(users[row], pos, seed)
         fixed = is_last if mode == "keep_last" else np.zeros_like(is_last)
         order = np.lexsort((keys, fixed, row))  # row first, then the kept last item last, then the key
-        return Sequences(inputs.offsets.copy(), inputs.items[order], None, inputs.users.copy())
+        return Sequences(inputs.offsets.copy(), inputs.items[order], None, users.copy())
     if mode == "reverse":
         order = np.lexsort((-pos, row))
-        return Sequences(inputs.offsets.copy(), inputs.items[order], None, inputs.users.copy())
+        return Sequences(inputs.offsets.copy(), inputs.items[order], None, users.copy())
     keep = is_last if mode == "last_only" else ~is_last
     new_len = np.minimum(lengths, 1) if mode == "last_only" else np.maximum(lengths - 1, 0)
     offsets = np.concatenate([[0], np.cumsum(new_len)]).astype(np.int64)
-    return Sequences(offsets, inputs.items[keep], None, inputs.users.copy())
+    return Sequences(offsets, inputs.items[keep], None, users.copy())
 
 
 @dataclass

@@ -45,12 +45,11 @@ def iter_eval_batches(
     lengths = evalset.inputs.lengths
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        items = evalset.inputs.padded(max_len, idx)
-        if items.shape[1] < max_len and (lengths[idx] == 0).any():  # an empty input: the full window (below)
-            items = np.pad(items, ((0, 0), (max_len - items.shape[1], 0)))
-        items = torch.from_numpy(items).to(device)
+        padded = evalset.inputs.padded(max_len, idx)
+        if padded.shape[1] < max_len and (lengths[idx] == 0).any():  # an empty input: the full window (below)
+            padded = np.pad(padded, ((0, 0), (max_len - padded.shape[1], 0)))
         targets = torch.from_numpy(evalset.targets[idx]).to(device)
-        yield idx, items, targets
+        yield idx, torch.from_numpy(padded).to(device), targets
 
 
 def in_user_order(rows: Rows, idx: np.ndarray) -> Rows:

@@ -178,7 +178,7 @@ def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor
 
 
 class CEAll(Objective):
-    name, layout, exact_in_groups = "ce_all", "all", True
+    name, exact_in_groups = "ce_all", True  # layout "all", the base's
 
     def loss(self, model, batch, hidden, ctx):
         h, t = real_positions(hidden, batch, model)
