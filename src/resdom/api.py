@@ -76,8 +76,16 @@ __all__ = ["Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "lo
 def load_split(path: str | Path) -> SplitData:
     """The split saved in folder ``path`` (``resdom data split``, ``SplitData.save``, or a run's ``data/``).
 
-    Arrays: ``train`` (CSR sequences of item ids 1..n_items), ``valid`` / ``test`` (input sequences and one
-    target each); ``manifest`` says how it was made.
+    Parameters
+    ----------
+    path
+        The folder: ``arrays.npz`` and ``manifest.json``.
+
+    Returns
+    -------
+    SplitData
+        ``train`` (CSR sequences of item ids 1..n_items), ``valid`` / ``test`` (input sequences and one target
+        each); ``manifest`` says how it was made.
     """
     return SplitData.load(path)
 
@@ -125,11 +133,20 @@ class Fitted:
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write a run directory at ``path`` that every CLI command reads (``resdom evaluate / diagnose / report``):
         ``config.json``, ``data/``, ``model.safetensors`` + ``model.json``, ``metrics.json``, ``metrics.jsonl``.
-
         No resume state is written: ``resdom train`` there needs ``--force`` (which moves it aside and trains anew).
-        A non-empty ``path`` is refused unless ``overwrite`` and a run directory (then the old run is moved aside to
-        ``PATH.replaced-K``, nothing deleted; a folder of other files and a results-store cell are refused even then).
-        Returns ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
+
+        Parameters
+        ----------
+        path
+            The run directory to write; a non-empty one is refused unless ``overwrite``.
+        overwrite
+            Replace a run directory at ``path``: the old run is moved aside to ``PATH.replaced-K``, nothing deleted;
+            a folder of other files and a results-store cell are refused even then.
+
+        Returns
+        -------
+        Path
+            ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
         """
         files = RunDir(path)
         if not isinstance(overwrite, bool):  # overwrite="no" would be true
@@ -164,35 +181,78 @@ class Fitted:
                   alpha: float = 1.0, *, sequences: Any = None, items: Sequence[Any] | str | int | None = None,
                   exclude: Sequence[Any] | str | int | None = None, history: str = "all",
                   batch_size: int = 256) -> pd.DataFrame:
-        """The top ``k`` items for each user as a pandas DataFrame in RecTools' columns (user_id, item_id, score,
-        rank 1..k), in the data's own (external) ids: the ids of the file or DataFrame the split was prepared from,
-        exactly as read.
+        """The top ``k`` items for each user (or session), in the data's own (external) ids: the ids of the file or
+        DataFrame the split was prepared from, exactly as read. Works for imported models as for trained ones
+        (``resdom.recommend``).
 
-        ``users``: external user ids (matched as text: ``7`` and ``"7"`` are the same id, ``"007"`` is another);
-        one id alone (``"u7"``) is that user; None: every user. An unknown id is a ResdomError naming it.
-        ``sequences``: sessions to score instead of users, in external item ids, oldest first: a dict {session id:
-        item ids} or a list of item-id lists (ids 0, 1, ...); item ids not in the data are left out and named in
-        ``frame.attrs["note"]``. ``items``: a whitelist, the only items that may be recommended; ``exclude``: items
-        never recommended (external ids; unknown ones left out with a note).
-        ``filter_seen``: never recommend an item of the user's input (None: the split's setting,
-        ``SplitData.filter_seen``: True but for data sets that keep seen items, as evaluation). ``alpha``: the
-        residual scale at inference (1: the model as trained; docs/spec.md §4).
-        ``history``: ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` /
-        ``"valid"`` (that part's inputs, as evaluation scores them; ranks then equal evaluation's). Works for
-        imported models as for trained ones (``resdom.recommend``)."""
+        Parameters
+        ----------
+        users
+            External user ids (matched as text: ``7`` and ``"7"`` are the same id, ``"007"`` is another); one id
+            alone (``"u7"``) is that user; None: every user. An unknown id is a ResdomError naming it.
+        k
+            Items per user (>= 1).
+        filter_seen
+            Never recommend an item of the user's input. None: the split's setting (``SplitData.filter_seen``:
+            True but for data sets that keep seen items, as evaluation).
+        alpha
+            The residual scale at inference, in [0, 1] (1: the model as trained; docs/spec.md §4).
+        sequences
+            Sessions to score instead of users, in external item ids, oldest first: a dict {session id: item ids}
+            or a list of item-id lists (ids 0, 1, ...); item ids not in the data are left out and named in
+            ``frame.attrs["note"]``.
+        items
+            A whitelist: the only items that may be recommended (external ids; unknown ones left out with a note).
+        exclude
+            Items never recommended (external ids; unknown ones left out with a note).
+        history
+            ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` / ``"valid"``
+            (that part's inputs, as evaluation scores them; ranks then equal evaluation's).
+        batch_size
+            Users scored at once.
+
+        Returns
+        -------
+        pandas.DataFrame
+            RecTools' columns: user_id, item_id, score, rank (1..k), ``k`` rows per user, best first.
+        """
         return recommend(self.model, self.split, users, k, sequences=sequences, items=items, exclude=exclude,
                          filter_seen=filter_seen, alpha=alpha, history=history, batch_size=batch_size)
 
     def similar_items(self, items: Sequence[Any] | str | int | None = None, k: int = 10) -> pd.DataFrame:
-        """The ``k`` items nearest each of ``items`` (external ids; None: every item) by cosine over the model's
-        output item embeddings, the item itself excluded: a DataFrame in RecTools' columns (target_item_id,
-        item_id, score = the cosine, rank 1..k). Unknown ids are left out and named in ``frame.attrs["note"]``."""
+        """The ``k`` items nearest each of ``items`` by cosine over the model's output item embeddings, the item
+        itself excluded.
+
+        Parameters
+        ----------
+        items
+            External item ids (None: every item); unknown ids are left out and named in ``frame.attrs["note"]``.
+        k
+            Neighbours per item (>= 1).
+
+        Returns
+        -------
+        pandas.DataFrame
+            RecTools' columns: target_item_id, item_id, score (the cosine), rank (1..k).
+        """
         return similar_items(self.model, self.split, items, k)
 
 
 def load_run(path: str | Path, device: str = "auto") -> Fitted:
-    """The run directory ``path`` (trained by ``resdom train`` / ``fit(out=...)``, imported, or ``Fitted.save``)
-    as a Fitted: its best model on ``device``, its split, configs, metrics and epoch history."""
+    """A run directory as a Fitted.
+
+    Parameters
+    ----------
+    path
+        The run directory (trained by ``resdom train`` / ``fit(out=...)``, imported, or ``Fitted.save``).
+    device
+        ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
+
+    Returns
+    -------
+    Fitted
+        Its best model on ``device``, its split, configs, metrics and epoch history.
+    """
     run = read_run(path, device=_device(device))
     files = RunDir(run.directory)
     train = run.config.get("train")
@@ -416,16 +476,37 @@ def evaluate(
 ) -> EvalResult:
     """Full-ranking HR@K and NDCG@K (K in ``cutoffs``) and MRR of ``model`` on ``split``'s ``part``.
 
-    ``model``: a Fitted or any Diagnosable (``encode`` int64 (B, L) -> (B, L, d), ``item_embeddings`` (N + 1, d));
-    it is moved to ``device``. ``split``: a SplitData (its ``part`` is used), an EvalSet, or None for a Fitted's
-    own split. ``filter_seen``: items of each user's input score -inf (a target in its own input is then a miss);
-    None: the split's setting (``SplitData.filter_seen``: True except for data sets that keep seen items, such as
-    ``diginetica``), True for a bare EvalSet. ``beyond``: also the beyond-accuracy metrics of the same top-K lists
-    (``evaluation.beyond``: Coverage@K, AvgPop@K, Novelty@K, Echo@K, EchoNN@K; popularity counted on the split's
-    ``train``, so a SplitData is needed), ``neighbours`` the last item's nearest items EchoNN@K counts.
-    Returns an EvalResult: ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``, and ``users``: one
-    row per user (user_id, item_id (the target), rank (0-based, pessimistic; <NA> for a target filtered out),
-    HR@K, NDCG@K, RR, and with ``beyond`` each user's AvgPop@K, Novelty@K, Echo@K, EchoNN@K), in external ids.
+    Parameters
+    ----------
+    model
+        A Fitted or any Diagnosable (``encode`` int64 (B, L) -> (B, L, d), ``item_embeddings`` (N + 1, d)); it is
+        moved to ``device``.
+    split
+        A SplitData (its ``part`` is used), an EvalSet, or None for a Fitted's own split.
+    part
+        ``valid`` or ``test``.
+    cutoffs
+        The K of HR@K and NDCG@K (each >= 1).
+    filter_seen
+        Items of each user's input score -inf (a target in its own input is then a miss). None: the split's
+        setting (``SplitData.filter_seen``: True except for data sets that keep seen items, such as
+        ``diginetica``), True for a bare EvalSet.
+    beyond
+        Also the beyond-accuracy metrics of the same top-K lists (``evaluation.beyond``: Coverage@K, AvgPop@K,
+        Novelty@K, Echo@K, EchoNN@K; popularity counted on the split's ``train``, so a SplitData is needed).
+    neighbours
+        The last item's nearest items (cosine over the output embeddings) that EchoNN@K counts.
+    batch_size
+        Users ranked at once.
+    device
+        ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
+
+    Returns
+    -------
+    EvalResult
+        ``metrics`` (means over ``n_users``), ``to_dict()``, ``to_frame()``, and ``users``: one row per user
+        (user_id, item_id (the target), rank (0-based, pessimistic; <NA> for a target filtered out), HR@K,
+        NDCG@K, RR, and with ``beyond`` each user's AvgPop@K, Novelty@K, Echo@K, EchoNN@K), in external ids.
     """
     model, data = _model_and_split(model, split, "evaluate")
     cutoffs = _positive_ints(cutoffs, "cutoffs")
@@ -504,6 +585,8 @@ def diagnose_run(run_dir: str | Path, options: DiagnoseOptions | None = None, *,
         Where to compute (``auto``: cuda, then mps, then cpu); under torchrun each process diagnoses its shard.
     progress
         Progress bars on stderr.
+    **values
+        The options' fields by name, instead of ``options``.
 
     Returns
     -------
@@ -544,20 +627,50 @@ class Diagnosis:
         return self.results[name]
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """{name: result.to_dict()} of every diagnostic computed."""
+        """The JSON of every diagnostic computed.
+
+        Returns
+        -------
+        dict
+            {name: result.to_dict()}, what ``RUN_DIR/diagnostics/<name>.json`` holds, in canonical order.
+        """
         return {n: r.to_dict() for n, r in self.results.items()}
 
     def to_frame(self, name: str | None = None) -> pd.DataFrame | dict[str, pd.DataFrame]:
-        """The table of diagnostic ``name`` (``self[name].to_frame()``); without a name, every computed
-        diagnostic's table, {name: DataFrame} in canonical order (as ``to_dict()`` gives every JSON)."""
+        """The table of one diagnostic, or of every one computed.
+
+        Parameters
+        ----------
+        name
+            A computed diagnostic's name (``hrli``, ``mixing``, ...); None: every computed diagnostic.
+
+        Returns
+        -------
+        pandas.DataFrame or dict
+            ``self[name].to_frame()`` (the rows of its CSV file); without a name {name: DataFrame} in canonical
+            order (as ``to_dict()`` gives every JSON).
+        """
         if name is None:
             return {n: r.to_frame() for n, r in self.results.items()}
         return self[name].to_frame()
 
     def plot(self, name: str = "mixing", per_position: bool = False) -> Figure:
-        """The report's figure of diagnostic ``name`` (a matplotlib Figure, labelled with the model's name), drawn
-        from ``self[name].to_dict()`` by ``report.figures.result_figure``. ``per_position`` (mixing only): the last
-        layer's ratio against the offset from the last position instead of the ratio by stage."""
+        """The report's figure of one diagnostic, drawn from ``self[name].to_dict()`` by
+        ``report.figures.result_figure``.
+
+        Parameters
+        ----------
+        name
+            A computed diagnostic's name.
+        per_position
+            Mixing only: the last layer's ratio against the offset from the last position instead of the ratio
+            by stage.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            Labelled with the model's name.
+        """
         if per_position and name != "mixing":
             raise ResdomError(f"per_position: only the mixing figure has one (not {name!r})")
         return result_figure("mixing_per_position" if per_position else name, self[name].to_dict(), self.model)

@@ -292,15 +292,36 @@ def prepare_split(
     fmt: str | None = None,
     **options: Any,
 ) -> SplitData:
-    """Read, preprocess and split ``source`` (module docstring: a registered name, ``synthetic``, a path or a
-    pandas DataFrame) by ``protocol`` ``loo``, ``gts`` (spec §1) or ``none`` (nothing held out: fit on every
-    interaction to recommend; ``holdout_users=N`` holds out the last item of N users as a validation slice for
-    early stopping, ``splits.split_none``), in any case (``"GTS"``).
+    """Read, preprocess and split ``source``.
 
-    ``resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts")`` reads a DataFrame. The
-    manifest holds: protocol, thresholds (timestamps and ISO dates, GTS), counts per part, the preprocessing
-    applied, the source files' sha256, the tie rule, the dropped users, and ``changes`` (what was removed, and
-    why). The split keeps the external user and item ids (``user_labels``, ``item_labels``).
+    ``resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts")`` reads a DataFrame.
+
+    Parameters
+    ----------
+    source
+        A registered name, ``synthetic[:knobs]``, a path or a pandas DataFrame (this module's docstring).
+    protocol
+        ``loo``, ``gts`` (spec §1) or ``none`` (nothing held out: fit on every interaction to recommend;
+        ``holdout_users=N`` holds out the last item of N users as a validation slice for early stopping,
+        ``splits.split_none``), in any case (``"GTS"``).
+    quantile
+        GTS: the global timestamp quantile that ends the training period.
+    data_dir
+        A folder laid out like ``shared/data/raw`` where registered data sets' files are found.
+    fmt
+        Force the file format (detected where unambiguous otherwise).
+    **options
+        Preprocessing, reader, GTS and evaluation options (this module's docstring: ``k_core``,
+        ``remove_repeats``, ``user_col``, ``item_col``, ``time_col``, ``no_time``, ``valid_quantile``,
+        ``holdout_users``, ``filter_seen``, ...).
+
+    Returns
+    -------
+    SplitData
+        ``train``, ``valid``, ``test`` and the manifest: protocol, thresholds (timestamps and ISO dates, GTS),
+        counts per part, the preprocessing applied, the source files' sha256, the tie rule, the dropped users, and
+        ``changes`` (what was removed, and why); the external user and item ids (``user_labels``,
+        ``item_labels``).
     """
     if isinstance(source, SplitData):
         raise ResdomError("source: a SplitData is split already (give it to resdom.fit as it is, or its source "
