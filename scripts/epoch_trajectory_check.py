@@ -28,8 +28,8 @@ import torch
 from resdom.data.prepare import prepare_split
 from resdom.diagnostics.monitor import cheap_diagnostics, epoch_monitor
 from resdom.models.config import ModelConfig
-from resdom.report.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
 from resdom.runs import data_fingerprint
+from resdom.study.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
 from resdom.training.config import TrainConfig
 from resdom.training.trainer import EpochEnd, fit
 

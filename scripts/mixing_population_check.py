@@ -25,8 +25,8 @@ from rediagnose_cells import cell_arguments, cells_with_runs, keep_measurements,
 
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.pipeline.store import store_cells
-from resdom.report.fidelity import DATASETS, NOT_COMPARABLE, PAPER_MIXING
 from resdom.report.stats import prediction_interval
+from resdom.study.fidelity import DATASETS, NOT_COMPARABLE, PAPER_MIXING
 
 STAGES = ("Attn", "+Res", "+LN")
 WHAT = ("mixing ratios (norm of sums, pooled over layers, all real positions) of stored cells' checkpoints pooled over "

@@ -197,7 +197,7 @@ def test_no_module_outside_the_records_lists_the_diagnostics() -> None:
 
 
 # study modules that still read recovery.json by its name (to read it through the record's constant instead)
-NAME_PENDING = {"report/evidence_blocks.py", "report/fidelity.py"}
+NAME_PENDING = {"study/evidence_blocks.py", "study/fidelity.py"}
 
 
 def test_a_diagnostic_is_named_in_its_module_and_its_record_only() -> None:

@@ -45,8 +45,9 @@ def all_modules() -> dict[str, Path]:
 
 
 def report_modules() -> list[str]:
-    """``resdom.report`` and every module in it."""
-    return sorted(m for m in all_modules() if m == "resdom.report" or m.startswith("resdom.report."))
+    """``resdom.report`` and every module in it, and the same of the study above it (``resdom.study``)."""
+    return sorted(m for m in all_modules() if m in ("resdom.report", "resdom.study")
+                  or m.startswith(("resdom.report.", "resdom.study.")))
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]) -> list[str]:
@@ -130,8 +131,8 @@ def test_the_check_can_fail() -> None:
 @pytest.mark.slow
 def test_import_resdom_and_its_report_load_no_torch() -> None:
     """In a fresh interpreter (the one subprocess of this contract): ``import resdom`` loads no torch (the API comes
-    on first use), and neither does importing every report module (it reads stored JSON only: no model, trainer or
-    diagnostic either); nor matplotlib, imported where a figure is drawn."""
+    on first use), and neither does importing every module of the report or the study (they read stored JSON only:
+    no model, trainer or diagnostic either); nor matplotlib, imported where a figure is drawn."""
     code = ("import sys, resdom; assert 'torch' not in sys.modules, 'import resdom loaded torch'; "
             "assert 'fit' in dir(resdom); "
             f"import {', '.join(report_modules())}, resdom.experiments; "

@@ -1,6 +1,7 @@
-"""`resdom report` of one's own runs: the generic tables only (those with rows), the run's own coverage counting its
-diagnostics/users.npz, no block of the reproduction study (claims, the paper side by side, remedies, probes, echo,
-queues); a results-store cell brings the study's blocks."""
+"""`resdom report` of one's own runs: the generic report (resdom.report), its tables that have rows only, the run's
+own coverage counting its diagnostics/users.npz, no block of the reproduction study (claims, the paper side by side,
+remedies, probes, echo, queues); a results-store cell brings the study's blocks (resdom.study), which `resdom report`
+chooses where it reads a store."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 from cli_helpers import invoke
 
 import resdom
-from resdom.report import build_report, is_study, read_runs
+from resdom.report import build_report, document_block_names, document_blocks, read_runs
+from resdom.study import build_report as build_study_report
+from resdom.study import is_study, is_study_dirs
 
 STUDY_FILES = {"claims.md", "fidelity.md", "echo.md", "probe_readout.md", "remedy_verdicts.md", "coverage.md",
                "published_accuracy.md", "five_models.md", "summary.md"}
@@ -50,6 +53,35 @@ def test_a_store_cell_brings_the_studys_blocks(tmp_path: Path) -> None:
     checkpoint = json.loads((run / "diagnostics" / "hrli.json").read_text())["checkpoint"]
     (cell / "cell.json").write_text(json.dumps({"dataset": "synthetic", "label": "sasrec", "model": "sasrec",
                                                 "seed": 17, "checkpoint": checkpoint}))
-    assert is_study(read_runs([cell]))
-    written = {p.name for p in build_report([cell], tmp_path / "rep2", figures=False).tables}
+    assert is_study(read_runs([cell])) and is_study_dirs([cell]) and not is_study_dirs([run])
+    written = {p.name for p in build_study_report([cell], tmp_path / "rep2", figures=False).tables}
     assert {"claims.md", "fidelity.md", "coverage.md"} <= written
+    assert "run_coverage.md" not in written
+    # the generic report of the same cell: no block of the study
+    generic = {p.name for p in build_report([cell], tmp_path / "rep3", figures=False).tables}
+    assert not generic & STUDY_FILES and "run_coverage.md" in generic
+
+
+def test_resdom_report_chooses_the_study_for_a_store_and_the_generic_report_for_ones_own_runs(tmp_path: Path) -> None:
+    run = own_run(tmp_path)
+    cell = tmp_path / "store" / "synthetic" / "sasrec" / "seed17"
+    shutil.copytree(run, cell)
+    checkpoint = json.loads((run / "diagnostics" / "hrli.json").read_text())["checkpoint"]
+    (cell / "cell.json").write_text(json.dumps({"dataset": "synthetic", "label": "sasrec", "model": "sasrec",
+                                                "seed": 17, "checkpoint": checkpoint}))
+    assert invoke("report", str(run), "--out", str(tmp_path / "own"), "--tables-only") == 0
+    own = {p.name for p in (tmp_path / "own" / "tables").glob("*.md")}
+    assert "run_coverage.md" in own and not own & STUDY_FILES
+    assert invoke("report", str(tmp_path / "store"), "--out", str(tmp_path / "cells"), "--tables-only") == 0
+    cells = {p.name for p in (tmp_path / "cells" / "tables").glob("*.md")}
+    assert STUDY_FILES <= cells and "run_coverage.md" not in cells
+
+
+def test_the_generic_block_names_known_up_front_are_those_the_blocks_get(tmp_path: Path) -> None:
+    """``document_block_names`` of the generic report (what `resdom report --doc` checks a document of one's own runs
+    against) is exactly the set of names its ``document_blocks`` fills."""
+    assert sorted(document_block_names()) == sorted(document_blocks([]))
+    doc = tmp_path / "notes.md"
+    doc.write_text("# mine\n<!-- resdom:table claims -->\n<!-- /resdom:table -->\n")
+    assert invoke("report", str(own_run(tmp_path)), "--out", str(tmp_path / "rep"), "--doc", str(doc),
+                  "--tables-only") == 2  # claims is a block of the study, not of one's own runs' report

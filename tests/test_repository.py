@@ -34,12 +34,13 @@ def test_every_committed_png_is_under_300_kb() -> None:
 def test_report_figures_in_the_tree_are_100_dpi_palette_images() -> None:
     from PIL import Image
 
-    from resdom.report.evidence_blocks import EVIDENCE_FIGURE_KEYS
     from resdom.report.figures import EXTRA_FIGURE_KEYS, PNG_DPI, figure_keys
-    from resdom.report.probe_blocks import PROBE_FIGURE_KEYS
+    from resdom.study import STUDY_FIGURE_KEYS
+    from resdom.study.evidence_blocks import EVIDENCE_FIGURE_KEYS
+    from resdom.study.probe_blocks import PROBE_FIGURE_KEYS
 
     figures = sorted((ROOT / "docs" / "results" / "figures").glob("*.png"))
-    known = {*figure_keys(), *EXTRA_FIGURE_KEYS, *EVIDENCE_FIGURE_KEYS, *PROBE_FIGURE_KEYS}
+    known = {*figure_keys(), *EXTRA_FIGURE_KEYS, *STUDY_FIGURE_KEYS, *EVIDENCE_FIGURE_KEYS, *PROBE_FIGURE_KEYS}
     assert {p.stem for p in figures} <= known, "a stale figure of an older report is left"
     for path in figures:
         image = Image.open(io.BytesIO(path.read_bytes()))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from resdom.pipeline.store import block_names, fill_blocks, store_cells
-from resdom.report import document_blocks, read_runs
+from resdom.report import read_runs
+from resdom.study import document_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +92,7 @@ def test_the_probe_blocks_are_made_from_any_runs_and_their_deletion_is_caught() 
     or of a probe data set: every probe "not trained yet"), stand once each in docs/results.md under "Beyond the
     paper", and deleting either block fails the drift check."""
     from resdom.report.collect import find_run_dirs
-    from resdom.report.probe_blocks import PROBE_BLOCKS
+    from resdom.study.probe_blocks import PROBE_BLOCKS
 
     tables = document_blocks(read_runs(find_run_dirs(ROOT / "tests" / "fixtures" / "diagnostics")))
     assert set(PROBE_BLOCKS) == {"probe_readout", "probe_embeddings"} and set(PROBE_BLOCKS) <= set(tables)
@@ -121,7 +122,7 @@ def test_spec_section_5_quotes_no_measured_number_and_points_at_blocks_that_exis
 def test_the_statistics_blocks_are_made_and_placed() -> None:
     """Issue 27: the comparison, proportion, claim-sentence and question-3 blocks are made by the report and stand in
     the documents (deleting one from a document, or from the report, fails here and in the test above)."""
-    from resdom.report.evidence_blocks import EVIDENCE_BLOCKS
+    from resdom.study.evidence_blocks import EVIDENCE_BLOCKS
 
     wanted = {"coverage": "results.md", "comparisons": "results.md", "proportions": "results.md",
               "cold_items": "results.md", "five_models": "results.md", "echo": "results.md",
@@ -160,7 +161,7 @@ def test_the_population_measurement_in_the_fidelity_prose_matches_its_data_and_t
     import json
     import statistics
 
-    from resdom.report.fidelity import PAPER_MIXING
+    from resdom.study.fidelity import PAPER_MIXING
 
     path = ROOT / "docs" / "results" / "measurements" / "mixing_population.json"
     measured = json.loads(path.read_text())
@@ -264,7 +265,7 @@ def test_the_training_length_measurement_in_the_fidelity_prose_matches_its_data_
     import importlib.util
     import json
 
-    from resdom.report.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
+    from resdom.study.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
 
     measured = json.loads((ROOT / "docs" / "results" / "measurements" / "epoch_trajectory.json").read_text())
     spec = importlib.util.spec_from_file_location("epoch_trajectory_check",
@@ -336,8 +337,8 @@ def test_the_hand_written_readings_of_reliance_in_training_hold_on_the_store() -
     # settle it)": each such SASRec / DuoRec cell's HRLI@1 change after the NDCG@10 plateau above the block's margin
     # (a cell whose last monitored epoch is its plateau has no change to show), a BSARec cell's above it and another's
     # below minus it, and none of the block's yelp-ts rows a verdict either way
-    from resdom.report.reliance_dynamics import GAIN_MARGIN, store_dynamics
-    from resdom.report.summary import table_rows
+    from resdom.study.reliance_dynamics import GAIN_MARGIN, store_dynamics
+    from resdom.study.summary import table_rows
 
     assert ("on yelp-ts the reliance rose further after validation accuracy had levelled off in every SASRec cell "
             "(also with patience 30) and every DuoRec cell whose monitor went on past that point, while BSARec's "
@@ -481,7 +482,7 @@ def test_the_reading_of_the_echo_block_holds_on_the_store() -> None:
     others are hit more often than the echoing ones."""
     import numpy as np
 
-    from resdom.report.summary import table_rows
+    from resdom.study.summary import table_rows
 
     text = (ROOT / "docs" / "results.md").read_text()
     assert "The crude and the stratified difference can point in opposite directions (toys-ts\n`sasrec`)" in text
@@ -502,7 +503,7 @@ def test_the_reading_of_the_echo_block_holds_on_the_store() -> None:
 
 def test_the_reading_of_the_published_accuracy_holds_on_the_store() -> None:
     """docs/results.md, "Against the published numbers of the paper's code base" (no numbers), on the store's means
-    against report.fidelity.PUBLISHED_ACCURACY: beauty-ts `sasrec-tts` within 5% of the published HR@10 but further
+    against study.fidelity.PUBLISHED_ACCURACY: beauty-ts `sasrec-tts` within 5% of the published HR@10 but further
     under its NDCG@10; `beauty-ts-itemties` at or above both, with HRLI@1 within 0.02 of beauty-ts's; every contrast
     model at least 90% of both published values (close to them or above), except beauty-ts `gru4rec`, under both,
     with three seeds or more, the published HR@10 inside its interval and the published NDCG@10 outside (the
@@ -510,7 +511,7 @@ def test_the_reading_of_the_published_accuracy_holds_on_the_store() -> None:
     import json
     import statistics
 
-    from resdom.report.fidelity import PUBLISHED_ACCURACY
+    from resdom.study.fidelity import PUBLISHED_ACCURACY
 
     text = " ".join((ROOT / "docs" / "results.md").read_text().split())
     for sentence in ("resdom's `sasrec-tts` comes close to the published HR@10 but stays further under the published "
@@ -568,8 +569,8 @@ def test_the_stopping_candidate_reading_holds_on_the_store() -> None:
     HRLI@1 is the lower, the verdict undecided, the row giving both tests' Holm p."""
     import json
 
-    from resdom.report.fidelity import PAPER_HRLI1
-    from resdom.report.summary import table_rows, tables_of
+    from resdom.study.fidelity import PAPER_HRLI1
+    from resdom.study.summary import table_rows, tables_of
 
     text = (ROOT / "docs" / "results.md").read_text()
     prose = " ".join(text.split())
@@ -608,7 +609,7 @@ def test_the_same_day_order_candidate_reading_holds_on_the_store() -> None:
     lies outside their intervals and on Beauty its HRLI@1 too, while on Sports its HRLI@1 lies inside both orders'
     intervals; on Sports the paper's +Res lies inside sports-ts's interval and outside sports-ts-itemties'; on Beauty
     the itemties' largest recovery over α is lower than beauty-ts's."""
-    from resdom.report.summary import tables_of
+    from resdom.study.summary import tables_of
 
     text = (ROOT / "docs" / "results.md").read_text()
     prose = " ".join(text.split())
@@ -635,8 +636,8 @@ def test_the_same_day_order_candidate_reading_holds_on_the_store() -> None:
 def test_the_block_names_known_up_front_are_those_the_blocks_get() -> None:
     """``document_block_names`` (what `resdom report --doc` checks a document against before writing anything) is
     exactly the set of names ``document_blocks`` fills, here from runs with no paper data set, probe or remedy."""
-    from resdom.report import document_block_names
     from resdom.report.collect import find_run_dirs
+    from resdom.study import document_block_names
 
     tables = document_blocks(read_runs(find_run_dirs(ROOT / "tests" / "fixtures" / "diagnostics")))
     assert sorted(document_block_names()) == sorted(tables)

@@ -24,6 +24,9 @@ from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
 from resdom.report import build_report, document_block_names, find_run_dirs, left_out
 from resdom.rundir import REPORT, check_kind_folder, move_aside, require_folder_path, write_marker
+from resdom.study import build_report as build_study_report
+from resdom.study import document_block_names as study_block_names
+from resdom.study import is_study_dirs
 
 
 def _split_list(value: str, option: str) -> list[str]:
@@ -58,7 +61,8 @@ def report(
                                "aside (OUT.replaced-K) and write the report anew; a results-store cell is refused "
                                "even then"),
 ) -> None:
-    """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells)."""
+    """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells: the
+    reproduction study's report, its blocks and figures beside the generic ones)."""
     require_folder_path(out, "--out")
     found: list[Path] = []
     for d in run_dirs:
@@ -75,10 +79,13 @@ def report(
                           f" {inside}, which the report reads; choose a folder outside every run")
     # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
     replace = check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
-    texts = {d: _document(d) for d in docs or []}  # every document checked before anything is written
+    # results-store cells get the reproduction study's report (resdom.study); one's own runs the generic one
+    study = is_study_dirs(found)
+    known = study_block_names() if study else document_block_names()
+    texts = {d: _document(d, known) for d in docs or []}  # every document checked before anything is written
     if replace:
         typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
-    paths = build_report(found, out, title=title, figures=not tables_only)
+    paths = (build_study_report if study else build_report)(found, out, title=title, figures=not tables_only)
     if not tables_only:  # a tables-only folder is known by its tables/tables.md (a store commit carries no marker)
         write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
                                    *(p for p in (paths.html, paths.markdown) if p is not None)])
@@ -121,15 +128,16 @@ def _earlier_report(out: Path, entries: list[str]) -> bool:
     return _head(out / "tables" / "tables.md", 1) == ["## Data set statistics"]
 
 
-def _document(path: Path) -> str:
-    """The text of a ``--doc`` document, its table blocks checked (``check_blocks``); a ResdomError otherwise."""
+def _document(path: Path, known: tuple[str, ...]) -> str:
+    """The text of a ``--doc`` document, its table blocks checked against ``known`` (``check_blocks``); a
+    ResdomError otherwise."""
     if not path.is_file():
         raise ResdomError(f"--doc {path}: no such document")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ResdomError(f"--doc {path}: cannot be read as UTF-8 text ({e})") from None
-    check_blocks(text, document_block_names(), where=str(path))
+    check_blocks(text, known, where=str(path))
     return text
 
 

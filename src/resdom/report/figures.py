@@ -33,8 +33,6 @@ from resdom.io import atomic_write_bytes
 from resdom.names import STAGES, band_names
 from resdom.records import ALPHA, RECOVERY_CURVE, REGISTRY, resolve
 from resdom.report.collect import RunRecord, model_order
-from resdom.report.reliance_dynamics import GAIN_MARGIN, DynamicsTable, dynamics_figure, runs_dynamics
-from resdom.report.seed_spread import runs_seed_curves, seed_groups, spread_figure
 from resdom.report.tables import remedy_runs
 from resdom.report.values import run_values
 from resdom.stored import number_at
@@ -163,13 +161,14 @@ def palette_png(png: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _styled(build: Callable[..., ReportFigure | None]) -> Callable[..., ReportFigure | None]:
-    """Build the figure under ``STYLE`` (small fonts for panels a few inches wide)."""
+def styled(build: Callable[..., ReportFigure | None]) -> Callable[..., ReportFigure | None]:
+    """Build the figure under ``STYLE`` (small fonts for panels a few inches wide): the decorator of every figure
+    builder, the study's included."""
     @functools.wraps(build)
-    def styled(*args: Any, **kwargs: Any) -> ReportFigure | None:
+    def build_styled(*args: Any, **kwargs: Any) -> ReportFigure | None:
         with mpl().rc_context(STYLE):
             return build(*args, **kwargs)
-    return styled
+    return build_styled
 
 
 # ---------------------------------------------------------------- grouping helpers
@@ -416,7 +415,7 @@ def _bar_panels(groups: dict[tuple[str, str], list[RunRecord]], categories: list
 # ---------------------------------------------------------------- figures
 
 
-@_styled
+@styled
 def fig_mixing_stages(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Mixing ratio (pooled over layers) per stage: bars = all positions, black diamonds = last position."""
     groups = groups_with(runs, lambda r: r.diag(name))
@@ -527,7 +526,7 @@ def _curves_by_dataset(groups: dict[tuple[str, str], list[RunRecord]],
     return fig
 
 
-@_styled
+@styled
 def _alpha_figure(runs: list[RunRecord], name: str, which: str, title: str, caption: str) -> ReportFigure | None:
     rows_of = _alpha_rows(name)
     groups = groups_with(runs, rows_of)
@@ -561,7 +560,7 @@ def fig_alpha_accuracy(runs: list[RunRecord], name: str) -> ReportFigure | None:
                          "α applied at inference: the accuracy that lowering α costs.")
 
 
-@_styled
+@styled
 def fig_alpha_sweep(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """The three alpha-sweep statistics of one model side by side (mixing at +Res, HRLI@1, test HR@10), for the
     API's plot of one result (``result_figure("alpha", ...)``); data sets, where several, as line styles."""
@@ -583,7 +582,7 @@ def fig_alpha_sweep(runs: list[RunRecord], name: str) -> ReportFigure | None:
                         "mixing, lower HRLI@1 and cost some accuracy." + users, fig)
 
 
-@_styled
+@styled
 def fig_shuffle(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Bars of test NDCG@10 for the original / keep_last / full input orders, per data set."""
     groups = groups_with(runs, lambda r: r.diag(name))
@@ -604,7 +603,7 @@ def fig_shuffle(runs: list[RunRecord], name: str) -> ReportFigure | None:
                         "large full drop means the prediction rests on the last item." + users, fig)
 
 
-@_styled
+@styled
 def fig_hrli(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Bars of HRLI@1, HRL2I@1, HRLI@10, HRL2I@10 per data set, on a log axis (HRL2I is often 100 times smaller)."""
     groups = groups_with(runs, lambda r: r.diag(name))
@@ -622,7 +621,7 @@ def fig_hrli(runs: list[RunRecord], name: str) -> ReportFigure | None:
                         "specifically, not recent items in general." + users, fig)
 
 
-@_styled
+@styled
 def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set
     holding the models that ran on it (a model keeps its colour in every panel), on a log axis."""
@@ -669,7 +668,7 @@ def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | No
                         "not." + users, fig)
 
 
-@_styled
+@styled
 def fig_hrli_by_frequency(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """HRLI@1 against the band of the last input item's training frequency (``hrli.json`` ``by_frequency``), one
     line per model (mean over seeds, error bars where seeds differ), and grey bars for the share of test users in
@@ -772,7 +771,7 @@ def _monitor_users(groups: dict[tuple[str, str], list[RunRecord]]) -> dict[str, 
     return _users(groups, lambda r: next((m.get("n_users") for m in _monitor_rows(r)), None))
 
 
-@_styled
+@styled
 def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
     """Last-item reliance against training epoch (the training monitor): HRLI@1 (solid) and HRL2I@1 (dashed) on a
     log axis, one line each per model (mean over seeds at the epochs every seed reached), a panel per data set;
@@ -800,7 +799,7 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
                         "model converges, and for which models?" + users, fig)
 
 
-@_styled
+@styled
 def fig_mixing_curve(runs: list[RunRecord]) -> ReportFigure | None:
     """The +Res mixing ratio at the last position against training epoch (the training monitor), one line per
     model, a panel per data set."""
@@ -828,7 +827,7 @@ def _recovery_rows(name: str) -> Callable[[RunRecord], list[dict[str, Any]]]:
     return rows_of
 
 
-@_styled
+@styled
 def fig_recovery(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Recovery(alpha) on the test split, a panel per data set; the band alpha in 0.1-0.3 shaded (its price in
     accuracy: ``fig_alpha_accuracy``)."""
@@ -861,7 +860,7 @@ def _per_position(run: RunRecord, name: str, layer: int) -> dict[str, Any] | Non
     return next(e for e in entries if int(e.get("layer", 0)) == want)
 
 
-@_styled
+@styled
 def fig_per_position(runs: list[RunRecord], name: str, layer: int = -1, max_offset: int = 50) -> ReportFigure | None:
     """Mixing ratio against distance from the last position, for one layer (default: the last), per stage."""
     groups = groups_with(runs, lambda r: _per_position(r, name, layer))
@@ -918,7 +917,7 @@ def fig_per_position(runs: list[RunRecord], name: str, layer: int = -1, max_offs
 CURVE_FIGURES: tuple[tuple[str, Callable[[list[RunRecord]], ReportFigure | None], int], ...] = (
     ("reliance_curve", fig_reliance_curve, 110), ("mixing_curve", fig_mixing_curve, 120))
 # drawn by all_figures where their data are; linked from the documents, not shown by report.html / report.md
-EXTRA_FIGURE_KEYS = ("remedies", "reliance_dynamics", "seed_spread")
+EXTRA_FIGURE_KEYS = ("remedies",)
 
 
 def _builders() -> list[tuple[str, Callable[[list[RunRecord]], ReportFigure | None]]]:
@@ -963,8 +962,6 @@ def all_figures(runs: list[RunRecord]) -> list[ReportFigure]:
     models = [r for r in runs if not studied_variant(r.model)] or runs
     figures = [build(models) for _, build in _builders()]
     figures.append(fig_remedies(remedy_runs(runs)))  # only where variants ran
-    figures.append(fig_reliance_dynamics(runs))  # only where monitored curves of causal models are
-    figures.append(fig_seed_spread(runs))  # only where a causal model has enough monitored seeds
     return [f for f in figures if f is not None]
 
 
@@ -1004,7 +1001,7 @@ def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarr
     return inset
 
 
-@_styled
+@styled
 def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> ReportFigure | None:
     """Accuracy against reliance (``resdom remedies``, docs/remedies.md): test NDCG@10 against HRLI@1, one point per
     variant label (mean over seeds, std as error bars), and the base model's inference-time alpha sweep as a curve on
@@ -1073,34 +1070,3 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
                         "the left of the curve buys lower reliance at less accuracy cost than lowering α after "
                         "training. Where variants land close to the base model, the inset (lower right) enlarges the "
                         "framed area." + users, fig)
-
-
-@_styled
-def fig_reliance_dynamics(runs: list[RunRecord]) -> ReportFigure | None:
-    """Question 4 (docs/results.md, ``report.reliance_dynamics``): the plateau epoch of validation NDCG@10 against
-    that of HRLI@1, one point per monitored cell of a causal model; None where no run has a monitored curve."""
-    cells, skipped = runs_dynamics(runs)
-    if not cells:
-        return None
-    table = DynamicsTable([], cells, skipped, GAIN_MARGIN, 0, 0.05)  # the figure draws the cells only: no rows
-    return ReportFigure("reliance_dynamics", "Reliance against accuracy: plateau epochs",
-                        "One point per monitored cell (sasrec, duorec, bsarec and their variants): the first monitored "
-                        "epoch by which validation NDCG@10 has made 95% of its rise (x) against the same for HRLI@1 "
-                        "(y); above the dashed line y = x reliance settles after accuracy. Points sharing an epoch "
-                        "pair are spread by up to 1.2 epochs; n: cells per data set.", dynamics_figure(table))
-
-
-@_styled
-def fig_seed_spread(runs: list[RunRecord]) -> ReportFigure | None:
-    """Why seeds disagree on HRLI@1 (docs/results.md, ``report.seed_spread``): each (data set, model)'s spread over
-    seeds at the selected epochs against at one common epoch, and the monitored curves of the group the selected
-    epochs split most; None where no group has enough monitored seeds."""
-    groups = seed_groups(runs_seed_curves(runs)[0])
-    if not groups:
-        return None
-    return ReportFigure("seed_spread", "Why seeds disagree on HRLI@1: the selected epoch",
-                        "Left: one point per data set and model with three seeds or more, the standard deviation over "
-                        "seeds of the monitored HRLI@1 read at one common epoch (x) against read at the epoch each "
-                        "seed kept (y); above the dashed line y = x, where early stopping stops adds to the seeds' "
-                        "disagreement. Right: the group it adds most to, each seed's monitored HRLI@1 by epoch with "
-                        "the epoch it kept (dot) and the common epoch (dashed).", spread_figure(groups))

@@ -1,4 +1,4 @@
-"""report.seed_spread (why seeds disagree on HRLI@1): interpolation and the three spreads against hand computations,
+"""study.seed_spread (why seeds disagree on HRLI@1): interpolation and the three spreads against hand computations,
 which cells count and why others are left out, the summary rows (means, r, verdicts), the block and the figure."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from resdom.report.seed_spread import (
+from resdom.study.seed_spread import (
     CAPTION,
     Group,
     SeedCurve,
@@ -213,13 +213,16 @@ def test_the_block_and_its_answer(tmp_path: Path) -> None:
 
 
 def test_the_figure(tmp_path: Path) -> None:
-    from resdom.report.figures import EXTRA_FIGURE_KEYS, all_figures, fig_seed_spread
+    from resdom.report.figures import all_figures
+    from resdom.study import STUDY_FIGURE_KEYS, study_figures
+    from resdom.study.seed_spread import fig_seed_spread
 
     runs = read_store(tmp_path)
     fig = fig_seed_spread(runs)
-    assert fig is not None and fig.key == "seed_spread" and fig.key in EXTRA_FIGURE_KEYS
+    assert fig is not None and fig.key == "seed_spread" and fig.key in STUDY_FIGURE_KEYS
     left, right = fig.figure.axes
     assert left.get_xscale() == "log" and right.get_title() == "a / sasrec: where each seed stopped"
     assert len(fig.png_bytes()) < 300_000
-    assert "seed_spread" in [f.key for f in all_figures(runs)]
+    assert "seed_spread" in [f.key for f in study_figures(runs)]
+    assert "seed_spread" not in [f.key for f in all_figures(runs)]  # the generic report draws no study figure
     assert fig_seed_spread([r for r in runs if r.seed in (1, 2)]) is None

@@ -257,7 +257,7 @@ def recovery_summary(rows: list[dict[str, Any]]) -> str:
 
 CAPTION = (
     "resdom's `sasrec` (the paper's post-LN SASRec, GTS) beside the paper's published SASRec numbers, generated from "
-    "the store (`report.fidelity`). Mixing ratios: norm of sums over all positions, pooled over layers "
+    "the store (`study.fidelity`). Mixing ratios: norm of sums over all positions, pooled over layers "
     "(`mixing.json` `pooled.all`), mean over seeds with a 95% t interval over seeds (none from one seed). HRLI@1: "
     "users whose last input item ranks first, pooled over seeds, with the 95% Wilson interval of the pooled counts "
     "(each seed's users counted once per seed), widened to the 95% t interval over the seeds' own rates where that "
@@ -409,4 +409,4 @@ def published_accuracy_block(runs: list[RunRecord]) -> str:
     return ("\n".join(lines) + "\n\nresdom's test HR@10 / NDCG@10 (full ranking, seen items filtered; mean over seeds "
             "with a 95% t interval over seeds, none from one seed) vs time-to-split's published value (resdom - "
             "published); ✓ the published value lies inside resdom's interval, ✗ outside, no mark without an "
-            "interval. Generated from the store (`report.fidelity.published_accuracy_block`).\n")
+            "interval. Generated from the store (`study.fidelity.published_accuracy_block`).\n")

@@ -1,4 +1,4 @@
-"""The paper side by side (report.fidelity): intervals by hand, a store written here, the table's marks."""
+"""The paper side by side (study.fidelity): intervals by hand, a store written here, the table's marks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from resdom.report.fidelity import (
+from resdom.report.stats import wilson
+from resdom.study.fidelity import (
     PAPER_MIXING,
     fidelity_markdown,
     fidelity_rows,
@@ -17,7 +18,6 @@ from resdom.report.fidelity import (
     pooled_proportion,
     recovery_summary,
 )
-from resdom.report.stats import wilson
 
 
 def test_wilson_by_hand():
@@ -128,7 +128,7 @@ def hand_store(root: Path) -> list:
 
 
 def test_rows_from_runs_by_hand(tmp_path):
-    from resdom.report.fidelity import fidelity_rows_runs, not_held, outside
+    from resdom.study.fidelity import fidelity_rows_runs, not_held, outside
 
     rows = fidelity_rows_runs(hand_store(tmp_path))
     assert [(r["dataset"], r["seeds"], r["comparable"]) for r in rows] == [
@@ -158,7 +158,7 @@ def test_rows_from_runs_by_hand(tmp_path):
 
 
 def test_rows_from_runs_equal_rows_from_the_store_folder(tmp_path):
-    from resdom.report.fidelity import fidelity_rows_runs
+    from resdom.study.fidelity import fidelity_rows_runs
 
     runs = hand_store(tmp_path)
     shutil.rmtree(tmp_path / "beauty-ts" / "sasrec" / "seed4")  # of another checkpoint: the folder reader reads it
@@ -166,7 +166,7 @@ def test_rows_from_runs_equal_rows_from_the_store_folder(tmp_path):
 
 
 def test_fidelity_block_by_hand(tmp_path):
-    from resdom.report.fidelity import CAPTION, fidelity_block
+    from resdom.study.fidelity import CAPTION, fidelity_block
 
     block = fidelity_block(hand_store(tmp_path))
     lines = block.splitlines()
@@ -201,7 +201,7 @@ def test_fidelity_block_by_hand(tmp_path):
 
 
 def test_fidelity_block_without_paper_data_sets(tmp_path):
-    from resdom.report.fidelity import fidelity_block
+    from resdom.study.fidelity import fidelity_block
 
     block = fidelity_block([])
     assert block.count(": not held here |") == 9 and "outside resdom's" not in block.split("\n\n", 1)[1]
@@ -213,7 +213,7 @@ def test_published_accuracy_block_by_hand(tmp_path):
     sqrt(3), covering the published 0.0396; one gru4rec seed: no interval, no mark; a label time-to-split did not
     publish (sasrec) gets no row."""
     from resdom.report.collect import RunRecord
-    from resdom.report.fidelity import published_accuracy_block
+    from resdom.study.fidelity import published_accuracy_block
 
     def run(label: str, seed: int, hr: float, ndcg: float) -> RunRecord:
         return RunRecord(tmp_path / label / str(seed), "beauty-ts", label, seed, "gts",
@@ -235,7 +235,7 @@ def test_published_accuracy_block_by_hand(tmp_path):
 def test_fidelity_block_adds_the_paper_stopping_cells_where_stored(tmp_path):
     """Cells of sasrec-v1024 (the paper's early stopping) get a second table and sentence; without them, none."""
     from resdom.report.collect import RunRecord
-    from resdom.report.fidelity import fidelity_block
+    from resdom.study.fidelity import fidelity_block
 
     def run(label: str, seed: int, attn: float) -> RunRecord:
         pooled = {"Attn": attn, "+Res": 0.119, "+LN": 0.119}
@@ -279,7 +279,7 @@ def test_a_published_value_held_under_two_orderings_counts_once_and_is_tested_un
     """Beauty's Attn (0.776) against beauty-ts (seeds 0.80, 0.81: outside one more run's interval) and
     beauty-ts-itemties (0.776, 0.778: inside): one distinct value, outside under one ordering only; each of the four
     Beauty values (Attn, +Res, +LN, HRLI@1) is counted once although two data sets hold it."""
-    from resdom.report.fidelity import single_run_outside, single_run_sentence
+    from resdom.study.fidelity import single_run_outside, single_run_sentence
 
     write_cell(tmp_path, "beauty-ts", 1, 0.80, 0.80, 100, [0.0, 0.2], 40)
     write_cell(tmp_path, "beauty-ts", 2, 0.81, 0.80, 100, [0.0, 0.2], 40)
@@ -301,7 +301,7 @@ def test_recovery_at_the_alpha_chosen_on_validation_stands_beside_the_test_maxim
     """The paper chooses α on the validation users; the sentence reports the test recovery there, pooled over seeds,
     with each seed's α*: 8 of 40 and 12 of 40 recovered at α* 0.4 and 0.3 -> 0.250, whose interval from two seeds
     (widened to the t interval over 0.2 and 0.3) reaches the paper's 46%."""
-    from resdom.report.fidelity import recovery_summary
+    from resdom.study.fidelity import recovery_summary
 
     for seed, k, alpha in ((1, 8, 0.4), (2, 12, 0.3)):
         write_cell(tmp_path, "beauty-ts", seed, 0.80, 0.80, 100, [0.0, 0.35], 40)

@@ -12,7 +12,7 @@ family nearest it (another MovieLens set ML-1M's, any other the Amazon sets'), a
 sets. Only the causal self-attention models the claims are about (SASRec, DuoRec, BSARec and their named variants
 other than the remedies) get a row; the contrast models and the remedy variants do not.
 
-The remedy variants get their own verdicts, from per-user statistics (``report.evidence_blocks``, docs/remedies.md).
+The remedy variants get their own verdicts, from per-user statistics (``study.evidence_blocks``, docs/remedies.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""report.probe_blocks: the blocks of docs/results.md's questions 1 and 2 (probe_readout, probe_embeddings), on tiny
+"""study.probe_blocks: the blocks of docs/results.md's questions 1 and 2 (probe_readout, probe_embeddings), on tiny
 synthetic stores with hand-computed values."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from resdom.report.collect import RunRecord
-from resdom.report.evidence_blocks import COVERAGE_QUEUE
-from resdom.report.probe_blocks import (
+from resdom.study.evidence_blocks import COVERAGE_QUEUE
+from resdom.study.probe_blocks import (
     PROBE_BLOCKS,
     embeddings_answer,
     missing_cells,
@@ -26,9 +26,9 @@ from resdom.report.probe_blocks import (
     probes_figure,
     readout_answer,
 )
-from tests.test_report_evidence_blocks import NOTE, U, users_npz, wilson_by_hand
+from tests.test_study_evidence_blocks import NOTE, U, users_npz, wilson_by_hand
 
-probe_blocks_module = importlib.import_module("resdom.report.probe_blocks")
+probe_blocks_module = importlib.import_module("resdom.study.probe_blocks")
 
 
 def mixing(res_all: float, res_last: float) -> dict[str, Any]:

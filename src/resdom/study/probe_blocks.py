@@ -1,5 +1,5 @@
 """The document blocks of questions 1 and 2 of docs/results.md, "Beyond the paper", from a report's
-runs, after the pattern of ``report.evidence_blocks``. No torch.
+runs, after the pattern of ``study.evidence_blocks``. No torch.
 
 ``probe_readout``     question 1: does a learned query token appended after the prefix (``<model>-query``) remove
                       last-item reliance? The residual account predicts HRLI@1 near 0 with the +Res mixing ratio
@@ -10,7 +10,7 @@ runs, after the pattern of ``report.evidence_blocks``. No torch.
 Each block has three parts:
 
 1. the comparison table, one row per (data set, probe, metric): the probe against its base model on NDCG@10 and
-   HRLI@1 (``report.probes``: margins ±5% of the base's NDCG@10, ±0.02 HRLI@1) with the store's means, the
+   HRLI@1 (``study.probes``: margins ±5% of the base's NDCG@10, ±0.02 HRLI@1) with the store's means, the
    difference, its 95% interval, the Holm-adjusted p and the verdict (``report.compare.compare_table``: paired
    bootstrap over users with the seeds resampled, Holm across the table's rows with evidence, TOST for
    equivalence; a row whose cells lack ``users.npz``, or a probe not trained, is "undecided");
@@ -26,7 +26,7 @@ Each block has three parts:
 ``probe_figures`` draws both blocks' comparisons as one forest plot (``probes``): each probe's difference from its
 base with its 95% interval and the equivalence margin, HRLI@1 in its own units, NDCG@10 as a share of the base's mean.
 
-Rows: every probe of ``report.probes.PROBE_BASE`` on ``PROBE_DATASETS`` (the question's subject, whether trained
+Rows: every probe of ``study.probes.PROBE_BASE`` on ``PROBE_DATASETS`` (the question's subject, whether trained
 or not), any other probe label with cells in the runs, and a probe against its base trained with the probe's own
 objective (``SAME_OBJECTIVE_BASE``: ``sasrec-query`` against ``sasrec-celast``) where that base has cells.
 """
@@ -49,7 +49,10 @@ from resdom.report.compare import (
     count_tested,
     verdict_text,
 )
-from resdom.report.evidence_blocks import (
+from resdom.report.figures import ReportFigure
+from resdom.report.stats import pooled_interval
+from resdom.report.tables import seeds_text
+from resdom.study.evidence_blocks import (
     COVERAGE_QUEUE,
     N_BOOT,
     difference_text,
@@ -58,10 +61,7 @@ from resdom.report.evidence_blocks import (
     method_note,
     store_mean,
 )
-from resdom.report.figures import ReportFigure
-from resdom.report.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS, SAME_OBJECTIVE_BASE
-from resdom.report.stats import pooled_interval
-from resdom.report.tables import seeds_text
+from resdom.study.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS, SAME_OBJECTIVE_BASE
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
     from matplotlib.figure import Figure

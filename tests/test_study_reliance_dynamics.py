@@ -1,4 +1,4 @@
-"""report.reliance_dynamics (question 4): reading a synthetic store of curve.jsonl files (which cells count, which
+"""study.reliance_dynamics (question 4): reading a synthetic store of curve.jsonl files (which cells count, which
 are left out and why, malformed files refused in one line), the two-stage bootstrap against a slow replica of its
 draws, the summary numbers against hand computations, the verdicts, Markdown and the figure."""
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from resdom.errors import ResdomError
-from resdom.report.dynamics import Dynamics
-from resdom.report.reliance_dynamics import (
+from resdom.report.stats import holm, wilson
+from resdom.study.dynamics import Dynamics
+from resdom.study.reliance_dynamics import (
     MIN_CELLS,
     CellDynamics,
     cluster_bootstrap_means,
@@ -26,7 +27,6 @@ from resdom.report.reliance_dynamics import (
     summarise,
     units_t,
 )
-from resdom.report.stats import holm, wilson
 
 
 def curve_rows(ndcg: list[float], hrli: list[float], every: int = 5, start: int = 1) -> list[dict]:
@@ -267,7 +267,7 @@ def store_runs(tmp_path: Path) -> list:
 
 
 def test_runs_dynamics_equal_store_dynamics(tmp_path: Path) -> None:
-    from resdom.report.reliance_dynamics import runs_dynamics
+    from resdom.study.reliance_dynamics import runs_dynamics
 
     cells, skipped = runs_dynamics(store_runs(tmp_path))
     want_cells, want_skipped = store_dynamics(tmp_path / "results")
@@ -277,7 +277,7 @@ def test_runs_dynamics_equal_store_dynamics(tmp_path: Path) -> None:
 
 
 def test_block_by_hand(tmp_path: Path) -> None:
-    from resdom.report.reliance_dynamics import CAPTION, answer_sentence, reliance_dynamics_block
+    from resdom.study.reliance_dynamics import CAPTION, answer_sentence, reliance_dynamics_block
 
     runs = store_runs(tmp_path)
     block = reliance_dynamics_block(runs)
@@ -311,15 +311,18 @@ def test_report_figure_of_the_runs(tmp_path: Path) -> None:
 
     from PIL import Image
 
-    from resdom.report.figures import EXTRA_FIGURE_KEYS, PNG_DPI, all_figures, fig_reliance_dynamics
+    from resdom.report.figures import PNG_DPI, all_figures
+    from resdom.study import STUDY_FIGURE_KEYS, study_figures
+    from resdom.study.reliance_dynamics import fig_reliance_dynamics
 
     runs = store_runs(tmp_path)
     fig = fig_reliance_dynamics(runs)
-    assert fig is not None and fig.key == "reliance_dynamics" and fig.key in EXTRA_FIGURE_KEYS
+    assert fig is not None and fig.key == "reliance_dynamics" and fig.key in STUDY_FIGURE_KEYS
     assert fig.figure.legends[0].get_title().get_text() == "4 cells"
     image = Image.open(io.BytesIO(fig.png_bytes()))
     assert image.mode == "P" and image.info["dpi"][0] <= PNG_DPI + 0.5 and len(fig.png_bytes()) < 300_000
-    assert "reliance_dynamics" in [f.key for f in all_figures(runs)]
+    assert "reliance_dynamics" in [f.key for f in study_figures(runs)]
+    assert "reliance_dynamics" not in [f.key for f in all_figures(runs)]  # the generic report draws no study figure
     no_monitor = [r for r in runs if r.model == "bert4rec"]
     assert fig_reliance_dynamics(no_monitor) is None
 
@@ -327,7 +330,7 @@ def test_report_figure_of_the_runs(tmp_path: Path) -> None:
 def test_the_long_patience_sentence_sets_the_long_run_beside_its_base() -> None:
     """yelp-ts sasrec-p30 (lags +20 and +10, changes +0.10 and +0.05) beside sasrec (lag 0, change 0): the rows'
     own means; without the sasrec rows only the long run."""
-    from resdom.report.reliance_dynamics import long_patience_sentence
+    from resdom.study.reliance_dynamics import long_patience_sentence
 
     long = [cell("yelp-ts", "sasrec-p30", 1, 20, 0.10), cell("yelp-ts", "sasrec-p30", 2, 10, 0.05)]
     base = [cell("yelp-ts", "sasrec", 1, 0, 0.0)]

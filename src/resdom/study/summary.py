@@ -79,7 +79,7 @@ def _outside_of(rows: list[dict[str, str]]) -> tuple[int, int]:
     return sum(all(m) for m in marks.values()), len(marks)
 
 
-# report.fidelity.single_run_sentence's count: the distinct published values outside one more run's prediction
+# study.fidelity.single_run_sentence's count: the distinct published values outside one more run's prediction
 # interval under every ordering held
 SINGLE_RUN = re.compile(r"Of the (\d+) distinct published values? of comparable data sets with two seeds or more, "
                         r"(\d+) lies? outside even the 95% prediction interval of one more resdom run")

@@ -1,4 +1,4 @@
-"""The claims table (report.claims): each cell the seeds' mean of the numbers behind a claim and the verdict, on
+"""The claims table (study.claims): each cell the seeds' mean of the numbers behind a claim and the verdict, on
 the hand-made fixtures (tests/fixtures/diagnostics/make_fixtures.py) and on hand cases."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from resdom.report import find_run_dirs, read_runs
-from resdom.report.claims import (
+from resdom.study.claims import (
     CLAIMS,
     _hrli,
     _lower_hr,
@@ -77,7 +77,7 @@ def test_ranges_are_tested_as_written_both_bounds(monkeypatch: pytest.MonkeyPatc
         def __init__(self, **values: float) -> None:
             self.values = values
 
-    import resdom.report.claims as claims
+    import resdom.study.claims as claims
 
     monkeypatch.setattr(claims, "run_values", lambda r: {"HRLI@1_seen": None, **r.values})
 

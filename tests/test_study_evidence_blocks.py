@@ -1,4 +1,4 @@
-"""report.evidence_blocks: the document blocks that rest on per-user statistics and Wilson intervals, on tiny
+"""study.evidence_blocks: the document blocks that rest on per-user statistics and Wilson intervals, on tiny
 synthetic stores with hand-computed values."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from resdom.report.collect import RunRecord
-from resdom.report.evidence_blocks import (
+from resdom.report.tables import Column, aggregate, to_markdown
+from resdom.study.evidence_blocks import (
     EVIDENCE_BLOCKS,
     answer,
     cold_items_markdown,
@@ -28,9 +29,8 @@ from resdom.report.evidence_blocks import (
     spread_reading,
     wilson_text,
 )
-from resdom.report.tables import Column, aggregate, to_markdown
 
-evidence_blocks_module = importlib.import_module("resdom.report.evidence_blocks")
+evidence_blocks_module = importlib.import_module("resdom.study.evidence_blocks")
 
 U, N_ITEMS = 400, 500
 NOTE = "no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users)"
@@ -237,7 +237,7 @@ def test_single_seed_rows_are_marked(tmp_path: Path) -> None:
 def test_coverage_counts_cells_evidence_and_the_seeds_asked(tmp_path: Path) -> None:
     """toys-ts: sasrec seeds 1-3 (1 and 2 with users.npz) and seed 6 (past the 5 asked: stored, not counted toward
     them), bert4rec seed 1 with users.npz; yelp-ts: sasrec seed 1; a side-check set with sasrec-tts only asks none."""
-    from resdom.report.evidence_blocks import coverage_markdown
+    from resdom.study.evidence_blocks import coverage_markdown
 
     def run(ds: str, label: str, seed: int, users: bool = False) -> RunRecord:
         path = tmp_path / ds / label / f"seed{seed}"
@@ -280,8 +280,8 @@ def test_comparison_figure_draws_each_tested_row_with_its_verdict(tmp_path: Path
     without evidence draws nothing. The block and the figure share one bootstrap (``comparison_evidence``)."""
     from matplotlib.colors import to_hex
 
-    from resdom.report.evidence_blocks import comparison_evidence, comparison_figure, comparison_figures
     from resdom.report.figures import model_color
+    from resdom.study.evidence_blocks import comparison_evidence, comparison_figure, comparison_figures
 
     rng = np.random.default_rng(1)
     runs = []

@@ -1,4 +1,4 @@
-"""report.echo (question 3): the stratified difference against loops and hand-computed cases (one where confounding
+"""study.echo (question 3): the stratified difference against loops and hand-computed cases (one where confounding
 by the last item's frequency flips the crude difference), the hierarchical bootstrap against a slow replica of its
 draws, and the table, Markdown and figures on a synthetic store of users.npz files in the evidence writer's
 format."""
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from resdom.errors import ResdomError
-from resdom.report.echo import (
+from resdom.report.stats import Margin, holm
+from resdom.study.echo import (
     FREQ_BINS,
     NO_DIFFERENCE,
     bin_names,
@@ -27,7 +28,6 @@ from resdom.report.echo import (
     freq_strata,
     stratified_difference,
 )
-from resdom.report.stats import Margin, holm
 
 N_ITEMS, ALPHAS = 300, [0.0, 1.0]
 CAPS = {"target_rank": 255, "target_rank_unfiltered": 255, "last_rank": 255, "alpha_target_rank": 21,
@@ -294,7 +294,7 @@ def test_echo_answer_lists_the_cells_of_each_verdict() -> None:
     but "undecided", and counts the rows without a difference."""
     from types import SimpleNamespace
 
-    from resdom.report.echo import echo_answer
+    from resdom.study.echo import echo_answer
 
     def row(ds: str, label: str, verdict: str, diff: object = 0.1) -> SimpleNamespace:
         return SimpleNamespace(dataset=ds, label=label, verdict=verdict, diff=diff)

@@ -1,10 +1,10 @@
-"""Reliance against accuracy during training (report.dynamics): plateaus by hand, the cell reader."""
+"""Reliance against accuracy during training (study.dynamics): plateaus by hand, the cell reader."""
 
 from __future__ import annotations
 
 import pytest
 
-from resdom.report.dynamics import cell_dynamics, plateau_epoch
+from resdom.study.dynamics import cell_dynamics, plateau_epoch
 
 
 def test_plateau_by_hand():

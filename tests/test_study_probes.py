@@ -1,4 +1,4 @@
-"""report.probes (questions 1 and 2): the comparison list, its labels known to training, and compare_table on it."""
+"""study.probes (questions 1 and 2): the comparison list, its labels known to training, and compare_table on it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from resdom.report.compare import compare_table, comparison_markdown
-from resdom.report.probes import PROBE_MODELS, PROBE_VARIANTS, probe_comparisons, question_comparisons
 from resdom.report.stats import Margin
+from resdom.study.probes import PROBE_MODELS, PROBE_VARIANTS, probe_comparisons, question_comparisons
 
 
 def test_the_comparison_list() -> None:

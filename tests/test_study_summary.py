@@ -1,8 +1,8 @@
-"""report.summary: the "At a glance" lines counted from hand-written blocks in the report's own formats."""
+"""study.summary: the "At a glance" lines counted from hand-written blocks in the report's own formats."""
 
 from __future__ import annotations
 
-from resdom.report.summary import (
+from resdom.study.summary import (
     claims_line,
     comparisons_line,
     coverage_line,

@@ -8,7 +8,7 @@ runs of a report:
 ``proportions``   docs/results.md: HRLI@1, HRLI@1 over unseen last items and Recovery(alpha) with Wilson intervals
 ``cold_items``    docs/results.md: the sentence on HRLI@1 over last items never seen in training, counted per cell
 ``five_models``   docs/results.md: HRLI@1 / HRL2I@1 of the five models per data set, and the sentences on them
-``echo``          docs/results.md: question 3, does the echo cost filtered HR@10 (``report.echo``)
+``echo``          docs/results.md: question 3, does the echo cost filtered HR@10 (``study.echo``)
 
 A comparison's difference, 95% interval, Holm-adjusted p and verdict come from the per-user evidence of the cells
 (``users.npz``, ``report.compare``): a paired bootstrap over users with each side's seeds resampled, Holm across the
@@ -44,7 +44,6 @@ from resdom.experiments import (
     remedy_variant,
     shares_start,
 )
-from resdom.report.claims import is_causal
 from resdom.report.collect import RunRecord, model_order, users_file
 from resdom.report.compare import (
     SEEDS_TEST,
@@ -60,13 +59,14 @@ from resdom.report.compare import (
     row_p_text,
     verdict_text,
 )
-from resdom.report.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
 from resdom.report.figures import ReportFigure, model_color
-from resdom.report.probes import PROBE_BASE, SAME_OBJECTIVE_BASE
 from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 from resdom.stored import number_at
+from resdom.study.claims import is_causal
+from resdom.study.echo import EchoTable, echo_answer, echo_figure, echo_markdown, echo_table
+from resdom.study.probes import PROBE_BASE, SAME_OBJECTIVE_BASE
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
     from matplotlib.figure import Figure
@@ -648,14 +648,14 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
 # --- question 3: the echo (docs/results.md) -------------------------------------------------------------------------
 
 def echo_evidence(runs: list[RunRecord], n_boot: int = N_BOOT) -> EchoTable | None:
-    """``report.echo``'s table over the model cells of ``runs`` with per-user evidence (the bootstrap the ``echo``
+    """``study.echo``'s table over the model cells of ``runs`` with per-user evidence (the bootstrap the ``echo``
     block and figure share: ``build_report`` makes it once); None where no cell has any."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
     return echo_table(index, n_boot=n_boot) if index.labels_with_evidence() else None
 
 
 def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable | None = None) -> str:
-    """The ``echo`` block: how many cells have per-user evidence today and which do not, then ``report.echo``'s
+    """The ``echo`` block: how many cells have per-user evidence today and which do not, then ``study.echo``'s
     table over those that do (``table``: ``echo_evidence(runs, n_boot)``, made here where not given). Read as a
     first look where under half of the cells have it."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
@@ -681,7 +681,7 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable 
 
 
 def echo_figures(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable | None = None) -> list[ReportFigure]:
-    """The question-3 forest plot (``report.echo.echo_figure``) as a report figure ``echo`` (``table``: as for
+    """The question-3 forest plot (``study.echo.echo_figure``) as a report figure ``echo`` (``table``: as for
     ``echo_block``); none where no cell has per-user evidence with both groups."""
     table = echo_evidence(runs, n_boot) if table is None else table
     if table is None or not any(r.diff is not None for r in table.rows):
