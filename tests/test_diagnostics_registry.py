@@ -196,10 +196,6 @@ def test_no_module_outside_the_records_lists_the_diagnostics() -> None:
     assert found == []
 
 
-# study modules that still read recovery.json by its name (to read it through the record's constant instead)
-NAME_PENDING = {"study/evidence_blocks.py", "study/fidelity.py"}
-
-
 def test_a_diagnostic_is_named_in_its_module_and_its_record_only() -> None:
     """The name of a diagnostic, as a string literal, stands in its own module and in its record
     (``resdom.records``) only: every other module reads it from the record (``records.RECOVERY``, a figure's
@@ -207,7 +203,7 @@ def test_a_diagnostic_is_named_in_its_module_and_its_record_only() -> None:
     found = []
     for path in sorted((ROOT / "src" / "resdom").rglob("*.py")):
         rel = path.relative_to(ROOT / "src" / "resdom").as_posix()
-        if rel in ("records.py", "diagnostics/recovery.py") or rel in NAME_PENDING:
+        if rel in ("records.py", "diagnostics/recovery.py"):
             continue
         if '"recovery"' in path.read_text():
             found.append(rel)

@@ -44,6 +44,7 @@ from resdom.experiments import (
     remedy_variant,
     shares_start,
 )
+from resdom.records import RECOVERY, RECOVERY_CURVE
 from resdom.report.collect import RunRecord, model_order, users_file
 from resdom.report.compare import (
     SEEDS_TEST,
@@ -392,12 +393,12 @@ def unseen_counts(run: RunRecord, key: str = "HRLI@1") -> tuple[int, int] | None
 
 def recovery_count(run: RunRecord, alpha: float) -> tuple[int, int] | None:
     """(recoverable misses hit at ``alpha``, recoverable misses) from ``recovery.json``'s test curve."""
-    test = run.diag("recovery").get("test")
+    test = run.diag(RECOVERY).get("test")
     if not isinstance(test, dict):
         return None
     at = [row for row in test.get("curve", []) if isinstance(row, dict)
           and isinstance(row.get("alpha"), (int, float)) and abs(float(row["alpha"]) - alpha) < 1e-9]
-    return _count(number_at(at[0], "recovery"), number_at(test, "recoverable")) if at else None
+    return _count(number_at(at[0], RECOVERY_CURVE), number_at(test, "recoverable")) if at else None
 
 
 def _pooled(counts: list[tuple[int, int] | None]) -> tuple[int, int, int] | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
+from resdom.records import RECOVERY, RECOVERY_CURVE
 from resdom.report.collect import RunRecord
 from resdom.report.stats import pooled_interval, prediction_interval, t_interval
 
@@ -107,9 +108,9 @@ def cell_numbers(mixing: dict[str, Any], hrli: dict[str, Any], recovery: dict[st
     n = int(hrli["n_users"])
     curve = recovery["test"]["curve"]
     recoverable = int(recovery["test"]["recoverable"])
-    best = max((float(p["recovery"]) for p in curve), default=0.0)
+    best = max((float(p[RECOVERY_CURVE]) for p in curve), default=0.0)
     at_star = recovery.get("test_at_alpha_star")  # alpha chosen on the validation users, as the paper chooses it
-    star = None if not at_star else (round(float(at_star["recovery"]) * recoverable), recoverable,
+    star = None if not at_star else (round(float(at_star[RECOVERY_CURVE]) * recoverable), recoverable,
                                      float(recovery["alpha_star"]))
     return {"mixing": {s: float(pooled[s]) for s in STAGES},
             "hrli1": (round(float(hrli["values"]["HRLI@1"]) * n), n),
@@ -142,7 +143,7 @@ def fidelity_rows_runs(runs: list[RunRecord], model: str = "sasrec") -> list[dic
 
 def _numbers_of(run: RunRecord) -> dict[str, Any] | None:
     try:
-        return cell_numbers(run.diag("mixing"), run.diag("hrli"), run.diag("recovery"))
+        return cell_numbers(run.diag("mixing"), run.diag("hrli"), run.diag(RECOVERY))
     except (KeyError, TypeError, ValueError) as e:
         raise ResdomError(f"{run.path}: a diagnostic lacks a number the fidelity table needs "
                           f"({type(e).__name__}: {e})") from None
