@@ -12,9 +12,9 @@ from pathlib import Path
 from cli_helpers import invoke
 
 import resdom
-from resdom.report import build_report, document_block_names, document_blocks, read_runs
+from resdom.report import build_report, document_block_names, document_blocks
 from resdom.study import build_report as build_study_report
-from resdom.study import is_study, is_study_dirs
+from resdom.study import is_study
 
 STUDY_FILES = {"claims.md", "fidelity.md", "echo.md", "probe_readout.md", "remedy_verdicts.md", "coverage.md",
                "published_accuracy.md", "five_models.md", "summary.md"}
@@ -47,13 +47,13 @@ def test_a_report_of_ones_own_run_holds_only_what_applies(tmp_path: Path) -> Non
 
 def test_a_store_cell_brings_the_studys_blocks(tmp_path: Path) -> None:
     run = own_run(tmp_path)
-    assert not is_study(read_runs([run]))
+    assert not is_study([run])
     cell = tmp_path / "store" / "synthetic" / "sasrec" / "seed17"
     shutil.copytree(run, cell)
     checkpoint = json.loads((run / "diagnostics" / "hrli.json").read_text())["checkpoint"]
     (cell / "cell.json").write_text(json.dumps({"dataset": "synthetic", "label": "sasrec", "model": "sasrec",
                                                 "seed": 17, "checkpoint": checkpoint}))
-    assert is_study(read_runs([cell])) and is_study_dirs([cell]) and not is_study_dirs([run])
+    assert is_study([cell]) and is_study([run, cell])
     written = {p.name for p in build_study_report([cell], tmp_path / "rep2", figures=False).tables}
     assert {"claims.md", "fidelity.md", "coverage.md"} <= written
     assert "run_coverage.md" not in written

@@ -26,7 +26,7 @@ from resdom.report import build_report, document_block_names, find_run_dirs, lef
 from resdom.rundir import REPORT, check_kind_folder, move_aside, require_folder_path, write_marker
 from resdom.study import build_report as build_study_report
 from resdom.study import document_block_names as study_block_names
-from resdom.study import is_study_dirs
+from resdom.study import is_study
 
 
 def _split_list(value: str, option: str) -> list[str]:
@@ -80,7 +80,7 @@ def report(
     # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
     replace = check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
     # results-store cells get the reproduction study's report (resdom.study); one's own runs the generic one
-    study = is_study_dirs(found)
+    study = is_study(found)
     known = study_block_names() if study else document_block_names()
     texts = {d: _document(d, known) for d in docs or []}  # every document checked before anything is written
     if replace:

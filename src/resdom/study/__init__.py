@@ -53,7 +53,7 @@ from resdom.study.seed_spread import fig_seed_spread, seed_spread_block
 from resdom.study.summary import summary_markdown
 
 __all__ = ["BEYOND_TABLES", "STUDY_FIGURE_KEYS", "build_report", "document_block_names", "document_blocks",
-           "is_study", "is_study_dirs", "study_figures"]
+           "is_study", "study_figures"]
 
 # blocks built from the runs beside the summary tables: the paper side by side, docs/results.md's questions 4, 1 and 2,
 # why seeds disagree on HRLI@1, and the summary of every block's conclusions (``study.summary``)
@@ -64,16 +64,10 @@ BEYOND_TABLES = ("fidelity", "published_accuracy", "reliance_dynamics", "seed_sp
 STUDY_FIGURE_KEYS = ("reliance_dynamics", "seed_spread")
 
 
-def is_study(runs: list[RunRecord]) -> bool:
-    """Whether the reproduction study's blocks apply to ``runs``: they are cells of a results store (``resdom
-    reproduce --store``, the paper's grid). A report of one's own runs is the generic report only: accuracy,
-    training, every diagnostic's table with rows, and ``run_coverage``."""
-    return any(r.cell for r in runs)
-
-
-def is_study_dirs(run_dirs: list[Path]) -> bool:
-    """``is_study`` before the runs are read: whether any of ``run_dirs`` is a results-store cell (holds
-    ``cell.json``). What ``resdom report`` chooses the study by."""
+def is_study(run_dirs: list[Path]) -> bool:
+    """Whether the reproduction study applies to ``run_dirs``: one of them is a results-store cell (holds
+    ``cell.json``: ``resdom reproduce --store``, the paper's grid). What ``resdom report`` chooses the study by; a
+    report of one's own runs is the generic report (``resdom.report``)."""
     return any(RunDir(d).cell.is_file() for d in run_dirs)
 
 

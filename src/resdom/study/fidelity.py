@@ -15,7 +15,7 @@ it against the 95% prediction interval of one more resdom run (``stats.predictio
 values: mixing ratios, HRLI@1 rates, recovery rates; two seeds or more): ``single_run_sentence``. ``ml-1m-part``
 (2,999 of ML-1M's 6,040 users) is labelled not comparable. The paper's data sets no comparable cell covers are
 listed with the published values only ("not held here"). ``fidelity_block(runs)`` is the ``fidelity`` block of
-docs/results.md (``report.document_blocks``), read from ``report.collect`` records (results of another checkpoint
+docs/results.md (``study.document_blocks``), read from ``report.collect`` records (results of another checkpoint
 left out); ``fidelity_rows(store)`` reads a store folder directly.
 """
 

@@ -29,7 +29,7 @@ else "undecided". Fewer than ``MIN_CELLS`` cells get no verdict: a percentile bo
 values is far too narrow.
 
 ``runs_dynamics(runs)`` reads the same from ``report.collect`` records (their curves), and
-``reliance_dynamics_block(runs)`` is the ``reliance_dynamics`` block of docs/results.md (``report.document_blocks``):
+``reliance_dynamics_block(runs)`` is the ``reliance_dynamics`` block of docs/results.md (``study.document_blocks``):
 ``CAPTION`` (the definitions), the table, the cells left out and ``answer_sentence`` (generated from the table's
 "all data sets" rows); ``report.figures.fig_reliance_dynamics`` draws its figure.
 """

@@ -22,7 +22,7 @@ one-sided bootstrap tests and one-sided t-tests on the data sets' means (``units
 across those rows; a verdict needs both: "the selected epoch widens the spread" where both adjusted p that it is
 <= 0 fall below alpha, "narrows" likewise, else "undecided".
 
-``seed_spread_block(runs)`` is the ``seed_spread`` block of docs/results.md (``report.document_blocks``) and
+``seed_spread_block(runs)`` is the ``seed_spread`` block of docs/results.md (``study.document_blocks``) and
 ``fig_seed_spread`` (``report.figures``) draws ``spread_figure`` of the groups.
 """
 

@@ -173,7 +173,7 @@ def coverage_line(md: str) -> str:
 
 
 def summary_markdown(blocks: dict[str, str]) -> str:
-    """The ``summary`` block from the other blocks' markdown (``report.document_blocks``), one line each."""
+    """The ``summary`` block from the other blocks' markdown (``study.document_blocks``), one line each."""
     lines = [coverage_line(blocks["coverage"]), claims_line(blocks["claims"]), fidelity_line(blocks["fidelity"]),
              published_line(blocks["published_accuracy"]),
              comparisons_line(blocks["comparisons"], "comparisons", "Models against `sasrec`"),
