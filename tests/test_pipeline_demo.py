@@ -33,7 +33,7 @@ def test_demo_end_to_end_and_rerun(tmp_path: Path) -> None:
     text = "\n".join(result.findings)
     assert "Mixing ratio" in text and "HRLI@1 =" in text and "Recoverable misses" in text
     assert any(x.strip().startswith("trained all 1 of 1 epochs; the best by validation NDCG@10, epoch 1") for x in
-               lines), lines  # how training ended (issue 60 §5)
+               lines), lines  # how training ended
     config = json.loads((run / "config.json").read_text())
     assert config["data"]["source"] == TINY and config["model"]["name"] == "sasrec"
     # a second run reuses the trained model: no new epoch in the log

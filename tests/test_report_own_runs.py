@@ -85,3 +85,23 @@ def test_the_generic_block_names_known_up_front_are_those_the_blocks_get(tmp_pat
     doc.write_text("# mine\n<!-- resdom:table claims -->\n<!-- /resdom:table -->\n")
     assert invoke("report", str(own_run(tmp_path)), "--out", str(tmp_path / "rep"), "--doc", str(doc),
                   "--tables-only") == 2  # claims is a block of the study, not of one's own runs' report
+
+
+def test_the_pages_of_ones_own_run_show_only_the_figures_drawn(tmp_path: Path) -> None:
+    from resdom.report.figures import figure_keys
+    from resdom.report.html import MISSING, render_html, render_markdown
+
+    run = own_run(tmp_path)
+    paths = build_report([run], tmp_path / "rep")
+    drawn = set(paths.figures)
+    assert drawn and drawn < set(figure_keys())  # a one-epoch run: some figures have no data
+    page, md = paths.html.read_text(), paths.markdown.read_text()  # type: ignore[union-attr]
+    assert MISSING not in page and MISSING not in md
+    for key in set(figure_keys()) - drawn:
+        assert f'id="fig-{key}"' not in page
+    # the study's page keeps a section for every figure, one without data saying so
+    runs = paths.runs
+    every = render_html(runs, [], paths.tables_data, "t", every_figure=True)
+    assert every.count(MISSING) == len(figure_keys())
+    assert render_markdown(runs, [], paths.tables_data, "t", every_figure=True).count(MISSING) == len(figure_keys())
+    assert MISSING not in render_markdown(runs, [], paths.tables_data, "t")

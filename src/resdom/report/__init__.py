@@ -67,11 +67,13 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
 
 
 def write_report(runs: list[RunRecord], out_dir: str | Path, tables: list[Table], written: dict[str, str],
-                 blocks: dict[str, str], title: str, figures: list[ReportFigure] | None) -> ReportPaths:
+                 blocks: dict[str, str], title: str, figures: list[ReportFigure] | None,
+                 every_figure: bool = False) -> ReportPaths:
     """Write a report of ``runs`` into ``out_dir``: ``tables`` (``tables/<name>.md / .csv / .tex`` and
     ``tables/tables.md``), each block of ``written`` as ``tables/<name>.md``, and unless ``figures`` is None those
-    figures (``figures/``), ``report.html`` and ``report.md`` (which show ``tables``). ``blocks``: the Markdown by
-    block name that ``--doc`` fills documents with, kept in the returned paths."""
+    figures (``figures/``), ``report.html`` and ``report.md`` (which show ``tables``, and a section per figure drawn;
+    ``every_figure``: a section for every figure the report knows, one without data saying so). ``blocks``: the
+    Markdown by block name that ``--doc`` fills documents with, kept in the returned paths."""
     out_dir = Path(out_dir)
     table_paths = write_tables(tables, out_dir / "tables")
     for name, text in written.items():
@@ -81,8 +83,8 @@ def write_report(runs: list[RunRecord], out_dir: str | Path, tables: list[Table]
         return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
     fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
-    atomic_write_text(html_path, render_html(runs, figures, tables, title))
-    atomic_write_text(md_path, render_markdown(runs, figures, tables, title))
+    atomic_write_text(html_path, render_html(runs, figures, tables, title, every_figure))
+    atomic_write_text(md_path, render_markdown(runs, figures, tables, title, every_figure=every_figure))
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 

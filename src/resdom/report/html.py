@@ -78,8 +78,10 @@ def _figure_titles(figures: list[ReportFigure]) -> dict[str, ReportFigure]:
     return {f.key: f for f in figures}
 
 
-def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list[Table], title: str) -> str:
-    """The self-contained report page (every figure section present; a figure without data says so)."""
+def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list[Table], title: str,
+                every_figure: bool = False) -> str:
+    """The self-contained report page: a section per figure drawn; with ``every_figure`` a section for every
+    figure the report knows, one without data saying so (the study's page, which shows what is still missing)."""
     by_key = _figure_titles(figures)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     toc = ['<li><a href="#findings">Findings</a></li>', '<li><a href="#runs">Runs</a></li>']
@@ -91,6 +93,8 @@ def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list
             f'{_html_table(RUN_HEADERS, _run_rows(runs), "table-runs")}</section>']
     for key in figure_keys():
         fig = by_key.get(key)
+        if fig is None and not every_figure:
+            continue
         name = fig.title if fig else key.replace("_", " ")
         toc.append(f'<li><a href="#fig-{key}">{html.escape(name)}</a></li>')
         if fig is None:
@@ -126,7 +130,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: list[Table], title: str,
-                    figure_dir: str = "figures") -> str:
+                    figure_dir: str = "figures", every_figure: bool = False) -> str:
     """The Markdown twin of ``render_html``; figures link to ``<figure_dir>/<key>.png``."""
     by_key = _figure_titles(figures)
     out = [f"# {title}\n", f"{len(runs)} run(s).\n", "## Findings\n", FINDINGS_CAPTION + "\n",
@@ -135,7 +139,8 @@ def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: 
     for key in figure_keys():
         fig = by_key.get(key)
         if fig is None:
-            out += [f"## {key.replace('_', ' ')}\n", f"_{MISSING}_\n"]
+            if every_figure:
+                out += [f"## {key.replace('_', ' ')}\n", f"_{MISSING}_\n"]
             continue
         out += [f"## {fig.title}\n", fig.caption + "\n", f"![{fig.title}]({figure_dir}/{key}.png)\n"]
     out += ["## Summary tables\n", TABLES_CAPTION + "\n"]

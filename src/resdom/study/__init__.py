@@ -91,7 +91,7 @@ def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "
                  *comparison_figures(runs, table=comparisons),  # the comparisons block at a glance
                  *echo_figures(runs, table=echo),  # question 3 of "Beyond the paper": the echo's cost
                  *probe_figures(runs, tables=probes)]  # questions 1 and 2
-    return write_report(runs, out_dir, every_table, written, blocks, title, drawn)
+    return write_report(runs, out_dir, every_table, written, blocks, title, drawn, every_figure=True)
 
 
 def study_figures(runs: list[RunRecord]) -> list[ReportFigure]:
