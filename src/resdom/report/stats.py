@@ -164,7 +164,8 @@ def seed_weights(rng: np.random.Generator, n_rep: int, n_seeds: int) -> np.ndarr
     if n_seeds == 1:
         return np.ones((n_rep, 1))
     draws = rng.integers(0, n_seeds, size=(n_rep, n_seeds))
-    return (draws[:, :, None] == np.arange(n_seeds)).sum(axis=1) / n_seeds
+    weights: np.ndarray = (draws[:, :, None] == np.arange(n_seeds)).sum(axis=1) / n_seeds
+    return weights
 
 
 def replicate_chunks(rng: np.random.Generator, n_boot: int, n_users: int,
@@ -482,7 +483,7 @@ def equivalence_test(result: BootstrapResult, margin: float, alpha: float = 0.05
 
 def holm_or_none(pvalues: Sequence[float | None]) -> list[float | None]:
     """``holm`` of the p-values that are not None (a row without that test); None stays None."""
-    adjusted = holm([np.nan if p is None else p for p in pvalues]) if len(pvalues) else []
+    adjusted: Sequence[float] | np.ndarray = holm([np.nan if p is None else p for p in pvalues]) if len(pvalues) else []
     return [None if np.isnan(p) else float(p) for p in adjusted]
 
 

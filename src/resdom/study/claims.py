@@ -164,10 +164,10 @@ def _alpha_hr(dataset: str, runs: list[RunRecord]) -> str | None:
 
 
 def _recovery(dataset: str, runs: list[RunRecord]) -> str | None:
-    rec = [_values(runs, f"rec_at_{a}") for a in RECOVERY_ALPHAS]
-    if any(x is None for x in rec):
+    rec = [v for a in RECOVERY_ALPHAS if (v := _values(runs, f"rec_at_{a}")) is not None]
+    if len(rec) < len(RECOVERY_ALPHAS):
         return None
-    lo, hi = min(rec), max(rec)  # type: ignore[type-var]
+    lo, hi = min(rec), max(rec)
     return f"{100 * lo:.0f}-{100 * hi:.0f}% {_mark(_within(lo, 0.10, 0.33) and _within(hi, 0.10, 0.33))}"
 
 

@@ -385,10 +385,12 @@ def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     ax = fig.subplots()
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
-        ax.plot([r.diff.lo, r.diff.hi], [y, y], color="C0", lw=1.2)
+        diff = r.diff
+        assert diff is not None  # rows with a difference only
+        ax.plot([diff.lo, diff.hi], [y, y], color="C0", lw=1.2)
         ce, co = r.crude()
         ax.plot([ce - co], [y], "o", mfc="none", mec="C3", ms=4)
-        ax.plot([r.diff.estimate], [y], "o", color="C0", ms=4)
+        ax.plot([diff.estimate], [y], "o", color="C0", ms=4)
     ax.axvline(0.0, color="0.5", lw=0.8, ls="--")
     labels = []
     for r in rows:

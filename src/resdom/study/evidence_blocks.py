@@ -219,16 +219,16 @@ def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100
     for ax, metric in zip(axes, METRICS):
         scale = 100.0 if default_margin(metric).relative else 1.0
         for y, key in zip(ys, keys):
-            r = by[key].get(metric)
-            if r is None:
+            row = by[key].get(metric)
+            if row is None or row.diff is None:
                 continue
             other = key[1]
-            base = abs(r.baseline_mean) if scale != 1.0 and r.baseline_mean else 1.0
-            lo, est, hi = (scale * x / base for x in (r.diff.lo, r.diff.estimate, r.diff.hi))
+            base = abs(row.baseline_mean) if scale != 1.0 and row.baseline_mean else 1.0
+            lo, est, hi = (scale * x / base for x in (row.diff.lo, row.diff.estimate, row.diff.hi))
             color = model_color(model_variant(other)[0])
             ax.plot([lo, hi], [y, y], color=color, lw=1.0)
-            marker = "D" if r.verdict.startswith("equivalent") else "s" if r.verdict == IDENTICAL else "o"
-            look = {"marker": marker, "ms": 3.5, "color": color, "mfc": color if r.verdict != UNDECIDED else "white"}
+            marker = "D" if row.verdict.startswith("equivalent") else "s" if row.verdict == IDENTICAL else "o"
+            look = {"marker": marker, "ms": 3.5, "color": color, "mfc": color if row.verdict != UNDECIDED else "white"}
             ax.plot([est], [y], linestyle="none", **look)
         ax.axvline(0.0, color="0.5", lw=0.8, ls="--")
         ax.set_xlabel(f"{metric}: model − {BASELINE}" + (f" (% of {BASELINE}'s)" if scale != 1.0 else ""),
@@ -314,6 +314,14 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
                                                              identical=identical) + "\n"
 
 
+def _variant_name(label: str) -> str:
+    """The variant's name of a remedy variant's label ("sasrec-gate" -> "gate")."""
+    variant = remedy_variant(label)
+    if variant is None:
+        raise ValueError(f"{label}: not a remedy variant")
+    return variant[1]
+
+
 def spread_reading(variant: list[float], base: list[float]) -> str:
     """How a variant's seeds sit against its base's, descriptively (no test): ``"higher beyond the spreads"`` /
     ``"lower beyond the spreads"`` where the two ranges mean ± std (sample std over seeds) do not overlap, else
@@ -341,7 +349,8 @@ def remedy_spread_markdown(runs: list[RunRecord]) -> str:
     for (ds, base), variants in by_base.items():
         if any(not values[(ds, base)][m] for m in METRICS):
             continue
-        parts, beyond = [], {(m, d): [] for m in METRICS for d in ("higher", "lower")}
+        parts: list[str] = []
+        beyond: dict[tuple[str, str], list[str]] = {(m, d): [] for m in METRICS for d in ("higher", "lower")}
         for label in variants:
             var = values[(ds, label)]
             if any(not var[m] for m in METRICS):
@@ -349,8 +358,8 @@ def remedy_spread_markdown(runs: list[RunRecord]) -> str:
             readings = [(m, spread_reading(var[m], values[(ds, base)][m])) for m in METRICS]
             for m, reading in readings:
                 if reading.endswith("beyond the spreads"):
-                    beyond[(m, reading.split()[0])].append(f"`{remedy_variant(label)[1]}`")
-            parts.append(f"`{remedy_variant(label)[1]}` ({seeds_text(len(groups[(ds, label)]))}) " + ", at ".join(
+                    beyond[(m, reading.split()[0])].append(f"`{_variant_name(label)}`")
+            parts.append(f"`{_variant_name(label)}` ({seeds_text(len(groups[(ds, label)]))}) " + ", at ".join(
                 f"{m} {mean_text(var[m], m)}, {reading}" for m, reading in readings))
         if not parts:
             continue
@@ -505,8 +514,10 @@ def proportions_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str:
 def cold_items_markdown(runs: list[RunRecord]) -> str:
     """The ``cold_items`` block: over the users whose last input item never occurs in training, in how many cells
     HRLI@1 (and HRLI@10) is exactly 0, and every cell where it is not, with its counts and Wilson interval."""
-    cells = [(r, unseen_counts(r, "HRLI@1"), unseen_counts(r, "HRLI@10")) for r in runs if _is_model(r.model)]
-    cells = [(r, c1, c10) for r, c1, c10 in cells if c1 is not None]
+    cells: list[tuple[RunRecord, tuple[int, int], tuple[int, int] | None]] = []
+    for r in runs:
+        if _is_model(r.model) and (c1 := unseen_counts(r, "HRLI@1")) is not None:
+            cells.append((r, c1, unseen_counts(r, "HRLI@10")))
     if not cells:
         return "No stored cell reports HRLI@1 by the last item's training frequency (hrli.json by_frequency).\n"
     zero = [r for r, c1, _ in cells if c1[0] == 0]
@@ -613,17 +624,17 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
             rows.append(row + ["–"] * (len(CAUSAL_MODELS) + 1))
             continue
         for m in CAUSAL_MODELS:
-            seeds = sorted({r.seed for r in mine if r.model == m and r.seed <= asked})  # the asked seeds 1..asked
+            seeds = sorted({r.seed for r in mine if r.model == m and r.seed is not None and r.seed <= asked})
             ev = sum((ds, m, k) in evidence for k in seeds)
             row.append(f"{len(seeds)} of {asked} ({ev} with evidence)" if seeds else f"0 of {asked}")
             asked_total += asked
             stored_total += ev
         if ds in MAIN_SEEDS:
             variants = asked_variants({r.model for r in mine})
-            seeds = {(r.model, r.seed) for r in mine if r.model in variants and r.seed <= asked}
-            ev = sum((ds, m, k) in evidence for m, k in seeds)
+            stored = {(r.model, r.seed) for r in mine if r.model in variants and r.seed is not None and r.seed <= asked}
+            ev = sum((ds, m, k) in evidence for m, k in stored)
             n = asked * len(variants)
-            row.append(f"{len(seeds)} of {n} ({ev} with evidence)")
+            row.append(f"{len(stored)} of {n} ({ev} with evidence)")
             variants_asked, variants_stored = variants_asked + n, variants_stored + ev
         else:
             row.append("–")

@@ -66,7 +66,7 @@ class Estimate:
     seeds: int
 
     def covers(self, x: float) -> bool | None:
-        return None if self.lo is None else self.lo <= x <= self.hi
+        return None if self.lo is None or self.hi is None else self.lo <= x <= self.hi
 
     def text(self, digits: int = 3) -> str:
         f = f"{{:.{digits}f}}"
@@ -209,8 +209,9 @@ def fidelity_markdown(rows: list[dict[str, Any]], missing: list[str] | None = No
     for r in rows:
         seeds = f"{r['seeds']}" + (" (1 seed)" if r["seeds"] == 1 else "")
         cells = [_cell(*r[s]) for s in STAGES]
-        cells.append(_cell(*r["HRLI@1"], approx=True))
-        cells.append(_cell(*r["recovery_max"], approx=True))
+        for quantity in ("HRLI@1", "recovery_max"):
+            est, paper = r[quantity]
+            cells.append(_cell(est, paper, approx=True))
         lines.append(f"| {_name(r)} | {seeds} | " + " | ".join(cells) + " |")
     for paper in missing or []:
         cells = [_paper_only(v) for v in PAPER_MIXING[paper]]

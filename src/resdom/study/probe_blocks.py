@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from resdom.experiments import PROBE_MODELS
 from resdom.report.collect import RunRecord
 from resdom.report.compare import (
     UNDECIDED,
@@ -61,7 +62,7 @@ from resdom.study.evidence_blocks import (
     method_note,
     store_mean,
 )
-from resdom.study.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, PROBE_MODELS, SAME_OBJECTIVE_BASE
+from resdom.study.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, SAME_OBJECTIVE_BASE
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not with the report
     from matplotlib.figure import Figure

@@ -117,9 +117,10 @@ def cell_model(cell: Path) -> str | None:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ResdomError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("model"), str):
+    model = meta.get("model") if isinstance(meta, dict) else None
+    if not isinstance(model, str):
         raise ResdomError(f"{path}: field 'model' must be a string")
-    return meta["model"]
+    return model
 
 
 def curve_dynamics(path: Path) -> Dynamics | str:
@@ -158,7 +159,7 @@ def monitored_runs(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_MOD
     order data set, label, seed: the cells question 4 reads (and ``study.seed_spread`` after it)."""
     for r in sorted(runs, key=lambda r: (r.dataset, r.model, r.seed if r.seed is not None else -1)):
         model = run_model(r)
-        if model not in models:
+        if model is None or model not in models:
             continue
         seed = r.seed if r.seed is not None else 0
         got = rows_dynamics(r.curve, r.path) if r.curve else f"no {CURVE_FILE}"
@@ -197,7 +198,7 @@ def store_dynamics(store: str | Path, models: Sequence[str] = CAUSAL_MODELS) -> 
         for label_dir in sorted(p for p in ds_dir.iterdir() if p.is_dir()):
             for seed, cell in _seed_dirs(label_dir):
                 model = cell_model(cell)
-                if model not in models:
+                if model is None or model not in models:
                     continue
                 name = f"{ds_dir.name}/{label_dir.name}/seed{seed}"
                 curve = cell / CURVE_FILE
@@ -288,7 +289,7 @@ class DynamicsTable:
     models: tuple[str, ...] = field(default=CAUSAL_MODELS)
 
 
-def units_t(values: Sequence[float], groups: Sequence[str], margin: float) -> tuple[float, float]:
+def units_t(values: Sequence[float] | np.ndarray, groups: Sequence[str], margin: float) -> tuple[float, float]:
     """(p_rise, p_flat): one-sided t-tests of the mean of ``values`` against ``margin`` (``P(T >= t)`` and
     ``P(T <= t)``), over the values themselves, or where ``groups`` holds several names over each group's mean (the
     data sets, as the bootstrap's first stage draws them); df: units - 1. Units that do not vary at all: 0 or 1 by
@@ -332,7 +333,7 @@ def summarise(scope: str, cells: list[CellDynamics], margin: float = GAIN_MARGIN
 def rise_verdict(row: DynamicsRow, margin: float, alpha: float = 0.05) -> str:
     """"keeps rising (> m)" / "does not keep rising (< m)" / "undecided" from the Holm-adjusted p-values of both
     tests (the bootstrap's and the t-test's: the larger decides); "too few cells" below ``MIN_CELLS``."""
-    if row.p_rise_holm is None or row.p_flat_holm is None:
+    if row.p_rise_holm is None or row.p_flat_holm is None or row.p_rise_t_holm is None or row.p_flat_t_holm is None:
         return f"too few cells ({row.n_cells} < {MIN_CELLS})"
     if max(row.p_rise_holm, row.p_rise_t_holm) < alpha:
         return f"keeps rising (> {margin:g})"

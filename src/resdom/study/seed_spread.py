@@ -191,11 +191,11 @@ class SpreadRow:
         return list(dict.fromkeys(g.dataset for g in self.groups))
 
 
-def _pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.size < 2 or x.std() == 0 or y.std() == 0:
+def _pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.size < 2 or a.std() == 0 or b.std() == 0:
         return math.nan
-    return float(np.corrcoef(x, y)[0, 1])
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 def summarise(scope: str, groups: list[Group], n_boot: int = 2000, seed: int = 0) -> SpreadRow:
@@ -204,9 +204,9 @@ def summarise(scope: str, groups: list[Group], n_boot: int = 2000, seed: int = 0
     names = [g.dataset for g in groups]
     reps = cluster_bootstrap_means(vals, names, n_boot, seed)
     means = vals.mean(axis=0)
-    ivs = [Interval(float(means[j]), *(float(q) for q in np.quantile(reps[:, j], [0.025, 0.975])))
+    ivs = [Interval(float(means[j]), float(np.quantile(reps[:, j], 0.025)), float(np.quantile(reps[:, j], 0.975)))
            for j in range(4)]
-    row = SpreadRow(scope, groups, *ivs, r_test_selected=_pearson(vals[:, 0], vals[:, 1]))
+    row = SpreadRow(scope, groups, ivs[0], ivs[1], ivs[2], ivs[3], r_test_selected=_pearson(vals[:, 0], vals[:, 1]))
     row.p_wider = (1 + int(np.sum(reps[:, 3] <= 0))) / (n_boot + 1)
     row.p_narrower = (1 + int(np.sum(reps[:, 3] >= 0))) / (n_boot + 1)
     if len(set(names)) >= 2:
