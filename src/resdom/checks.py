@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import types
 import typing
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -13,6 +16,41 @@ from pydantic import BaseModel, ValidationInfo, field_validator
 from resdom.errors import ResdomError
 
 ALPHA_RANGE = (0.0, 1.0)  # residual scales: 1 = the trained model, 0 = no attention residual
+
+# How a message names an option: by its Python argument (``user_col``) from the API, by the CLI's flag (``--user-col``)
+# while a command of the CLI runs (``cli_names``, entered by cli/main.py), so one message serves both.
+_CLI_NAMES: ContextVar[bool] = ContextVar("resdom_cli_names", default=False)
+FLAGS: dict[str, str] = {
+    "user_col": "--user-col", "item_col": "--item-col", "time_col": "--time-col", "no_time": "--no-time",
+    "normalize_ids": "--normalize-ids", "fmt": "--format", "data_dir": "--data-dir", "k_core": "--k-core",
+    "remove_repeats": "--remove-repeats", "protocol": "--protocol", "quantile": "--quantile",
+    "valid_quantile": "--valid-quantile", "holdout_users": "--holdout-users", "filter_seen": "--filter-seen",
+}
+
+
+@contextlib.contextmanager
+def cli_names() -> Iterator[None]:
+    """Within it, ``arg`` names options by the CLI's flags."""
+    token = _CLI_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _CLI_NAMES.reset(token)
+
+
+def naming_flags() -> bool:
+    """Whether messages name options by the CLI's flags (within ``cli_names``)."""
+    return _CLI_NAMES.get()
+
+
+def arg(name: str, value: Any = None) -> str:
+    """How a message names option ``name`` (a Python argument): ``--user-col`` in the CLI, ``user_col`` from Python;
+    with ``value``, the option given it: ``--format csv`` / ``fmt='csv'`` (``--no-time`` / ``no_time=True`` for a
+    flag given True)."""
+    flag = FLAGS.get(name)
+    if _CLI_NAMES.get() and flag is not None:
+        return flag if value is None or value is True else f"{flag} {value}"
+    return name if value is None else f"{name}={value!r}"
 
 
 def _numeric(annotation: Any) -> bool:
@@ -49,18 +87,40 @@ def positive_int(value: int, option: str) -> int:
 def choice(value: Any, choices: tuple[str, ...], option: str) -> str:
     """``value`` in any case and without surrounding spaces, as one of ``choices``; a ResdomError naming ``option``,
     the choices and the closest of them otherwise (``--split tset``: did you mean test?)."""
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text in choices:
-        return text
+    found = canonical(value, choices)
+    if found is not None:
+        return found
     raise ResdomError(f"{option}: expected one of {', '.join(choices)} ({closest_hint(value, choices)}got {value!r})")
 
 
+def canonical(value: Any, choices: tuple[str, ...]) -> str | None:
+    """The one of ``choices`` that ``value`` is in any case and without surrounding spaces (``"NDCG@10 "`` ->
+    ``NDCG@10``, ``"CPU"`` -> ``cpu``); None where it is none of them (or no text)."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    return next((c for c in choices if c.lower() == text), None)
+
+
+def closed_choice(value: Any, choices: tuple[str, ...], what: str) -> Any:
+    """``value`` as ``canonical`` reads it, for a pydantic validator (mode "before"): a ValueError naming ``what``,
+    the choices and the closest of them where it is text and none of them; anything else is returned as it is (the
+    field's own type check refuses it)."""
+    if not isinstance(value, str):
+        return value
+    found = canonical(value, choices)
+    if found is None:
+        raise ValueError(f"unknown {what} {value!r} ({closest_hint(value, choices)}choose {', '.join(choices)})")
+    return found
+
+
 def closest_hint(value: Any, choices: tuple[str, ...]) -> str:
-    """``"did you mean X? "`` for the choice closest to ``value`` (in any case), ``""`` where none is close."""
+    """``"did you mean X? "`` for the choice closest to ``value`` (both in any case), ``""`` where none is close."""
     import difflib
 
-    close = difflib.get_close_matches(str(value).strip().lower(), choices, n=1)
-    return f"did you mean {close[0]}? " if close else ""
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(value).strip().lower(), list(lowered), n=1)
+    return f"did you mean {lowered[close[0]]}? " if close else ""
 
 
 def optional_bool(value: bool | None, option: str) -> bool | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from resdom.checks import closest_hint
 from resdom.errors import ResdomError
 from resdom.names import DEVICES
 
@@ -90,7 +91,9 @@ def leave(code: int | str | None = 0) -> None:
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
     """``auto`` -> cuda, then mps, then cpu; an explicit device that is not available is a ResdomError naming
-    ``option`` (the setting the user gave it with: ``train.device``, or a command's ``--device``)."""
+    ``option`` (the setting the user gave it with: ``train.device``, or a command's ``--device``); in any case
+    (``CPU``), a near miss named with the closest (``cpuu``: did you mean cpu?)."""
+    name = name.strip().lower() if isinstance(name, str) else name
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -105,7 +108,9 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
         hint = ""
         if str(name).startswith("cuda:"):  # one GPU of several: the process sees only the ones it is given
             hint = f"; to use GPU {name[5:]}, run with CUDA_VISIBLE_DEVICES={name[5:]} and the device 'cuda'"
-        raise ResdomError(f"{option}: unknown device {name!r} ({', '.join(DEVICES[:-1])} or {DEVICES[-1]}){hint}")
+        close = "" if hint else closest_hint(name, DEVICES)  # cuda:1 is no misspelling of cuda
+        raise ResdomError(f"{option}: unknown device {name!r} ({close}{', '.join(DEVICES[:-1])} or {DEVICES[-1]})"
+                          f"{hint}")
     return torch.device(name)
 
 

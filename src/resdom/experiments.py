@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from resdom.checks import closest_hint
 from resdom.errors import ResdomError
 from resdom.names import MODELS, PROTOCOLS
 
@@ -249,14 +250,22 @@ REMEDY_LABELS: tuple[str, ...] = tuple(
     if v == "base" or f"{m}-{v}" in MODEL_VARIANTS)
 
 
+def _meant(value: str, choices: tuple[str, ...]) -> str:
+    """`` (did you mean X?)`` for the closest of ``choices``, "" where none is close."""
+    hint = closest_hint(value, choices).strip()
+    return f" ({hint})" if hint else ""
+
+
 def remedy_label(model: str, variant: str) -> str:
     """The grid label of ``variant`` (a REMEDIES key) of ``model``: the model itself for "base"; a ResdomError
     naming --variants / --model otherwise. Both are read case-insensitively."""
     model, variant = str(model).strip().lower(), str(variant).strip().lower()
     if model not in REMEDY_MODELS:
-        raise ResdomError(f"--model: remedies apply to {', '.join(REMEDY_MODELS)}, not {model!r}")
+        raise ResdomError(f"--model: remedies apply to {', '.join(REMEDY_MODELS)}, not {model!r}"
+                          f"{_meant(model, REMEDY_MODELS)}")
     if variant not in REMEDIES:
-        raise ResdomError(f"--variants: unknown variant {variant!r}; one of {', '.join(REMEDIES)}")
+        raise ResdomError(f"--variants: unknown variant {variant!r}; one of {', '.join(REMEDIES)}"
+                          f"{_meant(variant, tuple(REMEDIES))}")
     label = model if variant == "base" else f"{model}-{variant}"
     if label != model and label not in MODEL_VARIANTS:
         raise ResdomError(f"--variants: {variant!r} does not apply to {model} ({MODEL_TRAITS[model].why})")

@@ -6,11 +6,12 @@ filled in, presets applied), so it can be rebuilt from ``config.json``.
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from resdom.checks import NumbersModel
+from resdom.checks import NumbersModel, closed_choice
 from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import MODEL_CLASSES, model_class
@@ -85,12 +86,19 @@ class TrainConfig(NumbersModel):
         "metrics.json evaluates every validation user either way"
     )
 
-    @field_validator("metric")
+    @field_validator("metric", mode="before")
     @classmethod
-    def _known_metric(cls, v: str) -> str:
-        if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}; one of {', '.join(METRICS)}")
-        return v
+    def _known_metric(cls, v: Any) -> Any:
+        return closed_choice(v, METRICS, "metric")  # any case: ndcg@10 is NDCG@10
+
+    @field_validator("objective", "device", "negative_sampling", "precision", mode="before")
+    @classmethod
+    def _closed_choice(cls, v: Any, info: ValidationInfo) -> Any:
+        """A closed choice in any case (``device: CPU``), a near miss named with the closest (``bf61``: did you mean
+        bf16?)."""
+        choices = typing.get_args(cls.model_fields[str(info.field_name)].annotation)
+        names = tuple(c for kind in choices for c in (typing.get_args(kind) or (kind,)) if isinstance(c, str))
+        return v if v is None else closed_choice(v, names, str(info.field_name).replace("_", " "))
 
 
 # Fields that may differ between an interrupted run and its resumption without changing the result.
