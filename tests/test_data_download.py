@@ -104,7 +104,7 @@ def test_interrupted_download_leaves_nothing(server: Server, tmp_path: Path) -> 
 
 
 def test_missing_upstream_and_offline(server: Server, tmp_path: Path, monkeypatch) -> None:
-    with pytest.raises(ResdomError, match="HTTP Error 404.*--data-dir"):
+    with pytest.raises(ResdomError, match="HTTP Error 404.*pass data_dir or set"):
         resolve_dataset_files(SPEC)
     monkeypatch.setenv(ENV_DOWNLOAD_BASE, "http://127.0.0.1:9")  # nothing listens on the discard port
     with pytest.raises(ResdomError, match="download failed"):
@@ -151,7 +151,7 @@ def test_resolution_order(server: Server, tmp_path: Path, monkeypatch) -> None:
     # a file where a folder is meant: the variable was passed over without a word, --data-dir said "not found"
     afile = tmp_path / "afile"
     afile.write_text("")
-    with pytest.raises(ResdomError, match=r"^--data-dir .*afile: not a folder \(give a folder laid out like"):
+    with pytest.raises(ResdomError, match=r"^data_dir='.*afile': not a folder \(give a folder laid out like"):
         resolve_dataset_files(SPEC, afile)
     monkeypatch.setenv(ENV_DATA_DIR, str(afile))
     with pytest.raises(ResdomError, match=r"^RESDOM_DATA_DIR=.*afile: not a folder .*, or unset it\)$"):

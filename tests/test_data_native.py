@@ -259,7 +259,7 @@ def test_time_to_split_csv(tmp_path: Path) -> None:
     raw = read_tts_csv(path, "sessionId", "itemId", "timestamp")
     assert rows(raw) == [("02", "7", 1462752000), ("1", "32118", 1462752526), ("1", "81766", 1462752526),
                          ("1", "31331", 1462753031)]
-    with pytest.raises(ResdomError, match=r":1: missing column 'track_id'.*--item-col"):
+    with pytest.raises(ResdomError, match=r":1: missing column 'track_id'.*name it with item_col$"):
         read_tts_csv(path, "sessionId", "track_id", "timestamp")
     path.write_text("user_id,item_id,timestamp\na,b,12\nc,d,x\n")
     with pytest.raises(ResdomError, match=r"Diginetica\.csv:3: timestamp 'x' in column 'timestamp' is not a number"):

@@ -245,7 +245,7 @@ def test_an_archive_or_binary_file_read_as_text_says_what_it_is(tmp_path: Path) 
     pd.DataFrame({"user_id": ["a"], "item_id": ["x"], "timestamp": [1]}).to_parquet(parquet)
     cases = {"data.zip": (buf.getvalue(), "a zip archive or an .xlsx workbook"),
              "data.csv": (gzip.compress(text.encode()), "gzip-compressed: name it *.gz"),
-             "data.txt": (parquet.getvalue(), "a Parquet file: name it *.parquet or give --format parquet")}
+             "data.txt": (parquet.getvalue(), "a Parquet file: name it *.parquet or give the format parquet")}
     for name, (data, what) in cases.items():
         p = tmp_path / name
         p.write_bytes(data)
@@ -281,7 +281,7 @@ def test_all_formats_agree_after_preprocessing(tmp_path: Path) -> None:
 def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
     # two tokens a line and unique users: ambiguous, so detection refuses; --format decides
     p = write(tmp_path / "amb.txt", "1 10\n2 20\n3 30\n")
-    with pytest.raises(ResdomError, match="--format user-lines or --format interactions"):
+    with pytest.raises(ResdomError, match="fmt='user-lines' or fmt='interactions'"):
         detect_format([p])
     assert raw_lists([p], "user-lines") == ([[10], [20], [30]], None)
     assert raw_lists([p], "interactions") == ([[10], [20], [30]], None)
@@ -303,9 +303,9 @@ MALFORMED = {
     "unclosed quote, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n\n1,\"3,4\n2,3,4\n", None,
                             r"x\.csv:4: a quote \(\"\) opened on this line is never closed"),
     "other separator, csv": ("x.csv", "user_id;item_id;timestamp\n1;2;3\n", None,
-                             r"x\.csv: missing column 'user_id' .*separated by ';'\? --format csv reads commas"),
+                             r"x\.csv: missing column 'user_id' .*separated by ';'\? fmt='csv' reads commas"),
     "tabs in a .csv": ("x.csv", "user_id\titem_id\ttimestamp\n1\t2\t3\n", None,
-                       r"x\.csv: missing column 'user_id' .*separated by '\\t'\? .*--format tsv tabs"),
+                       r"x\.csv: missing column 'user_id' .*separated by '\\t'\? .*fmt='tsv' tabs"),
     "missing value, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n1,,4\n", None,
                            r"x\.csv:3: missing value in column 'item_id'"),
     "bad timestamp, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n1,3,soon\n", None,
@@ -317,10 +317,10 @@ MALFORMED = {
     # a name with other case or spaces is named, quoted (a space around a name is then visible)
     "column with spaces, csv": ("x.csv", "user_id, item_id,timestamp\n1,2,3\n", None,
                                 r"x\.csv: missing column 'item_id' \(columns: 'user_id', ' item_id', 'timestamp'\); "
-                                r"name it with --item-col \(' item_id' is named with other case or spaces: "
-                                r"--item-col ' item_id' reads it\)"),
+                                r"name it with item_col=\.\.\. \(' item_id' is named with other case or spaces: "
+                                r"item_col=' item_id' reads it\)"),
     "column in capitals, csv": ("x.csv", "User_ID,item_id,timestamp\n1,2,3\n", None,
-                                r"--user-col 'User_ID' reads it"),
+                                r"user_col='User_ID' reads it"),
     "missing column, recbole": ("x.inter", "user_id:token\titem:token\n1\t2\n", None,
                                 r"x\.inter: missing column 'item_id'"),
     "bad recbole header": ("x.inter", "user_id\titem_id:token\n1\t2\n", None, r"x\.inter:1: header field 1 'user_id'"),
@@ -330,7 +330,7 @@ MALFORMED = {
     "header-only csv": ("x.csv", "user_id,item_id,timestamp\n", None, r"x\.csv: no rows after the header"),
     "no timestamp column, csv": ("x.csv", "user_id,item_id\n1,2\n", None,
                                  r"x\.csv: missing timestamp column 'timestamp' \(columns: 'user_id', 'item_id'\).*"
-                                 r"--no-time"),
+                                 r"time_col=None"),
     "user on two lines": ("seq.txt", "1 10 20 30\n2 20 30 40\n1 40 50\n", "user-lines",
                           r"seq\.txt:3: user 1 already has a line \(line 1\)"),
     "ambiguous format": ("amb.txt", "1 10\n2 20\n", None, r"amb\.txt: cannot tell"),
@@ -380,7 +380,7 @@ def test_missing_named_column_parquet(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match=r"x\.parquet: missing timestamp column 'ts'"):
         load_interactions(str(p), time_col="ts")
     # the default timestamp column absent: an error naming file and column, unless no_time (then recorded)
-    with pytest.raises(ResdomError, match=r"x\.parquet: missing timestamp column 'timestamp'.*--no-time"):
+    with pytest.raises(ResdomError, match=r"x\.parquet: missing timestamp column 'timestamp'.*time_col=None"):
         read_interactions([p])
     raw = read_interactions([p], no_time=True)
     assert raw.times is None and "no timestamps (no_time)" in raw.notes[0]

@@ -32,6 +32,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from resdom.checks import arg
 from resdom.data.registry import DEFAULT_BASE_URL, DataFile, DatasetSpec, ManualFile, RemoteFile
 from resdom.errors import ResdomError
 from resdom.io import file_mode, sha256_file
@@ -68,7 +69,7 @@ def resolve_dataset_files(spec: DatasetSpec, data_dir: str | Path | None = None)
     ``data_dir`` or $RESDOM_DATA_DIR that is a file is refused (the variable would be passed over in silence; a
     folder not made yet is where a file fetched by hand is to go)."""
     env = os.environ.get(ENV_DATA_DIR)
-    given = (f"--data-dir {data_dir}", data_dir, "") if data_dir is not None else (
+    given = (arg("data_dir", str(data_dir)), data_dir, "") if data_dir is not None else (
         f"{ENV_DATA_DIR}={env}", env, ", or unset it") if env else None  # --data-dir given: the variable is unread
     if given is not None and Path(given[1]).expanduser().exists() and not Path(given[1]).expanduser().is_dir():
         raise ResdomError(f"{given[0]}: not a folder (give a folder laid out like shared/data/raw{given[2]})")
@@ -82,7 +83,8 @@ def resolve_file(remote: DataFile, data_dir: str | Path | None = None, dataset: 
     if data_dir is not None:
         path = Path(data_dir).expanduser() / remote.local
         if not path.is_file():
-            raise ResdomError(f"{path}: not found (--data-dir must be laid out like shared/data/raw: {remote.local})")
+            raise ResdomError(f"{path}: not found ({arg('data_dir')} must be laid out like shared/data/raw: "
+                              f"{remote.local})")
         return ResolvedFile(path, "data-dir", _verified(path, remote))
     env = os.environ.get(ENV_DATA_DIR)
     if env:
@@ -183,7 +185,7 @@ def download_file(url: str, dest: str | Path, sha256: str, timeout: float = 60.0
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
         raise ResdomError(
             f"{url}: download failed ({type(e).__name__}: {e}); nothing was kept. Offline? Put the files in a "
-            f"folder laid out like shared/data/raw and pass --data-dir or set {ENV_DATA_DIR}"
+            f"folder laid out like shared/data/raw and pass {arg('data_dir')} or set {ENV_DATA_DIR}"
         ) from None
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from resdom.bounded import check_expansion, check_parquet, gunzip, open_zip, read_member, refuse_special
+from resdom.checks import arg
 from resdom.data.readers import (
     TIME_MAX,
     TIME_MIN,
@@ -75,14 +76,14 @@ def read_native(
     path = paths[0]
     refuse_special(path)  # a device or FIFO is never opened
     if fmt == "time-to-split-csv":
-        missing = [flag for flag, v in (("--user-col", user_col), ("--item-col", item_col), ("--time-col", time_col))
+        missing = [arg(name) for name, v in (("user_col", user_col), ("item_col", item_col), ("time_col", time_col))
                    if not v]
         if missing:
             raise ResdomError(f"{path}: format 'time-to-split-csv' needs the column names ({', '.join(missing)})")
         return read_tts_csv(path, str(user_col), str(item_col), str(time_col))
     if any((user_col, item_col, time_col)):
-        raise ResdomError(f"{path}: format {fmt!r} has fixed columns; --user-col / --item-col / --time-col do not "
-                          "apply")
+        raise ResdomError(f"{path}: format {fmt!r} has fixed columns; {arg('user_col')} / {arg('item_col')} / "
+                          f"{arg('time_col')} do not apply")
     readers = {"movielens-zip": read_movielens_zip, "diginetica": read_diginetica, "steam": read_steam,
                "beeradvocate": read_beeradvocate, "zvuk": read_zvuk}
     return readers[fmt](path)
@@ -437,9 +438,10 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
         raise ResdomError(f"{path}: not a readable CSV file ({type(e).__name__})") from None
     cols = list(map(str, head.columns))
     check_unique_header(header_fields(path, ","), f"{path}:1", (user_col, item_col, time_col))
-    for name, flag in ((user_col, "--user-col"), (item_col, "--item-col"), (time_col, "--time-col")):
+    for name, option in ((user_col, "user_col"), (item_col, "item_col"), (time_col, "time_col")):
         if name not in cols:
-            raise ResdomError(f"{path}:1: missing column {name!r} (columns: {', '.join(cols)}); name it with {flag}")
+            raise ResdomError(f"{path}:1: missing column {name!r} (columns: {', '.join(cols)}); name it with "
+                              f"{arg(option)}")
     try:
         df = pd.read_csv(_csv_source(path), usecols=[user_col, item_col, time_col],
                          dtype={user_col: str, item_col: str}, keep_default_na=False, na_values={time_col: [""]},

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from resdom.bounded import check_parquet, gunzip, read_bytes, refuse_special
+from resdom.checks import arg, naming_flags
 from resdom.errors import ResdomError
 from resdom.limits import short
 
@@ -210,7 +211,7 @@ def detect_format(paths: list[Path]) -> str:
         return "user-lines"
     raise ResdomError(
         f"{path}: cannot tell whether this is one user a line or one interaction a line; "
-        "pass --format user-lines or --format interactions"
+        f"pass {arg('fmt', 'user-lines')} or {arg('fmt', 'interactions')}"
     )
 
 
@@ -220,7 +221,7 @@ def detect_format(paths: list[Path]) -> str:
 
 _BINARY = ((b"PK\x03\x04", "a zip archive or an .xlsx workbook", "unpack it, or save the sheet as CSV"),
            (b"\x1f\x8b", "gzip-compressed", "name it *.gz, which resdom reads"),
-           (b"PAR1", "a Parquet file", "name it *.parquet or give --format parquet"),
+           (b"PAR1", "a Parquet file", "name it *.parquet or give the format parquet"),
            (b"BZh", "bzip2-compressed", "decompress it first"),
            (b"\xfd7zXZ\x00", "xz-compressed", "decompress it first"),
            (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "unpack it first"))
@@ -452,7 +453,7 @@ def note_near_duplicate_ids(raw: RawInteractions) -> RawInteractions:
         example = unique[clash & (merged == merged[clash].iloc[0]).to_numpy()][:2]
         raw.notes.append(f"{int(clash.sum()):,} {what} ids differ from another only by surrounding spaces, leading "
                          f"zeros or a '+' (e.g. {example[0]!r} and {example[1]!r}): kept apart, as read; "
-                         "--normalize-ids makes them one")
+                         "--normalize-ids (normalize_ids=True) makes them one")
     return raw
 
 
@@ -570,7 +571,7 @@ def _check_unique_users(tok: _Tokens, users_per_line: np.ndarray) -> None:
         first, second = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
         raise ResdomError(
             f"{tok.path}:{tok.line_no[second]}: user {users_per_line[second]} already has a line "
-            f"(line {tok.line_no[first]}); one user a line expected (or pass --format interactions)"
+            f"(line {tok.line_no[first]}); one user a line expected (or pass {arg('fmt', 'interactions')})"
         )
 
 
@@ -812,8 +813,13 @@ def _separator_hint(path: Path, sep: str) -> str:
     if not seps:
         return ""
     name = {"\t": "tabs", ";": "';'", "|": "'|'"}[seps[0]]
-    return (f" (its header line holds no {sep!r} but {name}: is the file separated by {name}? --format csv reads "
-            "commas, --format tsv tabs; save a file with another separator with one of them)")
+    return (f" (its header line holds no {sep!r} but {name}: is the file separated by {name}? {_separator_formats()})")
+
+
+def _separator_formats() -> str:
+    """What reads which separator, as a message names the formats (``--format csv`` / ``fmt='csv'``)."""
+    return (f"{arg('fmt', 'csv')} reads commas, {arg('fmt', 'tsv')} tabs; save a file with another separator with one "
+            "of them")
 
 
 @dataclass(frozen=True)
@@ -842,12 +848,13 @@ class _Columns:
 
 
 
-def _near_column(cols: list[str], name: str, flag: str) -> str:
-    """A hint where a column of ``cols`` is ``name`` but for case or surrounding spaces (' item_id', 'Item_ID')."""
+def _near_column(cols: list[str], name: str, option: str) -> str:
+    """A hint where a column of ``cols`` is ``name`` but for case or surrounding spaces (' item_id', 'Item_ID'), naming
+    ``option`` (``user_col``) as ``arg`` does: user_col='Item' / --user-col 'Item'."""
     near = [c for c in cols if c.strip().casefold() == name.casefold()]
     if not near:
         return ""
-    given = f"{flag}{near[0]!r}" if flag.endswith("=") else f"{flag} {near[0]!r}"  # user_col='Item' / --user-col 'Item'
+    given = arg(option, repr(near[0]) if naming_flags() else near[0])
     return f" ({near[0]!r} is named with other case or spaces: {given} reads it)"
 
 def _frame_to_raw(
@@ -863,16 +870,15 @@ def _frame_to_raw(
     cols = list(map(str, df.columns))
     df = df.set_axis(cols, axis=1)
     ucol, icol = columns.read[:2]
-    python = fmt == "dataframe"  # prepare_split(df, ...): name the Python arguments, not the CLI's flags
-    flags = ("user_col=", "item_col=") if python else ("--user-col", "--item-col")
-    for name, flag in ((ucol, flags[0]), (icol, flags[1])):
+    python = not naming_flags()  # prepare_split(...) from Python: name the Python arguments, not the CLI's flags
+    for name, option in ((ucol, "user_col"), (icol, "item_col")):
         if name not in cols:
             seps = [c for c in ";|\t, " if fmt in ("csv", "tsv") and len(cols) == 1 and c in cols[0]]
-            hint = (f" (the header reads as one column: is the file separated by {seps[0]!r}? --format csv reads "
-                    "commas, --format tsv tabs; save a file with another separator with one of them)") if seps else ""
-            hint = hint or _near_column(cols, name, flag)
+            hint = (f" (the header reads as one column: is the file separated by {seps[0]!r}? "
+                    f"{_separator_formats()})") if seps else ""
+            hint = hint or _near_column(cols, name, option)
             raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(map(repr, cols))}); "
-                              f"name it with {flag}{'...' if python else ''}{hint}")
+                              f"name it with {arg(option)}{'=...' if python else ''}{hint}")
     tcol: str | None = columns.time_col or DEFAULT_COLUMNS["time_col"]
     notes = []
     if columns.no_time:
@@ -886,11 +892,11 @@ def _frame_to_raw(
             how = "name the timestamp column with time_col=..." if not columns.time_col else "check its name"
             raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: "
                               f"{', '.join(map(repr, cols))}); {how}, or pass time_col=None (no timestamps) to order "
-                              f"each user's interactions by row order{_near_column(cols, tcol, 'time_col=')}")
-        how = "name the timestamp column with --time-col (time_col=...)" if not columns.time_col else "check its name"
+                              f"each user's interactions by row order{_near_column(cols, tcol, 'time_col')}")
+        how = "name the timestamp column with --time-col" if not columns.time_col else "check its name"
         raise ResdomError(f"{where_name}: missing timestamp column {tcol!r} (columns: {', '.join(map(repr, cols))}); "
-                          f"{how}, or pass --no-time (no_time=True) to order each user's interactions by the file's "
-                          f"row order{_near_column(cols, tcol, '--time-col')}")
+                          f"{how}, or pass --no-time to order each user's interactions by the file's "
+                          f"row order{_near_column(cols, tcol, 'time_col')}")
     if len(df) == 0:
         raise ResdomError(f"{where_name}: no rows after the header")
     for name in (ucol, icol, tcol):

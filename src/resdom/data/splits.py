@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from resdom.checks import arg
 from resdom.data.sequences import EvalSet, Sequences, ranges
 from resdom.errors import ResdomError
 
@@ -135,7 +136,8 @@ def split_gts(seqs: Sequences, quantile: float = 0.9, valid_quantile: float | No
     same rule inside the training pool with ``T_val`` = quantile of the pool's timestamps (``valid_quantile``,
     default ``quantile``); the model trains on the pool at or before ``T_val`` (users with >= 2 there)."""
     if seqs.times is None:
-        raise ResdomError("the global temporal split needs timestamps; this source has none (use --protocol loo)")
+        raise ResdomError(f"the global temporal split needs timestamps; this source has none (use "
+                          f"{arg('protocol', 'loo')})")
     _check_time_sorted(seqs)
     q_val = quantile if valid_quantile is None else valid_quantile
     t_test, pool, test, dropped_test = time_split(seqs, quantile)
