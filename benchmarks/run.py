@@ -978,7 +978,8 @@ def section_ddp(ctx: Context) -> str:
     def train(out: Path, nproc: int) -> dict[str, Any]:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] \
             if nproc > 1 else [sys.executable]
-        cmd = [*launcher, "-m", "resdom", "train", source, "--out", str(out), "--epochs", epochs, "--device", "cpu"]
+        cmd = [*launcher, "-m", "resdom", "train", source, "--protocol", "loo", "--out", str(out), "--epochs", epochs,
+               "--device", "cpu"]
         if nproc == 1:
             cmd += ["--set", f"train.threads={single_threads}"]
         ctx.commands.append(" ".join(shlex.quote(_rel(c)) for c in cmd))

@@ -289,7 +289,7 @@ def test_ml100k_inputs_and_targets_are_recboles_user_by_user(ml100k_inter: Path,
     assert data.split.n_items == 1682  # nothing filtered: RecBole's ml-100k preset has no interaction-count filter
     # resdom's own preparation of the same file (exact times, stable): other inputs or targets for ~4% of users
     prepared, _ = load_prepared(str(ml100k_inter), k_core=0)
-    own = _test_split_by_user(prepare_split(str(ml100k_inter), k_core=0), prepared.item_labels,
+    own = _test_split_by_user(prepare_split(str(ml100k_inter), "loo", k_core=0), prepared.item_labels,
                               prepared.user_labels, width)
     differ = sum(own[u] != theirs[u] for u in theirs)
     assert 0.02 < differ / len(theirs) < 0.08, differ

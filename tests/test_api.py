@@ -23,7 +23,7 @@ FAST = {"seeds": (0,), "alphas": (1.0, 0.5, 0.0), "device": "cpu"}
 
 @pytest.fixture(scope="module")
 def split():
-    return resdom.prepare_split(SOURCE)
+    return resdom.prepare_split(SOURCE, "loo")
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +189,8 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
      "quantile: must lie strictly between 0 and 1 (got 'x')"),
     (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", quantile=float("nan")), "quantile: must lie"),
     (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", valid_quantile=1), "valid_quantile: must lie"),
-    (lambda s, f: resdom.prepare_split(SOURCE, k_core=-1), "k_core: must be >= 0 (0 or None: off) (got -1)"),
-    (lambda s, f: resdom.prepare_split(SOURCE, sample_users=0), "sample_users: must be >= 1 (None: all users)"),
+    (lambda s, f: resdom.prepare_split(SOURCE, "loo", k_core=-1), "k_core: must be >= 0 (0 or None: off) (got -1)"),
+    (lambda s, f: resdom.prepare_split(SOURCE, "loo", sample_users=0), "sample_users: must be >= 1 (None: all users)"),
     (lambda s, f: resdom.prepare_split(s), "source: a SplitData is split already"),
     # what is no source: its text was taken for a file name ("[1: no such file or directory", a Series printed whole)
     (lambda s, f: resdom.prepare_split([1, 2, 3]), "source: expected a data set name, a file or folder path, or a "
@@ -202,7 +202,7 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.prepare_split(pd.DataFrame({"u": ["a"]}), item_col=["i"]), "item_col: expected a column name, "
                                                                                     "got list ['i']"),
     # a flag given as text would be true; numbers of the wrong kind were TypeErrors
-    (lambda s, f: resdom.prepare_split(SOURCE, filter_seen="no"), "filter_seen: expected True, False or None"),
+    (lambda s, f: resdom.prepare_split(SOURCE, "loo", filter_seen="no"), "filter_seen: expected True, False or None"),
     (lambda s, f: f.recommend(filter_seen="no"), "filter_seen: expected True, False or None (got 'no')"),
     (lambda s, f: resdom.evaluate(f, filter_seen=1), "filter_seen: expected True, False or None (got 1)"),
     (lambda s, f: f.recommend(alpha="x"), "alpha: the residual scale must lie in [0, 1] (got 'x')"),
@@ -219,8 +219,8 @@ def test_integer_column_labels_are_columns() -> None:
     """A DataFrame read with header=None has columns 0, 1, 2: user_col=0 was taken for "not given" (the default
     'user_id', then "missing column") and 1 for a name that no column (labels read as text) had."""
     rows = [("a", "x", 1), ("a", "y", 2), ("a", "z", 3), ("b", "y", 1), ("b", "z", 2), ("b", "x", 3)]
-    split = resdom.prepare_split(pd.DataFrame(rows), user_col=0, item_col=np.int64(1), time_col=2)
-    named = resdom.prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
+    split = resdom.prepare_split(pd.DataFrame(rows), "loo", user_col=0, item_col=np.int64(1), time_col=2)
+    named = resdom.prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]), "loo")
     assert split.user_labels.tolist() == named.user_labels.tolist() == ["a", "b"]
     assert split.item_labels.tolist() == named.item_labels.tolist()
     assert split.train.to_lists() == named.train.to_lists() and split.test.targets.tolist() == [3, 1]

@@ -271,7 +271,7 @@ def test_reproduce_and_remedies_take_model_names_in_any_case(monkeypatch: pytest
 def test_python_fit_takes_variant_labels_in_any_case() -> None:
     import resdom
 
-    split = resdom.prepare_split(SOURCE)
+    split = resdom.prepare_split(SOURCE, "loo")
     fitted = resdom.fit(split, "SASRec-TTS", epochs=1, hidden=16, layers=1, device="cpu", progress=False)
     assert fitted.model_config.name == "sasrec" and fitted.model_config.max_len == 128
     assert fitted.model_config.query_ln is True
@@ -300,7 +300,9 @@ def test_config_show_prints_every_setting(capsys) -> None:
     assert set(shown["model"]) == set(ModelConfig.model_fields) - {"n_items", "bsa_a", "bsa_c", "duorec_tau",
                                                                     "duorec_lambda", "duorec_views", "mask_prob"}
     assert shown["model"]["max_len"] == 200 and shown["train"]["objective"] == "ce_all"  # GTS: the paper's code
-    code, loo, _ = run_cli(capsys, "config", "show", "SASRec")
+    code, auto, _ = run_cli(capsys, "config", "show", "SASRec")  # the default, auto: gts for data with timestamps
+    assert yaml.safe_load(auto)["model"] == shown["model"] and yaml.safe_load(auto)["data"]["protocol"] == "gts"
+    code, loo, _ = run_cli(capsys, "config", "show", "SASRec", "--dataset", "beauty")  # auto: beauty has none
     assert yaml.safe_load(loo)["model"]["max_len"] == 50 and yaml.safe_load(loo)["data"]["protocol"] == "loo"
 
 
@@ -356,10 +358,12 @@ def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
 
 
 def test_quantiles_with_a_loo_split(tmp_path: Path, capsys) -> None:
-    """--quantile sets GTS's cut time; with the loo protocol (the default) it would be ignored without a word."""
+    """--quantile sets GTS's cut time; with the loo protocol (named, or the default's on data without timestamps)
+    it would be ignored without a word."""
     note = "data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
-    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--out", str(tmp_path / "a"))
-    assert code == 0 and f"{note} (the default protocol), which has none: not used" in err
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--no-time", "--quantile", "0.5", "--out",
+                           str(tmp_path / "a"))
+    assert code == 0 and f"{note} (the default protocol, auto: the data has none), which has none: not used" in err
     code, _, err = run_cli(capsys, "data", "split", SOURCE, "--quantile", "0.5", "--protocol", "loo",
                            "--out", str(tmp_path / "b"))
     assert code == 0 and f"{note}, which has none: not used" in err
@@ -367,9 +371,11 @@ def test_quantiles_with_a_loo_split(tmp_path: Path, capsys) -> None:
                            "--out", str(tmp_path / "c"))
     assert code == 0 and "data: note: --quantile" not in err
     # --valid-quantile has no default to fall back on: with loo it is refused, before the data is read
-    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--valid-quantile", "0.5", "--out", str(tmp_path / "d"))
+    code, _, err = run_cli(capsys, "data", "split", SOURCE, "--no-time", "--valid-quantile", "0.5", "--out",
+                           str(tmp_path / "d"))
     assert code == 2 and err == ("error: --valid-quantile: sets the validation cut time of --protocol gts; this is a "
-                                 "loo split (the default protocol), which has none\n") and not (tmp_path / "d").exists()
+                                 "loo split (the default protocol, auto: the data has none), which has none\n")
+    assert not (tmp_path / "d").exists()
     from resdom.data.prepare import prepare_split
 
     with pytest.raises(ResdomError, match="^valid_quantile: sets the validation cut time of the gts protocol"):

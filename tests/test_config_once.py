@@ -51,7 +51,7 @@ def test_train_resolves_once_and_the_trainer_gets_that_configuration(tmp_path: P
 
 
 def test_fit_takes_a_resolved_configuration_only_whole(tmp_path: Path) -> None:
-    split = resdom.prepare_split(SOURCE)
+    split = resdom.prepare_split(SOURCE, "loo")
     model_cfg, train_cfg = resolve_configs("sasrec", {"hidden": 8, "layers": 1, "heads": 1, "max_len": 8},
                                            {"epochs": 1, "device": "cpu"}, n_items=0, protocol="loo")
     with pytest.raises(ResdomError, match="no other options"):

@@ -45,7 +45,7 @@ def test_issue_case_gives_four_items_for_four_spellings_of_seven(tmp_path: Path)
 def test_digit_only_ids_are_not_converted_to_numbers(tmp_path: Path) -> None:
     # the issue's printf: an all-integer-looking column was converted to int64, and 007, 7, 07, +7 became one item
     p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu1,007,1\nu1,7,2\nu1,07,3\nu1,+7,4\nu2,7,1\nu2,07,2\n")
-    split = prepare_split(str(p))
+    split = prepare_split(str(p), "loo")
     assert split.n_items == 4 and split.item_labels[1:].tolist() == ["007", "7", "07", "+7"]
     assert split.item_labels[split.test.targets].tolist() == ["+7"]
 
@@ -117,12 +117,12 @@ def test_ids_that_normalizing_would_merge_are_kept_and_noted(tmp_path: Path, cap
     assert labels_of(prepared) == ["007", "7", "07", "+7", " a", "a ", "a"]
     assert manifest["changes"]["notes"] == [
         "7 item ids differ from another only by surrounding spaces, leading zeros or a '+' (e.g. '007' and '7'): "
-        "kept apart, as read; --normalize-ids makes them one"]
+        "kept apart, as read; --normalize-ids (normalize_ids=True) makes them one"]
     spaced = pd.DataFrame({"user_id": ["u1", "u1 ", "u2"], "item_id": ["a", "b", "c"], "timestamp": [1, 2, 3]})
     _, frame = load_prepared(spaced)
     assert frame["changes"]["notes"] == [
         "2 user ids differ from another only by surrounding spaces, leading zeros or a '+' (e.g. 'u1' and 'u1 '): "
-        "kept apart, as read; --normalize-ids makes them one"]
+        "kept apart, as read; --normalize-ids (normalize_ids=True) makes them one"]
     assert invoke("data", "stats", str(p)) == 0
     assert "data: note: 7 item ids differ from another only by" in capsys.readouterr().err
     # none where no two ids merge, and none when they are normalized
@@ -137,7 +137,7 @@ def test_ids_that_normalizing_would_merge_are_kept_and_noted(tmp_path: Path, cap
 def test_fractional_timestamps_order_events_within_a_second(tmp_path: Path) -> None:
     # b at 1.2 s comes before a at 1.5 s: floored, both were at 1 s and kept file order (a, b): another target
     p = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu,x,0.5\nu,a,1.5\nu,b,1.2\n")
-    split = prepare_split(str(p))
+    split = prepare_split(str(p), "loo")
     assert split.item_labels[split.test.targets].tolist() == ["a"]
     assert split.test.inputs.times.tolist() == [0.5, 1.2]
     assert split.manifest["changes"]["time"]["fractional"] is True
@@ -164,9 +164,10 @@ def test_equal_times_still_keep_file_order(tmp_path: Path) -> None:
 def test_a_table_without_its_timestamp_column_is_an_error_unless_no_time(tmp_path: Path, capsys) -> None:
     p = write(tmp_path / "x.csv", "user_id,item_id\nu,b\nu,a\nu,c\n")
     with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'timestamp' \(columns: 'user_id', "
-                                          r"'item_id'\); name the timestamp column with --time-col.*--no-time"):
-        load_prepared(str(p))
-    with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'when'.*--no-time"):
+                                          r"'item_id'\); name the timestamp column with time_col=\.\.\..*"
+                                          r"time_col=None"):
+        load_prepared(str(p))  # from Python: the Python arguments; the command line's flags below
+    with pytest.raises(ResdomError, match=r"x\.csv: missing timestamp column 'when'.*time_col=None"):
         load_prepared(str(p), time_col="when")
     for code_args in (["data", "split", str(p), "--out", str(tmp_path / "s")], ["data", "stats", str(p)]):
         assert invoke(*code_args) == 2
@@ -185,7 +186,7 @@ def test_a_table_without_its_timestamp_column_is_an_error_unless_no_time(tmp_pat
 
 def test_api_time_col_none_or_no_time_means_row_order(tmp_path: Path) -> None:
     df = pd.DataFrame({"user_id": ["u"] * 3, "item_id": ["b", "a", "c"], "timestamp": [3, 2, 1]})
-    with_time = prepare_split(df)
+    with_time = prepare_split(df, "loo")
     assert with_time.item_labels[with_time.test.targets].tolist() == ["b"]
     for options in ({"time_col": None}, {"no_time": True}):
         split = prepare_split(df, **options)
@@ -219,7 +220,7 @@ def test_k_core_counts_what_it_removes(tmp_path: Path) -> None:
 
 
 def test_split_counts_the_dropped_user_and_keeps_its_history(tmp_path: Path) -> None:
-    split = prepare_split(str(_sparse_csv(tmp_path)))
+    split = prepare_split(str(_sparse_csv(tmp_path)), "loo")
     m = split.manifest
     assert m["dropped_users"] == {"fewer_than_3_items": 1}  # u3: one interaction
     assert m["changes"]["split"] == {"protocol": "loo", "users_dropped": 1, "users_partly_used": 0,
@@ -238,7 +239,7 @@ def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
     words of the data summary's split line, ``changes.split_reasons``)."""
     f = write(tmp_path / "tiny.csv", "user_id,item_id,timestamp\n1,a,1\n1,b,2\n2,a,3\n")
     with pytest.raises(ResdomError) as loo:
-        prepare_split(str(f))
+        prepare_split(str(f), "loo")
     assert str(loo.value) == (f"{f}: the loo split leaves no training and no test data: 2 user(s) after "
                               "preprocessing, dropped by the split: fewer than 3 items: 2 (leave-one-out needs 3 "
                               "interactions or more per user)")
@@ -251,7 +252,7 @@ def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
                                    "of the timestamps; a test user needs one after it and 2 at or before it)")
     late = write(tmp_path / "late.csv", "user_id,item_id,timestamp\n1,a,1\n1,b,2\n1,c,9\n2,a,3\n2,b,4\n2,c,9\n")
     with pytest.raises(ResdomError, match=r"0 of 6 interactions lie after T_test = 1970-01-01T00:00:09Z, the "
-                       r"0\.9-quantile .*; lower --quantile\)$"):  # the last time is the quantile: nothing after it
+                       r"0\.9-quantile .*; lower quantile\)$"):  # the last time is the quantile: nothing after it
         prepare_split(str(late), protocol="gts")
     same = write(tmp_path / "same.csv", "user_id,item_id,timestamp\n1,a,5\n1,b,5\n1,c,5\n2,a,5\n2,b,5\n")
     with pytest.raises(ResdomError, match=r"0 of 5 interactions lie after T_test = .*2 at or before it\)$"):
@@ -281,9 +282,9 @@ def test_the_fingerprint_does_not_depend_on_where_the_data_lies(tmp_path: Path) 
     (tmp_path / "elsewhere").mkdir()
     second = tmp_path / "elsewhere" / "copy.csv"
     second.write_bytes(first.read_bytes())
-    assert data_fingerprint(prepare_split(str(first))) == data_fingerprint(prepare_split(str(second)))
+    assert data_fingerprint(prepare_split(str(first), "loo")) == data_fingerprint(prepare_split(str(second), "loo"))
     second.write_bytes(first.read_bytes().replace(b"u2", b"u9"))
-    assert data_fingerprint(prepare_split(str(first))) != data_fingerprint(prepare_split(str(second)))
+    assert data_fingerprint(prepare_split(str(first), "loo")) != data_fingerprint(prepare_split(str(second), "loo"))
 
 
 def test_every_command_that_prepares_data_prints_what_changed(tmp_path: Path, capsys) -> None:
@@ -299,10 +300,10 @@ def test_every_command_that_prepares_data_prints_what_changed(tmp_path: Path, ca
     assert invoke("data", "stats", str(p), "--json") == 0
     out, err = capsys.readouterr()
     assert out.startswith("{") and all(line in err for line in expected)  # stdout stays JSON
-    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s")) == 0
+    assert invoke("data", "split", str(p), "--protocol", "loo", "--out", str(tmp_path / "s")) == 0
     err = capsys.readouterr().err
     assert all(line in err for line in [*expected, split_line])
-    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s2"), "--k-core", "2") == 0
+    assert invoke("data", "split", str(p), "--protocol", "loo", "--out", str(tmp_path / "s2"), "--k-core", "2") == 0
     assert "data: k-core 2: removed 1 user, 2 items, 2 interactions" in capsys.readouterr().err
     lines = change_lines(SplitData.load(tmp_path / "s").manifest)
     assert [f"data: {x}" for x in lines if x.startswith("loo split")] == [split_line]
@@ -312,7 +313,7 @@ def test_a_split_that_uses_every_row_says_so(tmp_path: Path, capsys) -> None:
     p = tmp_path / "full.csv"
     p.write_text("user_id,item_id,timestamp\n" + "".join(f"u{u},i{j},{10 * u + j}\n" for u in range(2)
                                                           for j in range(3)))
-    assert invoke("data", "split", str(p), "--out", str(tmp_path / "s")) == 0
+    assert invoke("data", "split", str(p), "--protocol", "loo", "--out", str(tmp_path / "s")) == 0
     err = capsys.readouterr().err
     assert "data: loo split: every user and interaction in a part\n" in err and "in no part" not in err
 
@@ -336,18 +337,18 @@ def test_prepare_split_takes_a_dataframe_and_leaves_it_unchanged(tmp_path: Path)
     df = pd.DataFrame({"customer": ["c1", "c1", "c1", "c2", "c2", "c2"], "product": [3, 1, 2, 1, 2, 3],
                        "ts": [1.5, 2.5, 3.5, 1, 2, 3]})
     before = df.copy()
-    split = resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts")
+    split = resdom.prepare_split(df, "loo", user_col="customer", item_col="product", time_col="ts")
     pd.testing.assert_frame_equal(df, before)
     assert split.manifest["source"]["kind"] == "dataframe" and split.manifest["source"]["rows"] == 6
     assert split.item_labels[1:].tolist() == [1, 2, 3] and list(split.user_labels) == ["c1", "c2"]
     assert split.item_labels[split.test.targets].tolist() == [2, 3]
     other = df.assign(ts=[1.5, 2.5, 3.5, 1, 2, 4])
-    assert prepare_split(other, user_col="customer", item_col="product", time_col="ts").manifest["source"][
+    assert prepare_split(other, "loo", user_col="customer", item_col="product", time_col="ts").manifest["source"][
         "sha256"] != split.manifest["source"]["sha256"]
     with pytest.raises(ResdomError, match=r"DataFrame: missing column 'user_id'"):
-        resdom.prepare_split(df)
+        resdom.prepare_split(df, "loo")
     with pytest.raises(ResdomError, match=r"DataFrame: row 2: missing value in column 'product'"):
-        resdom.prepare_split(df.astype({"product": object}).assign(product=[3, None, 2, 1, 2, 3]),
+        resdom.prepare_split(df.astype({"product": object}).assign(product=[3, None, 2, 1, 2, 3]), "loo",
                              user_col="customer", item_col="product", time_col="ts")
 
 
@@ -360,7 +361,7 @@ def test_split_saves_and_loads_external_ids_exactly(tmp_path: Path, labels: list
     items = labels * 2
     users = ["u1"] * len(labels) + ["u2"] * len(labels)
     df = pd.DataFrame({"user_id": users, "item_id": items, "timestamp": range(len(items))})
-    split = prepare_split(df)
+    split = prepare_split(df, "loo")
     split.save(tmp_path / "s")
     loaded = SplitData.load(tmp_path / "s")
     assert loaded.item_labels[1:].tolist() == split.item_labels[1:].tolist() == labels
@@ -371,7 +372,7 @@ def test_split_saves_and_loads_external_ids_exactly(tmp_path: Path, labels: list
 
 
 def test_split_without_ids_still_loads(tmp_path: Path) -> None:
-    split = prepare_split("synthetic:n_users=20,n_items=30,min_len=3,max_len=5,seed=0")
+    split = prepare_split("synthetic:n_users=20,n_items=30,min_len=3,max_len=5,seed=0", "loo")
     bare = SplitData(split.train, split.valid, split.test, split.n_items, split.manifest)
     bare.save(tmp_path / "s")
     loaded = SplitData.load(tmp_path / "s")
@@ -379,7 +380,8 @@ def test_split_without_ids_still_loads(tmp_path: Path) -> None:
 
 
 def test_damaged_labels_are_one_clear_error(tmp_path: Path) -> None:
-    split = prepare_split(pd.DataFrame({"user_id": ["a"] * 3, "item_id": ["x", "y", "z"], "timestamp": [1, 2, 3]}))
+    split = prepare_split(pd.DataFrame({"user_id": ["a"] * 3, "item_id": ["x", "y", "z"], "timestamp": [1, 2, 3]}),
+                          "loo")
     split.save(tmp_path / "s")
     with np.load(tmp_path / "s" / "arrays.npz") as z:
         arrays = {k: z[k] for k in z.files}

@@ -90,7 +90,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
 
     torch.set_num_threads(1)
     single = json.loads(json.dumps(diagnose_all()))  # the JSON round trip the workers' results take
-    split = prepare_split("synthetic:n_users=60,n_items=30,min_len=6,max_len=14,seed=3")
+    split = prepare_split("synthetic:n_users=60,n_items=30,min_len=6,max_len=14,seed=3", "loo")
     cfg = ModelConfig(max_len=12, hidden=16, layers=2, heads=2)
     fit(split, cfg, TrainConfig(epochs=1, device="cpu", batch_size=64), tmp_path / "run_single", progress=False)
     shutil.copytree(tmp_path / "run_single", tmp_path / "run_dist")

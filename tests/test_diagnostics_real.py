@@ -16,7 +16,7 @@ def test_diagnose_lastfm_run(shared_raw: Path, tmp_path: Path, capsys) -> None:
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
-    split = prepare_split("lastfm", data_dir=shared_raw)
+    split = prepare_split("lastfm", "loo", data_dir=shared_raw)
     run = tmp_path / "run"
     fit(split, ModelConfig(max_len=50, hidden=32, layers=2, heads=2), TrainConfig(epochs=2, device="cpu"), run,
         progress=False)

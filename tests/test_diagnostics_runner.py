@@ -23,7 +23,7 @@ def run_dir(tmp_path_factory) -> Path:
     from resdom.training.trainer import fit
 
     torch.set_num_threads(1)
-    split = prepare_split("synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3")
+    split = prepare_split("synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3", "loo")
     out = tmp_path_factory.mktemp("run")
     fit(split, ModelConfig(max_len=12, hidden=16, layers=2, heads=2, dropout=0.1, attn_dropout=0.1),
         TrainConfig(epochs=1, device="cpu", batch_size=64), out, progress=False)

@@ -76,7 +76,7 @@ def _frame(seed: int = 1, n_users: int = 40, n_items: int = 18) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def fitted() -> resdom.Fitted:
-    split = prepare_split(_frame())
+    split = prepare_split(_frame(), "loo")
     torch.manual_seed(0)
     cfg = ModelConfig(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1, max_len=MAX_LEN,
                       dropout=0.0, attn_dropout=0.0)

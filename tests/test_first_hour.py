@@ -51,7 +51,7 @@ def write_csv(path: Path, n_users: int = 50) -> Path:
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("first-hour") / "run"
-    assert invoke("train", SOURCE, "--out", str(out), "--epochs", "2", *TINY) == 0
+    assert invoke("train", SOURCE, "--protocol", "loo", "--out", str(out), "--epochs", "2", *TINY) == 0
     return out
 
 

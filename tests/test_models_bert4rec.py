@@ -398,7 +398,7 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
     torch.set_num_threads(1)
     try:
         split = prepare_split("synthetic:n_users=600,n_items=60,min_len=8,max_len=16,p_last=0.8,p_skip2=0.0,"
-                              "p_user=0.1,seed=0")
+                              "p_user=0.1,seed=0", "loo")
         out = tmp_path_factory.mktemp("bert4rec")
         # lr 5e-3: at 1e-2 HR@10 after 15 epochs ranged 0.25-0.57 over training seeds; at 5e-3 0.55-0.58 (seeds
         # 0, 2, 5 and 17, the default)

@@ -144,7 +144,7 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
     torch.set_num_threads(1)
     try:
         split = prepare_split("synthetic:n_users=600,n_items=60,min_len=8,max_len=16,p_last=0.8,p_skip2=0.0,"
-                              "p_user=0.1,seed=0")
+                              "p_user=0.1,seed=0", "loo")
         out = tmp_path_factory.mktemp("gru4rec")
         m, t = resolve_configs("gru4rec", {"max_len": 16, "hidden": 32},
                                {"epochs": 6, "batch_size": 32, "lr": 1e-2, "device": "cpu", "monitor_every": 3},

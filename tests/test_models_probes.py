@@ -83,7 +83,7 @@ def test_projected_output_is_the_input_table_through_a_projection():
 
 @pytest.mark.parametrize("label", ["sasrec-query", "sasrec-untied", "duorec-projected"])
 def test_probes_fit_and_diagnose_end_to_end(label):
-    split = resdom.prepare_split("synthetic:n_users=80,n_items=30,min_len=4,max_len=10,seed=0")
+    split = resdom.prepare_split("synthetic:n_users=80,n_items=30,min_len=4,max_len=10,seed=0", "loo")
     name, values = model_variant(label)
     fitted = resdom.fit(split, name, device="cpu", progress=False, epochs=1, hidden=8, layers=1, heads=1,
                         max_len=10, batch_size=64, seed=0, **values)

@@ -24,7 +24,7 @@ def test_a_tsv_saved_as_csv_gets_the_tab_hint_whatever_its_column_names(tmp_path
     with pytest.raises(ResdomError) as e:
         read_interactions([path], "csv", **cols)
     assert str(e.value).startswith(f"{path}:3: expected 1 columns, found 3 (its header line holds no ',' but tabs: "
-                                   "is the file separated by tabs? --format csv reads commas, --format tsv tabs")
+                                   "is the file separated by tabs? fmt='csv' reads commas, fmt='tsv' tabs")
     good = tmp_path / "good.csv"  # a comma file with a short row: no separator hint
     good.write_text("user_id,item_id,timestamp\nc1,p1,1\nc1,p2,2,9,9\n")
     with pytest.raises(ResdomError) as e:
@@ -70,12 +70,13 @@ def test_small_evaluation_sets_warn_and_the_python_api_logs_the_data_lines(caplo
     assert n_valid < 100 and n_test < 100
     assert logged[-1] == ("WARNING", f"data: warning: only {n_valid} validation users and {n_test} test users (fewer "
                                      "than 100): early stopping and the metrics rest on few users and will vary from "
-                                     "split to split; more data, or another split (e.g. a lower --quantile for gts), "
+                                     "split to split; more data, or another split (e.g. a lower quantile for gts), "
                                      "gives steadier numbers")
     assert all(level == "INFO" for level, _ in logged[:-1])
     big = pd.DataFrame([(u, (u + t) % 50, t) for u in range(150) for t in range(4)],
                        columns=["user_id", "item_id", "timestamp"])
-    assert not [x for x in change_lines(prepare_split(big).manifest) if x.startswith("warning")]  # 150 each: none
+    assert not [x for x in change_lines(prepare_split(big, "loo").manifest)
+                if x.startswith("warning")]  # loo: 150 each, none
     assert not [x for x in change_lines(prepare_split(df, protocol="none").manifest) if x.startswith("warning")]
 
 

@@ -52,7 +52,7 @@ def test_prepare_split_protocol_none_and_its_checks() -> None:
     held = prepare_split(df, protocol="none", holdout_users=4)
     assert len(held.valid) == 4 and held.manifest["holdout_users"] == 4
     for kwargs, message in [({"protocol": "gst"}, r"protocol: unknown protocol 'gst' \(did you mean gts\? choose "
-                                                  r"loo, gts or none\)"),
+                                                  r"auto, loo, gts or none\)"),
                             ({"protocol": "loo", "holdout_users": 3}, "holdout_users: the monitoring slice of "
                                                                       "protocol 'none'"),
                             ({"protocol": "none", "holdout_users": -1}, "holdout_users: expected an integer >= 0"),
@@ -103,7 +103,8 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
     assert ("data: none split: every user and interaction in training (nothing held out but the last item of 3 "
             "users, for early stopping)") in err
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--holdout-users", "3", "--out", "split2")
-    one_line_error(code, err, "--holdout-users: the monitoring slice of --protocol none; a loo split")
+    one_line_error(code, err, "--holdout-users: the monitoring slice of --protocol none; a split by the default "
+                   "protocol, auto (gts or loo), holds out its own validation users")
 
 
 def test_cli_protocol_in_any_case_and_a_did_you_mean(tmp_path, capsys, monkeypatch) -> None:
@@ -113,7 +114,7 @@ def test_cli_protocol_in_any_case_and_a_did_you_mean(tmp_path, capsys, monkeypat
     assert code == 0, err
     assert resdom.load_split("gts").manifest["protocol"] == "gts"
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "gst", "--out", "x")
-    one_line_error(code, err, "--protocol: unknown protocol 'gst' (did you mean gts? choose loo, gts or none)")
+    one_line_error(code, err, "--protocol: unknown protocol 'gst' (did you mean gts? choose auto, loo, gts or none)")
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "LOO", "--out", "loo")
     assert code == 0, err
     code, _, err = run_cli(capsys, "train", "loo", "--protocol", "Loo", "--epochs", "1", "--set", "model.hidden=8",

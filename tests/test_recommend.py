@@ -40,7 +40,7 @@ def _frame(seed: int = 0, n_users: int = 30, n_items: int = 25) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def split() -> SplitData:
-    return prepare_split(_frame())
+    return prepare_split(_frame(), "loo")
 
 
 def _model(n_items: int, name: str = "sasrec", seed: int = 0) -> torch.nn.Module:
@@ -127,7 +127,7 @@ def test_users_chosen_by_external_id_in_the_order_given(split, model) -> None:
 def test_integer_ids_match_as_text(model) -> None:
     df = pd.DataFrame({"user_id": [7] * 4 + [70] * 4, "item_id": [3, 1, 2, 4, 5, 3, 2, 1],
                        "timestamp": [1, 2, 3, 4, 1, 2, 3, 4]})
-    split = prepare_split(df)
+    split = prepare_split(df, "loo")
     m = _model(split.n_items)
     by_int, by_text = recommend(m, split, [7], k=1), recommend(m, split, ["7"], k=1)
     assert by_int["user_id"].tolist() == by_text["user_id"].tolist() == [7]
@@ -334,7 +334,7 @@ def test_imported_model_recommends_in_the_files_ids(tmp_path: Path) -> None:
 
 
 def test_filtering_follows_the_splits_setting_by_default(model) -> None:
-    keeps = prepare_split(_frame(), filter_seen=False)  # a data set that keeps seen items (repeat consumption)
+    keeps = prepare_split(_frame(), "loo", filter_seen=False)  # a data set that keeps seen items (repeat consumption)
     assert not keeps.filter_seen
     pd.testing.assert_frame_equal(recommend(model, keeps, k=30), recommend(model, keeps, k=30, filter_seen=False))
     assert not recommend(model, keeps, k=30).equals(recommend(model, keeps, k=30, filter_seen=True))
@@ -355,12 +355,12 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
     assert "note" not in recommend(model, split, k=1).attrs  # every list full: no note
     # a user whose every item is seen gets no row, and the note says so
     rows = [("all", item, t) for t, item in enumerate("abcab")] + [("few", item, t) for t, item in enumerate("aab")]
-    small = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
+    small = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]), "loo")
     recs = recommend(_model(small.n_items), small, k=1, filter_seen=True)
     assert recs["user_id"].tolist() == ["few"]
     # text ids are quoted: an id may hold a comma or a space
     rows = [("u,1", item, t) for t, item in enumerate("abcab")] + [("u 2", item, t) for t, item in enumerate("abab")]
-    small2 = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]))
+    small2 = prepare_split(pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]), "loo")
     note2 = recommend(_model(small2.n_items), small2, k=2, filter_seen=True).attrs["note"]
     assert note2.endswith("(1 of them none): users 'u,1', 'u 2'"), note2
     assert recs.attrs["note"] == ("1 of 2 users have fewer than 1 recommendable items (seen items filtered, 3 items "

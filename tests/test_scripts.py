@@ -41,7 +41,7 @@ def test_mean_pair_cosine_is_the_mean_over_distinct_pairs() -> None:
 
 
 def test_bands_agree_with_the_hrli_diagnostic(tmp_path: Path) -> None:
-    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0")
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0", "loo")
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **SMALL)
     out = cold_items_check.check(tmp_path / "run")
     counts = item_counts(fitted.split.train, fitted.split.n_items)
@@ -59,7 +59,7 @@ def test_bands_agree_with_the_hrli_diagnostic(tmp_path: Path) -> None:
 def test_bsarec_residual_rows_with_the_frequency_residual_as_trained_are_the_alpha_sweep(tmp_path: Path) -> None:
     from resdom.diagnostics.alpha import alpha_sweep
 
-    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0")
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0", "loo")
     fitted = resdom.fit(split, "bsarec", out=tmp_path / "run", device="cpu", progress=False,
                         **{**SMALL, "heads": 2})
     rows = bsarec_residuals_check.check(tmp_path / "run")
@@ -552,7 +552,7 @@ def test_recovery_filter_check_reproduces_the_stored_curve_and_refuses_another(t
 
     from cli_helpers import invoke
 
-    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0")
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0", "loo")
     run = tmp_path / "run"
     resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, **SMALL)
     assert invoke("diagnose", str(run), "--what", "recovery", "--no-progress", "--device", "cpu") == 0
@@ -583,7 +583,7 @@ def test_mixing_population_check_reproduces_the_stored_ratios_and_refuses_anothe
 
     from resdom.diagnostics.mixing import mixing_ratios
 
-    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=20,seed=0")
+    split = resdom.prepare_split("synthetic:n_users=200,n_items=60,min_len=5,max_len=20,seed=0", "loo")
     run = tmp_path / "run"
     fitted = resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, **SMALL)
     assert invoke("diagnose", str(run), "--what", "mixing", "--no-progress", "--device", "cpu") == 0

@@ -434,7 +434,7 @@ def test_a_run_saved_under_the_older_data_fingerprint_resumes_and_loads(tmp_path
     rng = np.random.default_rng(0)
     rows = [f"u{u},i{rng.integers(40)},{t}" for u in range(60) for t in range(int(rng.integers(4, 9)))]
     (tmp_path / "mine.csv").write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
-    split = prepare_split(str(tmp_path / "mine.csv"))
+    split = prepare_split(str(tmp_path / "mine.csv"), "loo")
     m, t = resolve_configs("sasrec", SMALL, {"epochs": 2, "batch_size": 32, "device": "cpu"}, n_items=split.n_items)
     full = fit(split, m, t, tmp_path / "full", progress=False)
     with pytest.raises(Interrupt):

@@ -329,7 +329,7 @@ def test_deep_yaml_and_json_are_one_line(tmp_path: Path, capsys: pytest.CaptureF
 def _split_dir(tmp_path: Path) -> Path:
     from resdom.data.prepare import prepare_split
 
-    split = prepare_split(SMALL_SYNTHETIC)
+    split = prepare_split(SMALL_SYNTHETIC, "loo")
     out = tmp_path / "split"
     split.save(out)
     return out

@@ -138,9 +138,9 @@ def test_data_split_replaces_only_its_own_split(tmp_path: Path, capsys: pytest.C
         return {p.name: p.read_bytes() for p in folder.iterdir()}
 
     out = tmp_path / "split"
-    assert run_cli(capsys, "data", "split", SOURCE, "--out", str(out))[0] == 0
+    assert run_cli(capsys, "data", "split", SOURCE, "--protocol", "loo", "--out", str(out))[0] == 0
     loo = files(out)
-    assert run_cli(capsys, "data", "split", SOURCE, "--out", str(out))[0] == 0  # the same split again: fine
+    assert run_cli(capsys, "data", "split", SOURCE, "--protocol", "loo", "--out", str(out))[0] == 0  # the same again
     assert files(out) == loo
     code, _, err = run_cli(capsys, "data", "split", SOURCE, "--protocol", "gts", "--out", str(out))
     one_line_error(code, err, f"--out {out}: holds another split (made from {SOURCE}, loo protocol)", "--force")

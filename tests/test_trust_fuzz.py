@@ -230,7 +230,7 @@ def _data_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
     beer = "".join(f"beer/beerId: {i}\nreview/profileName: u{u}\nreview/time: {1_000_000 + i}\nreview/text: fine\n"
                    f"   more text\n\n" for u in range(20) for i in range(1, 7))
     split = root / "split"
-    prepare_split("synthetic:n_users=40,n_items=25,min_len=5,max_len=10").save(split)
+    prepare_split("synthetic:n_users=40,n_items=25,min_len=5,max_len=10", "loo").save(split)
     lines = "".join(" ".join([f"u{u}", *[str((u + i) % 30 + 1) for i in range(6)]]) + "\n" for u in range(40))
     inter = "user_id:token\titem_id:token\ttimestamp:float\n" + "".join(
         f"u{u}\t{(u * 7 + i) % 40 + 1}\t{1_600_000_000 + 60 * i}\n" for u in range(30) for i in range(8))

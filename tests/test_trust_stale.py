@@ -25,7 +25,8 @@ def _fit(out: Path, epochs: int, seed: int = 17) -> None:
     from resdom.training.trainer import fit
 
     torch.set_num_threads(1)
-    fit(prepare_split(SOURCE), ModelConfig(max_len=12, hidden=16, layers=1, heads=2, dropout=0.1, attn_dropout=0.1),
+    fit(prepare_split(SOURCE, "loo"),
+        ModelConfig(max_len=12, hidden=16, layers=1, heads=2, dropout=0.1, attn_dropout=0.1),
         TrainConfig(epochs=epochs, patience=50, device="cpu", batch_size=32, seed=seed, lr=0.01), out, progress=False)
 
 

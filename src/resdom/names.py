@@ -9,6 +9,10 @@ from typing import Any
 # models.MODEL_CLASSES holds a class for each; bert4rec and gru4rec are the paper's contrast models (spec §7)
 MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
 PROTOCOLS: tuple[str, ...] = ("loo", "gts", "none")  # none: nothing held out (fit on all data)
+# the default of every command and of the API: gts where the data has timestamps, loo where it has none, resolved once
+# from the data (data.prepare.resolve_protocol; docs/choices.md, "One protocol default"); a split records the protocol
+# it resolved to, never "auto"
+AUTO_PROTOCOL = "auto"
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")  # --device / train.device: auto = cuda, then mps, then cpu
 PARTS: tuple[str, ...] = ("valid", "test")
 # what diagnose writes besides the registered diagnostics: the per-user evidence (RUN_DIR/diagnostics/users.npz), also

@@ -12,11 +12,13 @@ from typing import Any
 
 import typer
 
-from resdom.cli.data_options import DataOptions, data_config_section, data_options
+from resdom.cli.data_options import DataOptions, data_config_section, data_options, is_split_dir
 from resdom.cli.train_cmd import MODEL_HELP, command_config
+from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
 from resdom.models import MODEL_CLASSES
+from resdom.names import AUTO_PROTOCOL
 from resdom.resources import describe_config, reference_configs
 from resdom.rundir import check_output_file
 from resdom.version import __version__
@@ -43,30 +45,54 @@ def applies(name: str, field: str) -> bool:
 
 def full_config(model: str | None = None, config: Path | None = None, set_: list[str] | None = None,
                 explicit: dict[str, Any] | None = None, data: DataOptions | None = None,
-                dataset: str | None = None) -> tuple[str, dict[str, Any]]:
-    """(label, {"model": ..., "train": ..., "data": ...}): every setting resolved as ``resdom train`` resolves it
-    (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty). Model fields that do not apply to the
-    model are left out; ``model.name`` is the label (a variant's, e.g. sasrec-tts); values are plain YAML types."""
+                dataset: str | None = None) -> tuple[str, dict[str, Any], bool]:
+    """(label, {"model": ..., "train": ..., "data": ...}, auto): every setting resolved as ``resdom train`` resolves
+    it (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty, and whose timestamps decide the
+    default protocol; ``shown_protocol``). Model fields that do not apply to the model are left out; ``model.name``
+    is the label (a variant's, e.g. sasrec-tts); values are plain YAML types. ``auto``: no protocol was named (the
+    default chose it)."""
     cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions(), model_flag="MODEL")
-    protocol = cfg.data.resolved_protocol
+    protocol = shown_protocol(cfg.data, dataset)
     model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=protocol)
     shown_model = {k: v for k, v in model_cfg.model_dump(mode="json").items() if applies(cfg.name, k)}
     shown_model["name"] = cfg.label  # a variant's label (sasrec-tts): training from the file records it
     return cfg.label, {"model": shown_model, "train": train_cfg.model_dump(mode="json"),
-                       "data": data_config_section(cfg.data)}
+                       "data": data_config_section(cfg.data, protocol)}, cfg.data.protocol_choice == AUTO_PROTOCOL
 
 
-def config_text(label: str, values: dict[str, Any], dataset: str | None) -> str:
-    """The YAML of ``full_config`` with a header saying what it is and how to use it."""
+def shown_protocol(data: DataOptions, dataset: str | None) -> str:
+    """The protocol whose configuration ``config show`` prints: what ``resdom train DATASET`` would use (--protocol,
+    or what auto resolves to for ``dataset``); where the data is not named (or is a file, whose timestamps are known
+    once it is read), auto's choice for data with timestamps, gts (``config_text``'s header says so)."""
+    if dataset is not None and not is_split_dir(dataset):
+        try:
+            known = data.known_protocol(dataset)
+        except ResdomError:  # a --dataset that is no source: its presets are looked up by name only
+            known = None
+        if known is not None:
+            return known
+    choice = data.protocol_choice
+    return "gts" if choice == AUTO_PROTOCOL else choice
+
+
+def config_text(label: str, values: dict[str, Any], dataset: str | None, auto: bool = False) -> str:
+    """The YAML of ``full_config`` with a header saying what it is and how to use it (``auto``: the protocol is
+    the default's choice, which the header says)."""
     import yaml
 
     where = f", presets of {dataset}" if dataset else ""
+    protocol = values["data"]["protocol"]
     header = [
-        f"# resdom {__version__}: the full configuration of {label} ({values['data']['protocol']}{where}).",
+        f"# resdom {__version__}: the full configuration of {label} ({protocol}{where}).",
         "# Every setting is explicit, so `resdom train DATA --config THIS_FILE --out RUN` trains exactly this;",
         "# options given on the command line win over the file. data: null = the source's own default (format:",
         "# detected; k_core: the source's preset; columns: user_id, item_id, timestamp; valid_quantile: quantile).",
     ]
+    if auto:
+        other = "loo" if protocol == "gts" else "gts"
+        header.append(f"# protocol {protocol}: what the default, auto, uses for "
+                      + ("data with timestamps" if protocol == "gts" else "this data set (it has no timestamps)")
+                      + f"; `--protocol {other}` or `--dataset NAME` shows another.")
     body = yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
     return "\n".join(header) + "\n" + body
 
@@ -80,7 +106,8 @@ def show_cmd(
     set_: list[str] = typer.Option([], "--set", help="override one field: model.<field>=v or train.<field>=v"),
     epochs: int | None = typer.Option(None, "--epochs", help="maximum number of epochs"),
     seed: int | None = typer.Option(None, "--seed", help="random seed"),
-    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda | mps"),
+    device: str | None = typer.Option(None, "--device", help="auto (the default: cuda, then mps, then cpu) | cpu | "
+                                      "cuda | mps"),
     precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16 | bf16-loss: "
                                          "experimental, the training step's forward pass (bf16) or its loss only "
                                          "(bf16-loss) under bfloat16 autocast; evaluation and diagnostics stay fp32 "
@@ -94,8 +121,8 @@ def show_cmd(
     that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
                                                ("precision", precision)) if v is not None}
-    label, values = full_config(model, config, set_, explicit, data, dataset)
-    text = config_text(label, values, dataset)
+    label, values, auto = full_config(model, config, set_, explicit, data, dataset)
+    text = config_text(label, values, dataset, auto)
     if out is None:
         typer.echo(text, nl=False)
         return

@@ -73,7 +73,7 @@ def split_cmd(
         typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
     split.save(out)
     write_marker(out, SPLIT)
-    protocol = split.manifest.get("protocol", data.resolved_protocol)
+    protocol = split.manifest.get("protocol", data.protocol_choice)
     m = split.manifest
     typer.echo(f"{source}: {protocol} split, {m['n_users']:,} users, {split.n_items:,} items -> {out}")
     if m.get("thresholds"):

@@ -24,9 +24,10 @@ import typer
 
 from resdom.bounded import load_json
 from resdom.data.changes import change_lines
-from resdom.data.prepare import format_name, load_prepared, prepare_split, protocol_name
+from resdom.data.prepare import format_name, known_protocol, load_prepared, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
 from resdom.errors import OptionError, ResdomError
+from resdom.names import AUTO_PROTOCOL
 
 SOURCE_HELP = (
     "A registered data set (see 'resdom data list'), 'synthetic' or 'synthetic:knob=value,...', or a path: "
@@ -39,7 +40,7 @@ DATA_DIR_HELP = (
 FORMAT_HELP = ("Input format: user-lines, paired, interactions, recbole, csv, tsv, parquet, movielens, and the native "
                "files of the paper's data sets: movielens-zip, diginetica, steam, beeradvocate, zvuk, "
                "time-to-split-csv (default: detect).")
-DEFAULT_PROTOCOL = "loo"
+DEFAULT_PROTOCOL = AUTO_PROTOCOL  # gts where the data has timestamps, loo where not (prepare.resolve_protocol)
 # the CLI prints the data: lines itself (print_changes): prepare_split's log records of them (prepare.log_changes) are
 # not shown again by Python's last-resort handler
 logging.getLogger("resdom.data").addHandler(logging.NullHandler())
@@ -71,8 +72,9 @@ _READ_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 )
 _SPLIT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("protocol", str | None,
-     typer.Option(None, "--protocol", help="loo (leave-one-out, the default), gts (global temporal split) or none "
-                  "(nothing held out: fit on every interaction, to recommend); any case.")),
+     typer.Option(None, "--protocol", help="auto (the default: gts where the data has timestamps, loo where it has "
+                  "none), loo (leave-one-out), gts (global temporal split) or none (nothing held out: fit on every "
+                  "interaction, to recommend); any case.")),
     ("quantile", float | None,
      typer.Option(None, "--quantile", help="GTS: T_test = this quantile of all timestamps (default 0.9).")),
     ("valid_quantile", float | None,
@@ -169,8 +171,26 @@ class DataOptions:
         return prepared, manifest
 
     @property
-    def resolved_protocol(self) -> str:
+    def protocol_choice(self) -> str:
+        """--protocol as given (any case, checked), else the default ``auto``."""
         return protocol_name(self.protocol or DEFAULT_PROTOCOL, "--protocol")
+
+    def known_protocol(self, source: str) -> str | None:
+        """The protocol the split of ``source`` uses, where it is known before the data is read: a saved split's
+        own, --protocol, or what ``auto`` resolves to (``prepare.known_protocol``); None for a file whose
+        timestamps are known once it is read."""
+        if is_split_dir(source):
+            saved = split_manifest(source).get("protocol")
+            return saved if isinstance(saved, str) else None
+        reader = {k: v for k, v in self.preprocess_options().items() if k in ("no_time", "time_col")}
+        return known_protocol(source, self.protocol_choice, **reader)
+
+    def _auto_note(self, protocol: str) -> str:
+        """`` (protocol auto: ...)`` where the user named no protocol, so a message says where ``protocol`` came
+        from."""
+        if self.protocol is not None:
+            return ""
+        return f" (the default protocol, auto: the data has {'timestamps' if protocol == 'gts' else 'none'})"
 
     def split(self, source: str) -> Any:
         """The SplitData of ``source``: read, preprocessed and split with these options, or, for a folder written
@@ -181,36 +201,35 @@ class DataOptions:
             split = SplitData.load(source)
         else:
             opts = self.preprocess_options()
+            known = self.known_protocol(source)
             if self.valid_quantile is not None:
-                if self.resolved_protocol == "loo":
-                    default = " (the default protocol)" if self.protocol is None else ""
+                if known is not None and known != "gts":
                     raise ResdomError("--valid-quantile: sets the validation cut time of --protocol gts; this is a "
-                                      f"loo split{default}, which has none")
-                opts["valid_quantile"] = self.valid_quantile
+                                      f"{known} split{self._auto_note(known)}, which has none")
+                opts["valid_quantile"] = self.valid_quantile  # (auto on a file: prepare_split checks it once read)
             if self.holdout_users is not None:
-                if self.resolved_protocol != "none":
-                    raise ResdomError(f"--holdout-users: the monitoring slice of --protocol none; a "
-                                      f"{self.resolved_protocol} split holds out its own validation users")
+                if self.protocol_choice != "none":
+                    which = f"a {known} split" if known else "a split by the default protocol, auto (gts or loo),"
+                    raise ResdomError(f"--holdout-users: the monitoring slice of --protocol none; {which} holds out "
+                                      "its own validation users")
                 opts["holdout_users"] = self.holdout_users
             if self.filter_seen is not None:
                 opts["filter_seen"] = self.filter_seen
             quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
-            split = prepare_split(source, self.resolved_protocol, quantile, self.data_dir, self.fmt, **opts)
+            split = prepare_split(source, self.protocol_choice, quantile, self.data_dir, self.fmt, **opts)
         print_changes(split.manifest)
-        loo = split.manifest.get("protocol") == "loo"
-        if loo and self.quantile is not None and int(os.environ.get("RANK", "0")) == 0:
+        protocol = split.manifest.get("protocol")
+        if protocol == "loo" and self.quantile is not None and int(os.environ.get("RANK", "0")) == 0:
             # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)
             typer.echo(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
-                       f"{' (the default protocol)' if self.protocol is None else ''}, which has none: not used",
-                       err=True)
+                       f"{self._auto_note(protocol)}, which has none: not used", err=True)
         return split
 
     def _check_saved_split(self, source: str, manifest: dict[str, Any]) -> None:
         """A saved split is used as it is: an option that would change it is an error naming the option."""
         saved = manifest.get("protocol")
-        if self.protocol is not None:
-            self.resolved_protocol  # noqa: B018 (validates the name)
-            if saved is not None and self.resolved_protocol != saved:
+        if self.protocol is not None and self.protocol_choice != AUTO_PROTOCOL:
+            if saved is not None and self.protocol_choice != saved:
                 raise ResdomError(f"--protocol {self.protocol}: {source} holds a {saved} split (written by "
                                   "`resdom data split`); leave --protocol out or split the data again")
         for name in ("quantile", "valid_quantile", "holdout_users"):
@@ -224,15 +243,17 @@ class DataOptions:
                               "(its manifest.json records how it was read and preprocessed); give the option to "
                               "`resdom data split` instead")
 
-    def record(self, source: str) -> dict[str, Any]:
-        """How the data was obtained, for the run's config.json (``data``)."""
+    def record(self, source: str, split: SplitData | None = None) -> dict[str, Any]:
+        """How the data was obtained, for the run's config.json (``data``): ``protocol`` the one the split uses
+        (``split``'s, else ``known_protocol``), never ``auto``."""
         out: dict[str, Any] = {"source": source}
         if is_split_dir(source):
             manifest = split_manifest(source)
             out.update(prepared_split=str(Path(source).resolve()), protocol=manifest.get("protocol"),
                        quantile=manifest.get("quantile"), data_dir=None)
             return out
-        out.update(protocol=self.resolved_protocol,
+        protocol = split.manifest.get("protocol") if split is not None else self.known_protocol(source)
+        out.update(protocol=protocol,
                    quantile=DEFAULT_QUANTILE if self.quantile is None else self.quantile,
                    data_dir=str(self.data_dir) if self.data_dir else None)
         extra = {k: v for k, v in self.given().items() if k not in ("protocol", "quantile", "data_dir")}
@@ -343,12 +364,13 @@ def with_config_data(options: DataOptions, values: dict[str, Any]) -> DataOption
     return replace(options, **{k: v for k, v in values.items() if getattr(options, k) is None})
 
 
-def data_config_section(options: DataOptions) -> dict[str, Any]:
-    """Every data setting as a config file's ``data:`` section (None: the source's own default), protocol and
-    quantile resolved."""
+def data_config_section(options: DataOptions, protocol: str | None = None) -> dict[str, Any]:
+    """Every data setting as a config file's ``data:`` section (None: the source's own default), quantile resolved
+    and the protocol ``protocol`` (the one the configuration was resolved for; None: --protocol as given, or
+    auto)."""
     keys = {field: key for key, field in data_config_keys().items()}
     split_first = [name for name, _, _ in _SPLIT_OPTIONS] + [name for name, _, _ in _READ_OPTIONS]
     out = {keys[name]: getattr(options, name) for name in split_first}
-    out.update(protocol=options.resolved_protocol,
+    out.update(protocol=protocol or options.protocol_choice,
                quantile=DEFAULT_QUANTILE if options.quantile is None else options.quantile)
     return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}

@@ -15,6 +15,7 @@ from resdom.cli.values import progress_option, quiet_alias
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, REMEDIES, REMEDY_MODELS
 from resdom.io import atomic_write_text
+from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import is_finished
 from resdom.pipeline.demo import DemoSettings, run_demo
 from resdom.pipeline.remedies import remedies as run_remedies
@@ -164,26 +165,29 @@ def demo(
 
 
 # The grid's defaults, from the experiment settings: the causal self-attention models (not the contrast models, by
-# their traits), and every remedy but the milder residual scale 0.75.
-GRID_MODELS = ",".join(CAUSAL_MODELS)
-DEFAULT_VARIANTS = ",".join(v for v in REMEDIES if v != "res0.75")
+# their traits), and every remedy but the milder residual scale 0.75; listed with spaces, so the help wraps them whole
+# in 80 columns (the lists are read with the spaces stripped).
+GRID_MODELS = ", ".join(CAUSAL_MODELS)
+DEFAULT_VARIANTS = ", ".join(v for v in REMEDIES if v != "res0.75")
 
 
 def reproduce(
-    datasets: str = typer.Option("beauty-ts,toys-ts", help="comma-separated data set names"),
+    datasets: str = typer.Option("beauty-ts, toys-ts", help="comma-separated data set names"),
     models: str = typer.Option(GRID_MODELS, help="comma-separated models or variants (any case; "
                                "`resdom config list`)"),
-    seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
-    out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<model>/seed<k>/ and summary/"),
+    seeds: str = typer.Option("1, 2, 3", help="comma-separated training seeds"),
+    out: Path = typer.Option(..., "--out", "-o", help="grid folder: a folder per data set, model and seed (DATASET / "
+                             "MODEL / seedK) and summary/"),
     data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),
-    protocol: str = typer.Option("gts", help="gts (global temporal split) or loo (leave-one-out)"),
+    protocol: str = typer.Option(AUTO_PROTOCOL, help="auto (each data set's: gts where it has timestamps, loo where "
+                                 "not), gts (global temporal split) or loo (leave-one-out); any case"),
     quantile: float = typer.Option(0.9, help="GTS test-time quantile"),
     device: str = typer.Option("auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps"),
     epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
     progress: bool = progress_option(),
     quiet: bool = quiet_alias(),
-    store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
-                               "STORE/<dataset>/<model>/seed<k>/ (small text files, meant to be committed)"),
+    store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to STORE / "
+                               "DATASET / MODEL / seedK (small text files, meant to be committed)"),
     monitor_every: int = typer.Option(5, "--monitor-every", min=0, help="record HRLI@1, HRL2I@1 and the mixing "
                                       "ratio on 1,024 validation users every N epochs (0 = off)"),
 ) -> None:
@@ -210,18 +214,20 @@ def remedies(
     variants: str = typer.Option(DEFAULT_VARIANTS, help=f"comma-separated variants (docs/remedies.md): "
                                  f"{', '.join(REMEDIES)}"),
     model: str = typer.Option(REMEDY_MODELS[0], help=f"the base model: {', '.join(REMEDY_MODELS)} (any case)"),
-    seeds: str = typer.Option("1,2,3", help="comma-separated training seeds"),
-    out: Path = typer.Option(..., "--out", "-o", help="grid folder: <dataset>/<label>/seed<k>/ and summary/"),
+    seeds: str = typer.Option("1, 2, 3", help="comma-separated training seeds"),
+    out: Path = typer.Option(..., "--out", "-o", help="grid folder: a folder per data set, variant and seed "
+                             "(DATASET / LABEL / seedK) and summary/"),
     data_dir: str = typer.Option(None, "--data-dir", help="folder holding the raw data (else $RESDOM_DATA_DIR, cache)"),
-    protocol: str = typer.Option("gts", help="gts (global temporal split) or loo (leave-one-out)"),
+    protocol: str = typer.Option(AUTO_PROTOCOL, help="auto (each data set's: gts where it has timestamps, loo where "
+                                 "not), gts (global temporal split) or loo (leave-one-out); any case"),
     device: str = typer.Option("auto", help="auto (cuda, then mps, then cpu), cpu, cuda or mps"),
     epochs: int = typer.Option(None, min=1, help="maximum epochs per run (default: TrainConfig's, with early stop)"),
     set_values: list[str] = typer.Option(None, "--set", help="extra settings for every variant, model.FIELD=VALUE or "
                                          "train.FIELD=VALUE (e.g. --set model.hidden=16)"),
     progress: bool = progress_option(),
     quiet: bool = quiet_alias(),
-    store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to "
-                               "STORE/<dataset>/<label>/seed<k>/"),
+    store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to STORE / "
+                               "DATASET / LABEL / seedK"),
 ) -> None:
     """Train each training-time remedy variant of MODEL with its protocol, diagnose it, and compare: a per-variant
     table (accuracy, HRLI, +Res mixing, recoverable misses, training time; mean ± std over seeds) and a figure of

@@ -302,16 +302,19 @@ def train(
     cfg = command_config(model, config, set_, explicit, data)
     data = cfg.data
     replace = check_output_folder(out, "--out", runs=True, force=force)
-    data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
+    data.protocol_choice  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
-    protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
-    # the one resolution of the configuration, before the data is read (a bad value fails fast); the split sets
-    # n_items, which nothing else depends on, and fit hands both configs to the trainer as they are
-    model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=protocol)
-    resolve_device(train_cfg.device, "--device" if device else "train.device")
-
+    protocol = data.known_protocol(source)  # its defaults apply to the model (training.config)
+    if protocol is not None:
+        # the one resolution of the configuration, before the data is read (a bad value fails fast); the split sets
+        # n_items, which nothing else depends on, and fit hands both configs to the trainer as they are
+        model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=protocol)
+        resolve_device(train_cfg.device, "--device" if device else "train.device")
     split = data.split(source)
-    data_info = data.record(source)
+    if protocol is None:  # protocol auto on a file: its timestamps, so its protocol, are known once it is read
+        model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=split.manifest["protocol"])
+        resolve_device(train_cfg.device, "--device" if device else "train.device")
+    data_info = data.record(source, split)
     if cfg.label != cfg.name:
         data_info["label"] = cfg.label  # reports name the run by its variant
     is_main = int(os.environ.get("RANK", "0")) == 0

@@ -13,6 +13,7 @@ every command that prepares data prints (``change_lines``): nothing about the da
     k_core:   {"k", "users", "items", "interactions"} removed, or None (off)
     removed:  {"users", "items", "interactions"} removed by preprocessing in all
     notes:    what the reader noted (a rating column ignored, ...)
+    protocol: {"rule": "auto", "protocol", "timestamps"}: the protocol the default, auto, chose (only then)
     split:    {"protocol", "users_dropped" (in no part), "users_partly_used", "interactions_unused" (in no part),
                "items_unused" (in no part, still in the catalogue), "reasons": the split's dropped_users}
 
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from resdom.checks import arg
 from resdom.data.preprocess import Prepared, PreprocessConfig
 from resdom.data.readers import RawInteractions
 from resdom.data.sequences import Sequences
@@ -101,9 +103,9 @@ def _time_line(time: dict[str, Any], fmt: str) -> str:
                 f"times {_verb(ties, 'keep')} file order" if "source order" in str(time.get("rule")) else
                 f"order: each user's interactions by timestamp{frac}; {time.get('rule')}")
     if kind == "ignored":
-        return "order: timestamps ignored (--no-time): each user's interactions in file row order"
+        return f"order: timestamps ignored ({arg('no_time', True)}): each user's interactions in file row order"
     if kind == "no_time":
-        return "order: no timestamps (--no-time): each user's interactions in file row order"
+        return f"order: no timestamps ({arg('no_time', True)}): each user's interactions in file row order"
     return f"order: the {fmt} format has no timestamps: each user's interactions in file order"
 
 
@@ -131,13 +133,13 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
         return []
     r = c["read"]
     fmt = r.get("format", "?")
-    ids = "ids kept exactly as read" if c.get("ids") == "exact" else "ids normalized (--normalize-ids)"
+    ids = "ids kept exactly as read" if c.get("ids") == "exact" else f"ids normalized ({arg('normalize_ids', True)})"
     lines = [f"read {_n(r['interactions'], 'interaction')} of {_n(r['users'], 'user')} and "
              f"{_n(r['items'], 'item')} ({fmt}); {ids}"]
     lines += [f"note: {n}" for n in c.get("notes", []) if "no_time" not in n]
     lines.append(_time_line(c.get("time", {}), fmt))
     rep = c.get("repeats", {})
-    fate = (f"{rep.get('removed', 0):,} consecutive removed (--remove-repeats)" if rep.get("removed")
+    fate = (f"{rep.get('removed', 0):,} consecutive removed ({arg('remove_repeats', True)})" if rep.get("removed")
             else "all kept")
     repeats = rep.get("repeat_rows", 0)
     lines.append(f"repeats: {_n(repeats, 'row')} {_verb(repeats, 'repeat')} an earlier (user, item) pair, "
@@ -150,6 +152,12 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     k = c.get("k_core")
     lines.append(f"k-core {k['k']}: removed {_n(k['users'], 'user')}, {_n(k['items'], 'item')}, "
                  f"{_n(k['interactions'], 'interaction')}" if k else "k-core: off (no user or item filtered)")
+    chosen = c.get("protocol")
+    if isinstance(chosen, dict):  # protocol "auto", resolved from the data (prepare.resolve_protocol)
+        lines.append(f"protocol: {chosen.get('protocol')}, chosen by auto: the data has "
+                     + ("timestamps (gts: train on the past, test on the future)" if chosen.get("timestamps") else
+                        "no timestamps (loo: leave-one-out)")
+                     + "; name another protocol to override")
     s = c.get("split")
     if s:
         why = split_reasons(s.get("reasons"))
@@ -173,7 +181,8 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     if small:
         lines.append(f"warning: only {' and '.join(f'{n:,} {part} users' for part, n in small)} (fewer than "
                      f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
-                     "split; more data, or another split (e.g. a lower --quantile for gts), gives steadier numbers")
+                     f"split; more data, or another split (e.g. a lower {arg('quantile')} for gts), gives steadier "
+                     "numbers")
     return lines
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from resdom.checks import closest_hint, optional_bool
+from resdom.checks import arg, closest_hint, optional_bool
 from resdom.data.changes import change_lines, preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
@@ -60,7 +60,7 @@ from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_
 from resdom.data.stats import dataset_stats
 from resdom.data.synthetic import generate, parse_synthetic_source
 from resdom.errors import ResdomError, validation_error
-from resdom.names import PROTOCOLS
+from resdom.names import AUTO_PROTOCOL, PROTOCOLS
 from resdom.version import __version__
 
 PREPROCESS_OPTIONS = tuple(PreprocessConfig.model_fields)
@@ -141,7 +141,7 @@ def read_source(
     if source in DATASETS:
         spec = DATASETS[source]
         if fmt is not None and fmt != spec.fmt:
-            raise ResdomError(f"data set {source!r} is in format {spec.fmt!r}; --format {fmt} does not apply")
+            raise ResdomError(f"data set {source!r} is in format {spec.fmt!r}; {arg('fmt', fmt)} does not apply")
         resolved = resolve_dataset_files(spec, data_dir)
         raw = _read([r.path for r in resolved], spec.fmt, **{**spec.reader, **reader_options})
         if spec.seconds_per_time_unit != 1 and raw.times is not None:
@@ -189,7 +189,8 @@ def _read(paths: list[Path], fmt: str | None, **reader_options: Any) -> RawInter
     if fmt in NATIVE_FORMATS:
         no_time = bool(reader_options.pop("no_time", False))
         if reader_options.pop("normalize_ids", False):
-            raise ResdomError(f"--normalize-ids does not apply to format {fmt!r} (a paper data set's native file)")
+            raise ResdomError(f"{arg('normalize_ids', True)} does not apply to format {fmt!r} (a paper data set's "
+                              "native file)")
         raw = read_native(str(fmt), paths, **reader_options)
         return drop_times(raw) if no_time else raw
     return read_interactions(paths, fmt, **reader_options)
@@ -270,23 +271,55 @@ def load_interactions(
     return prepared.sequences
 
 
-def protocol_name(protocol: Any, where: str) -> str:
-    """``protocol`` in any case (``GTS``) as one of ``names.PROTOCOLS``; a ResdomError naming ``where`` (and the
-    closest name) otherwise."""
-    import difflib
-
+def protocol_name(protocol: Any, where: str, auto: bool = True) -> str:
+    """``protocol`` in any case (``GTS``) as one of ``names.PROTOCOLS`` or, where ``auto``, ``"auto"`` (resolved from
+    the data by ``resolve_protocol``); a ResdomError naming ``where`` (and the closest name) otherwise."""
+    choices = (AUTO_PROTOCOL, *PROTOCOLS) if auto else PROTOCOLS
     text = str(protocol).strip().lower() if isinstance(protocol, str) else None
-    if text in PROTOCOLS:
+    if text in choices:
         return text
-    close = difflib.get_close_matches(str(protocol).lower(), PROTOCOLS, n=1)
-    hint = f"did you mean {close[0]}? " if close else ""
-    raise ResdomError(f"{where}: unknown protocol {protocol!r} ({hint}choose {', '.join(PROTOCOLS[:-1])} or "
-                      f"{PROTOCOLS[-1]})")
+    hint = closest_hint(protocol, choices)
+    raise ResdomError(f"{where}: unknown protocol {protocol!r} ({hint}choose {', '.join(choices[:-1])} or "
+                      f"{choices[-1]})")
+
+
+def resolve_protocol(protocol: str, has_times: bool) -> str:
+    """The protocol a split uses: ``protocol`` itself, or for ``"auto"`` gts where the data has timestamps (train on
+    the past, test on the future, as the paper) and loo where it has none (docs/choices.md, "One protocol
+    default")."""
+    if protocol != AUTO_PROTOCOL:
+        return protocol
+    return "gts" if has_times else "loo"
+
+
+# formats that never carry timestamps (their row order is the time order): "auto" resolves to loo for them
+_UNTIMED_FORMATS = ("user-lines",)
+
+
+def known_protocol(source: Source, protocol: str = AUTO_PROTOCOL, **reader_options: Any) -> str | None:
+    """The protocol ``prepare_split(source, protocol, **reader_options)`` will use, where it is known before the data
+    is read (a resolved configuration depends on it): ``protocol`` itself where it is not ``"auto"``; for ``"auto"``
+    loo without timestamps (``no_time=True``, ``time_col=None``, a registered data set whose files have none), gts
+    for a table or DataFrame (read only with its timestamp column, unless ``no_time``), synthetic data and the
+    registered data sets with timestamps; None for a file whose format is detected when it is read."""
+    protocol = protocol_name(protocol, "protocol")
+    if protocol != AUTO_PROTOCOL:
+        return protocol
+    if reader_options.get("no_time") or ("time_col" in reader_options and reader_options["time_col"] is None):
+        return "loo"
+    if isinstance(source, pd.DataFrame):
+        return "gts"
+    name = source_name(source)
+    if name == "synthetic" or name.startswith("synthetic:"):
+        return "gts"
+    if name in DATASETS:
+        return "loo" if DATASETS[name].fmt in _UNTIMED_FORMATS else "gts"
+    return None
 
 
 def prepare_split(
     source: Source,
-    protocol: str = "loo",
+    protocol: str = AUTO_PROTOCOL,
     quantile: float = 0.9,
     data_dir: str | Path | None = None,
     fmt: str | None = None,
@@ -301,9 +334,11 @@ def prepare_split(
     source
         A registered name, ``synthetic[:knobs]``, a path or a pandas DataFrame (this module's docstring).
     protocol
-        ``loo``, ``gts`` (spec §1) or ``none`` (nothing held out: fit on every interaction to recommend;
-        ``holdout_users=N`` holds out the last item of N users as a validation slice for early stopping,
-        ``splits.split_none``), in any case (``"GTS"``).
+        ``auto`` (the default: gts where the data has timestamps, loo where it has none, ``resolve_protocol``; the
+        split's ``manifest["protocol"]`` names the one used, and its ``changes`` record that auto chose it, a
+        ``data:`` line says so), ``loo``, ``gts`` (spec §1) or ``none`` (nothing held out: fit on every
+        interaction to recommend; ``holdout_users=N`` holds out the last item of N users as a validation slice for
+        early stopping, ``splits.split_none``), in any case (``"GTS"``).
     quantile
         GTS: the global timestamp quantile that ends the training period.
     data_dir
@@ -326,16 +361,16 @@ def prepare_split(
     if isinstance(source, SplitData):
         raise ResdomError("source: a SplitData is split already (give it to resdom.fit as it is, or its source "
                           "to prepare_split)")
-    protocol = protocol_name(protocol, "protocol")
+    requested = protocol_name(protocol, "protocol")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
     valid_quantile = options.pop("valid_quantile", None)
-    if protocol != "gts" and valid_quantile is not None:  # before the data is read
-        raise ResdomError(f"valid_quantile: sets the validation cut time of the gts protocol; a {protocol} split has "
+    if requested not in ("gts", AUTO_PROTOCOL) and valid_quantile is not None:  # before the data is read
+        raise ResdomError(f"valid_quantile: sets the validation cut time of the gts protocol; a {requested} split has "
                           "none")
     holdout_users = options.pop("holdout_users", None)
     if holdout_users is not None:
-        if protocol != "none":
-            raise ResdomError(f"holdout_users: the monitoring slice of protocol 'none'; a {protocol} split holds out "
+        if requested != "none":
+            raise ResdomError(f"holdout_users: the monitoring slice of protocol 'none'; a {requested} split holds out "
                               "its own validation users")
         if isinstance(holdout_users, bool) or not isinstance(holdout_users, numbers.Integral) or holdout_users < 0:
             raise ResdomError(f"holdout_users: expected an integer >= 0 (got {holdout_users!r})")
@@ -344,6 +379,13 @@ def prepare_split(
         valid_quantile = _quantile(valid_quantile, "valid_quantile")
     evaluation = evaluation_setting(source_name(source), optional_bool(options.pop("filter_seen", None), "filter_seen"))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
+    protocol = resolve_protocol(requested, prepared.sequences.times is not None)
+    if requested == AUTO_PROTOCOL:
+        manifest["changes"]["protocol"] = {"rule": AUTO_PROTOCOL, "protocol": protocol,
+                                           "timestamps": prepared.sequences.times is not None}
+        if protocol != "gts" and valid_quantile is not None:
+            raise ResdomError(f"{arg('valid_quantile')}: sets the validation cut time of the gts protocol; the data "
+                              "has no timestamps, so the default protocol, auto, splits it loo, which has none")
     seqs = prepared.sequences
     if protocol == "loo":
         parts: SplitParts = split_loo(seqs)
@@ -363,7 +405,9 @@ def prepare_split(
             after = int((seqs.times > t["T_test"]).sum())
             why = (f" ({after:,} of {len(seqs.items):,} interactions lie after T_test = {t['T_test_iso']}, the "
                    f"{quantile:g}-quantile of the timestamps; a test user needs one after it and 2 at or before it"
-                   + ("; lower --quantile" if after == 0 and (seqs.times < t["T_test"]).any() else "") + ")")
+                   + (f"; lower {arg('quantile')}" if after == 0 and (seqs.times < t["T_test"]).any() else "")
+                   + (f"; the default protocol, auto, chose gts as the data has timestamps: {arg('protocol', 'loo')} "
+                      "splits by user instead" if requested == AUTO_PROTOCOL else "") + ")")
         raise ResdomError(f"{source_name(source)}: the {protocol} split leaves no {' and no '.join(empty)} data: "
                           f"{len(seqs)} user(s) after preprocessing, dropped by the split: {dropped or 'none'}{why}")
     split = split_data(parts, prepared, manifest, evaluation)

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.data.prepare import prepare_split
+from resdom.data.prepare import known_protocol, prepare_split
 from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
 from resdom.report.findings import finding_lines
@@ -49,7 +50,7 @@ class DemoSettings:
     """
 
     source: str = "synthetic:demo"
-    protocol: str = "gts"
+    protocol: str = AUTO_PROTOCOL  # synthetic data has timestamps: gts
     epochs: int = 10
     patience: int = 3
     batch_size: int = 128
@@ -99,9 +100,10 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     run_dir = out_dir / "run"
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    echo(f"[1/3] data: {s.source} ({s.protocol} split)")
+    protocol = known_protocol(s.source, s.protocol) or s.protocol  # synthetic data is known: gts unless said
+    echo(f"[1/3] data: {s.source} ({protocol} split{', the default' if s.protocol == AUTO_PROTOCOL else ''})")
     saved = RunDir(run_dir).data
-    split = SplitData.load(saved) if SplitData.exists(saved) else prepare_split(s.source, protocol=s.protocol)
+    split = SplitData.load(saved) if SplitData.exists(saved) else prepare_split(s.source, protocol=protocol)
     made_from = (split.manifest.get("source") or {}).get("name")
     if SplitData.exists(saved) and made_from != s.source:
         raise ResdomError(f"{run_dir} was made from {made_from!r}, not {s.source!r} (an older demo?): "
@@ -122,7 +124,8 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     else:
         what = "resuming" if state is not None else "training"
         echo(f"[2/3] {what} SASRec (up to {s.epochs} epochs) and running every diagnostic -> {run_dir}")
-    out = train_and_diagnose(split, "sasrec", run_dir, source=s.source, protocol=s.protocol, stats=stats,
+    out = train_and_diagnose(split, "sasrec", run_dir, source=s.source, protocol=str(split.manifest["protocol"]),
+                             stats=stats,
                              model_values=dict(s.model),
                              train_values={"epochs": s.epochs, "patience": s.patience, "batch_size": s.batch_size,
                                            "monitor_every": 1,

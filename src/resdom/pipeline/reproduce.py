@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.data.prepare import check_source, prepare_split
+from resdom.data.prepare import check_source, known_protocol, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
 from resdom.diagnostics.evidence import read_header
@@ -31,7 +31,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import OptionError, ResdomError
 from resdom.experiments import canonical_label, model_labels, model_variant, variant_train_values
 from resdom.io import atomic_write_json
-from resdom.names import USERS
+from resdom.names import AUTO_PROTOCOL, USERS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell
 from resdom.report import build_report, read_runs
@@ -66,7 +66,7 @@ class GridSpec:
     seeds: list[int]
     out: Path
     data_dir: str | None = None
-    protocol: str = "gts"
+    protocol: str = AUTO_PROTOCOL  # each data set's: gts where it has timestamps, loo where not (protocol_of)
     quantile: float = 0.9
     device: str = "auto"
     epochs: int | None = None
@@ -84,8 +84,10 @@ class GridSpec:
             if len(set(values)) != len(values):
                 raise ResdomError(f"{name}: repeated value in {','.join(map(str, values))}")
         self.store = Path(self.store) if self.store is not None else None
-        if self.protocol not in ("gts", "loo"):
-            raise ResdomError(f"--protocol: {self.protocol!r} is not one of gts, loo")
+        self.protocol = protocol_name(self.protocol, "--protocol")  # any case
+        if self.protocol == "none":
+            raise ResdomError("--protocol: none holds out no test users, which the grid evaluates and diagnoses; "
+                              "choose auto, gts or loo")
         resolve_device(self.device, "--device")  # one refusal up front, not one failed cell after another
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
@@ -125,7 +127,7 @@ class GridSpec:
                 model, model_values, train_values = self.cell_values(label, self.seeds[0])
                 try:
                     resolve_configs(model, model_values, {"device": self.device, **train_values}, source=dataset,
-                                    n_items=1, protocol=self.protocol)
+                                    n_items=1, protocol=self.protocol_of(dataset))
                 except OptionError as e:
                     raise ResdomError(f"{e.renamed(given)} ({label} on {dataset})") from None
                 except ResdomError as e:
@@ -139,6 +141,17 @@ class GridSpec:
         if self.epochs is not None:
             train_values["epochs"] = self.epochs
         return model, {**variant, **self.model_values}, train_values
+
+    def protocol_of(self, dataset: str) -> str:
+        """The protocol of ``dataset``'s cells: --protocol, or what auto resolves to for it (gts where the data set
+        has timestamps, loo where not: the paper grid's time-stamped data sets keep gts); a file's own, known once
+        it is read, is gts until then (its configuration is checked with gts's defaults)."""
+        return known_protocol(dataset, self.protocol) or "gts"
+
+    def cell_protocol(self, dataset: str, split: SplitData) -> str:
+        """The protocol a cell of ``dataset`` trains under (its configuration's defaults): ``protocol_of``'s where
+        it is known before the data is read, else the one ``split`` resolved."""
+        return known_protocol(dataset, self.protocol) or str(split.manifest.get("protocol"))
 
     def cells(self) -> list[tuple[str, str, int]]:
         return [(d, m, s) for d in self.datasets for m in self.models for s in self.seeds]
@@ -197,7 +210,8 @@ class _DataCache:
             return SplitData.load(RunDir(run_dir).data)
         if dataset not in self.splits:
             try:
-                self.splits[dataset] = prepare_split(dataset, protocol=self.spec.protocol,
+                protocol = known_protocol(dataset, self.spec.protocol) or AUTO_PROTOCOL
+                self.splits[dataset] = prepare_split(dataset, protocol=protocol,
                                                      quantile=self.spec.quantile, data_dir=self.spec.data_dir)
             except Exception as e:  # remembered: every run of this data set fails with the same message
                 self.splits[dataset] = e
@@ -222,7 +236,7 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
             run_dir.mkdir(parents=True, exist_ok=True)
             split = cache.split(dataset, run_dir)
             model, model_values, train_values = spec.cell_values(label, seed)
-            train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.protocol,
+            train_and_diagnose(split, model, run_dir, source=dataset, protocol=spec.cell_protocol(dataset, split),
                                stats=cache.stats(dataset, split), model_values=model_values,
                                train_values=train_values, device=spec.device, progress=progress, label=label)
             outcome.status = "done"
@@ -329,5 +343,6 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
     stats = {d: json.loads((spec.out / d / DATASET_JSON).read_text()) for d in spec.datasets
              if (spec.out / d / DATASET_JSON).is_file()}
     paths = build_report(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
-                         f"({spec.protocol.upper()})", extra_stats=stats)
+                         f"({'/'.join(sorted({spec.protocol_of(d).upper() for d in spec.datasets}))})",
+                         extra_stats=stats)
     return GridResult(outcomes, summary_dir, paths.html, finding_lines(read_runs(finished)))
