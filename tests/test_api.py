@@ -313,4 +313,4 @@ def test_closed_choices_take_any_case(fitted, run_dir, capsys):
     assert invoke("evaluate", str(run_dir), "--split", "Valid", "--json", "--device", "cpu") == 0
     assert json.loads(capsys.readouterr().out)["split"] == "valid"
     assert invoke("evaluate", str(run_dir), "--split", "tets", "--device", "cpu") == 2
-    assert "--split: expected one of valid, test (did you mean test? got 'tets')" in capsys.readouterr().err
+    assert "--part: expected one of valid, test (did you mean test? got 'tets')" in capsys.readouterr().err

@@ -292,7 +292,7 @@ def test_options_take_sequences_or_comma_separated_text() -> None:
 
 @pytest.mark.parametrize("args, needle", [
     (["--what", "bogus"], "--what: unknown diagnostic 'bogus'"),
-    (["--split", "train"], "--split: must be one of valid, test"),
+    (["--split", "train"], "--part: must be one of valid, test"),
     (["--seeds", "1,a"], "--seeds: expected comma-separated integers"),
     (["--layers", "0,7", "--what", "alpha"], "--layers: the model has 1 blocks (0..0); got [0, 7]"),
 ])

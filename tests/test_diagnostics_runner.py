@@ -98,7 +98,7 @@ def test_cli_prints_summary_and_json(run_dir, monkeypatch, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--what", "bogus"], "--what"),
-    (["--split", "train"], "--split"),
+    (["--split", "train"], "--part"),
     (["--definition", "mean"], "--definition"),
     (["--layers", "0,7", "--what", "alpha"], "--layers"),
 ])

@@ -96,7 +96,7 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
     code, out, err = run_cli(capsys, "recommend", "run", "-k", "2", "--device", "cpu")
     assert code == 0 and len(out.splitlines()) == 1 + 2 * 24, err
     code, _, err = run_cli(capsys, "evaluate", "run", "--device", "cpu")
-    one_line_error(code, err, "--split test: run holds no test users (protocol none: trained on every interaction")
+    one_line_error(code, err, "--part test: run holds no test users (protocol none: trained on every interaction")
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "none", "--holdout-users", "3",
                            "--out", "split")
     assert code == 0, err

@@ -258,7 +258,7 @@ def mixed_run(tmp_path: Path, split: SplitData) -> Path:
 def test_store_and_reproduce_refuse_diagnostics_of_another_split(mixed_run: Path, tmp_path: Path) -> None:
     """The store export and reproduce checked only the checkpoint, so valid-split diagnostics became a cell's."""
     with pytest.raises(ResdomError, match=r"hrli.json: computed on the 'valid' split, not test; rerun `resdom "
-                                          r"diagnose --split test`"):
+                                          r"diagnose --part test`"):
         export_cell(mixed_run, tmp_path / "store", "toy", "sasrec", 1)
     assert not (tmp_path / "store").exists()
     assert "hrli" in missing_diagnostics(mixed_run)  # reproduce computes it again, on the test split

@@ -25,6 +25,7 @@ FLAGS: dict[str, str] = {
     "normalize_ids": "--normalize-ids", "fmt": "--format", "data_dir": "--data-dir", "k_core": "--k-core",
     "remove_repeats": "--remove-repeats", "protocol": "--protocol", "quantile": "--quantile",
     "valid_quantile": "--valid-quantile", "holdout_users": "--holdout-users", "filter_seen": "--filter-seen",
+    "model": "--model",
 }
 
 
@@ -86,7 +87,7 @@ def positive_int(value: int, option: str) -> int:
 
 def choice(value: Any, choices: tuple[str, ...], option: str) -> str:
     """``value`` in any case and without surrounding spaces, as one of ``choices``; a ResdomError naming ``option``,
-    the choices and the closest of them otherwise (``--split tset``: did you mean test?)."""
+    the choices and the closest of them otherwise (``--part tset``: did you mean test?)."""
     found = canonical(value, choices)
     if found is not None:
         return found

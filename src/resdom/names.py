@@ -17,7 +17,7 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")  # --device / train.de
 PARTS: tuple[str, ...] = ("valid", "test")
 # what diagnose writes besides the registered diagnostics: the per-user evidence (RUN_DIR/diagnostics/users.npz), also
 # a choice of ``--what`` / ``DiagnoseOptions.what``
-USERS = "users"  # the evaluation parts of a split (evaluate, diagnose: --split / part)
+USERS = "users"  # the evaluation parts of a split (evaluate, diagnose: --part / part)
 STAGES: tuple[str, ...] = ("Attn", "+Res", "+LN")  # the stages of an attention block, in computation order
 CUTOFFS: tuple[int, ...] = (1, 5, 10, 20)  # K of HR@K / NDCG@K
 METRICS: tuple[str, ...] = (*(f"HR@{k}" for k in CUTOFFS), *(f"NDCG@{k}" for k in CUTOFFS), "MRR")

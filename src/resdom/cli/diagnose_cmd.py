@@ -18,12 +18,12 @@ from resdom.names import USERS
 from resdom.rundir import RunDir
 
 # DiagnoseOptions field -> the flag that sets it (an OptionError names the flag)
-FLAGS: dict[str, str] = {"what": "--what", "part": "--split", "definition": "--definition", "seeds": "--seeds",
+FLAGS: dict[str, str] = {"what": "--what", "part": "--part", "definition": "--definition", "seeds": "--seeds",
                          "alphas": "--alphas", "layers": "--layers", "per_head": "--per-head",
                          "batch_size": "--batch-size"}
 
 
-ALPHAS_TEXT = ",".join(f"{a:g}" for a in DEFAULTS.alphas)  # --alphas' default, as the help shows it
+ALPHAS_TEXT = ", ".join(f"{a:g}" for a in DEFAULTS.alphas)  # --alphas' default, as the help shows it (wrapped whole)
 
 
 def options_from_flags(**values: object) -> DiagnoseOptions:
@@ -59,10 +59,11 @@ def _interrupted_message(run_dir: Path, names: list[str], before: dict[str, int 
 
 def diagnose(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
-    what: str = typer.Option("all", "--what", help=f"all, or some of {','.join((*diagnostic_names(), USERS))} "
-                              f"({USERS}: the per-user evidence, {USERS}.npz)"),
-    split: str = typer.Option(DEFAULTS.part, "--split",
-                              help="valid or test (recovery always selects on valid, reports test)"),
+    what: str = typer.Option("all", "--what", help=f"all, or some of {', '.join((*diagnostic_names(), USERS))}, "
+                              f"comma-separated ({USERS}: the per-user evidence, {USERS}.npz)"),
+    split: str = typer.Option(DEFAULTS.part, "--part", "--split",
+                              help="valid or test: the part of the split diagnosed (resdom.diagnose's part; --split is "
+                                   "its older name); recovery always selects on valid, reports test"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu), cpu, cuda or mps; under "
                                "torchrun users are sharded"),

@@ -344,7 +344,8 @@ def train(
 
 def evaluate(
     run_dir: Path = typer.Argument(..., help="a run directory written by `resdom train`"),
-    split: str = typer.Option("test", "--split", help="valid | test"),
+    split: str = typer.Option("test", "--part", "--split", help="valid | test: the part of the split evaluated "
+                              "(resdom.evaluate's part; --split is its older name)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     filter_seen: bool | None = typer.Option(
         None, "--filter-seen/--no-filter-seen",
@@ -366,7 +367,7 @@ def evaluate(
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated (--beyond:
     coverage, popularity, novelty and echo of the same top-K lists)."""
     filter_seen = one_filter(filter_seen, filter_old)
-    split = choice(split, PARTS, "--split")  # any case; a did-you-mean
+    split = choice(split, PARTS, "--part")  # any case; a did-you-mean
     ks = parse_cutoffs(cutoffs)
     positive_int(batch_size, "--batch-size")
     positive_int(neighbours, "--neighbours")
@@ -378,9 +379,9 @@ def evaluate(
         typer.echo(run.training_note(), err=True)
     if len(getattr(run.split, split)) == 0:
         none = run.split.manifest.get("protocol") == "none"
-        raise ResdomError(f"--split {split}: {run_dir} holds no {split} users" + (
+        raise ResdomError(f"--part {split}: {run_dir} holds no {split} users" + (
             " (protocol none: trained on every interaction; evaluate a loo or gts run of the same data, or split it "
-            "with --holdout-users N and evaluate --split valid)" if none else ""))
+            "with --holdout-users N and evaluate --part valid)" if none else ""))
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
     result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
                             device=dev, cutoffs=ks, beyond=beyond, neighbours=neighbours)

@@ -3,7 +3,7 @@
 function is given besides the model and the split.
 
 A bad value is an ``OptionError`` naming the field (``alphas: residual scales must lie in [0, 1] (got 2)``); the CLI
-renames the fields to its flags (``--alphas: ...``, ``part`` -> ``--split``). List-valued options take a sequence
+renames the fields to its flags (``--alphas: ...``, ``part`` -> ``--part``). List-valued options take a sequence
 or a comma-separated string (what the CLI passes on), so both front ends parse and refuse the same values.
 """
 

@@ -39,7 +39,7 @@ def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
     if not metrics.get("checkpoint") == summary.get("checkpoint") == current:
         return False  # computed on another checkpoint than the one now in the run directory
     if summary.get("split") != CELL_SPLIT:
-        return False  # the diagnostics were last run on another split (`diagnose --split valid`): not the cell's
+        return False  # the diagnostics were last run on another split (`diagnose --part valid`): not the cell's
     return epochs is None or config.get("train", {}).get("epochs") == epochs
 
 

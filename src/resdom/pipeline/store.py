@@ -101,7 +101,7 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
                                   "rerun `resdom diagnose` first")
             if problem := split_problem(d, path.name):  # a cell's results are of the test split, never a mix
                 raise ResdomError(f"{path}: {problem.removeprefix(path.name + ' ')}; rerun `resdom diagnose "
-                                  "--split test` first")
+                                  "--part test` first")
             files[cell.diagnostic(name)] = json_bytes(d)
 
     if run.users.is_file():

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from resdom.checks import NumbersModel, closed_choice
+from resdom.checks import NumbersModel, arg, closed_choice
 from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import MODEL_CLASSES, model_class
@@ -134,11 +134,11 @@ def resolve_configs(
     if "name" in model_values:  # read case-insensitively, as --model
         named = model_variant(canonical_label(str(model_values["name"]), "model.name"))[0]
         if named != model_name:
-            raise ResdomError(f"model.name: {model_values['name']!r} contradicts --model {model_name!r}")
+            raise ResdomError(f"model.name: {model_values['name']!r} contradicts {arg('model')} {model_name!r}")
     try:
         model_class(model_name)  # an unknown model is refused here
     except ValueError as e:
-        raise ResdomError(f"--model: {e}") from None
+        raise ResdomError(f"{arg('model')}: {e}") from None
     _check_own_fields(model_name, model_values)
     merged_model, merged_train = model_defaults(model_name, protocol, source)
     merged_model.update(model_values)
