@@ -194,6 +194,20 @@ class SplitData:
         return pool.take(order[first])
 
     @property
+    def counts(self) -> dict[str, Any]:
+        """The numbers of the ``data:`` lines the CLI prints (and ``prepare_split`` logs), as a dict: ``read`` (users,
+        items, interactions as read), ``removed`` (by preprocessing in all), ``k_core`` (what it removed; None: off),
+        ``repeats``, ``protocol`` (where the default, auto, chose it), ``split`` (users and interactions in no part,
+        with the reasons), then ``train``, ``valid``, ``test`` (users, items, interactions of each part; targets and
+        cold targets of valid and test). From the manifest's ``changes`` and ``counts``; {} for a split saved
+        without them."""
+        manifest = self.manifest if isinstance(self.manifest, dict) else {}
+        changes = manifest.get("changes") if isinstance(manifest.get("changes"), dict) else {}
+        parts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
+        keys = ("read", "removed", "k_core", "repeats", "protocol", "split")
+        return {**{k: changes[k] for k in keys if k in changes}, **parts}
+
+    @property
     def filter_seen(self) -> bool:
         """Whether evaluation removes each user's input items from the ranking (spec §3): the manifest's
         ``evaluation.filter_seen``, True where absent (every split made before the setting existed)."""

@@ -101,7 +101,8 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     protocol = known_protocol(s.source, s.protocol) or s.protocol  # synthetic data is known: gts unless said
-    echo(f"[1/3] data: {s.source} ({protocol} split{', the default' if s.protocol == AUTO_PROTOCOL else ''})")
+    chosen = ", chosen by the default protocol, auto: the data has timestamps" if s.protocol == AUTO_PROTOCOL else ""
+    echo(f"[1/3] data: {s.source} ({protocol} split{chosen})")
     saved = RunDir(run_dir).data
     split = SplitData.load(saved) if SplitData.exists(saved) else prepare_split(s.source, protocol=protocol)
     made_from = (split.manifest.get("source") or {}).get("name")
