@@ -86,7 +86,7 @@ production.similar_items(["sku-010", "sku-041"], k=3)
 # The same loop from the command line:
 #
 # ```bash
-# resdom train shop.csv --user-col customer --item-col product --time-col ts --model sasrec --out runs/loo
+# resdom train shop.csv --user-col customer --item-col product --time-col ts --protocol loo --out runs/loo
 # resdom evaluate runs/loo --beyond --per-user users.csv
 # resdom train shop.csv --user-col customer --item-col product --time-col ts --protocol none --out runs/prod
 # resdom recommend runs/prod --users c000,c001 -k 3

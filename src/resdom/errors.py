@@ -29,7 +29,7 @@ class ResdomError(Exception):
 class OptionError(ResdomError):
     """Bad option values: ``problems`` pairs each option's field name with what is wrong with it, and the message
     names every one (``field: problem; field: problem``). ``renamed`` names the fields as a front end calls them
-    (the CLI's flags), so one validation serves the API (``part``) and the CLI (``--split``)."""
+    (the CLI's flags), so one validation serves the API (``part``) and the CLI (``--part``)."""
 
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = list(problems)
