@@ -245,6 +245,16 @@ def test_remedy_names_name_the_closest() -> None:
         remedy_label("sasrc", "gate")
 
 
+def test_prepare_splits_options_name_the_closest() -> None:
+    """The CLI's --format is prepare_split's fmt (format is Python's builtin); a near miss names the option meant."""
+    with pytest.raises(ResdomError, match=r"^unknown data option 'format' \(did you mean fmt\? options: k_core, "):
+        prepare_split(SYNTH, format="csv")
+    with pytest.raises(ResdomError, match=r"^unknown data option 'kcore' \(did you mean k_core\? options: "):
+        prepare_split(SYNTH, kcore=5)
+    with pytest.raises(ResdomError, match=r"^unknown data option 'time_column' \(did you mean time_col\? "):
+        prepare_split(SYNTH, time_column="ts")
+
+
 def test_the_closest_hint_compares_in_any_case() -> None:
     assert closest_hint("ndgc@10", ("HR@10", "NDCG@10")) == "did you mean NDCG@10? "
     assert closest_hint("zzz", ("HR@10", "NDCG@10")) == ""

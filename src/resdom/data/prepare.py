@@ -94,10 +94,20 @@ def frame_sha256(df: pd.DataFrame) -> str:
     return h.hexdigest()
 
 
+# the CLI's names of prepare_split's own parameters, which a Python call may reach for (format= is fmt=)
+_PARAMETER_NAMES = {"format": "fmt"}
+
+
 def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """A ResdomError naming the first unknown option and the closest known one (the parameters ``fmt``,
+    ``protocol``, ... too: ``format=`` is ``fmt=``)."""
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ResdomError(f"unknown data option {unknown[0]!r}; options: {', '.join(allowed)}")
+        key = str(unknown[0])
+        known = (*allowed, "protocol", "quantile", "data_dir", "fmt")
+        hint = (f"did you mean {_PARAMETER_NAMES[key]}? " if key in _PARAMETER_NAMES
+                else closest_hint(key.replace("-", "_"), known))
+        raise ResdomError(f"unknown data option {key!r} ({hint}options: {', '.join(allowed)})")
 
 
 def format_name(fmt: str | None, option: str = "fmt") -> str | None:
