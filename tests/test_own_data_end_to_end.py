@@ -102,7 +102,8 @@ def test_a_users_csv_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # prepare: every change printed, numbers as computed by hand
     expected = _expected_lines(df)
     assert "1 pair of neighbours with equal times keeps file order" in expected[3]  # the planted tie, and only it
-    code, out, err = run_cli(capsys, "data", "split", "shop.csv", *cols, "--time-col", "when", "--out", "split")
+    code, out, err = run_cli(capsys, "data", "split", "shop.csv", *cols, "--time-col", "when", "--protocol", "loo",
+                             "--out", "split")
     assert code == 0, err
     assert [x for x in err.splitlines() if x.startswith("data:")] == expected
     split = SplitData.load(tmp_path / "split")

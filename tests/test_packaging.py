@@ -278,7 +278,7 @@ def test_the_wheel_runs_the_practitioners_loop_from_an_empty_directory(tmp_path:
                 ["recommend", "prod", "--sequences", "sessions.csv", "--items", "whitelist.txt", "-k", "2",
                  "--device", "cpu"],
                 ["similar", "prod", "--items", "sku-01", "-k", "2", "--device", "cpu"],
-                ["train", "shop.csv", *cols, "--out", "loo", *tiny],
+                ["train", "shop.csv", *cols, "--protocol", "loo", "--out", "loo", *tiny],
                 ["evaluate", "loo", "--beyond", "--cutoffs", "5", "--json", "--device", "cpu"]]
     done = json.loads(_run([str(bin_dir / "python"), "-c", COMMANDS_SCRIPT, json.dumps(commands)], cwd, env).stdout)
     assert Path(done["file"]).is_relative_to(bin_dir.parent), done["file"]
