@@ -321,8 +321,8 @@ def test_a_split_that_uses_every_row_says_so(tmp_path: Path, capsys) -> None:
 @pytest.mark.slow
 def test_train_prints_what_changed(tmp_path: Path, capsys) -> None:
     p = _sparse_csv(tmp_path)
-    code = invoke("train", str(p), "--out", str(tmp_path / "run"), "--epochs", "1", "--device", "cpu",
-                  "--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.heads=1",
+    code = invoke("train", str(p), "--protocol", "loo", "--out", str(tmp_path / "run"), "--epochs", "1", "--device",
+                  "cpu", "--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.heads=1",
                   "--set", "model.max_len=4")
     err = capsys.readouterr().err
     assert code == 0, err

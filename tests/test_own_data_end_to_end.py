@@ -53,7 +53,7 @@ def _clash_note(ids: list[str], what: str) -> str:
     clash = [text for text in unique if len(groups[key(text)]) > 1]
     a, b = groups[key(clash[0])][:2]
     return (f"data: note: {len(clash)} {what} ids differ from another only by surrounding spaces, leading zeros or a "
-            f"'+' (e.g. {a!r} and {b!r}): kept apart, as read; --normalize-ids makes them one")
+            f"'+' (e.g. {a!r} and {b!r}): kept apart, as read; --normalize-ids (normalize_ids=True) makes them one")
 
 
 def _expected_lines(df: pd.DataFrame) -> list[str]:
