@@ -482,3 +482,22 @@ def test_fast_tokenizer_always_applies_to_plain_text(text: str) -> None:
 
     fast, ref = _tokenize_fast(Path("f"), text), _tokenize_lines(Path("f"), text)
     assert fast is not None and fast.tokens == ref.tokens and fast.line_no.tolist() == ref.line_no.tolist()
+
+
+@pytest.mark.parametrize("column", ["user_id", "item_id", "timestamp"])
+@pytest.mark.parametrize("cell", [np.array([1, 2]), [1, 2], {"a": 1}], ids=["array", "list", "dict"])
+def test_a_cell_holding_several_values_is_refused_naming_its_row_and_column(column: str, cell: object) -> None:
+    df = pd.DataFrame({"user_id": ["u1", "u1", "u2"], "item_id": ["a", "b", "a"], "timestamp": [1, 2, 3]},
+                      dtype=object)
+    df.at[1, column] = cell
+    with pytest.raises(ResdomError, match=rf"row 2\b.*column '{column}' holds a {type(cell).__name__} \("):
+        read_frame(df)
+
+
+@pytest.mark.parametrize("column", ["user_id", "item_id"])
+def test_a_missing_value_in_a_string_column_is_named_not_a_traceback(column: str) -> None:
+    df = pd.DataFrame({"user_id": ["u1", "u1", "u2"], "item_id": ["a", "b", "a"], "timestamp": [1, 2, 3]})
+    df[column] = df[column].astype("string")
+    df.loc[2, column] = pd.NA  # pd.NA in the column's values compares as NA, not as False
+    with pytest.raises(ResdomError, match=rf"missing value in column '{column}'"):
+        read_frame(df)

@@ -899,9 +899,6 @@ def _frame_to_raw(
                           f"row order{_near_column(cols, tcol, 'time_col')}")
     if len(df) == 0:
         raise ResdomError(f"{where_name}: no rows after the header")
-    for name in (ucol, icol, tcol):
-        if name is not None:
-            _refuse_nested(df[name], where, name)
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
     items = _id_column(df[icol], where, icol, columns.normalize_ids)
     times = _time_column(df[tcol], where, tcol) if tcol else None
@@ -920,16 +917,21 @@ def _refuse_nested(col: pd.Series, where: Callable[[int], str], name: str) -> No
                           f"({short(col.iloc[k], 80)}), not one id or time a row")
 
 
-def _missing(col: pd.Series) -> np.ndarray:
+def _missing(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
+    """bool (n,): the rows whose value is missing (None, NaN, NA, NaT, or an empty text); a column of lists (cells
+    holding several values) is refused first (``_refuse_nested``)."""
+    _refuse_nested(col, where, name)
     values = col.to_numpy()
+    missing = np.asarray(pd.isna(values), dtype=bool)
     if values.dtype == object:
-        return np.asarray(pd.isna(values) | (values == ""), dtype=bool)
-    return np.asarray(pd.isna(values), dtype=bool)
+        present = np.flatnonzero(~missing)  # pd.NA compares as NA, not False: only present values are compared
+        missing[present] = values[present] == ""
+    return missing
 
 
 def _id_column(col: pd.Series, where: Callable[[int], str], name: str, normalize: bool = False) -> np.ndarray:
     """Labels of an id column: int64 for an integer column or canonical integer texts, else the exact strings."""
-    miss = np.flatnonzero(_missing(col))
+    miss = np.flatnonzero(_missing(col, where, name))
     if len(miss):
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
     if pd.api.types.is_integer_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
@@ -958,7 +960,7 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
     A missing value, a non-number among numbers, or a value that is neither is a ResdomError naming the row
     (``where(k)`` of the 0-based row ``k``) and the column ``name``. Shared by every table reader (readers, native).
     """
-    miss = np.flatnonzero(_missing(col))
+    miss = np.flatnonzero(_missing(col, where, name))
     if len(miss):
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
     if pd.api.types.is_datetime64_any_dtype(col.dtype):
