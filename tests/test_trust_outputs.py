@@ -364,6 +364,48 @@ def test_a_copied_cell_relabelled_as_another_seed_is_refused(tmp_path: Path, spl
     assert not cell_dir(store, "toy", "sasrec", 3).exists()
 
 
+@pytest.mark.parametrize("field,value,copy_of", [
+    ("label", "duorec", "sasrec"),            # another model
+    ("label", "sasrec-gate", "sasrec"),       # a remedy variant of the same model: another model too
+    ("label", "sasrec-celast", "sasrec"),     # a training variant that trains otherwise (another objective)
+    ("dataset", "toy-two", "sasrec"),         # another data set, same label and seed
+    ("label", "bsarec", "sasrec-p30"),        # a variant's copy relabelled as another model
+])
+def test_a_copied_cell_relabelled_as_another_model_or_data_set_is_refused(tmp_path: Path, split: SplitData,
+                                                                         field: str, value: str,
+                                                                         copy_of: str) -> None:
+    """A copy of a cell relabelled as another model label or data set (one checkpoint id) was taken as a cell of its
+    own, as the relabelled seed once was. Maker: a cell copied to the folder of its new identity, cell.json's field
+    changed. The store export refuses the same clash against a stored cell."""
+    store = tmp_path / "store"
+    one = make_cell(store, label=copy_of)
+    identity = {"dataset": "toy", "label": copy_of, "seed": 1, field: value}
+    two = cell_dir(store, identity["dataset"], identity["label"], 1)
+    shutil.copytree(one, two)
+    cell = json.loads((two / "cell.json").read_text())
+    (two / "cell.json").write_text(json.dumps({**cell, field: value}))
+    (two / "config.json").write_text(json.dumps({**json.loads((two / "config.json").read_text()),
+                                                 "label": identity["label"]}))
+    with pytest.raises(ResdomError, match=r"name one checkpoint \(c0\) as .* one model cannot be both") as e:
+        read_runs([one, two])
+    assert "\n" not in str(e.value)
+    run = finish(make_run(tmp_path / "run", split))
+    run_all(run, what="hrli", split="test", progress=False)
+    ours = checkpoint_id(RunDir(run).model)
+    make_cell(tmp_path / "s2", label=copy_of, checkpoint=ours)
+    with pytest.raises(ResdomError, match=f"names checkpoint {ours} too"):
+        export_cell(run, tmp_path / "s2", identity["dataset"], identity["label"], 1)
+    assert not cell_dir(tmp_path / "s2", identity["dataset"], identity["label"], 1).exists()
+
+
+def test_variants_that_train_their_base_run_may_share_its_checkpoint(tmp_path: Path) -> None:
+    """The legitimate twins of one data set and seed: a training variant that sets only when training stops
+    (sasrec-p30, sasrec-v1024) beside its base and beside each other."""
+    store = tmp_path / "store"
+    cells = [make_cell(store, label=label) for label in ("sasrec", "sasrec-p30", "sasrec-v1024")]
+    assert [r.model for r in read_runs(cells)] == ["sasrec", "sasrec-p30", "sasrec-v1024"]
+
+
 def test_a_malformed_compute_is_reported_as_what_it_is(tmp_path: Path) -> None:
     """A cell.json whose compute is not an object was reported as "cell.json missing"."""
     cell = make_cell(tmp_path / "store", compute="fast")

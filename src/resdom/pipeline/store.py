@@ -118,8 +118,8 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
 
 def _check_unique(store: str | Path, target: Path, identity: dict[str, Any], checkpoint: str) -> None:
     """A ResdomError when another cell of ``store`` names ``checkpoint`` but cannot be the same model as the cell
-    ``identity`` (``report.collect.checkpoint_clash``: another seed): a copied cell relabelled as another seed would
-    count as one more seed."""
+    ``identity`` (``report.collect.checkpoint_clash``: another data set, seed or trained model): a copied cell
+    relabelled would count as one more."""
     for other in store_cells(store):
         if other.resolve() == target.resolve():
             continue

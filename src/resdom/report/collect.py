@@ -18,7 +18,7 @@ from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
-from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS
+from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS, shares_runs
 from resdom.io import read_jsonl, sha256_file
 from resdom.limits import short
 from resdom.rundir import RunDir, not_a_run_dir
@@ -269,15 +269,25 @@ def run_checkpoint(run: RunRecord) -> str | None:
 
 
 def checkpoint_clash(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two runs or cells (``dataset``, ``label``, ``seed``) that name one checkpoint cannot both be real: a
-    model is trained from one seed, so two seeds cannot share it (a copied cell relabelled as another seed would be
-    averaged as one more); two labels of one seed may (a variant that trained exactly as its base did: sasrec-p30
-    where patience 30 never ran out)."""
-    return a["seed"] != b["seed"]
+    """Whether two runs or cells (``dataset``, ``label``, ``seed``) that name one checkpoint cannot both be real. A
+    model is trained on one data set from one seed, so two data sets or two seeds never share it; two labels of one
+    data set and seed share it only when both train the same run and differ in when it stops (``trained_run``:
+    sasrec-p30 where patience 30 never ran out is sasrec's run). Anything else is a copied cell relabelled as
+    another seed, data set or model, which would be counted as one more."""
+    return (a.get("dataset") != b.get("dataset") or a.get("seed") != b.get("seed")
+            or trained_run(str(a.get("label"))) != trained_run(str(b.get("label"))))
+
+
+def trained_run(label: str) -> str:
+    """The label whose run ``label``'s trains, seed for seed: its base for a ``TRAINING_VARIANTS`` label that
+    sets only when training stops (``experiments.shares_runs``), else ``label`` itself."""
+    base = TRAINING_VARIANTS[label][0] if label in TRAINING_VARIANTS else label
+    return base if shares_runs(label, base) else label
 
 
 def check_checkpoints(runs: list[RunRecord]) -> None:
-    """A ResdomError naming both when two runs name one checkpoint under two seeds (``checkpoint_clash``)."""
+    """A ResdomError naming both when two runs name one checkpoint that cannot be one model's (``checkpoint_clash``:
+    another data set, seed or trained model)."""
     by_checkpoint: dict[str, list[RunRecord]] = {}
     for r in runs:
         checkpoint = run_checkpoint(r)
