@@ -84,7 +84,7 @@ def test_evidence_of_another_checkpoint_is_refused_and_an_old_one_removed(finish
     header, arrays = read_users(users)
     header["checkpoint"] = "0000000000000000"
     users.write_bytes(UserEvidence(header, arrays).to_bytes())
-    with pytest.raises(ResdomError, match="users.npz: computed on checkpoint 0000000000000000"):
+    with pytest.raises(ResdomError, match=r"users.npz: computed on another checkpoint \(0000000000000000, not "):
         export_cell(run, tmp_path / "results", "toy", "sasrec", 1)
     # a cell re-exported from a run without evidence loses an earlier checkpoint's users.npz
     cell = tmp_path / "results" / "toy" / "sasrec" / "seed1"

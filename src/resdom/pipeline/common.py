@@ -20,7 +20,7 @@ from resdom.io import atomic_write_json, atomic_write_text
 from resdom.names import USERS
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
-from resdom.stored import CELL_SPLIT, split_problem
+from resdom.stored import CELL_SPLIT, cell_problem
 from resdom.training.config import resolve_configs
 from resdom.training.trainer import fit
 
@@ -71,20 +71,20 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
 
 def missing_diagnostics(run_dir: Path) -> list[str]:
-    """The registered diagnostics whose file in ``run_dir`` is absent or of another checkpoint or split, and
-    ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
+    """The registered diagnostics whose file in ``run_dir`` is absent, of another checkpoint or split or names
+    none, and ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
     files = RunDir(run_dir)
     current = checkpoint_id(files.model)
     missing = []
     for name in diagnostic_names():
         try:
             data = json.loads(files.diagnostic(name).read_text())
-            ok = data.get("checkpoint") == current and split_problem(data, name) is None  # a valid-split file: redone
+            ok = cell_problem(data, name, current) is None  # another split's or checkpoint's (or unnamed): redone
         except (OSError, ValueError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             ok = False
         if not ok:
             missing.append(name)
-    if (read_header(files.users) or {}).get("checkpoint") != current:
+    if cell_problem(read_header(files.users) or {}, USERS, current) is not None:
         missing.append(USERS)
     return missing
 
