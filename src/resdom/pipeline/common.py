@@ -18,7 +18,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
 from resdom.names import USERS
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, is_cell
 from resdom.runs import checkpoint_id
 from resdom.stored import CELL_SPLIT, cell_problem
 from resdom.training.config import resolve_configs
@@ -105,9 +105,11 @@ def _resummarise(run_dir: Path) -> dict[str, Any]:
 
 
 def record_failure(run_dir: Path, error: BaseException) -> str:
-    """Write ``run_dir/error.txt`` (one-line message, then the traceback); returns the one-line message."""
+    """Write ``run_dir/error.txt`` (one-line message, then the traceback; not into a results-store cell); returns
+    the one-line message."""
     message = str(error) if isinstance(error, ResdomError) else f"{type(error).__name__}: {error}"
     message = " ".join(message.split()) or type(error).__name__
     detail = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    atomic_write_text(RunDir(run_dir).error, f"{message}\n\n{detail}")
+    if not is_cell(run_dir):  # a results-store cell where a run was expected: nothing written into its evidence
+        atomic_write_text(RunDir(run_dir).error, f"{message}\n\n{detail}")
     return message

@@ -1,0 +1,148 @@
+"""Issue 58, item 2 over every writing command: what each one refuses as its output, and what ``--force`` does.
+
+One table of every command that writes a folder (``train``, ``import-pmixer`` for the importers, ``report``, ``data
+split``, ``diagnose``, ``reproduce``, ``remedies``, ``demo``) or a file (``evaluate --per-user``, ``recommend --out``,
+``similar --out``, ``config show --out``), each run in this process on the same crafted targets: a results-store cell,
+a store (a folder holding cells), a folder of the user's own files, with and without ``--force``. Every refusal is
+one ``error:`` line and leaves the target's files as they were; where ``--force`` replaces a folder, the old one is
+found whole at ``OUT.replaced-1``. The commands that would train after ``--force`` has moved the folder aside
+(``reproduce``, ``remedies``, ``demo``) are stopped right after it by a stub: the move is what is tested here (their
+training is tested in tests/test_pipeline_demo.py)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import SMALL_SYNTHETIC as SOURCE
+from cli_helpers import TINY_MODEL as TINY
+from cli_helpers import one_line_error, run_cli
+from test_adapters_pmixer import HEADS, MAXLEN, _data_file, _pmixer
+from test_trust_outputs import files_of, make_cell, make_run
+
+from resdom.data.prepare import prepare_split
+from resdom.errors import ResdomError
+
+
+@dataclass
+class Env:
+    """What the commands read: a run (for evaluate, recommend, similar, diagnose), a cell to report, a pmixer state
+    dict and its data."""
+
+    run: Path
+    cell: Path
+    pmixer: Path
+    pmixer_data: Path
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> Env:
+    run = make_run(tmp_path / "inputs" / "run", prepare_split(SOURCE, protocol="loo"))
+    data, seqs = _data_file(tmp_path / "inputs" / "data.txt", np.random.default_rng(7))
+    state = tmp_path / "inputs" / f"SASRec.epoch=1.lr=0.001.layer=2.head=2.hidden=16.maxlen={MAXLEN}.pth"
+    torch.save(_pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict(), state)
+    return Env(run, make_cell(tmp_path / "inputs" / "cells"), state, data)
+
+
+# name -> (arguments writing to TARGET, takes --force, --force moves a folder of the user's files aside)
+FOLDER_WRITERS: dict[str, tuple[Callable[[Env, str], list[str]], bool, bool]] = {
+    "train": (lambda e, t: ["train", SOURCE, "--out", t, "--epochs", "1", *TINY], True, False),
+    "import-pmixer": (lambda e, t: ["import-pmixer", str(e.pmixer), "--data", str(e.pmixer_data), "--out", t,
+                                    "--heads", str(HEADS), "--k-core", "0"], True, False),
+    "report": (lambda e, t: ["report", str(e.cell), "--out", t, "--tables-only"], True, True),
+    "data split": (lambda e, t: ["data", "split", SOURCE, "--out", t], True, False),
+    "diagnose": (lambda e, t: ["diagnose", t, "--device", "cpu"], False, False),
+    "reproduce": (lambda e, t: ["reproduce", "--datasets", "synthetic", "--models", "sasrec", "--seeds", "1",
+                                "--epochs", "1", "--device", "cpu", "--out", t], True, True),
+    "remedies": (lambda e, t: ["remedies", SOURCE, "--variants", "base", "--seeds", "1", "--epochs", "1", "--device",
+                               "cpu", "--out", t], True, True),
+    "demo": (lambda e, t: ["demo", "--out", t, "--epochs", "1", "--device", "cpu"], True, True),
+}
+FILE_WRITERS: dict[str, Callable[[Env, str], list[str]]] = {
+    "evaluate --per-user": lambda e, f: ["evaluate", str(e.run), "--per-user", f, "--device", "cpu"],
+    "recommend --out": lambda e, f: ["recommend", str(e.run), "--out", f, "-k", "2", "--device", "cpu"],
+    "similar --out": lambda e, f: ["similar", str(e.run), "--items", "1", "--out", f, "--device", "cpu"],
+    "config show --out": lambda e, f: ["config", "show", "sasrec", "--out", f],
+}
+
+
+def user_folder(path: Path) -> Path:
+    """Maker: a folder of the user's own files (notes and a folder of their own)."""
+    (path / "mine").mkdir(parents=True)
+    (path / "notes.txt").write_text("keep me")
+    (path / "mine" / "data.csv").write_text("a,b\n1,2\n")
+    return path
+
+
+def stop_after_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stub: the grid's cells and the demo's data stop with one error right after --out was prepared (moved aside
+    or not), so nothing trains."""
+    reproduce, demo = (importlib.import_module(f"resdom.pipeline.{m}") for m in ("reproduce", "demo"))
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise ResdomError("stub: stopped after --out was prepared")
+
+    monkeypatch.setattr(reproduce, "_DataCache", lambda spec: stopped())
+    monkeypatch.setattr(demo, "prepare_split", stopped)
+
+
+@pytest.mark.parametrize("name", FOLDER_WRITERS)
+def test_every_folder_writer_keeps_cells_stores_and_the_users_files(name: str, env: Env, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    args, takes_force, moves = FOLDER_WRITERS[name]
+    force = ["--force"] if takes_force else []
+    stop_after_out(monkeypatch)
+    # a results-store cell, --force included: refused, its files as they were
+    store = tmp_path / "store"
+    cell = make_cell(store, label="gru4rec")
+    before = files_of(store)
+    code, _, err = run_cli(capsys, *args(env, str(cell)), *force)
+    one_line_error(code, err, str(cell))
+    assert files_of(store) == before and sorted(p.name for p in tmp_path.iterdir()) == ["inputs", "store"]
+    # a whole store (a folder holding cells) with --force: never moved aside, nothing written into it
+    code, _, err = run_cli(capsys, *args(env, str(store)), *force)
+    one_line_error(code, err, str(store))
+    assert files_of(store) == before and not any(".replaced-" in p.name for p in tmp_path.iterdir())
+    assert sorted(p.name for p in store.rglob("*") if p.name.startswith(".")) == []
+    # a folder of the user's files: refused without --force
+    mine = user_folder(tmp_path / "mine")
+    mine_files = files_of(mine)
+    code, _, err = run_cli(capsys, *args(env, str(mine)))
+    one_line_error(code, err, str(mine))
+    assert files_of(mine) == mine_files and sorted(os.listdir(mine)) == ["mine", "notes.txt"]
+    if not takes_force:
+        return
+    # with --force: moved aside whole (report, reproduce, remedies, demo) or refused (a run's or a split's writer)
+    code, out, err = run_cli(capsys, *args(env, str(mine)), "--force")
+    if moves:
+        assert f"moved aside to {tmp_path / 'mine.replaced-1'}" in out + err, out + err
+        assert files_of(tmp_path / "mine.replaced-1") == mine_files
+        assert not (mine / "notes.txt").exists() and not (mine / "mine").exists()
+    else:
+        one_line_error(code, err, str(mine))
+        assert files_of(mine) == mine_files and not (tmp_path / "mine.replaced-1").exists()
+
+
+@pytest.mark.parametrize("name", FILE_WRITERS)
+def test_every_file_writer_keeps_cells_and_the_users_files(name: str, env: Env, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    args = FILE_WRITERS[name]
+    store = tmp_path / "store"
+    cell = make_cell(store)
+    before = files_of(store)
+    for target in (cell / "out.csv", cell / "diagnostics" / "out.csv"):  # a new file inside a cell
+        code, _, err = run_cli(capsys, *args(env, str(target)))
+        one_line_error(code, err, f"{target}: is inside a results-store cell ({cell})")
+        assert files_of(store) == before
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my own,file\n1,2\n")
+    code, _, err = run_cli(capsys, *args(env, str(mine)))
+    one_line_error(code, err, str(mine))
+    assert mine.read_text() == "my own,file\n1,2\n"
