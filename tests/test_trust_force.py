@@ -12,6 +12,7 @@ training is tested in tests/test_pipeline_demo.py)."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,3 +147,65 @@ def test_every_file_writer_keeps_cells_and_the_users_files(name: str, env: Env, 
     code, _, err = run_cli(capsys, *args(env, str(mine)))
     one_line_error(code, err, str(mine))
     assert mine.read_text() == "my own,file\n1,2\n"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_under_torchrun_only_rank_0_moves_the_run_aside_and_the_others_wait(rank: int, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str],
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train --force` under torchrun: every rank went on to train at once, so a rank other than 0 read the old
+    run (its state, or "a finished run with no resume state") while rank 0 moved it aside. Now every rank joins
+    the process group first, rank 0 alone moves the folder, and all meet at a barrier before training. Maker: a
+    finished run with no state; a fake rank environment (RANK, WORLD_SIZE 2) and a fake group that records the
+    order of what happens (the real two-process run: the slow test below)."""
+    train_cmd = importlib.import_module("resdom.cli.train_cmd")
+    run = make_run(tmp_path / "run", prepare_split(SOURCE, protocol="loo"))
+    before = files_of(run)
+    events: list[object] = []
+
+    class Group:
+        def barrier(self) -> None:
+            events.append("barrier")
+
+        def close(self) -> None:
+            events.append("close")
+
+    def joined(device: str, option: str) -> Group:
+        events.append(("join", device))
+        return Group()
+
+    def fit(split: object, model_cfg: object, train: object, out: Path, **kwargs: object) -> None:
+        events.append(("fit", (tmp_path / "run.replaced-1").is_dir(), Path(out).exists()))
+        raise ResdomError("stub: stopped where training starts")
+
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(train_cmd, "setup", joined)
+    monkeypatch.setattr(train_cmd, "fit", fit)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force")
+    one_line_error(code, err, "stub: stopped where training starts")
+    if rank == 0:  # moved aside before the barrier releases the others
+        assert events == [("join", "cpu"), "barrier", ("fit", True, False), "close"]
+        assert files_of(tmp_path / "run.replaced-1") == before and "moved aside" in err
+    else:  # nothing moved by this rank; it trains only after the barrier
+        assert events == [("join", "cpu"), "barrier", ("fit", False, True), "close"]
+        assert files_of(run) == before and "moved aside" not in err
+
+
+@pytest.mark.slow
+def test_torchrun_force_moves_the_run_aside_once(tmp_path: Path) -> None:
+    """A real `torchrun --nproc_per_node 2 -m resdom train --force` on CPU (gloo) over a finished run with no state:
+    exit 0, the old run kept whole as OUT.replaced-1 (no OUT.replaced-2), a new run trained in OUT, one message."""
+    import subprocess
+    import sys
+
+    run = make_run(tmp_path / "run", prepare_split(SOURCE, protocol="loo"))
+    before = files_of(run)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "resdom", "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force",
+                           "--no-progress"], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert files_of(tmp_path / "run.replaced-1") == before and not (tmp_path / "run.replaced-2").exists()
+    assert proc.stderr.count("moved aside to") == 1
+    assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 1

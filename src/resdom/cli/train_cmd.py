@@ -34,7 +34,7 @@ from resdom.cli.data_options import (
 )
 from resdom.cli.values import one_filter, parse_cutoffs, positive_int, progress_option
 from resdom.data.readers import not_text, refuse_binary
-from resdom.distributed import resolve_device
+from resdom.distributed import resolve_device, setup, world_size
 from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, variant_train_values
@@ -318,15 +318,24 @@ def train(
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
         typer.echo(hint, err=True)
-    if replace and is_main:
-        typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
+    # under torchrun with --force every rank joins the group here, whether or not it saw something to move (a rank
+    # may look after rank 0 has moved it): rank 0 alone moves the old run aside, the others wait for it at a
+    # barrier, so none reads the old run's state or checks a folder half-way through its move
+    group = setup(train_cfg.device, "--device" if device else "train.device") if force and world_size() > 1 else None
     try:
+        if replace and is_main:
+            typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
+        if group is not None:
+            group.barrier()
         result = fit(split, model_cfg, train=train_cfg, out=out, data_info=data_info,
                      progress=None if progress else False).metrics
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
                    err=True)
         raise typer.Exit(130) from None
+    finally:
+        if group is not None:
+            group.close()  # the group this command joined (fit leaves one it did not join open)
     if is_main:
         if split.manifest.get("protocol") == "none" and not result["valid"]["n_users"]:
             n = result["epochs_run"]
