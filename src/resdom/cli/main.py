@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from resdom.bounded import command_budget
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
@@ -118,7 +119,8 @@ def _run() -> None:
         typer.secho(f"error: {message}", err=True, fg="red")
         sys.exit(2)
     try:
-        code = _typer_app(prog_name="resdom", standalone_mode=False)  # Click's errors come here, not boxed
+        with command_budget():  # resdom.limits over the whole command, not only each file it reads
+            code = _typer_app(prog_name="resdom", standalone_mode=False)  # Click's errors come here, not boxed
     except click_exceptions.UsageError as e:
         if isinstance(e, _NO_ARGS_IS_HELP):  # a bare ``resdom`` or ``resdom data``: the help, as before
             e.show()
