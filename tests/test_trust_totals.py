@@ -77,12 +77,16 @@ def alias_value(width: int = 45) -> str:
     return f"[{middle}, " + ", ".join(["*b"] * (width - 1)) + "]"
 
 
-def test_the_makers_are_within_each_files_own_limits(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return crafted_store(tmp_path_factory.mktemp("crafted") / "store")
+
+
+def test_the_makers_are_within_each_files_own_limits(store: Path) -> None:
     """Each crafted file alone passes its reader's limits (so only the command's total can refuse them), and the
     whole store is about 1 MB."""
     from resdom.bounded import command_budget
 
-    store = crafted_store(tmp_path / "store")
     assert load_npz(store / "toy" / "sasrec" / "seed1" / "users.npz")["pad"].nbytes == PAD
     assert sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) < 1_300_000
     assert len(load_yaml(alias_value(), "--set")) == 45
@@ -92,8 +96,8 @@ def test_the_makers_are_within_each_files_own_limits(tmp_path: Path) -> None:
             load_yaml(alias_value(), "--set 2")
 
 
-def test_a_store_of_crafted_cells_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    store = crafted_store(tmp_path / "store")
+def test_a_store_of_crafted_cells_is_refused_in_one_line(store: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "report", str(store), "--out", str(tmp_path / "report"), "--tables-only")
     one_line_error(code, err, "users.npz", "refused: the archives this command read unpack to",
                    "RESDOM_MAX_EXPANSION")
@@ -125,10 +129,9 @@ def capped(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_whole_commands_stay_under_the_cap(tmp_path: Path) -> None:
+def test_whole_commands_stay_under_the_cap(store: Path, tmp_path: Path) -> None:
     """The report over the crafted store and ``--set`` repeated, each a whole command under the cap: one clean line
     naming the limit (not "out of memory", not a traceback)."""
-    store = crafted_store(tmp_path / "store")
     report = capped("report", str(store), "--out", str(tmp_path / "report"), "--tables-only", cwd=tmp_path)
     sets = [a for _ in range(50) for a in ("--set", f"model.hidden={alias_value()}")]
     config = capped("config", "show", "sasrec", *sets, cwd=tmp_path)
