@@ -209,3 +209,18 @@ def test_torchrun_force_moves_the_run_aside_once(tmp_path: Path) -> None:
     assert files_of(tmp_path / "run.replaced-1") == before and not (tmp_path / "run.replaced-2").exists()
     assert proc.stderr.count("moved aside to") == 1
     assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 1
+
+
+def test_a_folder_too_large_to_check_for_cells_is_not_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force moves a folder aside only once it is shown to hold no store cell; a folder past MAX_SCANNED entries
+    (here lowered to 5) cannot be, and stays where it is. Maker: a folder of 10 files."""
+    from resdom import rundir
+
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(10):
+        (big / f"f{i}.txt").write_text("x")
+    monkeypatch.setattr(rundir, "MAX_SCANNED", 5)
+    with pytest.raises(ResdomError, match="holds more than 5 entries, too many to check that none is a results-store"):
+        rundir.move_aside(big)
+    assert big.is_dir() and len(list(big.iterdir())) == 10

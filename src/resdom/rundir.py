@@ -292,8 +292,8 @@ def cell_below(path: str | Path) -> Path | None:
             return Path(root)
         seen += len(dirs) + len(files)
         if seen > MAX_SCANNED:
-            raise ResdomError(f"{path}: holds more than {MAX_SCANNED:,} entries; resdom does not move it aside "
-                              "(it cannot check that it holds no results-store cell): choose another folder")
+            raise ResdomError(f"{path}: holds more than {MAX_SCANNED:,} entries, too many to check that none is a "
+                              "results-store cell (which resdom never moves or writes over); choose another folder")
     return None
 
 
