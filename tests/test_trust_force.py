@@ -29,6 +29,7 @@ from test_trust_outputs import files_of, make_cell, make_run
 
 from resdom.data.prepare import prepare_split
 from resdom.errors import ResdomError
+from resdom.rundir import check_output_folder
 
 
 @dataclass
@@ -180,14 +181,19 @@ def test_under_torchrun_only_rank_0_moves_the_run_aside_and_the_others_wait(rank
 
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", "2")
+    def checked(*args: object, **kwargs: object) -> bool:
+        events.append("check")
+        return check_output_folder(*args, **kwargs)  # type: ignore[arg-type]
+
     monkeypatch.setattr(train_cmd, "setup", joined)
     monkeypatch.setattr(train_cmd, "fit", fit)
+    monkeypatch.setattr(train_cmd, "check_output_folder", checked)
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force")
     one_line_error(code, err, "stub: stopped where training starts")
     if rank == 0:  # moved aside before the barrier releases the others
-        assert events == [("join", "cpu"), "barrier", ("fit", True, False), "close"]
+        assert events == ["check", ("join", "cpu"), "barrier", ("fit", True, False), "close"]
         assert files_of(tmp_path / "run.replaced-1") == before and "moved aside" in err
-    else:  # nothing moved by this rank; it trains only after the barrier
+    else:  # nothing moved by this rank, nor even looked at before the barrier (fit looks after it)
         assert events == [("join", "cpu"), "barrier", ("fit", False, True), "close"]
         assert files_of(run) == before and "moved aside" not in err
 

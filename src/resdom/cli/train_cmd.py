@@ -301,7 +301,11 @@ def train(
                                                ("precision", precision)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data = cfg.data
-    replace = check_output_folder(out, "--out", runs=True, force=force)
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    # under torchrun with --force, a rank other than 0 looks at --out only once rank 0 has moved the old run aside
+    # (below; its training checks the folder again): a look during the rename could find it half gone
+    waits = force and world_size() > 1 and not is_main
+    replace = False if waits else check_output_folder(out, "--out", runs=True, force=force)
     data.resolved_protocol  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.record(source)["protocol"]  # its defaults apply to the model (training.config)
@@ -314,13 +318,12 @@ def train(
     data_info = data.record(source)
     if cfg.label != cfg.name:
         data_info["label"] = cfg.label  # reports name the run by its variant
-    is_main = int(os.environ.get("RANK", "0")) == 0
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
         typer.echo(hint, err=True)
-    # under torchrun with --force every rank joins the group here, whether or not it saw something to move (a rank
-    # may look after rank 0 has moved it): rank 0 alone moves the old run aside, the others wait for it at a
-    # barrier, so none reads the old run's state or checks a folder half-way through its move
+    # under torchrun with --force every rank joins the group here: rank 0 alone moves the old run aside, the others
+    # wait for it at a barrier and only then look at --out (in fit), so none reads the old run's state or looks at
+    # a folder half-way through its move
     group = setup(train_cfg.device, "--device" if device else "train.device") if force and world_size() > 1 else None
     try:
         if replace and is_main:
