@@ -2,12 +2,13 @@
 
 Each file's own limits (``resdom.limits``) grant any archive an allowance of 64 MiB whatever its ratio, and any YAML
 document 100,000 values: many files, each within its limits, used to add up within one command. A report over a
-store of 20 crafted cells (about 1 MB together, each users.npz a valid header beside a 60 MiB member of zeros that
-packs to 60 KB) held 1.2 GB, and ``--set`` given 50 times, each value's aliases expanding to 93,000 values, passed
-4.7 million values on. Now a command's archives together unpack to at most 100 times their bytes plus one 64 MiB
-allowance, and its YAML documents to 100,000 values together (``bounded.command_budget``). The makers are below;
-each case runs the whole command, in this process (fast) and in a subprocess whose address space is capped at 1 GiB
-above its imports (slow), and must end in one clean line naming the limit."""
+store of 20 crafted cells (1.3 MB together, each users.npz a valid one whose alpha sweep of 33,000 alphas holds
+59 MB of ranks, deflated to 60 KB) kept 1.2 GB of them, and ``--set`` given 50 times, each value's aliases
+expanding to 93,000 values, passed 4.7 million values on. Now a command's archives together unpack to at most 100
+times their bytes plus one 64 MiB allowance, and its YAML documents to 100,000 values together
+(``bounded.command_budget``). The makers are below; each case runs the whole command, in this process (fast) and in
+a subprocess whose address space is capped at 1 GiB above its imports (slow), and must end in one clean line naming
+the limit."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -26,27 +26,23 @@ from cli_helpers import one_line_error, run_cli
 from resdom.bounded import load_npz, load_yaml
 from resdom.errors import ResdomError
 
-N_USERS, PAD = 50, 60 << 20  # a cell's users, and the zeros each crafted users.npz carries beside its arrays
+N_USERS, ALPHAS = 600, 33_000  # a crafted cell's users, and the alphas of its sweep: 3 x 19.8 MB of ranks it keeps
 
 
 def crafted_users(checkpoint: str) -> bytes:
-    """Maker: a users.npz that reads as a cell's per-user evidence (header of the test split and ``checkpoint``),
-    plus a member ``pad.npy`` of 60 MiB zeros, deflated to about 60 KB: within the file's own limit (100 times its
-    size plus 64 MiB)."""
+    """Maker: a valid users.npz of a cell (header of the test split and ``checkpoint``) whose alpha sweep has 33,000
+    alphas: its three (alphas, users) rank arrays hold 59 MB that the report keeps once read, and deflate to about
+    60 KB, within the file's own limit (100 times its size plus 64 MiB)."""
     n = N_USERS
-    head = {"version": 1, "split": "test", "n_users": n, "n_items": 30, "alphas": [1.0], "rank_cap": 21,
+    head = {"version": 1, "split": "test", "n_users": n, "n_items": 30, "alphas": [1.0] * ALPHAS, "rank_cap": 21,
             "checkpoint": checkpoint}
-    ranks = np.arange(n) % 20 + 1
+    ranks = (np.arange(n) % 20 + 1).astype(np.uint8)
+    sweep = np.ones((ALPHAS, n), np.uint8)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, header=np.array(json.dumps(head)), user=np.arange(n), target_rank=ranks,
                         target_rank_unfiltered=ranks, last_rank=ranks, last_seen=np.ones(n, bool),
-                        last_freq=np.full(n, 5), alpha_target_rank=ranks[None],
-                        alpha_target_rank_unfiltered=ranks[None], alpha_last_rank=np.minimum(ranks, 2)[None],
-                        recoverable=np.zeros(n, bool))
-    pad = io.BytesIO()
-    np.save(pad, np.zeros(PAD, np.uint8))
-    with zipfile.ZipFile(buffer, "a", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("pad.npy", pad.getvalue())
+                        last_freq=np.full(n, 5), alpha_target_rank=sweep, alpha_target_rank_unfiltered=sweep,
+                        alpha_last_rank=sweep, recoverable=np.zeros(n, bool))
     return buffer.getvalue()
 
 
@@ -87,7 +83,8 @@ def test_the_makers_are_within_each_files_own_limits(store: Path) -> None:
     whole store is about 1 MB."""
     from resdom.bounded import command_budget
 
-    assert load_npz(store / "toy" / "sasrec" / "seed1" / "users.npz")["pad"].nbytes == PAD
+    arrays = load_npz(store / "toy" / "sasrec" / "seed1" / "users.npz")
+    assert sum(a.nbytes for a in arrays.values()) > 59_000_000
     assert sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) < 1_300_000
     assert len(load_yaml(alias_value(), "--set")) == 45
     with command_budget():  # the same in one command: refused at the second document
