@@ -171,10 +171,13 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
     (mine / "other-set").mkdir()
     GridSpec(["beauty-ts"], ["sasrec"], [1], mine)
     (mine / "notes.txt").write_text("keep me")
-    with pytest.raises(ResdomError, match=r"--out .*mine: holds files, not a grid's folders .*: notes.txt;"):
+    with pytest.raises(ResdomError, match=r"--out .*mine: holds what a grid does not write \(notes.txt, other-set\)"):
         GridSpec(["beauty-ts"], ["sasrec"], [1], mine)
-    GridSpec(["beauty-ts", "synthetic"], ["sasrec", "sasrec-tts", "duorec", "bsarec", "sasrec-celast"], [1], tmp_path,
-             model_values={"hidden": 32}, train_values={"lr": 1e-3})  # values every cell takes
+    GridSpec(["beauty-ts", "synthetic"], ["sasrec", "sasrec-tts", "duorec", "bsarec", "sasrec-celast"], [1],
+             tmp_path / "g", model_values={"hidden": 32}, train_values={"lr": 1e-3})  # values every cell takes
+    # a folder of the user's folders is no grid either (a grid's data set folders hold model folders of seed<k>)
+    with pytest.raises(ResdomError, match=r"--out .*: holds what a grid does not write \(mine\)"):
+        GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path)
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ def test_evidence_of_another_checkpoint_is_refused_and_an_old_one_removed(finish
     header, arrays = read_users(users)
     header["checkpoint"] = "0000000000000000"
     users.write_bytes(UserEvidence(header, arrays).to_bytes())
-    with pytest.raises(ResdomError, match="users.npz: computed on checkpoint 0000000000000000"):
+    with pytest.raises(ResdomError, match=r"users.npz: computed on another checkpoint \(0000000000000000, not "):
         export_cell(run, tmp_path / "results", "toy", "sasrec", 1)
     # a cell re-exported from a run without evidence loses an earlier checkpoint's users.npz
     cell = tmp_path / "results" / "toy" / "sasrec" / "seed1"
@@ -161,16 +161,31 @@ def test_grid_stores_cells_under_their_label_and_report_refills_a_document(tmp_p
 
 
 @pytest.mark.slow
+def own_checkpoint(cell: Path, checkpoint: str) -> None:
+    """Maker: rename the checkpoint every file of a store cell names (its JSON files and users.npz's header)."""
+    old = json.loads((cell / "cell.json").read_text())["checkpoint"]
+    for path in [cell / "cell.json", cell / "metrics.json", *(cell / "diagnostics").glob("*.json")]:
+        path.write_text(path.read_text().replace(old, checkpoint))
+    if (cell / "users.npz").is_file():
+        from resdom.diagnostics.evidence import read_users
+
+        header, arrays = read_users(cell / "users.npz")
+        (cell / "users.npz").write_bytes(UserEvidence({**header, "checkpoint": checkpoint}, arrays).to_bytes())
+
+
 def test_report_fills_the_remedies_block_of_a_second_document_from_the_variants_and_their_base(
         finished_run, tmp_path):
     """A store with a remedy variant: the remedies table holds the variant and its base on that data set only (not
     the other model, not the data set without variants), the figure is drawn, and a bad document writes nothing."""
     store = tmp_path / "results"
-    for dataset, label in (("toy", "sasrec"), ("toy", "sasrec-gate"), ("toy", "duorec"), ("other", "sasrec")):
-        config_path = export_cell(finished_run, store, dataset, label, 1) / "config.json"
-        config = json.loads(config_path.read_text())
+    cells = (("toy", "sasrec"), ("toy", "sasrec-gate"), ("toy", "duorec"), ("other", "sasrec"))
+    for i, (dataset, label) in enumerate(cells):
+        cell = export_cell(finished_run, store, dataset, label, 1)
+        config = json.loads((cell / "config.json").read_text())
         config["data"]["source"] = dataset  # the report's data set name
-        config_path.write_text(json.dumps(config))
+        (cell / "config.json").write_text(json.dumps(config))
+        if i < len(cells) - 1:  # one run stands for four models: each cell gets a checkpoint of its own (the store
+            own_checkpoint(cell, f"{i:016x}")  # refuses a checkpoint named under two models or data sets)
     results_doc, remedies_doc = tmp_path / "results.md", tmp_path / "remedies.md"
     results_doc.write_text("<!-- resdom:table accuracy -->\n<!-- /resdom:table -->\n")
     remedies_doc.write_text("# Remedies\n<!-- resdom:table remedies -->\nold\n<!-- /resdom:table -->\nprose\n")

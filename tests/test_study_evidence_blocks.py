@@ -243,7 +243,7 @@ def test_coverage_counts_cells_evidence_and_the_seeds_asked(tmp_path: Path) -> N
         path = tmp_path / ds / label / f"seed{seed}"
         path.mkdir(parents=True)
         if users:
-            (path / "users.npz").touch()
+            users_npz(path, np.ones(U, int), np.ones(U, int))
         return RunRecord(path, ds, label, seed, "gts")
 
     runs = [run("toys-ts", "sasrec", 1, True), run("toys-ts", "sasrec", 2, True), run("toys-ts", "sasrec", 3),

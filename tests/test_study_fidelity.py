@@ -63,10 +63,11 @@ def write_cell(root: Path, dataset: str, seed: int, attn: float, hrli: float, n:
     d = root / dataset / "sasrec" / f"seed{seed}" / "diagnostics"
     d.mkdir(parents=True)
     pooled = {"Attn": attn, "+Res": attn / 6, "+LN": attn / 6}
-    (d / "mixing.json").write_text(json.dumps({"pooled": {"all": pooled, "last": pooled}}))
-    (d / "hrli.json").write_text(json.dumps({"n_users": n, "values": {"HRLI@1": hrli}}))
+    (d / "mixing.json").write_text(json.dumps({"split": "test", "pooled": {"all": pooled, "last": pooled}}))
+    (d / "hrli.json").write_text(json.dumps({"split": "test", "n_users": n, "values": {"HRLI@1": hrli}}))
     curve = [{"alpha": 1.0 - i / 10, "recovery": r} for i, r in enumerate(rec)]
-    (d / "recovery.json").write_text(json.dumps({"test": {"curve": curve, "recoverable": recoverable}}))
+    (d / "recovery.json").write_text(json.dumps({"split": "test", "test": {"curve": curve,
+                                                                          "recoverable": recoverable}}))
 
 
 def test_rows_from_a_store_and_their_marks(tmp_path):
@@ -110,7 +111,7 @@ def write_run(root: Path, dataset: str, seed: int, attn: float, hrli: float, n: 
                                              {"alpha": 0.0, "recovery": best_recovery / 2}],
                                    "recoverable": recoverable}}}
     for name, d in diags.items():
-        (cell / "diagnostics" / f"{name}.json").write_text(json.dumps({**d, "checkpoint": checkpoint}))
+        (cell / "diagnostics" / f"{name}.json").write_text(json.dumps({**d, "split": "test", "checkpoint": checkpoint}))
 
 
 def hand_store(root: Path) -> list:

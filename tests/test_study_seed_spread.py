@@ -146,7 +146,7 @@ def write_cell(store: Path, ds: str, label: str, seed: int, model: str, best: in
         rows.append(row)
     (cell / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if test is not None:
-        (cell / "diagnostics" / "hrli.json").write_text(json.dumps({"values": {"HRLI@1": test}}))
+        (cell / "diagnostics" / "hrli.json").write_text(json.dumps({"split": "test", "values": {"HRLI@1": test}}))
     return cell
 
 

@@ -273,6 +273,60 @@ def test_report_leaves_out_diagnostics_of_another_split_and_says_which(mixed_run
     assert record.why_empty("hrli") == "hrli.json computed on the 'valid' split, not test"
 
 
+@pytest.mark.parametrize("dropped", ["split", "checkpoint"])
+def test_a_diagnostic_naming_no_split_or_checkpoint_is_not_taken_as_the_cells(tmp_path: Path, split: SplitData,
+                                                                             dropped: str) -> None:
+    """A diagnostic's JSON without its split (or checkpoint) field was read as the test split's (a file naming no
+    split was taken as the test split): now the store export refuses the run naming the file, reproduce computes it
+    again, and the report leaves it out saying why. Maker: a finished, diagnosed run, the field removed from
+    hrli.json."""
+    run = finish(make_run(tmp_path / "run", split))
+    run_all(run, what=["hrli", "shuffle"], split="test", progress=False)
+    hrli = RunDir(run).diagnostic("hrli")
+    data = json.loads(hrli.read_text())
+    del data[dropped]
+    hrli.write_text(json.dumps(data))
+    with pytest.raises(ResdomError, match=f"hrli.json: names no {dropped} ") as e:
+        export_cell(run, tmp_path / "store", "toy", "sasrec", 1)
+    assert "\n" not in str(e.value) and not (tmp_path / "store").exists()
+    assert "hrli" in missing_diagnostics(run) and "shuffle" not in missing_diagnostics(run)
+    record = read_run(run)
+    assert "hrli" not in record.diagnostics and "shuffle" in record.diagnostics
+    assert record.why_empty("hrli").startswith(f"hrli.json names no {dropped} (")
+    summary = RunDir(run).summary  # summary.json naming no split: the run is not a finished cell
+    data = json.loads(summary.read_text())
+    assert is_finished(run)
+    del data[dropped]
+    summary.write_text(json.dumps(data))
+    assert not is_finished(run)
+
+
+@pytest.mark.parametrize("header_change,needle", [
+    ({"split": "valid"}, "users.npz computed on the 'valid' split, not test"),
+    ({"checkpoint": None}, "users.npz names no checkpoint ("),
+    ({"checkpoint": "0123456789abcdef"}, "users.npz computed on another checkpoint (0123456789abcdef, not "),
+])
+def test_per_user_evidence_of_another_split_or_checkpoint_is_left_out(tmp_path: Path, split: SplitData,
+                                                                     header_change: dict, needle: str) -> None:
+    """users.npz whose header names another split or checkpoint (or none) was read by the report as the run's (its
+    proportions, the coverage of evidence), and its split was not checked by the store. Maker: a diagnosed run's
+    users.npz rewritten with one header field changed."""
+    from resdom.diagnostics.evidence import UserEvidence, read_users
+
+    run = finish(make_run(tmp_path / "run", split))
+    run_all(run, what=["hrli", "users"], split="test", progress=False)
+    assert read_run(run).users_path == RunDir(run).users  # the honest one is the run's evidence
+    header, arrays = read_users(RunDir(run).users)
+    header = {k: v for k, v in {**header, **header_change}.items() if v is not None}
+    RunDir(run).users.write_bytes(UserEvidence(header, arrays).to_bytes())
+    record = read_run(run)
+    assert record.users_path is None and record.why_empty("users").startswith(needle)
+    assert "users" in missing_diagnostics(run)
+    with pytest.raises(ResdomError, match="users.npz: "):
+        export_cell(run, tmp_path / "store", "toy", "sasrec", 1)
+    assert not (tmp_path / "store").exists()
+
+
 @pytest.mark.parametrize("change,field", [
     ({"early_stopping": {"best_value": float("nan"), "best_epoch": 2, "bad_epochs": 0}}, "early_stopping.best_value"),
     ({"early_stopping": {"best_value": float("inf"), "best_epoch": 2, "bad_epochs": 0}}, "early_stopping.best_value"),
@@ -362,6 +416,48 @@ def test_a_copied_cell_relabelled_as_another_seed_is_refused(tmp_path: Path, spl
     with pytest.raises(ResdomError, match=f"names checkpoint {ours} too .as toy / sasrec / seed 7"):
         export_cell(run, store, "toy", "sasrec", 3)
     assert not cell_dir(store, "toy", "sasrec", 3).exists()
+
+
+@pytest.mark.parametrize("field,value,copy_of", [
+    ("label", "duorec", "sasrec"),            # another model
+    ("label", "sasrec-gate", "sasrec"),       # a remedy variant of the same model: another model too
+    ("label", "sasrec-celast", "sasrec"),     # a training variant that trains otherwise (another objective)
+    ("dataset", "toy-two", "sasrec"),         # another data set, same label and seed
+    ("label", "bsarec", "sasrec-p30"),        # a variant's copy relabelled as another model
+])
+def test_a_copied_cell_relabelled_as_another_model_or_data_set_is_refused(tmp_path: Path, split: SplitData,
+                                                                         field: str, value: str,
+                                                                         copy_of: str) -> None:
+    """A copy of a cell relabelled as another model label or data set (one checkpoint id) was taken as a cell of its
+    own, as the relabelled seed once was. Maker: a cell copied to the folder of its new identity, cell.json's field
+    changed. The store export refuses the same clash against a stored cell."""
+    store = tmp_path / "store"
+    one = make_cell(store, label=copy_of)
+    identity = {"dataset": "toy", "label": copy_of, "seed": 1, field: value}
+    two = cell_dir(store, identity["dataset"], identity["label"], 1)
+    shutil.copytree(one, two)
+    cell = json.loads((two / "cell.json").read_text())
+    (two / "cell.json").write_text(json.dumps({**cell, field: value}))
+    (two / "config.json").write_text(json.dumps({**json.loads((two / "config.json").read_text()),
+                                                 "label": identity["label"]}))
+    with pytest.raises(ResdomError, match=r"name one checkpoint \(c0\) as .* one model cannot be both") as e:
+        read_runs([one, two])
+    assert "\n" not in str(e.value)
+    run = finish(make_run(tmp_path / "run", split))
+    run_all(run, what="hrli", split="test", progress=False)
+    ours = checkpoint_id(RunDir(run).model)
+    make_cell(tmp_path / "s2", label=copy_of, checkpoint=ours)
+    with pytest.raises(ResdomError, match=f"names checkpoint {ours} too"):
+        export_cell(run, tmp_path / "s2", identity["dataset"], identity["label"], 1)
+    assert not cell_dir(tmp_path / "s2", identity["dataset"], identity["label"], 1).exists()
+
+
+def test_variants_that_train_their_base_run_may_share_its_checkpoint(tmp_path: Path) -> None:
+    """The legitimate twins of one data set and seed: a training variant that sets only when training stops
+    (sasrec-p30, sasrec-v1024) beside its base and beside each other."""
+    store = tmp_path / "store"
+    cells = [make_cell(store, label=label) for label in ("sasrec", "sasrec-p30", "sasrec-v1024")]
+    assert [r.model for r in read_runs(cells)] == ["sasrec", "sasrec-p30", "sasrec-v1024"]
 
 
 def test_a_malformed_compute_is_reported_as_what_it_is(tmp_path: Path) -> None:

@@ -14,11 +14,16 @@ field), never a traceback:
   hold the bytes its shape needs before it is made;
 - ``load_yaml`` / ``BoundedSafeLoader``: YAML with at most ``YAML_ALIASES`` aliases, ``YAML_NODES`` nodes once
   aliases are expanded, and ``YAML_DEPTH`` levels of nesting;
-- ``load_json``: JSON text, its nesting bounded (deep nesting is a RecursionError in ``json``).
+- ``load_json``: JSON text, its nesting bounded (deep nesting is a RecursionError in ``json``);
+- ``command_budget``: the same limits over one whole command (the CLI enters it): the archives it reads unpack to
+  at most ``EXPANSION`` times their packed bytes plus one ``EXPANSION_ALLOWANCE`` together, and its YAML
+  documents expand to at most ``YAML_NODES`` values together, so that many files each within its own limit (a
+  report over a store of crafted cells, ``--set`` repeated) cannot add up past them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -27,7 +32,8 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,67 @@ from resdom.limits import (
 )
 
 CHUNK = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One command's budget: the limits are per file, and a command that reads many files is bounded in total too
+
+
+@dataclass
+class CommandBudget:
+    """What one command has read so far: bytes unpacked from archives and the packed bytes they came from, and
+    values of YAML documents once their aliases are expanded."""
+
+    packed: int = 0
+    unpacked: int = 0
+    yaml_nodes: int = 0
+
+
+_budget: CommandBudget | None = None  # the running command's (``command_budget``); None: per-file limits only
+
+
+@contextlib.contextmanager
+def command_budget() -> Iterator[CommandBudget]:
+    """Count what the readers of this module unpack and expand while the block runs (one CLI command), against one
+    budget: archives together at most ``EXPANSION`` times their packed bytes plus one ``EXPANSION_ALLOWANCE`` (a
+    file's own limit grants each archive that allowance: twenty crafted files of 60 KB would otherwise unpack to
+    1.2 GB), YAML documents together at most ``YAML_NODES`` values. Outside it (resdom used as a library) each
+    file has its own limits only."""
+    global _budget
+    outer, _budget = _budget, CommandBudget()
+    try:
+        yield _budget
+    finally:
+        _budget = outer
+
+
+def _charge_unpacked(packed: int, unpacked: int, where: str) -> None:
+    """Count ``unpacked`` bytes, coming from ``packed`` archive bytes, against the command's budget; a ResdomError
+    naming ``where`` (the archive that breaks it) once the command's archives together unpack past theirs."""
+    budget = _budget
+    if budget is None:
+        return
+    budget.packed += packed
+    budget.unpacked += unpacked
+    cap = EXPANSION.value * budget.packed + EXPANSION_ALLOWANCE
+    if budget.unpacked > cap:
+        raise ResdomError(f"{where}: refused: the archives this command read unpack to {budget.unpacked:,} bytes "
+                          f"together, more than their {budget.packed:,} bytes may ({cap:,}: {EXPANSION.value} times "
+                          f"their size plus 64 MiB for the whole command); if the files are genuine, raise "
+                          f"{EXPANSION.env}")
+
+
+def _charge_yaml(nodes: int, source: str) -> None:
+    """Count a YAML document's ``nodes`` (aliases expanded) against the command's budget: a ResdomError naming
+    ``source`` once the command's documents (its config file, every ``--set`` value) expand past ``YAML_NODES``
+    values together."""
+    budget = _budget
+    if budget is None:
+        return
+    budget.yaml_nodes += nodes
+    if budget.yaml_nodes > YAML_NODES.value:
+        raise ResdomError(f"{source}: refused: the YAML this command read (config files, --set values) expands to "
+                          f"more than {YAML_NODES.value:,} values together ({YAML_NODES.env} raises the limit)")
 
 # what zipfile, zlib, lzma and bz2 raise on a damaged archive or member
 _ARCHIVE_ERRORS: tuple[type[BaseException], ...] = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
@@ -147,6 +214,7 @@ def read_member(z: zipfile.ZipFile, name: str, where: str, cap: int | None = Non
                           f"archive may (a crafted or damaged archive); {_raise_hint(info.file_size)}")
     if info.compress_type == zipfile.ZIP_LZMA:
         _check_lzma_dictionary(z, info, label)
+    _charge_unpacked(info.compress_size, info.file_size, label)  # declared: never past it (below)
     out = bytearray()
     try:
         with z.open(info) as f:
@@ -206,6 +274,7 @@ def gunzip(source: str | Path | bytes, where: str | None = None) -> bytes:
     try:
         with fobj, gzip.GzipFile(fileobj=fobj) as g:
             while chunk := g.read(CHUNK):
+                _charge_unpacked(packed if not out else 0, len(chunk), where)
                 out += chunk
                 if len(out) > cap:
                     raise ResdomError(f"{where}: refused: this gzip file of {packed:,} bytes unpacks to more than "
@@ -319,7 +388,7 @@ class BoundedSafeLoader(yaml.SafeLoader):
     def get_single_node(self) -> Any:
         node = super().get_single_node()
         if node is not None:
-            expanded_size(node, YAML_NODES.value, self.source)
+            _charge_yaml(expanded_size(node, YAML_NODES.value, self.source), self.source)
         return node
 
 

@@ -114,10 +114,15 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
     return torch.device(name)
 
 
+def world_size() -> int:
+    """The number of processes torchrun started (``WORLD_SIZE``; 1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def setup(device: str = "auto", option: str = "train.device") -> DistContext:
     """Resolve the device (``option``: as in ``resolve_device``); under torchrun (WORLD_SIZE > 1) join the process
     group (once per process)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     base = resolve_device(device, option)
     if world <= 1:
         return DistContext(0, 1, base, False)

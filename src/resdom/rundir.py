@@ -95,12 +95,17 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     """Refuse ``path`` as an output file, in one line naming ``option``: a folder, a path through a file, or an
     existing file that is neither empty nor an earlier output of the same writer (its first line starts with
     ``first_line``, or one of them: a writer whose header changed names the old one too; ``what`` names such a
-    file), so that no other file (the data, a list of ids, a config written by hand) is ever replaced."""
+    file), so that no other file (the data, a list of ids, a config written by hand) is ever replaced; and a file
+    inside a results-store cell, new or not (a cell's evidence is never added to)."""
     heads = (first_line,) if isinstance(first_line, str) else tuple(first_line)
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file name")
     if any(p.exists() and not p.is_dir() for p in path.parents):
         raise ResdomError(f"{option} {path}: a folder on its path is a file")
+    cell = next((p for p in path.parents if is_cell(p)), None)
+    if cell is not None:
+        raise ResdomError(f"{option} {path}: is inside a results-store cell ({cell}); resdom never writes into a "
+                          f"cell's evidence; choose a file elsewhere")
     if not path.exists():
         return
     try:
@@ -164,6 +169,7 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
                           "an empty folder")
     check_links(path, WRITTEN_BY_RUNS, option)
     if force:  # whatever run is there is kept, renamed; the writer starts anew
+        refuse_store(path, option)
         return True
     if not runs:
         raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to move it "
@@ -273,6 +279,33 @@ def refuse_cell(path: str | Path, option: str = "--out") -> None:
                           f"never writes over a cell's evidence, --force included; choose another {option}")
 
 
+MAX_SCANNED = 200_000  # entries ``cell_below`` looks at before it gives up (and --force refuses the folder)
+
+
+def cell_below(path: str | Path) -> Path | None:
+    """A results-store cell inside folder ``path`` (a folder holding ``cell.json``, ``path`` itself included; symbolic
+    links not followed), or None where there is none. A folder of more than ``MAX_SCANNED`` entries is a
+    ResdomError: it cannot be shown to hold no cell."""
+    name, seen = RunDir(".").cell.name, 0
+    for root, dirs, files in os.walk(path):
+        if name in files:
+            return Path(root)
+        seen += len(dirs) + len(files)
+        if seen > MAX_SCANNED:
+            raise ResdomError(f"{path}: holds more than {MAX_SCANNED:,} entries, too many to check that none is a "
+                              "results-store cell (which resdom never moves or writes over); choose another folder")
+    return None
+
+
+def refuse_store(path: str | Path, option: str = "--out") -> None:
+    """A ResdomError when folder ``path`` is or holds a results-store cell: --force never moves a cell's evidence
+    aside, not even inside the folder it renames (a whole store given as --out)."""
+    cell = cell_below(path)
+    if cell is not None:
+        raise ResdomError(f"{option} {path}: holds a results-store cell ({cell}); resdom never moves a cell's "
+                          f"evidence aside, --force included; choose another {option}")
+
+
 def aside_name(path: str | Path) -> Path:
     """Where ``move_aside`` would move ``path``: ``NAME.replaced-K``, the first K not taken."""
     path = Path(path)
@@ -285,9 +318,10 @@ def aside_name(path: str | Path) -> Path:
 
 def move_aside(path: str | Path) -> Path:
     """Rename folder ``path`` to ``aside_name(path)`` (what --force does to an output it replaces: nothing is
-    deleted); returns the new name."""
+    deleted); returns the new name. A folder that is or holds a results-store cell is refused (``refuse_store``),
+    and so is a run another process trains in."""
     path = Path(path)
-    refuse_cell(path)
+    refuse_store(path, "--force:")
     if is_locked(path):  # a trainer writing there would go on writing into the renamed folder
         raise ResdomError(f"{path}: another process is training there; wait for it to finish or choose another "
                           "folder")
@@ -327,6 +361,7 @@ def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, for
         check_links(path, writes, option)
         return False
     if force:
+        refuse_store(path, option)  # refused before anything is written, not when it would be moved
         return True
     others = [n for n in entries if n not in writes] or entries  # what the writer would not write, first
     what = (f"{KIND_NAMES[marked]}, not {KIND_NAMES[kind]}" if marked is not None else

@@ -3,8 +3,13 @@ the report's tables (``report.values``) and the training monitor (``diagnostics.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
+
+from resdom.bounded import npy_array, open_zip, read_member
+from resdom.errors import ResdomError
 
 
 def number_at(d: Any, *path: str) -> float | None:
@@ -51,10 +56,49 @@ def _cut(value: Any, limit: int = 60) -> str:
 
 def split_problem(data: dict[str, Any], file: str) -> str | None:
     """Why a diagnostic's JSON (or summary.json) ``data`` of ``file`` is not of the reported split
-    (``CELL_SPLIT``): its ``split`` names another one; None when it names that one (or none: a file written by hand,
-    resdom's name their split)."""
-    split = data.get("split", CELL_SPLIT)
+    (``CELL_SPLIT``): its ``split`` names another one, or none (every file resdom writes names its split, so a file
+    that names none cannot be shown to be the test split's); None when it names that one."""
+    if "split" not in data:
+        return (f"{file} names no split (resdom's diagnostics name theirs; it cannot be shown to be the {CELL_SPLIT} "
+                "split's)")
+    split = data["split"]
     return None if split == CELL_SPLIT else f"{file} computed on the {_cut(split)} split, not {CELL_SPLIT}"
+
+
+def checkpoint_problem(data: dict[str, Any], file: str, checkpoint: str | None, where: str = "the run") -> str | None:
+    """Why a diagnostic's JSON (summary.json, metrics.json, users.npz's header) ``data`` of ``file`` is not of
+    ``checkpoint``, the one ``where`` keeps: it names another checkpoint, or none while the run names one (a file
+    written by hand or by another tool cannot be shown to be of the kept model); None when it names that one. A run
+    that names no checkpoint at all (``checkpoint`` None: no weights, cell.json or metrics.json naming one, a folder
+    made by hand) takes the files that name none either, and none that names one."""
+    theirs = data.get("checkpoint")
+    if theirs == checkpoint:
+        return None
+    if checkpoint is None:
+        return f"{file} left out: nothing names {where}'s checkpoint"
+    if theirs is None:
+        return f"{file} names no checkpoint (it cannot be shown to be of {checkpoint}, the checkpoint of {where})"
+    shown = theirs if isinstance(theirs, str) and len(theirs) <= 60 else _cut(theirs)
+    return f"{file} computed on another checkpoint ({shown}, not {checkpoint} of {where})"
+
+
+def cell_problem(data: dict[str, Any], file: str, checkpoint: str | None, where: str = "the run") -> str | None:
+    """Why ``data`` of ``file`` (a diagnostic's JSON, summary.json or users.npz's header) is not one of a run's or a
+    cell's results: not of ``checkpoint`` (``checkpoint_problem``), or not of the test split (``split_problem``);
+    None when it names both."""
+    return checkpoint_problem(data, file, checkpoint, where) or split_problem(data, file)
+
+
+def users_header(path: str | Path) -> dict[str, Any] | None:
+    """The header of the per-user evidence ``users.npz`` at ``path`` (``diagnostics.evidence``), read within the
+    limits of ``resdom.limits``; None where it is absent or unreadable."""
+    try:
+        with open_zip(path) as z:
+            header_npy = read_member(z, "header.npy", str(path), 1 << 20)
+        header = json.loads(str(npy_array(header_npy, f"{path}:header.npy").item()))
+    except (ResdomError, ValueError, RecursionError):
+        return None
+    return header if isinstance(header, dict) else None
 
 
 def metrics_problem(metrics: Any, file: str = "metrics.json") -> str | None:

@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from resdom.bounded import command_budget
 from resdom.checks import cli_names
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
@@ -119,7 +120,9 @@ def _run() -> None:
         typer.secho(f"error: {message}", err=True, fg="red")
         sys.exit(2)
     try:
-        with cli_names():  # messages name options by their flags (--user-col), not their Python arguments
+        # messages name options by their flags (--user-col), not their Python arguments; resdom.limits hold over
+        # the whole command, not only each file it reads
+        with cli_names(), command_budget():
             code = _typer_app(prog_name="resdom", standalone_mode=False)  # Click's errors come here, not boxed
     except click_exceptions.UsageError as e:
         if isinstance(e, _NO_ARGS_IS_HELP):  # a bare ``resdom`` or ``resdom data``: the help, as before

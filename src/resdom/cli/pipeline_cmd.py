@@ -169,6 +169,8 @@ def demo(
 # in 80 columns (the lists are read with the spaces stripped).
 GRID_MODELS = ", ".join(CAUSAL_MODELS)
 DEFAULT_VARIANTS = ", ".join(v for v in REMEDIES if v != "res0.75")
+GRID_FORCE_HELP = ("--out holds something other than a grid: move it aside (OUT.replaced-K) and start anew; a "
+                   "folder holding a results-store cell is refused even then")
 
 
 def reproduce(
@@ -190,6 +192,7 @@ def reproduce(
                                "DATASET / MODEL / seedK (small text files, meant to be committed)"),
     monitor_every: int = typer.Option(5, "--monitor-every", min=0, help="record HRLI@1, HRL2I@1 and the mixing "
                                       "ratio on 1,024 validation users every N epochs (0 = off)"),
+    force: bool = typer.Option(False, "--force", help=GRID_FORCE_HELP),
 ) -> None:
     """Train and diagnose the grid data sets x models x seeds (resumable), then write summary tables and report.
 
@@ -198,7 +201,7 @@ def reproduce(
     length 128)."""
     spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
-                    store=store, train_values={"monitor_every": monitor_every})
+                    store=store, train_values={"monitor_every": monitor_every}, force=force)
     result = _interruptible(run_grid, spec, progress and not quiet)
     counts = {s: sum(o.status == s for o in result.outcomes) for s in ("done", "skipped", "failed")}
     typer.echo(f"\n{counts['done']} trained, {counts['skipped']} already finished, {counts['failed']} failed")
@@ -228,6 +231,7 @@ def remedies(
     quiet: bool = quiet_alias(),
     store: Path = typer.Option(None, "--store", help="results store: each finished cell is exported to STORE / "
                                "DATASET / LABEL / seedK"),
+    force: bool = typer.Option(False, "--force", help=GRID_FORCE_HELP),
 ) -> None:
     """Train each training-time remedy variant of MODEL with its protocol, diagnose it, and compare: a per-variant
     table (accuracy, HRLI, +Res mixing, recoverable misses, training time; mean ± std over seeds) and a figure of
@@ -236,7 +240,7 @@ def remedies(
     model_values, train_values = values.get("model", {}), values.get("train", {})
     spec = remedy_grid(dataset, model, _split_list(variants, "--variants"), _seeds(seeds), out, data_dir=data_dir,
                        protocol=protocol, device=device, epochs=epochs, store=store, train_values=train_values,
-                       model_values=model_values)
+                       model_values=model_values, force=force)
     result = _interruptible(run_remedies, spec, progress and not quiet)
     _echo_failed(result.grid.failed)
     if result.table_md is not None:

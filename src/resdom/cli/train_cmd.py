@@ -34,7 +34,7 @@ from resdom.cli.data_options import (
 )
 from resdom.cli.values import one_filter, parse_cutoffs, positive_int, progress_option
 from resdom.data.readers import not_text, refuse_binary
-from resdom.distributed import resolve_device
+from resdom.distributed import resolve_device, setup, world_size
 from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, variant_train_values
@@ -301,7 +301,11 @@ def train(
                                                ("precision", precision)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data = cfg.data
-    replace = check_output_folder(out, "--out", runs=True, force=force)
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    # under torchrun with --force, a rank other than 0 looks at --out only once rank 0 has moved the old run aside
+    # (below; its training checks the folder again): a look during the rename could find it half gone
+    waits = force and world_size() > 1 and not is_main
+    replace = False if waits else check_output_folder(out, "--out", runs=True, force=force)
     data.protocol_choice  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.known_protocol(source)  # its defaults apply to the model (training.config)
@@ -317,19 +321,27 @@ def train(
     data_info = data.record(source, split)
     if cfg.label != cfg.name:
         data_info["label"] = cfg.label  # reports name the run by its variant
-    is_main = int(os.environ.get("RANK", "0")) == 0
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
         typer.echo(hint, err=True)
-    if replace and is_main:
-        typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
+    # under torchrun with --force every rank joins the group here: rank 0 alone moves the old run aside, the others
+    # wait for it at a barrier and only then look at --out (in fit), so none reads the old run's state or looks at
+    # a folder half-way through its move
+    group = setup(train_cfg.device, "--device" if device else "train.device") if force and world_size() > 1 else None
     try:
+        if replace and is_main:
+            typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
+        if group is not None:
+            group.barrier()
         result = fit(split, model_cfg, train=train_cfg, out=out, data_info=data_info,
                      progress=None if progress else False).metrics
     except KeyboardInterrupt:
         typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
                    err=True)
         raise typer.Exit(130) from None
+    finally:
+        if group is not None:
+            group.close()  # the group this command joined (fit leaves one it did not join open)
     if is_main:
         if split.manifest.get("protocol") == "none" and not result["valid"]["n_users"]:
             n = result["epochs_run"]

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from resdom.bounded import load_npz, npy_array, open_zip, read_member
+from resdom.bounded import load_npz
 from resdom.data.sequences import EvalSet, SplitData, item_counts
 from resdom.diagnostics.alpha import ALPHAS, batch_ranks, check_alphas
 from resdom.diagnostics.common import DEFAULT_BATCH, all_users, batches, check_model, inference, recent_items
@@ -54,6 +54,7 @@ from resdom.diagnostics.recovery import K_RECOVERY, OFFSETS, position_ranks, rec
 from resdom.errors import ResdomError
 from resdom.models.interface import Diagnosable, final_states, residual_scale
 from resdom.records import RECOVERY_CURVE
+from resdom.stored import users_header
 
 USERS_FILE = "users.npz"
 VERSION = 1
@@ -127,14 +128,9 @@ def read_users(source: str | Path | bytes) -> tuple[dict[str, Any], dict[str, np
 
 
 def read_header(path: str | Path) -> dict[str, Any] | None:
-    """The header of the ``users.npz`` at ``path``, or None where it is absent or unreadable."""
-    try:
-        with open_zip(path) as z:
-            header_npy = read_member(z, "header.npy", str(path), 1 << 20)
-        header = json.loads(str(npy_array(header_npy, f"{path}:header.npy").item()))
-    except (ResdomError, ValueError, RecursionError):
-        return None
-    return header if isinstance(header, dict) else None
+    """The header of the ``users.npz`` at ``path``, or None where it is absent or unreadable (``stored.users_header``,
+    torch-free for the report)."""
+    return users_header(path)
 
 
 def evidence_alphas(model: Diagnosable, alphas: Sequence[float]) -> list[float]:

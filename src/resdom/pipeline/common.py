@@ -18,9 +18,9 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json, atomic_write_text
 from resdom.names import USERS
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, is_cell
 from resdom.runs import checkpoint_id
-from resdom.stored import CELL_SPLIT, split_problem
+from resdom.stored import CELL_SPLIT, cell_problem
 from resdom.training.config import resolve_configs
 from resdom.training.trainer import fit
 
@@ -71,20 +71,20 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
 
 
 def missing_diagnostics(run_dir: Path) -> list[str]:
-    """The registered diagnostics whose file in ``run_dir`` is absent or of another checkpoint or split, and
-    ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
+    """The registered diagnostics whose file in ``run_dir`` is absent, of another checkpoint or split or names
+    none, and ``users`` where the per-user evidence (users.npz) is (``run_all``'s ``what`` names)."""
     files = RunDir(run_dir)
     current = checkpoint_id(files.model)
     missing = []
     for name in diagnostic_names():
         try:
             data = json.loads(files.diagnostic(name).read_text())
-            ok = data.get("checkpoint") == current and split_problem(data, name) is None  # a valid-split file: redone
+            ok = cell_problem(data, name, current) is None  # another split's or checkpoint's (or unnamed): redone
         except (OSError, ValueError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             ok = False
         if not ok:
             missing.append(name)
-    if (read_header(files.users) or {}).get("checkpoint") != current:
+    if cell_problem(read_header(files.users) or {}, USERS, current) is not None:
         missing.append(USERS)
     return missing
 
@@ -105,9 +105,11 @@ def _resummarise(run_dir: Path) -> dict[str, Any]:
 
 
 def record_failure(run_dir: Path, error: BaseException) -> str:
-    """Write ``run_dir/error.txt`` (one-line message, then the traceback); returns the one-line message."""
+    """Write ``run_dir/error.txt`` (one-line message, then the traceback; not into a results-store cell); returns
+    the one-line message."""
     message = str(error) if isinstance(error, ResdomError) else f"{type(error).__name__}: {error}"
     message = " ".join(message.split()) or type(error).__name__
     detail = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    atomic_write_text(RunDir(run_dir).error, f"{message}\n\n{detail}")
+    if not is_cell(run_dir):  # a results-store cell where a run was expected: nothing written into its evidence
+        atomic_write_text(RunDir(run_dir).error, f"{message}\n\n{detail}")
     return message

@@ -15,6 +15,7 @@ message to ``error.txt`` and the grid goes on.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -38,13 +39,12 @@ from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
 from resdom.rundir import (
     GRID,
-    MARKER,
     RunDir,
+    cell_below,
+    check_kind_folder,
     check_links,
-    first_names,
-    is_temporary,
+    move_aside,
     refuse_cell,
-    require_folder_path,
     write_marker,
 )
 from resdom.training.config import MAX_SEED, resolve_configs
@@ -55,6 +55,20 @@ SUMMARY, DATASET_JSON = "summary", "dataset.json"  # DIR/summary/, DIR/<dataset>
 def known_labels() -> tuple[str, ...]:
     """What ``--models`` accepts: the models and the named variants of ``experiments.MODEL_VARIANTS``."""
     return model_labels()
+
+
+def earlier_grid(out: Path, entries: list[str]) -> bool:
+    """Whether ``out`` (no marker) holds a grid written before grids left one: folders only, each ``summary/`` or a
+    data set folder holding ``dataset.json`` and model folders of ``seed<k>`` folders (module docstring)."""
+    def model_folder(p: Path) -> bool:
+        return p.is_dir() and all(
+            c.is_dir() and re.fullmatch(r"seed\d+", c.name) for c in p.iterdir())
+
+    def dataset_folder(p: Path) -> bool:
+        return p.is_dir() and all(
+            (c.name == DATASET_JSON and c.is_file()) or model_folder(c) for c in p.iterdir())
+
+    return all((out / n).is_dir() and (n == SUMMARY or dataset_folder(out / n)) for n in entries)
 
 
 @dataclass
@@ -74,6 +88,8 @@ class GridSpec:
     model_values: dict[str, Any] = field(default_factory=dict)
     store: Path | None = None  # the results store (resdom.pipeline.store): each finished cell is exported there
     dataset_flag: str = "--datasets"  # how the command takes the data sets, for its messages (remedies: DATASET)
+    force: bool = False  # --out holds something other than a grid: move it aside (OUT.replaced-K), start anew
+    replace: bool = field(default=False, init=False)  # set by the check of --out: ``reproduce`` moves it aside
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -104,18 +120,23 @@ class GridSpec:
         self._check_configs()
 
     def _check_out(self) -> None:
-        """``out`` may be absent or a folder of folders (a grid's: data set folders and ``summary/``, module
-        docstring); a folder holding files, which a grid never writes there, is refused before anything is."""
-        if not require_folder_path(self.out, "--out"):
-            return
-        refuse_cell(self.out, "--out")
-        files = sorted(p.name for p in self.out.iterdir()
-                       if not p.is_dir() and not is_temporary(p.name) and p.name != MARKER)
-        if files:
-            raise ResdomError(f"--out {self.out}: holds files, not a grid's folders (data set folders and "
-                              f"{SUMMARY}/): {first_names(files)}; choose "
-                              "another --out or an empty folder")
-        check_links(self.out, (*self.datasets, SUMMARY))  # no data set folder or summary/ written through a link
+        """``out`` may be absent, empty, or a grid (its marker, or written before markers: folders only, laid out as
+        a grid, ``earlier_grid``); anything else is refused before anything is written, unless ``force``: then it
+        is moved aside when the grid starts (``replace``). A folder holding results-store cells (a store given as
+        --out) is refused, --force included, and so is --store inside --out."""
+        if self.out.is_dir():
+            refuse_cell(self.out, "--out")
+            check_links(self.out, (*self.datasets, SUMMARY), "--out")  # nothing written through a link out
+        cell = cell_below(self.out) if self.out.is_dir() else None
+        if cell is not None:
+            raise ResdomError(f"--out {self.out}: holds a results-store cell ({cell}); a grid's runs are not cells "
+                              "and --force never moves a cell aside: give the store as --store and another --out")
+        if self.store is not None and (self.store.resolve() == self.out.resolve()
+                                       or self.out.resolve() in self.store.resolve().parents):
+            raise ResdomError(f"--store {self.store}: is inside --out {self.out}; the store's cells would sit among "
+                              "the grid's runs: choose a store outside the grid")
+        self.replace = check_kind_folder(self.out, GRID, "--out", force=self.force, legacy=earlier_grid,
+                                         writes=(*self.datasets, SUMMARY))
 
     def _check_configs(self) -> None:
         """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
@@ -309,6 +330,9 @@ def _eta(done_s: list[float], left: int) -> str:
 
 def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None] = print) -> GridResult:
     """Run the whole grid (resumably), then write the summary report into ``spec.out / "summary"``."""
+    if spec.replace:  # --force: what --out held is kept, renamed, and the grid starts in an empty folder
+        echo(f"--force: {spec.out} moved aside to {move_aside(spec.out)}")
+        spec.replace = False
     cells = spec.cells()
     cache = _DataCache(spec)
     outcomes: list[RunOutcome] = []
@@ -330,7 +354,8 @@ def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None]
         stored = f"; stored in {outcome.stored}" if outcome.stored else ""
         echo(f"{tag}: {detail}{stored}{_eta(worked, left)}")
     summary_dir = spec.out / SUMMARY
-    record = {k: v for k, v in asdict(spec).items() if k != "dataset_flag"}  # a message's wording, not the grid
+    record = {k: v for k, v in asdict(spec).items()  # a message's wording and --force: not the grid
+              if k not in ("dataset_flag", "force", "replace")}
     atomic_write_json(summary_dir / "grid.json", {"spec": {**record, "out": str(spec.out)},
                                                   "outcomes": [asdict(o) for o in outcomes]})
     finished = [Path(o.run_dir) for o in outcomes if RunDir(o.run_dir).final.is_file()]

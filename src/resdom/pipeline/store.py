@@ -33,7 +33,7 @@ from resdom.pipeline.common import is_finished
 from resdom.report.collect import checkpoint_clash
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
-from resdom.stored import metrics_problem, split_problem
+from resdom.stored import cell_problem, metrics_problem
 
 MAX_CELL_BYTES = 200_000
 _MANIFEST_KEPT = ("dataset", "protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users",
@@ -96,10 +96,8 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
         path = run.diagnostic(name)
         if path.is_file():
             d = _read(path)
-            if d.get("checkpoint") != checkpoint:
-                raise ResdomError(f"{path}: computed on checkpoint {d.get('checkpoint')}, not {checkpoint}; "
-                                  "rerun `resdom diagnose` first")
-            if problem := split_problem(d, path.name):  # a cell's results are of the test split, never a mix
+            # a cell's results are of the test split and the kept checkpoint, each file named as such: never a mix
+            if problem := cell_problem(d, path.name, checkpoint, "model.safetensors"):
                 raise ResdomError(f"{path}: {problem.removeprefix(path.name + ' ')}; rerun `resdom diagnose "
                                   "--part test` first")
             files[cell.diagnostic(name)] = json_bytes(d)
@@ -118,8 +116,8 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
 
 def _check_unique(store: str | Path, target: Path, identity: dict[str, Any], checkpoint: str) -> None:
     """A ResdomError when another cell of ``store`` names ``checkpoint`` but cannot be the same model as the cell
-    ``identity`` (``report.collect.checkpoint_clash``: another seed): a copied cell relabelled as another seed would
-    count as one more seed."""
+    ``identity`` (``report.collect.checkpoint_clash``: another data set, seed or trained model): a copied cell
+    relabelled would count as one more."""
     for other in store_cells(store):
         if other.resolve() == target.resolve():
             continue
@@ -136,13 +134,14 @@ def _check_unique(store: str | Path, target: Path, identity: dict[str, Any], che
 
 
 def _users_bytes(path: Path, checkpoint: str) -> bytes:
-    """The bytes of the run's users.npz, refused (ResdomError) when it is unreadable or of another checkpoint."""
+    """The bytes of the run's users.npz, refused (ResdomError) when it is unreadable or its header does not name the
+    test split and ``checkpoint``."""
     header = read_header(path)
     if header is None:
         raise ResdomError(f"{path}: not a readable per-user evidence file; rerun `resdom diagnose --what users`")
-    if header.get("checkpoint") != checkpoint:
-        raise ResdomError(f"{path}: computed on checkpoint {header.get('checkpoint')}, not {checkpoint}; "
-                          "rerun `resdom diagnose --what users` first")
+    if problem := cell_problem(header, path.name, checkpoint, "model.safetensors"):
+        raise ResdomError(f"{path}: {problem.removeprefix(path.name + ' ')}; rerun `resdom diagnose --what users` "
+                          "first")
     return path.read_bytes()
 
 

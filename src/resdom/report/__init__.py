@@ -95,8 +95,8 @@ def run_coverage(runs: list[RunRecord]) -> str:
     for r in runs:
         names = ", ".join(sorted(n for n, d in r.diagnostics.items() if d)) or "none"
         rows.append(f"| {r.path} | {r.dataset} | {r.model} | {r.seed if r.seed is not None else '–'} | {names} | "
-                    f"{'yes' if r.users_path.is_file() else 'no'} |")
-    have = sum(r.users_path.is_file() for r in runs)
+                    f"{'yes' if r.users_path is not None else 'no'} |")
+    have = sum(r.users_path is not None for r in runs)
     return "\n".join(rows) + f"\n\nPer-user evidence (users.npz) in {have} of {len(runs)} run(s).\n"
 
 

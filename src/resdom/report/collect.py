@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
-from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS
+from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS, shares_runs
 from resdom.io import read_jsonl, sha256_file
 from resdom.limits import short
+from resdom.names import USERS
 from resdom.rundir import RunDir, not_a_run_dir
-from resdom.stored import metrics_problem, split_problem
+from resdom.stored import cell_problem, checkpoint_problem, metrics_problem, users_header
 
 
 def users_file(folder: str | Path) -> Path:
@@ -51,10 +53,10 @@ class RunRecord:
     cell: dict[str, Any] = field(default_factory=dict)  # a results-store cell's cell.json (compute, identity)
     curve: list[dict[str, Any]] = field(default_factory=list)  # the epoch log (metrics.jsonl / a cell's curve.jsonl)
 
-    @property
-    def users_path(self) -> Path:
-        """The run's per-user evidence (``users_file``)."""
-        return users_file(self.path)
+    @cached_property
+    def users_path(self) -> Path | None:
+        """The run's per-user evidence, where it is of the test split and the kept checkpoint (``usable_users``)."""
+        return usable_users(self.path)
 
     @property
     def label(self) -> str:
@@ -178,6 +180,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
     elif cell and (problem := metrics_problem(cell, str(files.cell))):
         raise ResdomError(problem)  # a NaN train_seconds never enters the cost table as a number
     stale = _drop_stale(run_dir, metrics, diagnostics, cell, problems)
+    if why := users_problem(run_dir):  # another model's or split's per-user evidence: never this run's
+        problems[USERS], stale = why, [*stale, USERS]
     dataset, label, seed = run_identity(run_dir, config, cell)
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
     error_path = files.error
@@ -199,40 +203,74 @@ def read_run(run_dir: str | Path) -> RunRecord:
     )
 
 
-def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]],
-                cell: dict[str, Any], problems: dict[str, str]) -> list[str]:
-    """Empty (in place) the results computed on another checkpoint than the run's; returns their names and writes
-    why into ``problems``. The run's checkpoint: that of its ``model.safetensors``, or for a results-store cell
-    (no weights) the one its ``cell.json`` names, else the one ``metrics.json`` names."""
+def kept_checkpoint(run_dir: Path, cell: dict[str, Any], metrics: dict[str, Any]) -> tuple[str | None, str]:
+    """The checkpoint of a run or a cell and the file that names it: that of its ``model.safetensors``, or for a
+    results-store cell (no weights) the one its ``cell.json`` names, else the one ``metrics.json`` names (None:
+    none of them)."""
     weights = RunDir(run_dir).model
     if weights.is_file():
-        current, where = sha256_file(weights)[:16], "model.safetensors"
-    elif cell.get("checkpoint"):
-        current, where = cell["checkpoint"], "cell.json"
-    else:
-        current, where = metrics.get("checkpoint"), "metrics.json"
+        return sha256_file(weights)[:16], "model.safetensors"
+    if cell.get("checkpoint"):
+        return cell["checkpoint"], "cell.json"
+    named = metrics.get("checkpoint")
+    return (named if isinstance(named, str) and named else None), "metrics.json"
+
+
+def _drop_stale(run_dir: Path, metrics: dict[str, Any], diagnostics: dict[str, dict[str, Any]],
+                cell: dict[str, Any], problems: dict[str, str]) -> list[str]:
+    """Empty (in place) the results that are not of the run's kept checkpoint (``kept_checkpoint``) and, for a
+    diagnostic, of the test split, each file naming both (``stored.cell_problem``); returns their names and writes
+    why into ``problems``."""
+    current, where = kept_checkpoint(run_dir, cell, metrics)
     stale = []
 
-    def cause(file: str, theirs: Any) -> str:
-        if current is None:
+    def problem(file: str, data: dict[str, Any], split: bool) -> str | None:
+        if current is None and data.get("checkpoint") is not None:
             return (f"{file} left out: nothing names the run's checkpoint (no model.safetensors, cell.json or "
                     "metrics.json)")
-        return f"{file} computed on another checkpoint ({theirs}, not {current} of {where})"
+        return (cell_problem if split else checkpoint_problem)(data, file, current, where)
 
-    if metrics and metrics.get("checkpoint") != current:
-        problems["metrics"] = cause("metrics.json", metrics.get("checkpoint"))
+    if metrics and (why := problem("metrics.json", metrics, split=False)):
+        problems["metrics"] = why
         metrics.clear()
         stale.append("metrics")
     for name, d in diagnostics.items():
-        if d and d.get("checkpoint") != current:
-            problems[name] = cause(f"{name}.json", d.get("checkpoint"))
-        elif d and (other_split := split_problem(d, f"{name}.json")):  # a valid-split run's file: never mixed in
-            problems[name] = other_split
-        else:
-            continue
-        d.clear()
-        stale.append(name)
+        if d and (why := problem(f"{name}.json", d, split=True)):  # a valid-split run's file: never mixed in
+            problems[name] = why
+            d.clear()
+            stale.append(name)
     return stale
+
+
+def usable_users(run_dir: str | Path) -> Path | None:
+    """The run's or the cell's per-user evidence (``users_file``) where its header names the test split and the
+    kept checkpoint (``kept_checkpoint``); None where there is none, or it is of another split or checkpoint (or
+    names none), so that no table or test reads another model's users as this one's (``users_problem`` says why)."""
+    return None if users_problem(run_dir) else (users_file(run_dir) if users_file(run_dir).is_file() else None)
+
+
+def users_problem(run_dir: str | Path) -> str | None:
+    """Why the run's ``users.npz`` is not its evidence (``usable_users``): unreadable, or not of the test split and
+    the kept checkpoint; None where it is (or there is none)."""
+    run_dir = Path(run_dir)
+    path = users_file(run_dir)
+    if not path.is_file():
+        return None
+    header = users_header(path)
+    if header is None:
+        return f"{path.name} left out: its header cannot be read"
+    files = RunDir(run_dir)
+    cell = _maybe_object(files.cell)
+    current, where = kept_checkpoint(run_dir, cell, _maybe_object(files.final))
+    return cell_problem(header, path.name, current, where)
+
+
+def _maybe_object(path: Path) -> dict[str, Any]:
+    """The JSON object at ``path``; {} where it is absent or no readable object (``read_run`` says why)."""
+    try:
+        return read_json(path) if path.is_file() else {}
+    except ResdomError:
+        return {}
 
 
 def _data_stats(data: dict[str, Any]) -> dict[str, Any]:
@@ -269,15 +307,25 @@ def run_checkpoint(run: RunRecord) -> str | None:
 
 
 def checkpoint_clash(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two runs or cells (``dataset``, ``label``, ``seed``) that name one checkpoint cannot both be real: a
-    model is trained from one seed, so two seeds cannot share it (a copied cell relabelled as another seed would be
-    averaged as one more); two labels of one seed may (a variant that trained exactly as its base did: sasrec-p30
-    where patience 30 never ran out)."""
-    return a["seed"] != b["seed"]
+    """Whether two runs or cells (``dataset``, ``label``, ``seed``) that name one checkpoint cannot both be real. A
+    model is trained on one data set from one seed, so two data sets or two seeds never share it; two labels of one
+    data set and seed share it only when both train the same run and differ in when it stops (``trained_run``:
+    sasrec-p30 where patience 30 never ran out is sasrec's run). Anything else is a copied cell relabelled as
+    another seed, data set or model, which would be counted as one more."""
+    return (a.get("dataset") != b.get("dataset") or a.get("seed") != b.get("seed")
+            or trained_run(str(a.get("label"))) != trained_run(str(b.get("label"))))
+
+
+def trained_run(label: str) -> str:
+    """The label whose run ``label``'s trains, seed for seed: its base for a ``TRAINING_VARIANTS`` label that
+    sets only when training stops (``experiments.shares_runs``), else ``label`` itself."""
+    base = TRAINING_VARIANTS[label][0] if label in TRAINING_VARIANTS else label
+    return base if shares_runs(label, base) else label
 
 
 def check_checkpoints(runs: list[RunRecord]) -> None:
-    """A ResdomError naming both when two runs name one checkpoint under two seeds (``checkpoint_clash``)."""
+    """A ResdomError naming both when two runs name one checkpoint that cannot be one model's (``checkpoint_clash``:
+    another data set, seed or trained model)."""
     by_checkpoint: dict[str, list[RunRecord]] = {}
     for r in runs:
         checkpoint = run_checkpoint(r)

@@ -433,7 +433,7 @@ def user_rates(runs: list[RunRecord]) -> list[tuple[np.ndarray, np.ndarray | Non
     evs = []
     for r in runs:
         path = r.users_path
-        if not path.is_file():
+        if path is None:
             return None
         evs.append(read_users(path))
     if any(not np.array_equal(ev.user, evs[0].user) for ev in evs[1:]):
@@ -613,7 +613,7 @@ def coverage_markdown(runs: list[RunRecord]) -> str:
     of another tie rule), with how many of them carry evidence, and on ``MAIN_SEEDS``' data sets the same over
     SASRec's remedy variants stored there and its probes (``asked_variants``); then one sentence over the store."""
     cells = [r for r in runs if r.seed is not None]
-    evidence = {(r.dataset, r.model, r.seed) for r in cells if (r.users_path).is_file()}
+    evidence = {(r.dataset, r.model, r.seed) for r in cells if r.users_path is not None}
     rows, asked_total, stored_total, variants_asked, variants_stored = [], 0, 0, 0, 0
     for ds in sorted({r.dataset for r in cells}):
         mine = [r for r in cells if r.dataset == ds]

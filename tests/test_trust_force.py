@@ -1,0 +1,232 @@
+"""Issue 58, item 2 over every writing command: what each one refuses as its output, and what ``--force`` does.
+
+One table of every command that writes a folder (``train``, ``import-pmixer`` for the importers, ``report``, ``data
+split``, ``diagnose``, ``reproduce``, ``remedies``, ``demo``) or a file (``evaluate --per-user``, ``recommend --out``,
+``similar --out``, ``config show --out``), each run in this process on the same crafted targets: a results-store cell,
+a store (a folder holding cells), a folder of the user's own files, with and without ``--force``. Every refusal is
+one ``error:`` line and leaves the target's files as they were; where ``--force`` replaces a folder, the old one is
+found whole at ``OUT.replaced-1``. The commands that would train after ``--force`` has moved the folder aside
+(``reproduce``, ``remedies``, ``demo``) are stopped right after it by a stub: the move is what is tested here (their
+training is tested in tests/test_pipeline_demo.py)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cli_helpers import SMALL_SYNTHETIC as SOURCE
+from cli_helpers import TINY_MODEL as TINY
+from cli_helpers import one_line_error, run_cli
+from test_adapters_pmixer import HEADS, MAXLEN, _data_file, _pmixer
+from test_trust_outputs import files_of, make_cell, make_run
+
+from resdom.data.prepare import prepare_split
+from resdom.errors import ResdomError
+from resdom.rundir import check_output_folder
+
+
+@dataclass
+class Env:
+    """What the commands read: a run (for evaluate, recommend, similar, diagnose), a cell to report, a pmixer state
+    dict and its data."""
+
+    run: Path
+    cell: Path
+    pmixer: Path
+    pmixer_data: Path
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> Env:
+    run = make_run(tmp_path / "inputs" / "run", prepare_split(SOURCE, protocol="loo"))
+    data, seqs = _data_file(tmp_path / "inputs" / "data.txt", np.random.default_rng(7))
+    state = tmp_path / "inputs" / f"SASRec.epoch=1.lr=0.001.layer=2.head=2.hidden=16.maxlen={MAXLEN}.pth"
+    torch.save(_pmixer(False, int(max(max(s) for s in seqs.values())), 0).state_dict(), state)
+    return Env(run, make_cell(tmp_path / "inputs" / "cells"), state, data)
+
+
+# name -> (arguments writing to TARGET, takes --force, --force moves a folder of the user's files aside)
+FOLDER_WRITERS: dict[str, tuple[Callable[[Env, str], list[str]], bool, bool]] = {
+    "train": (lambda e, t: ["train", SOURCE, "--out", t, "--epochs", "1", *TINY], True, False),
+    "import-pmixer": (lambda e, t: ["import-pmixer", str(e.pmixer), "--data", str(e.pmixer_data), "--out", t,
+                                    "--heads", str(HEADS), "--k-core", "0"], True, False),
+    "report": (lambda e, t: ["report", str(e.cell), "--out", t, "--tables-only"], True, True),
+    "data split": (lambda e, t: ["data", "split", SOURCE, "--out", t], True, False),
+    "diagnose": (lambda e, t: ["diagnose", t, "--device", "cpu"], False, False),
+    "reproduce": (lambda e, t: ["reproduce", "--datasets", "synthetic", "--models", "sasrec", "--seeds", "1",
+                                "--epochs", "1", "--device", "cpu", "--out", t], True, True),
+    "remedies": (lambda e, t: ["remedies", SOURCE, "--variants", "base", "--seeds", "1", "--epochs", "1", "--device",
+                               "cpu", "--out", t], True, True),
+    "demo": (lambda e, t: ["demo", "--out", t, "--epochs", "1", "--device", "cpu"], True, True),
+}
+FILE_WRITERS: dict[str, Callable[[Env, str], list[str]]] = {
+    "evaluate --per-user": lambda e, f: ["evaluate", str(e.run), "--per-user", f, "--device", "cpu"],
+    "recommend --out": lambda e, f: ["recommend", str(e.run), "--out", f, "-k", "2", "--device", "cpu"],
+    "similar --out": lambda e, f: ["similar", str(e.run), "--items", "1", "--out", f, "--device", "cpu"],
+    "config show --out": lambda e, f: ["config", "show", "sasrec", "--out", f],
+}
+
+
+def user_folder(path: Path) -> Path:
+    """Maker: a folder of the user's own files (notes and a folder of their own)."""
+    (path / "mine").mkdir(parents=True)
+    (path / "notes.txt").write_text("keep me")
+    (path / "mine" / "data.csv").write_text("a,b\n1,2\n")
+    return path
+
+
+def stop_after_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stub: the grid's cells and the demo's data stop with one error right after --out was prepared (moved aside
+    or not), so nothing trains."""
+    reproduce, demo = (importlib.import_module(f"resdom.pipeline.{m}") for m in ("reproduce", "demo"))
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise ResdomError("stub: stopped after --out was prepared")
+
+    monkeypatch.setattr(reproduce, "_DataCache", lambda spec: stopped())
+    monkeypatch.setattr(demo, "prepare_split", stopped)
+
+
+@pytest.mark.parametrize("name", FOLDER_WRITERS)
+def test_every_folder_writer_keeps_cells_stores_and_the_users_files(name: str, env: Env, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    args, takes_force, moves = FOLDER_WRITERS[name]
+    force = ["--force"] if takes_force else []
+    stop_after_out(monkeypatch)
+    # a results-store cell, --force included: refused, its files as they were
+    store = tmp_path / "store"
+    cell = make_cell(store, label="gru4rec")
+    before = files_of(store)
+    code, _, err = run_cli(capsys, *args(env, str(cell)), *force)
+    one_line_error(code, err, str(cell))
+    assert files_of(store) == before and sorted(p.name for p in tmp_path.iterdir()) == ["inputs", "store"]
+    # a whole store (a folder holding cells) with --force: never moved aside, nothing written into it
+    code, _, err = run_cli(capsys, *args(env, str(store)), *force)
+    one_line_error(code, err, str(store))
+    assert files_of(store) == before and not any(".replaced-" in p.name for p in tmp_path.iterdir())
+    assert sorted(p.name for p in store.rglob("*") if p.name.startswith(".")) == []
+    # a folder of the user's files: refused without --force
+    mine = user_folder(tmp_path / "mine")
+    mine_files = files_of(mine)
+    code, _, err = run_cli(capsys, *args(env, str(mine)))
+    one_line_error(code, err, str(mine))
+    assert files_of(mine) == mine_files and sorted(os.listdir(mine)) == ["mine", "notes.txt"]
+    if not takes_force:
+        return
+    # with --force: moved aside whole (report, reproduce, remedies, demo) or refused (a run's or a split's writer)
+    code, out, err = run_cli(capsys, *args(env, str(mine)), "--force")
+    if moves:
+        assert f"moved aside to {tmp_path / 'mine.replaced-1'}" in out + err, out + err
+        assert files_of(tmp_path / "mine.replaced-1") == mine_files
+        assert not (mine / "notes.txt").exists() and not (mine / "mine").exists()
+    else:
+        one_line_error(code, err, str(mine))
+        assert files_of(mine) == mine_files and not (tmp_path / "mine.replaced-1").exists()
+
+
+@pytest.mark.parametrize("name", FILE_WRITERS)
+def test_every_file_writer_keeps_cells_and_the_users_files(name: str, env: Env, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    args = FILE_WRITERS[name]
+    store = tmp_path / "store"
+    cell = make_cell(store)
+    before = files_of(store)
+    for target in (cell / "out.csv", cell / "diagnostics" / "out.csv"):  # a new file inside a cell
+        code, _, err = run_cli(capsys, *args(env, str(target)))
+        one_line_error(code, err, f"{target}: is inside a results-store cell ({cell})")
+        assert files_of(store) == before
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my own,file\n1,2\n")
+    code, _, err = run_cli(capsys, *args(env, str(mine)))
+    one_line_error(code, err, str(mine))
+    assert mine.read_text() == "my own,file\n1,2\n"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_under_torchrun_only_rank_0_moves_the_run_aside_and_the_others_wait(rank: int, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str],
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train --force` under torchrun: every rank went on to train at once, so a rank other than 0 read the old
+    run (its state, or "a finished run with no resume state") while rank 0 moved it aside. Now every rank joins
+    the process group first, rank 0 alone moves the folder, and all meet at a barrier before training. Maker: a
+    finished run with no state; a fake rank environment (RANK, WORLD_SIZE 2) and a fake group that records the
+    order of what happens (the real two-process run: the slow test below)."""
+    train_cmd = importlib.import_module("resdom.cli.train_cmd")
+    run = make_run(tmp_path / "run", prepare_split(SOURCE, protocol="loo"))
+    before = files_of(run)
+    events: list[object] = []
+
+    class Group:
+        def barrier(self) -> None:
+            events.append("barrier")
+
+        def close(self) -> None:
+            events.append("close")
+
+    def joined(device: str, option: str) -> Group:
+        events.append(("join", device))
+        return Group()
+
+    def fit(split: object, model_cfg: object, train: object, out: Path, **kwargs: object) -> None:
+        events.append(("fit", (tmp_path / "run.replaced-1").is_dir(), Path(out).exists()))
+        raise ResdomError("stub: stopped where training starts")
+
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    def checked(*args: object, **kwargs: object) -> bool:
+        events.append("check")
+        return check_output_folder(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(train_cmd, "setup", joined)
+    monkeypatch.setattr(train_cmd, "fit", fit)
+    monkeypatch.setattr(train_cmd, "check_output_folder", checked)
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force")
+    one_line_error(code, err, "stub: stopped where training starts")
+    if rank == 0:  # moved aside before the barrier releases the others
+        assert events == ["check", ("join", "cpu"), "barrier", ("fit", True, False), "close"]
+        assert files_of(tmp_path / "run.replaced-1") == before and "moved aside" in err
+    else:  # nothing moved by this rank, nor even looked at before the barrier (fit looks after it)
+        assert events == [("join", "cpu"), "barrier", ("fit", False, True), "close"]
+        assert files_of(run) == before and "moved aside" not in err
+
+
+@pytest.mark.slow
+def test_torchrun_force_moves_the_run_aside_once(tmp_path: Path) -> None:
+    """A real `torchrun --nproc_per_node 2 -m resdom train --force` on CPU (gloo) over a finished run with no state:
+    exit 0, the old run kept whole as OUT.replaced-1 (no OUT.replaced-2), a new run trained in OUT, one message."""
+    import subprocess
+    import sys
+
+    run = make_run(tmp_path / "run", prepare_split(SOURCE, protocol="loo"))
+    before = files_of(run)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "resdom", "train", SOURCE, "--out", str(run), "--epochs", "1", *TINY, "--force",
+                           "--no-progress"], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert files_of(tmp_path / "run.replaced-1") == before and not (tmp_path / "run.replaced-2").exists()
+    assert proc.stderr.count("moved aside to") == 1
+    assert json.loads((run / "metrics.json").read_text())["epochs_run"] == 1
+
+
+def test_a_folder_too_large_to_check_for_cells_is_not_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--force moves a folder aside only once it is shown to hold no store cell; a folder past MAX_SCANNED entries
+    (here lowered to 5) cannot be, and stays where it is. Maker: a folder of 10 files."""
+    from resdom import rundir
+
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(10):
+        (big / f"f{i}.txt").write_text("x")
+    monkeypatch.setattr(rundir, "MAX_SCANNED", 5)
+    with pytest.raises(ResdomError, match="holds more than 5 entries, too many to check that none is a results-store"):
+        rundir.move_aside(big)
+    assert big.is_dir() and len(list(big.iterdir())) == 10
