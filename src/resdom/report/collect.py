@@ -120,15 +120,21 @@ def read_diagnostics(run_dir: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: read_json(p) for p in paths if not p.name.startswith(".")}
 
 
+def _section(d: dict[str, Any], key: str) -> dict[str, Any]:
+    """``d[key]`` where it is an object, else {} (a section of a JSON file that may be missing or malformed)."""
+    value = d.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def dataset_name(data: dict[str, Any]) -> str | None:
     """The data set a run's ``config.json`` ``data`` section names: for a run trained on a split folder saved by
     ``resdom data split`` (``data.prepared_split`` set, ``data.source`` the folder) the source the split was made
     from (its manifest's ``source.name``, e.g. ``shop.csv``), else ``data.source`` (or ``data.name``); None where
     none is given."""
-    manifest = data.get("manifest") if isinstance(data.get("manifest"), dict) else {}
-    source = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
-    if data.get("prepared_split") and isinstance(source.get("name"), str) and source["name"]:
-        return source["name"]
+    source = _section(_section(data, "manifest"), "source")
+    name = source.get("name")
+    if data.get("prepared_split") and isinstance(name, str) and name:
+        return name
     name = data.get("source") or data.get("name")
     return str(name) if name else None
 
@@ -138,9 +144,7 @@ def run_identity(run_dir: Path, config: dict[str, Any], cell: dict[str, Any]) ->
     ``cell.json`` (the grid's cell, as the store wrote it), else ``config.json`` (``data.source``, ``data.label``
     (a grid label such as ``sasrec-tts``) or ``model.name``, ``train.seed``; the data set by ``dataset_name``). A
     label that config.json gives otherwise than cell.json is a ResdomError naming both files."""
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    train = config.get("train") if isinstance(config.get("train"), dict) else {}
-    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    model, train, data = _section(config, "model"), _section(config, "train"), _section(config, "data")
     labels = {str(x) for x in (config.get("label"), data.get("label")) if x}
     if cell:
         dataset, label, seed = cell.get("dataset"), cell.get("label"), cell.get("seed")
@@ -183,7 +187,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     if why := users_problem(run_dir):  # another model's or split's per-user evidence: never this run's
         problems[USERS], stale = why, [*stale, USERS]
     dataset, label, seed = run_identity(run_dir, config, cell)
-    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    data = _section(config, "data")
     error_path = files.error
     return RunRecord(
         path=run_dir,

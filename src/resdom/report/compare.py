@@ -145,7 +145,7 @@ def _cap(header: dict[str, Any], name: str) -> int:
     caps = header.get("caps") or {}
     if name in caps:
         return int(caps[name])
-    return header["rank_cap"] if name in PER_ALPHA else header["n_items"]
+    return int(header["rank_cap"] if name in PER_ALPHA else header["n_items"])
 
 
 def _check_array(path: Path, name: str, arr: np.ndarray, shape: tuple[int, ...], header: dict[str, Any]) -> np.ndarray:
@@ -502,16 +502,18 @@ def set_verdicts(done: Sequence[TestedRow], alpha: float) -> None:
             r.verdict = IDENTICAL
     done = [r for r in done if not r.identical]
     families = {  # raw p-values per row (None: no such test in that row)
-        "p_holm": [r.diff.p_value for r in done],
+        "p_holm": [None if r.diff is None else r.diff.p_value for r in done],
         "p_equiv_holm": [r.p_equiv for r in done],
         "p_seed_holm": [None if r.seeds is None else r.seeds.p_value() for r in done],
-        "p_seed_equiv_holm": [None if r.seeds is None or r.p_equiv is None else r.seeds.p_equiv(r.margin_abs)
-                              for r in done],
+        "p_seed_equiv_holm": [None if r.seeds is None or r.p_equiv is None or r.margin_abs is None
+                              else r.seeds.p_equiv(r.margin_abs) for r in done],
     }
     for name, raw in families.items():
         for r, p in zip(done, holm_or_none(raw)):
             setattr(r, name, p)
     for r in done:
+        if r.diff is None or r.p_holm is None:  # every row here has its bootstrap (``done``)
+            raise ValueError("a tested row without its bootstrap")
         r.verdict = joint_verdict(r.diff.estimate, r.p_holm, r.p_seed_holm, r.p_equiv_holm, r.p_seed_equiv_holm,
                                   r.margin.text(), alpha)
         r.detectable = detectable(r, alpha / len(done))
