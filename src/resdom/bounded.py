@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import yaml
@@ -261,6 +261,7 @@ def gunzip(source: str | Path | bytes, where: str | None = None) -> bytes:
     """The unpacked bytes of a gzip file (a path or its bytes), refused past ``limits.expansion_cap`` of its size;
     a truncated or damaged stream is a ResdomError naming ``where``."""
     where = where or ("gzip data" if isinstance(source, (bytes, bytearray)) else str(source))
+    fobj: BinaryIO
     if isinstance(source, (bytes, bytearray)):
         packed, fobj = len(source), io.BytesIO(source)
     else:
@@ -368,7 +369,7 @@ class BoundedSafeLoader(yaml.SafeLoader):
         self._depth = 0
 
     def _refuse(self, what: str, limit: Limit) -> ResdomError:
-        mark = self.peek_event().start_mark if self.check_event() else None
+        mark = self.peek_event().start_mark if self.check_event() else None  # type: ignore[no-untyped-call]
         line = f":{mark.line + 1}" if mark is not None else ""
         return ResdomError(f"{self.source}{line}: refused: {what} ({limit.env} raises the limit)")
 
