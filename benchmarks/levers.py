@@ -72,7 +72,7 @@ def child(args: dict) -> dict:
     torch.set_num_threads(1)
     split = prepare_split(args["data"], protocol=args.get("protocol", "gts"), data_dir=args["data_dir"])
     model_cfg, train_cfg = resolve_configs(
-        args.get("model", "sasrec"), {}, {"seed": 1, "threads": 1, "precision": args["precision"]},
+        args.get("model", "sasrec"), {}, {"seed": 1, "threads": 1},  # precision: the TrainStep's own (bf16 included)
         source=args["data"], n_items=split.n_items, protocol=args.get("protocol", "gts"))
     objective = get_objective(train_cfg.objective)
     torch.manual_seed(train_cfg.seed)
@@ -82,7 +82,7 @@ def child(args: dict) -> dict:
     if args.get("batches"):  # the first k batches of the epoch's order: keep that many samples, drawn as it draws
         keep = np.sort(np.random.default_rng(0).permutation(len(samples))[: args["batches"] * train_cfg.batch_size])
         samples = dataclasses.replace(samples, start=samples.start[keep], end=samples.end[keep])
-    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective), train_cfg.precision)
+    step = trainer.TrainStep(net, objective, trainer._loss_context(split, train_cfg, objective), args["precision"])
     if args.get("ce_only"):
         def forward(items, targets, negatives, sup_items):
             batch, hidden = net.training_states(TrainBatch(items, targets, negatives, sup_items))

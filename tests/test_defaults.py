@@ -218,7 +218,7 @@ def test_train_choices_in_any_case(field: str, given: str, value: str) -> None:
 
 
 @pytest.mark.parametrize(("field", "given", "closest"), [
-    ("device", "cpuu", "cpu"), ("precision", "bf61", "bf16"), ("objective", "ce_al", "ce_all"),
+    ("device", "cpuu", "cpu"), ("precision", "bf16-los", "bf16-loss"), ("objective", "ce_al", "ce_all"),
     ("metric", "NDGC@10", "NDCG@10"), ("negative_sampling", "unifrom", "uniform")])
 def test_train_choices_name_the_closest(field: str, given: str, closest: str) -> None:
     with pytest.raises(ResdomError, match=rf"train\.{field}: unknown .*\(did you mean {closest}\? choose "):

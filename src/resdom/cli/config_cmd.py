@@ -108,10 +108,9 @@ def show_cmd(
     seed: int | None = typer.Option(None, "--seed", help="random seed"),
     device: str | None = typer.Option(None, "--device", help="auto (the default: cuda, then mps, then cpu) | cpu | "
                                       "cuda | mps"),
-    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16 | bf16-loss: "
-                                         "experimental, the training step's forward pass (bf16) or its loss only "
-                                         "(bf16-loss) under bfloat16 autocast; evaluation and diagnostics stay fp32 "
-                                         "(train.precision)"),
+    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16-loss: the "
+                                         "loss's item products under bfloat16 autocast (less CPU an epoch; "
+                                         "evaluation and diagnostics stay fp32; train.precision)"),
     dataset: str | None = typer.Option(None, "--dataset", help="apply this data set's presets (BSARec's per-data-set "
                                        "values); nothing is read"),
     out: Path | None = typer.Option(None, "--out", "-o", help="write the YAML to this file instead of printing it"),

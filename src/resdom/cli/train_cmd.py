@@ -286,10 +286,9 @@ def train(
     seed: int | None = typer.Option(None, "--seed", help="random seed (default 17)"),
     device: str | None = typer.Option(None, "--device", help="auto (the default: cuda, then mps, then cpu) | cpu | "
                                       "cuda | mps"),
-    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16 | bf16-loss: "
-                                         "experimental, the training step's forward pass (bf16) or its loss only "
-                                         "(bf16-loss) under bfloat16 autocast; evaluation and diagnostics stay fp32 "
-                                         "(train.precision)"),
+    precision: str | None = typer.Option(None, "--precision", help="fp32 (the default) | bf16-loss: the "
+                                         "loss's item products under bfloat16 autocast (less CPU an epoch; "
+                                         "evaluation and diagnostics stay fp32; train.precision)"),
     progress: bool = progress_option(),
     force: bool = typer.Option(False, "--force", help="--out holds a finished or imported run with no resume "
                                "state: move it aside (OUT.replaced-K) and train anew; a results-store cell or a "

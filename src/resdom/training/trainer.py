@@ -92,7 +92,8 @@ def epoch_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
 # --------------------------------------------------------------------------------------- train step
 
 # train.precision -> (the autocast dtype, or None: float32, no autocast; what runs under it: "step" the training
-# step's whole forward pass, "loss" the objective's loss only, the model's encoding in float32)
+# step's whole forward pass, "loss" the objective's loss only, the model's encoding in float32). "bf16" (the whole
+# step) is measured by benchmarks/levers.py and not offered in train.precision: slower than bf16-loss
 PRECISIONS: dict[str, tuple[torch.dtype | None, str]] = {
     "fp32": (None, ""), "bf16": (torch.bfloat16, "step"), "bf16-loss": (torch.bfloat16, "loss")}
 
