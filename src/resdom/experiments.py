@@ -53,7 +53,7 @@ REFERENCE_QUERY_LN: Values = {
 TIME_TO_SPLIT_BERT4REC: Values = {
     "max_len": 128, "hidden": 64, "layers": 2, "heads": 2, "dropout": 0.5, "attn_dropout": 0.1, "inner_mult": 2,
     "activation": "gelu", "embedding": "ln_dropout", "emb_scale": False, "ln_eps": 1e-12, "positions": "from_start",
-    "final_ln": False, "key_padding_mask": True, "mask_prob": 0.2,
+    "final_ln": False, "mask_prob": 0.2,
 }
 # time-to-split's GRU4Rec (its grid point 32: d 64, 1 layer, dropout 0.1; max length 128; models/gru4rec.py).
 TIME_TO_SPLIT_GRU4REC: Values = {"max_len": 128, "hidden": 64, "layers": 1, "dropout": 0.1}

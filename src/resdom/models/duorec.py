@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender, TrainBatch
+from resdom.models.config import DuoRecConfig
 
 
 def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
@@ -51,7 +52,10 @@ class DuoRec(SequentialRecommender):
     """
 
     name: ClassVar[str] = "duorec"
-    own_fields: ClassVar[tuple[str, ...]] = ("duorec_tau", "duorec_lambda", "duorec_views")
+    cfg: DuoRecConfig
+
+    def __init__(self, cfg: DuoRecConfig) -> None:
+        super().__init__(cfg)
 
     def needs_partners(self) -> bool:
         return self.cfg.duorec_views in ("sup", "both")
