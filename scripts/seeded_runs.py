@@ -6,9 +6,15 @@ change and on the code after it; the two outputs must be equal, byte for byte. `
 that against the source of a named commit (``git archive``), running this script under each ``src/``::
 
     PYTHONPATH=src python scripts/seeded_runs.py [LABEL ...] > runs.json
+    PYTHONPATH=src python scripts/seeded_runs.py --stored results > built.json
 
 Only the public API is used (``resdom.prepare_split``, ``resdom.fit``), so the script runs unchanged on older code.
 Synthetic data (300 users, 60 items), 2 epochs, hidden 16, max length 12, one CPU thread.
+
+``--stored STORE``: every distinct model configuration of the results store's cells (``STORE/*/*/seed*/config.json``)
+built as the code reads a stored configuration, its parameters drawn from seed 0: a sha256 of its initial weights
+per configuration (keyed by the sha256 of the stored JSON), so that two versions of the code can be shown to build
+the same model from every stored cell.
 """
 
 from __future__ import annotations
@@ -67,6 +73,30 @@ def run(label: str) -> dict[str, Any]:
             "test": (m.get("test") or {}).get("metrics"), "weights": weights_sha256(fitted.model)}
 
 
+def stored_configs(store: str) -> dict[str, dict[str, Any]]:
+    """sha256 of the stored JSON -> each distinct ``model`` section of the store's cells' config.json."""
+    from pathlib import Path
+
+    out = {}
+    for path in sorted(Path(store).glob("*/*/seed*/config.json")):
+        model = json.loads(path.read_text())["model"]
+        key = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
+        out[key] = model
+    return out
+
+
+def build_stored(model: dict[str, Any]) -> str:
+    """The weights hash of the model a stored configuration describes, parameters drawn from seed 0."""
+    import torch
+
+    import resdom.models as models
+
+    reader = getattr(models, "read_model_config", None)  # the code of before it read the flat form directly
+    cfg = reader(model) if reader is not None else models.ModelConfig(**model)
+    torch.manual_seed(0)
+    return weights_sha256(models.build_model(cfg))
+
+
 def main(labels: list[str]) -> None:
     import logging
 
@@ -74,7 +104,10 @@ def main(labels: list[str]) -> None:
 
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
-    out = {label: run(label) for label in (labels or RUNS)}
+    if labels[:1] == ["--stored"]:
+        out = {key: build_stored(model) for key, model in stored_configs(labels[1]).items()}
+    else:
+        out = {label: run(label) for label in (labels or RUNS)}
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 

@@ -191,7 +191,8 @@ def toy_split(seed: int = 0) -> SplitData:
 
 def toy_model(seed: int = 0, name: str = "sasrec") -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = make_model_config(name=name, n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)
+    heads = {} if name == "gru4rec" else {"heads": 2}  # gru4rec has no attention heads
+    cfg = make_model_config(name=name, n_items=N_ITEMS, max_len=8, hidden=16, layers=2, init_std=0.5, **heads)
     return build_model(cfg).eval()
 
 

@@ -24,8 +24,9 @@ from resdom.models.config import make_model_config
 
 def make_model(name: str = "sasrec", heads: int = 2, norm_first: bool = False, seed: int = 0, **kw) -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = make_model_config(name=name, n_items=30, max_len=8, hidden=8, layers=2, heads=heads, norm_first=norm_first,
-                      init_std=0.4, inner_mult=2, **kw)
+    block = {"norm_first": norm_first} if norm_first else {}  # bsarec has no block choice
+    cfg = make_model_config(name=name, n_items=30, max_len=8, hidden=8, layers=2, heads=heads, init_std=0.4,
+                            inner_mult=2, **block, **kw)
     model = build_model(cfg).double().eval()
     with torch.no_grad():  # non-trivial biases and LayerNorm parameters, so the bias terms matter
         for name_, p in model.named_parameters():

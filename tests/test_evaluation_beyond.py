@@ -79,7 +79,7 @@ def fitted() -> resdom.Fitted:
     split = prepare_split(_frame(), "loo")
     torch.manual_seed(0)
     cfg = make_model_config(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1, max_len=MAX_LEN,
-                      dropout=0.0, attn_dropout=0.0)
+                            dropout=0.0, attn_dropout=0.0)
     model = build_model(cfg).eval()
     return resdom.Fitted(model, split, cfg, None)
 

@@ -45,6 +45,8 @@ def make_evalset(seed: int = 0, n_users: int = 41) -> EvalSet:
 
 def make_model(kind: str) -> torch.nn.Module:
     values = {"name": "sasrec", "n_items": N_ITEMS, "max_len": MAX_LEN, "hidden": 16, "heads": 2, **MODELS[kind]}
+    if values["name"] == "gru4rec":
+        del values["heads"]  # no attention heads
     torch.manual_seed(7)
     return build_model(make_model_config(**values)).eval()
 

@@ -133,7 +133,7 @@ def test_training_passes_in_length_groups_give_the_same_states_and_gradients(mod
 
     torch.manual_seed(0)
     cfg = make_model_config(name=model, n_items=30, max_len=12, hidden=16, layers=2, heads=2, dropout=0.0,
-                      attn_dropout=0.0)
+                            attn_dropout=0.0)
     net = build_model(cfg).double().train()
     rng = np.random.default_rng(0)
     lengths = [1, 2, 3, 5, 8, 12, 4, 9, 2, 7]

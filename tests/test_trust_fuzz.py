@@ -285,7 +285,7 @@ def _torch_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
     torch.save(state, pmixer)
     run = root / "run"
     save_checkpoint(run / "model.safetensors", build_model(make_model_config(n_items=10, hidden=8, layers=1, heads=2,
-                                                                       max_len=8)))
+                                                                             max_len=8)))
     users = npz_bytes({"header": np.array(json.dumps({"version": 1, "checkpoint": "abc"})),
                        "rank": np.arange(12, dtype=np.int64).reshape(3, 4)})
     config = b"model:\n  name: sasrec\n  hidden: 8\n  layers: 1\ntrain:\n  lr: 0.001\n  epochs: 2\n"

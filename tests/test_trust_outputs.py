@@ -47,7 +47,7 @@ def make_run(out: Path, split: SplitData) -> Path:
     """Maker: a run directory as `import-*` writes it (an untrained tiny SASRec; no training, milliseconds)."""
     torch.manual_seed(0)
     model = build_model(make_model_config(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
-                                    heads=1)).eval()
+                                          heads=1)).eval()
     labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
     return write_run(out, model, ImportData(split, labels, split.manifest), {"format": "test"})
 
@@ -127,7 +127,7 @@ def test_train_and_import_never_write_over_a_store_cell(tmp_path: Path, split: S
         make_run_at = write_run  # the importers' writer (import-recbole, -pmixer, -rectools)
         torch.manual_seed(0)
         model = build_model(make_model_config(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
-                                        heads=1))
+                                              heads=1))
         labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
         make_run_at(cell, model, ImportData(split, labels, split.manifest), {"format": "test"}, force=force)
     assert files_of(cell) == before

@@ -286,12 +286,20 @@ def drop_flat_defaults(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
     stored config.json of before the classes (every model's fields) reads as model ``name``'s own."""
     own = model_config_class(name).model_fields
     return {k: v for k, v in values.items()
-            if k in own or k not in FLAT_DEFAULTS or not _same(v, FLAT_DEFAULTS[k])}
+            if k in own or k not in FLAT_DEFAULTS or not _same(k, v)}
 
 
-def _same(value: Any, default: Any) -> bool:
-    return type(value) is type(default) and value == default or (
-        isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool) and value == default)
+def _same(key: str, value: Any) -> bool:
+    """Whether ``value`` is the flat form's default of ``key`` as the flat ModelConfig read it (pydantic's lax mode:
+    a YAML file's ``1e-12`` is the string "1e-12", read as the float)."""
+    default = FLAT_DEFAULTS[key]
+    owner = next(c for c in MODEL_CONFIGS.values() if key in c.model_fields)
+    try:
+        read = TypeAdapter(owner.model_fields[key].annotation).validate_python(value)
+    except ValidationError:
+        return False
+    same_kind = isinstance(value, bool) == isinstance(default, bool)  # 0 is no false, true no 1
+    return same_kind and type(read) is type(default) and read == default
 
 
 def make_model_config(**values: Any) -> ModelConfig:
