@@ -3,8 +3,8 @@ the user, in one place.
 
 - Reference architectures (spec §6): ``REFERENCE_POST_LN``, ``REFERENCE_QUERY_LN``, time-to-split's BERT4Rec and
   GRU4Rec (``TIME_TO_SPLIT_BERT4REC``, ``TIME_TO_SPLIT_GRU4REC``), as ModelConfig values.
-- What each model supports (``MODEL_TRAITS``): the ModelConfig values its architecture refuses. ModelConfig's
-  validation and the variants below read it, so no module names a model to decide what applies to it.
+- What each model supports (``MODEL_TRAITS``): the ModelConfig values its architecture refuses (its configuration
+  class refuses them too). The variants below read it, so no module names a model to decide what applies to it.
 - Protocol defaults (``PROTOCOL_DEFAULTS``): the model and train values each model's reference code base uses
   under a protocol; per-data-set presets (``DATASET_PRESETS``: BSARec's published settings), keyed on the names of
   the data registry (``data/registry.py``), not parsed from file names. ``model_defaults`` combines them;
