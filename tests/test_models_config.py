@@ -122,7 +122,14 @@ def test_the_model_is_built_from_the_parts_its_configuration_names() -> None:
 
 
 def test_a_model_is_built_from_its_own_configuration_class_only() -> None:
+    from pydantic import ValidationError
+
     from resdom.models import SASRec
+    from resdom.models.config import AttentionConfig, ModelConfig
+
+    for shared in (ModelConfig, AttentionConfig):  # the shared bases configure no model
+        with pytest.raises(ValidationError, match=f"{shared.__name__} holds the fields models share"):
+            shared(hidden=8)
 
     with pytest.raises(ValueError, match="a duorec model is built from a DuoRecConfig, not a SASRecConfig"):
         build_model(SASRecConfig(n_items=5).model_copy(update={"name": "duorec"}))

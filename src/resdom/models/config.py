@@ -50,6 +50,13 @@ class ModelConfig(NumbersModel):
     dropout: float = Field(0.5, ge=0.0, lt=1.0, description="hidden dropout")
     init_std: float = Field(0.02, gt=0.0)
 
+    @model_validator(mode="after")
+    def _a_model_of_its_own(self) -> ModelConfig:
+        if type(self) in _SHARED:
+            raise ValueError(f"{type(self).__name__} holds the fields models share; a model is configured by its "
+                             "own class (make_model_config(name=...), SASRecConfig, ...)")
+        return self
+
 
 class AttentionConfig(ModelConfig):
     """A self-attention encoder: embeddings -> blocks -> (final LN).
@@ -220,6 +227,7 @@ class GRU4RecConfig(ModelConfig):
     name: Literal["gru4rec"] = "gru4rec"
 
 
+_SHARED: tuple[type[ModelConfig], ...] = (ModelConfig, AttentionConfig, CausalConfig, BlockConfig)
 MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "sasrec": SASRecConfig, "duorec": DuoRecConfig, "bsarec": BSARecConfig, "bert4rec": BERT4RecConfig,
     "gru4rec": GRU4RecConfig,
@@ -294,8 +302,9 @@ def _same(key: str, value: Any) -> bool:
     a YAML file's ``1e-12`` is the string "1e-12", read as the float)."""
     default = FLAT_DEFAULTS[key]
     owner = next(c for c in MODEL_CONFIGS.values() if key in c.model_fields)
+    annotation: Any = owner.model_fields[key].annotation
     try:
-        read = TypeAdapter(owner.model_fields[key].annotation).validate_python(value)
+        read = TypeAdapter(annotation).validate_python(value)
     except ValidationError:
         return False
     same_kind = isinstance(value, bool) == isinstance(default, bool)  # 0 is no false, true no 1
