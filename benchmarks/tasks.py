@@ -250,10 +250,10 @@ def save_model(net, model_cfg, path: str | Path) -> None:
 def load_model(path: str | Path):
     from safetensors.torch import load_file
 
-    from resdom.models import ModelConfig, build_model
+    from resdom.models import build_model, read_model_config
 
     path = Path(path)
-    net = build_model(ModelConfig(**json.loads(path.with_suffix(".json").read_text())))
+    net = build_model(read_model_config(json.loads(path.with_suffix(".json").read_text())))
     net.load_state_dict(load_file(str(path)))
     return net.eval()
 

@@ -27,7 +27,7 @@ import torch
 
 from resdom.data.prepare import prepare_split
 from resdom.diagnostics.monitor import cheap_diagnostics, epoch_monitor
-from resdom.models.config import ModelConfig
+from resdom.models.config import read_model_config
 from resdom.runs import data_fingerprint
 from resdom.study.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
 from resdom.training.config import TrainConfig
@@ -51,7 +51,7 @@ def trajectory(cell: Path, data_dir: str) -> dict:
     if data_fingerprint(split) != data["fingerprint"]:
         raise SystemExit(f"{cell}: the prepared split's fingerprint {data_fingerprint(split)} is not the cell's "
                          f"{data['fingerprint']}")
-    model_cfg = ModelConfig(**config["model"])
+    model_cfg = read_model_config(config["model"])
     train_cfg = TrainConfig(**{**config["train"], "threads": 1})
     epochs: list[dict] = []
 

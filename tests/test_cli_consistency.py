@@ -289,7 +289,7 @@ def test_config_list_names_the_shipped_configs_and_models(capsys) -> None:
 
 def test_config_show_prints_every_setting(capsys) -> None:
     from resdom.cli.data_options import data_config_keys
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import SASRecConfig
 
     code, out, _ = run_cli(capsys, "config", "show", "sasrec", "--protocol", "gts")
     shown = yaml.safe_load(out)
@@ -297,8 +297,7 @@ def test_config_show_prints_every_setting(capsys) -> None:
     assert set(shown["train"]) == set(TrainConfig.model_fields)
     assert set(shown["data"]) == set(data_config_keys())  # data settings included
     assert shown["data"]["protocol"] == "gts" and shown["data"]["quantile"] == 0.9
-    assert set(shown["model"]) == set(ModelConfig.model_fields) - {"n_items", "bsa_a", "bsa_c", "duorec_tau",
-                                                                    "duorec_lambda", "duorec_views", "mask_prob"}
+    assert set(shown["model"]) == set(SASRecConfig.model_fields) - {"n_items"}
     assert shown["model"]["max_len"] == 200 and shown["train"]["objective"] == "ce_all"  # GTS: the paper's code
     code, auto, _ = run_cli(capsys, "config", "show", "SASRec")  # the default, auto: gts for data with timestamps
     assert yaml.safe_load(auto)["model"] == shown["model"] and yaml.safe_load(auto)["data"]["protocol"] == "gts"

@@ -298,10 +298,10 @@ def echo_split(filter_seen: bool | None) -> SplitData:
 @pytest.fixture(scope="module")
 def tiny_model():
     from resdom.models import build_model
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
 
     torch.manual_seed(0)
-    return build_model(ModelConfig(n_items=30, max_len=6, hidden=8, layers=1, heads=1))
+    return build_model(make_model_config(n_items=30, max_len=6, hidden=8, layers=1, heads=1))
 
 
 def test_split_filter_seen_reads_the_manifest() -> None:

@@ -21,7 +21,7 @@ from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.runner import run_all
 from resdom.diagnostics.shuffle import position_shuffle
 from resdom.models import build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 
 N_ITEMS = 25
 
@@ -35,7 +35,7 @@ def make_evalset(n: int, seed: int) -> EvalSet:
 
 def make_model(name: str = "sasrec") -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = ModelConfig(name=name, n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)
+    cfg = make_model_config(name=name, n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)
     return build_model(cfg).double().eval()
 
 
@@ -91,7 +91,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     single = json.loads(json.dumps(diagnose_all()))  # the JSON round trip the workers' results take
     split = prepare_split("synthetic:n_users=60,n_items=30,min_len=6,max_len=14,seed=3", "loo")
-    cfg = ModelConfig(max_len=12, hidden=16, layers=2, heads=2)
+    cfg = make_model_config(max_len=12, hidden=16, layers=2, heads=2)
     fit(split, cfg, TrainConfig(epochs=1, device="cpu", batch_size=64), tmp_path / "run_single", progress=False)
     shutil.copytree(tmp_path / "run_single", tmp_path / "run_dist")
     single_summary = run_all(tmp_path / "run_single", alphas=(1.0, 0.5, 0.0), seeds=(0,), progress=False,

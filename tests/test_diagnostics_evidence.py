@@ -28,7 +28,7 @@ from resdom.diagnostics.hrli import band_masks
 from resdom.diagnostics.runner import discard_stale, run_all
 from resdom.evaluation.evaluate import evaluate
 from resdom.models import build_model, residual_scale
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 
 REPO = Path(__file__).resolve().parents[1]
 ALPHAS = (1.0, 0.5, 0.3, 0.0)
@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
     torch.set_num_threads(1)
     split = prepare_split("synthetic:n_users=200,n_items=300,min_len=6,max_len=14,seed=3", "loo")
     out = tmp_path_factory.mktemp("run")
-    fit(split, ModelConfig(max_len=12, hidden=16, layers=2, heads=2), TrainConfig(epochs=3, device="cpu",
+    fit(split, make_model_config(max_len=12, hidden=16, layers=2, heads=2), TrainConfig(epochs=3, device="cpu",
         batch_size=64), out, progress=False)
     run_all(out, alphas=ALPHAS, seeds=(0,), progress=False, batch_size=40)
     return out
@@ -191,7 +191,8 @@ def toy_split(seed: int = 0) -> SplitData:
 
 def toy_model(seed: int = 0, name: str = "sasrec") -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = ModelConfig(name=name, n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)
+    heads = {} if name == "gru4rec" else {"heads": 2}  # gru4rec has no attention heads
+    cfg = make_model_config(name=name, n_items=N_ITEMS, max_len=8, hidden=16, layers=2, init_std=0.5, **heads)
     return build_model(cfg).eval()
 
 

@@ -14,7 +14,7 @@ from resdom.diagnostics.mixing import mixing_ratios
 from resdom.diagnostics.recovery import miss_recovery, select_alpha, split_recovery
 from resdom.evaluation.evaluate import evaluate
 from resdom.models import build_model, residual_scale
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 
 N_ITEMS = 25
 
@@ -28,7 +28,7 @@ def evalset(n: int = 30, seed: int = 0) -> EvalSet:
 
 def model(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return build_model(ModelConfig(n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)).eval()
+    return build_model(make_model_config(n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5)).eval()
 
 
 def slow_ranks(scores: np.ndarray, item: int) -> int:

@@ -19,13 +19,14 @@ from resdom.diagnostics.decomposition import (
 )
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.models import build_model, recording, residual_scale
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 
 
 def make_model(name: str = "sasrec", heads: int = 2, norm_first: bool = False, seed: int = 0, **kw) -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = ModelConfig(name=name, n_items=30, max_len=8, hidden=8, layers=2, heads=heads, norm_first=norm_first,
-                      init_std=0.4, inner_mult=2, **kw)
+    block = {"norm_first": norm_first} if norm_first else {}  # bsarec has no block choice
+    cfg = make_model_config(name=name, n_items=30, max_len=8, hidden=8, layers=2, heads=heads, init_std=0.4,
+                            inner_mult=2, **block, **kw)
     model = build_model(cfg).double().eval()
     with torch.no_grad():  # non-trivial biases and LayerNorm parameters, so the bias terms matter
         for name_, p in model.named_parameters():
@@ -264,7 +265,7 @@ def test_pre_ln_has_no_ln_stage_and_bsarec_reports_frequency_branch():
 
 def test_float32_model_runs_and_stays_in_range():
     torch.manual_seed(0)
-    cfg = ModelConfig(n_items=30, max_len=8, hidden=8, layers=2, heads=2)
+    cfg = make_model_config(n_items=30, max_len=8, hidden=8, layers=2, heads=2)
     model = build_model(cfg).eval()
     res = mixing_ratios(model, make_evalset(), definition="sum_of_norms")
     for row in res.layers:

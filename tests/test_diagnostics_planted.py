@@ -23,14 +23,14 @@ WORLDS = {"skip2": "p_skip2=0.8,p_last=0.0", "last": "p_skip2=0.0,p_last=0.8"}
 
 def _train(world: str, out) -> tuple[torch.nn.Module, object]:
     from resdom.data.prepare import prepare_split
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.runs import load_run
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
     split = prepare_split(f"synthetic:n_users=1000,n_items=100,min_len=8,max_len=20,p_user=0.0,seed=0,{WORLDS[world]}",
                           "loo")
-    fit(split, ModelConfig(max_len=20, hidden=32, layers=2, heads=2, dropout=0.1, attn_dropout=0.1),
+    fit(split, make_model_config(max_len=20, hidden=32, layers=2, heads=2, dropout=0.1, attn_dropout=0.1),
         TrainConfig(epochs=4, device="cpu", batch_size=64, lr=5e-3, seed=0), out, progress=False)
     run = load_run(out)
     return run.model, run.split

@@ -12,13 +12,13 @@ from cli_helpers import invoke
 @pytest.mark.slow
 def test_diagnose_lastfm_run(shared_raw: Path, tmp_path: Path, capsys) -> None:
     from resdom.data.prepare import prepare_split
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
     split = prepare_split("lastfm", "loo", data_dir=shared_raw)
     run = tmp_path / "run"
-    fit(split, ModelConfig(max_len=50, hidden=32, layers=2, heads=2), TrainConfig(epochs=2, device="cpu"), run,
+    fit(split, make_model_config(max_len=50, hidden=32, layers=2, heads=2), TrainConfig(epochs=2, device="cpu"), run,
         progress=False)
     assert invoke("diagnose", str(run), "--what", "hrli,mixing,shuffle", "--seeds", "0", "--json") == 0
     summary = json.loads(capsys.readouterr().out)

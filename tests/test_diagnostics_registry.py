@@ -86,14 +86,14 @@ SIXTH = Diagnostic("length", "input lengths", _length, LengthResult, options=("r
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from resdom.data.prepare import prepare_split
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
     torch.set_num_threads(1)
     split = prepare_split("synthetic:n_users=60,n_items=20,min_len=4,max_len=10,seed=5", "loo")
     out = tmp_path_factory.mktemp("run")
-    fit(split, ModelConfig(max_len=8, hidden=8, layers=1, heads=1, dropout=0.1, attn_dropout=0.1),
+    fit(split, make_model_config(max_len=8, hidden=8, layers=1, heads=1, dropout=0.1, attn_dropout=0.1),
         TrainConfig(epochs=1, device="cpu", batch_size=32), out, progress=False)
     return out
 

@@ -18,14 +18,14 @@ from resdom.errors import ResdomError
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     from resdom.data.prepare import prepare_split
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
     torch.set_num_threads(1)
     split = prepare_split("synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3", "loo")
     out = tmp_path_factory.mktemp("run")
-    fit(split, ModelConfig(max_len=12, hidden=16, layers=2, heads=2, dropout=0.1, attn_dropout=0.1),
+    fit(split, make_model_config(max_len=12, hidden=16, layers=2, heads=2, dropout=0.1, attn_dropout=0.1),
         TrainConfig(epochs=1, device="cpu", batch_size=64), out, progress=False)
     return out
 

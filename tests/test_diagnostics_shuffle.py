@@ -13,7 +13,7 @@ from resdom.diagnostics.common import window
 from resdom.diagnostics.shuffle import MODES, jaccard, perturb, position_shuffle
 from resdom.evaluation.evaluate import evaluate
 from resdom.models import build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 
 
 def seqs(n: int = 40, seed: int = 0) -> Sequences:
@@ -24,7 +24,7 @@ def seqs(n: int = 40, seed: int = 0) -> Sequences:
 
 def model(seed: int = 0, max_len: int = 10) -> torch.nn.Module:
     torch.manual_seed(seed)
-    m = build_model(ModelConfig(n_items=49, max_len=max_len, hidden=16, layers=2, heads=2, init_std=0.3))
+    m = build_model(make_model_config(n_items=49, max_len=max_len, hidden=16, layers=2, heads=2, init_std=0.3))
     return m.eval()
 
 

@@ -16,7 +16,7 @@ import resdom.evaluation.evaluate as evaluate_module
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.evaluation.evaluate import EvalResult, evaluate
 from resdom.evaluation.ranking import MISS
-from resdom.models import ModelConfig, build_model
+from resdom.models import build_model, make_model_config
 
 N_ITEMS, MAX_LEN = 40, 8
 
@@ -32,7 +32,7 @@ def make_evalset(seed: int = 0, n_users: int = 23) -> EvalSet:
 
 def make_model(name: str = "sasrec") -> torch.nn.Module:
     torch.manual_seed(3)
-    return build_model(ModelConfig(name=name, n_items=N_ITEMS, max_len=MAX_LEN, hidden=16, heads=2))
+    return build_model(make_model_config(name=name, n_items=N_ITEMS, max_len=MAX_LEN, hidden=16, heads=2))
 
 
 def slow_ranks(model: torch.nn.Module, evalset: EvalSet, filter_seen: bool) -> list[int]:
@@ -129,7 +129,7 @@ def test_one_item_catalogue_filtered_targets_are_misses() -> None:
     """30 users whose every interaction is the one item: with filtering every target is in its own input, so
     no target can be recommended: HR@K 0 for every K (the padding column ranked below it made HR@5 1.0)."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name="sasrec", n_items=1, max_len=4, hidden=8, heads=1))
+    model = build_model(make_model_config(name="sasrec", n_items=1, max_len=4, hidden=8, heads=1))
     evalset = EvalSet(Sequences.from_lists([[1] * (2 + u % 3) for u in range(30)]), np.ones(30, dtype=np.int64))
     res = evaluate(model, evalset, return_ranks=True)
     assert res.ranks.tolist() == slow_ranks(model, evalset, True) == [MISS] * 30

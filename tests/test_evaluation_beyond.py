@@ -18,7 +18,7 @@ from resdom.data.sequences import Sequences, SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.beyond import cosine_neighbours, per_user, popularity, summary
 from resdom.models import build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 from resdom.models.interface import final_states
 
 MAX_LEN = 5
@@ -78,8 +78,8 @@ def _frame(seed: int = 1, n_users: int = 40, n_items: int = 18) -> pd.DataFrame:
 def fitted() -> resdom.Fitted:
     split = prepare_split(_frame(), "loo")
     torch.manual_seed(0)
-    cfg = ModelConfig(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1, max_len=MAX_LEN,
-                      dropout=0.0, attn_dropout=0.0)
+    cfg = make_model_config(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1, max_len=MAX_LEN,
+                            dropout=0.0, attn_dropout=0.0)
     model = build_model(cfg).eval()
     return resdom.Fitted(model, split, cfg, None)
 

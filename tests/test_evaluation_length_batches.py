@@ -17,7 +17,7 @@ from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics import alpha_sweep, last_item_hit_rates, miss_recovery, mixing_ratios, position_shuffle
 from resdom.evaluation.batches import in_user_order, iter_eval_batches, length_order
 from resdom.evaluation.evaluate import evaluate
-from resdom.models import ModelConfig, build_model
+from resdom.models import build_model, make_model_config
 
 N_ITEMS, MAX_LEN, BATCH = 50, 12, 7
 
@@ -45,8 +45,10 @@ def make_evalset(seed: int = 0, n_users: int = 41) -> EvalSet:
 
 def make_model(kind: str) -> torch.nn.Module:
     values = {"name": "sasrec", "n_items": N_ITEMS, "max_len": MAX_LEN, "hidden": 16, "heads": 2, **MODELS[kind]}
+    if values["name"] == "gru4rec":
+        del values["heads"]  # no attention heads
     torch.manual_seed(7)
-    return build_model(ModelConfig(**values)).eval()
+    return build_model(make_model_config(**values)).eval()
 
 
 def user_order_batches(*args: Any, **kwargs: Any) -> Iterator:

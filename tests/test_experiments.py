@@ -82,19 +82,32 @@ def test_variants_follow_the_models_traits() -> None:
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"name": "bsarec", "norm_first": True}, "bsarec is post-LN only"),
-    ({"name": "bsarec", "query_ln": True}, "bsarec is post-LN only"),
+    ({"name": "bsarec", "norm_first": True}, r"model\.norm_first: not a field of bsarec"),  # post-LN only
+    ({"name": "bsarec", "query_ln": True}, r"model\.query_ln: not a field of bsarec"),
     ({"name": "bert4rec", "max_len": 1}, "bert4rec needs max_len >= 2"),
-    ({"name": "bert4rec", "key_padding_mask": False}, "bert4rec needs max_len >= 2"),
+    ({"name": "bert4rec", "key_padding_mask": False}, r"model\.key_padding_mask: not a field of bert4rec"),
     ({"name": "sasrec", "hidden": 10, "heads": 3}, "must be divisible by heads"),
+    ({"name": "gru4rec", "heads": 3}, r"model\.heads: not a field of gru4rec"),  # no attention heads
 ])
 def test_model_config_refuses_what_the_traits_refuse(values: dict, message: str) -> None:
     with pytest.raises(ResdomError, match=message):
         make_model_config(n_items=5, **values)
 
 
+def test_every_value_the_traits_refuse_is_refused_by_the_model_config() -> None:
+    """MODEL_TRAITS (which the variants read) and the configuration classes agree: each refused value is refused."""
+    for model, traits in MODEL_TRAITS.items():
+        for key, bad in traits.refuses.items():
+            for value in bad:
+                with pytest.raises(ResdomError, match=key):
+                    make_model_config(name=model, n_items=5, **{key: value})
+        if traits.min_max_len > 1:
+            with pytest.raises(ResdomError, match="max_len"):
+                make_model_config(name=model, n_items=5, max_len=traits.min_max_len - 1)
+
+
 def test_model_config_takes_what_the_traits_allow() -> None:
-    assert make_model_config(name="gru4rec", n_items=5, hidden=10, heads=3).heads == 3  # no attention heads
+    assert make_model_config(name="gru4rec", n_items=5, hidden=10).hidden == 10
     assert make_model_config(name="sasrec", n_items=5, norm_first=True).norm_first
     assert make_model_config(name="bert4rec", n_items=5, max_len=2).max_len == 2
 

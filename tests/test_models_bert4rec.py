@@ -17,7 +17,7 @@ from resdom.diagnostics.decomposition import attention_terms, bias_terms, norm_o
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.errors import ResdomError
 from resdom.experiments import TIME_TO_SPLIT_BERT4REC as TIME_TO_SPLIT
-from resdom.models import ModelConfig, build_model, recording, residual_scale
+from resdom.models import build_model, make_model_config, recording, residual_scale
 from resdom.models.interface import block_tokens, state_tokens
 from resdom.training.batches import build_samples, make_batch
 from resdom.training.config import resolve_configs
@@ -29,7 +29,7 @@ def make(n_items: int = 20, max_len: int = 8, hidden: int = 16, heads: int = 2, 
     torch.manual_seed(seed)
     values = {**TIME_TO_SPLIT, "name": "bert4rec", "n_items": n_items, "max_len": max_len, "hidden": hidden,
               "heads": heads, "layers": layers, **kw}
-    return build_model(ModelConfig(**values))
+    return build_model(make_model_config(**values))
 
 
 def left_padded(seqs: list[list[int]], width: int) -> torch.Tensor:
@@ -81,7 +81,7 @@ def test_objectives_that_do_not_fit_are_refused() -> None:
         resolve_configs("bert4rec", {}, {"objective": "ce_all"}, n_items=10)
     with pytest.raises(ResdomError, match=r"'mlm' cannot train sasrec: it needs a model that masks its own input"):
         resolve_configs("sasrec", {}, {"objective": "mlm"}, n_items=10)
-    with pytest.raises(ResdomError, match=r"model\.mask_prob: applies to bert4rec only"):
+    with pytest.raises(ResdomError, match=r"model\.mask_prob: not a field of sasrec \(it configures bert4rec\)"):
         resolve_configs("sasrec", {"mask_prob": 0.3}, {}, n_items=10)
     with pytest.raises(ResdomError, match="key_padding_mask"):
         resolve_configs("bert4rec", {"key_padding_mask": False}, {}, n_items=10)

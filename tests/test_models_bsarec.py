@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from resdom.models import ModelConfig, build_model, recording, residual_scale
+from resdom.models import ModelConfig, build_model, make_model_config, recording, residual_scale
 from resdom.models.block import causal_mask_bias
 from resdom.models.bsarec import BSARecBlock, frequency_residual_scale, low_pass, low_pass_fft, low_pass_matrix
 
@@ -16,7 +16,7 @@ from resdom.models.bsarec import BSARecBlock, frequency_residual_scale, low_pass
 def cfg(**kw: object) -> ModelConfig:
     values = dict(name="bsarec", n_items=20, max_len=8, hidden=16, heads=2, layers=2, bsa_a=0.7, bsa_c=3)
     values.update(kw)
-    return ModelConfig(**values)
+    return make_model_config(**values)
 
 
 def dft_low_pass(x: np.ndarray, keep: int) -> np.ndarray:
@@ -228,5 +228,5 @@ def test_frequency_residual_scale_acts_in_eval_only_and_restores() -> None:
             torch.manual_seed(5)
             assert torch.equal(model.encode(items), trained)
     with pytest.raises(ValueError, match="no BSARec frequency branch"):
-        with frequency_residual_scale(build_model(ModelConfig(name="sasrec", n_items=20, max_len=8)), 0.5):
+        with frequency_residual_scale(build_model(make_model_config(name="sasrec", n_items=20, max_len=8)), 0.5):
             pass

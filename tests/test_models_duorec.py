@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from resdom.errors import ResdomError
-from resdom.models import ModelConfig, TrainBatch, build_model
+from resdom.models import TrainBatch, build_model, make_model_config
 from resdom.models.duorec import info_nce
 
 
@@ -47,7 +47,7 @@ def tiny(views: str, **kw: object) -> torch.nn.Module:
     values = dict(name="duorec", n_items=20, max_len=8, hidden=16, heads=2, layers=2, duorec_views=views,
                   duorec_lambda=0.3, duorec_tau=0.7)
     values.update(kw)
-    return build_model(ModelConfig(**values))
+    return build_model(make_model_config(**values))
 
 
 ITEMS = torch.tensor([[0, 0, 3, 4, 5], [1, 2, 3, 4, 5], [0, 0, 0, 9, 8]])
@@ -115,9 +115,9 @@ def test_supervised_view_without_sup_items_is_a_clear_error(views: str) -> None:
 
 def test_sasrec_has_no_auxiliary_loss_and_duorec_is_sasrec_at_inference() -> None:
     torch.manual_seed(0)
-    sas = build_model(ModelConfig(name="sasrec", n_items=20, max_len=8, hidden=16))
+    sas = build_model(make_model_config(name="sasrec", n_items=20, max_len=8, hidden=16))
     torch.manual_seed(0)
-    duo = build_model(ModelConfig(name="duorec", n_items=20, max_len=8, hidden=16))
+    duo = build_model(make_model_config(name="duorec", n_items=20, max_len=8, hidden=16))
     assert sas.auxiliary_loss(TrainBatch(ITEMS, TARGETS), sas.encode(ITEMS)) is None
     sas.eval()
     duo.eval()
@@ -132,8 +132,8 @@ def test_training_passes_in_length_groups_give_the_same_states_and_gradients(mod
     from resdom.training.trainer import TrainStep
 
     torch.manual_seed(0)
-    cfg = ModelConfig(name=model, n_items=30, max_len=12, hidden=16, layers=2, heads=2, dropout=0.0,
-                      attn_dropout=0.0)
+    cfg = make_model_config(name=model, n_items=30, max_len=12, hidden=16, layers=2, heads=2, dropout=0.0,
+                            attn_dropout=0.0)
     net = build_model(cfg).double().train()
     rng = np.random.default_rng(0)
     lengths = [1, 2, 3, 5, 8, 12, 4, 9, 2, 7]
@@ -201,7 +201,7 @@ def paper_duorec(**kw: object) -> torch.nn.Module:
                   query_ln_kv="query", final_ln=True, embedding="dropout", emb_scale=True, ln_eps=1e-8,
                   inner_mult=1, activation="relu", positions="from_start")
     values.update(kw)
-    model = build_model(ModelConfig(**values)).double().eval()
+    model = build_model(make_model_config(**values)).double().eval()
     with torch.no_grad():  # non-trivial biases and LayerNorm parameters
         for name, p in model.named_parameters():
             if name.endswith("bias") or "ln" in name:
@@ -274,8 +274,9 @@ def test_gts_duorec_is_the_paper_block_and_duorec_tts_the_earlier_one() -> None:
     assert DUOREC_GTS_DEFAULTS()["query_ln_kv"] == "query"
     name, values = model_variant("duorec-tts")
     assert name == "duorec" and values["query_ln_kv"] == "input"
-    paper = build_model(ModelConfig(name="duorec", n_items=5, **{**DUOREC_GTS_DEFAULTS(), "max_len": 8}))
-    earlier = build_model(ModelConfig(name="duorec", n_items=5, **{**DUOREC_GTS_DEFAULTS(), **values, "max_len": 8}))
+    paper = build_model(make_model_config(name="duorec", n_items=5, **{**DUOREC_GTS_DEFAULTS(), "max_len": 8}))
+    earlier = build_model(make_model_config(name="duorec", n_items=5,
+                                            **{**DUOREC_GTS_DEFAULTS(), **values, "max_len": 8}))
     assert type(paper.blocks[0]) is PaperDuoRecBlock and type(earlier.blocks[0]) is QueryLNBlock
 
 

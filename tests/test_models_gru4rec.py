@@ -22,7 +22,7 @@ from resdom.diagnostics.recovery import miss_recovery
 from resdom.diagnostics.shuffle import position_shuffle
 from resdom.errors import ResdomError
 from resdom.experiments import TIME_TO_SPLIT_GRU4REC as TIME_TO_SPLIT
-from resdom.models import ModelConfig, build_model
+from resdom.models import build_model, make_model_config
 from resdom.training.config import resolve_configs
 from resdom.training.trainer import fit
 
@@ -34,7 +34,7 @@ def make(n_items: int = 20, max_len: int = 8, hidden: int = 16, layers: int = 1,
     torch.manual_seed(seed)
     values = {**TIME_TO_SPLIT, "name": "gru4rec", "n_items": n_items, "max_len": max_len, "hidden": hidden,
               "layers": layers, **kw}
-    return build_model(ModelConfig(**values))
+    return build_model(make_model_config(**values))
 
 
 def test_shapes_padding_and_defaults() -> None:
@@ -49,7 +49,7 @@ def test_shapes_padding_and_defaults() -> None:
     assert (model.max_len, model.hidden, model.layers, model.dropout) == (128, 64, 1, 0.1)
     assert (train.objective, train.lr, train.batch_size, train.patience, train.metric) == (
         "ce_all", 1e-3, 256, 10, "NDCG@10")
-    with pytest.raises(ResdomError, match=r"model\.heads: does not apply to gru4rec"):
+    with pytest.raises(ResdomError, match=r"model\.heads: not a field of gru4rec"):
         resolve_configs("gru4rec", {"heads": 4}, {}, n_items=10)
     saved, _ = resolve_configs("gru4rec", {}, {}, n_items=10)  # a run's own config.json passes
     assert resolve_configs("gru4rec", saved.model_dump(exclude={"name", "n_items"}), {}, n_items=10)[0] == saved

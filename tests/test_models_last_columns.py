@@ -9,7 +9,7 @@ import torch
 
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics.recovery import position_ranks
-from resdom.models import ModelConfig, build_model, recording
+from resdom.models import build_model, make_model_config, recording
 from resdom.models.interface import final_states
 from resdom.training.objectives import LossContext, get_objective
 from resdom.training.trainer import TrainStep
@@ -32,7 +32,7 @@ def make_model(kw: dict, dropout: float = 0.0) -> torch.nn.Module:
     torch.manual_seed(0)
     values = dict(n_items=30, max_len=10, hidden=8, layers=2, heads=2, init_std=0.3, inner_mult=2, dropout=dropout,
                   attn_dropout=dropout)
-    return build_model(ModelConfig(**{**values, **kw})).double()
+    return build_model(make_model_config(**{**values, **kw})).double()
 
 
 def make_items() -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 
 from resdom.data.sequences import EvalSet, Sequences
 from resdom.diagnostics import mixing_ratios
-from resdom.models import ModelConfig, build_model, recording
+from resdom.models import build_model, make_model_config, recording
 from resdom.models.block import (
     MASK_VALUE,
     AttentionMask,
@@ -154,7 +154,7 @@ MODELS: dict[str, dict[str, Any]] = {
 def model(kind: str) -> torch.nn.Module:
     torch.manual_seed(1)
     cfg = {"name": "sasrec", "n_items": 30, "max_len": 12, "hidden": 16, "heads": 2, "init_std": 0.3, **MODELS[kind]}
-    return build_model(ModelConfig(**cfg)).eval()
+    return build_model(make_model_config(**cfg)).eval()
 
 
 def with_dense_masks(m: torch.nn.Module) -> Any:

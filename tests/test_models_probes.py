@@ -12,7 +12,7 @@ from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
 from resdom.experiments import model_variant
 from resdom.models import build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 from resdom.training.config import resolve_configs
 
 
@@ -21,7 +21,7 @@ def make_model(**kw) -> torch.nn.Module:
     values = dict(name="sasrec", n_items=30, max_len=9, hidden=8, layers=2, heads=2, init_std=0.4, dropout=0.0,
                   attn_dropout=0.0)
     values.update(kw)
-    return build_model(ModelConfig(**values)).double().eval()
+    return build_model(make_model_config(**values)).double().eval()
 
 
 def items(n: int = 5, width: int = 8, seed: int = 0) -> torch.Tensor:

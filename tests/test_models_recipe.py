@@ -20,14 +20,14 @@ from torch import nn
 import resdom.models.block as block_module
 from resdom.experiments import RECIPE_VERSIONS, model_defaults, recipe_label
 from resdom.models import build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import ModelConfig, make_model_config
 
 N_ITEMS, D, HEADS, LAYERS, L = 3000, 64, 2, 2, 8
 
 
 def paper_sasrec_config(**over: object) -> ModelConfig:
     values, _ = model_defaults("sasrec", "gts")
-    return ModelConfig(**{**values, "name": "sasrec", "n_items": N_ITEMS, "hidden": D, "heads": HEADS,
+    return make_model_config(**{**values, "name": "sasrec", "n_items": N_ITEMS, "hidden": D, "heads": HEADS,
                           "layers": LAYERS, "max_len": L, **over})
 
 
@@ -202,7 +202,7 @@ def test_sasrec_training_pass_equals_the_papers_with_the_same_dropout_masks(monk
 def test_the_bsarec_code_base_sasrec_is_unchanged() -> None:
     """Under LOO `sasrec` is BSARec's code base: N(0, 0.02) projections, no dropout inside the FFN."""
     values, _ = model_defaults("sasrec", "loo")
-    cfg = ModelConfig(**{**values, "n_items": N_ITEMS, "max_len": L})
+    cfg = make_model_config(**{**values, "n_items": N_ITEMS, "max_len": L})
     assert (cfg.qkv_init, cfg.ffn_dropout) == ("normal", False)
     torch.manual_seed(0)
     model = build_model(cfg)
@@ -251,8 +251,8 @@ def test_query_ln_models_train_as_their_reference(monkeypatch, label: str, proto
 
     model_name, variant = model_variant(label)
     values = {**model_defaults(model_name, protocol)[0], **variant}
-    cfg = ModelConfig(**{**values, "name": model_name, "n_items": 50, "hidden": D, "heads": HEADS, "layers": LAYERS,
-                         "max_len": L, "dropout": 0.3, "attn_dropout": 0.3})
+    cfg = make_model_config(**{**values, "name": model_name, "n_items": 50, "hidden": D, "heads": HEADS,
+                               "layers": LAYERS, "max_len": L, "dropout": 0.3, "attn_dropout": 0.3})
     torch.manual_seed(0)
     model = build_model(cfg).train()
     xavier = math.sqrt(6.0 / (4 * D)) / math.sqrt(3.0)
@@ -297,7 +297,7 @@ def bsarec_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: flo
 
 def test_bsarec_initialises_and_trains_as_its_authors_code(monkeypatch) -> None:
     values, _ = model_defaults("bsarec", "loo", "beauty")
-    cfg = ModelConfig(**{**values, "name": "bsarec", "n_items": N_ITEMS, "hidden": D, "heads": HEADS,
+    cfg = make_model_config(**{**values, "name": "bsarec", "n_items": N_ITEMS, "hidden": D, "heads": HEADS,
                          "layers": LAYERS, "max_len": L, "dropout": 0.3, "attn_dropout": 0.3})
     torch.manual_seed(0)
     model = build_model(cfg).train()

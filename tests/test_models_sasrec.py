@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from resdom.models import ModelConfig, build_model, recording, residual_scale
+from resdom.models import build_model, make_model_config, recording, residual_scale
 from resdom.models.interface import Diagnosable
 
 
@@ -13,7 +13,7 @@ def tiny(name: str = "sasrec", **kw: object) -> torch.nn.Module:
     torch.manual_seed(0)
     values = dict(name=name, n_items=20, max_len=8, hidden=16, heads=2, layers=2)
     values.update(kw)
-    return build_model(ModelConfig(**values))
+    return build_model(make_model_config(**values))
 
 
 ITEMS = torch.tensor([[0, 0, 0, 3, 4, 5], [1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 7]])

@@ -18,7 +18,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
 from resdom.models import build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 from resdom.models.interface import final_states, residual_scale
 from resdom.recommend import recommend, top_k
 
@@ -45,8 +45,9 @@ def split() -> SplitData:
 
 def _model(n_items: int, name: str = "sasrec", seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    cfg = ModelConfig(name=name, n_items=n_items, hidden=16, layers=2, heads=2, max_len=MAX_LEN, dropout=0.0,
-                      attn_dropout=0.0)
+    attention = {} if name == "gru4rec" else {"heads": 2, "attn_dropout": 0.0}  # gru4rec: no attention fields
+    cfg = make_model_config(name=name, n_items=n_items, hidden=16, layers=2, max_len=MAX_LEN, dropout=0.0,
+                            **attention)
     return build_model(cfg).eval()
 
 

@@ -16,7 +16,7 @@ from resdom.diagnostics.decomposition import attention_terms, bias_terms, norm_o
 from resdom.errors import ResdomError
 from resdom.models import build_model, recording, residual_scale
 from resdom.models.base import TrainBatch
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 from resdom.models.interface import final_states, prediction_states, trained_scale
 from resdom.training.objectives import LossContext, get_objective
 
@@ -26,7 +26,7 @@ def make_model(name: str = "sasrec", seed: int = 0, **kw) -> torch.nn.Module:
     values = dict(name=name, n_items=30, max_len=8, hidden=8, layers=2, heads=2, init_std=0.4, inner_mult=2,
                   dropout=0.0, attn_dropout=0.0)
     values.update(kw)
-    return build_model(ModelConfig(**values)).double()
+    return build_model(make_model_config(**values)).double()
 
 
 def make_items(n: int = 6, seed: int = 0, max_len: int = 8) -> torch.Tensor:
@@ -395,4 +395,4 @@ def test_remedy_labels_resolve_on_the_base_protocol():
     assert cfg.norm_first and not cfg.query_ln and cfg.final_ln  # the paper's DuoRec, pre-LN blocks
     name, values = model_variant("bsarec-pool")
     cfg, _ = resolve_configs(name, values, {}, n_items=5, protocol="gts")
-    assert cfg.readout == "pool" and cfg.bsa_a == ModelConfig().bsa_a
+    assert cfg.readout == "pool" and cfg.bsa_a == make_model_config(name="bsarec").bsa_a

@@ -24,13 +24,13 @@ SOURCE = "synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3"
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     from resdom.data.prepare import prepare_split
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("run")
-    fit(prepare_split(SOURCE, protocol="gts"), ModelConfig(max_len=12, hidden=16, layers=1, heads=2),
+    fit(prepare_split(SOURCE, protocol="gts"), make_model_config(max_len=12, hidden=16, layers=1, heads=2),
         TrainConfig(epochs=2, device="cpu", batch_size=32), out, progress=False,
         data_info={"source": SOURCE, "protocol": "gts"})
     run_all(out, alphas=(1.0, 0.5, 0.0), seeds=(0,), progress=False)

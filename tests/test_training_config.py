@@ -155,12 +155,16 @@ def test_named_variant() -> None:
     assert model_variant("bsarec") == ("bsarec", {})
 
 
-def test_a_field_of_another_model_is_refused_but_its_default_passes() -> None:
-    with pytest.raises(ResdomError, match=r"model\.bsa_a: applies to bsarec only, not to sasrec"):
+def test_a_field_of_another_model_is_refused_and_a_run_config_round_trips() -> None:
+    with pytest.raises(ResdomError, match=r"^model\.bsa_a: not a field of sasrec \(it configures bsarec\)"):
         resolve_configs("sasrec", {"bsa_a": 0.3}, {}, n_items=10)
-    with pytest.raises(ResdomError, match=r"model\.duorec_tau: applies to duorec only"):
+    with pytest.raises(ResdomError, match=r"^model\.duorec_tau: not a field of bsarec \(it configures duorec\)"):
         resolve_configs("bsarec", {"duorec_tau": 0.5}, {}, n_items=10)
-    saved, _ = resolve_configs("sasrec", {}, {}, n_items=10)  # a run's own config.json holds every field
+    with pytest.raises(ResdomError, match=r"^model\.bsa_a: not a field of sasrec"):  # even at bsarec's default
+        resolve_configs("sasrec", {"bsa_a": 0.9}, {}, n_items=10)
+    with pytest.raises(ResdomError, match=r"^model\.hiden: unknown field of sasrec; its fields: name, max_len"):
+        resolve_configs("sasrec", {"hiden": 32}, {}, n_items=10)
+    saved, _ = resolve_configs("sasrec", {}, {}, n_items=10)  # a run's own config.json holds the model's fields
     again, _ = resolve_configs("sasrec", saved.model_dump(exclude={"name", "n_items"}), {}, n_items=10)
     assert again == saved
 

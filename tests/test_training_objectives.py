@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from resdom.data.sequences import Sequences
 from resdom.models import build_model
 from resdom.models.base import TrainBatch
-from resdom.models.config import ModelConfig
+from resdom.models.config import make_model_config
 from resdom.training import objectives
 from resdom.training.batches import build_samples, make_batch
 from resdom.training.objectives import (
@@ -31,7 +31,7 @@ SEQS = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11, 12, 1], [3, 4, 5]]
 
 def small_model(name: str = "sasrec") -> torch.nn.Module:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name=name, n_items=N_ITEMS, hidden=8, layers=1, heads=2, max_len=6))
+    model = build_model(make_model_config(name=name, n_items=N_ITEMS, hidden=8, layers=1, heads=2, max_len=6))
     return model.eval()
 
 

@@ -13,6 +13,7 @@ from test_training_support import toy_split
 
 from resdom.diagnostics.monitor import epoch_monitor
 from resdom.errors import ResdomError
+from resdom.models.config import model_config_class
 from resdom.runs import load_run
 from resdom.training.config import resolve_configs
 from resdom.training.state import EarlyStopping, RunFiles, flatten_optimizer, unflatten_optimizer
@@ -25,7 +26,8 @@ SMALL = {"hidden": 16, "layers": 1, "heads": 2, "max_len": 8}
 def configs(model: str = "sasrec", n_users: int = 60, **train):
     split = toy_split(n_users=n_users)
     values = {"epochs": 3, "batch_size": 32, "device": "cpu", **train}
-    model_cfg, train_cfg = resolve_configs(model, SMALL, values, n_items=split.n_items)
+    small = {k: v for k, v in SMALL.items() if k in model_config_class(model).model_fields}  # gru4rec: no heads
+    model_cfg, train_cfg = resolve_configs(model, small, values, n_items=split.n_items)
     return split, model_cfg, train_cfg
 
 

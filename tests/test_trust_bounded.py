@@ -170,12 +170,13 @@ def test_a_value_quoted_in_a_message_is_cut_to_a_readable_length() -> None:
 
 def test_model_params_estimate_is_a_lower_bound_of_every_model() -> None:
     from resdom.models import build_model
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
 
     for fields in ({"name": "sasrec"}, {"name": "gru4rec", "layers": 3}, {"name": "bert4rec", "hidden": 32},
                    {"name": "sasrec", "output": "untied", "inner_size": 8}):
-        cfg = ModelConfig(n_items=50, max_len=20, hidden=fields.get("hidden", 16), heads=2,
-                          **{k: v for k, v in fields.items() if k != "hidden"})
+        heads = {} if fields["name"] == "gru4rec" else {"heads": 2}  # gru4rec: no attention heads
+        cfg = make_model_config(n_items=50, max_len=20, hidden=fields.get("hidden", 16), **heads,
+                                **{k: v for k, v in fields.items() if k != "hidden"})
         real = sum(p.numel() for p in build_model(cfg).parameters())
         lower, estimate = model_params(cfg.model_dump())
         assert lower <= real, (fields, lower, real)
@@ -450,11 +451,11 @@ def test_a_synthetic_size_is_bounded() -> None:
 @pytest.fixture()
 def checkpoint(tmp_path: Path) -> Path:
     from resdom.models import build_model
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.runs import save_checkpoint
 
     path = tmp_path / "model.safetensors"
-    save_checkpoint(path, build_model(ModelConfig(n_items=10, hidden=8, layers=1, heads=2, max_len=8)))
+    save_checkpoint(path, build_model(make_model_config(n_items=10, hidden=8, layers=1, heads=2, max_len=8)))
     return path
 
 

@@ -263,7 +263,7 @@ def _torch_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
 
     from resdom.diagnostics.evidence import npz_bytes
     from resdom.models import build_model
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.runs import save_checkpoint
 
     torch.manual_seed(0)
@@ -284,8 +284,8 @@ def _torch_bases(root: Path) -> dict[str, tuple[Path, bytes]]:
     pmixer = io.BytesIO()
     torch.save(state, pmixer)
     run = root / "run"
-    save_checkpoint(run / "model.safetensors", build_model(ModelConfig(n_items=10, hidden=8, layers=1, heads=2,
-                                                                       max_len=8)))
+    save_checkpoint(run / "model.safetensors", build_model(make_model_config(n_items=10, hidden=8, layers=1, heads=2,
+                                                                             max_len=8)))
     users = npz_bytes({"header": np.array(json.dumps({"version": 1, "checkpoint": "abc"})),
                        "rank": np.arange(12, dtype=np.int64).reshape(3, 4)})
     config = b"model:\n  name: sasrec\n  hidden: 8\n  layers: 1\ntrain:\n  lr: 0.001\n  epochs: 2\n"

@@ -26,13 +26,13 @@ from resdom.diagnostics import last_item_hit_rates
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import full_scores
-from resdom.models import ModelConfig, build_model
+from resdom.models import build_model, make_model_config
 from resdom.runs import load_checkpoint
 
 
 def tiny_model(n_items: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model(ModelConfig(name="sasrec", n_items=n_items, max_len=8, hidden=8, layers=1, heads=1)).eval()
+    return build_model(make_model_config(name="sasrec", n_items=n_items, max_len=8, hidden=8, layers=1, heads=1)).eval()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from resdom.data.sequences import SplitData
 from resdom.diagnostics.runner import run_all
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
-from resdom.models import ModelConfig, build_model
+from resdom.models import build_model, make_model_config
 from resdom.pipeline.common import is_finished, missing_diagnostics
 from resdom.pipeline.store import cell_dir, export_cell
 from resdom.report.collect import read_run, read_runs
@@ -46,8 +46,8 @@ def split() -> SplitData:
 def make_run(out: Path, split: SplitData) -> Path:
     """Maker: a run directory as `import-*` writes it (an untrained tiny SASRec; no training, milliseconds)."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
-                                    heads=1)).eval()
+    model = build_model(make_model_config(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
+                                          heads=1)).eval()
     labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
     return write_run(out, model, ImportData(split, labels, split.manifest), {"format": "test"})
 
@@ -126,8 +126,8 @@ def test_train_and_import_never_write_over_a_store_cell(tmp_path: Path, split: S
     with pytest.raises(ResdomError, match="is a results-store cell"):
         make_run_at = write_run  # the importers' writer (import-recbole, -pmixer, -rectools)
         torch.manual_seed(0)
-        model = build_model(ModelConfig(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
-                                        heads=1))
+        model = build_model(make_model_config(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1,
+                                              heads=1))
         labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
         make_run_at(cell, model, ImportData(split, labels, split.manifest), {"format": "test"}, force=force)
     assert files_of(cell) == before
@@ -145,7 +145,7 @@ def test_import_force_moves_the_old_run_aside_with_its_diagnostics(tmp_path: Pat
         make_run(run, split)
     assert check_output_folder(run, runs=False, force=True) is True
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1, heads=1))
+    model = build_model(make_model_config(name="sasrec", n_items=split.n_items, max_len=8, hidden=8, layers=1, heads=1))
     labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
     write_run(run, model, ImportData(split, labels, split.manifest), {"format": "test"}, force=True)
     assert files_of(tmp_path / "run.replaced-1") == before

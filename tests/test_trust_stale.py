@@ -20,13 +20,13 @@ SOURCE = "synthetic:n_users=120,n_items=30,min_len=6,max_len=14,seed=3"
 
 def _fit(out: Path, epochs: int, seed: int = 17) -> None:
     from resdom.data.prepare import prepare_split
-    from resdom.models.config import ModelConfig
+    from resdom.models.config import make_model_config
     from resdom.training.config import TrainConfig
     from resdom.training.trainer import fit
 
     torch.set_num_threads(1)
     fit(prepare_split(SOURCE, "loo"),
-        ModelConfig(max_len=12, hidden=16, layers=1, heads=2, dropout=0.1, attn_dropout=0.1),
+        make_model_config(max_len=12, hidden=16, layers=1, heads=2, dropout=0.1, attn_dropout=0.1),
         TrainConfig(epochs=epochs, patience=50, device="cpu", batch_size=32, seed=seed, lr=0.01), out, progress=False)
 
 

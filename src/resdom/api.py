@@ -43,7 +43,7 @@ from resdom.evaluation.evaluate import evaluate as run_evaluation
 from resdom.evaluation.ranking import MISS
 from resdom.experiments import canonical_label, model_variant, variant_train_values
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
-from resdom.models.config import ModelConfig
+from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig
 from resdom.names import MODELS, PARTS
 from resdom.recommend import external_ids, recommend, similar_items
 from resdom.report.figures import result_figure
@@ -285,7 +285,7 @@ def _import_tqdm_quietly() -> None:
 
 
 def _config_fields() -> tuple[set[str], set[str]]:
-    return set(ModelConfig.model_fields) - {"name", "n_items"}, set(TrainConfig.model_fields)
+    return set(ALL_MODEL_FIELDS) - {"name", "n_items"}, set(TrainConfig.model_fields)
 
 
 def _route_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

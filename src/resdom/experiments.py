@@ -3,8 +3,8 @@ the user, in one place.
 
 - Reference architectures (spec §6): ``REFERENCE_POST_LN``, ``REFERENCE_QUERY_LN``, time-to-split's BERT4Rec and
   GRU4Rec (``TIME_TO_SPLIT_BERT4REC``, ``TIME_TO_SPLIT_GRU4REC``), as ModelConfig values.
-- What each model supports (``MODEL_TRAITS``): the ModelConfig values its architecture refuses. ModelConfig's
-  validation and the variants below read it, so no module names a model to decide what applies to it.
+- What each model supports (``MODEL_TRAITS``): the ModelConfig values its architecture refuses (its configuration
+  class refuses them too). The variants below read it, so no module names a model to decide what applies to it.
 - Protocol defaults (``PROTOCOL_DEFAULTS``): the model and train values each model's reference code base uses
   under a protocol; per-data-set presets (``DATASET_PRESETS``: BSARec's published settings), keyed on the names of
   the data registry (``data/registry.py``), not parsed from file names. ``model_defaults`` combines them;
@@ -53,7 +53,7 @@ REFERENCE_QUERY_LN: Values = {
 TIME_TO_SPLIT_BERT4REC: Values = {
     "max_len": 128, "hidden": 64, "layers": 2, "heads": 2, "dropout": 0.5, "attn_dropout": 0.1, "inner_mult": 2,
     "activation": "gelu", "embedding": "ln_dropout", "emb_scale": False, "ln_eps": 1e-12, "positions": "from_start",
-    "final_ln": False, "key_padding_mask": True, "mask_prob": 0.2,
+    "final_ln": False, "mask_prob": 0.2,
 }
 # time-to-split's GRU4Rec (its grid point 32: d 64, 1 layer, dropout 0.1; max length 128; models/gru4rec.py).
 TIME_TO_SPLIT_GRU4REC: Values = {"max_len": 128, "hidden": 64, "layers": 1, "dropout": 0.1}

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import ValidationError
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
@@ -20,7 +19,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.models import SequentialRecommender, build_model
-from resdom.models.config import ModelConfig
+from resdom.models.config import ModelConfig, read_model_config
 from resdom.rundir import RunDir, not_a_run_dir
 from resdom.version import __version__
 
@@ -149,11 +148,7 @@ def load_checkpoint(
     if not path.exists():
         raise ResdomError(f"{path}: checkpoint not found")
     meta = read_sidecar(path)
-    try:
-        cfg = ModelConfig(**meta["model"])
-    except ValidationError as e:
-        raise ResdomError(f"{path.with_suffix('.json')}: invalid model config ({e.errors()[0]['msg']} at "
-                          f"{'.'.join(map(str, e.errors()[0]['loc']))})") from None
+    cfg = read_model_config(meta["model"], f"{path.with_suffix('.json')}: model")  # its own form or the flat one
     refuse_special(path)
     check_model_description(cfg.model_dump(), f"{path.with_suffix('.json')}: model", path.stat().st_size)
     if expected is not None:

@@ -22,7 +22,7 @@ from resdom.data.splits import split_loo
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
-from resdom.models.config import ModelConfig
+from resdom.models.config import ModelConfig, model_config_class
 from resdom.rundir import RUN, RunDir, check_output_folder, move_aside, write_marker
 from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
 
@@ -210,11 +210,12 @@ def check_heads(hidden: int, heads: int, heads_name: str, where: str) -> None:
 
 
 def imported_model_config(where: str, **fields: Any) -> ModelConfig:
-    """``ModelConfig(**fields)`` from a file's settings; an invalid combination is one line naming the file."""
+    """The configuration of model ``fields["name"]`` from a file's settings; an invalid combination is one line
+    naming the file."""
     from pydantic import ValidationError
 
     try:
-        return ModelConfig(**fields)
+        return model_config_class(str(fields["name"]))(**fields)
     except ValidationError as e:
         problems = "; ".join(_problem(err) for err in e.errors())
         raise ResdomError(f"{where}: the model settings in the file do not make a valid model ({problems})") from None

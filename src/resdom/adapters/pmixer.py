@@ -42,7 +42,7 @@ from resdom.adapters.safe_pickle import load_torch_file
 from resdom.errors import ResdomError
 from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
-from resdom.models.config import ModelConfig
+from resdom.models.config import ModelConfig, SASRecConfig
 
 LN_EPS = 1e-8
 
@@ -94,7 +94,7 @@ def pmixer_model_config(state: dict[str, torch.Tensor], n_items: int, heads: int
                           f"{pos_rows} (this importer reads the current pmixer code, whose row 0 is padding)")
     if hidden % heads:
         raise ResdomError(f"{where}: hidden size {hidden} is not divisible by --heads {heads}")
-    return ModelConfig(
+    return SASRecConfig(
         name="sasrec", n_items=n_items, max_len=max_len, hidden=hidden, layers=layers, heads=heads, dropout=0.5,
         attn_dropout=0.5, inner_size=hidden, activation="relu", norm_first=norm_first, emb_scale=True,
         embedding="dropout", final_ln=True, ln_eps=LN_EPS, positions="from_end_pad0", key_padding_mask=False,

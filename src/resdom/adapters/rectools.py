@@ -202,7 +202,7 @@ def rectools_model_config(ck: RecToolsCheckpoint, n_items: int, where: str = "ch
     layer_kwargs = setting_mapping(cfg.get("transformer_layers_kwargs"), "transformer_layers_kwargs", where)
     mult = setting_number(layer_kwargs.get("ff_factors_multiplier", 4), int, "ff_factors_multiplier", where)
     return imported_model_config(where, name="bert4rec", **common, inner_mult=mult, activation="gelu",
-                                 norm_first=True, final_ln=False, key_padding_mask=True,
+                                 norm_first=True, final_ln=False,
                                  mask_prob=number("mask_prob", float, 0.15))
 
 

@@ -17,7 +17,6 @@ from resdom.cli.train_cmd import MODEL_HELP, command_config
 from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
-from resdom.models import MODEL_CLASSES
 from resdom.names import AUTO_PROTOCOL
 from resdom.resources import describe_config, reference_configs
 from resdom.rundir import check_output_file
@@ -35,26 +34,18 @@ def list_cmd() -> None:
     typer.echo(f"\nmodels and variants (--model, any case): {', '.join(model_labels())}")
 
 
-def applies(name: str, field: str) -> bool:
-    """Whether ModelConfig ``field`` means anything for model ``name`` (not another model's own field, not one of
-    its unused fields, not n_items: that is set from the data)."""
-    cls = MODEL_CLASSES[name]
-    others = {f for other, c in MODEL_CLASSES.items() if other != name for f in c.own_fields}
-    return field != "n_items" and field not in cls.unused_fields and (field in cls.own_fields or field not in others)
-
-
 def full_config(model: str | None = None, config: Path | None = None, set_: list[str] | None = None,
                 explicit: dict[str, Any] | None = None, data: DataOptions | None = None,
                 dataset: str | None = None) -> tuple[str, dict[str, Any], bool]:
     """(label, {"model": ..., "train": ..., "data": ...}, auto): every setting resolved as ``resdom train`` resolves
     it (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty, and whose timestamps decide the
-    default protocol; ``shown_protocol``). Model fields that do not apply to the model are left out; ``model.name``
-    is the label (a variant's, e.g. sasrec-tts); values are plain YAML types. ``auto``: no protocol was named (the
-    default chose it)."""
+    default protocol; ``shown_protocol``). The model section holds the fields of the model's configuration class
+    (n_items left out: that is set from the data); ``model.name`` is the label (a variant's, e.g. sasrec-tts);
+    values are plain YAML types. ``auto``: no protocol was named (the default chose it)."""
     cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions(), model_flag="MODEL")
     protocol = shown_protocol(cfg.data, dataset)
     model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=protocol)
-    shown_model = {k: v for k, v in model_cfg.model_dump(mode="json").items() if applies(cfg.name, k)}
+    shown_model = model_cfg.model_dump(mode="json", exclude={"n_items"})
     shown_model["name"] = cfg.label  # a variant's label (sasrec-tts): training from the file records it
     return cfg.label, {"model": shown_model, "train": train_cfg.model_dump(mode="json"),
                        "data": data_config_section(cfg.data, protocol)}, cfg.data.protocol_choice == AUTO_PROTOCOL

@@ -39,7 +39,7 @@ from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, variant_train_values
 from resdom.io import atomic_write_bytes
-from resdom.models.config import ModelConfig
+from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
 from resdom.names import CUTOFFS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_file, check_output_folder, move_aside
@@ -50,8 +50,8 @@ SECTIONS = ("model", "train")
 
 
 def _fields(section: str) -> set[str]:
-    cls = ModelConfig if section == "model" else TrainConfig
-    return set(cls.model_fields)
+    """The field names of a section: every model's fields (the model's own are checked once it is known)."""
+    return set(ALL_MODEL_FIELDS) if section == "model" else set(TrainConfig.model_fields)
 
 
 def _check_field(section: str, key: str, where: str) -> None:
@@ -262,7 +262,9 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
     set_name = set_values.get("model", {}).pop("name", None)
     label = _model_label(model, set_name, file_model.pop("name", None), config, model_flag)
     name, variant = model_variant(label)
-    file_layer = {"model": file_model, "train": file_values.get("train", {})}
+    # a file written before each model had its own configuration class (a run's config.json, `config show`) holds
+    # other models' fields at their defaults: those are dropped, any other value of them is refused by name
+    file_layer = {"model": drop_flat_defaults(name, file_model), "train": file_values.get("train", {})}
     values = _merge({"model": variant, "train": variant_train_values(label)}, file_layer, set_values,
                     {"train": explicit})
     origins = {f"{s}.{k}": f"{config}: {s}.{k}" for s in SECTIONS for k in file_layer.get(s, {})}

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
 
-from resdom.models.block import (
-    AttentionBlock,
-    AttentionMask,
-    Dropout,
-    PaperDuoRecBlock,
-    QueryLNBlock,
-    causal_mask_bias,
-    trim_record,
-)
-from resdom.models.config import ModelConfig
+from resdom.models.block import BLOCKS, AttentionMask, Dropout, causal_mask_bias, trim_record
+from resdom.models.config import AttentionConfig, CausalConfig
 
 
 @dataclass
@@ -43,17 +35,128 @@ class TrainBatch:
         return TrainBatch(move(self.items), move(self.targets), move(self.negatives), move(self.sup_items))
 
 
+# ------------------------------------------------------------------------------------------ parts chosen by type
+# Each part is chosen once, when the model is built, from its configuration; the forward pass calls the part.
+
+
+def positions_from_end(items: torch.Tensor, capacity: int) -> torch.Tensor:
+    """BSARec's left padding: the last column is position ``capacity - 1``, whatever the batch width (B, L)."""
+    L = items.shape[1]
+    return (torch.arange(L, device=items.device) + (capacity - L)).expand_as(items)
+
+
+def positions_from_end_pad0(items: torch.Tensor, capacity: int) -> torch.Tensor:
+    """pmixer's SASRec.pytorch: the last column is position ``capacity``, padding is position 0 (B, L)."""
+    L = items.shape[1]
+    return (torch.arange(L, device=items.device) + (capacity - L) + 1) * (items > 0)
+
+
+def positions_from_start(items: torch.Tensor, capacity: int) -> torch.Tensor:
+    """Right padding's positions: the first real item is position 0, padding 0 too (B, L)."""
+    L = items.shape[1]
+    lengths = (items > 0).sum(1, keepdim=True)
+    return (torch.arange(L, device=items.device)[None, :] - (L - lengths)).clamp(min=0)
+
+
+# ``AttentionConfig.positions`` -> (position ids of a left-padded batch, extra rows of the position table)
+POSITIONS: dict[str, tuple[Callable[[torch.Tensor, int], torch.Tensor], int]] = {
+    "from_end": (positions_from_end, 0), "from_end_pad0": (positions_from_end_pad0, 1),
+    "from_start": (positions_from_start, 0),
+}
+# ``AttentionConfig.embedding`` -> the input's LayerNorm and dropout on E + P: f(ln, dropout, x)
+InputNorm = Callable[[nn.Module, nn.Module, torch.Tensor], torch.Tensor]
+
+
+def ln_then_dropout(ln: nn.Module, drop: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return drop(ln(x))
+
+
+def dropout_then_ln(ln: nn.Module, drop: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return ln(drop(x))
+
+
+def dropout_only(ln: nn.Module, drop: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return drop(x)
+
+
+INPUT_NORMS: dict[str, InputNorm] = {"ln_dropout": ln_then_dropout, "dropout_ln": dropout_then_ln,
+                                     "dropout": dropout_only}
+
+
+class Readout:
+    """The prediction state after each prefix (``CausalConfig.readout``, docs/remedies.md): here the state at the
+    prefix's last column itself (``last``). ``width``: how many of the last columns of ``encode`` the prediction at
+    column L-1 reads (0: all); ``query_token``: whether a learned query token is appended after the prefix."""
+
+    width: int = 1
+    query_token: bool = False
+
+    def __call__(self, hidden: torch.Tensor, items: torch.Tensor, query: torch.Tensor | None) -> torch.Tensor:
+        """hidden (B, L, d), items (B, L) left-padded, query (d,) or None -> prediction states (B, L, d)."""
+        return hidden
+
+
+class MeanReadout(Readout):
+    """The mean of the states of the last ``k`` real positions <= c; a column with no real position at or before
+    it keeps its own state."""
+
+    def __init__(self, k: int) -> None:
+        self.k = self.width = k
+
+    def __call__(self, hidden: torch.Tensor, items: torch.Tensor, query: torch.Tensor | None) -> torch.Tensor:
+        k = self.k
+        w = (items > 0).to(hidden.dtype)[..., None]
+        sums = (hidden * w).cumsum(1)
+        counts = w.cumsum(1)
+        if k < hidden.shape[1]:
+            sums = torch.cat([sums[:, :k], sums[:, k:] - sums[:, :-k]], 1)
+            counts = torch.cat([counts[:, :k], counts[:, k:] - counts[:, :-k]], 1)
+        return torch.where(counts > 0, sums / counts.clamp_min(1.0), hidden)
+
+
+class PoolReadout(Readout):
+    """sum_j w_cj h_j over the real positions j <= c, ``w_c = softmax_j(q . h_j / sqrt(d))`` with q the model's
+    learned ``readout_query``; a column with no real position at or before it keeps its own state."""
+
+    width = 0
+
+    def __call__(self, hidden: torch.Tensor, items: torch.Tensor, query: torch.Tensor | None) -> torch.Tensor:
+        assert query is not None, "a pooling readout needs the model's readout_query"
+        real = items > 0
+        L = hidden.shape[1]
+        allowed = real[:, None, :] & torch.ones(L, L, dtype=torch.bool, device=items.device).tril()[None]
+        logits = (hidden @ query.to(hidden.dtype)) / math.sqrt(hidden.shape[-1])  # (B, L)
+        logits = logits[:, None, :].expand(-1, L, -1).masked_fill(~allowed, torch.finfo(hidden.dtype).min)
+        pooled = logits.softmax(-1) @ hidden  # (B, L, d)
+        return torch.where(allowed.any(-1, keepdim=True), pooled, hidden)
+
+
+class QueryReadout(Readout):
+    """The state of a learned query token appended after the prefix: ``encode`` already returns it at column L-1."""
+
+    query_token = True
+
+
+def readout_part(cfg: AttentionConfig) -> Readout:
+    """The readout ``cfg`` asks for (a model without a readout choice reads the last state)."""
+    if not isinstance(cfg, CausalConfig):
+        return Readout()
+    if cfg.readout == "mean":
+        return MeanReadout(cfg.readout_k)
+    return {"last": Readout, "pool": PoolReadout, "query": QueryReadout}[cfg.readout]()
+
+
 class SequentialRecommender(nn.Module):
     """Embeddings -> blocks -> (final LN). Subclasses may override ``make_block`` and ``auxiliary_loss``.
 
     A model carries its own traits, so that training and diagnostics never ask for a model by name:
     ``default_objective``; ``causal`` (False: a position's output sees later positions, so an all-position
-    objective would leak labels; ``noncausal_reason`` says why); ``own_fields`` (ModelConfig fields that mean
-    something for this model only); ``needs_partners()`` (batches need ``sup_items``); ``exact_length_groups()``
-    (a batch may be cut into length groups with the same update); ``train_layouts`` (the sample layouts of
-    ``training.batches`` it can train from); ``unused_fields`` (ModelConfig fields that mean nothing for this model,
-    refused when set). What its architecture supports, its reference code base's defaults and its presets are
-    plain data in ``resdom.experiments`` (``MODEL_TRAITS``, ``model_defaults``), torch-free. Hooks a model may
+    objective would leak labels; ``noncausal_reason`` says why); ``needs_partners()`` (batches need
+    ``sup_items``); ``exact_length_groups()`` (a batch may be cut into length groups with the same update);
+    ``train_layouts`` (the sample layouts of ``training.batches`` it can train from). Its fields are those of its
+    configuration class (``models.config``); its reference code base's defaults and its presets are plain data in
+    ``resdom.experiments`` (``model_defaults``), torch-free. The parts the configuration chooses (the block, the
+    positions, the input norm, the readout, the output embeddings) are picked once, here. Hooks a model may
     override:
     ``training_states(batch)`` (its training inputs and states from a TrainBatch: BERT4Rec masks there),
     ``mask_bias(tokens)`` (the attention mask), ``block_tokens(items)`` (the tokens its blocks see and record,
@@ -64,39 +167,44 @@ class SequentialRecommender(nn.Module):
     default_objective: ClassVar[str] = "ce_all"
     causal: ClassVar[bool] = True
     noncausal_reason: ClassVar[str] = ""
-    own_fields: ClassVar[tuple[str, ...]] = ()
-    unused_fields: ClassVar[tuple[str, ...]] = ()
     train_layouts: ClassVar[tuple[str, ...]] = ("all", "last")
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: AttentionConfig) -> None:
         super().__init__()
         if cfg.n_items < 1:
             raise ValueError("ModelConfig.n_items must be set from the data (>= 1)")
         self.cfg = cfg
         self.n_items, self.max_len = cfg.n_items, cfg.max_len
+        # the parts chosen by the configuration, once: positions, input norm, readout, output, key-padding mask
+        self._positions, extra_rows = POSITIONS[cfg.positions]
+        self._input_norm = INPUT_NORMS[cfg.embedding]
+        self.readout_part = readout_part(cfg)
+        causal = cfg if isinstance(cfg, CausalConfig) else None
+        output = "tied" if causal is None else causal.output
+        self.key_padding = True if causal is None else causal.key_padding_mask
         # readout="query": row N + 1 is the learned query token, appended after the input and never ranked
-        self.query_id = cfg.n_items + 1 if cfg.readout == "query" else None
+        self.query_id = cfg.n_items + 1 if self.readout_part.query_token else None
         if self.query_id is not None:
             self.max_len = cfg.max_len - 1  # input items; the query token takes the last of cfg.max_len positions
         self.item_emb = nn.Embedding(cfg.n_items + 1 + (self.query_id is not None), cfg.hidden, padding_idx=0)
-        self.out_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0) if cfg.output == "untied" else None
-        self.out_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False) if cfg.output == "projected" else None
-        self.pos_emb = nn.Embedding(cfg.max_len + (cfg.positions == "from_end_pad0"), cfg.hidden)
+        self.out_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0) if output == "untied" else None
+        self.out_proj = nn.Linear(cfg.hidden, cfg.hidden, bias=False) if output == "projected" else None
+        self.pos_emb = nn.Embedding(cfg.max_len + extra_rows, cfg.hidden)
         self.emb_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.emb_dropout = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList([self.make_block(cfg) for _ in range(cfg.layers)])
         final_eps = cfg.ln_eps if cfg.final_ln_eps is None else cfg.final_ln_eps
         self.final_ln = nn.LayerNorm(cfg.hidden, eps=final_eps) if cfg.final_ln else None
         # readout="pool": the one query vector of the attention pooling (zero: the pooling starts as a plain mean)
-        self.readout_query = nn.Parameter(torch.zeros(cfg.hidden)) if cfg.readout == "pool" else None
+        self.readout_query = nn.Parameter(torch.zeros(cfg.hidden)) if isinstance(self.readout_part, PoolReadout) \
+            else None
         self.apply(self._init_weights)
         for block in self.blocks:
             block.reset_parameters()
 
-    def make_block(self, cfg: ModelConfig) -> nn.Module:
-        if cfg.query_ln:
-            return PaperDuoRecBlock(cfg) if cfg.query_ln_kv == "query" else QueryLNBlock(cfg)
-        return AttentionBlock(cfg)
+    def make_block(self, cfg: AttentionConfig) -> nn.Module:
+        """One layer: the block ``cfg.block`` names (``models.block.BLOCKS``)."""
+        return BLOCKS[cfg.block](cfg)
 
     def _init_weights(self, module: nn.Module) -> None:
         # spec §6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.
@@ -112,16 +220,8 @@ class SequentialRecommender(nn.Module):
             nn.init.zeros_(module.bias)
 
     def position_ids(self, items: torch.Tensor) -> torch.Tensor:
-        """(B, L) position ids for a left-padded batch (see ModelConfig.positions)."""
-        L = items.shape[1]
-        cols = torch.arange(L, device=items.device)
-        capacity = self.cfg.max_len  # rows of the position table (one more for from_end_pad0)
-        if self.cfg.positions == "from_end":
-            return (cols + (capacity - L)).expand_as(items)
-        if self.cfg.positions == "from_end_pad0":
-            return (cols + (capacity - L) + 1) * (items > 0)
-        lengths = (items > 0).sum(1, keepdim=True)
-        return (cols[None, :] - (L - lengths)).clamp(min=0)
+        """(B, L) position ids for a left-padded batch (``AttentionConfig.positions``, chosen at construction)."""
+        return self._positions(items, self.cfg.max_len)
 
     def embed(self, items: torch.Tensor) -> torch.Tensor:
         """items (B, L) -> input states (B, L, d)."""
@@ -131,19 +231,15 @@ class SequentialRecommender(nn.Module):
         return self.input_norm(e + self.pos_emb(self.position_ids(items)))
 
     def input_norm(self, x: torch.Tensor) -> torch.Tensor:
-        """The input's LayerNorm and dropout (``cfg.embedding``) on E + P (B, L, d)."""
-        if self.cfg.embedding == "ln_dropout":
-            return self.emb_dropout(self.emb_ln(x))
-        if self.cfg.embedding == "dropout_ln":
-            return self.emb_ln(self.emb_dropout(x))
-        return self.emb_dropout(x)
+        """The input's LayerNorm and dropout (``cfg.embedding``, chosen at construction) on E + P (B, L, d)."""
+        return self._input_norm(self.emb_ln, self.emb_dropout, x)
 
     encode_groups: int = 1  # training passes in up to this many length groups (``encode``; set by the trainer)
 
     def full_window(self) -> bool:
         """True when outputs depend on padding, so inputs are left-padded to ``max_len`` before the blocks:
         without a key-padding mask padded keys are attended to; BSARec's filter sees the whole window."""
-        return not self.cfg.key_padding_mask
+        return not self.key_padding
 
     def encode(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
         """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
@@ -173,7 +269,7 @@ class SequentialRecommender(nn.Module):
     def readout_width(self) -> int:
         """How many of the last columns of ``encode`` the prediction at column L-1 reads: 1 (``readout="last"``),
         ``readout_k`` (``mean``), 0 = all (``pool``). ``encode(items, last=readout_width())`` is enough for it."""
-        return {"last": 1, "mean": self.cfg.readout_k, "pool": 0, "query": 1}[self.cfg.readout]
+        return self.readout_part.width
 
     def encode_in_groups(self, items: torch.Tensor, groups: int, last: int = 0) -> torch.Tensor:
         """``encode_tokens`` per group of rows of similar length (rows sorted by length, cut into ``groups``
@@ -192,7 +288,7 @@ class SequentialRecommender(nn.Module):
     def mask_bias(self, tokens: torch.Tensor) -> AttentionMask:
         """The additive attention mask for the token ids ``tokens`` (B, L): causal (and key padding), in parts that
         broadcast (``block.AttentionMask``; its ``dense()`` is the (B, 1, L, L) tensor)."""
-        return causal_mask_bias(tokens, key_padding=self.cfg.key_padding_mask)
+        return causal_mask_bias(tokens, key_padding=self.key_padding)
 
     def block_tokens(self, items: torch.Tensor) -> torch.Tensor:
         """The token ids (B, L') of the positions the blocks see (and record) for the input ``items`` (B, L):
@@ -244,25 +340,7 @@ class SequentialRecommender(nn.Module):
         ``w_c = softmax_j(q . h_j / sqrt(d))`` and q the learned ``readout_query``. A column with no real position
         at or before it (an empty prefix) keeps its own state.
         """
-        kind = self.cfg.readout
-        if kind in ("last", "query"):  # query: column L-1 already holds the query token's state (``encode``)
-            return hidden
-        real = items > 0
-        if kind == "mean":
-            k = self.cfg.readout_k
-            w = real.to(hidden.dtype)[..., None]
-            sums = (hidden * w).cumsum(1)
-            counts = w.cumsum(1)
-            if k < hidden.shape[1]:
-                sums = torch.cat([sums[:, :k], sums[:, k:] - sums[:, :-k]], 1)
-                counts = torch.cat([counts[:, :k], counts[:, k:] - counts[:, :-k]], 1)
-            return torch.where(counts > 0, sums / counts.clamp_min(1.0), hidden)
-        L = hidden.shape[1]
-        allowed = real[:, None, :] & torch.ones(L, L, dtype=torch.bool, device=items.device).tril()[None]
-        logits = (hidden @ self.readout_query.to(hidden.dtype)) / math.sqrt(hidden.shape[-1])  # (B, L)
-        logits = logits[:, None, :].expand(-1, L, -1).masked_fill(~allowed, torch.finfo(hidden.dtype).min)
-        pooled = logits.softmax(-1) @ hidden  # (B, L, d)
-        return torch.where(allowed.any(-1, keepdim=True), pooled, hidden)
+        return self.readout_part(hidden, items, self.readout_query)
 
     def item_embeddings(self) -> torch.Tensor:
         """(n_items + 1, d): the output layer; scores = hidden @ item_embeddings().T. ``cfg.output``: the input

@@ -45,7 +45,7 @@ from torch import nn
 
 from resdom.models.base import SequentialRecommender, TrainBatch
 from resdom.models.block import AttentionMask, padding_mask_bias
-from resdom.models.config import ModelConfig
+from resdom.models.config import BERT4RecConfig
 
 
 class BERT4Rec(SequentialRecommender):
@@ -57,11 +57,10 @@ class BERT4Rec(SequentialRecommender):
     noncausal_reason: ClassVar[str] = (
         "its attention is bidirectional, so every position sees the later items of its input, including the very "
         "item it must predict (label leakage)")
-    own_fields: ClassVar[tuple[str, ...]] = ("mask_prob",)
-    unused_fields: ClassVar[tuple[str, ...]] = ("readout", "readout_k", "output")  # its prediction is the [MASK] state
+    cfg: BERT4RecConfig
     train_layouts: ClassVar[tuple[str, ...]] = ("window", "last")
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: BERT4RecConfig) -> None:
         super().__init__(cfg)
         self.mask_id = cfg.n_items + 1
         self.max_len = cfg.max_len - 1  # input items; the [MASK] takes the last of cfg.max_len positions

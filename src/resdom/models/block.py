@@ -7,10 +7,13 @@ Post-LN (default)::
     H1 = LayerNorm(Z)
     H2 = LayerNorm(H1 + Dropout(FFN(H1)))
 
-Pre-LN: ``Z = alpha * X + Dropout(MHA(LN(X)))``, ``H1 = Z``, ``H2 = H1 + Dropout(FFN(LN(H1)))``.
+Pre-LN (``PreLNBlock``): ``Z = alpha * X + Dropout(MHA(LN(X)))``, ``H1 = Z``, ``H2 = H1 + Dropout(FFN(LN(H1)))``.
+The query-LN blocks (``QueryLNBlock``, ``PaperDuoRecBlock``) and BSARec's (``models.bsarec.BSARecBlock``) are the
+other variants; a model's configuration names its block once (``AttentionConfig.block``), and ``BLOCKS`` maps that
+name to the class the model is built from.
 
 The residual scale of a pass (``effective_alpha``) is the trained scale ``base_scale()`` (1; or
-``ModelConfig.residual_scale``; or the learned gate of ``residual_gate``, a scalar or a (d,) vector), times the
+``AttentionConfig.residual_scale``; or the learned gate of ``residual_gate``, a scalar or a (d,) vector), times the
 inference-time ``alpha`` (1 unless a diagnostic sets it through ``interface.residual_scale``) in eval mode.
 
 Diagnostics read a block only through ``BlockRecord`` (what one forward pass computed, by name) and the
@@ -28,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from resdom.models.config import ModelConfig
+from resdom.models.config import AttentionConfig
 
 MASK_VALUE = -10000.0  # additive mask as in BSARec's code: (1 - m) * -10000
 SELF_TERMS_GATHER_BELOW = 0.5  # MultiHeadAttention.with_self_terms gathers the queries that see themselves below
@@ -360,16 +363,15 @@ class FeedForward(nn.Module):
 
 
 class AttentionBlock(nn.Module):
-    """One transformer block with a settable residual scale ``alpha`` on the attention sub-layer.
+    """One post-LN transformer block with a settable residual scale ``alpha`` on the attention sub-layer.
 
     The sub-layer is ``residual_sum`` (the one residual line of the code base, shared by every block variant)
     followed by ``sublayer_output``; variants change what the residual carries (``residual_and_queries``), what
     follows the sum, or mix in another branch (BSARec), never the residual line itself.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: AttentionConfig) -> None:
         super().__init__()
-        self.norm_first = cfg.norm_first
         self.attention = MultiHeadAttention(cfg.hidden, cfg.heads, cfg.attn_dropout)
         self.attn_ln = nn.LayerNorm(cfg.hidden, eps=cfg.ln_eps)
         self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation,
@@ -399,9 +401,9 @@ class AttentionBlock(nn.Module):
         return base * self.alpha
 
     def residual_and_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(what the residual carries, what attention's queries read): (X, X) post-LN, (X, LN(X)) pre-LN.
+        """(what the residual carries, what attention's queries read): (X, X) here, (X, LN(X)) pre-LN.
         Keys and values read the queries' input, except in the query-LN block (the raw X)."""
-        return x, (self.attn_ln(x) if self.norm_first else x)
+        return x, x
 
     def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         return queries
@@ -430,7 +432,7 @@ class AttentionBlock(nn.Module):
 
     def sum_norm(self) -> nn.LayerNorm | None:
         """The LayerNorm applied to Z (the +LN stage); None for pre-LN blocks."""
-        return None if self.norm_first else self.attn_ln
+        return self.attn_ln
 
     def record(self, parts: dict[str, Any], **extra: Any) -> None:
         """Append this pass's BlockRecord when recording."""
@@ -449,8 +451,6 @@ class AttentionBlock(nn.Module):
         return h1
 
     def ffn_sublayer(self, h1: torch.Tensor) -> torch.Tensor:
-        if self.norm_first:
-            return h1 + self.dropout(self.ffn(self.ffn_ln(h1)))
         return self.ffn_ln(h1 + self.dropout(self.ffn(h1)))
 
     def forward(self, x: torch.Tensor, mask_bias: MaskLike, last: int = 0) -> torch.Tensor:
@@ -470,6 +470,21 @@ class AttentionBlock(nn.Module):
                 nn.init.uniform_(lin.weight, -bound, bound)
 
 
+class PreLNBlock(AttentionBlock):
+    """The pre-LN block: ``Z = alpha * X + Dropout(MHA(LN(X)))``, ``H1 = Z``, ``H2 = H1 + Dropout(FFN(LN(H1)))``.
+    The same modules as the post-LN block, in the same order (``attn_ln`` before attention, ``ffn_ln`` before the
+    FFN); no LayerNorm after the sum, so no +LN stage."""
+
+    def residual_and_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.attn_ln(x)
+
+    def sum_norm(self) -> None:
+        return None
+
+    def ffn_sublayer(self, h1: torch.Tensor) -> torch.Tensor:
+        return h1 + self.dropout(self.ffn(self.ffn_ln(h1)))
+
+
 class QueryLNBlock(AttentionBlock):
     """time-to-split's SASRec block (spec §6, "a third block"; the paper's DuoRec block is ``PaperDuoRecBlock``)::
 
@@ -484,7 +499,7 @@ class QueryLNBlock(AttentionBlock):
     ``attn_ln`` is LN_a, ``ffn_ln`` is LN_f.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: AttentionConfig) -> None:
         super().__init__(cfg)
         self.ffn = FeedForward(cfg.hidden, cfg.inner, cfg.activation, inner_dropout=cfg.dropout)
         self.attn_out_dropout = nn.Identity()
@@ -517,9 +532,15 @@ class PaperDuoRecBlock(QueryLNBlock):
     ``QueryLNBlock`` (keys and values from the raw X, no dropout on A) is time-to-split's SASRec block.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: AttentionConfig) -> None:
         super().__init__(cfg)
         self.attn_out_dropout = self.dropout
 
     def key_values(self, x: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         return queries
+
+
+# The blocks a configuration can name (``AttentionConfig.block``): the model builds each of its layers from one.
+BLOCKS: dict[str, type[AttentionBlock]] = {
+    "post_ln": AttentionBlock, "pre_ln": PreLNBlock, "query_ln": QueryLNBlock, "query_ln_qkv": PaperDuoRecBlock,
+}

@@ -27,7 +27,7 @@ from torch import nn
 
 from resdom.models.base import SequentialRecommender
 from resdom.models.block import AttentionBlock, AttentionMask, Dropout, MaskLike, causal_mask_bias
-from resdom.models.config import ModelConfig
+from resdom.models.config import AttentionConfig, BSARecConfig
 
 
 def low_pass_fft(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -60,7 +60,7 @@ class FrequencyLayer(nn.Module):
     branch's counterpart of the attention residual's inference-time alpha (docs/results.md, BSARec on video-ts).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: BSARecConfig) -> None:
         super().__init__()
         self.c = cfg.bsa_c // 2 + 1  # number of kept rfft bins (spec §2: bins >= c//2+1 zeroed)
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, cfg.hidden))
@@ -109,7 +109,7 @@ class BSARecBlock(AttentionBlock):
     are GSP's own, so ``H1 = freq_out + branch_scale * LN(z)``; ``attn_in`` is X (post-LN).
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: BSARecConfig) -> None:
         super().__init__(cfg)
         self.filter = FrequencyLayer(cfg)
         self.a = float(cfg.bsa_a)
@@ -138,22 +138,23 @@ class BSARec(SequentialRecommender):
     noncausal_reason: ClassVar[str] = (
         "its low-pass filter is not causal, so every position sees later items of the window, including the very "
         "item it must predict (label leakage, spec §2)")
-    own_fields: ClassVar[tuple[str, ...]] = ("bsa_a", "bsa_c")
+    cfg: BSARecConfig
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: BSARecConfig) -> None:
         super().__init__(cfg)
         # The authors' encoder deep-copies one block, so every layer starts from the same sqrt_beta.
         with torch.no_grad():
             for block in self.blocks[1:]:
                 block.filter.sqrt_beta.copy_(self.blocks[0].filter.sqrt_beta)
 
-    def make_block(self, cfg: ModelConfig) -> nn.Module:
+    def make_block(self, cfg: AttentionConfig) -> nn.Module:
+        assert isinstance(cfg, BSARecConfig)
         return BSARecBlock(cfg)
 
     def mask_bias(self, tokens: torch.Tensor) -> AttentionMask:
         """The dense causal key-padding mask (``compact=False``): the filter mixes the outputs of padded positions
         into real ones, so padded queries must attend exactly as over the (B, 1, L, L) mask (``AttentionMask``)."""
-        return causal_mask_bias(tokens, key_padding=self.cfg.key_padding_mask, compact=False)
+        return causal_mask_bias(tokens, key_padding=self.key_padding, compact=False)
 
     def full_window(self) -> bool:
         """Always: the low-pass filter sees the whole padded window (spec §2). With the key-padding mask (the

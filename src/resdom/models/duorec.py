@@ -17,6 +17,7 @@ the reference code).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 
 from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender, TrainBatch
+from resdom.models.config import DuoRecConfig
 
 
 def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
@@ -51,17 +53,22 @@ class DuoRec(SequentialRecommender):
     """
 
     name: ClassVar[str] = "duorec"
-    own_fields: ClassVar[tuple[str, ...]] = ("duorec_tau", "duorec_lambda", "duorec_views")
+    cfg: DuoRecConfig
+
+    def __init__(self, cfg: DuoRecConfig) -> None:
+        super().__init__(cfg)
+        self.views = VIEWS[cfg.duorec_views]  # the contrastive pair, chosen once
 
     def needs_partners(self) -> bool:
-        return self.cfg.duorec_views in ("sup", "both")
+        return self.views is not unsup_views
 
     def last_state(self, items: torch.Tensor) -> torch.Tensor:
         """items (B, L) left-padded -> (B, d) the prediction state at column L-1 (the readout of a fresh pass,
         dropout as in the mode)."""
         return self.readout(self.encode(items, self.readout_width()), items)[:, -1]
 
-    def _sup_items(self, batch: TrainBatch) -> torch.Tensor:
+    def sup_items(self, batch: TrainBatch) -> torch.Tensor:
+        """The supervised view's input (B, L2); a ResdomError where the batch has none."""
         if batch.sup_items is None:
             raise ResdomError(
                 f"model.duorec_views={self.cfg.duorec_views!r} needs the supervised view: the training batch has "
@@ -72,11 +79,27 @@ class DuoRec(SequentialRecommender):
 
     def auxiliary_loss(self, batch: TrainBatch, hidden: torch.Tensor) -> torch.Tensor:
         """batch.items (B, L), hidden = encode(batch.items) (B, L, d) -> scalar lambda * InfoNCE."""
-        views = self.cfg.duorec_views
-        if views in ("unsup", "sup"):
-            z1 = self.readout(hidden, batch.items)[:, -1]
-            z2 = self.last_state(batch.items if views == "unsup" else self._sup_items(batch))
-        else:  # "both": BSARec's us_x
-            sup = self._sup_items(batch)
-            z1, z2 = self.last_state(batch.items), self.last_state(sup)
+        z1, z2 = self.views(self, batch, hidden)
         return self.cfg.duorec_lambda * info_nce(z1, z2, self.cfg.duorec_tau)
+
+
+# ``duorec_views`` -> the pair (z, z') (B, d) each, from the model, the batch and the training pass's states
+def unsup_views(model: DuoRec, batch: TrainBatch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training pass, and a second pass over the same input under another dropout mask."""
+    return model.readout(hidden, batch.items)[:, -1], model.last_state(batch.items)
+
+
+def sup_views(model: DuoRec, batch: TrainBatch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training pass, and the pass over another training input with the same target."""
+    return model.readout(hidden, batch.items)[:, -1], model.last_state(model.sup_items(batch))
+
+
+def both_views(model: DuoRec, batch: TrainBatch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """BSARec's us_x: a second dropout pass over the input, and the pass over the supervised input."""
+    sup = model.sup_items(batch)
+    return model.last_state(batch.items), model.last_state(sup)
+
+
+VIEWS: dict[str, Callable[[DuoRec, TrainBatch, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {
+    "unsup": unsup_views, "sup": sup_views, "both": both_views,
+}

@@ -23,8 +23,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from resdom.models.base import SequentialRecommender
-from resdom.models.config import ModelConfig
+from resdom.models.base import Readout, SequentialRecommender
+from resdom.models.config import GRU4RecConfig
 
 
 class GRU4Rec(SequentialRecommender):
@@ -32,13 +32,9 @@ class GRU4Rec(SequentialRecommender):
     attention stack (its ``__init__`` builds only the embedding and the GRU)."""
 
     name: ClassVar[str] = "gru4rec"
-    unused_fields: ClassVar[tuple[str, ...]] = (
-        "heads", "attn_dropout", "inner_mult", "inner_size", "activation", "norm_first", "query_ln", "query_ln_kv",
-        "emb_scale", "embedding", "final_ln", "ln_eps", "positions", "key_padding_mask", "init_padding",
-        "residual_scale", "residual_gate", "readout", "readout_k", "output",
-    )
+    cfg: GRU4RecConfig  # type: ignore[assignment]  # not an attention configuration
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: GRU4RecConfig) -> None:
         nn.Module.__init__(self)  # not SequentialRecommender.__init__: no positions, no attention blocks
         if cfg.n_items < 1:
             raise ValueError("ModelConfig.n_items must be set from the data (>= 1)")
@@ -46,6 +42,7 @@ class GRU4Rec(SequentialRecommender):
         self.n_items, self.max_len = cfg.n_items, cfg.max_len
         self.item_emb = nn.Embedding(cfg.n_items + 1, cfg.hidden, padding_idx=0)
         self.query_id = self.out_emb = self.out_proj = None  # tied output, read at the last item (the base's hooks)
+        self.readout_part, self.readout_query = Readout(), None
         self.gru = nn.GRU(cfg.hidden, cfg.hidden, num_layers=cfg.layers, batch_first=True,
                           dropout=cfg.dropout if cfg.layers > 1 else 0.0)
         with torch.no_grad():

@@ -147,7 +147,7 @@ def residual_scale(model: Diagnosable, alpha: float, layers: Iterable[int] | Non
     """Set the inference-time residual scale to ``alpha`` in ``layers`` (default: all), restoring it on exit.
 
     ``alpha`` multiplies the scale the block was trained with (``trained_scale``: 1 for the base models, a < 1
-    for ``ModelConfig.residual_scale``, the learned gate for ``residual_gate``), so alpha = 1 is always the model
+    for ``AttentionConfig.residual_scale``, the learned gate for ``residual_gate``), so alpha = 1 is always the model
     as trained; the scale actually used is ``trained_scale(block) * alpha`` (what the BlockRecord holds)."""
     blocks = list(model.attention_blocks())
     chosen = range(len(blocks)) if layers is None else list(layers)

@@ -14,8 +14,14 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 from resdom.checks import NumbersModel, arg, closed_choice
 from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
-from resdom.models import MODEL_CLASSES, model_class
-from resdom.models.config import ModelConfig, make_model_config
+from resdom.models import model_class
+from resdom.models.config import (
+    CausalConfig,
+    ModelConfig,
+    foreign_field_error,
+    foreign_fields,
+    make_model_config,
+)
 from resdom.names import DEVICES, METRICS
 from resdom.training.objectives import OBJECTIVES, get_objective
 
@@ -139,7 +145,9 @@ def resolve_configs(
         model_class(model_name)  # an unknown model is refused here
     except ValueError as e:
         raise ResdomError(f"{arg('model')}: {e}") from None
-    _check_own_fields(model_name, model_values)
+    foreign = foreign_fields(model_name, model_values)
+    if foreign:  # before the defaults: a field of another model is the user's, named as given
+        raise foreign_field_error(model_name, foreign[0])
     merged_model, merged_train = model_defaults(model_name, protocol, source)
     merged_model.update(model_values)
     merged_model.update(name=model_name, n_items=n_items)
@@ -155,11 +163,12 @@ def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfi
     that are wrong by construction (an all-position objective on a non-causal model, spec §2; a sample layout the
     model cannot train from, such as masked-item CE on a model that does not mask its input)."""
     cls = model_class(model_cfg.name)
+    query = isinstance(model_cfg, CausalConfig) and model_cfg.readout == "query"
     if train_cfg.objective is None:  # a query token is read after the whole prefix only: one prediction a sample
-        default = "ce_last" if model_cfg.readout == "query" else cls.default_objective
+        default = "ce_last" if query else cls.default_objective
         train_cfg = train_cfg.model_copy(update={"objective": default})
     objective = get_objective(train_cfg.objective)
-    if model_cfg.readout == "query" and objective.layout != "last":
+    if query and objective.layout != "last":
         raise ResdomError(f"train.objective: {objective.name!r} cannot train model.readout='query': the query token "
                           "is read after the whole prefix only; use ce_last")
     if not cls.causal and objective.layout == "all":
@@ -176,18 +185,3 @@ def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfi
 # What a sample layout asks of the model (for the refusal of a layout a model does not list in train_layouts).
 LAYOUT_NEEDS = {"window": "masks its own input (bert4rec)", "all": "reads a prediction at every position",
                 "last": "reads a prediction at the last position"}
-
-
-def _check_own_fields(model_name: str, values: dict[str, Any]) -> None:
-    """A field of another model, or one that means nothing for this model (``unused_fields``: GRU4Rec's attention
-    fields), set to anything but its default, is an error naming it (a run's own config.json holds every such
-    field at its default, so it passes)."""
-    for key in model_class(model_name).unused_fields:
-        if key in values and values[key] != ModelConfig.model_fields[key].default:
-            raise ResdomError(f"model.{key}: does not apply to {model_name} (nothing in it uses {key}); leave it out")
-    for other, cls in MODEL_CLASSES.items():
-        if other == model_name:
-            continue
-        for key in cls.own_fields:
-            if key in values and values[key] != ModelConfig.model_fields[key].default:
-                raise ResdomError(f"model.{key}: applies to {other} only, not to {model_name}")

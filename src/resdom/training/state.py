@@ -18,10 +18,11 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
+from resdom.checks import NumbersModel
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
-from resdom.models.config import ModelConfig
+from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir
 from resdom.runs import data_fingerprint, data_fingerprints, read_safetensors
 from resdom.training.config import RESUMABLE_FIELDS, TrainConfig
@@ -227,10 +228,15 @@ def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig,
     diffs = []
     if state.data_fingerprint not in data_fingerprints(split):
         diffs.append(f"data fingerprint {state.data_fingerprint} saved vs {data_fingerprint(split)} now")
-    for section, saved, now, free, cls in (
-        ("model", state.model, model_cfg.model_dump(), frozenset(), ModelConfig),
+    # a state saved before each model had its own configuration class holds every model's fields: the other
+    # models' fields at their defaults are not this model's
+    same_model = model_cfg.name == state.model.get("name", "sasrec")
+    saved_model = drop_flat_defaults(model_cfg.name, state.model) if same_model else state.model
+    sections: tuple[tuple[str, dict[str, Any], dict[str, Any], frozenset[str], type[NumbersModel]], ...] = (
+        ("model", saved_model, model_cfg.model_dump(), frozenset(), type(model_cfg)),
         ("train", state.train, train_cfg.model_dump(), RESUMABLE_FIELDS, TrainConfig),
-    ):
+    )
+    for section, saved, now, free, cls in sections:
         # a field added to resdom after the run was saved holds its default there
         saved = {**{k: f.default for k, f in cls.model_fields.items() if k in now and k not in saved}, **saved}
         for key in sorted(set(saved) | set(now)):
