@@ -371,3 +371,22 @@ def test_api_errors_name_python_arguments_and_the_cli_its_flags(tmp_path: Path, 
         assert message in str(e.value) and " --" not in str(e.value), str(e.value)
         code, _, err = run_cli(capsys, *args, "--out", str(tmp_path / "out"))
         one_line_error(code, err, flag_message)
+
+
+@pytest.mark.parametrize(("name", "field", "given", "value"), [
+    ("sasrec", "readout", "Mean", "mean"), ("sasrec", "activation", "ReLU", "relu"),
+    ("sasrec", "qkv_init", "XAVIER", "xavier"), ("duorec", "duorec_views", "Sup", "sup")])
+def test_model_choices_in_any_case(name: str, field: str, given: str, value: str) -> None:
+    from resdom.models.config import make_model_config
+
+    assert getattr(make_model_config(name=name, **{field: given}), field) == value
+
+
+@pytest.mark.parametrize(("name", "field", "given", "closest"), [
+    ("sasrec", "readout", "meen", "mean"), ("sasrec", "output", "untyed", "untied"),
+    ("duorec", "duorec_views", "suup", "sup")])
+def test_model_choices_name_the_closest(name: str, field: str, given: str, closest: str) -> None:
+    from resdom.models.config import make_model_config
+
+    with pytest.raises(ResdomError, match=rf"model\.{field}: unknown .*\(did you mean {closest}\? choose "):
+        make_model_config(name=name, **{field: given})

@@ -24,12 +24,23 @@ construction (``models.base``, ``models.block``).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from resdom.checks import NumbersModel
+from resdom.checks import NumbersModel, closed_choice
 from resdom.errors import OptionError, ResdomError, validation_error
 
 # The attention blocks a configuration can name (models.block.BLOCKS builds them).
@@ -49,6 +60,18 @@ class ModelConfig(NumbersModel):
     layers: int = Field(2, ge=1)
     dropout: float = Field(0.5, ge=0.0, lt=1.0, description="hidden dropout")
     init_std: float = Field(0.02, gt=0.0)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _closed_choice(cls, v: Any, info: ValidationInfo) -> Any:
+        """A closed choice (a field of literal names: readout, activation, ...) in any case (``readout: Mean``), a
+        near miss named with the closest (``readuot``: did you mean readout?)."""
+        field = str(info.field_name)
+        if field == "name" or not isinstance(v, str):
+            return v
+        kinds = typing.get_args(cls.model_fields[field].annotation)
+        names = tuple(c for kind in kinds for c in (typing.get_args(kind) or (kind,)) if isinstance(c, str))
+        return closed_choice(v, names, field.replace("_", " ")) if names else v
 
     @model_validator(mode="after")
     def _a_model_of_its_own(self) -> ModelConfig:
