@@ -9,7 +9,9 @@ LayerNorm eps 1e-12, max length 50, CE over all items at the last position with 
 ``trainer._train_epoch`` is timed (RecBole's checkpoint loading fails on torch >= 2.6; nothing is reloaded).
 ``"valid_each_epoch": true`` adds RecBole's own validation metrics after every epoch (untimed).
 ``"budget_s": S``: no epoch starts once the timed epochs sum to S seconds (``tasks.within_budget``).
-Prints one JSON line.
+``"save_dir": DIR``: after every epoch (untimed) the model is saved as RecBole's trainer saves it
+(``trainer._save_checkpoint``: config, epoch, state_dict, optimizer) to DIR/epoch-K.pth, the file
+``resdom import-recbole`` reads; each record names its file under ``"checkpoint"``. Prints one JSON line.
 
 ``"batches": k`` instead: interleaved rounds (``tasks.Rounds``, driven by run.py): after preparation it prints
 ``{"ready": true, ...}``, then runs ``trainer._train_epoch`` over its own batches, k per round, each round
@@ -85,6 +87,11 @@ def main(data_path: str, dataset_name: str, args: dict) -> dict:
             loss = float(sum(loss)) if isinstance(loss, tuple) else float(loss)
             records.append({"epoch": epoch + 1, "loss_sum": round(loss, 3), "samples": n,
                             "samples_per_s": round(n / ph.seconds, 1), **ph.to_dict()})
+            if args.get("save_dir"):  # untimed: the checkpoint the common evaluator scores (run.py's tta section)
+                path = Path(args["save_dir"]) / f"epoch-{epoch + 1}.pth"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                trainer._save_checkpoint(epoch, verbose=False, saved_model_file=str(path))
+                records[-1]["checkpoint"] = str(path)
             if valid_each:  # untimed: validation NDCG@10 for the time-to-accuracy curve
                 valid = trainer.evaluate(valid_data, load_best_model=False, show_progress=False)
                 records[-1]["valid"] = {k: float(v) for k, v in dict(valid).items()}

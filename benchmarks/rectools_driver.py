@@ -13,6 +13,9 @@ included, as resdom's epoch). ``"valid_each_epoch": true`` adds, after every epo
 of each user's second-to-last item given the training part, computed from RecTools' own torch model on its
 own recommend batches, full ranking over its items with the input's items filtered. Prints one JSON line.
 ``"budget_s": S``: no epoch starts once the timed epochs sum to S seconds (``tasks.within_budget``).
+``"save_dir": DIR``: after every epoch (untimed) Lightning's checkpoint of the model (``trainer.save_checkpoint``,
+what ``model.save`` embeds as its ``fitted_checkpoint``) is written to DIR/epoch-K.ckpt, the file
+``resdom import-rectools`` reads; each record names its file under ``"checkpoint"``.
 
 ``"batches": k`` instead: interleaved rounds (``tasks.Rounds``, driven by run.py): when Lightning starts
 training (data and model prepared) it prints ``{"ready": true, ...}``; a callback then times k training batches
@@ -130,6 +133,13 @@ def main(beauty: str, args: dict) -> dict:
         def on_train_epoch_end(self, trainer, module) -> None:  # noqa: ANN001
             records[-1]["valid"] = rectools_valid(model, module.torch_model, dataset, valid)
 
+    class SaveEachEpoch(pl.Callback):
+        def on_train_epoch_end(self, trainer, module) -> None:  # noqa: ANN001
+            path = Path(args["save_dir"]) / f"epoch-{len(records)}.ckpt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            trainer.save_checkpoint(str(path))
+            records[-1]["checkpoint"] = str(path)
+
     rounds = Rounds(int(args["batches"])) if args.get("batches") else None
 
     class RoundTimer(pl.Callback):
@@ -149,7 +159,8 @@ def main(beauty: str, args: dict) -> dict:
         epochs = -1  # Lightning's "no limit": the parent's stop ends training
         callbacks: list = [RoundTimer()]
     else:
-        callbacks = [EpochTimer()] + ([ValidMetrics()] if args.get("valid_each_epoch") else [])
+        callbacks = [EpochTimer()] + ([ValidMetrics()] if args.get("valid_each_epoch") else []) + \
+            ([SaveEachEpoch()] if args.get("save_dir") else [])
     model = SASRecModel(n_blocks=2, n_heads=2, n_factors=64, dropout_rate=0.5, session_max_len=int(args.get(
         "max_len", 50)), batch_size=256, lr=1e-3, loss="softmax", epochs=max(epochs, 1),
         item_net_block_types=(IdEmbeddingsItemNet,), recommend_torch_device="cpu", dataloader_num_workers=0,

@@ -66,21 +66,24 @@ def reset_peak() -> bool:
 
 
 class Phase:
-    """``with Phase() as p: ...`` -> p.seconds, p.rss_before_mb, p.peak_mb (peak RSS during the phase)."""
+    """``with Phase() as p: ...`` -> p.seconds (wall), p.cpu_seconds (this process's CPU time, all its threads),
+    p.rss_before_mb, p.peak_mb (peak RSS during the phase)."""
 
     def __enter__(self) -> Phase:
         self.exact = reset_peak()
         self.rss_before_mb = rss_mb()
-        self.t0 = time.perf_counter()
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
+        self.cpu_seconds = time.process_time() - self.cpu0
         self.peak_mb = max(peak_rss_mb(), rss_mb())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seconds": round(self.seconds, 3), "rss_before_mb": round(self.rss_before_mb, 1),
-                "peak_rss_mb": round(self.peak_mb, 1), "peak_is_phase_only": self.exact}
+        return {"seconds": round(self.seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
+                "rss_before_mb": round(self.rss_before_mb, 1), "peak_rss_mb": round(self.peak_mb, 1),
+                "peak_is_phase_only": self.exact}
 
 
 # ------------------------------------------------------------------------------- interleaved rounds (peers)
@@ -184,12 +187,13 @@ def make_configs(split, model: dict[str, Any], train: dict[str, Any]):
 
 
 def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: int, device: str = "cpu",
-                 after_epoch: Any = None, budget_s: float | None = None):
+                 after_epoch: Any = None, budget_s: float | None = None, save_dir: str | Path | None = None):
     """Train a fresh model for ``epochs`` epochs with the trainer's own epoch loop (``trainer._train_epoch``:
     the code ``resdom train`` runs, without its per-epoch validation) -> (model, per-epoch records, configs).
     The loop reads every batch's loss back (a device sync), so wall times are complete on CUDA too.
     ``after_epoch(epoch, model)`` (untimed) may return a dict, stored in the epoch's record as ``"after"``.
-    ``budget_s``: stop after the epoch whose training seconds, summed, reach it (``within_budget``)."""
+    ``budget_s``: stop after the epoch whose training seconds, summed, reach it (``within_budget``).
+    ``save_dir``: the model saved after every epoch (untimed) as SAVE_DIR/epoch-K.safetensors (``save_model``)."""
     from resdom import distributed
     from resdom.models import build_model
     from resdom.training import trainer
@@ -213,6 +217,8 @@ def train_epochs(split, model: dict[str, Any], train: dict[str, Any], epochs: in
         records.append({"epoch": epoch, "loss": round(loss, 5), "samples": n_seen,
                         "target_positions": positions, "samples_per_s": round(n_seen / ph.seconds, 1),
                         **ph.to_dict()})
+        if save_dir is not None:
+            save_model(net, model_cfg, Path(save_dir) / f"epoch-{epoch}.safetensors")
         if after_epoch is not None:
             extra = after_epoch(epoch, net)
             if extra is not None:
@@ -297,7 +303,7 @@ def task_train(args: dict[str, Any]) -> dict[str, Any]:
         (lambda epoch, net: {"valid": valid_metrics(net, split)}) if valid else None)
     net, records, (model_cfg, train_cfg) = train_epochs(
         split, args.get("model", {}), args.get("train", {}), int(args.get("epochs", 1)), after_epoch=after,
-        budget_s=args.get("budget_s"))
+        budget_s=args.get("budget_s"), save_dir=args.get("save_dir"))
     out: dict[str, Any] = {"data": data_summary(split), "threads": threads, "epochs": records,
                            "objective": train_cfg.objective, "model": model_cfg.model_dump(),
                            "params": sum(p.numel() for p in net.parameters())}
@@ -755,9 +761,93 @@ def task_eval_run(args: dict[str, Any]) -> dict[str, Any]:
         ctx.close()
 
 
+# ------------------------------------------------------------------------------- time to accuracy: scoring
+
+
+def in_model_ids(evalset, common: np.ndarray, labels: np.ndarray, max_len: int):
+    """``evalset`` (item ids of the split whose raw ids are ``common``) in a model's item ids (``labels``: raw id of
+    each of its item ids) -> (that EvalSet, how many of its targets the model has no row for). Such a target (an
+    item the model never saw in training) becomes 0, the padding id, which the evaluator never ranks: a miss; the
+    model ranks its own items, as its library does. An input item the model lacks cannot be one of its candidates
+    and is dropped from the seen items; one among the last ``max_len`` items of an input (the window the model
+    reads) is a ValueError: the model would read another sequence than the split's."""
+    from resdom.adapters.common import _keys
+    from resdom.data.sequences import EvalSet, Sequences
+
+    row = {key: k for k, key in enumerate(_keys(labels[1:]), start=1)}
+    to_model = np.array([0] + [row.get(key, 0) for key in _keys(common[1:])], dtype=np.int64)
+    items = to_model[evalset.inputs.items]
+    ends = np.repeat(evalset.inputs.offsets[1:], evalset.inputs.lengths)
+    read = ends - np.arange(len(items)) <= max_len  # within the last max_len items of its sequence
+    if (read & (items == 0)).any():
+        raw = common[evalset.inputs.items[np.flatnonzero(read & (items == 0))[0]]]
+        raise ValueError(f"the model has no row for item {raw!r}, within the window of a validation input")
+    keep = items > 0
+    n = len(evalset.inputs)
+    counts = np.bincount(np.repeat(np.arange(n), evalset.inputs.lengths)[keep], minlength=n)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    times = None if evalset.inputs.times is None else evalset.inputs.times[keep]
+    targets = to_model[evalset.targets]
+    return EvalSet(Sequences(offsets, items[keep], times, evalset.inputs.users), targets), int((targets == 0).sum())
+
+
+def imported_model(library: str, path: str, source: str, data_dir: str | None, tmp: Path):
+    """The checkpoint ``path`` of ``library`` as a resdom model and the raw item id of each of its item ids:
+    resdom's own file read directly; RecBole's and RecTools' imported by resdom's importers into a run directory
+    (``resdom import-recbole`` / ``import-rectools``), then read back as any run."""
+    from resdom.runs import load_run
+
+    if library == "resdom":
+        return load_model(path), None
+    out = tmp / Path(path).stem
+    if library == "RecBole":
+        from resdom.adapters.recbole import import_recbole
+
+        import_recbole(path, source, out, data_dir=data_dir)
+    elif library == "RecTools":
+        from resdom.adapters.rectools import import_rectools
+
+        import_rectools(path, source, out, data_dir=data_dir)
+    else:
+        raise ValueError(f"unknown library {library!r}")
+    run = load_run(out)
+    return run.model.eval(), run.split.item_labels
+
+
+def task_score(args: dict[str, Any]) -> dict[str, Any]:
+    """Validation metrics of every checkpoint in ``checkpoints`` (files of ``library``: resdom, RecBole or RecTools)
+    by one evaluator: resdom's full ranking of ``data``'s validation users (the split resdom trains on), the input's
+    items filtered. ``source``: what the peer's importer reads as the training data (RecBole's .inter file, the
+    interactions RecTools was fitted on). ``unfiltered``: the same without the seen-item filter too (RecBole's own
+    metric does not filter: equal numbers show the import exact). The split's validation set is put in each
+    model's item ids by raw id (``in_model_ids``), so each model ranks its own items with its own weights."""
+    import tempfile
+
+    from resdom.evaluation.evaluate import evaluate
+
+    set_threads(args.get("threads"))
+    split = load_split(args["data"])
+    common = np.asarray(split.item_labels, dtype=object)
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in args["checkpoints"]:
+            with Phase() as ph:
+                model, labels = imported_model(args["library"], path, args.get("source", ""), args.get("data_dir"),
+                                               Path(tmp))
+                valid, unknown = (split.valid, 0) if labels is None else \
+                    in_model_ids(split.valid, common, labels, model.max_len)
+                res = evaluate(model, valid, filter_seen=True)
+                bare = evaluate(model, valid, filter_seen=False) if args.get("unfiltered") else None
+            out.append({"checkpoint": path, "n_users": res.n_users, "model_items": model.n_items,
+                        "unknown_targets": unknown, "metrics": res.metrics,
+                        **({"unfiltered": bare.metrics} if bare else {}), **ph.to_dict()})
+            print(f"[progress] scored {path}: NDCG@10 {res.metrics['NDCG@10']:.4f}", file=sys.stderr, flush=True)
+    return {"library": args["library"], "scores": out}
+
+
 TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "last_columns": task_last_columns,
          "cross_entropy": task_cross_entropy, "eval_run": task_eval_run, "train_rounds": task_train_rounds,
-         "peak": task_peak}
+         "peak": task_peak, "score": task_score}
 
 
 def main(argv: list[str]) -> None:
