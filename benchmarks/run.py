@@ -10,7 +10,9 @@ Sections (background in docs/scaling.md):
                interleaved: both libraries' own training loops alternate rounds of a fixed number of batches in
                one window (``--peer-rounds``, ``--peer-batches``);
 - ``rectools`` the same against RecTools 0.19's SASRec (its architecture and full-softmax loss on both sides);
-- ``tta``      time to accuracy: validation NDCG@10 against training seconds, resdom / RecBole / RecTools SASRec;
+- ``tta``      time to accuracy: validation NDCG@10 against training seconds, resdom / RecBole / RecTools SASRec,
+               each library's model saved after every epoch and every one scored by resdom's evaluator
+               (peers imported with resdom's importers; saved models under benchmarks/out/tta-checkpoints);
 - ``eval``     full-ranking evaluation users/s vs a naive full sort (argsort of every score);
 - ``mixing``   the mixing-ratio diagnostic (norm of sums, sum of norms) vs a plain forward pass, and memory;
 - ``memory``   peak RSS of training / evaluation / mixing at 10k, 100k and 1M items;
@@ -34,7 +36,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import queue
@@ -500,11 +501,13 @@ def section_rectools(ctx: Context) -> str:
 # --------------------------------------------------------------------------------------- time to accuracy
 
 
-def curve(records: list[dict[str, Any]], ndcg: Callable[[dict[str, Any]], float | None]) -> list[tuple[float, float]]:
-    """[(cumulative training seconds, validation NDCG@10)] after each epoch (validation itself untimed)."""
+def curve(records: list[dict[str, Any]], ndcg: Callable[[dict[str, Any]], float | None],
+          clock: str = "seconds") -> list[tuple[float, float]]:
+    """[(cumulative training seconds, validation NDCG@10)] after each epoch (validation itself untimed);
+    ``clock`` the record's key of the epoch's time: ``seconds`` (wall) or ``cpu_seconds`` (the process's CPU)."""
     out, total = [], 0.0
     for r in records:
-        total += r["seconds"]
+        total += r[clock]
         v = ndcg(r)
         if v is not None:
             out.append((round(total, 2), round(float(v), 4)))
@@ -512,22 +515,56 @@ def curve(records: list[dict[str, Any]], ndcg: Callable[[dict[str, Any]], float 
 
 
 def time_to(points: list[tuple[float, float]], target: float) -> float | None:
+    """The first time of ``points`` (time, value) whose value reaches ``target``; None if none does."""
     return next((t for t, v in points if v >= target), None)
+
+
+def tta_level(curves: dict[str, list[tuple[float, float]]]) -> float | None:
+    """The best value every library reaches: the minimum over libraries of each one's best (None without curves,
+    or where a library has no point)."""
+    if not curves or not all(curves.values()):
+        return None
+    return min(max(v for _, v in c) for c in curves.values())
+
+
+def tta_ratios(curves: dict[str, list[tuple[float, float]]], level: float, ref: str = "resdom"
+               ) -> dict[str, tuple[float | None, float | None]]:
+    """{library: (time to ``level``, that time over ``ref``'s)}; the ratio None where either time is."""
+    times = {k: time_to(c, level) for k, c in curves.items()}
+    base = times.get(ref)
+    return {k: (t, None if t is None or not base else t / base) for k, t in times.items()}
 
 
 TTA_LIBS = ("resdom", "RecBole", "RecTools")
 TTA_STORE = HERE / "tta"  # one file per library: its curve, the settings and the conditions it was measured under
+TTA_OWN = {"resdom": "resdom's validation NDCG@10 in training (full ranking, seen items filtered)",
+           "RecBole": "RecBole's own validation NDCG@10 (full ranking, seen items not filtered)",
+           "RecTools": "RecTools' own model on its recommend batches (full ranking of its items, seen filtered)"}
+
+
+def process_conditions() -> dict[str, Any]:
+    """This process's CPU affinity, nice value and threads setting (what the child processes inherit)."""
+    cond: dict[str, Any] = {"nice": os.nice(0) if hasattr(os, "nice") else None}
+    if hasattr(os, "sched_getaffinity"):
+        cond["cores"] = sorted(os.sched_getaffinity(0))
+    return cond
 
 
 def section_tta(ctx: Context) -> str:
     """Each library's SASRec with its own loss (resdom ce_all, RecBole CE at the last position over augmented
     prefixes, RecTools softmax at every position), d 64, 2 blocks, 2 heads, dropout 0.5, max length 50, batch 256,
-    Adam 1e-3; validation NDCG@10 (full ranking, seen items filtered; RecBole's unfiltered, as its own) after
-    every epoch, against cumulative training seconds. With a budget (--tta-budget) every library trains until its
-    timed epochs reach the same number of seconds; without one, RecBole gets a fifth of the epochs (it is ~7x
-    slower per epoch) and its curve is cut short there, not extrapolated. Each library's curve is kept in
-    benchmarks/tta/LIBRARY.json with its settings and conditions, so the libraries may be measured in separate
-    runs (--tta-libs); a stored curve is used only where its settings equal this run's."""
+    Adam 1e-3. Each trains for the same budget of training seconds (--tta-budget; validation, saving and scoring
+    untimed), saves its model after every epoch, and every saved model is scored by one evaluator: RecBole's and
+    RecTools' checkpoints imported with resdom's importers (resdom import-recbole / import-rectools), resdom's
+    split of the data put in each model's item ids by raw id, then resdom's full ranking of the same validation
+    users with the input's items filtered (each model ranks the items it has rows for; a target it has none for, an
+    item it never saw in training, is a miss, as in RecTools' own metric); resdom's own validation in training is
+    that evaluator (two of its checkpoints are re-scored and must give the same numbers). The level is the best
+    validation NDCG@10 every library reaches within its budget (the minimum over libraries of each one's best),
+    each ratio a library's training seconds to that level over resdom's, by wall clock and by the process's CPU
+    time. Each library's curve is kept in benchmarks/tta/LIBRARY.json with its own metric beside the common one,
+    its settings and the conditions it ran under, so the libraries may be measured in separate runs (--tta-libs,
+    side by side with taskset); a stored curve is used only where its settings equal this run's."""
     beauty = ctx.data_dir / "bsarec" / "Beauty.txt"
     max_users = 300 if ctx.quick else ctx.recbole_users
     epochs = 2 if ctx.quick else ctx.tta_epochs
@@ -538,53 +575,102 @@ def section_tta(ctx: Context) -> str:
     timeout = 4 * 3600 if ctx.tta_budget is None else int(3 * ctx.tta_budget) + 3600  # validation is untimed
     model = {"max_len": 50, "hidden": 64, "layers": 2, "heads": 2, "inner_size": 256, "dropout": 0.5,
              "attn_dropout": 0.5}
-    settings = {"budget_s": ctx.tta_budget, "epochs": None if budget else epochs, "max_users": max_users,
-                "threads": ctx.threads, "model": model}
+    settings = {"evaluator": "resdom full ranking, seen filtered", "epochs": None if budget else epochs,
+                "max_users": max_users, "threads": ctx.threads, "model": model}
     store = (ctx.out / "tta") if ctx.quick else TTA_STORE
+    saved = ctx.out / ("tta-quick-checkpoints" if ctx.quick else "tta-checkpoints")  # git-ignored (benchmarks/out)
+    data = beauty_data(ctx, max_users)  # the split resdom trains on: every library is scored on its validation
     missing = "venv not found (see --recbole-python / --rectools-python)"
 
+    def fresh(lib: str) -> Path:
+        folder = saved / lib
+        shutil.rmtree(folder, ignore_errors=True)
+        return folder
+
     def run_resdom() -> dict[str, Any]:
-        return ctx.task("train", {"data": beauty_data(ctx, max_users), "model": model, "epochs": epochs,
-                                  "evaluate": "valid_each_epoch", **budget,
+        return ctx.task("train", {"data": data, "model": model, "epochs": epochs, "evaluate": "valid_each_epoch",
+                                  **budget, "save_dir": str(fresh("resdom")),
                                   "train": {"objective": "ce_all", "batch_size": 256, "lr": 1e-3}}, timeout=timeout)
 
     def run_recbole() -> dict[str, Any]:
         if not ctx.recbole_python:
             return {"error": "RecBole " + missing}
-        with tempfile.TemporaryDirectory(dir=ctx.out) as tmp:
-            write_recbole_inter(beauty, Path(tmp), "Beauty", max_users)
-            args = {"epochs": rb_epochs, "valid_each_epoch": True, "max_len": 50, **budget,
-                    **({"threads": ctx.threads} if ctx.threads else {})}
-            res = ctx.run_json([ctx.recbole_python, str(HERE / "recbole_driver.py"), tmp, "Beauty",
-                                json.dumps(args)], timeout=timeout)
-            ctx.commands[-1] = ctx.commands[-1].replace(tmp, "$TMP")
-            return res
+        folder = fresh("RecBole-data")
+        inter = write_recbole_inter(beauty, folder, "Beauty", max_users)  # kept: the importer reads it again
+        args = {"epochs": rb_epochs, "valid_each_epoch": True, "max_len": 50, **budget,
+                "save_dir": str(fresh("RecBole")), **({"threads": ctx.threads} if ctx.threads else {})}
+        res = ctx.run_json([ctx.recbole_python, str(HERE / "recbole_driver.py"), str(folder), "Beauty",
+                            json.dumps(args)], timeout=timeout)
+        res["import_source"] = str(inter)
+        return res
 
     def run_rectools() -> dict[str, Any]:
         if not ctx.rectools_python:
             return {"error": "RecTools " + missing}
-        args = {"epochs": epochs, "valid_each_epoch": True, "max_len": 50, **budget,
+        args = {"epochs": epochs, "valid_each_epoch": True, "max_len": 50, **budget, "save_dir": str(fresh("RecTools")),
                 **({"max_users": max_users} if max_users else {}), **({"threads": ctx.threads} if ctx.threads else {})}
-        return ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty), json.dumps(args)],
-                            timeout=timeout)
+        res = ctx.run_json([ctx.rectools_python, str(HERE / "rectools_driver.py"), str(beauty), json.dumps(args)],
+                           timeout=timeout)
+        res["import_source"] = data["source"]  # the interactions it was fitted on, as resdom reads them
+        return res
 
     runners = {"resdom": run_resdom, "RecBole": run_recbole, "RecTools": run_rectools}
-    readers: dict[str, Callable[[dict[str, Any]], float | None]] = {
+    own: dict[str, Callable[[dict[str, Any]], float | None]] = {
         "resdom": lambda r: r.get("after", {}).get("valid", {}).get("metrics", {}).get("NDCG@10"),
         "RecBole": lambda r: r.get("valid", {}).get("ndcg@10"),
         "RecTools": lambda r: r.get("valid", {}).get("metrics", {}).get("NDCG@10"),
     }
+
+    def scored(lib: str, res: dict[str, Any]) -> dict[str, Any]:
+        """The epochs' records with the common evaluator's NDCG@10 (``common``) beside the library's own."""
+        eps = res["epochs"]
+        if lib == "resdom":  # its validation in training is the evaluator: two checkpoints re-scored to show it
+            best = max(eps, key=lambda r: own[lib](r) or 0.0)["epoch"]
+            picks = sorted({eps[0]["epoch"], best if best != eps[0]["epoch"] else eps[-1]["epoch"]})
+            paths = [str(saved / "resdom" / f"epoch-{k}.safetensors") for k in picks]
+        else:
+            paths = [r["checkpoint"] for r in eps]
+        sc = ctx.task("score", {"library": lib, "checkpoints": paths, "data": data, "source": res.get("import_source"),
+                                "data_dir": data.get("data_dir"), "unfiltered": lib == "RecBole"}, timeout=timeout)
+        if err(sc):
+            return {"error": f"{lib}: scoring its checkpoints failed: {err(sc)}"}
+        by_path = {s["checkpoint"]: s for s in sc["scores"]}
+        records = []
+        for r in eps:
+            path = r.get("checkpoint") or str(saved / "resdom" / f"epoch-{r['epoch']}.safetensors")
+            s = by_path.get(path)
+            common = s["metrics"]["NDCG@10"] if s else (own[lib](r) if lib == "resdom" else None)
+            records.append({"epoch": r["epoch"], "seconds": r["seconds"], "cpu_seconds": r.get("cpu_seconds"),
+                            "own_ndcg10": own[lib](r), "common_ndcg10": common,
+                            **({"rescored": s["metrics"]["NDCG@10"]} if s and lib == "resdom" else {}),
+                            **({"common_unfiltered_ndcg10": s["unfiltered"]["NDCG@10"]} if s and "unfiltered" in s
+                               else {})})
+        if lib == "resdom":
+            bad = [r for r in records if "rescored" in r and r["rescored"] != r["own_ndcg10"]]
+            if bad:
+                return {"error": f"resdom: re-scored epoch {bad[0]['epoch']} gives NDCG@10 {bad[0]['rescored']}, its "
+                                 f"validation in training {bad[0]['own_ndcg10']}: not the same evaluator"}
+        first = sc["scores"][0] if sc["scores"] else {}
+        return {"records": records, "model_items": first.get("model_items"), "valid_users": first.get("n_users"),
+                "unknown_targets": first.get("unknown_targets")}
+
     measured: dict[str, dict[str, Any]] = {}
     for lib in TTA_LIBS:
         if lib in ctx.tta_libs:
-            started, load0 = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
+            started, load0 = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
             res = runners[lib]()
-            entry = {"settings": settings, **({"error": err(res)} if err(res) else {}),
-                     "curve": [] if err(res) else curve(res["epochs"], readers[lib]),
+            out = res if err(res) else scored(lib, res)
+            cpu, flags = cpu_model_and_flags()
+            entry = {"settings": settings, "budget_s": ctx.tta_budget, **({"error": err(out)} if err(out) else {}),
+                     "own_metric": TTA_OWN[lib], **({} if err(out) else out),
                      "conditions": {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                    "load_average_start": round(load0, 1),
-                                    "load_average_end": round(os.getloadavg()[0], 1), "machine": machine_info()}}
-            if not err(res):  # a failure is reported, never stored over an earlier curve
+                                    "load_average_start": [round(x, 2) for x in load0],
+                                    "load_average_end": [round(x, 2) for x in os.getloadavg()],
+                                    "cpu": cpu, "cpu_flags": flags, **process_conditions(),
+                                    "command": " ".join(shlex.quote(_rel(a)) for a in sys.argv),
+                                    "versions": {k: res.get(k) for k in ("recbole", "rectools", "torch", "lightning")
+                                                 if res.get(k)}, "machine": machine_info()}}
+            if not err(out):  # a failure is reported, never stored over an earlier curve
                 store.mkdir(parents=True, exist_ok=True)
                 (store / f"{lib}.json").write_text(json.dumps(entry, indent=1) + "\n")
             measured[lib] = entry
@@ -595,32 +681,47 @@ def section_tta(ctx: Context) -> str:
                           f"run --only tta --tta-libs {lib}"}
         else:
             measured[lib] = {"error": f"{lib}: not measured yet; run --only tta --tta-libs {lib}"}
-    curves = {k: [tuple(p) for p in v["curve"]] for k, v in measured.items() if not err(v)}
-    target = ctx.tta_target
-    # the set target, and the best value every library reached (rounded down): a ratio for all of them
-    shared = math.floor(min((max(v for _, v in c) for c in curves.values() if c), default=0.0) * 1000) / 1000
-    reach = {k: time_to(c, target) for k, c in curves.items()}
-    reach_shared = {k: time_to(c, shared) for k, c in curves.items()}
-    rows = [[k, len(c), c[-1][0] if c else None, f"{max((v for _, v in c), default=0.0):.4f}",
-             "not reached" if reach[k] is None else reach[k],
-             ratio(reach[k], reach.get("resdom")) if k != "resdom" else "1.00x",
-             "not reached" if reach_shared[k] is None else reach_shared[k],
-             ratio(reach_shared[k], reach_shared.get("resdom")) if k != "resdom" else "1.00x",
-             f"{measured[k]['conditions']['started']}, load {measured[k]['conditions']['load_average_start']}"
-             f"-{measured[k]['conditions']['load_average_end']}"]
-            for k, c in curves.items()]
-    text = [table(["library", "epochs", "training s", "best valid NDCG@10", f"s to valid NDCG@10 >= {target}",
-                   "time vs resdom", f"s to >= {shared} (reached by all)", "time vs resdom", "measured"], rows)]
+    ok = {k: v for k, v in measured.items() if not err(v)}
+    common = {k: curve(v["records"], lambda r: r["common_ndcg10"]) for k, v in ok.items()}
+    common_cpu = {k: curve(v["records"], lambda r: r["common_ndcg10"], "cpu_seconds") for k, v in ok.items()}
+    own_curves = {k: curve(v["records"], lambda r: r["own_ndcg10"]) for k, v in ok.items()}
+    level = tta_level(common)
+    level = level if level is not None and level > 0 else None  # a library that never scored: no level
+    wall = tta_ratios(common, level) if level is not None else {}
+    by_cpu = tta_ratios(common_cpu, level) if level is not None else {}
+    rows = []
+    for k, v in ok.items():
+        recs, cond = v["records"], v["conditions"]
+        n = len(recs)
+        rows.append([k, n, sum(r["seconds"] for r in recs), sum(r["cpu_seconds"] for r in recs),
+                     f"{sum(r['seconds'] for r in recs) / n:.1f} / {sum(r['cpu_seconds'] for r in recs) / n:.1f}",
+                     f"{max(v for _, v in common[k]):.4f}", f"{max(v for _, v in own_curves[k]):.4f}",
+                     wall[k][0] if wall.get(k) and wall[k][0] is not None else "not reached",
+                     ratio(wall[k][0], wall["resdom"][0]) if k != "resdom" and "resdom" in wall else "1.00x",
+                     by_cpu[k][0] if by_cpu.get(k) and by_cpu[k][0] is not None else "not reached",
+                     ratio(by_cpu[k][0], by_cpu["resdom"][0]) if k != "resdom" and "resdom" in by_cpu else "1.00x",
+                     f"{cond['started']}; cores {cond.get('cores')}, nice {cond.get('nice')}; load "
+                     f"{cond['load_average_start'][0]}-{cond['load_average_end'][0]}"])
+    lv = "n/a" if level is None else f"{level:.4f}"
+    text = [f"Level: validation NDCG@10 >= {lv}, the best every library reached within its budget (common "
+            "evaluator)." + ("" if level is not None else " None: a library scored 0 (or none was measured).") + "\n",
+            table(["library", "epochs", "training s (wall)", "training s (CPU)", "s per epoch (wall / CPU)",
+                   "best NDCG@10 (common)", "best NDCG@10 (own metric)", f"wall s to >= {lv}", "time vs resdom",
+                   f"CPU s to >= {lv}", "CPU time vs resdom", "measured"], rows)]
+    text.append("\nEach library's run (budget in training seconds, wall): " + "; ".join(
+        f"{k} `{v['conditions'].get('command', '?')}` (budget {v.get('budget_s')}, {v['conditions']['started']} to "
+        f"{v['conditions']['finished']})" for k, v in ok.items()) + ".")
     png = (ctx.out if ctx.quick else HERE) / "time_to_accuracy.png"
-    if plot_tta(curves, png, target):
+    if plot_tta(common_cpu, png, level):  # CPU time: on a shared machine the clock the load disturbs least
         text.append(f"\n![time to accuracy]({_rel(str(png)).removeprefix('benchmarks/')})")
-    text.append(
-        "\nCurves (cumulative training seconds, validation NDCG@10): "
-        + "; ".join(f"{k} {c}" for k, c in curves.items()) + ". " + " ".join((section_tta.__doc__ or "").split()))
+    text.append("\nCurves (cumulative training seconds wall, common NDCG@10 / own NDCG@10 per epoch): " + "; ".join(
+        f"{k} " + str([(t, c, o) for (t, c), (_, o) in zip(common[k], own_curves[k])]) for k in ok) + ". Own "
+        "metrics: " + "; ".join(f"{k}: {TTA_OWN[k]}" for k in ok) + ". " + " ".join(
+        (section_tta.__doc__ or "").split()))
     return "\n".join(text) + errors_note(measured)
 
 
-def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, target: float) -> bool:
+def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, level: float | None) -> bool:
     try:
         import matplotlib
 
@@ -633,11 +734,14 @@ def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, target: f
         if pts:
             xs, ys = zip(*pts)
             ax.plot(xs, ys, "o-", label=name, markersize=3)
-    ax.axhline(target, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("training seconds (cumulative, validation not counted)")
-    ax.set_ylabel("validation NDCG@10")
+    if level is not None:
+        ax.axhline(level, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("training CPU seconds of the library's process (cumulative; validation and saving not counted)")
+    ax.set_ylabel("validation NDCG@10 (resdom's evaluator)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if any(curves.values()):
+        ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -1161,7 +1265,8 @@ def main(argv: list[str] | None = None) -> int:
             (f" --recbole-users {a.recbole_users}" if a.recbole_users and name in ("recbole", "rectools", "tta")
              else "") + \
             (f" --tta-budget {a.tta_budget:g}" if a.tta_budget is not None and name == "tta" else "") + \
-            (f" --tta-libs {','.join(tta_libs)}" if name == "tta" and tta_libs != TTA_LIBS else "") + \
+            (f" --tta-libs {','.join(tta_libs) or shlex.quote('')}" if name == "tta" and tta_libs != TTA_LIBS
+             else "") + \
             (f" --peer-rounds {a.peer_rounds} --peer-batches {a.peer_batches}"
              if name in ("recbole", "rectools") and (a.peer_rounds, a.peer_batches) != (8, 20) else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)

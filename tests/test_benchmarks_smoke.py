@@ -156,30 +156,180 @@ def test_pessimistic_ranks_stay_int64_and_count_ties() -> None:
     assert many.dtype == torch.int64 and many.tolist() == [[3, 0], [2, 4]]
 
 
-def test_tta_section_times_a_target_and_the_value_every_library_reached(tmp_path: Path, monkeypatch) -> None:
-    """The time-to-accuracy table from each library's curve (cumulative training seconds, validation NDCG@10)."""
-    (tmp_path / "bsarec").mkdir()
-    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
-    ours = {"epochs": [{"seconds": 2.0, "after": {"valid": {"metrics": {"NDCG@10": v}}}} for v in (0.02, 0.05, 0.07)]}
-    recbole = {"epochs": [{"seconds": 20.0, "valid": {"ndcg@10": v}} for v in (0.03, 0.045)]}
-    rectools = {"epochs": [{"seconds": 5.0, "valid": {"metrics": {"NDCG@10": v}}} for v in (0.01, 0.046, 0.065)]}
+def _tta_fakes(monkeypatch, common: dict[str, list[float]], own: dict[str, list[float]],
+               rescore: dict[int, float] | None = None) -> list[tuple[str, dict]]:
+    """run.Context's children faked: each library's training returns epochs (resdom 2 s wall / 1 s CPU, RecBole
+    20 / 10, RecTools 5 / 4) with its own metric ``own[lib]``; scoring returns ``common[lib]`` per checkpoint
+    (resdom's re-scores ``rescore`` where given, else its own numbers). Returns the calls made, in order."""
+    calls: list[tuple[str, dict]] = []
+    clocks = {"resdom": (2.0, 1.0), "RecBole": (20.0, 10.0), "RecTools": (5.0, 4.0)}
 
-    def fake(self, cmd, timeout, env=None):  # noqa: ANN001
+    def epochs(lib: str) -> list[dict]:
+        wall, cpu = clocks[lib]
+        out = []
+        for k, v in enumerate(own[lib], start=1):
+            r = {"epoch": k, "seconds": wall, "cpu_seconds": cpu}
+            if lib == "resdom":
+                r["after"] = {"valid": {"metrics": {"NDCG@10": v}}}
+            else:
+                r["checkpoint"] = f"/saved/{lib}/epoch-{k}.ckpt"
+                r["valid"] = {"ndcg@10": v} if lib == "RecBole" else {"metrics": {"NDCG@10": v}}
+            out.append(r)
+        return out
+
+    def run_json(self, cmd, timeout, env=None):  # noqa: ANN001
+        lib = "RecBole" if "recbole_driver.py" in cmd[1] else "RecTools"
+        calls.append((lib, {**json.loads(cmd[-1]), "timeout": timeout}))
         self.commands.append(" ".join(cmd))
-        return recbole if "recbole_driver.py" in cmd[1] else rectools
+        return {"epochs": epochs(lib)}
 
-    monkeypatch.setattr(run.Context, "run_json", fake)
-    monkeypatch.setattr(run.Context, "task", lambda self, name, args, timeout=3600: ours)
-    (tmp_path / "out").mkdir()
-    ctx = run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python", tta_target=0.06)
-    text = run.section_tta(ctx)
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()
+    def task(self, name, args, timeout=3600):  # noqa: ANN001
+        if name == "train":
+            calls.append(("resdom", {**args, "timeout": timeout}))
+            return {"epochs": epochs("resdom")}
+        lib = args["library"]
+        calls.append((f"score {lib}", args))
+        scores = []
+        for path in args["checkpoints"]:
+            k = int(Path(path).stem.split("-")[1])
+            v = (rescore or {}).get(k, own[lib][k - 1]) if lib == "resdom" else common[lib][k - 1]
+            scores.append({"checkpoint": path, "n_users": 2, "model_items": 5, "unknown_targets": 0,
+                           "metrics": {"NDCG@10": v}})
+        return {"library": lib, "scores": scores}
+
+    monkeypatch.setattr(run.Context, "run_json", run_json)
+    monkeypatch.setattr(run.Context, "task", task)
+    return calls
+
+
+def _tta_rows(text: str) -> dict[str, list[str]]:
+    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()
             if line.startswith("| ") and not line.startswith("| library")}
-    # >= 0.06: resdom after 6 s, RecTools after 15 s, RecBole never; >= 0.045 (RecBole's best): 4 / 40 / 10 s
-    assert rows["resdom"][3:7] == ["6.0", "1.00x", "4.0", "1.00x"]
-    assert rows["RecTools"][3:7] == ["15.0", "2.50x", "10.0", "2.50x"]
-    assert rows["RecBole"][3] == "not reached" and rows["RecBole"][5:7] == ["40.0", "10.00x"]
-    assert "s to >= 0.045 (reached by all)" in text
+
+
+def _tta_ctx(tmp_path: Path, libs: tuple[str, ...] = run.TTA_LIBS, budget: float | None = 7200.0) -> run.Context:
+    (tmp_path / "bsarec").mkdir(exist_ok=True)
+    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python",
+                       tta_budget=budget, tta_libs=libs)
+
+
+def test_tta_level_and_ratios_come_from_the_common_evaluators_curves(tmp_path: Path, monkeypatch) -> None:
+    """The level is the least of the libraries' best common NDCG@10 (not their own metrics), the ratios each
+    library's seconds to it over resdom's, by wall clock and by CPU time; the own metric is kept beside."""
+    own = {"resdom": [0.02, 0.05, 0.07], "RecBole": [0.03, 0.04], "RecTools": [0.01, 0.046, 0.065]}
+    common = {"RecBole": [0.035, 0.048], "RecTools": [0.01, 0.046, 0.065]}
+    calls = _tta_fakes(monkeypatch, common, own)
+    text = run.section_tta(_tta_ctx(tmp_path))
+    rows = _tta_rows(text)
+    # level min(0.07, 0.048, 0.065) = 0.048 (RecBole's own best, 0.04, would give 0.04): resdom's epoch 2 (4 s
+    # wall, 2 s CPU), RecBole's epoch 2 (40 / 20), RecTools' epoch 3 (15 / 12)
+    assert "NDCG@10 >= 0.0480" in text
+    assert rows["resdom"][6:10] == ["4.0", "1.00x", "2.0", "1.00x"]
+    assert rows["RecBole"][4:10] == ["0.0480", "0.0400", "40.0", "10.00x", "20.0", "10.00x"]
+    assert rows["RecTools"][6:10] == ["15.0", "3.75x", "12.0", "6.00x"]
+    # every peer checkpoint scored; resdom's first and best re-scored
+    scored = {name: args["checkpoints"] for name, args in calls if name.startswith("score")}
+    assert scored["score RecBole"] == ["/saved/RecBole/epoch-1.ckpt", "/saved/RecBole/epoch-2.ckpt"]
+    assert [Path(p).name for p in scored["score resdom"]] == ["epoch-1.safetensors", "epoch-3.safetensors"]
+    stored = json.loads((tmp_path / "out" / "tta" / "RecBole.json").read_text())
+    assert [(r["own_ndcg10"], r["common_ndcg10"]) for r in stored["records"]] == [(0.03, 0.035), (0.04, 0.048)]
+    assert stored["own_metric"].startswith("RecBole's own") and stored["budget_s"] == 7200.0
+
+
+def test_tta_refuses_a_resdom_curve_its_evaluator_does_not_reproduce(tmp_path: Path, monkeypatch) -> None:
+    """resdom's curve is its validation in training; a re-scored checkpoint that differs is a failure, not stored."""
+    own = {"resdom": [0.02, 0.05, 0.07], "RecBole": [0.03], "RecTools": [0.01]}
+    _tta_fakes(monkeypatch, {"RecBole": [0.03], "RecTools": [0.01]}, own, rescore={3: 0.0701})
+    text = run.section_tta(_tta_ctx(tmp_path))
+    assert "re-scored epoch 3 gives NDCG@10 0.0701, its validation in training 0.07" in text
+    assert not (tmp_path / "out" / "tta" / "resdom.json").exists()
+
+
+def test_tta_level_and_ratios_against_a_written_out_reference() -> None:
+    """tta_level / tta_ratios against the definitions written out as loops."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        curves = {lib: [(float(t), float(v)) for t, v in zip(np.cumsum(rng.uniform(1, 9, n)), rng.uniform(0, 0.1, n))]
+                  for lib, n in zip(run.TTA_LIBS, rng.integers(1, 8, 3))}
+        bests = []
+        for points in curves.values():
+            best = points[0][1]
+            for _, v in points:
+                best = v if v > best else best
+            bests.append(best)
+        level = bests[0]
+        for b in bests:
+            level = b if b < level else level
+        assert run.tta_level(curves) == level
+        ratios = run.tta_ratios(curves, level)
+        for lib, points in curves.items():
+            first = None
+            for t, v in points:
+                if v >= level:
+                    first = t
+                    break
+            assert first is not None and ratios[lib][0] == first
+            assert ratios[lib][1] == pytest.approx(first / ratios["resdom"][0], rel=1e-15)
+    assert run.tta_level({}) is None and run.tta_level({"resdom": [], "RecBole": [(1.0, 0.1)]}) is None
+    assert run.tta_ratios({"resdom": [(1.0, 0.01)], "RecBole": [(3.0, 0.2)]}, 0.1) == {
+        "resdom": (None, None), "RecBole": (3.0, None)}
+
+
+def test_score_task_gives_the_evaluators_number_for_an_imported_rectools_model(tmp_path: Path) -> None:
+    """tasks.py score on RecTools' fixture (imported with resdom's importer) equals a written-out full ranking:
+    each validation user's input in the model's ids, every item the model has scored, the input's items removed,
+    the target's pessimistic rank; a target the model has no row for a miss."""
+    from resdom.adapters.rectools import import_rectools, read_rectools_file
+    from resdom.models.interface import final_states
+    from resdom.runs import load_run
+
+    fixture = Path(__file__).parent / "fixtures" / "rectools" / "sasrec.rectools"
+    ck = read_rectools_file(fixture)
+    rng = np.random.default_rng(0)
+    known = [int(x) for x in ck.item_ids[len(ck.extra_tokens):]]
+    lines, t = ["user_id:token\titem_id:token\ttimestamp:float"], 0
+    for u in range(40):
+        seq = [int(x) for x in rng.choice(known, size=int(rng.integers(5, 70)), replace=False)]
+        if u == 0:
+            seq[-2] = 999999  # a validation target the model never saw: a miss
+        if u == 1:
+            seq[0] = 999998  # an unknown item far back in a long input (outside the window): not a candidate
+            seq += [int(x) for x in rng.choice([k for k in known if k not in seq], size=60, replace=False)]
+        for item in seq:
+            t += 1
+            lines.append(f"u{u}\t{item}\t{t}")
+    inter = tmp_path / "s.inter"
+    inter.write_text("\n".join(lines) + "\n")
+    data = {"source": str(inter), "options": {"k_core": 0}}
+    out = tasks.task_score({"library": "RecTools", "checkpoints": [str(fixture)], "data": data,
+                            "source": str(inter), "threads": 1})["scores"][0]
+    assert out["n_users"] == 40 and out["unknown_targets"] == 1
+
+    model = load_run(import_rectools(fixture, str(inter), tmp_path / "run")).model.eval()
+    labels = load_run(tmp_path / "run").split.item_labels
+    ids = {str(raw): k for k, raw in enumerate(labels) if k}
+    split = tasks.load_split(data)
+    table = model.item_embeddings()
+    ranks = []
+    with torch.no_grad():
+        for i in range(len(split.valid)):
+            seq = [ids.get(str(split.item_labels[x])) for x in split.valid.inputs.sequence(i)]
+            window = seq[-model.max_len:]
+            assert None not in window
+            scores = table @ final_states(model, torch.tensor([window]))[0]
+            target = ids.get(str(split.item_labels[split.valid.targets[i]]))
+            candidates = [k for k in range(1, len(labels)) if k not in set(seq)]
+            if target is None or target not in candidates:
+                ranks.append(None)
+                continue
+            ranks.append(sum(1 for k in candidates if scores[k] >= scores[target]) - 1)
+    ndcg = sum(1 / math.log2(r + 2) for r in ranks if r is not None and r < 10) / len(ranks)
+    mrr = sum(1 / (r + 1) for r in ranks if r is not None) / len(ranks)
+    assert ranks[0] is None
+    assert out["metrics"]["NDCG@10"] == pytest.approx(ndcg, abs=1e-12)
+    assert out["metrics"]["MRR"] == pytest.approx(mrr, abs=1e-12) and mrr > 0
 
 
 def test_a_training_budget_ends_each_librarys_loop_after_the_epoch_that_reaches_it() -> None:
@@ -196,75 +346,42 @@ def test_a_training_budget_ends_each_librarys_loop_after_the_epoch_that_reaches_
 
 def test_tta_with_a_budget_gives_every_library_the_same_seconds(tmp_path: Path, monkeypatch) -> None:
     """--tta-budget: resdom, RecBole and RecTools each get ``budget_s`` and the same epoch cap (RecBole no longer a
-    fifth of the epochs)."""
-    (tmp_path / "bsarec").mkdir()
-    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
-    seen: dict[str, dict] = {}
-    curve = {"epochs": [{"seconds": 1.0, "valid": {"ndcg@10": 0.01, "metrics": {"NDCG@10": 0.01}},
-                         "after": {"valid": {"metrics": {"NDCG@10": 0.01}}}}]}
-
-    def fake(self, cmd, timeout, env=None):  # noqa: ANN001
-        self.commands.append(" ".join(cmd))
-        seen["RecBole" if "recbole_driver.py" in cmd[1] else "RecTools"] = {**json.loads(cmd[-1]), "timeout": timeout}
-        return curve
-
-    def task(self, name, args, timeout=3600):  # noqa: ANN001
-        seen["resdom"] = {**args, "timeout": timeout}
-        return curve
-
-    monkeypatch.setattr(run.Context, "run_json", fake)
-    monkeypatch.setattr(run.Context, "task", task)
-    (tmp_path / "out").mkdir()
-    ctx = run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python", tta_epochs=30,
-                      tta_budget=7200.0)  # quick: the plot goes to tmp_path
-    run.section_tta(ctx)
-    assert {k: (v["budget_s"], v["epochs"]) for k, v in seen.items()} == {
+    fifth of the epochs), and each saves its model after every epoch into its own folder."""
+    calls = _tta_fakes(monkeypatch, {"RecBole": [0.01], "RecTools": [0.01]},
+                       {"resdom": [0.01], "RecBole": [0.01], "RecTools": [0.01]})
+    run.section_tta(_tta_ctx(tmp_path))
+    trained = {name: args for name, args in calls if not name.startswith("score")}
+    assert {k: (v["budget_s"], v["epochs"]) for k, v in trained.items()} == {
         k: (7200.0, 100_000) for k in ("resdom", "RecBole", "RecTools")}
-    assert all(v["timeout"] > 3 * 7200 for v in seen.values())
+    assert all(v["timeout"] > 3 * 7200 for v in trained.values())
+    assert {k: Path(v["save_dir"]).name for k, v in trained.items()} == {k: k for k in trained}
 
 
 def test_tta_libraries_measured_in_separate_runs_share_one_table(tmp_path: Path, monkeypatch) -> None:
     """--tta-libs: each library's curve is stored with its settings and conditions; a later run that measures
-    another library reads it back (same settings), refuses it under other settings, and never stores a failure."""
-    (tmp_path / "bsarec").mkdir()
-    (tmp_path / "bsarec" / "Beauty.txt").write_text("u1 1 2 3 4\nu2 2 3 4 5\n")
-    ours = {"epochs": [{"seconds": 2.0, "after": {"valid": {"metrics": {"NDCG@10": v}}}} for v in (0.02, 0.07)]}
-    peer = {"epochs": [{"seconds": 5.0, "valid": {"ndcg@10": v, "metrics": {"NDCG@10": v}}} for v in (0.01, 0.065)]}
-    ran: list[str] = []
-
-    def fake(self, cmd, timeout, env=None):  # noqa: ANN001
-        ran.append("RecBole" if "recbole_driver.py" in cmd[1] else "RecTools")
-        self.commands.append(" ".join(cmd))
-        return peer
-
-    def task(self, name, args, timeout=3600):  # noqa: ANN001
-        ran.append("resdom")
-        return ours
-
-    monkeypatch.setattr(run.Context, "run_json", fake)
-    monkeypatch.setattr(run.Context, "task", task)
-    (tmp_path / "out").mkdir()
-
-    def ctx(libs: tuple[str, ...], budget: float = 7200.0) -> run.Context:
-        return run.Context(True, tmp_path, tmp_path / "out", "rb-python", 1, rectools_python="rt-python",
-                           tta_budget=budget, tta_libs=libs)
-
-    first = run.section_tta(ctx(("RecBole", "RecTools")))
-    assert ran == ["RecBole", "RecTools"] and "resdom: not measured yet" in first
+    another library reads it back (same settings, another budget allowed: each entry names its own), refuses it
+    under other settings, and never stores a failure."""
+    own = {"resdom": [0.02, 0.07], "RecBole": [0.01, 0.065], "RecTools": [0.01, 0.065]}
+    calls = _tta_fakes(monkeypatch, {"RecBole": [0.01, 0.065], "RecTools": [0.01, 0.065]}, own)
+    first = run.section_tta(_tta_ctx(tmp_path, ("RecBole", "RecTools")))
+    assert [n for n, _ in calls] == ["RecBole", "score RecBole", "RecTools", "score RecTools"]
+    assert "resdom: not measured yet" in first
     stored = json.loads((tmp_path / "out" / "tta" / "RecBole.json").read_text())
-    assert stored["curve"] == [[5.0, 0.01], [10.0, 0.065]] and stored["settings"]["budget_s"] == 7200.0
-    assert {"started", "finished", "load_average_start", "load_average_end", "machine"} <= set(stored["conditions"])
-    ran.clear()
-    text = run.section_tta(ctx(("resdom",)))
-    assert ran == ["resdom"] and "Failed measurements" not in text
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()
-            if line.startswith("| ") and not line.startswith("| library")}
-    assert rows["resdom"][3] == "4.0" and rows["RecBole"][3:5] == ["10.0", "2.50x"]  # >= 0.06: 4 s against 10 s
-    other = run.section_tta(ctx(("resdom",), budget=3600.0))
-    assert "RecBole: the stored curve was measured with other settings" in other
+    assert [r["common_ndcg10"] for r in stored["records"]] == [0.01, 0.065] and stored["budget_s"] == 7200.0
+    assert {"started", "finished", "load_average_start", "load_average_end", "machine", "cpu", "cpu_flags",
+            "command"} <= set(stored["conditions"])
+    calls.clear()
+    text = run.section_tta(_tta_ctx(tmp_path, ("resdom",), budget=900.0))
+    assert [n for n, _ in calls] == ["resdom", "score resdom"] and "Failed measurements" not in text
+    rows = _tta_rows(text)
+    assert rows["resdom"][6] == "4.0" and rows["RecBole"][6:8] == ["40.0", "10.00x"]  # >= 0.065: 4 s against 40 s
     monkeypatch.setattr(run.Context, "task", lambda self, name, args, timeout=3600: {"error": "boom"})
-    run.section_tta(ctx(("resdom",)))
-    assert json.loads((tmp_path / "out" / "tta" / "resdom.json").read_text())["curve"] == [[2.0, 0.02], [4.0, 0.07]]
+    run.section_tta(_tta_ctx(tmp_path, ("resdom",)))
+    assert [r["common_ndcg10"] for r in json.loads((tmp_path / "out" / "tta" / "resdom.json").read_text())[
+        "records"]] == [0.02, 0.07]
+    other = run.Context(True, tmp_path, tmp_path / "out", "rb-python", 2, rectools_python="rt-python",
+                        tta_budget=7200.0, tta_libs=("resdom",))
+    assert "RecBole: the stored curve was measured with other settings" in run.section_tta(other)
 
 
 def test_rounds_serve_a_fixed_number_of_batches_per_command() -> None:
