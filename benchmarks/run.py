@@ -658,11 +658,12 @@ def section_tta(ctx: Context) -> str:
     for lib in TTA_LIBS:
         if lib in ctx.tta_libs:
             started, load0 = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
+            first = len(ctx.commands)
             res = runners[lib]()
             out = res if err(res) else scored(lib, res)
             cpu, flags = cpu_model_and_flags()
             entry = {"settings": settings, "budget_s": ctx.tta_budget, **({"error": err(out)} if err(out) else {}),
-                     "own_metric": TTA_OWN[lib], **({} if err(out) else out),
+                     "own_metric": TTA_OWN[lib], **({} if err(out) else out), "commands": ctx.commands[first:],
                      "conditions": {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                     "load_average_start": [round(x, 2) for x in load0],
                                     "load_average_end": [round(x, 2) for x in os.getloadavg()],
@@ -682,6 +683,9 @@ def section_tta(ctx: Context) -> str:
         else:
             measured[lib] = {"error": f"{lib}: not measured yet; run --only tta --tta-libs {lib}"}
     ok = {k: v for k, v in measured.items() if not err(v)}
+    for k, v in ok.items():  # the commands of stored curves too, so the section lists every one it shows
+        if k not in ctx.tta_libs:
+            ctx.commands += v.get("commands", [])
     common = {k: curve(v["records"], lambda r: r["common_ndcg10"]) for k, v in ok.items()}
     common_cpu = {k: curve(v["records"], lambda r: r["common_ndcg10"], "cpu_seconds") for k, v in ok.items()}
     own_curves = {k: curve(v["records"], lambda r: r["own_ndcg10"]) for k, v in ok.items()}
@@ -727,6 +731,7 @@ def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, level: fl
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -737,7 +742,8 @@ def plot_tta(curves: dict[str, list[tuple[float, float]]], path: Path, level: fl
     if level is not None:
         ax.axhline(level, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
-    ax.set_xlabel("training CPU seconds of the library's process (cumulative; validation and saving not counted)")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("training CPU seconds of the library's process (cumulative)")
     ax.set_ylabel("validation NDCG@10 (resdom's evaluator)")
     ax.grid(alpha=0.3)
     if any(curves.values()):
