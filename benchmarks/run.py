@@ -92,7 +92,6 @@ class Context:
     recbole_users: int | None = None
     rectools_python: str | None = None
     tta_epochs: int = 30
-    tta_target: float = 0.06
     tta_budget: float | None = None  # tta: training seconds per library (then epochs are only a cap)
     tta_libs: tuple[str, ...] = ("resdom", "RecBole", "RecTools")  # tta: measured in this run (others: stored)
     peer_rounds: int = 8
@@ -1234,7 +1233,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setup-rectools", action="store_true", help="make benchmarks/.rectools-venv when missing")
     p.add_argument("--tta-epochs", type=int, default=30, help="tta section: epochs for resdom and RecTools "
                    "(RecBole a fifth of them)")
-    p.add_argument("--tta-target", type=float, default=0.06, help="tta section: validation NDCG@10 to reach")
     p.add_argument("--tta-budget", type=float, default=None, help="tta section: training seconds each library "
                    "gets (the equal budget of the comparison: 7200 or more); --tta-epochs is then a cap only")
     p.add_argument("--tta-libs", default="resdom,RecBole,RecTools",
@@ -1260,7 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
     need = set(names)
     recbole = find_peer_python("recbole", a.recbole_python, a.setup_recbole) if {"recbole", "tta"} & need else None
     rectools = find_peer_python("rectools", a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & need else None
-    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs, a.tta_target,
+    ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs,
                   a.tta_budget, tta_libs, a.peer_rounds, a.peer_batches)
     for name in names:
         ctx.commands = []
