@@ -1,4 +1,4 @@
-"""The Python API (resdom.api, issue 12): fit in memory, save to a run directory the CLI reads, evaluate and
+"""The Python API (resdom.api): fit in memory, save to a run directory the CLI reads, evaluate and
 diagnose with the CLI's numbers, tables and figures of every result, one-line errors naming the parameter."""
 
 from __future__ import annotations

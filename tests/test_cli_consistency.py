@@ -1,4 +1,4 @@
-"""One behaviour across commands (issue 28 §4): the same device default, one progress flag, ``evaluate --cutoffs``,
+"""One behaviour across commands: the same device default, one progress flag, ``evaluate --cutoffs``,
 model names in any case and every model / variant name the docs use accepted by ``train``; ``resdom config``
 (shipped reference configs, ``config show`` printing a full config that ``--config`` trains unchanged)."""
 

@@ -261,8 +261,8 @@ def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
 
 def test_registered_data_sets_keep_their_protocol_and_fingerprint(shared_raw: Path) -> None:
     """The paper data sets still get k-core 5 (ml-100k its preset: none), and their splits are the very ones of
-    before issue 28 (the fingerprints below were checked equal to the previous code's splits when the fingerprint
-    stopped hashing the data folder's path)."""
+    before ids were read as labels (the fingerprints below were checked equal to the previous code's splits when the
+    fingerprint stopped hashing the data folder's path)."""
     from resdom.runs import data_fingerprint
 
     expected = {("beauty", "loo"): ("e4e4d88f51e83b88", 5), ("toys-ts", "gts"): ("65bb67cf81527578", 5),

@@ -290,7 +290,7 @@ def test_explicit_format_overrides_detection(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # malformed inputs: message names file and line; the CLI exits 2 with one line and no traceback
 
-# ids are labels (issue 28): 'x7', 'u2', '3.5' and 'abc' are ids like any other (tests/test_data_own.py)
+# ids are labels: 'x7', 'u2', '3.5' and 'abc' are ids like any other (tests/test_data_own.py)
 MALFORMED = {
     "wrong column count, interactions": ("inter.txt", "1 10 100\n1 20 200\n1 30 300 9\n", "interactions",
                                          r"inter\.txt:3: expected 3 columns .* found 4"),

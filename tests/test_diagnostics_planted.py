@@ -1,4 +1,4 @@
-"""The diagnostics find what was planted in synthetic data (issue 4, "Correctness").
+"""The diagnostics find what was planted in synthetic data ("Correctness").
 
 Two worlds from the data layer's generator, 100 items, no cluster preference, 20% noise:
 - "skip2": the next item is a fixed function of the item two steps back (p_skip2 = 0.8);

@@ -1,4 +1,4 @@
-"""The example notebooks run (issue 12, issue 60 §7): ``examples/quickstart.ipynb`` and ``examples/practitioner.ipynb``
+"""The example notebooks run: ``examples/quickstart.ipynb`` and ``examples/practitioner.ipynb``
 are executed cell by cell in a Jupyter kernel (nbclient) and any cell error fails the test; the cells of each are
 those of its percent script (``examples/quickstart.py``, ``examples/practitioner.py``), which it is generated from.
 ``python tests/test_examples.py --write`` regenerates and re-executes both (``--write practitioner``: that one)."""

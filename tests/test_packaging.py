@@ -1,4 +1,4 @@
-"""A package that stands alone (issue 28 §4): LICENSE, CITATION.cff, py.typed and the files the docs use ship with
+"""A package that stands alone: LICENSE, CITATION.cff, py.typed and the files the docs use ship with
 it, and a wheel installed in a fresh virtualenv runs ``config show`` (whose output ``--config`` trains), the demo and
 the example notebook from empty directories."""
 

@@ -1,5 +1,5 @@
 """End to end on tiny synthetic data: the demo, and the reproduction grid (resume, skip, failures); the demo at its
-real size shows the phenomenon it exists to show (issue 13)."""
+real size shows the phenomenon it exists to show."""
 
 from __future__ import annotations
 

@@ -370,7 +370,7 @@ def test_short_lists_are_counted_and_named(split, model, run_dir, capsys) -> Non
     assert f"note: {len(short)} of {len(history)} users have fewer than {k}" in capsys.readouterr().err
 
 
-# ------------------------------------------------------- issue 60: sessions, whitelist, exclusions, similar items
+# -------------------------------------------------------------------- sessions, whitelist, exclusions, similar items
 
 
 def _hand_top(model, split, seq: list[int], k: int, blocked: set[int] = frozenset(), filter_seen: bool = True):

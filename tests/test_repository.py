@@ -1,4 +1,4 @@
-"""A light repository: committed figures stay small (issue 29 §3)."""
+"""A light repository: committed figures stay small."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def test_rows_from_a_store_and_their_marks(tmp_path):
 def write_run(root: Path, dataset: str, seed: int, attn: float, hrli: float, n: int, best_recovery: float,
               recoverable: int, checkpoint: str = "c0", label: str = "sasrec") -> None:
     """A results-store cell that report.collect reads: cell.json naming a checkpoint of its own (two seeds never share
-    one, issue 58), diagnostics of that checkpoint (``checkpoint`` "c0") or of another one; +Res and +LN are
+    one), diagnostics of that checkpoint (``checkpoint`` "c0") or of another one; +Res and +LN are
     Attn / 6."""
     cell = root / dataset / label / f"seed{seed}"
     (cell / "diagnostics").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""torch.compile of the training step (issue 61, 3c): what still breaks its graph, and why."""
+"""torch.compile of the training step: what still breaks its graph, and why."""
 
 from __future__ import annotations
 

@@ -461,7 +461,7 @@ REGRESSIONS: dict[str, list[list[tuple[Any, ...]]]] = {
     "users.npz": [[("put32", 0.8125, 0)],
                   # an LZMA member's dictionary size written as 0x7FFF....: its decoder asked for gigabytes
                   [("nest", 117), ("put32", 0.59765625, 32767)]],
-    # issue 58's damaged archives: an unknown compression method, an encrypted member, a declared size of 4 GiB
+    # damaged archives: an unknown compression method, an encrypted member, a declared size of 4 GiB
     "ml-zip": [[("zipall", "method", 99)], [("zipall", "flags", 1)], [("zipall", "usize", 0xFFFFFFFF)]],
     "recbole": [[("zipall", "method", 99)], [("zipall", "flags", 1)], [("flip", 0.5, 3)]],
     "pmixer": [[("zipall", "method", 99)], [("zipall", "flags", 1)], [("zipall", "usize", 0xFFFFFFFF)]],

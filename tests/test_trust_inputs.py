@@ -165,7 +165,7 @@ def test_timestamps_at_the_range_ends_are_read(tmp_path: Path) -> None:
     path = tmp_path / "inter.txt"
     path.write_text(f"1 10 {TIME_MIN}\n1 11 {TIME_MAX}\n2 10 {float(TIME_MAX) - 0.5}\n")
     raw = read_interactions([path], "interactions")
-    assert raw.times.tolist() == [TIME_MIN, TIME_MAX, TIME_MAX - 0.5]  # fractions kept, never floored (issue 28)
+    assert raw.times.tolist() == [TIME_MIN, TIME_MAX, TIME_MAX - 0.5]  # fractions kept, never floored
 
 
 # ---------------------------------------------------------------------------------------- damaged files
@@ -262,7 +262,7 @@ def test_truncated_resume_state_names_the_file_and_the_way_out(
         k: before[k] for k in ("model.safetensors", "model.json")}
     # the advice works: --force keeps the run aside, whole, and trains anew (deleting state/ alone leaves a finished
     # run where trainer.json failed before metrics.json was dropped: training afresh would replace it, so that
-    # needs --force too, issue 58)
+    # needs --force too)
     assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY, "--force")[0] == 0
     assert json.loads((trained / "metrics.json").read_text())["epochs_run"] == 2
     assert (trained.parent / "trained.replaced-1" / "model.safetensors").read_bytes() == before["model.safetensors"]
