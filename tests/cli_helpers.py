@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 
@@ -41,3 +42,11 @@ def one_line_error(code: int, err: str, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every command under ``cmd`` (a group's subcommands too), by its words after ``resdom``."""
+    out = [(path, cmd)]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        out += commands(sub, (*path, name))
+    return out

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
-from cli_helpers import invoke, one_line_error, run_cli
+from cli_helpers import commands, invoke, one_line_error, run_cli
 from typer.core import TyperOption
 
 from resdom.cli.main import _typer_app
@@ -40,14 +40,6 @@ def options(cmd: Any) -> list[Any]:
 
 def option(cmd: Any, flag: str) -> Any:
     return next((p for p in options(cmd) if flag in (*p.opts, *p.secondary_opts)), None)
-
-
-def commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    """Every command under ``cmd`` (a group's subcommands too), by its words after ``resdom``."""
-    out = [(path, cmd)]
-    for name, sub in getattr(cmd, "commands", {}).items():
-        out += commands(sub, (*path, name))
-    return out
 
 
 def test_no_help_text_loses_a_bracketed_word_to_rich_markup() -> None:

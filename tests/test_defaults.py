@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import typer
+from cli_helpers import commands as cli_commands
 from cli_helpers import invoke, one_line_error, run_cli
 
 import resdom
@@ -107,19 +108,12 @@ def _options(cmd: Any) -> dict[str, Any]:
     return {p.name: p for p in cmd.params}
 
 
-def _commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    out = [(path, cmd)]
-    for name, sub in getattr(cmd, "commands", {}).items():
-        out += _commands(sub, (*path, name))
-    return out
-
-
 def test_every_command_and_the_api_default_to_auto() -> None:
     from resdom.cli.data_options import DataOptions
     from resdom.pipeline.demo import DemoSettings
     from resdom.pipeline.reproduce import GridSpec
 
-    with_protocol = {path: cmd for path, cmd in _commands(typer.main.get_command(_typer_app))
+    with_protocol = {path: cmd for path, cmd in cli_commands(typer.main.get_command(_typer_app))
                      if "protocol" in _options(cmd)}
     assert {("train",), ("data", "split"), ("config", "show"), ("reproduce",), ("remedies",)} <= set(with_protocol)
     for path, cmd in with_protocol.items():
@@ -301,7 +295,7 @@ def _shown_default(param: Any) -> str | None:
 def test_every_help_shows_every_default_whole_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each command's and subcommand's help fits 80 columns, cuts no word (Rich marks a cut with an ellipsis), and
     shows the default of every option that has one, each word of it whole; --device's default is named."""
-    commands = _commands(typer.main.get_command(_typer_app))
+    commands = cli_commands(typer.main.get_command(_typer_app))
     assert len(commands) > 20
     problems = []
     for path, cmd in commands:
