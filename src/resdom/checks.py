@@ -115,6 +115,13 @@ def closed_choice(value: Any, choices: tuple[str, ...], what: str) -> Any:
     return found
 
 
+def literal_names(annotation: Any) -> tuple[str, ...]:
+    """The text choices of a field's type: a Literal's names, also inside an Optional or a Union (empty: the field
+    is no closed choice)."""
+    return tuple(c for kind in typing.get_args(annotation) for c in (typing.get_args(kind) or (kind,))
+                 if isinstance(c, str))
+
+
 def closest_hint(value: Any, choices: tuple[str, ...]) -> str:
     """``"did you mean X? "`` for the choice closest to ``value`` (both in any case), ``""`` where none is close."""
     import difflib

@@ -24,7 +24,6 @@ construction (``models.base``, ``models.block``).
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -40,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from resdom.checks import NumbersModel, closed_choice
+from resdom.checks import NumbersModel, closed_choice, literal_names
 from resdom.errors import OptionError, ResdomError, validation_error
 
 # The attention blocks a configuration can name (models.block.BLOCKS builds them).
@@ -69,8 +68,7 @@ class ModelConfig(NumbersModel):
         field = str(info.field_name)
         if field == "name" or not isinstance(v, str):
             return v
-        kinds = typing.get_args(cls.model_fields[field].annotation)
-        names = tuple(c for kind in kinds for c in (typing.get_args(kind) or (kind,)) if isinstance(c, str))
+        names = literal_names(cls.model_fields[field].annotation)
         return closed_choice(v, names, field.replace("_", " ")) if names else v
 
     @model_validator(mode="after")

@@ -6,12 +6,11 @@ filled in, presets applied), so it can be rebuilt from ``config.json``.
 
 from __future__ import annotations
 
-import typing
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from resdom.checks import NumbersModel, arg, closed_choice
+from resdom.checks import NumbersModel, arg, closed_choice, literal_names
 from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import model_class
@@ -102,8 +101,7 @@ class TrainConfig(NumbersModel):
     def _closed_choice(cls, v: Any, info: ValidationInfo) -> Any:
         """A closed choice in any case (``device: CPU``), a near miss named with the closest (``bf61``: did you mean
         bf16?)."""
-        choices = typing.get_args(cls.model_fields[str(info.field_name)].annotation)
-        names = tuple(c for kind in choices for c in (typing.get_args(kind) or (kind,)) if isinstance(c, str))
+        names = literal_names(cls.model_fields[str(info.field_name)].annotation)
         return v if v is None else closed_choice(v, names, str(info.field_name).replace("_", " "))
 
 
