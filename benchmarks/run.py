@@ -534,6 +534,20 @@ def tta_ratios(curves: dict[str, list[tuple[float, float]]], level: float, ref: 
     return {k: (t, None if t is None or not base else t / base) for k, t in times.items()}
 
 
+def pair_row(peer: str, wall: dict[str, list[tuple[float, float]]], cpu: dict[str, list[tuple[float, float]]],
+             ref: str = "resdom") -> list[Any]:
+    """One row of the pairwise table: ``peer``'s best (common) NDCG@10 and the CPU and wall seconds ``peer`` and
+    ``ref`` take to reach it, with their ratios ("not reached" where ``ref`` never does)."""
+    best = max(v for _, v in wall[peer])
+    row: list[Any] = [peer, f"{best:.4f}"]
+    for clock in (cpu, wall):
+        times = tta_ratios({ref: clock[ref], peer: clock[peer]}, best, ref)
+        mine = times[ref][0]
+        row += [times[peer][0], "not reached" if mine is None else mine,
+                "n/a" if mine is None else ratio(times[peer][0], mine)]
+    return row
+
+
 TTA_LIBS = ("resdom", "RecBole", "RecTools")
 TTA_STORE = HERE / "tta"  # one file per library: its curve, the settings and the conditions it was measured under
 TTA_OWN = {"resdom": "resdom's validation NDCG@10 in training (full ranking, seen items filtered)",
@@ -711,6 +725,12 @@ def section_tta(ctx: Context) -> str:
             table(["library", "epochs", "training s (wall)", "training s (CPU)", "s per epoch (wall / CPU)",
                    "best NDCG@10 (common)", "best NDCG@10 (own metric)", f"wall s to >= {lv}", "time vs resdom",
                    f"CPU s to >= {lv}", "CPU time vs resdom", "measured"], rows)]
+    pairs = [pair_row(k, common, common_cpu) for k in ok if k != "resdom"] if "resdom" in ok else []
+    if pairs:
+        text.append("\nEach peer against resdom at the peer's own best (the best validation NDCG@10 the peer reached "
+                    "within its budget; the level resdom has to reach, where it does):\n")
+        text.append(table(["peer", "peer's best NDCG@10 (common)", "peer CPU s to it", "resdom CPU s to it",
+                           "CPU time vs resdom", "peer wall s to it", "resdom wall s to it", "time vs resdom"], pairs))
     text.append("\nEach library's run (budget in training seconds, wall): " + "; ".join(
         f"{k} `{v['conditions'].get('command', '?')}` (budget {v.get('budget_s')}, {v['conditions']['started']} to "
         f"{v['conditions']['finished']})" for k, v in ok.items()) + ".")

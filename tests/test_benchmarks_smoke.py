@@ -202,9 +202,17 @@ def _tta_fakes(monkeypatch, common: dict[str, list[float]], own: dict[str, list[
     return calls
 
 
-def _tta_rows(text: str) -> dict[str, list[str]]:
-    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in text.splitlines()
-            if line.startswith("| ") and not line.startswith("| library")}
+def _tta_rows(text: str, header: str = "| library") -> dict[str, list[str]]:
+    """The rows of the table whose header starts with ``header``, by their first cell."""
+    rows, inside = {}, False
+    for line in text.splitlines():
+        if line.startswith(header):
+            inside = True
+        elif inside and line.startswith("| "):
+            rows[line.split("|")[1].strip()] = [c.strip() for c in line.split("|")[2:-1]]
+        elif inside and not line.startswith("|"):
+            break
+    return rows
 
 
 def _tta_ctx(tmp_path: Path, libs: tuple[str, ...] = run.TTA_LIBS, budget: float | None = 7200.0) -> run.Context:
@@ -229,6 +237,11 @@ def test_tta_level_and_ratios_come_from_the_common_evaluators_curves(tmp_path: P
     assert rows["resdom"][6:10] == ["4.0", "1.00x", "2.0", "1.00x"]
     assert rows["RecBole"][4:10] == ["0.0480", "0.0400", "40.0", "10.00x", "20.0", "10.00x"]
     assert rows["RecTools"][6:10] == ["15.0", "3.75x", "12.0", "6.00x"]
+    # each peer at its own best: RecBole's 0.048 (resdom epoch 2: 2 s CPU, 4 s wall; RecBole 20 / 40), RecTools'
+    # 0.065 (resdom epoch 3, 0.07: 3 / 6; RecTools 12 / 15)
+    pairs = _tta_rows(text, "| peer")
+    assert pairs == {"RecBole": ["0.0480", "20.0", "2.0", "10.00x", "40.0", "4.0", "10.00x"],
+                     "RecTools": ["0.0650", "12.0", "3.0", "4.00x", "15.0", "6.0", "2.50x"]}
     # every peer checkpoint scored; resdom's first and best re-scored
     scored = {name: args["checkpoints"] for name, args in calls if name.startswith("score")}
     assert scored["score RecBole"] == ["/saved/RecBole/epoch-1.ckpt", "/saved/RecBole/epoch-2.ckpt"]
@@ -275,6 +288,18 @@ def test_tta_level_and_ratios_against_a_written_out_reference() -> None:
     assert run.tta_level({}) is None and run.tta_level({"resdom": [], "RecBole": [(1.0, 0.1)]}) is None
     assert run.tta_ratios({"resdom": [(1.0, 0.01)], "RecBole": [(3.0, 0.2)]}, 0.1) == {
         "resdom": (None, None), "RecBole": (3.0, None)}
+
+
+def test_tta_pair_row_times_each_library_to_the_peers_own_best() -> None:
+    """pair_row: the peer's best, then (peer, resdom, ratio) by CPU and by wall, each the first time at or above it."""
+    wall = {"resdom": [(10.0, 0.02), (20.0, 0.05), (30.0, 0.06)], "RecBole": [(100.0, 0.01), (200.0, 0.04),
+                                                                            (300.0, 0.03)]}
+    cpu = {"resdom": [(2.0, 0.02), (4.0, 0.05), (6.0, 0.06)], "RecBole": [(90.0, 0.01), (180.0, 0.04),
+                                                                         (270.0, 0.03)]}
+    assert run.pair_row("RecBole", wall, cpu) == ["RecBole", "0.0400", 180.0, 4.0, "45.00x", 200.0, 20.0, "10.00x"]
+    far = {"resdom": [(1.0, 0.01)], "RecBole": [(5.0, 0.04)]}
+    assert run.pair_row("RecBole", far, far) == ["RecBole", "0.0400", 5.0, "not reached", "n/a", 5.0,
+                                                 "not reached", "n/a"]
 
 
 def test_score_task_gives_the_evaluators_number_for_an_imported_rectools_model(tmp_path: Path) -> None:
