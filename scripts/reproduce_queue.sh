@@ -8,7 +8,7 @@
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
 #                                                 # the CPU hours the open ones may take, and the open seeds by
 #                                                 # data set and model with their hours
-# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05: start no cell whose estimated cost, as in
+# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05, a bare clock time already past being tomorrow's: start no cell whose estimated cost, as in
 # --status but the slowest stored seed of the same model and data set rather than their mean (seeds stop at very
 # different epochs), scaled by how fast this worker's finished cells went per epoch against the stored ones, would not
 # end by then; a started cell is costed by the epochs its patience still allows and its diagnosis, so one near its end
@@ -35,6 +35,16 @@ CLAIMS=runs/claims
 EVIDENCE=${EVIDENCE:-0}
 RECIPE=${RECIPE:-}
 [ "$EVIDENCE" = 1 ] && GRID=${GRID:-runs/evidence}
+if [ -n "${UNTIL:-}" ]; then  # read once, as a moment: a bare clock time already past today is tomorrow's (UNTIL=01:10
+  # set at 22:45 means the night ahead, not the hours gone); any other time already past is refused, not taken as
+  # "no cell fits"
+  UNTIL_S=$(date -d "$UNTIL" +%s 2>/dev/null) || { echo "UNTIL=$UNTIL: not a time date -d reads (e.g. 08:05)" >&2; exit 2; }
+  if [ "$UNTIL_S" -le "$(date +%s)" ]; then
+    [[ "$UNTIL" =~ ^[0-9]{1,2}:[0-9]{2}(:[0-9]{2})?$ ]] || { echo "UNTIL=$UNTIL: already past" >&2; exit 2; }
+    UNTIL_S=$(date -d "tomorrow $UNTIL" +%s)
+  fi
+  UNTIL="$(date -d "@$UNTIL_S" '+%Y-%m-%d %H:%M')"
+fi
 
 cells() {  # the queue's cells, "data set  model  seed" a line, comments and blank lines left out; those started
   # before (their run folder holds an epoch log) first, each group in the queue's order: finishing a cell costs less
@@ -222,7 +232,7 @@ fits() {  # DATA SET MODEL SEED GRID: the cell's estimated cost, at this machine
   # left of it (epoch_log ... seconds), not a whole one.
   guess=0
   [ -z "${UNTIL:-}" ] && return 0
-  local left; left=$(( $(date -d "$UNTIL" +%s) - $(date +%s) ))
+  local left; left=$(( UNTIL_S - $(date +%s) ))
   guess=$(estimate "$1 $2 0" seconds)
   [ $(( $(epoch_log "$4/$1/$2/seed$3" seconds "$guess") * took / said )) -le "$left" ]
 }

@@ -260,6 +260,26 @@ def test_the_queue_starts_no_cell_that_would_not_end_before_until(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_the_queue_reads_a_bare_clock_time_already_past_as_tomorrows(tmp_path: Path) -> None:
+    """UNTIL=HH:MM set after that time today means the coming night (every cell fits in the hours to it), not "no
+    cell fits"; a dated time already past, or one date cannot read, is refused in one line, nothing started."""
+    import datetime
+    import os
+    import subprocess
+
+    repo = _queue_repo(tmp_path, "beauty-ts bert4rec 2\nbeauty-ts gru4rec 2\n")
+    earlier = (datetime.datetime.now() - datetime.timedelta(minutes=5)).strftime("%H:%M")
+    assert _run_queue(repo, earlier) == ["beauty-ts bert4rec 2", "beauty-ts gru4rec 2"]
+    (repo / "started.txt").unlink()
+    for until, says in {"2020-01-01 08:00": "UNTIL=2020-01-01 08:00: already past",
+                        "soonish": "UNTIL=soonish: not a time date -d reads (e.g. 08:05)"}.items():
+        done = subprocess.run(["bash", "scripts/reproduce_queue.sh"], cwd=repo, capture_output=True, text=True,
+                              env={**os.environ, "UNTIL": until}, timeout=120)
+        assert (done.returncode, done.stderr.strip()) == (2, says)
+        assert not (repo / "started.txt").exists()
+
+
+@pytest.mark.slow
 def test_the_queue_costs_a_started_cell_by_what_is_left_of_it(tmp_path: Path) -> None:
     """A bert4rec cell on beauty-ts costs 70 minutes whole. Seed 2, started and 10 epochs past its best with patience
     10, has only its diagnosis left (a twentieth: 3.5 minutes) and fits 10 minutes; seed 3, started with 10 one-minute
