@@ -8,15 +8,16 @@
 #   scripts/reproduce_queue.sh --status [QUEUE]   # cells stored / planned, the ones being trained, the next ones,
 #                                                 # the CPU hours the open ones may take, and the open seeds by
 #                                                 # data set and model with their hours
-# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05, a bare clock time already past being tomorrow's: start no cell whose estimated cost, as in
-# --status but the slowest stored seed of the same model and data set rather than their mean (seeds stop at very
-# different epochs), scaled by how fast this worker's finished cells went per epoch against the stored ones, would not
-# end by then; a started cell is costed by the epochs its patience still allows and its diagnosis, so one near its end
-# is not passed over; a cell cut off resumes from its last epoch where its run folder outlives the machine), and those
-# of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder keeps error.txt) and not retried by this
-# worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence (users.npz), so a cell stored without
-# one is trained again (its run folder kept in runs/repro* gains users.npz without training; else a new run in
-# runs/evidence) and its record in results/ replaced by the new one, in the cell's own commit:
+# Env: GRID (default runs/repro), UNTIL (a time `date -d` reads, e.g. 08:05, a bare clock time already past being
+# tomorrow's: start no cell whose estimated cost, as in --status but the slowest stored seed of the same model and data
+# set rather than their mean (seeds stop at very different epochs), scaled by how fast this worker's finished cells went
+# per epoch against the stored ones, would not end by then; a started cell is costed by the epochs its patience still
+# allows and its diagnosis, so one near its end is not passed over; a cell cut off resumes from its last epoch where its
+# run folder outlives the machine), and those of scripts/reproduce_cells.sh. A failed cell is skipped (its run folder
+# keeps error.txt) and not retried by this worker. EVIDENCE=1: a cell counts as stored only with its per-user evidence
+# (users.npz), so a cell stored without one is trained again (its run folder kept in runs/repro* gains users.npz without
+# training; else a new run in runs/evidence) and its record in results/ replaced by the new one, in the cell's own
+# commit:
 #   EVIDENCE=1 UNTIL=08:40 scripts/reproduce_queue.sh scripts/grid_evidence.txt
 # RECIPE=sasrec/2: a cell counts as stored only when its cell.json records that training recipe (versions.recipe,
 # resdom.experiments.RECIPE_VERSIONS), so the cells of an earlier recipe are trained again and replaced; with
