@@ -705,3 +705,63 @@ def test_the_analysis_folder_emulation_by_hand(tmp_path: Path) -> None:
     cells["results/toys-ts/sasrec/seed2"]["checkpoint"] = "other"
     with pytest.raises(SystemExit, match="another checkpoint"):
         mixing_population_check.last_pass_values({"cells": cells}, store)
+
+
+@pytest.mark.slow
+def test_promote_staging_moves_every_cell_in_one_commit_or_none(tmp_path: Path) -> None:
+    """scripts/promote_staging.sh refuses while a cell of the queue is missing from the staging store or carries
+    another recipe (exit 1, one line, nothing moved), then replaces results/'s cells with the staged ones in one
+    commit, the staging store emptied and a cell the queue does not name left as it was."""
+    import json
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".venv" / "bin" / "python").exists() or shutil.which("git") is None:
+        pytest.skip("needs the project's .venv (make test makes it) and git")
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(root / "scripts" / "promote_staging.sh", repo / "scripts")
+    (repo / ".venv").symlink_to(root / ".venv")
+    (repo / ".gitignore").write_text(".venv\n")
+    (repo / "scripts" / "q.txt").write_text("# the queue\nbeauty-ts sasrec 1\ntoys-ts sasrec-pool 2\n")
+
+    def cell(store: str, name: str, recipe: str | None) -> None:
+        folder = repo / store / name
+        folder.mkdir(parents=True)
+        folder.joinpath("cell.json").write_text(json.dumps({"versions": {"recipe": recipe} if recipe else {}}))
+        folder.joinpath("metrics.json").write_text(json.dumps({"store": store}))
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+    for name in ("beauty-ts/sasrec/seed1", "toys-ts/sasrec-pool/seed2", "toys-ts/gru4rec/seed1"):
+        cell("results", name, None)
+    cell("stage", "beauty-ts/sasrec/seed1", "sasrec/2")
+    cell("stage", "toys-ts/sasrec-pool/seed2", "sasrec/1")
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    git("add", "-A")
+    git("commit", "-q", "-m", "start")
+
+    def promote() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "scripts/promote_staging.sh", "stage", "scripts/q.txt", "sasrec/2"], cwd=repo,
+                              capture_output=True, text=True, timeout=120)
+
+    done = promote()
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("stage: 1 of 2 cells of scripts/q.txt not yet stored with recipe sasrec/2, e.g. "
+                                   "toys-ts/sasrec-pool/seed2 (recipe: sasrec/1); nothing moved")
+    assert git("status", "--porcelain") == "" and len(git("log", "--oneline").splitlines()) == 1
+    (repo / "stage" / "toys-ts/sasrec-pool/seed2" / "cell.json").write_text('{"versions": {"recipe": "sasrec/2"}}')
+    git("commit", "-q", "-am", "the last cell")
+    done = promote()
+    assert done.returncode == 0, done.stderr
+    assert git("status", "--porcelain") == "" and len(git("log", "--oneline").splitlines()) == 3
+    for name in ("beauty-ts/sasrec/seed1", "toys-ts/sasrec-pool/seed2"):
+        assert json.loads((repo / "results" / name / "metrics.json").read_text()) == {"store": "stage"}
+        assert json.loads((repo / "results" / name / "cell.json").read_text())["versions"]["recipe"] == "sasrec/2"
+    assert json.loads((repo / "results/toys-ts/gru4rec/seed1/metrics.json").read_text()) == {"store": "results"}
+    assert not any(p.is_file() for p in (repo / "stage").rglob("*"))
+    assert "the 2 cells of recipe sasrec/2" in git("log", "-1", "--format=%s")
