@@ -35,7 +35,7 @@ import json
 import re
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -292,7 +292,7 @@ def _dict_records(path: Path, fields: tuple[str, ...]) -> tuple[list[list[str]],
     for no, line in _open_lines(path):
         if not line.strip():
             continue
-        rec: dict[str, object] | None = parse_flat_dict(line)
+        rec: Mapping[str, object] | None = parse_flat_dict(line)  # a dict of str, or of anything below
         if rec is None:
             rec = _literal_dict(line)
         if rec is None:

@@ -34,7 +34,7 @@ import logging
 import numbers
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -70,7 +70,7 @@ SPLIT_OPTIONS = ("valid_quantile", "filter_seen", "holdout_users")
 # 5-core; a user's own files get no k-core)
 REGISTERED_DEFAULTS: dict[str, Any] = {"k_core": 5}
 LOG = logging.getLogger("resdom.data")  # the data: lines of prepare_split (log_changes)
-Source = str | Path | pd.DataFrame
+Source: TypeAlias = str | Path | pd.DataFrame  # explicit: pandas has no stubs here (its DataFrame is Any)
 
 
 def source_name(source: Source) -> str:

@@ -40,6 +40,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -150,10 +151,20 @@ def read_interactions(
     elif fmt == "movielens":
         raw = read_movielens(paths[0], normalize_ids)
     else:
-        cols = {"user_col": user_col, "item_col": item_col, "time_col": time_col, "no_time": no_time,
+        cols: _ColumnOptions = {"user_col": user_col, "item_col": item_col, "time_col": time_col, "no_time": no_time,
                 "normalize_ids": normalize_ids}
         raw = read_recbole(paths[0], **cols) if fmt == "recbole" else read_table(paths[0], fmt, **cols)
     return drop_times(raw) if no_time else raw
+
+
+class _ColumnOptions(TypedDict):
+    """The column options read_interactions passes on to read_recbole and read_table."""
+
+    user_col: str | None
+    item_col: str | None
+    time_col: str | None
+    no_time: bool
+    normalize_ids: bool
 
 
 def drop_times(raw: RawInteractions) -> RawInteractions:
@@ -471,7 +482,9 @@ def _labels(tok: _Tokens, select: np.ndarray, normalize: bool = False) -> np.nda
     """Labels (``id_labels``) of the flat tokens at ``select``."""
     canonical = tok.canonical()
     if canonical is not None and not normalize and bool(canonical[select].all()):
-        return tok.all_int64()[select]
+        ints = tok.all_int64()
+        assert ints is not None  # canonical() is None unless every token reads as an int64
+        return ints[select]
     texts = np.array([tok.tokens[i] for i in select], dtype=object) if len(select) else np.zeros(0, dtype=object)
     return id_labels(texts, normalize)
 
@@ -879,7 +892,8 @@ def _frame_to_raw(
             hint = hint or _near_column(cols, name, option)
             raise ResdomError(f"{where_name}: missing column {name!r} (columns: {', '.join(map(repr, cols))}); "
                               f"name it with {arg(option)}{'=...' if python else ''}{hint}")
-    tcol: str | None = columns.time_col or DEFAULT_COLUMNS["time_col"]
+    tcol: str | None  # None: no timestamps read (declared apart: a str is narrowed to on assignment)
+    tcol = columns.time_col or DEFAULT_COLUMNS["time_col"]
     notes = []
     if columns.no_time:
         if tcol in cols:

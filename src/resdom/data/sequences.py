@@ -24,30 +24,30 @@ from resdom.limits import short
 from resdom.rundir import RunDir, first_names, own_entries, require_folder_path
 
 
-@dataclass
+@dataclass(init=False)  # the __init__ below: ``users`` may be left out (None) but is always set
 class Sequences:
     """Variable-length integer sequences in CSR form.
 
     offsets: int64 (n + 1,), non-decreasing, offsets[0] == 0.
     items:   int64 (offsets[-1],), item ids >= 1.
     times:   (offsets[-1],) Unix seconds, int64 (whole seconds) or float64 (fractions kept), or None.
-    users:   int64 (n,) user index of each sequence (into the data set's user list).
+    users:   int64 (n,) user index of each sequence (into the data set's user list); None when built: 0..n-1.
     """
 
     offsets: np.ndarray
     items: np.ndarray
-    times: np.ndarray | None = None
-    users: np.ndarray | None = None
+    times: np.ndarray | None
+    users: np.ndarray
 
-    def __post_init__(self) -> None:
-        self.offsets = np.asarray(self.offsets, dtype=np.int64)
-        self.items = np.asarray(self.items, dtype=np.int64)
-        if self.times is not None:
-            self.times = as_times(self.times)
-        if self.users is None:
+    def __init__(self, offsets: np.ndarray, items: np.ndarray, times: np.ndarray | None = None,
+                 users: np.ndarray | None = None) -> None:
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.items = np.asarray(items, dtype=np.int64)
+        self.times = as_times(times) if times is not None else None
+        if users is None:
             self.users = np.arange(len(self.offsets) - 1, dtype=np.int64)
         else:
-            self.users = np.asarray(self.users, dtype=np.int64)
+            self.users = np.asarray(users, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -202,8 +202,9 @@ class SplitData:
         cold targets of valid and test). From the manifest's ``changes`` and ``counts``; {} for a split saved
         without them."""
         manifest = self.manifest if isinstance(self.manifest, dict) else {}
-        changes = manifest.get("changes") if isinstance(manifest.get("changes"), dict) else {}
-        parts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
+        changes, parts = manifest.get("changes"), manifest.get("counts")
+        changes = changes if isinstance(changes, dict) else {}
+        parts = parts if isinstance(parts, dict) else {}
         keys = ("read", "removed", "k_core", "repeats", "protocol", "split")
         return {**{k: changes[k] for k in keys if k in changes}, **parts}
 
@@ -240,7 +241,8 @@ class SplitData:
         import io
 
         buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
+        # numpy's stub: mypy matches the **arrays dict against the keyword allow_pickle (a bool) too
+        np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
         atomic_write_files({directory / self.ARRAYS: buf.getvalue(),
                             directory / self.MANIFEST: json.dumps(self.manifest, indent=2, sort_keys=True).encode()})
 

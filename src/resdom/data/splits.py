@@ -85,8 +85,8 @@ def split_none(seqs: Sequences, holdout_users: int = 0, seed: int = 0) -> SplitP
     valid = EvalSet(heads(held, held.lengths - 1), last_items(held) if len(held) else np.zeros(0, dtype=np.int64))
     empty = Sequences(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64),
                       None if seqs.times is None else seqs.times[:0], np.zeros(0, dtype=np.int64))
-    info = {"protocol": "none", "thresholds": None, "holdout_users": int(len(chosen)), "holdout_seed": int(seed),
-            "dropped_users": {}}
+    info: dict[str, Any] = {"protocol": "none", "thresholds": None, "holdout_users": int(len(chosen)),
+                            "holdout_seed": int(seed), "dropped_users": {}}
     return SplitParts(train, valid, EvalSet(empty, np.zeros(0, dtype=np.int64)), info)
 
 
@@ -100,13 +100,14 @@ def quantile_threshold(times: np.ndarray, q: float) -> int | float:
     return np.quantile(times, q, method="lower").item()
 
 
-def _count_at_or_before(seqs: Sequences, threshold: int) -> np.ndarray:
+def _count_at_or_before(seqs: Sequences, threshold: int | float) -> np.ndarray:
     """int64 (n,): per sequence, how many interactions have time <= threshold (= a prefix, times sorted)."""
+    assert seqs.times is not None  # time_split's sequences have times
     row_user = np.repeat(np.arange(len(seqs)), seqs.lengths)
     return np.bincount(row_user, weights=seqs.times <= threshold, minlength=len(seqs)).astype(np.int64)
 
 
-def time_split(seqs: Sequences, q: float) -> tuple[int, Sequences, EvalSet, dict[str, int]]:
+def time_split(seqs: Sequences, q: float) -> tuple[int | float, Sequences, EvalSet, dict[str, int]]:
     """One time-to-split step on ``seqs`` (times sorted within each sequence).
 
     T = quantile q of all timestamps. Eval users: last interaction after T; target = last item, input = all
@@ -114,6 +115,7 @@ def time_split(seqs: Sequences, q: float) -> tuple[int, Sequences, EvalSet, dict
     at or before T of users whose second interaction is at or before T (>= 2 interactions, so trainable).
     Returns (T, kept part, eval set, counts of dropped users).
     """
+    assert seqs.times is not None  # split_gts refuses sequences without times, and the kept part keeps them
     threshold = quantile_threshold(seqs.times, q)
     n = seqs.lengths
     last_time = seqs.times[seqs.offsets[1:] - 1]
@@ -161,6 +163,7 @@ def split_gts(seqs: Sequences, quantile: float = 0.9, valid_quantile: float | No
 
 
 def _check_time_sorted(seqs: Sequences) -> None:
+    assert seqs.times is not None  # split_gts refused sequences without times
     same = np.ones(len(seqs.items), dtype=bool)  # same[j]: row j belongs to the same sequence as row j - 1
     starts = seqs.offsets[1:-1]
     same[starts[starts < len(same)]] = False
