@@ -8,7 +8,7 @@ instead of a training config). ``resdom evaluate`` and ``resdom diagnose`` read 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ def load_import_data(source: str, data_dir: str | Path | None = None, **options:
                       np.asarray(prepared.user_labels, dtype=object))
 
 
-def _keys(labels: Sequence[Any]) -> list[str]:
+def _keys(labels: Iterable[Any]) -> list[str]:
     """Comparable keys for raw ids: integers and digit strings as canonical decimal strings ("007" -> "7")."""
     out = []
     for x in labels:
@@ -255,7 +255,8 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     for stale in (run.final, run.log):
         stale.unlink(missing_ok=True)
     write_marker(out, RUN)
-    for line in [*notes, ignored_weights_line(imported_from.get("ignored_weights", []))] if log is not None else ():
-        if line:
-            log(line)
+    if log is not None:
+        for line in [*notes, ignored_weights_line(imported_from.get("ignored_weights", []))]:
+            if line:
+                log(line)
     return out

@@ -268,7 +268,7 @@ def rectools_import_data(source: str, known_items: list[Any], data_dir: str | Pa
     dropped (as its ``recommend`` does), each user's items in stable time order, no other filtering."""
     raw, record, _preset = read_source(source, data_dir)
     known = set(_keys(known_items))
-    keep = np.fromiter((k in known for k in _keys(raw.items)), dtype=bool, count=len(raw.items))
+    keep = np.fromiter((k in known for k in _keys(raw.items)), dtype=np.bool_, count=len(raw.items))
     dropped = int((~keep).sum())
     raw.users, raw.items = raw.users[keep], raw.items[keep]
     if raw.times is not None:

@@ -248,7 +248,9 @@ class RestrictedUnpickler(pickle._Unpickler):
     memory than its size). None: no limit.
     """
 
-    def __init__(self, file: io.BytesIO, storages: Callable[[str, int | None], bytes] | None = None,
+    stack: list[Any]  # pickle._Unpickler's own (load sets it), which typeshed leaves out
+
+    def __init__(self, file: io.BytesIO, storages: Callable[[str, int | None], bytes | bytearray] | None = None,
                  stand_in_prefixes: Iterable[str] = (), source: str = "pickle", object_arrays: bool = False,
                  byte_budget: int | None = None) -> None:
         super().__init__(file)
@@ -320,9 +322,10 @@ class RestrictedUnpickler(pickle._Unpickler):
             if count != held:  # numpy would allocate the shape first (an object array: 8 bytes an element)
                 raise ResdomError(f"{self._source}: refused: a numpy array of shape {short(shape, 80)} whose data "
                                   f"holds {held} elements")
-        pickle._Unpickler.load_build(self)
+        pickle._Unpickler.load_build(self)  # type: ignore[attr-defined]  # typeshed omits the opcode methods
 
-    dispatch[pickle.BUILD[0]] = load_build
+    # typeshed types this pure-Python table's entries as taking the C Unpickler; they take a _Unpickler
+    dispatch[pickle.BUILD[0]] = load_build  # type: ignore[assignment]
 
     def persistent_load(self, pid: Any) -> Any:
         if self._storages is None or not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
@@ -407,14 +410,14 @@ def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: st
     if order != sys.byteorder:
         raise ResdomError(f"{path}: saved on a {order}-endian machine; this one is {sys.byteorder}-endian")
 
-    def read(record: str, budget: int | None) -> bytes:
+    def read(record: str, budget: int | None) -> bytearray:
         size = z.getinfo(record).file_size  # zipfile never returns more than the declared size
         if budget is not None and size > budget:
             raise ResdomError(f"{path}: refused: record {record} unpacks to {size} bytes, far more than the file's "
                               "size (a crafted or corrupt checkpoint)")
         return read_member(z, record, path, budget)
 
-    def storage(key: str, budget: int | None) -> bytes:
+    def storage(key: str, budget: int | None) -> bytearray:
         record = f"{prefix}data/{key}"
         if record not in names:
             raise ResdomError(f"{path}: storage record {record} missing")
