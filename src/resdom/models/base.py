@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
 
-from resdom.models.block import BLOCKS, AttentionMask, Dropout, causal_mask_bias, trim_record
+from resdom.models.block import BLOCKS, AttentionBlock, AttentionMask, Dropout, causal_mask_bias, trim_record
 from resdom.models.config import AttentionConfig, CausalConfig
 
 
@@ -31,8 +31,12 @@ class TrainBatch:
     sup_items: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> TrainBatch:
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return TrainBatch(move(self.items), move(self.targets), move(self.negatives), move(self.sup_items))
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+
+        return TrainBatch(move(self.items), move(self.targets),
+                          None if self.negatives is None else move(self.negatives),
+                          None if self.sup_items is None else move(self.sup_items))
 
 
 # ------------------------------------------------------------------------------------------ parts chosen by type
@@ -199,12 +203,16 @@ class SequentialRecommender(nn.Module):
         self.readout_query = nn.Parameter(torch.zeros(cfg.hidden)) if isinstance(self.readout_part, PoolReadout) \
             else None
         self.apply(self._init_weights)
-        for block in self.blocks:
+        for block in self.layer_blocks():
             block.reset_parameters()
 
-    def make_block(self, cfg: AttentionConfig) -> nn.Module:
+    def make_block(self, cfg: AttentionConfig) -> AttentionBlock:
         """One layer: the block ``cfg.block`` names (``models.block.BLOCKS``)."""
         return BLOCKS[cfg.block](cfg)
+
+    def layer_blocks(self) -> list[AttentionBlock]:
+        """The layers, ``blocks``, as what ``make_block`` built them (an nn.ModuleList types its entries nn.Module)."""
+        return cast("list[AttentionBlock]", list(self.blocks))
 
     def _init_weights(self, module: nn.Module) -> None:
         # spec §6: Linear and Embedding N(0, 0.02), biases 0, LayerNorm 1 / 0.
@@ -306,16 +314,17 @@ class SequentialRecommender(nn.Module):
         if items.shape[1] > capacity:
             items = items[:, -capacity:]
         width = items.shape[1]
-        recorded = [len(b.recording) if b.recording is not None else 0 for b in self.blocks]
+        blocks = self.layer_blocks()
+        recorded = [len(b.recording) if b.recording is not None else 0 for b in blocks]
         if self.full_window():
             items = nn.functional.pad(items, (capacity - width, 0))
         mask_bias = self.mask_bias(items)
         h = self.embed(items)
         real = (items > 0).unsqueeze(-1).to(h.dtype) if self.cfg.zero_padding else None
-        last = 0 if any(b.recording is not None for b in self.blocks) else min(last, width)  # records: all
-        for n, block in enumerate(self.blocks):
+        last = 0 if any(b.recording is not None for b in blocks) else min(last, width)  # records: all
+        for n, block in enumerate(blocks):
             h = h if real is None else h * real
-            h = block(h, mask_bias, last) if last and n == len(self.blocks) - 1 else block(h, mask_bias)
+            h = block(h, mask_bias, last) if last and n == len(blocks) - 1 else block(h, mask_bias)
         if last:
             h, real = h[:, -last:], None if real is None else real[:, -last:]
         h = h if real is None else h * real
@@ -323,7 +332,7 @@ class SequentialRecommender(nn.Module):
         if last:
             return nn.functional.pad(h, (0, 0, width - last, 0))
         if items.shape[1] != width:
-            for block, n in zip(self.blocks, recorded):
+            for block, n in zip(blocks, recorded):
                 if block.recording is not None:
                     block.recording[n:] = [trim_record(r, width) for r in block.recording[n:]]
         return h[:, -width:]

@@ -70,7 +70,7 @@ class BERT4Rec(SequentialRecommender):
             nn.init.normal_(self.item_emb.weight, 0.0, cfg.init_std)
             self.item_emb.weight[0].zero_()
             nn.init.normal_(self.token_type, 0.0, cfg.init_std)
-        for block in self.blocks:
+        for block in self.layer_blocks():
             block.causal = False
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -143,11 +143,14 @@ class BSARec(SequentialRecommender):
     def __init__(self, cfg: BSARecConfig) -> None:
         super().__init__(cfg)
         # The authors' encoder deep-copies one block, so every layer starts from the same sqrt_beta.
+        blocks = self.layer_blocks()
         with torch.no_grad():
-            for block in self.blocks[1:]:
-                block.filter.sqrt_beta.copy_(self.blocks[0].filter.sqrt_beta)
+            for block in blocks[1:]:
+                first = blocks[0]
+                assert isinstance(block, BSARecBlock) and isinstance(first, BSARecBlock)  # make_block's
+                block.filter.sqrt_beta.copy_(first.filter.sqrt_beta)
 
-    def make_block(self, cfg: AttentionConfig) -> nn.Module:
+    def make_block(self, cfg: AttentionConfig) -> BSARecBlock:
         assert isinstance(cfg, BSARecConfig)
         return BSARecBlock(cfg)
 

@@ -85,7 +85,8 @@ def last_prediction_states(model: Diagnosable, items: torch.Tensor, n: int = 1) 
     ``readout_width`` encodes only the columns those read (the rest are not meant to be read)."""
     width = getattr(model, "readout_width", None)
     k = 0 if width is None else width()
-    hidden = model.encode(items) if k == 0 else model.encode(items, n + k - 1)
+    encode: Callable[..., torch.Tensor] = model.encode  # with readout_width, also encode(items, last)
+    hidden = encode(items) if k == 0 else encode(items, n + k - 1)
     return prediction_states(model, hidden, items)
 
 
