@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import typing
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from resdom.training.batches import build_samples, make_batch
 from resdom.training.objectives import (
     OBJECTIVES,
     LossContext,
+    ObjectiveName,
     full_cross_entropy,
     get_objective,
     popularity_log_q,
@@ -40,6 +42,14 @@ def test_registry() -> None:
     assert get_objective("ce_last").layout == "last" and get_objective("ce_all").layout == "all"
     with pytest.raises(ValueError, match="unknown objective"):
         get_objective("ce_everything")
+
+
+def test_the_objective_literal_names_the_registry() -> None:
+    """train.objective's static Literal (what mypy and pydantic check) is the registry's names, in its order."""
+    from resdom.training.config import TrainConfig
+
+    assert typing.get_args(ObjectiveName) == tuple(OBJECTIVES)
+    assert typing.get_args(TrainConfig.model_fields["objective"].annotation)[0] == ObjectiveName
 
 
 def test_the_trainer_reads_traits_not_names() -> None:

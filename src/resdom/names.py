@@ -4,7 +4,7 @@ are those registered in ``resdom.records``)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal, get_args
 
 # models.MODEL_CLASSES holds a class for each; bert4rec and gru4rec are the paper's contrast models (spec §7)
 MODELS: tuple[str, ...] = ("sasrec", "duorec", "bsarec", "bert4rec", "gru4rec")
@@ -13,7 +13,8 @@ PROTOCOLS: tuple[str, ...] = ("loo", "gts", "none")  # none: nothing held out (f
 # from the data (data.prepare.resolve_protocol; docs/choices.md, "One protocol default"); a split records the protocol
 # it resolved to, never "auto"
 AUTO_PROTOCOL = "auto"
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "mps")  # --device / train.device: auto = cuda, then mps, then cpu
+DeviceName = Literal["auto", "cpu", "cuda", "mps"]  # --device / train.device: auto = cuda, then mps, then cpu
+DEVICES: tuple[str, ...] = get_args(DeviceName)
 PARTS: tuple[str, ...] = ("valid", "test")
 # what diagnose writes besides the registered diagnostics: the per-user evidence (RUN_DIR/diagnostics/users.npz), also
 # a choice of ``--what`` / ``DiagnoseOptions.what``

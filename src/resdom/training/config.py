@@ -21,12 +21,8 @@ from resdom.models.config import (
     foreign_fields,
     make_model_config,
 )
-from resdom.names import DEVICES, METRICS
-from resdom.training.objectives import OBJECTIVES, get_objective
-
-ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the registered objectives
-DeviceName = Literal[DEVICES]  # type: ignore[valid-type]
-
+from resdom.names import METRICS, DeviceName
+from resdom.training.objectives import OBJECTIVES, ObjectiveName, get_objective
 
 MAX_SEED = 2**63 - 1  # the largest train.seed: torch.manual_seed takes at most 64 bits
 
@@ -162,10 +158,11 @@ def with_objective(model_cfg: ModelConfig, train_cfg: TrainConfig) -> TrainConfi
     model cannot train from, such as masked-item CE on a model that does not mask its input)."""
     cls = model_class(model_cfg.name)
     query = isinstance(model_cfg, CausalConfig) and model_cfg.readout == "query"
-    if train_cfg.objective is None:  # a query token is read after the whole prefix only: one prediction a sample
-        default = "ce_last" if query else cls.default_objective
-        train_cfg = train_cfg.model_copy(update={"objective": default})
-    objective = get_objective(train_cfg.objective)
+    name: str | None = train_cfg.objective
+    if name is None:  # a query token is read after the whole prefix only: one prediction a sample
+        name = "ce_last" if query else cls.default_objective
+        train_cfg = train_cfg.model_copy(update={"objective": name})
+    objective = get_objective(name)
     if query and objective.layout != "last":
         raise ResdomError(f"train.objective: {objective.name!r} cannot train model.readout='query': the query token "
                           "is read after the whole prefix only; use ce_last")

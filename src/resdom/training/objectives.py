@@ -229,6 +229,8 @@ class CESampled(Objective):
 
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CEAll(), CELast(), BCE(), CESampled(), MaskedItemCE())}
+# train.objective's choices: the names of OBJECTIVES, in its order (tests/test_training_objectives.py holds them equal)
+ObjectiveName = Literal["ce_all", "ce_last", "bce", "ce_sampled", "mlm"]
 
 
 def get_objective(name: str) -> Objective:

@@ -140,7 +140,7 @@ def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: dist
     total = torch.zeros((), device=dist_ctx.device)
     for n, (part, share) in enumerate(zip(parts, n_targets)):
         last = n == len(parts) - 1
-        with contextlib.nullcontext() if last or not dist_ctx.distributed else step.no_sync():
+        with contextlib.nullcontext() if last or not dist_ctx.distributed else _no_sync(step):
             b = part.to(dist_ctx.device)
             loss = step(b.items, b.targets, b.negatives, b.sup_items)
             if len(parts) > 1:
@@ -148,6 +148,22 @@ def backward_groups(step: nn.Module, parts: Sequence[TrainBatch], dist_ctx: dist
             loss.backward()
         total += loss.detach()
     return float(total)  # one device sync per batch
+
+
+def _no_sync(step: nn.Module) -> contextlib.AbstractContextManager[Any]:
+    """DDP's ``no_sync`` of ``step`` (gradients kept local until a later backward): distributed, ``distributed.wrap``
+    made it a DistributedDataParallel."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    assert isinstance(step, DistributedDataParallel)
+    return step.no_sync()
+
+
+def _step_model(step: nn.Module) -> SequentialRecommender:
+    """The model a TrainStep ``step`` trains (under DDP, ``step`` is the wrapper of the TrainStep)."""
+    inner = getattr(step, "module", step)
+    assert isinstance(inner, TrainStep)
+    return inner.model
 
 
 def _loss_context(split: SplitData, train_cfg: TrainConfig, objective: Objective) -> LossContext:
@@ -238,6 +254,7 @@ def fit(
                           "the pipelines pass resdom.diagnostics.monitor.epoch_monitor)")
     model_cfg = _resolve_model_config(model_cfg, split)
     train_cfg = with_objective(model_cfg, train_cfg)
+    assert train_cfg.objective is not None  # with_objective sets it
     objective = get_objective(train_cfg.objective)
     files = RunFiles(Path(out_dir))
     fingerprint = data_fingerprint(split)
@@ -259,7 +276,7 @@ def _load_average() -> float | None:
         return None
 
 
-def _built(model_cfg: ModelConfig, device: torch.device) -> nn.Module:
+def _built(model_cfg: ModelConfig, device: torch.device) -> SequentialRecommender:
     """``build_model(model_cfg)`` on ``device``; weights that do not fit in memory are a ResdomError naming the
     sizes that set them, not an allocator's traceback."""
     try:
@@ -362,11 +379,11 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         else:
             bar.set_postfix(loss=f"{loss:.4f}")
         if lines:
-            held = (f"valid {train_cfg.metric} {value:.4f} (best {stopper.best_value:.4f} at epoch "
-                    f"{stopper.best_epoch})" if held_out else "nothing held out (protocol none)")
+            selection = (f"valid {train_cfg.metric} {value:.4f} (best {stopper.best_value:.4f} at epoch "
+                         f"{stopper.best_epoch})" if held_out else "nothing held out (protocol none)")
             seconds_taken = time.perf_counter() - epoch_start
-            print(f"epoch {epoch}/{train_cfg.epochs}: loss {loss:.4f}, {held}, {seconds_taken:.0f} s", file=sys.stderr,
-                  flush=True)
+            print(f"epoch {epoch}/{train_cfg.epochs}: loss {loss:.4f}, {selection}, {seconds_taken:.0f} s",
+                  file=sys.stderr, flush=True)
         for cb in callbacks:
             cb(epoch, record)
         if stopped:
@@ -392,7 +409,7 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
 
     seed, rank, world = train_cfg.seed, dist_ctx.rank, dist_ctx.world_size
     order_rng = np.random.default_rng(epoch_seed(seed, epoch, 0))  # same on every rank
-    model = getattr(step, "module", step).model  # under DDP step is the wrapper
+    model = _step_model(step)
     partners = same_target_partners(samples.last_targets, order_rng) if model.needs_partners() else None
     order = epoch_order(len(samples), order_rng, rank, world)
     per_rank = max(1, train_cfg.batch_size // world)
@@ -428,8 +445,8 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
                 print(f"epoch {epoch}: batch {count}/{n_batches}, loss {total / count:.4f}, {said - start:.0f} s",
                       file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start
-    total, count = dist_ctx.all_reduce_sum(total), dist_ctx.all_reduce_sum(count)
-    return total / max(count, 1), len(order) * world, seconds
+    total_all, count_all = dist_ctx.all_reduce_sum(total), dist_ctx.all_reduce_sum(count)
+    return total_all / max(count_all, 1), len(order) * world, seconds
 
 
 def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cfg: TrainConfig,
@@ -481,7 +498,7 @@ def _finish(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, fi
     model.to(dist_ctx.device)
     valid = _evaluate(model, split, "valid", train_cfg, dist_ctx.device)
     test = _evaluate(model, split, "test", train_cfg, dist_ctx.device)
-    result = {"valid": valid, "test": test, "best_epoch": meta.get("epoch"), "epochs_run": state.epoch,
+    result: dict[str, Any] = {"valid": valid, "test": test, "best_epoch": meta.get("epoch"), "epochs_run": state.epoch,
               "stopped": state.stopped or "max_epochs", "metric": train_cfg.metric,
               "objective": train_cfg.objective, "model": model_cfg.name, "checkpoint": checkpoint_id(files.model)}
     if dist_ctx.is_main:
