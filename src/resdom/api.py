@@ -472,7 +472,7 @@ def evaluate(
     beyond: bool = False,
     neighbours: int = NEIGHBOURS,
     batch_size: int = 256,
-    device: str = "auto",
+    device: str | torch.device = "auto",
 ) -> EvalResult:
     """Full-ranking HR@K and NDCG@K (K in ``cutoffs``) and MRR of ``model`` on ``split``'s ``part``.
 
@@ -499,7 +499,7 @@ def evaluate(
     batch_size
         Users ranked at once.
     device
-        ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``.
+        ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``, or a torch.device.
 
     Returns
     -------
@@ -525,7 +525,7 @@ def evaluate(
     model = _on_device(model, dev)
     result = run_evaluation(model, evalset, filter_seen=filter_seen, batch_size=batch_size, device=dev, ks=cutoffs,
                             return_ranks=True)
-    values = {}
+    values: dict[str, Any] = {}
     if beyond:
         more, values = beyond_accuracy(model, evalset, data.train, filter_seen=filter_seen, ks=cutoffs,
                                        neighbours=neighbours, batch_size=batch_size, device=dev)

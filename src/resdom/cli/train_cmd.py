@@ -399,6 +399,7 @@ def evaluate(
     result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
                             device=dev, cutoffs=ks, beyond=beyond, neighbours=neighbours)
     if per_user is not None:
+        assert result.users is not None  # resdom.evaluate fills it
         atomic_write_bytes(per_user, result.users.to_csv(index=False, lineterminator="\n").encode("utf-8"))
         typer.echo(f"{per_user}: {len(result.users):,} users", err=True)
     if as_json:
