@@ -140,6 +140,7 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     timings["report_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     findings = finding_lines([read_run(run_dir)])
+    assert paths.html is not None  # build_report with figures writes report.html
     return DemoResult(out_dir, run_dir, paths.html, findings, timings)
 
 

@@ -114,9 +114,9 @@ class GridSpec:
             except ResdomError as e:
                 raise ResdomError(f"{self.dataset_flag}: {e}") from None
         self._check_out()
-        bad = [s for s in self.seeds if not 0 <= s <= MAX_SEED]
-        if bad:
-            raise ResdomError(f"--seeds: every seed must lie in [0, 2^63) (got {bad[0]})")
+        bad_seeds = [s for s in self.seeds if not 0 <= s <= MAX_SEED]
+        if bad_seeds:
+            raise ResdomError(f"--seeds: every seed must lie in [0, 2^63) (got {bad_seeds[0]})")
         self._check_configs()
 
     def _check_out(self) -> None:

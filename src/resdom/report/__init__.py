@@ -17,6 +17,7 @@ for the ``<!-- resdom:table NAME -->`` blocks of a hand-written document (``resd
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ class ReportPaths:
     runs: list[RunRecord] = field(default_factory=list)
 
 
-def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
+def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "resdom report",
                  extra_stats: dict[str, dict[str, Any]] | None = None, figures: bool = True) -> ReportPaths:
     """Read ``run_dirs`` and write the generic report into ``out_dir``: the summary tables that have rows,
     ``run_coverage``, the figures the runs have data for, ``report.html`` and ``report.md``; with ``figures=False``

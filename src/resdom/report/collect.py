@@ -12,6 +12,7 @@ computed on another checkpoint ...").
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -285,7 +286,7 @@ def _data_stats(data: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def read_runs(run_dirs: list[str | Path]) -> list[RunRecord]:
+def read_runs(run_dirs: Sequence[str | Path]) -> list[RunRecord]:
     """Read several run directories (sorted by data set, model, seed); an empty list, and two runs of the same
     (data set, label, seed), are ResdomErrors (the second would be averaged as another seed)."""
     if not run_dirs:

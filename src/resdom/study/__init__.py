@@ -20,6 +20,7 @@ docs/results.md and docs/remedies.md (``resdom report results --doc docs/results
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def is_study(run_dirs: list[Path]) -> bool:
     return any(RunDir(d).cell.is_file() for d in run_dirs)
 
 
-def build_report(run_dirs: list[str | Path], out_dir: str | Path, title: str = "resdom report",
+def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "resdom report",
                  extra_stats: dict[str, dict[str, Any]] | None = None, figures: bool = True) -> ReportPaths:
     """Read ``run_dirs`` and write the study's report into ``out_dir``: every summary table, the study's blocks
     (``document_blocks``) as ``tables/<name>.md``, and the generic figures with the study's; with
