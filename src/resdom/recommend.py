@@ -83,19 +83,12 @@ def _inputs(split: SplitData, history: str) -> Sequences:
     return part.inputs
 
 
-def _users(inputs: Sequences) -> np.ndarray:
-    """The user index of each row of ``inputs`` (every split part has them)."""
-    if inputs.users is None:
-        raise ValueError("sequences without their user indices")
-    return inputs.users
-
-
 def _select(inputs: Sequences, wanted: np.ndarray | None, history: str, ids: list[Any]) -> np.ndarray:
     """Rows of ``inputs`` for user indices ``wanted`` (None: every row), in ``wanted``'s order; ``ids``: the
     external id of each of ``wanted``, for the message naming those without an input."""
     if wanted is None:
         return np.arange(len(inputs), dtype=np.int64)
-    row_of = {int(u): r for r, u in enumerate(_users(inputs))}
+    row_of = {int(u): r for r, u in enumerate(inputs.users)}
     absent = [ids[j] for j, u in enumerate(wanted) if int(u) not in row_of]
     if absent:
         shown = ", ".join(repr(u) for u in absent[:5]) + (f" and {len(absent) - 5:,} more" if len(absent) > 5 else "")
@@ -305,7 +298,7 @@ def recommend(
         who[:] = [session_ids[int(j)] for j in rows[r]]
         users_out = _plain(who)
     else:
-        users_out = external_ids(split.user_labels, _users(inputs)[rows[r]])
+        users_out = external_ids(split.user_labels, inputs.users[rows[r]])
     frame = pd.DataFrame({"user_id": users_out, "item_id": external_ids(split.item_labels, found),
                           "score": scores, "rank": rank.astype(np.int64)})
     if split.user_labels is None or split.item_labels is None:
@@ -318,7 +311,7 @@ def recommend(
         if sequences is not None:
             short_ids = [session_ids[int(j)] for j in rows[short[:3]]]
         else:
-            short_ids = external_ids(split.user_labels, _users(inputs)[rows[short[:3]]]).tolist()
+            short_ids = external_ids(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
         named = ", ".join(repr(x) if isinstance(x, str) else str(x)  # quoted: an id may hold a comma or a space
                           for x in short_ids)
         why = [*(["seen items filtered"] if filter_seen else []), *(["a whitelist"] if items is not None else []),

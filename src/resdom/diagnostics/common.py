@@ -162,7 +162,7 @@ def window(inputs: Sequences, max_len: int) -> Sequences:
 
     flat = ranges(starts, lengths)
     times = inputs.times[flat] if inputs.times is not None else None
-    return Sequences(offsets, inputs.items[flat], times, None if inputs.users is None else inputs.users.copy())
+    return Sequences(offsets, inputs.items[flat], times, inputs.users.copy())
 
 
 def real_mask(items: torch.Tensor) -> torch.Tensor:

@@ -71,9 +71,7 @@ def perturb(inputs: Sequences, mode: str, seed: int = 0) -> Sequences:
     """The sequences perturbed by ``mode`` (one of MODES); users and order of sequences unchanged."""
     if mode not in MODES:
         raise ValueError(f"unknown shuffle mode {mode!r} (choose from {', '.join(MODES)})")
-    users = inputs.users
-    if users is None:
-        raise ValueError("perturb needs the sequences' user indices (Sequences.users): its random keys are per user")
+    users = inputs.users  # the random keys are per user
     lengths = inputs.lengths
     n = len(inputs)
     row = np.repeat(np.arange(n, dtype=np.int64), lengths)
