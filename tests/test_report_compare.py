@@ -357,8 +357,8 @@ def test_no_evidence_anywhere(tmp_path: Path) -> None:
     (tmp_path / "d" / "a" / "seed1").mkdir(parents=True)
     t = compare_table(tmp_path, [Comparison("d", "a", "b", "NDCG@10")])
     assert [r.verdict for r in t.rows] == ["undecided"]
-    assert t.rows[0].note == ("no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what "
-                              "users): d/a/seed1, d/b (no cells)")
+    assert t.rows[0].note == ("no per-user evidence (retrain or re-diagnose: resdom diagnose RUN --what users): "
+                              "d/a/seed1, d/b (no cells)")
     assert "Holm across the 0 comparisons" in comparison_markdown(t)
 
 

@@ -255,7 +255,7 @@ def test_table_labels_and_errors(tmp_path: Path) -> None:
     assert table.rows[1].verdict == "undecided" and table.rows[1].missing == ["toys-ts/duorec (no cells)"]
     md = echo_markdown(table)
     assert ("| toys-ts | duorec | – | – | – | – | – | no per-user evidence (retrain or re-diagnose: "
-            "scripts/rediagnose_cells.py --what users): toys-ts/duorec (no cells) | – | undecided |") in md
+            "resdom diagnose RUN --what users): toys-ts/duorec (no cells) | – | undecided |") in md
     with pytest.raises(ResdomError, match="no such results store"):
         echo_table(tmp_path / "nowhere")
     # a seed over other users cannot be resampled with the others

@@ -33,7 +33,7 @@ from resdom.study.evidence_blocks import (
 evidence_blocks_module = importlib.import_module("resdom.study.evidence_blocks")
 
 U, N_ITEMS = 400, 500
-NOTE = "no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users)"
+NOTE = "no per-user evidence (retrain or re-diagnose: resdom diagnose RUN --what users)"
 
 
 def wilson_by_hand(k: int, n: int) -> tuple[float, float]:

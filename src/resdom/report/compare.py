@@ -29,7 +29,7 @@ both sides) the verdict is "identical": not a test, left out of the Holm familie
 smallest difference its design detects (``TestedRow.detectable``), which an "undecided" verdict states
 (``verdict_text``). A row whose cells lack ``users.npz`` (or whose label has no cells)
 gets no numbers and the verdict "undecided" (never "level" or "equivalent"); its ``note`` says "no per-user evidence
-(retrain or re-diagnose: scripts/rediagnose_cells.py --what users)" and names the cells.
+(retrain or re-diagnose: resdom diagnose RUN --what users)" and names the cells.
 
 Where the cells are: ``EvidenceIndex``, from a results store's folders (``from_store``) or from the runs a report
 reads (``from_runs``: each run directory's own ``users.npz``).
@@ -72,7 +72,7 @@ PER_USER = ("user", "target_rank", "target_rank_unfiltered", "last_rank", "last_
 PER_ALPHA = ("alpha_target_rank", "alpha_last_rank")
 BOOLS = ("last_seen", "recoverable")
 NO_EVIDENCE = "no per-user evidence"
-REDIAGNOSE = "retrain or re-diagnose: scripts/rediagnose_cells.py --what users"
+REDIAGNOSE = "retrain or re-diagnose: resdom diagnose RUN --what users"
 UNDECIDED = "undecided"
 _METRIC = re.compile(r"^(HR|NDCG|HRLI)@([1-9][0-9]*)(/unfiltered)?$")
 _SEED_DIR = re.compile(r"^seed([0-9]+)$")
@@ -238,7 +238,7 @@ def compact_cells(cells: list[str]) -> str:
 
 
 def no_evidence_note(missing: list[str]) -> str:
-    """``no per-user evidence (retrain or re-diagnose: scripts/rediagnose_cells.py --what users): <cells>``."""
+    """``no per-user evidence (retrain or re-diagnose: resdom diagnose RUN --what users): <cells>``."""
     return f"{NO_EVIDENCE} ({REDIAGNOSE}): {compact_cells(missing)}"
 
 
