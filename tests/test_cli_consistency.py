@@ -229,6 +229,41 @@ def test_set_model_name_is_read_in_any_case_and_must_agree(fake_fit: list, tmp_p
         resolve_configs("sasrec", {"name": "DuoRec"}, n_items=5)
 
 
+def test_a_refused_value_the_message_quotes_is_said_once(tmp_path: Path, capsys) -> None:
+    """A closed choice's message quotes the value it refuses, so "(got ...)" is not added again; a message that does
+    not quote it (or quotes a number it merely contains) keeps it."""
+    from pydantic import BaseModel, Field, ValidationError, field_validator
+
+    from resdom.errors import validation_error
+
+    code, _, err = run_cli(capsys, "train", SOURCE, "--precision", "bf16", "--out", str(tmp_path / "r"))
+    assert code == 2 and err.strip().count("'bf16'") == 1 and "did you mean bf16-loss" in err, err
+    # before the data is read, even where protocol auto waits for the file's timestamps: the file's own fault
+    # (no item column) is not reached
+    bad = tmp_path / "bad.csv"
+    bad.write_text("user_id,timestamp\nu1,1\n")
+    for option in (["--precision", "bf16"], ["--set", "train.lr=0"]):
+        code, _, err = run_cli(capsys, "train", str(bad), *option, "--out", str(tmp_path / "r"))
+        assert code == 2 and str(bad) not in err and ("bf16" in err or "train.lr" in err), err
+    code, _, err = run_cli(capsys, "train", str(bad), "--out", str(tmp_path / "r"))
+    assert code == 2 and str(bad) in err  # the file is read once the configuration passes
+
+    class Box(BaseModel):
+        name: str = "a"
+        ratio: float = Field(0.5, gt=0, lt=1)
+
+        @field_validator("name")
+        @classmethod
+        def _known(cls, v: str) -> str:
+            raise ValueError(f"unknown name {v!r}")
+
+    for data, said in [({"name": "zz"}, "name: unknown name 'zz'"), ({"ratio": 1}, "ratio: Input should be less "
+                                                                                  "than 1 (got 1)")]:
+        with pytest.raises(ValidationError) as e:
+            Box(**data)
+        assert str(validation_error(e.value)) == said
+
+
 def test_unknown_model_is_one_line_with_the_closest_name(tmp_path: Path, capsys) -> None:
     code, _, err = run_cli(capsys, "train", SOURCE, "--model", "sasrek-tts", "--out", str(tmp_path / "r"))
     assert code == 2 and "did you mean sasrec-tts" in err and err.strip().count("\n") == 0

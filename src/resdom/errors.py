@@ -47,8 +47,10 @@ def validation_error(e: ValidationError, section: str | None = None) -> OptionEr
     problems = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
-        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
         message = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        if isinstance(err.get("input"), str) and repr(err["input"]) in message:  # a message quoting it: once
+            got = ""
         name = ".".join(x for x in (section, loc) if x) or "value"
         problems.append((name, f"{message}{got}"))
     return OptionError(problems)
