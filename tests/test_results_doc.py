@@ -665,3 +665,37 @@ def test_check_blocks_names_the_line_of_a_block_fill_blocks_would_skip_or_refuse
     check_blocks(good, ["hrli", "mixing"], where="doc.md")  # no error
     assert fill_blocks(good, {"hrli": "H\n", "mixing": "M\n"}) == good.replace("old\n", "H\n").replace(
         "mixing -->\n", "mixing -->\nM\n")
+
+
+def test_the_recipe_2_preview_equals_the_staging_store() -> None:
+    """docs/results.md's sentence on the recipe-2 seeds of beauty-ts `sasrec` (means over seeds of test Attn, +Res,
+    HRLI@1 and NDCG@10, recipe 1's beside, and each store's range of Attn) equals both stores' cells; the sentence
+    must go when the staged cells replace results/'s (then the staging store is empty and this fails)."""
+    import json
+    import statistics
+
+    text = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    said = re.search(r"The five recipe-2 seeds of beauty-ts `sasrec` .*? test Attn ([\d.]+) \(recipe 1: ([\d.]+); "
+                     r"each seed ([\d.]+) to ([\d.]+) against ([\d.]+) to ([\d.]+)\), \+Res ([\d.]+) \(([\d.]+)\), "
+                     r"HRLI@1 ([\d.]+) \(([\d.]+)\) and NDCG@10 ([\d.]+) \(([\d.]+)\)", text)
+    if said is None:
+        pytest.skip("docs/results.md has no recipe-2 preview sentence")
+
+    def values(store: str) -> list[tuple[float, float, float, float]]:
+        out = []
+        for seed in range(1, 6):
+            summary = json.loads((ROOT / store / "beauty-ts" / "sasrec" / f"seed{seed}" / "diagnostics"
+                                  / "summary.json").read_text())
+            at_one = next(r for r in summary["alpha_sweep"] if r["alpha"] == 1.0)
+            out.append((at_one["mixing_all"]["Attn"], at_one["mixing_all"]["+Res"], summary["HRLI@1"],
+                        at_one["NDCG@10"]))
+        return out
+
+    new, old = values("results-sasrec2"), values("results")
+    mean = [[statistics.mean(v[i] for v in cells) for i in range(4)] for cells in (new, old)]
+    digits = (3, 3, 3, 4)
+    expected = [round(mean[0][0], 3), round(mean[1][0], 3), round(min(v[0] for v in new), 3),
+                round(max(v[0] for v in new), 3), round(min(v[0] for v in old), 3), round(max(v[0] for v in old), 3)]
+    for i in range(1, 4):
+        expected += [round(mean[0][i], digits[i]), round(mean[1][i], digits[i])]
+    assert [float(x) for x in said.groups()] == expected
