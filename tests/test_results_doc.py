@@ -699,3 +699,44 @@ def test_the_recipe_2_preview_equals_the_staging_store() -> None:
     for i in range(1, 4):
         expected += [round(mean[0][i], digits[i]), round(mean[1][i], digits[i])]
     assert [float(x) for x in said.groups()] == expected
+
+
+def test_the_recipe_2_emulation_preview_matches_its_data_and_the_staging_store(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/results.md, "Recipe 2, a preview": the table is what scripts/mixing_population_check.py --pass-orders
+    makes of the recipe-2 population file and the staging store's alpha sweeps of the same checkpoints (every cell
+    of that file in results-sasrec2/ and of recipe sasrec/2), and the reading after it holds: no last pass has every
+    Attn inside. The preview must go when the staged cells replace results/'s (the file's cells are then gone)."""
+    import importlib.util
+    import json
+
+    kept = ROOT / "docs" / "results" / "measurements" / "mixing_population_recipe2.json"
+    text = (ROOT / "docs" / "results.md").read_text()
+    if "**Recipe 2, a preview.**" not in text:
+        assert not kept.exists(), f"{kept} is kept but docs/results.md no longer shows it"
+        pytest.skip("docs/results.md has no recipe-2 emulation preview")
+    spec = importlib.util.spec_from_file_location("mixing_population_check",
+                                                  ROOT / "scripts" / "mixing_population_check.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    spec.loader.exec_module(script)
+    measured = json.loads(kept.read_text())
+    for name in measured["cells"]:
+        assert name.startswith("results-sasrec2/"), name
+        meta = json.loads((ROOT / name / "cell.json").read_text())
+        assert meta["versions"]["recipe"] == "sasrec/2" and meta["checkpoint"] == measured["cells"][name]["checkpoint"]
+    table = script.pass_order_table(measured, ROOT / "results-sasrec2")
+    assert table in text
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert [r[0].lstrip("| ") for r in rows if r[-2] == "yes"] == []
+    assert script.leftover_share(measured) <= 0.12
+    values = script.last_pass_values(measured, ROOT / "results-sasrec2")
+
+    def attn(dataset: str, last: str) -> str:
+        return f"{sum(s[last]['Attn'] for s in values[dataset]['seeds']) / len(values[dataset]['seeds']):.3f}"
+
+    valid, zero = "validation users", "test users, alpha = 0"
+    prose = " ".join(text.split())
+    assert (f"({attn('beauty-ts', valid)}, {attn('sports-ts', valid)} and {attn('toys-ts', valid)} against 0.776, "
+            f"0.775 and 0.772), but leaves Video's below it ({attn('video-ts', valid)} against 0.798)") in prose
+    assert f"α = 0's included (Toys {attn('toys-ts', zero)}, Video {attn('video-ts', zero)})" in prose
