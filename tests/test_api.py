@@ -283,7 +283,7 @@ def test_fit_takes_a_training_variants_train_values_under_the_users(split, tmp_p
 
 
 def test_to_frame_without_a_name_gives_every_table_and_reprs_are_short(diagnosis, fitted, split):
-    """Issue 60 §4: ``to_frame()`` beside ``to_dict()`` takes no argument; a split, a run, an evaluation and a
+    """``to_frame()`` beside ``to_dict()`` takes no argument; a split, a run, an evaluation and a
     diagnosis print in a line, not as their arrays."""
     frames = diagnosis.to_frame()
     assert list(frames) == list(diagnosis.to_dict()) == list(diagnosis.results)
@@ -305,7 +305,7 @@ def test_unknown_diagnostic_gets_a_did_you_mean(fitted, run_dir, capsys):
 
 
 def test_closed_choices_take_any_case(fitted, run_dir, capsys):
-    """Issue 60 §4: a part, a history or --split in any case is the same choice."""
+    """A part, a history or --split in any case is the same choice."""
     assert resdom.evaluate(fitted, part="VALID", device="cpu").metrics == resdom.evaluate(
         fitted, part="valid", device="cpu").metrics
     assert resdom.diagnose(fitted, what="hrli", part="Valid", device="cpu").part == "valid"

@@ -1,4 +1,4 @@
-"""Issue 28 §1: a user's own data is never changed silently. Ids are labels kept exactly as read, fractional times are
+"""A user's own data is never changed silently. Ids are labels kept exactly as read, fractional times are
 kept, a missing timestamp column is an error unless --no-time, a user's own files get no k-core, whatever is dropped
 is counted in the manifest and printed by every command that prepares data, and the API takes a DataFrame."""
 

@@ -1,4 +1,4 @@
-"""Issue 60 §3: beyond-accuracy metrics of evaluation's top-K lists (coverage, average popularity, novelty, echo of
+"""Beyond-accuracy metrics of evaluation's top-K lists (coverage, average popularity, novelty, echo of
 the last item and of its nearest neighbours) and the per-user table: a hand-computed case, and the whole
 ``resdom.evaluate(..., beyond=True)`` against a slow reference that scores and sorts every user in plain Python."""
 

@@ -1,4 +1,4 @@
-"""Issue 13, "the first hour": what a new user runs first works as README says (each case reproduced, then the
+"""The first hour: what a new user runs first works as README says (each case reproduced, then the
 right behaviour asserted). Own CSV files and saved splits train; logs get plain progress lines, not bars;
 Ctrl-C says what was kept; files follow the umask; errors name the user's own option; metrics keep one order."""
 

@@ -1,4 +1,4 @@
-"""Issue 28, done when: a new user's CSV with string ids (``007``, ``07``, ``+7``, ``7``, ids with spaces), fractional
+"""A new user's CSV with string ids (``007``, ``07``, ``+7``, ``7``, ids with spaces), fractional
 times and a one-interaction user goes through ``resdom data split``, ``train``, ``diagnose``, ``recommend`` and
 ``report`` (in-process, as a user types them), with every change to the data printed; the recommendations come back
 in the file's own ids, and recommend's ranks are the ranks evaluation computes."""

@@ -150,7 +150,7 @@ print(json.dumps(out))
 def test_the_wheel_in_a_fresh_virtualenv_runs_config_show_the_demo_and_the_notebook_from_empty_directories(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 28, done when: the wheel installed in a fresh virtualenv runs ``config show`` (whose output ``--config``
+    """The wheel installed in a fresh virtualenv runs ``config show`` (whose output ``--config``
     trains), the demo and the example notebook, each from an empty directory, importing nothing of the checkout."""
     pytest.importorskip("nbclient")
     from nbclient import NotebookClient
@@ -222,7 +222,7 @@ SDIST_NEEDS = ["LICENSE", "CITATION.cff", "README.md", "pyproject.toml", "tests/
 
 @pytest.mark.slow
 def test_the_sdist_holds_what_its_tests_need_and_a_test_runs_from_it(tmp_path: Path) -> None:
-    """Issue 60 §6: the sdist ships the tests' shared helpers and fixtures, the examples, LICENSE and CITATION.cff
+    """The sdist ships the tests' shared helpers and fixtures, the examples, LICENSE and CITATION.cff
     (MANIFEST.in), so a test runs from the unpacked sdist against the sdist's own code."""
     import tarfile
 
@@ -260,7 +260,7 @@ LOOP_CSV = "customer,product,ts\n" + "".join(
 
 @pytest.mark.slow
 def test_the_wheel_runs_the_practitioners_loop_from_an_empty_directory(tmp_path: Path) -> None:
-    """Issue 60, done when: from the installed wheel in an empty folder, protocol none trains on everything,
+    """From the installed wheel in an empty folder, protocol none trains on everything,
     recommend scores users and a sessions file (one of its items unknown) with a whitelist, similar lists
     neighbours, and evaluate --beyond prints the beyond-accuracy metrics, each in RecTools' columns where a table."""
     env = {k: v for k, v in os.environ.items()

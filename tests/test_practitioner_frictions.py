@@ -1,4 +1,4 @@
-"""Issue 60 §5: the frictions a practitioner met with their own data (the tab hint whatever the column names, the
+"""The frictions a practitioner met with their own data (the tab hint whatever the column names, the
 GTS drop line that adds up, a warning for small evaluation sets, the Python API's counts and argument names)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 60 §1: protocol ``none``, fit on everything (nothing held out, or a small holdout slice only when asked),
+"""Protocol ``none``, fit on everything (nothing held out, or a small holdout slice only when asked),
 then recommend for every user; from Python and from the command line."""
 
 from __future__ import annotations

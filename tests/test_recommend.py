@@ -1,4 +1,4 @@
-"""Issue 28 §2: recommendations in the user's own ids, from the API (``Fitted.recommend``, ``resdom.recommend``) and
+"""Recommendations in the user's own ids, from the API (``Fitted.recommend``, ``resdom.recommend``) and
 the command line (``resdom recommend``), checked against the ranks evaluation computes and against scores computed
 by hand; for a model trained here and for an imported one."""
 

@@ -88,7 +88,7 @@ def test_the_report_always_makes_the_fidelity_and_question_4_blocks_and_their_de
 
 
 def test_the_probe_blocks_are_made_from_any_runs_and_their_deletion_is_caught() -> None:
-    """Issue 27 §4 questions 1 and 2: probe_readout and probe_embeddings are made from any runs (here none of a probe
+    """``probe_readout`` and ``probe_embeddings`` are made from any runs (here none of a probe
     or of a probe data set: every probe "not trained yet"), stand once each in docs/results.md under "Beyond the
     paper", and deleting either block fails the drift check."""
     from resdom.report.collect import find_run_dirs
@@ -120,7 +120,7 @@ def test_spec_section_5_quotes_no_measured_number_and_points_at_blocks_that_exis
 
 
 def test_the_statistics_blocks_are_made_and_placed() -> None:
-    """Issue 27: the comparison, proportion, claim-sentence and question-3 blocks are made by the report and stand in
+    """The comparison, proportion, claim-sentence and question-3 blocks are made by the report and stand in
     the documents (deleting one from a document, or from the report, fails here and in the test above)."""
     from resdom.study.evidence_blocks import EVIDENCE_BLOCKS
 

@@ -1,4 +1,4 @@
-"""Issue 60 §5: ``--epochs N`` on a saved run resumes it up to N epochs, or is refused in one line (fewer epochs than
+"""``--epochs N`` on a saved run resumes it up to N epochs, or is refused in one line (fewer epochs than
 it has run; more after early stopping ended it), never silently ignored."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 58, items 1 and 4: every file a user hands resdom is read within ``resdom.limits`` (no allocation a tiny file
+"""Every file a user hands resdom is read within ``resdom.limits`` (no allocation a tiny file
 decides, archives bounded in size and ratio, YAML aliases and nesting bounded, special files refused, synthetic sizes
 and model descriptions checked before anything is built), and every failure is one line whose quoted values are cut
 to a readable length. Each crafted file is made here (no committed binaries); each test failed on the code before.

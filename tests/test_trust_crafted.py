@@ -1,4 +1,4 @@
-"""Issue 28 section 3: crafted or broken inputs end in one clear line (exit 2, no traceback), nothing the user
+"""Crafted or broken inputs end in one clear line (exit 2, no traceback), nothing the user
 owns is overwritten, and nothing blows up (output folders, importer configs, rediagnose paths, the demo)."""
 
 from __future__ import annotations

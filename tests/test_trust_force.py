@@ -1,4 +1,4 @@
-"""Issue 58, item 2 over every writing command: what each one refuses as its output, and what ``--force`` does.
+"""Every writing command: what each one refuses as its output, and what ``--force`` does.
 
 One table of every command that writes a folder (``train``, ``import-pmixer`` for the importers, ``report``, ``data
 split``, ``diagnose``, ``reproduce``, ``remedies``, ``demo``) or a file (``evaluate --per-user``, ``recommend --out``,

@@ -1,4 +1,4 @@
-"""Issue 58, item 5: property-based fuzzing of every kind of file a user may hand resdom.
+"""Property-based fuzzing of every kind of file a user may hand resdom.
 
 Hypothesis mutates a valid file of each kind (bit flips, truncation, 32-bit size fields written anywhere, a zip
 header's size / method / flag fields, inserted nesting, aliases, quotes, escapes and long runs, a duplicated

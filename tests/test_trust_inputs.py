@@ -1,4 +1,4 @@
-"""Issue 13, broken inputs: non-finite weights or scores are never ranked, impossible timestamps are refused with
+"""Broken inputs: non-finite weights or scores are never ranked, impossible timestamps are refused with
 file and line, and a damaged file or a full disk ends with one line naming the file (exit 2, no traceback),
 leaving nothing half-written; orphaned temporaries are removed; option values are checked alike everywhere."""
 

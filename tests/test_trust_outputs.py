@@ -1,4 +1,4 @@
-"""Issue 58, items 2-4: nothing written over that resdom did not write, and no silent mix.
+"""Nothing written over that resdom did not write, and no silent mix.
 
 Each test crafts its folder or file here (no committed binaries) and fails on the code before the change: a
 command that wrote over a run, a store cell or a user's report, a symbolic link followed out of a run, diagnostics

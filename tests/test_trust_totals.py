@@ -1,4 +1,4 @@
-"""Issue 58's rule is per command: "no input of 1 MB or less makes any command use more than 1 GB of memory".
+"""The memory rule is per command: "no input of 1 MB or less makes any command use more than 1 GB of memory".
 
 Each file's own limits (``resdom.limits``) grant any archive an allowance of 64 MiB whatever its ratio, and any YAML
 document 100,000 values: many files, each within its limits, used to add up within one command. A report over a
