@@ -493,3 +493,32 @@ def test_report_refuses_to_write_into_a_run_it_reads(tmp_path: Path, monkeypatch
     one_line_error(code, err, f"--out {out}: is {where} ", "which the report reads; choose a folder outside every run")
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
     assert run_cli(capsys, "report", "runs", "--out", "runs/summary")[0] == 0  # beside the runs: as the grid does
+
+
+def test_a_parquet_file_whose_pandas_metadata_contradicts_its_schema_is_refused_in_one_line(tmp_path: Path) -> None:
+    """pandas names a Parquet file's columns after the file's own pandas metadata; a damaged file whose metadata
+    renames a column (``track_id`` as ``track_jd``, as the fuzzing found) is refused naming both, by the Zvuk reader
+    (it raised KeyError) and by the generic one, not read under the wrong names."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from resdom.data.native import read_zvuk
+    from resdom.data.readers import read_table
+
+    frame = pd.DataFrame({"user_id": [1, 1, 2], "track_id": [5, 6, 5],
+                          "datetime": pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-03"])})
+    table = pa.Table.from_pandas(frame)
+    meta = dict(table.schema.metadata)
+    meta[b"pandas"] = meta[b"pandas"].replace(b'"name": "track_id"', b'"name": "track_jd"')  # field_name kept
+    path = tmp_path / "zvuk-interactions.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    assert pd.read_parquet(path).columns.tolist() == ["user_id", "track_jd", "datetime"]  # what pandas does
+    said = (f"{path}: a damaged Parquet file: its pandas metadata names the columns 'user_id, track_jd, datetime', "
+            "its schema 'user_id, track_id, datetime'")
+    for read in (lambda: read_zvuk(path), lambda: read_table(path, "parquet", "user_id", "track_id", "datetime")):
+        with pytest.raises(ResdomError) as e:
+            read()
+        assert str(e.value) == said
+    pq.write_table(table, path)  # the same file undamaged reads
+    assert len(read_zvuk(path).users) == 3

@@ -47,6 +47,7 @@ from resdom.data.readers import (
     TIME_MAX,
     TIME_MIN,
     RawInteractions,
+    check_parquet_columns,
     check_unique_header,
     header_fields,
     not_text,
@@ -413,6 +414,9 @@ def read_zvuk(path: Path) -> RawInteractions:
     check_parquet(path, len(ZVUK_COLUMNS))
     try:
         df = pd.read_parquet(path, columns=list(ZVUK_COLUMNS))
+        check_parquet_columns(df, list(ZVUK_COLUMNS), path)
+    except ResdomError:
+        raise
     except Exception as e:  # pyarrow raises many types: missing column, bad file
         raise ResdomError(f"{path}: not a readable Zvuk Parquet file with columns {', '.join(ZVUK_COLUMNS)} "
                           f"({type(e).__name__}: {short(' '.join(str(e).split()))})") from None

@@ -715,6 +715,7 @@ def read_table(
             check_unique_header(names, str(path), columns.read)
             once = [n for n in names if names.count(n) == 1]  # pyarrow reads no column whose name repeats
             df = pd.read_parquet(path, columns=None if len(once) == len(names) else once)
+            check_parquet_columns(df, once, path)
         except ResdomError:
             raise
         except Exception as e:  # pyarrow raises many types for a bad file; its messages span lines
@@ -728,6 +729,15 @@ def read_table(
     check_unique_header(fields, f"{path}:1", columns.read)
     df = _read_csv(path, sep=sep, names=None, skiprows=0)
     return _frame_to_raw(df, str(path), fmt, columns, first_data_line=2, files=[path])
+
+
+def check_parquet_columns(df: pd.DataFrame, names: list[str], path: str | Path) -> None:
+    """The frame pandas read from a Parquet file has the columns ``names`` its schema gives: pandas renames columns
+    after the file's own pandas metadata, which a damaged file may contradict (``track_id`` read as ``track_jd``)."""
+    got = [str(c) for c in df.columns]
+    if got != names:
+        raise ResdomError(f"{path}: a damaged Parquet file: its pandas metadata names the columns "
+                          f"{short(', '.join(got))}, its schema {short(', '.join(names))}")
 
 
 def header_fields(path: Path, sep: str) -> list[str]:
