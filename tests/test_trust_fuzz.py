@@ -476,6 +476,9 @@ REGRESSIONS: dict[str, list[list[tuple[Any, ...]]]] = {
     # a flipped bit in the pandas metadata renames track_id to track_jd: the Zvuk reader's KeyError (found by the
     # fuzzing)
     "zvuk": [[("flip", 0.84375, 0)]],
+    # a flipped bit in a text column's data, no longer UTF-8: pyarrow's ArrowException when pandas converted the
+    # column, after the read (found by the fuzzing)
+    "parquet": [[("flip", 0.009765625, 7)]],
 }
 
 

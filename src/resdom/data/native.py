@@ -49,6 +49,7 @@ from resdom.data.readers import (
     RawInteractions,
     check_parquet_columns,
     check_unique_header,
+    damaged_parquet,
     header_fields,
     not_text,
     parser_error,
@@ -422,14 +423,15 @@ def read_zvuk(path: Path) -> RawInteractions:
                           f"({type(e).__name__}: {short(' '.join(str(e).split()))})") from None
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows")
-    for col in ("user_id", "track_id"):
-        miss = np.flatnonzero(pd.isna(df[col].to_numpy()))
-        if len(miss):
-            raise ResdomError(f"{path}: row {int(miss[0]) + 1}: missing value in column {col!r}")
-    exact, per_second = _exact_times(df["datetime"], lambda k: f"{path}: row {k + 1}", "datetime")
+    with damaged_parquet(path):  # pyarrow converts some columns only when read
+        for col in ("user_id", "track_id"):
+            miss = np.flatnonzero(pd.isna(df[col].to_numpy()))
+            if len(miss):
+                raise ResdomError(f"{path}: row {int(miss[0]) + 1}: missing value in column {col!r}")
+        exact, per_second = _exact_times(df["datetime"], lambda k: f"{path}: row {k + 1}", "datetime")
+        users, items = _table_ids(df["user_id"]), _table_ids(df["track_id"])
     notes = ["user = user_id, item = track_id, time = datetime"]
-    return _ordered_by_exact_time(_table_ids(df["user_id"]), _table_ids(df["track_id"]), exact, per_second,
-                                  "zvuk", path, notes)
+    return _ordered_by_exact_time(users, items, exact, per_second, "zvuk", path, notes)
 
 
 def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> RawInteractions:

@@ -32,12 +32,13 @@ a value outside (1e20, -1e12, milliseconds after 1978) is an error naming its fi
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -721,7 +722,8 @@ def read_table(
         except Exception as e:  # pyarrow raises many types for a bad file; its messages span lines
             raise ResdomError(f"{path}: not a readable Parquet file ({type(e).__name__}: "
                               f"{' '.join(str(e).split())})") from None
-        return _frame_to_raw(df, str(path), fmt, columns, first_data_line=None, files=[path])
+        with damaged_parquet(path):  # pyarrow converts some columns only when read (a text that is not UTF-8)
+            return _frame_to_raw(df, str(path), fmt, columns, first_data_line=None, files=[path])
     sep = "," if fmt == "csv" else "\t"
     fields = header_fields(path, sep)
     if not fields:
@@ -729,6 +731,19 @@ def read_table(
     check_unique_header(fields, f"{path}:1", columns.read)
     df = _read_csv(path, sep=sep, names=None, skiprows=0)
     return _frame_to_raw(df, str(path), fmt, columns, first_data_line=2, files=[path])
+
+
+@contextlib.contextmanager
+def damaged_parquet(path: str | Path) -> Iterator[None]:
+    """pyarrow's errors while a Parquet file's columns are converted (pandas keeps pyarrow-backed columns, and a
+    damaged text, not UTF-8, fails only when read) as one ResdomError naming the file."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except pa.ArrowException as e:
+        raise ResdomError(f"{path}: a damaged Parquet file ({type(e).__name__}: "
+                          f"{short(' '.join(str(e).split()))})") from None
 
 
 def check_parquet_columns(df: pd.DataFrame, names: list[str], path: str | Path) -> None:
