@@ -9,7 +9,8 @@ must end in success or in one clean ResdomError line: never a traceback, a Memor
 Two workers (one without torch for the data readers, one with it for checkpoints, configs and run folders) live for
 the whole module and take a batch of cases at a time, so an example costs a few milliseconds, not an interpreter.
 The fast profile (a couple of examples of a dozen cases per kind, derandomised) runs in the default subset; the deep
-profile (``slow``) draws many more. A case that once broke a reader stays below as an explicit regression example
+profile (``slow``) draws many more, also derandomised (the same cases every run), or new ones each run with
+``RESDOM_FUZZ_EXPLORE=1``. A case that once broke a reader stays below as an explicit regression example
 (``REGRESSIONS``)."""
 
 from __future__ import annotations
@@ -497,7 +498,9 @@ def test_regressions(fuzz: Fuzz, kind: str) -> None:
 FAST = settings(max_examples=2, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
-DEEP = settings(max_examples=60, deadline=None, database=None,
+# The deep profile draws the same cases on every run (the suite passes or fails on the code, not on the draw);
+# RESDOM_FUZZ_EXPLORE=1 draws new ones each run, to look for cases to add to REGRESSIONS.
+DEEP = settings(max_examples=60, deadline=None, database=None, derandomize=os.environ.get("RESDOM_FUZZ_EXPLORE") != "1",
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 
