@@ -361,7 +361,11 @@ def load_torch_file(path: str | Path, stand_in_prefixes: Iterable[str] = ()) -> 
     refuse_special(path)
     if not path.is_file():
         raise ResdomError(f"{path}: file not found")
-    if not zipfile.is_zipfile(path):
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except zipfile.BadZipFile as e:  # is_zipfile lets some damaged end records through (a multi-disk zip64 one)
+        raise ResdomError(f"{path}: not a readable zip file ({type(e).__name__}: {short(str(e))})") from None
+    if not is_zip:
         raise ResdomError(f"{path}: not a torch zip checkpoint (saved with torch < 1.6 or not by torch.save)")
     with open_zip(path) as z:
         return _load_archive(z, stand_in_prefixes, str(path), byte_budget=memory_budget(path.stat().st_size))
