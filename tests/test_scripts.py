@@ -77,7 +77,6 @@ def _cells_repo(tmp_path: Path, docs: dict[str, str], cells: tuple[str, ...]) ->
     and the stored ``cells`` copied from the project, committed as "start", and ``git(*args) -> stdout`` there.
     .venv and ``moved`` are ignored in it: each test puts its own .venv in."""
     import shutil
-    import subprocess
 
     root = Path(__file__).resolve().parents[1]
     if not (root / ".venv" / "bin" / "resdom").exists() or shutil.which("git") is None:
@@ -91,6 +90,13 @@ def _cells_repo(tmp_path: Path, docs: dict[str, str], cells: tuple[str, ...]) ->
     (repo / ".gitignore").write_text(".venv\nmoved\n")
     for cell in cells:
         shutil.copytree(root / cell, repo / cell)
+    return root, repo, _git_checkout(repo)
+
+
+def _git_checkout(repo: Path) -> Callable[..., str]:
+    """``repo`` made a git checkout with everything in it committed as "start"; returns ``git(*args) -> stdout``
+    there."""
+    import subprocess
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
@@ -100,7 +106,7 @@ def _cells_repo(tmp_path: Path, docs: dict[str, str], cells: tuple[str, ...]) ->
     git("config", "user.name", "t")
     git("add", ".")
     git("commit", "-qm", "start")
-    return root, repo, git
+    return git
 
 
 @pytest.mark.slow
@@ -732,18 +738,11 @@ def test_promote_staging_moves_every_cell_in_one_commit_or_none(tmp_path: Path) 
         folder.joinpath("cell.json").write_text(json.dumps({"versions": {"recipe": recipe} if recipe else {}}))
         folder.joinpath("metrics.json").write_text(json.dumps({"store": store}))
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
-
     for name in ("beauty-ts/sasrec/seed1", "toys-ts/sasrec-pool/seed2", "toys-ts/gru4rec/seed1"):
         cell("results", name, None)
     cell("stage", "beauty-ts/sasrec/seed1", "sasrec/2")
     cell("stage", "toys-ts/sasrec-pool/seed2", "sasrec/1")
-    git("init", "-q")
-    git("config", "user.email", "t@example.org")
-    git("config", "user.name", "t")
-    git("add", "-A")
-    git("commit", "-q", "-m", "start")
+    git = _git_checkout(repo)
 
     def promote() -> subprocess.CompletedProcess:
         return subprocess.run(["bash", "scripts/promote_staging.sh", "stage", "scripts/q.txt", "sasrec/2"], cwd=repo,
