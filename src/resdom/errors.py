@@ -48,9 +48,9 @@ def validation_error(e: ValidationError, section: str | None = None) -> OptionEr
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
         message = err["msg"].removeprefix("Value error, ")  # a validator's own message, as it wrote it
-        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-        if isinstance(err.get("input"), str) and repr(err["input"]) in message:  # a message quoting it: once
-            got = ""
+        value = err.get("input")
+        quoted = isinstance(value, str) and repr(value) in message  # a message that quotes the value says it once
+        got = f" (got {value!r})" if "input" in err and not isinstance(value, dict) and not quoted else ""
         name = ".".join(x for x in (section, loc) if x) or "value"
         problems.append((name, f"{message}{got}"))
     return OptionError(problems)

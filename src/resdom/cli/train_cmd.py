@@ -315,18 +315,23 @@ def train(
         # n_items, which nothing else depends on, and fit hands both configs to the trainer as they are
         model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=protocol)
         resolve_device(train_cfg.device, "--device" if device else "train.device")
-    else:  # auto on a file: its protocol is known once it is read, but a value wrong under both fails now
-        refused = []
+    else:  # auto on a file: its timestamps, so its protocol, are known once it is read; resolved under either now
+        # (a value wrong under both fails before the read), the protocol the split takes used after it
+        under: dict[str, tuple[ModelConfig, TrainConfig] | ResdomError] = {}
         for either in ("gts", "loo"):
             try:
-                cfg.resolve(preset_source, n_items=0, protocol=either)
+                under[either] = cfg.resolve(preset_source, n_items=0, protocol=either)
             except ResdomError as e:
-                refused.append(e)
-        if len(refused) == 2:
+                under[either] = e
+        refused = [r for r in under.values() if isinstance(r, ResdomError)]
+        if len(refused) == len(under):
             raise refused[0]
     split = data.split(source)
-    if protocol is None:  # protocol auto on a file: its timestamps, so its protocol, are known once it is read
-        model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=split.manifest["protocol"])
+    if protocol is None:
+        resolved = under[split.manifest["protocol"]]
+        if isinstance(resolved, ResdomError):
+            raise resolved
+        model_cfg, train_cfg = resolved
         resolve_device(train_cfg.device, "--device" if device else "train.device")
     data_info = data.record(source, split)
     if cfg.label != cfg.name:

@@ -415,12 +415,10 @@ def read_zvuk(path: Path) -> RawInteractions:
     check_parquet(path, len(ZVUK_COLUMNS))
     try:
         df = pd.read_parquet(path, columns=list(ZVUK_COLUMNS))
-        check_parquet_columns(df, list(ZVUK_COLUMNS), path)
-    except ResdomError:
-        raise
     except Exception as e:  # pyarrow raises many types: missing column, bad file
         raise ResdomError(f"{path}: not a readable Zvuk Parquet file with columns {', '.join(ZVUK_COLUMNS)} "
                           f"({type(e).__name__}: {short(' '.join(str(e).split()))})") from None
+    check_parquet_columns(df, list(ZVUK_COLUMNS), path)
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows")
     with damaged_parquet(path):  # pyarrow converts some columns only when read
