@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,19 @@ from resdom.report import read_runs
 from resdom.study import document_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """scripts/NAME.py loaded as a module, scripts/ on the path (a script imports its siblings, e.g.
+    rediagnose_cells)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    spec.loader.exec_module(script)
+    return script
 
 
 DOCUMENTS = ("results.md", "remedies.md")
@@ -157,7 +171,6 @@ def test_the_population_measurement_in_the_fidelity_prose_matches_its_data_and_t
     of that file is of the stored cell's checkpoint with its stored test-user ratios, and the sentences after the
     table hold on it: validation below test on every Amazon set, sports-ts brought to the paper's value, beauty-ts and
     toys-ts most of the way, video-ts moved from agreement to well below."""
-    import importlib.util
     import json
     import statistics
 
@@ -171,11 +184,7 @@ def test_the_population_measurement_in_the_fidelity_prose_matches_its_data_and_t
         stored = json.loads((cell / "diagnostics" / "mixing.json").read_text())["pooled"]["all"]
         assert m["test"]["pooled_all"] == pytest.approx({s: stored[s] for s in ("Attn", "+Res", "+LN")}, abs=1e-9)
 
-    spec = importlib.util.spec_from_file_location("mixing_population_check",
-                                                  ROOT / "scripts" / "mixing_population_check.py")
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # the script imports its sibling rediagnose_cells
-    spec.loader.exec_module(script)
+    script = _script("mixing_population_check", monkeypatch)
     text = (ROOT / "docs" / "results.md").read_text()
     assert script.population_table(measured) in text
 
@@ -202,14 +211,9 @@ def test_the_analysis_folder_emulation_matches_its_data_and_the_store(monkeypatc
     --pass-orders makes of the population file and the store's alpha sweeps of the same checkpoints, and the reading
     after it holds on it: one last pass only (alpha = 0) has every Attn inside, none has every Attn and +Res, and the
     leftover of an earlier pass is at most 12% of the folder."""
-    import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("mixing_population_check",
-                                                  ROOT / "scripts" / "mixing_population_check.py")
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    spec.loader.exec_module(script)
+    script = _script("mixing_population_check", monkeypatch)
     measured = json.loads((ROOT / "docs" / "results" / "measurements" / "mixing_population.json").read_text())
     table = script.pass_order_table(measured, ROOT / "results")
     text = (ROOT / "docs" / "results.md").read_text()
@@ -255,23 +259,20 @@ def test_the_filter_measurement_quoted_in_the_fidelity_prose_matches_its_data_an
             assert all(m["unfiltered"]["largest_recovery"] < m["filtered"]["largest_recovery"] for m in cells)
 
 
-def test_the_training_length_measurement_in_the_fidelity_prose_matches_its_data_and_the_store() -> None:
+def test_the_training_length_measurement_in_the_fidelity_prose_matches_its_data_and_the_store(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/results.md, "The paper side by side", the fifth candidate: the table is what scripts/
     epoch_trajectory_check.py --table makes of docs/results/measurements/epoch_trajectory.json; each retrain is the
     stored cell (its kept epoch, and there the stored test mixing ratios and HRLI@1); and the paragraph after the
     table holds on it: Attn at or below the paper's only while HRLI@1 is more than 0.3 below the paper's, Attn within
     0.02 of the paper's HRLI@1 at least three quarters as far above the paper's as at the kept epoch, and no epoch
     within 0.01 of the paper's Attn and 0.05 of its HRLI@1 at once."""
-    import importlib.util
     import json
 
     from resdom.study.fidelity import DATASETS, PAPER_HRLI1, PAPER_MIXING
 
     measured = json.loads((ROOT / "docs" / "results" / "measurements" / "epoch_trajectory.json").read_text())
-    spec = importlib.util.spec_from_file_location("epoch_trajectory_check",
-                                                  ROOT / "scripts" / "epoch_trajectory_check.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("epoch_trajectory_check", monkeypatch)
     text = (ROOT / "docs" / "results.md").read_text()
     assert script.trajectory_table(measured) in text
     assert {m["dataset"] for m in measured["cells"].values()} == {"beauty-ts", "toys-ts"}
@@ -707,7 +708,6 @@ def test_the_recipe_2_emulation_preview_matches_its_data_and_the_staging_store(
     makes of the recipe-2 population file and the staging store's alpha sweeps of the same checkpoints (every cell
     of that file in results-sasrec2/ and of recipe sasrec/2), and the reading after it holds: no last pass has every
     Attn inside. The preview must go when the staged cells replace results/'s (the file's cells are then gone)."""
-    import importlib.util
     import json
 
     kept = ROOT / "docs" / "results" / "measurements" / "mixing_population_recipe2.json"
@@ -715,11 +715,7 @@ def test_the_recipe_2_emulation_preview_matches_its_data_and_the_staging_store(
     if "**Recipe 2, a preview.**" not in text:
         assert not kept.exists(), f"{kept} is kept but docs/results.md no longer shows it"
         pytest.skip("docs/results.md has no recipe-2 emulation preview")
-    spec = importlib.util.spec_from_file_location("mixing_population_check",
-                                                  ROOT / "scripts" / "mixing_population_check.py")
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    spec.loader.exec_module(script)
+    script = _script("mixing_population_check", monkeypatch)
     measured = json.loads(kept.read_text())
     for name in measured["cells"]:
         assert name.startswith("results-sasrec2/"), name
