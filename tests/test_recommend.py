@@ -4,6 +4,7 @@ by hand; for a model trained here and for an imported one."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -309,6 +310,38 @@ def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) 
         capsys.readouterr()
         assert out.read_text().splitlines()[0] == "user_id,item_id,score,rank"
         assert out.read_text().splitlines()[1].startswith("cust-004,")
+
+
+@pytest.mark.parametrize("args", [
+    ["recommend", "LONG"], ["evaluate", "LONG"], ["diagnose", "LONG"], ["data", "stats", "LONG"],
+    ["recommend", "RUN", "--users", "LONG"], ["recommend", "RUN", "--sequences", "LONG"],
+    ["recommend", "RUN", "--users", "all", "--items", "LONG"], ["similar", "RUN", "--items", "LONG"],
+    ["recommend", "RUN", "--users", "all", "--out", "LONG"], ["report", "RUN", "--out", "LONG"],
+])
+def test_a_name_the_system_refuses_is_one_line(run_dir, capsys, args: list[str]) -> None:
+    """A path longer than the system takes (ENAMETOOLONG, wherever a command first touches it: an exists() check,
+    a mkdir) is one line naming it, cut, not a traceback."""
+    long = "q" * 5000
+    code = invoke(*[str(run_dir) if a == "RUN" else long if a == "LONG" else a for a in args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.search(r"q\.\.\. \(5,0\d\d characters\)", err) and len(err) < 1000, err  # the name, or a file in it
+
+
+def test_notes_and_errors_quote_a_huge_id_cut_once(run_dir, tmp_path, capsys) -> None:
+    """An id of millions of characters in a note (an unknown item of a session, of a whitelist) or an error (an
+    unknown user) is quoted cut to a readable length with its true length, also where one message quotes another."""
+    huge = "y" * 3_000_000
+    sessions, whitelist, users = tmp_path / "s.csv", tmp_path / "w.txt", tmp_path / "u.txt"
+    sessions.write_text(f"session_id,item_id\ns1,{huge}\n")
+    whitelist.write_text(f"007\n{huge}\n")
+    users.write_text(f"{huge}\n")
+    for args in (["--sequences", str(sessions)], ["--users", "all", "--items", str(whitelist)],
+                 ["--users", str(users)]):
+        invoke("recommend", str(run_dir), "--device", "cpu", "-k", "2", *args)
+        err = capsys.readouterr().err
+        assert len(err) < 1500 and "'yyy" in err and "(3,000,000 characters)" in err, (args, err[:2000])
+        assert "characters) characters" not in err
 
 
 def test_imported_model_recommends_in_the_files_ids(tmp_path: Path) -> None:

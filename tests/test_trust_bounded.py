@@ -168,6 +168,21 @@ def test_a_value_quoted_in_a_message_is_cut_to_a_readable_length() -> None:
     assert MESSAGE_CHARS.value == 300
 
 
+@pytest.mark.parametrize("message", [
+    "data.csv:2: timestamp " + short("1" * 50_000_000) + " is not a number",
+    "x: " + "1" * 5000 + " then " + " ".join(["word"] * 2_000_000) + "; do this",
+    " ".join(["w" * 299] * 40), "a " + "é" * 301, short(b"\x00" * 400), short(["x" * 1000]),
+])
+def test_cutting_a_cut_message_changes_nothing(message: str) -> None:
+    """A message that quotes another (``f"--users {path}: {error}"``) is cut again by ResdomError: the counts the
+    first cut gave must stand (a cut value once read "...(314 characters) characters)" for 50,000,000)."""
+    once = cut_message(message)
+    assert cut_message(once) == once and len(once) <= 8 * 300
+    assert str(ResdomError(f"--users u.txt: {ResdomError(message)}")) == f"--users u.txt: {once}"
+    if "50,000,000" in message:
+        assert "(50,000,000 characters) is not a number" in once
+
+
 def test_model_params_estimate_is_a_lower_bound_of_every_model() -> None:
     from resdom.models import build_model
     from resdom.models.config import make_model_config

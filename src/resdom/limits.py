@@ -69,28 +69,39 @@ def expansion_cap(packed_bytes: int) -> int:
 
 def short(value: object, limit: int | None = None) -> str:
     """``repr(value)`` cut to ``limit`` characters (``MESSAGE_CHARS``) with how much was left out, e.g.
-    ``'1111...' (50,000,000 characters)``; a long str is cut before its repr is built."""
+    ``'1111...' (50,000,000 characters)``; a long str is cut before its repr is built. The cut text is at most
+    ``limit`` characters without a space, so ``cut_message`` leaves it as it is."""
     limit = MESSAGE_CHARS.value if limit is None else limit
     if isinstance(value, (str, bytes)) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value):,} {'characters' if isinstance(value, str) else 'bytes'})"
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{repr(value[:limit])[:max(limit - 3, 1)]}... ({len(value):,} {unit})"
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[:max(limit - 3, 1)]}... ({len(text):,} characters)"
+
+
+def quote(value: object, limit: int | None = None) -> str:
+    """An id as a message names it: a str quoted (``repr``: an id may hold a comma or a space), anything else as
+    ``str`` gives it (``7``, not ``np.int64(7)``), either cut as ``short`` cuts."""
+    return short(value, limit) if isinstance(value, (str, bytes)) else short(str(value), limit).strip("'\"")
 
 
 def cut_message(message: str, limit: int | None = None) -> str:
     """``message`` with each run of characters without a space longer than ``limit`` (``MESSAGE_CHARS``) cut to
     ``limit`` (a value quoted whole, a 50 MB timestamp), and the whole cut to 8 x ``limit`` (its head and its end,
-    where the advice stands): what an error message may quote of a file."""
+    where the advice stands): what an error message may quote of a file. Cutting a cut message changes nothing, so a
+    message that quotes another (``f"{path}: {error}"``) keeps the counts of what the first cut left out."""
     limit = MESSAGE_CHARS.value if limit is None else limit
     if len(message) <= limit:
         return message
     words = message.split(" ")
     if any(len(w) > limit for w in words):
-        message = " ".join(w if len(w) <= limit else f"{w[:limit]}...({len(w):,} characters)" for w in words)
+        message = " ".join(w if len(w) <= limit else f"{w[:max(limit - 3, 1)]}... ({len(w):,} characters)"
+                           for w in words)
     most = 8 * limit
     if len(message) > most:
-        head, tail = message[: 6 * limit], message[-2 * limit:]
-        message = f"{head} ...({len(message) - 8 * limit:,} characters left out)... {tail}"
+        keep = 7 * limit  # room for the marker and for a message quoting this one to stay within ``most``
+        head, tail = message[: keep * 3 // 4], message[len(message) - keep // 4:]
+        message = f"{head} ...({len(message) - len(head) - len(tail):,} characters left out)... {tail}"
     return message
 
 

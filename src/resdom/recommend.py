@@ -40,6 +40,7 @@ from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.errors import ResdomError
 from resdom.evaluation.beyond import cosine_scores
 from resdom.evaluation.ranking import full_scores, user_chunk_size
+from resdom.limits import quote
 from resdom.models.interface import final_states, residual_scale
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def user_index(split: SplitData, users: Iterable[Any], where: str = "users") -> 
     wanted = [str(u) for u in users]
     missing = [u for u in wanted if u not in index]
     if missing:
-        shown = ", ".join(repr(u) for u in missing[:5])
+        shown = ", ".join(quote(u) for u in missing[:5])
         more = f" and {len(missing) - 5:,} more" if len(missing) > 5 else ""
         raise ResdomError(f"{where}: {len(missing):,} user id(s) not in the data: {shown}{more} (ids are matched "
                           f"exactly as text; the data has {len(labels):,} users)")
@@ -91,7 +92,7 @@ def _select(inputs: Sequences, wanted: np.ndarray | None, history: str, ids: lis
     row_of = {int(u): r for r, u in enumerate(inputs.users)}
     absent = [ids[j] for j, u in enumerate(wanted) if int(u) not in row_of]
     if absent:
-        shown = ", ".join(repr(u) for u in absent[:5]) + (f" and {len(absent) - 5:,} more" if len(absent) > 5 else "")
+        shown = ", ".join(quote(u) for u in absent[:5]) + (f" and {len(absent) - 5:,} more" if len(absent) > 5 else "")
         raise ResdomError(f"users: {len(absent):,} of them have no {history} input: {shown}; history='all' "
                           "recommends for every user with any interaction")
     return np.array([row_of[int(u)] for u in wanted], dtype=np.int64)
@@ -133,7 +134,7 @@ def _as_list(values: Iterable[Any] | str | int) -> list[Any]:
 
 def unknown_note(unknown: list[Any], what: str) -> str:
     """One line naming ids not in the data: how many, the first few (quoted where text), what became of them."""
-    shown = ", ".join(repr(x) if isinstance(x, str) else str(x) for x in unknown[:5])
+    shown = ", ".join(quote(x) for x in unknown[:5])
     more = f", and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
     return f"{len(unknown):,} {what} not in the data, left out: {shown}{more}"
 
@@ -167,7 +168,7 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
     if unknown:
         notes.append("sequences: " + unknown_note(list(dict.fromkeys(unknown)), "item id(s)"))
     if empty:
-        named = ", ".join(repr(x) if isinstance(x, str) else str(x) for x in empty[:3])
+        named = ", ".join(quote(x) for x in empty[:3])
         notes.append(f"{len(empty):,} sequence(s) with no item of the data get no rows: {named}"
                      f"{', ...' if len(empty) > 3 else ''}")
     return Sequences.from_lists(rows), ids, notes
@@ -263,7 +264,7 @@ def recommend(
                 counts = Counter(str(u) for u in given)
                 repeated = [u for u in ids if counts[str(u)] > 1]
                 notes.append(f"{len(repeated):,} user id(s) given more than once "
-                             f"({', '.join(map(repr, repeated[:3]))}{', ...' if len(repeated) > 3 else ''}): each "
+                             f"({', '.join(map(quote, repeated[:3]))}{', ...' if len(repeated) > 3 else ''}): each "
                              "recommended once, at its first place")
         wanted = None if ids is None else user_index(split, ids)
         rows = _select(inputs, wanted, history, ids or [])
@@ -312,8 +313,7 @@ def recommend(
             short_ids = [session_ids[int(j)] for j in rows[short[:3]]]
         else:
             short_ids = external_ids(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
-        named = ", ".join(repr(x) if isinstance(x, str) else str(x)  # quoted: an id may hold a comma or a space
-                          for x in short_ids)
+        named = ", ".join(quote(x) for x in short_ids)  # quoted: an id may hold a comma or a space
         why = [*(["seen items filtered"] if filter_seen else []), *(["a whitelist"] if items is not None else []),
                *(["items excluded"] if exclude is not None else [])]
         kind = "sequences" if sequences is not None else "users"

@@ -3,6 +3,7 @@ stderr and exit status 2."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -14,7 +15,7 @@ from resdom.checks import cli_names
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
-from resdom.limits import short
+from resdom.limits import cut_message, short
 from resdom.version import __version__
 
 try:  # typer >= 0.26 carries its own copy of Click
@@ -92,6 +93,8 @@ def _leave_group_process(code: int | str | None) -> None:
         distributed.leave(code)
 
 
+PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENOTDIR,
+                         errno.EISDIR})  # what the system says of a path a user gave: one line naming it
 EMPTY_MEANS_ALL = frozenset({"--what", "--layers", "--alphas"})  # "" there: every diagnostic / block, the default
 
 
@@ -151,11 +154,14 @@ def _run() -> None:
     except ResdomError as e:  # one line even where it quotes a library's message that spans lines (pyarrow's)
         typer.secho(f"error: {_LINE_BREAKS.sub(' ', str(e).strip())}", err=True, fg="red")
         sys.exit(2)
-    except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...)
-
-        if e.errno not in NO_SPACE:
+    except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...), or a
+        # path the system refuses wherever a command first touches it (a name too long, no permission, a loop)
+        if e.errno in NO_SPACE:
+            typer.secho(f"error: {no_space_message(e.filename)}", err=True, fg="red")
+        elif e.errno in PATH_ERRORS and e.filename is not None:
+            typer.secho(f"error: {cut_message(str(e.filename))}: {e.strerror}", err=True, fg="red")
+        else:
             raise
-        typer.secho(f"error: {no_space_message(e.filename)}", err=True, fg="red")
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)  # e.g. typer.Exit(130) after Ctrl-C comes back as 130
 

@@ -15,6 +15,7 @@ from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
+from resdom.limits import quote
 from resdom.recommend import COLUMNS, OLD_HEADER, SIMILAR_COLUMNS, similar_items
 from resdom.recommend import recommend as top_items
 from resdom.rundir import check_output_file
@@ -91,8 +92,8 @@ def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
     if column is None:  # a file of bare ids would lose its first one to the header without a word
         column = df.columns[0]
         typer.echo(f"note: {option} {path}: no column '{columns[0]}' or '{columns[1]}'; read the first column, "
-                   f"taking its first line {column!r} as the header (name the column {columns[0]} to say so; a file "
-                   "of ids alone: .txt)", err=True)
+                   f"taking its first line {quote(column)} as the header (name the column {columns[0]} to say so; a "
+                   "file of ids alone: .txt)", err=True)
     return [v for v in df[column].tolist() if v != ""]
 
 

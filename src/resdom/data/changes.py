@@ -30,6 +30,7 @@ from resdom.checks import arg
 from resdom.data.preprocess import Prepared, PreprocessConfig
 from resdom.data.readers import RawInteractions
 from resdom.data.sequences import Sequences
+from resdom.limits import cut_message
 
 
 def preprocessing_changes(raw: RawInteractions, read: dict[str, int], prepared: Prepared, cfg: PreprocessConfig,
@@ -183,7 +184,7 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
                      f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
                      f"split; more data, or another split (e.g. a lower {arg('quantile')} for gts), gives steadier "
                      "numbers")
-    return lines
+    return [cut_message(line) for line in lines]  # a manifest read from a folder may quote anything
 
 
 SMALL_PART = 100  # fewer validation or test users than this: change_lines warns

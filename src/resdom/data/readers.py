@@ -49,7 +49,7 @@ import pandas as pd
 from resdom.bounded import check_parquet, gunzip, read_bytes, refuse_special
 from resdom.checks import arg, naming_flags
 from resdom.errors import ResdomError
-from resdom.limits import short
+from resdom.limits import quote, short
 
 FORMATS = ("user-lines", "paired", "interactions", "recbole", "csv", "tsv", "parquet", "movielens")
 DEFAULT_COLUMNS = {"user_col": "user_id", "item_col": "item_id", "time_col": "timestamp"}
@@ -464,7 +464,7 @@ def note_near_duplicate_ids(raw: RawInteractions) -> RawInteractions:
             continue
         example = unique[clash & (merged == merged[clash].iloc[0]).to_numpy()][:2]
         raw.notes.append(f"{int(clash.sum()):,} {what} ids differ from another only by surrounding spaces, leading "
-                         f"zeros or a '+' (e.g. {example[0]!r} and {example[1]!r}): kept apart, as read; "
+                         f"zeros or a '+' (e.g. {quote(example[0])} and {quote(example[1])}): kept apart, as read; "
                          "--normalize-ids (normalize_ids=True) makes them one")
     return raw
 
