@@ -4,6 +4,7 @@ by hand; for a model trained here and for an imported one."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -326,6 +327,21 @@ def test_a_name_the_system_refuses_is_one_line(run_dir, capsys, args: list[str])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert re.search(r"q\.\.\. \(5,0\d\d characters\)", err) and len(err) < 1000, err  # the name, or a file in it
+
+
+def test_a_device_a_fifo_or_a_dangling_link_is_named_as_what_it_is(run_dir, tmp_path, capsys) -> None:
+    """--users /dev/zero read as "no such file" (it is there; reading it would never end)."""
+    fifo, dangling = tmp_path / "fifo", tmp_path / "link"
+    os.mkfifo(fifo)
+    dangling.symlink_to(tmp_path / "gone")
+    for option in ("--users", "--items", "--sequences"):
+        for path, needle in (("/dev/zero", "a character device, not a regular file"),
+                             (fifo, "a FIFO (named pipe), not a regular file"),
+                             (dangling, "a symbolic link to nothing (or a loop of links)")):
+            extra = ["--users", "all"] if option == "--items" else []
+            code = invoke("recommend", str(run_dir), "--device", "cpu", *extra, option, str(path))
+            err = capsys.readouterr().err
+            assert code == 2 and err.count("\n") == 1 and f"{option} {path}: {needle}" in err, err
 
 
 def test_notes_and_errors_quote_a_huge_id_cut_once(run_dir, tmp_path, capsys) -> None:

@@ -94,7 +94,7 @@ def _leave_group_process(code: int | str | None) -> None:
 
 
 PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENOTDIR,
-                         errno.EISDIR})  # what the system says of a path a user gave: one line naming it
+                         errno.ENOENT, errno.EISDIR})  # what the system says of a path a user gave: one line naming it
 EMPTY_MEANS_ALL = frozenset({"--what", "--layers", "--alphas"})  # "" there: every diagnostic / block, the default
 
 

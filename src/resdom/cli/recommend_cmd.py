@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from resdom.bounded import load_json
+from resdom.bounded import load_json, refuse_special
 from resdom.cli.values import one_filter, parse_alphas, positive_int
 from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
@@ -49,6 +49,20 @@ def _names_a_file(users: str) -> bool:
     return Path(users).exists() or Path(users).is_symlink()
 
 
+def _refuse_special(path: Path, option: str) -> None:
+    """A device, a FIFO or a socket named by ``option`` is refused as such (reading one may never end), not as
+    a file that is not there."""
+    try:
+        refuse_special(path)
+    except ResdomError as e:
+        raise ResdomError(f"{option} {e}") from None
+
+
+def _missing(path: Path) -> str:
+    """Why ``path``, which is no file, cannot be read: a link to nothing (or a loop of links), or nothing there."""
+    return "a symbolic link to nothing (or a loop of links)" if path.is_symlink() else "no such file"
+
+
 def read_user_ids(path: Path) -> list[str]:
     """The user ids of ``path``: one a line, kept exactly but for the line break (blank lines skipped); a ``.csv``
     file: its ``user_id`` or ``user`` column (else the first), every value as text. [] is a ResdomError."""
@@ -62,8 +76,9 @@ def read_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file of {what} ids"
                           f"{' or ' + everyone if everyone else ''}")
+    _refuse_special(path, option)
     if not path.is_file():
-        raise ResdomError(f"{option} {path}: no such file (give a file of {what} ids, one a line, the ids "
+        raise ResdomError(f"{option} {path}: {_missing(path)} (give a file of {what} ids, one a line, the ids "
                           f"themselves, comma-separated{', or ' + everyone if everyone else ''})")
     try:
         refuse_binary(path, advice=False)  # a zip or Parquet file: say what it is
@@ -122,8 +137,9 @@ def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
     option = "--sequences"
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file of sessions")
+    _refuse_special(path, option)
     if not path.is_file():
-        raise ResdomError(f"{option} {path}: no such file")
+        raise ResdomError(f"{option} {path}: {_missing(path)}")
     try:
         refuse_binary(path, advice=False)
         suffix = path.suffix.lower()
