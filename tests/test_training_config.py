@@ -82,6 +82,28 @@ def test_the_other_configs_refuse_a_bool_for_a_number() -> None:
     assert PreprocessConfig(remove_repeats=True, sample_users=None).remove_repeats
 
 
+@pytest.mark.parametrize("section, field, value", [
+    ("train", "lr", float("inf")), ("train", "weight_decay", float("inf")), ("train", "lr", float("nan")),
+    ("model", "init_std", float("inf")), ("model", "dropout", float("nan")), ("model", "ln_eps", float("inf")),
+])
+def test_infinity_and_nan_are_no_number(section: str, field: str, value: float) -> None:
+    """``lr=inf`` passed ``lr > 0`` and trained a model of NaN weights, refused only at ranking ("retrain")."""
+    values = {field: value}
+    with pytest.raises(ResdomError, match=rf"{section}\.{field}: Input should be a finite number"):
+        resolve_configs("sasrec", *((values, {}) if section == "model" else ({}, values)), n_items=10)
+
+
+def test_the_other_configs_refuse_infinity_and_nan() -> None:
+    from pydantic import ValidationError
+
+    from resdom.data.synthetic import SyntheticConfig
+    from resdom.diagnostics.options import DiagnoseOptions
+
+    for make in (lambda: SyntheticConfig(p_last=float("inf")), lambda: DiagnoseOptions(alphas=(float("nan"),))):
+        with pytest.raises((ValidationError, ResdomError)):
+            make()
+
+
 def test_resolve_device() -> None:
     import torch
 

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from resdom.errors import ResdomError
 
@@ -65,7 +65,10 @@ def _numeric(annotation: Any) -> bool:
 
 class NumbersModel(BaseModel):
     """A pydantic model whose int and float fields refuse a bool: pydantic's lax mode reads True as 1, so
-    ``hidden: true`` or ``fit(..., epochs=True)`` would train a one-unit or one-epoch model without a word."""
+    ``hidden: true`` or ``fit(..., epochs=True)`` would train a one-unit or one-epoch model without a word; and
+    refuse infinity and NaN, which pass a bound such as ``lr > 0`` and then train a model of NaN weights."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # subclasses' own model_config is merged with this one
 
     @field_validator("*", mode="before")
     @classmethod
