@@ -393,6 +393,37 @@ def test_metrics_out_of_range_never_enter_the_tables(tmp_path: Path, value: str,
     assert needle in str(e.value) and str(cell / "metrics.json") in str(e.value)
 
 
+@pytest.mark.parametrize("file, data, needle", [
+    ("hrli.json", {"values": {"HRLI@1": 1e308}}, "field values.HRLI@1 is 1e+308; a rate must be a number in [0, 1]"),
+    ("hrli.json", {"values": {"HRL2I@1": -0.5}}, "field values.HRL2I@1 is -0.5; a rate must be"),
+    ("hrli.json", {"values": {"HRLI@1": "x"}}, "field values.HRLI@1 is 'x'; a rate must be"),
+    ("hrli.json", {"n_users": -9}, "field n_users is -9; it must be a non-negative integer"),
+    ("mixing.json", {"pooled": {"all": {"Attn": float("nan")}}}, "field pooled.all.Attn is nan, not a finite number"),
+    ("mixing.json", {"pooled": {"all": {"+Res": 3.0}}}, "field pooled.all.+Res is 3.0; a rate must be"),
+    ("shuffle.json", {"perturbations": {"full": {"relative_change": {"HR@10": float("inf")}}}}, "is inf, not a finite"),
+])
+def test_a_diagnostic_out_of_range_never_enters_a_table_or_figure(tmp_path: Path, file: str, data: dict,
+                                                                   needle: str) -> None:
+    """A diagnostic's JSON with an HRLI@1 of 1e308, a mixing ratio of NaN or a negative count was drawn and tabled
+    as read (metrics.json alone was checked). Maker: a store cell with one diagnostic file's values replaced."""
+    cell = make_cell(tmp_path / "store")
+    (cell / "diagnostics" / file).write_text(json.dumps({"values": {"HRLI@1": 0.5}, "n_users": 9, "split": "test",
+                                                         "checkpoint": "c0", **data}))
+    with pytest.raises(ResdomError, match=f"{file}: field") as e:
+        read_run(cell)
+    assert needle in str(e.value) and str(cell / "diagnostics" / file) in str(e.value)
+
+
+def test_a_diagnostic_may_hold_an_empty_band_and_a_negative_change() -> None:
+    """What resdom writes passes: an HRLI band without users (null), a shuffle's relative change of -0.8."""
+    from resdom.stored import metrics_problem
+
+    data = {"by_frequency": {"0": {"n_users": 0, "values": {"HRLI@1": None}}},
+            "perturbations": {"full": {"relative_change": {"NDCG@10": -0.8}}}, "shuffle_NDCG@10_change": {"full": -0.8}}
+    assert metrics_problem(data, "x.json", diagnostic=True) is None
+    assert metrics_problem(data, "x.json") is not None  # in metrics.json a null rate is refused
+
+
 def test_a_copied_cell_relabelled_as_another_seed_is_refused(tmp_path: Path, split: SplitData) -> None:
     """A copy of a cell relabelled as another seed (one checkpoint id) counted as one more seed. Maker: seed1
     copied to seed2 with cell.json's seed changed. Two labels of one data set and seed may share a checkpoint (a

@@ -45,8 +45,9 @@ def seen_unseen(hrli: dict[str, Any]) -> dict[str, float | None]:
 # reproduce share them
 
 CELL_SPLIT = "test"  # the split a run's or a cell's reported diagnostics describe
-_RATES = ("HR@", "NDCG@", "MRR", "HRLI", "HR_", "NDCG_")  # metric names whose values are rates in [0, 1]
-_COUNTS = ("n_users", "best_epoch", "epochs_run")
+_RATES = ("HR@", "NDCG@", "MRR", "HRL", "HR_", "NDCG_", "Attn", "+Res", "+LN")  # names of values that are
+# rates or ratios in [0, 1]: HR@K, ..., HRLI@K, HRL2I@K, the mixing ratio of each stage
+_COUNTS = ("n_users", "best_epoch", "epochs_run", "recoverable", "n_seeds")
 
 
 def _cut(value: Any, limit: int = 60) -> str:
@@ -101,21 +102,23 @@ def users_header(path: str | Path) -> dict[str, Any] | None:
     return header if isinstance(header, dict) else None
 
 
-def metrics_problem(metrics: Any, file: str = "metrics.json") -> str | None:
-    """Why ``metrics`` (a metrics.json's content) cannot be read as numbers: a value that is not finite (NaN,
-    infinity) anywhere, a rate (HR@K, NDCG@K, MRR) outside [0, 1] or not a number, a count (n_users, best_epoch,
-    epochs_run) that is not a non-negative integer; ``file: field A.B is V (...)``, the value cut to a readable
-    length. None when every value is in range."""
-    def walk(value: Any, at: str) -> str | None:
+def metrics_problem(metrics: Any, file: str = "metrics.json", diagnostic: bool = False) -> str | None:
+    """Why ``metrics`` (a metrics.json's content, or with ``diagnostic`` a diagnostic's JSON) cannot be read as
+    numbers: a value that is not finite (NaN, infinity) anywhere, a rate (HR@K, NDCG@K, MRR, HRLI@K) outside [0, 1] or
+    not a number, a count (n_users, best_epoch, epochs_run, recoverable, n_seeds) that is not a non-negative integer;
+    ``file: field A.B is V (...)``, the value cut to a readable length. In a diagnostic's JSON a rate may be null (a
+    band without users), and what lies under a key naming a change (``relative_change``, ``shuffle_NDCG@10_change``)
+    is a relative change, no rate. None when every value is in range."""
+    def walk(value: Any, at: str, rates: bool = True) -> str | None:
         if isinstance(value, dict):
             for key, v in value.items():
-                found = walk(v, f"{at}.{key}" if at else str(key))
+                found = walk(v, f"{at}.{key}" if at else str(key), rates and not (diagnostic and "change" in str(key)))
                 if found:
                     return found
             return None
         if isinstance(value, list):
             for i, v in enumerate(value):
-                found = walk(v, f"{at}[{i}]")
+                found = walk(v, f"{at}[{i}]", rates)
                 if found:
                     return found
             return None
@@ -123,7 +126,8 @@ def metrics_problem(metrics: Any, file: str = "metrics.json") -> str | None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if number and not math.isfinite(value):
             return f"{file}: field {at} is {_cut(value)}, not a finite number"
-        if name.startswith(_RATES) and (not number or not 0 <= value <= 1):
+        blank = diagnostic and value is None
+        if rates and name.startswith(_RATES) and not blank and (not number or not 0 <= value <= 1):
             return f"{file}: field {at} is {_cut(value)}; a rate must be a number in [0, 1]"
         if name in _COUNTS and value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                                       or value < 0):

@@ -177,6 +177,9 @@ def read_run(run_dir: str | Path) -> RunRecord:
         raise ResdomError(f"{run_dir}: not a run directory (no config.json, metrics.json or diagnostics/)")
     if metrics and (problem := metrics_problem(metrics, str(files.final))):
         raise ResdomError(problem)  # a NaN or a hit rate of 7.5 never enters a table as a number
+    for name, d in diagnostics.items():  # nor an HRLI@1 of 1e308 or -0.5 a figure
+        if d and (problem := metrics_problem(d, str(files.diagnostic(name)), diagnostic=True)):
+            raise ResdomError(problem)
     cell = _maybe(files.cell)
     problems = {part: f"{file_name(part)} {'missing' if part == 'metrics' else 'empty'}"
                 for part, d in [("metrics", metrics), *diagnostics.items()] if not d}
