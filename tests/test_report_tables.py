@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -353,3 +354,29 @@ def test_an_early_peak_relative_to_the_other_seeds(tmp_path: Path, best2: int, n
     remarks = {t.name: t for t in summary_tables(read_runs(find_run_dirs(root)))}["training"].remarks
     assert remarks == (["toyA / sasrec / seed 2: best epoch 12 of 22 run; test NDCG@10 0.1800 against 0.1600 for "
                         "the other seed"] if named else [])
+
+
+def test_a_name_with_a_pipe_or_a_line_break_stays_one_cell(tmp_path: Path) -> None:
+    """A data set named after its file, ``shop|v2`` with a line break, split a Markdown row into more columns and
+    lines; ``^`` and ``\\`` broke the LaTeX table. Maker: the fixture's toyB run renamed in its config.json."""
+    import json
+
+    from resdom.report.html import render_markdown
+    from resdom.report.markdown import markdown_table, md_cell
+
+    assert md_cell("a|b\r\nc") == "a\\|b c" and md_cell("a\\|b") == "a\\|b"  # escaped once, never twice
+    assert markdown_table(["x", "y"], []) == "| x | y |\n|---|---|\n| (no data) |  |\n"
+    root = _copy_fixtures(tmp_path)
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"]["source"] = "shop|v2\nnew^_\\x"
+    config.write_text(json.dumps(data))
+    runs = read_runs(find_run_dirs(root))
+    tables = list(summary_tables(runs))
+    for text in [to_markdown(t) for t in tables] + [render_markdown(runs, [], tables, "t")]:
+        for block in re.split(r"\n(?!\|)[^\n]*", text):  # each table: its consecutive lines that begin with |
+            widths = {len(re.findall(r"(?<!\\)\|", line)) for line in block.splitlines() if line.startswith("|")}
+            assert len(widths) <= 1, block
+        assert "shop\\|v2 new^_\\x" in text or "shop" not in text
+    tex = "".join(to_latex(t) for t in tables)
+    assert r"shop|v2 new\textasciicircum{}\_\textbackslash{}x" in tex

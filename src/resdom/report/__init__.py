@@ -27,6 +27,7 @@ from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, 
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
+from resdom.report.markdown import markdown_table
 from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
 
 __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_block_names",
@@ -92,13 +93,12 @@ def write_report(runs: list[RunRecord], out_dir: str | Path, tables: list[Table]
 def run_coverage(runs: list[RunRecord]) -> str:
     """The ``run_coverage`` block: per run, its data set, model and seed, which diagnostics it holds (of its kept
     checkpoint) and whether its per-user evidence (``users.npz``) is there, for run folders and store cells alike."""
-    rows = ["| Run | Data set | Model | Seed | Diagnostics | Per-user evidence |", "|---|---|---|---|---|---|"]
-    for r in runs:
-        names = ", ".join(sorted(n for n, d in r.diagnostics.items() if d)) or "none"
-        rows.append(f"| {r.path} | {r.dataset} | {r.model} | {r.seed if r.seed is not None else '–'} | {names} | "
-                    f"{'yes' if r.users_path is not None else 'no'} |")
+    rows = [[r.path, r.dataset, r.model, r.seed if r.seed is not None else "–",
+             ", ".join(sorted(n for n, d in r.diagnostics.items() if d)) or "none",
+             "yes" if r.users_path is not None else "no"] for r in runs]
     have = sum(r.users_path is not None for r in runs)
-    return "\n".join(rows) + f"\n\nPer-user evidence (users.npz) in {have} of {len(runs)} run(s).\n"
+    return (markdown_table(["Run", "Data set", "Model", "Seed", "Diagnostics", "Per-user evidence"], rows, empty=None)
+            + f"\nPer-user evidence (users.npz) in {have} of {len(runs)} run(s).\n")
 
 
 def table_blocks(tables: list[Table]) -> dict[str, str]:

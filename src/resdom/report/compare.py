@@ -50,6 +50,7 @@ import numpy as np
 from resdom.bounded import load_npz
 from resdom.errors import ResdomError
 from resdom.report.collect import users_file
+from resdom.report.markdown import markdown_lines
 from resdom.report.stats import (
     IDENTICAL,
     BootstrapResult,
@@ -584,8 +585,7 @@ def comparison_markdown(table: ComparisonTable) -> str:
     """The table as Markdown: a header row, one row per comparison (difference = other - baseline; seeds:
     baseline / other), and a note on the method."""
     lines = [f"**{table.title}**", ""] if table.title else []
-    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
+    lines += markdown_lines(COLUMNS, [_cells(r) for r in table.rows])
     m = count_tested(table.rows)
     note = (f"Difference: other - baseline, mean over seeds of the mean over users; 95% CI from a paired bootstrap "
             f"over users with each side's seeds resampled ({table.n_boot} replicates; per comparison, not "

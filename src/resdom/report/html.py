@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from resdom.report.collect import RunRecord, left_out
 from resdom.report.figures import ReportFigure, figure_keys
 from resdom.report.findings import finding_lines, findings_by_group
+from resdom.report.markdown import markdown_table
 from resdom.report.tables import Table, format_value, to_html, to_markdown
 from resdom.report.values import run_values
 
@@ -120,13 +121,6 @@ def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list
             + "\n</body></html>\n")
 
 
-def _md_table(headers: list[str], rows: list[list[str]]) -> str:
-    def cell(x: str) -> str:
-        return x.replace("|", "\\|")
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: list[Table], title: str,
@@ -135,7 +129,7 @@ def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: 
     by_key = _figure_titles(figures)
     out = [f"# {title}\n", f"{len(runs)} run(s).\n", "## Findings\n", FINDINGS_CAPTION + "\n",
            "```\n" + "\n".join(finding_lines(runs)) + "\n```\n", "## Runs\n", RUNS_CAPTION + "\n",
-           _md_table(RUN_HEADERS, _run_rows(runs))]
+           markdown_table(RUN_HEADERS, _run_rows(runs), empty=None)]
     for key in figure_keys():
         fig = by_key.get(key)
         if fig is None:

@@ -22,6 +22,7 @@ from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.io import atomic_write_text
 from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
+from resdom.report.markdown import NO_DATA, markdown_lines
 from resdom.report.values import run_values, value_source
 
 
@@ -278,13 +279,8 @@ REMARKS_LEAD = (f"Early peaks (averaged in like every seed; early stopping ended
 
 def to_markdown(table: Table) -> str:
     """A GitHub-flavoured Markdown table (header, then one line per row)."""
-    header = _headers(table)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in table.rows:
-        cells = _lead(table, row) + [cell_text(row, c) for c in table.columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    if not table.rows:
-        lines.append("| " + " | ".join(["(no data)"] + [""] * (len(header) - 1)) + " |")
+    rows = [_lead(table, row) + [cell_text(row, c) for c in table.columns] for row in table.rows]
+    lines = markdown_lines(_headers(table), rows, NO_DATA)
     if table.notes:
         lines += ["", "Left out (a row's Seeds count only the runs averaged):", *(f"- {x}" for x in table.notes)]
     if table.remarks:
@@ -309,10 +305,14 @@ def to_csv(table: Table) -> str:
 
 
 _LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
-                  "α": r"$\alpha$", "Δ": r"$\Delta$", "–": "--", "±": r"$\pm$", "~": r"\textasciitilde{}"}
+                  "α": r"$\alpha$", "Δ": r"$\Delta$", "–": "--", "±": r"$\pm$", "~": r"\textasciitilde{}",
+                  "\\": r"\textbackslash{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
+                  "\n": " ", "\r": " "}
 
 
 def latex_escape(text: str) -> str:
+    """``text`` as LaTeX text: every character LaTeX reads as a command (a data set file named ``shop_v2^new``,
+    a folder ``C:\\runs``) written as itself, a line break as a space."""
     return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from resdom.experiments import MODEL_TRAITS, model_variant, remedy_variant
 from resdom.report.collect import RunRecord, model_order
+from resdom.report.markdown import markdown_table
 from resdom.report.tables import seeds_cell
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 
@@ -207,11 +208,6 @@ def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[st
     return groups
 
 
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table; a "(no data)" row where there are no rows."""
-    rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def claims_markdown(runs: list[RunRecord]) -> str:
@@ -229,4 +225,4 @@ def claims_markdown(runs: list[RunRecord]) -> str:
         cells = [x if x is None or k == n else f"{x} (n={k})" for x, k in zip(cells, counts)]
         rows.append([dataset, model, seeds_cell(n), *(x or "–" for x in cells)])
     headers = [hrli_header([r[0] for r in rows]) if c.header == HRLI_HEADER else c.header for c in CLAIMS]
-    return _markdown(["Data set", "Model", "Seeds", *headers], rows)
+    return markdown_table(["Data set", "Model", "Seeds", *headers], rows)

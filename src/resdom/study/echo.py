@@ -51,6 +51,7 @@ from resdom.report.compare import (
     set_verdicts,
     verdict_text,
 )
+from resdom.report.markdown import markdown_lines
 from resdom.report.stats import (
     BootstrapResult,
     Margin,
@@ -326,8 +327,7 @@ def _cells(r: EchoRow) -> list[str]:
 def echo_markdown(table: EchoTable) -> str:
     """The table as Markdown, with a note on the method (the strata, the margin, the bootstrap, Holm)."""
     cols = [c.format(k=table.k) for c in COLUMNS]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
+    lines = markdown_lines(cols, [_cells(r) for r in table.rows])
     m = sum(r.diff is not None for r in table.rows)
     margins = sorted({r.margin.text() for r in table.rows})
     dropped = sum(r.dropped for r in table.rows)

@@ -61,6 +61,7 @@ from resdom.report.compare import (
     verdict_text,
 )
 from resdom.report.figures import ReportFigure, model_color
+from resdom.report.markdown import markdown_table
 from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
@@ -109,10 +110,6 @@ def mean_text(xs: list[float], key: str) -> str:
     return format_cell(mean_std(xs), "metric" if key.startswith(("HR@", "NDCG@")) else "ratio")
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    rows = rows or [["(no data)"] + [""] * (len(header) - 1)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def difference_text(r: ComparisonRow) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from resdom.errors import ResdomError
 from resdom.records import RECOVERY, RECOVERY_CURVE
 from resdom.report.collect import RunRecord
+from resdom.report.markdown import markdown_lines, markdown_table
 from resdom.report.stats import pooled_interval, prediction_interval, t_interval
 
 # The reference paper's published SASRec numbers (Kozaki et al., RecSys 2026): mixing ratios (norm of sums)
@@ -203,21 +204,20 @@ def fidelity_markdown(rows: list[dict[str, Any]], missing: list[str] | None = No
     """The fidelity table: resdom (95% interval) vs the paper (difference); ✓ where the published value lies inside
     resdom's interval, ✗ where it does not (no mark where there is no interval: mixing from one seed). ``missing``:
     the paper's data sets to list as "not held here" rows with the published values only."""
-    head = ("| data set (paper's) | seeds | Attn | +Res | +LN | HRLI@1 | largest recovery over α |\n"
-            "|---|---|---|---|---|---|---|")
-    lines = [head]
+    table = []
     for r in rows:
         seeds = f"{r['seeds']}" + (" (1 seed)" if r["seeds"] == 1 else "")
         cells = [_cell(*r[s]) for s in STAGES]
         for quantity in ("HRLI@1", "recovery_max"):
             est, paper = r[quantity]
             cells.append(_cell(est, paper, approx=True))
-        lines.append(f"| {_name(r)} | {seeds} | " + " | ".join(cells) + " |")
+        table.append([_name(r), seeds, *cells])
     for paper in missing or []:
         cells = [_paper_only(v) for v in PAPER_MIXING[paper]]
         cells += [_paper_only(PAPER_HRLI1.get(paper), True), _paper_only(PAPER_RECOVERY_MAX.get(paper), True)]
-        lines.append(f"| {paper}: not held here | — | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        table.append([f"{paper}: not held here", "—", *cells])
+    header = ["data set (paper's)", "seeds", "Attn", "+Res", "+LN", "HRLI@1", "largest recovery over α"]
+    return "\n".join(markdown_lines(header, table))
 
 
 def outside(rows: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
@@ -397,7 +397,7 @@ def published_accuracy_block(runs: list[RunRecord]) -> str:
     """The ``published_accuracy`` block of docs/results.md: per (data set, label) of ``PUBLISHED_ACCURACY`` with
     stored cells, resdom's test HR@10 and NDCG@10 (mean over seeds, 95% t interval over seeds, none from one seed)
     beside the published values, with the difference and ✓ / ✗ as in the fidelity table."""
-    lines = ["| data set | model | seeds | HR@10 | NDCG@10 |", "|---|---|---|---|---|"]
+    table = []
     for (dataset, label), published in PUBLISHED_ACCURACY.items():
         mine = [r for r in runs if (r.dataset, r.model) == (dataset, label)]
         if not mine:
@@ -405,10 +405,11 @@ def published_accuracy_block(runs: list[RunRecord]) -> str:
         cells = [_cell(mean_t([float(r.test_metrics()[m]) for r in mine]), value, digits=4)
                  for m, value in zip(ACCURACY_METRICS, published)]
         seeds = "1 seed" if len(mine) == 1 else str(len(mine))
-        lines.append(f"| {dataset} | {label} | {seeds} | " + " | ".join(cells) + " |")
-    if len(lines) == 2:
+        table.append([dataset, label, seeds, *cells])
+    if not table:
         return "No stored cell of a model and data set that time-to-split published.\n"
-    return ("\n".join(lines) + "\n\nresdom's test HR@10 / NDCG@10 (full ranking, seen items filtered; mean over seeds "
+    return (markdown_table(["data set", "model", "seeds", "HR@10", "NDCG@10"], table)
+            + "\nresdom's test HR@10 / NDCG@10 (full ranking, seen items filtered; mean over seeds "
             "with a 95% t interval over seeds, none from one seed) vs time-to-split's published value (resdom - "
             "published); ✓ the published value lies inside resdom's interval, ✗ outside, no mark without an "
             "interval. Generated from the store (`study.fidelity.published_accuracy_block`).\n")

@@ -51,6 +51,7 @@ from resdom.report.compare import (
     verdict_text,
 )
 from resdom.report.figures import ReportFigure
+from resdom.report.markdown import markdown_table
 from resdom.report.stats import pooled_interval
 from resdom.report.tables import seeds_text
 from resdom.study.evidence_blocks import (
@@ -58,7 +59,6 @@ from resdom.study.evidence_blocks import (
     N_BOOT,
     difference_text,
     hrli_count,
-    markdown_table,
     method_note,
     store_mean,
 )

@@ -49,6 +49,7 @@ from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
 from resdom.report.figures import ReportFigure, styled
+from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm, paired_seed_test, wilson
 from resdom.study.dynamics import Dynamics, cell_dynamics
 
@@ -407,8 +408,7 @@ def _cells(r: DynamicsRow) -> list[str]:
 
 def dynamics_markdown(table: DynamicsTable) -> str:
     """The table as Markdown, a note on the method and the cells left out."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in table.rows]
+    lines = markdown_lines(COLUMNS, [_cells(r) for r in table.rows])
     m = sum(r.p_rise is not None for r in table.rows)
     note = (f"Cells: stored cells of {', '.join(table.models)} (and their named variants) with HRLI@1 monitored "
             f"on a validation subsample from the first monitor interval on. Plateau: the first monitored epoch by "

@@ -38,6 +38,7 @@ import numpy as np
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
 from resdom.report.figures import ReportFigure, styled
+from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm
 from resdom.stored import number_at
 from resdom.study.reliance_dynamics import (
@@ -274,12 +275,9 @@ CAPTION = (
 
 
 def _groups_markdown(table: SpreadTable) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for g in table.groups:
-        epochs = ", ".join(str(c.best_epoch) for c in g.cells)
-        lines.append(f"| {g.scope} | {len(g.cells)} | {epochs} | {g.common_epoch:.1f} | {g.sd_test:.3f} | "
-                     f"{g.sd_selected:.3f} | {g.sd_common:.3f} | {g.widening:+.3f} |")
-    return lines
+    return markdown_lines(COLUMNS, [[g.scope, len(g.cells), ", ".join(str(c.best_epoch) for c in g.cells),
+                                      f"{g.common_epoch:.1f}", f"{g.sd_test:.3f}", f"{g.sd_selected:.3f}",
+                                      f"{g.sd_common:.3f}", f"{g.widening:+.3f}"] for g in table.groups])
 
 
 SUMMARY_COLUMNS = ("scope", "groups", "data sets", "SD test HRLI@1 [95% CI]", "SD at the selected epochs [95% CI]",
@@ -289,11 +287,9 @@ SUMMARY_COLUMNS = ("scope", "groups", "data sets", "SD test HRLI@1 [95% CI]", "S
 def spread_markdown(table: SpreadTable) -> str:
     """The groups' table, the summary table, a note on the method and the cells left out."""
     lines = _groups_markdown(table)
-    lines += ["", "| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-    for r in table.rows:
-        lines.append(f"| {r.scope} | {len(r.groups)} | {len(r.datasets)} | {r.sd_test.text(3, False)} | "
-                     f"{r.sd_selected.text(3, False)} | {r.sd_common.text(3, False)} | {r.widening.text(3)} | "
-                     f"{_r(r)} | {r.verdict} |")
+    lines += ["", *markdown_lines(SUMMARY_COLUMNS, [
+        [r.scope, len(r.groups), len(r.datasets), r.sd_test.text(3, False), r.sd_selected.text(3, False),
+         r.sd_common.text(3, False), r.widening.text(3), _r(r), r.verdict] for r in table.rows])]
     lines += ["", f"Means over the groups; 95% CI from a two-stage bootstrap (data sets, then their groups; "
                   f"{table.n_boot} replicates). r: Pearson's over the groups between the SD of the test HRLI@1 and "
                   f"the SD at the selected epochs. Verdict on the mean widening against 0 by one-sided bootstrap "
