@@ -496,3 +496,32 @@ def test_the_remedies_figure_labels_alpha_1_and_0_and_keeps_its_labels_apart() -
         for i, (x0, y0) in enumerate(points):
             for x1, y1 in points[i + 1:]:
                 assert abs(x0 - x1) > 0.15 * span_x or abs(y0 - y1) > 0.15 * span_y, ax.get_title()
+
+
+def test_a_dollar_in_a_name_is_drawn_as_written(tmp_path: Path) -> None:
+    """A data set or model named ``a$\\\\frac$`` made matplotlib parse mathtext and raise (a ParseException
+    traceback from `resdom report`); ``$5 and $10`` came out in italics. Maker: the fixture runs, one renamed."""
+    import json
+
+    from resdom.report.figures import plain_text
+
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES, root, ignore=shutil.ignore_patterns("*.py"))
+    name = "a$\\\\frac{1}{0}$ $5"
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"]["source"] = name
+    config.write_text(json.dumps(data))
+    figures = all_figures(read_runs(find_run_dirs(root)))
+    texts = [t for f in figures for t in f.figure.findobj(lambda a: hasattr(a, "get_text") and name in a.get_text())]
+    assert texts and not any(t.get_parse_math() for t in texts)
+    for f in figures:
+        f.png_bytes()  # renders: no mathtext parse
+
+    @plain_text
+    def made() -> bool:
+        from matplotlib.text import Text
+
+        return Text(text=name).get_parse_math()
+
+    assert made() is False

@@ -51,6 +51,7 @@ from resdom.report.compare import (
     set_verdicts,
     verdict_text,
 )
+from resdom.report.figures import plain_text
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import (
     BootstrapResult,
@@ -374,6 +375,7 @@ def _pooled(row: EchoRow) -> tuple[np.ndarray, np.ndarray]:
         return n / max(1, row.n_seeds), np.where(n > 0, x / np.where(n > 0, n, 1), np.nan)
 
 
+@plain_text
 def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     """A forest plot, one line per (data set, label) with a difference: the stratified difference echo - others in
     filtered HR@K with its 95% CI (filled) and the crude difference (hollow); the row label gives the users per
@@ -410,6 +412,7 @@ def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     return fig
 
 
+@plain_text
 def echo_strata_figure(row: EchoRow, k: int = K, bins: Sequence[tuple[int, int | None]] = FREQ_BINS,
                        width: float = 3.4, dpi: int = 100) -> Figure:
     """One row's filtered HR@K per frequency stratum for the two groups (pooled over seeds), n per group in the

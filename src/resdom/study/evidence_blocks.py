@@ -60,7 +60,7 @@ from resdom.report.compare import (
     row_p_text,
     verdict_text,
 )
-from resdom.report.figures import ReportFigure, model_color
+from resdom.report.figures import ReportFigure, model_color, plain_text
 from resdom.report.markdown import markdown_table
 from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
@@ -195,6 +195,7 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: 
                                                              identical=identical) + "\n"
 
 
+@plain_text
 def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100) -> Figure | None:
     """A forest plot of the ``comparisons`` block, one line per (data set, model) with evidence: NDCG@10 as a share
     of the baseline's (left) and HRLI@1 (right), other - baseline with its 95% bootstrap interval, coloured by model;

@@ -50,7 +50,7 @@ from resdom.report.compare import (
     count_tested,
     verdict_text,
 )
-from resdom.report.figures import ReportFigure
+from resdom.report.figures import ReportFigure, plain_text
 from resdom.report.markdown import markdown_table
 from resdom.report.stats import pooled_interval
 from resdom.report.tables import seeds_text
@@ -318,6 +318,7 @@ def _scaled(r: ComparisonRow) -> tuple[float, float, float, float]:
     return d.estimate * scale, d.lo * scale, d.hi * scale, r.margin_abs * scale
 
 
+@plain_text
 def probes_figure(tables: dict[int, ComparisonTable], width: float = 6.8, dpi: int = 100) -> Figure | None:
     """The forest plot of questions 1 and 2: one line per (question, data set, probe vs base) with evidence, one
     panel per metric of ``PROBE_METRICS``: the difference probe - base with its 95% bootstrap interval, the

@@ -48,7 +48,7 @@ import numpy as np
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
-from resdom.report.figures import ReportFigure, styled
+from resdom.report.figures import ReportFigure, plain_text, styled
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm, paired_seed_test, wilson
 from resdom.study.dynamics import Dynamics, cell_dynamics
@@ -427,6 +427,7 @@ def dynamics_markdown(table: DynamicsTable) -> str:
     return "\n".join(lines) + "\n"
 
 
+@plain_text
 def dynamics_figure(table: DynamicsTable, width: float = 3.4, dpi: int = 100) -> Figure:
     """Scatter of the NDCG@10 plateau epoch (x) against the HRLI@1 plateau epoch (y), one point per cell, one
     colour per data set (n cells in the legend), the line y = x. Points sharing an epoch pair are spread by up to

@@ -37,7 +37,7 @@ import numpy as np
 
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
-from resdom.report.figures import ReportFigure, styled
+from resdom.report.figures import ReportFigure, plain_text, styled
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm
 from resdom.stored import number_at
@@ -338,6 +338,7 @@ def seed_spread_block(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_
     return CAPTION + "\n\n" + spread_markdown(table) + "\n" + answer_sentence(table) + "\n"
 
 
+@plain_text
 def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -> Figure:
     """Left: per group, SD at the common epoch (x) against SD at the selected epochs (y), log scales (values below
     ``FLOOR`` drawn at it), one colour per data set, the line y = x. Right: the ``widest`` group, each seed's
