@@ -74,7 +74,8 @@ def short(value: object, limit: int | None = None) -> str:
     limit = MESSAGE_CHARS.value if limit is None else limit
     if isinstance(value, (str, bytes)) and len(value) > limit:
         unit = "characters" if isinstance(value, str) else "bytes"
-        return f"{repr(value[:limit])[:max(limit - 3, 1)]}... ({len(value):,} {unit})"
+        head = repr(value[: max(limit - 5, 1)])  # quotes and "..." within ``limit`` where no character is escaped
+        return f"{head[:max(limit - 3, 1)]}... ({len(value):,} {unit})"
     text = repr(value)
     return text if len(text) <= limit else f"{text[:max(limit - 3, 1)]}... ({len(text):,} characters)"
 
@@ -82,7 +83,10 @@ def short(value: object, limit: int | None = None) -> str:
 def quote(value: object, limit: int | None = None) -> str:
     """An id as a message names it: a str quoted (``repr``: an id may hold a comma or a space), anything else as
     ``str`` gives it (``7``, not ``np.int64(7)``), either cut as ``short`` cuts."""
-    return short(value, limit) if isinstance(value, (str, bytes)) else short(str(value), limit).strip("'\"")
+    if isinstance(value, (str, bytes)):
+        return short(value, limit)
+    text = str(value)
+    return text if len(text) <= (MESSAGE_CHARS.value if limit is None else limit) else short(text, limit)
 
 
 def cut_message(message: str, limit: int | None = None) -> str:
