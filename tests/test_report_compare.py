@@ -143,6 +143,8 @@ def _malformed(tmp: Path) -> dict[str, tuple[Path, str]]:
     case("n_users", "shape", meta={"n_users": 6})
     case("n_items", "n_items must be a positive integer", meta={"n_items": "500"})
     case("alphas", "alphas must be a list", meta={"alphas": "0,1"})
+    case("alpha_range", "alphas must be a list of residual scales in [0, 1] (got [0.5, 2.0, 1.0])",
+         meta={"alphas": [0.5, 2.0, 1.0]})
     case("rank_zero", "'target_rank' holds rank 0 outside 1..500", target_rank=np.array([0, 1, 2, 3, 4]))
     case("rank_high", "'last_rank' holds rank 501", last_rank=np.array([1, 1, 501, 1, 1]))
     case("alpha_cap", "'alpha_last_rank' holds rank 101 outside 1..100",

@@ -49,6 +49,7 @@ import numpy as np
 
 from resdom.bounded import load_npz
 from resdom.errors import ResdomError
+from resdom.limits import short
 from resdom.report.collect import users_file
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import (
@@ -136,8 +137,8 @@ def _header(path: Path, raw: np.ndarray) -> dict[str, Any]:
         raise _bad(path, f"header caps must map array names to positive integers (got {caps!r})")
     alphas = header["alphas"]
     if not isinstance(alphas, list) or not all(isinstance(a, (int, float)) and not isinstance(a, bool)
-                                               for a in alphas):
-        raise _bad(path, f"header alphas must be a list of numbers (got {alphas!r})")
+                                               and 0 <= a <= 1 for a in alphas):  # NaN fails the bounds too
+        raise _bad(path, f"header alphas must be a list of residual scales in [0, 1] (got {short(alphas, 80)})")
     return header
 
 
