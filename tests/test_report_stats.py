@@ -552,12 +552,14 @@ def test_verdict_branches() -> None:
 
 def test_modules_import_no_torch() -> None:
     """stats.py and compare.py import only NumPy, the standard library and resdom.errors / resdom.report.stats /
-    resdom.report.collect (where the evidence file of a run lies) / resdom.bounded (the bounded npz reader), and
-    importing them loads no torch."""
+    resdom.report.collect (where the evidence file of a run lies) / resdom.bounded (the bounded npz reader) /
+    resdom.limits (values cut in messages) / resdom.report.markdown (the table writer), and importing them loads no
+    torch."""
     import subprocess
     import sys
 
     allowed = {"numpy", "resdom.errors", "resdom.report.stats", "resdom.report.collect", "resdom.bounded", "__future__",
+               "resdom.limits", "resdom.report.markdown",
                "json", "lzma",
                "math", "re", "zipfile", "zlib", "dataclasses", "pathlib", "typing", "collections.abc", "statistics"}
     for name in ("stats.py", "compare.py"):
