@@ -84,6 +84,19 @@ def test_malicious_plain_pickle_is_refused(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_every_refusal_names_the_file(tmp_path: Path) -> None:
+    """A RecTools model handed to import-recbole said only "refused: numpy object dtype": the unpickler's refusals
+    now name the file (or the source) they are about, once."""
+    path = tmp_path / "model.pth"
+    torch.save({"w": torch.ones(2), "names": np.array(["a", None], dtype=object)}, path)
+    with pytest.raises(ResdomError) as err:
+        load_torch_file(path)
+    assert str(err.value) == f"{path}: refused: numpy object dtype"
+    with pytest.raises(ResdomError) as err:
+        loads_restricted(pickle.dumps(np.array([1, None], dtype=object)), source="config.pkl")
+    assert str(err.value) == "config.pkl: refused: numpy object dtype"
+
+
 def test_stand_in_prefix_does_not_cover_other_modules() -> None:
     data = pickle.dumps(Evil("true"))
     with pytest.raises(ResdomError, match="posix.system"):

@@ -431,17 +431,23 @@ def _load_archive(z: zipfile.ZipFile, stand_in_prefixes: Iterable[str], path: st
                                     object_arrays, byte_budget)
     try:
         return unpickler.load()
-    except ResdomError:
-        raise
+    except ResdomError as e:
+        raise _naming(e, path) from None
     except Exception as e:
         raise ResdomError(f"{path}: malformed pickle ({type(e).__name__}: {short(str(e))})") from None
+
+
+def _naming(e: ResdomError, source: str) -> ResdomError:
+    """``e`` naming the file it is about (the unpickler's refusals say what, not where: "refused: numpy object
+    dtype")."""
+    return e if str(e).startswith(f"{source}:") else ResdomError(f"{source}: {e}")
 
 
 def loads_restricted(data: bytes, stand_in_prefixes: Iterable[str] = (), source: str = "pickle") -> Any:
     """Unpickle plain ``data`` (no storages) with the same whitelist as ``load_torch_file``."""
     try:
         return RestrictedUnpickler(io.BytesIO(data), None, stand_in_prefixes, source).load()
-    except ResdomError:
-        raise
+    except ResdomError as e:
+        raise _naming(e, source) from None
     except Exception as e:
         raise ResdomError(f"{source}: malformed pickle ({type(e).__name__}: {short(str(e))})") from None
