@@ -128,6 +128,25 @@ def test_a_column_read_twice_in_the_header_is_refused(tmp_path: Path, fmt: str) 
         assert plain.items.tolist() == [10, 20, 20, 10]
 
 
+@pytest.mark.parametrize("cols, message", [
+    ({"user_col": "item", "item_col": "item"}, "user_col and item_col name the same column 'item'"),
+    ({"user_col": "item_id"}, "user_col and item_col (its default) name the same column 'item_id'"),
+    ({"user_col": "u", "item_col": "item", "time_col": "item"}, "item_col and time_col name the same column 'item'"),
+])
+def test_one_column_read_as_two_is_refused(cols: dict, message: str, capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    """user_col='item', item_col='item' made every user its own item and trained on that without a word."""
+    frame = pd.DataFrame({"u": [1, 1, 2], "item": [5, 6, 5], "item_id": [5, 6, 5], "timestamp": [1, 2, 3]})
+    with pytest.raises(ResdomError, match=re.escape(message)):
+        read_frame(frame, **cols)
+    path = tmp_path / "x.csv"
+    frame.to_csv(path, index=False)
+    flags = [x for k, v in cols.items() for x in (f"--{k[:-4]}-col", v)]
+    assert invoke("data", "stats", str(path), *flags) == 2
+    assert "--user-col" in capsys.readouterr().err or "time_col" in cols
+    assert read_frame(frame, user_col="u", item_col="item").items.tolist() == [5, 6, 5]
+
+
 @pytest.mark.parametrize("users, merged", [([1, "1", 2, 2], True), ([1, 1.0, 2, 2], True), ([True, 1, 2, 2], True),
                                            ([1, "a", 2, "b"], False), ([1.0, 1.0, 2.5, 2.5], False)])
 def test_a_dataframe_id_column_of_mixed_types_must_map_one_to_one_onto_text(users: list, merged: bool) -> None:

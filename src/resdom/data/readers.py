@@ -877,6 +877,14 @@ class _Columns:
                 object.__setattr__(self, field_name, str(value))
             elif value is not None and not isinstance(value, str):
                 raise ResdomError(f"{field_name}: expected a column name, got {type(value).__name__} {value!r}")
+        fields = ("user_col", "item_col", "time_col")[: len(self.read)]
+        for i, (name, field_name) in enumerate(zip(self.read, fields)):  # user and item read from one column: every
+            # user would be its own item, and training would go on without a word
+            if name in self.read[:i]:
+                other = fields[self.read.index(name)]
+                said = [f"{arg(f)}{'' if getattr(self, f) else ' (its default)'}" for f in (other, field_name)]
+                raise ResdomError(f"{said[0]} and {said[1]} name the same column {name!r}; each names a column "
+                                  "of its own")
 
     @property
     def read(self) -> tuple[str, ...]:
