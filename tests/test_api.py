@@ -164,7 +164,8 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.fit(s, device="tpu"), "device: unknown device 'tpu'"),
     (lambda s, f: resdom.fit(s, device="cuda:1"), "device: unknown device 'cuda:1' (auto, cpu, cuda or mps); to use "
                                                    "GPU 1, run with CUDA_VISIBLE_DEVICES=1 and the device 'cuda'"),
-    (lambda s, f: resdom.evaluate(f, cutoffs=(0, 10)), "cutoffs: every value must be an integer >= 1 (got 0)"),
+    (lambda s, f: resdom.evaluate(f, cutoffs=(0, 10)),
+     "cutoffs: every value must be an integer from 1 to 2,147,483,647 (got 0)"),
     (lambda s, f: resdom.evaluate(f, cutoffs=10), "cutoffs: expected a non-empty sequence"),
     (lambda s, f: resdom.evaluate(f, part="train"), "part: expected one of valid, test (got 'train')"),
     (lambda s, f: resdom.evaluate(f, part="tset"), "part: expected one of valid, test (did you mean test? got 'tset')"),

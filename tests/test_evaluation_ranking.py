@@ -113,6 +113,38 @@ def test_metrics_hand_computed() -> None:
     assert set(m) == {"HR@1", "HR@5", "HR@10", "HR@20", "NDCG@1", "NDCG@5", "NDCG@10", "NDCG@20", "MRR"}
 
 
+def test_a_miss_is_never_a_hit_however_large_the_cutoff(tmp_path, capsys) -> None:
+    """HR@5000000000000000000 read 1.0000 on a run whose filtered targets are misses (rank MISS < K); a cutoff past
+    int64 was an OverflowError traceback. A miss now counts 0 at every K, and K is at most MAX_CUTOFF everywhere it is
+    given (the CLI, the API, the diagnostics' options)."""
+    import numpy as np
+    from cli_helpers import SMALL_SYNTHETIC, invoke
+
+    import resdom
+    from resdom.checks import MAX_CUTOFF
+    from resdom.diagnostics.hrli import hrli_from_ranks
+    from resdom.diagnostics.options import DiagnoseOptions
+
+    ranks = torch.tensor([0, MISS, 3])
+    m = metrics_from_ranks(ranks, ks=(10, 5 * 10**18))
+    assert m["HR@10"] == m["HR@5000000000000000000"] == pytest.approx(2 / 3)
+    assert m["NDCG@5000000000000000000"] == pytest.approx((1 + 1 / math.log2(5)) / 3)
+    assert hrli_from_ranks(np.array([[0], [MISS]]), (1,), (5 * 10**18,)) == {"HRLI@5000000000000000000": 0.5}
+    assert MAX_CUTOFF < MISS
+    from resdom.models import build_model
+    from resdom.models.config import make_model_config
+
+    split = resdom.prepare_split(SMALL_SYNTHETIC)
+    model = build_model(make_model_config(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1,
+                                          max_len=8))
+    with pytest.raises(ResdomError, match="cutoffs: every value must be an integer from 1 to 2,147,483,647"):
+        resdom.evaluate(model, split, cutoffs=(10, 10**19))
+    with pytest.raises(Exception, match="every value must be at most 2,147,483,647"):
+        DiagnoseOptions(cutoffs=(1, 2**40))
+    assert invoke("evaluate", str(tmp_path / "run"), "--cutoffs", "10,99999999999999999999999") == 2
+    assert "--cutoffs: must be at most 2,147,483,647 (got 99999999999999999999999)" in capsys.readouterr().err
+
+
 def test_user_chunk_size_bounds_the_score_matrix() -> None:
     assert user_chunk_size(100, 256) == 256
     assert user_chunk_size(1_000_000, 256, budget=10_000_000) == 9

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from resdom.checks import choice, optional_bool, positive_int
+from resdom.checks import MAX_CUTOFF, choice, optional_bool, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
@@ -431,9 +431,9 @@ def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
     """``values`` as a tuple of ints >= 1; a ResdomError naming ``what`` otherwise."""
     if isinstance(values, (int, str)) or not isinstance(values, Sequence) or not values:
         raise ResdomError(f"{what}: expected a non-empty sequence of integers >= 1, e.g. (1, 5, 10) (got {values!r})")
-    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CUTOFF]
     if bad:
-        raise ResdomError(f"{what}: every value must be an integer >= 1 (got {bad[0]!r})")
+        raise ResdomError(f"{what}: every value must be an integer from 1 to {MAX_CUTOFF:,} (got {bad[0]!r})")
     return tuple(int(v) for v in values)
 
 
@@ -558,9 +558,9 @@ def _per_user(ranks: Any, evalset: EvalSet, split: SplitData | None, cutoffs: tu
     frame.loc[missed, "rank"] = pd.NA
     ks = sorted(cutoffs)
     for k in ks:
-        frame[f"HR@{k}"] = (r < k).astype(np.float64)
+        frame[f"HR@{k}"] = ((r < k) & ~missed).astype(np.float64)
     for k in ks:
-        frame[f"NDCG@{k}"] = np.where(r < k, 1.0 / np.log2(r + 2.0), 0.0)
+        frame[f"NDCG@{k}"] = np.where((r < k) & ~missed, 1.0 / np.log2(r + 2.0), 0.0)
     frame["RR"] = np.where(missed, 0.0, 1.0 / (r + 1.0))
     for name, v in values.items():
         frame[name] = v

@@ -79,6 +79,10 @@ class NumbersModel(BaseModel):
         return value
 
 
+MAX_CUTOFF = 2**31 - 1  # the largest K of HR@K, NDCG@K or HRLI@K: past any catalogue, far below the rank that
+# marks an item never ranked (evaluation.ranking.MISS), which a larger K would count as a hit
+
+
 def positive_int(value: int, option: str) -> int:
     """``value`` as an int; ResdomError naming ``option`` where it is no integer or below 1 (batch sizes, k)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from resdom.checks import ALPHA_RANGE, parse_alphas, positive_int
+from resdom.checks import ALPHA_RANGE, MAX_CUTOFF, parse_alphas, positive_int
 from resdom.errors import ResdomError
 
 __all__ = ["ALPHA_RANGE", "PROGRESS_HELP", "parse_alphas", "parse_cutoffs", "positive_int", "progress_option",
@@ -37,6 +37,8 @@ def parse_cutoffs(text: str, option: str = "--cutoffs") -> tuple[int, ...]:
         raise ResdomError(f"{option}: give at least one cutoff")
     for v in values:
         positive_int(v, option)
+        if v > MAX_CUTOFF:
+            raise ResdomError(f"{option}: must be at most {MAX_CUTOFF:,} (got {v})")
     if len(set(values)) != len(values):
         raise ResdomError(f"{option}: repeated cutoff in {text!r}")
     return tuple(values)

@@ -25,6 +25,7 @@ import torch
 from resdom.data.sequences import EvalSet
 from resdom.diagnostics.common import (
     DEFAULT_BATCH,
+    MISS,
     all_users,
     batches,
     check_model,
@@ -83,7 +84,8 @@ def hrli_from_ranks(ranks: np.ndarray, ks: Sequence[int], Ks: Sequence[int]) -> 
     out = {}
     for col, k in enumerate(ks):
         for K in Ks:
-            out[hrli_name(k, K)] = float((ranks[:, col] < K).mean()) if len(ranks) else float("nan")
+            hit = (ranks[:, col] < K) & (ranks[:, col] < MISS)  # an absent item never within K, however large
+            out[hrli_name(k, K)] = float(hit.mean()) if len(ranks) else float("nan")
     return out
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from resdom.checks import NumbersModel, closest_hint, residual_scales
+from resdom.checks import MAX_CUTOFF, NumbersModel, closest_hint, residual_scales
 from resdom.diagnostics.alpha import ALPHAS
 from resdom.diagnostics.common import DEFAULT_BATCH
 from resdom.diagnostics.decomposition import DEFINITIONS
@@ -150,7 +150,11 @@ class DiagnoseOptions(NumbersModel):
     @field_validator("recency", "cutoffs", mode="before")
     @classmethod
     def _positive_ints(cls, v: Any) -> tuple[int, ...]:
-        return _no_repeats(_integers(v, 1, "(1, 5, 10)"), "value")
+        values = _integers(v, 1, "(1, 5, 10)")
+        big = [x for x in values if x > MAX_CUTOFF]
+        if big:
+            raise ValueError(f"every value must be at most {MAX_CUTOFF:,} (got {big[0]})")
+        return _no_repeats(values, "value")
 
     @field_validator("definition", mode="before")
     @classmethod

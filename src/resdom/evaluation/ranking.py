@@ -169,8 +169,8 @@ def metrics_from_ranks(ranks: torch.Tensor, ks: tuple[int, ...] = KS) -> dict[st
     out: dict[str, float] = {}
     ks = tuple(sorted(ks))
     for k in ks:
-        out[f"HR@{k}"] = (ranks < k).double().mean().item()
+        out[f"HR@{k}"] = ((ranks < k) & ~missed).double().mean().item()  # a miss never within K, however large
     for k in ks:
-        out[f"NDCG@{k}"] = torch.where(ranks < k, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
+        out[f"NDCG@{k}"] = torch.where((ranks < k) & ~missed, 1.0 / torch.log2(ranks + 2.0), 0.0).mean().item()
     out["MRR"] = torch.where(missed, 0.0, 1.0 / (ranks + 1.0)).mean().item()
     return out
