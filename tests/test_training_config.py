@@ -104,6 +104,23 @@ def test_the_other_configs_refuse_infinity_and_nan() -> None:
             make()
 
 
+@pytest.mark.parametrize("section, field, value, message", [
+    ("train", "threads", 10**23, "Input should be less than or equal to 4096"),
+    ("model", "max_len", 10**23, "must lie within ±2^62"),
+    ("model", "max_len", 2**62 - 1, "refused: this model would take about"),
+    ("model", "layers", 2**62 - 1, "refused: this model would take about"),
+    ("model", "layers", 100_000, "GiB of weights, more than 4 GiB (RESDOM_MAX_MODEL_BYTES raises the limit)"),
+])
+def test_a_setting_past_the_machine_is_refused_before_anything_is_built(section: str, field: str, value: int,
+                                                                        message: str) -> None:
+    """train.threads=1e23 and model.max_len=1e23 were OverflowError tracebacks, max_len=2^62 a torch RuntimeError,
+    layers=2^62 ran for ever building blocks: the configuration refuses them in one line."""
+    values = {field: value}
+    with pytest.raises(ResdomError) as e:
+        resolve_configs("sasrec", *((values, {}) if section == "model" else ({}, values)), n_items=10)
+    assert str(e.value).startswith(section) and message in str(e.value), str(e.value)
+
+
 def test_resolve_device() -> None:
     import torch
 

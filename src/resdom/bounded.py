@@ -44,9 +44,7 @@ from resdom.errors import ResdomError
 from resdom.limits import (
     EXPANSION,
     EXPANSION_ALLOWANCE,
-    GIB,
     MEMBER_BYTES,
-    MODEL_BYTES,
     YAML_ALIASES,
     YAML_DEPTH,
     YAML_NODES,
@@ -470,18 +468,14 @@ def guarded(source: str, fn: Callable[[], Any]) -> Any:
 # model descriptions
 
 
-def check_model_description(fields: dict[str, Any], where: str, weights_bytes: int | None = None) -> None:
-    """A ResdomError naming ``where`` when the model a description read from a file asks for (``model.json``, a
-    config) would take more than ``MODEL_BYTES`` (4 bytes a parameter, ``limits.model_params``), or, given the size
-    of its weights file, more parameters than that file can hold (2 bytes a parameter at the least): checked before
-    anything is built, so ``layers: 200000`` or ``max_len: 1e9`` is one line, not gigabytes."""
-    lower, estimate = model_params(fields)
-    sizes = ", ".join(f"{k} {fields[k]!r}" for k in ("n_items", "max_len", "hidden", "layers") if k in fields)
-    if 4 * estimate > MODEL_BYTES.value:
-        raise ResdomError(f"{where}: refused: this model ({short(sizes)}) would take about "
-                          f"{4 * estimate / GIB:,.1f} GiB of weights, more than {MODEL_BYTES.value / GIB:g} GiB "
-                          f"({MODEL_BYTES.env} raises the limit)")
-    if weights_bytes is not None and 2 * lower > weights_bytes + (1 << 16):
+def check_model_description(fields: dict[str, Any], where: str, weights_bytes: int) -> None:
+    """A ResdomError naming ``where`` when the model a description read from a file asks for (``model.json``) has,
+    given the size of its weights file, more parameters than that file can hold (2 bytes a parameter at the least,
+    ``limits.model_params``): checked before anything is built, so ``layers: 200000`` is one line, not gigabytes.
+    A model past ``MODEL_BYTES`` in all is refused by its configuration already (``models.config``)."""
+    lower, _ = model_params(fields)
+    if 2 * lower > weights_bytes + (1 << 16):
+        sizes = ", ".join(f"{k} {fields[k]!r}" for k in ("n_items", "max_len", "hidden", "layers") if k in fields)
         raise ResdomError(f"{where}: the model it describes ({short(sizes)}) has at least {lower:,} parameters, more "
                           f"than its weights file of {weights_bytes:,} bytes holds (a damaged or crafted description)")
 

@@ -63,6 +63,9 @@ def _numeric(annotation: Any) -> bool:
     return bool({int, float} & set(kinds)) and bool not in kinds
 
 
+INT_LIMIT = 2**62  # the largest integer setting: within int64 after the arithmetic done on it (a seed plus a user)
+
+
 class NumbersModel(BaseModel):
     """A pydantic model whose int and float fields refuse a bool: pydantic's lax mode reads True as 1, so
     ``hidden: true`` or ``fit(..., epochs=True)`` would train a one-unit or one-epoch model without a word; and
@@ -76,6 +79,15 @@ class NumbersModel(BaseModel):
         name = info.field_name
         if isinstance(value, (bool, np.bool_)) and name is not None and _numeric(cls.model_fields[name].annotation):
             raise ValueError("expected a number, not true or false")
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _machine_ints(cls, value: Any) -> Any:
+        """An integer setting past what the machine's integers hold (``train.threads=1e23`` written out) reached
+        torch or numpy as an OverflowError traceback."""
+        if isinstance(value, int) and not isinstance(value, bool) and not -INT_LIMIT <= value <= INT_LIMIT:
+            raise ValueError("must lie within ±2^62")
         return value
 
 

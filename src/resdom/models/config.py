@@ -41,6 +41,7 @@ from pydantic import (
 
 from resdom.checks import NumbersModel, closed_choice, literal_names
 from resdom.errors import OptionError, ResdomError, validation_error
+from resdom.limits import GIB, MODEL_BYTES, model_params
 
 # The attention blocks a configuration can name (models.block.BLOCKS builds them).
 BlockName = Literal["post_ln", "pre_ln", "query_ln", "query_ln_qkv"]
@@ -76,6 +77,10 @@ class ModelConfig(NumbersModel):
         if type(self) in _SHARED:
             raise ValueError(f"{type(self).__name__} holds the fields models share; a model is configured by its "
                              "own class (make_model_config(name=...), SASRecConfig, ...)")
+        _, estimate = model_params(self.__dict__)  # before anything is built: layers=1e18 ran for ever,
+        if 4 * estimate > MODEL_BYTES.value:  # max_len=1e18 ended in a torch RuntimeError
+            raise ValueError(f"refused: this model would take about {4 * estimate / GIB:,.1f} GiB of weights, "
+                             f"more than {MODEL_BYTES.value / GIB:g} GiB ({MODEL_BYTES.env} raises the limit)")
         return self
 
 

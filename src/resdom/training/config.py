@@ -43,7 +43,7 @@ class TrainConfig(NumbersModel):
     device: DeviceName = "auto"
     eval_batch_size: int = Field(256, ge=1)
     threads: int | None = Field(
-        None, ge=1, description="CPU threads for torch (None: torch's default); 1 is fastest on a busy machine"
+        None, ge=1, le=4096, description="CPU threads for torch (None: torch's default); 1 is fastest on a busy machine"
     )
     n_negatives: int = Field(256, ge=1, description="ce_sampled: shared negatives per batch")
     negative_sampling: Literal["popularity", "uniform"] = Field(
