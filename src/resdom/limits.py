@@ -53,7 +53,7 @@ SYNTHETIC_ITEMS = Limit("RESDOM_MAX_SYNTHETIC_ITEMS", 1_000_000, "items of a syn
 SYNTHETIC_INTERACTIONS = Limit("RESDOM_MAX_SYNTHETIC_INTERACTIONS", 50_000_000,
                                "interactions (users x max_len) of a synthetic data set")
 MODEL_BYTES = Limit("RESDOM_MAX_MODEL_BYTES", 4 * GIB,
-                    "estimated bytes of the weights a model description read from a file asks for")
+                    "estimated bytes of the weights a model configuration asks for")
 PICKLE_DIMS = Limit("RESDOM_MAX_PICKLE_DIMS", 64, "dimensions of a torch.Size in a checkpoint's pickle")
 MESSAGE_CHARS = Limit("RESDOM_MAX_MESSAGE_CHARS", 300, "characters of one value quoted in an error message")
 
