@@ -263,6 +263,22 @@ def test_diverging_loss_is_a_clear_error(tmp_path: Path) -> None:
         fit(split, m, t, tmp_path, progress=False)
 
 
+def test_weights_whose_scores_overflow_are_a_divergence_too(tmp_path: Path, monkeypatch) -> None:
+    """train.lr=1e30 on synthetic data: a finite epoch loss, then validation scores of inf, which ended the run in
+    "its weights are broken ... retrain or re-import the run"; it is the epoch's divergence, with the lr to lower."""
+    import resdom.training.trainer as trainer
+    from resdom.evaluation.ranking import NonFiniteScores
+
+    def overflowed(*args: object, **kwargs: object) -> None:
+        raise NonFiniteScores("the model scores items as NaN or infinity")
+
+    monkeypatch.setattr(trainer, "_evaluate", overflowed)
+    split, m, t = configs(epochs=2, lr=0.5)
+    with pytest.raises(ResdomError, match=r"training diverged at epoch 1 \(loss [0-9.]+, but the model scores items "
+                                          r"as NaN or infinity\); try a lower train.lr \(now 0.5\)"):
+        fit(split, m, t, tmp_path, progress=False)
+
+
 def test_progress_bar_shows_loss_and_metric(tmp_path: Path, capsys, monkeypatch) -> None:
     split, m, t = configs(n_users=20, epochs=1)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # bars only on a terminal

@@ -60,12 +60,17 @@ def tiled_chunk_size(n_items: int, requested: int, k: int = 1, tile: int = ITEM_
     return B
 
 
+class NonFiniteScores(ResdomError):
+    """The model scores some item as NaN or infinity (broken weights, or weights so large their products overflow):
+    the trainer says which epoch diverged instead."""
+
+
 def _check_finite(scores: torch.Tensor) -> None:
-    """ResdomError unless every score of ``scores`` (B, n) is finite."""
+    """NonFiniteScores unless every score of ``scores`` (B, n) is finite."""
     # a finite sum means every score is finite (one fast pass); else look at the scores themselves (a sum of
     # finite scores can overflow)
     if not bool(torch.isfinite(scores.sum())) and not bool(torch.isfinite(scores).all()):
-        raise ResdomError(
+        raise NonFiniteScores(
             "the model scores items as NaN or infinity, so no ranking of them means anything; its weights are "
             "broken (non-finite values, or overflow): retrain or re-import the run"
         )

@@ -33,6 +33,7 @@ from resdom import distributed
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
+from resdom.evaluation.ranking import NonFiniteScores
 from resdom.experiments import recipe_label
 from resdom.io import atomic_write_json, atomic_write_text, directory_lock, remove_temporaries, writing
 from resdom.models import SequentialRecommender, build_model
@@ -342,9 +343,15 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         epoch_start = time.perf_counter()
         loss, n_seen, seconds = _train_epoch(step, optimizer, samples, split.n_items, model_cfg, train_cfg,
                                              objective, epoch, dist_ctx, show, lines)
-        if not math.isfinite(loss):
-            raise ResdomError(f"training diverged at epoch {epoch} (loss {loss}); try a lower train.lr")
-        valid = _evaluate(model, split, "stop", train_cfg, device)
+        try:
+            if not math.isfinite(loss):
+                raise NonFiniteScores(f"loss {loss}")
+            valid = _evaluate(model, split, "stop", train_cfg, device)
+        except NonFiniteScores as e:  # the loss or the validation scores: NaN, or weights whose products overflow
+            what = (f"loss {loss}" if not math.isfinite(loss)
+                    else f"loss {loss:.4g}, but the model scores items as NaN or infinity")
+            raise ResdomError(f"training diverged at epoch {epoch} ({what}); try a lower train.lr (now "
+                              f"{train_cfg.lr:g})") from e
         if held_out:
             value = valid["metrics"][train_cfg.metric]
             improved = stopper.update(value, epoch)
