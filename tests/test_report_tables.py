@@ -380,3 +380,26 @@ def test_a_name_with_a_pipe_or_a_line_break_stays_one_cell(tmp_path: Path) -> No
         assert "shop\\|v2 new^_\\x" in text or "shop" not in text
     tex = "".join(to_latex(t) for t in tables)
     assert r"shop|v2 new\textasciicircum{}\_\textbackslash{}x" in tex
+
+
+def test_runs_of_one_data_set_split_two_ways_are_two_rows(tmp_path: Path) -> None:
+    """A loo and a gts run of toyA were averaged as two seeds of one row (their numbers are not comparable). Maker:
+    the fixture's toyA / sasrec seed 2 relabelled loo, then gts at another quantile."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    config = root / "toyA_sasrec_seed2" / "config.json"
+    data = json.loads(config.read_text())
+    for protocol, quantile, names in (("loo", None, ["toyA (gts)", "toyA (loo)"]),
+                                      ("gts", 0.8, ["toyA (gts 0.8)", "toyA (gts 0.9)"])):
+        data["data"] = {**data["data"], "protocol": protocol, "quantile": quantile}
+        config.write_text(json.dumps(data))
+        if quantile is not None:  # seed 1 states its quantile, so that only the quantile differs
+            one = root / "toyA_sasrec_seed1" / "config.json"
+            first = json.loads(one.read_text())
+            one.write_text(json.dumps({**first, "data": {**first["data"], "quantile": 0.9}}))
+        runs = read_runs([root / "toyA_sasrec_seed1", root / "toyA_sasrec_seed2"])
+        assert [r.dataset for r in runs] == names
+        rows = {t.name: t for t in summary_tables(runs)}["accuracy"].rows
+        assert [(r["dataset"], r["n"]) for r in rows] == [(name, 1) for name in names]
+    assert [r.dataset for r in read_runs(find_run_dirs(FIXTURES))][:2] == ["toyA", "toyA"]  # one split: as it was

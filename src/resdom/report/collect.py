@@ -294,7 +294,7 @@ def read_runs(run_dirs: Sequence[str | Path]) -> list[RunRecord]:
     (data set, label, seed), are ResdomErrors (the second would be averaged as another seed)."""
     if not run_dirs:
         raise ResdomError("no run directories given")
-    runs = [read_run(d) for d in run_dirs]
+    runs = _split_apart([read_run(d) for d in run_dirs])
     seen: dict[tuple[str, str, int], RunRecord] = {}
     for r in runs:
         if r.seed is None:
@@ -306,6 +306,30 @@ def read_runs(run_dirs: Sequence[str | Path]) -> list[RunRecord]:
     check_checkpoints(runs)
     return sorted(runs, key=lambda r: (r.dataset, model_order(r.model), r.seed if r.seed is not None else -1,
                                        str(r.path)))
+
+
+def _split_of(run: RunRecord) -> tuple[str | None, float | None]:
+    """(protocol, quantile where gts) of the split a run was trained and evaluated on, from its config.json."""
+    data = _section(run.config, "data")
+    quantile = _section(data, "manifest").get("quantile", data.get("quantile"))
+    return run.protocol, (float(quantile) if run.protocol == "gts" and isinstance(quantile, (int, float)) else None)
+
+
+def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
+    """``runs`` with the data set of each run named with its split where runs of one data set were split in
+    different ways (``toyA (loo)``, ``toyA (gts)``; ``toyA (gts 0.8)`` where only the quantile differs): their
+    numbers are not seeds of one row (a loo and a gts seed were averaged as two seeds)."""
+    splits: dict[str, set[tuple[str | None, float | None]]] = {}
+    for r in runs:
+        splits.setdefault(r.dataset, set()).add(_split_of(r))
+    for r in runs:
+        kinds = splits[r.dataset]
+        if len(kinds) > 1:
+            protocol, quantile = _split_of(r)
+            same = sum(k[0] == protocol for k in kinds) > 1  # another split of this protocol: the quantile tells
+            r.dataset = f"{r.dataset} ({protocol or 'split not recorded'}" \
+                        f"{f' {quantile:g}' if same and quantile is not None else ''})"
+    return runs
 
 
 def run_checkpoint(run: RunRecord) -> str | None:
