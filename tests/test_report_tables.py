@@ -403,3 +403,19 @@ def test_runs_of_one_data_set_split_two_ways_are_two_rows(tmp_path: Path) -> Non
         rows = {t.name: t for t in summary_tables(runs)}["accuracy"].rows
         assert [(r["dataset"], r["n"]) for r in rows] == [(name, 1) for name in names]
     assert [r.dataset for r in read_runs(find_run_dirs(FIXTURES))][:2] == ["toyA", "toyA"]  # one split: as it was
+
+
+def test_runs_of_one_label_trained_by_two_recipes_are_two_rows(tmp_path: Path) -> None:
+    """A seed of recipe sasrec/1 (no recipe recorded) and one of sasrec/2 were averaged as two seeds of one row,
+    the mix the retraining of a recipe must never make. Maker: the fixture's toyA / sasrec seed 2 given recipe 2."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    config = root / "toyA_sasrec_seed2" / "config.json"
+    data = json.loads(config.read_text())
+    config.write_text(json.dumps({**data, "versions": {**data.get("versions", {}), "recipe": "sasrec/2"}}))
+    runs = read_runs([root / "toyA_sasrec_seed1", root / "toyA_sasrec_seed2", root / "toyA_bsarec_seed1"])
+    assert sorted(r.model for r in runs) == ["bsarec", "sasrec (recipe sasrec/1)", "sasrec (recipe sasrec/2)"]
+    rows = {t.name: t for t in summary_tables(runs)}["accuracy"].rows
+    assert sorted((r["model"], r["n"]) for r in rows) == [("bsarec", 1), ("sasrec (recipe sasrec/1)", 1),
+                                                          ("sasrec (recipe sasrec/2)", 1)]

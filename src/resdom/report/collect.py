@@ -315,10 +315,22 @@ def _split_of(run: RunRecord) -> tuple[str | None, float | None]:
     return run.protocol, (float(quantile) if run.protocol == "gts" and isinstance(quantile, (int, float)) else None)
 
 
+def _recipe_of(run: RunRecord) -> str:
+    """The training recipe a run records (``versions.recipe``, ``experiments.RECIPE_VERSIONS``); a run from before
+    recipes were recorded trained its model's first."""
+    for source in (run.cell, run.config):
+        recipe = _section(source, "versions").get("recipe")
+        if isinstance(recipe, str) and recipe:
+            return recipe
+    return f"{_section(run.config, 'model').get('name') or run.model}/1"
+
+
 def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
     """``runs`` with the data set of each run named with its split where runs of one data set were split in
-    different ways (``toyA (loo)``, ``toyA (gts)``; ``toyA (gts 0.8)`` where only the quantile differs): their
-    numbers are not seeds of one row (a loo and a gts seed were averaged as two seeds)."""
+    different ways (``toyA (loo)``, ``toyA (gts)``; ``toyA (gts 0.8)`` where only the quantile differs), and the
+    model of each run named with its training recipe where runs of one data set and label were trained by different
+    recipes (``sasrec (recipe sasrec/1)``): their numbers are not seeds of one row (a loo and a gts seed were
+    averaged as two seeds, and so were a seed of each recipe)."""
     splits: dict[str, set[tuple[str | None, float | None]]] = {}
     for r in runs:
         splits.setdefault(r.dataset, set()).add(_split_of(r))
@@ -329,6 +341,12 @@ def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
             same = sum(k[0] == protocol for k in kinds) > 1  # another split of this protocol: the quantile tells
             r.dataset = f"{r.dataset} ({protocol or 'split not recorded'}" \
                         f"{f' {quantile:g}' if same and quantile is not None else ''})"
+    recipes: dict[tuple[str, str], set[str]] = {}
+    for r in runs:
+        recipes.setdefault((r.dataset, r.model), set()).add(_recipe_of(r))
+    for r in runs:
+        if len(recipes[(r.dataset, r.model)]) > 1:
+            r.model = f"{r.model} (recipe {_recipe_of(r)})"
     return runs
 
 
