@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,7 +23,10 @@ SPEC = DatasetSpec("tiny", "user-lines", (
 
 
 class Server:
-    """Serves ``routes[url_path]``: bytes, or ("truncate", bytes) to promise more bytes than it sends."""
+    """Serves ``routes[url_path]``: bytes, or (mode, bytes): "truncate" promises more bytes than it sends, "trickle"
+    sends a byte every 50 ms, "no-length" sends without a Content-Length (to the end of the connection), "html"
+    sends as text/html, "bad-length" with an unreadable Content-Length, "loop" redirects to itself; an int is
+    that status."""
 
     def __init__(self) -> None:
         self.routes: dict[str, object] = {}
@@ -33,21 +37,41 @@ class Server:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 hits.append(self.path)
                 body = routes.get(self.path)
-                if body is None:
-                    self.send_error(404)
+                if body is None or isinstance(body, int):
+                    self.send_error(body or 404)
+                    return
+                if isinstance(body, tuple) and body[0] == "loop":
+                    self.send_response(302)
+                    self.send_header("Location", self.path)
+                    self.end_headers()
                     return
                 self.send_response(200)
-                if isinstance(body, tuple):  # interrupted transfer: promise len + 1000, send half, close
-                    data = body[1]
-                    self.send_header("Content-Length", str(len(data) + 1000))
-                    self.end_headers()
-                    self.wfile.write(data[: len(data) // 2])
-                    self.wfile.flush()
-                    self.close_connection = True
+                if isinstance(body, tuple):
+                    self.send_tuple(*body)
                     return
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def send_tuple(self, mode: str, data: bytes) -> None:
+                length = {"truncate": str(len(data) + 1000), "bad-length": "many", "no-length": None}.get(
+                    mode, str(len(data)))
+                if length is not None:
+                    self.send_header("Content-Length", length)
+                if mode == "html":
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.end_headers()
+                self.close_connection = True
+                if mode == "truncate":  # interrupted transfer: promise len + 1000, send half, close
+                    data = data[: len(data) // 2]
+                if mode == "trickle":
+                    for i in range(len(data)):
+                        self.wfile.write(data[i: i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    return
+                self.wfile.write(data)
+                self.wfile.flush()
 
             def log_message(self, *args) -> None:
                 pass
@@ -210,3 +234,129 @@ def test_download_names_what_it_cannot_fetch(tmp_path: Path, capsys: pytest.Capt
     one_line_error(code, err, "unknown data set 'BEAUTY' (did you mean beauty?)")
     code, _, err = run_cli(capsys, "data", "stats", "Beauty-TS")
     one_line_error(code, err, "unknown source 'Beauty-TS' (did you mean beauty-ts?)")
+
+
+@pytest.mark.parametrize(("served", "message"), [
+    (500, r"download failed \(HTTPError: HTTP Error 500"),
+    (("loop", b""), r"download failed \(HTTPError: HTTP Error 302: .*infinite loop"),
+    (("html", b"<html>Rate limited</html>"), r"downloaded file has sha256 .* \(the server sent an HTML page, not "
+                                             r"the file\); nothing was kept$"),
+    (("trickle", CONTENT), r"download failed \(stalled: [0-9]+ bytes in 0.3 s, [0-9]+ in all\); nothing was kept"),
+])
+def test_a_server_that_fails_is_one_line_naming_the_url(server: Server, tmp_path: Path, served, message) -> None:
+    """An HTML error page sent with status 200 said only 'sha256 ... expected ...'; a server sending a byte now and
+    then (never idle for the whole timeout) held the download for ever."""
+    remote = SPEC.files[0]
+    server.routes[server.url_path(remote)] = served
+    dest = tmp_path / "cache" / "tiny" / "Tiny.txt"
+    with pytest.raises(ResdomError, match=message) as e:
+        download_file(remote.url(server.base), dest, remote.sha256, timeout=0.3)
+    assert str(e.value).startswith(f"{remote.url(server.base)}: ") and "\n" not in str(e.value)
+    assert leftovers(tmp_path / "cache") == []
+    server.routes[server.url_path(remote)] = CONTENT  # the retry works
+    assert download_file(remote.url(server.base), dest, remote.sha256).read_bytes() == CONTENT
+
+
+def test_a_download_is_bounded_in_size(server: Server, tmp_path: Path, monkeypatch) -> None:
+    """A server sending without end (no Content-Length) filled the disk before the sha256 could refuse it."""
+    remote = SPEC.files[0]
+    url, dest = remote.url(server.base), tmp_path / "cache" / "tiny" / "Tiny.txt"
+    monkeypatch.setenv("RESDOM_MAX_DOWNLOAD_BYTES", "100")
+    server.routes[server.url_path(remote)] = CONTENT + b"7 1 2 3 4 5\n" * 1000
+    with pytest.raises(ResdomError, match=r"refused: the server declares 12,060 bytes, more than a download may "
+                                          r"hold \(RESDOM_MAX_DOWNLOAD_BYTES=100\); nothing was kept. If the file"):
+        download_file(url, dest, remote.sha256)
+    server.routes[server.url_path(remote)] = ("no-length", CONTENT + b"7 1 2 3 4 5\n" * 1000)
+    with pytest.raises(ResdomError, match=r"refused: the server sends more than 100 bytes"):
+        download_file(url, dest, remote.sha256)
+    assert leftovers(tmp_path / "cache") == []
+    server.routes[server.url_path(remote)] = ("no-length", CONTENT)  # within the limit, with or without a length
+    assert download_file(url, dest, remote.sha256).read_bytes() == CONTENT
+    dest.unlink()
+    server.routes[server.url_path(remote)] = ("bad-length", CONTENT)  # an unreadable length: the sha256 decides
+    assert download_file(url, dest, remote.sha256).read_bytes() == CONTENT
+
+
+def test_a_cache_that_cannot_take_the_download_is_named(server: Server, tmp_path: Path, monkeypatch) -> None:
+    """A full disk said 'download failed (OSError: [Errno 28] ...). Offline?' about the URL; a read-only cache
+    folder was a PermissionError traceback (the CLI named a temporary '.Tiny.txt.x8k2.part' that never existed)."""
+    import errno
+    import os
+    import tempfile
+
+    import resdom.data.download as download
+
+    remote = SPEC.files[0]
+    server.routes[server.url_path(remote)] = CONTENT
+    dest = tmp_path / "cache" / "tiny" / "Tiny.txt"
+
+    class FullDisk:
+        def __init__(self, f) -> None:
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.f.close()
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(download.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    with pytest.raises(ResdomError, match=r"cache/tiny/Tiny\.txt: cannot write the download \(No space left on "
+                                          r"device\); nothing was kept. Point RESDOM_CACHE_DIR at a folder"):
+        resolve_dataset_files(SPEC)
+    monkeypatch.undo()
+    monkeypatch.setenv(ENV_DOWNLOAD_BASE, server.base)
+    monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path / "cache"))
+    assert leftovers(tmp_path / "cache") == [] and not (tmp_path / "cache").exists()
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), kwargs.get("dir", args[0] if args else None))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    with pytest.raises(ResdomError, match=r"cache/tiny/Tiny\.txt: cannot write the download \(Permission denied\)"):
+        resolve_dataset_files(SPEC)
+    monkeypatch.setattr(Path, "mkdir", refused)
+    with pytest.raises(ResdomError, match=r"cache/tiny: cannot write the download \(Permission denied\)"):
+        download_file(remote.url(server.base), dest, remote.sha256)
+    monkeypatch.undo()
+    assert download_file(remote.url(server.base), dest, remote.sha256).read_bytes() == CONTENT
+
+
+def test_a_killed_download_leaves_nothing_taken_for_the_data(server: Server, tmp_path: Path) -> None:
+    """A download killed by SIGTERM or SIGKILL (no ``finally``) left its '.part' file for ever: the retry removes
+    those untouched for an hour (a download in progress writes at least every timeout) and never reads them."""
+    import os
+
+    remote = SPEC.files[0]
+    server.routes[server.url_path(remote)] = CONTENT
+    folder = tmp_path / "cache" / "tiny"
+    folder.mkdir(parents=True)
+    killed, live = folder / ".Tiny.txt.abc123.part", folder / ".Tiny.txt.def456.part"
+    killed.write_bytes(CONTENT)  # complete and with the right sha256, yet never taken for the file
+    live.write_bytes(CONTENT[:5])
+    os.utime(killed, (0, 0))
+    (got,) = resolve_dataset_files(SPEC)
+    assert got.origin == "download" and leftovers(tmp_path / "cache") == [".Tiny.txt.def456.part", "Tiny.txt"]
+    assert server.hits  # downloaded, not read from the stale part
+
+
+def test_two_downloads_of_the_same_file_at_once(server: Server, tmp_path: Path) -> None:
+    """Each writes its own temporary file and renames it into place; a wrong file in the cache is left where it is
+    until a verified download replaces it (its removal by one raced the other's: FileNotFoundError)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server.routes[server.url_path(SPEC.files[0])] = ("trickle", CONTENT[:20])
+    short = DatasetSpec("tiny", "user-lines", (
+        RemoteFile("tiny/Tiny.txt", "owner/repo", "c" * 40, "data/Tiny.txt", hashlib.sha256(CONTENT[:20]).hexdigest()),
+    ), "test")
+    wrong = tmp_path / "cache" / "tiny" / "Tiny.txt"
+    wrong.parent.mkdir(parents=True)
+    wrong.write_bytes(b"junk\n")
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: resolve_dataset_files(short)[0], range(2)))
+    assert [g.origin for g in got] == ["download", "download"] and wrong.read_bytes() == CONTENT[:20]
+    assert leftovers(tmp_path / "cache") == ["Tiny.txt"]

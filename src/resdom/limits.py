@@ -55,10 +55,11 @@ SYNTHETIC_INTERACTIONS = Limit("RESDOM_MAX_SYNTHETIC_INTERACTIONS", 50_000_000,
 MODEL_BYTES = Limit("RESDOM_MAX_MODEL_BYTES", 4 * GIB,
                     "estimated bytes of the weights a model configuration asks for")
 PICKLE_DIMS = Limit("RESDOM_MAX_PICKLE_DIMS", 64, "dimensions of a torch.Size in a checkpoint's pickle")
+DOWNLOAD_BYTES = Limit("RESDOM_MAX_DOWNLOAD_BYTES", 1 * GIB, "bytes one downloaded data file may hold")
 MESSAGE_CHARS = Limit("RESDOM_MAX_MESSAGE_CHARS", 300, "characters of one value quoted in an error message")
 
 ALL_LIMITS = (MEMBER_BYTES, EXPANSION, YAML_ALIASES, YAML_DEPTH, YAML_NODES, SYNTHETIC_USERS, SYNTHETIC_ITEMS,
-              SYNTHETIC_INTERACTIONS, MODEL_BYTES, PICKLE_DIMS, MESSAGE_CHARS)
+              SYNTHETIC_INTERACTIONS, MODEL_BYTES, PICKLE_DIMS, DOWNLOAD_BYTES, MESSAGE_CHARS)
 
 
 def expansion_cap(packed_bytes: int) -> int:
