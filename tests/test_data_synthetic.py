@@ -90,6 +90,7 @@ def test_repeat_knob() -> None:
         ("synthetic:p_last=0.7,p_user=0.5", "> 1"),
         ("synthetic:min_len=9,max_len=3", "min_len 9 > max_len 3"),
         ("synthetic:seed", "expected knob=value"),
+        ("synthetic:n_users=40,n_items=25,n_users=50", "knob 'n_users' given twice"),  # the last one won
     ],
 )
 def test_bad_knobs(source: str, needle: str) -> None:

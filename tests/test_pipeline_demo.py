@@ -180,6 +180,65 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
         GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path)
 
 
+def test_grid_refuses_what_would_mislabel_or_misplace_its_cells(tmp_path: Path, capsys) -> None:
+    """Each was accepted: --quantile 1.5 failed every cell on its own (exit 1, error.txt folders written); --set
+    model.residual_scale=0.3 trained 'sasrec-res0.5' at 0.3 and tabled it under that label; --variants base,BASE
+    said '--models: repeated value in sasrec,sasrec'; a summary/ folder of the user's files was taken for an earlier
+    grid's and written into."""
+    from cli_helpers import SMALL_SYNTHETIC, one_line_error, run_cli
+
+    from resdom.errors import ResdomError
+
+    with pytest.raises(ResdomError, match=r"^--quantile: must lie strictly between 0 and 1 \(got 1.5\)"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", quantile=1.5)
+    with pytest.raises(ResdomError, match=r"^--quantile: .*\(got nan\)"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", quantile=float("nan"))
+    with pytest.raises(ResdomError, match=r"^--set model\.residual_scale=0\.3: sasrec-res0\.5 sets residual_scale=0\.5 "
+                                          r"itself \(the cells would be trained as another variant under its label\)"):
+        remedy_grid(TINY, "sasrec", ["base", "res0.5"], [1], tmp_path / "g", model_values={"residual_scale": 0.3})
+    with pytest.raises(ResdomError, match=r"^--set model\.query_ln=True: sasrec-preln sets query_ln=False itself"):
+        remedy_grid(TINY, "sasrec", ["preln"], [1], tmp_path / "g", model_values={"query_ln": True})
+    remedy_grid(TINY, "sasrec", ["base"], [1], tmp_path / "g", model_values={"residual_scale": 0.3})  # base: yours
+    remedy_grid(TINY, "sasrec", ["res0.5"], [1], tmp_path / "g", model_values={"residual_scale": 0.5})  # the same
+    with pytest.raises(ResdomError, match=r"^--set train\.patience=5: sasrec-p30 sets patience=30 itself"):
+        GridSpec([TINY], ["sasrec", "sasrec-p30"], [1], tmp_path / "g", train_values={"patience": 5})
+    with pytest.raises(ResdomError, match=r"^--variants: 'BASE' repeats a variant given before it \(base, BASE\)$"):
+        remedy_grid(TINY, "sasrec", ["base", "BASE"], [1], tmp_path / "g")
+    assert not (tmp_path / "g").exists()
+    mine = tmp_path / "mine"
+    (mine / "summary").mkdir(parents=True)
+    (mine / "summary" / "report.md").write_text("my notes")
+    with pytest.raises(ResdomError, match=r"--out .*mine: holds what a grid does not write \(summary\)"):
+        GridSpec([TINY], ["sasrec"], [1], mine)
+    for name in ("figures", "tables", "report.html"):  # an earlier grid's summary is one: its grid.json first
+        (mine / "summary" / name).mkdir()
+    (mine / "summary" / "grid.json").write_text("{}")
+    GridSpec([TINY], ["sasrec"], [1], mine)
+    (mine / "summary" / "notes.txt").write_text("mine")
+    with pytest.raises(ResdomError, match=r"--out .*mine: holds what a grid does not write \(summary\)"):
+        GridSpec([TINY], ["sasrec"], [1], mine)
+    # the CLI: a synthetic source keeps its knobs (was: "unknown source 'n_items=25'"); an empty item is refused
+    # (was: '1,,2' read as 1,2)
+    code, _, err = run_cli(capsys, "reproduce", "--datasets", f"{SMALL_SYNTHETIC},synthetic:n_users=30", "--models",
+                           "sasrec", "--seeds", "1", "--out", str(tmp_path / "g"), "--quantile", "2")
+    one_line_error(code, err, "--quantile: must lie strictly between 0 and 1 (got 2.0)")
+    code, _, err = run_cli(capsys, "reproduce", "--datasets", f"{SMALL_SYNTHETIC},beuaty-ts", "--out",
+                           str(tmp_path / "g"))
+    one_line_error(code, err, "--datasets: unknown source 'beuaty-ts'")
+    for option, value in (("--seeds", "1,,2"), ("--models", "sasrec,,bsarec"), ("--datasets", ",beauty-ts")):
+        code, _, err = run_cli(capsys, "reproduce", option, value, "--out", str(tmp_path / "g"))
+        one_line_error(code, err, f"{option}: an empty item in {value!r} (a value left out between commas?)")
+    assert not (tmp_path / "g").exists()
+
+
+def test_grid_lists_keep_a_synthetic_source_whole() -> None:
+    from resdom.cli.pipeline_cmd import _split_list, _split_sources
+
+    assert _split_sources("synthetic:n_users=40, n_items=25,beauty-ts,synthetic,synthetic:demo,seed=2", "--x") == [
+        "synthetic:n_users=40,n_items=25", "beauty-ts", "synthetic", "synthetic:demo,seed=2"]
+    assert _split_list("1, 2,", "--seeds") == ["1", "2"]  # a comma at the end is no item left out
+
+
 @pytest.mark.slow
 def test_cli_report_and_errors(tmp_path: Path) -> None:
     fixtures = Path(__file__).resolve().parent / "fixtures" / "diagnostics"

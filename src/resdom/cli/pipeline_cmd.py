@@ -31,10 +31,32 @@ from resdom.study import is_study
 
 
 def _split_list(value: str, option: str) -> list[str]:
-    items = [x.strip() for x in value.split(",") if x.strip()]
-    if not items:
+    """The items of a comma-separated list; an empty one between commas (``1,,2``: a value left out?) is refused,
+    a comma at the end is not."""
+    items = [x.strip() for x in value.split(",")]
+    if items and not items[-1] and len(items) > 1:
+        items.pop()
+    if not any(items):
         raise ResdomError(f"{option}: give a comma-separated list (got {value!r})")
+    if not all(items):
+        raise ResdomError(f"{option}: an empty item in {value!r} (a value left out between commas?)")
     return items
+
+
+def _split_sources(value: str, option: str) -> list[str]:
+    """``_split_list`` where a synthetic source keeps its knobs: ``synthetic:n_users=40,n_items=25,beauty-ts`` is
+    two data sets (an item ``knob=value`` after a synthetic source is one of its knobs, as ``resdom train`` reads
+    it)."""
+    out: list[str] = []
+    for item in _split_list(value, option):
+        if out and out[-1].startswith("synthetic:") and _KNOB.fullmatch(item):
+            out[-1] += f",{item}"
+        else:
+            out.append(item)
+    return out
+
+
+_KNOB = re.compile(r"\w+\s*=.*")
 
 
 def _seeds(value: str) -> list[int]:
@@ -174,7 +196,8 @@ GRID_FORCE_HELP = ("--out holds something other than a grid: move it aside (OUT.
 
 
 def reproduce(
-    datasets: str = typer.Option("beauty-ts, toys-ts", help="comma-separated data set names"),
+    datasets: str = typer.Option("beauty-ts, toys-ts", help="comma-separated data set names (a synthetic source "
+                                 "keeps its knobs: synthetic:n_users=500,seed=2)"),
     models: str = typer.Option(GRID_MODELS, help="comma-separated models or variants (any case; "
                                "`resdom config list`)"),
     seeds: str = typer.Option("1, 2, 3", help="comma-separated training seeds"),
@@ -199,7 +222,7 @@ def reproduce(
     Models: sasrec, duorec, bsarec, the contrast models bert4rec and gru4rec (the paper's Figure 2:
     --models sasrec,duorec,bsarec,bert4rec,gru4rec), or a named variant (sasrec-tts: time-to-split's SASRec, max
     length 128)."""
-    spec = GridSpec(_split_list(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
+    spec = GridSpec(_split_sources(datasets, "--datasets"), _split_list(models, "--models"), _seeds(seeds), out,
                     data_dir=data_dir, protocol=protocol, quantile=quantile, device=device, epochs=epochs,
                     store=store, train_values={"monitor_every": monitor_every}, force=force)
     result = _interruptible(run_grid, spec, progress and not quiet)

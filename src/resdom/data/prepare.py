@@ -260,7 +260,7 @@ def _preprocess_config(values: dict[str, Any]) -> PreprocessConfig:
         raise validation_error(e) from None
 
 
-def _quantile(value: Any, name: str) -> float:
+def check_quantile(value: Any, name: str) -> float:
     """``value`` as a quantile strictly between 0 and 1; a ResdomError naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
         raise ResdomError(f"{name}: must lie strictly between 0 and 1 (got {value!r})")
@@ -384,9 +384,9 @@ def prepare_split(
                               "its own validation users")
         if isinstance(holdout_users, bool) or not isinstance(holdout_users, numbers.Integral) or holdout_users < 0:
             raise ResdomError(f"holdout_users: expected an integer >= 0 (got {holdout_users!r})")
-    quantile = _quantile(quantile, "quantile")
+    quantile = check_quantile(quantile, "quantile")
     if valid_quantile is not None:
-        valid_quantile = _quantile(valid_quantile, "valid_quantile")
+        valid_quantile = check_quantile(valid_quantile, "valid_quantile")
     evaluation = evaluation_setting(source_name(source), optional_bool(options.pop("filter_seen", None), "filter_seen"))
     prepared, manifest = load_prepared(source, data_dir, fmt, **options)
     protocol = resolve_protocol(requested, prepared.sequences.times is not None)

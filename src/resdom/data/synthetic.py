@@ -215,6 +215,7 @@ def parse_synthetic_source(source: str) -> SyntheticConfig:
     if name != "synthetic":
         raise ResdomError(f"not a synthetic source: {source!r}")
     values: dict[str, object] = {}
+    given: set[str] = set()  # the knobs written out (a preset's values may be overridden, a knob only once)
     for i, part in enumerate(filter(None, (p.strip() for p in spec.split(",")))):
         key, eq, value = part.partition("=")
         key = key.strip()
@@ -228,6 +229,9 @@ def parse_synthetic_source(source: str) -> SyntheticConfig:
             raise ResdomError(
                 f"{source!r}: unknown synthetic knob {key!r}; knobs: {', '.join(SyntheticConfig.model_fields)}"
             )
+        if key in given:  # "n_users=40,...,n_users=50": the last one won in silence
+            raise ResdomError(f"{source!r}: knob {key!r} given twice")
+        given.add(key)
         values[key] = value.strip()
     try:
         return SyntheticConfig(**values)  # type: ignore[arg-type]  # pydantic coerces the strings

@@ -39,6 +39,9 @@ def remedy_grid(dataset: str, model: str, variants: list[str], seeds: list[int],
     if not variants:
         raise ResdomError("--variants: give at least one variant")
     labels = [remedy_label(model, v) for v in variants]
+    twice = next((v for i, v in enumerate(variants) if labels[i] in labels[:i]), None)
+    if twice is not None:  # "base,BASE" was "--models: repeated value in sasrec,sasrec", neither given
+        raise ResdomError(f"--variants: {twice!r} repeats a variant given before it ({', '.join(variants)})")
     return GridSpec([dataset], labels, seeds, Path(out), **grid, dataset_flag="DATASET")
 
 

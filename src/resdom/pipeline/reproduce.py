@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.data.prepare import check_source, known_protocol, prepare_split, protocol_name
+from resdom.data.prepare import check_quantile, check_source, known_protocol, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
 from resdom.diagnostics.evidence import read_header
@@ -50,6 +50,7 @@ from resdom.rundir import (
 from resdom.training.config import MAX_SEED, resolve_configs
 
 SUMMARY, DATASET_JSON = "summary", "dataset.json"  # DIR/summary/, DIR/<dataset>/dataset.json
+SUMMARY_WRITES = frozenset({"grid.json", "report.html", "report.md", "figures", "tables"})  # what DIR/summary/ holds
 
 
 def known_labels() -> tuple[str, ...]:
@@ -58,8 +59,9 @@ def known_labels() -> tuple[str, ...]:
 
 
 def earlier_grid(out: Path, entries: list[str]) -> bool:
-    """Whether ``out`` (no marker) holds a grid written before grids left one: folders only, each ``summary/`` or a
-    data set folder holding ``dataset.json`` and model folders of ``seed<k>`` folders (module docstring)."""
+    """Whether ``out`` (no marker) holds a grid written before grids left one: folders only, each ``summary/``
+    (its grid.json and what else a summary writes) or a data set folder holding ``dataset.json`` and model folders of
+    ``seed<k>`` folders (module docstring)."""
     def model_folder(p: Path) -> bool:
         return p.is_dir() and all(
             c.is_dir() and re.fullmatch(r"seed\d+", c.name) for c in p.iterdir())
@@ -68,7 +70,12 @@ def earlier_grid(out: Path, entries: list[str]) -> bool:
         return p.is_dir() and all(
             (c.name == DATASET_JSON and c.is_file()) or model_folder(c) for c in p.iterdir())
 
-    return all((out / n).is_dir() and (n == SUMMARY or dataset_folder(out / n)) for n in entries)
+    def summary_folder(p: Path) -> bool:  # a grid writes grid.json first; a summary/ of other files is not its
+        names = {c.name for c in p.iterdir()}
+        return not names or ("grid.json" in names and names <= SUMMARY_WRITES)
+
+    return all((out / n).is_dir() and (summary_folder(out / n) if n == SUMMARY else dataset_folder(out / n))
+               for n in entries)
 
 
 @dataclass
@@ -105,6 +112,7 @@ class GridSpec:
             raise ResdomError("--protocol: none holds out no test users, which the grid evaluates and diagnoses; "
                               "choose auto, gts or loo")
         resolve_device(self.device, "--device")  # one refusal up front, not one failed cell after another
+        self.quantile = check_quantile(self.quantile, "--quantile")
         bad = [d for d in self.datasets if not d or "/" in d or d.startswith(".")]
         if bad:
             raise ResdomError(f"{self.dataset_flag}: {bad[0]!r} is not a data set name (see `resdom data list`)")
@@ -143,6 +151,8 @@ class GridSpec:
         --set value is one refusal naming it, not one failed cell after another."""
         given = {f"model.{k}": f"--set model.{k}" for k in self.model_values}
         given |= {f"train.{k}": f"--set train.{k}" for k in self.train_values} | {"train.epochs": "--epochs"}
+        for label in self.models:
+            self._check_variant_values(label)
         for dataset in self.datasets:
             for label in self.models:
                 model, model_values, train_values = self.cell_values(label, self.seeds[0])
@@ -153,6 +163,22 @@ class GridSpec:
                     raise ResdomError(f"{e.renamed(given)} ({label} on {dataset})") from None
                 except ResdomError as e:
                     raise ResdomError(f"{e} ({label} on {dataset})") from None
+
+    def _check_variant_values(self, label: str) -> None:
+        """A --set or --epochs value of a field that the variant ``label`` sets itself is refused: it would win, and
+        the cell would be trained as another variant under this one's label (``sasrec-res0.5`` with residual scale
+        0.3 in the remedies table)."""
+        _, variant = model_variant(label)
+        given = [(f"model.{k}", v, variant[k]) for k, v in self.model_values.items()
+                 if k in variant and v != variant[k]]
+        own = variant_train_values(label)
+        train = {**self.train_values, **({"epochs": self.epochs} if self.epochs is not None else {})}
+        given += [(f"train.{k}", v, own[k]) for k, v in train.items() if k in own and v != own[k]]
+        if given:
+            name, value, fixed = given[0]
+            flag = "--epochs" if name == "train.epochs" else f"--set {name}"
+            raise ResdomError(f"{flag}={value}: {label} sets {name.partition('.')[2]}={fixed} itself (the cells would "
+                              f"be trained as another variant under its label); leave {flag} out or drop {label}")
 
     def cell_values(self, label: str, seed: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """(model, model values, train values) of the cells of ``label`` and ``seed``: the variant's values, then
