@@ -204,6 +204,19 @@ def test_grid_refuses_what_would_mislabel_or_misplace_its_cells(tmp_path: Path, 
         GridSpec([TINY], ["sasrec", "sasrec-p30"], [1], tmp_path / "g", train_values={"patience": 5})
     with pytest.raises(ResdomError, match=r"^--variants: 'BASE' repeats a variant given before it \(base, BASE\)$"):
         remedy_grid(TINY, "sasrec", ["base", "BASE"], [1], tmp_path / "g")
+    # a --set of what the grid's own options give won in silence (cell seed1 trained with seed 1, not 3)
+    with pytest.raises(ResdomError, match=r"^--set train\.seed=3: the grid's cells take their seed from --seeds"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", train_values={"seed": 3})
+    with pytest.raises(ResdomError, match=r"^--set train\.device=cuda: .* from --device; give it there$"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", train_values={"device": "cuda"})
+    with pytest.raises(ResdomError, match=r"^--set train\.epochs=3: .* from --epochs"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", epochs=1, train_values={"epochs": 3})
+    GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", train_values={"epochs": 3})  # no --epochs: the --set's
+    # a --store that is a file (or below one) failed every cell after its training, with NotADirectoryError
+    (tmp_path / "afile").write_text("")
+    for store in (tmp_path / "afile", tmp_path / "afile" / "store"):
+        with pytest.raises(ResdomError, match=r"^--store .*afile: exists and is not a directory"):
+            GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", store=store)
     assert not (tmp_path / "g").exists()
     mine = tmp_path / "mine"
     (mine / "summary").mkdir(parents=True)

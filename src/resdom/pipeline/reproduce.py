@@ -45,6 +45,7 @@ from resdom.rundir import (
     check_links,
     move_aside,
     refuse_cell,
+    require_folder_path,
     write_marker,
 )
 from resdom.training.config import MAX_SEED, resolve_configs
@@ -139,6 +140,9 @@ class GridSpec:
         if cell is not None:
             raise ResdomError(f"--out {self.out}: holds a results-store cell ({cell}); a grid's runs are not cells "
                               "and --force never moves a cell aside: give the store as --store and another --out")
+        if self.store is not None:  # a file there (or above it) failed every cell after its training
+            existing = next(p for p in (self.store, *self.store.parents) if p.exists())  # "." or "/" at last
+            require_folder_path(existing, "--store")
         if self.store is not None and (self.store.resolve() == self.out.resolve()
                                        or self.out.resolve() in self.store.resolve().parents):
             raise ResdomError(f"--store {self.store}: is inside --out {self.out}; the store's cells would sit among "
@@ -168,6 +172,11 @@ class GridSpec:
         """A --set or --epochs value of a field that the variant ``label`` sets itself is refused: it would win, and
         the cell would be trained as another variant under this one's label (``sasrec-res0.5`` with residual scale
         0.3 in the remedies table)."""
+        grid_owned = {"seed": "--seeds", "device": "--device"} | ({"epochs": "--epochs"} if self.epochs else {})
+        owned = next((k for k in self.train_values if k in grid_owned), None)
+        if owned is not None:  # the grid's own option won in silence (cell seed1 trained with seed 1, not the --set)
+            raise ResdomError(f"--set train.{owned}={self.train_values[owned]}: the grid's cells take their {owned} "
+                              f"from {grid_owned[owned]}; give it there")
         _, variant = model_variant(label)
         given = [(f"model.{k}", v, variant[k]) for k, v in self.model_values.items()
                  if k in variant and v != variant[k]]
