@@ -200,6 +200,7 @@ def test_grid_refuses_what_would_mislabel_or_misplace_its_cells(tmp_path: Path, 
         remedy_grid(TINY, "sasrec", ["preln"], [1], tmp_path / "g", model_values={"query_ln": True})
     remedy_grid(TINY, "sasrec", ["base"], [1], tmp_path / "g", model_values={"residual_scale": 0.3})  # base: yours
     remedy_grid(TINY, "sasrec", ["res0.5"], [1], tmp_path / "g", model_values={"residual_scale": 0.5})  # the same
+    GridSpec([TINY], ["sasrec-tts"], [1], tmp_path / "g", model_values={"max_len": 12})  # a size: every cell's
     with pytest.raises(ResdomError, match=r"^--set train\.patience=5: sasrec-p30 sets patience=30 itself"):
         GridSpec([TINY], ["sasrec", "sasrec-p30"], [1], tmp_path / "g", train_values={"patience": 5})
     with pytest.raises(ResdomError, match=r"^--variants: 'BASE' repeats a variant given before it \(base, BASE\)$"):

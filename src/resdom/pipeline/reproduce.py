@@ -51,6 +51,7 @@ from resdom.rundir import (
 from resdom.training.config import MAX_SEED, resolve_configs
 
 SUMMARY, DATASET_JSON = "summary", "dataset.json"  # DIR/summary/, DIR/<dataset>/dataset.json
+_SIZE_FIELDS = frozenset({"max_len", "hidden", "layers", "heads"})  # a variant's size, not what it is
 SUMMARY_WRITES = frozenset({"grid.json", "report.html", "report.md", "figures", "tables"})  # what DIR/summary/ holds
 
 
@@ -171,7 +172,8 @@ class GridSpec:
     def _check_variant_values(self, label: str) -> None:
         """A --set or --epochs value of a field that the variant ``label`` sets itself is refused: it would win, and
         the cell would be trained as another variant under this one's label (``sasrec-res0.5`` with residual scale
-        0.3 in the remedies table)."""
+        0.3 in the remedies table). Sizes (``_SIZE_FIELDS``: sasrec-tts's max length 128) may be set: a small grid
+        shrinks every cell alike; the seed, device and epochs are the grid's own options."""
         grid_owned = {"seed": "--seeds", "device": "--device"} | ({"epochs": "--epochs"} if self.epochs else {})
         owned = next((k for k in self.train_values if k in grid_owned), None)
         if owned is not None:  # the grid's own option won in silence (cell seed1 trained with seed 1, not the --set)
@@ -179,7 +181,7 @@ class GridSpec:
                               f"from {grid_owned[owned]}; give it there")
         _, variant = model_variant(label)
         given = [(f"model.{k}", v, variant[k]) for k, v in self.model_values.items()
-                 if k in variant and v != variant[k]]
+                 if k in variant and k not in _SIZE_FIELDS and v != variant[k]]
         own = variant_train_values(label)
         train = {**self.train_values, **({"epochs": self.epochs} if self.epochs is not None else {})}
         given += [(f"train.{k}", v, own[k]) for k, v in train.items() if k in own and v != own[k]]
