@@ -21,6 +21,10 @@ SMALL = {"epochs": 2, "hidden": 16, "layers": 2, "heads": 2, "max_len": 12, "bat
 FAST = {"seeds": (0,), "alphas": (1.0, 0.5, 0.0), "device": "cpu"}
 
 
+def OTHER_SPLIT():  # noqa: N802 (a constant, made on first use)
+    return resdom.prepare_split(SOURCE.replace("n_items=60", "n_items=70"))
+
+
 @pytest.fixture(scope="module")
 def split():
     return resdom.prepare_split(SOURCE, "loo")
@@ -209,6 +213,22 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: f.recommend(alpha="x"), "alpha: the residual scale must lie in [0, 1] (got 'x')"),
     (lambda s, f: f.recommend(batch_size=0), "batch_size: must be at least 1 (got 0)"),
     (lambda s, f: resdom.evaluate(f, batch_size="x"), "batch_size: expected an integer >= 1 (got 'x')"),
+    # another split's data: an item id past the model's embeddings was an IndexError from inside torch
+    (lambda s, f: resdom.evaluate(f, OTHER_SPLIT()), "split: 70 items, but the model scores 60 (a split other than"),
+    (lambda s, f: resdom.evaluate(f, OTHER_SPLIT().test), "split: the EvalSet holds item id 7"),
+    (lambda s, f: resdom.diagnose(f, OTHER_SPLIT(), what="hrli"), "split: 70 items, but the model scores 60"),
+    # a path that is none was a TypeError from inside pathlib naming no argument; one below a file a
+    # NotADirectoryError; "" the working folder
+    (lambda s, f: f.save(None), "path: expected a path (a str or pathlib.Path), got NoneType None"),
+    (lambda s, f: f.save(""), "path: an empty path; give a folder"),
+    (lambda s, f: resdom.load_run(5), "path: expected a path (a str or pathlib.Path), got int 5"),
+    (lambda s, f: resdom.load_split(None), "path: expected a path"),
+    (lambda s, f: resdom.diagnose_run(None), "run_dir: expected a path"),
+    (lambda s, f: resdom.fit(s, out=3), "out: expected a path"),
+    (lambda s, f: resdom.prepare_split(SOURCE, data_dir=5), "data_dir: expected a path (a str or pathlib.Path)"),
+    # a flag given as text drew the bars
+    (lambda s, f: resdom.fit(s, progress="no"), "progress: expected True, False or None (got 'no')"),
+    (lambda s, f: resdom.diagnose(f, progress="no"), "progress: expected True, False or None (got 'no')"),
 ])
 def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, call, message):
     with pytest.raises(ResdomError) as e:
@@ -281,6 +301,40 @@ def test_fit_takes_a_training_variants_train_values_under_the_users(split, tmp_p
     assert config["data"]["label"] == "sasrec-celast" and fitted.model_config.name == "sasrec"
     resdom.fit(split, "sasrec-p30", out=tmp_path / "b", device="cpu", progress=False, **{**small, "patience": 3})
     assert json.loads((tmp_path / "b" / "config.json").read_text())["train"]["patience"] == 3
+
+
+def test_a_diagnosis_names_what_it_does_not_hold_in_a_resdom_error(diagnosis, fitted):
+    """plot / to_frame of an unknown or uncomputed diagnostic raised a KeyError; a name in another case was unknown
+    (elsewhere names are read in any case); per_position="no" drew the per-position figure."""
+    for call in (diagnosis.plot, diagnosis.to_frame):
+        with pytest.raises(ResdomError, match=r"^name: unknown diagnostic 'nope' \(one of shuffle, hrli,"):
+            call("nope")
+        with pytest.raises(ResdomError, match=r"^name: unknown diagnostic (None|5) "):
+            call(5 if call == diagnosis.to_frame else None)  # to_frame(None) is every table
+    pd.testing.assert_frame_equal(diagnosis.to_frame("HRLI"), diagnosis.to_frame("hrli"))
+    assert isinstance(diagnosis.plot("Mixing"), Figure)
+    with pytest.raises(ResdomError, match=r"^per_position: expected True or False \(got 'no'\)"):
+        diagnosis.plot("mixing", per_position="no")
+    part = resdom.diagnose(fitted, what="hrli", device="cpu")
+    with pytest.raises(ResdomError, match=r"^name: mixing was not computed \(diagnose\(.*\) chose hrli\)"):
+        part.plot("mixing")
+    with pytest.raises(KeyError, match="^name: mixing was not computed"):  # still a KeyError, as of a mapping
+        part["mixing"]
+
+
+def test_evaluate_takes_numpy_cutoffs(fitted):
+    """np.array([5, 10]) was 'expected a non-empty sequence of integers', and np.int64(5) 'not an integer'."""
+    got = resdom.evaluate(fitted, cutoffs=np.array([5, 10]), device="cpu").metrics
+    assert got == resdom.evaluate(fitted, cutoffs=[np.int64(5), 10], device="cpu").metrics
+    assert got == resdom.evaluate(fitted, cutoffs=(5, 10), device="cpu").metrics
+
+
+def test_save_below_a_file_is_one_line(fitted, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("precious")
+    with pytest.raises(ResdomError, match=r"^path .*afile/run: .*afile is a file, not a folder"):
+        fitted.save(afile / "run")
+    assert afile.read_text() == "precious"
 
 
 def test_to_frame_without_a_name_gives_every_table_and_reprs_are_short(diagnosis, fitted, split):

@@ -215,9 +215,10 @@ def test_grid_refuses_what_would_mislabel_or_misplace_its_cells(tmp_path: Path, 
     GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", train_values={"epochs": 3})  # no --epochs: the --set's
     # a --store that is a file (or below one) failed every cell after its training, with NotADirectoryError
     (tmp_path / "afile").write_text("")
-    for store in (tmp_path / "afile", tmp_path / "afile" / "store"):
-        with pytest.raises(ResdomError, match=r"^--store .*afile: exists and is not a directory"):
-            GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", store=store)
+    with pytest.raises(ResdomError, match=r"^--store .*afile: exists and is not a directory"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", store=tmp_path / "afile")
+    with pytest.raises(ResdomError, match=r"^--store .*afile/store: .*afile is a file, not a folder"):
+        GridSpec([TINY], ["sasrec"], [1], tmp_path / "g", store=tmp_path / "afile" / "store")
     assert not (tmp_path / "g").exists()
     mine = tmp_path / "mine"
     (mine / "summary").mkdir(parents=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import numbers
 import os
 import tempfile
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from resdom.checks import MAX_CUTOFF, choice, optional_bool, positive_int
+from resdom.checks import MAX_CUTOFF, choice, optional_bool, path_argument, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
@@ -47,7 +48,16 @@ from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig
 from resdom.names import MODELS, PARTS
 from resdom.recommend import external_ids, recommend, similar_items
 from resdom.report.figures import result_figure
-from resdom.rundir import RUN, RunDir, check_output_folder, move_aside, own_entries, refuse_cell, write_marker
+from resdom.rundir import (
+    RUN,
+    RunDir,
+    check_output_folder,
+    move_aside,
+    own_entries,
+    refuse_cell,
+    require_folder_path,
+    write_marker,
+)
 from resdom.runs import checkpoint_id, save_checkpoint
 from resdom.runs import load_run as read_run
 from resdom.training.config import TrainConfig, make_train_config, resolve_configs
@@ -87,7 +97,7 @@ def load_split(path: str | Path) -> SplitData:
         ``train`` (CSR sequences of item ids 1..n_items), ``valid`` / ``test`` (input sequences and one target
         each); ``manifest`` says how it was made.
     """
-    return SplitData.load(path)
+    return SplitData.load(path_argument(path, "path"))
 
 
 # ---------------------------------------------------------------------------------------------- fitted
@@ -148,11 +158,10 @@ class Fitted:
         Path
             ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
         """
-        files = RunDir(path)
+        files = RunDir(path_argument(path, "path"))
         if not isinstance(overwrite, bool):  # overwrite="no" would be true
             raise ResdomError(f"overwrite: expected True or False (got {overwrite!r})")
-        if files.dir.exists() and not files.dir.is_dir():
-            raise ResdomError(f"{files.dir}: exists and is not a directory")
+        require_folder_path(files.dir, "path")  # a file there, or above it (a NotADirectoryError at data/)
         refuse_cell(files.dir, "path")
         if files.dir.is_dir() and own_entries(files.dir):
             if not overwrite:
@@ -253,7 +262,7 @@ def load_run(path: str | Path, device: str = "auto") -> Fitted:
     Fitted
         Its best model on ``device``, its split, configs, metrics and epoch history.
     """
-    run = read_run(path, device=_device(device))
+    run = read_run(path_argument(path, "path"), device=_device(device))
     files = RunDir(run.directory)
     train = run.config.get("train")
     try:
@@ -356,6 +365,8 @@ def fit(
     if not isinstance(split, SplitData):
         raise ResdomError(f"split: expected a SplitData (resdom.prepare_split or resdom.load_split), got "
                           f"{type(split).__name__}")
+    progress = optional_bool(progress, "progress")  # progress="no" drew the bars
+    out = path_argument(out, "out") if out is not None else None
     if train is not None:
         return _fit_resolved(split, model, train, out, progress, data_info, callbacks, options)
     model_values, train_values = _route_options(options)
@@ -428,10 +439,14 @@ def _device(device: str | torch.device) -> torch.device:
 
 
 def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
-    """``values`` as a tuple of ints >= 1; a ResdomError naming ``what`` otherwise."""
+    """``values`` (a sequence, or a numpy array of one dimension) as a tuple of ints >= 1; a ResdomError naming
+    ``what`` otherwise."""
+    if isinstance(values, np.ndarray) and values.ndim == 1:  # np.array([5, 10]) was "expected a sequence"
+        values = values.tolist()
     if isinstance(values, (int, str)) or not isinstance(values, Sequence) or not values:
         raise ResdomError(f"{what}: expected a non-empty sequence of integers >= 1, e.g. (1, 5, 10) (got {values!r})")
-    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_CUTOFF]
+    bad = [v for v in values if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral)
+           or not 1 <= v <= MAX_CUTOFF]
     if bad:
         raise ResdomError(f"{what}: every value must be an integer from 1 to {MAX_CUTOFF:,} (got {bad[0]!r})")
     return tuple(int(v) for v in values)
@@ -450,7 +465,22 @@ def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -
     if not isinstance(split, (SplitData, EvalSet)):
         hint = f" (the part is chosen by part={split!r})" if isinstance(split, str) and split in PARTS else ""
         raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(split).__name__} {split!r:.40}{hint}")
+    _check_items(model, split)
     return model, split
+
+
+def _check_items(model: Any, split: SplitData | EvalSet) -> None:
+    """Refuse data whose items the model does not score as its own: another split's (an item id past the model's
+    embeddings was an IndexError from inside torch; fewer items ranked the model's others too)."""
+    n_model = int(model.n_items)
+    if isinstance(split, SplitData):
+        if split.n_items != n_model:
+            raise ResdomError(f"split: {split.n_items:,} items, but the model scores {n_model:,} (a split other than "
+                              "the one it was trained on?)")
+        return
+    top = max(int(split.targets.max(initial=0)), int(split.inputs.items.max(initial=0)))
+    if top > n_model:
+        raise ResdomError(f"split: the EvalSet holds item id {top:,}, past the model's {n_model:,} items")
 
 
 def _check_part(part: str) -> str:
@@ -593,9 +623,19 @@ def diagnose_run(run_dir: str | Path, options: DiagnoseOptions | None = None, *,
     dict
         The summary, as written to ``RUN_DIR/diagnostics/summary.json``: every diagnostic's headline numbers.
     """
-    return run_all(run_dir, options, device=str(_device(device)), progress=progress, **values)
+    return run_all(path_argument(run_dir, "run_dir"), options, device=str(_device(device)), progress=progress,
+                   **values)
 
 
+
+
+class NotInDiagnosis(ResdomError, KeyError):
+    """A diagnostic a Diagnosis does not hold (unknown, or not computed): a ResdomError, as every mistake of the
+    API's user, and a KeyError, as ``diagnosis[name]`` of a mapping (``plot`` and ``to_frame`` raised a bare
+    KeyError, its message in quotes)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass
@@ -620,11 +660,18 @@ class Diagnosis:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getitem__(self, name: str) -> Any:
-        if name not in REGISTRY:
-            raise KeyError(f"unknown diagnostic {name!r} (one of {', '.join(REGISTRY)})")
-        if name not in self.results:
-            raise KeyError(f"{name} was not computed (diagnose(..., what=...) chose {', '.join(self.results)})")
-        return self.results[name]
+        return self._result(name)
+
+    def _result(self, name: Any) -> Any:
+        """The result of diagnostic ``name`` (any case); a ``NotInDiagnosis`` naming it where it is unknown or was
+        not computed."""
+        key = name.strip().lower() if isinstance(name, str) else name
+        if key not in REGISTRY:
+            raise NotInDiagnosis(f"name: unknown diagnostic {name!r} (one of {', '.join(REGISTRY)})")
+        if key not in self.results:
+            raise NotInDiagnosis(f"name: {key} was not computed (diagnose(..., what=...) chose "
+                                 f"{', '.join(self.results) or 'none'})")
+        return self.results[key]
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The JSON of every diagnostic computed.
@@ -652,7 +699,7 @@ class Diagnosis:
         """
         if name is None:
             return {n: r.to_frame() for n, r in self.results.items()}
-        return self[name].to_frame()
+        return self._result(name).to_frame()
 
     def plot(self, name: str = "mixing", per_position: bool = False) -> Figure:
         """The report's figure of one diagnostic, drawn from ``self[name].to_dict()`` by
@@ -671,9 +718,13 @@ class Diagnosis:
         matplotlib.figure.Figure
             Labelled with the model's name.
         """
-        if per_position and name != "mixing":
+        result = self._result(name)
+        if not isinstance(per_position, (bool, np.bool_)):  # per_position="no" would be true
+            raise ResdomError(f"per_position: expected True or False (got {per_position!r})")
+        key = name.strip().lower()
+        if per_position and key != "mixing":
             raise ResdomError(f"per_position: only the mixing figure has one (not {name!r})")
-        return result_figure("mixing_per_position" if per_position else name, self[name].to_dict(), self.model)
+        return result_figure("mixing_per_position" if per_position else key, result.to_dict(), self.model)
 
     def __repr__(self) -> str:
         return f"Diagnosis(part={self.part!r}, computed={list(self.results)})"
@@ -727,6 +778,7 @@ def diagnose(
         ``part`` says. The numbers equal ``resdom diagnose``'s: both run ``diagnostics.runner.compute``.
     """
     label = model.name if isinstance(model, Fitted) else str(getattr(getattr(model, "cfg", None), "name", "model"))
+    progress = bool(optional_bool(progress, "progress"))
     model, data = _model_and_split(model, split, "diagnose")
     if not isinstance(data, SplitData):
         raise ResdomError(f"split: diagnose needs a SplitData (recovery uses valid and test), got "

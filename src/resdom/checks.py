@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import os
 import types
 import typing
 from collections.abc import Iterator
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,6 +150,16 @@ def closest_hint(value: Any, choices: tuple[str, ...]) -> str:
     lowered = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(str(value).strip().lower(), list(lowered), n=1)
     return f"did you mean {lowered[close[0]]}? " if close else ""
+
+
+def path_argument(value: Any, name: str) -> Path:
+    """``value`` (a str or os.PathLike) as a Path; a ResdomError naming ``name`` where it is none (None, 5: a
+    TypeError from inside pathlib that named no argument) or empty ("": the working folder)."""
+    if not isinstance(value, (str, os.PathLike)) or isinstance(value, bytes):
+        raise ResdomError(f"{name}: expected a path (a str or pathlib.Path), got {type(value).__name__} {value!r:.60}")
+    if not str(os.fspath(value)):  # "" is Path("."), the working folder
+        raise ResdomError(f"{name}: an empty path; give a folder")
+    return Path(value)
 
 
 def optional_bool(value: bool | None, option: str) -> bool | None:

@@ -83,11 +83,15 @@ def is_temporary(name: str) -> bool:
 
 
 def require_folder_path(path: str | Path, option: str = "--out") -> bool:
-    """Whether the output folder ``path`` exists; a ResdomError naming ``option`` when it exists and is not a
-    directory (a file: nothing would be written into it)."""
+    """Whether the output folder ``path`` exists; a ResdomError naming ``option`` when it, or a folder above it,
+    exists and is not a directory (a file: nothing would be written into it; one above it was a NotADirectoryError
+    when the first file was written)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ResdomError(f"{option} {path}: exists and is not a directory (choose a folder name)")
+    above = next((p for p in path.parents if p.exists()), None)
+    if not path.exists() and above is not None and not above.is_dir():
+        raise ResdomError(f"{option} {path}: {above} is a file, not a folder (choose a folder name)")
     return path.exists()
 
 

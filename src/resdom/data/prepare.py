@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from resdom.checks import arg, closest_hint, optional_bool
+from resdom.checks import arg, closest_hint, optional_bool, path_argument
 from resdom.data.changes import change_lines, preprocessing_changes, split_changes, split_reasons
 from resdom.data.download import resolve_dataset_files, sha256_file
 from resdom.data.native import NATIVE_FORMATS, read_native
@@ -373,6 +373,7 @@ def prepare_split(
                           "to prepare_split)")
     requested = protocol_name(protocol, "protocol")
     _check_options(options, PREPROCESS_OPTIONS + READER_OPTIONS + SPLIT_OPTIONS)
+    data_dir = path_argument(data_dir, "data_dir") if data_dir is not None else None
     valid_quantile = options.pop("valid_quantile", None)
     if requested not in ("gts", AUTO_PROTOCOL) and valid_quantile is not None:  # before the data is read
         raise ResdomError(f"valid_quantile: sets the validation cut time of the gts protocol; a {requested} split has "

@@ -142,8 +142,7 @@ class GridSpec:
             raise ResdomError(f"--out {self.out}: holds a results-store cell ({cell}); a grid's runs are not cells "
                               "and --force never moves a cell aside: give the store as --store and another --out")
         if self.store is not None:  # a file there (or above it) failed every cell after its training
-            existing = next(p for p in (self.store, *self.store.parents) if p.exists())  # "." or "/" at last
-            require_folder_path(existing, "--store")
+            require_folder_path(self.store, "--store")
         if self.store is not None and (self.store.resolve() == self.out.resolve()
                                        or self.out.resolve() in self.store.resolve().parents):
             raise ResdomError(f"--store {self.store}: is inside --out {self.out}; the store's cells would sit among "
