@@ -208,6 +208,9 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
                                                                                     "got list ['i']"),
     # a flag given as text would be true; numbers of the wrong kind were TypeErrors
     (lambda s, f: resdom.prepare_split(SOURCE, "loo", filter_seen="no"), "filter_seen: expected True, False or None"),
+    (lambda s, f: resdom.prepare_split(pd.DataFrame({"user_id": [1], "item_id": [1], "timestamp": [1]}), no_time="no"),
+     "no_time: expected True, False or None (got 'no')"),  # was read as true: a loo split without the timestamps
+    (lambda s, f: resdom.prepare_split(SOURCE, normalize_ids="no"), "normalize_ids: expected True, False or None"),
     (lambda s, f: f.recommend(filter_seen="no"), "filter_seen: expected True, False or None (got 'no')"),
     (lambda s, f: resdom.evaluate(f, filter_seen=1), "filter_seen: expected True, False or None (got 1)"),
     (lambda s, f: f.recommend(alpha="x"), "alpha: the residual scale must lie in [0, 1] (got 'x')"),

@@ -100,7 +100,7 @@ _PARAMETER_NAMES = {"format": "fmt"}
 
 def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
     """A ResdomError naming the first unknown option and the closest known one (the parameters ``fmt``,
-    ``protocol``, ... too: ``format=`` is ``fmt=``)."""
+    ``protocol``, ... too: ``format=`` is ``fmt=``), or a reader flag that is not True, False or None."""
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         key = str(unknown[0])
@@ -108,6 +108,9 @@ def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
         hint = (f"did you mean {_PARAMETER_NAMES[key]}? " if key in _PARAMETER_NAMES
                 else closest_hint(key.replace("-", "_"), known))
         raise ResdomError(f"unknown data option {key!r} ({hint}options: {', '.join(allowed)})")
+    for flag in ("no_time", "normalize_ids"):  # no_time="no" read the data without its timestamps
+        if flag in options:
+            optional_bool(options[flag], flag)
 
 
 def format_name(fmt: str | None, option: str = "fmt") -> str | None:
