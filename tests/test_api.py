@@ -74,6 +74,11 @@ def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()
     assert resdom.load_run(tmp_path / "run", device="cpu").checkpoint == fitted.checkpoint
+    # another setup into it: the message names fit's argument, not the CLI's --out
+    with pytest.raises(ResdomError, match=r"holds a run with another setup \(model\.hidden: 16 saved vs 8 now\); "
+                                          r"use another out directory"):
+        resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False,
+                   **{**SMALL, "epochs": 2, "hidden": 8})
 
 
 def test_saved_run_gives_the_cli_the_same_numbers(fitted, run_dir, capsys):
@@ -227,6 +232,8 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.load_run(5), "path: expected a path (a str or pathlib.Path), got int 5"),
     (lambda s, f: resdom.load_split(None), "path: expected a path"),
     (lambda s, f: resdom.diagnose_run(None), "run_dir: expected a path"),
+    (lambda s, f: resdom.diagnose_run(f.directory or "run", options=5), "options: expected a DiagnoseOptions or None "
+                                                                        "(got int)"),  # was an AttributeError
     (lambda s, f: resdom.fit(s, out=3), "out: expected a path"),
     (lambda s, f: resdom.prepare_split(SOURCE, data_dir=5), "data_dir: expected a path (a str or pathlib.Path)"),
     # a flag given as text drew the bars

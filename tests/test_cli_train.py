@@ -159,6 +159,7 @@ def test_train_into_run_of_other_data_is_refused(trained_run: Path, tmp_path: Pa
     code, _, err = run_cli(capsys, "train", SOURCE.replace("n_items=30", "n_items=31"), "--out", str(other),
                            "--epochs", "2", *TINY)
     assert code == 2 and "another setup" in err and "model.n_items: 30 saved vs 31 now" in err
+    assert "use another --out directory" in err  # the CLI's flag (from Python: out)
 
 
 # Under torchrun, each rank runs ``resdom train`` and then ``resdom diagnose`` in one interpreter (one launch, not

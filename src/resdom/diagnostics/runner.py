@@ -139,6 +139,9 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
         values["part"] = values.pop("split")
     if options is not None and values:
         raise TypeError(f"run_all: give options or keywords, not both (got {', '.join(values)})")
+    if options is not None and not isinstance(options, DiagnoseOptions):  # was an AttributeError when first read
+        raise ResdomError(f"options: expected a DiagnoseOptions or None (got {type(options).__name__}); or give its "
+                          "fields as keywords")
     options = options if options is not None else diagnose_options(**values)
     run = load_run(run_dir, device=device)
     rank, world = rank_and_world()

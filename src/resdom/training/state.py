@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
-from resdom.checks import NumbersModel
+from resdom.checks import NumbersModel, arg
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
@@ -244,6 +244,6 @@ def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig,
                 diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
     if diffs:
         raise ResdomError(
-            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another --out directory or "
+            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another {arg('out')} directory or "
             f"delete {files.state_dir} to start over"
         )
