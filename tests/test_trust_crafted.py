@@ -54,8 +54,9 @@ def test_an_error_quoting_a_multi_line_message_is_still_one_line(monkeypatch: py
 
 def test_a_model_too_large_for_memory_is_one_line_and_writes_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """An absurd size (model.max_len 10^9) fails where the weights are allocated: one line naming the sizes, and
-    no run folder (the model is built before config.json is written). Other errors are not disguised."""
+    """A size whose weights do not fit (model.max_len 10^5 on a machine made to refuse it) fails where the weights
+    are allocated: one line naming the sizes, and no run folder (the model is built before config.json is written);
+    an absurd one (10^9) is refused by the configuration first. Other errors are not disguised."""
     import resdom.training.trainer as trainer
 
     def refuse(cfg: object) -> None:
@@ -64,9 +65,13 @@ def test_a_model_too_large_for_memory_is_one_line_and_writes_no_run(tmp_path: Pa
 
     monkeypatch.setattr(trainer, "build_model", refuse)
     out = tmp_path / "r"
-    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=1000000000")
-    one_line_error(code, err, "model: its weights do not fit in memory on cpu (model.max_len 1000000000, "
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=100000")
+    one_line_error(code, err, "model: its weights do not fit in memory on cpu (model.max_len 100000, "
                               "model.hidden 8,", "lower model.max_len or model.hidden")
+    assert not out.exists()
+    # past RESDOM_MAX_MODEL_BYTES the configuration refuses it before anything is built
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=1000000000")
+    one_line_error(code, err, "model: refused: this model would take about", "RESDOM_MAX_MODEL_BYTES")
     assert not out.exists()
 
     def broken(cfg: object) -> None:

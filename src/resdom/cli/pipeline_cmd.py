@@ -197,7 +197,7 @@ GRID_FORCE_HELP = ("--out holds something other than a grid: move it aside (OUT.
 
 def reproduce(
     datasets: str = typer.Option("beauty-ts, toys-ts", help="comma-separated data set names (a synthetic source "
-                                 "keeps its knobs: synthetic:n_users=500,seed=2)"),
+                                 "keeps its knobs, as in synthetic:seed=2)"),
     models: str = typer.Option(GRID_MODELS, help="comma-separated models or variants (any case; "
                                "`resdom config list`)"),
     seeds: str = typer.Option("1, 2, 3", help="comma-separated training seeds"),
