@@ -89,9 +89,11 @@ def pmixer_model_config(state: dict[str, torch.Tensor], n_items: int, heads: int
             "(positions from 0, query LN(x) with raw keys and values, zeroed padding states), which this importer "
             "does not read; it reads the current code, whose table has maxlen + 1 rows (row 0 = padding)"
         )
-    if not 1 <= max_len < pos_rows:
+    if max_len != pos_rows - 1:  # pmixer's table has exactly maxlen + 1 rows; a shorter max_len would put the last
+        # item at position max_len, not at the maxlen it was trained at (other scores than pmixer's predict)
         raise ResdomError(f"{where}: max_len {max_len} needs a position table of {max_len + 1} rows; it has "
-                          f"{pos_rows} (this importer reads the current pmixer code, whose row 0 is padding)")
+                          f"{pos_rows}, so the model was trained with maxlen {pos_rows - 1} (this importer reads the "
+                          "current pmixer code, whose row 0 is padding)")
     if hidden % heads:
         raise ResdomError(f"{where}: hidden size {hidden} is not divisible by --heads {heads}")
     return SASRecConfig(
