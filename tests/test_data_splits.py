@@ -223,3 +223,64 @@ def test_split_cli_says_when_the_valid_part_is_empty(tmp_path, capsys) -> None:
     assert invoke(*args, "--valid-quantile", "0.5", "--out", str(tmp_path / "b")) == 0
     assert "note: the valid part is empty" not in capsys.readouterr().err
     assert len(SplitData.load(tmp_path / "b").valid) == 20
+
+
+_SMALL = "synthetic:n_users=40,n_items=25,min_len=5,max_len=10"
+
+
+def _edited(tmp_path, protocol: str, edit) -> str:
+    """A split of _SMALL saved under ``protocol`` whose manifest.json ``edit`` (a function of the dict) changed."""
+    import json
+
+    folder = tmp_path / f"{protocol}-split"
+    prepare_split(_SMALL, protocol).save(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return str(folder)
+
+
+@pytest.mark.parametrize(("protocol", "edit", "field"), [
+    ("gts", lambda m: m.update(protocol="loo"), "protocol is loo but arrays.npz does not hold a leave-one-out"),
+    ("gts", lambda m: m.update(protocol="none"), "protocol is none but arrays.npz holds 5 test users"),
+    ("loo", lambda m: m.update(protocol="gts"), "protocol is gts but its thresholds (T_val, T_test) are missing"),
+    ("loo", lambda m: m.update(protocol="gts", thresholds={"T_val": 1551278872, "T_test": 1557097873}),
+     "protocol is gts but arrays.npz trains on interactions after T_val"),
+    ("none", lambda m: m.update(protocol="loo"), "protocol is loo but arrays.npz does not hold a leave-one-out"),
+    ("gts", lambda m: m.update(protocol="GTS"), "protocol is 'GTS', none of loo, gts, none"),
+    ("gts", lambda m: m.update(n_items=99), "n_items is 99 but arrays.npz holds 25 items"),
+    ("gts", lambda m: m["counts"]["valid"].update(users=50), "counts.valid.users is 50 but arrays.npz holds 5"),
+    ("loo", lambda m: m["counts"]["train"].update(interactions="x"), "counts.train.interactions is 'x' but"),
+    ("loo", lambda m: m.update(counts=[1]), "counts is not an object"),
+    ("loo", lambda m: m.update(evaluation={"filter_seen": "no"}), "evaluation.filter_seen is not true or false"),
+])
+def test_load_refuses_a_manifest_that_describes_other_arrays(tmp_path, protocol, edit, field) -> None:
+    """A hand-edited (or swapped) manifest.json that says another protocol, n_items, part counts or filter setting
+    than arrays.npz holds was loaded as it was: train resolved the model's defaults by the wrong protocol (a gts
+    split trained as loo, no word), printed the manifest's counts, and a filter_seen of "no" filtered."""
+    folder = _edited(tmp_path, protocol, edit)
+    with pytest.raises(ResdomError) as e:
+        SplitData.load(folder)
+    assert str(e.value).startswith(f"{folder}/manifest.json: {field}")
+
+
+@pytest.mark.parametrize("protocol", ["loo", "gts", "none"])
+def test_load_takes_every_protocol_as_written(tmp_path, protocol) -> None:
+    assert SplitData.load(_edited(tmp_path, protocol, lambda m: None)).manifest["protocol"] == protocol
+
+
+@pytest.mark.parametrize(("edit", "line"), [
+    (lambda m: m.pop("protocol"), "manifest.json: protocol is None, none of loo, gts, none"),
+    (lambda m: m.update(protocol=5), "manifest.json: protocol is 5, none of loo, gts, none"),
+    (lambda m: m["changes"].update(split={"protocol": "gts"}), "manifest.json: changes or counts is not what "
+     "`resdom data split` writes (no field 'users_dropped')"),
+])
+def test_train_refuses_a_saved_split_with_a_broken_manifest_in_one_line(tmp_path, capsys, edit, line) -> None:
+    """A manifest.json without a protocol, or with one that is no string, or a changes section missing a field,
+    ended `resdom train` in a KeyError traceback."""
+    folder = _edited(tmp_path, "gts", edit)
+    code = invoke("train", folder, "--set", "model.hidden=8", "--set", "model.layers=1", "--epochs", "1",
+                  "--out", str(tmp_path / "run"))
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and f"error: {folder}/{line}" in err, err
+    assert not (tmp_path / "run").exists()

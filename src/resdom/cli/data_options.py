@@ -27,7 +27,8 @@ from resdom.data.changes import change_lines
 from resdom.data.prepare import format_name, known_protocol, load_prepared, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
 from resdom.errors import OptionError, ResdomError
-from resdom.names import AUTO_PROTOCOL
+from resdom.limits import short
+from resdom.names import AUTO_PROTOCOL, PROTOCOLS
 
 SOURCE_HELP = (
     "A registered data set (see 'resdom data list'), 'synthetic' or 'synthetic:knob=value,...', or a path: "
@@ -107,15 +108,25 @@ def split_manifest(source: str | Path) -> dict[str, Any]:
         raise ResdomError(f"{path}: cannot read the split's manifest ({e.strerror}); {again}") from None
     if not isinstance(manifest, dict):
         raise ResdomError(f"{path}: not a split manifest (expected a JSON object); run `resdom data split` again")
+    if manifest.get("protocol") not in PROTOCOLS:  # the protocol sets the model's defaults before the split is read
+        raise ResdomError(f"{path}: protocol is {short(manifest.get('protocol'))}, none of {', '.join(PROTOCOLS)}; "
+                          f"{again}")
     return manifest
 
 
-def print_changes(manifest: dict[str, Any]) -> None:
+def print_changes(manifest: dict[str, Any], where: str | Path | None = None) -> None:
     """Print what preparing the data changed (``data.changes.change_lines``), one ``data:`` line each on stderr
-    (stdout stays for the command's own output, e.g. ``--json``); only the main process under torchrun."""
+    (stdout stays for the command's own output, e.g. ``--json``); only the main process under torchrun. ``where``:
+    the manifest.json the manifest was read from, named where its ``changes`` cannot be read."""
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    for line in change_lines(manifest):
+    try:
+        lines = change_lines(manifest)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a hand-edited manifest.json
+        detail = f"no field {e}" if isinstance(e, KeyError) else str(e)[:200] or type(e).__name__
+        raise ResdomError(f"{where or 'the manifest'}: changes or counts is not what `resdom data split` writes "
+                          f"({detail}); run `resdom data split` again") from None
+    for line in lines:
         typer.echo(f"data: {line}", err=True)
 
 
@@ -199,6 +210,7 @@ class DataOptions:
             manifest = split_manifest(source)
             self._check_saved_split(source, manifest)
             split = SplitData.load(source)
+            where: Path | None = Path(source) / SplitData.MANIFEST
         else:
             opts = self.preprocess_options()
             known = self.known_protocol(source)
@@ -217,7 +229,8 @@ class DataOptions:
                 opts["filter_seen"] = self.filter_seen
             quantile = DEFAULT_QUANTILE if self.quantile is None else self.quantile
             split = prepare_split(source, self.protocol_choice, quantile, self.data_dir, self.fmt, **opts)
-        print_changes(split.manifest)
+            where = None
+        print_changes(split.manifest, where)
         protocol = split.manifest.get("protocol")
         if protocol == "loo" and self.quantile is not None and int(os.environ.get("RANK", "0")) == 0:
             # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)

@@ -21,6 +21,7 @@ from resdom.bounded import load_json, load_npz, refuse_special
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files
 from resdom.limits import short
+from resdom.names import PROTOCOLS
 from resdom.rundir import RunDir, first_names, own_entries, require_folder_path
 
 
@@ -306,7 +307,68 @@ class SplitData:
             raise ResdomError(f"{manifest_path}: cannot read it ({e.strerror}); {redo}") from None
         if not isinstance(split.manifest, dict):
             raise ResdomError(f"{manifest_path}: expected a JSON object; {redo}")
+        _check_manifest(split, manifest_path, redo)
         return split
+
+
+def _check_manifest(split: SplitData, path: Path, redo: str) -> None:
+    """ResdomError naming ``path`` and the field where the manifest describes another split than the arrays hold (a
+    hand-edited manifest, or one from another folder): the protocol (and the structure it implies), ``n_items``, the
+    per-part ``counts`` the CLI prints, ``evaluation.filter_seen``. Fields a manifest lacks are not checked."""
+    m = split.manifest
+
+    def refuse(field: str, what: str) -> None:
+        raise ResdomError(f"{path}: {field} {what}; {redo}")
+
+    if "protocol" in m and m["protocol"] not in PROTOCOLS:
+        refuse("protocol", f"is {short(m['protocol'])}, none of {', '.join(PROTOCOLS)}")
+    if "n_items" in m and (isinstance(m["n_items"], bool) or m["n_items"] != split.n_items):
+        refuse("n_items", f"is {short(m['n_items'])} but arrays.npz holds {split.n_items} items")
+    evaluation = m.get("evaluation")
+    if "evaluation" in m and not (isinstance(evaluation, dict) and isinstance(evaluation.get("filter_seen", True),
+                                                                              bool)):
+        refuse("evaluation.filter_seen", "is not true or false")
+    if "counts" in m:
+        counts, held = m["counts"], split_counts(split.train, split.valid, split.test)
+        if not isinstance(counts, dict):
+            refuse("counts", "is not an object")
+        for part, numbers in held.items():
+            saved = counts.get(part, {})
+            if not isinstance(saved, dict):
+                refuse(f"counts.{part}", "is not an object")
+            for key, value in numbers.items():
+                if key in saved and (isinstance(saved[key], bool) or saved[key] != value):
+                    refuse(f"counts.{part}.{key}", f"is {short(saved[key])} but arrays.npz holds {value}")
+    problem = _protocol_mismatch(split, m.get("protocol"))
+    if problem:
+        refuse("protocol", f"is {m['protocol']} but {problem}")
+
+
+def _protocol_mismatch(split: SplitData, protocol: Any) -> str | None:
+    """What in the arrays contradicts ``protocol`` (a sentence), or None: loo holds the same users in every part,
+    valid input = training sequence, test input = valid input + target (``splits.split_loo``); none holds no test
+    users; gts has its thresholds, training at or before T_val (``splits.split_gts``)."""
+    train, valid, test = split.train, split.valid, split.test
+    if protocol == "none" and len(test):
+        return f"arrays.npz holds {len(test)} test users (a none split holds out none)"
+    if protocol == "loo":
+        joined = with_targets(valid)
+        pairs = ((train.users, valid.inputs.users), (valid.inputs.users, test.inputs.users),
+                 (train.offsets, valid.inputs.offsets), (train.items, valid.inputs.items),
+                 (joined.offsets, test.inputs.offsets), (joined.items, test.inputs.items))
+        if not all(np.array_equal(a, b) for a, b in pairs):
+            return "arrays.npz does not hold a leave-one-out split (one user set, test input = valid input + target)"
+    if protocol == "gts":
+        thresholds = split.manifest.get("thresholds")
+        t_val, t_test = ((thresholds.get(k) if isinstance(thresholds, dict) else None) for k in ("T_val", "T_test"))
+        if not (isinstance(t_val, (int, float)) and isinstance(t_test, (int, float))
+                and not isinstance(t_val, bool) and not isinstance(t_test, bool)):
+            return "its thresholds (T_val, T_test) are missing or not numbers"
+        if t_val > t_test:
+            return f"its T_val {t_val} is after its T_test {t_test}"
+        if train.times is not None and len(train.times) and float(train.times.max()) > t_val:
+            return f"arrays.npz trains on interactions after T_val {t_val} (a gts split trains at or before it)"
+    return None
 
 
 def _label_arrays(name: str, labels: np.ndarray) -> dict[str, np.ndarray]:
@@ -332,6 +394,30 @@ def _labels_from(a: dict[str, np.ndarray], name: str) -> np.ndarray | None:
         raise ValueError(f"inconsistent {name}")
     return np.array([data[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)],
                     dtype=object)
+
+
+def seq_counts(seqs: Sequences) -> dict[str, int]:
+    """Users (non-empty sequences), distinct items and interactions of ``seqs``."""
+    return {
+        "users": int((seqs.lengths > 0).sum()),
+        "items": int(len(np.unique(seqs.items))),
+        "interactions": int(len(seqs.items)),
+    }
+
+
+def split_counts(train: Sequences, valid: EvalSet, test: EvalSet) -> dict[str, dict[str, int]]:
+    """Counts of users / items / interactions per part (a manifest's ``counts``); eval parts also count targets and
+    cold targets (target items never seen in training)."""
+    train_items = np.unique(train.items)
+    out = {"train": seq_counts(train)}
+    for name, ev in (("valid", valid), ("test", test)):
+        c = seq_counts(ev.inputs)
+        c["users"] = len(ev)
+        c["items"] = int(len(np.unique(np.concatenate([ev.inputs.items, ev.targets]))))
+        c["targets"] = len(ev)
+        c["cold_targets"] = int((~np.isin(ev.targets, train_items)).sum())
+        out[name] = c
+    return out
 
 
 def with_targets(ev: EvalSet) -> Sequences:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from resdom.checks import arg
-from resdom.data.sequences import EvalSet, Sequences, ranges
+from resdom.data.sequences import EvalSet, Sequences, ranges, seq_counts, split_counts
 from resdom.errors import ResdomError
 
 
@@ -156,7 +156,7 @@ def split_gts(seqs: Sequences, quantile: float = 0.9, valid_quantile: float | No
             "rule": "order statistic floor(q*(n-1)) of all timestamps (same parts as pandas linear quantile); "
                     "ties at a threshold go to the earlier side (t <= T)",
         },
-        "pool": _seq_counts(pool),
+        "pool": seq_counts(pool),
         "dropped_users": {"test": dropped_test, "valid": dropped_val},
     }
     return SplitParts(train, valid, test, info)
@@ -177,24 +177,6 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(value, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _seq_counts(seqs: Sequences) -> dict[str, int]:
-    return {
-        "users": int((seqs.lengths > 0).sum()),
-        "items": int(len(np.unique(seqs.items))),
-        "interactions": int(len(seqs.items)),
-    }
-
-
 def part_counts(parts: SplitParts) -> dict[str, dict[str, int]]:
-    """Counts of users / items / interactions per part; eval parts also count targets and cold targets
-    (target items never seen in training)."""
-    train_items = np.unique(parts.train.items)
-    out = {"train": _seq_counts(parts.train)}
-    for name, ev in (("valid", parts.valid), ("test", parts.test)):
-        c = _seq_counts(ev.inputs)
-        c["users"] = len(ev)
-        c["items"] = int(len(np.unique(np.concatenate([ev.inputs.items, ev.targets]))))
-        c["targets"] = len(ev)
-        c["cold_targets"] = int((~np.isin(ev.targets, train_items)).sum())
-        out[name] = c
-    return out
+    """Counts of users / items / interactions per part (``sequences.split_counts``)."""
+    return split_counts(parts.train, parts.valid, parts.test)
