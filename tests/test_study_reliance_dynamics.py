@@ -36,7 +36,7 @@ def curve_rows(ndcg: list[float], hrli: list[float], every: int = 5, start: int 
     n = len(ndcg) * every
     for e in range(start, n + 1):
         i = min(len(ndcg) - 1, (e - 1) // every)
-        row: dict = {"epoch": e, "loss": 1.0, "valid": {"NDCG@10": ndcg[i], "HR@10": 2 * ndcg[i]}}
+        row: dict = {"epoch": e, "loss": 1.0, "valid": {"NDCG@10": ndcg[i], "HR@10": min(1.0, 2 * ndcg[i])}}
         if e % every == 0:
             row["monitor"] = {"n_users": 1024, "HRLI@1": hrli[i], "mixing_all": {"Attn": 0.8}}
         rows.append(row)

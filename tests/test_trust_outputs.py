@@ -414,6 +414,54 @@ def test_a_diagnostic_out_of_range_never_enters_a_table_or_figure(tmp_path: Path
     assert needle in str(e.value) and str(cell / "diagnostics" / file) in str(e.value)
 
 
+@pytest.mark.parametrize(("compute", "needle"), [
+    ({"train_seconds": -600.0}, "field compute.train_seconds is -600.0; a duration must be seconds in [0, "),
+    ({"train_seconds": 1e30}, "field compute.train_seconds is 1e+30; a duration must be seconds in [0, "),
+    ({"train_seconds": 60.0, "diagnose_seconds": "x"}, "field compute.diagnose_seconds is 'x'; a duration must"),
+])
+def test_a_cell_with_negative_or_absurd_seconds_is_refused(tmp_path: Path, compute: dict, needle: str) -> None:
+    """A cell.json whose compute section said -600 or 1e30 training seconds was tabled as read: "Train min -10" in
+    the training table. Maker: a store cell with compute replaced; a diagnostic's seconds are checked alike."""
+    cell = make_cell(tmp_path / "store", compute=compute)
+    with pytest.raises(ResdomError) as e:
+        read_run(cell)
+    assert str(e.value).startswith(f"{cell / 'cell.json'}: {needle}")
+    (cell / "cell.json").write_text(json.dumps({**json.loads((cell / "cell.json").read_text()),
+                                                "compute": {"train_seconds": 0.0, "diagnose_seconds": None}}))
+    assert read_run(cell).cell["compute"]["train_seconds"] == 0.0
+    (cell / "diagnostics" / "hrli.json").write_text(json.dumps({"values": {"HRLI@1": 0.5}, "n_users": 9, "split":
+                                                                "test", "checkpoint": "c0", "seconds": -1}))
+    with pytest.raises(ResdomError, match="hrli.json: field seconds is -1; a duration"):
+        read_run(cell)
+
+
+_ROW = '{"epoch": %s, "loss": %s, "valid": {"NDCG@10": 0.1}, "seconds": 2.0}'
+
+
+@pytest.mark.parametrize(("lines", "needle"), [
+    ([_ROW % (1, 2.5), _ROW % (2, "NaN")], ":2: field loss is nan; a loss must be a finite non-negative number"),
+    ([_ROW % (1, -2.5)], ":1: field loss is -2.5; a loss must be"),
+    ([_ROW % (1, '"2.5"')], ":1: field loss is '2.5'; a loss must be"),
+    ([_ROW % (2, 2.5), _ROW % (1, 2.4)], ":2: field epoch is 1 after epoch 2; epochs must be whole numbers in "
+     "increasing order"),
+    ([_ROW % (1, 2.5), _ROW % (1, 2.5)], ":2: field epoch is 1 after epoch 1"),
+    ([_ROW % (1, 2.5), (_ROW % (2, 2.4))[:-9]], ":2: not a JSON object (a torn or damaged line)"),
+    ([(_ROW % (1, 2.5)).replace("2.0}", "-3.0}")], ":1: field seconds is -3.0; a duration must be"),
+])
+def test_a_cell_curve_out_of_order_or_out_of_range_is_refused(tmp_path: Path, lines: list[str],
+                                                              needle: str) -> None:
+    """A cell's curve.jsonl with a NaN, negative or string loss, epochs repeated or out of order, or a torn line
+    was read as it was (a torn line skipped without a word, an epoch counted twice in the summed seconds and the
+    curves). Maker: a store cell with a written curve.jsonl."""
+    cell = make_cell(tmp_path / "store")
+    (cell / "curve.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ResdomError) as e:
+        read_run(cell)
+    assert str(e.value).startswith(f"{cell / 'curve.jsonl'}{needle}")
+    (cell / "curve.jsonl").write_text("\n".join(_ROW % (k, 2.5 - k / 10) for k in (1, 2, 4)) + "\n")
+    assert [r["epoch"] for r in read_run(cell).curve] == [1, 2, 4]
+
+
 def test_a_diagnostic_may_hold_an_empty_band_and_a_negative_change() -> None:
     """What resdom writes passes: an HRLI band without users (null), a shuffle's relative change of -0.8."""
     from resdom.stored import metrics_problem

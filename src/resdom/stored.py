@@ -48,6 +48,7 @@ CELL_SPLIT = "test"  # the split a run's or a cell's reported diagnostics descri
 _RATES = ("HR@", "NDCG@", "MRR", "HRL", "HR_", "NDCG_", "Attn", "+Res", "+LN")  # names of values that are
 # rates or ratios in [0, 1]: HR@K, ..., HRLI@K, HRL2I@K, the mixing ratio of each stage
 _COUNTS = ("n_users", "best_epoch", "epochs_run", "recoverable", "n_seeds")
+MAX_SECONDS = 366 * 24 * 3600  # a duration (a field ``seconds`` or ``*_seconds``) above a year is no measured one
 
 
 def _cut(value: Any, limit: int = 60) -> str:
@@ -102,10 +103,35 @@ def users_header(path: str | Path) -> dict[str, Any] | None:
     return header if isinstance(header, dict) else None
 
 
+def curve_problem(rows: list[Any], file: str) -> str | None:
+    """Why ``rows`` (the lines of a cell's ``curve.jsonl``, one an epoch, each parsed or None where it is no JSON)
+    cannot be read as its training curve: a line that is not a JSON object (torn or damaged), epochs that are not
+    whole numbers in increasing order (one repeated or out of order), a loss that is not a finite non-negative
+    number, or a value ``metrics_problem`` refuses (a NaN, a rate outside [0, 1], a negative duration);
+    ``file:LINE: ...``. None when every row is in order."""
+    last = 0
+    for i, row in enumerate(rows, 1):
+        where = f"{file}:{i}"
+        if not isinstance(row, dict):
+            return f"{where}: not a JSON object (a torn or damaged line)"
+        epoch, loss = row.get("epoch"), row.get("loss")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= last:
+            return (f"{where}: field epoch is {_cut(epoch)} after epoch {last}; epochs must be whole numbers in "
+                    "increasing order")
+        last = epoch
+        if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)
+                                 or not math.isfinite(loss) or loss < 0):
+            return f"{where}: field loss is {_cut(loss)}; a loss must be a finite non-negative number"
+        if problem := metrics_problem(row, where):
+            return problem
+    return None
+
+
 def metrics_problem(metrics: Any, file: str = "metrics.json", diagnostic: bool = False) -> str | None:
     """Why ``metrics`` (a metrics.json's content, or with ``diagnostic`` a diagnostic's JSON) cannot be read as
     numbers: a value that is not finite (NaN, infinity) anywhere, a rate (HR@K, NDCG@K, MRR, HRLI@K) outside [0, 1] or
-    not a number, a count (n_users, best_epoch, epochs_run, recoverable, n_seeds) that is not a non-negative integer;
+    not a number, a count (n_users, best_epoch, epochs_run, recoverable, n_seeds) that is not a non-negative integer,
+    a duration (``seconds``, ``*_seconds``: a cell's train_seconds) negative or above a year (``MAX_SECONDS``);
     ``file: field A.B is V (...)``, the value cut to a readable length. In a diagnostic's JSON a rate may be null (a
     band without users), and what lies under a key naming a change (``relative_change``, ``shuffle_NDCG@10_change``)
     is a relative change, no rate. None when every value is in range."""
@@ -132,6 +158,9 @@ def metrics_problem(metrics: Any, file: str = "metrics.json", diagnostic: bool =
         if name in _COUNTS and value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                                       or value < 0):
             return f"{file}: field {at} is {_cut(value)}; it must be a non-negative integer"
+        duration = any(part == "seconds" or part.endswith("_seconds") for part in at.split("."))
+        if duration and value is not None and (not number or not 0 <= value <= MAX_SECONDS):
+            return f"{file}: field {at} is {_cut(value)}; a duration must be seconds in [0, {MAX_SECONDS:,}]"
         return None
 
     if not isinstance(metrics, dict):

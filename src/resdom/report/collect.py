@@ -25,7 +25,7 @@ from resdom.io import read_jsonl, sha256_file
 from resdom.limits import short
 from resdom.names import USERS
 from resdom.rundir import RunDir, not_a_run_dir
-from resdom.stored import cell_problem, checkpoint_problem, metrics_problem, users_header
+from resdom.stored import cell_problem, checkpoint_problem, curve_problem, metrics_problem, users_header
 
 
 def users_file(folder: str | Path) -> Path:
@@ -207,8 +207,23 @@ def read_run(run_dir: str | Path) -> RunRecord:
         stale=stale,
         problems=problems,
         cell=cell,
-        curve=read_jsonl(files.curve if files.curve.is_file() else files.log),
+        curve=read_cell_curve(files.curve) if files.curve.is_file() else read_jsonl(files.log),
     )
+
+
+def read_cell_curve(path: Path) -> list[dict[str, Any]]:
+    """The rows of a cell's ``curve.jsonl``, one an epoch; a torn or damaged line, epochs out of order or repeated,
+    a NaN, negative or non-numeric loss (``stored.curve_problem``) is a ResdomError naming the file and line (a run's
+    own metrics.jsonl, which a kill may leave torn, is read by ``io.read_jsonl``)."""
+    rows: list[Any] = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            rows.append(None)
+    if problem := curve_problem(rows, str(path)):
+        raise ResdomError(problem)
+    return rows
 
 
 def kept_checkpoint(run_dir: Path, cell: dict[str, Any], metrics: dict[str, Any]) -> tuple[str | None, str]:
