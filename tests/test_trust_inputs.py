@@ -185,6 +185,30 @@ def test_damaged_weights_or_sidecar_is_one_line(run_dir: Path, damage: str,
     assert run_cli(capsys, "evaluate", str(run_dir))[0] == 0
 
 
+def test_weights_of_another_model_with_the_same_shapes_are_refused(tmp_path: Path, split: SplitData,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A model.safetensors of another run of the same shapes, copied beside a run's model.json, was evaluated,
+    diagnosed and recommended from without a word (the sidecar's epoch and validation metrics describe other
+    weights); the sidecar now names its weights' checkpoint. Maker: two untrained runs, one's weights copied into
+    the other; a sidecar without the field (written before it) is not checked."""
+    ours, other = make_run(tmp_path / "ours", split), tiny_model(split.n_items)
+    with torch.no_grad():
+        other.item_embeddings()[3, 1] += 1.0
+    labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
+    theirs = write_run(tmp_path / "theirs", other, ImportData(split, labels, split.manifest), {"format": "test"})
+    (ours / "model.safetensors").write_bytes((theirs / "model.safetensors").read_bytes())
+    for args in (["evaluate", str(ours)], ["diagnose", str(ours), "--what", "hrli", "--no-progress"],
+                 ["recommend", str(ours), "--users", "1"]):
+        code, out, err = run_cli(capsys, *args)
+        one_line_error(code, err, str(ours / "model.safetensors"), "not the weights model.json describes")
+        assert "HR@" not in out
+    sidecar = json.loads((ours / "model.json").read_text())
+    sidecar.pop("weights")
+    (ours / "model.json").write_text(json.dumps(sidecar))
+    assert run_cli(capsys, "evaluate", str(ours))[0] == 0
+    assert run_cli(capsys, "evaluate", str(theirs))[0] == 0
+
+
 def test_config_json_that_is_not_json_is_one_line(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (run_dir / "config.json").write_text('{"model": {"name": "sas')
     code, _, err = run_cli(capsys, "evaluate", str(run_dir))

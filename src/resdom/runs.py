@@ -18,6 +18,7 @@ from resdom.bounded import check_model_description, load_json, refuse_special
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
+from resdom.limits import short
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.config import ModelConfig, read_model_config
 from resdom.rundir import RunDir, not_a_run_dir
@@ -89,10 +90,14 @@ def save_checkpoint(path: str | Path, model: SequentialRecommender, extra: dict[
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    weights = safetensors_bytes(tensors, metadata={"format": CHECKPOINT_FORMAT})
     sidecar = {"format": CHECKPOINT_FORMAT, "model": model.cfg.model_dump(), "versions": versions()}
     sidecar.update(extra or {})
-    atomic_write_files({path: safetensors_bytes(tensors, metadata={"format": CHECKPOINT_FORMAT}),
-                        path.with_suffix(".json"): json_bytes(sidecar)})
+    sidecar[WEIGHTS_KEY] = hashlib.sha256(weights).hexdigest()[:16]  # the checkpoint_id of the weights it describes
+    atomic_write_files({path: weights, path.with_suffix(".json"): json_bytes(sidecar)})
+
+
+WEIGHTS_KEY = "weights"  # the sidecar's checkpoint_id of its weights file: another model's weights are refused
 
 
 def read_safetensors(path: str | Path, what_to_do: str) -> dict[str, torch.Tensor]:
@@ -179,6 +184,10 @@ def load_checkpoint(
             parts.append(f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in bad[:3]]}")
         raise ResdomError(f"{path}: weights do not fit the model in its sidecar ({'; '.join(parts)})")
     check_finite(state, str(path))
+    if WEIGHTS_KEY in meta and meta[WEIGHTS_KEY] != checkpoint_id(path):  # sidecars before it: not checked
+        raise ResdomError(f"{path}: not the weights {path.with_suffix('.json').name} describes (checkpoint "
+                          f"{checkpoint_id(path)}, the sidecar's {short(meta[WEIGHTS_KEY])}: a weights file of another "
+                          "run or model copied in?); copy the run's own pair, or retrain or re-import the run")
     model.load_state_dict(state)
     model.eval()
     return model, meta
