@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,9 +241,15 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     split = SplitData.load(files.data)
     if split.n_items != read_sidecar(ckpt)["model"].get("n_items"):
         raise ResdomError(f"{ckpt}: checkpoint item count does not match {files.data} ({split.n_items} items)")
-    for _ in range(3):  # a trainer may replace the best checkpoint meanwhile: the hash must be of what was loaded
+    for attempt in range(3):  # a trainer may replace the best checkpoint meanwhile: the hash must be of what was loaded
         before = checkpoint_id(ckpt)
-        model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprints(split))
+        try:
+            model, meta = load_checkpoint(ckpt, fingerprint=data_fingerprints(split))
+        except ResdomError:  # a pair read half before a trainer replaced it (its two renames): read the new pair
+            if attempt < 2 and (checkpoint_id(ckpt) != before or is_locked(run_dir)):
+                time.sleep(0.1)
+                continue
+            raise
         if checkpoint_id(ckpt) == before:
             break
     config = read_config(files.config)
