@@ -209,6 +209,23 @@ def test_weights_of_another_model_with_the_same_shapes_are_refused(tmp_path: Pat
     assert run_cli(capsys, "evaluate", str(theirs))[0] == 0
 
 
+@pytest.mark.parametrize(("key", "value"), [("n_items", 99), ("hidden", 16), ("name", "bsarec")])
+def test_config_json_of_another_model_is_one_line(run_dir: Path, key: str, value: object,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A run's config.json whose model section says another n_items, width or model than its checkpoint (hand-edited,
+    or another run's copied in) was passed over: evaluate and diagnose printed the checkpoint's numbers under it."""
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["model"][key] != value
+    (run_dir / "config.json").write_text(json.dumps({**config, "model": {**config["model"], key: value}}))
+    for args in (["evaluate", str(run_dir)], ["diagnose", str(run_dir), "--what", "hrli", "--no-progress"]):
+        code, out, err = run_cli(capsys, *args)
+        one_line_error(code, err, f"{run_dir / 'config.json'}: model.{key} is {value!r} but the checkpoint's "
+                       "model.json says")
+        assert "HR@" not in out
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert run_cli(capsys, "evaluate", str(run_dir))[0] == 0
+
+
 def test_config_json_that_is_not_json_is_one_line(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (run_dir / "config.json").write_text('{"model": {"name": "sas')
     code, _, err = run_cli(capsys, "evaluate", str(run_dir))

@@ -253,4 +253,12 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
         if checkpoint_id(ckpt) == before:
             break
     config = read_config(files.config)
+    section = config.get("model")
+    stated: dict[str, Any] = section if isinstance(section, dict) else {}
+    own = meta["model"]  # as written beside the weights by the same resdom (no migration of older forms between)
+    for key in sorted(stated):  # a hand-edited config.json, or another run's
+        if key in own and stated[key] != own[key]:
+            raise ResdomError(f"{files.config}: model.{key} is {short(stated[key])} but the checkpoint's "
+                              f"{files.sidecar.name} says {short(own[key])}; the config is not of this checkpoint: "
+                              "copy the run's own config.json, or retrain or re-import the run")
     return Run(run_dir, model.to(device), split, config, meta, before, training=is_locked(run_dir))
