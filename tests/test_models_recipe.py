@@ -214,6 +214,14 @@ def test_every_model_has_a_recipe_version_recorded_in_its_runs(tmp_path) -> None
     import resdom
 
     assert recipe_label("sasrec") == f"sasrec/{RECIPE_VERSIONS['sasrec']}" == "sasrec/2"
+    # a configuration no later version changed records the version it trains as (the report reads them as one)
+    gts, _ = model_defaults("sasrec", "gts")
+    loo, _ = model_defaults("sasrec", "loo")
+    assert recipe_label("sasrec", {**gts, "query_ln": False}) == "sasrec/2"
+    assert recipe_label("sasrec", {**gts, "norm_first": True}) == "sasrec/2"  # sasrec-preln: retrained
+    assert recipe_label("sasrec", {**gts, "query_ln": True}) == "sasrec/1"  # sasrec-tts: unchanged
+    assert recipe_label("sasrec", loo) == "sasrec/1"  # BSARec's code base: N(0, 0.02), no FFN dropout
+    assert recipe_label("duorec", {}) == "duorec/1"
     split = resdom.prepare_split("synthetic:n_users=60,n_items=30", protocol="gts")
     fitted = resdom.fit(split, "sasrec", epochs=1, out=tmp_path / "run", hidden=16, max_len=8, progress=False)
     import json

@@ -413,9 +413,33 @@ def test_runs_of_one_label_trained_by_two_recipes_are_two_rows(tmp_path: Path) -
     root = _copy_fixtures(tmp_path)
     config = root / "toyA_sasrec_seed2" / "config.json"
     data = json.loads(config.read_text())
-    config.write_text(json.dumps({**data, "versions": {**data.get("versions", {}), "recipe": "sasrec/2"}}))
+    recipe2 = {"qkv_init": "xavier", "ffn_dropout": True}
+    config.write_text(json.dumps({**data, "model": {**data["model"], **recipe2},
+                                  "versions": {**data.get("versions", {}), "recipe": "sasrec/2"}}))
     runs = read_runs([root / "toyA_sasrec_seed1", root / "toyA_sasrec_seed2", root / "toyA_bsarec_seed1"])
     assert sorted(r.model for r in runs) == ["bsarec", "sasrec (recipe sasrec/1)", "sasrec (recipe sasrec/2)"]
     rows = {t.name: t for t in summary_tables(runs)}["accuracy"].rows
     assert sorted((r["model"], r["n"]) for r in rows) == [("bsarec", 1), ("sasrec (recipe sasrec/1)", 1),
                                                           ("sasrec (recipe sasrec/2)", 1)]
+
+
+@pytest.mark.parametrize("model", [{"query_ln": True, "qkv_init": "xavier", "ffn_dropout": True},
+                                   {"qkv_init": "normal", "ffn_dropout": False}])
+def test_a_run_recorded_by_a_recipe_that_did_not_change_it_is_a_seed_of_the_same_row(tmp_path: Path,
+                                                                                      model: dict) -> None:
+    """A query-LN ``sasrec`` (sasrec-tts) or a LOO ``sasrec`` (BSARec's code base) trained after recipe sasrec/2
+    recorded "sasrec/2" and stood in a row apart from its earlier seeds, although recipe 2 changed neither (the
+    query-LN block always had Xavier projections and FFN dropout; LOO's has neither). Maker: the fixture's toyA /
+    sasrec seed 2 given either configuration and "sasrec/2", seed 1 the same configuration and no recipe."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    for seed, versions in ((1, {}), (2, {"recipe": "sasrec/2"})):
+        config = root / f"toyA_sasrec_seed{seed}" / "config.json"
+        data = json.loads(config.read_text())
+        config.write_text(json.dumps({**data, "model": {**data["model"], **model},
+                                      "versions": {**data.get("versions", {}), **versions}}))
+    runs = read_runs([root / "toyA_sasrec_seed1", root / "toyA_sasrec_seed2"])
+    assert [r.model for r in runs] == ["sasrec", "sasrec"]
+    assert [(r["model"], r["n"]) for r in {t.name: t for t in summary_tables(runs)}["accuracy"].rows] == \
+        [("sasrec", 2)]

@@ -23,7 +23,7 @@ their settings from this module.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,11 +66,23 @@ TIME_TO_SPLIT_GRU4REC: Values = {"max_len": 128, "hidden": 64, "layers": 1, "dro
 # alters what a seeded run of that model trains. sasrec 2: the reference paper's SASRec (GTS) initialises its
 # query/key/value projections Xavier-uniform and has dropout inside its FFN, as its code (recipe 1 had neither).
 RECIPE_VERSIONS: dict[str, int] = {"sasrec": 2, "duorec": 1, "bsarec": 1, "bert4rec": 1, "gru4rec": 1}
+# Which configurations each version changed (model -> version -> a test over the model's values): a run records the
+# latest version that changed what its configuration trains, so a run of a configuration no change touched reads as
+# the same recipe as the runs trained before. sasrec 2 changed post-LN and pre-LN blocks with Xavier projections or
+# FFN dropout; the query-LN block (``sasrec-tts``) always had both, and LOO's sasrec (BSARec's code base) has neither.
+RECIPE_CHANGES: dict[str, dict[int, Callable[[Mapping[str, Any]], bool]]] = {
+    "sasrec": {2: lambda v: not v.get("query_ln", False)
+               and (v.get("qkv_init", "normal") == "xavier" or bool(v.get("ffn_dropout", False)))},
+}
 
 
-def recipe_label(model: str) -> str:
-    """``"<model>/<version>"`` of ``model``'s training recipe (``RECIPE_VERSIONS``)."""
-    return f"{model}/{RECIPE_VERSIONS[model]}"
+def recipe_label(model: str, values: Mapping[str, Any] | None = None) -> str:
+    """``"<model>/<version>"``: the latest version of ``model``'s training recipe (``RECIPE_VERSIONS``) that changed
+    what a run of model values ``values`` trains (``RECIPE_CHANGES``; without values, the latest version)."""
+    if values is None:
+        return f"{model}/{RECIPE_VERSIONS[model]}"
+    changed = [version for version, applies in RECIPE_CHANGES.get(model, {}).items() if applies(values)]
+    return f"{model}/{max(changed, default=1)}"
 
 
 # ---------------------------------------------------------------------------------------------- model traits
@@ -119,6 +131,8 @@ MODEL_TRAITS: dict[str, ModelTraits] = {
 }
 assert tuple(MODEL_TRAITS) == MODELS, "resdom.names.MODELS and MODEL_TRAITS disagree"
 assert tuple(RECIPE_VERSIONS) == MODELS, "resdom.names.MODELS and RECIPE_VERSIONS disagree"
+assert all(max(RECIPE_CHANGES.get(m, {}), default=1) == v for m, v in RECIPE_VERSIONS.items()), \
+    "RECIPE_VERSIONS and RECIPE_CHANGES disagree"
 # The causal self-attention recommenders whose last-item reliance resdom studies (SASRec, DuoRec, BSARec): every
 # model but the contrast models, by their traits.
 CAUSAL_MODELS: tuple[str, ...] = tuple(m for m, traits in MODEL_TRAITS.items() if not traits.contrast)

@@ -20,7 +20,14 @@ from typing import Any
 
 from resdom import names
 from resdom.errors import ResdomError
-from resdom.experiments import NAMED_VARIANTS, REMEDY_LABELS, TRAINING_VARIANTS, shares_runs
+from resdom.experiments import (
+    NAMED_VARIANTS,
+    RECIPE_VERSIONS,
+    REMEDY_LABELS,
+    TRAINING_VARIANTS,
+    recipe_label,
+    shares_runs,
+)
 from resdom.io import read_jsonl, sha256_file
 from resdom.limits import short
 from resdom.names import USERS
@@ -331,13 +338,21 @@ def _split_of(run: RunRecord) -> tuple[str | None, float | None]:
 
 
 def _recipe_of(run: RunRecord) -> str:
-    """The training recipe a run records (``versions.recipe``, ``experiments.RECIPE_VERSIONS``); a run from before
-    recipes were recorded trained its model's first."""
+    """The training recipe a run trained by: the one it records (``versions.recipe``; a run from before recipes were
+    recorded trained its model's first), or an earlier one where no later version changed what its configuration
+    trains (``experiments.recipe_label``: a query-LN ``sasrec`` run recorded ``sasrec/2`` trains as ``sasrec/1``)."""
+    model = _section(run.config, "model")
+    name = str(model.get("name") or run.model)
+    recorded = f"{name}/1"
     for source in (run.cell, run.config):
         recipe = _section(source, "versions").get("recipe")
         if isinstance(recipe, str) and recipe:
-            return recipe
-    return f"{_section(run.config, 'model').get('name') or run.model}/1"
+            recorded = recipe
+            break
+    owner, _, version = recorded.rpartition("/")
+    if owner != name or name not in RECIPE_VERSIONS or not version.isdigit():
+        return recorded
+    return f"{name}/{min(int(version), int(recipe_label(name, model).rpartition('/')[2]))}"
 
 
 def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
