@@ -6,6 +6,7 @@ import csv
 import io
 import math
 import re
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -403,6 +404,36 @@ def test_runs_of_one_data_set_split_two_ways_are_two_rows(tmp_path: Path) -> Non
         rows = {t.name: t for t in summary_tables(runs)}["accuracy"].rows
         assert [(r["dataset"], r["n"]) for r in rows] == [(name, 1) for name in names]
     assert [r.dataset for r in read_runs(find_run_dirs(FIXTURES))][:2] == ["toyA", "toyA"]  # one split: as it was
+
+
+def _data(digest: str) -> dict:
+    return {"source": {"kind": "path", "files": [{"sha256": digest * 64}]}}
+
+
+@pytest.mark.parametrize("first, second, names", [
+    ({}, {"evaluation": {"filter_seen": False}}, ["toyA (gts)", "toyA (gts, seen kept)"]),
+    (_data("e"), _data("f"), ["toyA (gts, data {e})", "toyA (gts, data {f})"]),
+    ({}, _data("f"), ["toyA", "toyA"]),  # seed 1 records no data: it cannot be told apart, and stays a seed
+    (_data("e"), {**_data("e"), "evaluation": {"filter_seen": True}}, ["toyA", "toyA"]),  # filtering: the default
+])
+def test_runs_of_one_data_set_evaluated_or_made_otherwise_are_two_rows(tmp_path: Path, first: dict, second: dict,
+                                                                        names: list[str]) -> None:
+    """A run that keeps seen items at evaluation, or one made from another version of the data file (same name,
+    another sha256), was averaged with the other seeds of its data set as one more seed. Maker: the fixture's toyA /
+    sasrec seeds 1 and 2 given these split manifests."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    for seed, manifest in ((1, first), (2, second)):
+        config = root / f"toyA_sasrec_seed{seed}" / "config.json"
+        data = json.loads(config.read_text())
+        data["data"]["manifest"] = manifest
+        config.write_text(json.dumps(data))
+    digest = {c: hashlib.sha256((c * 64).encode()).hexdigest()[:8] for c in "ef"}
+    runs = read_runs([root / "toyA_sasrec_seed1", root / "toyA_sasrec_seed2"])
+    assert sorted(r.dataset for r in runs) == sorted(n.format(**digest) for n in names)
+    rows = {t.name: t for t in summary_tables(runs)}["accuracy"].rows
+    assert sorted(r["n"] for r in rows) == ([2] if names == ["toyA", "toyA"] else [1, 1])
 
 
 def test_runs_of_one_label_trained_by_two_recipes_are_two_rows(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ computed on another checkpoint ...").
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -330,11 +331,32 @@ def read_runs(run_dirs: Sequence[str | Path]) -> list[RunRecord]:
                                        str(r.path)))
 
 
-def _split_of(run: RunRecord) -> tuple[str | None, float | None]:
-    """(protocol, quantile where gts) of the split a run was trained and evaluated on, from its config.json."""
+@dataclass(frozen=True)
+class _Split:
+    """What a run's numbers depend on besides its model: the split's protocol, quantile (gts), whether seen items
+    are filtered at evaluation (a split's ``evaluation.filter_seen``; absent: filtered), and the data it was made
+    from (the sha256 of its source files, DataFrame or synthetic configuration; None where not recorded)."""
+
+    protocol: str | None
+    quantile: float | None
+    filter_seen: bool
+    data: str | None
+
+
+def _split_of(run: RunRecord) -> _Split:
+    """The split a run was trained and evaluated on, from its config.json."""
     data = _section(run.config, "data")
-    quantile = _section(data, "manifest").get("quantile", data.get("quantile"))
-    return run.protocol, (float(quantile) if run.protocol == "gts" and isinstance(quantile, (int, float)) else None)
+    manifest = _section(data, "manifest")
+    quantile = manifest.get("quantile", data.get("quantile"))
+    source = _section(manifest, "source")
+    files = source.get("files")
+    digests = [f.get("sha256") for f in files if isinstance(f, dict)] if isinstance(files, list) \
+        else [source.get("sha256")]
+    digests = [d for d in digests if isinstance(d, str) and d]
+    return _Split(run.protocol,
+                  float(quantile) if run.protocol == "gts" and isinstance(quantile, (int, float)) else None,
+                  _section(manifest, "evaluation").get("filter_seen", True) is not False,
+                  hashlib.sha256("\n".join(digests).encode()).hexdigest()[:8] if digests else None)
 
 
 def _recipe_of(run: RunRecord) -> str:
@@ -357,20 +379,29 @@ def _recipe_of(run: RunRecord) -> str:
 
 def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
     """``runs`` with the data set of each run named with its split where runs of one data set were split in
-    different ways (``toyA (loo)``, ``toyA (gts)``; ``toyA (gts 0.8)`` where only the quantile differs), and the
-    model of each run named with its training recipe where runs of one data set and label were trained by different
-    recipes (``sasrec (recipe sasrec/1)``): their numbers are not seeds of one row (a loo and a gts seed were
-    averaged as two seeds, and so were a seed of each recipe)."""
-    splits: dict[str, set[tuple[str | None, float | None]]] = {}
+    different ways (``toyA (loo)``, ``toyA (gts)``; ``toyA (gts 0.8)`` where only the quantile differs; ``toyA (gts,
+    seen kept)`` beside a run that filters seen items; ``toyA (gts, data 1a2b3c4d)`` where the data file differs: the
+    first 8 hex digits of its sha256), and the model of each run named with its training recipe where runs of one
+    data set and label were trained by different recipes (``sasrec (recipe sasrec/1)``): their numbers are not seeds
+    of one row (a loo and a gts seed were averaged as two seeds, and so were a seed of each recipe). A run that
+    does not record its data is told apart by its data only from runs that record two versions of it."""
+    groups: dict[str, list[_Split]] = {}
     for r in runs:
-        splits.setdefault(r.dataset, set()).add(_split_of(r))
+        groups.setdefault(r.dataset, []).append(_split_of(r))
     for r in runs:
-        kinds = splits[r.dataset]
-        if len(kinds) > 1:
-            protocol, quantile = _split_of(r)
-            same = sum(k[0] == protocol for k in kinds) > 1  # another split of this protocol: the quantile tells
-            r.dataset = f"{r.dataset} ({protocol or 'split not recorded'}" \
-                        f"{f' {quantile:g}' if same and quantile is not None else ''})"
+        kinds = groups[r.dataset]
+        datas = {k.data for k in kinds if k.data is not None}
+        if len({(k.protocol, k.quantile, k.filter_seen) for k in kinds}) == 1 and len(datas) <= 1:
+            continue
+        split = _split_of(r)
+        parts = [split.protocol or "split not recorded"]
+        if split.quantile is not None and len({k.quantile for k in kinds if k.protocol == split.protocol}) > 1:
+            parts[0] += f" {split.quantile:g}"
+        if not split.filter_seen and len({k.filter_seen for k in kinds}) > 1:
+            parts.append("seen kept")
+        if len(datas) > 1:
+            parts.append(f"data {split.data}" if split.data else "data not recorded")
+        r.dataset = f"{r.dataset} ({', '.join(parts)})"
     recipes: dict[tuple[str, str], set[str]] = {}
     for r in runs:
         recipes.setdefault((r.dataset, r.model), set()).add(_recipe_of(r))
