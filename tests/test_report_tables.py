@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import re
-import hashlib
 from pathlib import Path
 
 import pytest

@@ -350,9 +350,9 @@ def _split_of(run: RunRecord) -> _Split:
     quantile = manifest.get("quantile", data.get("quantile"))
     source = _section(manifest, "source")
     files = source.get("files")
-    digests = [f.get("sha256") for f in files if isinstance(f, dict)] if isinstance(files, list) \
+    found = [f.get("sha256") for f in files if isinstance(f, dict)] if isinstance(files, list) \
         else [source.get("sha256")]
-    digests = [d for d in digests if isinstance(d, str) and d]
+    digests = [d for d in found if isinstance(d, str) and d]
     return _Split(run.protocol,
                   float(quantile) if run.protocol == "gts" and isinstance(quantile, (int, float)) else None,
                   _section(manifest, "evaluation").get("filter_seen", True) is not False,
