@@ -120,6 +120,10 @@ def test_empty_values_that_mean_all_are_kept() -> None:
     from resdom.cli.main import empty_argument
 
     assert empty_argument(["diagnose", "run", "--what", "", "--layers", "", "--alphas="]) is None
+    from resdom.cli.diagnose_cmd import options_from_flags
+
+    defaults = options_from_flags()  # and each of them is its default there (--alphas "" was refused)
+    assert options_from_flags(what="", layers=" ", alphas="") == defaults
     assert empty_argument(["recommend", "run", "--", ""]) is None  # after "--" nothing is an option
     assert empty_argument(["train", "src", "--set", ""]) == "--set: an empty value (an unset shell variable?); give one"
 

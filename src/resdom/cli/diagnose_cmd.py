@@ -28,7 +28,10 @@ ALPHAS_TEXT = ", ".join(f"{a:g}" for a in DEFAULTS.alphas)  # --alphas' default,
 
 def options_from_flags(**values: object) -> DiagnoseOptions:
     """The command's options, validated by ``DiagnoseOptions`` (lists as the comma-separated text given), with a
-    bad value's error naming its flag."""
+    bad value's error naming its flag. An empty ``--alphas`` is its default, as ``--what`` and ``--layers`` are
+    (``main.EMPTY_MEANS_ALL``)."""
+    if isinstance(values.get("alphas"), str) and not str(values["alphas"]).strip():
+        values["alphas"] = None
     try:
         return diagnose_options(**{k: v for k, v in values.items() if v is not None})
     except OptionError as e:
