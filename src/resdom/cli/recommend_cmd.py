@@ -181,7 +181,7 @@ def _read_table(path: Path, sep: str) -> pd.DataFrame:
     import pandas as pd
 
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, sep=sep, encoding="utf-8-sig")
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, sep=sep, encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise ResdomError(f"{path}: not UTF-8 text") from None
     except pd.errors.ParserError as e:
@@ -190,6 +190,11 @@ def _read_table(path: Path, sep: str) -> pd.DataFrame:
         raise ResdomError(f"{path}: file is empty") from None
     except OSError as e:
         raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
+    if not isinstance(df.index, pd.RangeIndex):  # rows longer than the header: their first fields became an index
+        fields, held = df.shape[1] + df.index.nlevels, "a tab" if sep == "\t" else "a comma"
+        raise ResdomError(f"{path}: its rows hold {fields} fields but its header line names {df.shape[1]} "
+                          f"column(s) (an id holding {held}? quote it in \"...\")")
+    return df
 
 
 def _write(frame: pd.DataFrame, out: Path | None) -> None:
