@@ -337,6 +337,38 @@ def test_csv_rows_longer_than_their_header_are_refused_not_shifted(run_dir, tmp_
     assert "left out: 'sku 1,sku 2'" in capsys.readouterr().err
 
 
+def test_session_ids_are_never_merged_shifted_or_dropped(run_dir, split, model, tmp_path, capsys) -> None:
+    """A JSON object naming a session twice kept its last list alone; ids 1 and "1" (one id as written) were two
+    sessions of the same id; a blank line of a text file shifted the ids of every later session; a .csv session
+    whose items were all empty vanished without a note; a JSON id 1e3 was matched as '1000.0'."""
+    labels = [split.item_labels[j] for j in split.history().sequence(3).tolist()]
+    with pytest.raises(ResdomError, match=r"sequences: 1 session id\(s\) given twice .*: 1, '1'"):
+        recommend(model, split, sequences={1: labels[:1], "1": labels[1:2]}, k=2)
+    files = {"dup.json": '{"a": ["007"], "b": ["7"], "a": ["007"]}', "num.json": '{"a": ["007", 1e3]}',
+             "null.json": '[["007", null]]', "none.txt": "\n\n", "none.csv": "session_id,item_id\n"}
+    for name, needle in (("dup.json", "the key 'a' is given twice"),
+                         ("num.json", "session 'a': 1000.0 is not an item id"),
+                         ("null.json", "session 0: null is not an item id"),
+                         ("none.txt", "no sessions in it"), ("none.csv", "no sessions in it")):
+        path = tmp_path / name
+        path.write_text(files[name])
+        code = invoke("recommend", str(run_dir), "--device", "cpu", "--sequences", str(path))
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and f"--sequences {path}: {needle}" in err, err
+    txt, csv = tmp_path / "s.txt", tmp_path / "s.csv"
+    txt.write_text(f"{labels[0]}\n\n{labels[1]}\n\n")  # sessions 0, 1 (empty) and 2; the blank end: none
+    csv.write_text(f"session_id,item_id\na,{labels[0]}\nb,\nc,{labels[1]}\n")
+    for path, ids in ((txt, ["0", "2"]), (csv, ["a", "c"])):
+        code = invoke("recommend", str(run_dir), "--device", "cpu", "--sequences", str(path), "-k", "1")
+        printed = capsys.readouterr()
+        assert code == 0, printed.err
+        assert [line.split(",")[0] for line in printed.out.splitlines()[1:]] == ids
+        empty = "1" if path == txt else "'b'"
+        assert f"1 sequence(s) with no item of the data get no rows: {empty}" in printed.err
+        want = recommend(model, split, sequences=[[labels[1]]], k=1)
+        assert printed.out.splitlines()[2].split(",")[1] == str(want["item_id"][0])
+
+
 @pytest.mark.parametrize("args", [
     ["recommend", "LONG"], ["evaluate", "LONG"], ["diagnose", "LONG"], ["data", "stats", "LONG"],
     ["recommend", "RUN", "--users", "LONG"], ["recommend", "RUN", "--sequences", "LONG"],

@@ -437,12 +437,14 @@ def load_yaml(text: str, source: str = "YAML", loader: type[BoundedSafeLoader] |
         raise ResdomError(f"{source}: refused: nested too deeply") from None
 
 
-def load_json(text: str | bytes, source: str, fix: str = "") -> Any:
+def load_json(text: str | bytes, source: str, fix: str = "",
+              object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
     """``json.loads`` where invalid JSON, deep nesting (a RecursionError in ``json``) or memory exhaustion is a
-    ResdomError naming ``source`` (ending with ``fix`` where given)."""
+    ResdomError naming ``source`` (ending with ``fix`` where given); ``object_pairs_hook``: ``json.loads``'s (a
+    ResdomError it raises passes through)."""
     tail = f"; {fix}" if fix else ""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResdomError(f"{source}: not valid JSON ({short(str(e))}){tail}") from None
     except RecursionError:

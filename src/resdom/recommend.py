@@ -153,6 +153,11 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
         ids = list(range(len(lists)))
     if not lists:
         raise ResdomError("sequences: no sequences in it")
+    counts = Counter(str(x) for x in ids)
+    twice = [x for x in ids if counts[str(x)] > 1]
+    if twice:  # ids are written as text: 1 and "1" would be one session in the output
+        raise ResdomError(f"sequences: {len(set(map(str, twice))):,} session id(s) given twice (ids are matched and "
+                          f"written as text): {', '.join(quote(x) for x in twice[:4])}")
     bad = [x for x in lists if isinstance(x, (str, bytes)) or not isinstance(x, Iterable)]
     if bad:
         raise ResdomError(f"sequences: each sequence must be a list of item ids, oldest first (got {bad[0]!r}; "

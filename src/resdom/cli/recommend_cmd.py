@@ -4,8 +4,9 @@ each item's nearest items by the model's output embeddings (target_item_id, item
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -115,7 +116,7 @@ def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
 SEQUENCES_HELP = ("sessions to score instead of --users, in the data's item ids, oldest first: a .csv / .tsv file "
                   "of rows (session_id or user_id, item_id; a session's rows in order), a .json file (an object "
                   "mapping each session id to its item list, or a list of item lists), or a text file with one "
-                  "session a line, its items comma-separated (ids 0, 1, ...); item "
+                  "session a line, its items comma-separated (ids 0, 1, ...: a blank line is an empty session); item "
                   "ids not in the data are left out and named in one note")
 ITEMS_HELP = ("item ids, exactly as in the data: a file (one id a line; a .csv file: its 'item_id' or 'item' "
               "column, else its first), or the ids themselves, comma-separated")
@@ -133,7 +134,14 @@ def item_ids(value: str, option: str) -> list[str]:
 
 
 def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
-    """The sessions of ``--sequences`` (``SEQUENCES_HELP``), every id as text."""
+    """The sessions of ``--sequences`` (``SEQUENCES_HELP``), every id as text; none is a ResdomError."""
+    sessions = _read_sequences(path)
+    if not sessions:
+        raise ResdomError(f"--sequences {path}: no sessions in it")
+    return sessions
+
+
+def _read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
     option = "--sequences"
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file of sessions")
@@ -152,20 +160,46 @@ def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
                                   f"{', '.join(map(str, df.columns[:5]))})")
             out: dict[str, list[str]] = {}
             for s, i in zip(df[sid].tolist(), df[iid].tolist()):
+                out.setdefault(s, [])  # a session whose items are all empty: no item, named in the note
                 if i != "":
-                    out.setdefault(s, []).append(i)
+                    out[s].append(i)
             return out
         text = _text(path)
         if suffix == ".json":
-            data = load_json(text, str(path))  # nesting too deep for json: one line
+            data = load_json(text, str(path), object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
             if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
-                return {str(key): [str(x) for x in v] for key, v in data.items()}
+                return {str(key): _json_ids(v, path, key) for key, v in data.items()}
             if isinstance(data, list) and all(isinstance(v, list) for v in data):
-                return [[str(x) for x in v] for v in data]
+                return [_json_ids(v, path, j) for j, v in enumerate(data)]
             raise ResdomError(f"{path}: expected a JSON object {{id: [item ids]}} or a list of item-id lists")
-        return [[x for x in line.split(",") if x] for line in text.splitlines() if line.strip()]
+        lines = text.splitlines()
+        while lines and not lines[-1].strip():  # blank lines at the end: no session
+            lines.pop()
+        return [[x for x in line.split(",") if x] for line in lines]  # session j: line j + 1, a blank one too
     except ResdomError as e:
         raise ResdomError(f"{option} {e}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice is a ResdomError (``json`` keeps its last value alone:
+    a session id given twice would lose its first items without a word)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ResdomError(f"{path}: the key {quote(key)} is given twice (give each session id once, its "
+                              "items in one list)")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _json_ids(values: list[Any], path: Path, session: Any) -> list[str]:
+    """The item ids of one JSON session as text: strings as they are, integers as digits; any other value (a
+    fraction, true, null, a list) is no id (``1e3`` would be matched as '1000.0') and a ResdomError."""
+    for x in values:
+        if not isinstance(x, (str, int)) or isinstance(x, bool):
+            raise ResdomError(f"{path}: session {quote(session)}: {json.dumps(x)[:40]} is not an item id (give "
+                              "ids as strings or integers)")
+    return [str(x) for x in values]
 
 
 def _text(path: Path) -> str:
