@@ -369,6 +369,26 @@ def test_session_ids_are_never_merged_shifted_or_dropped(run_dir, split, model, 
         assert printed.out.splitlines()[2].split(",")[1] == str(want["item_id"][0])
 
 
+def test_a_part_with_no_users_or_no_users_given_is_an_error_not_an_empty_table(model, tmp_path, capsys) -> None:
+    """--history test on a run fitted on everything (protocol none) printed the header alone and exited 0; so did
+    users=[] from Python."""
+    whole = prepare_split(_frame(), "none")
+    for history in ("test", "valid"):
+        with pytest.raises(ResdomError, match=f"history: the split holds no {history} users \\(protocol none"):
+            recommend(model, whole, k=2, history=history)
+    with pytest.raises(ResdomError, match=r"users: no user ids given \(None: every user\)"):
+        recommend(model, whole, [], k=2)
+    assert recommend(model, whole, k=2)["user_id"].nunique() == len(whole.history())
+    run = resdom.fit(whole, "sasrec", epochs=1, hidden=8, layers=1, max_len=MAX_LEN, device="cpu",
+                     out=tmp_path / "prod", progress=False)
+    capsys.readouterr()
+    out = tmp_path / "recs.csv"
+    code = invoke("recommend", str(run.directory), "--device", "cpu", "--history", "test", "--out", str(out))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--history: the split holds no test users" in err, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("args", [
     ["recommend", "LONG"], ["evaluate", "LONG"], ["diagnose", "LONG"], ["data", "stats", "LONG"],
     ["recommend", "RUN", "--users", "LONG"], ["recommend", "RUN", "--sequences", "LONG"],

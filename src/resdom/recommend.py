@@ -258,9 +258,14 @@ def recommend(
         rows = np.flatnonzero(inputs.lengths > 0)
     else:
         inputs = _inputs(split, history)
+        if not len(inputs):
+            raise ResdomError(f"history: the split holds no {history} users (protocol none holds out none); 'all' "
+                              "recommends for every user")
         ids = None
         if users is not None:
             given = _as_list(users)
+            if not given:
+                raise ResdomError("users: no user ids given (None: every user)")
             first: dict[str, Any] = {}  # text -> the id as given, at its first place (ids matched as text)
             for u in given:
                 first.setdefault(str(u), u)
