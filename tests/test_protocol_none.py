@@ -13,6 +13,8 @@ from resdom.data.prepare import prepare_split
 from resdom.data.sequences import Sequences
 from resdom.data.splits import split_none
 from resdom.errors import ResdomError
+from resdom.experiments import model_defaults
+from resdom.models.config import make_model_config
 
 TINY = {"hidden": 8, "layers": 1, "heads": 1, "max_len": 6, "device": "cpu", "progress": False, "threads": 1}
 
@@ -120,3 +122,39 @@ def test_cli_protocol_in_any_case_and_a_did_you_mean(tmp_path, capsys, monkeypat
     code, _, err = run_cli(capsys, "train", "loo", "--protocol", "Loo", "--epochs", "1", "--set", "model.hidden=8",
                            "--set", "model.layers=1", "--device", "cpu", "--no-progress", "--out", "run")
     assert code == 0, err  # the saved split's protocol, named in another case: no refusal
+
+
+def test_fit_on_everything_trains_the_recipe_the_default_protocol_measures(tmp_path, capsys, monkeypatch) -> None:
+    """Protocol none took the model defaults of loo (max length 50, GELU, ...) for data with timestamps, whose
+    default protocol, auto, measures gts's (SASRec's reference post-LN block, max length 200): the model deployed
+    was not the one measured. It takes auto's, from Python, the command line and `config show`."""
+    monkeypatch.chdir(tmp_path)
+    df = _frame()
+    keys = ("max_len", "activation", "embedding", "positions", "ln_eps")
+
+    def recipe(split) -> dict:
+        fitted = resdom.fit(split, "sasrec", epochs=1, hidden=8, layers=1, device="cpu", progress=False)
+        return {k: getattr(fitted.model.cfg, k) for k in keys}
+
+    def defaults(protocol: str) -> dict:
+        config = make_model_config(**{"name": "sasrec", "n_items": 1, **model_defaults("sasrec", protocol)[0]})
+        return {k: getattr(config, k) for k in keys}
+
+    assert defaults("gts")["max_len"] == 200 and defaults("loo")["max_len"] == 50
+    assert recipe(prepare_split(df, protocol="none")) == defaults("gts")  # auto's for data with timestamps
+    assert recipe(prepare_split(df, protocol="none", no_time=True)) == defaults("loo")
+    assert recipe(prepare_split(df, protocol="loo")) == defaults("loo")
+    df.to_csv("shop.csv", index=False)
+    shown = {}
+    for name, extra in (("none", ["--protocol", "none"]), ("none-untimed", ["--protocol", "none", "--no-time"])):
+        code, _, err = run_cli(capsys, "train", "shop.csv", *extra, "--epochs", "1", "--set", "model.hidden=8",
+                               "--set", "model.layers=1", "--device", "cpu", "--no-progress", "--out", name)
+        assert code == 0, err
+        config = resdom.load_run(name, device="cpu").model.cfg
+        shown[name] = {k: getattr(config, k) for k in keys}
+    assert shown == {"none": defaults("gts"), "none-untimed": defaults("loo")}
+    code, out, err = run_cli(capsys, "config", "show", "sasrec", "--protocol", "none")
+    assert code == 0, err
+    _, gts, _ = run_cli(capsys, "config", "show", "sasrec", "--protocol", "gts")
+    assert out.split("model:")[1].split("data:")[0] == gts.split("model:")[1].split("data:")[0]
+    assert "# protocol none: nothing held out; the model defaults of the protocol auto measures" in out

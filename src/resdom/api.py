@@ -42,7 +42,7 @@ from resdom.errors import ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS, beyond_accuracy
 from resdom.evaluation.evaluate import evaluate as run_evaluation
 from resdom.evaluation.ranking import MISS
-from resdom.experiments import canonical_label, model_variant, variant_train_values
+from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig
 from resdom.names import MODELS, PARTS
@@ -387,8 +387,9 @@ def fit(
     _device(device)  # an unknown or unavailable device fails before any data is touched
     source = (split.manifest.get("source") or {}).get("name")
     protocol = split.manifest.get("protocol")
+    recipe = recipe_protocol(protocol, split.manifest.get("has_timestamps"))  # none: the measured protocol's
     model_cfg, train_cfg = resolve_configs(name, model_values, {**train_values, "device": device}, source=source,
-                                           n_items=split.n_items, protocol=protocol)
+                                           n_items=split.n_items, protocol=recipe)
     info = data_info if data_info is not None else {"source": source, "protocol": protocol}
     if isinstance(model, str) and label != name and data_info is None:
         info["label"] = label  # reports name the run by its variant

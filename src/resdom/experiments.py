@@ -178,6 +178,16 @@ DATASET_PRESETS: dict[str, dict[str, tuple[Values, Values]]] = {
 }
 
 
+def recipe_protocol(protocol: str | None, has_timestamps: bool | None = None) -> str | None:
+    """The protocol whose defaults (``PROTOCOL_DEFAULTS``) a run split by ``protocol`` trains with: ``protocol``
+    itself, but for ``none`` (fit on everything) the protocol the default, auto, measures the same data by: gts
+    where it has timestamps, loo where it has none, so the model fitted for deployment is the one measured (None
+    while its timestamps are not known)."""
+    if protocol != "none":
+        return protocol
+    return None if has_timestamps is None else "gts" if has_timestamps else "loo"
+
+
 def model_defaults(model: str, protocol: str | None = None, source: str | None = None) -> tuple[Values, Values]:
     """(model values, train values) ``model``'s reference code base uses under ``protocol`` on ``source`` (a
     registered data set's name; a path or synthetic data has no preset): its defaults for every protocol, then

@@ -7,6 +7,7 @@ values, ``--config``, ``--set``, the options) and prints every setting, data set
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,23 @@ def full_config(model: str | None = None, config: Path | None = None, set_: list
     values are plain YAML types. ``auto``: no protocol was named (the default chose it)."""
     cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions(), model_flag="MODEL")
     protocol = shown_protocol(cfg.data, dataset)
-    model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=protocol)
+    model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=_recipe(cfg.data, dataset, protocol))
     shown_model = model_cfg.model_dump(mode="json", exclude={"n_items"})
     shown_model["name"] = cfg.label  # a variant's label (sasrec-tts): training from the file records it
     return cfg.label, {"model": shown_model, "train": train_cfg.model_dump(mode="json"),
                        "data": data_config_section(cfg.data, protocol)}, cfg.data.protocol_choice == AUTO_PROTOCOL
+
+
+def _recipe(data: DataOptions, dataset: str | None, protocol: str) -> str:
+    """The protocol whose model defaults ``protocol`` trains with (``DataOptions.recipe_protocol``): for none,
+    auto's choice for ``dataset``, else for data with timestamps (gts), as ``resdom train`` resolves it."""
+    if protocol != "none":
+        return protocol
+    known = None
+    if dataset is not None:
+        with contextlib.suppress(ResdomError):
+            known = data.recipe_protocol(dataset)
+    return known or "gts"
 
 
 def shown_protocol(data: DataOptions, dataset: str | None) -> str:
@@ -84,6 +97,9 @@ def config_text(label: str, values: dict[str, Any], dataset: str | None, auto: b
         header.append(f"# protocol {protocol}: what the default, auto, uses for "
                       + ("data with timestamps" if protocol == "gts" else "this data set (it has no timestamps)")
                       + f"; `--protocol {other}` or `--dataset NAME` shows another.")
+    if protocol == "none":
+        header += ["# protocol none: nothing held out; the model defaults of the protocol auto measures the same data",
+                   "# by (gts with timestamps, loo without), so what is deployed is what was measured."]
     body = yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
     return "\n".join(header) + "\n" + body
 

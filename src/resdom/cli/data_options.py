@@ -27,6 +27,7 @@ from resdom.data.changes import change_lines
 from resdom.data.prepare import format_name, known_protocol, load_prepared, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
 from resdom.errors import OptionError, ResdomError
+from resdom.experiments import recipe_protocol
 from resdom.limits import short
 from resdom.names import AUTO_PROTOCOL, PROTOCOLS
 
@@ -195,6 +196,17 @@ class DataOptions:
             return saved if isinstance(saved, str) else None
         reader = {k: v for k, v in self.preprocess_options().items() if k in ("no_time", "time_col")}
         return known_protocol(source, self.protocol_choice, **reader)
+
+    def recipe_protocol(self, source: str) -> str | None:
+        """The protocol whose model defaults a run of ``source`` trains with (``experiments.recipe_protocol``: for
+        none, the one auto measures the data by), where it is known before the data is read; else None."""
+        protocol = self.known_protocol(source)
+        if protocol != "none":
+            return protocol
+        if is_split_dir(source):
+            return recipe_protocol(protocol, split_manifest(source).get("has_timestamps"))
+        reader = {k: v for k, v in self.preprocess_options().items() if k in ("no_time", "time_col")}
+        return known_protocol(source, AUTO_PROTOCOL, **reader)
 
     def _auto_note(self, protocol: str) -> str:
         """`` (protocol auto: ...)`` where the user named no protocol, so a message says where ``protocol`` came

@@ -37,7 +37,7 @@ from resdom.data.readers import not_text, refuse_binary
 from resdom.distributed import resolve_device, setup, world_size
 from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
-from resdom.experiments import canonical_label, model_variant, variant_train_values
+from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
 from resdom.io import atomic_write_bytes
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
 from resdom.names import CUTOFFS, PARTS, metric_key
@@ -309,14 +309,14 @@ def train(
     replace = False if waits else check_output_folder(out, "--out", runs=True, force=force)
     data.protocol_choice  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
-    protocol = data.known_protocol(source)  # its defaults apply to the model (training.config)
+    protocol = data.recipe_protocol(source)  # its defaults apply to the model (training.config; none: auto's)
     if protocol is not None:
         # the one resolution of the configuration, before the data is read (a bad value fails fast); the split sets
         # n_items, which nothing else depends on, and fit hands both configs to the trainer as they are
         model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=protocol)
         resolve_device(train_cfg.device, "--device" if device else "train.device")
-    else:  # auto on a file: its timestamps, so its protocol, are known once it is read; resolved under either now
-        # (a value wrong under both fails before the read), the protocol the split takes used after it
+    else:  # auto or none on a file: its timestamps, so its defaults, are known once it is read; resolved under either
+        # now (a value wrong under both fails before the read), those of the protocol the split takes after it
         under: dict[str, tuple[ModelConfig, TrainConfig] | ResdomError] = {}
         for either in ("gts", "loo"):
             try:
@@ -328,7 +328,7 @@ def train(
             raise refused[0]
     split = data.split(source)
     if protocol is None:
-        resolved = under[split.manifest["protocol"]]
+        resolved = under[recipe_protocol(split.manifest["protocol"], split.manifest.get("has_timestamps")) or "loo"]
         if isinstance(resolved, ResdomError):
             raise resolved
         model_cfg, train_cfg = resolved

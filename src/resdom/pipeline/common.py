@@ -16,6 +16,7 @@ from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import run_all, summarise
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.experiments import recipe_protocol
 from resdom.io import atomic_write_json, atomic_write_text
 from resdom.names import USERS
 from resdom.rundir import RunDir, is_cell
@@ -54,8 +55,9 @@ def train_and_diagnose(split: SplitData, model: str, run_dir: Path, *, source: s
     Returns ``{"metrics": <metrics.json>, "diagnostics": <summary.json>, "train_s", "diagnose_s"}``.
     """
     stats = stats if stats is not None else split.manifest.get("dataset", {})
+    recipe = recipe_protocol(protocol, split.manifest.get("has_timestamps"))  # none: the measured protocol's
     model_cfg, train_cfg = resolve_configs(model, model_values, {"device": device, **(train_values or {})},
-                                           source=source, n_items=split.n_items, protocol=protocol)
+                                           source=source, n_items=split.n_items, protocol=recipe)
     t0 = time.perf_counter()
     metrics = fit(split, model_cfg, train_cfg, run_dir,
                   data_info={"source": source, "protocol": protocol, "stats": stats, "label": label or model},
