@@ -22,7 +22,7 @@ from resdom.evaluation.evaluate import evaluate
 from resdom.models import build_model
 from resdom.models.config import make_model_config
 from resdom.models.interface import final_states, residual_scale
-from resdom.recommend import recommend, top_k
+from resdom.recommend import recommend, similar_items, top_k
 
 MAX_LEN = 6
 
@@ -389,6 +389,21 @@ def test_a_part_with_no_users_or_no_users_given_is_an_error_not_an_empty_table(m
     assert not out.exists()
 
 
+def test_similar_names_a_k_past_the_catalogue_as_recommend_does(run_dir, split, model, capsys) -> None:
+    """similar -k past the catalogue's other items gave fewer rows without a word (recommend names its short
+    lists)."""
+    n = split.n_items
+    full = similar_items(model, split, ["007"], k=n + 5)
+    assert len(full) == n - 1 and full.attrs["note"] == (f"k: {n + 5:,} is more than the {n - 1:,} other items of "
+                                                         f"the catalogue: each item gets {n - 1:,} rows")
+    assert "note" not in similar_items(model, split, ["007"], k=n - 1).attrs
+    assert invoke("similar", str(run_dir), "--items", "007,ghost", "-k", str(n + 5), "--device", "cpu") == 0
+    printed = capsys.readouterr()
+    assert len(printed.out.splitlines()) == n
+    assert printed.err == (f"note: --items: 1 item id(s) not in the data, left out: 'ghost'; -k: {n + 5:,} is more "
+                           f"than the {n - 1:,} other items of the catalogue: each item gets {n - 1:,} rows\n")
+
+
 @pytest.mark.parametrize("args", [
     ["recommend", "LONG"], ["evaluate", "LONG"], ["diagnose", "LONG"], ["data", "stats", "LONG"],
     ["recommend", "RUN", "--users", "LONG"], ["recommend", "RUN", "--sequences", "LONG"],
@@ -570,8 +585,6 @@ def _hand_similar(model, split, item: int, k: int):
 
 
 def test_similar_items_are_cosine_neighbours(split, model) -> None:
-    from resdom.recommend import similar_items
-
     frame = similar_items(model, split, k=3)
     assert list(frame.columns) == ["target_item_id", "item_id", "score", "rank"]
     assert len(frame) == 3 * split.n_items

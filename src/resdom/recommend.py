@@ -368,6 +368,9 @@ def similar_items(
         if unknown:
             notes.append("items: " + unknown_note(unknown, "item id(s)"))
         targets = np.asarray(list(dict.fromkeys(targets.tolist())), dtype=np.int64)
+    if k > split.n_items - 1:  # as recommend names its short lists
+        notes.append(f"k: {k:,} is more than the {split.n_items - 1:,} other items of the catalogue: each item gets "
+                     f"{split.n_items - 1:,} rows")
     dev = torch.device(device) if device is not None else model_device(model)
     chunk = user_chunk_size(int(split.n_items), batch_size)  # (chunk, N+1) cosines within ranking.SCORE_BUDGET
     out_rows, out_items, out_scores = [], [], []

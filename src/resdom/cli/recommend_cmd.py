@@ -5,6 +5,7 @@ each item's nearest items by the model's output embeddings (target_item_id, item
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -327,7 +328,9 @@ def similar(
     except ResdomError as e:
         raise ResdomError(f"--{e}" if str(e).startswith("items:") else str(e)) from None
     if frame.attrs.get("note"):
-        typer.echo(f"note: --{frame.attrs['note']}", err=True)
+        note = re.sub(r"(^|; )(items|k): ", lambda m: f"{m[1]}{'-k' if m[2] == 'k' else '--items'}: ",
+                      frame.attrs["note"])  # each note's field as the option that sets it
+        typer.echo(f"note: {note}", err=True)
     _write(frame, out)
     if out is not None:
         typer.echo(f"{out}: {len(frame):,} similar items for {frame['target_item_id'].nunique():,} items (top {k}, "
