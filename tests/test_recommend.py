@@ -404,6 +404,23 @@ def test_similar_names_a_k_past_the_catalogue_as_recommend_does(run_dir, split, 
                            f"than the {n - 1:,} other items of the catalogue: each item gets {n - 1:,} rows\n")
 
 
+def test_a_device_is_named_as_the_commands_name_it(split, model) -> None:
+    """recommend(..., device="cuda") on a machine without one raised torch's AssertionError, an unknown name its
+    RuntimeError, and a device other than the model's failed inside the model; now each is one ResdomError, and a
+    name in any case (or auto, or the model's own torch.device) scores as before."""
+    want = recommend(model, split, k=2)
+    for fn in (recommend, similar_items):
+        with pytest.raises(ResdomError, match=r"^device: unknown device 'bogus' \(auto, cpu, cuda or mps\)$"):
+            fn(model, split, k=2, device="bogus")
+        if not torch.cuda.is_available():
+            with pytest.raises(ResdomError, match="^device: 'cuda' requested but torch sees no CUDA device$"):
+                fn(model, split, k=2, device="cuda")
+    for name in ("CPU", torch.device("cpu")) + (("auto",) if not torch.cuda.is_available() else ()):
+        pd.testing.assert_frame_equal(recommend(model, split, k=2, device=name), want)
+    with pytest.raises(ResdomError, match=r"^device: the model is on cpu, not meta: move it there first"):
+        recommend(model, split, k=2, device=torch.device("meta"))
+
+
 @pytest.mark.parametrize("args", [
     ["recommend", "LONG"], ["evaluate", "LONG"], ["diagnose", "LONG"], ["data", "stats", "LONG"],
     ["recommend", "RUN", "--users", "LONG"], ["recommend", "RUN", "--sequences", "LONG"],

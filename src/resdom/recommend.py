@@ -37,6 +37,7 @@ import torch
 from resdom.checks import alpha_value, choice, optional_bool, positive_int
 from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
+from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.beyond import cosine_scores
 from resdom.evaluation.ranking import full_scores, user_chunk_size
@@ -233,8 +234,9 @@ def recommend(
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
     ``filter_seen``: items of the user's input are never recommended; None: the split's setting
     (``SplitData.filter_seen``: True except for data sets that keep seen items, as evaluation). ``device``:
-    where to score (None: the model's). Ids: ``SplitData.item_labels`` / ``user_labels``; a split without them
-    (saved before resdom kept them) gives resdom's internal ids, with a note in ``DataFrame.attrs["note"]``.
+    where to score, the model's own device (None: wherever it is; another is a ResdomError). Ids:
+    ``SplitData.item_labels`` / ``user_labels``; a split without them (saved before resdom kept them) gives resdom's
+    internal ids, with a note in ``DataFrame.attrs["note"]``.
     """
     import pandas as pd
 
@@ -279,7 +281,7 @@ def recommend(
         wanted = None if ids is None else user_index(split, ids)
         rows = _select(inputs, wanted, history, ids or [])
     notes += more
-    dev = torch.device(device) if device is not None else model_device(model)
+    dev = _scoring_device(model, device)
     if float(alpha) != 1.0 and not list(model.attention_blocks()):
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
     chunk = user_chunk_size(int(model.n_items), batch_size)
@@ -371,7 +373,7 @@ def similar_items(
     if k > split.n_items - 1:  # as recommend names its short lists
         notes.append(f"k: {k:,} is more than the {split.n_items - 1:,} other items of the catalogue: each item gets "
                      f"{split.n_items - 1:,} rows")
-    dev = torch.device(device) if device is not None else model_device(model)
+    dev = _named_device(device) if device is not None else model_device(model)  # the embeddings are moved there
     chunk = user_chunk_size(int(split.n_items), batch_size)  # (chunk, N+1) cosines within ranking.SCORE_BUDGET
     out_rows, out_items, out_scores = [], [], []
     with inference(model):
@@ -392,6 +394,25 @@ def similar_items(
     if notes:
         frame.attrs["note"] = "; ".join(notes)
     return frame
+
+
+def _named_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch.device: a name as ``--device`` takes it (auto, cpu, cuda, mps, any case), where an
+    unknown or unavailable one is a ResdomError (``distributed.resolve_device``), or a torch.device as it is."""
+    return device if isinstance(device, torch.device) else resolve_device(str(device), "device")
+
+
+def _scoring_device(model: Any, device: str | torch.device | None) -> torch.device:
+    """The model's own device, where ``recommend`` scores (None: that one); ``device`` naming another is a
+    ResdomError: the model is never moved behind its owner's back (``model.to(device)`` first)."""
+    own = model_device(model)
+    if device is None:
+        return own
+    wanted = _named_device(device)
+    if wanted.type != own.type or (None not in (wanted.index, own.index) and wanted.index != own.index):
+        raise ResdomError(f"device: the model is on {own}, not {wanted}: move it there first (model.to("
+                          f"{str(wanted)!r})), or leave device out to score where it is")
+    return own
 
 
 def _plain(values: np.ndarray) -> np.ndarray:
