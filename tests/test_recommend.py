@@ -570,6 +570,8 @@ def test_sessions_score_like_a_user_with_that_history(split, model) -> None:
             recommend(model, split, sequences=bad, k=2)
     with pytest.raises(ResdomError, match="users, sequences: give one of them"):
         recommend(model, split, ["cust-001"], sequences=[labels], k=2)
+    with pytest.raises(ResdomError, match="history: 'test' chooses the input of the split's users; sessions are"):
+        recommend(model, split, sequences=[labels], k=2, history="TEST")  # was ignored without a word
 
 
 def test_whitelist_and_exclusions_against_a_hand_ranking(split, model) -> None:

@@ -250,6 +250,9 @@ def recommend(
         raise ResdomError(f"model: {e}") from None
     if users is not None and sequences is not None:
         raise ResdomError("users, sequences: give one of them (the split's users, or sessions of item ids)")
+    if sequences is not None and history != "all":
+        raise ResdomError(f"history: {history!r} chooses the input of the split's users; sessions are scored from "
+                          "their own items (leave it 'all')")
     if filter_seen is None:
         filter_seen = split.filter_seen
     notes: list[str] = []
