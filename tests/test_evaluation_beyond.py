@@ -5,6 +5,7 @@ the last item and of its nearest neighbours) and the per-user table: a hand-comp
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import numpy as np
 import pandas as pd
@@ -134,6 +135,24 @@ def test_evaluate_beyond_equals_the_slow_reference(fitted, part, filter_seen) ->
     # accuracy unchanged by beyond=True
     plain = resdom.evaluate(fitted, part=part, cutoffs=ks, filter_seen=filter_seen, device="cpu")
     assert {k: v for k, v in result.metrics.items() if k in plain.metrics} == plain.metrics
+
+
+def test_a_cutoff_past_the_catalogue_needs_no_list_wider_than_it(fitted) -> None:
+    """--cutoffs 10000000 with --beyond allocated a (users, 10,000,000) array of top lists and ran out of memory
+    where evaluation without --beyond answered; a list never holds more than the catalogue, so K past it equals
+    K at the catalogue's size, computed on lists that wide."""
+    n = fitted.split.n_items
+    tracemalloc.start()  # numpy's allocations are traced: the old lists alone were users x 10,000,000 x 8 bytes
+    try:
+        result = resdom.evaluate(fitted, cutoffs=(3, 10_000_000), beyond=True, neighbours=2, device="cpu")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50_000_000, peak
+    ref = _reference(fitted, "test", (3, n), True, 2)
+    for name in ("Coverage", "AvgPop", "Novelty", "Echo", "EchoNN"):
+        assert result.metrics[f"{name}@10000000"] == pytest.approx(ref[f"{name}@{n}"], rel=1e-9, abs=1e-12), name
+        assert result.metrics[f"{name}@3"] == pytest.approx(ref[f"{name}@3"], rel=1e-9, abs=1e-12), name
 
 
 def test_per_user_frame_averages_to_the_metrics(fitted) -> None:

@@ -133,7 +133,8 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
     (module docstring), popularity counted on ``train``. ``model``: a Diagnosable already on ``device``, in eval
     mode under no_grad here (its mode restored)."""
     device = torch.device(device)
-    n_items, kmax = int(model.n_items), max(ks)
+    n_items = int(model.n_items)
+    kmax = min(max(ks), n_items)  # a list never holds more than the catalogue: K past it needs no wider array
     counts, n_seq = popularity(train.items, train.offsets, n_items)
     was_training = bool(getattr(model, "training", False))
     if hasattr(model, "eval"):
