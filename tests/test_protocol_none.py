@@ -107,6 +107,12 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--holdout-users", "3", "--out", "split2")
     one_line_error(code, err, "--holdout-users: the monitoring slice of --protocol none; a split by the default "
                    "protocol, auto (gts or loo), holds out its own validation users")
+    # a none split without a slice: `train` takes it (its epochs, the last kept), so no note says it will refuse it
+    code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "none", "--out", "whole")
+    assert code == 0 and "valid part is empty" not in err and "will refuse" not in err, err
+    code, out, err = run_cli(capsys, "train", "whole", "--epochs", "1", "--set", "model.hidden=8", "--set",
+                             "model.layers=1", "--device", "cpu", "--no-progress", "--out", "run-whole")
+    assert code == 0 and "trained 1 epoch on every interaction" in out, err
 
 
 def test_cli_protocol_in_any_case_and_a_did_you_mean(tmp_path, capsys, monkeypatch) -> None:

@@ -85,7 +85,8 @@ def split_cmd(
         typer.echo(
             f"  {part:<6}{c['users']:>9,} users {c['items']:>8,} items {c['interactions']:>10,} interactions{extra}"
         )
-    if m["counts"]["valid"]["users"] == 0:  # train refuses it: say so now, not after the split is used
+    if m["counts"]["valid"]["users"] == 0 and protocol != "none":  # train refuses it: say so now, not after the
+        # split is used (a none split trains its epochs and keeps the last: nothing to stop early on)
         hint = "; a lower --valid-quantile moves T_val earlier" if protocol == "gts" else ""
         typer.echo(f"note: the valid part is empty, so `resdom train {out}` will refuse this split (early stopping "
                    f"and the best checkpoint need validation users){hint}", err=True)
