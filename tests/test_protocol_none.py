@@ -99,6 +99,8 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
     assert code == 0 and len(out.splitlines()) == 1 + 2 * 24, err
     code, _, err = run_cli(capsys, "evaluate", "run", "--device", "cpu")
     one_line_error(code, err, "--part test: run holds no test users (protocol none: trained on every interaction")
+    code, _, err = run_cli(capsys, "diagnose", "run", "--device", "cpu", "--no-progress")  # says why, as evaluate
+    one_line_error(code, err, "(the test split has none; protocol none: trained on every interaction; diagnose a")
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "none", "--holdout-users", "3",
                            "--out", "split")
     assert code == 0, err

@@ -88,8 +88,12 @@ def plan(model: Diagnosable, split: SplitData, options: DiagnoseOptions, *, note
     for d in chosen:
         empty = [p for p in d.parts(options.part) if len(getattr(split, p)) == 0]
         if empty:
+            none = (split.manifest or {}).get("protocol") == "none"  # says why, as evaluate does
             raise ResdomError(f"{where}: {d.name} needs users in {' and '.join(d.parts(options.part))} (the "
-                              f"{' and '.join(empty)} split has none)")
+                              f"{' and '.join(empty)} split has none" + (
+                                  "; protocol none: trained on every interaction; diagnose a loo or gts run of the "
+                                  "same data, or split it with --holdout-users N and diagnose --part valid"
+                                  if none else "") + ")")
     return chosen
 
 
