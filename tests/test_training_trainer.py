@@ -343,6 +343,24 @@ def test_threads_may_change_on_resume(tmp_path: Path) -> None:
     assert fit(split, m, t2, tmp_path, progress=False)["epochs_run"] == 2
 
 
+def test_threads_hold_for_the_fit_alone(tmp_path: Path) -> None:
+    """fit(threads=1) left the caller's process on one torch thread for everything after it (evaluation, the
+    next fit): the count is the fit's, the caller's own comes back when it returns, or fails."""
+    split, m, t = configs(epochs=1)
+    own = torch.get_num_threads()
+    torch.set_num_threads(3)  # the caller's count, whatever the machine's default
+    try:
+        seen = []
+        fit(split, m, t.model_copy(update={"threads": 1}), tmp_path / "a", progress=False,
+            callbacks=[lambda epoch, record: seen.append(torch.get_num_threads())])
+        assert seen == [1] and torch.get_num_threads() == 3
+        with pytest.raises(ResdomError):
+            fit(split, m, t.model_copy(update={"threads": 1, "lr": 1.0}), tmp_path / "a", progress=False)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(own)
+
+
 def test_the_source_commit_is_recorded_per_epoch_and_in_the_config(tmp_path: Path, monkeypatch) -> None:
     """A resumed run trained by other code says so epoch by epoch; the cell's compute lists both commits."""
     import resdom

@@ -296,7 +296,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
          hooks: Sequence[EpochHook] = ()) -> dict[str, Any]:
     """``held``: where rank 0 keeps the run directory's lock until ``fit`` returns."""
     device = dist_ctx.device
-    if train_cfg.threads is not None:
+    if train_cfg.threads is not None:  # for this fit: the caller's own count comes back when it returns
+        held.callback(torch.set_num_threads, torch.get_num_threads())
         torch.set_num_threads(train_cfg.threads)
     state = files.read_state()
     if state is not None:
