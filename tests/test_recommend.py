@@ -421,6 +421,19 @@ def test_a_device_is_named_as_the_commands_name_it(split, model) -> None:
         recommend(model, split, k=2, device=torch.device("meta"))
 
 
+def test_similar_items_of_a_model_with_a_nan_embedding_is_an_error(split) -> None:
+    """One NaN item embedding: torch.topk ranked the NaN cosines above every number, so each item's list came out
+    one short and cut at the wrong score, without a word; now it is NonFiniteScores, as recommend's."""
+    broken = _model(split.n_items)
+    assert len(similar_items(broken, split, k=2)) == 2 * split.n_items
+    with torch.no_grad():
+        broken.item_embeddings()[5] = float("nan")
+    with pytest.raises(ResdomError, match="item embeddings hold NaN or infinity, so no similarity between items"):
+        similar_items(broken, split, k=2)
+    with pytest.raises(ResdomError, match="the model scores items as NaN or infinity"):
+        recommend(broken, split, k=2)
+
+
 @pytest.mark.parametrize("args", [
     ["recommend", "LONG"], ["evaluate", "LONG"], ["diagnose", "LONG"], ["data", "stats", "LONG"],
     ["recommend", "RUN", "--users", "LONG"], ["recommend", "RUN", "--sequences", "LONG"],

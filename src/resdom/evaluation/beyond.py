@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
-from resdom.evaluation.ranking import full_scores, user_chunk_size
+from resdom.evaluation.ranking import NonFiniteScores, full_scores, user_chunk_size
 from resdom.models.interface import final_states
 
 NEIGHBOURS = 10  # EchoNN@K: the last item's nearest neighbours counted as its echo
@@ -38,8 +38,12 @@ NEIGHBOURS = 10  # EchoNN@K: the last item's nearest neighbours counted as its e
 def cosine_scores(item_emb: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
     """item_emb (N+1, d), items (B,) item ids 1..N -> cosine similarity (B, N+1) of each item to every item, the
     padding column and the item itself at -inf (an item is never its own neighbour). A zero embedding has cosine
-    0 with every item."""
+    0 with every item; a NaN or infinite embedding is NonFiniteScores (torch.topk ranks NaN above every number: the
+    lists came out short and cut at the wrong score)."""
     emb = item_emb.float()
+    if not bool(torch.isfinite(emb[1:]).all()):
+        raise NonFiniteScores("the model's item embeddings hold NaN or infinity, so no similarity between items "
+                              "means anything; its weights are broken: retrain or re-import the run")
     unit = emb / emb.norm(dim=1, keepdim=True).clamp_min(1e-12)
     scores = unit[items] @ unit.T
     scores[:, 0] = -math.inf
