@@ -117,12 +117,21 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def item_index(split: SplitData, items: Iterable[Any] | str | int, where: str) -> tuple[np.ndarray, list[Any]]:
     """(int64 item ids 1..n_items of the external ids in ``items`` that the split knows, in the order given,
     duplicates kept; the ids it does not know, as given). Ids are matched as text, exactly (``user_index``)."""
+    return _match_items(item_lookup(split, where), items)
+
+
+def item_lookup(split: SplitData, where: str) -> dict[str, int]:
+    """The item id (1..n_items) of each external item id's text, built once for all the ids a call matches."""
     labels = split.item_labels
     if labels is None:
         raise ResdomError(f"{where}: this split was prepared before resdom kept the items' ids; prepare it again "
                           "(`resdom data split`, or retrain) to name items by id")
+    return {text: i + 1 for i, text in enumerate(label_texts(labels[1:]))}
+
+
+def _match_items(index: dict[str, int], items: Iterable[Any] | str | int) -> tuple[np.ndarray, list[Any]]:
+    """``item_index``'s answer from a built ``item_lookup``."""
     given = _as_list(items)
-    index = {text: i + 1 for i, text in enumerate(label_texts(labels[1:]))}
     known = [index[str(x)] for x in given if str(x) in index]
     unknown = [x for x in given if str(x) not in index]
     return np.asarray(known, dtype=np.int64), unknown
@@ -164,8 +173,9 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
         raise ResdomError(f"sequences: each sequence must be a list of item ids, oldest first (got {bad[0]!r}; "
                           "one session: [[...]])")
     rows, unknown, empty = [], [], []
+    index = item_lookup(split, "sequences")  # once: built per session, it cost a catalogue's worth each
     for sid, seq in zip(ids, lists):
-        known, missing = item_index(split, list(seq), "sequences")
+        known, missing = _match_items(index, list(seq))
         unknown += missing
         rows.append(known.tolist())
         if not len(known):
