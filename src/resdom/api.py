@@ -223,7 +223,8 @@ class Fitted:
         Returns
         -------
         pandas.DataFrame
-            RecTools' columns: user_id, item_id, score, rank (1..k), ``k`` rows per user, best first.
+            RecTools' columns: user_id, item_id, score, rank (1..k), ``k`` rows per user, best first (fewer for a
+            user with fewer recommendable items: ``frame.attrs["note"]`` counts and names them).
         """
         return recommend(self.model, self.split, users, k, sequences=sequences, items=items, exclude=exclude,
                          filter_seen=filter_seen, alpha=alpha, history=history, batch_size=batch_size)
