@@ -249,7 +249,8 @@ def test_the_sdist_holds_what_its_tests_need_and_a_test_runs_from_it(tmp_path: P
     assert Path(where).is_relative_to(root), where  # the sdist's code, not the checkout's
     done = _run([sys.executable, "-m", "pytest", "tests/test_recommend.py", "-q", "-p", "no:cacheprovider",
                  "-k", "top_k or cli_sessions or similar_items"], root, env, timeout=600)
-    assert re.search(r"^3 passed", done.stdout, re.M), done.stdout[-2000:]
+    passed = re.search(r"^(\d+) passed\b", done.stdout, re.M)  # every selected test passed (3 or more)
+    assert passed and int(passed.group(1)) >= 3, done.stdout[-2000:]
 
 
 # ------------------------------------------------------------------------------- the practitioner's loop, installed
