@@ -362,6 +362,35 @@ def test_config_show_names_its_model_argument_as_it_is_given(tmp_path: Path, cap
     one_line_error(code, err, "error: --model: unknown model 'nope'")
 
 
+def test_a_variant_label_is_never_dropped_for_another_label_of_its_model(fake_fit: list, tmp_path: Path,
+                                                                        capsys) -> None:
+    """A variant label (``sasrec-tts``) in --set or a config file beside another label of the same model was dropped
+    without a word: ``--model sasrec --set model.name=sasrec-tts`` trained plain SASRec. It is one line naming both;
+    a plain model name below a variant of it (a shipped config's ``name: sasrec``) stays that variant's base."""
+    tts = tmp_path / "tts.yaml"
+    tts.write_text("model:\n  name: sasrec-tts\n")
+    out = ["--out", str(tmp_path / "r"), "--no-progress", "--device", "cpu"]
+    for args, needle in (
+            (["--model", "sasrec", "--set", "model.name=sasrec-tts"],
+             "error: --set model.name: 'sasrec-tts' contradicts --model 'sasrec' (another variant of sasrec"),
+            (["--model", "sasrec-gate", "--config", str(tts)],
+             f"error: {tts}: model.name: 'sasrec-tts' contradicts --model 'sasrec-gate'"),
+            (["--set", "model.name=sasrec-p30", "--config", str(tts)],
+             f"error: {tts}: model.name: 'sasrec-tts' contradicts --set model.name 'sasrec-p30'")):
+        code, _, err = run_cli(capsys, "train", SOURCE, *args, *out)
+        one_line_error(code, err, needle)
+        shown = [a for a in args if a != "--model"]  # config show takes the model as its argument
+        code, _, err = run_cli(capsys, "config", "show", *shown)
+        assert code == 2 and "contradicts" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "r").exists()
+    for args, label in ((["--model", "sasrec-tts", "--config", str(tts)], "sasrec-tts"),
+                        (["--model", "sasrec-gate", "--config", "sasrec_loo"], "sasrec-gate"),
+                        (["--model", "SASRec-TTS", "--set", "model.name=sasrec"], "sasrec-tts")):
+        code, _, err = run_cli(capsys, "train", SOURCE, *args, *out, "--force")
+        assert code == 0, err
+        assert fake_fit[-1]["data_info"].get("label") == label
+
+
 def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
     path = tmp_path / "c.yaml"
     code, _, err = run_cli(capsys, "config", "show", "sasrec-tts", "--protocol", "gts", "--epochs", "1",

@@ -40,7 +40,7 @@ from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
 from resdom.io import atomic_write_bytes
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
-from resdom.names import CUTOFFS, PARTS, metric_key
+from resdom.names import CUTOFFS, MODELS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_file, check_output_folder, move_aside
 from resdom.runs import load_run
@@ -242,13 +242,19 @@ def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path
                  model_flag: str = "--model") -> str:
     """The label of --model (``model_flag``: how the command takes it), else of ``--set model.name=...``, else of the
     config file's ``model.name``, else the default (names read case-insensitively); two of them naming different
-    models is an error."""
+    models is an error, and so is a variant label (``sasrec-tts``) where one given before it names another label
+    (``sasrec``, ``sasrec-gate``): its values would be dropped without a word. A plain model name below a variant
+    of it (a shipped config's ``name: sasrec`` under ``--model sasrec-gate``) is that variant's base, not a
+    contradiction."""
     given = [(canonical_label(str(value), where), where, value) for value, where in (
         (option, model_flag), (set_name, "--set model.name"), (file_name, f"{config}: model.name"))
         if value is not None]
     for label, where, value in given[1:]:
         if model_variant(label)[0] != model_variant(given[0][0])[0]:
             raise ResdomError(f"{where}: {value!r} contradicts {given[0][1]} {given[0][2]!r}")
+        if label != given[0][0] and label not in MODELS:
+            raise ResdomError(f"{where}: {value!r} contradicts {given[0][1]} {given[0][2]!r} (another variant of "
+                              f"{model_variant(label)[0]}; name the model once, or the same label in both)")
     return given[0][0] if given else DEFAULT_MODEL
 
 
