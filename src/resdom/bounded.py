@@ -356,14 +356,16 @@ def load_npz(source: str | Path | bytes, where: str | None = None) -> dict[str, 
 
 class BoundedSafeLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader within limits: at most ``YAML_ALIASES`` aliases, ``YAML_DEPTH`` levels of nesting, and
-    ``YAML_NODES`` nodes once aliases are expanded (a 489-byte "billion laughs" document would expand to
-    gigabytes wherever its value is walked). A breach is a ResdomError naming ``source`` and the line."""
+    ``YAML_NODES`` nodes as written (counted while they are composed) and once aliases are expanded (a 489-byte
+    "billion laughs" document would expand to gigabytes wherever its value is walked). A breach is a ResdomError
+    naming ``source`` and the line."""
 
     source = "YAML"
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
         self._aliases = 0
+        self._nodes = 0
         self._depth = 0
 
     def _refuse(self, what: str, limit: Limit) -> ResdomError:
@@ -376,6 +378,10 @@ class BoundedSafeLoader(yaml.SafeLoader):
             self._aliases += 1
             if self._aliases > YAML_ALIASES.value:
                 raise self._refuse(f"more than {YAML_ALIASES.value:,} aliases (*name)", YAML_ALIASES)
+        else:  # counted as composed: a long list without aliases is refused before it is all in memory
+            self._nodes += 1
+            if self._nodes > YAML_NODES.value:
+                raise self._refuse(f"it holds more than {YAML_NODES.value:,} values", YAML_NODES)
         self._depth += 1
         if self._depth > YAML_DEPTH.value:
             raise self._refuse(f"nested more than {YAML_DEPTH.value} levels deep", YAML_DEPTH)
