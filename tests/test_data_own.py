@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from cli_helpers import invoke
+from cli_helpers import invoke, one_line_error, run_cli
 
 import resdom
 from resdom.data.changes import change_lines
@@ -257,6 +257,23 @@ def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
     same = write(tmp_path / "same.csv", "user_id,item_id,timestamp\n1,a,5\n1,b,5\n1,c,5\n2,a,5\n2,b,5\n")
     with pytest.raises(ResdomError, match=r"0 of 5 interactions lie after T_test = .*2 at or before it\)$"):
         prepare_split(str(same), protocol="gts")  # one time for all: no quantile helps, so none is suggested
+
+
+def test_every_refusal_of_the_split_names_the_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The split sees sequences only, so its own refusals said nothing of the file: a file of one interaction under
+    gts was "error: no user has 2 interactions at or before T_test = ...", gts of a file read without times "error:
+    the global temporal split needs timestamps"."""
+    one = write(tmp_path / "one.csv", "user_id,item_id,timestamp\na,x,1\n")
+    with pytest.raises(ResdomError) as e:
+        prepare_split(str(one), protocol="gts")
+    assert str(e.value) == (f"{one}: no user has 2 interactions at or before T_test = 1970-01-01T00:00:01Z; raise the "
+                            "quantile")
+    three = write(tmp_path / "three.csv", "user_id,item_id,timestamp\na,x,1\na,y,2\na,z,3\n")
+    with pytest.raises(ResdomError, match=f"^{three}: the global temporal split needs timestamps"):
+        prepare_split(str(three), protocol="gts", no_time=True)
+    code, _, err = run_cli(capsys, "data", "split", str(one), "--protocol", "gts", "--out", str(tmp_path / "o"))
+    one_line_error(code, err, f"error: {one}: no user has 2")
+    assert not (tmp_path / "o").exists()
 
 
 def test_registered_data_sets_keep_their_protocol_and_fingerprint(shared_raw: Path) -> None:

@@ -401,12 +401,15 @@ def prepare_split(
             raise ResdomError(f"{arg('valid_quantile')}: sets the validation cut time of the gts protocol; the data "
                               "has no timestamps, so the default protocol, auto, splits it loo, which has none")
     seqs = prepared.sequences
-    if protocol == "loo":
-        parts: SplitParts = split_loo(seqs)
-    elif protocol == "none":
-        parts = split_none(seqs, holdout_users or 0)
-    else:
-        parts = split_gts(seqs, quantile, valid_quantile)
+    try:
+        if protocol == "loo":
+            parts: SplitParts = split_loo(seqs)
+        elif protocol == "none":
+            parts = split_none(seqs, holdout_users or 0)
+        else:
+            parts = split_gts(seqs, quantile, valid_quantile)
+    except ResdomError as e:  # the split sees sequences only: its refusal is named by the source here
+        raise ResdomError(f"{source_name(source)}: {e}") from None
     counts = part_counts(parts)
     empty = [part for part, n in (("training", counts["train"]["interactions"]), ("test", counts["test"]["users"]))
              if n == 0 and not (protocol == "none" and part == "test")]
