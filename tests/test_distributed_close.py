@@ -110,3 +110,57 @@ def test_spawn_gloo_reports_a_failing_worker(tmp_path: Path) -> None:
 
     with pytest.raises(mp.ProcessRaisedException, match="rank 1 failed on purpose"):
         spawn_gloo(_failing_worker, str(tmp_path))
+
+
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"WORLD_SIZE": "abc"}, "error: WORLD_SIZE='abc': expected a whole number (torchrun sets RANK"),
+    ({"RANK": "abc"}, "error: RANK='abc': expected a whole number"),
+    ({"LOCAL_RANK": "x"}, "error: LOCAL_RANK='x': expected a whole number"),
+    ({"WORLD_SIZE": "0"}, "error: WORLD_SIZE=0: expected a whole number >= 1"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "error: RANK=-1: expected a whole number >= 0"),
+    ({"RANK": "1"}, "error: RANK=1 is not below WORLD_SIZE=1 (unset)"),
+    ({"RANK": "1", "WORLD_SIZE": "1"}, "error: RANK=1 is not below WORLD_SIZE=1 (torchrun"),
+    ({"LOCAL_RANK": "3"}, "error: LOCAL_RANK=3 is not below WORLD_SIZE=1 (unset)"),
+    ({"RANK": "5", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+     "error: RANK=5 is not below WORLD_SIZE=2"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "error: WORLD_SIZE=2 asks for 2 processes, but MASTER_ADDR and MASTER_PORT are "
+     "not set: start them with torchrun"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}, "but MASTER_PORT is not set"),
+])
+def test_a_garbage_or_inconsistent_launch_environment_is_one_line(env: dict[str, str], message: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """torchrun's variables set by hand: ``WORLD_SIZE=abc`` was a ValueError traceback, ``RANK=5 WORLD_SIZE=2`` torch's
+    rendezvous traceback, and ``RANK=1`` alone a silent non-main process that trained and printed nothing."""
+    from cli_helpers import one_line_error, run_cli
+
+    from resdom.errors import ResdomError
+
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "r"
+    code, _, err = run_cli(capsys, "train", "synthetic:n_users=40,n_items=25", "--out", str(out), "--epochs", "1",
+                           "--device", "cpu", "--no-progress")
+    one_line_error(code, err, message)
+    assert not out.exists()
+    code, _, err = run_cli(capsys, "diagnose", str(tmp_path / "no-run"), "--device", "cpu")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    with pytest.raises(ResdomError, match=message.removeprefix("error: ").split(" (torchrun")[0].replace("(", r"\(")
+                       .replace(")", r"\)")):
+        distributed.setup("cpu")
+
+
+def test_a_consistent_launch_environment_of_one_process_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.setup("cpu").world_size == 1 and distributed.world_size() == 1
+    for name in ("RANK", "LOCAL_RANK"):
+        monkeypatch.setenv(name, "0")
+    monkeypatch.setenv("WORLD_SIZE", " 1 ")
+    ctx = distributed.setup("cpu")
+    assert (ctx.rank, ctx.world_size, ctx.initialized) == (0, 1, False)

@@ -181,6 +181,8 @@ def test_under_torchrun_only_rank_0_moves_the_run_aside_and_the_others_wait(rank
 
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # as torchrun sets them (the group itself is the stub above)
+    monkeypatch.setenv("MASTER_PORT", "29500")
     def checked(*args: object, **kwargs: object) -> bool:
         events.append("check")
         return check_output_folder(*args, **kwargs)  # type: ignore[arg-type]

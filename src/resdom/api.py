@@ -20,7 +20,6 @@ from __future__ import annotations
 import difflib
 import json
 import numbers
-import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from resdom.checks import MAX_CUTOFF, choice, optional_bool, path_argument, positive_int
+from resdom.checks import MAX_CUTOFF, choice, launch_env, optional_bool, path_argument, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
@@ -398,7 +397,7 @@ def fit(
         run_training(split, model_cfg, train_cfg, out, info, callbacks=callbacks, progress=progress,
                      hooks=(epoch_monitor,))
         return load_run(out, device)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if launch_env()[1] > 1:
         raise ResdomError("out: needed under torchrun (every process must train into the same run directory)")
     with tempfile.TemporaryDirectory(prefix="resdom-fit-") as tmp:
         run_training(split, model_cfg, train_cfg, tmp, info, callbacks=callbacks, progress=progress,

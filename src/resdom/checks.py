@@ -223,3 +223,39 @@ def residual_scales(value: Any) -> tuple[float, ...]:
             raise ValueError(f"residual scale {a:g} is given twice (in {','.join(f'{x:g}' for x in values)})")
         seen.add(a)
     return tuple(values)
+
+
+LAUNCH_HINT = "torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; unset them to run one process"
+
+
+def launch_env() -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as a launcher (torchrun) sets them; (0, 1, 0) where unset. A ResdomError naming
+    the variable where one is not a whole number, WORLD_SIZE is below 1, RANK or LOCAL_RANK is not below WORLD_SIZE
+    (``RANK=1`` alone made a lone process a silent non-main rank that printed nothing), or several processes are
+    asked for without the rendezvous address a launcher sets (MASTER_ADDR, MASTER_PORT): torch raised a traceback."""
+    values = {}
+    for name, default, low in (("WORLD_SIZE", 1, 1), ("RANK", 0, 0), ("LOCAL_RANK", 0, 0)):
+        text = os.environ.get(name)
+        try:
+            values[name] = default if text is None else int(text.strip())
+        except ValueError:
+            raise ResdomError(f"{name}={text!r}: expected a whole number ({LAUNCH_HINT})") from None
+        if values[name] < low:
+            raise ResdomError(f"{name}={text}: expected a whole number >= {low} ({LAUNCH_HINT})")
+    world = values["WORLD_SIZE"]
+    given = "" if "WORLD_SIZE" in os.environ else " (unset)"
+    for name in ("RANK", "LOCAL_RANK"):
+        if values[name] >= world:
+            raise ResdomError(f"{name}={values[name]} is not below WORLD_SIZE={world}{given} ({LAUNCH_HINT})")
+    if world > 1:
+        missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name, "").strip()]
+        if missing:
+            raise ResdomError(f"WORLD_SIZE={world} asks for {world} processes, but {' and '.join(missing)} "
+                              f"{'is' if len(missing) == 1 else 'are'} not set: start them with torchrun "
+                              f"(torchrun --nproc_per_node {world} $(which resdom) ...), or unset WORLD_SIZE")
+    return values["RANK"], world, values["LOCAL_RANK"]
+
+
+def launch_rank() -> int:
+    """This process's rank (``launch_env``): 0 outside torchrun, where the main process prints and writes."""
+    return launch_env()[0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from resdom.checks import closest_hint
+from resdom.checks import closest_hint, launch_env
 from resdom.errors import ResdomError
 from resdom.names import DEVICES
 
@@ -115,18 +115,18 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
 
 
 def world_size() -> int:
-    """The number of processes torchrun started (``WORLD_SIZE``; 1 outside torchrun)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """The number of processes torchrun started (``WORLD_SIZE``; 1 outside torchrun); a ResdomError where the
+    launcher's variables are garbage or disagree (``checks.launch_env``)."""
+    return launch_env()[1]
 
 
 def setup(device: str = "auto", option: str = "train.device") -> DistContext:
     """Resolve the device (``option``: as in ``resolve_device``); under torchrun (WORLD_SIZE > 1) join the process
     group (once per process)."""
-    world = world_size()
+    _, world, local_rank = launch_env()
     base = resolve_device(device, option)
     if world <= 1:
         return DistContext(0, 1, base, False)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if base.type == "cuda":
         torch.cuda.set_device(local_rank)
         base = torch.device("cuda", local_rank)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 import typer
 
 from resdom.bounded import load_json
+from resdom.checks import launch_rank
 from resdom.data.changes import change_lines
 from resdom.data.prepare import format_name, known_protocol, load_prepared, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
@@ -119,7 +119,7 @@ def print_changes(manifest: dict[str, Any], where: str | Path | None = None) -> 
     """Print what preparing the data changed (``data.changes.change_lines``), one ``data:`` line each on stderr
     (stdout stays for the command's own output, e.g. ``--json``); only the main process under torchrun. ``where``:
     the manifest.json the manifest was read from, named where its ``changes`` cannot be read."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if launch_rank() != 0:
         return
     try:
         lines = change_lines(manifest)
@@ -244,7 +244,7 @@ class DataOptions:
             where = None
         print_changes(split.manifest, where)
         protocol = split.manifest.get("protocol")
-        if protocol == "loo" and self.quantile is not None and int(os.environ.get("RANK", "0")) == 0:
+        if protocol == "loo" and self.quantile is not None and launch_rank() == 0:
             # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)
             typer.echo(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
                        f"{self._auto_note(protocol)}, which has none: not used", err=True)

@@ -21,7 +21,7 @@ import typer
 from resdom.api import evaluate as run_evaluation
 from resdom.api import fit
 from resdom.bounded import BoundedSafeLoader, load_yaml, refuse_special
-from resdom.checks import choice
+from resdom.checks import choice, launch_rank
 from resdom.cli.data_options import (
     SOURCE_HELP,
     DataOptions,
@@ -308,7 +308,7 @@ def train(
                                                ("precision", precision)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
     data = cfg.data
-    is_main = int(os.environ.get("RANK", "0")) == 0
+    is_main = launch_rank() == 0
     # under torchrun with --force, a rank other than 0 looks at --out only once rank 0 has moved the old run aside
     # (below; its training checks the folder again): a look during the rename could find it half gone
     waits = force and world_size() > 1 and not is_main
