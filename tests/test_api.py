@@ -330,6 +330,10 @@ def test_a_diagnosis_names_what_it_does_not_hold_in_a_resdom_error(diagnosis, fi
         part.plot("mixing")
     with pytest.raises(KeyError, match="^name: mixing was not computed"):  # still a KeyError, as of a mapping
         part["mixing"]
+    for unhashable in (["hrli"], {"name": "hrli"}):  # a bare TypeError, "unhashable type: 'list'"
+        for call in (diagnosis.plot, diagnosis.to_frame, diagnosis.__getitem__):
+            with pytest.raises(ResdomError, match=r"^name: unknown diagnostic [\[{]"):
+                call(unhashable)
 
 
 def test_evaluate_takes_numpy_cutoffs(fitted):

@@ -667,7 +667,7 @@ class Diagnosis:
         """The result of diagnostic ``name`` (any case); a ``NotInDiagnosis`` naming it where it is unknown or was
         not computed."""
         key = name.strip().lower() if isinstance(name, str) else name
-        if key not in REGISTRY:
+        if not isinstance(key, str) or key not in REGISTRY:  # a list or dict: a TypeError of the lookup otherwise
             raise NotInDiagnosis(f"name: unknown diagnostic {name!r} (one of {', '.join(REGISTRY)})")
         if key not in self.results:
             raise NotInDiagnosis(f"name: {key} was not computed (diagnose(..., what=...) chose "
