@@ -129,6 +129,8 @@ LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_P
     ({"RANK": "0", "WORLD_SIZE": "2"}, "error: WORLD_SIZE=2 asks for 2 processes, but MASTER_ADDR and MASTER_PORT are "
      "not set: start them with torchrun"),
     ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}, "but MASTER_PORT is not set"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"},
+     "error: MASTER_PORT='99999': expected a port number from 1 to 65535"),
 ])
 def test_a_garbage_or_inconsistent_launch_environment_is_one_line(env: dict[str, str], message: str, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
@@ -164,3 +166,26 @@ def test_a_consistent_launch_environment_of_one_process_is_one_process(monkeypat
     monkeypatch.setenv("WORLD_SIZE", " 1 ")
     ctx = distributed.setup("cpu")
     assert (ctx.rank, ctx.world_size, ctx.initialized) == (0, 1, False)
+
+
+def test_a_launch_whose_peers_never_join_ends_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``RANK=0 WORLD_SIZE=2 MASTER_ADDR=... MASTER_PORT=...`` set by hand with no second process waited 30 minutes
+    (torch's timeout) without a word; the rendezvous is bounded by RESDOM_MAX_RENDEZVOUS_SECONDS."""
+    import socket
+
+    from cli_helpers import one_line_error, run_cli
+
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port)),
+                        ("RESDOM_MAX_RENDEZVOUS_SECONDS", "2")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    code, _, err = run_cli(capsys, "train", "synthetic:n_users=40,n_items=25", "--out", str(tmp_path / "r"),
+                           "--epochs", "1", "--device", "cpu", "--no-progress", "--set", "model.hidden=8")
+    one_line_error(code, err, f"error: WORLD_SIZE=2: the processes did not all join at 127.0.0.1:{port} within 2 s",
+                   "raise RESDOM_MAX_RENDEZVOUS_SECONDS")
+    assert not dist.is_initialized()

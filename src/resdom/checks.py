@@ -253,6 +253,9 @@ def launch_env() -> tuple[int, int, int]:
             raise ResdomError(f"WORLD_SIZE={world} asks for {world} processes, but {' and '.join(missing)} "
                               f"{'is' if len(missing) == 1 else 'are'} not set: start them with torchrun "
                               f"(torchrun --nproc_per_node {world} $(which resdom) ...), or unset WORLD_SIZE")
+        port = os.environ["MASTER_PORT"].strip()
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ResdomError(f"MASTER_PORT={port!r}: expected a port number from 1 to 65535 ({LAUNCH_HINT})")
     return values["RANK"], world, values["LOCAL_RANK"]
 
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from resdom.checks import closest_hint, launch_env
 from resdom.errors import ResdomError
+from resdom.limits import RENDEZVOUS_SECONDS
 from resdom.names import DEVICES
 
 _left_group = False  # set once this process has destroyed a process group it joined (``DistContext.close``)
@@ -132,9 +133,30 @@ def setup(device: str = "auto", option: str = "train.device") -> DistContext:
         base = torch.device("cuda", local_rank)
     initialized = False
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if base.type == "cuda" else "gloo")
+        _join("nccl" if base.type == "cuda" else "gloo", world)
         initialized = True
     return DistContext(dist.get_rank(), dist.get_world_size(), base, initialized)
+
+
+def _join(backend: str, world: int) -> None:
+    """``init_process_group`` through torch's ``env://`` rendezvous, whose wait for the other processes is bounded
+    by ``RESDOM_MAX_RENDEZVOUS_SECONDS``: a process given ``RANK=0 WORLD_SIZE=2 MASTER_ADDR=...`` by hand, with no
+    peer, waited 30 minutes (torch's default) without a word. The group's collectives keep torch's timeout."""
+    from datetime import timedelta
+
+    from torch.distributed.constants import default_pg_timeout
+    from torch.distributed.rendezvous import rendezvous
+
+    seconds = RENDEZVOUS_SECONDS.value
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    try:
+        store, rank, size = next(rendezvous("env://", timeout=timedelta(seconds=seconds)))
+    except (RuntimeError, ValueError) as e:  # torch's DistStoreError / DistNetworkError, or a port out of range
+        detail = " ".join(str(e).split())[:200]
+        raise ResdomError(f"WORLD_SIZE={world}: the processes did not all join at {where} within {seconds} s "
+                          f"({detail}); start them together with torchrun, or raise {RENDEZVOUS_SECONDS.env}") from None
+    store.set_timeout(default_pg_timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size)
 
 
 def wrap(module: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:

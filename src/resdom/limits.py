@@ -57,9 +57,11 @@ MODEL_BYTES = Limit("RESDOM_MAX_MODEL_BYTES", 4 * GIB,
 PICKLE_DIMS = Limit("RESDOM_MAX_PICKLE_DIMS", 64, "dimensions of a torch.Size in a checkpoint's pickle")
 DOWNLOAD_BYTES = Limit("RESDOM_MAX_DOWNLOAD_BYTES", 1 * GIB, "bytes one downloaded data file may hold")
 MESSAGE_CHARS = Limit("RESDOM_MAX_MESSAGE_CHARS", 300, "characters of one value quoted in an error message")
+RENDEZVOUS_SECONDS = Limit("RESDOM_MAX_RENDEZVOUS_SECONDS", 30,
+                           "seconds the processes of a torchrun launch wait for each other to join")
 
 ALL_LIMITS = (MEMBER_BYTES, EXPANSION, YAML_ALIASES, YAML_DEPTH, YAML_NODES, SYNTHETIC_USERS, SYNTHETIC_ITEMS,
-              SYNTHETIC_INTERACTIONS, MODEL_BYTES, PICKLE_DIMS, DOWNLOAD_BYTES, MESSAGE_CHARS)
+              SYNTHETIC_INTERACTIONS, MODEL_BYTES, PICKLE_DIMS, DOWNLOAD_BYTES, MESSAGE_CHARS, RENDEZVOUS_SECONDS)
 
 
 def expansion_cap(packed_bytes: int) -> int:
