@@ -391,6 +391,36 @@ def test_a_variant_label_is_never_dropped_for_another_label_of_its_model(fake_fi
         assert fake_fit[-1]["data_info"].get("label") == label
 
 
+def test_config_show_prints_no_split_option_train_would_refuse(tmp_path: Path, capsys) -> None:
+    """`config show --holdout-users 5` (protocol gts), `--protocol loo --valid-quantile 0.5` or a file's
+    `holdout_users: -1` printed a configuration that `train --config` of it refused; each is one line naming where
+    the value was given, in `config show` and `train` alike."""
+    mine = tmp_path / "mine.yaml"
+    out = ["--out", str(tmp_path / "r")]
+    cases = [
+        (["--holdout-users", "5"], "error: --holdout-users: the monitoring slice of --protocol none; a split by the "
+         "default protocol, auto (gts or loo), holds out its own validation users"),
+        (["--protocol", "loo", "--holdout-users", "5"], "error: --holdout-users: the monitoring slice of --protocol "
+         "none; a loo split holds out its own validation users"),
+        (["--holdout-users", "-1"], "error: --holdout-users: must be 0 or more (got -1)"),
+        (["--protocol", "loo", "--valid-quantile", "0.5"], "error: --valid-quantile: sets the validation cut time of "
+         "--protocol gts; a loo split has none"),
+        (["--config", str(mine)], f"error: {mine}: data.holdout_users: must be 0 or more (got -1)"),
+        (["--config", str(mine), "--protocol", "gts"], f"error: {mine}: data.holdout_users: must be 0 or more"),
+    ]
+    mine.write_text("data:\n  holdout_users: -1\n")
+    for args, needle in cases:
+        for command in (["config", "show"], ["train", SOURCE, *out]):
+            code, _, err = run_cli(capsys, *command, *args)
+            one_line_error(code, err, needle)
+    mine.write_text("data:\n  protocol: loo\n  holdout_users: 3\n")
+    code, _, err = run_cli(capsys, "config", "show", "--config", str(mine))
+    one_line_error(code, err, f"error: {mine}: data.holdout_users: the monitoring slice of --protocol none; a loo")
+    code, shown, err = run_cli(capsys, "config", "show", "--config", str(mine), "--protocol", "none")
+    assert code == 0 and yaml.safe_load(shown)["data"]["holdout_users"] == 3, err
+    assert not (tmp_path / "r").exists()
+
+
 def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
     path = tmp_path / "c.yaml"
     code, _, err = run_cli(capsys, "config", "show", "sasrec-tts", "--protocol", "gts", "--epochs", "1",

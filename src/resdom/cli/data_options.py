@@ -159,6 +159,8 @@ class DataOptions:
             problems.append(("fmt", str(e).removeprefix("fmt: ")))
         if self.k_core is not None and self.k_core < 0:
             problems.append(("k_core", f"must be 0 (off) or more (got {self.k_core})"))
+        if self.holdout_users is not None and self.holdout_users < 0:
+            problems.append(("holdout_users", f"must be 0 or more (got {self.holdout_users})"))
         for name in ("quantile", "valid_quantile"):
             value = getattr(self, name)
             if value is not None and not 0.0 < value < 1.0:
@@ -381,12 +383,34 @@ def data_config_values(section: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def with_config_data(options: DataOptions, values: dict[str, Any]) -> DataOptions:
+def with_config_data(options: DataOptions, values: dict[str, Any], where: str | None = None) -> DataOptions:
     """``options`` with the config file's data ``values`` (DataOptions fields) where the command line gave none:
-    the command line wins, as for model and train fields."""
+    the command line wins, as for model and train fields. A split option the protocol has no use for
+    (``holdout_users`` but for none, ``valid_quantile`` but for gts or auto) is an OptionError naming where it was
+    given (the flag, or ``where: data.key``), as ``prepare_split`` refuses it: ``config show`` printed such a
+    configuration, which ``train --config`` of it then refused."""
     from dataclasses import replace
 
-    return replace(options, **{k: v for k, v in values.items() if getattr(options, k) is None})
+    taken = {k: v for k, v in values.items() if getattr(options, k) is None}
+    merged = replace(options, **taken)
+    try:
+        protocol = merged.protocol_choice
+    except ResdomError:
+        return merged  # an unknown protocol is named where the protocol is read
+    problems = []
+    if merged.holdout_users is not None and protocol != "none":
+        which = (f"a {protocol} split" if protocol != AUTO_PROTOCOL
+                 else "a split by the default protocol, auto (gts or loo),")
+        problems.append(("holdout_users", f"the monitoring slice of --protocol none; {which} holds out its own "
+                                          "validation users"))
+    if merged.valid_quantile is not None and protocol not in ("gts", AUTO_PROTOCOL):
+        problems.append(("valid_quantile", f"sets the validation cut time of --protocol gts; a {protocol} split "
+                                           "has none"))
+    if problems:
+        keys = {field: key for key, field in data_config_keys().items()}
+        raise OptionError([(f"{where}: data.{keys[field]}" if field in taken and where else _FLAGS[field], problem)
+                           for field, problem in problems])
+    return merged
 
 
 def data_config_section(options: DataOptions, protocol: str | None = None) -> dict[str, Any]:

@@ -276,7 +276,8 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
     origins = {f"{s}.{k}": f"{config}: {s}.{k}" for s in SECTIONS for k in file_layer.get(s, {})}
     origins |= {f"{s}.{k}": f"--set {s}.{k}" for s in SECTIONS for k in set_values.get(s, {})}
     origins |= {f"train.{k}": f"--{k}" for k in explicit}
-    return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {})), origins)
+    return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {}), str(config)),
+                         origins)
 
 
 @data_options(split=True)
