@@ -25,7 +25,11 @@ EXPECTED_TIMES = [[100, 200, 300], [150, 150], [50, 60]]
 
 
 def write(path: Path, text: str) -> Path:
-    path.write_text(text)
+    """``text`` written to ``path``, gzipped where its name ends in .gz."""
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
     return path
 
 
@@ -319,6 +323,14 @@ MALFORMED = {
                                       r"ratings\.dat:2: expected 4 columns .* found 3"),
     "wrong column count, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n1,3,4,5\n", None,
                                 r"x\.csv:3: expected 3 columns, found 4"),
+    # the first data line one field longer than the header made pandas read the first column as an unnamed index:
+    # every column shifted by one (items read as users), without a word
+    "extra field on the first line, csv": ("x.csv", "user_id,item_id,timestamp\nu1,x,1,7\nu1,y,2,8\nu2,x,3,9\n", None,
+                                           r"x\.csv:2: expected 3 columns, found 4"),
+    "extra field on the first line only, csv": ("x.csv", "user_id,item_id,timestamp\nu1,x,1,7\nu1,y,2\n", None,
+                                                r"x\.csv:2: expected 3 columns, found 4"),
+    "extra field, gzipped tsv": ("x.tsv.gz", "user_id\titem_id\ttimestamp\nu1\tx\t1\nu1\ty\t2\t8\n", None,
+                                 r"x\.tsv\.gz:3: expected 3 columns, found 4"),
     "unclosed quote, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n\n1,\"3,4\n2,3,4\n", None,
                             r"x\.csv:4: a quote \(\"\) opened on this line is never closed"),
     "other separator, csv": ("x.csv", "user_id;item_id;timestamp\n1;2;3\n", None,

@@ -37,6 +37,7 @@ import csv
 import gzip
 import io
 import re
+import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -825,16 +826,42 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
     if path.name.lower().endswith(".gz"):  # unpacked within resdom.limits (pandas would unpack without a bound,
         source = io.BytesIO(gunzip(path))  # and a truncated file ended in an EOFError: "error: aborted")
     try:
-        return pd.read_csv(
-            source, sep=sep, names=names, header=0 if names is None else None, skiprows=skiprows, dtype=str,
-            keep_default_na=False, skip_blank_lines=True, engine="c",
-        )
+        with warnings.catch_warnings():
+            # index_col=False: pandas took a first data line with one field more than the header for an unnamed index
+            # column and shifted every column by one (users read as items, items as times) without a word; rows
+            # with more fields than the header are then pandas' ParserWarning, refused at their line
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(
+                source, sep=sep, names=names, header=0 if names is None else None, skiprows=skiprows, dtype=str,
+                keep_default_na=False, skip_blank_lines=True, engine="c", index_col=False,
+            )
+    except pd.errors.ParserWarning:
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        raise _extra_fields(path, source, sep, len(names) if names is not None else None, skiprows) from None
     except pd.errors.ParserError as e:
         raise ResdomError(f"{parser_error(path, e)}{_separator_hint(path, sep)}") from None
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except UnicodeDecodeError:
         raise not_text(path) from None
+
+
+def _extra_fields(path: Path, source: Path | io.BytesIO, sep: str, width: int | None, skiprows: int) -> ResdomError:
+    """The first line of a table holding more fields than its header (``width`` columns, or the header line's),
+    as ``parser_error`` words one: ``path:line: expected 3 columns, found 4``."""
+    with contextlib.ExitStack() as stack:
+        raw = stack.enter_context(open(source, "rb")) if isinstance(source, Path) else source
+        text = stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8-sig", newline=""))
+        rows = csv.reader(text, delimiter=sep)
+        for row in rows:
+            if rows.line_num <= skiprows or not row:
+                continue
+            if width is None:
+                width = len(row)  # the header line
+            elif len(row) > width:
+                return ResdomError(f"{path}:{rows.line_num}: expected {width} columns, found {len(row)}")
+    return ResdomError(f"{path}: a line holds more fields than the header names")
 
 
 def _separator_hint(path: Path, sep: str) -> str:
