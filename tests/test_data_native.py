@@ -70,6 +70,8 @@ def test_diginetica_session_item_and_time(tmp_path: Path) -> None:
     ("sessionId;userId;itemId;timeframe;eventdate\n", "no rows after the header"),
     # the header as written, not as pandas renames a repeated name ('itemId.1')
     ("sessionId;userId;itemId;timeframe;itemId\n1;;2;3;4\n", r":1: header 'sessionId;userId;itemId;timeframe;itemId',"),
+    # a first line one field longer than the header was read with sessionId as pandas' index: every column shifted
+    (DIGINETICA.replace("2016-05-09\n", "2016-05-09;x\n", 1), r"views\.csv:2: expected 5 columns, found 6"),
 ])
 def test_diginetica_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "views.csv"

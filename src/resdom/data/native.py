@@ -50,6 +50,7 @@ from resdom.data.readers import (
     check_parquet_columns,
     check_unique_header,
     damaged_parquet,
+    extra_fields,
     header_fields,
     not_text,
     parser_error,
@@ -192,8 +193,15 @@ def read_movielens_zip(path: Path) -> RawInteractions:
 
 def read_diginetica(path: Path) -> RawInteractions:
     """CIKM Cup 2016 ``train-item-views.csv``: user = sessionId, item = itemId, time = eventdate + timeframe ms."""
+    source = _csv_source(path)
     try:
-        df = pd.read_csv(_csv_source(path), sep=";", dtype=str, keep_default_na=False, engine="c")
+        with warnings.catch_warnings():  # a line longer than the header: refused, not an index column (readers)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(source, sep=";", dtype=str, keep_default_na=False, engine="c", index_col=False)
+    except pd.errors.ParserWarning:
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        raise extra_fields(path, source, ";", None, 0) from None
     except pd.errors.EmptyDataError:
         raise ResdomError(f"{path}: file is empty") from None
     except pd.errors.ParserError as e:

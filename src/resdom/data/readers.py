@@ -838,7 +838,7 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
     except pd.errors.ParserWarning:
         if isinstance(source, io.BytesIO):
             source.seek(0)
-        raise _extra_fields(path, source, sep, len(names) if names is not None else None, skiprows) from None
+        raise extra_fields(path, source, sep, len(names) if names is not None else None, skiprows) from None
     except pd.errors.ParserError as e:
         raise ResdomError(f"{parser_error(path, e)}{_separator_hint(path, sep)}") from None
     except pd.errors.EmptyDataError:
@@ -847,7 +847,7 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
         raise not_text(path) from None
 
 
-def _extra_fields(path: Path, source: Path | io.BytesIO, sep: str, width: int | None, skiprows: int) -> ResdomError:
+def extra_fields(path: Path, source: Path | io.BytesIO, sep: str, width: int | None, skiprows: int) -> ResdomError:
     """The first line of a table holding more fields than its header (``width`` columns, or the header line's),
     as ``parser_error`` words one: ``path:line: expected 3 columns, found 4``."""
     with contextlib.ExitStack() as stack:
