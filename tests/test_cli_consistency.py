@@ -421,6 +421,21 @@ def test_config_show_prints_no_split_option_train_would_refuse(tmp_path: Path, c
     assert not (tmp_path / "r").exists()
 
 
+def test_a_folder_given_as_config_says_it_is_a_folder(tmp_path: Path, capsys) -> None:
+    """`--config RUN_DIR` said "config file not found" of a folder that is there; it names the folder, and the run's
+    own config.json where it has one."""
+    run = tmp_path / "run"
+    run.mkdir()
+    code, _, err = run_cli(capsys, "config", "show", "--config", str(run))
+    one_line_error(code, err, f"error: {run}: is a folder; give a YAML config file")
+    (run / "config.json").write_text("{}")
+    for command in (["config", "show"], ["train", SOURCE, "--out", str(tmp_path / "r")]):
+        code, _, err = run_cli(capsys, *command, "--config", str(run))
+        one_line_error(code, err, f"error: {run}: is a folder; give a YAML config file (a run's own configuration "
+                       f"is {run / 'config.json'})")
+    assert not (tmp_path / "r").exists()
+
+
 def test_config_show_round_trips_through_train(tmp_path: Path, capsys) -> None:
     path = tmp_path / "c.yaml"
     code, _, err = run_cli(capsys, "config", "show", "sasrec-tts", "--protocol", "gts", "--epochs", "1",

@@ -76,6 +76,10 @@ def config_path(path: Path) -> Path:
     shipped = reference_config(path)
     if shipped is not None:
         return shipped
+    if path.is_dir():
+        run = path / "config.json"
+        hint = f" (a run's own configuration is {run})" if run.is_file() else ""
+        raise ResdomError(f"{path}: is a folder; give a YAML config file{hint}")
     raise ResdomError(f"{path}: config file not found (nor a shipped configuration: "
                       f"{', '.join(reference_configs())}; see `resdom config list`)")
 
