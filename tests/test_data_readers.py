@@ -331,6 +331,11 @@ MALFORMED = {
                                                 r"x\.csv:2: expected 3 columns, found 4"),
     "extra field, gzipped tsv": ("x.tsv.gz", "user_id\titem_id\ttimestamp\nu1\tx\t1\nu1\ty\t2\t8\n", None,
                                  r"x\.tsv\.gz:3: expected 3 columns, found 4"),
+    # split at its spaces, JSON lines were read as an interactions file of ids like '{"user_id":"a",'
+    "JSON lines": ("x.json", '{"user_id":"a", "item_id":"x"}\n{"user_id":"a", "item_id":"y"}\n', None,
+                   r"x\.json: JSON \(an object or list a line\), which resdom does not read .*pandas\.read_json"),
+    "JSON lines, no spaces": ("x.jsonl", '{"user_id":"a","item_id":"x","timestamp":1}\n', None,
+                              r"x\.jsonl: JSON \(an object or list a line\)"),
     "unclosed quote, csv": ("x.csv", "user_id,item_id,timestamp\n1,2,3\n\n1,\"3,4\n2,3,4\n", None,
                             r"x\.csv:4: a quote \(\"\) opened on this line is never closed"),
     "other separator, csv": ("x.csv", "user_id;item_id;timestamp\n1;2;3\n", None,

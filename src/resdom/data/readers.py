@@ -36,6 +36,7 @@ import contextlib
 import csv
 import gzip
 import io
+import json
 import re
 import warnings
 import zlib
@@ -215,6 +216,10 @@ def detect_format(paths: list[Path]) -> str:
         raise ResdomError(f"{path}: file is empty")
     if "::" in lines[0]:
         return "movielens"
+    if _json_line(lines[0]):  # split at its spaces, an object a line was read as a user-lines or interactions file
+        raise ResdomError(f"{path}: JSON (an object or list a line), which resdom does not read for a data set of your "
+                          "own: give a table (csv, tsv or parquet; e.g. pandas.read_json(path, lines=True)"
+                          ".to_csv('data.csv', index=False))")
     counts = [len(_fields(line)) for line in lines]
     users = [_fields(line)[0] for line in lines]
     repeated_users = len(set(users)) < len(users)
@@ -226,6 +231,17 @@ def detect_format(paths: list[Path]) -> str:
         f"{path}: cannot tell whether this is one user a line or one interaction a line; "
         f"pass {arg('fmt', 'user-lines')} or {arg('fmt', 'interactions')}"
     )
+
+
+def _json_line(line: str) -> bool:
+    """Whether ``line`` is a JSON object or list (a JSON-lines file's first line)."""
+    text = line.strip()
+    if not text.startswith(("{", "[")):
+        return False
+    try:
+        return isinstance(json.loads(text), (dict, list))
+    except ValueError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------------
