@@ -540,7 +540,8 @@ def test_a_bad_value_is_named_where_it_was_given(tmp_path: Path, capsys) -> None
         (["--set", "model.hidden=8"], f"error: {path}: train.lr: Input should be greater than 0 (got 0)"),
         (["--set", "model.hidden=8", "--set", "train.lr=-2"], "error: --set train.lr: Input should be greater than 0"),
         (["--set", "model.hidden=10", "--set", "model.heads=4", "--set", "train.lr=1e-3"],
-         "error: model: hidden (10) must be divisible by heads (4)"),  # a rule across fields: the section
+         "error: model (given by --set model.heads, --set model.hidden): hidden (10) must be divisible by heads (4)"),
+        # a rule across fields: the section, with where its values were given
     ]
     for extra, needle in cases:
         for args in (["train", SOURCE, "--out", out], ["config", "show"]):

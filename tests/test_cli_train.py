@@ -93,6 +93,22 @@ def test_an_absent_device_is_refused_before_the_data_is_read(tmp_path: Path, cap
                                                              needle: str) -> None:
     code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(tmp_path / "r"), *args)
     assert code == 2 and needle in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_a_bad_device_or_model_from_a_config_file_names_the_file(tmp_path: Path, capsys) -> None:
+    """`train.device: cuda` in a config file was "error: train.device: ..." and a model too large or with hidden not
+    divisible by heads "error: model: ...", neither naming the file (or the --set) that gave the values."""
+    cases = [("train:\n  device: cuda\n", [], "error: {c}: train.device: 'cuda' requested"),
+             ("model:\n  max_len: 100000000\n", [], "error: model (given by {c}): refused: this model would take"),
+             ("model:\n  hidden: 10\n", ["--set", "model.heads=4"], "error: model (given by --set model.heads, {c}): "
+              "hidden (10) must be divisible by heads (4)")]
+    config = tmp_path / "c.yaml"
+    for text, extra, needle in cases:
+        config.write_text(text)
+        code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(tmp_path / "r"), "--config", str(config), *extra)
+        assert code == 2 and err.startswith(needle.format(c=config)) and err.count("\n") == 1, err
+    assert not (tmp_path / "r").exists()
     assert err.strip().count("\n") == 0 and "data:" not in err  # no "data: read ..." line before the refusal
     assert not (tmp_path / "r").exists()
 

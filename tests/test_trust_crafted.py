@@ -71,7 +71,8 @@ def test_a_model_too_large_for_memory_is_one_line_and_writes_no_run(tmp_path: Pa
     assert not out.exists()
     # past RESDOM_MAX_MODEL_BYTES the configuration refuses it before anything is built
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=1000000000")
-    one_line_error(code, err, "model: refused: this model would take about", "RESDOM_MAX_MODEL_BYTES")
+    one_line_error(code, err, "error: model (given by --set model.", "--set model.max_len", "): refused: this model "
+                   "would take about", "RESDOM_MAX_MODEL_BYTES")
     assert not out.exists()
 
     def broken(cfg: object) -> None:

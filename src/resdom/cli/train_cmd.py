@@ -239,7 +239,18 @@ class CommandConfig:
             return resolve_configs(self.name, self.values["model"], self.values["train"], source=source,
                                    n_items=n_items, protocol=protocol)
         except OptionError as e:
-            raise e.renamed(self.origins) from None
+            raise e.renamed({**self.origins, "model": self.model_origin()}) from None
+
+    def model_origin(self) -> str:
+        """How a problem of the whole model (its size, hidden not divisible by heads) is named: ``model`` with where
+        the user gave model values (``model (given by c.yaml, --set model.heads)``), which alone can change it."""
+        given = sorted({where if where.startswith("--") else where.split(": ")[0]
+                        for key, where in self.origins.items() if key.startswith("model.")})
+        return f"model (given by {', '.join(given)})" if given else "model"
+
+    def device_origin(self, option_given: bool) -> str:
+        """Where the device was set: --device, else the config file or --set that gave train.device."""
+        return "--device" if option_given else self.origins.get("train.device", "train.device")
 
 
 def _model_label(option: str | None, set_name: Any, file_name: Any, config: Path | None,
@@ -325,7 +336,7 @@ def train(
         # the one resolution of the configuration, before the data is read (a bad value fails fast); the split sets
         # n_items, which nothing else depends on, and fit hands both configs to the trainer as they are
         model_cfg, train_cfg = cfg.resolve(preset_source, n_items=0, protocol=protocol)
-        resolve_device(train_cfg.device, "--device" if device else "train.device")
+        resolve_device(train_cfg.device, cfg.device_origin(device is not None))
     else:  # auto or none on a file: its timestamps, so its defaults, are known once it is read; resolved under either
         # now (a value wrong under both fails before the read), those of the protocol the split takes after it
         under: dict[str, tuple[ModelConfig, TrainConfig] | ResdomError] = {}
@@ -343,7 +354,7 @@ def train(
         if isinstance(resolved, ResdomError):
             raise resolved
         model_cfg, train_cfg = resolved
-        resolve_device(train_cfg.device, "--device" if device else "train.device")
+        resolve_device(train_cfg.device, cfg.device_origin(device is not None))
     data_info = data.record(source, split)
     if cfg.label != cfg.name:
         data_info["label"] = cfg.label  # reports name the run by its variant
