@@ -305,11 +305,29 @@ def test_busy_machine_hint(monkeypatch) -> None:
 def test_a_runs_own_config_json_reruns_it(trained_run: Path, tmp_path: Path) -> None:
     saved = json.loads((trained_run / "config.json").read_text())
     values = read_config_file(trained_run / "config.json")
-    assert "n_items" not in values["model"] and set(values) == {"model", "train"}
+    assert "n_items" not in values["model"] and set(values) == {"model", "train", "record"}
+    assert values["record"]["protocol"] == "loo"  # the split it records, kept apart
     name = saved["model"]["name"]
     model, train = resolve_configs(name, values["model"], values["train"], n_items=saved["model"]["n_items"],
                                    protocol=saved["data"].get("protocol"))
     assert model.model_dump() == saved["model"] and train.model_dump() == saved["train"]
+
+
+def test_a_rerun_from_a_runs_config_json_says_where_its_split_differs(trained_run: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`train --config RUN/config.json` of a loo run split the data by auto's protocol (gts here: the data has
+    timestamps) without a word, so the "rerun" was measured on another split; it now says so, and is silent where
+    the split is the recorded one. Maker: the module's loo run, rerun from its config.json with and without
+    --protocol loo."""
+    config = str(trained_run / "config.json")
+    tiny = ["--set", "model.hidden=8", "--set", "model.max_len=10", "--epochs", "1", "--device", "cpu"]
+    capsys.readouterr()
+    assert invoke("train", SOURCE, "--config", config, "--out", str(tmp_path / "gts"), *tiny) == 0
+    err = capsys.readouterr().err
+    assert f"note: {config} records a loo split; this run's is gts 0.9" in err and "give --protocol loo" in err
+    assert invoke("train", SOURCE, "--config", config, "--out", str(tmp_path / "loo"), "--protocol", "loo",
+                  *tiny) == 0
+    assert "records a" not in capsys.readouterr().err
 
 
 def test_keep_freed_memory_sets_glibc_malloc_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:

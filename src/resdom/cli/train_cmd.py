@@ -12,7 +12,7 @@ import difflib
 import json
 import os
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,8 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
 
     ``data:`` holds the data options without their dashes (protocol, quantile, k_core, format, user_col, ...), as
     ``resdom config show`` prints them. A run's saved ``config.json`` is accepted too: its record sections (its
-    ``data`` included) are skipped, and ``model.n_items`` (set from the data) is dropped."""
+    ``data`` included) are skipped, and ``model.n_items`` (set from the data) is dropped; the split it records
+    (protocol, quantile) is kept apart as "record", so ``train`` can say where its own split differs."""
     import yaml
 
     refuse_special(path)  # a device or FIFO: refused before it is looked up or opened
@@ -130,7 +131,31 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
             _check_field(section, str(key), str(path))
         out[section].update(values)
     out["model"].pop("n_items", None)
+    recorded = data.get("data")
+    if is_record and isinstance(recorded, dict):
+        manifest = recorded["manifest"] if isinstance(recorded.get("manifest"), dict) else {}
+        split = {k: manifest.get(k, recorded.get(k)) for k in ("protocol", "quantile")}
+        if isinstance(split["protocol"], str):
+            out["record"] = split
     return out
+
+
+def recorded_split_note(config: Path | None, record: dict[str, Any], manifest: dict[str, Any]) -> str | None:
+    """A note where a run's config.json given as --config records another split (protocol, or gts quantile) than
+    the one this run made: a run's data section is a record, not a setting, so a rerun from it splits by the
+    options given (auto's protocol by default); None where they agree or nothing is recorded."""
+    def named(split: dict[str, Any]) -> str:
+        quantile = split.get("quantile")
+        gts = split.get("protocol") == "gts" and isinstance(quantile, (int, float))
+        return f"{split.get('protocol')}{f' {quantile:g}' if gts else ''}"
+
+    if not record.get("protocol") or named(record) == named(manifest):
+        return None
+    hint = f"--protocol {record['protocol']}"
+    if record["protocol"] == "gts" and isinstance(record.get("quantile"), (int, float)):
+        hint += f" --quantile {record['quantile']:g}"
+    return (f"note: {config} records a {named(record)} split; this run's is {named(manifest)} (a run's data "
+            f"section is a record, not a setting: give {hint} to split as it did)")
 
 
 def _unique_keys_loader() -> type:
@@ -231,6 +256,7 @@ class CommandConfig:
     values: dict[str, dict[str, Any]]
     data: DataOptions
     origins: dict[str, str]  # "model.hidden" -> where the user gave its value ("c.yaml: model.hidden", "--epochs")
+    record: dict[str, Any] = field(default_factory=dict)  # the split a run's config.json given as --config records
 
     def resolve(self, source: str | None, n_items: int, protocol: str | None) -> tuple[ModelConfig, TrainConfig]:
         """``resolve_configs`` of these values; a bad value is named where the user gave it (the config file, the
@@ -292,7 +318,7 @@ def command_config(model: str | None, config: Path | None, set_: list[str], expl
     origins |= {f"{s}.{k}": f"--set {s}.{k}" for s in SECTIONS for k in set_values.get(s, {})}
     origins |= {f"train.{k}": f"--{k}" for k in explicit}
     return CommandConfig(label, name, values, with_config_data(data, file_values.get("data", {}), str(config)),
-                         origins)
+                         origins, file_values.get("record", {}))
 
 
 @data_options(split=True)
@@ -349,6 +375,8 @@ def train(
         if len(refused) == len(under):
             raise refused[0]
     split = data.split(source)
+    if (note := recorded_split_note(config, cfg.record, split.manifest)) is not None and is_main:
+        typer.echo(note, err=True)
     if protocol is None:
         resolved = under[recipe_protocol(split.manifest["protocol"], split.manifest.get("has_timestamps")) or "loo"]
         if isinstance(resolved, ResdomError):
