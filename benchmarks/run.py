@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import queue
@@ -186,11 +187,17 @@ def err(res: dict[str, Any]) -> str | None:
     return res.get("error")
 
 
+FAILED = "**Failed measurements:**"
+# sections that read Beauty (--data-dir) always, and those that read it outside --quick
+DATA_SECTIONS = {"recbole", "rectools", "tta"}
+FULL_DATA_SECTIONS = {"last", "batching", "eval", "mixing"}
+
+
 def errors_note(results: dict[str, dict[str, Any]]) -> str:
     bad = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
     if not bad:
         return ""
-    return "\n\n**Failed measurements:**\n" + "\n".join(f"- {k}: `{v[:600]}`" for k, v in bad.items())
+    return f"\n\n{FAILED}\n" + "\n".join(f"- {k}: `{v[:600]}`" for k, v in bad.items())
 
 
 def mean_epoch(res: dict[str, Any], key: str, skip_first: bool = False) -> float | None:
@@ -1270,9 +1277,21 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n in names if n not in SECTIONS]
     if bad:
         p.error(f"unknown section {bad[0]!r}; sections: {', '.join(SECTIONS)}")
+    if a.only.strip() and not [s for s in a.only.split(",") if s.strip()]:
+        p.error(f"--only {a.only!r}: names no section; sections: {', '.join(SECTIONS)}")
     tta_libs = tuple(x.strip() for x in a.tta_libs.split(",") if x.strip())
     if any(x not in TTA_LIBS for x in tta_libs):
         p.error(f"--tta-libs: unknown library in {a.tta_libs!r}; libraries: {', '.join(TTA_LIBS)}")
+    for flag, value, least in (("--threads", a.threads, 1), ("--tta-epochs", a.tta_epochs, 1),
+                               ("--peer-rounds", a.peer_rounds, 2), ("--peer-batches", a.peer_batches, 1),
+                               ("--recbole-users", a.recbole_users, 1)):
+        if value is not None and value < least:  # --peer-rounds: the first round is a warm-up, left out
+            p.error(f"{flag} {value}: must be at least {least}")
+    if a.tta_budget is not None and not (math.isfinite(a.tta_budget) and a.tta_budget > 0):
+        p.error(f"--tta-budget {a.tta_budget:g}: must be a positive number of seconds")
+    beauty = a.data_dir / "bsarec" / "Beauty.txt"
+    if set(names) & (DATA_SECTIONS if a.quick else DATA_SECTIONS | FULL_DATA_SECTIONS) and not beauty.is_file():
+        p.error(f"--data-dir {a.data_dir}: no bsarec/Beauty.txt in it (give raw data laid out like shared/data/raw)")
     results = a.results or (OUT / "RESULTS.quick.md" if a.quick else RESULTS)
     OUT.mkdir(parents=True, exist_ok=True)
     need = set(names)
@@ -1280,6 +1299,7 @@ def main(argv: list[str] | None = None) -> int:
     rectools = find_peer_python("rectools", a.rectools_python, a.setup_rectools) if {"rectools", "tta"} & need else None
     ctx = Context(a.quick, a.data_dir, OUT, recbole, a.threads, a.recbole_users, rectools, a.tta_epochs,
                   a.tta_budget, tta_libs, a.peer_rounds, a.peer_batches)
+    status = 0
     for name in names:
         ctx.commands = []
         t0 = time.perf_counter()
@@ -1294,12 +1314,20 @@ def main(argv: list[str] | None = None) -> int:
             (f" --peer-rounds {a.peer_rounds} --peer-batches {a.peer_batches}"
              if name in ("recbole", "rectools") and (a.peer_rounds, a.peer_batches) != (8, 20) else "")
         section = render_section(name, body, ctx.commands, command_line, time.perf_counter() - t0)
+        stored = results.read_text() if results.exists() else ""
+        if FAILED in body and f"<!-- section:{name} -->" in stored:  # a failed run never replaces measured numbers
+            aside = OUT / f"{name}.failed.md"
+            aside.write_text(section + "\n")
+            print(f"[bench] {name}: a measurement failed; {_rel(str(results))} keeps its stored section, this "
+                  f"run's is in {_rel(str(aside))}", file=sys.stderr)
+            status = 1
+            continue
         results.parent.mkdir(parents=True, exist_ok=True)
         tmp = results.with_name(f".{results.name}.tmp")
         tmp.write_text(merge_results(results, {name: section}))
         tmp.replace(results)  # written after every section: a later failure keeps what was measured
         print(f"[bench] {name}: done in {time.perf_counter() - t0:.0f} s -> {_rel(str(results))}", file=sys.stderr)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -487,3 +487,28 @@ def test_run_json_relays_progress_and_reports_failures(tmp_path: Path, capsys) -
     assert bad["error"].startswith("exit 1:") and "the reason" in bad["error"]
     slow = ctx.run_json([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
     assert slow["error"].startswith("timed out after")
+
+
+@pytest.mark.parametrize("argv", [["--only", ","], ["--threads", "0"], ["--tta-epochs", "0"], ["--tta-budget", "-5"],
+                                  ["--tta-budget", "nan"], ["--peer-rounds", "1"], ["--peer-batches", "0"],
+                                  ["--recbole-users", "0"], ["--only", "tta", "--data-dir", "/nonexistent"]])
+def test_run_refuses_odd_options_before_measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    monkeypatch.setattr(run, "RUNNERS", {k: lambda ctx: pytest.fail("measured") for k in run.SECTIONS})
+    results = tmp_path / "RESULTS.md"
+    with pytest.raises(SystemExit) as e:
+        run.main([*argv, "--results", str(results)])
+    assert e.value.code == 2 and not results.exists()
+    assert f": error: {argv[-2]} " in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_failed_section_keeps_the_stored_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(run, "OUT", tmp_path / "out")
+    monkeypatch.setattr(run, "RUNNERS", {"peak": lambda ctx: "| measured | 1 |"})
+    assert run.main(["--only", "peak", "--results", str(results)]) == 0
+    stored = results.read_text()
+    monkeypatch.setattr(run, "RUNNERS", {"peak": lambda ctx: run.errors_note({"peak": {"error": "exit 1: boom"}})})
+    assert run.main(["--only", "peak", "--results", str(results)]) == 1
+    assert results.read_text() == stored
+    assert "boom" in (tmp_path / "out" / "peak.failed.md").read_text()
