@@ -40,12 +40,20 @@ def cpu_info() -> dict:
     return {"model": model, "cpus": os.cpu_count(), "flags": flags}
 
 
+PRECISIONS = ("fp32", "bf16", "bf16-loss")  # the trainer's autocast settings (bf16: measured here, not offered)
+
+
 def parse_config(text: str) -> dict:
     parts = text.split("+")
+    if parts[0] not in PRECISIONS:
+        raise SystemExit(f"config {text!r}: unknown precision {parts[0]!r}; precisions: {', '.join(PRECISIONS)}")
     cfg = {"name": text, "precision": parts[0], "cache": None, "compile": False, "ce_only": False}
     for p in parts[1:]:
         if p.startswith("cache="):
-            cfg["cache"] = int(p.split("=", 1)[1])
+            value = p.split("=", 1)[1]
+            if not value.isdigit() or int(value) < 1:
+                raise SystemExit(f"config {text!r}: cache={value!r} is not a positive whole number")
+            cfg["cache"] = int(value)
         elif p == "compile":
             cfg["compile"] = True
         elif p == "ceonly":  # the precision's autocast around the loss only: the encoder in float32
@@ -107,8 +115,8 @@ def child(args: dict) -> dict:
             "max_len": model_cfg.max_len}
 
 
-def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "child":
+def main(argv: list[str] | None = None) -> None:
+    if argv is None and len(sys.argv) > 2 and sys.argv[1] == "child":
         print(json.dumps(child(json.loads(sys.argv[2]))), flush=True)
         return
     ap = argparse.ArgumentParser()
@@ -120,8 +128,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=0, help="0: the whole epoch")
     ap.add_argument("--epochs", type=int, default=1, help="epochs each child trains (each timed)")
-    a = ap.parse_args()
-    configs = [parse_config(c) for c in a.configs.split(",")]
+    a = ap.parse_args(argv)
+    for flag, value, least in (("--rounds", a.rounds, 1), ("--batches", a.batches, 0), ("--epochs", a.epochs, 1)):
+        if value < least:
+            ap.error(f"{flag} {value}: must be at least {least}")
+    if not Path(a.data_dir).is_dir():
+        ap.error(f"--data-dir {a.data_dir}: no such folder (give raw data laid out like shared/data/raw)")
+    names = a.configs.split(",")
+    try:
+        configs = [parse_config(c) for c in names]
+    except SystemExit as e:
+        ap.error(f"--configs: {e}")
+    if len(set(names)) != len(names):
+        ap.error(f"--configs {a.configs!r}: a config named twice")
     print(json.dumps({"cpu": cpu_info(), "load": os.getloadavg(), "started": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                           time.gmtime())}))
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
@@ -133,8 +152,12 @@ def main() -> None:
                 env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(c["cache"])
             args = {**c, "data": a.data, "protocol": a.protocol, "data_dir": a.data_dir, "batches": a.batches,
                     "epochs": a.epochs}
-            out = subprocess.run([sys.executable, __file__, "child", json.dumps(args)], env=env, cwd=ROOT,
-                                 capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            proc = subprocess.run([sys.executable, __file__, "child", json.dumps(args)], env=env, cwd=ROOT,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:  # the child's own last line (its exception), not a traceback of ours
+                last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+                raise SystemExit(f"levers.py: error: config {c['name']!r}, round {r + 1}: {last}")
+            out = proc.stdout.strip().splitlines()[-1]
             rec = json.loads(out)
             rec["round"] = r
             results[c["name"]].append(rec)

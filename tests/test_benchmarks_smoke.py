@@ -512,3 +512,27 @@ def test_failed_section_keeps_the_stored_one(tmp_path: Path, monkeypatch: pytest
     assert run.main(["--only", "peak", "--results", str(results)]) == 1
     assert results.read_text() == stored
     assert "boom" in (tmp_path / "out" / "peak.failed.md").read_text()
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--configs", "bogus"], "unknown precision 'bogus'"), (["--configs", ","], "unknown precision ''"),
+    (["--configs", "fp32+cache=x"], "cache='x'"), (["--configs", "fp32,fp32"], "a config named twice"),
+    (["--rounds", "0"], "--rounds 0"), (["--epochs", "0"], "--epochs 0"), (["--batches", "-1"], "--batches -1")])
+def test_levers_refuses_odd_options_before_measuring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                     says: str) -> None:
+    levers = _load("levers")
+    monkeypatch.setattr(levers.subprocess, "run", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as e:
+        levers.main(["epoch", "--data-dir", str(tmp_path), *argv])
+    assert e.value.code == 2
+    assert says in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_levers_failed_child_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    levers = _load("levers")
+    failed = levers.subprocess.CompletedProcess([], 1, "", "Traceback (most recent call last):\nValueError: no data")
+    monkeypatch.setattr(levers.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(SystemExit) as e:
+        levers.main(["epoch", "--data-dir", str(tmp_path), "--configs", "fp32"])
+    assert str(e.value.code) == "levers.py: error: config 'fp32', round 1: ValueError: no data"
