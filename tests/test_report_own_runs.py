@@ -9,7 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
-from cli_helpers import invoke
+import pytest
+from cli_helpers import invoke, run_cli
 
 import resdom
 from resdom.report import build_report, document_block_names, document_blocks
@@ -105,3 +106,10 @@ def test_the_pages_of_ones_own_run_show_only_the_figures_drawn(tmp_path: Path) -
     assert every.count(MISSING) == len(figure_keys())
     assert render_markdown(runs, [], paths.tables_data, "t", every_figure=True).count(MISSING) == len(figure_keys())
     assert MISSING not in render_markdown(runs, [], paths.tables_data, "t")
+
+
+def test_a_doc_that_is_a_folder_is_named_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = own_run(tmp_path)
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "rep"), "--doc", str(tmp_path))
+    assert code == 2 and err.strip() == f"error: --doc {tmp_path}: is a folder; give a Markdown document"
+    assert not (tmp_path / "rep").exists()

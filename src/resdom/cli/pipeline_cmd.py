@@ -154,6 +154,8 @@ def _earlier_report(out: Path, entries: list[str]) -> bool:
 def _document(path: Path, known: tuple[str, ...]) -> str:
     """The text of a ``--doc`` document, its table blocks checked against ``known`` (``check_blocks``); a
     ResdomError otherwise."""
+    if path.is_dir():
+        raise ResdomError(f"--doc {path}: is a folder; give a Markdown document")
     if not path.is_file():
         raise ResdomError(f"--doc {path}: no such document")
     try:
