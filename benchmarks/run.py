@@ -193,6 +193,12 @@ DATA_SECTIONS = {"recbole", "rectools", "tta"}
 FULL_DATA_SECTIONS = {"last", "batching", "eval", "mixing"}
 
 
+def figure_path(ctx: Context, name: str, failed: bool) -> Path:
+    """Where a section draws its figure: benchmarks/NAME, or OUT/NAME for --quick and where a measurement failed
+    (a failed run never replaces the published figure, as it never replaces the stored section)."""
+    return (ctx.out if ctx.quick or failed else HERE) / name
+
+
 def errors_note(results: dict[str, dict[str, Any]]) -> str:
     bad = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
     if not bad:
@@ -741,7 +747,7 @@ def section_tta(ctx: Context) -> str:
     text.append("\nEach library's run (budget in training seconds, wall): " + "; ".join(
         f"{k} `{v['conditions'].get('command', '?')}` (budget {v.get('budget_s')}, {v['conditions']['started']} to "
         f"{v['conditions']['finished']})" for k, v in ok.items()) + ".")
-    png = (ctx.out if ctx.quick else HERE) / "time_to_accuracy.png"
+    png = figure_path(ctx, "time_to_accuracy.png", failed=any(err(v) for v in measured.values()))
     if plot_tta(common_cpu, png, level):  # CPU time: on a shared machine the clock the load disturbs least
         text.append(f"\n![time to accuracy]({_rel(str(png)).removeprefix('benchmarks/')})")
     text.append("\nCurves (cumulative training seconds wall, common NDCG@10 / own NDCG@10 per epoch): " + "; ".join(
@@ -1061,7 +1067,7 @@ def section_scaling(ctx: Context) -> str:
         series[axis].append((x, ep["seconds"]))
         rows.append([axis, u, n, L, ep["samples"], ep["target_positions"], ep["seconds"], ep["samples_per_s"],
                      round(ep["target_positions"] / ep["seconds"]), ep["peak_rss_mb"]])
-    png = (ctx.out if ctx.quick else HERE) / "scaling.png"
+    png = figure_path(ctx, "scaling.png", failed=any(err(v) for v in results.values() if isinstance(v, dict)))
     plotted = plot_scaling(series, png, base)
     text = [table(["axis", "users", "items", "max len", "samples", "target positions", "s / epoch", "samples/s",
                    "positions/s", "peak RSS MiB"], rows)]

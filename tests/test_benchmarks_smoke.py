@@ -536,3 +536,16 @@ def test_levers_failed_child_is_one_line(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(SystemExit) as e:
         levers.main(["epoch", "--data-dir", str(tmp_path), "--configs", "fp32"])
     assert str(e.value.code) == "levers.py: error: config 'fp32', round 1: ValueError: no data"
+
+
+def test_a_failed_measurement_never_replaces_the_published_figure(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    monkeypatch.setattr(run, "HERE", bench)
+    ctx = run.Context(False, tmp_path, tmp_path / "out", None, 1)
+    assert run.figure_path(ctx, "scaling.png", failed=False) == bench / "scaling.png"
+    assert run.figure_path(ctx, "scaling.png", failed=True) == tmp_path / "out" / "scaling.png"
+    monkeypatch.setattr(ctx, "task", lambda *a, **k: {"error": "exit 1: boom"})
+    assert run.FAILED in run.section_scaling(ctx)
+    assert not (bench / "scaling.png").exists()
