@@ -113,3 +113,20 @@ def test_a_doc_that_is_a_folder_is_named_a_folder(tmp_path: Path, capsys: pytest
     code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "rep"), "--doc", str(tmp_path))
     assert code == 2 and err.strip() == f"error: --doc {tmp_path}: is a folder; give a Markdown document"
     assert not (tmp_path / "rep").exists()
+
+
+def test_force_never_moves_aside_the_runs_or_documents_the_report_reads(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    run = own_run(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path), "--force")
+    assert code == 2 and err.strip() == (f"error: --out {tmp_path}: holds the run directory {run}, which the report "
+                                         "reads; choose a folder outside every run")
+    assert (run / "config.json").is_file() and not list(tmp_path.parent.glob(f"{tmp_path.name}.replaced-*"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    doc = mine / "notes.md"
+    doc.write_text("# mine\n")
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(mine), "--doc", str(doc), "--force")
+    assert code == 2 and "holds the --doc" in err and doc.read_text() == "# mine\n"
+    assert not list(tmp_path.glob("mine.replaced-*"))

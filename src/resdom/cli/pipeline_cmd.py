@@ -100,8 +100,16 @@ def report(
     if inside is not None:  # report.html, figures/ and tables/ would land among a run's (or a store cell's) files
         raise ResdomError(f"--out {out}: is {'the run directory' if inside.resolve() == target else 'inside'}"
                           f" {inside}, which the report reads; choose a folder outside every run")
+    held = next((r for r in found if target in r.resolve().parents), None)
+    if held is not None:  # --force would move the runs the report reads aside with the folder
+        raise ResdomError(f"--out {out}: holds the run directory {held}, which the report reads; choose a folder "
+                          "outside every run")
     # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
     replace = check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
+    held_doc = next((d for d in docs or [] if target in d.resolve().parents), None)
+    if replace and held_doc is not None:
+        raise ResdomError(f"--out {out}: holds the --doc {held_doc}, which --force would move aside with it; "
+                          "choose another --out")
     # results-store cells get the reproduction study's report (resdom.study); one's own runs the generic one
     study = is_study(found)
     known = study_block_names() if study else document_block_names()
