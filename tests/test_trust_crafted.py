@@ -188,6 +188,29 @@ def test_out_naming_an_existing_file_is_one_line(tmp_path: Path, capsys: pytest.
     assert target.read_text() == "precious"
 
 
+@pytest.mark.parametrize("below", ["", "sub"])
+@pytest.mark.parametrize("command", [["train", SOURCE, *TINY], ["data", "split", SOURCE], ["report", "RUNS"],
+                                     ["demo", "--epochs", "1"]])
+def test_out_through_a_broken_link_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               command: list[str], below: str) -> None:
+    link = tmp_path / "gone"
+    link.symlink_to(tmp_path / "nowhere")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    args = [str(runs) if a == "RUNS" else a for a in command]
+    code, _, err = run_cli(capsys, *args, "--out", str(link / below) if below else str(link))
+    one_line_error(code, err, "--out", f"{link} is a link to {tmp_path / 'nowhere'}, which does not exist")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_an_output_file_through_a_broken_link_is_refused(tmp_path: Path) -> None:
+    from resdom.rundir import check_output_file
+
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ResdomError, match="gone is a link to .*nowhere, which does not exist"):
+        check_output_file(tmp_path / "gone" / "recs.csv", "--out", "user", "a list")
+
+
 @pytest.mark.parametrize("command", ["evaluate", "diagnose", "recommend"])
 def test_a_file_given_as_a_run_directory_is_named_as_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                             command: str) -> None:

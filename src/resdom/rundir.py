@@ -82,11 +82,20 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and (name.endswith(".tmp") or name.startswith(".tmp"))
 
 
+def _refuse_broken_link(path: Path, option: str) -> None:
+    """A ResdomError naming ``option`` where ``path``, or a folder above it, is a symbolic link to nothing (creating
+    the folders below it was a FileExistsError)."""
+    broken = next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None)
+    if broken is not None:
+        raise ResdomError(f"{option} {path}: {broken} is a link to {os.readlink(broken)}, which does not exist")
+
+
 def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     """Whether the output folder ``path`` exists; a ResdomError naming ``option`` when it, or a folder above it,
     exists and is not a directory (a file: nothing would be written into it; one above it was a NotADirectoryError
     when the first file was written)."""
     path = Path(path)
+    _refuse_broken_link(path, option)
     if path.exists() and not path.is_dir():
         raise ResdomError(f"{option} {path}: exists and is not a directory (choose a folder name)")
     above = next((p for p in path.parents if p.exists()), None)
@@ -102,6 +111,7 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     file), so that no other file (the data, a list of ids, a config written by hand) is ever replaced; and a file
     inside a results-store cell, new or not (a cell's evidence is never added to)."""
     heads = (first_line,) if isinstance(first_line, str) else tuple(first_line)
+    _refuse_broken_link(path, option)
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file name")
     if any(p.exists() and not p.is_dir() for p in path.parents):
