@@ -328,6 +328,11 @@ def test_a_rerun_from_a_runs_config_json_says_where_its_split_differs(trained_ru
     assert invoke("train", SOURCE, "--config", config, "--out", str(tmp_path / "loo"), "--protocol", "loo",
                   *tiny) == 0
     assert "records a" not in capsys.readouterr().err
+    assert invoke("config", "show", "--config", config) == 0  # config show prints what train would use: gts
+    shown = capsys.readouterr()
+    assert "protocol: gts" in shown.out and f"note: {config} records a loo split; this run's is gts 0.9" in shown.err
+    assert invoke("config", "show", "--config", config, "--protocol", "loo") == 0
+    assert "records a" not in capsys.readouterr().err
 
 
 def test_keep_freed_memory_sets_glibc_malloc_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:

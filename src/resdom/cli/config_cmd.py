@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from resdom.cli.data_options import DataOptions, data_config_section, data_options, is_split_dir
-from resdom.cli.train_cmd import MODEL_HELP, command_config
+from resdom.cli.train_cmd import MODEL_HELP, command_config, recorded_split_note
 from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
@@ -37,19 +37,21 @@ def list_cmd() -> None:
 
 def full_config(model: str | None = None, config: Path | None = None, set_: list[str] | None = None,
                 explicit: dict[str, Any] | None = None, data: DataOptions | None = None,
-                dataset: str | None = None) -> tuple[str, dict[str, Any], bool]:
+                dataset: str | None = None) -> tuple[str, dict[str, Any], bool, dict[str, Any]]:
     """(label, {"model": ..., "train": ..., "data": ...}, auto): every setting resolved as ``resdom train`` resolves
     it (``dataset``: a data set whose presets apply, e.g. BSARec's for beauty, and whose timestamps decide the
     default protocol; ``shown_protocol``). The model section holds the fields of the model's configuration class
     (n_items left out: that is set from the data); ``model.name`` is the label (a variant's, e.g. sasrec-tts);
-    values are plain YAML types. ``auto``: no protocol was named (the default chose it)."""
+    values are plain YAML types. ``auto``: no protocol was named (the default chose it). Last, the split a run's
+    config.json given as ``config`` records (``read_config_file``; {} for any other file)."""
     cfg = command_config(model, config, set_ or [], explicit or {}, data or DataOptions(), model_flag="MODEL")
     protocol = shown_protocol(cfg.data, dataset)
     model_cfg, train_cfg = cfg.resolve(dataset, n_items=1, protocol=_recipe(cfg.data, dataset, protocol))
     shown_model = model_cfg.model_dump(mode="json", exclude={"n_items"})
     shown_model["name"] = cfg.label  # a variant's label (sasrec-tts): training from the file records it
     return cfg.label, {"model": shown_model, "train": train_cfg.model_dump(mode="json"),
-                       "data": data_config_section(cfg.data, protocol)}, cfg.data.protocol_choice == AUTO_PROTOCOL
+                       "data": data_config_section(cfg.data, protocol)}, cfg.data.protocol_choice == AUTO_PROTOCOL, \
+        cfg.record
 
 
 def _recipe(data: DataOptions, dataset: str | None, protocol: str) -> str:
@@ -127,8 +129,10 @@ def show_cmd(
     that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
                                                ("precision", precision)) if v is not None}
-    label, values, auto = full_config(model, config, set_, explicit, data, dataset)
+    label, values, auto, record = full_config(model, config, set_, explicit, data, dataset)
     text = config_text(label, values, dataset, auto)
+    if (note := recorded_split_note(config, record, values["data"])) is not None:
+        typer.echo(note, err=True)
     if out is None:
         typer.echo(text, nl=False)
         return
