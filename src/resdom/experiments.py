@@ -79,10 +79,13 @@ RECIPE_CHANGES: dict[str, dict[int, Callable[[Mapping[str, Any]], bool]]] = {
 def recipe_label(model: str, values: Mapping[str, Any] | None = None) -> str:
     """``"<model>/<version>"``: the latest version of ``model``'s training recipe (``RECIPE_VERSIONS``) that changed
     what a run of model values ``values`` trains (``RECIPE_CHANGES``; without values, the latest version)."""
-    if values is None:
-        return f"{model}/{RECIPE_VERSIONS[model]}"
-    changed = [version for version, applies in RECIPE_CHANGES.get(model, {}).items() if applies(values)]
-    return f"{model}/{max(changed, default=1)}"
+    return f"{model}/{RECIPE_VERSIONS[model] if values is None else recipe_version(model, values)}"
+
+
+def recipe_version(model: str, values: Mapping[str, Any]) -> int:
+    """The latest version of ``model``'s training recipe that changed what a run of model values ``values`` trains
+    (``RECIPE_CHANGES``; 1 where none did)."""
+    return max((version for version, applies in RECIPE_CHANGES.get(model, {}).items() if applies(values)), default=1)
 
 
 # ---------------------------------------------------------------------------------------------- model traits

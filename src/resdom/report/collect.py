@@ -26,7 +26,7 @@ from resdom.experiments import (
     RECIPE_VERSIONS,
     REMEDY_LABELS,
     TRAINING_VARIANTS,
-    recipe_label,
+    recipe_version,
     shares_runs,
 )
 from resdom.io import read_jsonl, sha256_file
@@ -374,7 +374,7 @@ def _recipe_of(run: RunRecord) -> str:
     owner, _, version = recorded.rpartition("/")
     if owner != name or name not in RECIPE_VERSIONS or not version.isdigit():
         return recorded
-    return f"{name}/{min(int(version), int(recipe_label(name, model).rpartition('/')[2]))}"
+    return f"{name}/{min(int(version), recipe_version(name, model))}"
 
 
 def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
@@ -386,14 +386,14 @@ def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
     of one row (a loo and a gts seed were averaged as two seeds, and so were a seed of each recipe). A run that
     does not record its data is told apart by its data only from runs that record two versions of it."""
     groups: dict[str, list[_Split]] = {}
-    for r in runs:
-        groups.setdefault(r.dataset, []).append(_split_of(r))
-    for r in runs:
+    splits = [_split_of(r) for r in runs]
+    for r, split in zip(runs, splits):
+        groups.setdefault(r.dataset, []).append(split)
+    for r, split in zip(runs, splits):
         kinds = groups[r.dataset]
         datas = {k.data for k in kinds if k.data is not None}
         if len({(k.protocol, k.quantile, k.filter_seen) for k in kinds}) == 1 and len(datas) <= 1:
             continue
-        split = _split_of(r)
         parts = [split.protocol or "split not recorded"]
         if split.quantile is not None and len({k.quantile for k in kinds if k.protocol == split.protocol}) > 1:
             parts[0] += f" {split.quantile:g}"
