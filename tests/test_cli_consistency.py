@@ -494,9 +494,13 @@ def test_command_line_data_options_win_over_the_files(tmp_path: Path, fake_fit: 
 
 @pytest.mark.parametrize("text,needle", [
     ("data:\n  protocl: gts\n", "data.protocl (did you mean data.protocol?)"),
-    ("data:\n  k_core: five\n", "data.k_core must be int"),
+    ("data:\n  k_core: five\n", "data.k_core: Input should be a valid integer, unable to parse string as an integer"),
+    ("data:\n  k_core: 5.5\n", "data.k_core: Input should be a valid integer, got a number with a fractional part"),
+    ("data:\n  quantile: true\n", "data.quantile: expected a number, not true or false"),
+    ("data:\n  quantile: .nan\n", "data.quantile: Input should be a finite number (got nan)"),
+    ("data:\n  user_col: 5\n", "data.user_col must be str (got 5)"),
     ("data:\n  protocol: random\n", "data.protocol: unknown protocol 'random'"),
-    ("data:\n  quantile: [1]\n", "data.quantile must be float"),
+    ("data:\n  quantile: [1]\n", "data.quantile: Input should be a valid number (got [1])"),
     ("data: [gts]\n", "section 'data' must be a mapping"),
     ("data:\n  format: xlsx\n", "c.yaml: data.format: unknown format 'xlsx'; choose one of: user-lines,"),
     ("data:\n  k_core: -1\n  quantile: 1.5\n", "c.yaml: data.k_core: must be 0 (off) or more (got -1); /"),
@@ -514,6 +518,21 @@ def test_bad_data_section_is_one_line(tmp_path: Path, capsys, text: str, needle:
         code, _, err = run_cli(capsys, *args, "--config", str(path))
         assert code == 2 and needle in err and str(path) in err and err.strip().count("\n") == 0, err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_data_section_converts_values_as_the_model_and_train_sections_do(tmp_path: Path, fake_fit: list,
+                                                                             capsys) -> None:
+    """PyYAML reads an unquoted ``1e-1`` as a string (YAML 1.1 wants a dot): ``train.lr: 1e-3`` was a number while
+    ``data.quantile: 8e-1`` was refused; both sections now take what pydantic's lax mode takes."""
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  protocol: gts\n  quantile: 8e-1\n  valid_quantile: '0.7'\n  k_core: '2'\n"
+                    "  remove_repeats: 'yes'\ntrain:\n  lr: 1e-3\n")
+    assert run_cli(capsys, "train", SOURCE, "--config", str(path), "--out", str(tmp_path / "r"))[0] == 0
+    info = fake_fit[-1]["data_info"]
+    assert info["quantile"] == 0.8, info
+    code, out, _ = run_cli(capsys, "config", "show", "--config", str(path))
+    assert code == 0 and "quantile: 0.8" in out and "valid_quantile: 0.7" in out and "k_core: 2" in out, out
+    assert "remove_repeats: true" in out and "lr: 0.001" in out, out
 
 
 @pytest.mark.parametrize("data, needle", [

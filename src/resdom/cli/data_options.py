@@ -343,22 +343,29 @@ def data_flag(key: str) -> str | None:
 
 
 def _config_value(key: str, annotation: Any, value: Any, where: str) -> Any:
-    """``value`` of ``data.<key>`` checked against the option's type (YAML gives int, float, bool, str)."""
+    """``value`` of ``data.<key>`` as the option's type, converted as the model and train sections convert theirs
+    (pydantic's lax mode: ``"0.5"`` and PyYAML's ``1e-1``, which YAML 1.1 reads as a string, are numbers, ``"yes"``
+    a bool) and refused as they refuse (a bool for a number, NaN, infinity, ``5.5`` for an integer)."""
     import typing
+
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
 
     if value is None:
         return None
     kinds = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
     kind = kinds[0]
-    checks = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-              bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str),
-              Path: lambda v: isinstance(v, str)}
-    if kind in checks and not checks[kind](value):
-        raise ResdomError(f"{where}: data.{key} must be {getattr(kind, '__name__', kind)} (got {value!r})")
+    if isinstance(value, bool) and kind in (int, float):
+        raise ResdomError(f"{where}: data.{key}: expected a number, not true or false")
+    if kind in (str, Path) and not isinstance(value, str):
+        raise ResdomError(f"{where}: data.{key} must be str (got {value!r})")
+    if kind in (int, float, bool):
+        try:
+            value = TypeAdapter(kind, config=ConfigDict(allow_inf_nan=False)).validate_python(value)
+        except ValidationError as e:
+            raise ResdomError(f"{where}: data.{key}: {e.errors()[0]['msg']} (got {value!r})") from None
     if key == "protocol":
         value = protocol_name(value, f"{where}: data.protocol")
-    return Path(value) if kind is Path else float(value) if kind is float else value
+    return Path(value) if kind is Path else value
 
 
 def data_config_values(section: dict[str, Any], where: str) -> dict[str, Any]:
