@@ -127,6 +127,26 @@ def test_jaccard_by_hand():
     assert jaccard(a, b).tolist() == [1.0, 2 / 6]
 
 
+def test_jaccard_counts_only_listed_items():
+    """0 pads a list shorter than 10 (a user with fewer recommendable items): it is no item, in neither set."""
+    a = np.array([[1, 2, 3, 0], [1, 2, 0, 0], [0, 0, 0, 0]])
+    b = np.array([[3, 2, 1, 0], [2, 5, 6, 0], [0, 0, 0, 0]])
+    assert jaccard(a, b).tolist() == [1.0, 1 / 4, 1.0]
+
+
+def test_top_lists_hold_only_recommendable_items():
+    """A catalogue of 12 items and inputs of 5 distinct items: 7 items can be recommended, so every top-10 list is
+    those 7 whatever the order of the input, and Jaccard@10 is 1 (the filtered-out items and the padding, tied at
+    -inf, used to fill the lists in an arbitrary order)."""
+    rng = np.random.default_rng(4)
+    lists = [rng.permutation(np.arange(1, 13))[:5].tolist() for _ in range(30)]
+    ev = EvalSet(Sequences.from_lists(lists, users=np.arange(30)), rng.integers(1, 13, size=30))
+    torch.manual_seed(0)
+    m = build_model(make_model_config(n_items=12, max_len=10, hidden=16, layers=2, heads=2, init_std=0.3)).eval()
+    res = position_shuffle(m, ev, seeds=(0, 1))
+    assert all(p["jaccard@10"] == 1.0 for p in res.perturbations.values())
+
+
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="unknown shuffle mode"):
         perturb(seqs(), "sideways")

@@ -13,7 +13,9 @@ length), never on the batch size or the order of evaluation. Deterministic modes
 
 Metrics before and after use the same seen-item filter: the items of the user's original whole input (as
 ``resdom.evaluation.evaluate``), so only the model's input changes. Jaccard@10 compares the top-10 lists
-(filtered when ``filter_seen``) before and after, per user, averaged.
+(filtered when ``filter_seen``) before and after, per user, averaged. A list holds only items that can be
+recommended (a finite score; ``evaluation.beyond.ordered_top``, equal scores by increasing id): a user with fewer
+than 10 such items has a shorter list, never padding or a filtered-out item.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from resdom.diagnostics.common import (
     seen_items,
     window,
 )
+from resdom.evaluation.beyond import ordered_top
 from resdom.evaluation.ranking import KS, metrics_from_ranks
 from resdom.models.interface import Diagnosable, final_states
 from resdom.records import SHUFFLE_MODES
@@ -121,25 +124,26 @@ def _ranks_and_top(
     model: Diagnosable, model_inputs: Sequences, evalset: EvalSet, filter_seen: bool, batch_size: int,
     device: str | torch.device | None, desc: str, progress: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(target ranks (n,), top-10 item ids (n, 10)) with ``model_inputs`` fed to the model in place of the
-    originals; the seen filter uses the original inputs of ``evalset``."""
+    """(target ranks (n,), top-10 item ids (n, 10), 0 past a user's recommendable items) with ``model_inputs`` fed
+    to the model in place of the originals; the seen filter uses the original inputs of ``evalset``."""
     fed = EvalSet(model_inputs, evalset.targets)
     ranks, tops, order = [], [], []
-    top = min(TOP, model.n_items)
     for idx, items, targets in batches(model, fed, batch_size, device, desc, progress):
         seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
         scores = scores_at(model, final_states(model, items), seen)
         ranks.append(ranks_of(scores, targets).cpu().numpy())
-        tops.append(scores.topk(top, dim=1).indices.cpu().numpy())
+        tops.append(ordered_top(scores, TOP))
         order.append(idx)
     n, idx = len(evalset), np.concatenate(order)
     return all_users(np.concatenate(ranks), n, idx), all_users(np.concatenate(tops), n, idx)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a, b int (n, k) top-k lists -> (n,) |A & B| / |A | B| per row (lists hold distinct items)."""
-    inter = (a[:, :, None] == b[:, None, :]).sum((1, 2))
-    return inter / (a.shape[1] + b.shape[1] - inter)
+    """a, b int (n, k) top-k lists -> (n,) |A & B| / |A | B| per row (lists hold distinct items; 0 marks no item,
+    as ``ordered_top`` pads a short list); two empty lists are the same list, 1."""
+    inter = ((a[:, :, None] == b[:, None, :]) & (a[:, :, None] > 0)).sum((1, 2))
+    union = (a > 0).sum(1) + (b > 0).sum(1) - inter
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
 
 
 def position_shuffle(
