@@ -317,3 +317,20 @@ def test_recovery_at_the_alpha_chosen_on_validation_stands_beside_the_test_maxim
     assert text.startswith("The largest recovery over α on any data set held is 0.350 [")
     assert est.covers(0.46) and (f"the test recovery is beauty-ts {est.text()} (α* 0.4, 0.3); the largest, "
                                  "beauty-ts's, has the paper's \"up to about 46%\" inside its interval.") in text
+
+
+def test_a_seed_without_recoverable_misses_keeps_its_other_numbers(tmp_path):
+    """A seed whose test part has no recoverable miss writes Recovery null at every α (and at α*): it has no recovery
+    number, but its mixing and HRLI@1 count, and the table is made (it stopped the report with a TypeError)."""
+    write_cell(tmp_path, "beauty-ts", 1, 0.80, 0.80, 100, [0.0, 0.1, 0.25], 40)
+    write_cell(tmp_path, "beauty-ts", 2, 0.78, 0.76, 100, [None, None, None], 0)
+    path = tmp_path / "beauty-ts" / "sasrec" / "seed2" / "diagnostics" / "recovery.json"
+    record = json.loads(path.read_text())
+    record.update(alpha_star=0.0, test_at_alpha_star={"recovery": None, "alpha": 0.0})
+    path.write_text(json.dumps(record))
+    rows = fidelity_rows(tmp_path)
+    assert rows[0]["seeds"] == 2 and rows[0]["Attn"][0].value == pytest.approx(0.79)
+    assert rows[0]["HRLI@1"][0].value == pytest.approx(0.78)
+    rec = rows[0]["recovery_max"][0]
+    assert rec.value == pytest.approx(10 / 40) and rec.seeds == 1 and rows[0]["recovery_star"][0] is None
+    assert "beauty-ts" in fidelity_markdown(rows)

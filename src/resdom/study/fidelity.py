@@ -109,10 +109,11 @@ def cell_numbers(mixing: dict[str, Any], hrli: dict[str, Any], recovery: dict[st
     n = int(hrli["n_users"])
     curve = recovery["test"]["curve"]
     recoverable = int(recovery["test"]["recoverable"])
-    best = max((float(p[RECOVERY_CURVE]) for p in curve), default=0.0)
+    # an empty recoverable set has no Recovery (null at every alpha): no recovery number, the cell's other ones kept
+    best = max((float(p[RECOVERY_CURVE]) for p in curve if p[RECOVERY_CURVE] is not None), default=0.0)
     at_star = recovery.get("test_at_alpha_star")  # alpha chosen on the validation users, as the paper chooses it
-    star = None if not at_star else (round(float(at_star[RECOVERY_CURVE]) * recoverable), recoverable,
-                                     float(recovery["alpha_star"]))
+    star = None if not at_star or at_star[RECOVERY_CURVE] is None else (
+        round(float(at_star[RECOVERY_CURVE]) * recoverable), recoverable, float(recovery["alpha_star"]))
     return {"mixing": {s: float(pooled[s]) for s in STAGES},
             "hrli1": (round(float(hrli["values"]["HRLI@1"]) * n), n),
             "recovery_max": (round(best * recoverable), recoverable), "recovery_star": star}
