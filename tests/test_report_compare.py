@@ -379,6 +379,9 @@ def test_a_zero_baseline_has_no_relative_margin(tmp_path: Path) -> None:
     row = compare_table(tmp_path, [Comparison("d", "a", "b", "NDCG@10")], n_boot=200).rows[0]
     assert row.baseline_mean == 0.0 and row.margin_abs == 0.0 and row.p_equiv is None
     assert row.diff.p_value == 1.0 and row.verdict == "undecided"
+    # no spread on either side: a standard error of 0 is no power, not a detectable ±0.0000
+    assert row.detectable == 0.0 and "detects" not in verdict_text(row)
+    assert verdict_text(row) == "undecided (no variation in the values: no detectable difference to state)"
 
 
 def test_evidence_index_from_runs_and_store(store: Path) -> None:

@@ -524,8 +524,11 @@ def set_verdicts(done: Sequence[TestedRow], alpha: float) -> None:
 def verdict_text(r: TestedRow) -> str:
     """The verdict as a table shows it: an "undecided" row with a test states the smallest difference it detects,
     ``undecided (detects ±0.0031)``, and where that is 1 or more, more than any difference of the metrics compared
-    (rates and NDCG in [0, 1]), says so: ``undecided (detects ±2.5000: no possible difference)``; every other
-    verdict as it is."""
+    (rates and NDCG in [0, 1]), says so: ``undecided (detects ±2.5000: no possible difference)``; where it is 0 the
+    row's values do not vary at all (every user 0 on both sides, say: a standard error of 0 measures no power), and it
+    says that instead of a detectable ±0; every other verdict as it is."""
+    if r.verdict == UNDECIDED and r.detectable == 0.0:
+        return f"{UNDECIDED} (no variation in the values: no detectable difference to state)"
     if r.verdict == UNDECIDED and r.detectable is not None:
         beyond = ": no possible difference" if r.detectable >= 1.0 else ""
         return f"{UNDECIDED} (detects ±{r.detectable:.4f}{beyond})"
