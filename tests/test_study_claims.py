@@ -60,6 +60,10 @@ def test_sweep_checks_by_hand() -> None:
     broken = [row(1.0, 0.3, 0.8, 0.04), row(0.5, 0.2, 0.8, 0.03)]
     assert not _monotone(broken)
     assert _monotone([row(1.0, 0.1, 0.8, 0.04)]) is None and _monotone([{"alpha": 1.0}, {"alpha": 0.5}]) is None
+    # HR@10 at the lowest alpha is held against alpha 1's: a sweep of one alpha, or one without alpha 1 (diagnose
+    # --alphas 0.5,0.3), checks nothing (it counted as a seed where the claim fails, or held 0.3 against 0.5)
+    assert _lower_hr([row(1.0, 0.1, 0.8, 0.04)]) is None and _lower_hr([row(0.5, 0.1, 0.8, 0.04)]) is None
+    assert _lower_hr([row(0.5, 0.1, 0.8, 0.04), row(0.3, 0.2, 0.7, 0.03)]) is None
 
 
 def test_which_models_and_ranges() -> None:

@@ -153,9 +153,12 @@ def _alpha_mixing(dataset: str, runs: list[RunRecord]) -> str | None:
 
 
 def _lower_hr(rows: list[dict[str, Any]]) -> bool | None:
-    """HR@10 at the sweep's lowest alpha below HR@10 at alpha 1."""
+    """HR@10 at the sweep's lowest alpha below HR@10 at alpha 1; None (not checked) for a sweep without alpha 1 or
+    without an alpha below it (``diagnose --alphas`` of one value, or without 1: nothing to hold it against)."""
     try:
-        return len(rows) >= 2 and float(rows[-1]["HR@10"]) < float(rows[0]["HR@10"])
+        if len(rows) < 2 or float(rows[0]["alpha"]) != 1.0:
+            return None
+        return float(rows[-1]["HR@10"]) < float(rows[0]["HR@10"])
     except (KeyError, TypeError, ValueError):
         return None
 
