@@ -333,4 +333,4 @@ def test_a_seed_without_recoverable_misses_keeps_its_other_numbers(tmp_path):
     assert rows[0]["HRLI@1"][0].value == pytest.approx(0.78)
     rec = rows[0]["recovery_max"][0]
     assert rec.value == pytest.approx(10 / 40) and rec.seeds == 1 and rows[0]["recovery_star"][0] is None
-    assert "beauty-ts" in fidelity_markdown(rows)
+    assert "beauty-ts" in fidelity_markdown(rows) and f"{rec.text()} (paper: —) (n=1)" in fidelity_markdown(rows)

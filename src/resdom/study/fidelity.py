@@ -203,7 +203,8 @@ def _paper_only(value: float | None, approx: bool = False) -> str:
 
 def fidelity_markdown(rows: list[dict[str, Any]], missing: list[str] | None = None) -> str:
     """The fidelity table: resdom (95% interval) vs the paper (difference); ✓ where the published value lies inside
-    resdom's interval, ✗ where it does not (no mark where there is no interval: mixing from one seed). ``missing``:
+    resdom's interval, ✗ where it does not (no mark where there is no interval: mixing from one seed); a cell over
+    fewer seeds than its row says ``(n=k)``. ``missing``:
     the paper's data sets to list as "not held here" rows with the published values only."""
     table = []
     for r in rows:
@@ -211,7 +212,8 @@ def fidelity_markdown(rows: list[dict[str, Any]], missing: list[str] | None = No
         cells = [_cell(*r[s]) for s in STAGES]
         for quantity in ("HRLI@1", "recovery_max"):
             est, paper = r[quantity]
-            cells.append(_cell(est, paper, approx=True))
+            fewer = est is not None and est.seeds < r["seeds"]  # a seed without recoverable misses has no recovery
+            cells.append(_cell(est, paper, approx=True) + (f" (n={est.seeds})" if fewer else ""))
         table.append([_name(r), seeds, *cells])
     for paper in missing or []:
         cells = [_paper_only(v) for v in PAPER_MIXING[paper]]
