@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from resdom.errors import ResdomError
+from resdom.report.collect import users_file
 from resdom.report.compare import (
     NO_EVIDENCE,
     REDIAGNOSE,
@@ -388,7 +389,8 @@ def test_evidence_index_from_runs_and_store(store: Path) -> None:
     """The index of a report's runs finds the same files as the store's folders; a run without users.npz is named."""
     from types import SimpleNamespace
 
-    runs = [SimpleNamespace(path=store / "toy" / "partial" / f"seed{k}", dataset="toy", model="partial", seed=k)
+    runs = [SimpleNamespace(path=store / "toy" / "partial" / f"seed{k}", dataset="toy", model="partial", seed=k,
+                            users_path=users_file(store / "toy" / "partial" / f"seed{k}") if k == 1 else None)
             for k in (2, 1)]
     index = EvidenceIndex.from_runs(runs)
     found, missing = index.evidence("toy", "partial")
@@ -400,6 +402,32 @@ def test_evidence_index_from_runs_and_store(store: Path) -> None:
     assert [p.name for _, p in whole.cells[("toy", "base")]] == ["seed1", "seed2", "seed3"]
     via = compare_table(index, [Comparison("toy", "partial", "partial", "NDCG@10")], n_boot=50)
     assert via.rows[0].verdict == "undecided" and via.rows[0].missing == ["toy/partial/seed2", "toy/partial/seed2"]
+
+
+def test_a_report_compares_no_users_npz_of_another_checkpoint(tmp_path: Path) -> None:
+    """The runs a report reads keep a users.npz only where it is of the cell's kept checkpoint (``RunRecord.
+    users_path``); the comparison of those runs does too: a stale file (re-trained cell, old evidence) is no evidence
+    and its row says which cell lacks it, where it used to be compared as the cell's own."""
+    from resdom.pipeline.store import store_cells
+    from resdom.report import read_runs
+
+    rng = np.random.default_rng(3)
+    difficulty = rng.normal(size=U)
+    for label, quality in (("sasrec", 0.0), ("duorec", 0.3)):
+        for s in (1, 2):
+            cell = tmp_path / "d" / label / f"seed{s}"
+            write_users(cell / "users.npz", _ranks(rng, difficulty, quality))
+            kept = "d/" + label + f"/seed{s}" if (label, s) != ("duorec", 1) else "retrained"
+            (cell / "cell.json").write_text(json.dumps({"dataset": "d", "label": label, "model": label, "seed": s,
+                                                        "checkpoint": kept}))
+            (cell / "config.json").write_text(json.dumps({"label": label, "model": {"name": label}}))
+    runs = read_runs(store_cells(tmp_path))
+    assert [r.users_path is None for r in runs if r.model == "duorec"] == [True, False]
+    index = EvidenceIndex.from_runs(runs)
+    row = compare_table(index, [Comparison("d", "sasrec", "duorec", "NDCG@10")], n_boot=50).rows[0]
+    assert row.diff is None and row.verdict == "undecided" and row.missing == ["d/duorec/seed1"]
+    assert index.labels_with_evidence() == [("d", "duorec"), ("d", "sasrec")]
+    assert EvidenceIndex.from_store(tmp_path).evidence("d", "duorec")[1] == []  # the folders as they are
 
 
 def test_two_seeds_a_side_cannot_outweigh_their_spread(tmp_path: Path) -> None:

@@ -197,7 +197,10 @@ def test_proportions_without_per_user_evidence_fall_back_to_wilson_by_hand(tmp_p
 
 
 def test_echo_block_names_the_cells_it_can_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = [run(tmp_path, "d", "sasrec", s, 0.1) for s in (1, 2)] + [run(tmp_path, "d", "duorec", 1, 0.1)]
+    def read() -> list[RunRecord]:  # the runs as a report reads them now (a record keeps the evidence it found)
+        return [run(tmp_path, "d", "sasrec", s, 0.1) for s in (1, 2)] + [run(tmp_path, "d", "duorec", 1, 0.1)]
+
+    runs = read()
     head = echo_block(runs, n_boot=50)
     assert head == ("Per-user evidence (users.npz) exists today for 0 of the 3 stored model cells; the 3 without it "
                     "(d/sasrec/seed1, d/sasrec/seed2, d/duorec/seed1) say nothing here until they are retrained or "
@@ -205,6 +208,7 @@ def test_echo_block_names_the_cells_it_can_use(tmp_path: Path, monkeypatch: pyte
     rng = np.random.default_rng(0)
     echo = np.arange(U) % 2 == 0
     users_npz(runs[2].path, np.where(rng.random(U) < 0.3, 1, 50), np.where(echo, 1, 7), np.arange(U) % 30)
+    runs = read()
     md = echo_block(runs, n_boot=50)
     assert md.startswith("Per-user evidence (users.npz) exists today for 1 of the 3 stored model cells; the 2 without "
                          "it (d/sasrec/seed1, d/sasrec/seed2) say nothing here until they are retrained")
@@ -213,6 +217,7 @@ def test_echo_block_names_the_cells_it_can_use(tmp_path: Path, monkeypatch: pyte
     assert "| d | duorec | 1 seed | 200 / 200 |" in md
     for seed in (1, 2):  # every cell with evidence, two seeds of sasrec: no caveat, no list of cells without it
         users_npz(runs[seed - 1].path, np.where(rng.random(U) < 0.3, 1, 50), np.where(echo, 1, 7), np.arange(U) % 30)
+    runs = read()
     md = echo_block(runs, n_boot=50)
     assert md.startswith("Per-user evidence (users.npz) exists today for 3 of the 3 stored model cells.\n\n")
     assert "first look" not in md and "| d | sasrec | 2 |" in md

@@ -31,8 +31,10 @@ smallest difference its design detects (``TestedRow.detectable``), which an "und
 gets no numbers and the verdict "undecided" (never "level" or "equivalent"); its ``note`` says "no per-user evidence
 (retrain or re-diagnose: resdom diagnose RUN --what users)" and names the cells.
 
-Where the cells are: ``EvidenceIndex``, from a results store's folders (``from_store``) or from the runs a report
-reads (``from_runs``: each run directory's own ``users.npz``).
+Where the cells are: ``EvidenceIndex``, from a results store's folders (``from_store``: each cell's ``users.npz`` as
+it is) or from the runs a report reads (``from_runs``: each run's ``users.npz`` where it is of the test split and the
+run's kept checkpoint, ``RunRecord.users_path``; a stale one is no evidence, as in every other table of the
+report).
 """
 
 from __future__ import annotations
@@ -256,13 +258,18 @@ class _Run(Protocol):  # what EvidenceIndex.from_runs reads of a report.collect.
     model: str
     seed: int | None
 
+    @property
+    def users_path(self) -> Path | None: ...
+
 
 @dataclass
 class EvidenceIndex:
     """The seed cells of each (data set, label), in seed order: ``{(data set, label): [(seed, cell folder)]}``;
-    ``evidence`` reads their ``users.npz`` (each file once)."""
+    ``evidence`` reads their ``users.npz`` (each file once). ``usable``: {cell folder: its evidence, None where it
+    has none to use}, for the cells whose reader decided (``from_runs``); any other cell's is its ``users_file``."""
 
     cells: dict[tuple[str, str], list[tuple[int, Path]]]
+    usable: dict[Path, Path | None] = field(default_factory=dict)
     _read: dict[Path, UserEvidence] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -279,11 +286,21 @@ class EvidenceIndex:
     @classmethod
     def from_runs(cls, runs: Iterable[_Run]) -> EvidenceIndex:
         """The run directories of ``runs`` (report.collect.RunRecord) by (data set, model label); a run without a
-        seed counts as seed 0."""
+        seed counts as seed 0. A run's evidence is its ``users_path``: none where its ``users.npz`` is of another
+        checkpoint or split (the report leaves it out and says so)."""
         cells: dict[tuple[str, str], list[tuple[int, Path]]] = {}
+        usable: dict[Path, Path | None] = {}
         for r in runs:
             cells.setdefault((r.dataset, r.model), []).append((r.seed if r.seed is not None else 0, Path(r.path)))
-        return cls({k: sorted(v) for k, v in cells.items()})
+            usable[Path(r.path)] = r.users_path
+        return cls({k: sorted(v) for k, v in cells.items()}, usable)
+
+    def users_at(self, cell: Path) -> Path | None:
+        """The per-user evidence of ``cell`` to read (``usable``), None where it has none."""
+        if cell in self.usable:
+            return self.usable[cell]
+        path = users_file(cell)
+        return path if path.is_file() else None
 
     def seeds(self, dataset: str, label: str) -> list[int]:
         """The seeds of the cells of ``label`` on ``dataset``, in order."""
@@ -298,8 +315,8 @@ class EvidenceIndex:
             return [], [f"{dataset}/{label} (no cells)"]
         found, missing = [], []
         for k, cell in seeds:
-            path = users_file(cell)
-            if path.is_file():
+            path = self.users_at(cell)
+            if path is not None:
                 if path not in self._read:
                     self._read[path] = read_users(path)
                 found.append(self._read[path])
@@ -309,7 +326,7 @@ class EvidenceIndex:
 
     def labels_with_evidence(self) -> list[tuple[str, str]]:
         """(data set, label) pairs with a ``users.npz`` in some seed cell, sorted."""
-        return sorted(k for k, seeds in self.cells.items() if any(users_file(c).is_file() for _, c in seeds))
+        return sorted(k for k, seeds in self.cells.items() if any(self.users_at(c) is not None for _, c in seeds))
 
 
 def as_index(store: str | Path | EvidenceIndex) -> EvidenceIndex:

@@ -45,7 +45,7 @@ from resdom.experiments import (
     shares_start,
 )
 from resdom.records import RECOVERY, RECOVERY_CURVE
-from resdom.report.collect import RunRecord, model_order, users_file
+from resdom.report.collect import RunRecord, model_order
 from resdom.report.compare import (
     SEEDS_TEST,
     UNDECIDED,
@@ -669,7 +669,7 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable 
     table over those that do (``table``: ``echo_evidence(runs, n_boot)``, made here where not given). Read as a
     first look where under half of the cells have it."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
-    have = {key: [k for k, c in seeds if users_file(c).is_file()] for key, seeds in index.cells.items()}
+    have = {key: [k for k, c in seeds if index.users_at(c) is not None] for key, seeds in index.cells.items()}
     without = [f"{ds}/{lb}/seed{k}" for (ds, lb), seeds in index.cells.items() for k, c in seeds
                if k not in have[(ds, lb)]]
     n_ev = sum(len(ks) for ks in have.values())
