@@ -9,6 +9,7 @@ from resdom.study.summary import (
     dynamics_line,
     echo_line,
     fidelity_line,
+    mark_of,
     probe_line,
     published_line,
     remedies_line,
@@ -127,6 +128,12 @@ def test_claims_line_counts_the_marks_of_one_model() -> None:
     assert claims_line(CLAIMS) == ("The paper's claims on resdom's `sasrec` (`claims` block; data sets where the claim "
                                    "holds): Attn 0.72-0.96: 2 of 3 (not on b); HRLI@1 0.8-0.9: 1 of 2 (not on c).")
     assert "no `bsarec` cell stored" in claims_line(CLAIMS, "bsarec")
+    # a claim resting on fewer seeds than its row says (n=k) after its mark (claims_markdown): still marked, still
+    # counted (it was left out of the count, "1 of 1" here)
+    fewer = CLAIMS.replace("| 0.500 / 0.010 ✗ |", "| 0.500 / 0.010 ✗ (n=1) |")
+    fewer = fewer.replace("| 0.804 ✓ |", "| 0.804 ✓ (n=2) |")
+    assert claims_line(fewer) == claims_line(CLAIMS)
+    assert mark_of("0.804 ✓ (n=2)") == "✓" and mark_of("0.500 ✗") == "✗" and mark_of("0.185 (paper: —) (n=1)") is None
 
 
 def test_fidelity_line_counts_comparable_values_only() -> None:
@@ -145,6 +152,13 @@ def test_fidelity_line_counts_comparable_values_only() -> None:
             "early stopping, 2 of 3 and 0 of 2 (the sentences") in fidelity_line(both)
     second_only = early + one_more.format(2, "1 lies")  # the first table has no sentence on one more run
     assert "ordering held; with the paper's early stopping, 2 of 3 and 1 of 2 (the" in fidelity_line(second_only)
+
+
+def test_fidelity_line_counts_a_cell_over_fewer_seeds() -> None:
+    """A fidelity cell over fewer seeds than its row ends "✗ (n=2)" (study.fidelity): its mark counts."""
+    marked = [line for line in FIDELITY.splitlines() if line.endswith("✗ |")][0]
+    fewer = FIDELITY.replace(marked, marked[:-2] + " (n=2) |")
+    assert fidelity_line(fewer) == fidelity_line(FIDELITY)
 
 
 def test_fidelity_line_counts_a_value_held_under_two_orderings_once() -> None:

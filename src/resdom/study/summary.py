@@ -48,6 +48,16 @@ def _verdict(cell: str) -> str:
     return cell.split(":", 1)[0].split(" (", 1)[0].strip()
 
 
+_MARK = re.compile(r"([✓✗])(?: \(n=\d+\))?$")
+
+
+def mark_of(cell: str) -> str | None:
+    """The ✓ or ✗ a table cell ends with, also where a note of the seeds it rests on follows it (``✓ (n=2)``: a
+    claim or a fidelity cell over fewer seeds than its row); None for a cell without one."""
+    found = _MARK.search(cell)
+    return found.group(1) if found else None
+
+
 def claims_line(md: str, model: str = "sasrec") -> str:
     rows = [r for r in table_rows(md) if r.get("Model") == model]
     if not rows:
@@ -55,8 +65,8 @@ def claims_line(md: str, model: str = "sasrec") -> str:
     claims = [h for h in rows[0] if h not in ("Data set", "Model", "Seeds")]
     parts = []
     for claim in claims:
-        marked = [(r["Data set"], r[claim]) for r in rows if r[claim].endswith(("✓", "✗"))]
-        failed = [ds for ds, cell in marked if cell.endswith("✗")]
+        marked = [(r["Data set"], r[claim]) for r in rows if mark_of(r[claim])]
+        failed = [ds for ds, cell in marked if mark_of(cell) == "✗"]
         part = f"{claim}: {len(marked) - len(failed)} of {len(marked)}"
         parts.append(part + (f" (not on {', '.join(failed)})" if failed else ""))
     return (f"The paper's claims on resdom's `{model}` (`claims` block; data sets where the claim holds): "
@@ -74,8 +84,8 @@ def _outside_of(rows: list[dict[str, str]]) -> tuple[int, int]:
             continue
         paper = name[name.find("(") + 1:name.find(")")] if "(" in name else name
         for column, c in list(r.items())[1:]:
-            if c.endswith(("✓", "✗")):
-                marks.setdefault((paper, column), []).append(c.endswith("✗"))
+            if mark_of(c):
+                marks.setdefault((paper, column), []).append(mark_of(c) == "✗")
     return sum(all(m) for m in marks.values()), len(marks)
 
 
@@ -104,8 +114,8 @@ def fidelity_line(md: str) -> str:
 
 
 def published_line(md: str) -> str:
-    marked = [c for r in table_rows(md) for c in r.values() if c.endswith(("✓", "✗"))]
-    outside = sum(c.endswith("✗") for c in marked)
+    marked = [c for r in table_rows(md) for c in r.values() if mark_of(c)]
+    outside = sum(mark_of(c) == "✗" for c in marked)
     return (f"Beside time-to-split's published accuracy (`published_accuracy` block): {outside} of {len(marked)} "
             "published values with an interval to compare lie outside resdom's 95% interval.")
 
