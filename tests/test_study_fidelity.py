@@ -231,6 +231,14 @@ def test_published_accuracy_block_by_hand(tmp_path):
     assert "| beauty-ts | gru4rec | 1 seed | 0.0200 vs 0.0195 (+0.0005) | 0.0100 vs 0.0106 (-0.0006) |" in md
     assert "| sasrec |" not in md and md.count("\n| beauty-ts") == 2
     assert published_accuracy_block([run("sasrec", 1, 0.5, 0.5)]).startswith("No stored cell")
+    # a cell without test metrics (its metrics.json left out as another checkpoint's) counts in no mean: it stopped
+    # the report with KeyError 'HR@10'; the other seeds are the row's
+    bare = RunRecord(tmp_path / "sasrec-tts" / "4", "beauty-ts", "sasrec-tts", 4, "gts")
+    assert published_accuracy_block(runs + [bare]) == md
+    assert published_accuracy_block([bare]).startswith("No stored cell")
+    half_nd = run("sasrec-tts", 5, 0.040, 0.0230)
+    half_nd.metrics["test"]["metrics"].pop("NDCG@10")
+    assert "| beauty-ts | sasrec-tts | 1 seed | 0.0400 vs 0.0396 (+0.0004) | — |" in published_accuracy_block([half_nd])
 
 
 def test_fidelity_block_adds_the_paper_stopping_cells_where_stored(tmp_path):

@@ -399,16 +399,20 @@ ACCURACY_METRICS = ("HR@10", "NDCG@10")
 def published_accuracy_block(runs: list[RunRecord]) -> str:
     """The ``published_accuracy`` block of docs/results.md: per (data set, label) of ``PUBLISHED_ACCURACY`` with
     stored cells, resdom's test HR@10 and NDCG@10 (mean over seeds, 95% t interval over seeds, none from one seed)
-    beside the published values, with the difference and ✓ / ✗ as in the fidelity table."""
+    beside the published values, with the difference and ✓ / ✗ as in the fidelity table. A cell without a test
+    metric (metrics.json missing, or left out as another checkpoint's) counts in neither mean; a value over fewer
+    seeds than its row says ``(n=k)``, a row with none is not shown."""
     table = []
     for (dataset, label), published in PUBLISHED_ACCURACY.items():
-        mine = [r for r in runs if (r.dataset, r.model) == (dataset, label)]
-        if not mine:
+        mine = [r.test_metrics() for r in runs if (r.dataset, r.model) == (dataset, label)]
+        values = {m: [float(t[m]) for t in mine if isinstance(t.get(m), (int, float))] for m in ACCURACY_METRICS}
+        n = max(len(v) for v in values.values())
+        if not n:
             continue
-        cells = [_cell(mean_t([float(r.test_metrics()[m]) for r in mine]), value, digits=4)
+        cells = [(_cell(mean_t(values[m]), value, digits=4) + (f" (n={len(values[m])})" if len(values[m]) < n
+                                                                else "")) if values[m] else "—"
                  for m, value in zip(ACCURACY_METRICS, published)]
-        seeds = "1 seed" if len(mine) == 1 else str(len(mine))
-        table.append([dataset, label, seeds, *cells])
+        table.append([dataset, label, "1 seed" if n == 1 else str(n), *cells])
     if not table:
         return "No stored cell of a model and data set that time-to-split published.\n"
     return (markdown_table(["data set", "model", "seeds", "HR@10", "NDCG@10"], table)
