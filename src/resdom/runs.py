@@ -123,6 +123,43 @@ def check_finite(state: dict[str, torch.Tensor], where: str) -> None:
                               "a model with such weights cannot be evaluated (did its training diverge?)")
 
 
+def weights_problems(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor], *, exact: bool = False,
+                     extra: bool = False) -> list[str]:
+    """What keeps ``state`` from loading into a model whose own state dict is ``own`` (empty: nothing): tensors
+    missing, unexpected (unless ``extra``), of another shape, or of another dtype. A floating-point tensor may be of
+    another floating-point dtype (a float16 or bfloat16 checkpoint is read in the model's float32) unless ``exact``
+    (a resume state must continue the very numbers it saved); an integer or boolean tensor where the model holds
+    floating-point weights is never a checkpoint of it (``load_state_dict`` would cast it silently)."""
+    missing, unexpected = sorted(set(own) - set(state)), [] if extra else sorted(set(state) - set(own))
+    shape = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    dtype = [k for k in own if k in state and k not in shape and state[k].dtype != own[k].dtype and (
+        exact or not (state[k].is_floating_point() and own[k].is_floating_point()))]
+    parts = []
+    if missing:
+        parts.append(f"missing {missing[:3]}")
+    if unexpected:
+        parts.append(f"unexpected {unexpected[:3]}")
+    if shape:
+        parts.append(f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in shape[:3]]}")
+    if dtype:
+        parts.append(f"dtype mismatch {[(k, str(state[k].dtype), str(own[k].dtype)) for k in dtype[:3]]}")
+    return parts
+
+
+def fitted_weights(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor], where: str,
+                   what: str = "weights do not fit the model", *, exact: bool = False,
+                   extra: bool = False) -> dict[str, torch.Tensor]:
+    """``state``'s tensors of ``own``'s names in ``own``'s dtypes, checked (``weights_problems``, then
+    ``check_finite`` on the converted values: a float64 value past float32's range becomes infinite); a
+    ResdomError ``"{where}: {what} (...)"`` otherwise."""
+    parts = weights_problems(state, own, exact=exact, extra=extra)
+    if parts:
+        raise ResdomError(f"{where}: {what} ({'; '.join(parts)})")
+    converted = {k: state[k].to(own[k].dtype) for k in own}
+    check_finite(converted, where)
+    return converted
+
+
 def read_sidecar(path: str | Path) -> dict[str, Any]:
     side = Path(path).with_suffix(".json")
     if not side.exists():
@@ -172,19 +209,7 @@ def load_checkpoint(
     model = build_model(cfg)
     state = read_safetensors(path, f"retrain (delete {path.parent / 'state'} and rerun `resdom train`) or re-import "
                                    "the run")
-    own = model.state_dict()
-    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-    bad = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or bad:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:3]}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:3]}")
-        if bad:
-            parts.append(f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in bad[:3]]}")
-        raise ResdomError(f"{path}: weights do not fit the model in its sidecar ({'; '.join(parts)})")
-    check_finite(state, str(path))
+    state = fitted_weights(state, model.state_dict(), str(path), "weights do not fit the model in its sidecar")
     if WEIGHTS_KEY in meta and meta[WEIGHTS_KEY] != checkpoint_id(path):  # sidecars before it: not checked
         raise ResdomError(f"{path}: not the weights {path.with_suffix('.json').name} describes (checkpoint "
                           f"{checkpoint_id(path)}, the sidecar's {short(meta[WEIGHTS_KEY])}: a weights file of another "

@@ -24,7 +24,7 @@ from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig, model_config_class
 from resdom.rundir import RUN, RunDir, check_output_folder, move_aside, write_marker
-from resdom.runs import check_finite, data_fingerprint, save_checkpoint, versions
+from resdom.runs import data_fingerprint, fitted_weights, save_checkpoint, versions
 
 
 @dataclass
@@ -126,14 +126,7 @@ def attention_weights(dst: str, in_proj_weight: torch.Tensor, in_proj_bias: torc
 
 def load_weights(model: SequentialRecommender, state: dict[str, torch.Tensor], what: str) -> None:
     """Load a complete, shape-checked, finite state dict into ``model`` (eval mode afterwards)."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    bad = [(k, tuple(state[k].shape), tuple(own[k].shape)) for k in own if k in state and
-           tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or bad:
-        raise ResdomError(f"{what}: weights do not fit (missing {missing[:3]}, shape mismatch {bad[:3]})")
-    check_finite({k: v for k, v in state.items() if k in own}, what)
-    model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items() if k in own})
+    model.load_state_dict(fitted_weights(state, model.state_dict(), what, "weights do not fit", extra=True))
     model.eval()
 
 
