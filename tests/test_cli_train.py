@@ -170,10 +170,10 @@ def test_train_into_run_of_other_data_is_refused(trained_run: Path, tmp_path: Pa
     other = tmp_path / "other"
     shutil.copytree(trained_run, other)
     state = json.loads((other / "state" / "trainer.json").read_text())
-    state["stopped"], state["epoch"] = None, 1  # pretend it was interrupted
+    state["stopped"] = None  # pretend it was interrupted (at its last epoch: the state's files are of that epoch)
     (other / "state" / "trainer.json").write_text(json.dumps(state))
     code, _, err = run_cli(capsys, "train", SOURCE.replace("n_items=30", "n_items=31"), "--out", str(other),
-                           "--epochs", "2", *TINY)
+                           "--epochs", str(state["epoch"] + 1), *TINY)
     assert code == 2 and "another setup" in err and "model.n_items: 30 saved vs 31 now" in err
     assert "use another --out directory" in err  # the CLI's flag (from Python: out)
 

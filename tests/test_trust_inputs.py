@@ -432,6 +432,84 @@ def test_a_malformed_optimizer_meta_is_one_line(trained: Path, meta: object,
     one_line_error(code, err, "state", "--force")
 
 
+def _edit_tensors(path: Path, edit: str) -> None:
+    """``path``'s safetensors with its first tensor (by name) edited: ``nan``, ``shape``, ``drop``, ``extra``, or a
+    dtype name (every floating-point tensor in that dtype)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path))
+    first = sorted(tensors)[0]
+    if edit == "nan":
+        tensors[first] = tensors[first].clone().float()
+        tensors[first].view(-1)[0] = float("nan")
+    elif edit == "shape":
+        tensors[first] = torch.zeros(3, 3)
+    elif edit == "drop":
+        del tensors[first]
+    elif edit == "extra":
+        tensors["state.999.exp_avg"] = torch.zeros(2)
+    else:
+        tensors = {k: v.to(getattr(torch, edit)) if v.is_floating_point() else v for k, v in tensors.items()}
+    save_file(tensors, str(path))
+
+
+@pytest.mark.parametrize("edit", ["nan", "shape", "drop", "extra", "float16", "bfloat16", "int32", "float64"])
+@pytest.mark.parametrize("which", ["model", "optimizer"])
+def test_resume_state_tensors_that_would_not_continue_the_run_are_one_line(
+    trained: Path, which: str, edit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state's weights and Adam moments must be what the trainer saved: of the model's names, shapes and dtypes
+    (float32), finite. A moment of another shape or a missing one was a traceback at the next step (RuntimeError,
+    KeyError), another dtype (float16, an integer) was cast silently and the run went on from other numbers, and a NaN
+    ended as "training diverged; try a lower train.lr". Maker: state/*-0001.safetensors of a 1-epoch run, edited."""
+    capsys.readouterr()
+    path = trained / "state" / f"{which}-0001.safetensors"
+    _edit_tensors(path, edit)
+    before = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file() and p.name != ".lock"}
+    code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    one_line_error(code, err, str(path), f"delete {trained / 'state'}")
+    assert "diverged" not in err and "best epoch" not in out
+    assert json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
+    assert (trained / "model.safetensors").read_bytes() == before["model.safetensors"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("lr", 0.5), ("lr", "x"), ("betas", [0.5, 0.5]), ("weight_decay", 1.0),
+                                              ("params", [0])])
+def test_resume_state_param_groups_other_than_the_config_are_one_line(
+    trained: Path, field: str, value: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The optimiser's saved parameter groups replace the new optimiser's in ``load_state_dict``: an edited lr in
+    trainer.json trained the rest of the run at that rate while config.json said train.lr 0.001 (a string was a
+    TypeError traceback at the first step). Maker: trainer.json of a 1-epoch run, one field of its group changed."""
+    capsys.readouterr()
+    path = trained / "state" / "trainer.json"
+    state = json.loads(path.read_text())
+    state["optimizer_meta"]["param_groups"][0][field] = value
+    path.write_text(json.dumps(state))
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    one_line_error(code, err, str(path), f"param_groups[0].{field}", "--force")
+
+
+@pytest.mark.parametrize("files", [{"epoch": 2}, {"files": {"model": "../model.safetensors"}},
+                                   {"files": {"optimizer": "/etc/hostname"}}])
+def test_resume_state_naming_other_files_than_its_epochs_is_one_line(
+    trained: Path, files: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trainer.json's epoch and its weight files are saved together: an epoch edited to 2 resumed the weights of
+    epoch 1 as if after epoch 2 (the run silently one epoch short), and a file name outside state/ was read (the
+    run's best checkpoint, any file). Maker: trainer.json of a 1-epoch run, its epoch or a file name changed."""
+    capsys.readouterr()
+    path = trained / "state" / "trainer.json"
+    state = json.loads(path.read_text())
+    state["train"]["epochs"] = 3
+    if "epoch" in files:
+        state["epoch"] = files["epoch"]
+    state["files"].update(files.get("files", {}))
+    path.write_text(json.dumps(state))
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "3", *TINY)
+    one_line_error(code, err, str(path), "not the files of epoch", "--force")
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float16", "bfloat16", "float64"])
 def test_checkpoint_weights_of_another_dtype(run_dir: Path, split: SplitData, dtype: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:

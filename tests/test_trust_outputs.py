@@ -341,7 +341,8 @@ def test_resume_state_out_of_range_is_refused_naming_file_and_field(tmp_path: Pa
     taken. Maker: trainer.json as the trainer writes it, one value changed."""
     files = RunFiles(tmp_path / "run")
     state = {"format": STATE_FORMAT, "epoch": 3, "stopped": None, "model": {}, "train": {"epochs": 20},
-             "data_fingerprint": "f", "files": {}, "optimizer_meta": {},
+             "data_fingerprint": "f", "optimizer_meta": {},
+             "files": {"model": "model-0003.safetensors", "optimizer": "optimizer-0003.safetensors"},
              "early_stopping": {"best_value": 0.1, "best_epoch": 2, "bad_epochs": 1}}
     files.state_dir.mkdir(parents=True)
     files.state.write_text(json.dumps(state))

@@ -24,7 +24,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir
-from resdom.runs import data_fingerprint, data_fingerprints, read_safetensors
+from resdom.runs import data_fingerprint, data_fingerprints, fitted_weights, read_safetensors
 from resdom.training.config import RESUMABLE_FIELDS, TrainConfig
 
 STATE_FORMAT = "resdom-trainer-state/1"
@@ -120,6 +120,68 @@ def state_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
+def state_files(epoch: int) -> dict[str, str]:
+    """The weight files of the state saved after ``epoch``, in ``state/`` (``trainer.json``'s ``files``)."""
+    return {"model": f"model-{epoch:04d}.safetensors", "optimizer": f"optimizer-{epoch:04d}.safetensors"}
+
+
+ADAM_STATE = frozenset({"step", "exp_avg", "exp_avg_sq"})  # what Adam keeps per parameter (amsgrad is never on)
+
+
+def _plain(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)  # a tuple and the list JSON made of it are the same
+
+
+def param_groups_problem(meta: dict[str, Any], optimizer: torch.optim.Optimizer) -> str | None:
+    """Why the saved parameter groups (``optimizer_meta.param_groups``) cannot continue ``optimizer``, made from this
+    run's train config (None: they can): each must hold the config's values, for ``load_state_dict`` would put a
+    saved lr or betas in place of the config's (a field torch added since the run was saved is not compared)."""
+    fresh = optimizer.state_dict()["param_groups"]
+    groups = meta.get("param_groups")
+    if not isinstance(groups, list) or len(groups) != len(fresh) or not all(isinstance(g, dict) for g in groups):
+        return f"field optimizer_meta.param_groups is not {len(fresh)} parameter group(s)"
+    for i, (saved, now) in enumerate(zip(groups, fresh)):
+        for key in sorted(set(saved) & set(now)):
+            if _plain(saved[key]) != _plain(now[key]):
+                return (f"field optimizer_meta.param_groups[{i}].{key} is {_plain(saved[key])[:80]}, not this run's "
+                        f"{_plain(now[key])[:80]}")
+    scalars = meta.get("scalars", {})
+    if not isinstance(scalars, dict):
+        return "field optimizer_meta.scalars is not an object"
+    for name, value in scalars.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"field optimizer_meta.scalars.{name[:80]} is {str(value)[:80]}, not a finite number"
+    return None
+
+
+def adam_state_problem(tensors: dict[str, torch.Tensor], scalars: dict[str, Any],
+                       optimizer: torch.optim.Optimizer) -> str | None:
+    """Why the saved Adam state (``flatten_optimizer``'s tensors ``state.<param>.<key>`` and scalars
+    ``<param>.<key>``) cannot continue ``optimizer`` (None: it can): each parameter's state must be ``ADAM_STATE``,
+    the moments of the parameter's shape and dtype, the step a float32 scalar, all finite. ``load_state_dict`` checks
+    none of it: a moment of another shape fails at the next step, one of another dtype is cast silently."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    held: dict[int, set[str]] = {}
+    for name in (*tensors, *(f"state.{k}" for k in scalars)):
+        _, index, key = (name.split(".", 2) + ["", ""])[:3]
+        if not index.isdigit() or int(index) >= len(params) or key not in ADAM_STATE:
+            return f"{name[:80]!r} is not Adam state of this model's {len(params)} parameters"
+        held.setdefault(int(index), set()).add(key)
+    for name, t in tensors.items():
+        _, index, key = name.split(".", 2)
+        param = params[int(index)]
+        want: tuple[tuple[int, ...], torch.dtype] = (((), torch.float32) if key == "step"
+                                                     else (tuple(param.shape), param.dtype))
+        if (tuple(t.shape), t.dtype) != want:
+            return f"tensor {name!r} is {t.dtype} of shape {tuple(t.shape)}, not {want[1]} of shape {want[0]}"
+        if not bool(torch.isfinite(t).all()):
+            return f"tensor {name!r} holds NaN or infinite values"
+    for param_id, keys in sorted(held.items()):
+        if keys != ADAM_STATE:
+            return f"parameter {param_id}'s Adam state lacks {', '.join(sorted(ADAM_STATE - keys))}"
+    return None
+
+
 def flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Optimizer state -> (named tensors ``state.<param>.<key>``, JSON data: param groups and non-tensor state)."""
     sd = optimizer.state_dict()
@@ -176,6 +238,9 @@ class RunFiles(RunDir):
         problem = state_problem(state)
         if problem:
             raise ResdomError(f"{self.state}: {problem}; {self.restart_hint()}")
+        if resumed.files != state_files(resumed.epoch):  # an edited epoch or file name: not what was saved together
+            raise ResdomError(f"{self.state}: field files is {_plain(resumed.files)[:200]}, not the files of epoch "
+                              f"{resumed.epoch} ({_plain(state_files(resumed.epoch))}); {self.restart_hint()}")
         return resumed
 
     def save_state(self, state: ResumeState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -184,7 +249,7 @@ class RunFiles(RunDir):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         opt_tensors, opt_meta = flatten_optimizer(optimizer)
-        files = {"model": f"model-{epoch:04d}.safetensors", "optimizer": f"optimizer-{epoch:04d}.safetensors"}
+        files = state_files(epoch)
         atomic_write_files({self.state_dir / files["model"]: safetensors_bytes(weights),
                             self.state_dir / files["optimizer"]: safetensors_bytes(opt_tensors)})
         atomic_write_json(self.state, replace(state, files=files, optimizer_meta=opt_meta).to_json())
@@ -208,6 +273,17 @@ class RunFiles(RunDir):
                                   f"{self.restart_hint()}")
         weights = read_safetensors(paths["model"], self.restart_hint())
         opt = read_safetensors(paths["optimizer"], self.restart_hint())
+        try:
+            weights = fitted_weights(weights, model.state_dict(), str(paths["model"]), "weights do not fit the model",
+                                     exact=True)
+        except ResdomError as e:
+            raise ResdomError(f"{e}; {self.restart_hint()}") from None
+        problem = param_groups_problem(state.optimizer_meta, optimizer)
+        if problem:
+            raise ResdomError(f"{self.state}: {problem}; {self.restart_hint()}")
+        problem = adam_state_problem(opt, state.optimizer_meta.get("scalars", {}), optimizer)
+        if problem:
+            raise ResdomError(f"{paths['optimizer']}: {problem}; {self.restart_hint()}")
         try:
             model.load_state_dict(weights)
             optimizer.load_state_dict(unflatten_optimizer(opt, state.optimizer_meta))
