@@ -194,6 +194,37 @@ def test_ctrl_c_on_reproduce_says_what_was_kept(tmp_path: Path, capsys, monkeypa
     assert "interrupted" in err and "1 of 2 runs" in err and "run the same command" in err, err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_while_the_command_loads_is_one_line(sigint: str) -> None:
+    """Ctrl-C in the seconds ``resdom`` spends importing torch and pandas printed a traceback of the import machinery;
+    it is one line and exit status 130 (and where SIGINT was ignored, as for a job a shell started in the background,
+    it stays ignored). Maker: an import hook that sends SIGINT as the CLI's train module loads."""
+    import subprocess
+    import sys
+
+    script = f"""
+import importlib.abc, os, signal, sys
+if {sigint == "ignored"}:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "resdom.cli.train_cmd":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["resdom", "version"]
+from resdom.cli.main import app
+print("ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "handled")
+app()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    if sigint == "ignored":
+        assert done.returncode == 0 and done.stdout.startswith("ignored"), done.stderr
+    else:
+        assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+
+
 # ------------------------------------------------------------------------------------------------- umask
 
 

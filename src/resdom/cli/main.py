@@ -1,12 +1,30 @@
 """``resdom`` entry point: user mistakes (a ResdomError, or a command line Click cannot parse) become one line on
 stderr and exit status 2."""
 
+# ruff: noqa: E402  (the imports after the Ctrl-C handler below are the ones it covers)
 from __future__ import annotations
 
 import errno
 import os
 import re
+import signal
 import sys
+import threading
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C while the command's modules load (seconds: torch, pandas): one line, exit 130, not a traceback of
+    import machinery."""
+    print("interrupted", file=sys.stderr, flush=True)
+    raise SystemExit(130)
+
+
+# only while the imports below run, and only where Ctrl-C raises KeyboardInterrupt (a shell that started resdom in
+# the background with SIGINT ignored keeps it ignored); restored at the end of this module
+_STARTING = threading.current_thread() is threading.main_thread() and (
+    signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+if _STARTING:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import typer
 
@@ -24,6 +42,9 @@ except ImportError:  # pragma: no cover - older typer, with Click installed besi
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 _LINE_BREAKS = re.compile(r"[ \t]*[\r\n]+[ \t]*")
 _NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())  # Click >= 8.2 raises it to print the help
+
+if _STARTING:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # loaded: Ctrl-C is a KeyboardInterrupt again
 
 _typer_app = typer.Typer(
     name="resdom",
