@@ -361,6 +361,26 @@ def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monk
     assert not _temporaries(tmp_path / "report")
 
 
+@pytest.mark.parametrize("n_ok", [0, 1, 2])
+def test_full_disk_during_diagnose_leaves_each_result_whole(run_dir: Path, n_ok: int, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A diagnostic's JSON file and its CSV tables are one result: a full disk between them left alpha.json of the
+    new --alphas beside alpha.csv of the old ones. Maker: alpha at 1,0.5, then at 1,0 with the disk full after
+    ``n_ok`` writes."""
+    args = ("diagnose", str(run_dir), "--what", "alpha", "--no-progress", "--alphas")
+    assert run_cli(capsys, *args, "1,0.5")[0] == 0
+    _full_disk_after(monkeypatch, n_ok)
+    code, _, err = run_cli(capsys, *args, "1,0")
+    one_line_error(code, err, "no space left on device")
+    monkeypatch.undo()
+    rows = json.loads((run_dir / "diagnostics" / "alpha.json").read_text())["rows"]
+    table = (run_dir / "diagnostics" / "alpha.csv").read_text().splitlines()
+    alpha = table[0].split(",").index("alpha")
+    written = {1.0, 0.5} if n_ok < 2 else {1.0, 0.0}  # two writes: alpha's table and JSON, then summary.json failed
+    assert {r["alpha"] for r in rows} == {float(line.split(",")[alpha]) for line in table[1:]} == written
+    assert not _temporaries(run_dir / "diagnostics")
+
+
 def test_atomic_write_files_leaves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = tmp_path / "a.bin", tmp_path / "b.json"
     rio.atomic_write_files({a: b"old a", b: b"old b"})

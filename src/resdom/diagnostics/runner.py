@@ -35,7 +35,7 @@ from resdom.diagnostics.recovery import K_RECOVERY
 from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, compute_of, diagnostic_names
 from resdom.distributed import rank_and_world
 from resdom.errors import OptionError, ResdomError
-from resdom.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from resdom.io import atomic_write_bytes, atomic_write_files, atomic_write_json, json_bytes
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
 from resdom.records import RECOVERY
@@ -207,12 +207,14 @@ def users_evidence(model: Diagnosable, data: SplitData, results: dict[str, Any],
 
 def write_result(files: RunDir, d: Diagnostic, result: Any, seconds: float, checkpoint: str) -> None:
     """``<name>.json`` (``result.to_dict()``, with the seconds it took and the checkpoint it describes) and its CSV
-    files, each the result's table (``d.frames``: ``to_frame()``), atomically."""
+    files, each the result's table (``d.frames``: ``to_frame()``), atomically and together: a failure half-way (a
+    full disk) leaves the previous call's files, never a JSON file of this call beside a CSV file of another."""
     data = {**result.to_dict(), "seconds": round(seconds, 3), "checkpoint": checkpoint}
-    atomic_write_json(files.diagnostic(d.name), data)
-    for suffix, frame in d.frames.items():
-        atomic_write_text(files.diagnostic(d.name, f"{suffix}.csv"), frame(result).to_csv(index=False,
-                                                                                          lineterminator="\n"))
+    tables = {files.diagnostic(d.name, f"{suffix}.csv"): frame(result).to_csv(index=False, lineterminator="\n")
+              for suffix, frame in d.frames.items()}
+    # the JSON file, which names the checkpoint, is renamed into place last
+    atomic_write_files({**{path: text.encode("utf-8") for path, text in tables.items()},
+                        files.diagnostic(d.name): json_bytes(data)})
 
 
 # ---------------------------------------------------------------------------------------------------------
