@@ -530,6 +530,25 @@ def test_resume_state_naming_other_files_than_its_epochs_is_one_line(
     one_line_error(code, err, str(path), "not the files of epoch", "--force")
 
 
+@pytest.mark.parametrize("damage", ["no weights", "another epoch"])
+def test_resume_without_the_best_checkpoint_is_refused_before_training(
+    trained: Path, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose model.safetensors is gone (or whose sidecar names another epoch than the state's best) trained
+    every remaining epoch, then failed at the final evaluation with "checkpoint not found", its state now at the last
+    epoch: no rerun could finish it. It is refused before training, the state as it was. Maker: a 1-epoch run, its
+    weights deleted or its sidecar's epoch set to 5."""
+    capsys.readouterr()
+    if damage == "no weights":
+        (trained / "model.safetensors").unlink()
+    else:
+        meta = json.loads((trained / "model.json").read_text())
+        (trained / "model.json").write_text(json.dumps({**meta, "epoch": 5}))
+    code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "3", *TINY)
+    one_line_error(code, err, str(trained / "model"), f"delete {trained / 'state'}")
+    assert "epoch 2/3" not in err and json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float16", "bfloat16", "float64"])
 def test_checkpoint_weights_of_another_dtype(run_dir: Path, split: SplitData, dtype: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:

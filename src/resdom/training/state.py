@@ -24,7 +24,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir
-from resdom.runs import data_fingerprint, data_fingerprints, fitted_weights, read_safetensors
+from resdom.runs import data_fingerprint, data_fingerprints, fitted_weights, read_safetensors, read_sidecar
 from resdom.training.config import RESUMABLE_FIELDS, TrainConfig
 
 STATE_FORMAT = "resdom-trainer-state/1"
@@ -291,6 +291,23 @@ class RunFiles(RunDir):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
                               f"{self.restart_hint()}") from None
+
+    def check_best_checkpoint(self, state: ResumeState, held_out: bool) -> None:
+        """The run's checkpoint (``model.safetensors``) must be the one the state selected: of its best epoch (the
+        last one where nothing is held out), or of the epoch after it (a kill between the checkpoint and the state;
+        that epoch is trained again and writes it anew). Otherwise resuming would train on and fail at the end, or end
+        with another checkpoint's metrics."""
+        if state.epoch == 0:
+            return
+        best = state.early_stopping.best_epoch if held_out else state.epoch
+        if not self.model.is_file():
+            raise ResdomError(f"{self.model}: the checkpoint of this run's best epoch ({best}) is missing, so the "
+                              f"resumed run could not end with it; {self.restart_hint()}")
+        epoch = read_sidecar(self.model).get("epoch")
+        if epoch not in (best, state.epoch + 1):
+            raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {str(epoch)[:40]}, but the "
+                              f"resume state's best epoch is {best} (a checkpoint of another run copied in?); "
+                              f"{self.restart_hint()}")
 
     def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
         """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""

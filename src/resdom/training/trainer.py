@@ -300,12 +300,13 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         held.callback(torch.set_num_threads, torch.get_num_threads())
         torch.set_num_threads(train_cfg.threads)
     state = files.read_state()
+    held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
     if state is not None:
         check_resumable(files, state, model_cfg, train_cfg, split)
         _check_epochs(files, state, train_cfg)
+        files.check_best_checkpoint(state, held_out)
         if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
-    held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
     if not held_out and split.manifest.get("protocol") != "none":
         hint = " (a gts split: a lower --valid-quantile moves T_val earlier)" if split.manifest.get(
             "protocol") == "gts" else ""
