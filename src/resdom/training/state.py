@@ -309,9 +309,20 @@ class RunFiles(RunDir):
                               f"resume state's best epoch is {best} (a checkpoint of another run copied in?); "
                               f"{self.restart_hint()}")
 
+    def check_log(self, state: ResumeState) -> None:
+        """``metrics.jsonl`` must hold one record of each epoch the state saved (the trainer appends an epoch's record
+        before its state): a log that lost records would end as a training curve, epoch times and compute without
+        them."""
+        epochs = [rec.get("epoch") for rec in self.read_log(state.epoch)]
+        if epochs != list(range(1, state.epoch + 1)):
+            held = ", ".join(map(str, epochs[:8])) + (", ..." if len(epochs) > 8 else "") if epochs else "none"
+            raise ResdomError(f"{self.log}: holds the records of epochs {held}, not one of each epoch 1..{state.epoch} "
+                              f"the resume state saved; {self.restart_hint()}")
+
     def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
-        """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped)."""
-        return [rec for rec in read_jsonl(self.log) if rec.get("epoch", 0) <= up_to_epoch]
+        """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped, and so is a record whose epoch
+        is not a whole number: a damaged one)."""
+        return [rec for rec in read_jsonl(self.log) if _whole(rec.get("epoch")) and rec["epoch"] <= up_to_epoch]
 
 
 def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig, train_cfg: TrainConfig,

@@ -307,6 +307,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         files.check_best_checkpoint(state, held_out)
         if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
+        files.check_log(state)  # the epochs to come are appended to it
     if not held_out and split.manifest.get("protocol") != "none":
         hint = " (a gts split: a lower --valid-quantile moves T_val earlier)" if split.manifest.get(
             "protocol") == "gts" else ""
