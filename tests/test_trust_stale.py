@@ -83,3 +83,22 @@ def test_evaluate_and_diagnose_say_a_run_is_still_training(run_dir, capsys):
         assert "still training" in capsys.readouterr().err
     assert invoke("evaluate", str(run_dir)) == 0
     assert "still training" not in capsys.readouterr().err
+
+
+def test_evaluate_diagnose_and_recommend_say_a_run_was_interrupted(run_dir, capsys):
+    """A run whose training was killed part-way (no trainer holds it, its state not stopped) was evaluated,
+    diagnosed and recommended from with no word that its checkpoint is of an unfinished run. Maker: a finished run's
+    trainer.json with its ``stopped`` cleared, as a kill leaves it."""
+    path = run_dir / "state" / "trainer.json"
+    finished = path.read_text()
+    state = json.loads(finished)
+    path.write_text(json.dumps({**state, "stopped": None}))
+    for args in (["evaluate", str(run_dir)], ["diagnose", str(run_dir), "--what", "hrli", "--no-progress"],
+                 ["recommend", str(run_dir), "--users", "1"]):
+        assert invoke(*args) == 0
+        err = capsys.readouterr().err
+        assert f"training was interrupted (epoch {state['epoch']} of {state['train']['epochs']} saved" in err, err
+    for text in (finished, "{", ""):  # finished, or a state unreadable as JSON (then train says so): no note
+        path.write_text(text)
+        assert invoke("evaluate", str(run_dir)) == 0
+        assert "interrupted" not in capsys.readouterr().err

@@ -245,13 +245,34 @@ class Run:
     sidecar: dict[str, Any]
     checkpoint: str  # checkpoint_id of model.safetensors
     training: bool = False  # a trainer holds the run directory: the checkpoint is the best one *so far*
+    interrupted: str | None = None  # "E of N": no trainer holds it, but its training stopped before it ended
 
     def training_note(self) -> str | None:
-        """A one-line note for the user when the run is still training, else None."""
-        if not self.training:
+        """A one-line note for the user when the run is still training or its training was interrupted, else
+        None."""
+        so_far = f"these results are of its best checkpoint so far (epoch {self.sidecar.get('epoch', '?')}, " \
+                 f"{self.checkpoint})"
+        if self.training:
+            return f"note: {self.directory} is still training; {so_far} and go stale when it improves"
+        if self.interrupted:
+            return (f"note: {self.directory}'s training was interrupted (epoch {self.interrupted} saved, no final "
+                    f"metrics); {so_far}: the `resdom train` command that made it, run again, continues it")
+        return None
+
+
+def interrupted_at(files: RunDir) -> str | None:
+    """``"E of N"`` where the run's resume state (``state/trainer.json``) says its training has not ended (it would
+    hold how it stopped), else None: no state (an imported run, a state deleted), or one unreadable (the note is
+    advice; ``resdom train`` is what reads it whole)."""
+    try:
+        if not files.state.is_file() or files.state.stat().st_size > 2**20:  # a FIFO, a crafted giant: no note
             return None
-        return (f"note: {self.directory} is still training; these results are of its best checkpoint so far "
-                f"(epoch {self.sidecar.get('epoch', '?')}, {self.checkpoint}) and go stale when it improves")
+        state = json.loads(files.state.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(state, dict) or state.get("stopped") is not None or not isinstance(state.get("train"), dict):
+        return None
+    return f"{str(state.get('epoch'))[:20]} of {str(state['train'].get('epochs'))[:20]}"
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
@@ -286,4 +307,6 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
             raise ResdomError(f"{files.config}: model.{key} is {short(stated[key])} but the checkpoint's "
                               f"{files.sidecar.name} says {short(own[key])}; the config is not of this checkpoint: "
                               "copy the run's own config.json, or retrain or re-import the run")
-    return Run(run_dir, model.to(device), split, config, meta, before, training=is_locked(run_dir))
+    training = is_locked(run_dir)
+    return Run(run_dir, model.to(device), split, config, meta, before, training=training,
+               interrupted=None if training else interrupted_at(files))
