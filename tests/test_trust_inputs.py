@@ -567,6 +567,22 @@ def test_resume_with_a_log_that_lost_epochs_is_refused(trained: Path, damage: st
     one_line_error(code, err, str(log), "epoch 1..1", f"delete {trained / 'state'}")
 
 
+def test_files_of_another_resdom_version_say_so(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sidecar or trainer state of a later format version (a run made by a newer resdom) was "not a resdom
+    checkpoint" / "not a resdom trainer state", as if of some other program. Maker: a run's formats bumped to /2."""
+    capsys.readouterr()
+    for path, name in ((trained / "state" / "trainer.json", "resdom-trainer-state"),
+                       (trained / "model.json", "resdom-checkpoint")):
+        original = path.read_text()
+        path.write_text(original.replace(f'"{name}/1"', f'"{name}/2"'))
+        code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+        one_line_error(code, err, str(path), f"'{name}/2', written by another version of resdom", f"{name}/1")
+        if name != "resdom-checkpoint":
+            path.write_text(original)
+    code, _, err = run_cli(capsys, "evaluate", str(trained))
+    one_line_error(code, err, str(trained / "model.json"), "written by another version of resdom")
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float16", "bfloat16", "float64"])
 def test_checkpoint_weights_of_another_dtype(run_dir: Path, split: SplitData, dtype: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:

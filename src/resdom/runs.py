@@ -160,6 +160,16 @@ def fitted_weights(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor],
     return converted
 
 
+def not_this_format(found: object, expected: str, what: str) -> str:
+    """Why a file of format ``found`` is not read as a resdom ``what`` of format ``expected`` (``name/version``):
+    another version of the same format is a file another resdom wrote, and the message says so."""
+    name = expected.rsplit("/", 1)[0]
+    if isinstance(found, str) and found.startswith(f"{name}/"):
+        return (f"a resdom {what} of format {short(found)}, written by another version of resdom; this one "
+                f"({__version__}) reads {expected}")
+    return f"not a resdom {what} (format {short(found)})"
+
+
 def read_sidecar(path: str | Path) -> dict[str, Any]:
     side = Path(path).with_suffix(".json")
     if not side.exists():
@@ -173,7 +183,7 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         meta = {"format": f"a JSON {type(meta).__name__}"}
     if meta.get("format") != CHECKPOINT_FORMAT:
-        raise ResdomError(f"{side}: not a resdom checkpoint (format {meta.get('format')!r})")
+        raise ResdomError(f"{side}: {not_this_format(meta.get('format'), CHECKPOINT_FORMAT, 'checkpoint')}")
     if not isinstance(meta.get("model"), dict):
         raise ResdomError(f"{side}: the sidecar has no model config; retrain or re-import the run")
     return meta

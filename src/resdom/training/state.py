@@ -24,7 +24,14 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir
-from resdom.runs import data_fingerprint, data_fingerprints, fitted_weights, read_safetensors, read_sidecar
+from resdom.runs import (
+    data_fingerprint,
+    data_fingerprints,
+    fitted_weights,
+    not_this_format,
+    read_safetensors,
+    read_sidecar,
+)
 from resdom.training.config import RESUMABLE_FIELDS, TrainConfig
 
 STATE_FORMAT = "resdom-trainer-state/1"
@@ -227,7 +234,8 @@ class RunFiles(RunDir):
                               f"{self.restart_hint()}") from None
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             found = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ResdomError(f"{self.state}: not a resdom trainer state (format {found!r}); {self.restart_hint()}")
+            raise ResdomError(f"{self.state}: {not_this_format(found, STATE_FORMAT, 'trainer state')}; "
+                              f"{self.restart_hint()}")
         missing = [k for k in ("epoch", "files", "optimizer_meta", "early_stopping") if k not in state]
         if missing:
             raise ResdomError(f"{self.state}: resume state lacks {', '.join(missing)}; {self.restart_hint()}")
