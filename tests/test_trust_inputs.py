@@ -365,8 +365,8 @@ def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monk
 def test_full_disk_during_diagnose_leaves_each_result_whole(run_dir: Path, n_ok: int, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A diagnostic's JSON file and its CSV tables are one result: a full disk between them left alpha.json of the
-    new --alphas beside alpha.csv of the old ones. Maker: alpha at 1,0.5, then at 1,0 with the disk full after
-    ``n_ok`` writes."""
+    new --alphas beside alpha.csv of the old ones, and one after them left summary.json of the old ones. Maker: alpha
+    at 1,0.5, then at 1,0 with the disk full after ``n_ok`` writes."""
     args = ("diagnose", str(run_dir), "--what", "alpha", "--no-progress", "--alphas")
     assert run_cli(capsys, *args, "1,0.5")[0] == 0
     _full_disk_after(monkeypatch, n_ok)
@@ -379,6 +379,11 @@ def test_full_disk_during_diagnose_leaves_each_result_whole(run_dir: Path, n_ok:
     written = {1.0, 0.5} if n_ok < 2 else {1.0, 0.0}  # two writes: alpha's table and JSON, then summary.json failed
     assert {r["alpha"] for r in rows} == {float(line.split(",")[alpha]) for line in table[1:]} == written
     assert not _temporaries(run_dir / "diagnostics")
+    # no summary of the files as they were (it was of alpha 1,0.5 beside 1,0); the next diagnose writes it anew
+    assert not (run_dir / "diagnostics" / "summary.json").exists()
+    assert run_cli(capsys, *args, "1,0")[0] == 0
+    summary = json.loads((run_dir / "diagnostics" / "summary.json").read_text())
+    assert {r["alpha"] for r in summary["alpha_sweep"]} == {1.0, 0.0}
 
 
 def test_atomic_write_files_leaves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

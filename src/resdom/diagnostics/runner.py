@@ -160,6 +160,9 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
 
     def write(step: int, steps: int, d: Diagnostic, result: Any, seconds: float) -> None:
         if rank == 0:
+            # the summary describes the files as they were: stale from this call's first file until it is
+            # rewritten at the end (a call that fails half-way leaves none, and is_finished then says so)
+            files.summary.unlink(missing_ok=True)
             write_result(files, d, result, seconds, run.checkpoint)
         if lines:
             print(f"diagnose [{step}/{steps}] {d.name}: done in {seconds:.0f} s -> {files.diagnostic(d.name)}",
@@ -171,6 +174,7 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
         ev = users_evidence(run.model, run.split, done.results, options, device, progress)
         ev.header.update(checkpoint=run.checkpoint, seconds=round(time.perf_counter() - t0, 3))
         if rank == 0:
+            files.summary.unlink(missing_ok=True)
             atomic_write_bytes(files.users, ev.to_bytes())
         if lines:
             print(f"diagnose users: done in {time.perf_counter() - t0:.0f} s -> {files.users}", file=sys.stderr,
