@@ -458,8 +458,8 @@ def test_a_malformed_optimizer_meta_is_one_line(trained: Path, meta: object,
 
 
 def _edit_tensors(path: Path, edit: str) -> None:
-    """``path``'s safetensors with its first tensor (by name) edited: ``nan``, ``shape``, ``drop``, ``extra``, or a
-    dtype name (every floating-point tensor in that dtype)."""
+    """``path``'s safetensors with its first tensor (by name) edited: ``nan``, ``shape``, ``drop``, ``extra``,
+    ``nudge`` (another value, all else the same), or a dtype name (every floating-point tensor in that dtype)."""
     from safetensors.torch import load_file, save_file
 
     tensors = load_file(str(path))
@@ -473,6 +473,8 @@ def _edit_tensors(path: Path, edit: str) -> None:
         del tensors[first]
     elif edit == "extra":
         tensors["state.999.exp_avg"] = torch.zeros(2)
+    elif edit == "nudge":
+        tensors[first] = tensors[first] + 0.5
     else:
         tensors = {k: v.to(getattr(torch, edit)) if v.is_floating_point() else v for k, v in tensors.items()}
     save_file(tensors, str(path))
@@ -486,16 +488,38 @@ def test_resume_state_tensors_that_would_not_continue_the_run_are_one_line(
     """The state's weights and Adam moments must be what the trainer saved: of the model's names, shapes and dtypes
     (float32), finite. A moment of another shape or a missing one was a traceback at the next step (RuntimeError,
     KeyError), another dtype (float16, an integer) was cast silently and the run went on from other numbers, and a NaN
-    ended as "training diverged; try a lower train.lr". Maker: state/*-0001.safetensors of a 1-epoch run, edited."""
+    ended as "training diverged; try a lower train.lr". Maker: state/*-0001.safetensors of a 1-epoch run, edited,
+    and trainer.json without its checksums (as saved before them: the checksums would refuse any edit first)."""
     capsys.readouterr()
     path = trained / "state" / f"{which}-0001.safetensors"
     _edit_tensors(path, edit)
+    state = json.loads((trained / "state" / "trainer.json").read_text())
+    (trained / "state" / "trainer.json").write_text(json.dumps({k: v for k, v in state.items() if k != "checksums"}))
     before = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file() and p.name != ".lock"}
     code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
-    one_line_error(code, err, str(path), f"delete {trained / 'state'}")
+    said = {"nan": "NaN", "shape": "shape", "drop": "missing" if which == "model" else "lacks",
+            "extra": "unexpected" if which == "model" else "is not Adam state"}
+    dtype = "dtype mismatch" if which == "model" else f"is torch.{edit}"
+    one_line_error(code, err, str(path), said.get(edit, dtype), f"delete {trained / 'state'}")
     assert "diverged" not in err and "best epoch" not in out
     assert json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
     assert (trained / "model.safetensors").read_bytes() == before["model.safetensors"]
+
+
+@pytest.mark.parametrize("which", ["model", "optimizer"])
+def test_resume_state_files_of_other_content_are_refused(trained: Path, which: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A state file of the same names, shapes and dtypes but other values (another run's, or another epoch's, copied
+    in) resumed silently from those values. trainer.json holds the files' content hashes; a state saved before them
+    resumes unchecked. Maker: a 1-epoch run's state file with one tensor moved by 0.5."""
+    capsys.readouterr()
+    path = trained / "state" / f"{which}-0001.safetensors"
+    _edit_tensors(path, "nudge")
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    one_line_error(code, err, str(path), "not the file trainer.json was saved with", f"delete {trained / 'state'}")
+    state = json.loads((trained / "state" / "trainer.json").read_text())
+    (trained / "state" / "trainer.json").write_text(json.dumps({k: v for k, v in state.items() if k != "checksums"}))
+    assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)[0] == 0
 
 
 @pytest.mark.parametrize(("field", "value"), [("lr", 0.5), ("lr", "x"), ("betas", [0.5, 0.5]), ("weight_decay", 1.0),

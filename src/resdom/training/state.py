@@ -10,6 +10,7 @@ moment leaves the previous epoch's state whole. A run resumes only with the same
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +26,7 @@ from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safeten
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir
 from resdom.runs import (
+    checkpoint_id,
     data_fingerprint,
     data_fingerprints,
     fitted_weights,
@@ -61,7 +63,8 @@ class EarlyStopping:
 class ResumeState:
     """The state saved after ``epoch`` (``state/trainer.json``): the early-stopping counters, how the run stopped
     (None: not yet), what it was trained on (the resolved model and train config as plain data, the data's
-    fingerprint) and, once saved, the names of its weight files (``files``) and the optimiser's non-tensor state
+    fingerprint) and, once saved, the names of its weight files (``files``), their content hashes (``checksums``,
+    ``runs.checkpoint_id``'s; absent from states saved before them) and the optimiser's non-tensor state
     (``optimizer_meta``)."""
 
     epoch: int
@@ -72,6 +75,7 @@ class ResumeState:
     data_fingerprint: str | None = None
     files: dict[str, str] = field(default_factory=dict)
     optimizer_meta: dict[str, Any] = field(default_factory=dict)
+    checksums: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, epoch: int, stopper: EarlyStopping, stopped: str | None, model_cfg: ModelConfig,
@@ -83,16 +87,18 @@ class ResumeState:
         """``trainer.json``'s content (``STATE_FORMAT``)."""
         return {"epoch": self.epoch, "early_stopping": asdict(self.early_stopping), "stopped": self.stopped,
                 "model": self.model, "train": self.train, "data_fingerprint": self.data_fingerprint,
-                "files": self.files, "optimizer_meta": self.optimizer_meta, "format": STATE_FORMAT}
+                "files": self.files, "optimizer_meta": self.optimizer_meta, "checksums": self.checksums,
+                "format": STATE_FORMAT}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ResumeState:
         """The state of a ``trainer.json`` (KeyError, TypeError or ValueError where it is malformed)."""
-        if not isinstance(data["files"], dict) or not isinstance(data["optimizer_meta"], dict):
-            raise TypeError("files and optimizer_meta must be objects")
+        checksums = data.get("checksums") or {}
+        if not all(isinstance(data[k], dict) for k in ("files", "optimizer_meta")) or not isinstance(checksums, dict):
+            raise TypeError("files, optimizer_meta and checksums must be objects")
         return cls(int(data["epoch"]), EarlyStopping(**data["early_stopping"]), data.get("stopped"),
                    dict(data.get("model") or {}), dict(data.get("train") or {}), data.get("data_fingerprint"),
-                   dict(data["files"]), dict(data["optimizer_meta"]))
+                   dict(data["files"]), dict(data["optimizer_meta"]), dict(checksums))
 
 
 MAX_EPOCH = 10**6  # an epoch beyond any training budget (TrainConfig.epochs) is a damaged file's
@@ -258,9 +264,11 @@ class RunFiles(RunDir):
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
         opt_tensors, opt_meta = flatten_optimizer(optimizer)
         files = state_files(epoch)
-        atomic_write_files({self.state_dir / files["model"]: safetensors_bytes(weights),
-                            self.state_dir / files["optimizer"]: safetensors_bytes(opt_tensors)})
-        atomic_write_json(self.state, replace(state, files=files, optimizer_meta=opt_meta).to_json())
+        blobs = {"model": safetensors_bytes(weights), "optimizer": safetensors_bytes(opt_tensors)}
+        atomic_write_files({self.state_dir / files[key]: blob for key, blob in blobs.items()})
+        checksums = {key: hashlib.sha256(blob).hexdigest()[:16] for key, blob in blobs.items()}  # checkpoint_id's
+        atomic_write_json(self.state, replace(state, files=files, optimizer_meta=opt_meta,
+                                              checksums=checksums).to_json())
         for old in self.state_dir.glob("*.safetensors"):
             if old.name not in files.values():
                 old.unlink(missing_ok=True)
@@ -279,6 +287,10 @@ class RunFiles(RunDir):
             if key not in paths or not paths[key].is_file():
                 raise ResdomError(f"{self.state}: its {key} file {paths.get(key, '?')} is missing; "
                                   f"{self.restart_hint()}")
+        for key, saved in state.checksums.items():  # a file of another run or epoch copied in, of the same shapes
+            if key in paths and checkpoint_id(paths[key]) != saved:
+                raise ResdomError(f"{paths[key]}: not the file {self.state.name} was saved with (content "
+                                  f"{checkpoint_id(paths[key])}, saved {str(saved)[:40]}); {self.restart_hint()}")
         weights = read_safetensors(paths["model"], self.restart_hint())
         opt = read_safetensors(paths["optimizer"], self.restart_hint())
         try:
