@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -296,7 +297,7 @@ def test_truncated_resume_state_names_the_file_and_the_way_out(
     path.write_bytes(path.read_bytes()[:40])
     before = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file() and p.name != ".lock"}
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
-    one_line_error(code, err, str(path), f"delete {state}")
+    one_line_error(code, err, str(path), "--force")
     after = {p.name: p.read_bytes() for p in trained.iterdir() if p.is_file() and p.name != ".lock"}
     assert after.keys() <= before.keys()  # nothing new, nothing half-written (metrics.json may be gone: stale)
     assert {k: after[k] for k in ("model.safetensors", "model.json")} == {
@@ -500,7 +501,7 @@ def test_resume_state_tensors_that_would_not_continue_the_run_are_one_line(
     said = {"nan": "NaN", "shape": "shape", "drop": "missing" if which == "model" else "lacks",
             "extra": "unexpected" if which == "model" else "is not Adam state"}
     dtype = "dtype mismatch" if which == "model" else f"is torch.{edit}"
-    one_line_error(code, err, str(path), said.get(edit, dtype), f"delete {trained / 'state'}")
+    one_line_error(code, err, str(path), said.get(edit, dtype), "--force")
     assert "diverged" not in err and "best epoch" not in out
     assert json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
     assert (trained / "model.safetensors").read_bytes() == before["model.safetensors"]
@@ -516,7 +517,7 @@ def test_resume_state_files_of_other_content_are_refused(trained: Path, which: s
     path = trained / "state" / f"{which}-0001.safetensors"
     _edit_tensors(path, "nudge")
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
-    one_line_error(code, err, str(path), "not the file trainer.json was saved with", f"delete {trained / 'state'}")
+    one_line_error(code, err, str(path), "not the file trainer.json was saved with", "--force")
     state = json.loads((trained / "state" / "trainer.json").read_text())
     (trained / "state" / "trainer.json").write_text(json.dumps({k: v for k, v in state.items() if k != "checksums"}))
     assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)[0] == 0
@@ -574,7 +575,7 @@ def test_resume_without_the_best_checkpoint_is_refused_before_training(
         meta = json.loads((trained / "model.json").read_text())
         (trained / "model.json").write_text(json.dumps({**meta, "epoch": 5}))
     code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "3", *TINY)
-    one_line_error(code, err, str(trained / "model"), f"delete {trained / 'state'}")
+    one_line_error(code, err, str(trained / "model"), "--force")
     assert "epoch 2/3" not in err and json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
 
 
@@ -593,7 +594,7 @@ def test_resume_with_a_log_that_lost_epochs_is_refused(trained: Path, damage: st
     else:
         log.write_text(log.read_text().replace('"epoch": 1,', '"epoch": "x",'))
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
-    one_line_error(code, err, str(log), "epoch 1..1", f"delete {trained / 'state'}")
+    one_line_error(code, err, str(log), "epoch 1..1", "--force")
 
 
 def test_files_of_another_resdom_version_say_so(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -610,6 +611,24 @@ def test_files_of_another_resdom_version_say_so(trained: Path, capsys: pytest.Ca
             path.write_text(original)
     code, _, err = run_cli(capsys, "evaluate", str(trained))
     one_line_error(code, err, str(trained / "model.json"), "written by another version of resdom")
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_the_way_out_of_another_setup_works(trained: Path, finished: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run of another setup said "delete RUN/state to start over": on a finished run that was refused next ("holds
+    a finished run with no resume state ... --force"), its resume state gone for nothing. The advice is --force
+    there, and deleting state/ only where training may then start afresh. Maker: a 1-epoch run, finished or with its
+    final metrics removed (an interrupted one), trained again with another hidden size."""
+    capsys.readouterr()
+    if not finished:
+        (trained / "metrics.json").unlink()
+    other = [a if a != "model.hidden=8" else "model.hidden=16" for a in TINY]
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "1", *other)
+    line = one_line_error(code, err, "another setup", "--force")
+    assert (f"delete {trained / 'state'}" in line) is not finished
+    if not finished:  # the advice works
+        shutil.rmtree(trained / "state")
+        assert run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "1", *other)[0] == 0
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float16", "bfloat16", "float64"])

@@ -188,7 +188,7 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     if not runs:
         raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to move it "
                           f"aside to {aside_name(path)} and write anew)")
-    if run.state.is_file() or not _finished(run):
+    if run.state.is_file() or not holds_results(run):
         return False
     if not force:
         raise ResdomError(f"{option} {path}: holds a {'finished' if run.final.is_file() else 'trained or imported'} "
@@ -198,7 +198,7 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     return True
 
 
-def _finished(run: RunDir) -> bool:
+def holds_results(run: RunDir) -> bool:
     """Whether a run holds results that training afresh would replace: final metrics, diagnostics, or weights that
     were imported (config.json's ``imported_from``) rather than trained there."""
     if run.final.is_file() or (run.diagnostics.is_dir() and any(run.diagnostics.iterdir())):

@@ -24,7 +24,7 @@ from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
 from resdom.models.config import ModelConfig, drop_flat_defaults
-from resdom.rundir import RunDir
+from resdom.rundir import RunDir, holds_results
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
@@ -225,8 +225,13 @@ class RunFiles(RunDir):
     """A run directory (layout in ``resdom.rundir``) as the trainer writes it, and the resume state in ``state/``."""
 
     def restart_hint(self) -> str:
-        return (f"delete {self.state_dir} to restart the run from epoch 1, or rerun `resdom train` with --force to "
-                f"keep this run aside ({self.dir.name}.replaced-K) and train anew")
+        """How to start over: --force, or deleting state/ where that leaves a folder training may start afresh in
+        (not where the run holds results: its final metrics, diagnostics, imported weights)."""
+        force = (f"rerun `resdom train` with --force to keep this run aside ({self.dir.name}.replaced-K) and train "
+                 "anew")
+        if holds_results(self):
+            return force
+        return f"delete {self.state_dir} to restart the run from epoch 1, or {force}"
 
     def read_state(self) -> ResumeState | None:
         """The saved ``trainer.json`` (None: no resume state); a malformed one is a ResdomError saying how to
@@ -368,6 +373,6 @@ def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig,
                 diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
     if diffs:
         raise ResdomError(
-            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another {arg('out')} directory or "
-            f"delete {files.state_dir} to start over"
+            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another {arg('out')} directory, "
+            f"or {files.restart_hint()}"
         )
