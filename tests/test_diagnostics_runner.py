@@ -110,3 +110,33 @@ def test_cli_user_errors_exit_2_with_one_line(run_dir, monkeypatch, capsys, args
 def test_cli_missing_run_dir(tmp_path, monkeypatch, capsys):
     code, _, err = _cli(monkeypatch, capsys, "diagnose", str(tmp_path / "nope"))
     assert code == 2 and "run directory not found" in err
+
+
+def test_a_second_diagnose_of_one_run_is_refused_while_the_first_writes(run_dir, monkeypatch, capsys):
+    """Two calls at once would leave one call's files beside the other's (say --part valid and --part test) and a
+    summary of either: the one that finds RUN_DIR/diagnostics locked says so in one line and writes nothing."""
+    from resdom.io import directory_lock
+
+    diag = run_dir / "diagnostics"
+    diag.mkdir(exist_ok=True)
+    before = {p.name: p.stat().st_mtime_ns for p in diag.iterdir()}
+    with directory_lock(diag, "diagnosing"):
+        code, out, err = _cli(monkeypatch, capsys, "diagnose", str(run_dir), "--what", "hrli", "--no-progress")
+        with pytest.raises(ResdomError, match="another process is already diagnosing there"):
+            run_all(run_dir, what="hrli", progress=False)
+    assert code == 2 and "another process is already diagnosing there" in err and len(err.strip().splitlines()) == 1
+    assert not out and {p.name: p.stat().st_mtime_ns for p in diag.iterdir()} == before
+    code, _, _ = _cli(monkeypatch, capsys, "diagnose", str(run_dir), "--what", "hrli", "--no-progress")
+    assert code == 0  # released with the call
+
+
+def test_the_lock_alone_is_no_result(tmp_path):
+    """A diagnose that failed leaves diagnostics/.lock: no result that training afresh would replace."""
+    from resdom.io import directory_lock
+    from resdom.rundir import RunDir, holds_results
+
+    with directory_lock(tmp_path / "diagnostics", "diagnosing"):
+        pass
+    assert not holds_results(RunDir(tmp_path))
+    (tmp_path / "diagnostics" / "hrli.json").write_text("{}")
+    assert holds_results(RunDir(tmp_path))

@@ -152,11 +152,15 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, json_bytes(obj))
 
 
+LOCK = ".lock"  # the file in a folder that ``directory_lock`` locks
+
+
 @contextmanager
-def directory_lock(directory: str | Path, what: str) -> Iterator[None]:
+def directory_lock(directory: str | Path, what: str, other: str = "choose another directory") -> Iterator[None]:
     """Hold an exclusive advisory lock on ``directory/.lock`` (the OS drops it when the process ends, however).
 
-    Another process holding it is a ResdomError naming the directory. A no-op where ``fcntl`` is missing.
+    Another process holding it is a ResdomError naming the directory (and ``other``: what else the user can do). A
+    no-op where ``fcntl`` is missing.
     """
     try:
         import fcntl
@@ -165,12 +169,12 @@ def directory_lock(directory: str | Path, what: str) -> Iterator[None]:
         return
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "a") as f:
+    with open(directory / LOCK, "a") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ResdomError(f"{directory}: another process is already {what} there; wait for it to finish "
-                              "or choose another directory") from None
+                              f"or {other}") from None
         try:
             yield
         finally:
@@ -183,7 +187,7 @@ def is_locked(directory: str | Path) -> bool:
         import fcntl
     except ImportError:  # Windows
         return False
-    lock = Path(directory) / ".lock"
+    lock = Path(directory) / LOCK
     if not lock.is_file():
         return False
     with open(lock, "a") as f:

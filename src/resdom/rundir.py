@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_json, is_locked
+from resdom.io import LOCK, atomic_write_json, is_locked
 from resdom.limits import cut_message
 from resdom.names import USERS
 
@@ -45,7 +45,7 @@ class RunDir:
         self.state = self.state_dir / "trainer.json"
         self.diagnostics = self.dir / "diagnostics"
         self.error = self.dir / "error.txt"
-        self.lock = self.dir / ".lock"
+        self.lock = self.dir / LOCK
         # a results-store cell only (pipeline.store): identity and compute, and the training curve
         self.cell = self.dir / "cell.json"
         self.curve = self.dir / "curve.jsonl"
@@ -201,7 +201,7 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
 def holds_results(run: RunDir) -> bool:
     """Whether a run holds results that training afresh would replace: final metrics, diagnostics, or weights that
     were imported (config.json's ``imported_from``) rather than trained there."""
-    if run.final.is_file() or (run.diagnostics.is_dir() and any(run.diagnostics.iterdir())):
+    if run.final.is_file() or (run.diagnostics.is_dir() and any(p.name != LOCK for p in run.diagnostics.iterdir())):
         return True
     try:
         config = json.loads(run.config.read_text())

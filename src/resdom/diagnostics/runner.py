@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,12 @@ from resdom.diagnostics.recovery import K_RECOVERY
 from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, compute_of, diagnostic_names
 from resdom.distributed import rank_and_world
 from resdom.errors import OptionError, ResdomError
-from resdom.io import atomic_write_bytes, atomic_write_files, atomic_write_json, json_bytes
+from resdom.io import atomic_write_bytes, atomic_write_files, atomic_write_json, directory_lock, json_bytes
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
 from resdom.records import RECOVERY
 from resdom.rundir import RunDir, check_links
-from resdom.runs import load_run
+from resdom.runs import Run, load_run
 
 
 def parse_what(what: str | Sequence[str], with_users: bool = False) -> list[str]:
@@ -154,8 +155,16 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
     chosen = plan(run.model, run.split, options, note=rank == 0, where=f"{run.directory}/data")
     files = RunDir(run_dir)
     check_links(files.dir, (files.diagnostics.name,), "RUN_DIR")  # never delete or write through a link out
-    if rank == 0:
-        discard_stale(files.diagnostics, run.checkpoint)
+    with ExitStack() as held:
+        if rank == 0:  # one writer of RUN_DIR/diagnostics at a time: two calls would leave each other's files mixed
+            held.enter_context(directory_lock(files.diagnostics, "diagnosing", "stop it"))
+            discard_stale(files.diagnostics, run.checkpoint)
+        return _diagnose_into(files, run, chosen, options, device, progress, rank, world)
+
+
+def _diagnose_into(files: RunDir, run: Run, chosen: list[Diagnostic], options: DiagnoseOptions,
+                   device: str | torch.device | None, progress: bool, rank: int, world: int) -> dict[str, Any]:
+    """``run_all``'s computing and writing, with RUN_DIR/diagnostics locked by rank 0."""
     lines = progress and rank == 0 and not sys.stderr.isatty()  # a log gets one line per stage instead of bars
 
     def write(step: int, steps: int, d: Diagnostic, result: Any, seconds: float) -> None:
