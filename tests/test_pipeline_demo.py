@@ -62,6 +62,20 @@ def test_demo_refuses_a_folder_of_other_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "report.html"]
 
 
+def test_a_second_demo_in_one_folder_is_refused_at_once(tmp_path: Path) -> None:
+    """Two demos in one --out wrote one report over the other's; the second now says so in one line, before the
+    data is made, and writes nothing."""
+    from resdom.errors import ResdomError
+    from resdom.io import directory_lock
+
+    out = tmp_path / "demo"
+    said: list[str] = []
+    with directory_lock(out, "writing"), pytest.raises(ResdomError, match=r"demo: another process is already "
+                                                                          "writing there; .*choose another --out"):
+        run_demo(out, DemoSettings(epochs=1, device="cpu"), progress=False, echo=said.append)
+    assert said == [] and [p.name for p in out.iterdir()] == [".lock"]
+
+
 def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     """``resdom demo``'s own setting (synthetic:demo, full size, about 15 s of CPU): the trained SASRec ranks the
     last input item first far more often than the second to last, the residual swamps the mixing, a keep_last

@@ -130,3 +130,22 @@ def test_force_never_moves_aside_the_runs_or_documents_the_report_reads(tmp_path
     code, _, err = run_cli(capsys, "report", str(run), "--out", str(mine), "--doc", str(doc), "--force")
     assert code == 2 and "holds the --doc" in err and doc.read_text() == "# mine\n"
     assert not list(tmp_path.glob("mine.replaced-*"))
+
+
+def test_a_report_being_written_into_out_is_not_mixed_with_another(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Two `report --out` at once wrote their tables and figures over each other's, both exiting 0: the one that
+    finds --out being written says so in one line and writes nothing; once the first is done, the report is
+    written over as before."""
+    from resdom.io import directory_lock
+
+    run = own_run(tmp_path)
+    capsys.readouterr()
+    out = tmp_path / "rep"
+    with directory_lock(out, "writing"):
+        code, stdout, err = run_cli(capsys, "report", str(run), "--out", str(out), "--tables-only")
+    assert code == 2 and err.strip() == (f"error: {out}: another process is already writing there; wait for it to "
+                                         "finish or choose another --out")
+    assert stdout == "" and [p.name for p in out.iterdir()] == [".lock"]
+    assert run_cli(capsys, "report", str(run), "--out", str(out), "--tables-only")[0] == 0
+    assert run_cli(capsys, "report", str(run), "--out", str(out), "--tables-only")[0] == 0

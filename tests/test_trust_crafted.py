@@ -175,6 +175,34 @@ def test_data_split_replaces_only_its_own_split(tmp_path: Path, capsys: pytest.C
     assert files(run / "data") == before and not (run / SplitData.ARRAYS).exists()
 
 
+def test_data_split_replaces_no_split_saved_meanwhile(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `data split --out` at once: the one that finds the folder being written is refused in one line, and the
+    one that finds another split saved there while it was splitting refuses to replace it (both said "-> OUT",
+    exit 0, and the folder held the last one's split)."""
+    from resdom.cli.data_options import DataOptions
+    from resdom.data.prepare import prepare_split
+    from resdom.io import directory_lock
+
+    out = tmp_path / "split"
+    with directory_lock(out, "writing"):  # another `data split` saving there
+        code, stdout, err = run_cli(capsys, "data", "split", SOURCE, "--protocol", "loo", "--out", str(out))
+    one_line_error(code, err, f"{out}: another process is already writing there", "choose another --out")
+    assert stdout == "" and not (out / SplitData.MANIFEST).exists()
+
+    split = DataOptions.split
+
+    def saved_meanwhile(self: DataOptions, source: str) -> SplitData:
+        made = split(self, source)
+        prepare_split(SOURCE, "gts").save(out)  # what the other process saved while this one split
+        return made
+
+    monkeypatch.setattr(DataOptions, "split", saved_meanwhile)
+    code, stdout, err = run_cli(capsys, "data", "split", SOURCE, "--protocol", "loo", "--out", str(out))
+    one_line_error(code, err, f"--out {out}: holds another split (made from {SOURCE}, gts protocol)")
+    assert SplitData.load(out).manifest["protocol"] == "gts" and "->" not in stdout
+
+
 @pytest.mark.parametrize("command", [["train", SOURCE, *TINY], ["data", "split", SOURCE], ["report", "RUNS"]])
 def test_out_naming_an_existing_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  command: list[str]) -> None:

@@ -579,6 +579,6 @@ def test_force_never_moves_a_run_another_process_is_training(tmp_path: Path, spl
     from resdom.rundir import move_aside
 
     run = finish(make_run(tmp_path / "run", split))
-    with directory_lock(run, "training"), pytest.raises(ResdomError, match="another process is training there"):
+    with directory_lock(run, "training"), pytest.raises(ResdomError, match="another process is writing there"):
         move_aside(run)
     assert run.is_dir() and not (tmp_path / "run.replaced-1").exists()

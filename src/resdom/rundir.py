@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.io import LOCK, atomic_write_json, is_locked
+from resdom.io import LOCK, atomic_write_json, directory_lock, is_locked
 from resdom.limits import cut_message
 from resdom.names import USERS
 
@@ -234,8 +235,9 @@ def target_entries(path: Path, option: str) -> list[str]:
 
 
 def own_entries(path: Path) -> list[str]:
-    """The names in folder ``path``, sorted, without the marker and a writer's temporaries (``is_temporary``)."""
-    return sorted(p.name for p in path.iterdir() if p.name != MARKER and not is_temporary(p.name))
+    """The names in folder ``path``, sorted, without the marker, the lock (``output_lock``) and a writer's temporaries
+    (``is_temporary``)."""
+    return sorted(p.name for p in path.iterdir() if p.name not in (MARKER, LOCK) and not is_temporary(p.name))
 
 
 def read_marker(path: str | Path) -> dict[str, Any] | None:
@@ -330,18 +332,38 @@ def aside_name(path: str | Path) -> Path:
     raise ResdomError(f"{path}: 9999 folders {path.name}.replaced-K already; remove some")
 
 
-def move_aside(path: str | Path) -> Path:
+def move_aside(path: str | Path, *, held: bool = False) -> Path:
     """Rename folder ``path`` to ``aside_name(path)`` (what --force does to an output it replaces: nothing is
     deleted); returns the new name. A folder that is or holds a results-store cell is refused (``refuse_store``),
-    and so is a run another process trains in."""
+    and so is one another process writes in (a trainer, a diagnose, ``output_lock``; ``held``: the caller holds
+    ``path``'s lock itself)."""
     path = Path(path)
     refuse_store(path, "--force:")
-    if is_locked(path):  # a trainer writing there would go on writing into the renamed folder
-        raise ResdomError(f"{path}: another process is training there; wait for it to finish or choose another "
-                          "folder")
+    if (not held and is_locked(path)) or is_locked(RunDir(path).diagnostics):
+        # a writer there would go on writing into the renamed folder
+        raise ResdomError(f"{path}: another process is writing there (training or diagnosing); wait for it to "
+                          "finish or choose another folder")
     aside = aside_name(path)
     path.rename(aside)
     return aside
+
+
+@contextmanager
+def output_lock(path: str | Path, check: Callable[[], bool], option: str = "--out") -> Iterator[Path | None]:
+    """Hold folder ``path``'s lock (``resdom.io.directory_lock``) while a command writes its output there: a second
+    command writing the same folder meanwhile is refused in one line naming ``option`` instead of mixing its files
+    with the first's, or replacing them unasked. ``check()``: the command's check of the folder (a ResdomError, or
+    True: move it aside, ``move_aside``), made before the lock file is written into the folder and again under the
+    lock (another command may have written there meanwhile). Yields where the folder was moved (None: it was not)."""
+    path = Path(path)
+    aside = move_aside(path) if check() else None  # moved as it was: no lock file written into it
+
+    with ExitStack() as held:
+        held.enter_context(directory_lock(path, "writing", f"choose another {option}"))
+        if check():
+            aside = move_aside(path, held=True)  # its lock goes with it: the new folder is locked in its place
+            held.enter_context(directory_lock(path, "writing", f"choose another {option}"))
+        yield aside
 
 
 def check_links(path: str | Path, names: Iterable[str], option: str = "--out") -> None:

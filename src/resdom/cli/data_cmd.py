@@ -14,7 +14,7 @@ from resdom.data.registry import DATASETS, get_dataset
 from resdom.data.sequences import check_split_folder
 from resdom.data.stats import format_stats
 from resdom.errors import ResdomError
-from resdom.rundir import SPLIT, aside_name, move_aside, write_marker
+from resdom.rundir import SPLIT, aside_name, output_lock, write_marker
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts), the registry.", no_args_is_help=True)
 
@@ -64,15 +64,15 @@ def split_cmd(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
-    saved = check_split_folder(out, "--out")
+    check_split_folder(out, "--out")  # before the work: a folder of other files is refused at once
     split = data.split(source)
-    if saved is not None and saved != json.loads(json.dumps(split.manifest)):
-        if not force:
-            raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out, or "
-                              f"--force to move it aside to {aside_name(out)} and save this one")
-        typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
-    split.save(out)
-    write_marker(out, SPLIT)
+    made = json.loads(json.dumps(split.manifest))
+    # checked again: another `data split --out` may have saved there meanwhile
+    with output_lock(out, lambda: _check_out(out, check_split_folder(out, "--out"), made, force)) as aside:
+        if aside is not None:
+            typer.echo(f"--force: {out} moved aside to {aside}", err=True)
+        split.save(out)
+        write_marker(out, SPLIT)
     protocol = split.manifest.get("protocol", data.protocol_choice)
     m = split.manifest
     typer.echo(f"{source}: {protocol} split, {m['n_users']:,} users, {split.n_items:,} items -> {out}")
@@ -90,6 +90,17 @@ def split_cmd(
         hint = "; a lower --valid-quantile moves T_val earlier" if protocol == "gts" else ""
         typer.echo(f"note: the valid part is empty, so `resdom train {out}` will refuse this split (early stopping "
                    f"and the best checkpoint need validation users){hint}", err=True)
+
+
+def _check_out(out: Path, saved: dict[str, Any] | None, made: dict[str, Any], force: bool) -> bool:
+    """Whether --out, holding the split ``saved`` (None: nothing), is to be moved aside before the split ``made`` is
+    saved there; a ResdomError where it holds another split and ``force`` is not given."""
+    if saved is None or saved == made:
+        return False
+    if not force:
+        raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out, or "
+                          f"--force to move it aside to {aside_name(out)} and save this one")
+    return True
 
 
 def _made_from(manifest: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from resdom.pipeline.reproduce import GridSpec
 from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
 from resdom.report import build_report, document_block_names, find_run_dirs, left_out
-from resdom.rundir import REPORT, check_kind_folder, move_aside, require_folder_path, write_marker
+from resdom.rundir import REPORT, check_kind_folder, output_lock, require_folder_path, write_marker
 from resdom.study import build_report as build_study_report
 from resdom.study import document_block_names as study_block_names
 from resdom.study import is_study
@@ -114,12 +114,14 @@ def report(
     study = is_study(found)
     known = study_block_names() if study else document_block_names()
     texts = {d: _document(d, known) for d in docs or []}  # every document checked before anything is written
-    if replace:
-        typer.echo(f"--force: {out} moved aside to {move_aside(out)}", err=True)
-    paths = (build_study_report if study else build_report)(found, out, title=title, figures=not tables_only)
-    if not tables_only:  # a tables-only folder is known by its tables/tables.md (a store commit carries no marker)
-        write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
-                                   *(p for p in (paths.html, paths.markdown) if p is not None)])
+    with output_lock(out, lambda: check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report,
+                                                    writes=REPORT_WRITES)) as aside:  # one report at a time there
+        if aside is not None:
+            typer.echo(f"--force: {out} moved aside to {aside}", err=True)
+        paths = (build_study_report if study else build_report)(found, out, title=title, figures=not tables_only)
+        if not tables_only:  # a tables-only folder is known by its tables/tables.md (a store commit: no marker)
+            write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
+                                       *(p for p in (paths.html, paths.markdown) if p is not None)])
     typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if texts:
         filled = {d: fill_blocks(text, paths.blocks, where=str(d)) for d, text in texts.items()}

@@ -36,7 +36,7 @@ from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import train_and_diagnose
 from resdom.report import build_report, read_run
 from resdom.report.findings import finding_lines
-from resdom.rundir import DEMO, RunDir, check_kind_folder, move_aside, write_marker
+from resdom.rundir import DEMO, RunDir, check_kind_folder, move_aside, output_lock, write_marker
 from resdom.training.state import ResumeState, RunFiles
 
 
@@ -94,8 +94,15 @@ def run_demo(out_dir: str | Path = "resdom-demo", settings: DemoSettings | None 
     s = settings or DemoSettings()
     resolve_device(s.device, "--device")  # refused before the data is made
     out_dir = Path(out_dir)
-    if _check_out(out_dir, force):
-        echo(f"--force: {out_dir} moved aside to {move_aside(out_dir)}")
+    with output_lock(out_dir, lambda: _check_out(out_dir, force)) as aside:  # one demo at a time in a folder
+        return _run_demo(out_dir, s, progress, echo, aside)
+
+
+def _run_demo(out_dir: Path, s: DemoSettings, progress: bool, echo: Callable[[str], None],
+              aside: Path | None) -> DemoResult:
+    """``run_demo`` in ``out_dir``, locked (``aside``: where the folder it held was moved)."""
+    if aside is not None:
+        echo(f"--force: {out_dir} moved aside to {aside}")
     write_marker(out_dir, DEMO)  # before anything else: a demo killed half way is still known as one
     run_dir = out_dir / "run"
     timings: dict[str, float] = {}
