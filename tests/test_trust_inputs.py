@@ -362,6 +362,29 @@ def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monk
     assert not _temporaries(tmp_path / "report")
 
 
+def test_a_file_size_limit_is_one_line_and_leaves_nothing_half_written(tmp_path: Path) -> None:
+    """`ulimit -f` (RLIMIT_FSIZE): Python ignores SIGXFSZ, so the write fails with EFBIG, which was a traceback
+    from every writer (a split, a run, a report, a CSV, a config file). Now one line naming the file, exit 2, and
+    no output file or temporary left behind."""
+    import resource
+    import subprocess
+    import sys
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    for args, written in ((["config", "show", "sasrec", "--out", "sasrec.yaml"], "sasrec.yaml"),
+                          (["data", "split", SOURCE, "--out", "split"], "split/arrays.npz")):
+        done = subprocess.run([sys.executable, "-m", "resdom", *args], cwd=tmp_path, preexec_fn=limited,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"error: {written}: file too large for this process's file size limit (ulimit -f) or the filesystem; "
+            "raise the limit or write elsewhere and rerun (the run resumes: a training run continues from its last "
+            "saved epoch)")
+        assert not (tmp_path / written).exists() and not _temporaries(tmp_path)
+
+
 @pytest.mark.parametrize("n_ok", [0, 1, 2])
 def test_full_disk_during_diagnose_leaves_each_result_whole(run_dir: Path, n_ok: int, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,22 +29,27 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+# a write the system stops for room: a full disk, a quota, a file size limit (ulimit -f: Python ignores SIGXFSZ,
+# so the write fails with EFBIG)
+NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
 
 
-def no_space_message(path: str | Path | None) -> str:
-    return (f"{path or 'output'}: no space left on device; free space and rerun (the run resumes: a training run "
-            "continues from its last saved epoch)")
+def no_space_message(path: str | Path | None, code: int | None = errno.ENOSPC) -> str:
+    """The one line for a write stopped with ``code`` (one of ``NO_SPACE``)."""
+    what = ("file too large for this process's file size limit (ulimit -f) or the filesystem; raise the limit or "
+            "write elsewhere" if code == errno.EFBIG else "no space left on device; free space")
+    return f"{path or 'output'}: {what} and rerun (the run resumes: a training run continues from its last saved epoch)"
 
 
 @contextmanager
 def writing(path: str | Path) -> Iterator[None]:
-    """A full disk (ENOSPC, or a quota: EDQUOT) while writing ``path`` -> a ResdomError naming it."""
+    """A full disk (ENOSPC, or a quota: EDQUOT, or a file size limit: EFBIG) while writing ``path`` -> a ResdomError
+    naming it."""
     try:
         yield
     except OSError as e:
         if e.errno in NO_SPACE:
-            raise ResdomError(no_space_message(path)) from None
+            raise ResdomError(no_space_message(path, e.errno)) from None
         raise
 
 

@@ -178,7 +178,7 @@ def _run() -> None:
     except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...), or a
         # path the system refuses wherever a command first touches it (a name too long, no permission, a loop)
         if e.errno in NO_SPACE:
-            typer.secho(f"error: {no_space_message(e.filename)}", err=True, fg="red")
+            typer.secho(f"error: {no_space_message(e.filename, e.errno)}", err=True, fg="red")
         elif e.errno in PATH_ERRORS and e.filename is not None:
             typer.secho(f"error: {cut_message(str(e.filename))}: {e.strerror}", err=True, fg="red")
         else:
