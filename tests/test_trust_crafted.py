@@ -231,6 +231,17 @@ def test_out_through_a_broken_link_is_one_line(tmp_path: Path, capsys: pytest.Ca
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_out_through_a_loop_of_links_says_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A loop (a -> b -> a) was "a is a link to b, which does not exist", while b is right there."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for args in (["data", "split", SOURCE, "--out"], ["config", "show", "sasrec", "--out"]):
+        code, _, err = run_cli(capsys, *args, str(tmp_path / "a"))
+        one_line_error(code, err, f"--out {tmp_path / 'a'}: {tmp_path / 'a'} is a link to {tmp_path / 'b'}, which "
+                       "leads back to it (a loop of links)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
 def test_an_output_file_through_a_broken_link_is_refused(tmp_path: Path) -> None:
     from resdom.rundir import check_output_file
 

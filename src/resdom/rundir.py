@@ -18,6 +18,7 @@ its top (``users.npz``, ``cell_users``), and holds no weights.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -88,7 +89,17 @@ def _refuse_broken_link(path: Path, option: str) -> None:
     the folders below it was a FileExistsError)."""
     broken = next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None)
     if broken is not None:
-        raise ResdomError(f"{option} {path}: {broken} is a link to {os.readlink(broken)}, which does not exist")
+        raise ResdomError(f"{option} {path}: {broken} is a link to {os.readlink(broken)}, which "
+                          f"{'leads back to it (a loop of links)' if _loops(broken) else 'does not exist'}")
+
+
+def _loops(link: Path) -> bool:
+    """Whether following ``link`` comes back to a link already followed (ELOOP), rather than to nothing."""
+    try:
+        os.stat(link)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def require_folder_path(path: str | Path, option: str = "--out") -> bool:
