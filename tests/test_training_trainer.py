@@ -336,6 +336,23 @@ def test_a_run_directory_in_use_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.json").exists()
 
 
+def test_a_run_being_trained_is_neither_finished_nor_resumed_by_a_second_trainer(tmp_path: Path) -> None:
+    """A second `resdom train` with the epochs the running one had reached (its state, read mid-run) went on to
+    finish the run beside the first: metrics.json of that epoch and a "stopped" state while the first trained on.
+    It is refused before the state is read, with nothing written."""
+    from resdom.io import directory_lock
+
+    split, m, t = configs(epochs=1)
+    t2 = t.model_copy(update={"epochs": 2})
+    fit(split, m, t, tmp_path, progress=False)
+    (tmp_path / "metrics.json").unlink()  # as in a run whose trainer is on its way to 2 epochs
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for cfg in (t, t2):  # finishing at epoch 1, or resuming to 2
+        with directory_lock(tmp_path, "training"), pytest.raises(ResdomError, match="another process is already"):
+            fit(split, m, cfg, tmp_path, progress=False)
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
 def test_threads_may_change_on_resume(tmp_path: Path) -> None:
     split, m, t = configs(epochs=1)
     fit(split, m, t, tmp_path, progress=False)

@@ -299,6 +299,9 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     if train_cfg.threads is not None:  # for this fit: the caller's own count comes back when it returns
         held.callback(torch.set_num_threads, torch.get_num_threads())
         torch.set_num_threads(train_cfg.threads)
+    locked = dist_ctx.is_main and files.dir.is_dir()  # a saved run: locked before its state is read, or another
+    if locked:  # trainer's state, read mid-run, would be resumed or finished (metrics.json, "stopped") beside it
+        held.enter_context(directory_lock(files.dir, "training"))
     state = files.read_state()
     held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
     if state is not None:
@@ -318,7 +321,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     torch.manual_seed(train_cfg.seed)
     model = _built(model_cfg, device)  # before anything is written: a model too large to hold writes no run
     if dist_ctx.is_main:
-        held.enter_context(directory_lock(files.dir, "training"))
+        if not locked:
+            held.enter_context(directory_lock(files.dir, "training"))
         for folder in (files.dir, files.state_dir, files.data):  # what a killed trainer left half-written
             remove_temporaries(folder)
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
