@@ -189,3 +189,32 @@ def test_a_launch_whose_peers_never_join_ends_in_one_line(tmp_path: Path, monkey
     one_line_error(code, err, f"error: WORLD_SIZE=2: the processes did not all join at 127.0.0.1:{port} within 2 s",
                    "raise RESDOM_MAX_RENDEZVOUS_SECONDS")
     assert not dist.is_initialized()
+
+
+def _refusal_worker(rank: int, world: int, tmp: str) -> None:
+    """Rank 0 alone finds the run directory locked: every rank raises its line (rank 1 died in gloo's traceback
+    at its next collective, "Connection reset by peer", beside rank 0's one line)."""
+    from resdom.errors import ResdomError
+
+    try:
+        distributed.raise_everywhere("run: another process is already training there" if rank == 0 else None, world)
+    except ResdomError as e:
+        Path(f"{tmp}/rank{rank}.txt").write_text(str(e))
+    distributed.raise_everywhere(None, world)  # nothing to refuse: nothing raised
+
+
+@pytest.mark.slow
+def test_a_refusal_only_rank_0_sees_ends_every_rank_with_its_line(tmp_path: Path) -> None:
+    from gloo_helpers import spawn_gloo
+
+    spawn_gloo(_refusal_worker, str(tmp_path))
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == [
+        "run: another process is already training there"] * 2
+
+
+def test_raise_everywhere_in_one_process() -> None:
+    from resdom.errors import ResdomError
+
+    distributed.raise_everywhere(None, 1)
+    with pytest.raises(ResdomError, match="^locked$"):
+        distributed.raise_everywhere("locked", 1)

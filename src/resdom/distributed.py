@@ -69,6 +69,18 @@ class DistContext:
                 _left_group = True
 
 
+def raise_everywhere(problem: str | None, world: int) -> None:
+    """Raise rank 0's ``problem`` (a ResdomError's message; None: there is none) as a ResdomError on every rank: a
+    refusal only rank 0 can see (a lock it holds for all) ends every process with the same line, where the others
+    died in gloo's traceback at their next collective."""
+    if world > 1:
+        box = [problem]
+        dist.broadcast_object_list(box, src=0)
+        problem = box[0]
+    if problem is not None:
+        raise ResdomError(problem)
+
+
 def left_group() -> bool:
     """Whether this process joined a process group and has left it (the CLI then ends with ``leave``)."""
     return _left_group

@@ -268,6 +268,18 @@ def fit(
         dist_ctx.close()
 
 
+def _lock(files: RunFiles, held: contextlib.ExitStack, dist_ctx: distributed.DistContext) -> None:
+    """Rank 0 locks the run directory until ``fit`` returns (``held``); another process holding it is the same
+    ResdomError on every rank."""
+    problem = None
+    if dist_ctx.is_main:
+        try:
+            held.enter_context(directory_lock(files.dir, "training"))
+        except ResdomError as e:
+            problem = str(e)
+    distributed.raise_everywhere(problem, dist_ctx.world_size)
+
+
 def _load_average() -> float | None:
     """The machine's 1-minute load average now (an epoch record's ``load``, read with its seconds); None where the
     platform has none."""
@@ -299,9 +311,11 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     if train_cfg.threads is not None:  # for this fit: the caller's own count comes back when it returns
         held.callback(torch.set_num_threads, torch.get_num_threads())
         torch.set_num_threads(train_cfg.threads)
-    locked = dist_ctx.is_main and files.dir.is_dir()  # a saved run: locked before its state is read, or another
-    if locked:  # trainer's state, read mid-run, would be resumed or finished (metrics.json, "stopped") beside it
-        held.enter_context(directory_lock(files.dir, "training"))
+    # a saved run: locked before its state is read, or another trainer's state, read mid-run, would be resumed or
+    # finished (metrics.json, "stopped") beside it
+    locked = files.dir.is_dir()
+    if locked:
+        _lock(files, held, dist_ctx)
     state = files.read_state()
     held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
     if state is not None:
@@ -320,9 +334,9 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         raise ResdomError(f"no training samples for {objective.name}: every training sequence is too short")
     torch.manual_seed(train_cfg.seed)
     model = _built(model_cfg, device)  # before anything is written: a model too large to hold writes no run
+    if not locked:
+        _lock(files, held, dist_ctx)
     if dist_ctx.is_main:
-        if not locked:
-            held.enter_context(directory_lock(files.dir, "training"))
         for folder in (files.dir, files.state_dir, files.data):  # what a killed trainer left half-written
             remove_temporaries(folder)
         _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=state is None)
