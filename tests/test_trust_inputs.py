@@ -94,6 +94,21 @@ def test_nan_weights_in_a_run_are_refused_at_load(tmp_path: Path, split: SplitDa
         assert "HR@" not in out
 
 
+def test_an_import_into_a_folder_being_written_is_refused(tmp_path: Path, split: SplitData) -> None:
+    """Two imports (or an import and a trainer) into one empty --out at once wrote their files over each other's;
+    the importer now holds the folder's lock and the second is refused in one line, writing nothing."""
+    from resdom.io import directory_lock
+
+    out = tmp_path / "run"
+    with directory_lock(out, "training"), pytest.raises(
+            ResdomError, match=f"^{out}: another process is already writing there; wait for it to finish or choose "
+                               "another --out$"):
+        make_run(out, split)
+    assert [p.name for p in out.iterdir()] == [".lock"]
+    make_run(out, split)  # free once released
+    assert (out / "config.json").is_file()
+
+
 def test_importers_refuse_non_finite_weights() -> None:
     model = tiny_model(10)
     state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -23,7 +23,7 @@ from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig, model_config_class
-from resdom.rundir import RUN, RunDir, check_output_folder, move_aside, write_marker
+from resdom.rundir import RUN, RunDir, check_output_folder, output_lock, write_marker
 from resdom.runs import data_fingerprint, fitted_weights, save_checkpoint, versions
 
 
@@ -229,10 +229,20 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     ignored weights, the line that says so.
     """
     out = Path(out)
-    if check_output_folder(out, "--out", runs=False, force=force):  # --force: the old run is kept, renamed
-        aside = move_aside(out)
-        if log is not None:
+    # --force: the old run is kept, renamed; one writer at a time (another import, a trainer): checked under the lock
+    with output_lock(out, lambda: check_output_folder(out, "--out", runs=False, force=force)) as aside:
+        if aside is not None and log is not None:
             log(f"--force: {out} moved aside to {aside}")
+        _write_run(out, model, data, imported_from)
+    if log is not None:
+        for line in [*notes, ignored_weights_line(imported_from.get("ignored_weights", []))]:
+            if line:
+                log(line)
+    return out
+
+
+def _write_run(out: Path, model: SequentialRecommender, data: ImportData, imported_from: dict[str, Any]) -> None:
+    """``write_run``'s files, into ``out`` (absent or empty, and locked)."""
     run = RunDir(out)  # absent or empty now (or a run killed before its config.json): nothing to delete
     fingerprint = data_fingerprint(data.split)
     data.split.save(run.data)
@@ -248,8 +258,3 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     for stale in (run.final, run.log):
         stale.unlink(missing_ok=True)
     write_marker(out, RUN)
-    if log is not None:
-        for line in [*notes, ignored_weights_line(imported_from.get("ignored_weights", []))]:
-            if line:
-                log(line)
-    return out
