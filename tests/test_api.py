@@ -290,6 +290,21 @@ def test_save_overwrite_replaces_a_run_never_a_folder_of_other_files(fitted, tmp
     assert not (tmp_path / "run").exists()
 
 
+def test_save_into_a_folder_another_process_writes_is_refused(fitted, tmp_path):
+    """Two saves (or a save and a trainer) into one empty path at once wrote their weights and config over each
+    other's; the save now holds the folder's lock, and the second is refused in one line, writing nothing."""
+    from resdom.io import directory_lock
+
+    out = tmp_path / "run"
+    copy = resdom.Fitted(**{**fitted.__dict__})
+    with directory_lock(out, "training"), pytest.raises(
+            ResdomError, match=f"^{out}: another process is already writing there; wait for it to finish or choose "
+                               "another path$"):
+        copy.save(out)
+    assert [p.name for p in out.iterdir()] == [".lock"] and copy.directory is None
+    assert copy.save(out) == out and (out / "config.json").is_file()
+
+
 def test_diagnose_a_model_without_attention_skips_what_does_not_apply(split, capsys):
     gru = resdom.fit(split, "gru4rec", device="cpu", progress=False, epochs=1, hidden=16, max_len=12, seed=0)
     diagnosis = resdom.diagnose(gru, **FAST)

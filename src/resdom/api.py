@@ -51,7 +51,7 @@ from resdom.rundir import (
     RUN,
     RunDir,
     check_output_folder,
-    move_aside,
+    output_lock,
     own_entries,
     refuse_cell,
     require_folder_path,
@@ -162,12 +162,20 @@ class Fitted:
             raise ResdomError(f"overwrite: expected True or False (got {overwrite!r})")
         require_folder_path(files.dir, "path")  # a file there, or above it (a NotADirectoryError at data/)
         refuse_cell(files.dir, "path")
-        if files.dir.is_dir() and own_entries(files.dir):
+
+        def replaced() -> bool:
+            if not (files.dir.is_dir() and own_entries(files.dir)):
+                return False
             if not overwrite:
                 raise ResdomError(f"{files.dir}: exists and is not empty (choose another path, or overwrite=True)")
             # a run is replaced, never a folder of other files; the old run is moved aside, not deleted
-            if check_output_folder(files.dir, "path", runs=False, force=True):
-                move_aside(files.dir)
+            return check_output_folder(files.dir, "path", runs=False, force=True)
+
+        with output_lock(files.dir, replaced, "path"):  # one writer at a time: checked again under the lock
+            return self._save(files)
+
+    def _save(self, files: RunDir) -> Path:
+        """``save``'s files, into ``files.dir`` (absent or empty, and locked)."""
         self.split.save(files.data)
         extra = {k: v for k, v in self.sidecar.items() if k not in ("format", "model", "versions")}
         save_checkpoint(files.model, self.model, extra)
