@@ -242,6 +242,29 @@ def test_out_through_a_loop_of_links_says_loop(tmp_path: Path, capsys: pytest.Ca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
 
 
+def test_a_document_through_a_loop_of_links_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report --doc a` (a -> b -> a) was pathlib's RuntimeError traceback ("Symlink loop from ..."), raised by
+    Path.resolve() before Python 3.13; the document is checked first now, and the CLI turns that error, wherever
+    else it comes from, into one line naming the path."""
+    import resdom.cli.pipeline_cmd as pipeline_cmd
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    runs = tmp_path / "runs"
+    (runs / "diagnostics").mkdir(parents=True)
+    code, _, err = run_cli(capsys, "report", str(runs), "--out", str(tmp_path / "rep"), "--doc", str(tmp_path / "a"))
+    one_line_error(code, err, f"--doc {tmp_path / 'a'}: a loop of symbolic links")
+
+    def resolve_loop(path: Path) -> list[Path]:
+        raise RuntimeError(f"Symlink loop from {str(tmp_path / 'a')!r}")
+
+    monkeypatch.setattr(pipeline_cmd, "find_run_dirs", resolve_loop)
+    code, _, err = run_cli(capsys, "report", str(runs), "--out", str(tmp_path / "rep"))
+    one_line_error(code, err, f"{tmp_path / 'a'}: a loop of symbolic links")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "runs"]
+
+
 def test_an_output_file_through_a_broken_link_is_refused(tmp_path: Path) -> None:
     from resdom.rundir import check_output_file
 

@@ -90,10 +90,10 @@ def _refuse_broken_link(path: Path, option: str) -> None:
     broken = next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()), None)
     if broken is not None:
         raise ResdomError(f"{option} {path}: {broken} is a link to {os.readlink(broken)}, which "
-                          f"{'leads back to it (a loop of links)' if _loops(broken) else 'does not exist'}")
+                          f"{'leads back to it (a loop of links)' if is_link_loop(broken) else 'does not exist'}")
 
 
-def _loops(link: Path) -> bool:
+def is_link_loop(link: Path) -> bool:
     """Whether following ``link`` comes back to a link already followed (ELOOP), rather than to nothing."""
     try:
         os.stat(link)

@@ -114,6 +114,7 @@ def _leave_group_process(code: int | str | None) -> None:
         distributed.leave(code)
 
 
+_SYMLINK_LOOP = re.compile(r"Symlink loop from (['\"])(.*)\1", re.DOTALL)  # pathlib's RuntimeError (Python < 3.13)
 PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENOTDIR,
                          errno.ENOENT, errno.EISDIR})  # what the system says of a path a user gave: one line naming it
 EMPTY_MEANS_ALL = frozenset({"--what", "--layers", "--alphas"})  # "" there: every diagnostic / block, the default
@@ -171,6 +172,13 @@ def _run() -> None:
         sys.exit(2)
     except RecursionError:
         typer.secho("error: an input nested too deeply to read (a crafted or damaged file?)", err=True, fg="red")
+        sys.exit(2)
+    except RuntimeError as e:  # Path.resolve() of a path through a loop of links, before Python 3.13 (then ELOOP)
+        loop = _SYMLINK_LOOP.fullmatch(str(e))
+        if loop is None:
+            raise
+        typer.secho(f"error: {cut_message(loop.group(2))}: a loop of symbolic links (each leads to the next, none to "
+                    "a file or folder)", err=True, fg="red")
         sys.exit(2)
     except ResdomError as e:  # one line even where it quotes a library's message that spans lines (pyarrow's)
         typer.secho(f"error: {_LINE_BREAKS.sub(' ', str(e).strip())}", err=True, fg="red")

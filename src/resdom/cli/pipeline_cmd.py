@@ -24,7 +24,7 @@ from resdom.pipeline.reproduce import GridSpec
 from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
 from resdom.report import build_report, document_block_names, find_run_dirs, left_out
-from resdom.rundir import REPORT, check_kind_folder, output_lock, require_folder_path, write_marker
+from resdom.rundir import REPORT, check_kind_folder, is_link_loop, output_lock, require_folder_path, write_marker
 from resdom.study import build_report as build_study_report
 from resdom.study import document_block_names as study_block_names
 from resdom.study import is_study
@@ -106,14 +106,14 @@ def report(
                           "outside every run")
     # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
     replace = check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
-    held_doc = next((d for d in docs or [] if target in d.resolve().parents), None)
-    if replace and held_doc is not None:
-        raise ResdomError(f"--out {out}: holds the --doc {held_doc}, which --force would move aside with it; "
-                          "choose another --out")
     # results-store cells get the reproduction study's report (resdom.study); one's own runs the generic one
     study = is_study(found)
     known = study_block_names() if study else document_block_names()
     texts = {d: _document(d, known) for d in docs or []}  # every document checked before anything is written
+    held_doc = next((d for d in docs or [] if target in d.resolve().parents), None)
+    if replace and held_doc is not None:
+        raise ResdomError(f"--out {out}: holds the --doc {held_doc}, which --force would move aside with it; "
+                          "choose another --out")
     with output_lock(out, lambda: check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report,
                                                     writes=REPORT_WRITES)) as aside:  # one report at a time there
         if aside is not None:
@@ -167,7 +167,7 @@ def _document(path: Path, known: tuple[str, ...]) -> str:
     if path.is_dir():
         raise ResdomError(f"--doc {path}: is a folder; give a Markdown document")
     if not path.is_file():
-        raise ResdomError(f"--doc {path}: no such document")
+        raise ResdomError(f"--doc {path}: {'a loop of symbolic links' if is_link_loop(path) else 'no such document'}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
