@@ -445,6 +445,39 @@ def test_other_os_errors_are_not_disguised(tmp_path: Path, monkeypatch: pytest.M
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_folder_one_may_not_write_in_is_named_not_the_temporary_file(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`config show --out ro/x` in a read-only folder said "ro/.x.simrnq1j.tmp: Permission denied": a file the user
+    never named. (Root writes anywhere: the refusal is the system's mkstemp, stubbed.)"""
+    def mkstemp(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / ".x.abc.tmp"))
+
+    monkeypatch.setattr(rio.tempfile, "mkstemp", mkstemp)
+    with pytest.raises(ResdomError, match=f"^{tmp_path / 'x'}: Permission denied \\(cannot write in {tmp_path}\\)$"):
+        rio.atomic_write_bytes(tmp_path / "x", b"x")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_is_locked_asks_without_write_access(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """evaluate / recommend of a run the user may read but not write (a colleague's) failed with ".lock: Permission
+    denied": the lock was opened for appending only to ask whether a trainer holds it."""
+    import builtins
+
+    real = builtins.open
+
+    def read_only(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if any(c in mode for c in "wax+"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real(file, mode, *args, **kwargs)
+
+    with rio.directory_lock(tmp_path, "training"):
+        monkeypatch.setattr(builtins, "open", read_only)
+        assert rio.is_locked(tmp_path)
+        monkeypatch.undo()
+    monkeypatch.setattr(builtins, "open", read_only)
+    assert not rio.is_locked(tmp_path)
+
+
 # ------------------------------------------------------------------------------------------- option values
 
 

@@ -34,6 +34,9 @@ def sha256_file(path: str | Path) -> str:
 NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
 
 
+NO_WRITE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})  # a folder the user may not write in
+
+
 def no_space_message(path: str | Path | None, code: int | None = errno.ENOSPC) -> str:
     """The one line for a write stopped with ``code`` (one of ``NO_SPACE``)."""
     what = ("file too large for this process's file size limit (ulimit -f) or the filesystem; raise the limit or "
@@ -50,6 +53,8 @@ def writing(path: str | Path) -> Iterator[None]:
     except OSError as e:
         if e.errno in NO_SPACE:
             raise ResdomError(no_space_message(path, e.errno)) from None
+        if e.errno in NO_WRITE:  # the temporary file beside ``path`` is what the system names: name ``path``
+            raise ResdomError(f"{path}: {e.strerror} (cannot write in {Path(path).parent})") from None
         raise
 
 
@@ -195,7 +200,11 @@ def is_locked(directory: str | Path) -> bool:
     lock = Path(directory) / LOCK
     if not lock.is_file():
         return False
-    with open(lock, "a") as f:
+    try:  # read-only: a reader of a run it may not write (a colleague's, a read-only copy) asks too
+        f = open(lock, "rb")
+    except OSError:  # a lock file it may not read: nobody it could tell about
+        return False
+    with f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
