@@ -225,7 +225,9 @@ def test_torchrun_two_cpu_processes(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     diag = ["diagnose", str(out), "--json", "--no-progress", "--what", "hrli,mixing,shuffle", "--seeds", "0"]
-    commands = {"train": ["train", SOURCE, "--out", str(out), "--epochs", "2", *TINY], "diagnose": diag}
+    evaluate = ["evaluate", str(out), "--json", "--beyond"]
+    commands = {"train": ["train", SOURCE, "--out", str(out), "--epochs", "2", *TINY], "diagnose": diag,
+                "evaluate": [*evaluate, "--per-user", str(tmp_path / "users_ddp.csv")]}
     script = tmp_path / "both.py"
     script.write_text(TORCHRUN_SCRIPT)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -256,6 +258,13 @@ def test_torchrun_two_cpu_processes(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert a[key] == b[key]
     for key in ("mixing_pooled_all", "mixing_pooled_last", "shuffle_NDCG@10_change"):
         assert a[key] == pytest.approx(b[key], abs=1e-6)
+
+    # evaluate under torchrun: rank 0 alone prints (each rank printed the whole result) and the numbers and the
+    # per-user file are one process's
+    assert printed["evaluate1"] == ""
+    assert invoke(*evaluate, "--per-user", str(tmp_path / "users.csv")) == 0
+    assert json.loads(printed["evaluate0"]) == json.loads(capsys.readouterr().out)
+    assert (tmp_path / "users_ddp.csv").read_bytes() == (tmp_path / "users.csv").read_bytes()
 
 
 @pytest.mark.slow

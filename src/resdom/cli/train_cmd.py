@@ -450,18 +450,23 @@ def evaluate(
     positive_int(neighbours, "--neighbours")
     if per_user is not None:
         check_output_file(per_user, "--per-user", "user_id,item_id,rank", "a per-user file")
-    dev = resolve_device(device, "--device")
-    run = load_run(run_dir, device=dev)
-    if run.training_note():
-        typer.echo(run.training_note(), err=True)
-    if len(getattr(run.split, split)) == 0:
-        none = run.split.manifest.get("protocol") == "none"
-        raise ResdomError(f"--part {split}: {run_dir} holds no {split} users" + (
-            " (protocol none: trained on every interaction; evaluate a loo or gts run of the same data, or split it "
-            "with --holdout-users N and evaluate --part valid)" if none else ""))
-    filtered = run.split.filter_seen if filter_seen is None else filter_seen
-    result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
-                            device=dev, cutoffs=ks, beyond=beyond, neighbours=neighbours)
+    ctx = setup(device, "--device")  # under torchrun: join the process group; users are sharded, rank 0 reports
+    try:
+        run = load_run(run_dir, device=ctx.device)
+        if run.training_note() and ctx.is_main:
+            typer.echo(run.training_note(), err=True)
+        if len(getattr(run.split, split)) == 0:
+            none = run.split.manifest.get("protocol") == "none"
+            raise ResdomError(f"--part {split}: {run_dir} holds no {split} users" + (
+                " (protocol none: trained on every interaction; evaluate a loo or gts run of the same data, or split "
+                "it with --holdout-users N and evaluate --part valid)" if none else ""))
+        filtered = run.split.filter_seen if filter_seen is None else filter_seen
+        result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
+                                device=ctx.device, cutoffs=ks, beyond=beyond, neighbours=neighbours)
+    finally:
+        ctx.close()
+    if not ctx.is_main:  # every rank holds every user's rank (gathered): rank 0 alone prints and writes
+        return
     if per_user is not None:
         assert result.users is not None  # resdom.evaluate fills it
         atomic_write_bytes(per_user, result.users.to_csv(index=False, lineterminator="\n").encode("utf-8"))
