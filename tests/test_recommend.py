@@ -203,6 +203,22 @@ def test_fitted_recommend_from_a_saved_run(run_dir, split, model) -> None:
     pd.testing.assert_frame_equal(loaded.recommend(k=4), recommend(model, split, k=4), rtol=1e-5)
 
 
+@pytest.mark.parametrize("command", ["recommend", "similar"])
+def test_under_torchrun_rank_0_alone_writes_the_lists(run_dir, tmp_path, capsys, monkeypatch, command) -> None:
+    """`torchrun --nproc_per_node 2 -m resdom recommend RUN` printed every list twice (6,002 lines for 3,000), and
+    every rank wrote --out: nothing is sharded, so the other ranks leave it to rank 0."""
+    for name, value in {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "lists.csv"
+    for rank, written in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        assert invoke(command, str(run_dir), "--k", "2", "--device", "cpu") == 0
+        printed = capsys.readouterr().out
+        assert invoke(command, str(run_dir), "--k", "2", "--device", "cpu", "--out", str(out)) == 0
+        assert bool(printed) == written and out.exists() == written
+
+
 def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, capsys) -> None:
     users = tmp_path / "users.txt"
     users.write_text("cust-004\ncust-000\n\n")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from resdom.bounded import load_json, refuse_special
+from resdom.checks import launch_env
 from resdom.cli.values import one_filter, parse_alphas, positive_int
 from resdom.data.readers import parser_error, refuse_binary
 from resdom.distributed import resolve_device
@@ -232,6 +233,12 @@ def _read_table(path: Path, sep: str) -> pd.DataFrame:
     return df
 
 
+def lead_rank() -> bool:
+    """Whether this process writes the lists: outside torchrun, or its rank 0 (nothing here is sharded over ranks:
+    the others would print the same lists again and write the same --out)."""
+    return launch_env()[0] == 0
+
+
 def _write(frame: pd.DataFrame, out: Path | None) -> None:
     text = frame.to_csv(index=False, lineterminator="\n")
     if out is None:
@@ -277,6 +284,8 @@ def recommend(
     excluded = item_ids(exclude, "--exclude") if exclude is not None else None
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
+    if not lead_rank():
+        return
     if run.training_note():
         typer.echo(run.training_note(), err=True)
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
@@ -323,6 +332,8 @@ def similar(
     wanted = None if items == "all" else item_ids(items, "--items")
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
+    if not lead_rank():
+        return
     try:
         frame = similar_items(run.model, run.split, wanted, k, device=dev)
     except ResdomError as e:
