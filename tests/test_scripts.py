@@ -87,7 +87,8 @@ def _cells_repo(tmp_path: Path, docs: dict[str, str], cells: tuple[str, ...]) ->
     (repo / "docs").mkdir()
     for name, text in docs.items():
         (repo / "docs" / name).write_text(text)
-    (repo / ".gitignore").write_text(".venv\nmoved\n")
+    # the project's own ignores (the lock and marker resdom report leaves in docs/results), and the test's folder
+    (repo / ".gitignore").write_text((root / ".gitignore").read_text() + "moved\n")
     for cell in cells:
         shutil.copytree(root / cell, repo / cell)
     return root, repo, _git_checkout(repo)
