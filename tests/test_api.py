@@ -298,7 +298,7 @@ def test_save_into_a_folder_another_process_writes_is_refused(fitted, tmp_path):
     out = tmp_path / "run"
     copy = resdom.Fitted(**{**fitted.__dict__})
     with directory_lock(out, "training"), pytest.raises(
-            ResdomError, match=f"^{out}: another process is already writing there; wait for it to finish or choose "
+            ResdomError, match=f"^{out}: another process is already training there; wait for it to finish or choose "
                                "another path$"):
         copy.save(out)
     assert [p.name for p in out.iterdir()] == [".lock"] and copy.directory is None

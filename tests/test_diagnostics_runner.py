@@ -119,8 +119,8 @@ def test_a_second_diagnose_of_one_run_is_refused_while_the_first_writes(run_dir,
 
     diag = run_dir / "diagnostics"
     diag.mkdir(exist_ok=True)
-    before = {p.name: p.stat().st_mtime_ns for p in diag.iterdir()}
     with directory_lock(diag, "diagnosing"):
+        before = {p.name: p.stat().st_mtime_ns for p in diag.iterdir()}  # the holder's lock file among them
         code, out, err = _cli(monkeypatch, capsys, "diagnose", str(run_dir), "--what", "hrli", "--no-progress")
         with pytest.raises(ResdomError, match="another process is already diagnosing there"):
             run_all(run_dir, what="hrli", progress=False)

@@ -336,6 +336,24 @@ def test_a_run_directory_in_use_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.json").exists()
 
 
+def test_a_refusal_names_what_the_lock_holder_does_there(tmp_path: Path) -> None:
+    """A trainer refused because an import (or ``Fitted.save``) writes the folder said "already training there": the
+    holder's activity is in the lock file, and the refusal names it."""
+    from resdom.io import directory_lock
+
+    split, m, t = configs(epochs=1)
+    with directory_lock(tmp_path, "writing"), pytest.raises(
+            ResdomError, match=f"^{tmp_path}: another process is already writing there; wait for it to finish"):
+        fit(split, m, t, tmp_path, progress=False)
+    (tmp_path / ".lock").write_text("x" * 100)  # a lock file that says nothing usable: the refused command's word
+    with open(tmp_path / ".lock", "a") as f:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ResdomError, match="another process is already training there"):
+            fit(split, m, t, tmp_path, progress=False)
+
+
 def test_a_run_being_trained_is_neither_finished_nor_resumed_by_a_second_trainer(tmp_path: Path) -> None:
     """A second `resdom train` with the epochs the running one had reached (its state, read mid-run) went on to
     finish the run beside the first: metrics.json of that epoch and a "stopped" state while the first trained on.

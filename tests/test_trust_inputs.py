@@ -101,7 +101,7 @@ def test_an_import_into_a_folder_being_written_is_refused(tmp_path: Path, split:
 
     out = tmp_path / "run"
     with directory_lock(out, "training"), pytest.raises(
-            ResdomError, match=f"^{out}: another process is already writing there; wait for it to finish or choose "
+            ResdomError, match=f"^{out}: another process is already training there; wait for it to finish or choose "
                                "another --out$"):
         make_run(out, split)
     assert [p.name for p in out.iterdir()] == [".lock"]

@@ -183,12 +183,29 @@ def directory_lock(directory: str | Path, what: str, other: str = "choose anothe
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ResdomError(f"{directory}: another process is already {what} there; wait for it to finish "
-                              f"or {other}") from None
+            raise ResdomError(f"{directory}: another process is already {_holding(directory / LOCK, what)} there; "
+                              f"wait for it to finish or {other}") from None
+        try:
+            f.truncate(0)  # what the holder does there, for a refused command to name (an import, not "training")
+            f.write(f"{what}\n")
+            f.flush()
+        except OSError:
+            pass  # a lock file it may not write: the lock holds all the same
         try:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _holding(lock: Path, default: str) -> str:
+    """What the process holding ``lock`` said it does there (``directory_lock``'s ``what``); ``default`` where it
+    has not said yet or says something else than a few words."""
+    try:
+        with open(lock, "rb") as f:
+            text = f.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return default
+    return text if text and len(text) < 40 and all(c.isalpha() or c == " " for c in text) else default
 
 
 def is_locked(directory: str | Path) -> bool:
