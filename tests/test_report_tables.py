@@ -18,11 +18,11 @@ from resdom.report.tables import (
     Table,
     format_cell,
     mean_std,
+    table_files,
     to_csv,
     to_html,
     to_latex,
     to_markdown,
-    write_tables,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
@@ -102,8 +102,9 @@ def test_writers(tables: dict, tmp_path: Path) -> None:
     tex = to_latex(tables["shuffle"])
     assert r"\begin{tabular}{lllrrrrrrrr}" in tex and r"$\pm$" in tex and r"\%" in tex and r"$\Delta$" in tex
     assert "\\label{tab:shuffle}" in tex
-    paths = write_tables(list(tables.values()), tmp_path)
-    assert {p.suffix for p in paths} == {".md", ".csv", ".tex"} and (tmp_path / "tables.md").exists()
+    files = table_files(list(tables.values()), tmp_path)
+    assert {p.suffix for p in files} == {".md", ".csv", ".tex"} and tmp_path / "tables.md" in files
+    assert files[tmp_path / "shuffle.tex"] == tex and files[tmp_path / "shuffle.md"] == to_markdown(tables["shuffle"])
 
 
 def test_seed_columns_show_every_seed() -> None:

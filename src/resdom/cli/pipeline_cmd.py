@@ -153,7 +153,7 @@ def _head(path: Path, lines: int) -> list[str]:
 def _earlier_report(out: Path, entries: list[str]) -> bool:
     """Whether ``out`` (no marker) holds a report written without one (before reports left one, or tables only):
     its report.md begins as ``render_markdown`` writes it (``# TITLE``, a blank line, ``N run(s).``), or its
-    tables/tables.md as ``write_tables`` does (the data set statistics first)."""
+    tables/tables.md as ``report.tables.table_files`` makes it (the data set statistics first)."""
     head = _head(out / "report.md", 3)
     if (len(head) == 3 and head[0].startswith("# ") and head[1] == ""
             and re.fullmatch(r"\d+ run\(s\)\.", head[2]) is not None):

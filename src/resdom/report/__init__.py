@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.io import atomic_write_text
+from resdom.io import atomic_write_files
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
 from resdom.report.html import render_html, render_markdown
 from resdom.report.markdown import markdown_table
-from resdom.report.tables import Table, summary_tables, to_markdown, write_tables
+from resdom.report.tables import Table, summary_tables, table_files, to_markdown
 
 __all__ = ["MODEL_COLORS", "ReportFigure", "ReportPaths", "RunRecord", "Table", "build_report", "document_block_names",
            "document_blocks", "find_run_dirs", "finding_lines", "left_out", "read_run", "read_runs", "run_coverage",
@@ -77,16 +77,22 @@ def write_report(runs: list[RunRecord], out_dir: str | Path, tables: list[Table]
     ``every_figure``: a section for every figure the report knows, one without data saying so). ``blocks``: the
     Markdown by block name that ``--doc`` fills documents with, kept in the returned paths."""
     out_dir = Path(out_dir)
-    table_paths = write_tables(tables, out_dir / "tables")
-    for name, text in written.items():
-        atomic_write_text(out_dir / "tables" / f"{name}.md", text)
-        table_paths.append(out_dir / "tables" / f"{name}.md")
-    if figures is None:
-        return ReportPaths(out_dir, None, None, {}, table_paths, finding_lines(runs), tables, blocks, runs)
-    fig_paths = {f.key: f.save(out_dir / "figures") for f in figures}
-    html_path, md_path = out_dir / "report.html", out_dir / "report.md"
-    atomic_write_text(html_path, render_html(runs, figures, tables, title, every_figure))
-    atomic_write_text(md_path, render_markdown(runs, figures, tables, title, every_figure=every_figure))
+    files: dict[Path, str | bytes] = {**table_files(tables, out_dir / "tables"),
+                                      **{out_dir / "tables" / f"{name}.md": text for name, text in written.items()}}
+    table_paths = list(files)
+    html_path = md_path = None
+    fig_paths: dict[str, dict[str, Path]] = {}
+    if figures is not None:
+        for f in figures:
+            drawn = f.files(out_dir / "figures")
+            fig_paths[f.key] = {path.suffix[1:]: path for path in drawn}
+            files.update(drawn)
+        html_path, md_path = out_dir / "report.html", out_dir / "report.md"
+        files[html_path] = render_html(runs, figures, tables, title, every_figure)
+        files[md_path] = render_markdown(runs, figures, tables, title, every_figure=every_figure)
+    # every file written before the first is renamed into place: a full disk or an error half-way leaves the
+    # folder as it was, never the tables of this report beside the figures of the last one
+    atomic_write_files({path: text.encode() if isinstance(text, str) else text for path, text in files.items()})
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 

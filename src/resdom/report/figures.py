@@ -29,7 +29,6 @@ import numpy as np
 
 from resdom.errors import ResdomError
 from resdom.experiments import REMEDY_LABELS, remedy_variant, studied_variant
-from resdom.io import atomic_write_bytes
 from resdom.names import STAGES, band_names
 from resdom.records import ALPHA, RECOVERY_CURVE, REGISTRY, resolve
 from resdom.report.collect import RunRecord, model_order
@@ -124,14 +123,11 @@ class ReportFigure:
         for ax in self.figure.axes:  # ticks are made at drawing time: their size is set here, not by STYLE
             ax.tick_params(labelsize=TICK_SIZE)
 
-    def save(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write ``<key>.png`` (``PNG_DPI``, palette) and ``<key>.pdf`` into ``out_dir``; returns ``{"png": p,
-        "pdf": p}``."""
+    def files(self, out_dir: str | Path) -> dict[Path, bytes]:
+        """``<key>.png`` (``PNG_DPI``, palette) and ``<key>.pdf`` in ``out_dir``: {path: content}, to write together
+        with the rest of a report (``report.write_report``)."""
         out_dir = Path(out_dir)
-        paths = {"png": out_dir / f"{self.key}.png", "pdf": out_dir / f"{self.key}.pdf"}
-        atomic_write_bytes(paths["png"], self.png_bytes())
-        atomic_write_bytes(paths["pdf"], self._render("pdf"))
-        return paths
+        return {out_dir / f"{self.key}.png": self.png_bytes(), out_dir / f"{self.key}.pdf": self._render("pdf")}
 
     @property
     def display_width(self) -> int:

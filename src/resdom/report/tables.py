@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from resdom.experiments import REMEDY_LABELS, remedy_variant
-from resdom.io import atomic_write_text
 from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.markdown import NO_DATA, markdown_lines
@@ -352,17 +351,14 @@ def to_html(table: Table) -> str:
         (f'<p class="note">{html.escape(REMARKS_LEAD)}</p><ul class="note">{remarks}</ul>' if remarks else "")
 
 
-def write_tables(tables: list[Table], out_dir: str | Path) -> list[Path]:
-    """Write ``<name>.md``, ``<name>.csv`` and ``<name>.tex`` per table into ``out_dir``; returns the paths."""
+def table_files(tables: list[Table], out_dir: str | Path) -> dict[Path, str]:
+    """``<name>.md``, ``<name>.csv`` and ``<name>.tex`` per table in ``out_dir``, and ``tables.md`` with all of them:
+    {path: text}, to write together (``report.write_report``)."""
     out_dir = Path(out_dir)
-    written: list[Path] = []
+    files: dict[Path, str] = {}
     writers: list[tuple[str, Callable[[Table], str]]] = [("md", to_markdown), ("csv", to_csv), ("tex", to_latex)]
     for table in tables:
         for ext, fn in writers:
-            path = out_dir / f"{table.name}.{ext}"
-            atomic_write_text(path, fn(table))
-            written.append(path)
-    all_md = "\n".join(f"## {t.title}\n\n{t.caption}\n\n{to_markdown(t)}" for t in tables)
-    atomic_write_text(out_dir / "tables.md", all_md)
-    written.append(out_dir / "tables.md")
-    return written
+            files[out_dir / f"{table.name}.{ext}"] = fn(table)
+    files[out_dir / "tables.md"] = "\n".join(f"## {t.title}\n\n{t.caption}\n\n{to_markdown(t)}" for t in tables)
+    return files
