@@ -50,3 +50,23 @@ def commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...]
     for name, sub in getattr(cmd, "commands", {}).items():
         out += commands(sub, (*path, name))
     return out
+
+
+def full_disk_after(monkeypatch: pytest.MonkeyPatch, n_ok: int) -> None:
+    """Every ``resdom.io`` write after the first ``n_ok`` fails as on a full disk (at fsync, after the data went
+    out)."""
+    import errno
+    import os
+
+    import resdom.io as rio
+
+    calls = {"n": 0}
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] > n_ok:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(rio.os, "fsync", fsync)

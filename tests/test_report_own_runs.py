@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import invoke, run_cli
+from cli_helpers import full_disk_after, invoke, run_cli
 
 import resdom
 from resdom.report import build_report, document_block_names, document_blocks
@@ -155,11 +155,6 @@ def test_a_report_that_fails_half_way_leaves_its_folder_as_it_was(tmp_path: Path
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A full disk after some of a report's files were written kept them beside the last report's others (new
     tables, old figures and pages): every file is now written before the first takes its place."""
-    import errno
-    import os
-
-    import resdom.io as rio
-
     run = own_run(tmp_path)
     out = tmp_path / "rep"
     assert run_cli(capsys, "report", str(run), "--out", str(out))[0] == 0
@@ -168,16 +163,8 @@ def test_a_report_that_fails_half_way_leaves_its_folder_as_it_was(tmp_path: Path
     hrli = json.loads((run / "diagnostics" / "hrli.json").read_text())
     hrli["values"]["HRLI@1"] = 0.5 if hrli["values"]["HRLI@1"] != 0.5 else 0.25  # the next report's tables differ
     (run / "diagnostics" / "hrli.json").write_text(json.dumps(hrli))
-    real, calls = os.fsync, {"n": 0}
     n_ok = len([p for p in before if p.suffix in (".md", ".csv", ".tex", ".png", ".pdf")]) - 1  # the pages fail
-
-    def fsync(fd: int) -> None:
-        calls["n"] += 1
-        if calls["n"] > n_ok:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real(fd)
-
-    monkeypatch.setattr(rio.os, "fsync", fsync)
+    full_disk_after(monkeypatch, n_ok)
     code, _, err = run_cli(capsys, "report", str(run), "--out", str(out))  # an earlier report: written over
     assert code == 2 and "no space left on device" in err and err.strip().count("\n") == 0, err
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}

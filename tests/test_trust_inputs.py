@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import torch
 from cli_helpers import SMALL_SYNTHETIC as SOURCE
 from cli_helpers import TINY_MODEL as TINY
-from cli_helpers import invoke, one_line_error, run_cli
+from cli_helpers import full_disk_after, invoke, one_line_error, run_cli
 
 import resdom.io as rio
 from resdom.adapters.common import ImportData, load_weights, write_run
@@ -335,20 +334,6 @@ def test_orphaned_temporaries_are_removed_by_the_next_training(trained: Path) ->
     assert (trained / "state" / "trainer.json").exists() and (trained / ".lock").exists()
 
 
-def _full_disk_after(monkeypatch: pytest.MonkeyPatch, n_ok: int) -> None:
-    """Every ``io`` write after the first ``n_ok`` fails as on a full disk (at fsync, after the data went out)."""
-    calls = {"n": 0}
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        calls["n"] += 1
-        if calls["n"] > n_ok:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real(fd)
-
-    monkeypatch.setattr(rio.os, "fsync", fsync)
-
-
 def _temporaries(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp")]
 
@@ -358,7 +343,7 @@ def test_full_disk_during_training_is_one_line_and_the_run_resumes(
     tmp_path: Path, n_ok: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    _full_disk_after(monkeypatch, n_ok)
+    full_disk_after(monkeypatch, n_ok)
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), "--epochs", "2", *TINY)
     one_line_error(code, err, "no space left on device", "free space and rerun")
     assert not _temporaries(out)
@@ -371,7 +356,7 @@ def test_full_disk_during_training_is_one_line_and_the_run_resumes(
 
 def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    _full_disk_after(monkeypatch, 1)
+    full_disk_after(monkeypatch, 1)
     code, _, err = run_cli(capsys, "report", str(run_dir), "--out", str(tmp_path / "report"))
     one_line_error(code, err, str(tmp_path / "report"), "no space left on device")
     assert not _temporaries(tmp_path / "report")
@@ -408,7 +393,7 @@ def test_full_disk_during_diagnose_leaves_each_result_whole(run_dir: Path, n_ok:
     at 1,0.5, then at 1,0 with the disk full after ``n_ok`` writes."""
     args = ("diagnose", str(run_dir), "--what", "alpha", "--no-progress", "--alphas")
     assert run_cli(capsys, *args, "1,0.5")[0] == 0
-    _full_disk_after(monkeypatch, n_ok)
+    full_disk_after(monkeypatch, n_ok)
     code, _, err = run_cli(capsys, *args, "1,0")
     one_line_error(code, err, "no space left on device")
     monkeypatch.undo()
@@ -428,7 +413,7 @@ def test_full_disk_during_diagnose_leaves_each_result_whole(run_dir: Path, n_ok:
 def test_atomic_write_files_leaves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = tmp_path / "a.bin", tmp_path / "b.json"
     rio.atomic_write_files({a: b"old a", b: b"old b"})
-    _full_disk_after(monkeypatch, 1)
+    full_disk_after(monkeypatch, 1)
     with pytest.raises(ResdomError, match=f"{b}: no space left"):
         rio.atomic_write_files({a: b"new a", b: b"new b"})
     assert (a.read_bytes(), b.read_bytes()) == (b"old a", b"old b")
