@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +80,18 @@ def raise_everywhere(problem: str | None, world: int) -> None:
         problem = box[0]
     if problem is not None:
         raise ResdomError(problem)
+
+
+def on_main_rank(action: Callable[[], object], is_main: bool, world: int) -> None:
+    """Run ``action`` on rank 0 alone (taking a lock it holds for every rank); a ResdomError it raises is raised on
+    every rank with the same message (``raise_everywhere``)."""
+    problem = None
+    if is_main:
+        try:
+            action()
+        except ResdomError as e:
+            problem = str(e)
+    raise_everywhere(problem, world)
 
 
 def left_group() -> bool:

@@ -34,7 +34,7 @@ from resdom.diagnostics.mixing import has_attention, require_attention
 from resdom.diagnostics.options import DiagnoseOptions, diagnose_options
 from resdom.diagnostics.recovery import K_RECOVERY
 from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, compute_of, diagnostic_names
-from resdom.distributed import raise_everywhere, rank_and_world
+from resdom.distributed import on_main_rank, rank_and_world
 from resdom.errors import OptionError, ResdomError
 from resdom.io import atomic_write_bytes, atomic_write_files, atomic_write_json, directory_lock, json_bytes
 from resdom.models.interface import Diagnosable
@@ -156,13 +156,10 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
     files = RunDir(run_dir)
     check_links(files.dir, (files.diagnostics.name,), "RUN_DIR")  # never delete or write through a link out
     with ExitStack() as held:
-        problem = None
-        if rank == 0:  # one writer of RUN_DIR/diagnostics at a time: two calls would leave each other's files mixed
-            try:
-                held.enter_context(directory_lock(files.diagnostics, "diagnosing", "stop it"))
-            except ResdomError as e:
-                problem = str(e)
-        raise_everywhere(problem, world)  # every rank ends with rank 0's line
+        # one writer of RUN_DIR/diagnostics at a time (two calls would leave each other's files mixed): rank 0 holds
+        # the lock, and every rank ends with its line where another process holds it
+        on_main_rank(lambda: held.enter_context(directory_lock(files.diagnostics, "diagnosing", "stop it")),
+                     rank == 0, world)
         if rank == 0:
             discard_stale(files.diagnostics, run.checkpoint)
         return _diagnose_into(files, run, chosen, options, device, progress, rank, world)

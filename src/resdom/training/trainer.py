@@ -271,13 +271,8 @@ def fit(
 def _lock(files: RunFiles, held: contextlib.ExitStack, dist_ctx: distributed.DistContext) -> None:
     """Rank 0 locks the run directory until ``fit`` returns (``held``); another process holding it is the same
     ResdomError on every rank."""
-    problem = None
-    if dist_ctx.is_main:
-        try:
-            held.enter_context(directory_lock(files.dir, "training"))
-        except ResdomError as e:
-            problem = str(e)
-    distributed.raise_everywhere(problem, dist_ctx.world_size)
+    distributed.on_main_rank(lambda: held.enter_context(directory_lock(files.dir, "training")), dist_ctx.is_main,
+                             dist_ctx.world_size)
 
 
 def _load_average() -> float | None:
