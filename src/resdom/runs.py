@@ -77,13 +77,21 @@ def _hash_manifest(manifest: dict[str, Any], n_items: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+ID_DIGITS = 16  # hex digits of sha256 that name a weights file (checkpoint_id, content_id)
+
+
 def checkpoint_id(path: str | Path) -> str:
     """A content hash (16 hex digits of sha256) of a weights file: what every stored result names as the checkpoint
     it was computed on, so a result of an older model is never mistaken for one of the current model."""
     try:
-        return sha256_file(path)[:16]
+        return sha256_file(path)[:ID_DIGITS]
     except OSError as e:
         raise ResdomError(f"{path}: cannot read the checkpoint ({e.strerror})") from None
+
+
+def content_id(data: bytes) -> str:
+    """``checkpoint_id`` of a weights file's content, before it is written."""
+    return hashlib.sha256(data).hexdigest()[:ID_DIGITS]
 
 
 def save_checkpoint(path: str | Path, model: SequentialRecommender, extra: dict[str, Any] | None = None) -> None:
@@ -94,7 +102,7 @@ def save_checkpoint(path: str | Path, model: SequentialRecommender, extra: dict[
     weights = safetensors_bytes(tensors, metadata={"format": CHECKPOINT_FORMAT})
     sidecar = {"format": CHECKPOINT_FORMAT, "model": model.cfg.model_dump(), "versions": versions()}
     sidecar.update(extra or {})
-    sidecar[WEIGHTS_KEY] = hashlib.sha256(weights).hexdigest()[:16]  # the checkpoint_id of the weights it describes
+    sidecar[WEIGHTS_KEY] = content_id(weights)  # the checkpoint_id of the weights it describes
     atomic_write_files({path: weights, path.with_suffix(".json"): json_bytes(sidecar)})
 
 

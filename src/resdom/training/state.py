@@ -10,7 +10,6 @@ moment leaves the previous epoch's state whole. A run resumes only with the same
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -27,6 +26,7 @@ from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir, holds_results
 from resdom.runs import (
     checkpoint_id,
+    content_id,
     data_fingerprint,
     data_fingerprints,
     fitted_weights,
@@ -271,7 +271,7 @@ class RunFiles(RunDir):
         files = state_files(epoch)
         blobs = {"model": safetensors_bytes(weights), "optimizer": safetensors_bytes(opt_tensors)}
         atomic_write_files({self.state_dir / files[key]: blob for key, blob in blobs.items()})
-        checksums = {key: hashlib.sha256(blob).hexdigest()[:16] for key, blob in blobs.items()}  # checkpoint_id's
+        checksums = {key: content_id(blob) for key, blob in blobs.items()}
         atomic_write_json(self.state, replace(state, files=files, optimizer_meta=opt_meta,
                                               checksums=checksums).to_json())
         for old in self.state_dir.glob("*.safetensors"):
