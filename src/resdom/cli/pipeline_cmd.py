@@ -105,7 +105,10 @@ def report(
         raise ResdomError(f"--out {out}: holds the run directory {held}, which the report reads; choose a folder "
                           "outside every run")
     # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
-    replace = check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
+    def check() -> bool:
+        return check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
+
+    replace = check()
     # results-store cells get the reproduction study's report (resdom.study); one's own runs the generic one
     study = is_study(found)
     known = study_block_names() if study else document_block_names()
@@ -114,8 +117,7 @@ def report(
     if replace and held_doc is not None:
         raise ResdomError(f"--out {out}: holds the --doc {held_doc}, which --force would move aside with it; "
                           "choose another --out")
-    with output_lock(out, lambda: check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report,
-                                                    writes=REPORT_WRITES)) as aside:  # one report at a time there
+    with output_lock(out, check) as aside:  # one report at a time there: checked again under the lock
         if aside is not None:
             typer.echo(f"--force: {out} moved aside to {aside}", err=True)
         paths = (build_study_report if study else build_report)(found, out, title=title, figures=not tables_only)
