@@ -64,6 +64,26 @@ def run(root: Path, ds: str, model: str, seed: int, ndcg: float | None = None, h
                      diagnostics={"hrli": {"n_users": n, "values": {"HRLI@1": hrli, "HRL2I@1": hrl2i}}, **diags})
 
 
+
+def test_paired_rows_show_the_means_of_the_seeds_they_compare(tmp_path: Path) -> None:
+    """A paired variant with seeds 1-2 against a base with seeds 1-3: the difference is over seeds 1-2, so the base's
+    cell gives its mean over those two after the store's three (else a variant above the base's store mean could
+    show a negative difference); the variant's cell, over all its seeds, has no such tail."""
+    first = lambda k: np.where(np.arange(U) < k, 1, 50)  # noqa: E731  rank 1 for the first k users, else 50
+    runs = []
+    for s, base_hits in ((1, 100), (2, 100), (3, 400)):
+        runs.append(run(tmp_path, "d", "sasrec", s, base_hits / U, 1.0))
+        users_npz(runs[-1].path, first(base_hits), np.ones(U, int))
+    for s in (1, 2):
+        runs.append(run(tmp_path, "d", "sasrec-gate", s, 0.5, 1.0))
+        users_npz(runs[-1].path, first(200), np.ones(U, int))
+    nd = next(line for line in remedy_verdicts_markdown(runs, n_boot=200).splitlines() if line.startswith("| d |"))
+    cells = [c.strip() for c in nd.strip("|").split("|")]
+    assert U == 400
+    assert cells[2] == "0.5000 ± 0.0000 (2 seeds); base 0.5000 ± 0.4330 (3 seeds; 0.2500 over the 2 compared)"
+    assert cells[4].startswith("higher: +0.2500 [") and "seeds 2 / 2, paired" in cells[4]
+
+
 def test_answer() -> None:
     assert answer("higher", "lower") == "yes"
     assert answer("lower", "lower") == "no" and answer("equivalent (within ±5%)", "lower") == "no"
@@ -93,7 +113,7 @@ def test_remedy_verdicts_from_per_user_evidence(tmp_path: Path) -> None:
     gate = rows["sasrec-gate"]
     assert gate[2] == "0.5000 ± 0.0000 (2 seeds); base 0.2500 ± 0.0000 (2 seeds)"
     assert gate[4].startswith("higher: +0.2500 [")
-    assert "Holm p ≤0.010 bootstrap, <0.001 seeds' t; seeds 2 seeds / 2 seeds" in gate[4]
+    assert "Holm p ≤0.010 bootstrap, <0.001 seeds' t; seeds 2 / 2" in gate[4]
     assert gate[5].startswith("lower: -0.7500 [") and gate[6] == "yes"
     preln = rows["sasrec-preln"]
     assert preln[4].startswith("equivalent (within ±5%): +0.0000 [+0.0000, +0.0000] (Holm p 1.000")

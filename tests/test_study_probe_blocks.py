@@ -90,8 +90,7 @@ def test_readout_block_by_hand(tmp_path: Path) -> None:
     nd, hr = toys[0], toys[1]
     assert nd[:5] == ["toys-ts", "sasrec-query vs sasrec", "NDCG@10", "0.2500 ± 0.0000 (2 seeds)",
                       "0.2500 ± 0.0000 (2 seeds)"]
-    assert nd[5].startswith("+0.0000 [+0.0000, +0.0000] (Holm p 1.000 bootstrap, 1.000 seeds' t; seeds 2 seeds / "
-                            "2 seeds)")
+    assert nd[5].startswith("+0.0000 [+0.0000, +0.0000] (Holm p 1.000 bootstrap, 1.000 seeds' t; seeds 2 / 2)")
     assert nd[6] == "equivalent (within ±5%)"
     assert hr[3] == "0.000 ± 0.000 (2 seeds)" and hr[4] == "1.000 ± 0.000 (2 seeds)"
     assert hr[5].startswith("-1.0000 [-1.0000, -1.0000] (Holm p ≤") and hr[6] == "lower"

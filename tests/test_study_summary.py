@@ -47,10 +47,10 @@ COMPARISONS = """| Data set | Comparison | Metric | Model: store mean | sasrec: 
 | b | y vs sasrec | NDCG@10 | 1 | 2 | +0.1 [+0.05, +0.2] (Holm p 0.01) | higher |
 | b | y vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.01, +0.01] (Holm p 1.0) | equivalent |
 | b | z vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0) | undecided |
-| b | w vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 1 seed / 3 seeds) | undecided |
-| b | v vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 3 seeds / 1 seed) | undecided |
-| b | u vs sasrec | HRLI@1 | 1 | 2 | -0.5 [-0.6, -0.4] (Holm p 0.01; seeds 1 seed / 3 seeds) | lower |
-| b | t vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 11 seeds / 3 seeds) | undecided |
+| b | w vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 1 / 3) | undecided |
+| b | v vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 3 / 1) | undecided |
+| b | u vs sasrec | HRLI@1 | 1 | 2 | -0.5 [-0.6, -0.4] (Holm p 0.01; seeds 1 / 3) | lower |
+| b | t vs sasrec | HRLI@1 | 1 | 2 | +0.0 [-0.1, +0.1] (Holm p 1.0; seeds 11 / 3) | undecided |
 
 Difference: ...
 """

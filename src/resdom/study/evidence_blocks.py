@@ -63,7 +63,7 @@ from resdom.report.compare import (
 from resdom.report.figures import ReportFigure, model_color, plain_text
 from resdom.report.markdown import markdown_table
 from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
-from resdom.report.tables import format_cell, mean_std, seeds_cell, seeds_text
+from resdom.report.tables import format_cell, format_value, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
 from resdom.stored import number_at
 from resdom.study.claims import is_causal
@@ -99,25 +99,44 @@ def _groups(runs: list[RunRecord], keep: Callable[[str], bool]) -> dict[tuple[st
     return dict(sorted(groups.items(), key=lambda kv: (kv[0][0], model_order(kv[0][1]), kv[0][1])))
 
 
-def store_mean(runs: list[RunRecord], key: str) -> str:
-    """``mean ± std (n seeds)`` of ``key`` over ``runs`` (the store's numbers, every seed that has it)."""
+def store_mean(runs: list[RunRecord], key: str, compared: tuple[int, float | None] = (0, None)) -> str:
+    """``mean ± std (n seeds)`` of ``key`` over ``runs`` (the store's numbers, every seed that has it); where a
+    comparison used fewer of those seeds (``compared``: its seed count and its mean over them, paired seeds keep only
+    the seeds both sides have), that mean after it, ``0.0301 ± 0.0011 (5 seeds; 0.0309 over the 3 compared)``, so
+    that the difference's sign can be read off the two means it is the difference of."""
     xs = [x for x in (run_values(r).get(key) for r in runs) if x is not None]
-    return f"{mean_text(xs, key)} ({seeds_text(len(xs))})" if xs else "–"
+    if not xs:
+        return "–"
+    n, mean = compared
+    tail = f"; {format_value(mean, _kind(key))} over the {n} compared" if mean is not None and 0 < n < len(xs) else ""
+    return f"{mean_text(xs, key)} ({seeds_text(len(xs))}{tail})"
+
+
+def side_means(runs_other: list[RunRecord], runs_base: list[RunRecord], r: ComparisonRow) -> tuple[str, str]:
+    """The two store-mean cells of row ``r`` (``store_mean``, each with the mean over the seeds ``r`` compared)."""
+    return (store_mean(runs_other, r.comparison.metric, (r.n_seeds_other, r.other_mean)),
+            store_mean(runs_base, r.comparison.metric, (r.n_seeds_baseline, r.baseline_mean)))
+
+
+def _kind(key: str) -> str:
+    """The digits the tables give ``key``: a metric's four, a ratio's three."""
+    return "metric" if key.startswith(("HR@", "NDCG@")) else "ratio"
 
 
 def mean_text(xs: list[float], key: str) -> str:
     """``mean ± std`` of the values ``xs`` of ``key``, in the digits the tables give ``key``."""
-    return format_cell(mean_std(xs), "metric" if key.startswith(("HR@", "NDCG@")) else "ratio")
+    return format_cell(mean_std(xs), _kind(key))
 
 
 
 
 def difference_text(r: ComparisonRow) -> str:
-    """``+0.0012 [-0.0003, +0.0025] (Holm p 0.210; seeds 3 / 1 seed)``, or the note of a row without evidence."""
+    """``+0.0012 [-0.0003, +0.0025] (Holm p 0.210; seeds 3 / 1)``: the seeds each side's mean is over, other's
+    first; or the note of a row without evidence."""
     if r.diff is None:
         return r.note
     d = r.diff
-    seeds = f"{seeds_text(r.n_seeds_other)} / {seeds_text(r.n_seeds_baseline)}"
+    seeds = f"{r.n_seeds_other} / {r.n_seeds_baseline}"
     if d.paired_seeds:
         seeds += ", paired"
     if r.identical:
@@ -149,7 +168,10 @@ def method_note(n_boot: int, m: int, difference: str = "other - baseline", undec
             f"df): \"detects ±d\". A row without per-user evidence in every cell{undecided} is undecided."
             + (" Identical: both sides are the same checkpoint in every seed compared (no test, not among the "
                f"{m} comparisons)." if identical else "")
-            + " Store means: mean ± std over every stored seed, descriptive only.")
+            + " Seeds: how many seeds each side's mean over users averages, the first side's first. Store means: "
+              "mean ± std over every stored seed, descriptive only; where a row compares fewer of them (paired: the "
+              "seeds both sides have), the side's mean over those follows (\"over the k compared\"), the two "
+              "means the difference is of.")
 
 
 # --- model against model (docs/results.md) --------------------------------------------------------------------------
@@ -183,9 +205,9 @@ def comparisons_markdown(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: 
     rows = []
     for r in table.rows:
         c = r.comparison
-        rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric, store_mean(groups[(c.dataset, c.other)],
-                     c.metric), store_mean(groups[(c.dataset, c.baseline)], c.metric), difference_text(r),
-                     verdict_text(r)])
+        rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric,
+                     *side_means(groups[(c.dataset, c.other)], groups[(c.dataset, c.baseline)], r),
+                     difference_text(r), verdict_text(r)])
     m = count_tested(table.rows)
     header = ["Data set", "Comparison", "Metric", "Model: store mean", "sasrec: store mean",
               "Difference [95% CI]", "Verdict"]
@@ -296,7 +318,7 @@ def remedy_verdicts_markdown(runs: list[RunRecord], n_boot: int = N_BOOT) -> str
         var, base = groups[(c.dataset, c.other)], groups[(c.dataset, c.baseline)]
         cells = [c.dataset, c.other]
         for r in (nd, hr):
-            cells.append(f"{store_mean(var, r.comparison.metric)}; base {store_mean(base, r.comparison.metric)}")
+            cells.append("{}; base {}".format(*side_means(var, base, r)))
         for r in (nd, hr):
             cells.append(verdict_text(r) + ("" if r.diff is None else f": {difference_text(r)}"))
         cells.append(answer(nd.verdict, hr.verdict))

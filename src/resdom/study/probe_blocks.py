@@ -60,6 +60,7 @@ from resdom.study.evidence_blocks import (
     difference_text,
     hrli_count,
     method_note,
+    side_means,
     store_mean,
 )
 from resdom.study.probes import PROBE_BASE, PROBE_DATASETS, PROBE_METRICS, SAME_OBJECTIVE_BASE
@@ -244,8 +245,8 @@ def probe_block(runs: list[RunRecord], question: int, n_boot: int = N_BOOT,
         c = r.comparison
         trained = (c.dataset, c.other) in groups
         rows.append([c.dataset, f"{c.other} vs {c.baseline}", c.metric,
-                     store_mean(groups.get((c.dataset, c.other), []), c.metric),
-                     store_mean(groups.get((c.dataset, c.baseline), []), c.metric), _difference(r, trained),
+                     *side_means(groups.get((c.dataset, c.other), []), groups.get((c.dataset, c.baseline), []), r),
+                     _difference(r, trained),
                      verdict_text(r)])
     m = count_tested(table.rows)
     header = ["Data set", "Comparison", "Metric", "Probe: store mean", "Base: store mean", "Difference [95% CI]",

@@ -121,12 +121,12 @@ def published_line(md: str) -> str:
 
 
 def comparisons_line(md: str, block: str, what: str) -> str:
-    """The tested rows' verdicts, and how many of the undecided rest on a single seed on a side ("seeds 1 seed /
-    ..." in the difference's note), then the rows that wait for evidence."""
+    """The tested rows' verdicts, and how many of the undecided rest on a single seed on a side ("seeds 1 / 3" or
+    "seeds 3 / 1" in the difference's note), then the rows that wait for evidence."""
     rows = table_rows(md)
     tested = [r for r in rows if not r["Difference [95% CI]"].startswith(NO_EVIDENCE)]
     verdicts = [_verdict(r["Verdict"]) for r in tested]
-    thin = sum(v == "undecided" and re.search(r"seeds (1 seed /|.* / 1 seed\b)", r["Difference [95% CI]"]) is not None
+    thin = sum(v == "undecided" and re.search(r"seeds (1 / \d+|\d+ / 1)\b", r["Difference [95% CI]"]) is not None
                for v, r in zip(verdicts, tested))
     one = f" ({thin} of the undecided with a single seed on a side)" if thin else ""
     return (f"{what} (`{block}` block): {len(tested)} of {len(rows)} comparisons tested on per-user evidence: "
