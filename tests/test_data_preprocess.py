@@ -110,6 +110,18 @@ def test_ties_by_item_order_equal_times_by_increasing_raw_item_id() -> None:
         preprocess(raw([0, 0], [1, 2]), PreprocessConfig(k_core=None, ties="item"))
 
 
+def test_ties_by_item_order_string_ids_by_their_text_not_first_appearance() -> None:
+    # string ids are numbered by first appearance: "zz" then "b" then "a"; the tie rule is the ids' own order
+    items = np.array(["zz", "b", "a", "x", "y", "z"], dtype=object)
+    r = RawInteractions(np.array([0, 0, 0, 1, 1, 1]), items, np.array([1, 5, 5, 3, 3, 3]), "test", [])
+    p = preprocess(r, PreprocessConfig(k_core=None, ties="item"))
+    seqs = [[p.item_labels[i] for i in p.sequences.sequence(u)] for u in range(2)]
+    assert seqs == [["zz", "a", "b"], ["x", "y", "z"]]
+    swapped = RawInteractions(r.users, items[[0, 2, 1, 5, 4, 3]], r.times, "test", [])
+    p = preprocess(swapped, PreprocessConfig(k_core=None, ties="item"))  # the file's order does not matter
+    assert [[p.item_labels[i] for i in p.sequences.sequence(u)] for u in range(2)] == seqs
+
+
 def test_consecutive_repeats() -> None:
     users = np.array([0, 0, 0, 0, 1, 1])
     items = np.array([5, 5, 6, 5, 5, 5])

@@ -7,7 +7,7 @@ Order of operations, each optional and recorded in ``Prepared.steps``:
    sampled Zvuk's users from the raw file);
 1. order: group by user; within a user sort by timestamp with a *stable* sort, so ties keep source order
    (the rule matters: tie order creates or destroys sequential signal), or with ``ties="item"`` by increasing
-   raw item id; without timestamps source order;
+   raw item id (string ids as text); without timestamps source order;
 2. remove consecutive repeats of the same item within a user (off by default: the MANIFEST counts of Yelp
    include its 3,873 repeats);
 3. iterative k-core (off by default; registered paper data sets: k = 5 unless their preset says otherwise):
@@ -118,6 +118,17 @@ def encode_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int64), np.asarray(labels, dtype=object)
 
 
+def label_ranks(labels: np.ndarray) -> np.ndarray:
+    """int64 (m,): the place of each code's label in increasing raw id order (``encode_ids``' labels): the codes
+    themselves for integer ids (already increasing), the rank of the text for string ids (numbered by first
+    appearance)."""
+    if labels.dtype.kind in "iu":
+        return np.arange(len(labels), dtype=np.int64)
+    ranks = np.empty(len(labels), dtype=np.int64)
+    ranks[np.argsort(np.asarray([str(x) for x in labels]), kind="stable")] = np.arange(len(labels))
+    return ranks
+
+
 def order_rows(users: np.ndarray, times: np.ndarray | None, items: np.ndarray | None = None) -> np.ndarray:
     """int64 (n,) row order: grouped by user code, then by time; equal times keep source order (stable), or,
     with ``items`` (codes in increasing raw id), go by increasing item."""
@@ -216,7 +227,7 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
         raise ResdomError(f"{_files(raw)}: ties='item' orders interactions of equal time, but there are no "
                           "timestamps to sort by")
     tie = (TIE_RULE_ITEM if cfg.ties == "item" else TIE_RULE) if use_times else TIE_RULE_NO_TIMES
-    order = order_rows(ucode, times if use_times else None, icode if cfg.ties == "item" else None)
+    order = order_rows(ucode, times if use_times else None, label_ranks(ilabels)[icode] if cfg.ties == "item" else None)
     ucode, icode = ucode[order], icode[order]
     times = times[order] if times is not None else None
     steps.append(_order_step(ucode, times, tie, moved=int((order != np.arange(len(order))).sum())))
