@@ -92,15 +92,17 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
                              "model.hidden=8", "--set", "model.layers=1", "--device", "cpu", "--no-progress",
                              "--out", "run")
     assert code == 0, err
-    assert out == ("run: trained 1 epoch on every interaction (protocol none: nothing held out, the last epoch "
-                   "kept); `resdom recommend` reads it\n")
+    n = len(_frame())  # u0's one interaction has no next item: no sample reads it (the others fit max_len)
+    assert out == (f"run: trained 1 epoch on {n - 1} of {n} interactions (protocol none: nothing held out, the last "
+                   "epoch kept; not trained on: the only interaction of 1 user (no next item)); `resdom recommend` "
+                   "reads it\n")
     assert "data: none split: every user and interaction in training (nothing held out)" in err
     code, out, err = run_cli(capsys, "recommend", "run", "-k", "2", "--device", "cpu")
     assert code == 0 and len(out.splitlines()) == 1 + 2 * 24, err
     code, _, err = run_cli(capsys, "evaluate", "run", "--device", "cpu")
-    one_line_error(code, err, "--part test: run holds no test users (protocol none: trained on every interaction")
+    one_line_error(code, err, "--part test: run holds no test users (protocol none: nothing held out; evaluate")
     code, _, err = run_cli(capsys, "diagnose", "run", "--device", "cpu", "--no-progress")  # says why, as evaluate
-    one_line_error(code, err, "(the test split has none; protocol none: trained on every interaction; diagnose a")
+    one_line_error(code, err, "(the test split has none; protocol none: nothing held out; diagnose a")
     code, _, err = run_cli(capsys, "data", "split", "shop.csv", "--protocol", "none", "--holdout-users", "3",
                            "--out", "split")
     assert code == 0, err
@@ -114,7 +116,19 @@ def test_cli_protocol_none(tmp_path, capsys, monkeypatch) -> None:
     assert code == 0 and "valid part is empty" not in err and "will refuse" not in err, err
     code, out, err = run_cli(capsys, "train", "whole", "--epochs", "1", "--set", "model.hidden=8", "--set",
                              "model.layers=1", "--device", "cpu", "--no-progress", "--out", "run-whole")
-    assert code == 0 and "trained 1 epoch on every interaction" in out, err
+    assert code == 0 and f"trained 1 epoch on {n - 1} of {n} interactions" in out, err
+    # a model window shorter than some users' sequences: their older interactions are never read, and it says so
+    df = _frame()
+    sizes = df.groupby("user_id").size()
+    older, users = int((sizes - 4).clip(lower=0).sum()), int((sizes > 4).sum())
+    assert older and users
+    code, out, err = run_cli(capsys, "train", "whole", "--epochs", "1", "--set", "model.hidden=8", "--set",
+                             "model.layers=1", "--set", "model.max_len=3", "--device", "cpu", "--no-progress",
+                             "--out", "run-short")
+    assert code == 0, err
+    assert (f"trained 1 epoch on {n - 1 - older} of {n} interactions (protocol none: nothing held out, the last epoch "
+            f"kept; not trained on: {older} before the last max_len (3 + 1) items of {users} users, the only "
+            "interaction of 1 user (no next item))") in out
 
 
 def test_cli_protocol_in_any_case_and_a_did_you_mean(tmp_path, capsys, monkeypatch) -> None:

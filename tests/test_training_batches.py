@@ -14,6 +14,7 @@ from resdom.training.batches import (
     make_batch,
     same_target_partners,
     sample_negatives,
+    trained_rows,
 )
 
 SEQS = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [3], [4, 5, 6], [9, 8, 7, 6, 5, 4, 3, 2, 1]]
@@ -205,3 +206,18 @@ def test_length_groups_hand_case_and_k1() -> None:
     big = np.arange(256)
     sizes = [padded_size(length_groups(big, lengths, k), lengths) for k in (1, 2, 4, 8)]
     assert sizes == sorted(sizes, reverse=True) and sizes[2] < sizes[0] / 2
+
+
+@pytest.mark.parametrize("layout", ["all", "last", "window"])
+@pytest.mark.parametrize("max_len", [1, 2, 4, 20])
+def test_trained_rows_counts_every_interaction_some_sample_reads(layout, max_len) -> None:
+    """Against the samples themselves: the rows some sample holds as input or target, per user (a protocol-none
+    fit says how many interactions it trained on from these)."""
+    seqs = Sequences.from_lists(SEQS)
+    samples = build_samples(seqs, max_len, layout)
+    read = np.zeros(len(seqs.items), dtype=bool)
+    for a, b in zip(samples.start, samples.end):
+        read[a:b + (1 if layout in ("all", "last") else 0)] = True  # window: the targets are the input itself
+    user_of = np.repeat(np.arange(len(seqs)), seqs.lengths)
+    expected = np.bincount(user_of[read], minlength=len(seqs))
+    assert trained_rows(seqs, max_len, layout).tolist() == expected.tolist()

@@ -34,6 +34,7 @@ from resdom.cli.data_options import (
 )
 from resdom.cli.values import one_filter, parse_cutoffs, positive_int, progress_option
 from resdom.data.readers import not_text, refuse_binary
+from resdom.data.sequences import SplitData
 from resdom.distributed import resolve_device, setup, world_size
 from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
@@ -44,7 +45,9 @@ from resdom.names import CUTOFFS, MODELS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_file, check_output_folder, move_aside
 from resdom.runs import load_run
-from resdom.training.config import TrainConfig, resolve_configs
+from resdom.training.batches import trained_rows
+from resdom.training.config import TrainConfig, resolve_configs, with_objective
+from resdom.training.objectives import get_objective
 
 SECTIONS = ("model", "train")
 
@@ -218,6 +221,26 @@ def _merge(*layers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for s in SECTIONS:
             out[s].update(layer.get(s, {}))
     return out
+
+
+def _trained_on(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+    """What a protocol-none fit trained on, in words: every interaction, or how many of them and why not the others
+    (a sample reads a user's last max_len (+ 1) items, ``batches.trained_rows``; a one-item user has no target)."""
+    objective = with_objective(model_cfg, train_cfg).objective  # the model's default where none is set
+    assert objective is not None  # with_objective sets it
+    layout = get_objective(objective).layout
+    used, lengths = trained_rows(split.train, model_cfg.max_len, layout), split.train.lengths
+    kept = "(protocol none: nothing held out, the last epoch kept"
+    total = int(lengths.sum())
+    if int(used.sum()) == total:
+        return f"every interaction {kept})"
+    window = f"{model_cfg.max_len} + 1" if layout == "all" else str(model_cfg.max_len)
+    cut, alone = (used > 0) & (used < lengths), (used == 0) & (lengths > 0)
+    n_cut, n_alone = int(cut.sum()), int(alone.sum())
+    why = [f"{int((lengths - used)[cut].sum()):,} before the last max_len ({window}) items of {n_cut:,} "
+           f"user{'' if n_cut == 1 else 's'}"] if n_cut else []
+    why += [f"the only interaction of {n_alone:,} user{'' if n_alone == 1 else 's'} (no next item)"] if n_alone else []
+    return f"{int(used.sum()):,} of {total:,} interactions {kept}; not trained on: {', '.join(why)})"
 
 
 def _format_metrics(metrics: dict[str, float]) -> str:
@@ -410,8 +433,8 @@ def train(
     if is_main:
         if split.manifest.get("protocol") == "none" and not result["valid"]["n_users"]:
             n = result["epochs_run"]
-            typer.echo(f"{out}: trained {n} epoch{'' if n == 1 else 's'} on every interaction (protocol none: nothing "
-                       "held out, the last epoch kept); `resdom recommend` reads it")
+            on = _trained_on(split, model_cfg, train_cfg)
+            typer.echo(f"{out}: trained {n} epoch{'' if n == 1 else 's'} on {on}; `resdom recommend` reads it")
             return
         typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
         for name in PARTS:
@@ -458,7 +481,7 @@ def evaluate(
         if len(getattr(run.split, split)) == 0:
             none = run.split.manifest.get("protocol") == "none"
             raise ResdomError(f"--part {split}: {run_dir} holds no {split} users" + (
-                " (protocol none: trained on every interaction; evaluate a loo or gts run of the same data, or split "
+                " (protocol none: nothing held out; evaluate a loo or gts run of the same data, or split "
                 "it with --holdout-users N and evaluate --part valid)" if none else ""))
         filtered = run.split.filter_seen if filter_seen is None else filter_seen
         result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,

@@ -92,7 +92,7 @@ def plan(model: Diagnosable, split: SplitData, options: DiagnoseOptions, *, note
             none = (split.manifest or {}).get("protocol") == "none"  # says why, as evaluate does
             raise ResdomError(f"{where}: {d.name} needs users in {' and '.join(d.parts(options.part))} (the "
                               f"{' and '.join(empty)} split has none" + (
-                                  "; protocol none: trained on every interaction; diagnose a loo or gts run of the "
+                                  "; protocol none: nothing held out; diagnose a loo or gts run of the "
                                   "same data, or split it with --holdout-users N and diagnose --part valid"
                                   if none else "") + ")")
     return chosen

@@ -78,6 +78,18 @@ def build_samples(train: Sequences, max_len: int, layout: Layout) -> SampleSet:
     return SampleSet(train.items, start.astype(np.int64), end.astype(np.int64), layout)
 
 
+def trained_rows(train: Sequences, max_len: int, layout: Layout) -> np.ndarray:
+    """int64 (n,): how many of each training sequence's interactions some sample of ``layout`` reads, as input or
+    target (``build_samples``): its last ``max_len + 1`` for ``all`` (none of a one-item sequence: it has no
+    target), its last ``max_len`` for ``last`` and ``window``; the older ones are never trained on."""
+    n = train.lengths
+    if layout == "all":
+        return np.where(n >= 2, np.minimum(n, max_len + 1), 0).astype(np.int64)
+    if layout in ("last", "window"):
+        return np.minimum(n, max_len).astype(np.int64)
+    raise ValueError(f"unknown layout {layout!r}")
+
+
 def _spans(items: np.ndarray, start: np.ndarray, end: np.ndarray, width: int, shift: int = 0) -> np.ndarray:
     """int64 (B, width): ``items[start+shift : end+shift]`` per row, left-padded with 0 (the last ``width`` kept)."""
     lengths = np.minimum(end - start, width)
