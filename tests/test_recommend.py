@@ -361,8 +361,10 @@ def test_session_ids_are_never_merged_shifted_or_dropped(run_dir, split, model, 
     with pytest.raises(ResdomError, match=r"sequences: 1 session id\(s\) given twice .*: 1, '1'"):
         recommend(model, split, sequences={1: labels[:1], "1": labels[1:2]}, k=2)
     files = {"dup.json": '{"a": ["007"], "b": ["7"], "a": ["007"]}', "num.json": '{"a": ["007", 1e3]}',
-             "null.json": '[["007", null]]', "none.txt": "\n\n", "none.csv": "session_id,item_id\n"}
+             "null.json": '[["007", null]]', "none.txt": "\n\n", "none.csv": "session_id,item_id\n",
+             "noid.csv": "session_id,item_id\na,007\n,7\n,007\n"}  # a row's session left blank: whose items?
     for name, needle in (("dup.json", "the key 'a' is given twice"),
+                         ("noid.csv", "3: no session_id on this row (2 row(s) without one)"),
                          ("num.json", "session 'a': 1000.0 is not an item id"),
                          ("null.json", "session 0: null is not an item id"),
                          ("none.txt", "no sessions in it"), ("none.csv", "no sessions in it")):
@@ -370,7 +372,8 @@ def test_session_ids_are_never_merged_shifted_or_dropped(run_dir, split, model, 
         path.write_text(files[name])
         code = invoke("recommend", str(run_dir), "--device", "cpu", "--sequences", str(path))
         err = capsys.readouterr().err
-        assert code == 2 and err.count("\n") == 1 and f"--sequences {path}: {needle}" in err, err
+        where = f"{path}:" if name == "noid.csv" else f"{path}: "  # the row's line
+        assert code == 2 and err.count("\n") == 1 and f"--sequences {where}{needle}" in err, err
     txt, csv = tmp_path / "s.txt", tmp_path / "s.csv"
     txt.write_text(f"{labels[0]}\n\n{labels[1]}\n\n")  # sessions 0, 1 (empty) and 2; the blank end: none
     csv.write_text(f"session_id,item_id\na,{labels[0]}\nb,\nc,{labels[1]}\n")

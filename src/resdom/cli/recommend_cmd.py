@@ -160,6 +160,10 @@ def _read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
             if sid is None or iid is None:
                 raise ResdomError(f"{path}: expected the columns session_id (or user_id) and item_id (found "
                                   f"{', '.join(map(str, df.columns[:5]))})")
+            blank = [j for j, s in enumerate(df[sid].tolist()) if s == ""]
+            if blank:  # its items would be recommended for a session written as an empty id: whose?
+                raise ResdomError(f"{path}:{blank[0] + 2}: no {sid} on this row ({len(blank):,} row(s) without one); "
+                                  "give every row its session's id")
             out: dict[str, list[str]] = {}
             for s, i in zip(df[sid].tolist(), df[iid].tolist()):
                 out.setdefault(s, [])  # a session whose items are all empty: no item, named in the note
