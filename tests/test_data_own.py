@@ -249,13 +249,15 @@ def test_a_split_with_nothing_left_says_why_in_one_line(tmp_path: Path) -> None:
     assert str(gts.value).startswith(f"{f}: the gts split leaves no training and no test data: 2 user(s) after "
                                      "preprocessing, dropped by the split: test: eval users with one interaction: 1")
     assert str(gts.value).endswith("(1 of 3 interactions lie after T_test = 1970-01-01T00:00:02Z, the 0.9-quantile "
-                                   "of the timestamps; a test user needs one after it and 2 at or before it)")
+                                   "of the timestamps; a test user needs its last interaction after it and one more "
+                                   "before that, a training user 2 at or before it)")
     late = write(tmp_path / "late.csv", "user_id,item_id,timestamp\n1,a,1\n1,b,2\n1,c,9\n2,a,3\n2,b,4\n2,c,9\n")
     with pytest.raises(ResdomError, match=r"0 of 6 interactions lie after T_test = 1970-01-01T00:00:09Z, the "
                        r"0\.9-quantile .*; lower quantile\)$"):  # the last time is the quantile: nothing after it
         prepare_split(str(late), protocol="gts")
     same = write(tmp_path / "same.csv", "user_id,item_id,timestamp\n1,a,5\n1,b,5\n1,c,5\n2,a,5\n2,b,5\n")
-    with pytest.raises(ResdomError, match=r"0 of 5 interactions lie after T_test = .*2 at or before it\)$"):
+    with pytest.raises(ResdomError, match=r"0 of 5 interactions lie after T_test = .*a training user 2 at or before "
+                       r"it\)$"):
         prepare_split(str(same), protocol="gts")  # one time for all: no quantile helps, so none is suggested
 
 

@@ -421,7 +421,8 @@ def prepare_split(
             t = parts.info["thresholds"]
             after = int((seqs.times > t["T_test"]).sum())
             why = (f" ({after:,} of {len(seqs.items):,} interactions lie after T_test = {t['T_test_iso']}, the "
-                   f"{quantile:g}-quantile of the timestamps; a test user needs one after it and 2 at or before it"
+                   f"{quantile:g}-quantile of the timestamps; a test user needs its last interaction after it and one "
+                   "more before that, a training user 2 at or before it"
                    + (f"; lower {arg('quantile')}" if after == 0 and (seqs.times < t["T_test"]).any() else "")
                    + (f"; the default protocol, auto, chose gts as the data has timestamps: {arg('protocol', 'loo')} "
                       "splits by user instead" if requested == AUTO_PROTOCOL else "") + ")")
