@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cli_helpers import one_line_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,3 +162,15 @@ def test_preprocess_large_random_input() -> None:
     r = raw(rng.integers(0, 50_000, n), rng.zipf(1.3, n) % 40_000, rng.integers(0, 10**9, n))
     p = preprocess(r, PreprocessConfig(k_core=5, remove_repeats=True))  # about 1 s here
     assert p.sequences.lengths.min() >= 5
+
+
+def test_a_k_core_that_removes_everything_names_itself_in_the_callers_words(tmp_path, capsys) -> None:
+    """The message listed every preprocessing field in Python's words (``k_core=100, remove_repeats=False,
+    sort_by_time=True, remap=True, ties=source, ...``), on the command line too."""
+    with pytest.raises(ResdomError, match=r"no interactions left after preprocessing \(k_core=100: no set of users "
+                       r"and items has 100 interactions each, so the k-core removed them all; a lower k keeps some\)$"):
+        preprocess(raw([0, 0, 1, 1], [1, 2, 1, 2]), PreprocessConfig(k_core=100))
+    (tmp_path / "f.csv").write_text("user_id,item_id,timestamp\nu,a,1\nu,b,2\nv,a,3\n")
+    code, _, err = run_cli(capsys, "data", "stats", str(tmp_path / "f.csv"), "--k-core", "3", "--remove-repeats")
+    one_line_error(code, err, "(--k-core 3: no set of users and items has 3 interactions each, repeats removed, so")
+    assert "sort_by_time" not in err

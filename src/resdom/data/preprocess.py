@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ConfigDict, field_validator
 
-from resdom.checks import NumbersModel
+from resdom.checks import NumbersModel, arg
 from resdom.data.readers import RawInteractions
 from resdom.data.sequences import Sequences
 from resdom.errors import ResdomError
@@ -322,4 +322,10 @@ def _files(raw: RawInteractions) -> str:
 
 
 def _describe(cfg: PreprocessConfig) -> str:
+    """Why nothing is left, in the caller's words (``--k-core 100`` in the CLI, ``k_core=100`` from Python): only the
+    k-core removes every row (repeat removal keeps the first of each run, a user sample at least one user)."""
+    if cfg.k_core:
+        repeats = "repeats removed, " if cfg.remove_repeats else ""
+        return (f"{arg('k_core', cfg.k_core)}: no set of users and items has {cfg.k_core} interactions each, "
+                f"{repeats}so the k-core removed them all; a lower k keeps some")
     return ", ".join(f"{k}={v}" for k, v in cfg.model_dump().items())
