@@ -286,6 +286,22 @@ def test_a_file_given_as_a_run_directory_is_named_as_a_file(tmp_path: Path, caps
     one_line_error(code, err, f"{tmp_path / 'absent'}: run directory not found")
     with pytest.raises(ResdomError, match="a file, not a run directory"):
         read_run(afile)
+    # a split folder, or a run's own data/, said "no model.safetensors (has training finished at least one epoch?)"
+    import pandas as pd
+
+    from resdom.data.prepare import prepare_split
+
+    df = pd.DataFrame({"user_id": [1, 1, 1, 2, 2, 2], "item_id": [1, 2, 3, 2, 3, 1], "timestamp": range(6)})
+    split = prepare_split(df, "loo")
+    split.save(tmp_path / "split")
+    split.save(tmp_path / "run" / "data")
+    (tmp_path / "run" / "model.safetensors").write_bytes(b"")
+    code, _, err = run_cli(capsys, command, str(tmp_path / "split"))
+    one_line_error(code, err, f"{tmp_path / 'split'}: a prepared split (resdom data split), not a run: train a model "
+                   f"on it first (resdom train {tmp_path / 'split'} --out RUN)")
+    code, _, err = run_cli(capsys, command, str(tmp_path / "run" / "data"))
+    one_line_error(code, err, f"{tmp_path / 'run' / 'data'}: the data of the run {tmp_path / 'run'}; give the run "
+                   "itself")
 
 
 def test_output_folder_rules(tmp_path: Path) -> None:

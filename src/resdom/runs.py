@@ -301,6 +301,11 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
         raise not_a_run_dir(run_dir)
     ckpt = files.model
     if not ckpt.exists():
+        if SplitData.exists(run_dir) and (run_dir.parent / ckpt.name).is_file():
+            raise ResdomError(f"{run_dir}: the data of the run {run_dir.parent}; give the run itself")
+        if SplitData.exists(run_dir) and not files.config.exists():  # `data split`'s folder
+            raise ResdomError(f"{run_dir}: a prepared split (resdom data split), not a run: train a model on it "
+                              f"first (resdom train {run_dir} --out RUN), then give RUN")
         raise ResdomError(f"{run_dir}: no {ckpt.name} (has training finished at least one epoch?)")
     split = SplitData.load(files.data)
     if split.n_items != read_sidecar(ckpt)["model"].get("n_items"):
