@@ -1,12 +1,17 @@
-"""dataset_stats (spec §1) on hand-computed cases."""
+"""dataset_stats (spec §1) on hand-computed cases; ``resdom data stats`` of a file and of a split folder."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from cli_helpers import one_line_error, run_cli
 
+from resdom.data.prepare import prepare_split
 from resdom.data.sequences import Sequences
 from resdom.data.stats import dataset_stats, format_stats
+from resdom.errors import ResdomError
 
 
 def test_stats_by_hand() -> None:
@@ -27,3 +32,31 @@ def test_stats_without_times_and_empty_sequences() -> None:
     assert (s["users"], s["items"], s["interactions"], s["min_length"]) == (2, 2, 4, 1)
     assert s["span_days"] is None and s["density"] == 1.0
     assert "-" in format_stats(s)[-1]
+
+
+def test_data_stats_of_a_split_folder_are_those_of_the_data_it_was_made_from(tmp_path, capsys) -> None:
+    """`train` and `data split` take a split folder; `data stats` said "cannot tell which files to read (found
+    arrays.npz, manifest.json)"."""
+    rows = [f"u{u},i{(u * 7 + j) % 9},{10 * u + j}" for u in range(12) for j in range(2 + u % 4)]
+    (tmp_path / "f.csv").write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    code, direct, err = run_cli(capsys, "data", "stats", str(tmp_path / "f.csv"))
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "data", "split", str(tmp_path / "f.csv"), "--protocol", "loo", "--out",
+                           str(tmp_path / "split"))
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "data", "stats", str(tmp_path / "split"))
+    assert code == 0, err
+    assert out.splitlines()[1:] == direct.splitlines()[1:] and "users                     12" in out
+    code, out, err = run_cli(capsys, "data", "stats", str(tmp_path / "split"), "--json")
+    assert code == 0 and json.loads(out)["interactions"] == len(rows), err
+    code, _, err = run_cli(capsys, "data", "stats", str(tmp_path / "split"), "--k-core", "2")
+    one_line_error(code, err, "--k-core: does not apply to", "a split saved by `resdom data split`")
+    manifest = tmp_path / "split" / "manifest.json"
+    edited = json.loads(manifest.read_text())
+    del edited["dataset"]["users"]
+    manifest.write_text(json.dumps(edited))
+    code, _, err = run_cli(capsys, "data", "stats", str(tmp_path / "split"))
+    one_line_error(code, err, "its manifest.json is not what `resdom data split` writes (no field 'users')")
+    with pytest.raises(ResdomError, match=r"split: a prepared split \(resdom data split\), not data to read: load it "
+                       r"as it is \(resdom.load_split"):
+        prepare_split(str(tmp_path / "split"))

@@ -27,15 +27,21 @@ def stats_cmd(
     data: DataOptions = DataOptions(),
 ) -> None:
     """Users, items, interactions, average / max length, density and span in days, after preprocessing."""
-    _, manifest = data.load_prepared(source)
-    if as_json:
-        out = {**manifest["dataset"], "source": manifest["source"], "preprocessing": manifest["preprocessing"]}
-        typer.echo(json.dumps(out, indent=2, sort_keys=True))
-        return
-    typer.echo(f"{source} ({manifest['source'].get('format', manifest['source']['kind'])})")
-    for line in format_stats(manifest["dataset"]):
-        typer.echo(f"  {line}")
-    typer.echo(f"  {_preprocessing_line(manifest['preprocessing']['steps'])}")
+    _, manifest = data.load_prepared(source)  # a split folder: its manifest, which holds the same statistics
+    try:
+        if as_json:
+            out = {**manifest["dataset"], "source": manifest["source"], "preprocessing": manifest["preprocessing"]}
+            text = json.dumps(out, indent=2, sort_keys=True)
+        else:
+            lines = [f"{source} ({manifest['source'].get('format', manifest['source']['kind'])})",
+                     *(f"  {line}" for line in format_stats(manifest["dataset"])),
+                     f"  {_preprocessing_line(manifest['preprocessing']['steps'])}"]
+            text = "\n".join(lines)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a hand-edited manifest.json of a split folder
+        detail = f"no field {e}" if isinstance(e, KeyError) else str(e)[:200] or type(e).__name__
+        raise ResdomError(f"{source}: its manifest.json is not what `resdom data split` writes ({detail}); run "
+                          "`resdom data split` again") from None
+    typer.echo(text)
 
 
 def _preprocessing_line(steps: list[dict[str, Any]]) -> str:

@@ -179,7 +179,16 @@ class DataOptions:
 
     def load_prepared(self, source: str) -> tuple[Any, dict[str, Any]]:
         """``prepare.load_prepared`` of ``source`` with these options (for ``data stats``); prints what preparing
-        changed (``print_changes``)."""
+        changed (``print_changes``). A folder written by ``resdom data split``: (None, its manifest), which holds the
+        same statistics of the data it was made from (no option may change them)."""
+        if is_split_dir(source):
+            manifest = split_manifest(source)
+            self._check_saved_split(source, manifest)
+            if not all(isinstance(manifest.get(k), dict) for k in ("dataset", "source", "preprocessing")):
+                raise ResdomError(f"{Path(source) / SplitData.MANIFEST}: holds no statistics of its data (a split "
+                                  "saved by an older resdom); give the data it was made from, or split it again")
+            print_changes(manifest, Path(source) / SplitData.MANIFEST)
+            return None, manifest
         prepared, manifest = load_prepared(source, self.data_dir, self.fmt, **self.preprocess_options())
         print_changes(manifest)
         return prepared, manifest

@@ -115,6 +115,9 @@ def _files_in_folder(folder: Path) -> list[Path]:
         return [items[0], times[0]]
     if len(files) == 1:
         return files
+    if {"arrays.npz", "manifest.json"} <= {p.name for p in files}:  # SplitData's two files: split already
+        raise ResdomError(f"{folder}: a prepared split (resdom data split), not data to read: load it as it is "
+                          f"(resdom.load_split, or `resdom train {folder}`)")
     names = ", ".join(p.name for p in files[:8]) + (f" and {len(files) - 8:,} more" if len(files) > 8 else "")
     names = names or "nothing"
     raise ResdomError(
