@@ -57,6 +57,14 @@ def test_data_stats_of_a_split_folder_are_those_of_the_data_it_was_made_from(tmp
     manifest.write_text(json.dumps(edited))
     code, _, err = run_cli(capsys, "data", "stats", str(tmp_path / "split"))
     one_line_error(code, err, "its manifest.json is not what `resdom data split` writes (no field 'users')")
+    (tmp_path / "run" / "data").mkdir(parents=True)  # a run's data/ is such a split: the run is named as one
+    for name in ("arrays.npz", "manifest.json"):
+        (tmp_path / "run" / "data" / name).write_bytes((tmp_path / "split" / name).read_bytes())
+    code, _, err = run_cli(capsys, "data", "stats", str(tmp_path / "run"))
+    one_line_error(code, err, f"{tmp_path / 'run'}: a run (resdom train), not data to read: its split is "
+                   f"{tmp_path / 'run' / 'data'}")
+    code, out, err = run_cli(capsys, "data", "stats", str(tmp_path / "run" / "data"), "--json")
+    assert code == 0 and json.loads(out)["interactions"] == len(rows), err
     with pytest.raises(ResdomError, match=r"split: a prepared split \(resdom data split\), not data to read: load it "
                        r"as it is \(resdom.load_split"):
         prepare_split(str(tmp_path / "split"))

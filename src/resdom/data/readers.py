@@ -118,6 +118,8 @@ def _files_in_folder(folder: Path) -> list[Path]:
     if {"arrays.npz", "manifest.json"} <= {p.name for p in files}:  # SplitData's two files: split already
         raise ResdomError(f"{folder}: a prepared split (resdom data split), not data to read: load it as it is "
                           f"(resdom.load_split, or `resdom train {folder}`)")
+    if (folder / "data" / "arrays.npz").is_file() and (folder / "data" / "manifest.json").is_file():
+        raise ResdomError(f"{folder}: a run (resdom train), not data to read: its split is {folder / 'data'}")
     names = ", ".join(p.name for p in files[:8]) + (f" and {len(files) - 8:,} more" if len(files) > 8 else "")
     names = names or "nothing"
     raise ResdomError(
