@@ -199,3 +199,28 @@ def test_cli_evaluate_beyond_and_per_user(fitted, tmp_path, capsys) -> None:
     (tmp_path / "data.csv").write_text("a,b\n")
     code = invoke("evaluate", str(run), "--per-user", str(tmp_path / "data.csv"), "--device", "cpu")
     assert code == 2 and "--per-user" in capsys.readouterr().err
+
+
+def test_no_user_with_a_list_gives_no_popularity_not_zero(tmp_path, capsys) -> None:
+    """One item, in every input: no user has a list, and AvgPop@K / Novelty@K were printed 0.0000 (novelty 0: the
+    most popular item recommended to all), a mean over no user; now NaN, '-' in the text, null in --json."""
+    empty = np.zeros((3, 2), dtype=np.int64)
+    counts, n_seq = popularity(np.array([1, 1, 1]), np.array([0, 1, 2, 3]), 1)
+    values = per_user(empty, np.array([1, 1, 1]), np.zeros((2, 0), dtype=np.int64), counts, n_seq, 2)
+    got = summary(empty, values, 1, (2,))
+    assert math.isnan(got["AvgPop@2"]) and math.isnan(got["Novelty@2"])
+    assert got["Coverage@2"] == 0.0 and got["Echo@2"] == 0.0 and got["EchoNN@2"] == 0.0
+    df = pd.DataFrame({"user_id": np.repeat(["a", "b", "c"], 4), "item_id": "x", "timestamp": range(12)})
+    fitted = resdom.fit(prepare_split(df, "loo"), "sasrec", epochs=1, hidden=8, layers=1, max_len=MAX_LEN,
+                        device="cpu", progress=False)
+    run = fitted.save(tmp_path / "run")
+    capsys.readouterr()
+    assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--device", "cpu") == 0
+    printed = capsys.readouterr()
+    assert "  AvgPop@1 -\n  Novelty@1 -\n  Echo@1   0.0000\n" in printed.out
+    assert "note: '-': no user has an item left to recommend" in printed.err
+    assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--json", "--device", "cpu") == 0
+    import json
+
+    metrics = json.loads(capsys.readouterr().out)["metrics"]  # strict JSON: null, not NaN
+    assert metrics["AvgPop@1"] is None and metrics["Novelty@1"] is None and metrics["Coverage@1"] == 0.0

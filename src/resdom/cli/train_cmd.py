@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -494,13 +495,18 @@ def evaluate(
         assert result.users is not None  # resdom.evaluate fills it
         atomic_write_bytes(per_user, result.users.to_csv(index=False, lineterminator="\n").encode("utf-8"))
         typer.echo(f"{per_user}: {len(result.users):,} users", err=True)
-    if as_json:
-        typer.echo(json.dumps({"split": split, "filtered": filtered, **result.to_dict()}, indent=2))
+    if as_json:  # a mean over no user (AvgPop@K, Novelty@K when no user has a list: NaN) is null, never NaN
+        shown = {**result.to_dict(), "metrics": {k: None if math.isnan(v) else v for k, v in result.metrics.items()}}
+        typer.echo(json.dumps({"split": split, "filtered": filtered, **shown}, indent=2))
         return
     typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'})")
     accuracy = sorted((m for m in result.metrics if metric_key(m)[0] == 0), key=metric_key)
     for name in [*accuracy, *(m for m in result.metrics if m not in accuracy)]:  # beyond: in evaluation's order
-        typer.echo(f"  {name:8s} {result.metrics[name]:.4f}")
+        value = result.metrics[name]
+        typer.echo(f"  {name:8s} {'-' if math.isnan(value) else f'{value:.4f}'}")
+    if any(math.isnan(v) for v in result.metrics.values()):
+        typer.echo("note: '-': no user has an item left to recommend (every item is in each input), so AvgPop "
+                   "and Novelty are means over no user", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,8 @@ last column, padding and, when filtering, every input item at -inf; equal scores
   items by cosine over the model's output item embeddings (the item itself excluded, ``cosine_neighbours``).
 
 A list shorter than K (fewer recommendable items) averages over the items it has; an empty list adds nothing
-to the means of AvgPop and Novelty (they are over users with a list) and counts as no echo.
+to the means of AvgPop and Novelty (they are over users with a list; NaN where no user has one: a popularity of
+nothing is no number) and counts as no echo.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def per_user(lists: np.ndarray, last: np.ndarray, neighbours: np.ndarray, counts
 
 def summary(lists: np.ndarray, values: dict[str, np.ndarray], n_items: int, ks: tuple[int, ...]) -> dict[str, float]:
     """The set's beyond-accuracy metrics from the top lists and ``per_user``'s values, in the order Coverage@K,
-    AvgPop@K, Novelty@K, Echo@K, EchoNN@K (K in increasing order within each)."""
+    AvgPop@K, Novelty@K, Echo@K, EchoNN@K (K in increasing order within each); AvgPop@K and Novelty@K are NaN
+    where no user has a list (module docstring)."""
     out: dict[str, float] = {}
     ks = tuple(sorted(ks))
     for k in ks:
@@ -126,7 +128,7 @@ def summary(lists: np.ndarray, values: dict[str, np.ndarray], n_items: int, ks: 
         for k in ks:
             v = values[f"{name}@{k}"]
             v = v[~np.isnan(v)]
-            out[f"{name}@{k}"] = float(v.mean()) if len(v) else 0.0
+            out[f"{name}@{k}"] = float(v.mean()) if len(v) else math.nan  # no user has a list: no mean
     return out
 
 
