@@ -4,6 +4,7 @@ the last item and of its nearest neighbours) and the per-user table: a hand-comp
 
 from __future__ import annotations
 
+import json
 import math
 import tracemalloc
 
@@ -181,8 +182,6 @@ def test_per_user_frame_averages_to_the_metrics(fitted) -> None:
 
 
 def test_cli_evaluate_beyond_and_per_user(fitted, tmp_path, capsys) -> None:
-    import json
-
     run = fitted.save(tmp_path / "run")
     per_user = tmp_path / "users.csv"
     assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1,5", "--neighbours", "3", "--json", "--per-user",
@@ -220,7 +219,5 @@ def test_no_user_with_a_list_gives_no_popularity_not_zero(tmp_path, capsys) -> N
     assert "  AvgPop@1 -\n  Novelty@1 -\n  Echo@1   0.0000\n" in printed.out
     assert "note: '-': no user has an item left to recommend" in printed.err
     assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--json", "--device", "cpu") == 0
-    import json
-
     metrics = json.loads(capsys.readouterr().out)["metrics"]  # strict JSON: null, not NaN
     assert metrics["AvgPop@1"] is None and metrics["Novelty@1"] is None and metrics["Coverage@1"] == 0.0
