@@ -56,10 +56,10 @@ results["sasrec"].users.head()
 # %% [markdown]
 # ## Fit on everything, recommend
 #
-# `protocol="none"` holds nothing out: the model trains on all of it (each customer's last `max_len` + 1 products,
-# as every split trains) for its epochs and keeps the last (`holdout_users=N` would keep a small slice for early
-# stopping). Recommendations come back in RecTools' columns
-# (`user_id, item_id, score, rank`) and your own ids, seen products filtered.
+# `protocol="none"` holds nothing out: the model trains on all of it (a sample reads each customer's last `max_len`
+# + 1 products, as under any split) for its epochs and keeps the last (`holdout_users=N` would keep a small slice
+# for early stopping). Recommendations come back in RecTools' columns (`user_id, item_id, score, rank`) and your
+# own ids, seen products filtered.
 
 # %%
 everything = resdom.prepare_split(df, user_col="customer", item_col="product", time_col="ts", protocol="none")
