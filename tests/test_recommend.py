@@ -453,6 +453,23 @@ def test_similar_items_of_a_model_with_a_nan_embedding_is_an_error(split) -> Non
         recommend(broken, split, k=2)
 
 
+def test_a_list_where_an_id_goes_is_named_not_left_out_or_a_traceback(split, model) -> None:
+    """A session holding a list (sessions nested once too often) was a TypeError, unhashable, from the note; a list
+    among users, whitelist, exclusions or similar items' ids was 'not in the data', left out with a note."""
+    label = split.item_labels[1]
+    user = split.user_labels[0]
+    for call, where in ((lambda: recommend(model, split, sequences={"s": [[label]]}), "sequences: session 's'"),
+                        (lambda: recommend(model, split, sequences=[[label, {"a": 1}]]), "sequences: session 0"),
+                        (lambda: recommend(model, split, [user], items=[label, [label]]), "items"),
+                        (lambda: recommend(model, split, [user], exclude=[(label,)]), "exclude"),
+                        (lambda: recommend(model, split, [[user]]), "users"),
+                        (lambda: similar_items(model, split, [label, {label}]), "items")):
+        with pytest.raises(ResdomError, match=f"^{where}: .* is not an id \\(ids are strings or integers, matched as "
+                           "text\\)$"):
+            call()
+    assert len(recommend(model, split, sequences={"s": [label, "ghost"]}, k=1)) == 1  # an unknown id: left out
+
+
 def test_sessions_match_their_ids_against_one_lookup(split, model, monkeypatch) -> None:
     """The lookup of external item ids was built again for every session: 2,000 sessions over 20,000 items took
     2.8 s (a catalogue's worth of work each), 100,000 sessions minutes. It is built once a call."""

@@ -41,7 +41,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.beyond import cosine_scores
 from resdom.evaluation.ranking import full_scores, user_chunk_size
-from resdom.limits import quote
+from resdom.limits import quote, short
 from resdom.models.interface import final_states, residual_scale
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def item_index(split: SplitData, items: Iterable[Any] | str | int, where: str) -> tuple[np.ndarray, list[Any]]:
     """(int64 item ids 1..n_items of the external ids in ``items`` that the split knows, in the order given,
     duplicates kept; the ids it does not know, as given). Ids are matched as text, exactly (``user_index``)."""
-    return _match_items(item_lookup(split, where), items)
+    return _match_items(item_lookup(split, where), items, where)
 
 
 def item_lookup(split: SplitData, where: str) -> dict[str, int]:
@@ -129,12 +129,21 @@ def item_lookup(split: SplitData, where: str) -> dict[str, int]:
     return {text: i + 1 for i, text in enumerate(label_texts(labels[1:]))}
 
 
-def _match_items(index: dict[str, int], items: Iterable[Any] | str | int) -> tuple[np.ndarray, list[Any]]:
-    """``item_index``'s answer from a built ``item_lookup``."""
-    given = _as_list(items)
+def _match_items(index: dict[str, int], items: Iterable[Any] | str | int, where: str) -> tuple[np.ndarray, list[Any]]:
+    """``item_index``'s answer from a built ``item_lookup``; ``where`` names the ids in an error."""
+    given = _ids(_as_list(items), where)
     known = [index[str(x)] for x in given if str(x) in index]
     unknown = [x for x in given if str(x) not in index]
     return np.asarray(known, dtype=np.int64), unknown
+
+
+def _ids(values: list[Any], where: str) -> list[Any]:
+    """``values`` as they are; a container among them (a list, a dict, ...: a nesting mistake, such as sessions given
+    as ``items``) is a ResdomError naming it, not an id left out (nor a TypeError, unhashable, in the note)."""
+    for x in values:
+        if isinstance(x, (list, tuple, set, frozenset, dict, np.ndarray)):
+            raise ResdomError(f"{where}: {short(x)} is not an id (ids are strings or integers, matched as text)")
+    return values
 
 
 def _as_list(values: Iterable[Any] | str | int) -> list[Any]:
@@ -175,7 +184,7 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
     rows, unknown, empty = [], [], []
     index = item_lookup(split, "sequences")  # once: built per session, it cost a catalogue's worth each
     for sid, seq in zip(ids, lists):
-        known, missing = _match_items(index, list(seq))
+        known, missing = _match_items(index, list(seq), f"sequences: session {quote(sid)}")
         unknown += missing
         rows.append(known.tolist())
         if not len(known):
@@ -278,7 +287,7 @@ def recommend(
                               "recommends for every user")
         ids = None
         if users is not None:
-            given = _as_list(users)
+            given = _ids(_as_list(users), "users")
             if not given:
                 raise ResdomError("users: no user ids given (None: every user)")
             first: dict[str, Any] = {}  # text -> the id as given, at its first place (ids matched as text)
