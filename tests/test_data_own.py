@@ -193,6 +193,22 @@ def test_api_time_col_none_or_no_time_means_row_order(tmp_path: Path) -> None:
         assert split.item_labels[split.test.targets].tolist() == ["c"], options
         assert split.manifest["changes"]["time"]["kind"] == "ignored"
         assert any("ignored (no_time)" in n for n in split.manifest["changes"]["notes"])
+    # no_time with a named time column: the column was read as the user's timestamps by nothing, without a word
+    with pytest.raises(ResdomError, match=r"^no_time, time_col='timestamp': the one reads the data without "
+                                          r"timestamps, the other names its timestamp column; give one of them$"):
+        prepare_split(df, no_time=True, time_col="timestamp")
+    assert prepare_split(df, "loo", no_time=False, time_col="timestamp").item_labels[with_time.test.targets[0]] == "b"
+
+
+def test_cli_no_time_with_a_time_column_is_one_error(tmp_path: Path, capsys) -> None:
+    p = write(tmp_path / "x.csv", "user_id,item_id,ts\nu,b,3\nu,a,2\nu,c,1\n")
+    for args in (["data", "stats", str(p)], ["data", "split", str(p), "--out", str(tmp_path / "s")],
+                 ["train", str(p), "--out", str(tmp_path / "run")]):
+        code = invoke(*args, "--no-time", "--time-col", "ts")
+        err = capsys.readouterr().err
+        assert code == 2 and err == ("error: --no-time, --time-col ts: the one reads the data without timestamps, the "
+                                     "other names its timestamp column; give one of them\n"), err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "run").exists()
 
 
 # ----------------------------------------------------------------------------------------- filtering, counted

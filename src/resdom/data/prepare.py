@@ -111,6 +111,9 @@ def _check_options(options: dict[str, Any], allowed: tuple[str, ...]) -> None:
     for flag in ("no_time", "normalize_ids"):  # no_time="no" read the data without its timestamps
         if flag in options:
             optional_bool(options[flag], flag)
+    if options.get("no_time") and options.get("time_col") is not None:  # the one read, the other ignored unsaid
+        raise ResdomError(f"{arg('no_time')}, {arg('time_col', options['time_col'])}: the one reads the data without "
+                          "timestamps, the other names its timestamp column; give one of them")
 
 
 def format_name(fmt: str | None, option: str = "fmt") -> str | None:
