@@ -537,3 +537,24 @@ def test_a_missing_value_in_a_string_column_is_named_not_a_traceback(column: str
     df.loc[2, column] = pd.NA  # pd.NA in the column's values compares as NA, not as False
     with pytest.raises(ResdomError, match=rf"missing value in column '{column}'"):
         read_frame(df)
+
+
+@pytest.mark.parametrize("fmt, name, text", [
+    ("user-lines", "u.txt", "u1 a b c\nu2 b c\n"),
+    ("interactions", "i.txt", "u1 a 3\nu1 b 1\nu2 a 2\n"),
+    ("movielens", "ratings.dat", "1::10::5::978300760\n1::11::3::978300761\n"),
+])
+def test_column_options_on_a_format_without_named_columns_are_refused(tmp_path: Path, capsys, fmt, name,
+                                                                       text) -> None:
+    """--time-col / --user-col / --item-col on a file read by position were ignored without a word (a user-lines
+    file with --time-col t still had no timestamps, and nothing said the option went unused)."""
+    path = write(tmp_path / name, text)
+    with pytest.raises(ResdomError, match=rf"^{re.escape(str(path))}: format '{fmt}' has no named columns \(.*\), "
+                                          r"so time_col='t' cannot apply \(a table with a header line: fmt='csv' or "
+                                          r"tsv\)$"):
+        read_interactions([path], fmt, time_col="t")
+    assert invoke("data", "stats", str(path), "--format", fmt, "--user-col", "u", "--item-col", "i") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"format '{fmt}' has no named columns" in err, err
+    assert "so --user-col u, --item-col i cannot apply (a table with a header line: --format csv or tsv)" in err
+    assert len(read_interactions([path], fmt)) > 0  # without them: read as before

@@ -158,3 +158,13 @@ def test_demo_preset() -> None:
         parse_synthetic_source("synthetic:n_users=5,demo")  # a preset comes first
     with pytest.raises(ResdomError, match="near_radius"):
         parse_synthetic_source("synthetic:demo,n_items=4")
+
+
+def test_reader_options_on_generated_data_are_refused() -> None:
+    """--format csv or --user-col x on synthetic data were ignored without a word."""
+    with pytest.raises(ResdomError, match=r"^synthetic:n_users=30: generated data, read from no file, so fmt='csv', "
+                                          r"user_col='x' cannot apply$"):
+        load_interactions("synthetic:n_users=30", fmt="csv", user_col="x")
+    with pytest.raises(ResdomError, match=r"so time_col='t' cannot apply$"):
+        load_interactions("synthetic", time_col="t")
+    assert len(load_interactions("synthetic:n_users=30", normalize_ids=True)) == 30

@@ -145,6 +145,10 @@ def read_source(
         return raw, record, {}
     source = source_name(source)
     if source == "synthetic" or source.startswith("synthetic:"):
+        given = [arg(k, v) for k, v in (("fmt", fmt), *((k, reader_options.get(k)) for k in (
+            "user_col", "item_col", "time_col"))) if v is not None]
+        if given:  # generated, not read: the option would be ignored without a word
+            raise ResdomError(f"{source}: generated data, read from no file, so {', '.join(given)} cannot apply")
         cfg = parse_synthetic_source(source)
         seqs = generate(cfg)
         raw = RawInteractions(np.repeat(seqs.users, seqs.lengths), seqs.items, seqs.times, "synthetic", [],

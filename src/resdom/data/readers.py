@@ -128,6 +128,11 @@ def _files_in_folder(folder: Path) -> list[Path]:
     )
 
 
+UNNAMED_COLUMNS = {  # formats read by position: a column option has nothing to name
+    "user-lines": "one user a line: user item item ...", "paired": "an item file and a time file, one user a line",
+    "interactions": "user item [timestamp], by position", "movielens": "user::item::rating::timestamp"}
+
+
 def read_interactions(
     paths: list[Path],
     fmt: str | None = None,
@@ -146,6 +151,12 @@ def read_interactions(
     for path in paths:
         refuse_special(path)  # /dev/zero as a CSV would be read for ever
     fmt = detect_format(paths) if fmt is None else _check_format(fmt)
+    named = [arg(name, value) for name, value in (("user_col", user_col), ("item_col", item_col),
+                                                  ("time_col", time_col)) if value is not None]
+    if named and fmt in UNNAMED_COLUMNS:  # the option would be ignored without a word: the file has no header
+        raise ResdomError(f"{_names(paths)}: format {fmt!r} has no named columns ({UNNAMED_COLUMNS[fmt]}), so "
+                          f"{', '.join(named)} cannot apply (a table with a header line: {arg('fmt', 'csv')} or "
+                          "tsv)")
     if fmt == "paired":
         if len(paths) != 2:
             raise ResdomError(f"format 'paired' needs two files (items,times), got {len(paths)}: {_names(paths)}")
