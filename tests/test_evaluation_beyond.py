@@ -217,6 +217,11 @@ def test_no_user_with_a_list_gives_no_popularity_not_zero(tmp_path, capsys) -> N
     assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--device", "cpu") == 0
     printed = capsys.readouterr()
     assert "  AvgPop@1 -\n  Novelty@1 -\n  Echo@1   0.0000\n" in printed.out
+    # HR@K can never reach 1 there, and the header says why: every target is in its own input
+    assert printed.out.splitlines()[0] == (f"{run} test (3 users, seen items filtered: 3 target(s) in their own "
+                                           "input, a miss at every K)")
+    assert invoke("evaluate", str(run), "--cutoffs", "1", "--no-filter-seen", "--device", "cpu") == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{run} test (3 users, seen items kept)"
     assert "note: '-': no user has an item left to recommend" in printed.err
     assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--json", "--device", "cpu") == 0
     metrics = json.loads(capsys.readouterr().out)["metrics"]  # strict JSON: null, not NaN

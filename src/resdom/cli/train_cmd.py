@@ -499,7 +499,10 @@ def evaluate(
         shown = {**result.to_dict(), "metrics": {k: None if math.isnan(v) else v for k, v in result.metrics.items()}}
         typer.echo(json.dumps({"split": split, "filtered": filtered, **shown}, indent=2))
         return
-    typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'})")
+    assert result.users is not None  # resdom.evaluate fills it
+    unranked = int(result.users["rank"].isna().sum())  # filtered out: a target in its own input
+    why = f": {unranked:,} target(s) in their own input, a miss at every K" if unranked else ""
+    typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'}{why})")
     accuracy = sorted((m for m in result.metrics if metric_key(m)[0] == 0), key=metric_key)
     for name in [*accuracy, *(m for m in result.metrics if m not in accuracy)]:  # beyond: in evaluation's order
         value = result.metrics[name]
