@@ -174,3 +174,21 @@ def test_a_k_core_that_removes_everything_names_itself_in_the_callers_words(tmp_
     code, _, err = run_cli(capsys, "data", "stats", str(tmp_path / "f.csv"), "--k-core", "3", "--remove-repeats")
     one_line_error(code, err, "(--k-core 3: no set of users and items has 3 interactions each, repeats removed, so")
     assert "sort_by_time" not in err
+
+
+def test_repeats_at_the_very_time_of_an_earlier_row_are_counted() -> None:
+    """The same (user, item, time) twice (an event logged twice) was counted among the repeats only: nothing said
+    that a repeat was no later visit. With seen items filtered such a target is a miss by construction."""
+    from resdom.data.changes import change_lines
+
+    # user 0: a@1, b@2, a@1 again (a duplicate), a@3 (a later visit); user 1: c@5 twice
+    p = preprocess(raw([0, 0, 0, 0, 1, 1], [1, 2, 1, 1, 3, 3], [1, 2, 1, 3, 5, 5]), PreprocessConfig())
+    assert p.changes["repeats"] == {"repeat_rows": 3, "consecutive": 2, "removed": 0, "same_time": 2}
+    line = next(x for x in change_lines({"changes": {"read": {"users": 2, "items": 3, "interactions": 6},
+                                                     **p.changes}}) if x.startswith("repeats:"))
+    assert line == ("repeats: 3 rows repeat an earlier (user, item) pair, 2 of them right after the same item, 2 at "
+                    "the very time of an earlier one (an event logged twice?); all kept")
+    later = preprocess(raw([0, 0, 0], [1, 2, 1], [1, 2, 3]), PreprocessConfig())
+    assert "same_time" not in later.changes["repeats"]  # only where there are any: earlier manifests unchanged
+    untimed = preprocess(raw([0, 0], [1, 1]), PreprocessConfig())
+    assert "same_time" not in untimed.changes["repeats"]

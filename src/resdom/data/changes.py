@@ -8,7 +8,8 @@ every command that prepares data prints (``change_lines``): nothing about the da
     time:     {"kind": "timestamps" | "no_time" | "ignored" | "format_order", "fractional": bool,
                "equal_time_neighbours": n, "rule": the tie rule}
     repeats:  {"repeat_rows": rows repeating an earlier (user, item) pair, "consecutive": of them right after the
-               same item, "removed": how many were removed (--remove-repeats; 0: all kept)}
+               same item, "removed": how many were removed (--remove-repeats; 0: all kept), "same_time": of them at
+               the very time of an earlier one (only where there are any)}
     sample_users: {"n", "seed", "users", "items", "interactions"} left out by a user sample (only when sampling)
     k_core:   {"k", "users", "items", "interactions"} removed, or None (off)
     removed:  {"users", "items", "interactions"} removed by preprocessing in all
@@ -143,8 +144,10 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     fate = (f"{rep.get('removed', 0):,} consecutive removed ({arg('remove_repeats', True)})" if rep.get("removed")
             else "all kept")
     repeats = rep.get("repeat_rows", 0)
+    same = rep.get("same_time")
+    twice = f", {same:,} at the very time of an earlier one (an event logged twice?)" if same else ""
     lines.append(f"repeats: {_n(repeats, 'row')} {_verb(repeats, 'repeat')} an earlier (user, item) pair, "
-                 f"{rep.get('consecutive', 0):,} of them right after the same item; {fate}")
+                 f"{rep.get('consecutive', 0):,} of them right after the same item{twice}; {fate}")
     sample = c.get("sample_users")
     if sample:
         lines.append(f"user sample: {sample['n']:,} users drawn (seed {sample['seed']}); left out "

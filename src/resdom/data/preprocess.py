@@ -243,7 +243,7 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
         steps.append({"step": "k_core", "k": cfg.k_core, "removed_interactions": removed_kcore, "passes": rounds})
     else:
         steps.append({"step": "k_core", "applied": False})
-    changes = _changes(cfg, ucode, icode, keep, removed_repeats, removed_kcore)
+    changes = _changes(cfg, ucode, icode, keep, removed_repeats, removed_kcore, times)
     if sampled is not None:  # users left out by the sample (step 0), before everything else
         changes["sample_users"] = sampled
         changes["removed"] = {k: changes["removed"][k] + sampled[k] for k in ("users", "items", "interactions")}
@@ -271,14 +271,22 @@ def preprocess(raw: RawInteractions, cfg: PreprocessConfig | None = None) -> Pre
 
 
 def _changes(cfg: PreprocessConfig, ucode: np.ndarray, icode: np.ndarray, keep: np.ndarray,
-             removed_repeats: int, removed_kcore: int) -> dict[str, Any]:
+             removed_repeats: int, removed_kcore: int, times: np.ndarray | None = None) -> dict[str, Any]:
     """What preprocessing removed (``Prepared.changes``): rows ordered, grouped by user; ``keep`` the rows kept.
-    Only the k-core removes users and items (repeat removal keeps the first of each run)."""
-    pair = np.sort(ucode.astype(np.int64) * (int(icode.max(initial=0)) + 1) + icode)
-    repeat_rows = int((pair[1:] == pair[:-1]).sum())  # rows whose (user, item) pair came earlier
+    Only the k-core removes users and items (repeat removal keeps the first of each run). ``times``: the rows'
+    timestamps, to count the repeats of an earlier (user, item, time) row (``same_time``, only where there are any:
+    a logged event twice?)."""
+    pair = ucode.astype(np.int64) * (int(icode.max(initial=0)) + 1) + icode
+    ordered = np.sort(pair)
+    repeat_rows = int((ordered[1:] == ordered[:-1]).sum())  # rows whose (user, item) pair came earlier
     consecutive = int((~consecutive_repeat_mask(ucode, icode)).sum())
     out: dict[str, Any] = {"repeats": {"repeat_rows": repeat_rows, "consecutive": consecutive,
                                        "removed": removed_repeats if cfg.remove_repeats else 0}}
+    if times is not None and repeat_rows:
+        by = np.lexsort((times, pair))
+        same = int(((pair[by][1:] == pair[by][:-1]) & (times[by][1:] == times[by][:-1])).sum())
+        if same:
+            out["repeats"]["same_time"] = same
     removed = {"users": _distinct(ucode) - _distinct(ucode[keep]), "items": _distinct(icode) - _distinct(icode[keep]),
                "interactions": removed_kcore}
     out["k_core"] = {"k": cfg.k_core, **removed} if cfg.k_core else None
