@@ -733,6 +733,18 @@ def test_cli_sessions_whitelist_similar_and_short_k(run_dir, split, model, tmp_p
     assert printed.out.splitlines()[0] == "target_item_id,item_id,score,rank" and len(printed.out.splitlines()) == 5
     assert "note: --items: 1 item id(s) not in the data, left out: 'ghost'" in printed.err
     code = invoke("similar", str(run_dir), "--items", "ghost", "--device", "cpu")
-    assert code == 2 and "--items: none of the 1 item id(s) is in the data" in capsys.readouterr().err
+    assert code == 2 and "--items ghost: no such file, nor an item id of the data" in capsys.readouterr().err
+    # one name that is neither a file nor an item: a mistyped file name, as for --users; --exclude excluded nothing
+    # with a note (its recommendations written as if the exclusions applied), --items said "none ... in the data"
+    for option in ("--items", "--exclude"):
+        code = invoke("recommend", str(run_dir), "--users", "cust-003", option, str(tmp_path / "exclud.txt"),
+                      "--out", str(tmp_path / "x.csv"), "--device", "cpu")
+        err = capsys.readouterr().err
+        assert code == 2 and err == (f"error: {option} {tmp_path / 'exclud.txt'}: no such file, nor an item id of the "
+                                     "data (give a file of item ids, the ids themselves, comma-separated)\n"), err
+        assert not (tmp_path / "x.csv").exists()
+    assert invoke("recommend", str(run_dir), "--users", "cust-003", "--exclude", f"{split.item_labels[1]},ghost",
+                  "--device", "cpu") == 0  # several ids, one unknown: left out with a note, as before
+    assert "note: --exclude: 1 item id(s) to exclude not in the data, left out: 'ghost'" in capsys.readouterr().err
     code = invoke("recommend", str(run_dir), "--users", "cust-003", "--sequences", str(txt), "--device", "cpu")
     assert code == 2 and "give --users or --sequences, not both" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
 from resdom.limits import quote
-from resdom.recommend import COLUMNS, OLD_HEADER, SIMILAR_COLUMNS, similar_items
+from resdom.recommend import COLUMNS, OLD_HEADER, SIMILAR_COLUMNS, item_lookup, similar_items
 from resdom.recommend import recommend as top_items
 from resdom.rundir import check_output_file
 from resdom.runs import load_run
@@ -133,6 +133,16 @@ def item_ids(value: str, option: str) -> list[str]:
     if not ids:
         raise ResdomError(f"{option} {value!r}: no item ids in it")
     return ids
+
+
+def check_item_option(value: str | None, ids: list[str] | None, split: Any, option: str) -> None:
+    """One id that is neither a file on disk nor an item of the data is most likely a mistyped file name: one error
+    (as for --users), not a whitelist of nothing or exclusions left out with a note."""
+    if value is None or ids is None or len(ids) != 1 or _names_a_file(value):
+        return
+    if ids[0] not in item_lookup(split, option):
+        raise ResdomError(f"{option} {value}: no such file, nor an item id of the data (give a file of item ids, the "
+                          "ids themselves, comma-separated)")
 
 
 def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
@@ -293,6 +303,8 @@ def recommend(
     if run.training_note():
         typer.echo(run.training_note(), err=True)
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
+    check_item_option(items, whitelist, run.split, "--items")
+    check_item_option(exclude, excluded, run.split, "--exclude")
     try:
         frame = top_items(run.model, run.split, wanted, k, sequences=sessions, items=whitelist, exclude=excluded,
                           filter_seen=filtered, alpha=scale, history=history, batch_size=batch_size, device=dev)
@@ -338,6 +350,7 @@ def similar(
     run = load_run(run_dir, device=dev)
     if not lead_rank():
         return
+    check_item_option(None if items == "all" else items, wanted, run.split, "--items")
     try:
         frame = similar_items(run.model, run.split, wanted, k, device=dev)
     except ResdomError as e:
