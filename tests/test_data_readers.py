@@ -167,6 +167,30 @@ def test_a_dataframe_id_column_of_mixed_types_must_map_one_to_one_onto_text(user
         assert sorted(map(str, read_frame(df).users.tolist())) == sorted(map(str, users))
 
 
+@pytest.mark.parametrize("dtype", ["int64", "uint64", "UInt64", "uint64[pyarrow]"])
+@pytest.mark.parametrize("fmt", ["dataframe", "parquet"])
+def test_an_integer_id_column_past_18_digits_reads_as_the_same_ids_as_its_csv(dtype: str, fmt: str,
+                                                                             tmp_path: Path) -> None:
+    """An integer column was int64 whatever its values: a uint64 id past int64's range wrapped to a negative id, and
+    a 19-digit id (a snowflake id) was an integer label where its CSV keeps text (first-appearance order, not
+    increasing): other user indices, so other training numbers for the same data. Now every reader agrees."""
+    big = 2**63 + 5 if dtype != "int64" else 4_200_000_000_000_000_017
+    ids = [big, 7, big, 12, 7]
+    df = pd.DataFrame({"user_id": pd.Series(ids, dtype=dtype), "item_id": [3, 4, 5, 3, 4], "timestamp": range(5)})
+    csv = tmp_path / "x.csv"
+    df.to_csv(csv, index=False)
+    if fmt == "parquet":
+        df.to_parquet(tmp_path / "x.parquet")
+        raw = read_interactions([tmp_path / "x.parquet"])
+    else:
+        raw = read_frame(df)
+    assert raw.users.tolist() == read_interactions([csv]).users.tolist() == [str(big), "7", str(big), "12", "7"]
+    small = df.assign(user_id=pd.Series([5, 7, 5, 12, 7], dtype=dtype))
+    small.to_csv(csv, index=False)
+    assert read_frame(small).users.dtype == np.int64  # ids within 18 digits stay integers, as their CSV's
+    assert read_frame(small).users.tolist() == read_interactions([csv]).users.tolist() == [5, 7, 5, 12, 7]
+
+
 def test_a_line_with_a_user_and_no_item_is_counted_not_dropped_silently(tmp_path: Path) -> None:
     items = write(tmp_path / "items.txt", "u1 a b\nu2\nu3 c\nu4\n")
     raw = read_interactions([items], "user-lines")

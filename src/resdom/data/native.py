@@ -52,6 +52,7 @@ from resdom.data.readers import (
     damaged_parquet,
     extra_fields,
     header_fields,
+    integer_labels,
     not_text,
     parser_error,
     read_movielens,
@@ -397,10 +398,9 @@ def _snap_records(path: Path, fields: tuple[str, ...]) -> tuple[list[list[str]],
 
 
 def _table_ids(col: pd.Series) -> np.ndarray:
-    """Integer columns as int64 (exact values), anything else as the exact text."""
-    if pd.api.types.is_integer_dtype(col.dtype):
-        return col.to_numpy(dtype=np.int64)
-    return _strings(col)
+    """Integer columns as int64 (exact values) where ``integer_labels`` takes them, anything else as the exact text."""
+    ints = integer_labels(col) if pd.api.types.is_integer_dtype(col.dtype) else None
+    return ints if ints is not None else _strings(col)
 
 
 def _exact_times(col: pd.Series, where: Callable[[int], str], name: str) -> tuple[np.ndarray, int | None]:

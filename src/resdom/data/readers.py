@@ -472,6 +472,18 @@ def canonical_int_labels(texts: np.ndarray) -> np.ndarray | None:
     return np.asarray(texts, dtype=object).astype(np.int64)
 
 
+CANONICAL_INT_BOUND = 10**18  # |id| below it: an integer label (``_CANONICAL_INT``'s at most 18 digits)
+
+
+def integer_labels(col: pd.Series) -> np.ndarray | None:
+    """int64 (n,) of an integer column where every value is an integer label by ``canonical_int_labels``' rule
+    (|v| < 10**18), else None: its ids are then the text of each value, as the same ids written to a file are read
+    (a 19-digit id stays text there; a uint64 id past int64's range would have wrapped to a negative one here)."""
+    if len(col) and not (-CANONICAL_INT_BOUND < int(col.min()) and int(col.max()) < CANONICAL_INT_BOUND):
+        return None
+    return col.to_numpy(dtype=np.int64)
+
+
 def _normalized(texts: np.ndarray) -> np.ndarray:
     """``normalize_ids``: each id stripped of surrounding whitespace, integer-looking ids (``+7``, ``007``, at most 18
     digits) written canonically (``7``); int64 where all are integers then, else an object array of str."""
@@ -1036,12 +1048,15 @@ def _missing(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarr
 
 
 def _id_column(col: pd.Series, where: Callable[[int], str], name: str, normalize: bool = False) -> np.ndarray:
-    """Labels of an id column: int64 for an integer column or canonical integer texts, else the exact strings."""
+    """Labels of an id column: int64 for an integer column of labels (``integer_labels``) or canonical integer texts,
+    else the exact strings."""
     miss = np.flatnonzero(_missing(col, where, name))
     if len(miss):
         raise ResdomError(f"{where(int(miss[0]))}: missing value in column {name!r}")
     if pd.api.types.is_integer_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
-        return col.to_numpy(dtype=np.int64)
+        ints = integer_labels(col)
+        if ints is not None:
+            return ints
     return id_labels(col.astype(str).to_numpy(dtype=object), normalize)
 
 
