@@ -636,6 +636,24 @@ def test_sessions_score_like_a_user_with_that_history(split, model) -> None:
         recommend(model, split, sequences=[labels], k=2, history="TEST")  # was ignored without a word
 
 
+def test_a_series_of_sessions_keeps_its_index_as_session_ids(split, model) -> None:
+    """``df.groupby("session")["item"].apply(list)`` is a Series indexed by session id: it was read as a list, so
+    its sessions came back as 0, 1, ... (another session's id where a session id is itself 0 or 1)."""
+    import pandas as pd
+
+    history = split.history()
+    labels = [split.item_labels[j] for j in history.sequence(3).tolist()]
+    events = pd.DataFrame({"session": ["s1"] * len(labels) + [1, 1, 0], "item": labels + labels[:2] + labels[-1:]})
+    sessions = events.groupby("session", sort=False)["item"].apply(list)
+    assert sessions.index.tolist() == ["s1", 1, 0]
+    recs = recommend(model, split, sequences=sessions, k=3)
+    as_dict = recommend(model, split, sequences=dict(zip(sessions.index, sessions)), k=3)
+    assert recs["user_id"].tolist() == ["s1"] * 3 + [1] * 3 + [0] * 3
+    pd.testing.assert_frame_equal(recs, as_dict)
+    s1 = recs[recs["user_id"] == "s1"]
+    assert s1["item_id"].tolist() == recommend(model, split, sequences=[labels], k=3)["item_id"].tolist()
+
+
 def test_whitelist_and_exclusions_against_a_hand_ranking(split, model) -> None:
     history = split.history()
     pool = [split.item_labels[j] for j in range(1, 13)]

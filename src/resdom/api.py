@@ -215,6 +215,7 @@ class Fitted:
             The residual scale at inference, in [0, 1] (1: the model as trained; docs/spec.md §4).
         sequences
             Sessions to score instead of users, in external item ids, oldest first: a dict {session id: item ids}
+            or a pandas Series of item-id lists indexed by session id (``df.groupby("session")["item"].apply(list)``),
             or a list of item-id lists (ids 0, 1, ...); item ids not in the data are left out and named in
             ``frame.attrs["note"]``.
         items

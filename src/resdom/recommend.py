@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -159,11 +159,15 @@ def unknown_note(unknown: list[Any], what: str) -> str:
 
 
 def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[Any], list[str]]:
-    """``sequences`` (a dict {id: item ids} or a list of item-id lists, ids 0, 1, ... then) -> (their known items as
-    Sequences in the given order, oldest first; the id of each; notes: the item ids not in the data, left out, and
-    the sequences left with no item, which get no rows)."""
-    if isinstance(sequences, dict):
-        ids, lists = list(sequences.keys()), list(sequences.values())
+    """``sequences`` (a dict {id: item ids}, or a pandas Series of item-id lists indexed by id, such as
+    ``df.groupby("session")["item"].apply(list)``; or a list of item-id lists, ids 0, 1, ... then) -> (their known
+    items as Sequences in the given order, oldest first; the id of each; notes: the item ids not in the data, left
+    out, and the sequences left with no item, which get no rows)."""
+    import pandas as pd
+
+    if isinstance(sequences, (Mapping, pd.Series)):  # a Series read as a list lost its index: sessions 0, 1, ...
+        pairs = list(sequences.items())
+        ids, lists = [sid for sid, _ in pairs], [seq for _, seq in pairs]
     elif isinstance(sequences, (str, bytes)) or not isinstance(sequences, Iterable):
         raise ResdomError(f"sequences: expected a list of item-id lists or a dict {{id: item ids}} (got "
                           f"{type(sequences).__name__})")
@@ -245,10 +249,11 @@ def recommend(
     1..k), users in the order given (None: increasing user index; one id, e.g. "u7": that user; an id given twice
     is recommended once, at its first place, with a note in ``DataFrame.attrs["note"]``), in external ids.
 
-    ``sequences``: ad hoc sessions instead of the split's users: a dict {session id: item ids, oldest first} or a
-    list of item-id lists (session ids 0, 1, ...), in the data's external item ids; ids not in the data are left
-    out with a note (a session left with none gets no rows). ``items``: a whitelist (only these may be
-    recommended); ``exclude``: items never recommended; both in external ids, unknown ones left out with a note.
+    ``sequences``: ad hoc sessions instead of the split's users: a dict {session id: item ids, oldest first} (or a
+    pandas Series of them indexed by session id) or a list of item-id lists (session ids 0, 1, ...), in the data's
+    external item ids; ids not in the data are left out with a note (a session left with none gets no rows).
+    ``items``: a whitelist (only these may be recommended); ``exclude``: items never recommended; both in external
+    ids, unknown ones left out with a note.
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``); ``alpha``: the
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
     ``filter_seen``: items of the user's input are never recommended; None: the split's setting
