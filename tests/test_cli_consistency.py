@@ -598,3 +598,27 @@ def test_config_show_presets_of_a_dataset(capsys) -> None:
     _, beauty, _ = run_cli(capsys, "config", "show", "bsarec", "--dataset", "beauty")
     assert yaml.safe_load(beauty)["model"]["bsa_a"] == 0.7 and yaml.safe_load(beauty)["model"]["heads"] == 1
     assert yaml.safe_load(plain)["model"] != yaml.safe_load(beauty)["model"]
+
+
+@pytest.mark.parametrize("env, coloured", [({}, True), ({"NO_COLOR": "1"}, False), ({"TERM": "dumb"}, False),
+                                           ({"NO_COLOR": ""}, True)])
+def test_an_error_on_a_terminal_is_red_unless_no_color_or_a_dumb_terminal(env: dict, coloured: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``error:`` lines were red on a terminal whatever NO_COLOR (no-color.org: set and not empty) or TERM=dumb
+    said; the colour is kept on a terminal that takes it, and Click strips it in a pipe or a log as before."""
+    import os
+    import pty
+    import sys
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    main, child = pty.openpty()
+    with os.fdopen(child, "w", closefd=True) as terminal, os.fdopen(main, "rb", buffering=0) as reader:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert invoke("data", "stats", "no-such-source.csv") == 2
+        terminal.flush()
+        said = reader.read(4096)
+    assert b"error: unknown source 'no-such-source.csv'" in said
+    assert (b"\x1b[" in said) is coloured, said

@@ -142,7 +142,7 @@ def empty_argument(args: list[str]) -> str | None:
 
 def _run() -> None:
     if (message := empty_argument(sys.argv[1:])) is not None:
-        typer.secho(f"error: {message}", err=True, fg="red")
+        _error(message)
         sys.exit(2)
     try:
         # messages name options by their flags (--user-col), not their Python arguments; resdom.limits hold over
@@ -153,46 +153,54 @@ def _run() -> None:
         if isinstance(e, _NO_ARGS_IS_HELP):  # a bare ``resdom`` or ``resdom data``: the help, as before
             e.show()
             sys.exit(e.exit_code)
-        typer.secho(f"error: {usage_line(e)}", err=True, fg="red")
+        _error(usage_line(e))
         sys.exit(2)
     except click_exceptions.ClickException as e:  # e.g. a file Click could not open
-        typer.secho(f"error: {e.format_message()}", err=True, fg="red")
+        _error(e.format_message())
         sys.exit(e.exit_code)
     except typer.Abort as e:  # end of input at a prompt, or (Click's doing) any EOFError a reader let through
         cause = e.__cause__
         if isinstance(cause, EOFError) and str(cause):  # a truncated file, not the user's Ctrl-D
-            typer.secho(f"error: a file ended before its data did, it is truncated ({short(str(cause))})", err=True,
-                        fg="red")
+            _error(f"a file ended before its data did, it is truncated ({short(str(cause))})")
             sys.exit(2)
-        typer.secho("error: aborted", err=True, fg="red")
+        _error("aborted")
         sys.exit(1)
     except MemoryError:  # the last line of defence: resdom.limits refuses what it foresees before allocating
-        typer.secho("error: out of memory (an input larger than this machine can hold, or a crafted file past "
-                    "what resdom's limits foresee; docs/limits.md)", err=True, fg="red")
+        _error("out of memory (an input larger than this machine can hold, or a crafted file past what resdom's "
+               "limits foresee; docs/limits.md)")
         sys.exit(2)
     except RecursionError:
-        typer.secho("error: an input nested too deeply to read (a crafted or damaged file?)", err=True, fg="red")
+        _error("an input nested too deeply to read (a crafted or damaged file?)")
         sys.exit(2)
     except RuntimeError as e:  # Path.resolve() of a path through a loop of links, before Python 3.13 (then ELOOP)
         loop = _SYMLINK_LOOP.fullmatch(str(e))
         if loop is None:
             raise
-        typer.secho(f"error: {cut_message(loop.group(2))}: a loop of symbolic links (each leads to the next, none to "
-                    "a file or folder)", err=True, fg="red")
+        _error(f"{cut_message(loop.group(2))}: a loop of symbolic links (each leads to the next, none to a file "
+               "or folder)")
         sys.exit(2)
     except ResdomError as e:  # one line even where it quotes a library's message that spans lines (pyarrow's)
-        typer.secho(f"error: {_LINE_BREAKS.sub(' ', str(e).strip())}", err=True, fg="red")
+        _error(_LINE_BREAKS.sub(' ', str(e).strip()))
         sys.exit(2)
     except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...), or a
         # path the system refuses wherever a command first touches it (a name too long, no permission, a loop)
         if e.errno in NO_SPACE:
-            typer.secho(f"error: {no_space_message(e.filename, e.errno)}", err=True, fg="red")
+            _error(no_space_message(e.filename, e.errno))
         elif e.errno in PATH_ERRORS and e.filename is not None:
-            typer.secho(f"error: {cut_message(str(e.filename))}: {e.strerror}", err=True, fg="red")
+            _error(f"{cut_message(str(e.filename))}: {e.strerror}")
         else:
             raise
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)  # e.g. typer.Exit(130) after Ctrl-C comes back as 130
+
+
+def _error(message: str) -> None:
+    """``error: MESSAGE`` on stderr: red on a terminal, plain where ``NO_COLOR`` is set (no-color.org) or
+    ``TERM=dumb`` (Click strips the colour only where stderr is no terminal)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        typer.echo(f"error: {message}", err=True)
+    else:
+        typer.secho(f"error: {message}", err=True, fg="red")
 
 
 def usage_line(error: click_exceptions.UsageError) -> str:
