@@ -239,6 +239,15 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     # a flag given as text drew the bars
     (lambda s, f: resdom.fit(s, progress="no"), "progress: expected True, False or None (got 'no')"),
     (lambda s, f: resdom.diagnose(f, progress="no"), "progress: expected True, False or None (got 'no')"),
+    # one function alone was a TypeError from the trainer after the first epoch had run
+    (lambda s, f: resdom.fit(s, callbacks=print), "callbacks: expected a list of functions cb(epoch, record), got "
+                                                  "builtin_function_or_method (one callback: callbacks=[cb])"),
+    (lambda s, f: resdom.fit(s, callbacks=[print, 1]), "callbacks: expected functions cb(epoch, record), got int 1"),
+    # a value whose repr spans lines (a DataFrame's) was quoted over several lines
+    (lambda s, f: resdom.evaluate(f, pd.DataFrame({"user_id": [1, 2], "item_id": [3, 4]})),
+     "split: expected a SplitData or EvalSet, got DataFrame user_id item_id 0 1 3"),
+    (lambda s, f: f.save(np.zeros((3, 2))), "path: expected a path (a str or pathlib.Path), got ndarray array([[0., "
+                                            "0.], [0., 0.], [0., 0.]])"),
 ])
 def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, call, message):
     with pytest.raises(ResdomError) as e:

@@ -21,7 +21,7 @@ import difflib
 import json
 import numbers
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ from resdom.evaluation.evaluate import evaluate as run_evaluation
 from resdom.evaluation.ranking import MISS
 from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
 from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
+from resdom.limits import short
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig
 from resdom.names import MODELS, PARTS
 from resdom.recommend import external_ids, recommend, similar_items
@@ -376,6 +377,7 @@ def fit(
                           f"{type(split).__name__}")
     progress = optional_bool(progress, "progress")  # progress="no" drew the bars
     out = path_argument(out, "out") if out is not None else None
+    callbacks = _callbacks(callbacks)
     if train is not None:
         return _fit_resolved(split, model, train, out, progress, data_info, callbacks, options)
     model_values, train_values = _route_options(options)
@@ -414,6 +416,21 @@ def fit(
         fitted = load_run(tmp, device)
     fitted.directory = None
     return fitted
+
+
+def _callbacks(callbacks: Any) -> tuple[EpochCallback, ...]:
+    """``callbacks`` as a tuple of functions; a ResdomError before training where it is no sequence of them (one
+    function alone was a TypeError from the trainer once the first epoch had run)."""
+    if callable(callbacks) or isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable):
+        hint = " (one callback: callbacks=[cb])" if callable(callbacks) else ""
+        raise ResdomError(f"callbacks: expected a list of functions cb(epoch, record), got "
+                          f"{type(callbacks).__name__}{hint}")
+    given = tuple(callbacks)
+    for cb in given:
+        if not callable(cb):
+            raise ResdomError(f"callbacks: expected functions cb(epoch, record), got {type(cb).__name__} "
+                              f"{short(cb, 40)}")
+    return given
 
 
 def _fit_resolved(split: SplitData, model: Any, train: TrainConfig, out: str | Path | None, progress: bool | None,
@@ -474,7 +491,8 @@ def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -
         raise ResdomError(f"split: {what} needs the data (a SplitData) when the model is not a Fitted")
     if not isinstance(split, (SplitData, EvalSet)):
         hint = f" (the part is chosen by part={split!r})" if isinstance(split, str) and split in PARTS else ""
-        raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(split).__name__} {split!r:.40}{hint}")
+        raise ResdomError(f"split: expected a SplitData or EvalSet, got {type(split).__name__} "
+                          f"{short(split, 40)}{hint}")
     _check_items(model, split)
     return model, split
 

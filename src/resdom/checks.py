@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from resdom.errors import ResdomError
+from resdom.limits import short
 
 ALPHA_RANGE = (0.0, 1.0)  # residual scales: 1 = the trained model, 0 = no attention residual
 
@@ -156,7 +157,8 @@ def path_argument(value: Any, name: str) -> Path:
     """``value`` (a str or os.PathLike) as a Path; a ResdomError naming ``name`` where it is none (None, 5: a
     TypeError from inside pathlib that named no argument) or empty ("": the working folder)."""
     if not isinstance(value, (str, os.PathLike)) or isinstance(value, bytes):
-        raise ResdomError(f"{name}: expected a path (a str or pathlib.Path), got {type(value).__name__} {value!r:.60}")
+        raise ResdomError(f"{name}: expected a path (a str or pathlib.Path), got {type(value).__name__} "
+                          f"{short(value, 60)}")
     if not str(os.fspath(value)):  # "" is Path("."), the working folder
         raise ResdomError(f"{name}: an empty path; give a folder")
     return Path(value)

@@ -73,13 +73,16 @@ def expansion_cap(packed_bytes: int) -> int:
 def short(value: object, limit: int | None = None) -> str:
     """``repr(value)`` cut to ``limit`` characters (``MESSAGE_CHARS``) with how much was left out, e.g.
     ``'1111...' (50,000,000 characters)``; a long str is cut before its repr is built. The cut text is at most
-    ``limit`` characters without a space, so ``cut_message`` leaves it as it is."""
+    ``limit`` characters without a space, so ``cut_message`` leaves it as it is; a repr that spans lines (a
+    DataFrame's, an array's) is one line, each run of spaces and line breaks one space."""
     limit = MESSAGE_CHARS.value if limit is None else limit
     if isinstance(value, (str, bytes)) and len(value) > limit:
         unit = "characters" if isinstance(value, str) else "bytes"
         head = repr(value[: max(limit - 5, 1)])  # quotes and "..." within ``limit`` where no character is escaped
         return f"{head[:max(limit - 3, 1)]}... ({len(value):,} {unit})"
     text = repr(value)
+    if "\n" in text or "\r" in text:  # never a str's or bytes' repr: those escape their line breaks
+        text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:max(limit - 3, 1)]}... ({len(text):,} characters)"
 
 
