@@ -196,7 +196,11 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     # prepare_split's own values, checked before the data is read (were a TypeError, pydantic's multi-line
     # ValidationError, and "SplitData(train=...): no such file or directory")
     (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", quantile="x"),
-     "quantile: must lie strictly between 0 and 1 (got 'x')"),
+     "quantile: expected a number strictly between 0 and 1 (got str 'x')"),
+    # a number given as text was said to be out of range ("must lie strictly between 0 and 1 (got '0.8')")
+    (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", valid_quantile="0.8"),
+     "valid_quantile: expected a number strictly between 0 and 1 (got str '0.8')"),
+    (lambda s, f: f.recommend(alpha="0.5"), "alpha: expected a number, the residual scale in [0, 1] (got str '0.5')"),
     (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", quantile=float("nan")), "quantile: must lie"),
     (lambda s, f: resdom.prepare_split(SOURCE, protocol="gts", valid_quantile=1), "valid_quantile: must lie"),
     (lambda s, f: resdom.prepare_split(SOURCE, "loo", k_core=-1), "k_core: must be >= 0 (0 or None: off) (got -1)"),
@@ -218,7 +222,8 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.prepare_split(SOURCE, normalize_ids="no"), "normalize_ids: expected True, False or None"),
     (lambda s, f: f.recommend(filter_seen="no"), "filter_seen: expected True, False or None (got 'no')"),
     (lambda s, f: resdom.evaluate(f, filter_seen=1), "filter_seen: expected True, False or None (got 1)"),
-    (lambda s, f: f.recommend(alpha="x"), "alpha: the residual scale must lie in [0, 1] (got 'x')"),
+    (lambda s, f: f.recommend(alpha="x"), "alpha: expected a number, the residual scale in [0, 1] (got str 'x')"),
+    (lambda s, f: f.recommend(alpha=1.5), "alpha: the residual scale must lie in [0, 1] (got 1.5)"),
     (lambda s, f: f.recommend(batch_size=0), "batch_size: must be at least 1 (got 0)"),
     (lambda s, f: resdom.evaluate(f, batch_size="x"), "batch_size: expected an integer >= 1 (got 'x')"),
     # another split's data: an item id past the model's embeddings was an IndexError from inside torch
@@ -253,6 +258,18 @@ def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, c
     with pytest.raises(ResdomError) as e:
         call(split, fitted)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_numpy_bool_is_a_flag_wherever_true_or_false_is(split, fitted, tmp_path) -> None:
+    """filter_seen took np.True_ (what ``series.any()`` gives) but beyond and overwrite refused it."""
+    flag = np.bool_(True)
+    assert resdom.evaluate(fitted, cutoffs=(5,), beyond=flag, filter_seen=flag).metrics == resdom.evaluate(
+        fitted, cutoffs=(5,), beyond=True, filter_seen=True).metrics
+    copy = resdom.Fitted(**{**fitted.__dict__})
+    copy.save(tmp_path / "run")
+    assert copy.save(tmp_path / "run", overwrite=flag) == tmp_path / "run"
+    with pytest.raises(ResdomError, match=r"^beyond: expected True or False \(got 1\)$"):
+        resdom.evaluate(fitted, beyond=1)
 
 
 def test_integer_column_labels_are_columns() -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from resdom.checks import MAX_CUTOFF, choice, launch_env, optional_bool, path_argument, positive_int
+from resdom.checks import MAX_CUTOFF, choice, flag, launch_env, optional_bool, path_argument, positive_int
 from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
@@ -159,8 +159,7 @@ class Fitted:
             ``path``; ``directory`` and ``checkpoint`` then name it and its weights.
         """
         files = RunDir(path_argument(path, "path"))
-        if not isinstance(overwrite, bool):  # overwrite="no" would be true
-            raise ResdomError(f"overwrite: expected True or False (got {overwrite!r})")
+        overwrite = flag(overwrite, "overwrite")  # overwrite="no" would be true
         require_folder_path(files.dir, "path")  # a file there, or above it (a NotADirectoryError at data/)
         refuse_cell(files.dir, "path")
 
@@ -569,8 +568,7 @@ def evaluate(
     model, data = _model_and_split(model, split, "evaluate")
     cutoffs = _positive_ints(cutoffs, "cutoffs")
     batch_size, filter_seen = positive_int(batch_size, "batch_size"), optional_bool(filter_seen, "filter_seen")
-    if not isinstance(beyond, bool):
-        raise ResdomError(f"beyond: expected True or False (got {beyond!r})")
+    beyond = flag(beyond, "beyond")
     neighbours = positive_int(neighbours, "neighbours")
     if beyond and not isinstance(data, SplitData):
         raise ResdomError("beyond: needs a SplitData (popularity is counted on its train), not a bare EvalSet")
@@ -747,8 +745,7 @@ class Diagnosis:
             Labelled with the model's name.
         """
         result = self._result(name)
-        if not isinstance(per_position, (bool, np.bool_)):  # per_position="no" would be true
-            raise ResdomError(f"per_position: expected True or False (got {per_position!r})")
+        per_position = flag(per_position, "per_position")  # per_position="no" would be true
         key = name.strip().lower()
         if per_position and key != "mixing":
             raise ResdomError(f"per_position: only the mixing figure has one (not {name!r})")

@@ -172,9 +172,20 @@ def optional_bool(value: bool | None, option: str) -> bool | None:
     raise ResdomError(f"{option}: expected True, False or None (got {value!r})")
 
 
+def flag(value: bool, option: str) -> bool:
+    """``value`` where it is True or False (a numpy bool, as ``df["x"].any()`` gives, as a bool); a ResdomError
+    naming ``option`` otherwise (``overwrite="no"`` would be true)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ResdomError(f"{option}: expected True or False (got {value!r})")
+
+
 def alpha_value(value: float, option: str) -> float:
     """``value`` as a float by ``residual_scales``' rule for one scale; ResdomError naming ``option`` otherwise
-    (NaN, text, a bool)."""
+    (NaN, text, a bool: a value that is no number is named as such, not as one out of range)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ResdomError(f"{option}: expected a number, the residual scale in [{ALPHA_RANGE[0]:g}, "
+                          f"{ALPHA_RANGE[1]:g}] (got {type(value).__name__} {short(value, 40)})")
     try:
         (scale,) = residual_scales((value,))
     except ValueError:

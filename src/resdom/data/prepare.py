@@ -60,6 +60,7 @@ from resdom.data.splits import SplitParts, heads, part_counts, split_gts, split_
 from resdom.data.stats import dataset_stats
 from resdom.data.synthetic import generate, parse_synthetic_source
 from resdom.errors import ResdomError, validation_error
+from resdom.limits import short
 from resdom.names import AUTO_PROTOCOL, PROTOCOLS
 from resdom.version import __version__
 
@@ -272,7 +273,10 @@ def _preprocess_config(values: dict[str, Any]) -> PreprocessConfig:
 
 def check_quantile(value: Any, name: str) -> float:
     """``value`` as a quantile strictly between 0 and 1; a ResdomError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):  # named as no number, not as one
+        raise ResdomError(f"{name}: expected a number strictly between 0 and 1 (got {type(value).__name__} "
+                          f"{short(value, 40)})")
+    if not 0.0 < float(value) < 1.0:
         raise ResdomError(f"{name}: must lie strictly between 0 and 1 (got {value!r})")
     return float(value)
 
