@@ -76,7 +76,7 @@ def test_train_again_on_finished_run_does_not_retrain(trained_run: Path, capsys)
         (["--model", "bsarec", "--set", "train.objective=ce_all"], "label leakage"),
         (["--device", "tpu"], "--device: unknown device 'tpu' (did you mean cpu? choose auto, cpu, cuda, mps)"),
         (["--set", "train.device=tpu"], "--set train.device: unknown device 'tpu'"),
-        (["--seed", "99999999999999999999"], "--seed: Input should be less than or equal to 9223372036854775807"),
+        (["--seed", "99999999999999999999"], "--seed: Input should be less than or equal to 4611686018427387904"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(tmp_path: Path, capsys, args: list[str], needle: str) -> None:

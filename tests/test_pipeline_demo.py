@@ -169,8 +169,12 @@ def test_grid_spec_validation(tmp_path: Path) -> None:
         GridSpec(["toys-ts"], ["sasrec", "bsarec"], [1], tmp_path / "g", train_values={"objective": "ce_all"})
     with pytest.raises(ResdomError, match=r"^model: hidden \(60\) must be divisible by heads \(8\)"):
         GridSpec(["beauty-ts"], ["sasrec"], [1], tmp_path / "g", model_values={"hidden": 60, "heads": 8})
-    with pytest.raises(ResdomError, match=r"^--seeds: every seed must lie in \[0, 2\^63\) \(got 1844674407370955161"):
+    with pytest.raises(ResdomError, match=r"^--seeds: every seed must lie in \[0, 2\^62\] \(got 1844674407370955161"):
         GridSpec(["beauty-ts"], ["sasrec"], [1, 2**64], tmp_path / "g")  # torch.manual_seed would overflow
+    # a seed past train.seed's own bound (2^62) passed this check (2^63) and failed its cell after the others trained
+    with pytest.raises(ResdomError, match=r"^--seeds: every seed must lie in \[0, 2\^62\] \(got 4611686018427387905\)"):
+        GridSpec(["beauty-ts"], ["sasrec"], [1, 2**62 + 1], tmp_path / "g")
+    GridSpec(["beauty-ts"], ["sasrec"], [2**62], tmp_path / "g")  # the largest seed train.seed takes
     # every data set is known before the first cell (was: each cell of it failed on its own, with an error.txt)
     with pytest.raises(ResdomError, match=r"^--datasets: unknown source 'beuaty-ts' \(did you mean beauty-ts\?\)"):
         GridSpec(["beauty-ts", "beuaty-ts"], ["sasrec"], [1], tmp_path / "g")

@@ -126,7 +126,7 @@ class GridSpec:
         self._check_out()
         bad_seeds = [s for s in self.seeds if not 0 <= s <= MAX_SEED]
         if bad_seeds:
-            raise ResdomError(f"--seeds: every seed must lie in [0, 2^63) (got {bad_seeds[0]})")
+            raise ResdomError(f"--seeds: every seed must lie in [0, 2^62] (got {bad_seeds[0]})")
         self._check_configs()
 
     def _check_out(self) -> None:

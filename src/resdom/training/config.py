@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from resdom.checks import NumbersModel, arg, closed_choice, literal_names
+from resdom.checks import INT_LIMIT, NumbersModel, arg, closed_choice, literal_names
 from resdom.errors import ResdomError, validation_error
 from resdom.experiments import canonical_label, model_defaults, model_variant
 from resdom.models import model_class
@@ -24,7 +24,8 @@ from resdom.models.config import (
 from resdom.names import METRICS, DeviceName
 from resdom.training.objectives import OBJECTIVES, ObjectiveName, get_objective
 
-MAX_SEED = 2**63 - 1  # the largest train.seed: torch.manual_seed takes at most 64 bits
+MAX_SEED = INT_LIMIT  # the largest train.seed: every integer setting's bound (2^62), which a larger one met only
+# after reproduce had checked its seeds against 2^63 and trained the other cells
 
 
 class TrainConfig(NumbersModel):
