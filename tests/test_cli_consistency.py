@@ -622,3 +622,26 @@ def test_an_error_on_a_terminal_is_red_unless_no_color_or_a_dumb_terminal(env: d
         said = reader.read(4096)
     assert b"error: unknown source 'no-such-source.csv'" in said
     assert (b"\x1b[" in said) is coloured, said
+
+
+def test_no_writable_temporary_folder_is_one_line_before_torch_is_imported(monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys) -> None:
+    """With TMPDIR, /tmp, /var/tmp and the working folder all read-only, every command ended in a FileNotFoundError
+    traceback from inside torch's import (its compile cache's path comes from ``tempfile.gettempdir``)."""
+    import tempfile
+
+    from resdom.cli import main
+
+    def none_usable() -> str:
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/ro', '/tmp', '/var/tmp']")
+
+    monkeypatch.setattr(tempfile, "gettempdir", none_usable)
+    monkeypatch.setenv("TMPDIR", "/ro")
+    with pytest.raises(SystemExit) as e:
+        main.check_temporary_folder()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == ("error: no writable temporary folder (TMPDIR (/ro), /tmp, /var/tmp or the "
+                                         "working folder); set TMPDIR to a writable folder\n")
+    monkeypatch.undo()
+    main.check_temporary_folder()  # a usable one: nothing said
+    assert capsys.readouterr().err == ""

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 
 
@@ -25,6 +26,22 @@ _STARTING = threading.current_thread() is threading.main_thread() and (
     signal.getsignal(signal.SIGINT) is signal.default_int_handler)
 if _STARTING:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+
+def check_temporary_folder() -> None:
+    """Exit 2 with one line where no temporary folder is writable (TMPDIR, /tmp, /var/tmp, the working folder):
+    importing torch, which every command but a few does below, ended in a FileNotFoundError traceback from inside
+    torch (its compile cache's default path is made from ``tempfile.gettempdir``)."""
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        where = f"TMPDIR ({os.environ['TMPDIR']}), " if os.environ.get("TMPDIR") else ""
+        print(f"error: no writable temporary folder ({where}/tmp, /var/tmp or the working folder); set TMPDIR to a "
+              "writable folder", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+check_temporary_folder()
 
 import typer
 
