@@ -235,6 +235,25 @@ def test_dates_with_and_without_a_zone_are_not_mixed(tmp_path: Path) -> None:
     assert read_interactions([naive], None).times.tolist() == [1577872800, 1577869200]  # all read as UTC
 
 
+@pytest.mark.parametrize("kind", ["datetime", "Timestamp"])
+def test_a_dataframes_datetime_objects_with_and_without_a_zone_are_not_mixed(kind: str) -> None:
+    """A DataFrame's object column of Python datetimes (or Timestamps), some zoned and some naive, was read without a
+    word, each naive one as UTC, where the same times written to a CSV are refused as ambiguous."""
+    import datetime as dt
+
+    make = dt.datetime if kind == "datetime" else pd.Timestamp
+    naive, zoned = make(2020, 1, 1, 10), make(2020, 1, 1, 9, tzinfo=dt.timezone.utc)
+    df = pd.DataFrame({"user_id": ["A", "A"], "item_id": ["x", "y"], "timestamp": pd.Series([naive, zoned],
+                                                                                         dtype=object)})
+    with pytest.raises(ResdomError, match=r"^DataFrame: row 1: timestamp .* in column 'timestamp' has no time zone, "
+                                          r"while .* \(DataFrame: row 2\) has one"):
+        read_frame(df)
+    offsets = pd.Series([make(2020, 1, 1, 10, tzinfo=dt.timezone(dt.timedelta(hours=2))), zoned], dtype=object)
+    assert read_frame(df.assign(timestamp=offsets)).times.tolist() == [1577865600, 1577869200]  # 08:00Z, 09:00Z
+    naives = pd.Series([naive, make(2020, 1, 1, 9)], dtype=object)
+    assert read_frame(df.assign(timestamp=naives)).times.tolist() == [1577872800, 1577869200]  # all read as UTC
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

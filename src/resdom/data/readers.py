@@ -1066,7 +1066,11 @@ _ZONE = _TIME + r"(?::\d{2}(?:\.\d+)?)?\s*(?:Z|UTC|GMT|[+-]\d{2}(?::?\d{2})?)\s*
 
 def _one_kind_of_zone(col: pd.Series) -> bool:
     """Whether pandas parses the dates of ``col`` without "Mixed timezones" (all without a zone, or all with the
-    same one): then no time lacks the zone another has. A quick pass; the row-by-row check runs otherwise."""
+    same one): then no time lacks the zone another has. A quick pass over texts; the row-by-row check runs
+    otherwise, and for a column of other objects (Python datetimes, Timestamps), whose mix of zoned and naive
+    values pandas reads without a word, each naive one as UTC."""
+    if pd.api.types.infer_dtype(col, skipna=True) != "string":
+        return False
     try:
         pd.to_datetime(col, errors="coerce", format="mixed")
     except ValueError:
