@@ -169,3 +169,20 @@ def test_a_report_that_fails_half_way_leaves_its_folder_as_it_was(tmp_path: Path
     assert code == 2 and "no space left on device" in err and err.strip().count("\n") == 0, err
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before and not [p for p in out.rglob("*.tmp")]
+
+
+def test_a_run_in_a_folder_whose_name_is_no_utf8_trains_loads_and_reports(tmp_path: Path) -> None:
+    """A folder named in Latin-1 bytes (legal on Linux; Python holds its name with surrogates): training ran to its
+    end and then could not read its own weights back ("the file is truncated or not a safetensors file": the
+    safetensors reader takes only UTF-8 names), and a report quoting the path was a UnicodeEncodeError traceback."""
+    import os
+
+    folder = tmp_path / os.fsdecode(b"l\xe4uft")
+    split = resdom.prepare_split("synthetic:n_users=80,n_items=30,seed=3", protocol="gts")
+    fitted = resdom.fit(split, "sasrec", out=folder / "run", epochs=1, hidden=8, heads=1, max_len=8, progress=False)
+    again = resdom.load_run(folder / "run", device="cpu")
+    assert again.checkpoint == fitted.checkpoint and again.metrics["test"] == fitted.metrics["test"]
+    assert invoke("diagnose", str(folder / "run"), "--what", "hrli", "--no-progress", "--device", "cpu") == 0
+    paths = build_report([folder / "run"], folder / "rep")
+    assert paths.html is not None and os.fsencode(paths.html).endswith(b"l\xe4uft/rep/report.html")
+    assert b"l\xe4uft/run" in paths.html.read_bytes()  # the path as it is on disk

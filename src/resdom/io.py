@@ -121,8 +121,15 @@ def remove_temporaries(directory: str | Path) -> list[Path]:
     return found
 
 
+def text_bytes(text: str) -> bytes:
+    """``text`` as UTF-8, a path's undecodable bytes (``os.fsdecode``'s surrogates: a folder named in Latin-1, or
+    any name where Python's file system encoding is ASCII) written back as the bytes they stand for: a report or
+    log quoting such a path was a UnicodeEncodeError traceback."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text_bytes(text))
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file
+from safetensors.torch import load, load_file
 
 from resdom.bounded import check_model_description, load_json, refuse_special
 from resdom.data.sequences import SplitData
@@ -113,6 +113,10 @@ def read_safetensors(path: str | Path, what_to_do: str) -> dict[str, torch.Tenso
     """The tensors of a safetensors file; a truncated, empty or foreign file is a ResdomError naming it and
     ending with ``what_to_do``."""
     try:
+        try:
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:  # a name that is no UTF-8 (Latin-1 bytes): safetensors' own reader refuses it
+            return load(Path(path).read_bytes())
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
         raise ResdomError(f"{path}: cannot read the weights, the file is truncated or not a safetensors file "

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from resdom.io import atomic_write_files
+from resdom.io import atomic_write_files, text_bytes
 from resdom.report.collect import RunRecord, find_run_dirs, left_out, read_run, read_runs
 from resdom.report.figures import MODEL_COLORS, ReportFigure, all_figures
 from resdom.report.findings import finding_lines
@@ -92,7 +92,7 @@ def write_report(runs: list[RunRecord], out_dir: str | Path, tables: list[Table]
         files[md_path] = render_markdown(runs, figures, tables, title, every_figure=every_figure)
     # every file written before the first is renamed into place: a full disk or an error half-way leaves the
     # folder as it was, never the tables of this report beside the figures of the last one
-    atomic_write_files({path: text.encode() if isinstance(text, str) else text for path, text in files.items()})
+    atomic_write_files({path: text_bytes(text) if isinstance(text, str) else text for path, text in files.items()})
     return ReportPaths(out_dir, html_path, md_path, fig_paths, table_paths, finding_lines(runs), tables, blocks, runs)
 
 
