@@ -576,19 +576,34 @@ def test_json_nested_too_deeply_is_one_line_where_resdom_reads_json(tmp_path: Pa
         split_manifest(tmp_path)
 
 
-def test_a_parquet_file_declaring_far_more_rows_than_its_size_holds_is_refused(tmp_path: Path,
+@pytest.mark.parametrize("name", [b"rle.parquet", b"rle\xe4.parquet"])
+def test_a_parquet_file_declaring_far_more_rows_than_its_size_holds_is_refused(tmp_path: Path, name: bytes,
                                                                                low_expansion: None) -> None:
-    """A few KB of run-length-encoded pages can declare a billion rows (here 3 million, the limit lowered)."""
+    """A few KB of run-length-encoded pages can declare a billion rows (here 3 million, the limit lowered); a file
+    whose name is no UTF-8 (Latin-1 bytes, which pyarrow cannot take as a path) went unchecked."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = 3_000_000
-    path = tmp_path / "rle.parquet"
+    path = tmp_path / os.fsdecode(name)
     zeros = pa.array(np.zeros(n, dtype=np.int64))
-    pq.write_table(pa.table({"user_id": zeros, "item_id": zeros, "timestamp": zeros}), path, compression="zstd")
+    plain = tmp_path / "written.parquet"  # pyarrow's writer takes no such name either
+    pq.write_table(pa.table({"user_id": zeros, "item_id": zeros, "timestamp": zeros}), plain, compression="zstd")
+    plain.rename(path)
     assert path.stat().st_size < MIB
-    with pytest.raises(ResdomError, match=r"rle\.parquet: refused: this Parquet file .* declares 3,000,000 rows"):
+    with pytest.raises(ResdomError, match=r"rle.?\.parquet: refused: this Parquet file .* declares 3,000,000 rows"):
         read_interactions([path], "parquet")
+
+
+def test_a_parquet_file_whose_name_is_no_utf8_is_read(tmp_path: Path) -> None:
+    """pyarrow cannot encode a name held with surrogates (Latin-1 bytes): such a file was "not a readable Parquet
+    file (UnicodeEncodeError ...)"."""
+    frame = pd.DataFrame({"user_id": [1, 1, 2], "item_id": [5, 6, 5], "timestamp": [1, 2, 3]})
+    path = tmp_path / os.fsdecode(b"d\xe4ten.parquet")
+    frame.to_parquet(tmp_path / "plain.parquet")
+    (tmp_path / "plain.parquet").rename(path)
+    raw = read_interactions([path], "parquet")
+    assert raw.users.tolist() == [1, 1, 2] and raw.items.tolist() == [5, 6, 5] and raw.times.tolist() == [1, 2, 3]
 
 
 def test_the_cli_turns_an_unforeseen_memory_or_recursion_error_into_one_line(

@@ -492,6 +492,21 @@ def check_model_description(fields: dict[str, Any], where: str, weights_bytes: i
 # Parquet
 
 
+@contextlib.contextmanager
+def arrow_source(path: str | Path) -> Iterator[str | BinaryIO]:
+    """``path`` as pyarrow (and pandas' Parquet reader) takes it: its text, or the file opened here where its name
+    is no UTF-8 (Latin-1 bytes, held by Python with surrogates, which pyarrow cannot encode: such a file was "not a
+    readable Parquet file (UnicodeEncodeError ...)", and its declared rows went unchecked)."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        with open(path, "rb") as f:
+            yield f
+        return
+    yield text
+
+
 def check_parquet(path: str | Path, columns: int | None = None) -> None:
     """A ResdomError naming ``path`` when a Parquet file's metadata declares more rows than its size may hold: at
     8 bytes a value (``columns`` read, default all), past ``EXPANSION`` times the file's size plus 64 MiB (a few KB
@@ -500,7 +515,8 @@ def check_parquet(path: str | Path, columns: int | None = None) -> None:
 
     refuse_special(path)
     try:
-        meta = pq.read_metadata(path)
+        with arrow_source(path) as source:
+            meta = pq.read_metadata(source)
     except Exception:  # noqa: BLE001 - pyarrow raises many types; the reader words them
         return
     width = columns if columns is not None else max(meta.num_columns, 1)

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from resdom.bounded import check_expansion, check_parquet, gunzip, open_zip, read_member, refuse_special
+from resdom.bounded import arrow_source, check_expansion, check_parquet, gunzip, open_zip, read_member, refuse_special
 from resdom.checks import arg
 from resdom.data.readers import (
     TIME_MAX,
@@ -422,7 +422,8 @@ def read_zvuk(path: Path) -> RawInteractions:
     """Zvuk's ``zvuk-interactions.parquet``: user = user_id, item = track_id, time = datetime."""
     check_parquet(path, len(ZVUK_COLUMNS))
     try:
-        df = pd.read_parquet(path, columns=list(ZVUK_COLUMNS))
+        with arrow_source(path) as source:
+            df = pd.read_parquet(source, columns=list(ZVUK_COLUMNS))
     except Exception as e:  # pyarrow raises many types: missing column, bad file
         raise ResdomError(f"{path}: not a readable Zvuk Parquet file with columns {', '.join(ZVUK_COLUMNS)} "
                           f"({type(e).__name__}: {short(' '.join(str(e).split()))})") from None

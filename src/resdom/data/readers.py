@@ -48,7 +48,7 @@ from typing import TypedDict
 import numpy as np
 import pandas as pd
 
-from resdom.bounded import check_parquet, gunzip, read_bytes, refuse_special
+from resdom.bounded import arrow_source, check_parquet, gunzip, read_bytes, refuse_special
 from resdom.checks import arg, naming_flags
 from resdom.errors import ResdomError
 from resdom.limits import quote, short
@@ -757,10 +757,12 @@ def read_table(
 
         check_parquet(path)  # rows declared past what the file's size may hold: refused (pandas reads every column)
         try:
-            names = pq.read_schema(path).names
+            with arrow_source(path) as source:
+                names = pq.read_schema(source).names
             check_unique_header(names, str(path), columns.read)
             once = [n for n in names if names.count(n) == 1]  # pyarrow reads no column whose name repeats
-            df = pd.read_parquet(path, columns=None if len(once) == len(names) else once)
+            with arrow_source(path) as source:
+                df = pd.read_parquet(source, columns=None if len(once) == len(names) else once)
             check_parquet_columns(df, once, path)
         except ResdomError:
             raise
