@@ -283,6 +283,13 @@ def test_integer_column_labels_are_columns() -> None:
     assert split.train.to_lists() == named.train.to_lists() and split.test.targets.tolist() == [3, 1]
 
 
+
+def test_load_split_of_a_run_directory_names_its_split(run_dir):
+    """A run directory holds its split in data/: load_split(run) says so (it was only "no prepared split here")."""
+    with pytest.raises(ResdomError, match=r"no prepared split here .*; a run directory: its split is .*data$"):
+        resdom.load_split(run_dir)
+    assert resdom.load_split(run_dir / "data").n_items == resdom.load_run(run_dir).split.n_items
+
 def test_save_refuses_a_non_empty_directory(fitted, run_dir):
     copy = resdom.Fitted(**{**fitted.__dict__})
     with pytest.raises(ResdomError, match="exists and is not empty"):

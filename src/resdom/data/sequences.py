@@ -259,7 +259,9 @@ class SplitData:
         directory = Path(directory)
         path = directory / cls.ARRAYS
         if not path.exists():
-            raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json)")
+            inner = directory / "data"
+            hint = f"; a run directory: its split is {inner}" if cls.exists(inner) else ""
+            raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json){hint}")
         redo = ("prepare it again (`resdom data split`; in a run directory, rerun `resdom train` with --force, "
                 "which keeps the run aside and trains anew, data/ rewritten)")
         try:  # bounded: a 3 MB file that would unpack to 3 GiB is refused before it is unpacked
