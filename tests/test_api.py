@@ -174,7 +174,10 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.fit(s, device="cuda:1"), "device: unknown device 'cuda:1' (auto, cpu, cuda or mps); to use "
                                                    "GPU 1, run with CUDA_VISIBLE_DEVICES=1 and the device 'cuda'"),
     (lambda s, f: resdom.evaluate(f, cutoffs=(0, 10)),
-     "cutoffs: every value must be an integer from 1 to 2,147,483,647 (got 0)"),
+     "cutoffs: every value must be an integer >= 1 (got 0)"),
+    (lambda s, f: resdom.evaluate(f, cutoffs=(10, 10)), "cutoffs: value 10 is given twice (in 10,10)"),
+    (lambda s, f: resdom.evaluate(f, cutoffs=(5, 2**31)),
+     "cutoffs: every value must be an integer from 1 to 2,147,483,647 (got 2147483648)"),
     (lambda s, f: resdom.evaluate(f, cutoffs=10), "cutoffs: expected a non-empty sequence"),
     (lambda s, f: resdom.evaluate(f, part="train"), "part: expected one of valid, test (got 'train')"),
     (lambda s, f: resdom.evaluate(f, part="tset"), "part: expected one of valid, test (did you mean test? got 'tset')"),
@@ -382,6 +385,11 @@ def test_a_diagnosis_names_what_it_does_not_hold_in_a_resdom_error(diagnosis, fi
         for call in (diagnosis.plot, diagnosis.to_frame, diagnosis.__getitem__):
             with pytest.raises(ResdomError, match=r"^name: unknown diagnostic [\[{]"):
                 call(unhashable)
+
+
+def test_evaluate_takes_cutoffs_as_text_as_diagnose_and_the_cli_do(fitted):
+    text = resdom.evaluate(fitted, cutoffs="5, 10", device="cpu").metrics
+    assert text == resdom.evaluate(fitted, cutoffs=(5, 10), device="cpu").metrics and "HR@5" in text
 
 
 def test_evaluate_takes_numpy_cutoffs(fitted):

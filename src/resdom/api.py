@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import numbers
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
 from resdom.diagnostics.monitor import epoch_monitor
-from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options
+from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options, integers, no_repeats
 from resdom.diagnostics.registry import REGISTRY
 from resdom.diagnostics.runner import compute, parse_what, plan, run_all
 from resdom.distributed import resolve_device
@@ -464,18 +463,20 @@ def _device(device: str | torch.device) -> torch.device:
     return resolve_device(str(device), "device")
 
 
-def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
-    """``values`` (a sequence, or a numpy array of one dimension) as a tuple of ints >= 1; a ResdomError naming
-    ``what`` otherwise."""
+def _positive_ints(values: Sequence[int] | str, what: str) -> tuple[int, ...]:
+    """``values`` (a sequence, a numpy array of one dimension, or comma-separated text as the CLI takes it) as a
+    tuple of distinct ints from 1 to ``MAX_CUTOFF``; a ResdomError naming ``what`` otherwise (a value twice, as
+    ``--cutoffs 10,10``, is refused: the metrics would hold it once)."""
     if isinstance(values, np.ndarray) and values.ndim == 1:  # np.array([5, 10]) was "expected a sequence"
         values = values.tolist()
-    if isinstance(values, (int, str)) or not isinstance(values, Sequence) or not values:
-        raise ResdomError(f"{what}: expected a non-empty sequence of integers >= 1, e.g. (1, 5, 10) (got {values!r})")
-    bad = [v for v in values if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral)
-           or not 1 <= v <= MAX_CUTOFF]
-    if bad:
-        raise ResdomError(f"{what}: every value must be an integer from 1 to {MAX_CUTOFF:,} (got {bad[0]!r})")
-    return tuple(int(v) for v in values)
+    try:
+        out = no_repeats(integers(values, 1, "(1, 5, 10)"), "value")
+    except ValueError as e:
+        raise ResdomError(f"{what}: {e}") from None
+    big = [v for v in out if v > MAX_CUTOFF]
+    if big:
+        raise ResdomError(f"{what}: every value must be an integer from 1 to {MAX_CUTOFF:,} (got {big[0]!r})")
+    return out
 
 
 def _model_and_split(model: Any, split: SplitData | EvalSet | None, what: str) -> tuple[Any, Any]:

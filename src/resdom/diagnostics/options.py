@@ -77,7 +77,9 @@ def _choice(value: Any, choices: tuple[str, ...]) -> str:
 SEED_LIMIT = 2**62  # shuffle seeds lie in [-SEED_LIMIT, SEED_LIMIT): seed + user index stays an int64
 
 
-def _integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
+def integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
+    """``value`` (comma-separated text, or any iterable of integers) as a tuple of ints, each >= ``least`` (None: any);
+    ValueError otherwise, ``example`` the well-formed value it names."""
     items = _items(value)
     if items is None or not items:
         raise ValueError(f"expected a non-empty sequence of integers{f' >= {least}' if least is not None else ''}, "
@@ -99,7 +101,7 @@ def _integers(value: Any, least: int | None, example: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _no_repeats(values: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+def no_repeats(values: tuple[Any, ...], what: str) -> tuple[Any, ...]:
     """``values`` unchanged; ValueError naming the first value given twice (a sweep or table would hold it twice)."""
     def text(x: Any) -> str:
         return f"{x:g}" if isinstance(x, float) else str(x)
@@ -150,11 +152,11 @@ class DiagnoseOptions(NumbersModel):
     @field_validator("recency", "cutoffs", mode="before")
     @classmethod
     def _positive_ints(cls, v: Any) -> tuple[int, ...]:
-        values = _integers(v, 1, "(1, 5, 10)")
+        values = integers(v, 1, "(1, 5, 10)")
         big = [x for x in values if x > MAX_CUTOFF]
         if big:
             raise ValueError(f"every value must be at most {MAX_CUTOFF:,} (got {big[0]})")
-        return _no_repeats(values, "value")
+        return no_repeats(values, "value")
 
     @field_validator("definition", mode="before")
     @classmethod
@@ -166,11 +168,11 @@ class DiagnoseOptions(NumbersModel):
     def _seeds(cls, v: Any) -> tuple[int, ...]:
         if _items(v) == []:
             raise ValueError("give at least one seed")
-        seeds = _integers(v, None, "(0, 1, 2)")
+        seeds = integers(v, None, "(0, 1, 2)")
         big = [s for s in seeds if not -SEED_LIMIT <= s < SEED_LIMIT]  # a user's stream is keyed by seed + user
         if big:
             raise ValueError(f"every seed must lie in [-2^62, 2^62) (got {big[0]})")
-        return _no_repeats(seeds, "seed")  # a seed twice would count its shuffle twice in the mean over seeds
+        return no_repeats(seeds, "seed")  # a seed twice would count its shuffle twice in the mean over seeds
 
     @field_validator("alphas", mode="before")
     @classmethod
@@ -182,7 +184,7 @@ class DiagnoseOptions(NumbersModel):
     def _layers(cls, v: Any) -> tuple[int, ...] | None:
         if v is None or (isinstance(v, str) and not v.strip()):
             return None
-        return _no_repeats(_integers(v, 0, "(0, 1)"), "block")
+        return no_repeats(integers(v, 0, "(0, 1)"), "block")
 
     @field_validator("batch_size", mode="before")
     @classmethod
