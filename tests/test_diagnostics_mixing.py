@@ -18,8 +18,10 @@ from resdom.diagnostics.decomposition import (
     sum_of_norms,
 )
 from resdom.diagnostics.mixing import mixing_ratios
+from resdom.experiments import model_labels, model_variant
 from resdom.models import build_model, recording, residual_scale
 from resdom.models.config import make_model_config
+from resdom.models.interface import block_tokens, trained_scale
 
 
 def make_model(name: str = "sasrec", heads: int = 2, norm_first: bool = False, seed: int = 0, **kw) -> torch.nn.Module:
@@ -376,3 +378,47 @@ def test_norm_of_sums_in_row_chunks_equals_one_chunk_bit_for_bit(variant, gather
             chunked = norm_of_sums(rec, items)
             assert whole.keys() == chunked.keys()
             assert all(torch.equal(whole[st], chunked[st]) for st in whole)
+
+
+ATTENTION_LABELS = [label for label in model_labels() if model_variant(label)[0] != "gru4rec"]
+
+
+@pytest.mark.parametrize("label", ATTENTION_LABELS)
+def test_every_labels_records_rebuild_its_blocks_real_output(label):
+    """For every model label with attention blocks (remedies, probes, BERT4Rec's [MASK], BSARec's branch): the
+    +LN (pre-LN: +Res) terms plus the bias terms, the frequency branch added back, then the block's own FFN
+    sub-layer give the output the block really returned (a forward hook, not the record), at every real position
+    of a padded batch, at alpha 1 and 0.4; and the record's scale is the trained scale times alpha."""
+    name, values = model_variant(label)
+    torch.manual_seed(0)
+    model = build_model(make_model_config(**{**values, "name": name, "n_items": 30, "max_len": 6, "hidden": 8,
+                                             "layers": 2, "heads": 2, "init_std": 0.4})).double().eval()
+    with torch.no_grad():  # non-trivial biases, LayerNorms and gates
+        for name_, p in model.named_parameters():
+            if name_.endswith("bias") or "ln" in name_ or "gate" in name_:
+                p.add_(0.3 * torch.randn_like(p))
+    items = torch.tensor([[0, 0, 0, 0, 0, 5], [0, 0, 3, 4, 7, 2], [1, 2, 3, 4, 5, 6]])[:, -model.max_len:]
+    blocks = list(model.attention_blocks())
+    outputs: list[torch.Tensor] = []
+    for alpha in (1.0, 0.4):
+        outputs.clear()
+        hooks = [b.register_forward_hook(lambda _m, _i, out: outputs.append(out)) for b in blocks]
+        try:
+            with torch.no_grad(), residual_scale(model, alpha), recording(model) as store:
+                model.encode(items)
+        finally:
+            for h in hooks:
+                h.remove()
+        tokens = block_tokens(model, items)
+        for block, out, (rec,) in zip(blocks, outputs, store):
+            width = rec.z.shape[1]
+            real, out = tokens[:, -width:] > 0, out[:, -width:]
+            stage = stages_of(rec)[-1]
+            h1 = attention_terms(rec, stage).sum(2) + bias_terms(rec, stage)
+            if rec.freq_out is not None:
+                h1 = h1 + rec.freq_out
+            with torch.no_grad():
+                err = (block.ffn_sublayer(h1) - out)[real].abs().max().item()
+            assert err < 1e-10, (stage, err)
+            want = trained_scale(block) * alpha
+            assert torch.allclose(torch.as_tensor(rec.alpha), torch.as_tensor(want), atol=1e-12)
