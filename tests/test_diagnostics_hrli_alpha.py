@@ -13,8 +13,10 @@ from resdom.diagnostics.hrli import last_item_hit_rates
 from resdom.diagnostics.mixing import mixing_ratios
 from resdom.diagnostics.recovery import miss_recovery, select_alpha, split_recovery
 from resdom.evaluation.evaluate import evaluate
+from resdom.experiments import model_labels, model_variant
 from resdom.models import build_model, residual_scale
 from resdom.models.config import make_model_config
+from resdom.models.interface import final_states
 
 N_ITEMS = 25
 
@@ -282,3 +284,37 @@ def test_miss_recovery_reuses_the_alpha_sweeps_ranks_without_changing_a_number(m
                          known_ranks={"test": sweeps["test"]})
     assert calls == [0.7, 0.3]  # valid only, at the alphas other than 1
     assert half.test.to_dict() == fresh["test"]
+
+
+def label_model(label: str) -> torch.nn.Module:
+    name, values = model_variant(label)
+    heads = {} if name == "gru4rec" else {"heads": 2}
+    torch.manual_seed(0)
+    return build_model(make_model_config(**{**values, "name": name, "n_items": N_ITEMS, "max_len": 6, "hidden": 8,
+                                            "layers": 2, "init_std": 0.5, **heads})).double().eval()
+
+
+@pytest.mark.parametrize("label", model_labels())
+def test_every_labels_hrli_and_sweep_rows_match_a_per_user_loop(label):
+    """For every model label: HRLI@1 (the last real input item, never a [MASK] / query token or padding) and the
+    sweep's HR@10 / HRLI@1 at alpha 0.4, from padded batches of 4, equal a loop that scores one user at a time from
+    the unpadded window (readouts, appended tokens and full-window models included)."""
+    m, ev = label_model(label), evalset(n=12, seed=3)
+    has_blocks = len(m.attention_blocks()) > 0
+    alphas = (1.0, 0.4) if has_blocks else (1.0,)
+    want: dict[float, tuple[float, float]] = {}
+    for alpha in alphas:
+        last_hits, hits = [], []
+        for u, seq in enumerate(ev.inputs.to_lists()):
+            with torch.no_grad(), residual_scale(m, alpha):
+                s = scores_at(m, final_states(m, torch.tensor([seq[-m.max_len:]])), None)[0].numpy()
+            last_hits.append(slow_ranks(s, seq[-1]) < 1)
+            s[list(set(seq))] = -np.inf
+            target = int(ev.targets[u])
+            hits.append(bool(np.isfinite(s[target])) and slow_ranks(s, target) < 10)
+        want[alpha] = (float(np.mean(last_hits)), float(np.mean(hits)))
+    assert last_item_hit_rates(m, ev, batch_size=4).values["HRLI@1"] == pytest.approx(want[1.0][0], abs=1e-12)
+    if has_blocks:
+        rows = {r["alpha"]: r for r in alpha_sweep(m, ev, alphas=list(alphas), batch_size=4).rows}
+        for alpha, (hrli, hr) in want.items():
+            assert (rows[alpha]["HRLI@1"], rows[alpha]["HR@10"]) == pytest.approx((hrli, hr), abs=1e-12), alpha
