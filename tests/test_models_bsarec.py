@@ -230,3 +230,8 @@ def test_frequency_residual_scale_acts_in_eval_only_and_restores() -> None:
     with pytest.raises(ValueError, match="no BSARec frequency branch"):
         with frequency_residual_scale(build_model(make_model_config(name="sasrec", n_items=20, max_len=8)), 0.5):
             pass
+    for bad in (float("nan"), 2.0, True):
+        with pytest.raises(ValueError, match="frequency residual scale: "):
+            with frequency_residual_scale(model, bad):
+                pass
+    assert [b.filter.residual for b in model.blocks] == [1.0, 1.0]

@@ -94,6 +94,37 @@ def test_residual_scale_acts_in_eval_mode_only(name: str) -> None:
             pass
 
 
+@pytest.mark.parametrize("alpha, layers, needle", [
+    (float("nan"), None, "alpha: residual scales must lie in [0, 1] (got nan)"),
+    (7.0, None, "alpha: residual scales must lie in [0, 1] (got 7)"),
+    (True, None, "alpha: expected numbers in [0, 1]"),
+    ("0.5", None, "alpha: expected numbers in [0, 1]"),
+    (0.5, [], "layers: name at least one attention block"),
+    (0.5, [True], "layers: a block is named by an integer (got True)"),
+    (0.5, [0.0], "layers: a block is named by an integer (got 0.0)"),
+])
+def test_residual_scale_refuses_what_would_scale_nothing_or_nonsense(alpha, layers, needle) -> None:
+    """A scale outside the one rule of residual scales, or layers that name no block, is a ValueError, never a pass
+    whose numbers are the unscaled model's (or NaN); nothing is left set."""
+    model = tiny("sasrec").eval()
+    with pytest.raises(ValueError) as e:
+        with residual_scale(model, alpha, layers=layers):
+            pass
+    assert needle in str(e.value)
+    assert all(b.alpha == 1.0 for b in model.attention_blocks())
+
+
+def test_residual_scale_refuses_a_model_without_attention_blocks_but_at_alpha_one() -> None:
+    """GRU4Rec has no residual to scale: alpha 1 is the model as it is, any other alpha a ValueError (before, the
+    pass silently gave the unscaled model's numbers)."""
+    gru = build_model(make_model_config(name="gru4rec", n_items=20, max_len=8, hidden=8)).eval()
+    with torch.no_grad(), residual_scale(gru, 1.0):
+        gru.encode(ITEMS[:, -8:])
+    with pytest.raises(ValueError, match="alpha 0.3: the model has no attention blocks"):
+        with residual_scale(gru, 0.3):
+            pass
+
+
 def layer_norm(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
     mu = z.mean(-1, keepdim=True)
     var = ((z - mu) ** 2).mean(-1, keepdim=True)

@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from resdom.checks import residual_scales
 from resdom.models.base import SequentialRecommender
 from resdom.models.block import AttentionBlock, AttentionMask, Dropout, MaskLike, causal_mask_bias
 from resdom.models.config import AttentionConfig, BSARecConfig
@@ -87,7 +88,12 @@ class FrequencyLayer(nn.Module):
 def frequency_residual_scale(model: nn.Module, s: float) -> Iterator[None]:
     """Scale the residual X of every BSARec frequency branch (``FrequencyLayer``) by ``s`` in eval mode, restoring
     it on exit; with ``interface.residual_scale`` (the attention residual) it scales both routes by which X's own
-    row reaches the sub-layer's output. A model without frequency branches is a ValueError."""
+    row reaches the sub-layer's output. A model without frequency branches is a ValueError, and so is an ``s`` that
+    is not a residual scale (``checks.residual_scales``: a number in [0, 1])."""
+    try:
+        (s,) = residual_scales((s,))
+    except ValueError as e:
+        raise ValueError(f"frequency residual scale: {e}") from None
     layers = [m for m in model.modules() if isinstance(m, FrequencyLayer)]
     if not layers:
         raise ValueError("the model has no BSARec frequency branch")

@@ -35,12 +35,14 @@ See docs/adapters.md for wrapping a model written outside resdom.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from resdom.checks import residual_scales
 from resdom.models.block import BlockRecord
 
 
@@ -149,10 +151,26 @@ def residual_scale(model: Diagnosable, alpha: float, layers: Iterable[int] | Non
 
     ``alpha`` multiplies the scale the block was trained with (``trained_scale``: 1 for the base models, a < 1
     for ``AttentionConfig.residual_scale``, the learned gate for ``residual_gate``), so alpha = 1 is always the model
-    as trained; the scale actually used is ``trained_scale(block) * alpha`` (what the BlockRecord holds)."""
+    as trained; the scale actually used is ``trained_scale(block) * alpha`` (what the BlockRecord holds).
+
+    ``alpha`` follows the one rule of residual scales (``checks.residual_scales``: a number in [0, 1]); a ValueError
+    for another, for a model without attention blocks (GRU4Rec) at an alpha other than 1 (nothing would be scaled,
+    and every number read inside would be the unscaled model's), and for ``layers`` that name no block, or one
+    that is not an integer or out of range."""
+    try:
+        (alpha,) = residual_scales((alpha,))
+    except ValueError as e:
+        raise ValueError(f"alpha: {e}") from None
     blocks = list(model.attention_blocks())
+    if not blocks and alpha != 1.0:
+        raise ValueError(f"alpha {alpha:g}: the model has no attention blocks whose residual could be scaled "
+                         "(e.g. GRU4Rec); only alpha 1 applies to it")
     chosen = range(len(blocks)) if layers is None else list(layers)
+    if layers is not None and not chosen:
+        raise ValueError("layers: name at least one attention block (None: every block)")
     for i in chosen:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise ValueError(f"layers: a block is named by an integer (got {i!r})")
         if not 0 <= i < len(blocks):
             raise ValueError(f"layer {i} out of range: the model has {len(blocks)} attention blocks")
     saved = [b.alpha for b in blocks]
