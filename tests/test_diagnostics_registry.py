@@ -301,3 +301,17 @@ def test_the_cli_names_flags(run_dir: Path, capsys: pytest.CaptureFixture[str], 
     code = invoke("diagnose", str(run_dir), *args)
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_layers_on_a_model_without_attention_blocks_say_so() -> None:
+    """--layers on GRU4Rec names that it has no attention blocks, not a block range "0..-1"."""
+    from resdom.data.prepare import prepare_split
+    from resdom.diagnostics.runner import plan
+    from resdom.models import build_model
+    from resdom.models.config import make_model_config
+
+    split = prepare_split("synthetic:n_users=30,n_items=20,min_len=4,max_len=10,seed=5", "loo")
+    gru = build_model(make_model_config(name="gru4rec", n_items=split.n_items, max_len=8, hidden=8))
+    with pytest.raises(OptionError, match=r"layers: the model has no attention blocks \(no residual to scale\); "
+                                          r"got \[0\]"):
+        plan(gru, split, diagnose_options(what="recovery", layers="0"), note=False)

@@ -83,8 +83,8 @@ def plan(model: Diagnosable, split: SplitData, options: DiagnoseOptions, *, note
     names = applicable(model, list(options.diagnostics), note) if options.diagnostics else []
     n_layers = len(model.attention_blocks())
     if options.layers is not None and any(not 0 <= x < n_layers for x in options.layers):
-        raise OptionError([("layers", f"the model has {n_layers} blocks (0..{n_layers - 1}); got "
-                                      f"{list(options.layers)}")])
+        has = f"{n_layers} blocks (0..{n_layers - 1})" if n_layers else "no attention blocks (no residual to scale)"
+        raise OptionError([("layers", f"the model has {has}; got {list(options.layers)}")])
     chosen = [REGISTRY[n] for n in names]
     for d in chosen:
         empty = [p for p in d.parts(options.part) if len(getattr(split, p)) == 0]
