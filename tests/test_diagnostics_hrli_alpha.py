@@ -216,8 +216,16 @@ def test_miss_recovery_with_an_empty_recoverable_set_selects_the_smallest_alpha(
     assert res.alpha_star == 0.3
 
 
-def test_recovery_matches_a_slow_reference():
-    m, ev = model(), evalset(n=40, seed=3)
+@pytest.mark.parametrize("readout", ["last", "query"])
+def test_recovery_matches_a_slow_reference(readout):
+    """Offset k is the prediction after the prefix that ends k items earlier: for SASRec the state at column L-1-k
+    of the whole input (causal); for a query-token readout, whose item columns hold raw encoder states (and whose
+    column L-2 sits on the last item, having seen the whole input), the query's state after the prefix encoded on
+    its own, one user at a time here."""
+    torch.manual_seed(0)
+    m = build_model(make_model_config(n_items=N_ITEMS, max_len=8, hidden=16, layers=2, heads=2, init_std=0.5,
+                                      readout=readout)).eval()
+    ev = evalset(n=40, seed=3)
     K = 5
     rec = split_recovery(m, ev, alphas=(1.0, 0.4), K=K, batch_size=6)
     lists = ev.inputs.to_lists()
@@ -235,10 +243,17 @@ def test_recovery_matches_a_slow_reference():
         s[lists[u]] = -np.inf  # the whole input's items, also for earlier positions
         return slow_ranks(s, int(ev.targets[u]))
 
+    def earlier(u: int, k: int) -> torch.Tensor:
+        if readout == "last":
+            return hid[1.0][u, L - 1 - k]
+        prefix = lists[u][-m.max_len:][:-k]
+        with torch.no_grad():
+            return m.encode(torch.tensor([prefix]))[0, -1]  # no padding: the query token right after the prefix
+
     recoverable, shares, recovered = 0, np.zeros(3), 0
     for u, s in enumerate(lists):
         final_hit = rank(hid[1.0][u, -1], u) < K
-        off = [len(s) >= k + 1 and rank(hid[1.0][u, L - 1 - k], u) < K for k in (1, 2, 3)]
+        off = [len(s) >= k + 1 and rank(earlier(u, k), u) < K for k in (1, 2, 3)]
         shares += np.array(off) & (not final_hit)
         if not final_hit and any(off):
             recoverable += 1
@@ -260,6 +275,16 @@ def test_miss_recovery_end_to_end():
     assert res.test_at_alpha_star["HR@10"] == pytest.approx(want["HR@10"])
     assert res.test_at_alpha_star["NDCG@10"] == pytest.approx(want["NDCG@10"])
 
+
+
+@pytest.mark.parametrize("readout", ["last", "query"])
+def test_recovery_json_says_where_a_query_readouts_offsets_were_read(readout):
+    """A query-token model's recovery.json says its offsets are read from prefix passes (a file of such a model
+    without it read them from raw item columns); every other model's file is as it was."""
+    torch.manual_seed(0)
+    m = build_model(make_model_config(n_items=N_ITEMS, max_len=8, hidden=8, layers=1, heads=1, readout=readout))
+    d = miss_recovery(m.eval(), evalset(seed=1), evalset(seed=2), alphas=(1.0, 0.5), batch_size=16).to_dict()
+    assert d.get("offsets_read") == ("prefix passes" if readout == "query" else None)
 
 def test_miss_recovery_reuses_the_alpha_sweeps_ranks_without_changing_a_number(monkeypatch):
     m, valid, test = model(), evalset(seed=1), evalset(seed=2)

@@ -148,7 +148,7 @@ def assert_close(a: Any, b: Any, path: str = "") -> None:
         assert a == b, path
 
 
-@pytest.mark.parametrize("kind", ["bert4rec", "sasrec"])
+@pytest.mark.parametrize("kind", ["bert4rec", "sasrec", "query-readout"])
 def test_recovery_ranks_do_not_depend_on_the_batch_width(kind: str) -> None:
     """One user per batch (each as narrow as its own window) against one batch of all: BERT4Rec's offset k sits on
     the k-th most recent item, real for a user of exactly k items, even where the batch is only k wide."""

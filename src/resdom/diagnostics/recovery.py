@@ -47,7 +47,14 @@ from resdom.diagnostics.common import (
     seen_items,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks
-from resdom.models.interface import Diagnosable, last_prediction_states, residual_scale, state_tokens
+from resdom.models.interface import (
+    Diagnosable,
+    final_states,
+    last_prediction_states,
+    prefix_needs_own_pass,
+    residual_scale,
+    state_tokens,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,7 +73,9 @@ def position_ranks(
 
     Read from the model's prediction states (``interface.prediction_states``): with a readout other than the
     last state, column L-1-k is the readout of the prefix that ends at it (the mean of its last k' real states,
-    or the attention pooling over its real states), never a raw encoder state.
+    or the attention pooling over its real states), never a raw encoder state; a model whose query token stands
+    after the input (``interface.prefix_needs_own_pass``) has offset k read from the prediction of the prefix
+    without the last k items, encoded on its own (one more pass per offset).
 
     For k >= 1, columns that hold no token (``state_tokens``: padding) get MISS. A batch narrower than
     ``max(offsets) + 1`` columns is left-padded to that width (at most the model's ``max_len``; columns beyond
@@ -78,8 +87,9 @@ def position_ranks(
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
         width = max(items.shape[1], min(max(offsets) + 1, model.max_len))
         items = torch.nn.functional.pad(items, (width - items.shape[1], 0))  # left: padding columns
-        hidden = last_prediction_states(model, items, max(offsets) + 1)  # (B, L, d), read at L-1-k only
-        tokens = state_tokens(model, items)  # the token each column of hidden sits on
+        own = prefix_needs_own_pass(model)
+        hidden = last_prediction_states(model, items, 1 if own else max(offsets) + 1)  # read at L-1-k only
+        tokens = items if own else state_tokens(model, items)  # own: column c real where the prefix ends on an item
         seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
         L = items.shape[1]
         cols = []
@@ -88,7 +98,9 @@ def position_ranks(
             if c < 0:
                 cols.append(torch.full_like(targets, MISS))
                 continue
-            r = rank_items(model, hidden[:, c], targets, seen)
+            state = final_states(model, torch.nn.functional.pad(items[:, : c + 1], (k, 0))) if own and k else \
+                hidden[:, c]
+            r = rank_items(model, state, targets, seen)
             real = tokens[:, c] > 0
             cols.append(r if k == 0 else torch.where(real, r, torch.full_like(r, MISS)))
         out.append(torch.stack(cols, 1).cpu().numpy())
@@ -123,6 +135,11 @@ class SplitRecovery:
         return jsonable({"n_users": self.n_users, "recoverable": self.recoverable,
                          "recoverable_share": self.recoverable_share, "offset_shares": self.offset_shares,
                          "curve": self.curve})
+
+
+# recovery.json of a model whose offsets are read from each prefix encoded alone (a query token after the input)
+# says so: a file without it, of such a model, read its offsets from raw item columns (resdom before 2026-12-07)
+OFFSETS_READ, PREFIX_PASSES = "offsets_read", "prefix passes"
 
 
 def recoverable_set(base: np.ndarray, K: int = K_RECOVERY) -> np.ndarray:
@@ -196,12 +213,14 @@ class RecoveryResult:
     layers: str | list[int] = "all"
     split: str = "test"
     filter_seen: bool = True
+    prefix_passes: bool = False  # the offsets read from each prefix encoded alone (``prefix_needs_own_pass``)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({"split": self.split, "n_users": self.test.n_users, "K": self.K, "eps": self.eps,
                          "layers": self.layers, "valid": self.valid.to_dict(), "test": self.test.to_dict(),
                          "alpha_star": self.alpha_star, "test_at_alpha_star": self.test_at_alpha_star,
-                         **({} if self.filter_seen else {"filter_seen": False})})
+                         **({} if self.filter_seen else {"filter_seen": False}),
+                         **({OFFSETS_READ: PREFIX_PASSES} if self.prefix_passes else {})})
 
     def to_frame(self) -> pd.DataFrame:
         """pandas DataFrame, one row per (split, alpha): ``split`` (valid, test), ``alpha``, ``recovery`` (share of the
@@ -245,4 +264,4 @@ def miss_recovery(
     at_star.update({"alpha": a_star, "recovery": rec_row["recovery"],
                     f"HR@{K}_at_alpha_1": next(r for r in t.curve if r["alpha"] == 1.0)[f"HR@{K}"]})
     return RecoveryResult(K, eps, v, t, a_star, at_star, "all" if chosen is None else chosen,
-                          filter_seen=filter_seen)
+                          filter_seen=filter_seen, prefix_passes=prefix_needs_own_pass(model))

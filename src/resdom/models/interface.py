@@ -92,6 +92,14 @@ def last_prediction_states(model: Diagnosable, items: torch.Tensor, n: int = 1) 
     return prediction_states(model, hidden, items)
 
 
+def prefix_needs_own_pass(model: Diagnosable) -> bool:
+    """Whether ``model``'s prediction for a prefix of its input is read from that prefix encoded alone, not from a
+    column of the whole input's states: a learned query token appended after the input (``readout="query"``)
+    gives the prediction only where it stands, after the last item, so the prediction after the prefix that ends
+    k items earlier is ``final_states`` of that prefix (the item columns hold raw encoder states)."""
+    return bool(getattr(getattr(model, "readout_part", None), "query_token", False))
+
+
 def final_states(model: Diagnosable, items: torch.Tensor) -> torch.Tensor:
     """items (B, L) left-padded -> (B, d): the prediction for the next item (column L-1 of the prediction
     states of ``encode(items)``)."""
