@@ -655,3 +655,38 @@ def test_stopping_fields_change_no_epoch_of_the_run(tmp_path: Path, field: str, 
     assert [r["loss"] for r in variant] == [r["loss"] for r in base[:len(variant)]]
     if field != "valid_users":
         assert [r["valid"] for r in variant] == [r["valid"] for r in base[:len(variant)]]
+
+
+def test_the_epoch_loss_is_the_mean_of_its_batches_per_target_means(tmp_path: Path) -> None:
+    """metrics.jsonl's ``loss`` is the mean over the epoch's batches (the short last one included, weighted as one)
+    of each batch's mean CE over its targets: against a float64 loop that encodes every sample alone, on weights
+    that Adam's steps of lr 1e-12 leave where they started (no dropout), with the trainer's length groups."""
+    import torch.nn.functional as F
+
+    from resdom.models import build_model
+    from resdom.training.batches import build_samples, epoch_order
+    from resdom.training.trainer import epoch_seed
+
+    split = toy_split(n_users=21)
+    small = {**SMALL, "dropout": 0.0, "attn_dropout": 0.0}
+    m, t = resolve_configs("sasrec", small, {"epochs": 1, "batch_size": 8, "lr": 1e-12, "device": "cpu"},
+                           n_items=split.n_items)
+    fit(split, m, t, tmp_path, progress=False)
+    reported = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+    torch.manual_seed(t.seed)
+    model = build_model(m).double().eval()
+    samples = build_samples(split.train, m.max_len, "all")
+    order = epoch_order(len(samples), np.random.default_rng(epoch_seed(t.seed, 1, 0)))
+    assert len(order) % 8 != 0  # a short last batch
+    means = []
+    with torch.no_grad():
+        for s in range(0, len(order), 8):
+            terms = []
+            for i in order[s : s + 8]:
+                start, end = samples.start[i], samples.end[i]
+                states = model.encode(torch.from_numpy(samples.items[start:end])[None])[0]
+                for p in range(end - start):
+                    scores = model.item_embeddings()[1:] @ states[p]
+                    terms.append(-float(F.log_softmax(scores, 0)[samples.items[start + 1 + p] - 1]))
+            means.append(sum(terms) / len(terms))
+    assert reported == pytest.approx(sum(means) / len(means), rel=1e-5)
