@@ -213,7 +213,7 @@ def test_the_bsarec_code_base_sasrec_is_unchanged() -> None:
 def test_every_model_has_a_recipe_version_recorded_in_its_runs(tmp_path) -> None:
     import resdom
 
-    assert recipe_label("sasrec") == f"sasrec/{RECIPE_VERSIONS['sasrec']}" == "sasrec/2"
+    assert recipe_label("sasrec") == f"sasrec/{RECIPE_VERSIONS['sasrec']}" == "sasrec/3"
     # a configuration no later version changed records the version it trains as (the report reads them as one)
     gts, _ = model_defaults("sasrec", "gts")
     loo, _ = model_defaults("sasrec", "loo")
@@ -222,6 +222,15 @@ def test_every_model_has_a_recipe_version_recorded_in_its_runs(tmp_path) -> None
     assert recipe_label("sasrec", {**gts, "query_ln": True}) == "sasrec/1"  # sasrec-tts: unchanged
     assert recipe_label("sasrec", loo) == "sasrec/1"  # BSARec's code base: N(0, 0.02), no FFN dropout
     assert recipe_label("duorec", {}) == "duorec/1"
+    # ce_last's empty first prefix on a trimmed from_end model (sasrec 3, duorec 2); not with a query token, a
+    # full window (no key-padding mask) or positions from the start
+    last = {"objective": "ce_last", "positions": "from_end", "key_padding_mask": True, "readout": "last"}
+    assert recipe_label("sasrec", last) == "sasrec/3" and recipe_label("duorec", last) == "duorec/2"
+    assert recipe_label("sasrec", {**gts, **last, "query_ln": False}) == "sasrec/3"
+    for other in ({"readout": "query"}, {"key_padding_mask": False}, {"positions": "from_start"},
+                  {"objective": "ce_all"}):
+        assert recipe_label("sasrec", {**last, **other}) == "sasrec/1" and recipe_label("duorec", {**last, **other}) \
+            == "duorec/1"
     split = resdom.prepare_split("synthetic:n_users=60,n_items=30", protocol="gts")
     fitted = resdom.fit(split, "sasrec", epochs=1, out=tmp_path / "run", hidden=16, max_len=8, progress=False)
     import json
@@ -230,6 +239,10 @@ def test_every_model_has_a_recipe_version_recorded_in_its_runs(tmp_path) -> None
     assert config["versions"]["recipe"] == "sasrec/2"
     assert config["model"]["qkv_init"] == "xavier" and config["model"]["ffn_dropout"] is True
     assert fitted is not None
+    resdom.fit(split, "duorec", epochs=1, out=tmp_path / "last", hidden=16, max_len=8, progress=False,
+               objective="ce_last", positions="from_end", duorec_views="both")
+    config = json.loads((tmp_path / "last" / "config.json").read_text())
+    assert config["versions"]["recipe"] == "duorec/2" and config["train"]["objective"] == "ce_last"
 
 
 def query_ln_forward(model: nn.Module, items: torch.Tensor, tape: MaskTape, p: float, kv_from_q: bool) -> torch.Tensor:

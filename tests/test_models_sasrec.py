@@ -193,3 +193,23 @@ def test_mask_biases_against_a_loop(key_padding: bool) -> None:
                 masked = j > i or (key_padding and items[b, j] == 0)
                 assert causal[b, 0, i, j] == (MASK_VALUE if masked else 0.0)
                 assert padding[b, 0, i, j] == (MASK_VALUE if items[b, j] == 0 else 0.0)
+
+
+@pytest.mark.parametrize("positions", ["from_end", "from_start", "from_end_pad0"])
+@pytest.mark.parametrize("name", ["sasrec", "duorec"])
+def test_an_empty_rows_state_does_not_depend_on_the_batch_width(name: str, positions: str) -> None:
+    """``ce_last``'s first prefix is padding only; it attends to its padded keys alike, and with ``from_end`` each
+    has its own position: its state is the max_len window's at every batch width (it depended on the batch's
+    longest row, 0.0074 apart at widths 1 and 5), and the other rows of its batch are as encoded alone."""
+    torch.manual_seed(0)
+    model = build_model(make_model_config(name=name, n_items=9, max_len=5, hidden=8, layers=1, heads=2,
+                                          positions=positions)).double().eval()
+    with torch.no_grad():
+        full = model.encode(torch.zeros(1, 5, dtype=torch.int64))[0, -1]
+        for width in (1, 3, 5):
+            batch = torch.zeros(2, width, dtype=torch.int64)
+            batch[1, -1] = 4  # a one-item row beside the empty one
+            out = model.encode(batch)
+            assert torch.allclose(out[0, -1], full, atol=1e-12), (width, float((out[0, -1] - full).abs().max()))
+            alone = model.encode(torch.tensor([[0] * (5 - 1) + [4]]))[0, -1]
+            assert torch.allclose(out[1, -1], alone, atol=1e-12)

@@ -65,26 +65,43 @@ TIME_TO_SPLIT_GRU4REC: Values = {"max_len": 128, "hidden": 64, "layers": 1, "dro
 # config.json (``versions.recipe``, e.g. "sasrec/2") and so in every results-store cell; raised whenever a change
 # alters what a seeded run of that model trains. sasrec 2: the reference paper's SASRec (GTS) initialises its
 # query/key/value projections Xavier-uniform and has dropout inside its FFN, as its code (recipe 1 had neither).
-RECIPE_VERSIONS: dict[str, int] = {"sasrec": 2, "duorec": 1, "bsarec": 1, "bert4rec": 1, "gru4rec": 1}
-# Which configurations each version changed (model -> version -> a test over the model's values): a run records the
-# latest version that changed what its configuration trains, so a run of a configuration no change touched reads as
-# the same recipe as the runs trained before. sasrec 2 changed post-LN and pre-LN blocks with Xavier projections or
-# FFN dropout; the query-LN block (``sasrec-tts``) always had both, and LOO's sasrec (BSARec's code base) has neither.
+# sasrec 3, duorec 2: ``ce_last``'s empty first prefix, in a batch trimmed below max_len with positions counted
+# from the end, gets the state of the max_len window (``SequentialRecommender.encode_tokens``; it depended on the
+# batch's longest row).
+RECIPE_VERSIONS: dict[str, int] = {"sasrec": 3, "duorec": 2, "bsarec": 1, "bert4rec": 1, "gru4rec": 1}
+
+
+def _empty_prefix_windowed(v: Mapping[str, Any]) -> bool:
+    """Whether sasrec 3 / duorec 2 changed what a run of model and train values ``v`` trains: ``ce_last`` (whose
+    first prefix is empty) on a trimmed model (a key-padding mask) with positions counted from the end, read at the
+    last state (a query token makes no prefix empty)."""
+    return (v.get("objective") == "ce_last" and v.get("positions") == "from_end"
+            and bool(v.get("key_padding_mask", True)) and v.get("readout", "last") != "query")
+
+
+# Which configurations each version changed (model -> version -> a test over the run's model values and train values,
+# one mapping): a run records the latest version that changed what its configuration trains, so a run of a
+# configuration no change touched reads as the same recipe as the runs trained before. sasrec 2 changed post-LN and
+# pre-LN blocks with Xavier projections or FFN dropout; the query-LN block (``sasrec-tts``) always had both, and LOO's
+# sasrec (BSARec's code base) has neither.
 RECIPE_CHANGES: dict[str, dict[int, Callable[[Mapping[str, Any]], bool]]] = {
     "sasrec": {2: lambda v: not v.get("query_ln", False)
-               and (v.get("qkv_init", "normal") == "xavier" or bool(v.get("ffn_dropout", False)))},
+               and (v.get("qkv_init", "normal") == "xavier" or bool(v.get("ffn_dropout", False))),
+               3: _empty_prefix_windowed},
+    "duorec": {2: _empty_prefix_windowed},
 }
 
 
 def recipe_label(model: str, values: Mapping[str, Any] | None = None) -> str:
     """``"<model>/<version>"``: the latest version of ``model``'s training recipe (``RECIPE_VERSIONS``) that changed
-    what a run of model values ``values`` trains (``RECIPE_CHANGES``; without values, the latest version)."""
+    what a run of ``values`` (its model values with its train values, one mapping) trains (``RECIPE_CHANGES``;
+    without values, the latest version)."""
     return f"{model}/{RECIPE_VERSIONS[model] if values is None else recipe_version(model, values)}"
 
 
 def recipe_version(model: str, values: Mapping[str, Any]) -> int:
-    """The latest version of ``model``'s training recipe that changed what a run of model values ``values`` trains
-    (``RECIPE_CHANGES``; 1 where none did)."""
+    """The latest version of ``model``'s training recipe that changed what a run of ``values`` (model and train
+    values, one mapping) trains (``RECIPE_CHANGES``; 1 where none did)."""
     return max((version for version, applies in RECIPE_CHANGES.get(model, {}).items() if applies(values)), default=1)
 
 

@@ -249,6 +249,14 @@ class SequentialRecommender(nn.Module):
         without a key-padding mask padded keys are attended to; BSARec's filter sees the whole window."""
         return not self.key_padding
 
+    def _empty_row_sees_the_window(self, items: torch.Tensor) -> bool:
+        """Whether ``items`` holds a row of padding only (``ce_last``'s first prefix) whose state depends on the
+        batch's width: it attends to all its padded keys alike, and with ``positions="from_end"`` each of them has
+        a position of its own, so its state is that of the ``max_len`` window only where the window is run (with
+        one position for all padding, or from the start, every width gives the same)."""
+        return getattr(self.cfg, "positions", None) == "from_end" and items.shape[1] < self.cfg.max_len \
+            and bool((items == 0).all(1).any())
+
     def encode(self, items: torch.Tensor, last: int = 0) -> torch.Tensor:
         """items int64 (B, L) left-padded, L <= max_len -> hidden states (B, L, d).
 
@@ -316,7 +324,7 @@ class SequentialRecommender(nn.Module):
         width = items.shape[1]
         blocks = self.layer_blocks()
         recorded = [len(b.recording) if b.recording is not None else 0 for b in blocks]
-        if self.full_window():
+        if self.full_window() or self._empty_row_sees_the_window(items):
             items = nn.functional.pad(items, (capacity - width, 0))
         mask_bias = self.mask_bias(items)
         h = self.embed(items)

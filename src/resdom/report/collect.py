@@ -374,7 +374,7 @@ def _recipe_of(run: RunRecord) -> str:
     owner, _, version = recorded.rpartition("/")
     if owner != name or name not in RECIPE_VERSIONS or not version.isdigit():
         return recorded
-    return f"{name}/{min(int(version), recipe_version(name, model))}"
+    return f"{name}/{min(int(version), recipe_version(name, {**_section(run.config, 'train'), **model}))}"
 
 
 def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:

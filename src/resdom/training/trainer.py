@@ -494,9 +494,10 @@ def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, tra
         kept = files.read_log(saved.epoch if saved is not None else 0)
         atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in kept))
     data = {**data_info, "fingerprint": fingerprint, "n_items": split.n_items, "manifest": split.manifest}
-    model = model_cfg.model_dump()
-    atomic_write_json(files.config, {"model": model, "train": train_cfg.model_dump(), "data": data,
-                                     "versions": {**versions(), "recipe": recipe_label(model_cfg.name, model)}})
+    model, train = model_cfg.model_dump(), train_cfg.model_dump()
+    atomic_write_json(files.config, {"model": model, "train": train, "data": data,
+                                     "versions": {**versions(), "recipe": recipe_label(model_cfg.name,
+                                                                                       {**train, **model})}})
 
 
 def _read_final(files: RunFiles) -> dict[str, Any]:
