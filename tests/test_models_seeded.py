@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "5f400d5e6f1848e018c6f72114d0a3589be118ed"  # main before the model configuration classes
+# main before the model configuration classes (5f400d5e), moved to the commit of recipes sasrec 3 / duorec 2, which
+# changed one seeded run on purpose (duorec/both: ce_last's empty prefix on a trimmed from_end model)
+BASE = "7241ec86023b2d098106651bbe779435b887f398"
 SCRIPT = ROOT / "scripts" / "seeded_runs.py"
 
 pytestmark = pytest.mark.slow
