@@ -19,8 +19,12 @@ filters, as that data set's evaluation, and the result says ``"filter_seen": fal
 
 BERT4Rec reads its prediction at an appended ``[MASK]`` (column L-1 of ``encode``); column L-1-k sits on its
 k-th most recent input item, so offset k is hit only where that column holds an item
-(``interface.state_tokens``). A model without attention blocks (GRU4Rec) has no residual to scale: its recovery
-is alpha-free (the recoverable set and the per-offset shares; the curve holds alpha = 1 only, alpha* = 1).
+(``interface.state_tokens``). A query-token readout reads offset k from the prefix without the last k items,
+encoded on its own (``interface.prefix_needs_own_pass``). BSARec's columns are those of the same input too, but
+its frequency filter mixes the whole window into every column, so "the state after the (k+1)-th most recent
+item" has there seen the later items as well (spec §4's definition, "columns of the same input", holds). A model
+without attention blocks (GRU4Rec) has no residual to scale: its recovery is alpha-free (the recoverable set and
+the per-offset shares; the curve holds alpha = 1 only, alpha* = 1).
 """
 
 from __future__ import annotations
