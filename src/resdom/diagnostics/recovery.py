@@ -88,10 +88,10 @@ def position_ranks(
     inference mode.
     """
     out, order = [], []
+    own = prefix_needs_own_pass(model)
     for idx, items, targets in batches(model, evalset, batch_size, device, desc, progress):
         width = max(items.shape[1], min(max(offsets) + 1, model.max_len))
         items = torch.nn.functional.pad(items, (width - items.shape[1], 0))  # left: padding columns
-        own = prefix_needs_own_pass(model)
         hidden = last_prediction_states(model, items, 1 if own else max(offsets) + 1)  # read at L-1-k only
         tokens = items if own else state_tokens(model, items)  # own: column c real where the prefix ends on an item
         seen = seen_items(evalset.inputs, idx, items.device) if filter_seen else None
