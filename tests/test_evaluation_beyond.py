@@ -179,6 +179,8 @@ def test_per_user_frame_averages_to_the_metrics(fitted) -> None:
         resdom.evaluate(fitted.model, split.test, beyond=True, device="cpu")
     with pytest.raises(ResdomError, match="neighbours: must be at least 1"):
         resdom.evaluate(fitted, beyond=True, neighbours=0, device="cpu")
+    with pytest.raises(ResdomError, match="neighbours: counts for EchoNN@K of beyond=True"):
+        resdom.evaluate(fitted, neighbours=3, device="cpu")  # it was ignored without a word
 
 
 def test_cli_evaluate_beyond_and_per_user(fitted, tmp_path, capsys) -> None:
@@ -198,6 +200,8 @@ def test_cli_evaluate_beyond_and_per_user(fitted, tmp_path, capsys) -> None:
     (tmp_path / "data.csv").write_text("a,b\n")
     code = invoke("evaluate", str(run), "--per-user", str(tmp_path / "data.csv"), "--device", "cpu")
     assert code == 2 and "--per-user" in capsys.readouterr().err
+    code = invoke("evaluate", str(run), "--neighbours", "3", "--device", "cpu")  # no --beyond: it was ignored
+    assert code == 2 and "error: --neighbours: counts for EchoNN@K of --beyond" in capsys.readouterr().err
 
 
 def test_no_user_with_a_list_gives_no_popularity_not_zero(tmp_path, capsys) -> None:

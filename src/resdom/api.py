@@ -528,7 +528,7 @@ def evaluate(
     cutoffs: Sequence[int] = (1, 5, 10, 20),
     filter_seen: bool | None = None,
     beyond: bool = False,
-    neighbours: int = NEIGHBOURS,
+    neighbours: int | None = None,
     batch_size: int = 256,
     device: str | torch.device = "auto",
 ) -> EvalResult:
@@ -553,7 +553,8 @@ def evaluate(
         Also the beyond-accuracy metrics of the same top-K lists (``evaluation.beyond``: Coverage@K, AvgPop@K,
         Novelty@K, Echo@K, EchoNN@K; popularity counted on the split's ``train``, so a SplitData is needed).
     neighbours
-        The last item's nearest items (cosine over the output embeddings) that EchoNN@K counts.
+        With ``beyond``: the last item's nearest items (cosine over the output embeddings) that EchoNN@K counts
+        (None: 10).
     batch_size
         Users ranked at once.
     device
@@ -570,7 +571,9 @@ def evaluate(
     cutoffs = _positive_ints(cutoffs, "cutoffs")
     batch_size, filter_seen = positive_int(batch_size, "batch_size"), optional_bool(filter_seen, "filter_seen")
     beyond = flag(beyond, "beyond")
-    neighbours = positive_int(neighbours, "neighbours")
+    if neighbours is not None and not beyond:  # EchoNN@K alone counts them: it would be ignored without a word
+        raise ResdomError("neighbours: counts for EchoNN@K of beyond=True; pass beyond=True too, or leave it out")
+    neighbours = positive_int(neighbours, "neighbours") if neighbours is not None else NEIGHBOURS
     if beyond and not isinstance(data, SplitData):
         raise ResdomError("beyond: needs a SplitData (popularity is counted on its train), not a bare EvalSet")
     evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))

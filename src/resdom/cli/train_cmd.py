@@ -458,8 +458,9 @@ def evaluate(
     beyond: bool = typer.Option(False, "--beyond", help="also the beyond-accuracy metrics of the same top-K lists: "
                                 "Coverage@K, AvgPop@K, Novelty@K, Echo@K (the last input item in the top K), "
                                 "EchoNN@K (it or one of its --neighbours nearest items)"),
-    neighbours: int = typer.Option(NEIGHBOURS, "--neighbours", help="the last item's nearest items (cosine over "
-                                   "the output item embeddings) that EchoNN@K counts"),
+    neighbours: int | None = typer.Option(None, "--neighbours", help="with --beyond: the last item's nearest items "
+                                          f"(cosine over the output item embeddings) that EchoNN@K counts "
+                                          f"(default {NEIGHBOURS})"),
     per_user: Path | None = typer.Option(None, "--per-user", help="CSV file to write, one row per user: user_id, "
                                          "item_id (the target), rank (0-based; empty: filtered out), each metric"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
@@ -471,7 +472,10 @@ def evaluate(
     split = choice(split, PARTS, "--part")  # any case; a did-you-mean
     ks = parse_cutoffs(cutoffs)
     positive_int(batch_size, "--batch-size")
-    positive_int(neighbours, "--neighbours")
+    if neighbours is not None and not beyond:  # EchoNN@K alone counts them: it would be ignored without a word
+        raise ResdomError("--neighbours: counts for EchoNN@K of --beyond; give --beyond too, or leave it out")
+    if neighbours is not None:
+        positive_int(neighbours, "--neighbours")
     if per_user is not None:
         check_output_file(per_user, "--per-user", "user_id,item_id,rank", "a per-user file")
     ctx = setup(device, "--device")  # under torchrun: join the process group; users are sharded, rank 0 reports
