@@ -275,6 +275,20 @@ def test_the_api_and_the_cli_default_to_the_options_defaults() -> None:
     assert cli == DiagnoseOptions()
 
 
+@pytest.mark.parametrize("flags,needle", [
+    (["--what", "hrli", "--seeds", "5"], "--seeds: only shuffle reads it, and --what hrli does not run it"),
+    (["--what", "shuffle", "--per-head"], "--per-head: only mixing reads it"),
+    (["--what", "hrli", "--definition", "sum_of_norms"], "--definition: only mixing or alpha read it"),
+    (["--what", "mixing", "--alphas", "1,0.5"], "--alphas: only alpha, recovery or users read it"),
+    (["--what", "shuffle", "--layers", "0"], "--layers: only alpha, recovery or users read it"),
+])
+def test_a_flag_no_chosen_diagnostic_reads_is_refused(tmp_path, capsys, flags, needle) -> None:
+    """A flag of a diagnostic that --what leaves out is one error, not ignored without a word."""
+    assert invoke("diagnose", str(tmp_path / "run"), *flags) == 2
+    err = capsys.readouterr().err
+    assert f"error: {needle}" in err and err.count("\n") == 1
+
+
 def test_every_bad_field_is_named_at_once() -> None:
     with pytest.raises(OptionError) as e:
         diagnose_options(part="x", batch_size=0)

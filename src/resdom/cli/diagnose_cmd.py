@@ -23,6 +23,28 @@ FLAGS: dict[str, str] = {"what": "--what", "part": "--part", "definition": "--de
                          "batch_size": "--batch-size"}
 
 
+# DiagnoseOptions field -> the --what choices that read it: a flag given where none of them runs is refused
+USED_BY: dict[str, tuple[str, ...]] = {"seeds": ("shuffle",), "definition": ("mixing", "alpha"),
+                                       "per_head": ("mixing",), "alphas": ("alpha", "recovery", USERS),
+                                       "layers": ("alpha", "recovery", USERS)}
+
+
+def refuse_unused(options: DiagnoseOptions, given: dict[str, object]) -> None:
+    """A flag given (not None, --per-head set) that no diagnostic of --what reads is one OptionError, not ignored
+    without a word (--what hrli --seeds 5: no shuffle runs)."""
+    problems = []
+    for name, readers in USED_BY.items():
+        value = given.get(name)
+        if value is None or value is False or (isinstance(value, str) and not value.strip()) \
+                or any(w in options.what for w in readers):
+            continue
+        them = f"{readers[0]} reads it, and --what {','.join(options.what)} does not run it" if len(readers) == 1 \
+            else f"{', '.join(readers[:-1])} or {readers[-1]} read it, and --what {','.join(options.what)} runs none"
+        problems.append((name, f"only {them} (add it to --what, or leave the flag out)"))
+    if problems:
+        raise OptionError(problems).renamed(FLAGS)
+
+
 ALPHAS_TEXT = ", ".join(f"{a:g}" for a in DEFAULTS.alphas)  # --alphas' default, as the help shows it (wrapped whole)
 
 
@@ -70,11 +92,12 @@ def diagnose(
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu), cpu, cuda or mps; under "
                                "torchrun users are sharded"),
-    definition: str = typer.Option(DEFAULTS.definition, "--definition",
-                                   help="mixing ratio: norm_of_sums or sum_of_norms"),
+    definition: str = typer.Option(None, "--definition",
+                                   help=f"mixing ratio: norm_of_sums or sum_of_norms (default {DEFAULTS.definition})"),
     batch_size: int = typer.Option(DEFAULTS.batch_size, "--batch-size",
                                    help="users per batch (lowered for large catalogs)"),
-    seeds: str = typer.Option(",".join(map(str, DEFAULTS.seeds)), "--seeds", help="shuffle seeds, comma-separated"),
+    seeds: str = typer.Option(None, "--seeds", help="shuffle seeds, comma-separated (default "
+                              f"{','.join(map(str, DEFAULTS.seeds))})"),
     alphas: str = typer.Option(None, "--alphas", help="residual scales in [0, 1], comma-separated (default "
                                f"{ALPHAS_TEXT})"),
     layers: str = typer.Option(None, "--layers", help="blocks whose residual is scaled (default all), e.g. 0,1"),
@@ -84,6 +107,8 @@ def diagnose(
     """Diagnose last-item reliance: every registered diagnostic (see --what), written under RUN_DIR/diagnostics/."""
     options = options_from_flags(what=what, part=split, definition=definition, batch_size=batch_size, seeds=seeds,
                                  alphas=alphas, layers=layers, per_head=per_head)
+    refuse_unused(options, {"seeds": seeds, "definition": definition, "per_head": per_head, "alphas": alphas,
+                            "layers": layers})
     names = list(options.what)
     before = _mtimes(run_dir, names)
     ctx = setup(device, "--device")  # under torchrun: join the process group; each rank diagnoses its shard of users
