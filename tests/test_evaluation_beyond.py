@@ -177,6 +177,11 @@ def test_per_user_frame_averages_to_the_metrics(fitted) -> None:
     assert repr(result).startswith(f"EvalResult({result.n_users} users: HR@1 ")
     with pytest.raises(ResdomError, match="beyond: needs a SplitData"):
         resdom.evaluate(fitted.model, split.test, beyond=True, device="cpu")
+    with pytest.raises(ResdomError, match="part: 'valid' chooses a part of a SplitData"):  # it was ignored
+        resdom.evaluate(fitted.model, split.test, part="valid", device="cpu")
+    with pytest.raises(ResdomError, match="part: "):
+        resdom.evaluate(fitted.model, split.test, part="tset", device="cpu")
+    assert resdom.evaluate(fitted.model, split.test, part="TEST", device="cpu").n_users == len(split.test)
     with pytest.raises(ResdomError, match="neighbours: must be at least 1"):
         resdom.evaluate(fitted, beyond=True, neighbours=0, device="cpu")
     with pytest.raises(ResdomError, match="neighbours: counts for EchoNN@K of beyond=True"):

@@ -542,7 +542,7 @@ def evaluate(
     split
         A SplitData (its ``part`` is used), an EvalSet, or None for a Fitted's own split.
     part
-        ``valid`` or ``test``.
+        ``valid`` or ``test`` (of a SplitData; an EvalSet is scored as it is, and ``valid`` is refused there).
     cutoffs
         The K of HR@K and NDCG@K (each >= 1).
     filter_seen
@@ -576,7 +576,11 @@ def evaluate(
     neighbours = positive_int(neighbours, "neighbours") if neighbours is not None else NEIGHBOURS
     if beyond and not isinstance(data, SplitData):
         raise ResdomError("beyond: needs a SplitData (popularity is counted on its train), not a bare EvalSet")
-    evalset = data if isinstance(data, EvalSet) else getattr(data, _check_part(part))
+    part = _check_part(part)
+    if isinstance(data, EvalSet) and part != "test":  # it chooses a SplitData's part: ignored without a word
+        raise ResdomError(f"part: {part!r} chooses a part of a SplitData; an EvalSet is scored as it is (pass the "
+                          "SplitData, or leave part out)")
+    evalset = data if isinstance(data, EvalSet) else getattr(data, part)
     if len(evalset) == 0:
         raise ResdomError(_no_users(data, part))
     dev = _device(device)
