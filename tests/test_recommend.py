@@ -360,11 +360,16 @@ def test_session_ids_are_never_merged_shifted_or_dropped(run_dir, split, model, 
     labels = [split.item_labels[j] for j in split.history().sequence(3).tolist()]
     with pytest.raises(ResdomError, match=r"sequences: 1 session id\(s\) given twice .*: 1, '1'"):
         recommend(model, split, sequences={1: labels[:1], "1": labels[1:2]}, k=2)
+    for blank in ({"a": labels[:1], "": labels[1:2]}, {None: labels[:1]}, pd.Series([labels[:1]], index=[""])):
+        with pytest.raises(ResdomError, match="sequences: session .* has an empty id"):  # rows for a blank id
+            recommend(model, split, sequences=blank, k=2)
     files = {"dup.json": '{"a": ["007"], "b": ["7"], "a": ["007"]}', "num.json": '{"a": ["007", 1e3]}',
              "null.json": '[["007", null]]', "none.txt": "\n\n", "none.csv": "session_id,item_id\n",
-             "noid.csv": "session_id,item_id\na,007\n,7\n,007\n"}  # a row's session left blank: whose items?
+             "noid.csv": "session_id,item_id\na,007\n,7\n,007\n",  # a row's session left blank: whose items?
+             "noid.json": '{"a": ["007"], "": ["7"]}'}
     for name, needle in (("dup.json", "the key 'a' is given twice"),
                          ("noid.csv", "3: no session_id on this row (2 row(s) without one)"),
+                         ("noid.json", "a session's id is empty"),
                          ("num.json", "session 'a': 1000.0 is not an item id"),
                          ("null.json", "session 0: null is not an item id"),
                          ("none.txt", "no sessions in it"), ("none.csv", "no sessions in it")):

@@ -176,6 +176,10 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
         ids = list(range(len(lists)))
     if not lists:
         raise ResdomError("sequences: no sequences in it")
+    blank = [j for j, x in enumerate(ids) if x is None or str(x) == ""]
+    if blank:  # its items would be recommended for a session written as an empty id: whose?
+        raise ResdomError(f"sequences: session {blank[0] + 1} of {len(ids):,} has an empty id ({quote(ids[blank[0]])}; "
+                          f"{len(blank):,} in all); give every session its id")
     counts = Counter(str(x) for x in ids)
     twice = [x for x in ids if counts[str(x)] > 1]
     if twice:  # ids are written as text: 1 and "1" would be one session in the output

@@ -183,6 +183,8 @@ def _read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
         text = _text(path)
         if suffix == ".json":
             data = load_json(text, str(path), object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
+            if isinstance(data, dict) and "" in data:  # its items would be recommended for a blank id: whose?
+                raise ResdomError(f"{path}: a session's id is empty (\"\": [...]); give every session its id")
             if isinstance(data, dict) and all(isinstance(v, list) for v in data.values()):
                 return {str(key): _json_ids(v, path, key) for key, v in data.items()}
             if isinstance(data, list) and all(isinstance(v, list) for v in data):
