@@ -70,6 +70,8 @@ def test_resdom_report_chooses_the_study_for_a_store_and_the_generic_report_for_
     checkpoint = json.loads((run / "diagnostics" / "hrli.json").read_text())["checkpoint"]
     (cell / "cell.json").write_text(json.dumps({"dataset": "synthetic", "label": "sasrec", "model": "sasrec",
                                                 "seed": 17, "checkpoint": checkpoint}))
+    assert invoke("report", str(run), "--out", str(tmp_path / "titled"), "--tables-only", "--title", "T") == 2
+    assert not (tmp_path / "titled").exists()  # --title titles what --tables-only leaves out: it was ignored
     assert invoke("report", str(run), "--out", str(tmp_path / "own"), "--tables-only") == 0
     own = {p.name for p in (tmp_path / "own" / "tables").glob("*.md")}
     assert "run_coverage.md" in own and not own & STUDY_FILES

@@ -74,7 +74,7 @@ def _seeds(value: str) -> list[int]:
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="run directories, or folders holding run directories"),
     out: Path = typer.Option(..., "--out", "-o", help="output folder for report.html, report.md, figures, tables"),
-    title: str = typer.Option("resdom report", help="title of the report"),
+    title: str | None = typer.Option(None, help="title of report.html and report.md (default: resdom report)"),
     docs: list[Path] = typer.Option(None, "--doc", help="a Markdown document whose `<!-- resdom:table NAME -->` "
                                     "blocks are refilled with these tables (e.g. docs/results.md from the results "
                                     "store); repeat for several"),
@@ -87,6 +87,9 @@ def report(
     """Tables, figures and an HTML + Markdown report from one or more run directories (or results-store cells: the
     reproduction study's report, its blocks and figures beside the generic ones)."""
     require_folder_path(out, "--out")
+    if title is not None and tables_only:  # it titles report.html and report.md, which --tables-only leaves out
+        raise ResdomError("--title: titles report.html and report.md, which --tables-only does not write; give one "
+                          "of them")
     found: list[Path] = []
     for d in run_dirs:
         if not d.exists():
@@ -120,7 +123,8 @@ def report(
     with output_lock(out, check) as aside:  # one report at a time there: checked again under the lock
         if aside is not None:
             typer.echo(f"--force: {out} moved aside to {aside}", err=True)
-        paths = (build_study_report if study else build_report)(found, out, title=title, figures=not tables_only)
+        named = "resdom report" if title is None else title
+        paths = (build_study_report if study else build_report)(found, out, title=named, figures=not tables_only)
         if not tables_only:  # a tables-only folder is known by its tables/tables.md (a store commit: no marker)
             write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
                                        *(p for p in (paths.html, paths.markdown) if p is not None)])
