@@ -289,6 +289,16 @@ def test_a_flag_no_chosen_diagnostic_reads_is_refused(tmp_path, capsys, flags, n
     assert f"error: {needle}" in err and err.count("\n") == 1
 
 
+def test_an_option_no_chosen_diagnostic_reads_is_refused_by_the_api(run_dir: Path) -> None:
+    fitted = resdom.load_run(run_dir, device="cpu")
+    for what, given, needle in (("hrli", {"seeds": (5,)}, "seeds: only shuffle reads it, and what=hrli does not"),
+                                ("shuffle", {"recency": (2,)}, "recency: only hrli reads it"),
+                                ("hrli", {"alphas": (1.0, 0.5)}, "alphas: only alpha, recovery or users read it"),
+                                ("shuffle", {"per_head": True}, "per_head: only mixing reads it")):
+        with pytest.raises(OptionError, match=needle):  # it was ignored without a word
+            resdom.diagnose(fitted, what=what, device="cpu", **given)
+
+
 def test_every_bad_field_is_named_at_once() -> None:
     with pytest.raises(OptionError) as e:
         diagnose_options(part="x", batch_size=0)

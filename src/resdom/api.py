@@ -32,7 +32,15 @@ from resdom.data.prepare import prepare_split
 from resdom.data.sequences import EvalSet, SplitData
 from resdom.diagnostics.common import check_model
 from resdom.diagnostics.monitor import epoch_monitor
-from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options, integers, no_repeats
+from resdom.diagnostics.options import (
+    DEFAULTS,
+    USED_BY,
+    DiagnoseOptions,
+    diagnose_options,
+    integers,
+    no_repeats,
+    refuse_unused,
+)
 from resdom.diagnostics.registry import REGISTRY
 from resdom.diagnostics.runner import compute, parse_what, plan, run_all
 from resdom.distributed import resolve_device
@@ -822,6 +830,7 @@ def diagnose(
     options = diagnose_options(what=parse_what(what), part=part, recency=recency, cutoffs=cutoffs,
                                definition=definition, seeds=seeds, alphas=alphas, layers=layers, per_head=per_head,
                                batch_size=batch_size)  # what: the registered diagnostics (users.npz is run_all's)
+    refuse_unused(options, [k for k in USED_BY if getattr(options, k) != getattr(DEFAULTS, k)])
     chosen = plan(model, data, options)  # mixing and alpha need attention blocks (GRU4Rec has none)
     dev = _device(device)
     model = _on_device(model, dev)

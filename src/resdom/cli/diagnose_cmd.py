@@ -9,7 +9,7 @@ import typer
 
 from resdom.api import diagnose_run
 from resdom.cli.values import progress_option
-from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options
+from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options, refuse_unused
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary
 from resdom.distributed import setup
@@ -21,28 +21,6 @@ from resdom.rundir import RunDir
 FLAGS: dict[str, str] = {"what": "--what", "part": "--part", "definition": "--definition", "seeds": "--seeds",
                          "alphas": "--alphas", "layers": "--layers", "per_head": "--per-head",
                          "batch_size": "--batch-size"}
-
-
-# DiagnoseOptions field -> the --what choices that read it: a flag given where none of them runs is refused
-USED_BY: dict[str, tuple[str, ...]] = {"seeds": ("shuffle",), "definition": ("mixing", "alpha"),
-                                       "per_head": ("mixing",), "alphas": ("alpha", "recovery", USERS),
-                                       "layers": ("alpha", "recovery", USERS)}
-
-
-def refuse_unused(options: DiagnoseOptions, given: dict[str, object]) -> None:
-    """A flag given (not None, --per-head set) that no diagnostic of --what reads is one OptionError, not ignored
-    without a word (--what hrli --seeds 5: no shuffle runs)."""
-    problems = []
-    for name, readers in USED_BY.items():
-        value = given.get(name)
-        if value is None or value is False or (isinstance(value, str) and not value.strip()) \
-                or any(w in options.what for w in readers):
-            continue
-        them = f"{readers[0]} reads it, and --what {','.join(options.what)} does not run it" if len(readers) == 1 \
-            else f"{', '.join(readers[:-1])} or {readers[-1]} read it, and --what {','.join(options.what)} runs none"
-        problems.append((name, f"only {them} (add it to --what, or leave the flag out)"))
-    if problems:
-        raise OptionError(problems).renamed(FLAGS)
 
 
 ALPHAS_TEXT = ", ".join(f"{a:g}" for a in DEFAULTS.alphas)  # --alphas' default, as the help shows it (wrapped whole)
@@ -107,8 +85,12 @@ def diagnose(
     """Diagnose last-item reliance: every registered diagnostic (see --what), written under RUN_DIR/diagnostics/."""
     options = options_from_flags(what=what, part=split, definition=definition, batch_size=batch_size, seeds=seeds,
                                  alphas=alphas, layers=layers, per_head=per_head)
-    refuse_unused(options, {"seeds": seeds, "definition": definition, "per_head": per_head, "alphas": alphas,
-                            "layers": layers})
+    given = {"seeds": seeds, "definition": definition, "per_head": per_head, "alphas": alphas, "layers": layers}
+    try:  # a flag of a diagnostic --what leaves out (unset: None, --per-head not given, "" for the default)
+        refuse_unused(options, [k for k, v in given.items()
+                                if not (v is None or v is False or (isinstance(v, str) and not v.strip()))], "--what ")
+    except OptionError as e:
+        raise e.renamed(FLAGS) from None
     names = list(options.what)
     before = _mtimes(run_dir, names)
     ctx = setup(device, "--device")  # under torchrun: join the process group; each rank diagnoses its shard of users

@@ -24,7 +24,7 @@ from resdom.diagnostics.decomposition import DEFINITIONS
 from resdom.diagnostics.mixing import Definition
 from resdom.errors import OptionError
 from resdom.names import PARTS, USERS
-from resdom.records import diagnostic_names
+from resdom.records import ALPHA, RECOVERY, diagnostic_names
 
 if TYPE_CHECKING:
     import torch
@@ -209,6 +209,28 @@ class DiagnoseOptions(NumbersModel):
         """``layers`` as the list the diagnostic functions take (None: every block)."""
         return None if self.layers is None else list(self.layers)
 
+
+
+# DiagnoseOptions field -> the ``what`` choices that read it: a value given where none of them runs is refused
+USED_BY: dict[str, tuple[str, ...]] = {"seeds": ("shuffle",), "recency": ("hrli",), "cutoffs": ("hrli",),
+                                       "definition": ("mixing", ALPHA), "per_head": ("mixing",),
+                                       "alphas": (ALPHA, RECOVERY, USERS), "layers": (ALPHA, RECOVERY, USERS)}
+
+
+def refuse_unused(options: DiagnoseOptions, given: Iterable[str], what: str = "what=") -> None:
+    """The fields of ``given`` that no diagnostic of ``options.what`` reads are one OptionError naming each, not
+    ignored without a word (what=hrli, seeds=(5,): no shuffle runs). ``what``: how the message names the choice
+    (``--what `` in the CLI)."""
+    chosen, found = ",".join(options.what), []
+    for name in given:
+        readers = USED_BY.get(name, ())
+        if not readers or any(w in options.what for w in readers):
+            continue
+        them = f"{readers[0]} reads it, and {what}{chosen} does not run it" if len(readers) == 1 \
+            else f"{', '.join(readers[:-1])} or {readers[-1]} read it, and {what}{chosen} runs none"
+        found.append((name, f"only {them} (add it to {what.strip(' =')}, or leave it out)"))
+    if found:
+        raise OptionError(found)
 
 
 # diagnose's defaults, written once (the fields above): the API's keywords and the CLI's flags read them
