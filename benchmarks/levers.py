@@ -69,6 +69,7 @@ def child(args: dict) -> dict:
 
     from resdom import distributed
     from resdom.data.prepare import prepare_split
+    from resdom.data.registry import DATASETS
     from resdom.evaluation.evaluate import evaluate
     from resdom.models import build_model
     from resdom.models.base import TrainBatch
@@ -78,7 +79,9 @@ def child(args: dict) -> dict:
     from resdom.training.objectives import get_objective
 
     torch.set_num_threads(1)
-    split = prepare_split(args["data"], protocol=args.get("protocol", "gts"), data_dir=args["data_dir"])
+    registered = args["data"] in DATASETS  # --data-dir finds a registered data set's files; a file is read as given
+    split = prepare_split(args["data"], protocol=args.get("protocol", "gts"),
+                          data_dir=args["data_dir"] if registered else None)
     model_cfg, train_cfg = resolve_configs(
         args.get("model", "sasrec"), {}, {"seed": 1, "threads": 1},  # precision: the TrainStep's own (bf16 included)
         source=args["data"], n_items=split.n_items, protocol=args.get("protocol", "gts"))

@@ -15,7 +15,7 @@ from cli_helpers import invoke
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from resdom.data.prepare import load_interactions, load_prepared
+from resdom.data.prepare import load_interactions, load_prepared, prepare_split
 from resdom.data.readers import RawInteractions, detect_format, read_frame, read_interactions, split_source_paths
 from resdom.errors import ResdomError
 
@@ -601,3 +601,15 @@ def test_column_options_on_a_format_without_named_columns_are_refused(tmp_path: 
     assert err.count("\n") == 1 and f"format '{fmt}' has no named columns" in err, err
     assert "so --user-col u, --item-col i cannot apply (a table with a header line: --format csv or tsv)" in err
     assert len(read_interactions([path], fmt)) > 0  # without them: read as before
+
+
+def test_a_data_dir_for_a_source_that_is_no_registered_data_set_is_refused(tmp_path: Path) -> None:
+    """``data_dir`` finds registered data sets' files; for a file, generated data or a DataFrame it was ignored
+    without a word."""
+    path = tmp_path / "d.csv"
+    path.write_text("user_id,item_id\n1,2\n1,3\n")
+    for source in (path, "synthetic:n_users=40,n_items=25", pd.DataFrame({"user_id": [1], "item_id": [2]})):
+        with pytest.raises(ResdomError, match=r"^data_dir='/x': the folder of registered data sets; .* not one"):
+            prepare_split(source, data_dir="/x")
+    with pytest.raises(ResdomError, match=r"^unknown source 'BEAUTY' \(did you mean beauty\?\)"):  # a mistyped name
+        prepare_split("BEAUTY", data_dir="/x")

@@ -136,6 +136,7 @@ def read_source(
     _check_options(reader_options, READER_OPTIONS)
     fmt = format_name(fmt)
     if isinstance(source, pd.DataFrame):
+        _no_data_dir(data_dir, "a DataFrame")
         if fmt is not None:
             raise ResdomError(f"fmt: a DataFrame is read by its columns; fmt={fmt!r} does not apply")
         raw = read_frame(source, **reader_options)
@@ -146,6 +147,7 @@ def read_source(
         return raw, record, {}
     source = source_name(source)
     if source == "synthetic" or source.startswith("synthetic:"):
+        _no_data_dir(data_dir, repr(source))
         given = [arg(k, v) for k, v in (("fmt", fmt), *((k, reader_options.get(k)) for k in (
             "user_col", "item_col", "time_col"))) if v is not None]
         if given:  # generated, not read: the option would be ignored without a word
@@ -181,11 +183,20 @@ def read_source(
         if "," not in source and not Path(source).exists():
             raise _unknown_source(source) from None
         raise e
+    _no_data_dir(data_dir, repr(source))
     raw = _read(paths, fmt, **reader_options)
     if not reader_options.get("normalize_ids"):
         note_near_duplicate_ids(raw)
     files = [{"path": str(p.resolve()), "sha256": sha256_file(p)} for p in raw.files]
     return raw, {"kind": "path", "name": source, "format": raw.fmt, "files": files}, {}
+
+
+def _no_data_dir(data_dir: str | Path | None, what: str) -> None:
+    """``data_dir`` finds a registered data set's files: given for ``what`` (a file, generated data, a DataFrame),
+    which is no such set, it would be ignored without a word; a ResdomError instead."""
+    if data_dir is not None:
+        raise ResdomError(f"{arg('data_dir', str(data_dir))}: the folder of registered data sets; {what} is not "
+                          "one, so it cannot apply")
 
 
 def _unknown_source(source: str) -> ResdomError:
