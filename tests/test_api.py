@@ -256,6 +256,14 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
      "split: expected a SplitData or EvalSet, got DataFrame user_id item_id 0 1 3"),
     (lambda s, f: f.save(np.zeros((3, 2))), "path: expected a path (a str or pathlib.Path), got ndarray array([[0., "
                                             "0.], [0., 0.], [0., 0.]])"),
+    # every other quoted value whose repr spans lines is one line too (each line break one space)
+    (lambda s, f: resdom.evaluate(f, batch_size=np.zeros((3, 2))), "batch_size: expected an integer >= 1 (got "
+                                                                   "array([[0., 0.], [0., 0.], [0., 0.]]))"),
+    (lambda s, f: f.recommend(k=np.zeros((2, 2))), "k: expected an integer >= 1 (got array([[0., 0.], [0., 0.]]))"),
+    (lambda s, f: resdom.diagnose(f, what="mixing", definition=pd.DataFrame({"a": [1]})),
+     "definition: must be one of norm_of_sums, sum_of_norms (got "),
+    (lambda s, f: resdom.fit(s, epochs=np.zeros((2, 2))), "train.epochs: Input should be a valid integer (got "
+                                                          "array([[0., 0.], [0., 0.]]))"),
 ])
 def test_user_mistakes_are_one_line_errors_naming_the_parameter(split, fitted, call, message):
     with pytest.raises(ResdomError) as e:

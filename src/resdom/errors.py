@@ -6,6 +6,7 @@ boundary where the input is read, and name the file, line or field in the messag
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from resdom.limits import cut_message
@@ -13,16 +14,20 @@ from resdom.limits import cut_message
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+_LINE_BREAKS = re.compile(r"[ \t]*[\r\n]+\s*")  # a line break and the indentation after it: one space
+
 
 class ResdomError(Exception):
     """A user-facing error: the message says what is wrong and where (file:line, field name).
 
     A value the message quotes whole from a file (a 50 MB timestamp, a 20 MB id) is cut to a readable length
-    (``limits.cut_message``: ``RESDOM_MAX_MESSAGE_CHARS`` characters a value)."""
+    (``limits.cut_message``: ``RESDOM_MAX_MESSAGE_CHARS`` characters a value), and is one line: a quoted repr
+    that spans lines (a DataFrame's, a 2-D array's) has each line break, with the spaces around it, as one space,
+    as the CLI prints it."""
 
     def __init__(self, *args: object) -> None:
         if len(args) == 1 and isinstance(args[0], str):
-            args = (cut_message(args[0]),)
+            args = (cut_message(_LINE_BREAKS.sub(" ", args[0].strip())),)
         super().__init__(*args)
 
 
