@@ -2,6 +2,7 @@
 
     python scripts/rediagnose_cells.py --what hrli [CELL ...] [--store results] [--runs 'runs/repro*'] [--dry-run]
     python scripts/rediagnose_cells.py --what users     # only add the per-user evidence (users.npz) to old cells
+    python scripts/rediagnose_cells.py --what recovery,users --stale CELL   # only if an older resdom read it
 
 For when a diagnostic learns something new (e.g. hrli's rates per band of the last item's training frequency):
 for every cell in the store (or each CELL folder given), the run directory under ``--runs``
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from resdom.diagnostics.recovery import OFFSETS_READ
 from resdom.diagnostics.runner import USERS, parse_what, run_all
 from resdom.pipeline.common import missing_diagnostics
 from resdom.pipeline.reproduce import cell_compute
@@ -64,6 +66,21 @@ def run_dir_of(cell: Path, meta: dict, runs: str) -> Path | None:
         if model.is_file() and checkpoint_id(model) == meta["checkpoint"]:
             return run
     return None
+
+
+def stale_reading(cell: Path) -> bool:
+    """Whether the cell's stored diagnostics hold a reading an older resdom made differently from the checkout's:
+    a query-token model's (config ``model.readout`` "query") recovery.json without ``offsets_read`` read its
+    offsets from raw item columns, one column late (``resdom.diagnostics.recovery``: they are prefix passes now).
+    An unreadable or absent file is not stale: it is named where the cell is read."""
+    try:
+        config = json.loads((cell / "config.json").read_text())
+        recovery = json.loads((cell / "diagnostics" / "recovery.json").read_text())
+    except (OSError, ValueError):
+        return False
+    model = config.get("model") if isinstance(config, dict) else None
+    return (isinstance(model, dict) and model.get("readout") == "query" and isinstance(recovery, dict)
+            and OFFSETS_READ not in recovery)
 
 
 def cell_arguments(description: str) -> argparse.ArgumentParser:
@@ -129,10 +146,14 @@ def main() -> int:
     ap = cell_arguments(__doc__.splitlines()[0])
     ap.add_argument("--what", required=True, help="comma-separated diagnostics (resdom diagnose --what)")
     ap.add_argument("--dry-run", action="store_true", help="only say which cells would be diagnosed again")
+    ap.add_argument("--stale", action="store_true",
+                    help="only the cells whose stored reading an older resdom made differently (stale_reading)")
     args = ap.parse_args()
     asked = parse_what(args.what, with_users=True)
     torch.set_num_threads(1)
-    for cell, meta, run in cells_with_runs(args.cells or store_cells(args.store), args.runs):
+    cells = args.cells or store_cells(args.store)
+    for cell, meta, run in cells_with_runs([c for c in cells if stale_reading(c)] if args.stale else cells,
+                                           args.runs):
         what = with_evidence(asked, run)
         print(f"{cell}: {', '.join(what)} from {run}", flush=True)
         if args.dry_run:

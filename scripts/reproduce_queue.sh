@@ -24,6 +24,8 @@
 # CODE_COMMIT (scripts/reproduce_cells.sh) every cell trains from that commit's code:
 #   STORE=results-sasrec2 COSTS=results STAGING=1 RECIPE=sasrec/2 CODE_COMMIT=a98357d8 UNTIL=19:30 \
 #     nice -n 19 scripts/reproduce_queue.sh scripts/grid_recipe2.txt
+# A stored cell whose diagnostics CODE_COMMIT's code read differently from the checkout's (a query-token model's
+# recovery, scripts/rediagnose_cells.py --stale) is diagnosed again with the checkout's code as soon as it is stored.
 # (COSTS=results: the store whose cells cost the open ones, default $STORE; a staging store, scripts/reproduce_cells.sh:
 # the new recipe's cells wait there until every cell compared with them
 # is retrained, then replace results/'s together)
@@ -267,6 +269,18 @@ release() {  # KEY: remove the cell's claim if this worker holds it; never anoth
   ) 9>"$CLAIMS/.lock"
   return 0
 }
+reread() {  # DATA SET MODEL SEED GRID: a cell just stored whose diagnostics the code it ran (CODE_COMMIT's) read
+  # differently from the checkout's (scripts/rediagnose_cells.py --stale: a query-token model's recovery offsets) is
+  # diagnosed again with the checkout's code now, while its run folder is on this machine (a new machine has none),
+  # and committed again; a cell that cannot be is named and left for scripts/rediagnose_cells.py by hand
+  local cell="$STORE/$1/$2/seed$3"
+  [ -n "$(.venv/bin/python -c 'import sys; sys.path.insert(0, "scripts"); from rediagnose_cells import stale_reading
+from pathlib import Path; print("stale" if stale_reading(Path(sys.argv[1])) else "")' "$cell")" ] || return 0
+  echo "== $(date -u +%FT%TZ) $1 / $2 / seed $3: diagnosed again with the checkout's code (an older reading)"
+  .venv/bin/python scripts/rediagnose_cells.py --what recovery,users --stale --store "$STORE" --runs "$4" "$cell" \
+    && scripts/reproduce_cells.sh --commit "$cell" \
+    || echo "$cell: not diagnosed again; run scripts/rediagnose_cells.py --what recovery,users --stale on it" >&2
+}
 
 while true; do
   next=""
@@ -288,6 +302,7 @@ while true; do
   read -r dataset label seed grid <<<"$next"  # guess: the estimate fits made for this cell
   GRID=$grid scripts/reproduce_cells.sh "$dataset $label $seed"
   if stored "$dataset" "$label" "$seed"; then
+    reread "$dataset" "$label" "$seed" "$grid"
     # said: what the cell would have cost at the stored cells' speed per epoch for the epochs it ran (a seed that
     # stopped early is not a faster machine); the whole-cell estimate where no stored cell records its epochs. A
     # cell resumed from an earlier start counts its earlier epochs on both sides

@@ -527,6 +527,32 @@ def test_rediagnose_never_follows_a_cell_outside_the_grid_folder(tmp_path: Path,
     assert "store/link: skipped (no run directory" in err
 
 
+def test_rediagnose_stale_names_only_a_query_models_recovery_read_before_prefix_passes(tmp_path: Path) -> None:
+    """``--stale`` (the queue diagnoses such a cell again as soon as it is stored): a query-token model's
+    recovery.json without ``offsets_read`` is stale; the same with it, another readout's, or a cell whose files are
+    absent or unreadable is not."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import rediagnose_cells
+
+    def cell(name: str, readout: object, recovery: object, *, config: str | None = None) -> Path:
+        folder = tmp_path / name
+        (folder / "diagnostics").mkdir(parents=True)
+        (folder / "config.json").write_text(config or json.dumps({"model": {"readout": readout}}))
+        if recovery is not None:
+            (folder / "diagnostics" / "recovery.json").write_text(json.dumps(recovery))
+        return folder
+
+    assert rediagnose_cells.stale_reading(cell("old", "query", {"rates": [0.1]}))
+    assert not rediagnose_cells.stale_reading(cell("new", "query", {"offsets_read": "prefix passes"}))
+    assert not rediagnose_cells.stale_reading(cell("last", "last", {"rates": [0.1]}))
+    assert not rediagnose_cells.stale_reading(cell("none", "query", None))
+    assert not rediagnose_cells.stale_reading(cell("broken", "query", {}, config="{"))
+    assert not rediagnose_cells.stale_reading(cell("list", "query", [], config="[]"))
+    assert not rediagnose_cells.stale_reading(tmp_path / "absent")
+
+
 # ---------------------------------------------------------------------------------------------- progress
 
 
