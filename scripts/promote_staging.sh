@@ -3,7 +3,8 @@
 # names is in the staging store with the queue's training recipe (cell.json's versions.recipe), so no table ever
 # compares cells of two recipes:
 #   scripts/promote_staging.sh results-sasrec2 scripts/grid_recipe2.txt sasrec/2
-# Refuses (exit 1, nothing moved) with the number of cells still missing and the first of them. After the move, the
+# Refuses (exit 1, nothing moved) with the number of cells still missing and the first of them, or with the cells whose
+# diagnostics are of an older reading (scripts/rediagnose_cells.py --stale). After the move, the
 # documents are made again from the new store (the command is printed) and tests/test_results_doc.py checks them.
 # Env: COMMIT (default 1; 0: move the cells, commit nothing), DRY_RUN=1 (check only).
 set -euo pipefail
@@ -29,6 +30,21 @@ done < <(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$QUEUE")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "$STAGE: ${#missing[@]} of ${#cells[@]} cells of $QUEUE not yet stored with recipe $RECIPE, e.g." \
     "${missing[0]}; nothing moved" >&2
+  exit 1
+fi
+# a cell whose diagnostics the queue's frozen code read differently from the checkout's (the queue diagnoses such a
+# cell again as soon as it is stored, while its run folder is there): not promoted with the older reading
+stale=$(.venv/bin/python - "$STAGE" "${cells[@]}" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+from rediagnose_cells import stale_reading
+print(" ".join(c for c in sys.argv[2:] if stale_reading(Path(sys.argv[1]) / c)))
+PY
+)
+if [ -n "$stale" ]; then
+  echo "$STAGE: cells of an older reading, to be diagnosed again first (scripts/rediagnose_cells.py --what" \
+    "recovery,users --stale --store $STAGE, on their run folders): $stale; nothing moved" >&2
   exit 1
 fi
 [ "${DRY_RUN:-0}" = 1 ] && { echo "$STAGE: all ${#cells[@]} cells of $QUEUE stored with recipe $RECIPE"; exit 0; }

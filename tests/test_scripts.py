@@ -728,9 +728,10 @@ def test_promote_staging_moves_every_cell_in_one_commit_or_none(tmp_path: Path) 
         pytest.skip("needs the project's .venv (make test makes it) and git")
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    shutil.copy(root / "scripts" / "promote_staging.sh", repo / "scripts")
+    for script in ("promote_staging.sh", "rediagnose_cells.py"):
+        shutil.copy(root / "scripts" / script, repo / "scripts")
     (repo / ".venv").symlink_to(root / ".venv")
-    (repo / ".gitignore").write_text(".venv\n")
+    (repo / ".gitignore").write_text(".venv\n__pycache__\n")
     (repo / "scripts" / "q.txt").write_text("# the queue\nbeauty-ts sasrec 1\ntoys-ts sasrec-pool 2\n")
 
     def cell(store: str, name: str, recipe: str | None) -> None:
@@ -754,11 +755,25 @@ def test_promote_staging_moves_every_cell_in_one_commit_or_none(tmp_path: Path) 
     assert done.stderr.strip() == ("stage: 1 of 2 cells of scripts/q.txt not yet stored with recipe sasrec/2, e.g. "
                                    "toys-ts/sasrec-pool/seed2 (recipe: sasrec/1); nothing moved")
     assert git("status", "--porcelain") == "" and len(git("log", "--oneline").splitlines()) == 1
-    (repo / "stage" / "toys-ts/sasrec-pool/seed2" / "cell.json").write_text('{"versions": {"recipe": "sasrec/2"}}')
-    git("commit", "-q", "-am", "the last cell")
+    pool = repo / "stage" / "toys-ts/sasrec-pool/seed2"
+    (pool / "cell.json").write_text('{"versions": {"recipe": "sasrec/2"}}')
+    # a query-token model's recovery of the reading before prefix passes: diagnosed again before it is promoted
+    (pool / "config.json").write_text('{"model": {"readout": "query"}}')
+    (pool / "diagnostics").mkdir()
+    (pool / "diagnostics" / "recovery.json").write_text('{"rates": [0.1]}')
+    git("add", "stage")
+    git("commit", "-q", "-m", "the last cell")
+    done = promote()
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("stage: cells of an older reading, to be diagnosed again first (scripts/"
+                                   "rediagnose_cells.py --what recovery,users --stale --store stage, on their run "
+                                   "folders): toys-ts/sasrec-pool/seed2; nothing moved")
+    assert git("status", "--porcelain") == "" and len(git("log", "--oneline").splitlines()) == 2
+    (pool / "diagnostics" / "recovery.json").write_text('{"rates": [0.1], "offsets_read": "prefix passes"}')
+    git("commit", "-q", "-am", "diagnosed again")
     done = promote()
     assert done.returncode == 0, done.stderr
-    assert git("status", "--porcelain") == "" and len(git("log", "--oneline").splitlines()) == 3
+    assert git("status", "--porcelain") == "" and len(git("log", "--oneline").splitlines()) == 4
     for name in ("beauty-ts/sasrec/seed1", "toys-ts/sasrec-pool/seed2"):
         assert json.loads((repo / "results" / name / "metrics.json").read_text()) == {"store": "stage"}
         assert json.loads((repo / "results" / name / "cell.json").read_text())["versions"]["recipe"] == "sasrec/2"
