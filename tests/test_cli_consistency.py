@@ -645,3 +645,22 @@ def test_no_writable_temporary_folder_is_one_line_before_torch_is_imported(monke
     monkeypatch.undo()
     main.check_temporary_folder()  # a usable one: nothing said
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name", ["reproduce", "remedies"])
+def test_grid_epochs_default_is_each_models_for_its_protocol_as_its_help_says(name: str, tmp_path: Path) -> None:
+    """``reproduce`` and ``remedies`` without ``--epochs`` train each cell up to its model's maximum for the cell's
+    protocol (300 for sasrec under gts, 200 under loo), as ``resdom train`` does; the help said "TrainConfig's"
+    (200 whatever the protocol)."""
+    from resdom.pipeline.reproduce import GridSpec
+    from resdom.training.config import resolve_configs
+
+    text = option(command(name), "--epochs").help
+    assert "each model's for its protocol" in text and "config show" in text and "TrainConfig" not in text
+    spec = GridSpec(["synthetic"], ["sasrec"], [1], tmp_path / "grid")
+    assert spec.epochs is None
+    for protocol, expected in (("gts", 300), ("loo", 200)):
+        model, model_values, train_values = spec.cell_values("sasrec", 1)
+        _, train = resolve_configs(model, model_values, train_values, source="synthetic", n_items=1, protocol=protocol)
+        assert train.epochs == expected
+    assert TrainConfig().epochs == 200  # the bare field default the help named: not what a gts cell trains

@@ -83,7 +83,8 @@ def earlier_grid(out: Path, entries: list[str]) -> bool:
 
 @dataclass
 class GridSpec:
-    """The grid and how to train it. ``epochs`` None = TrainConfig's default (early stopping decides)."""
+    """The grid and how to train it. ``epochs`` None = each cell's model default for its protocol
+    (``experiments.PROTOCOL_DEFAULTS`` through ``resolve_configs``, as ``resdom train``; early stopping decides)."""
 
     datasets: list[str]
     models: list[str]
