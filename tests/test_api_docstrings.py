@@ -81,3 +81,21 @@ def test_the_checker_finds_a_missing_parameter() -> None:
     assert documented(section(f.__doc__ or "", "Parameters") or []) == {"a"}
     assert section(f.__doc__ or "", "Returns") == ["int", "    a + b."]
     assert section("No sections.", "Returns") is None
+
+
+def test_the_signature_api_writes_out_for_prepare_split_is_its_own() -> None:
+    """resdom.api's note on ``prepare_split`` writes its signature out; every default it gives is the function's
+    (it said ``protocol="loo"`` after the default became ``"auto"``)."""
+    import ast
+
+    from resdom.data.prepare import prepare_split
+
+    written = re.search(r"``prepare_split\((source, [^`]*)\)``", inspect.getsource(api))
+    assert written is not None
+    params = inspect.signature(prepare_split).parameters
+    pairs = [p.strip().partition("=") for p in written.group(1).split(",")]
+    assert [name for name, _, _ in pairs] == [p if params[p].kind is not params[p].VAR_KEYWORD else "**" + p
+                                              for p in params]
+    for name, _, value in pairs:
+        if value:
+            assert ast.literal_eval(value) == params[name].default, name

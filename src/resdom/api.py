@@ -85,7 +85,7 @@ __all__ = ["Diagnosis", "Fitted", "diagnose", "evaluate", "fit", "load_run", "lo
 # ------------------------------------------------------------------------------------------------- data
 
 
-# ``prepare_split(source, protocol="loo", quantile=0.9, data_dir=None, fmt=None, **options)`` (data.prepare): a
+# ``prepare_split(source, protocol="auto", quantile=0.9, data_dir=None, fmt=None, **options)`` (data.prepare): a
 # registered name, ``synthetic[:knobs]``, a path, or a pandas DataFrame (``prepare_split(df, user_col="customer",
 # item_col="product", time_col="ts")``; ``time_col=None`` or ``no_time=True``: no timestamps, row order).
 
