@@ -70,14 +70,19 @@ def test_small_evaluation_sets_warn_and_the_python_api_logs_the_data_lines(caplo
     assert n_valid < 100 and n_test < 100
     assert logged[-1] == ("WARNING", f"data: warning: only {n_valid} validation users and {n_test} test users (fewer "
                                      "than 100): early stopping and the metrics rest on few users and will vary from "
-                                     "split to split; more data, or another split (e.g. a lower quantile for gts), "
-                                     "gives steadier numbers")
+                                     "split to split; more data, a lower quantile (an earlier T_test holds out more "
+                                     "users) or protocol='loo' (every user with 3 items or more a test user) gives "
+                                     "steadier numbers")
     assert all(level == "INFO" for level, _ in logged[:-1])
     big = pd.DataFrame([(u, (u + t) % 50, t) for u in range(150) for t in range(4)],
                        columns=["user_id", "item_id", "timestamp"])
     assert not [x for x in change_lines(prepare_split(big, "loo").manifest)
                 if x.startswith("warning")]  # loo: 150 each, none
     assert not [x for x in change_lines(prepare_split(df, protocol="none").manifest) if x.startswith("warning")]
+    small = [x for x in change_lines(prepare_split(big.head(200), "loo").manifest) if x.startswith("warning")]
+    assert small == ["warning: only 50 validation users and 50 test users (fewer than 100): early stopping and the "
+                     "metrics rest on few users and will vary from split to split; more data gives steadier numbers "
+                     "(leave-one-out already tests every user with 3 items or more)"]  # no quantile: loo has none
 
 
 def test_dataframe_errors_name_python_arguments() -> None:

@@ -185,12 +185,21 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     if small:
         lines.append(f"warning: only {' and '.join(f'{n:,} {part} users' for part, n in small)} (fewer than "
                      f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
-                     f"split; more data, or another split (e.g. a lower {arg('quantile')} for gts), gives steadier "
-                     "numbers")
+                     f"split; {_steadier(manifest.get('protocol'))}")
     return [cut_message(line) for line in lines]  # a manifest read from a folder may quote anything
 
 
 SMALL_PART = 100  # fewer validation or test users than this: change_lines warns
+
+
+def _steadier(protocol: Any) -> str:
+    """What gives a split of few evaluation users steadier numbers: more data always; under gts also an earlier
+    T_test (a lower quantile holds out every user active after it) or leave-one-out (a test user for every user with
+    3 items or more, docs/choices.md); under loo every such user is already one."""
+    if protocol == "gts":
+        return (f"more data, a lower {arg('quantile')} (an earlier T_test holds out more users) or "
+                f"{arg('protocol', 'loo')} (every user with 3 items or more a test user) gives steadier numbers")
+    return "more data gives steadier numbers (leave-one-out already tests every user with 3 items or more)"
 
 
 def small_parts(manifest: dict[str, Any]) -> list[tuple[str, int]]:
