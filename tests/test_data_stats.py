@@ -68,3 +68,15 @@ def test_data_stats_of_a_split_folder_are_those_of_the_data_it_was_made_from(tmp
     with pytest.raises(ResdomError, match=r"split: a prepared split \(resdom data split\), not data to read: load it "
                        r"as it is \(resdom.load_split"):
         prepare_split(str(tmp_path / "split"))
+
+
+def test_data_stats_says_how_many_interactions_the_k_core_removed(tmp_path, capsys) -> None:
+    """The preprocessing line under the statistics counts what the k-core removed as the ``data:`` line does; it
+    printed ``k-core 2: -3`` (and ``-0`` where nothing went), a sign, not a count."""
+    rows = [f"u{u},i{j},{10 * u + j}" for u in range(4) for j in range(3)] + ["u9,lone,1", "u9,i0,2", "u8,i1,5"]
+    (tmp_path / "f.csv").write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    code, out, err = run_cli(capsys, "data", "stats", str(tmp_path / "f.csv"), "--k-core", "2")
+    assert code == 0, err
+    assert "data: k-core 2: removed 2 users, 1 item, 3 interactions" in err  # u9 (after 'lone' goes), u8, 'lone'
+    assert out.splitlines()[-1].endswith("; k-core 2: 3 interactions removed")
+    assert "users                      4" in out

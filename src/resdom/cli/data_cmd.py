@@ -50,7 +50,11 @@ def _preprocessing_line(steps: list[dict[str, Any]]) -> str:
         if s["step"] == "sample_users":
             parts.append(f"{s['users']:,} users sampled (seed {s['seed']})")
         elif s["step"] == "k_core":
-            parts.append(f"k-core {s['k']}: -{s['removed_interactions']:,}" if s.get("applied", True) else "no k-core")
+            if s.get("applied", True):  # a count, as the data: line gives it ("k-core 5: -0" read as a sign)
+                removed = s["removed_interactions"]
+                parts.append(f"k-core {s['k']}: {removed:,} interaction{'' if removed == 1 else 's'} removed")
+            else:
+                parts.append("no k-core")
         elif s["step"] == "remove_consecutive_repeats":
             parts.append(f"repeats removed: {s['removed_interactions']:,}" if s.get("applied", True)
                          else f"repeats kept: {s['consecutive_repeats_kept']:,}")
