@@ -150,6 +150,13 @@ def test_findings_wording_follows_the_numbers() -> None:
     assert s[1].endswith("second to last; 31.4% of these users' last items never occur in training (HRLI@1 over "
                          "the others: 0.708).")
     assert _sentences({**base, "unseen_share": 0.001, "HRLI@1_seen": 0.85})[1] == _sentences(base)[1]  # too few
+    # alpha* as swept: a sweep of quarters chose 0.25, printed 0.2 (one decimal, a scale never swept)
+    rec = {**base, "rec_share": 0.02, "n_recovery": "100", "n_recoverable": "2", "alpha_swept": True, "rec_star": 0.5,
+           "HR@10_at_star": 0.4, "HR@10": 0.41, "rec_at_0.1": None, "rec_at_0.2": None, "rec_at_0.3": None}
+    assert "; α* = 0.25 (chosen on validation) recovers 50.0% with test HR@10 0.400 vs 0.410 at α=1." in \
+        _sentences({**rec, "alpha_star": 0.25})[2]
+    assert "α* = 0.3 (chosen" in _sentences({**rec, "alpha_star": 0.3})[2]
+    assert "α* = 0.233 (chosen" in _sentences({**rec, "alpha_star": (0.3 + 0.2 + 0.2) / 3})[2]  # a mean over seeds
     # a run not diagnosed yet says so (was: its heading over nothing)
     none = {**base, "mix_all_Attn": None, "mix_all_+Res": None, "HRLI@1": None, "HRL2I@1": None}
     assert _sentences(none) == ["No finding yet: no run of this group has its mixing, HRLI or recovery diagnostics "
