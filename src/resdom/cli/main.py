@@ -95,8 +95,8 @@ _register()
 
 def keep_freed_memory() -> bool:
     """Under glibc, keep freed blocks of up to 32 MB in the heap instead of handing them back to the system, so
-    the tensors a training step frees and makes again cost no fresh pages (page faults: about a tenth of a CPU
-    epoch, docs/choices.md); the price is a resident size that stays near its peak. ``RESDOM_MALLOC=system``
+    the tensors a training step frees and makes again cost no fresh pages (page faults: about 5% of a CPU epoch,
+    docs/choices.md); the price is a resident size that stays near its peak. ``RESDOM_MALLOC=system``
     leaves malloc as it is. -> whether the settings were made."""
     import ctypes
     import platform
