@@ -13,8 +13,9 @@ over the real items 1..N (the padding row is not a class, as in evaluation).
 - ``mlm``: masked-item CE (BERT4Rec, spec §7): the model's ``training_states`` masks the window of layout
   ``window`` and keeps labels at the masked positions only; full-softmax CE there.
 
-The full softmax (``full_cross_entropy``) never holds a (P, N) score matrix: it scores 64 rows at a time (on
-CPU), so memory is O(64 * N) plus the gradients, at any catalogue size. (``TrainConfig.item_chunk``, an item-chunked
+On CPU the full softmax (``full_cross_entropy``) never holds a (P, N) score matrix: it scores 64 rows at a time, so
+memory is O(64 * N) plus the gradients, at any catalogue size; on any other device (a GPU) it scores all P rows in
+one block, a (N, P) matrix (docs/scaling.md). (``TrainConfig.item_chunk``, an item-chunked
 variant that recomputed scores in backward, was slower and larger at 1M items, and was removed; the field is
 accepted and ignored.)
 """
@@ -164,8 +165,9 @@ class _CrossEntropy(torch.autograd.Function):
 @torch.compiler.disable  # eager under torch.compile: its loop over blocks would be traced again for every row count
 def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items (``_CrossEntropy``:
-    no (P, N) tensor). Under ``torch.autocast`` (``train.precision`` bf16) the block products run in the autocast
-    dtype and the softmax, log-sum-exp, loss and gradients' sums in float32 (``_CrossEntropy.forward_low``);
+    on CPU no (P, N) tensor, blocks of ``CPU_ROWS`` rows; on any other device one block of all P rows). Under
+    ``torch.autocast`` (``train.precision`` bf16) the block products run in the autocast dtype and the softmax,
+    log-sum-exp, loss and gradients' sums in float32 (``_CrossEntropy.forward_low``);
     without it every op is the float32 one it always was (the same bits)."""
     if h.shape[0] == 0:
         return h.sum() * 0.0
