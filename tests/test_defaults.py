@@ -341,7 +341,11 @@ def test_prepare_split_returns_its_counts_and_logs_the_cli_lines(tmp_path: Path,
     assert printed[0].startswith("read 240 interactions of 40 users and 17 items (csv)")
     with cli_names():  # the same lines, options named by their flags (the warning's --quantile)
         assert printed[1:] == change_lines(split.manifest)[1:]
-    assert "a lower quantile for gts" in change_lines(split.manifest)[-1] and "--quantile" in printed[-1]
+    assert "leave-one-out already tests" in printed[-1] and "quantile" not in printed[-1]  # loo has no quantile
+    gts = prepare_split(df).manifest  # its warning names the options that help, as the caller names them
+    assert "a lower quantile (" in change_lines(gts)[-1] and "or protocol='loo' (" in change_lines(gts)[-1]
+    with cli_names():
+        assert "a lower --quantile (" in change_lines(gts)[-1] and "or --protocol loo (" in change_lines(gts)[-1]
 
 
 def test_api_errors_name_python_arguments_and_the_cli_its_flags(tmp_path: Path, capsys) -> None:
