@@ -83,6 +83,9 @@ def test_small_evaluation_sets_warn_and_the_python_api_logs_the_data_lines(caplo
     assert small == ["warning: only 50 validation users and 50 test users (fewer than 100): early stopping and the "
                      "metrics rest on few users and will vary from split to split; more data gives steadier numbers "
                      "(leave-one-out already tests every user with 3 items or more)"]  # no quantile: loo has none
+    one = pd.DataFrame([(u, t, t) for u in range(2) for t in range(1 + 2 * u)], columns=df.columns[:3])
+    assert [x for x in change_lines(prepare_split(one, "loo").manifest) if x.startswith("warning")][0].startswith(
+        "warning: only 1 validation user and 1 test user (fewer than 100)")  # "1 validation users" before
 
 
 def test_dataframe_errors_name_python_arguments() -> None:

@@ -183,7 +183,7 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
             lines.append(f"{_n(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")
     small = small_parts(manifest)
     if small:
-        lines.append(f"warning: only {' and '.join(f'{n:,} {part} users' for part, n in small)} (fewer than "
+        lines.append(f"warning: only {' and '.join(_n(n, f'{part} user') for part, n in small)} (fewer than "
                      f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
                      f"split; {_steadier(manifest.get('protocol'))}")
     return [cut_message(line) for line in lines]  # a manifest read from a folder may quote anything
