@@ -16,7 +16,7 @@ from resdom.data.stats import format_stats
 from resdom.errors import ResdomError
 from resdom.rundir import SPLIT, aside_name, output_lock, write_marker
 
-data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts), the registry.", no_args_is_help=True)
+data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts / none), the registry.", no_args_is_help=True)
 
 
 @data_app.command("stats")
