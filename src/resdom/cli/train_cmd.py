@@ -369,7 +369,8 @@ def train(
                                "folder of other files is refused even then"),
     data: DataOptions = DataOptions(),
 ) -> None:
-    """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics). Works under torchrun."""
+    """Train a model on SOURCE; writes RUN_DIR (config, data, best checkpoint, metrics; under --protocol none the
+    last epoch's checkpoint and no validation or test metrics, unless --holdout-users). Works under torchrun."""
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
                                                ("precision", precision)) if v is not None}
     cfg = command_config(model, config, set_, explicit, data)
