@@ -690,3 +690,60 @@ def test_the_epoch_loss_is_the_mean_of_its_batches_per_target_means(tmp_path: Pa
                     terms.append(-float(F.log_softmax(scores, 0)[samples.items[start + 1 + p] - 1]))
             means.append(sum(terms) / len(terms))
     assert reported == pytest.approx(sum(means) / len(means), rel=1e-5)
+
+
+def _killed_before_state_of(epoch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the trainer die (a kill) after epoch ``epoch``'s checkpoint and log record, before its resume state."""
+    import resdom.training.trainer as trainer
+
+    original = trainer.RunFiles.save_state
+
+    def killed(self, state, model, optimizer):  # noqa: ANN001, ANN202
+        if state.epoch == epoch:
+            raise KeyboardInterrupt
+        return original(self, state, model, optimizer)
+
+    monkeypatch.setattr(trainer.RunFiles, "save_state", killed)
+
+
+def test_fewer_epochs_on_a_run_killed_past_its_state_end_as_that_uninterrupted_run_or_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed in epoch 3 after that epoch's checkpoint and log record, before its state (epoch 2's), then run
+    with --epochs 2, ended without training: with epoch 3's checkpoint ("best epoch 3 of 2", other test metrics than
+    a 2-epoch run) and epoch 3 in its curve. Epoch 3's checkpoint cannot be undone: refused, naming the epochs that
+    resume it; where epoch 3 wrote no checkpoint (no better validation), the run ends as the uninterrupted 2-epoch run,
+    its log without epoch 3's record."""
+    import resdom.training.trainer as trainer
+
+    split, m, t = configs(n_users=30, epochs=4, lr=5e-3)
+    two = t.model_copy(update={"epochs": 2})
+    full = fit(split, m, two, tmp_path / "full", progress=False)
+    _killed_before_state_of(3, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        fit(split, m, t, tmp_path / "cut", progress=False)
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "cut" / "model.json").read_text())["epoch"] == 3  # epoch 3 improved
+    with pytest.raises(ResdomError, match=r"model\.json: a checkpoint of epoch 3, .* give --epochs 3 or more"):
+        fit(split, m, two, tmp_path / "cut", progress=False)
+    assert not (tmp_path / "cut" / "metrics.json").exists()
+    assert fit(split, m, t, tmp_path / "cut", progress=False) == fit(split, m, t, tmp_path / "full4", progress=False)
+
+    # epoch 3 not better: no checkpoint of it, only its log record (and a torn line)
+    values = iter([0.5, 0.6, 0.1, 0.1])
+    original = trainer._evaluate
+
+    def stop_value(model, split, which, train_cfg, device):  # noqa: ANN001, ANN202
+        out = original(model, split, which, train_cfg, device)
+        return {**out, "metrics": {**out["metrics"], "NDCG@10": next(values)}} if which == "stop" else out
+
+    monkeypatch.setattr(trainer, "_evaluate", stop_value)
+    _killed_before_state_of(3, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        fit(split, m, t, tmp_path / "flat", progress=False)
+    monkeypatch.undo()
+    with (tmp_path / "flat" / "metrics.jsonl").open("a") as f:
+        f.write('{"epoch": 4, "lo')
+    assert json.loads((tmp_path / "flat" / "model.json").read_text())["epoch"] == 2
+    ended = fit(split, m, two, tmp_path / "flat", progress=False)
+    assert (ended["best_epoch"], ended["epochs_run"]) == (2, 2) and ended["test"] == full["test"]
+    assert [json.loads(x)["epoch"] for x in (tmp_path / "flat" / "metrics.jsonl").read_text().splitlines()] == [1, 2]

@@ -21,7 +21,7 @@ from torch import nn
 from resdom.checks import NumbersModel, arg
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_files, atomic_write_json, read_jsonl, safetensors_bytes
+from resdom.io import atomic_write_files, atomic_write_json, atomic_write_text, read_jsonl, safetensors_bytes
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir, holds_results
 from resdom.runs import (
@@ -317,11 +317,14 @@ class RunFiles(RunDir):
             raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
                               f"{self.restart_hint()}") from None
 
-    def check_best_checkpoint(self, state: ResumeState, held_out: bool) -> None:
+    def check_best_checkpoint(self, state: ResumeState, held_out: bool, ends: bool = False) -> None:
         """The run's checkpoint (``model.safetensors``) must be the one the state selected: of its best epoch (the
         last one where nothing is held out), or of the epoch after it (a kill between the checkpoint and the state;
         that epoch is trained again and writes it anew). Otherwise resuming would train on and fail at the end, or end
-        with another checkpoint's metrics."""
+        with another checkpoint's metrics. ``ends``: the run ends at the state's epoch without training (an
+        interrupted run given fewer epochs than it was started with): a checkpoint of the epoch after it is then
+        never written anew, and the run would end with a model of an epoch it did not run (best epoch 3 of 2), so it
+        is refused, naming the epochs that resume it."""
         if state.epoch == 0:
             return
         best = state.early_stopping.best_epoch if held_out else state.epoch
@@ -329,6 +332,11 @@ class RunFiles(RunDir):
             raise ResdomError(f"{self.model}: the checkpoint of this run's best epoch ({best}) is missing, so the "
                               f"resumed run could not end with it; {self.restart_hint()}")
         epoch = read_sidecar(self.model).get("epoch")
+        if ends and epoch == state.epoch + 1:
+            raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {epoch}, an epoch interrupted "
+                              f"before its resume state was saved (epoch {state.epoch}'s is); the checkpoint of the "
+                              f"best epoch {best} is gone, so the run cannot end at {state.epoch} epochs: give "
+                              f"--epochs {epoch} or more (train.epochs) to resume it, or {self.restart_hint()}")
         if epoch not in (best, state.epoch + 1):
             raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {str(epoch)[:40]}, but the "
                               f"resume state's best epoch is {best} (a checkpoint of another run copied in?); "
@@ -343,6 +351,14 @@ class RunFiles(RunDir):
             held = ", ".join(map(str, epochs[:8])) + (", ..." if len(epochs) > 8 else "") if epochs else "none"
             raise ResdomError(f"{self.log}: holds the records of epochs {held}, not one of each epoch 1..{state.epoch} "
                               f"the resume state saved; {self.restart_hint()}")
+
+    def trim_log(self, up_to_epoch: int) -> None:
+        """Rewrite ``metrics.jsonl`` (where there is one) with the records of epochs <= ``up_to_epoch`` only
+        (``read_log``): a kill between an epoch's record and its state leaves a record, or a torn line, of an epoch
+        the state does not hold."""
+        if self.log.exists():
+            kept = self.read_log(up_to_epoch)
+            atomic_write_text(self.log, "".join(json.dumps(r) + "\n" for r in kept))
 
     def read_log(self, up_to_epoch: int) -> list[dict[str, Any]]:
         """metrics.jsonl records of epochs <= up_to_epoch (a torn last line is dropped, and so is a record whose epoch

@@ -35,7 +35,7 @@ from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import NonFiniteScores
 from resdom.experiments import recipe_label
-from resdom.io import atomic_write_json, atomic_write_text, directory_lock, remove_temporaries, writing
+from resdom.io import atomic_write_json, directory_lock, remove_temporaries, writing
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
@@ -316,8 +316,17 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     if state is not None:
         check_resumable(files, state, model_cfg, train_cfg, split)
         _check_epochs(files, state, train_cfg)
-        files.check_best_checkpoint(state, held_out)
-        if state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs:
+        ends = state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs
+        # an interrupted run ended here without training (a lower --epochs): no epoch after the state's is trained
+        # again to write over a checkpoint or log record a kill left of it
+        ends_unfinished = ends and state.stopped is None
+        files.check_best_checkpoint(state, held_out, ends=ends_unfinished)
+        if ends_unfinished:
+            files.check_log(state)  # the finished run's curve
+            if dist_ctx.is_main:
+                files.trim_log(state.epoch)
+            dist_ctx.barrier()
+        if ends:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
         files.check_log(state)  # the epochs to come are appended to it
     if not held_out and split.manifest.get("protocol") != "none":
@@ -489,10 +498,9 @@ def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, tra
         split.save(files.data)
         for stale in (files.log, files.model, files.model.with_suffix(".json")):
             stale.unlink(missing_ok=True)
-    elif files.log.exists():  # drop records of epochs after the saved state (a kill between log and state)
+    else:  # drop records of epochs after the saved state (a kill between log and state)
         saved = files.read_state()
-        kept = files.read_log(saved.epoch if saved is not None else 0)
-        atomic_write_text(files.log, "".join(json.dumps(r) + "\n" for r in kept))
+        files.trim_log(saved.epoch if saved is not None else 0)
     data = {**data_info, "fingerprint": fingerprint, "n_items": split.n_items, "manifest": split.manifest}
     model, train = model_cfg.model_dump(), train_cfg.model_dump()
     atomic_write_json(files.config, {"model": model, "train": train, "data": data,
