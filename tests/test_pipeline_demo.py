@@ -147,6 +147,23 @@ def test_reproduce_grid_resume_and_failures(tmp_path: Path) -> None:
     assert [json.loads(x)["epoch"] for x in log] == [1, 2]
 
 
+def test_a_grid_being_written_refuses_a_second_grid_there(tmp_path: Path) -> None:
+    """Two `resdom reproduce` (or `remedies`) into one --out at once: each failed the other's cells ("another
+    process is already training there", an error.txt in a run the other was training) and both wrote the summary.
+    The grid locks --out until its summary is written; a second one is refused in one line, nothing written."""
+    from resdom.errors import ResdomError
+    from resdom.io import directory_lock
+
+    out = tmp_path / "grid"
+    spec = GridSpec([TINY], ["sasrec"], [1], out, protocol="loo", device="cpu", epochs=1,
+                    train_values={"batch_size": 64}, model_values=dict(TINY_MODEL))
+    with directory_lock(out, "writing"), pytest.raises(
+            ResdomError, match=f"^{out}: another process is already writing there; wait for it to finish or choose "
+                               "another --out$"):
+        reproduce(spec, progress=False, echo=lambda line: None)
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+
+
 def test_grid_spec_validation(tmp_path: Path) -> None:
     from resdom.errors import ResdomError
 

@@ -44,7 +44,7 @@ from resdom.rundir import (
     cell_below,
     check_kind_folder,
     check_links,
-    move_aside,
+    output_lock,
     refuse_cell,
     require_folder_path,
     write_marker,
@@ -368,10 +368,25 @@ def _eta(done_s: list[float], left: int) -> str:
 
 
 def reproduce(spec: GridSpec, progress: bool = True, echo: Callable[[str], None] = print) -> GridResult:
-    """Run the whole grid (resumably), then write the summary report into ``spec.out / "summary"``."""
-    if spec.replace:  # --force: what --out held is kept, renamed, and the grid starts in an empty folder
-        echo(f"--force: {spec.out} moved aside to {move_aside(spec.out)}")
+    """Run the whole grid (resumably), then write the summary report into ``spec.out / "summary"``.
+
+    One grid at a time in ``spec.out``: it is locked (``rundir.output_lock``) until the summary is written, and
+    checked again under the lock. Two grids there at once failed each other's cells ("another process is already
+    training there", an ``error.txt`` in a run the other one was training) and wrote two summaries over each
+    other; the second is now refused in one line naming --out."""
+    def check() -> bool:  # --force: what --out held is kept, renamed, and the grid starts in an empty folder
+        spec._check_out()
+        return spec.replace
+
+    with output_lock(spec.out, check) as aside:
+        if aside is not None:
+            echo(f"--force: {spec.out} moved aside to {aside}")
         spec.replace = False
+        return _reproduce(spec, progress, echo)
+
+
+def _reproduce(spec: GridSpec, progress: bool, echo: Callable[[str], None]) -> GridResult:
+    """``reproduce``'s grid and summary, with ``spec.out`` locked."""
     cells = spec.cells()
     cache = _DataCache(spec)
     outcomes: list[RunOutcome] = []
