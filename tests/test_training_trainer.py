@@ -747,3 +747,27 @@ def test_fewer_epochs_on_a_run_killed_past_its_state_end_as_that_uninterrupted_r
     ended = fit(split, m, two, tmp_path / "flat", progress=False)
     assert (ended["best_epoch"], ended["epochs_run"]) == (2, 2) and ended["test"] == full["test"]
     assert [json.loads(x)["epoch"] for x in (tmp_path / "flat" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_run_made_in_a_fresh_folder_while_a_trainer_starts_there_is_not_wiped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trainer looks at a folder that does not exist yet, and locks it only once its model is built: another trainer
+    (of another setup) that made and finished a run there meanwhile had its run wiped by this one's fresh start
+    (checkpoint, log and metrics.json deleted, the data and config replaced) without its setup being compared. The
+    folder is looked at again under the lock; the late trainer is refused, the other run left as it was."""
+    import resdom.training.trainer as trainer
+
+    split, m, t = configs(n_users=30, epochs=1)
+    other = t.model_copy(update={"lr": 2e-3})
+    built = trainer._built
+
+    def meanwhile(model_cfg, device):  # noqa: ANN001, ANN202
+        monkeypatch.setattr(trainer, "_built", built)
+        fit(split, m, other, tmp_path / "run", progress=False)  # the other trainer, done while this one started
+        return built(model_cfg, device)
+
+    monkeypatch.setattr(trainer, "_built", meanwhile)
+    with pytest.raises(ResdomError, match="run: another process wrote a run there while this one started"):
+        fit(split, m, t, tmp_path / "run", progress=False)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["lr"] == 2e-3
+    assert (tmp_path / "run" / "metrics.json").is_file() and (tmp_path / "run" / "model.safetensors").is_file()

@@ -39,7 +39,7 @@ from resdom.io import atomic_write_json, directory_lock, remove_temporaries, wri
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.rundir import RUN, check_output_folder, write_marker
+from resdom.rundir import RUN, check_output_folder, own_entries, write_marker
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
@@ -268,11 +268,20 @@ def fit(
         dist_ctx.close()
 
 
-def _lock(files: RunFiles, held: contextlib.ExitStack, dist_ctx: distributed.DistContext) -> None:
+def _lock(files: RunFiles, held: contextlib.ExitStack, dist_ctx: distributed.DistContext,
+          fresh: bool = False) -> None:
     """Rank 0 locks the run directory until ``fit`` returns (``held``); another process holding it is the same
-    ResdomError on every rank."""
-    distributed.on_main_rank(lambda: held.enter_context(directory_lock(files.dir, "training")), dist_ctx.is_main,
-                             dist_ctx.world_size)
+    ResdomError on every rank. ``fresh``: the folder held no run when ``fit`` looked (it is locked only once the
+    model is built, so a model too large writes nothing); it is looked at again under the lock, for a trainer (or an
+    import) that made a run there meanwhile would otherwise be wiped by this one's fresh start, its resume state,
+    checkpoint and metrics gone and its setup never compared with this one's."""
+    def lock() -> None:
+        held.enter_context(directory_lock(files.dir, "training"))
+        if fresh and (files.state.exists() or own_entries(files.dir)):
+            raise ResdomError(f"{files.dir}: another process wrote a run there while this one started; run the "
+                              "command again to resume or finish it (or train into another folder)")
+
+    distributed.on_main_rank(lock, dist_ctx.is_main, dist_ctx.world_size)
 
 
 def _load_average() -> float | None:
@@ -339,7 +348,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     torch.manual_seed(train_cfg.seed)
     model = _built(model_cfg, device)  # before anything is written: a model too large to hold writes no run
     if not locked:
-        _lock(files, held, dist_ctx)
+        _lock(files, held, dist_ctx, fresh=True)
     if dist_ctx.is_main:
         for folder in (files.dir, files.state_dir, files.data):  # what a killed trainer left half-written
             remove_temporaries(folder)
