@@ -771,3 +771,19 @@ def test_a_run_made_in_a_fresh_folder_while_a_trainer_starts_there_is_not_wiped(
         fit(split, m, t, tmp_path / "run", progress=False)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["lr"] == 2e-3
     assert (tmp_path / "run" / "metrics.json").is_file() and (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_resume_on_other_data_names_what_differs(tmp_path: Path) -> None:
+    """Resuming on other data (another split option, an edited file at the same path) named only two fingerprints
+    ("data fingerprint a saved vs b now"), not what changed; the fields of the data's record (config.json's
+    data.manifest) that differ are named, the data's settings first. Maker: an interrupted toy run resumed on the toy
+    data of another seed."""
+    split, m, t = configs(n_users=30)
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path, callbacks=[stop_after(1)], progress=False)
+    with pytest.raises(ResdomError, match=r"data fingerprint \w+ saved vs \w+ now: data\.manifest\.seed: 0 saved vs 1 "
+                                          r"now\)"):
+        fit(toy_split(n_users=30, seed=1), m, t, tmp_path, progress=False)
+    (tmp_path / "config.json").unlink()  # no record of the data: the fingerprints alone
+    with pytest.raises(ResdomError, match=r"data fingerprint \w+ saved vs \w+ now\)"):
+        fit(toy_split(n_users=30, seed=1), m, t, tmp_path, progress=False)

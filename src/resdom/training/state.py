@@ -22,6 +22,7 @@ from resdom.checks import NumbersModel, arg
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, atomic_write_text, read_jsonl, safetensors_bytes
+from resdom.limits import short
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir, holds_results
 from resdom.runs import (
@@ -366,13 +367,57 @@ class RunFiles(RunDir):
         return [rec for rec in read_jsonl(self.log) if _whole(rec.get("epoch")) and rec["epoch"] <= up_to_epoch]
 
 
+# what follows from the data's settings (its sizes, the split's thresholds, the steps' counts): named after them
+_CONSEQUENCES = ("counts", "dataset", "pool", "dropped_users", "preprocessing.steps", "thresholds", "n_users",
+                 "n_items")
+
+
+def _leaves(value: Any, path: str = "") -> dict[str, Any]:
+    """The values of nested JSON ``value`` by dotted path (``source.files[0].sha256``)."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items()
+                for k, v in _leaves(sub, f"{path}.{key}" if path else str(key)).items()}
+    if isinstance(value, list):
+        return {k: v for i, sub in enumerate(value) for k, v in _leaves(sub, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def manifest_differences(files: RunDir, manifest: dict[str, Any], limit: int = 3) -> list[str]:
+    """What differs between the data a run was started on (its ``config.json``'s ``data.manifest``, written when it
+    started) and ``manifest``, the split made now: up to ``limit`` fields as ``data.manifest.FIELD: SAVED saved vs NOW
+    now``, the data's settings (protocol, quantile, source file hashes, preprocessing) before what follows from them
+    (counts, thresholds). Left out as ``data_fingerprint`` leaves them out: ``changes`` and where source files were
+    found. [] where config.json is missing or unreadable (the fingerprint alone is named then)."""
+    try:
+        saved = json.loads(files.config.read_text())["data"]["manifest"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if not isinstance(saved, dict):
+        return []
+
+    def settings(m: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in _leaves({k: v for k, v in m.items() if k != "changes"}).items()
+                if not k.endswith((".path", ".origin"))}
+
+    before, now = settings(saved), settings(manifest)
+
+    def shown(values: dict[str, Any], key: str) -> str:
+        return short(values[key], 80) if key in values else "absent"
+
+    keys = sorted((k for k in set(before) | set(now) if k not in before or k not in now or before[k] != now[k]),
+                  key=lambda k: (k.startswith(_CONSEQUENCES), k))
+    return [f"data.manifest.{k}: {shown(before, k)} saved vs {shown(now, k)} now" for k in keys[:limit]]
+
+
 def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig, train_cfg: TrainConfig,
                     split: SplitData) -> None:
     """The saved run must be the same experiment (its data: either fingerprint of ``runs.data_fingerprints``); name
     every differing field otherwise."""
     diffs = []
     if state.data_fingerprint not in data_fingerprints(split):
-        diffs.append(f"data fingerprint {state.data_fingerprint} saved vs {data_fingerprint(split)} now")
+        changed = manifest_differences(files, split.manifest)
+        diffs.append(f"data fingerprint {state.data_fingerprint} saved vs {data_fingerprint(split)} now"
+                     + (f": {'; '.join(changed)}" if changed else ""))
     # a state saved before each model had its own configuration class holds every model's fields: the other
     # models' fields at their defaults are not this model's
     same_model = model_cfg.name == state.model.get("name", "sasrec")
