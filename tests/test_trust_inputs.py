@@ -716,3 +716,24 @@ def test_checkpoint_weights_of_another_dtype(run_dir: Path, split: SplitData, dt
         with pytest.raises(ResdomError, match="dtype mismatch"):
             cast = {k: v.to(getattr(torch, dtype)) for k, v in rounded.items()}
             load_weights(tiny_model(split.n_items), cast, "x.pth")
+
+
+@pytest.mark.parametrize("damage", ["bit flipped", "truncated"])
+def test_resume_with_a_damaged_best_checkpoint_is_refused_before_training(
+    trained: Path, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The best checkpoint's weights are read only when the run ends: a damaged model.safetensors (one byte of its
+    weights flipped, or cut short) trained every remaining epoch, then failed at the final evaluation with its state
+    at the end, so no rerun could finish it (or, where a later epoch improved, went on past it unnoticed). Its weights
+    are checked against the sidecar's hash before training. Maker: a 1-epoch run's weights file damaged."""
+    capsys.readouterr()
+    path = trained / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    if damage == "bit flipped":
+        data[-3] ^= 0x01
+    else:
+        del data[len(data) // 2:]
+    path.write_bytes(bytes(data))
+    code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "3", *TINY)
+    one_line_error(code, err, str(path), "not the weights model.json describes", "--force")
+    assert "epoch 2/3" not in err and json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1

@@ -26,6 +26,7 @@ from resdom.limits import short
 from resdom.models.config import ModelConfig, drop_flat_defaults
 from resdom.rundir import RunDir, holds_results
 from resdom.runs import (
+    WEIGHTS_KEY,
     checkpoint_id,
     content_id,
     data_fingerprint,
@@ -322,17 +323,24 @@ class RunFiles(RunDir):
         """The run's checkpoint (``model.safetensors``) must be the one the state selected: of its best epoch (the
         last one where nothing is held out), or of the epoch after it (a kill between the checkpoint and the state;
         that epoch is trained again and writes it anew). Otherwise resuming would train on and fail at the end, or end
-        with another checkpoint's metrics. ``ends``: the run ends at the state's epoch without training (an
-        interrupted run given fewer epochs than it was started with): a checkpoint of the epoch after it is then
-        never written anew, and the run would end with a model of an epoch it did not run (best epoch 3 of 2), so it
-        is refused, naming the epochs that resume it."""
+        with another checkpoint's metrics; so would weights that are not those its sidecar describes (a damaged file:
+        the best epoch's weights are read only at the end, after every remaining epoch was trained). ``ends``: the run
+        ends at the state's epoch without training (an interrupted run given fewer epochs than it was started with): a
+        checkpoint of the epoch after it is then never written anew, and the run would end with a model of an epoch it
+        did not run (best epoch 3 of 2), so it is refused, naming the epochs that resume it."""
         if state.epoch == 0:
             return
         best = state.early_stopping.best_epoch if held_out else state.epoch
         if not self.model.is_file():
             raise ResdomError(f"{self.model}: the checkpoint of this run's best epoch ({best}) is missing, so the "
                               f"resumed run could not end with it; {self.restart_hint()}")
-        epoch = read_sidecar(self.model).get("epoch")
+        sidecar = read_sidecar(self.model)
+        epoch = sidecar.get("epoch")
+        if WEIGHTS_KEY in sidecar and checkpoint_id(self.model) != sidecar[WEIGHTS_KEY]:  # sidecars before it: not
+            raise ResdomError(f"{self.model}: not the weights {self.model.with_suffix('.json').name} describes "
+                              f"(checkpoint {checkpoint_id(self.model)}, the sidecar's {short(sidecar[WEIGHTS_KEY])}: "
+                              "damaged, or another run's copied in), so the resumed run could not end with it; "
+                              f"{self.restart_hint()}")
         if ends and epoch == state.epoch + 1:
             raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {epoch}, an epoch interrupted "
                               f"before its resume state was saved (epoch {state.epoch}'s is); the checkpoint of the "
