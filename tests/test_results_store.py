@@ -62,6 +62,25 @@ def test_export_writes_a_small_text_record_of_the_checkpoint(finished_run, tmp_p
     assert store_cells(tmp_path / "results") == [cell]
 
 
+@pytest.mark.parametrize("damage", ['{"epoch": 3, "lo', '{"epoch": 1, "loss": 0.5}'])
+def test_a_run_whose_curve_is_damaged_is_not_stored(finished_run, tmp_path, damage):
+    """A finished run's metrics.jsonl with a torn last line (or an epoch repeated) was copied into the store as it was,
+    where the report then refused the cell's curve.jsonl, and the grid's compute record of the cell failed first with
+    a JSONDecodeError naming no file. Both refuse it in one line naming the file and line; nothing is stored."""
+    import shutil
+
+    from resdom.pipeline.reproduce import cell_compute
+
+    run = tmp_path / "copy"
+    shutil.copytree(finished_run, run)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(damage)
+    for call in (lambda: cell_compute(run), lambda: export_cell(run, tmp_path / "results", "toy", "sasrec", 1)):
+        with pytest.raises(ResdomError, match=f"^{run / 'metrics.jsonl'}:3: .*train the run anew"):
+            call()
+    assert not (tmp_path / "results").exists()
+
+
 def test_an_unfinished_or_stale_run_is_not_stored(finished_run, tmp_path):
     import shutil
 

@@ -35,7 +35,7 @@ from resdom.experiments import canonical_label, model_labels, model_variant, var
 from resdom.io import atomic_write_json
 from resdom.names import AUTO_PROTOCOL, USERS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
-from resdom.pipeline.store import export_cell
+from resdom.pipeline.store import export_cell, run_curve
 from resdom.report import build_report, read_runs
 from resdom.report.findings import finding_lines
 from resdom.rundir import (
@@ -322,7 +322,7 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
     import platform
 
     files = RunDir(run_dir)
-    epochs = [json.loads(line) for line in files.log.read_text().splitlines() if line.strip()]
+    epochs = run_curve(files)  # a torn or damaged line: one line naming it
     train = json.loads(files.config.read_text()).get("train", {})
     diag = {}
     for name in diagnostic_names():  # each diagnostic's file says how long it took, whichever session computed it

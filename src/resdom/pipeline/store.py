@@ -33,7 +33,7 @@ from resdom.pipeline.common import is_finished
 from resdom.report.collect import checkpoint_clash
 from resdom.rundir import RunDir
 from resdom.runs import checkpoint_id
-from resdom.stored import cell_problem, metrics_problem
+from resdom.stored import cell_problem, curve_problem, metrics_problem
 
 MAX_CELL_BYTES = 200_000
 _MANIFEST_KEPT = ("dataset", "protocol", "quantile", "valid_quantile", "thresholds", "counts", "n_items", "n_users",
@@ -63,6 +63,24 @@ def _config_record(config: dict[str, Any], label: str) -> dict[str, Any]:
             "versions": config.get("versions", {})}
 
 
+def run_curve(run: RunDir) -> list[dict[str, Any]]:
+    """The epoch records of a finished run's ``metrics.jsonl``, checked as a cell's ``curve.jsonl`` is read
+    (``stored.curve_problem``): a torn or damaged line, epochs repeated or out of order, a NaN loss is a ResdomError
+    naming the file and line. It was copied into the store as it was, where the report then refused the cell's curve
+    (or, in the grid's compute record, a JSONDecodeError naming no file)."""
+    rows: list[Any] = []
+    for line in run.log.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            rows.append(None)
+    if problem := curve_problem(rows, str(run.log)):
+        raise ResdomError(f"{problem}; the run's training curve is damaged: train the run anew (--force) to store it")
+    return rows
+
+
 def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str, seed: int,
                 compute: dict[str, Any] | None = None) -> Path:
     """Write the store record of the finished run ``run_dir``; returns the cell's folder.
@@ -80,6 +98,7 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
     if problem := metrics_problem(metrics, str(run.final)):
         raise ResdomError(problem)
     config = _read(run.config)
+    run_curve(run)  # checked: a torn or damaged line is refused here, not copied into the store
     curve = [line for line in run.log.read_text().splitlines() if line.strip()]
     cell = RunDir(cell_dir(store, dataset, label, seed))
     files: dict[Path, bytes] = {
