@@ -787,3 +787,20 @@ def test_resume_on_other_data_names_what_differs(tmp_path: Path) -> None:
     (tmp_path / "config.json").unlink()  # no record of the data: the fingerprints alone
     with pytest.raises(ResdomError, match=r"data fingerprint \w+ saved vs \w+ now\)"):
         fit(toy_split(n_users=30, seed=1), m, t, tmp_path, progress=False)
+
+
+def test_a_resume_with_another_thread_count_says_its_weights_will_differ(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """train.threads may change on resume, and the trainer said nothing depends on it; but CPU kernels split their
+    sums by thread, so a run resumed with another count ends with other weights (another checkpoint id) than the
+    uninterrupted run, silently. It says so, naming the count that resumes it exactly; with the same count, nothing."""
+    split, m, t = configs(n_users=30, threads=1)
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path, callbacks=[stop_after(1)], progress=False)
+    capsys.readouterr()
+    with pytest.raises(Interrupt):
+        fit(split, m, t, tmp_path, callbacks=[stop_after(2)], progress=False)
+    assert "note:" not in capsys.readouterr().err
+    fit(split, m, t.model_copy(update={"threads": 2}), tmp_path, progress=False)
+    err = capsys.readouterr().err
+    assert "resumes with 2 torch threads where epoch 2 ran with 1" in err and "train.threads=1" in err

@@ -102,7 +102,8 @@ class TrainConfig(NumbersModel):
         return v if v is None else closed_choice(v, names, str(info.field_name).replace("_", " "))
 
 
-# Fields that may differ between an interrupted run and its resumption without changing the result.
+# Fields that may differ between an interrupted run and its resumption: the epochs draw nothing from them (but
+# another device, or another CPU thread count, sums in another order: the last bits of the weights then differ)
 RESUMABLE_FIELDS = frozenset({"epochs", "device", "eval_batch_size", "threads", "monitor_every", "monitor_users",
                               "item_chunk"})
 

@@ -8,7 +8,9 @@ continues exactly as the uninterrupted run would have (on CPU; CUDA kernels may 
 
 Resume semantics: ``fit`` on a directory holding ``state/`` continues after the last saved epoch, provided
 the model, data and training config match (``epochs``, ``device``, ``eval_batch_size``, ``threads`` may differ:
-nothing in training depends on them, there is no learning-rate schedule). A finished run (stopped early, or
+there is no learning-rate schedule, and the epochs draw nothing from them; but another device, or on CPU another
+thread count, sums in another order, so the weights then differ in their last bits from an uninterrupted run's: a
+resume on CPU with another thread count than the last epoch's says so). A finished run (stopped early, or
 at its maximum number of epochs when ``epochs`` is not raised) returns its saved metrics without training.
 """
 
@@ -284,6 +286,24 @@ def _lock(files: RunFiles, held: contextlib.ExitStack, dist_ctx: distributed.Dis
     distributed.on_main_rank(lock, dist_ctx.is_main, dist_ctx.world_size)
 
 
+def _threads_note(files: RunFiles, state: ResumeState, device: torch.device) -> str | None:
+    """A note where a run resumes on CPU with another torch thread count than its last saved epoch ran with (its
+    record's ``threads``): CPU kernels split their sums by thread, so the weights then differ in their last bits from
+    those of an uninterrupted run (another checkpoint id, metrics that may differ); None where the counts agree, the
+    record says none, or the run trains on another device."""
+    if device.type != "cpu":
+        return None
+    records = files.read_log(state.epoch)
+    before = records[-1].get("threads") if records else None
+    now = torch.get_num_threads()
+    if not isinstance(before, int) or isinstance(before, bool) or before == now:
+        return None
+    return (f"note: {files.dir} resumes with {now} torch thread{'s' if now != 1 else ''} where epoch {state.epoch} ran "
+            f"with {before}: CPU sums split by thread, so its weights will differ in their last bits from an "
+            f"uninterrupted run's (another checkpoint id); train.threads={before} (or OMP_NUM_THREADS={before}) "
+            "resumes it exactly")
+
+
 def _load_average() -> float | None:
     """The machine's 1-minute load average now (an epoch record's ``load``, read with its seconds); None where the
     platform has none."""
@@ -364,6 +384,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         files.load_state_tensors(state, model, optimizer)
         stopper = state.early_stopping
         start_epoch = state.epoch + 1
+        if dist_ctx.is_main and (note := _threads_note(files, state, device)):
+            print(note, file=sys.stderr, flush=True)
     step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective),
                                       train_cfg.precision).to(device), dist_ctx)
 
