@@ -804,3 +804,31 @@ def test_a_resume_with_another_thread_count_says_its_weights_will_differ(
     fit(split, m, t.model_copy(update={"threads": 2}), tmp_path, progress=False)
     err = capsys.readouterr().err
     assert "resumes with 2 torch threads where epoch 2 ran with 1" in err and "train.threads=1" in err
+
+
+def test_an_epoch_trained_again_that_does_not_rewrite_its_killed_checkpoint_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill after epoch 2's checkpoint, before its state: the resumed run trains epoch 2 again, which rewrites the
+    checkpoint where it repeats bit for bit (CPU, the same threads). Where it does not (a GPU, another thread count)
+    and its validation now falls short of epoch 1's, the killed attempt's checkpoint stayed: the run ended with it as
+    "best epoch 2" while its log said epoch 1 was best. Refused in one line; the state stays at epoch 1."""
+    import resdom.training.trainer as trainer
+
+    split, m, t = configs(n_users=30, epochs=3)
+    original = trainer._evaluate
+    values = iter([0.5, 0.6, 0.4, 0.3])  # epoch 1, epoch 2 (killed), epoch 2 again, epoch 3
+
+    def stop_value(model, split, which, train_cfg, device):  # noqa: ANN001, ANN202
+        out = original(model, split, which, train_cfg, device)
+        return {**out, "metrics": {**out["metrics"], "NDCG@10": next(values)}} if which == "stop" else out
+
+    monkeypatch.setattr(trainer, "_evaluate", stop_value)
+    saving = trainer.RunFiles.save_state
+    _killed_before_state_of(2, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        fit(split, m, t, tmp_path, progress=False)
+    monkeypatch.setattr(trainer.RunFiles, "save_state", saving)
+    with pytest.raises(ResdomError, match=r"model\.safetensors: the checkpoint of epoch 2, written before the run was "
+                                          r"interrupted, is not what epoch 2 trained again gives"):
+        fit(split, m, t, tmp_path, progress=False)
+    assert json.loads((tmp_path / "state" / "trainer.json").read_text())["epoch"] == 1

@@ -319,7 +319,7 @@ class RunFiles(RunDir):
             raise ResdomError(f"{self.state_dir}: resume state does not fit the model ({first}); "
                               f"{self.restart_hint()}") from None
 
-    def check_best_checkpoint(self, state: ResumeState, held_out: bool, ends: bool = False) -> None:
+    def check_best_checkpoint(self, state: ResumeState, held_out: bool, ends: bool = False) -> bool:
         """The run's checkpoint (``model.safetensors``) must be the one the state selected: of its best epoch (the
         last one where nothing is held out), or of the epoch after it (a kill between the checkpoint and the state;
         that epoch is trained again and writes it anew). Otherwise resuming would train on and fail at the end, or end
@@ -327,9 +327,11 @@ class RunFiles(RunDir):
         the best epoch's weights are read only at the end, after every remaining epoch was trained). ``ends``: the run
         ends at the state's epoch without training (an interrupted run given fewer epochs than it was started with): a
         checkpoint of the epoch after it is then never written anew, and the run would end with a model of an epoch it
-        did not run (best epoch 3 of 2), so it is refused, naming the epochs that resume it."""
+        did not run (best epoch 3 of 2), so it is refused, naming the epochs that resume it. True where the checkpoint
+        is of the epoch after the state's (written before a kill): the trainer checks that the epoch, trained again,
+        writes it anew."""
         if state.epoch == 0:
-            return
+            return False
         best = state.early_stopping.best_epoch if held_out else state.epoch
         if not self.model.is_file():
             raise ResdomError(f"{self.model}: the checkpoint of this run's best epoch ({best}) is missing, so the "
@@ -350,6 +352,7 @@ class RunFiles(RunDir):
             raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {str(epoch)[:40]}, but the "
                               f"resume state's best epoch is {best} (a checkpoint of another run copied in?); "
                               f"{self.restart_hint()}")
+        return epoch == state.epoch + 1 and epoch != best
 
     def check_log(self, state: ResumeState) -> None:
         """``metrics.jsonl`` must hold one record of each epoch the state saved (the trainer appends an epoch's record

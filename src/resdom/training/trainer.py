@@ -342,6 +342,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         _lock(files, held, dist_ctx)
     state = files.read_state()
     held_out = len(split.valid) > 0  # protocol none without a holdout: no early stopping, the last epoch is kept
+    rewritten = False  # the checkpoint is of the epoch after the state's: trained again, that epoch must write it anew
     if state is not None:
         check_resumable(files, state, model_cfg, train_cfg, split)
         _check_epochs(files, state, train_cfg)
@@ -349,7 +350,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         # an interrupted run ended here without training (a lower --epochs): no epoch after the state's is trained
         # again to write over a checkpoint or log record a kill left of it
         ends_unfinished = ends and state.stopped is None
-        files.check_best_checkpoint(state, held_out, ends=ends_unfinished)
+        rewritten = files.check_best_checkpoint(state, held_out, ends=ends_unfinished)
         if ends_unfinished:
             files.check_log(state)  # the finished run's curve
             if dist_ctx.is_main:
@@ -413,6 +414,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
             improved = stopper.update(value, epoch)
         else:  # nothing to select on: every epoch's model is saved, so the last one is kept
             value, improved = math.nan, True
+        if rewritten and epoch == start_epoch and not improved:
+            _stale_checkpoint(files, epoch, stopper)
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
                   "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads(),
@@ -454,6 +457,17 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     bar.close()
     state = ResumeState.of(epoch, stopper, stopped or "max_epochs", model_cfg, train_cfg, fingerprint)
     return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
+
+
+def _stale_checkpoint(files: RunFiles, epoch: int, stopper: EarlyStopping) -> None:
+    """The checkpoint of ``epoch``, written before a kill stopped that epoch short of its resume state, was not
+    written anew by the epoch trained again: its validation fell short of the best (epoch ``stopper.best_epoch``)
+    this time, as on a device, or a CPU thread count, that does not repeat the epoch bit for bit. The run would end
+    with the killed attempt's checkpoint, not its best epoch's, which that checkpoint replaced: a ResdomError."""
+    raise ResdomError(f"{files.model}: the checkpoint of epoch {epoch}, written before the run was interrupted, is "
+                      f"not what epoch {epoch} trained again gives (its validation now falls short of epoch "
+                      f"{stopper.best_epoch}'s: this device or thread count does not repeat it bit for bit), and the "
+                      f"checkpoint of epoch {stopper.best_epoch} it replaced is gone; {files.restart_hint()}")
 
 
 def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: SampleSet, n_items: int,
