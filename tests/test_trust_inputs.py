@@ -737,3 +737,38 @@ def test_resume_with_a_damaged_best_checkpoint_is_refused_before_training(
     code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "3", *TINY)
     one_line_error(code, err, str(path), "not the weights model.json describes", "--force")
     assert "epoch 2/3" not in err and json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
+
+
+def test_an_import_killed_before_its_config_can_be_written_again(
+    tmp_path: Path, split: SplitData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import (or ``Fitted.save``) writes the split and the checkpoint before config.json: one killed between
+    them left a folder that was "not a resdom run directory", refused by every rerun, --force included, until deleted
+    by hand. It counts as a run now: refused without --force (naming it), moved aside and written anew with it. A
+    folder of the same names whose model.json is no resdom sidecar is still not a run. Maker: write_run with the
+    config.json write raising KeyboardInterrupt (a kill)."""
+    import resdom.adapters.common as common
+
+    written = common.atomic_write_json
+
+    def killed(path: Path, obj: object) -> None:
+        if Path(path).name == "config.json":
+            raise KeyboardInterrupt
+        written(path, obj)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(common, "atomic_write_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        make_run(out, split)
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "data", "model.json", "model.safetensors"]
+    with pytest.raises(ResdomError, match=r"run: exists and is not empty \(choose another --out, or --force"):
+        make_run(out, split)
+    labels = np.array([None, *range(1, split.n_items + 1)], dtype=object)
+    write_run(out, tiny_model(split.n_items), ImportData(split, labels, split.manifest), {"format": "test"}, force=True)
+    assert (out / "config.json").is_file() and (tmp_path / "run.replaced-1" / "model.safetensors").is_file()
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "run.replaced-1", other)
+    (other / "model.json").write_text("{}")
+    with pytest.raises(ResdomError, match="is not a resdom run directory"):
+        write_run(other, tiny_model(split.n_items), ImportData(split, labels, split.manifest), {}, force=True)

@@ -163,6 +163,22 @@ def _has_run_config(run: RunDir) -> bool:
     return isinstance(data, dict) and isinstance(data.get("model"), dict) and "versions" in data
 
 
+def _checkpoint_before_config(run: RunDir, entries: list[str]) -> bool:
+    """Whether ``run`` is what an import or ``Fitted.save`` killed before its config.json leaves: the split, a
+    resdom checkpoint (its sidecar of format ``resdom-checkpoint/...``) and what ``EARLY_NAMES`` allows, no more.
+    Such a folder was "not a resdom run directory", refused even with --force: no rerun could write there."""
+    if run.config.exists() or run.sidecar.name not in entries:
+        return False
+    if not all(n in EARLY_NAMES or n in (run.model.name, run.sidecar.name) for n in entries):
+        return False
+    try:
+        with open(run.sidecar, "rb") as f:
+            data = json.loads(f.read(MAX_MARKER_BYTES))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and str(data.get("format", "")).startswith("resdom-checkpoint/")
+
+
 def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, force: bool = False) -> bool:
     """Refuse ``path`` as an output folder, with one line naming ``option``, when it cannot take the output; True
     when it holds a run that the writer replaces (``force``): the caller moves it aside first (``move_aside``), so
@@ -176,7 +192,8 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     ``force`` on a run always answers True: the run is kept, moved aside, and the writer starts anew. A folder
     counts as a run when its marker says so (``MARKER``), when its
     config.json is a resdom run's (with ``model`` and ``versions``), or when it has no config.json and holds only
-    what a run holds before writing one (``EARLY_NAMES``, a writer's temporaries); a folder of other files that
+    what a run holds before writing one (``EARLY_NAMES``, a writer's temporaries, and the checkpoint an import writes
+    before it: ``_checkpoint_before_config``); a folder of other files that
     happens to hold a ``config.json`` or ``metrics.json`` of its own does not. A symbolic link where the run writes
     (``data/``, ``state/``, ``diagnostics/``, the log) that leads out of the folder is refused."""
     path = Path(path)
@@ -188,7 +205,8 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
     if kind is not None and kind != RUN:
         raise ResdomError(f"{option} {path}: holds {KIND_NAMES.get(kind, kind)}, not a run directory; choose another "
                           f"{option}")
-    is_run = kind == RUN or _has_run_config(run) or all(n in EARLY_NAMES for n in entries)
+    is_run = (kind == RUN or _has_run_config(run) or all(n in EARLY_NAMES for n in entries)
+              or _checkpoint_before_config(run, entries))
     if not is_run:
         raise ResdomError(f"{option} {path}: exists, is not empty and is not a resdom run directory (it holds "
                           f"{first_names(entries)}); choose another {option} or "
