@@ -772,3 +772,21 @@ def test_an_import_killed_before_its_config_can_be_written_again(
     (other / "model.json").write_text("{}")
     with pytest.raises(ResdomError, match="is not a resdom run directory"):
         write_run(other, tiny_model(split.n_items), ImportData(split, labels, split.manifest), {}, force=True)
+
+
+def test_resume_with_another_runs_checkpoint_of_the_same_epoch_is_refused(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """model.safetensors and model.json of another run (another seed), of the same best epoch, copied in: the
+    sidecar's epoch was all the resume compared, so the run trained on and, where no later epoch improved, ended with
+    the other run's model as its own. trainer.json holds the hash of the checkpoint it selected. Maker: a 1-epoch
+    run's checkpoint pair replaced by that of the same run trained with seed 5."""
+    capsys.readouterr()
+    other = tmp_path / "other"
+    assert invoke("train", SOURCE, "--out", str(other), "--epochs", "1", "--seed", "5", *TINY) == 0
+    for name in ("model.safetensors", "model.json"):
+        shutil.copy(other / name, trained / name)
+    code, out, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "3", *TINY)
+    one_line_error(code, err, str(trained / "model.safetensors"), "not the checkpoint trainer.json was saved with",
+                   "--force")
+    assert json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1

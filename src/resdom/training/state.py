@@ -66,8 +66,8 @@ class ResumeState:
     """The state saved after ``epoch`` (``state/trainer.json``): the early-stopping counters, how the run stopped
     (None: not yet), what it was trained on (the resolved model and train config as plain data, the data's
     fingerprint) and, once saved, the names of its weight files (``files``), their content hashes (``checksums``,
-    ``runs.checkpoint_id``'s; absent from states saved before them) and the optimiser's non-tensor state
-    (``optimizer_meta``)."""
+    ``runs.checkpoint_id``'s, and ``BEST_CHECKPOINT``'s, the run's best checkpoint then; absent from states saved
+    before them) and the optimiser's non-tensor state (``optimizer_meta``)."""
 
     epoch: int
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping)
@@ -133,6 +133,9 @@ def state_problem(state: dict[str, Any]) -> str | None:
             or (best == -math.inf and stopping.get("best_epoch", 0) != 0):
         return f"field early_stopping.best_value is {str(best)[:40]}, not a finite number"
     return None
+
+
+BEST_CHECKPOINT = "checkpoint"  # trainer.json's checksums: the run's model.safetensors when the state was saved
 
 
 def state_files(epoch: int) -> dict[str, str]:
@@ -274,6 +277,8 @@ class RunFiles(RunDir):
         blobs = {"model": safetensors_bytes(weights), "optimizer": safetensors_bytes(opt_tensors)}
         atomic_write_files({self.state_dir / files[key]: blob for key, blob in blobs.items()})
         checksums = {key: content_id(blob) for key, blob in blobs.items()}
+        if self.model.is_file():  # the best checkpoint as this state selected it (check_best_checkpoint)
+            checksums[BEST_CHECKPOINT] = checkpoint_id(self.model)
         atomic_write_json(self.state, replace(state, files=files, optimizer_meta=opt_meta,
                                               checksums=checksums).to_json())
         for old in self.state_dir.glob("*.safetensors"):
@@ -343,6 +348,11 @@ class RunFiles(RunDir):
                               f"(checkpoint {checkpoint_id(self.model)}, the sidecar's {short(sidecar[WEIGHTS_KEY])}: "
                               "damaged, or another run's copied in), so the resumed run could not end with it; "
                               f"{self.restart_hint()}")
+        kept = state.checksums.get(BEST_CHECKPOINT)  # states saved before it: not checked
+        if epoch != state.epoch + 1 and kept is not None and checkpoint_id(self.model) != kept:
+            raise ResdomError(f"{self.model}: not the checkpoint {self.state.name} was saved with (content "
+                              f"{checkpoint_id(self.model)}, saved {short(kept)}: a checkpoint of another run copied "
+                              f"in?), so the resumed run would end with it; {self.restart_hint()}")
         if ends and epoch == state.epoch + 1:
             raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {epoch}, an epoch interrupted "
                               f"before its resume state was saved (epoch {state.epoch}'s is); the checkpoint of the "
