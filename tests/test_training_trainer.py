@@ -747,6 +747,7 @@ def test_fewer_epochs_on_a_run_killed_past_its_state_end_as_that_uninterrupted_r
     ended = fit(split, m, two, tmp_path / "flat", progress=False)
     assert (ended["best_epoch"], ended["epochs_run"]) == (2, 2) and ended["test"] == full["test"]
     assert [json.loads(x)["epoch"] for x in (tmp_path / "flat" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert json.loads((tmp_path / "flat" / "config.json").read_text())["train"]["epochs"] == 2  # what it ended at
 
 
 def test_a_run_made_in_a_fresh_folder_while_a_trainer_starts_there_is_not_wiped(

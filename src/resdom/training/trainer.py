@@ -353,8 +353,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         rewritten = files.check_best_checkpoint(state, held_out, ends=ends_unfinished)
         if ends_unfinished:
             files.check_log(state)  # the finished run's curve
-            if dist_ctx.is_main:
-                files.trim_log(state.epoch)
+            if dist_ctx.is_main:  # the log without records past the state, config.json of the epochs it ends at
+                _write_config(files, split, model_cfg, train_cfg, fingerprint, data_info, fresh=False)
             dist_ctx.barrier()
         if ends:
             return _finish(split, model_cfg, train_cfg, files, fingerprint, state, dist_ctx)
