@@ -140,3 +140,23 @@ def test_the_lock_alone_is_no_result(tmp_path):
     assert not holds_results(RunDir(tmp_path))
     (tmp_path / "diagnostics" / "hrli.json").write_text("{}")
     assert holds_results(RunDir(tmp_path))
+
+
+def test_a_killed_diagnoses_temporaries_are_no_result_and_the_next_diagnose_removes_them(run_dir, tmp_path):
+    """A diagnose killed while writing leaves diagnostics/.NAME.*.tmp (and a killed torch.save's .tmp*): neither
+    is a result that training afresh would replace, and the next diagnose (under the folder's lock) deletes them."""
+    from resdom.rundir import RunDir, holds_results
+
+    bare = tmp_path / "bare"
+    (bare / "diagnostics").mkdir(parents=True)
+    for name in (".hrli.json.x1y2.tmp", ".tmpabc"):
+        (bare / "diagnostics" / name).write_text("half")
+    assert not holds_results(RunDir(bare))
+    (bare / "diagnostics" / "hrli.json").write_text("{}")
+    assert holds_results(RunDir(bare))
+
+    diag = run_dir / "diagnostics"
+    diag.mkdir(exist_ok=True)
+    (diag / ".hrli.json.x1y2.tmp").write_text("half")
+    run_all(run_dir, what="hrli", progress=False)
+    assert not any(p.name.endswith(".tmp") for p in diag.iterdir()) and (diag / "hrli.json").is_file()

@@ -109,13 +109,19 @@ def safetensors_bytes(tensors: dict[str, Any], metadata: dict[str, str] | None =
     return save(tensors, metadata=metadata)
 
 
+def is_temporary(name: str) -> bool:
+    """Whether a file name is a writer's temporary: ``.NAME.*.tmp`` (``atomic_write_*``'s) or ``.tmp*``; never a
+    result, whatever a killed writer left of it."""
+    return name.startswith(".tmp") or (name.startswith(".") and name.endswith(".tmp"))
+
+
 def remove_temporaries(directory: str | Path) -> list[Path]:
-    """Delete the temporary files an interrupted (killed) writer left in ``directory``: ``.*.tmp`` (this
-    module's) and ``.tmp*``; returns them. Call it only while no other process writes there."""
+    """Delete the temporary files an interrupted (killed) writer left in ``directory`` (``is_temporary``); returns
+    them. Call it only while no other process writes there."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = sorted({p for pattern in (".*.tmp", ".tmp*") for p in directory.glob(pattern) if p.is_file()})
+    found = sorted(p for p in directory.iterdir() if is_temporary(p.name) and p.is_file())
     for p in found:
         p.unlink(missing_ok=True)
     return found

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.io import LOCK, atomic_write_json, directory_lock, is_locked
+from resdom.io import LOCK, atomic_write_json, directory_lock, is_locked, is_temporary
 from resdom.limits import cut_message
 from resdom.names import USERS
 
@@ -77,11 +77,6 @@ def _early_names() -> frozenset[str]:
 
 
 EARLY_NAMES = _early_names()  # what a run directory may hold before its config.json: the split, the lock, an error
-
-
-def is_temporary(name: str) -> bool:
-    """What an interrupted writer leaves (``resdom.io``'s ``.NAME.*.tmp`` and ``.tmp*``)."""
-    return name.startswith(".") and (name.endswith(".tmp") or name.startswith(".tmp"))
 
 
 def _refuse_broken_link(path: Path, option: str) -> None:
@@ -230,8 +225,10 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
 
 def holds_results(run: RunDir) -> bool:
     """Whether a run holds results that training afresh would replace: final metrics, diagnostics, or weights that
-    were imported (config.json's ``imported_from``) rather than trained there."""
-    if run.final.is_file() or (run.diagnostics.is_dir() and any(p.name != LOCK for p in run.diagnostics.iterdir())):
+    were imported (config.json's ``imported_from``) rather than trained there. The diagnostics folder's lock and a
+    killed writer's temporaries (``io.is_temporary``) are not results."""
+    if run.final.is_file() or (run.diagnostics.is_dir() and any(p.name != LOCK and not is_temporary(p.name)
+                                                                 for p in run.diagnostics.iterdir())):
         return True
     try:
         config = json.loads(run.config.read_text())

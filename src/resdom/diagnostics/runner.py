@@ -36,7 +36,14 @@ from resdom.diagnostics.recovery import K_RECOVERY
 from resdom.diagnostics.registry import REGISTRY, Context, Diagnostic, compute_of, diagnostic_names
 from resdom.distributed import on_main_rank, rank_and_world
 from resdom.errors import OptionError, ResdomError
-from resdom.io import atomic_write_bytes, atomic_write_files, atomic_write_json, directory_lock, json_bytes
+from resdom.io import (
+    atomic_write_bytes,
+    atomic_write_files,
+    atomic_write_json,
+    directory_lock,
+    json_bytes,
+    remove_temporaries,
+)
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
 from resdom.records import RECOVERY
@@ -160,8 +167,9 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
         # the lock, and every rank ends with its line where another process holds it
         on_main_rank(lambda: held.enter_context(directory_lock(files.diagnostics, "diagnosing", "stop it")),
                      rank == 0, world)
-        if rank == 0:
+        if rank == 0:  # under the lock: what a killed diagnose left (results of another checkpoint, temporaries)
             discard_stale(files.diagnostics, run.checkpoint)
+            remove_temporaries(files.diagnostics)
         return _diagnose_into(files, run, chosen, options, device, progress, rank, world)
 
 
