@@ -739,6 +739,39 @@ def test_resume_with_a_damaged_best_checkpoint_is_refused_before_training(
     assert "epoch 2/3" not in err and json.loads((trained / "state" / "trainer.json").read_text())["epoch"] == 1
 
 
+@pytest.mark.parametrize("damage", ["bit flipped", "deleted"])
+def test_resume_with_a_damaged_data_folder_writes_it_again_and_ends_as_an_undamaged_twin(
+    trained: Path, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's data/ is read back only when the run ends: one damaged (a flipped byte) or deleted trained every
+    remaining epoch, then failed with advice (--force) that would discard the training. The data given matches the
+    saved state's fingerprint, so data/ is written again from it, with a note, and the run ends as a twin resumed with
+    its data/ intact does (the same checkpoint and metrics). Maker: a 1-epoch run's data/arrays.npz damaged."""
+    import shutil
+
+    from resdom.data.sequences import SplitData
+    from resdom.runs import checkpoint_id
+
+    twin = trained.parent / "twin"
+    shutil.copytree(trained, twin)
+    path = trained / "data" / "arrays.npz"
+    if damage == "bit flipped":
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+    else:
+        path.unlink()
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(trained), "--epochs", "2", *TINY)
+    assert code == 0, err
+    assert f"note: {path}:" in err and "written again from the data given" in err
+    assert run_cli(capsys, "train", SOURCE, "--out", str(twin), "--epochs", "2", *TINY)[0] == 0
+    assert SplitData.load(trained / "data").manifest == SplitData.load(twin / "data").manifest
+    assert checkpoint_id(trained / "model.safetensors") == checkpoint_id(twin / "model.safetensors")
+    ours, theirs = (json.loads((r / "metrics.json").read_text()) for r in (trained, twin))
+    assert ours["test"] == theirs["test"] and ours["best_epoch"] == theirs["best_epoch"]
+
+
 def test_an_import_killed_before_its_config_can_be_written_again(
     tmp_path: Path, split: SplitData, monkeypatch: pytest.MonkeyPatch
 ) -> None:

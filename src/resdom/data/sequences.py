@@ -262,8 +262,8 @@ class SplitData:
             inner = directory / "data"
             hint = f"; a run directory: its split is {inner}" if cls.exists(inner) else ""
             raise ResdomError(f"{path}: no prepared split here (expected arrays.npz and manifest.json){hint}")
-        redo = ("prepare it again (`resdom data split`; in a run directory, rerun `resdom train` with --force, "
-                "which keeps the run aside and trains anew, data/ rewritten)")
+        redo = ("prepare it again (`resdom data split`; in a run directory, rerun the `resdom train` that made it, "
+                "which writes data/ again from the same data and keeps the training)")
         try:  # bounded: a 3 MB file that would unpack to 3 GiB is refused before it is unpacked
             a = load_npz(path)
         except ResdomError as e:

@@ -346,6 +346,9 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     if state is not None:
         check_resumable(files, state, model_cfg, train_cfg, split)
         _check_epochs(files, state, train_cfg)
+        if dist_ctx.is_main:
+            _repair_data(files, split)
+        dist_ctx.barrier()
         ends = state.stopped == "early_stopping" or state.epoch >= train_cfg.epochs
         # an interrupted run ended here without training (a lower --epochs): no epoch after the state's is trained
         # again to write over a checkpoint or log record a kill left of it
@@ -530,6 +533,21 @@ def _sidecar_extra(epoch: int, valid: dict[str, Any], fingerprint: str, train_cf
                    split: SplitData) -> dict[str, Any]:
     return {"epoch": epoch, "metrics": valid["metrics"], "n_users": valid["n_users"], "split": "valid",
             "data_fingerprint": fingerprint, "train": train_cfg.model_dump(), "data": split.manifest}
+
+
+def _repair_data(files: RunFiles, split: SplitData) -> None:
+    """On resume, the run's data/ unreadable (a damaged disk, a file cut short, deleted by hand) is written again
+    from ``split``, with a note: ``check_resumable`` has matched ``split`` to the data the run was trained on (the
+    state's fingerprint), so it is the run's own split. Left as it was, training went on and the run failed at its
+    end, where its split is read back, with advice (--force) that would discard the training."""
+    try:
+        SplitData.load(files.data)
+        return
+    except ResdomError as e:
+        why = str(e).split(";")[0]
+    print(f"note: {why}; written again from the data given (the run's own: its fingerprint is the saved state's)",
+          file=sys.stderr, flush=True)
+    split.save(files.data)
 
 
 def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig,
