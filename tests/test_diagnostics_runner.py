@@ -160,3 +160,21 @@ def test_a_killed_diagnoses_temporaries_are_no_result_and_the_next_diagnose_remo
     (diag / ".hrli.json.x1y2.tmp").write_text("half")
     run_all(run_dir, what="hrli", progress=False)
     assert not any(p.name.endswith(".tmp") for p in diag.iterdir()) and (diag / "hrli.json").is_file()
+
+
+def test_a_grid_summarising_a_run_again_is_refused_while_a_diagnose_writes_there(run_dir):
+    """A resumed grid cell with every diagnostic in place writes summary.json again (``_resummarise``): under the
+    diagnostics folder's lock, as ``run_all`` writes it, so a diagnose running there meanwhile is not left with a
+    summary of files it is replacing; refused in one line while one holds it, done once it is released."""
+    from resdom.io import directory_lock
+    from resdom.pipeline.common import _resummarise
+    from resdom.runs import checkpoint_id
+
+    run_all(run_dir, what="hrli", progress=False)
+    summary = run_dir / "diagnostics" / "summary.json"
+    before = summary.read_bytes()
+    with directory_lock(run_dir / "diagnostics", "diagnosing"):
+        with pytest.raises(ResdomError, match="another process is already diagnosing there"):
+            _resummarise(run_dir)
+        assert summary.read_bytes() == before
+    assert _resummarise(run_dir)["checkpoint"] == checkpoint_id(run_dir / "model.safetensors")

@@ -17,7 +17,7 @@ from resdom.diagnostics.runner import run_all, summarise
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.experiments import recipe_protocol
-from resdom.io import atomic_write_json, atomic_write_text
+from resdom.io import atomic_write_json, atomic_write_text, directory_lock
 from resdom.names import USERS
 from resdom.rundir import RunDir, is_cell
 from resdom.runs import checkpoint_id
@@ -92,17 +92,20 @@ def missing_diagnostics(run_dir: Path) -> list[str]:
 
 
 def _resummarise(run_dir: Path) -> dict[str, Any]:
-    """summary.json again from the diagnostics files of the current checkpoint (none is recomputed)."""
+    """summary.json again from the diagnostics files of the current checkpoint (none is recomputed), under the
+    diagnostics folder's lock as ``run_all`` writes it (a diagnose running there meanwhile is refused in one line,
+    not left with a summary of files it is replacing)."""
     files = RunDir(run_dir)
-    old: Any = {}
-    try:
-        old = json.loads(files.summary.read_text())
-    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        pass
-    summary = summarise(files.diagnostics, "test", checkpoint_id(files.model))
-    if isinstance(old, dict) and old.get("checkpoint") == summary["checkpoint"] and "seconds" in old:
-        summary["seconds"] = old["seconds"]
-    atomic_write_json(files.summary, summary)  # computed from files of this very checkpoint: nothing stale
+    with directory_lock(files.diagnostics, "diagnosing", "stop it"):
+        old: Any = {}
+        try:
+            old = json.loads(files.summary.read_text())
+        except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            pass
+        summary = summarise(files.diagnostics, "test", checkpoint_id(files.model))
+        if isinstance(old, dict) and old.get("checkpoint") == summary["checkpoint"] and "seconds" in old:
+            summary["seconds"] = old["seconds"]
+        atomic_write_json(files.summary, summary)  # computed from files of this very checkpoint: nothing stale
     return summary
 
 
