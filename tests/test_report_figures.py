@@ -525,3 +525,21 @@ def test_a_dollar_in_a_name_is_drawn_as_written(tmp_path: Path) -> None:
         return Text(text=name).get_parse_math()
 
     assert made() is False
+
+
+def test_each_finding_averages_the_seeds_that_hold_its_diagnostic(tmp_path: Path) -> None:
+    """Seed 2 of toyA / sasrec holds hrli.json only: the heading said "mean of 2 seeds" over findings that rest on
+    seed 1 alone, and finding 3 set seed 1's test HR@10 at α* (0.297) against the mean of both seeds' at α = 1
+    (0.320, seed 2's 0.34 included) rather than seed 1's own (0.300)."""
+    from resdom.report import finding_lines
+
+    for name in ("toyA_sasrec_seed1", "toyA_sasrec_seed2"):
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    for part in ("mixing", "recovery", "alpha", "shuffle"):
+        (tmp_path / "toyA_sasrec_seed2" / "diagnostics" / f"{part}.json").unlink()
+    lines = finding_lines(read_runs([tmp_path / "toyA_sasrec_seed1", tmp_path / "toyA_sasrec_seed2"]))
+    assert lines[0] == "toyA / SASRec (mean of 2 seeds):"
+    assert lines[1].endswith("the residual swamps the context attention gathered (mean of 1 of the 2 seeds: the "
+                             "others lack it).")
+    assert "HRLI@1 = 0.850 vs HRL2I@1" in lines[2] and "seeds: the others lack it" not in lines[2]  # both seeds
+    assert lines[3].endswith("with test HR@10 0.297 vs 0.300 at α=1 (mean of 1 of the 2 seeds: the others lack it).")

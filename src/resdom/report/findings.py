@@ -23,20 +23,33 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+FINDING_FILES = ("mixing", "hrli", RECOVERY)  # the diagnostics the three findings read, one each
+
+
 def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
     """Mean over ``runs`` of the numbers behind the three findings, and the test users they rest on (``n_*``,
-    strings)."""
-    vals = [run_values(r) for r in runs]
-    keys = ["mix_all_Attn", "mix_all_+Res", "mix_all_+LN", "HRLI@1", "HRL2I@1", "rec_share", "alpha_star",
-            "HRLI@10", "HRL2I@10", "HR@10", "HR@10_at_star", "unseen_share", "HRLI@1_seen"] + [
-                f"rec_at_{a}" for a in RECOVERY_ALPHAS]
-    out: dict[str, Any] = {k: _mean([v.get(k) for v in vals]) for k in keys}
-    out["rec_star"] = _mean([_recovery_at_star(r) for r in runs])
+    strings). Each finding's numbers average the runs that hold its diagnostic (``seeds_<file>``: how many), so
+    that a seed without it never moves one side of a sentence and not the other; finding 3's HR@10 at α = 1 is
+    that of the same runs (recovery.json's own where it holds one, else metrics.json's), beside HR@10 at α*."""
+    vals = {id(r): run_values(r) for r in runs}
+    held = {name: [r for r in runs if r.diag(name)] for name in FINDING_FILES}
+
+    def mean(name: str, key: str) -> float | None:
+        return _mean([vals[id(r)].get(key) for r in held[name]])
+
+    out: dict[str, Any] = {f"seeds_{name}": len(rs) for name, rs in held.items()}
+    out.update({k: mean("mixing", k) for k in ("mix_all_Attn", "mix_all_+Res", "mix_all_+LN")})
+    out.update({k: mean("hrli", k) for k in ("HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10", "unseen_share",
+                                             "HRLI@1_seen")})
+    out.update({k: mean(RECOVERY, k) for k in ("rec_share", "alpha_star", "HR@10_at_star",
+                                               *(f"rec_at_{a}" for a in RECOVERY_ALPHAS))})
+    out["HR@10"] = _mean([_hr_at_alpha_1(r, vals[id(r)]) for r in held[RECOVERY]])
+    out["rec_star"] = _mean([_recovery_at_star(r) for r in held[RECOVERY]])
     out["alpha_swept"] = any(isinstance(row, dict) and isinstance(row.get("alpha"), (int, float)) and row["alpha"] < 1
-                             for r in runs for row in _test_value(r, "curve") or [])
-    lowest = [_hrli_at_lowest_alpha(r) for r in runs]
+                             for r in held[RECOVERY] for row in _test_value(r, "curve") or [])
+    lowest = [_hrli_at_lowest_alpha(r) for r in held["hrli"]]
     alphas = {a for a, _ in filter(None, lowest)}
-    if len(alphas) == 1 and all(lowest):  # one alpha shared by every run, else no mean to speak of
+    if len(alphas) == 1 and all(lowest):  # one alpha shared by every run of the finding, else no mean to speak of
         out["alpha_low"] = alphas.pop()
         out["HRLI@1_at_alpha_low"] = _mean([v for _, v in filter(None, lowest)])
     out["n_mixing"] = _count(runs, lambda r: r.diag("mixing").get("n_users"))
@@ -44,6 +57,14 @@ def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
     out["n_recovery"] = _count(runs, lambda r: _test_value(r, "n_users"))
     out["n_recoverable"] = _count(runs, lambda r: _test_value(r, "recoverable"))
     return out
+
+
+def _hr_at_alpha_1(run: RunRecord, values: dict[str, float | None]) -> float | None:
+    """The run's test HR@10 at α = 1: recovery.json's (``test_at_alpha_star``'s ``HR@10_at_alpha_1``), else
+    metrics.json's."""
+    own = run.diag(RECOVERY).get("test_at_alpha_star")
+    x = own.get("HR@10_at_alpha_1") if isinstance(own, dict) else None
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else values.get("HR@10")
 
 
 def _test_value(run: RunRecord, key: str) -> Any:
@@ -83,12 +104,13 @@ def _recovery_at_star(run: RunRecord) -> float | None:
 
 
 def findings_by_group(runs: list[RunRecord]) -> list[tuple[str, list[str]]]:
-    """``(heading, sentences)`` per (data set, model) group: mixing drop, HRLI vs HRL2I, recovery."""
+    """``(heading, sentences)`` per (data set, model) group: mixing drop, HRLI vs HRL2I, recovery. The heading says
+    how many seeds hold a finding's diagnostic (``mean of n seeds``); a finding resting on fewer says so."""
     out = []
     for (dataset, model), rs in group_runs(runs).items():
-        n = sum(1 for r in rs if r.diagnostics)  # the seeds the findings average (runs with diagnostics)
+        n = sum(1 for r in rs if any(r.diag(name) for name in FINDING_FILES))  # the seeds the findings average
         head = f"{dataset} / {model_label(model)}" + (f" (mean of {n} seeds)" if n > 1 else "")
-        out.append((head, _sentences(group_findings(rs))))
+        out.append((head, _sentences(group_findings(rs), n)))
     return out
 
 
@@ -113,8 +135,14 @@ def _alpha(x: float) -> str:
     return f"{round(float(x), 3):g}"
 
 
-def _sentences(f: dict[str, Any]) -> list[str]:
-    """The three findings, worded by what the numbers show (they need not agree with the paper)."""
+def _fewer(sentence: str, k: int, n: int) -> str:
+    """``sentence`` (ending in a full stop) saying it averages ``k`` of the group's ``n`` seeds where ``k < n``."""
+    return sentence if k >= n else f"{sentence[:-1]} (mean of {k} of the {n} seeds: the others lack it)."
+
+
+def _sentences(f: dict[str, Any], n: int = 1) -> list[str]:
+    """The three findings, worded by what the numbers show (they need not agree with the paper); ``n``: the seeds
+    of the heading, which a finding resting on fewer names."""
     out = []
     attn, res = f["mix_all_Attn"], f["mix_all_+Res"]
     if attn is not None and res is not None:
@@ -125,7 +153,8 @@ def _sentences(f: dict[str, Any]) -> list[str]:
         meaning = ("the residual swamps the context attention gathered" if res < 0.5 * attn
                    else "the residual dilutes the context only mildly" if res < attn
                    else "the residual does not dominate here")
-        out.append(f"1. Mixing ratio {verb} from {_fmt(attn)} at Attn to {_fmt(res)} at +Res{ln}: {meaning}.")
+        out.append(_fewer(f"1. Mixing ratio {verb} from {_fmt(attn)} at Attn to {_fmt(res)} at +Res{ln}: {meaning}.",
+                          f["seeds_mixing"], n))
     hrli, hrl2i, hrli10, hrl2i10 = f["HRLI@1"], f["HRL2I@1"], f["HRLI@10"], f["HRL2I@10"]
     if hrli is not None and hrl2i is not None:
         inner = [f"HRLI@10 = {_fmt(hrli10)} vs HRL2I@10 = {_fmt(hrl2i10)}"] if hrli10 is not None else []
@@ -148,7 +177,8 @@ def _sentences(f: dict[str, Any]) -> list[str]:
         if (f.get("unseen_share") or 0.0) >= 0.005 and f.get("HRLI@1_seen") is not None:
             cold = (f"; {_fmt(f['unseen_share'], pct=True)} of these users' last items never occur in training "
                     f"(HRLI@1 over the others: {_fmt(f['HRLI@1_seen'])})")
-        out.append(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}{cold}.")
+        out.append(_fewer(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}{cold}.",
+                          f["seeds_hrli"], n))
     if f["rec_share"] is not None:
         of = f"{f['n_recovery']} test users" if f.get("n_recovery") else "test users"
         count = f" ({f['n_recoverable']} users)" if f.get("n_recoverable") is not None else ""
@@ -161,8 +191,8 @@ def _sentences(f: dict[str, Any]) -> list[str]:
             what = f"{these}lowering α recovers {band}{star}"
         else:  # GRU4Rec: no residual stream, the sweep holds alpha = 1 only
             what = "no α below 1 was swept (the model has no residual to scale)"
-        out.append(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
-                   f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {what}.")
+        out.append(_fewer(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
+                          f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {what}.", f["seeds_recovery"], n))
     if not out:
         out.append("No finding yet: no run of this group has its mixing, HRLI or recovery diagnostics (run "
                    "`resdom diagnose RUN_DIR`, then the report again).")
