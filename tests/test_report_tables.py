@@ -482,3 +482,29 @@ def test_a_run_recorded_by_a_recipe_that_did_not_change_it_is_a_seed_of_the_same
     assert [r.model for r in runs] == ["sasrec", "sasrec"]
     assert [(r["model"], r["n"]) for r in {t.name: t for t in summary_tables(runs)}["accuracy"].rows] == \
         [("sasrec", 2)]
+
+
+def test_a_run_folder_given_twice_is_counted_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """toyB / sasrec (no seed in its config.json) given as ``runs/toyB``, by its absolute path and through ``..``
+    was averaged as three seeds (HR@10 0.2000 ± 0.0000, Seeds 3); a seeded run given inside its folder and again by
+    its absolute path was refused as its own duplicate. Now each folder is read once."""
+    root = _copy_fixtures(tmp_path)
+    toy_b = root / "toyB_sasrec_seed1"
+    again = [toy_b, toy_b.resolve(), toy_b / ".." / toy_b.name, (root / "toyA_sasrec_seed1").resolve()]
+    runs = read_runs([*find_run_dirs(root), *again])
+    assert len(runs) == 4 and [r.path for r in runs].count(toy_b) == 1
+    rows = {(r["dataset"], r["model"]): r for r in {t.name: t for t in summary_tables(runs)}["accuracy"].rows}
+    assert rows[("toyB", "sasrec")]["n"] == 1 and rows[("toyA", "sasrec")]["n"] == 2
+
+
+@pytest.mark.slow  # the CLI's import, over 5 s on a loaded machine
+def test_resdom_report_counts_a_run_folder_given_twice_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI said "report of 6 run(s)" of four folders (two given again by other spellings)."""
+    from cli_helpers import invoke
+
+    root = _copy_fixtures(tmp_path)
+    toy_b = root / "toyB_sasrec_seed1"
+    again = [toy_b, toy_b.resolve(), toy_b / ".." / toy_b.name, (root / "toyA_sasrec_seed1").resolve()]
+    assert invoke("report", str(root), *map(str, again), "--out", str(tmp_path / "rep"), "--tables-only") == 0
+    assert "report of 4 run(s)" in capsys.readouterr().out
+    assert "| toyB | sasrec | 1 seed | 0.2000 | 0.1000 |" in (tmp_path / "rep" / "tables" / "accuracy.md").read_text()

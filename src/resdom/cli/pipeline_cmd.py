@@ -24,6 +24,7 @@ from resdom.pipeline.reproduce import GridSpec
 from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
 from resdom.report import build_report, document_block_names, find_run_dirs, left_out
+from resdom.report.collect import same_folders
 from resdom.rundir import REPORT, check_kind_folder, is_link_loop, output_lock, require_folder_path, write_marker
 from resdom.study import build_report as build_study_report
 from resdom.study import document_block_names as study_block_names
@@ -97,7 +98,7 @@ def report(
         runs = find_run_dirs(d)
         if not runs:
             raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
-        found += [r for r in runs if r not in found]
+        found = same_folders([*found, *runs])  # a folder given twice, or inside another given one: read once
     target = out.resolve()
     inside = next((r for r in found if r.resolve() == target or r.resolve() in target.parents), None)
     if inside is not None:  # report.html, figures/ and tables/ would land among a run's (or a store cell's) files

@@ -313,11 +313,12 @@ def _data_stats(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_runs(run_dirs: Sequence[str | Path]) -> list[RunRecord]:
-    """Read several run directories (sorted by data set, model, seed); an empty list, and two runs of the same
-    (data set, label, seed), are ResdomErrors (the second would be averaged as another seed)."""
+    """Read several run directories (sorted by data set, model, seed); a folder given twice (under two spellings,
+    ``runs/a`` and ``/abs/runs/a``, or through a link: ``same_folders``) is read once; an empty list, and two runs
+    of the same (data set, label, seed), are ResdomErrors (the second would be averaged as another seed)."""
     if not run_dirs:
         raise ResdomError("no run directories given")
-    runs = _split_apart([read_run(d) for d in run_dirs])
+    runs = _split_apart([read_run(d) for d in same_folders(run_dirs)])
     seen: dict[tuple[str, str, int], RunRecord] = {}
     for r in runs:
         if r.seed is None:
@@ -329,6 +330,23 @@ def read_runs(run_dirs: Sequence[str | Path]) -> list[RunRecord]:
     check_checkpoints(runs)
     return sorted(runs, key=lambda r: (r.dataset, model_order(r.model), r.seed if r.seed is not None else -1,
                                        str(r.path)))
+
+
+def same_folders(paths: Sequence[str | Path]) -> list[Path]:
+    """``paths`` in order, each folder once: one given again under another spelling (relative and absolute, with
+    ``..``, a trailing slash or through a symbolic link) is dropped, so that a run is never counted as two seeds (a
+    run without a seed) or refused as its own duplicate."""
+    seen: set[Path] = set()
+    out = []
+    for p in map(Path, paths):
+        try:
+            key = p.resolve()
+        except (OSError, RuntimeError):  # a loop of links: read_run says what is wrong with it
+            key = p.absolute()
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
 
 
 @dataclass(frozen=True)
