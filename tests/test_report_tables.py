@@ -508,3 +508,35 @@ def test_resdom_report_counts_a_run_folder_given_twice_once(tmp_path: Path, caps
     assert invoke("report", str(root), *map(str, again), "--out", str(tmp_path / "rep"), "--tables-only") == 0
     assert "report of 4 run(s)" in capsys.readouterr().out
     assert "| toyB | sasrec | 1 seed | 0.2000 | 0.1000 |" in (tmp_path / "rep" / "tables" / "accuracy.md").read_text()
+
+
+def test_a_label_with_html_or_a_fence_is_shown_as_text_in_report_md(tmp_path: Path) -> None:
+    """A data set file named ``shop\\n```\\n<script>...`` and a label ``<img onerror=...>`` (config.json): report.md
+    passed both to a Markdown viewer as HTML (in every table cell and, the line break closing the findings' code
+    fence, outside it); report.html escaped them. Now each label stays on one line of the fence and every ``<`` that
+    opens a tag is ``&lt;`` in a cell or a line under a table; a ``p < 0.05`` is left as it is."""
+    import json
+
+    from resdom.report.findings import finding_lines
+    from resdom.report.html import render_markdown
+    from resdom.report.markdown import md_cell, md_text
+
+    assert md_text("a<b>\nc</b> <!-- x --> p < 0.05 <?x") == "a&lt;b> c&lt;/b> &lt;!-- x --> p < 0.05 &lt;?x"
+    assert md_cell("\\<script>|x") == "\\&lt;script>\\|x"  # a backslash before it cancels no escape
+    root = _copy_fixtures(tmp_path)
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"] = {**data["data"], "source": "shop\n```\n<script>alert(1)</script>",
+                    "label": "<img src=x onerror=alert(2)>ü" + "L" * 300}
+    config.write_text(json.dumps(data))
+    (root / "toyB_sasrec_seed1" / "diagnostics" / "mixing.json").unlink()  # a "Left out" line naming the run
+    runs = read_runs(find_run_dirs(root))
+    tables = summary_tables(runs)
+    text = render_markdown(runs, [], tables, "t")
+    fence = text.split("```\n", 2)[1]  # the findings' code block, up to its own closing fence
+    assert fence == "\n".join(finding_lines(runs)) + "\n"
+    assert "shop ``` <script>alert(1)</script> / <img" in fence
+    outside = text.replace(fence, "")
+    assert "<script" not in outside and "<img" not in outside
+    assert "&lt;script>alert(1)&lt;/script> | &lt;img src=x onerror=alert(2)>ü" + "L" * 300 + " |" in outside
+    assert all("<img" not in to_markdown(t) and "<script" not in to_markdown(t) for t in tables)

@@ -109,7 +109,8 @@ def findings_by_group(runs: list[RunRecord]) -> list[tuple[str, list[str]]]:
     out = []
     for (dataset, model), rs in group_runs(runs).items():
         n = sum(1 for r in rs if any(r.diag(name) for name in FINDING_FILES))  # the seeds the findings average
-        head = f"{dataset} / {model_label(model)}" + (f" (mean of {n} seeds)" if n > 1 else "")
+        head = " ".join(f"{dataset} / {model_label(model)}".splitlines())  # one line: report.md's fence holds
+        head += f" (mean of {n} seeds)" if n > 1 else ""
         out.append((head, _sentences(group_findings(rs), n)))
     return out
 

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from resdom.report.collect import RunRecord, left_out
 from resdom.report.figures import ReportFigure, figure_keys
 from resdom.report.findings import finding_lines, findings_by_group
-from resdom.report.markdown import markdown_table
+from resdom.report.markdown import markdown_table, md_text
 from resdom.report.tables import Table, format_value, to_html, to_markdown
 from resdom.report.values import run_values
 
@@ -127,7 +127,7 @@ def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: 
                     figure_dir: str = "figures", every_figure: bool = False) -> str:
     """The Markdown twin of ``render_html``; figures link to ``<figure_dir>/<key>.png``."""
     by_key = _figure_titles(figures)
-    out = [f"# {title}\n", f"{len(runs)} run(s).\n", "## Findings\n", FINDINGS_CAPTION + "\n",
+    out = [f"# {md_text(title)}\n", f"{len(runs)} run(s).\n", "## Findings\n", FINDINGS_CAPTION + "\n",
            "```\n" + "\n".join(finding_lines(runs)) + "\n```\n", "## Runs\n", RUNS_CAPTION + "\n",
            markdown_table(RUN_HEADERS, _run_rows(runs), empty=None)]
     for key in figure_keys():

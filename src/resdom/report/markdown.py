@@ -1,6 +1,8 @@
 """Markdown tables. A cell may hold text a user chose (a data set's file name, a model label, a run folder), so
 every cell is written through ``md_cell``: a ``|`` is escaped and a line break becomes a space, and one row stays
-one row of the table."""
+one row of the table; and every such text (a cell, a line under a table: ``md_text``) has a ``<`` that would open
+an HTML tag (``<script>``, ``</b>``, ``<!--``) escaped, so that a label is shown as written, never run or hidden by
+a Markdown viewer."""
 
 from __future__ import annotations
 
@@ -10,9 +12,16 @@ from collections.abc import Sequence
 NO_DATA = "(no data)"
 
 
+def md_text(text: object) -> str:
+    """``text`` as one line of Markdown showing it as written: line breaks as spaces, a ``<`` that would open an
+    HTML tag, comment or processing instruction (``<`` then a letter, ``/``, ``!`` or ``?``) as ``&lt;`` (an entity,
+    not ``\\<``, which a backslash in the text before it would cancel); ``p < 0.05`` is left as it is."""
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", re.sub(r"[\r\n]+", " ", str(text)))
+
+
 def md_cell(text: object) -> str:
-    """``text`` as one Markdown table cell: line breaks as spaces, every ``|`` not yet escaped as ``\\|``."""
-    return re.sub(r"(?<!\\)\|", r"\\|", re.sub(r"[\r\n]+", " ", str(text)))
+    """``text`` as one Markdown table cell: ``md_text``, every ``|`` not yet escaped as ``\\|``."""
+    return re.sub(r"(?<!\\)\|", r"\\|", md_text(text))
 
 
 def markdown_lines(header: Sequence[object], rows: Sequence[Sequence[object]], empty: str | None = None) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
-from resdom.report.markdown import NO_DATA, markdown_lines
+from resdom.report.markdown import NO_DATA, markdown_lines, md_text
 from resdom.report.values import run_values, value_source
 
 
@@ -281,9 +281,10 @@ def to_markdown(table: Table) -> str:
     rows = [_lead(table, row) + [cell_text(row, c) for c in table.columns] for row in table.rows]
     lines = markdown_lines(_headers(table), rows, NO_DATA)
     if table.notes:
-        lines += ["", "Left out (a row's Seeds count only the runs averaged):", *(f"- {x}" for x in table.notes)]
+        lines += ["", "Left out (a row's Seeds count only the runs averaged):",
+                  *(f"- {md_text(x)}" for x in table.notes)]
     if table.remarks:
-        lines += ["", REMARKS_LEAD, *(f"- {x}" for x in table.remarks)]
+        lines += ["", REMARKS_LEAD, *(f"- {md_text(x)}" for x in table.remarks)]
     return "\n".join(lines) + "\n"
 
 
