@@ -155,7 +155,7 @@ def _sentences(f: dict[str, Any], n: int = 1) -> list[str]:
                    else "the residual dilutes the context only mildly" if res < attn
                    else "the residual does not dominate here")
         out.append(_fewer(f"1. Mixing ratio {verb} from {_fmt(attn)} at Attn to {_fmt(res)} at +Res{ln}: {meaning}.",
-                          f["seeds_mixing"], n))
+                          f.get("seeds_mixing", n), n))
     hrli, hrl2i, hrli10, hrl2i10 = f["HRLI@1"], f["HRL2I@1"], f["HRLI@10"], f["HRL2I@10"]
     if hrli is not None and hrl2i is not None:
         inner = [f"HRLI@10 = {_fmt(hrli10)} vs HRL2I@10 = {_fmt(hrl2i10)}"] if hrli10 is not None else []
@@ -179,7 +179,7 @@ def _sentences(f: dict[str, Any], n: int = 1) -> list[str]:
             cold = (f"; {_fmt(f['unseen_share'], pct=True)} of these users' last items never occur in training "
                     f"(HRLI@1 over the others: {_fmt(f['HRLI@1_seen'])})")
         out.append(_fewer(f"2. HRLI@1 = {_fmt(hrli)} vs HRL2I@1 = {_fmt(hrl2i)}{at10}: {meaning}{low}{cold}.",
-                          f["seeds_hrli"], n))
+                          f.get("seeds_hrli", n), n))
     if f["rec_share"] is not None:
         of = f"{f['n_recovery']} test users" if f.get("n_recovery") else "test users"
         count = f" ({f['n_recoverable']} users)" if f.get("n_recoverable") is not None else ""
@@ -193,7 +193,7 @@ def _sentences(f: dict[str, Any], n: int = 1) -> list[str]:
         else:  # GRU4Rec: no residual stream, the sweep holds alpha = 1 only
             what = "no α below 1 was swept (the model has no residual to scale)"
         out.append(_fewer(f"3. Recoverable misses (an earlier position hits the top-10, the last one misses) = "
-                          f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {what}.", f["seeds_recovery"], n))
+                          f"{_fmt(f['rec_share'], pct=True)} of {of}{count}; {what}.", f.get("seeds_recovery", n), n))
     if not out:
         out.append("No finding yet: no run of this group has its mixing, HRLI or recovery diagnostics (run "
                    "`resdom diagnose RUN_DIR`, then the report again).")
