@@ -540,3 +540,27 @@ def test_a_label_with_html_or_a_fence_is_shown_as_text_in_report_md(tmp_path: Pa
     assert "<script" not in outside and "<img" not in outside
     assert "&lt;script>alert(1)&lt;/script> | &lt;img src=x onerror=alert(2)>ü" + "L" * 300 + " |" in outside
     assert all("<img" not in to_markdown(t) and "<script" not in to_markdown(t) for t in tables)
+
+
+def test_a_run_without_validation_shows_no_best_epoch(tmp_path: Path) -> None:
+    """A ``--protocol none`` run (no --holdout-users) keeps its last epoch: metrics.json's ``best_epoch`` is that
+    epoch, which the training table showed as the "Best epoch (by validation NDCG@10)". Maker: the fixture's toyA /
+    sasrec seed 2 given metrics.json ``valid`` of no user, as such a run writes it."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    path = root / "toyA_sasrec_seed2" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    path.write_text(json.dumps({**metrics, "valid": {"metrics": {}, "n_users": 0}}))
+    training = {t.name: t for t in summary_tables(read_runs(find_run_dirs(root)))}["training"]
+    row = next(r for r in training.rows if (r["dataset"], r["model"]) == ("toyA", "sasrec"))
+    assert row["values"]["best_epoch"] == [metrics_of(root / "toyA_sasrec_seed1")["best_epoch"]]
+    assert len(row["values"]["epochs_run"]) == 2  # its epochs still count
+    assert training.notes == ["toyA / sasrec / seed 2: no validation split (protocol none without --holdout-users): "
+                              "the last epoch kept, no best epoch (left out of Best epoch)"]
+
+
+def metrics_of(run: Path) -> dict:
+    import json
+
+    return json.loads((run / "metrics.json").read_text())

@@ -22,7 +22,7 @@ from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.markdown import NO_DATA, markdown_lines, md_text
-from resdom.report.values import run_values, value_source
+from resdom.report.values import NO_VALIDATION, no_validation, run_values, value_source
 
 
 @dataclass
@@ -88,7 +88,9 @@ def _left_out(group: list[RunRecord], vals: list[dict[str, float | None]], shown
     for run, v in zip(group, vals):
         for col in shown:
             if v.get(col.key) is None:
-                out.setdefault((run.label, run.why_empty(value_source(col.key))), []).append(col.label)
+                cause = NO_VALIDATION if col.key == "best_epoch" and no_validation(run) else \
+                    run.why_empty(value_source(col.key))
+                out.setdefault((run.label, cause), []).append(col.label)
     lines = []
     for (label, cause), cols in out.items():
         which = "every column" if len(cols) == len(shown) else ", ".join(cols)

@@ -25,8 +25,9 @@ from resdom.records import (
 from resdom.report.collect import RunRecord
 from resdom.stored import number_at
 
-__all__ = ["HRLI_KEYS", "RECOVERY_ALPHAS", "SHUFFLE_METRICS", "SHUFFLE_MODES", "diagnostic_values", "hrli_values",
-           "mixing_values", "recovery_values", "run_values", "shuffle_values", "trained_scale", "value_source"]
+__all__ = ["HRLI_KEYS", "NO_VALIDATION", "RECOVERY_ALPHAS", "SHUFFLE_METRICS", "SHUFFLE_MODES", "diagnostic_values",
+           "hrli_values", "mixing_values", "no_validation", "recovery_values", "run_values", "shuffle_values",
+           "trained_scale", "value_source"]
 
 SHUFFLE_MODES = SHUFFLE_SHOWN  # the perturbations the tables show
 
@@ -52,6 +53,17 @@ def value_source(key: str) -> str:
     return {"train_min": "cell", "train_s": "cell"}.get(key, "metrics")
 
 
+NO_VALIDATION = "no validation split (protocol none without --holdout-users): the last epoch kept, no best epoch"
+
+
+def no_validation(run: RunRecord) -> bool:
+    """Whether the run trained without a validation split (``--protocol none`` without ``--holdout-users``: its
+    metrics.json's ``valid`` covers no user), so that its ``best_epoch`` is the last epoch, not one chosen by
+    validation."""
+    valid = run.metrics.get("valid")
+    return isinstance(valid, dict) and valid.get("n_users") == 0
+
+
 def run_values(run: RunRecord) -> dict[str, float | None]:
     """Every number the tables use, for one run (None where the run lacks it)."""
     v: dict[str, float | None] = {}
@@ -60,6 +72,8 @@ def run_values(run: RunRecord) -> dict[str, float | None]:
         v[m] = number_at(test, m)
     v["n_users"] = number_at(run.metrics, "test", "n_users") or number_at(run.diag("hrli"), "n_users")
     v["best_epoch"], v["epochs_run"] = number_at(run.metrics, "best_epoch"), number_at(run.metrics, "epochs_run")
+    if no_validation(run):  # the last epoch kept: no best epoch by validation NDCG@10 to show
+        v["best_epoch"] = None
     v["early_stopped"] = float(run.metrics["stopped"] == "early_stopping") if "stopped" in run.metrics else None
     seconds = number_at(run.cell, "compute", "train_seconds")
     v["train_min"] = None if seconds is None else seconds / 60
