@@ -564,3 +564,24 @@ def metrics_of(run: Path) -> dict:
     import json
 
     return json.loads((run / "metrics.json").read_text())
+
+
+def test_an_alpha_star_off_the_two_decimal_grid_is_printed_as_swept(tmp_path: Path) -> None:
+    """A recovery sweep on ``--alphas 1,0.5,0.25,0.125,0`` chose α* = 0.125: the recovery table printed it "0.12", a
+    scale never swept (the findings already printed 0.125). A mean over seeds stays at 2 decimals (0.1 and 0.125:
+    0.11), as does every α* of the 0.1 grid (0.10)."""
+    import json
+
+    from resdom.records import Column
+    from resdom.report.tables import format_cell
+
+    root = _copy_fixtures(tmp_path)
+    path = root / "toyA_bsarec_seed1" / "diagnostics" / "recovery.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "alpha_star": 0.125}))
+    recovery = {t.name: t for t in summary_tables(read_runs(find_run_dirs(root)))}["recovery"]
+    column = next(c for c in recovery.columns if c.key == "alpha_star")
+    row = next(r for r in recovery.rows if r["model"] == "bsarec")
+    assert "| 0.125 |" in to_markdown(recovery) and format_cell(row["alpha_star"], column.kind) == "0.125"
+    assert format_cell((0.1125, 0.0177), column.kind) == "0.11 ± 0.02"
+    assert [format_cell((x, None), column.kind) for x in (0.1, 1.0, 0.5333333)] == ["0.10", "1.00", "0.53"]
+    assert column == Column("alpha_star", "α*", "alpha")

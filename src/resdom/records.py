@@ -45,8 +45,9 @@ def resolve(ref: Any) -> Any:
 class Column:
     """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``: ``ratio``
     (3 decimals), ``metric`` (4 decimals: HR@K, NDCG@K), ``pct`` (signed percent, 1 decimal), ``count``
-    (integer), ``num`` (2 decimals), ``sci``, all as mean ± std; ``each`` (every seed's integer, in seed order:
-    ``25 / 43 / 31``) and ``of`` (a 0/1 flag as ``2 of 3`` seeds)."""
+    (integer), ``num`` (2 decimals), ``alpha`` (a residual scale: 2 decimals, 3 where the mean is a 3-decimal scale
+    such as ``--alphas``' 0.125, which 2 printed as 0.12, never swept), ``sci``, all as mean ± std; ``each`` (every
+    seed's integer, in seed order: ``25 / 43 / 31``) and ``of`` (a 0/1 flag as ``2 of 3`` seeds)."""
 
     key: str
     label: str
@@ -411,7 +412,7 @@ RECOVERY_TABLE = TableSpec(
     "offset, and Recovery(alpha) = share of the recoverable set hit at residual scale alpha.",
     (Column("rec_share", "Recoverable"), Column("rec_L-1", "L-1"), Column("rec_L-2", "L-2"), Column("rec_L-3", "L-3"),
      *(Column(f"rec_at_{a}", f"Rec(α={a})") for a in RECOVERY_ALPHAS),
-     Column("alpha_star", "α*", "num"), Column("HR@10_at_star", "HR@10 at α*", "metric")),
+     Column("alpha_star", "α*", "alpha"), Column("HR@10_at_star", "HR@10 at α*", "metric")),
     order=40)
 
 

@@ -225,6 +225,8 @@ def format_value(x: float, kind: str) -> str:
         return f"{x:,.0f}"
     if kind == "num":
         return f"{x:.2f}"
+    if kind == "alpha":  # 0.125 as swept, not 0.12; a mean over seeds such as 0.1667 to 2 decimals
+        return f"{x:.3f}" if abs(x - round(x, 3)) < 1e-9 and abs(x - round(x, 2)) >= 1e-9 else f"{x:.2f}"
     if kind == "metric":
         return f"{x:.4f}"
     if kind == "sci":
@@ -239,7 +241,7 @@ def format_cell(cell: tuple[float, float | None] | None, kind: str, pm: str = " 
     mean, std = cell
     text = format_value(mean, kind)
     if std is not None and not (kind == "count" and std == 0):
-        text += pm + (f"{100 * std:.1f}%" if kind == "pct" else format_value(std, kind))
+        text += pm + (f"{100 * std:.1f}%" if kind == "pct" else format_value(std, "num" if kind == "alpha" else kind))
     return text
 
 
