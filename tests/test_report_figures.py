@@ -543,3 +543,23 @@ def test_each_finding_averages_the_seeds_that_hold_its_diagnostic(tmp_path: Path
                              "others lack it).")
     assert "HRLI@1 = 0.850 vs HRL2I@1" in lines[2] and "seeds: the others lack it" not in lines[2]  # both seeds
     assert lines[3].endswith("with test HR@10 0.297 vs 0.300 at α=1 (mean of 1 of the 2 seeds: the others lack it).")
+
+
+def test_a_recovery_rate_of_fewer_seeds_says_so(tmp_path: Path) -> None:
+    """Seed 2 of toyA / sasrec swept another grid, without α = 0.1: finding 3's "recovers x at α=0.1" was seed 1's
+    alone, unmarked among rates of both seeds; now it says (n=1), as the table's cell does."""
+    import json
+
+    from resdom.report import finding_lines
+
+    for name in ("toyA_sasrec_seed1", "toyA_sasrec_seed2"):
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    path = tmp_path / "toyA_sasrec_seed2" / "diagnostics" / "recovery.json"
+    rec = json.loads(path.read_text())
+    rec["test"]["curve"] = [row for row in rec["test"]["curve"] if abs(row["alpha"] - 0.1) > 1e-9]
+    path.write_text(json.dumps(rec))
+    text = "\n".join(finding_lines(read_runs([tmp_path / "toyA_sasrec_seed1", tmp_path / "toyA_sasrec_seed2"])))
+    one = [row["recovery"] for row in json.loads((FIXTURES / "toyA_sasrec_seed1" / "diagnostics" /
+                                                  "recovery.json").read_text())["test"]["curve"] if row["alpha"] == 0.1]
+    assert f"lowering α recovers {100 * one[0]:.1f}% at α=0.1 (n=1), " in text
+    assert "at α=0.2 (n=" not in text and "at α=0.3 (n=" not in text

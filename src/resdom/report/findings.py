@@ -43,6 +43,8 @@ def group_findings(runs: list[RunRecord]) -> dict[str, Any]:
                                              "HRLI@1_seen")})
     out.update({k: mean(RECOVERY, k) for k in ("rec_share", "alpha_star", "HR@10_at_star",
                                                *(f"rec_at_{a}" for a in RECOVERY_ALPHAS))})
+    out.update({f"seeds_rec_at_{a}": sum(vals[id(r)].get(f"rec_at_{a}") is not None for r in held[RECOVERY])
+                for a in RECOVERY_ALPHAS})  # a seed swept on another --alphas grid lacks some
     out["HR@10"] = _mean([_hr_at_alpha_1(r, vals[id(r)]) for r in held[RECOVERY]])
     out["rec_star"] = _mean([_recovery_at_star(r) for r in held[RECOVERY]])
     out["alpha_swept"] = any(isinstance(row, dict) and isinstance(row.get("alpha"), (int, float)) and row["alpha"] < 1
@@ -136,6 +138,13 @@ def _alpha(x: float) -> str:
     return f"{round(float(x), 3):g}"
 
 
+def _of_seeds(f: dict[str, Any], key: str) -> str:
+    """`` (n=k)`` after a number of finding 3 that averages fewer of its seeds than the others (a seed whose sweep,
+    another ``--alphas`` grid, lacks that α), as a table cell says it."""
+    k = f.get(f"seeds_{key}")
+    return f" (n={k})" if k is not None and 0 < k < f.get("seeds_recovery", k) else ""
+
+
 def _fewer(sentence: str, k: int, n: int) -> str:
     """``sentence`` (ending in a full stop) saying it averages ``k`` of the group's ``n`` seeds where ``k < n``."""
     return sentence if k >= n else f"{sentence[:-1]} (mean of {k} of the {n} seeds: the others lack it)."
@@ -185,7 +194,8 @@ def _sentences(f: dict[str, Any], n: int = 1) -> list[str]:
         count = f" ({f['n_recoverable']} users)" if f.get("n_recoverable") is not None else ""
         if f.get("alpha_swept"):
             these = f"of these {f['n_recoverable']}, " if f.get("n_recoverable") is not None else ""
-            band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" for a in RECOVERY_ALPHAS)
+            band = ", ".join(f"{_fmt(f[f'rec_at_{a}'], pct=True)} at α={a}" + _of_seeds(f, f"rec_at_{a}")
+                             for a in RECOVERY_ALPHAS)
             star = "" if f["alpha_star"] is None else (
                 f"; α* = {_alpha(f['alpha_star'])} (chosen on validation) recovers {_fmt(f['rec_star'], pct=True)}"
                 f" with test HR@10 {_fmt(f['HR@10_at_star'])} vs {_fmt(f['HR@10'])} at α=1")
