@@ -585,3 +585,27 @@ def test_an_alpha_star_off_the_two_decimal_grid_is_printed_as_swept(tmp_path: Pa
     assert format_cell((0.1125, 0.0177), column.kind) == "0.11 ± 0.02"
     assert [format_cell((x, None), column.kind) for x in (0.1, 1.0, 0.5333333)] == ["0.10", "1.00", "0.53"]
     assert column == Column("alpha_star", "α*", "alpha")
+
+
+def test_runs_of_one_file_preprocessed_two_ways_are_two_rows(tmp_path: Path) -> None:
+    """A 10-core split and an unfiltered split of one file (``--k-core 10``: other users and items, other test
+    users) were averaged as seeds of one row, under the data set statistics of whichever run came first. Maker: the
+    fixture's toyA / sasrec seeds given manifests recording k_core 10 and none; a run recording no preprocessing
+    (as every results-store cell) is told apart only where two versions are recorded beside it."""
+    import json
+
+    root = _copy_fixtures(tmp_path)
+    for seed, k_core, users in ((1, 10, 41), (2, None, 60)):
+        config = root / f"toyA_sasrec_seed{seed}" / "config.json"
+        data = json.loads(config.read_text())
+        data["data"]["manifest"] = {"preprocessing": {"config": {"k_core": k_core, "remap": True}}}
+        data["data"]["stats"] = {**data["data"]["stats"], "users": users}
+        config.write_text(json.dumps(data))
+    runs = read_runs([root / "toyA_sasrec_seed1", root / "toyA_sasrec_seed2", root / "toyA_bsarec_seed1"])
+    assert [r.dataset for r in runs] == ["toyA (gts, k_core 10)", "toyA (gts, k_core none)",
+                                         "toyA (gts, preprocessing not recorded)"]
+    tables = {t.name: t for t in summary_tables(runs)}
+    assert [(r["dataset"], r["n"]) for r in tables["accuracy"].rows if r["model"] == "sasrec"] == [
+        ("toyA (gts, k_core 10)", 1), ("toyA (gts, k_core none)", 1)]
+    assert [r["users"][0] for r in tables["datasets"].rows][:2] == [41, 60]
+    assert [r.dataset for r in read_runs([root / "toyA_sasrec_seed1", root / "toyA_bsarec_seed1"])] == ["toyA"] * 2

@@ -352,13 +352,16 @@ def same_folders(paths: Sequence[str | Path]) -> list[Path]:
 @dataclass(frozen=True)
 class _Split:
     """What a run's numbers depend on besides its model: the split's protocol, quantile (gts), whether seen items
-    are filtered at evaluation (a split's ``evaluation.filter_seen``; absent: filtered), and the data it was made
-    from (the sha256 of its source files, DataFrame or synthetic configuration; None where not recorded)."""
+    are filtered at evaluation (a split's ``evaluation.filter_seen``; absent: filtered), the data it was made
+    from (the sha256 of its source files, DataFrame or synthetic configuration; None where not recorded) and how
+    that data was preprocessed (the manifest's ``preprocessing.config``, e.g. ``k_core``; None where not
+    recorded): a 10-core and an unfiltered split of one file are other users and items."""
 
     protocol: str | None
     quantile: float | None
     filter_seen: bool
     data: str | None
+    preprocessing: tuple[tuple[str, str], ...] | None = None
 
 
 def _split_of(run: RunRecord) -> _Split:
@@ -371,10 +374,12 @@ def _split_of(run: RunRecord) -> _Split:
     found = [f.get("sha256") for f in files if isinstance(f, dict)] if isinstance(files, list) \
         else [source.get("sha256")]
     digests = [d for d in found if isinstance(d, str) and d]
+    steps = _section(_section(manifest, "preprocessing"), "config")
     return _Split(run.protocol,
                   float(quantile) if run.protocol == "gts" and isinstance(quantile, (int, float)) else None,
                   _section(manifest, "evaluation").get("filter_seen", True) is not False,
-                  hashlib.sha256("\n".join(digests).encode()).hexdigest()[:8] if digests else None)
+                  hashlib.sha256("\n".join(digests).encode()).hexdigest()[:8] if digests else None,
+                  tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in steps.items())) if steps else None)
 
 
 def _recipe_of(run: RunRecord) -> str:
@@ -410,7 +415,8 @@ def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
     for r, split in zip(runs, splits):
         kinds = groups[r.dataset]
         datas = {k.data for k in kinds if k.data is not None}
-        if len({(k.protocol, k.quantile, k.filter_seen) for k in kinds}) == 1 and len(datas) <= 1:
+        preps = {k.preprocessing for k in kinds if k.preprocessing is not None}
+        if len({(k.protocol, k.quantile, k.filter_seen) for k in kinds}) == 1 and len(datas) <= 1 and len(preps) <= 1:
             continue
         parts = [split.protocol or "split not recorded"]
         if split.quantile is not None and len({k.quantile for k in kinds if k.protocol == split.protocol}) > 1:
@@ -419,6 +425,12 @@ def _split_apart(runs: list[RunRecord]) -> list[RunRecord]:
             parts.append("seen kept")
         if len(datas) > 1:
             parts.append(f"data {split.data}" if split.data else "data not recorded")
+        if len(preps) > 1:  # the settings that differ between the splits, as the manifest records them
+            shared = set.intersection(*(set(p) for p in preps)) if preps else set()
+            differ = sorted({key for p in preps for key, value in p if (key, value) not in shared})
+            mine = {key: "none" if value == "null" else value for key, value in split.preprocessing or ()}
+            parts.append(", ".join(f"{key} {mine.get(key, 'not recorded')}" for key in differ)
+                         if split.preprocessing else "preprocessing not recorded")
         r.dataset = f"{r.dataset} ({', '.join(parts)})"
     recipes: dict[tuple[str, str], set[str]] = {}
     for r in runs:
