@@ -609,3 +609,32 @@ def test_runs_of_one_file_preprocessed_two_ways_are_two_rows(tmp_path: Path) -> 
         ("toyA (gts, k_core 10)", 1), ("toyA (gts, k_core none)", 1)]
     assert [r["users"][0] for r in tables["datasets"].rows][:2] == [41, 60]
     assert [r.dataset for r in read_runs([root / "toyA_sasrec_seed1", root / "toyA_bsarec_seed1"])] == ["toyA"] * 2
+
+
+def test_an_unfinished_run_adds_no_training_seconds(tmp_path: Path) -> None:
+    """A run killed before its metrics.json (its epoch log so far kept) had the seconds of those epochs averaged
+    into the remedies table's Train s as one more seed (beside the finished runs' seconds); now only a finished
+    run's epoch log counts, and the note names metrics.json, not a cell.json a run directory never has. Maker: the
+    fixture's toyA / sasrec seed 2 without its metrics.json, beside a relabelled remedy variant (the table's rows)."""
+    import json
+    import shutil
+
+    from resdom.report.tables import remedies_table, remedy_runs
+    from resdom.report.values import run_values
+
+    root = _copy_fixtures(tmp_path)
+    (root / "toyA_sasrec_seed2" / "metrics.json").unlink()
+    variant = root / "toyA_preln_seed1"
+    shutil.copytree(root / "toyA_sasrec_seed1", variant)
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps({**config, "label": "sasrec-preln"}))
+    runs = read_runs(find_run_dirs(root))
+    by_seed = {(r.model, r.seed): r for r in runs}
+    logged = [json.loads(line)["seconds"] for line in
+              (root / "toyA_sasrec_seed1" / "metrics.jsonl").read_text().splitlines()]
+    assert run_values(by_seed[("sasrec", 1)])["train_s"] == pytest.approx(sum(logged))
+    assert run_values(by_seed[("sasrec", 2)])["train_s"] is None
+    table = remedies_table(remedy_runs(runs))
+    row = next(r for r in table.rows if r["model"] == "sasrec" and r["dataset"] == "toyA")
+    assert row["values"]["train_s"] == [pytest.approx(sum(logged))] and len(row["values"]["HRLI@1"]) == 2
+    assert "toyA / sasrec / seed 2: metrics.json missing (left out of Train s)" in table.notes

@@ -88,8 +88,9 @@ def _left_out(group: list[RunRecord], vals: list[dict[str, float | None]], shown
     for run, v in zip(group, vals):
         for col in shown:
             if v.get(col.key) is None:
-                cause = NO_VALIDATION if col.key == "best_epoch" and no_validation(run) else \
-                    run.why_empty(value_source(col.key))
+                source = "metrics" if col.key == "train_s" and not run.cell else value_source(col.key)  # a run
+                # directory's training seconds: its epoch log, of a finished run (metrics.json)
+                cause = NO_VALIDATION if col.key == "best_epoch" and no_validation(run) else run.why_empty(source)
                 out.setdefault((run.label, cause), []).append(col.label)
     lines = []
     for (label, cause), cols in out.items():

@@ -79,7 +79,9 @@ def run_values(run: RunRecord) -> dict[str, float | None]:
     v["train_min"] = None if seconds is None else seconds / 60
     epoch_s = [row.get("seconds") for row in run.curve if isinstance(row, dict)]
     logged = sum(x for x in epoch_s if isinstance(x, (int, float))) if epoch_s else None
-    v["train_s"] = seconds if seconds is not None else logged  # the remedies table: store cells or run directories
+    # the remedies table: store cells or run directories; an unfinished run's (no metrics.json) epochs so far are
+    # not the training time of a seed, and a sum of them was averaged in as one
+    v["train_s"] = seconds if seconds is not None else (logged if run.metrics else None)
     for name, values in diagnostic_values().items():
         v.update(values(run.diag(name)))
     return v
