@@ -563,3 +563,16 @@ def test_a_recovery_rate_of_fewer_seeds_says_so(tmp_path: Path) -> None:
                                                   "recovery.json").read_text())["test"]["curve"] if row["alpha"] == 0.1]
     assert f"lowering α recovers {100 * one[0]:.1f}% at α=0.1 (n=1), " in text
     assert "at α=0.2 (n=" not in text and "at α=0.3 (n=" not in text
+
+
+def test_report_html_numbers_each_finding_as_report_md_does(tmp_path: Path) -> None:
+    """A run with hrli.json only has finding 2 alone: report.md says "2. HRLI@1 = ...", report.html's list numbered
+    it 1."""
+    from resdom.report.html import render_html
+
+    run = tmp_path / "toyA_bert4rec_seed1"
+    shutil.copytree(FIXTURES / "toyA_sasrec_seed1", run)
+    for part in ("mixing", "recovery", "alpha", "shuffle"):
+        (run / "diagnostics" / f"{part}.json").unlink()
+    page = render_html(read_runs([run]), [], [], "t")
+    assert '<ol><li value="2">HRLI@1 = 0.800 vs HRL2I@1' in page and "<li>HRLI@1" not in page

@@ -67,10 +67,19 @@ def _html_table(headers: list[str], rows: list[list[str]], table_id: str) -> str
     return f'<table class="data" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _finding_item(sentence: str) -> str:
+    """One finding as a list item numbered as report.md numbers it (``2. HRLI@1 ...`` stays item 2 where finding 1
+    is missing: the list counted it as 1); a sentence without a number is an item of its own."""
+    number, dot, text = sentence.partition(". ")
+    if dot and number.isdigit():
+        return f'<li value="{number}">{html.escape(text)}</li>'
+    return f'<li style="list-style: none">{html.escape(sentence)}</li>'
+
+
 def _findings_html(runs: list[RunRecord]) -> str:
     parts = []
     for head, sentences in findings_by_group(runs):
-        items = "".join(f"<li>{html.escape(x.split('. ', 1)[-1])}</li>" for x in sentences)
+        items = "".join(_finding_item(x) for x in sentences)
         parts.append(f"<h3>{html.escape(head)}</h3><ol>{items or '<li>(no diagnostics)</li>'}</ol>")
     return "".join(parts)
 
