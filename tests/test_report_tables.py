@@ -638,3 +638,20 @@ def test_an_unfinished_run_adds_no_training_seconds(tmp_path: Path) -> None:
     row = next(r for r in table.rows if r["model"] == "sasrec" and r["dataset"] == "toyA")
     assert row["values"]["train_s"] == [pytest.approx(sum(logged))] and len(row["values"]["HRLI@1"]) == 2
     assert "toyA / sasrec / seed 2: metrics.json missing (left out of Train s)" in table.notes
+
+
+def test_a_span_under_a_day_is_not_printed_as_zero(tmp_path: Path) -> None:
+    """A data set spanning 0.45 days (the bundled tiny.inter) showed "Span (days) 0"; a long one stays whole days
+    (4,424), as the committed data set table prints it."""
+    import json
+
+    from resdom.report.tables import format_value
+
+    root = _copy_fixtures(tmp_path)
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"]["stats"] = {**data["data"]["stats"], "span_days": 0.4504}
+    config.write_text(json.dumps(data))
+    text = to_markdown({t.name: t for t in summary_tables(read_runs(find_run_dirs(root)))}["datasets"])
+    assert text.splitlines()[2].endswith("| 100 |") and text.splitlines()[3].endswith("| 0.45 |")
+    assert format_value(4424.0, "days") == "4,424" and format_value(214.837, "days") == "215"

@@ -46,7 +46,8 @@ class Column:
     """A table column: ``key`` into the per-run values, a header ``label``, and a display ``kind``: ``ratio``
     (3 decimals), ``metric`` (4 decimals: HR@K, NDCG@K), ``pct`` (signed percent, 1 decimal), ``count``
     (integer), ``num`` (2 decimals), ``alpha`` (a residual scale: 2 decimals, 3 where the mean is a 3-decimal scale
-    such as ``--alphas``' 0.125, which 2 printed as 0.12, never swept), ``sci``, all as mean ± std; ``each`` (every
+    such as ``--alphas``' 0.125, which 2 printed as 0.12, never swept), ``days`` (whole days from 10 on, else 2
+    decimals: a 0.45-day span is not 0), ``sci``, all as mean ± std; ``each`` (every
     seed's integer, in seed order: ``25 / 43 / 31``) and ``of`` (a 0/1 flag as ``2 of 3`` seeds)."""
 
     key: str

@@ -110,7 +110,7 @@ def dataset_table(runs: list[RunRecord], extra_stats: dict[str, dict[str, Any]] 
     cols = [Column("users", "Users", "count"), Column("items", "Items", "count"),
             Column("interactions", "Interactions", "count"), Column("avg_length", "Avg. length", "num"),
             Column("max_length", "Max. length", "count"), Column("density", "Density", "sci"),
-            Column("span_days", "Span (days)", "count")]
+            Column("span_days", "Span (days)", "days")]
     stats: dict[str, dict[str, Any]] = {}
     for run in runs:
         if run.data_stats and run.dataset not in stats:
@@ -226,6 +226,8 @@ def format_value(x: float, kind: str) -> str:
         return f"{x:,.0f}"
     if kind == "num":
         return f"{x:.2f}"
+    if kind == "days":  # a span of 0.45 days is not 0; 4,424 days to the day
+        return f"{x:,.0f}" if x >= 10 else f"{x:.2f}"
     if kind == "alpha":  # 0.125 as swept, not 0.12; a mean over seeds such as 0.1667 to 2 decimals
         return f"{x:.3f}" if abs(x - round(x, 3)) < 1e-9 and abs(x - round(x, 2)) >= 1e-9 else f"{x:.2f}"
     if kind == "metric":
