@@ -76,6 +76,7 @@ def test_a_second_demo_in_one_folder_is_refused_at_once(tmp_path: Path) -> None:
     assert said == [] and [p.name for p in out.iterdir()] == [".lock"]
 
 
+@pytest.mark.slow  # over 5 s of CPU: the fast subset stays under 2 minutes on 2 cores
 def test_demo_default_shows_last_item_reliance(tmp_path: Path) -> None:
     """``resdom demo``'s own setting (synthetic:demo, full size, about 15 s of CPU): the trained SASRec ranks the
     last input item first far more often than the second to last, the residual swamps the mixing, a keep_last

@@ -153,6 +153,7 @@ def test_a_report_being_written_into_out_is_not_mixed_with_another(tmp_path: Pat
     assert run_cli(capsys, "report", str(run), "--out", str(out), "--tables-only")[0] == 0
 
 
+@pytest.mark.slow  # over 5 s of CPU: the fast subset stays under 2 minutes on 2 cores
 def test_a_report_that_fails_half_way_leaves_its_folder_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A full disk after some of a report's files were written kept them beside the last report's others (new

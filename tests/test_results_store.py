@@ -192,6 +192,7 @@ def own_checkpoint(cell: Path, checkpoint: str) -> None:
         (cell / "users.npz").write_bytes(UserEvidence({**header, "checkpoint": checkpoint}, arrays).to_bytes())
 
 
+@pytest.mark.slow  # over 5 s of CPU: the fast subset stays under 2 minutes on 2 cores
 def test_report_fills_the_remedies_block_of_a_second_document_from_the_variants_and_their_base(
         finished_run, tmp_path):
     """A store with a remedy variant: the remedies table holds the variant and its base on that data set only (not

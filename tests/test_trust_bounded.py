@@ -321,6 +321,7 @@ def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path: Path, capsys: pytest
     assert len(line) < READABLE
 
 
+@pytest.mark.slow  # over 5 s of CPU: the fast subset stays under 2 minutes on 2 cores
 def test_a_long_yaml_list_without_aliases_is_refused_while_it_is_read(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """A config holding a 3,000,000-value list (6 MB, no alias) was composed whole (68 s, 2.2 GB) and then refused

@@ -362,6 +362,7 @@ def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monk
     assert not _temporaries(tmp_path / "report")
 
 
+@pytest.mark.slow  # over 5 s of CPU: the fast subset stays under 2 minutes on 2 cores
 def test_a_file_size_limit_is_one_line_and_leaves_nothing_half_written(tmp_path: Path) -> None:
     """`ulimit -f` (RLIMIT_FSIZE): Python ignores SIGXFSZ, so the write fails with EFBIG, which was a traceback
     from every writer (a split, a run, a report, a CSV, a config file). Now one line naming the file, exit 2, and
