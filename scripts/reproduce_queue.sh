@@ -272,11 +272,9 @@ release() {  # KEY: remove the cell's claim if this worker holds it; never anoth
 reread() {  # DATA SET MODEL SEED GRID: a cell just stored whose diagnostics the code it ran (CODE_COMMIT's) read
   # differently from the checkout's (scripts/rediagnose_cells.py --stale: a query-token model's recovery offsets) is
   # diagnosed again with the checkout's code now, while its run folder is on this machine (a new machine has none),
-  # and committed again; a cell that cannot be is named and left for scripts/rediagnose_cells.py by hand
+  # and committed again (a cell of the current reading: the script names nothing, the commit finds nothing new); a
+  # cell that cannot be is named and left for scripts/rediagnose_cells.py by hand
   local cell="$STORE/$1/$2/seed$3"
-  [ -n "$(.venv/bin/python -c 'import sys; sys.path.insert(0, "scripts"); from rediagnose_cells import stale_reading
-from pathlib import Path; print("stale" if stale_reading(Path(sys.argv[1])) else "")' "$cell")" ] || return 0
-  echo "== $(date -u +%FT%TZ) $1 / $2 / seed $3: diagnosed again with the checkout's code (an older reading)"
   .venv/bin/python scripts/rediagnose_cells.py --what recovery,users --stale --store "$STORE" --runs "$4" "$cell" \
     && scripts/reproduce_cells.sh --commit "$cell" \
     || echo "$cell: not diagnosed again; run scripts/rediagnose_cells.py --what recovery,users --stale on it" >&2
