@@ -246,3 +246,18 @@ def test_default_applies_pmixers_preprocessing_none(tmp_path: Path) -> None:
     assert run.split.n_items == len(set().union(*seqs.values())) and rare in il.tolist()
     assert "no filtering, as pmixer" in lines[0] and "file order" in lines[0]
     assert run.config["imported_from"]["preprocessing"] == lines
+
+
+def test_importing_and_loading_leave_the_callers_torch_random_state_alone(tmp_path: Path) -> None:
+    """The model the weights are loaded into draws its initial weights without moving the caller's random state: a
+    seeded script's next random numbers are the same whether or not it imported or loaded a model."""
+    rng = np.random.default_rng(4)
+    data, seqs = _data_file(tmp_path / "data.txt", rng)
+    torch.save(_pmixer(False, item_num=int(max(max(s) for s in seqs.values())), seed=5).state_dict(),
+               tmp_path / "sasrec.pth")
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    run_dir = import_pmixer(tmp_path / "sasrec.pth", str(data), tmp_path / "run", heads=HEADS, k_core=0)
+    assert torch.equal(torch.get_rng_state(), before)
+    load_run(run_dir)
+    assert torch.equal(torch.get_rng_state(), before)

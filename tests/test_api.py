@@ -70,6 +70,20 @@ def test_fit_without_out_writes_nothing_and_returns_a_usable_model(split, tmp_pa
     assert result.metrics == pytest.approx(fitted.metrics["test"]["metrics"], abs=1e-12)  # the best checkpoint
 
 
+def test_fit_and_load_run_leave_the_callers_torch_random_state_alone(split, run_dir):
+    """``fit`` seeds torch with train.seed and loading a run builds a model before its weights are read: neither
+    moves the caller's random state (a seeded script drew the same numbers after a fit as without one only by luck
+    of never drawing again; it got train.seed's stream instead)."""
+    import torch
+
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    resdom.fit(split, "sasrec", device="cpu", progress=False, **{**SMALL, "epochs": 1})
+    assert torch.equal(torch.get_rng_state(), before)
+    resdom.load_run(run_dir, device="cpu")
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()

@@ -7,9 +7,10 @@ and writes every file while the others wait at a barrier. Backend: gloo on CPU, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +114,17 @@ def leave(code: int | str | None = 0) -> None:
         except (OSError, ValueError):  # closed, or a pipe the reader has left
             pass
     os._exit(code or 0)
+
+
+@contextlib.contextmanager
+def callers_rng() -> Iterator[None]:
+    """Give the caller's torch random state back as it was on entry, whatever runs inside seeds or draws: ``fit``
+    seeds torch with ``train.seed`` (and again each epoch), loading a model draws initial weights it then overwrites.
+    A library call leaves its caller's random numbers alone. The CPU generator, and each CUDA device's where CUDA
+    was initialised before the call (a process that had not used CUDA has no state of it to keep)."""
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+        yield
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:

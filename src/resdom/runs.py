@@ -17,6 +17,7 @@ from safetensors.torch import load, load_file
 
 from resdom.bounded import check_model_description, load_json, refuse_special
 from resdom.data.sequences import SplitData
+from resdom.distributed import callers_rng
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.limits import short
@@ -26,6 +27,14 @@ from resdom.rundir import RunDir, not_a_run_dir
 from resdom.version import __version__
 
 CHECKPOINT_FORMAT = "resdom-checkpoint/1"
+
+
+def model_to_load(cfg: ModelConfig) -> SequentialRecommender:
+    """``build_model(cfg)`` for weights loaded into it next (a saved run's, an imported model's): its initial weights
+    are drawn without moving the caller's torch random state (``distributed.callers_rng``), so loading a run leaves
+    the caller's random numbers as they were."""
+    with callers_rng():
+        return build_model(cfg)
 
 
 def source_commit(package_dir: str | Path | None = None) -> str | None:
@@ -228,7 +237,7 @@ def load_checkpoint(
             f"{path}: checkpoint was trained on another data set (fingerprint {meta.get('data_fingerprint')}"
             f" vs {accepted[0]})"
         )
-    model = build_model(cfg)
+    model = model_to_load(cfg)
     state = read_safetensors(path, f"retrain (delete {path.parent / 'state'} and rerun `resdom train`) or re-import "
                                    "the run")
     state = fitted_weights(state, model.state_dict(), str(path), "weights do not fit the model in its sidecar")

@@ -40,9 +40,9 @@ from resdom.adapters.common import (
 )
 from resdom.adapters.safe_pickle import load_torch_file
 from resdom.errors import ResdomError
-from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig, SASRecConfig
+from resdom.runs import model_to_load
 
 LN_EPS = 1e-8
 
@@ -141,7 +141,7 @@ def pmixer_model(state: dict[str, torch.Tensor], item_labels: np.ndarray, heads:
     n_rows = int(state["item_emb.weight"].shape[0])
     rows = source_rows(np.asarray(item_labels, dtype=object), list(range(n_rows)), where)
     cfg = pmixer_model_config(state, len(item_labels) - 1, heads, norm_first, max_len, where)
-    model = build_model(cfg)
+    model = model_to_load(cfg)
     load_weights(model, pmixer_state_dict(state, cfg, rows, where), where)
     return model
 

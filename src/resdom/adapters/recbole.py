@@ -51,9 +51,9 @@ from resdom.data.readers import RawInteractions
 from resdom.data.registry import DATASETS
 from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
-from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
+from resdom.runs import model_to_load
 from resdom.version import __version__
 
 RECBOLE_STAND_INS = ("recbole.", "yaml.loader.", "yaml.")  # inert stand-ins for any class from these packages
@@ -588,7 +588,7 @@ def recbole_model(ckpt: RecBoleCheckpoint, data: ImportData, item_tokens: list[s
         )
     rows = source_rows(data.item_labels, item_tokens, str(ckpt.path))
     cfg = recbole_model_config(ckpt, data.split.n_items)
-    model = build_model(cfg)
+    model = model_to_load(cfg)
     state = recbole_state_dict(ckpt, cfg, rows)
     load_weights(model, state, str(ckpt.path))
     return model

@@ -66,9 +66,9 @@ from resdom.data.prepare import read_source
 from resdom.data.preprocess import PreprocessConfig, preprocess
 from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
-from resdom.models import build_model
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
+from resdom.runs import model_to_load
 from resdom.version import __version__
 
 PREFIX = "rectools.models.nn."
@@ -258,7 +258,7 @@ def rectools_model(ck: RecToolsCheckpoint, item_labels: np.ndarray, where: str =
     rows = source_rows(np.asarray(item_labels, dtype=object), tokens, where)
     rows = np.where(rows > 0, rows + n_extra - 1, 0)
     cfg = rectools_model_config(ck, len(item_labels) - 1, where)
-    model = build_model(cfg)
+    model = model_to_load(cfg)
     load_weights(model, rectools_state_dict(ck, cfg, rows, where), where)
     return model
 

@@ -249,7 +249,7 @@ def fit(
     ``hooks`` are called as ``hook(EpochEnd)`` after each epoch's validation, before its record is written, and may
     add to the record: ``resdom.fit`` and the pipelines pass the training monitor (``diagnostics.monitor.
     epoch_monitor``), which records ``train.monitor_every``'s numbers; setting ``monitor_every`` without a hook is
-    refused.
+    refused. The caller's torch random state is as it was when ``fit`` returns (``distributed.callers_rng``).
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
     if train_cfg.monitor_every and not hooks:
@@ -263,7 +263,7 @@ def fit(
     fingerprint = data_fingerprint(split)
     dist_ctx = distributed.setup(train_cfg.device)
     try:
-        with contextlib.ExitStack() as held:
+        with contextlib.ExitStack() as held, distributed.callers_rng():  # seeded with train.seed, given back after
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
                         callbacks, progress, held, hooks)
     finally:
