@@ -84,6 +84,27 @@ def test_fit_and_load_run_leave_the_callers_torch_random_state_alone(split, run_
     assert torch.equal(torch.get_rng_state(), before)
 
 
+def test_fits_in_two_threads_at_once_give_each_the_numbers_it_gives_alone(split, fitted):
+    """torch's random state is the process's: two fits at once drew each other's dropout and reseeded each other
+    mid-epoch, so neither gave the weights it gives alone. They now run one at a time."""
+    import threading
+
+    got: dict[int, object] = {}
+
+    def train(i: int) -> None:
+        try:
+            got[i] = resdom.fit(split, "sasrec", device="cpu", progress=False, **SMALL).checkpoint
+        except Exception as e:  # noqa: BLE001 - reported by the assert below
+            got[i] = e
+
+    threads = [threading.Thread(target=train, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {0: fitted.checkpoint, 1: fitted.checkpoint}
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -229,6 +230,11 @@ def _resolve_model_config(model_cfg: ModelConfig, split: SplitData) -> ModelConf
     return model_cfg
 
 
+# torch's random state and thread count are the process's: two fits at once in two threads drew each other's dropout
+# and reseeded each other mid-epoch (numbers neither run gives alone), so a second thread's fit waits for the first
+_TRAINING = threading.RLock()
+
+
 def fit(
     split: SplitData,
     model_cfg: ModelConfig,
@@ -249,7 +255,8 @@ def fit(
     ``hooks`` are called as ``hook(EpochEnd)`` after each epoch's validation, before its record is written, and may
     add to the record: ``resdom.fit`` and the pipelines pass the training monitor (``diagnostics.monitor.
     epoch_monitor``), which records ``train.monitor_every``'s numbers; setting ``monitor_every`` without a hook is
-    refused. The caller's torch random state is as it was when ``fit`` returns (``distributed.callers_rng``).
+    refused. The caller's torch random state is as it was when ``fit`` returns (``distributed.callers_rng``); fits
+    in several threads of one process run one at a time, each with the numbers it gives alone.
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
     if train_cfg.monitor_every and not hooks:
@@ -263,7 +270,7 @@ def fit(
     fingerprint = data_fingerprint(split)
     dist_ctx = distributed.setup(train_cfg.device)
     try:
-        with contextlib.ExitStack() as held, distributed.callers_rng():  # seeded with train.seed, given back after
+        with _TRAINING, contextlib.ExitStack() as held, distributed.callers_rng():  # train.seed's, given back after
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
                         callbacks, progress, held, hooks)
     finally:
