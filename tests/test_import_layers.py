@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -141,6 +142,42 @@ def test_import_resdom_and_its_report_load_no_torch() -> None:
             "assert 'matplotlib' not in sys.modules, 'importing the report loaded matplotlib'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+IMPORT_STATE = """
+import logging, os, pkgutil, random, signal, sys, warnings
+import numpy as np, torch
+def state():
+    return (dict(os.environ), repr(warnings.filters), torch.get_num_threads(), torch.get_default_dtype(),
+            torch.are_deterministic_algorithms_enabled(), torch.get_rng_state().tolist(), repr(np.random.get_state()),
+            random.getstate(), repr(logging.getLogger().handlers), logging.getLogger().level, np.geterr(),
+            [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)], sorted(os.listdir(TMP)))
+TMP = sys.argv[1]
+before = state()
+import resdom
+for m in pkgutil.walk_packages(resdom.__path__, "resdom."):
+    if not m.name.endswith("__main__"):
+        __import__(m.name)
+after = state()
+names = ["environ", "warnings filters", "torch threads", "default dtype", "deterministic", "torch rng", "numpy rng",
+         "random", "root handlers", "root level", "numpy errors", "signals", "TMPDIR"]
+changed = [n for n, a, b in zip(names, before, after) if a != b]
+assert not changed, [(n, a, b) for n, a, b in zip(names, before, after) if a != b][:2]
+assert "torch._dynamo" not in sys.modules, "importing resdom imported torch's compiler"
+"""
+
+
+@pytest.mark.slow
+def test_importing_every_module_leaves_the_processs_state_alone(tmp_path: Path) -> None:
+    """Importing resdom and every module of it (the CLI's included) changes nothing of the importing program: its
+    environment, warnings filters, torch's threads, dtype and random states, logging, signal handlers, TMPDIR. Importing
+    torch's compiler (``torch.compiler.disable`` at import) set TORCHINDUCTOR_CACHE_DIR, made a folder in TMPDIR, added
+    a warnings filter and took seconds of every command's start."""
+    env = {**{k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"},
+           "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", IMPORT_STATE, str(tmp_path)], capture_output=True, text=True,
+                          cwd=SRC.parent, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_the_architecture_layout_names_every_module() -> None:

@@ -162,7 +162,13 @@ class _CrossEntropy(torch.autograd.Function):
         return gh * scale, ge * scale, None, None, None, None
 
 
-@torch.compiler.disable  # eager under torch.compile: its loop over blocks would be traced again for every row count
+# torch.compiler.disable imports torch's compiler (torch._dynamo) where it is applied: at import, seconds of every
+# command's start, and TORCHINDUCTOR_CACHE_DIR set in os.environ, a folder made in TMPDIR and a warnings filter added
+# for a program that only imported resdom. torch._disable_dynamo is the same mark, the compiler imported at first call.
+_eager_under_compile = getattr(torch, "_disable_dynamo", torch.compiler.disable)
+
+
+@_eager_under_compile  # eager under torch.compile: its loop over blocks would be traced again for every row count
 def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items (``_CrossEntropy``:
     on CPU no (P, N) tensor, blocks of ``CPU_ROWS`` rows; on any other device one block of all P rows). Under
