@@ -164,15 +164,26 @@ names = ["environ", "warnings filters", "torch threads", "default dtype", "deter
 changed = [n for n, a, b in zip(names, before, after) if a != b]
 assert not changed, [(n, a, b) for n, a, b in zip(names, before, after) if a != b][:2]
 assert "torch._dynamo" not in sys.modules, "importing resdom imported torch's compiler"
+split = resdom.prepare_split("synthetic:n_users=40,n_items=20,min_len=5,max_len=10,seed=0", "loo")
+from resdom.models import build_model, make_model_config
+model = build_model(make_model_config(name="sasrec", n_items=split.n_items, hidden=8, layers=1, heads=1, max_len=8))
+before = state()  # building a model draws its weights: torch's own way
+resdom.evaluate(model.eval(), split, device="cpu")
+resdom.diagnose(model, split, what="hrli,mixing", device="cpu")
+after = state()
+changed = [n for n, a, b in zip(names, before, after) if a != b]
+assert not changed, ("evaluate, diagnose", [(n, a, b) for n, a, b in zip(names, before, after) if a != b][:2])
+assert "torch._dynamo" not in sys.modules, "evaluating imported torch's compiler"
 """
 
 
 @pytest.mark.slow
-def test_importing_every_module_leaves_the_processs_state_alone(tmp_path: Path) -> None:
-    """Importing resdom and every module of it (the CLI's included) changes nothing of the importing program: its
-    environment, warnings filters, torch's threads, dtype and random states, logging, signal handlers, TMPDIR. Importing
-    torch's compiler (``torch.compiler.disable`` at import) set TORCHINDUCTOR_CACHE_DIR, made a folder in TMPDIR, added
-    a warnings filter and took seconds of every command's start."""
+def test_importing_every_module_evaluating_and_diagnosing_leave_the_processs_state_alone(tmp_path: Path) -> None:
+    """Importing resdom and every module of it (the CLI's included), then evaluating and diagnosing a model, change
+    nothing of the calling program: its environment, warnings filters, torch's threads, dtype and random states,
+    logging, signal handlers, TMPDIR. Importing torch's compiler (``torch.compiler.disable`` applied at import) set
+    TORCHINDUCTOR_CACHE_DIR, made a folder in TMPDIR, added a warnings filter and took seconds of every start.
+    (Training imports it all the same: torch's optimizers do, at their construction.)"""
     env = {**{k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"},
            "TMPDIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", IMPORT_STATE, str(tmp_path)], capture_output=True, text=True,
