@@ -105,6 +105,22 @@ def test_fits_in_two_threads_at_once_give_each_the_numbers_it_gives_alone(split,
     assert got == {0: fitted.checkpoint, 1: fitted.checkpoint}
 
 
+def test_fit_and_diagnose_without_bars_leave_no_thread_behind(split):
+    """A hidden tqdm bar (``disable=True``) starts tqdm's monitor thread and nothing stops it: a fit or a diagnosis
+    without bars (a notebook, a log, progress=False) left a thread running in the caller's process."""
+    import threading
+
+    from tqdm import tqdm
+
+    if tqdm.monitor is not None:  # another test's bar
+        tqdm.monitor.exit()
+        tqdm.monitor = None
+    fitted = resdom.fit(split, "sasrec", device="cpu", progress=False, **{**SMALL, "epochs": 1})
+    resdom.diagnose(fitted, what="hrli,mixing", device="cpu")
+    assert tqdm.monitor is None
+    assert [t.name for t in threading.enumerate() if t.name == "tqdm_monitor"] == []
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()

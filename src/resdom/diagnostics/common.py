@@ -83,15 +83,17 @@ def batches(
     rows go back in user order through ``all_users`` with the example indices. The batch is capped so its
     (B, n_items + 1) score matrix stays within the ranking module's budget.
     """
-    from tqdm.auto import tqdm
-
     device = model_device(model) if device is None else torch.device(device)
     size = user_chunk_size(model.n_items, batch_size)
     rank, world = shard(len(evalset))
     index = np.arange(rank, len(evalset), world, dtype=np.int64)
     it = iter_eval_batches(evalset, model.max_len, size, device, index, by_length=True)
-    bar = tqdm(it, total=math.ceil(len(index) / size), desc=desc, leave=False, disable=not show_progress(progress))
-    yield from bar
+    if not show_progress(progress):  # no tqdm at all: a hidden one starts tqdm's monitor thread, never stopped
+        yield from it
+        return
+    from tqdm.auto import tqdm
+
+    yield from tqdm(it, total=math.ceil(len(index) / size), desc=desc, leave=False)
 
 
 def all_users(local: np.ndarray, n: int, idx: np.ndarray) -> np.ndarray:

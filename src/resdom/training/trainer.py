@@ -186,6 +186,36 @@ def _progress_enabled(progress: bool | None, is_main: bool) -> bool:
     return is_main and progress is not False and sys.stderr.isatty()
 
 
+class _NoBar:
+    """What a hidden progress bar does: nothing. A tqdm made with ``disable=True`` starts tqdm's monitor thread all
+    the same and never stops it (it stops when the last shown bar closes), so a fit without bars (a notebook, a log,
+    ``progress=False``) left a thread running in the caller's process."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, **values: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _bar(show: bool, **options: Any) -> Any:
+    """A tqdm bar where ``show``, else a ``_NoBar``."""
+    if not show:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(**options)
+
+
 def _progress_lines(progress: bool | None, is_main: bool) -> bool:
     """One plain line per epoch on stderr where bars are not shown (output is a log or a pipe)."""
     return is_main and progress is not False and not sys.stderr.isatty()
@@ -400,10 +430,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
     step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective),
                                       train_cfg.precision).to(device), dist_ctx)
 
-    from tqdm.auto import tqdm
-
     show, lines = _progress_enabled(progress, dist_ctx.is_main), _progress_lines(progress, dist_ctx.is_main)
-    bar = tqdm(total=train_cfg.epochs, initial=start_epoch - 1, desc="epochs", disable=not show, dynamic_ncols=True)
+    bar = _bar(show, total=train_cfg.epochs, initial=start_epoch - 1, desc="epochs", dynamic_ncols=True)
     stopped = None
     epoch = start_epoch - 1
     for epoch in range(start_epoch, train_cfg.epochs + 1):
@@ -492,8 +520,6 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     is cut into up to ``length_groups`` groups of similar length where that is exact (``backward_groups``);
     elsewhere the model's training passes encode its rows in that many groups (``SequentialRecommender.encode``).
     """
-    from tqdm.auto import tqdm
-
     seed, rank, world = train_cfg.seed, dist_ctx.rank, dist_ctx.world_size
     order_rng = np.random.default_rng(epoch_seed(seed, epoch, 0))  # same on every rank
     model = _step_model(step)
@@ -518,7 +544,7 @@ def _train_epoch(step: nn.Module, optimizer: torch.optim.Optimizer, samples: Sam
     start = time.perf_counter()
     n_batches = -(-len(order) // per_rank)
     said = start
-    with tqdm(total=n_batches, desc=f"epoch {epoch}", leave=False, disable=not show, dynamic_ncols=True) as bar:
+    with _bar(show, total=n_batches, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True) as bar:
         for parts in batches:
             optimizer.zero_grad(set_to_none=True)
             total += backward_groups(step, parts, dist_ctx)
