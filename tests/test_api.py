@@ -121,6 +121,41 @@ def test_fit_and_diagnose_without_bars_leave_no_thread_behind(split):
     assert [t.name for t in threading.enumerate() if t.name == "tqdm_monitor"] == []
 
 
+CONCURRENT_WARNINGS = """
+import sys, threading, warnings
+import torch._dynamo  # torch's compiler adds a filter of its own on import (SymPy's), training imports it anyway
+import resdom
+before = list(warnings.filters)
+split = resdom.prepare_split("synthetic:n_users=60,n_items=30,min_len=5,max_len=12,seed=0", "loo")
+csv = sys.argv[1]
+def work():
+    resdom.prepare_split(csv, user_col="u", item_col="i", time_col="t", protocol="loo", k_core=0)
+    resdom.fit(split, "sasrec", epochs=1, hidden=8, layers=1, heads=1, max_len=8, device="cpu", progress=False)
+threads = [threading.Thread(target=work) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert warnings.filters == before, [f for f in warnings.filters if f not in before]
+"""
+
+
+@pytest.mark.slow
+def test_calls_in_two_threads_at_once_leave_the_warnings_filters_alone(tmp_path):
+    """resdom's own warnings filters (quiet tqdm import, pandas' ParserWarning as an error) were catch_warnings
+    blocks: two overlapping in two threads each put back the filters it saved on entry, the second with the first's
+    filter in it, so two fits at once left "ignore every warning" installed in the caller's process. (A fresh
+    interpreter: the overlap is at the first import of tqdm.auto.)"""
+    import subprocess
+    import sys
+
+    csv = tmp_path / "events.csv"
+    csv.write_text("u,i,t\n" + "".join(f"{u},{(u * 7 + k) % 13},{k}\n" for u in range(30) for k in range(6)))
+    done = subprocess.run([sys.executable, "-c", CONCURRENT_WARNINGS, str(csv)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()

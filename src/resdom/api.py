@@ -49,7 +49,7 @@ from resdom.evaluation.beyond import NEIGHBOURS, beyond_accuracy
 from resdom.evaluation.evaluate import evaluate as run_evaluation
 from resdom.evaluation.ranking import MISS
 from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
-from resdom.io import atomic_write_json, atomic_write_text, read_jsonl
+from resdom.io import atomic_write_json, atomic_write_text, read_jsonl, warnings_filter
 from resdom.limits import short
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig
 from resdom.names import MODELS, PARTS
@@ -302,10 +302,7 @@ def load_run(path: str | Path, device: str = "auto") -> Fitted:
 def _import_tqdm_quietly() -> None:
     """Import ``tqdm.auto`` (training's and the diagnostics' bars) without the warning it gives in a notebook that
     lacks ipywidgets: resdom draws bars only on a terminal and prints plain lines elsewhere."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings_filter("ignore"):
         import tqdm.auto  # noqa: F401
 
 

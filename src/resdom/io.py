@@ -11,10 +11,12 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from resdom.errors import ResdomError
 from resdom.names import metric_key
@@ -42,6 +44,23 @@ def no_space_message(path: str | Path | None, code: int | None = errno.ENOSPC) -
     what = ("file too large for this process's file size limit (ulimit -f) or the filesystem; raise the limit or "
             "write elsewhere" if code == errno.EFBIG else "no space left on device; free space")
     return f"{path or 'output'}: {what} and rerun (the run resumes: a training run continues from its last saved epoch)"
+
+
+# one warnings_filter block at a time in this process (warnings_filter)
+_WARNINGS = threading.RLock()
+
+
+@contextmanager
+def warnings_filter(action: Literal["error", "ignore", "always", "default", "module", "once"],
+                    category: type[Warning] = Warning) -> Iterator[None]:
+    """``warnings.catch_warnings()`` with ``simplefilter(action, category)``, one such block at a time in the process.
+    catch_warnings saves the process's filters on entry and puts that copy back on exit: two blocks overlapping in
+    two threads (two ``resdom.fit`` or ``prepare_split`` at once) each put back the copy it saved, the second one with
+    the first one's filter in it, so "ignore every warning" (or "ParserWarning is an error") stayed installed for
+    the rest of the caller's process."""
+    with _WARNINGS, warnings.catch_warnings():
+        warnings.simplefilter(action, category)
+        yield
 
 
 @contextmanager

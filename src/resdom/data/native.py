@@ -34,7 +34,6 @@ import io
 import json
 import re
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -59,6 +58,7 @@ from resdom.data.readers import (
     time_column_values,
 )
 from resdom.errors import ResdomError
+from resdom.io import warnings_filter
 from resdom.limits import short
 
 NATIVE_FORMATS = ("movielens-zip", "diginetica", "steam", "beeradvocate", "zvuk", "time-to-split-csv")
@@ -196,8 +196,7 @@ def read_diginetica(path: Path) -> RawInteractions:
     """CIKM Cup 2016 ``train-item-views.csv``: user = sessionId, item = itemId, time = eventdate + timeframe ms."""
     source = _csv_source(path)
     try:
-        with warnings.catch_warnings():  # a line longer than the header: refused, not an index column (readers)
-            warnings.simplefilter("error", pd.errors.ParserWarning)
+        with warnings_filter("error", pd.errors.ParserWarning):  # a line longer than the header: refused (readers)
             df = pd.read_csv(source, sep=";", dtype=str, keep_default_na=False, engine="c", index_col=False)
     except pd.errors.ParserWarning:
         if isinstance(source, io.BytesIO):
@@ -250,8 +249,7 @@ def _decode_string(token: str) -> str:
             return str(json.loads(token))
         except json.JSONDecodeError:
             pass
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # invalid escapes such as "\/" stay as written
+    with warnings_filter("ignore"):  # invalid escapes such as "\/" stay as written
         try:
             return str(ast.literal_eval(token))
         except (SyntaxError, ValueError, MemoryError, RecursionError):  # a bad escape ("\x4", "\N{nope}"): the

@@ -38,7 +38,6 @@ import gzip
 import io
 import json
 import re
-import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ import pandas as pd
 from resdom.bounded import arrow_source, check_parquet, gunzip, read_bytes, refuse_special
 from resdom.checks import arg, naming_flags
 from resdom.errors import ResdomError
+from resdom.io import warnings_filter
 from resdom.limits import quote, short
 
 FORMATS = ("user-lines", "paired", "interactions", "recbole", "csv", "tsv", "parquet", "movielens")
@@ -872,11 +872,10 @@ def _read_csv(path: Path, sep: str, names: list[str] | None, skiprows: int) -> p
     if path.name.lower().endswith(".gz"):  # unpacked within resdom.limits (pandas would unpack without a bound,
         source = io.BytesIO(gunzip(path))  # and a truncated file ended in an EOFError: "error: aborted")
     try:
-        with warnings.catch_warnings():
-            # index_col=False: pandas took a first data line with one field more than the header for an unnamed index
-            # column and shifted every column by one (users read as items, items as times) without a word; rows
-            # with more fields than the header are then pandas' ParserWarning, refused at their line
-            warnings.simplefilter("error", pd.errors.ParserWarning)
+        # index_col=False: pandas took a first data line with one field more than the header for an unnamed index
+        # column and shifted every column by one (users read as items, items as times) without a word; rows with
+        # more fields than the header are then pandas' ParserWarning, refused at their line
+        with warnings_filter("error", pd.errors.ParserWarning):
             return pd.read_csv(
                 source, sep=sep, names=names, header=0 if names is None else None, skiprows=skiprows, dtype=str,
                 keep_default_na=False, skip_blank_lines=True, engine="c", index_col=False,
