@@ -156,6 +156,40 @@ def test_calls_in_two_threads_at_once_leave_the_warnings_filters_alone(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_an_evaluation_while_another_thread_recommends_at_alpha_0_gets_the_models_own_numbers(fitted):
+    """recommend(alpha=...) and a diagnosis scale the residual on the model itself: an evaluate of the same model in
+    another thread meanwhile returned the scaled model's metrics without a word. Calls on one model now run one at
+    a time. (The recommending thread is held inside its scaled scoring until the evaluation has had its chance.)"""
+    import threading
+
+    own = resdom.evaluate(fitted, cutoffs=(10,)).metrics
+    model = fitted.model
+    inside, release = threading.Event(), threading.Event()
+
+    def held_embeddings():
+        if not inside.is_set() and all(b.alpha == 0.0 for b in model.attention_blocks()):  # recommend's scoring
+            inside.set()
+            release.wait(30)
+        return type(model).item_embeddings(model)
+
+    model.item_embeddings = held_embeddings
+    got: dict[str, object] = {}
+    try:
+        recommending = threading.Thread(target=lambda: fitted.recommend(k=3, alpha=0.0))
+        recommending.start()
+        assert inside.wait(30)
+        evaluating = threading.Thread(target=lambda: got.update(m=resdom.evaluate(fitted, cutoffs=(10,)).metrics))
+        evaluating.start()
+        evaluating.join(5)  # before the fix: done by now, with alpha 0's numbers; after it: waiting for the model
+        release.set()
+        recommending.join()
+        evaluating.join()
+    finally:
+        release.set()
+        del model.item_embeddings
+    assert got["m"] == own
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()

@@ -17,10 +17,13 @@ A user's mistake is a ResdomError naming the parameter. The CLI commands ``train
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,7 +181,7 @@ class Fitted:
             # a run is replaced, never a folder of other files; the old run is moved aside, not deleted
             return check_output_folder(files.dir, "path", runs=False, force=True)
 
-        with output_lock(files.dir, replaced, "path"):  # one writer at a time: checked again under the lock
+        with output_lock(files.dir, replaced, "path"), _in_use(self.model):  # one writer at a time: checked again
             return self._save(files)
 
     def _save(self, files: RunDir) -> Path:
@@ -241,8 +244,9 @@ class Fitted:
             RecTools' columns: user_id, item_id, score, rank (1..k), ``k`` rows per user, best first (fewer for a
             user with fewer recommendable items: ``frame.attrs["note"]`` counts and names them).
         """
-        return recommend(self.model, self.split, users, k, sequences=sequences, items=items, exclude=exclude,
-                         filter_seen=filter_seen, alpha=alpha, history=history, batch_size=batch_size)
+        with _in_use(self.model):
+            return recommend(self.model, self.split, users, k, sequences=sequences, items=items, exclude=exclude,
+                             filter_seen=filter_seen, alpha=alpha, history=history, batch_size=batch_size)
 
     def similar_items(self, items: Sequence[Any] | str | int | None = None, k: int = 10) -> pd.DataFrame:
         """The ``k`` items nearest each of ``items`` by cosine over the model's output item embeddings, the item
@@ -260,7 +264,8 @@ class Fitted:
         pandas.DataFrame
             RecTools' columns: target_item_id, item_id, score (the cosine), rank (1..k).
         """
-        return similar_items(self.model, self.split, items, k)
+        with _in_use(self.model):
+            return similar_items(self.model, self.split, items, k)
 
 
 def load_run(path: str | Path, device: str = "auto") -> Fitted:
@@ -520,6 +525,29 @@ def _check_part(part: str) -> str:
     return choice(part, PARTS, "part")  # any case; a did-you-mean
 
 
+# a lock per model object: evaluate, diagnose, recommend and similar_items run on it one at a time (_in_use)
+_IN_USE: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_IN_USE_GUARD = threading.Lock()
+_ANY_MODEL = threading.RLock()  # a model object that takes no weak reference
+
+
+@contextlib.contextmanager
+def _in_use(model: Any) -> Iterator[None]:
+    """Hold ``model`` for one API call: calls on one model object in several threads run one at a time. A diagnosis
+    scales the residual (``residual_scale``) and records every block (``recording``) on the model itself, and
+    ``recommend(alpha=...)`` scales it too: an ``evaluate`` of the same model in another thread meanwhile returned
+    the scaled model's metrics without a word, and two diagnoses at once failed with an internal ValueError."""
+    with _IN_USE_GUARD:
+        try:
+            lock = _IN_USE.get(model)
+            if lock is None:
+                lock = _IN_USE[model] = threading.RLock()
+        except TypeError:  # not weakly referable (or not hashable): one lock for every such model
+            lock = _ANY_MODEL
+    with lock:
+        yield
+
+
 def _on_device(model: Any, device: torch.device) -> Any:
     """``model`` moved to ``device`` (in place, as ``nn.Module.to``) where it is a torch module."""
     return model.to(device) if hasattr(model, "to") else model
@@ -591,14 +619,15 @@ def evaluate(
     dev = _device(device)
     if filter_seen is None:
         filter_seen = data.filter_seen if isinstance(data, SplitData) else True
-    model = _on_device(model, dev)
-    result = run_evaluation(model, evalset, filter_seen=filter_seen, batch_size=batch_size, device=dev, ks=cutoffs,
-                            return_ranks=True)
-    values: dict[str, Any] = {}
-    if beyond:
-        more, values = beyond_accuracy(model, evalset, data.train, filter_seen=filter_seen, ks=cutoffs,
-                                       neighbours=neighbours, batch_size=batch_size, device=dev)
-        result.metrics.update(more)
+    with _in_use(model):
+        model = _on_device(model, dev)
+        result = run_evaluation(model, evalset, filter_seen=filter_seen, batch_size=batch_size, device=dev,
+                                ks=cutoffs, return_ranks=True)
+        values: dict[str, Any] = {}
+        if beyond:
+            more, values = beyond_accuracy(model, evalset, data.train, filter_seen=filter_seen, ks=cutoffs,
+                                           neighbours=neighbours, batch_size=batch_size, device=dev)
+            result.metrics.update(more)
     result.users = _per_user(result.ranks, evalset, data if isinstance(data, SplitData) else None, cutoffs, values)
     return result
 
@@ -830,7 +859,8 @@ def diagnose(
     refuse_unused(options, [k for k in USED_BY if getattr(options, k) != getattr(DEFAULTS, k)])
     chosen = plan(model, data, options)  # mixing and alpha need attention blocks (GRU4Rec has none)
     dev = _device(device)
-    model = _on_device(model, dev)
     _import_tqdm_quietly()
-    done = compute(chosen, model, data, options, device=dev, progress=progress)
+    with _in_use(model):
+        model = _on_device(model, dev)
+        done = compute(chosen, model, data, options, device=dev, progress=progress)
     return Diagnosis(part, label, done.results, done.seconds)
