@@ -12,9 +12,20 @@ They are imported on first use, so ``import resdom`` itself loads no torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resdom.version import __version__
+
+if TYPE_CHECKING:  # a type checker sees the API's own signatures (at run time __getattr__ loads them on first use)
+    from resdom.api import Diagnosis as Diagnosis
+    from resdom.api import Fitted as Fitted
+    from resdom.api import diagnose as diagnose
+    from resdom.api import diagnose_run as diagnose_run
+    from resdom.api import evaluate as evaluate
+    from resdom.api import fit as fit
+    from resdom.api import load_run as load_run
+    from resdom.api import load_split as load_split
+    from resdom.api import prepare_split as prepare_split
 
 _API = ("Diagnosis", "Fitted", "diagnose", "diagnose_run", "evaluate", "fit", "load_run", "load_split", "prepare_split")
 __all__ = [*_API, "__version__"]
