@@ -53,18 +53,23 @@ def test_the_api_is_loaded_on_first_use():
 
 
 def test_a_type_checker_sees_the_apis_signatures_at_the_top_level():
-    """``resdom.fit`` and the rest come from a module ``__getattr__`` (loaded on first use), which a type checker
-    reads as ``Any``: the package ships py.typed, yet ``resdom.fit(...)`` and what it returns were unchecked. Every
-    name of the lazy API is imported under TYPE_CHECKING as an explicit re-export (``from resdom.api import X as X``;
-    checked by reading the source: mypy itself takes 40 s to start)."""
+    """``resdom.fit`` and the rest (and ``resdom.data.prepare_split``, ...) come from a module ``__getattr__`` (loaded
+    on first use), which a type checker reads as ``Any``: the package ships py.typed, yet ``resdom.fit(...)`` and
+    what it returns were unchecked. Every name of the lazy API is imported under TYPE_CHECKING as an explicit
+    re-export (``from resdom.api import X as X``; checked by reading the source: mypy itself takes 40 s to start)."""
     import ast
 
-    tree = ast.parse(Path(resdom.__file__).read_text())
-    checked = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
-    exported = {a.name for block in checked for n in block.body if isinstance(n, ast.ImportFrom)
-                and n.module == "resdom.api" for a in n.names if a.asname == a.name}
-    assert exported == set(resdom._API)
+    import resdom.data
+
+    def exported(module) -> dict[str, str]:  # name -> the module it is imported from under TYPE_CHECKING
+        tree = ast.parse(Path(module.__file__).read_text())
+        checked = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+        return {a.name: str(n.module) for block in checked for n in block.body if isinstance(n, ast.ImportFrom)
+                for a in n.names if a.asname == a.name}
+
+    assert exported(resdom) == dict.fromkeys(resdom._API, "resdom.api")
     assert all(getattr(resdom, name) is getattr(resdom.api, name) for name in resdom._API)
+    assert exported(resdom.data) == resdom.data._LAZY  # resdom.data's lazy names (prepare_split, ...) too
 
 
 def test_fit_without_out_writes_nothing_and_returns_a_usable_model(split, tmp_path, monkeypatch):
