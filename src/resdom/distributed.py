@@ -127,6 +127,19 @@ def callers_rng() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def float32_default() -> Iterator[None]:
+    """torch's default dtype float32 inside, the caller's back on exit: resdom's models are float32 (``train.precision``
+    bf16 is autocast over them), so a caller's ``torch.set_default_dtype(torch.float64)`` built a float64 model
+    that trained to other weights and numbers than ``resdom train``'s for the same configuration."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
     """``auto`` -> cuda, then mps, then cpu; an explicit device that is not available is a ResdomError naming
     ``option`` (the setting the user gave it with: ``train.device``, or a command's ``--device``); in any case

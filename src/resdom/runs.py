@@ -17,7 +17,7 @@ from safetensors.torch import load, load_file
 
 from resdom.bounded import check_model_description, load_json, refuse_special
 from resdom.data.sequences import SplitData
-from resdom.distributed import callers_rng
+from resdom.distributed import callers_rng, float32_default
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, is_locked, json_bytes, safetensors_bytes, sha256_file
 from resdom.limits import short
@@ -33,7 +33,7 @@ def model_to_load(cfg: ModelConfig) -> SequentialRecommender:
     """``build_model(cfg)`` for weights loaded into it next (a saved run's, an imported model's): its initial weights
     are drawn without moving the caller's torch random state (``distributed.callers_rng``), so loading a run leaves
     the caller's random numbers as they were."""
-    with callers_rng():
+    with callers_rng(), float32_default():  # float32 as trained, whatever the caller's default dtype
         return build_model(cfg)
 
 

@@ -286,7 +286,8 @@ def fit(
     add to the record: ``resdom.fit`` and the pipelines pass the training monitor (``diagnostics.monitor.
     epoch_monitor``), which records ``train.monitor_every``'s numbers; setting ``monitor_every`` without a hook is
     refused. The caller's torch random state is as it was when ``fit`` returns (``distributed.callers_rng``); fits
-    in several threads of one process run one at a time, each with the numbers it gives alone.
+    in several threads of one process run one at a time, each with the numbers it gives alone; the model is float32
+    whatever the caller's default dtype (``distributed.float32_default``).
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
     if train_cfg.monitor_every and not hooks:
@@ -300,7 +301,7 @@ def fit(
     fingerprint = data_fingerprint(split)
     dist_ctx = distributed.setup(train_cfg.device)
     try:
-        with _TRAINING, contextlib.ExitStack() as held, distributed.callers_rng():  # train.seed's, given back after
+        with _TRAINING, contextlib.ExitStack() as held, distributed.callers_rng(), distributed.float32_default():
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
                         callbacks, progress, held, hooks)
     finally:
