@@ -229,6 +229,23 @@ def test_a_callers_float64_default_dtype_neither_changes_the_model_nor_is_lost(f
         torch.float32}
 
 
+def test_a_callers_default_device_neither_breaks_fit_nor_load_run_nor_is_lost(fitted, run_dir):
+    """``torch.set_default_device`` of another device (a notebook's "cuda"; "meta" here, on any machine) made
+    resdom.fit and load_run build the model there and fail inside torch on ``device="cpu"`` ("Cannot copy out of
+    meta tensor"). They build on the CPU now, and the caller's default comes back."""
+    import torch
+
+    torch.set_default_device("meta")
+    try:
+        again = resdom.fit(fitted.split, "sasrec", device="cpu", progress=False, **{**SMALL, "epochs": 1})
+        loaded = resdom.load_run(run_dir, device="cpu")
+        assert torch.get_default_device().type == "meta"
+    finally:
+        torch.set_default_device(None)
+    assert again.metrics["epochs_run"] == 1 and loaded.checkpoint == fitted.checkpoint
+    assert {p.device.type for p in loaded.model.parameters()} == {"cpu"}
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()

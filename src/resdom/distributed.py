@@ -129,15 +129,22 @@ def callers_rng() -> Iterator[None]:
 
 @contextlib.contextmanager
 def float32_default() -> Iterator[None]:
-    """torch's default dtype float32 inside, the caller's back on exit: resdom's models are float32 (``train.precision``
-    bf16 is autocast over them), so a caller's ``torch.set_default_dtype(torch.float64)`` built a float64 model
-    that trained to other weights and numbers than ``resdom train``'s for the same configuration."""
-    before = torch.get_default_dtype()
+    """torch's defaults as resdom's models are made with inside (dtype float32, tensors on the CPU until moved), the
+    caller's back on exit. A caller's ``torch.set_default_dtype(torch.float64)`` built a float64 model that trained
+    to other weights and numbers than ``resdom train``'s for the same configuration (``train.precision`` bf16 is
+    autocast over float32 weights); a ``torch.set_default_device`` of another device ("cuda", "meta") built the
+    model there and made every tensor made without a device there too, so a fit or load on ``device="cpu"`` failed
+    inside torch."""
+    dtype, device = torch.get_default_dtype(), torch.get_default_device()
     torch.set_default_dtype(torch.float32)
+    if device.type != "cpu":
+        torch.set_default_device(None)  # the CPU, without the device mode a "cpu" default would add to every op
     try:
         yield
     finally:
-        torch.set_default_dtype(before)
+        torch.set_default_dtype(dtype)
+        if device.type != "cpu":
+            torch.set_default_device(device)
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
