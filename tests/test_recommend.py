@@ -4,6 +4,7 @@ by hand; for a model trained here and for an imported one."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -391,6 +392,38 @@ def test_session_ids_are_never_merged_shifted_or_dropped(run_dir, split, model, 
         assert f"1 sequence(s) with no item of the data get no rows: {empty}" in printed.err
         want = recommend(model, split, sequences=[[labels[1]]], k=1)
         assert printed.out.splitlines()[2].split(",")[1] == str(want["item_id"][0])
+
+
+def test_a_sessions_table_with_timestamps_is_read_in_time_order(run_dir, split, model, tmp_path, capsys) -> None:
+    """A --sequences .csv with a timestamp column (an export of interactions, rows unsorted) was read in file
+    order, the times ignored without a word: the same sessions gave other lists when the rows came in another
+    order. Each session's rows are now ordered by it (equal times keep file order, as `data split` does), sessions
+    in order of first appearance; a bad time is one line naming the row."""
+    seqs = {"s1": [split.item_labels[j] for j in split.history().sequence(3).tolist()],
+            "s2": [split.item_labels[j] for j in split.history().sequence(5).tolist()]}
+    rows = [(sid, item, 10 * k) for sid, items in seqs.items() for k, item in enumerate(items)]
+    rows.append(("s2", seqs["s2"][-1], 10 * (len(seqs["s2"]) - 1)))  # an equal time: after its twin, as in the file
+    want = recommend(model, split, sequences={"s1": seqs["s1"], "s2": seqs["s2"] + seqs["s2"][-1:]}, k=3)
+    order = np.random.default_rng(0).permutation(len(rows))
+    order = order[np.argsort([rows[r][0] != "s1" for r in order], kind="stable")]  # s1 first appears first
+    equal = [r for r in order if rows[r][0] == "s2" and rows[r][2] == rows[-1][2]]
+    order[np.isin(order, equal)] = sorted(equal)  # the twins in their order
+    dates = [pd.Timestamp(t, unit="s", tz="UTC").isoformat() for _, _, t in rows]
+    for sep, suffix, times in ((",", ".csv", [str(t) for _, _, t in rows]), ("\t", ".tsv", dates)):
+        path = tmp_path / f"shuffled{suffix}"
+        path.write_text(f"item_id{sep}timestamp{sep}session_id\n"
+                        + "".join(f"{rows[r][1]}{sep}{times[r]}{sep}{rows[r][0]}\n" for r in order))
+        code = invoke("recommend", str(run_dir), "--sequences", str(path), "-k", "3", "--device", "cpu")
+        printed = capsys.readouterr()
+        assert code == 0, printed.err
+        got = pd.read_csv(io.StringIO(printed.out), dtype={"user_id": str, "item_id": str}, keep_default_na=False)
+        assert got["user_id"].tolist() == want["user_id"].tolist()
+        assert got["item_id"].tolist() == want["item_id"].astype(str).tolist()
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"session_id,item_id,timestamp\ns1,{seqs['s1'][0]},1\ns1,{seqs['s1'][1]},soon\n")
+    code = invoke("recommend", str(run_dir), "--sequences", str(bad), "--device", "cpu")
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: --sequences {bad}:3: timestamp 'soon' in column 'timestamp' is not a number\n"
 
 
 def test_a_part_with_no_users_or_no_users_given_is_an_error_not_an_empty_table(model, tmp_path, capsys) -> None:

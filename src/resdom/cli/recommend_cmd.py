@@ -14,7 +14,7 @@ import typer
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
 from resdom.cli.values import one_filter, parse_alphas, positive_int
-from resdom.data.readers import parser_error, refuse_binary
+from resdom.data.readers import DEFAULT_COLUMNS, parser_error, refuse_binary, time_column_seconds
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
@@ -25,9 +25,11 @@ from resdom.rundir import check_output_file
 from resdom.runs import load_run
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 HEADER, SIMILAR_HEADER = ",".join(COLUMNS), ",".join(SIMILAR_COLUMNS)
+TIME_COLUMN = DEFAULT_COLUMNS["time_col"]  # a --sequences table's rows are ordered by it where it has it
 
 USERS_HELP = ("'all' (every user), a file of user ids: one id a line, exactly as in the data (a .csv file: its "
               "'user_id' or 'user' column, else its first), or ids themselves, comma-separated (where no such file "
@@ -116,10 +118,10 @@ def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
 
 
 SEQUENCES_HELP = ("sessions to score instead of --users, in the data's item ids, oldest first: a .csv / .tsv file "
-                  "of rows (session_id or user_id, item_id; a session's rows in order), a .json file (an object "
-                  "mapping each session id to its item list, or a list of item lists), or a text file with one "
-                  "session a line, its items comma-separated (ids 0, 1, ...: a blank line is an empty session); item "
-                  "ids not in the data are left out and named in one note")
+                  "of rows (session_id or user_id, item_id; a session's rows in order, or by its timestamp column "
+                  "where it has one), a .json file (an object mapping each session id to its item list, or a list of "
+                  "item lists), or a text file with one session a line, its items comma-separated (ids 0, 1, ...: a "
+                  "blank line is an empty session); item ids not in the data are left out and named in one note")
 ITEMS_HELP = ("item ids, exactly as in the data: a file (one id a line; a .csv file: its 'item_id' or 'item' "
               "column, else its first), or the ids themselves, comma-separated")
 
@@ -175,10 +177,11 @@ def _read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
                 raise ResdomError(f"{path}:{blank[0] + 2}: no {sid} on this row ({len(blank):,} row(s) without one); "
                                   "give every row its session's id")
             out: dict[str, list[str]] = {}
-            for s, i in zip(df[sid].tolist(), df[iid].tolist()):
-                out.setdefault(s, [])  # a session whose items are all empty: no item, named in the note
-                if i != "":
-                    out[s].append(i)
+            sessions, items = df[sid].tolist(), df[iid].tolist()
+            for r in _session_row_order(df, sid, path):
+                out.setdefault(sessions[r], [])  # a session whose items are all empty: no item, named in the note
+                if items[r] != "":
+                    out[sessions[r]].append(items[r])
             return out
         text = _text(path)
         if suffix == ".json":
@@ -196,6 +199,22 @@ def _read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
         return [[x for x in line.split(",") if x] for line in lines]  # session j: line j + 1, a blank one too
     except ResdomError as e:
         raise ResdomError(f"{option} {e}") from None
+
+
+def _session_row_order(df: pd.DataFrame, sid: str, path: Path) -> np.ndarray:
+    """The rows of a sessions table in the order their items are read: file order, or where the table has a
+    ``timestamp`` column (Unix seconds or dates, checked as the data's readers check them), each session's rows by
+    it, equal times in file order (a stable sort, as ``data split`` orders a user's rows); sessions stay in the
+    order they first appear. The rows of a table exported unsorted kept the file's order without a word."""
+    import numpy as np
+    import pandas as pd
+
+    rows = np.arange(len(df))
+    if TIME_COLUMN not in df.columns:
+        return rows
+    times = time_column_seconds(df[TIME_COLUMN], lambda k: f"{path}:{k + 2}", TIME_COLUMN)
+    first = pd.factorize(df[sid])[0]  # each session's place: its first row
+    return np.lexsort((rows, times, first))
 
 
 def _unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:

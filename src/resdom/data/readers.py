@@ -1020,7 +1020,7 @@ def _frame_to_raw(
         raise ResdomError(f"{where_name}: no rows after the header")
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
     items = _id_column(df[icol], where, icol, columns.normalize_ids)
-    times = _time_column(df[tcol], where, tcol) if tcol else None
+    times = time_column_seconds(df[tcol], where, tcol) if tcol else None
     return RawInteractions(users, items, times, fmt, files, time_ordered=False, notes=notes)
 
 
@@ -1124,8 +1124,9 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
     return parsed
 
 
-def _time_column(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
-    """Unix seconds of a timestamp column (numbers, or dates): int64 where all are whole seconds, else float64."""
+def time_column_seconds(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
+    """Unix seconds of a timestamp column (numbers, or dates): int64 where all are whole seconds, else float64; a bad
+    value is a ResdomError naming its row (``where``) and the column (``time_column_values``)."""
     values = time_column_values(col, where, name)
     if pd.api.types.is_datetime64_any_dtype(values.dtype):
         return _datetimes_to_seconds(values)
