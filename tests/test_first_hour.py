@@ -225,6 +225,43 @@ app()
         assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
 
 
+def test_ctrl_c_while_the_command_line_is_read_is_one_line(capsys, monkeypatch) -> None:
+    """Ctrl-C after the imports but before Click's own handling began (Typer building the command from the
+    functions' signatures, seconds on a busy machine) printed a traceback of ``inspect``; it is one line, exit 130."""
+    import typer.main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(typer.main, "get_command", interrupted)
+    try:
+        code, out, err = run_cli(capsys, "data", "list")
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the entry point (a traceback)")
+    assert (code, out, err) == (130, "", "interrupted\n")
+
+
+def test_ctrl_c_in_a_command_that_says_nothing_of_its_own_is_one_line(trained_run: Path, capsys,
+                                                                      monkeypatch) -> None:
+    """Ctrl-C in evaluate, recommend, report, data split ... (no message of their own) exited 130 without a word, a
+    silent end the user could not tell from a crash; one "interrupted" line now, and train / diagnose / reproduce,
+    which say what they kept, say it once, without the plain line after it."""
+    import resdom.cli.recommend_cmd as recommend_cmd
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recommend_cmd, "top_items", interrupted)
+    code, out, err = run_cli(capsys, "recommend", str(trained_run), "--device", "cpu")
+    assert (code, out) == (130, "") and err.splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+    import resdom.diagnostics.registry as registry
+
+    monkeypatch.setattr(registry, "alpha_sweep", interrupted)
+    code, _, err = run_cli(capsys, "diagnose", str(trained_run), "--what", "alpha")
+    assert code == 130 and [x.split(":")[0] for x in err.splitlines() if x.startswith("interrupted")] == \
+        ["interrupted"], err  # its own line alone
+
+
 # ------------------------------------------------------------------------------------------------- umask
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from resdom.api import diagnose_run
-from resdom.cli.values import progress_option
+from resdom.cli.values import interrupted, progress_option
 from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options, refuse_unused
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary
@@ -99,9 +99,7 @@ def diagnose(
     except OptionError as e:  # checked against the model (--layers)
         raise e.renamed(FLAGS) from None
     except KeyboardInterrupt:
-        if ctx.is_main:
-            typer.echo(_interrupted_message(run_dir, names, before), err=True)
-        raise typer.Exit(130) from None
+        raise interrupted(_interrupted_message(run_dir, names, before) if ctx.is_main else None) from None
     finally:
         ctx.close()
     if not ctx.is_main:

@@ -17,7 +17,7 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     """Ctrl-C while the command's modules load (seconds: torch, pandas): one line, exit 130, not a traceback of
     import machinery."""
     print("interrupted", file=sys.stderr, flush=True)
-    raise SystemExit(130)
+    raise SystemExit(130)  # values.INTERRUPTED, not imported yet
 
 
 # only while the imports below run, and only where Ctrl-C raises KeyboardInterrupt (a shell that started resdom in
@@ -48,6 +48,7 @@ import typer
 from resdom.bounded import command_budget
 from resdom.checks import cli_names
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
+from resdom.cli.values import INTERRUPTED
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
 from resdom.limits import cut_message, short
@@ -199,6 +200,8 @@ def _run() -> None:
     except ResdomError as e:  # one line even where it quotes a library's message that spans lines (pyarrow's)
         _error(_LINE_BREAKS.sub(' ', str(e).strip()))
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C before Click's own handling began (while the command line is read)
+        _interrupted()
     except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...), or a
         # path the system refuses wherever a command first touches it (a name too long, no permission, a loop)
         if e.errno in NO_SPACE:
@@ -208,7 +211,15 @@ def _run() -> None:
         else:
             raise
         sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)  # e.g. typer.Exit(130) after Ctrl-C comes back as 130
+    if code == INTERRUPTED:  # Click's answer to a Ctrl-C no command caught (those that do exit by SystemExit)
+        _interrupted()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted() -> None:
+    """Ctrl-C: one line, exit 130 (every file is written whole or not at all: nothing half-written is left)."""
+    print("interrupted", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED)
 
 
 def _error(message: str) -> None:

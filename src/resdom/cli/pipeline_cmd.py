@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import typer
 
 from resdom.cli.train_cmd import parse_set
-from resdom.cli.values import progress_option, quiet_alias
+from resdom.cli.values import interrupted, progress_option, quiet_alias
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, REMEDIES, REMEDY_MODELS
 from resdom.io import atomic_write_text
@@ -305,8 +305,7 @@ def _interruptible(run: Callable[..., T], spec: GridSpec, progress: bool) -> T:
     try:
         return run(spec, progress=progress, echo=typer.echo)
     except KeyboardInterrupt:
-        typer.echo(_grid_interrupted_message(spec), err=True)
-        raise typer.Exit(130) from None
+        raise interrupted(_grid_interrupted_message(spec)) from None
 
 
 def _echo_failed(failed: list[Any]) -> None:

@@ -33,7 +33,7 @@ from resdom.cli.data_options import (
     split_manifest,
     with_config_data,
 )
-from resdom.cli.values import one_filter, parse_cutoffs, positive_int, progress_option
+from resdom.cli.values import interrupted, one_filter, parse_cutoffs, positive_int, progress_option
 from resdom.data.readers import not_text, refuse_binary
 from resdom.data.sequences import SplitData
 from resdom.distributed import resolve_device, setup, world_size
@@ -426,9 +426,8 @@ def train(
         result = fit(split, model_cfg, train=train_cfg, out=out, data_info=data_info,
                      progress=None if progress else False).metrics
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to resume",
-                   err=True)
-        raise typer.Exit(130) from None
+        raise interrupted(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to "
+                          "resume") from None
     finally:
         if group is not None:
             group.close()  # the group this command joined (fit leaves one it did not join open)

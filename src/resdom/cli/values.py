@@ -13,6 +13,18 @@ __all__ = ["ALPHA_RANGE", "PROGRESS_HELP", "parse_alphas", "parse_cutoffs", "pos
            "quiet_alias"]
 
 
+INTERRUPTED = 130  # the exit status after Ctrl-C (128 + SIGINT)
+
+
+def interrupted(message: str | None) -> SystemExit:
+    """What a command raises after Ctrl-C, having said what it kept (``message``, on stderr; None: nothing to say,
+    e.g. on a torchrun rank other than 0): exit 130 as a SystemExit, which Click lets through, so the entry point
+    (cli/main.py) tells it from a Ctrl-C no command caught, which gets a plain "interrupted" there."""
+    if message is not None:
+        typer.echo(message, err=True)
+    return SystemExit(INTERRUPTED)
+
+
 PROGRESS_HELP = ("progress: bars on a terminal; in a log, one line per epoch and per diagnostic "
                  "(--no-progress: none)")
 
