@@ -262,6 +262,52 @@ def test_ctrl_c_in_a_command_that_says_nothing_of_its_own_is_one_line(trained_ru
         ["interrupted"], err  # its own line alone
 
 
+@pytest.mark.slow
+def test_output_to_a_closed_or_full_stdout_is_an_error_naming_it() -> None:
+    """``resdom data list >&-`` exited 0 with its output lost, and ``> /dev/full`` said "output: no space left on
+    device; ... (the run resumes: a training run continues ...)"; both are one line naming standard output, exit 2."""
+    import subprocess
+    import sys
+
+    def run(**kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "resdom", "data", "list"], stderr=subprocess.PIPE, text=True,
+                              timeout=300, **kwargs)
+
+    closed = run(stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 2 and closed.stderr.splitlines() == [
+        "error: standard output: Bad file descriptor (closed: >&-?); the output is incomplete"], closed.stderr
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            done = run(stdout=full)
+        assert done.returncode == 2 and done.stderr.splitlines() == [
+            "error: standard output: No space left on device; the output is incomplete"], done.stderr
+
+
+@pytest.mark.slow
+def test_no_file_takes_the_descriptor_of_a_closed_stdout_or_stderr(tmp_path: Path) -> None:
+    """With stdout and stderr closed (``>&- 2>&-``, a daemon's) the first file resdom opened became fd 1 or 2, where
+    torch's C++ warnings and any library's prints then landed, and ``sys.stderr`` was None: diagnose and train
+    failed at ``sys.stderr.isatty()`` (exit 1, nothing written). The descriptors hold placeholders now."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+import resdom.cli.main
+with open({str(tmp_path / "f")!r}, "w") as f:
+    f.write(f"{{f.fileno()}} {{sys.stderr.isatty()}}")
+"""
+
+    def close_std() -> None:
+        os.close(1)
+        os.close(2)
+
+    done = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, preexec_fn=close_std, timeout=300)
+    fileno, isatty = (tmp_path / "f").read_text().split()
+    assert done.returncode == 0 and int(fileno) > 2 and isatty == "False"
+
+
 # ------------------------------------------------------------------------------------------------- umask
 
 

@@ -4,13 +4,16 @@ stderr and exit status 2."""
 # ruff: noqa: E402  (the imports after the Ctrl-C handler below are the ones it covers)
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import os
 import re
 import signal
 import sys
 import tempfile
 import threading
+from typing import Any
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
@@ -27,6 +30,67 @@ _STARTING = threading.current_thread() is threading.main_thread() and (
 if _STARTING:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
+STDOUT = "standard output"  # the name a failed write to fd 1 carries (OSError.filename)
+
+
+class NamedStdout(io.FileIO):
+    """fd 1, whose write errors name it: ``> /dev/full`` is "standard output: no space left", not an unnamed
+    write error read as a file's; a closed stdout (``>&-``, held by a read-only placeholder) fails its first write
+    with EBADF instead of losing the output and exiting 0."""
+
+    def write(self, data: Any, /) -> int:
+        try:
+            return super().write(data)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, STDOUT) from None
+
+
+def guard_standard_streams(closed: frozenset[int] | None = None) -> frozenset[int]:
+    """A closed stdin, stdout or stderr (``>&-``, ``2>&-``, a daemon's) gets a placeholder on its descriptor before
+    any file is opened, so no file resdom writes takes fd 1 or 2 and receives what a library prints there; a closed
+    stderr drops the notes (``sys.stderr`` was None: ``isatty()`` failed, ``print(file=None)`` wrote to stdout).
+    ``closed``: the descriptors to treat as closed (tests); None: those that are. -> the descriptors it covered."""
+    if closed is None:
+        closed = frozenset(fd for fd in (0, 1, 2) if not _is_open(fd))
+    for fd in sorted(closed):
+        placeholder = os.open(os.devnull, os.O_WRONLY if fd == 2 else os.O_RDONLY)  # fd 1: a write fails (EBADF)
+        if placeholder != fd:
+            os.dup2(placeholder, fd)
+            os.close(placeholder)
+    if 2 in closed:
+        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115 (the process's own)
+    return closed
+
+
+def name_stdout(closed: bool = False) -> None:
+    """Make ``sys.stdout`` write through ``NamedStdout`` (``closed``: fd 1 was closed, sys.stdout is None, and now
+    fails its first write, where the output would have been lost without a word); a captured stdout (tests, a
+    program that calls ``app``) is left as it is."""
+    old = sys.stdout
+    if not closed and (old is None or old is not sys.__stdout__ or _fileno(old) != 1):
+        return
+    if old is not None:
+        old.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(NamedStdout(1, "w", closefd=False)),
+                                  encoding=getattr(old, "encoding", None) or "utf-8",
+                                  errors=getattr(old, "errors", None) or "strict",
+                                  line_buffering=bool(getattr(old, "line_buffering", False)))
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _fileno(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+
 
 def check_temporary_folder() -> None:
     """Exit 2 with one line where no temporary folder is writable (TMPDIR, /tmp, /var/tmp, the working folder):
@@ -41,6 +105,7 @@ def check_temporary_folder() -> None:
         raise SystemExit(2) from None
 
 
+_CLOSED = guard_standard_streams()
 check_temporary_folder()
 
 import typer
@@ -118,6 +183,7 @@ def app() -> None:
     torchrun's process group and left it ends through ``distributed.leave`` (no interpreter teardown, where gloo
     may abort a finished run)."""
     keep_freed_memory()
+    name_stdout(1 in _CLOSED)
     try:
         _run()
     except SystemExit as e:
@@ -204,7 +270,11 @@ def _run() -> None:
         _interrupted()
     except OSError as e:  # a full disk at a write that io.writing does not wrap (a log, a lock file, ...), or a
         # path the system refuses wherever a command first touches it (a name too long, no permission, a loop)
-        if e.errno in NO_SPACE:
+        if e.filename == STDOUT and e.errno != errno.EPIPE:  # > /dev/full, >&-: what the output could not do
+            _drop_stdout()
+            closed = " (closed: >&-?)" if e.errno == errno.EBADF else ""
+            _error(f"{STDOUT}: {e.strerror or 'write error'}{closed}; the output is incomplete")
+        elif e.errno in NO_SPACE:
             _error(no_space_message(e.filename, e.errno))
         elif e.errno in PATH_ERRORS and e.filename is not None:
             _error(f"{cut_message(str(e.filename))}: {e.strerror}")
@@ -220,6 +290,13 @@ def _interrupted() -> None:
     """Ctrl-C: one line, exit 130 (every file is written whole or not at all: nothing half-written is left)."""
     print("interrupted", file=sys.stderr, flush=True)
     sys.exit(INTERRUPTED)
+
+
+def _drop_stdout() -> None:
+    """After a failed write to stdout: what is still buffered goes nowhere (the flush at exit would fail again, a
+    second message and exit status 120)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (kept until exit)
 
 
 def _error(message: str) -> None:
