@@ -182,6 +182,37 @@ def test_report_never_writes_over_the_users_files(tmp_path: Path, split: SplitDa
     assert (old / "measurements" / "m.json").read_text() == "{}"
 
 
+@pytest.mark.parametrize("command, option", [("recommend", "--users"), ("recommend", "--sequences"),
+                                             ("recommend", "--items"), ("recommend", "--exclude"),
+                                             ("similar", "--items"), ("config", "--config")])
+def test_an_output_file_is_never_one_of_the_commands_inputs(tmp_path: Path, split: SplitData, command: str,
+                                                           option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``recommend --users recs.csv --out recs.csv`` (a recommendations file is a valid list of users, and of
+    sessions), ``similar --items sims.csv --out sims.csv`` and ``config show --config c.yaml --out c.yaml`` wrote
+    the output over the file they read, as an earlier output of theirs may be replaced; refused, in one line naming
+    both options, also through a link, and the file is left as it was."""
+    run = make_run(tmp_path / "run", split)
+    given = tmp_path / "given.csv"
+    first = {"recommend": ["recommend", str(run), "--device", "cpu"], "similar": ["similar", str(run), "--device",
+                                                                                 "cpu"]}.get(command)
+    if first is not None:  # an earlier output of the same command, read back as the ids or sessions
+        code, out, err = run_cli(capsys, *first)
+        assert code == 0, err
+        given.write_text(out)
+        args = [*first, option, str(given)]
+    else:
+        given = tmp_path / "c.yaml"
+        assert run_cli(capsys, "config", "show", "sasrec", "--out", str(given))[0] == 0
+        args = ["config", "show", option, str(given)]
+    before = given.read_bytes()
+    link = tmp_path / "link"
+    link.symlink_to(given)
+    for out in (given, link):
+        code, _, err = run_cli(capsys, *args, "--out", str(out))
+        one_line_error(code, err, f"--out {out}: is the file {option} reads")
+        assert given.read_bytes() == before
+
+
 def test_diagnose_never_follows_a_diagnostics_link_out_of_the_run(tmp_path: Path, split: SplitData,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A `diagnostics` symlink in a run folder made diagnose delete and rewrite files in the folder it points

@@ -111,18 +111,25 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     return path.exists()
 
 
-def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...], what: str) -> None:
+def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...], what: str,
+                      inputs: dict[str, str | Path | None] | None = None) -> None:
     """Refuse ``path`` as an output file, in one line naming ``option``: a folder, a path through a file, or an
     existing file that is neither empty nor an earlier output of the same writer (its first line starts with
     ``first_line``, or one of them: a writer whose header changed names the old one too; ``what`` names such a
     file), so that no other file (the data, a list of ids, a config written by hand) is ever replaced; and a file
-    inside a results-store cell, new or not (a cell's evidence is never added to)."""
+    inside a results-store cell, new or not (a cell's evidence is never added to). ``inputs``: the command's input
+    files by option (values that name no file are passed over): ``path`` may be none of them, even where it is an
+    earlier output (``--users recs.csv --out recs.csv`` wrote over the list it read)."""
     heads = (first_line,) if isinstance(first_line, str) else tuple(first_line)
     _refuse_broken_link(path, option)
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file name")
     if any(p.exists() and not p.is_dir() for p in path.parents):
         raise ResdomError(f"{option} {path}: a folder on its path is a file")
+    for name, given in (inputs or {}).items():
+        if given is not None and _same_file(path, Path(given)):
+            raise ResdomError(f"{option} {path}: is the file {name} reads ({given}); write the output to another "
+                              "file")
     cell = next((p for p in path.parents if is_cell(p)), None)
     if cell is not None:
         raise ResdomError(f"{option} {path}: is inside a results-store cell ({cell}); resdom never writes into a "
@@ -137,6 +144,14 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     if first and not any(first.startswith(h.encode()) for h in heads):
         raise ResdomError(f"{option} {path}: exists and is not {what} (its first line does not begin "
                           f"'{heads[0]}'); choose another file name, or remove it first")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one existing file (through links, other spellings, hard links)."""
+    try:
+        return a.exists() and b.is_file() and os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def first_names(names: list[str]) -> str:

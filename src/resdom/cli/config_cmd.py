@@ -136,7 +136,7 @@ def show_cmd(
     if out is None:
         typer.echo(text, nl=False)
         return
-    check_output_file(out, "--out", "# resdom ", "a configuration `resdom config show` wrote")
+    check_output_file(out, "--out", "# resdom ", "a configuration `resdom config show` wrote", {"--config": config})
     atomic_write_text(out, text)
     typer.echo(f"{label}: written to {out}")
 

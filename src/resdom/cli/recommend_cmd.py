@@ -310,7 +310,9 @@ def recommend(
     positive_int(batch_size, "--batch-size")
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
     if out is not None:
-        check_output_file(out, "--out", (HEADER, OLD_HEADER), "a recommendations file")
+        check_output_file(out, "--out", (HEADER, OLD_HEADER), "a recommendations file",
+                          {"--users": None if users == "all" else users, "--sequences": sequences, "--items": items,
+                           "--exclude": exclude})
     if sequences is not None and users != "all":
         raise ResdomError("--sequences: give --users or --sequences, not both")
     wanted = user_ids(users) if sequences is None else None
@@ -365,7 +367,8 @@ def similar(
     in the data's own ids, as CSV in RecTools' columns: target_item_id,item_id,score,rank."""
     positive_int(k, "--k")
     if out is not None:
-        check_output_file(out, "--out", SIMILAR_HEADER, "a similar-items file")
+        check_output_file(out, "--out", SIMILAR_HEADER, "a similar-items file",
+                          {"--items": None if items == "all" else items})
     wanted = None if items == "all" else item_ids(items, "--items")
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
