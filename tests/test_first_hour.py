@@ -262,6 +262,39 @@ def test_ctrl_c_in_a_command_that_says_nothing_of_its_own_is_one_line(trained_ru
         ["interrupted"], err  # its own line alone
 
 
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_ends_a_command_as_ctrl_c_does(name: str, tmp_path: Path, trained_run: Path, capsys,
+                                                         monkeypatch) -> None:
+    """SIGTERM (``kill``, ``timeout``, a scheduler) or SIGHUP (a closed terminal) killed train without a word: no line
+    of what was kept or how to resume. They end a command as Ctrl-C does now, with the signal named, exit 128 + its
+    number, and the handlers before are restored after the command. Maker: the handler in place while the command
+    runs, called as the signal would call it (the old code had none: SIG_DFL, not callable)."""
+    import signal
+
+    import resdom.cli.recommend_cmd as recommend_cmd
+    import resdom.cli.train_cmd as train_cmd
+
+    signum = getattr(signal, name)
+    if signal.getsignal(signum) is not signal.SIG_DFL:
+        pytest.skip(f"{name} is handled by the test runner")
+
+    def stopped(*args, **kwargs):
+        handler = signal.getsignal(signum)
+        assert callable(handler), f"{name} is not handled: it kills the command without a word"
+        handler(signum, None)
+
+    monkeypatch.setattr(train_cmd, "fit", stopped)
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", SOURCE, "--protocol", "loo", "--out", str(out), "--epochs", "2", *TINY)
+    assert code == 128 + signum and "Traceback" not in err, err
+    assert err.splitlines()[-1] == (f"interrupted ({name}): {out} keeps the state of the last finished epoch; run "
+                                    "the same command to resume"), err
+    monkeypatch.setattr(recommend_cmd, "top_items", stopped)
+    code, out_text, err = run_cli(capsys, "recommend", str(trained_run), "--device", "cpu")
+    assert (code, out_text, err.splitlines()[-1]) == (128 + signum, "", f"interrupted ({name})"), err
+    assert signal.getsignal(signum) is signal.SIG_DFL
+
+
 @pytest.mark.slow
 def test_output_to_a_closed_or_full_stdout_is_an_error_naming_it() -> None:
     """``resdom data list >&-`` exited 0 with its output lost, and ``> /dev/full`` said "output: no space left on

@@ -113,7 +113,7 @@ import typer
 from resdom.bounded import command_budget
 from resdom.checks import cli_names
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
-from resdom.cli.values import INTERRUPTED
+from resdom.cli.values import INTERRUPTED, stop_as_on_ctrl_c, stopped_by, stopped_status
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
 from resdom.limits import cut_message, short
@@ -185,7 +185,8 @@ def app() -> None:
     keep_freed_memory()
     name_stdout(1 in _CLOSED)
     try:
-        _run()
+        with stop_as_on_ctrl_c():
+            _run()
     except SystemExit as e:
         _leave_group_process(e.code)
         raise
@@ -287,9 +288,11 @@ def _run() -> None:
 
 
 def _interrupted() -> None:
-    """Ctrl-C: one line, exit 130 (every file is written whole or not at all: nothing half-written is left)."""
-    print("interrupted", file=sys.stderr, flush=True)
-    sys.exit(INTERRUPTED)
+    """Ctrl-C (or SIGTERM, SIGHUP: ``stop_as_on_ctrl_c``): one line, exit 128 + the signal (every file is written
+    whole or not at all: nothing half-written is left); a terminal that is gone takes no line."""
+    with contextlib.suppress(OSError):
+        print(f"interrupted{stopped_by()}", file=sys.stderr, flush=True)
+    sys.exit(stopped_status())
 
 
 def _drop_stdout() -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import typer
@@ -14,15 +19,55 @@ __all__ = ["ALPHA_RANGE", "PROGRESS_HELP", "parse_alphas", "parse_cutoffs", "pos
 
 
 INTERRUPTED = 130  # the exit status after Ctrl-C (128 + SIGINT)
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # `kill`, `timeout`, a scheduler; a closed terminal
+_STOPPED_BY: list[int] = []  # the stopping signal that came, if one did (else the stop was Ctrl-C's)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """A stopping signal: end the command as Ctrl-C does (each command's own "interrupted: ..." line, what it kept,
+    how to resume), then exit 128 + its number; a second one ends the process at once."""
+    _STOPPED_BY.append(signum)
+    signal.signal(signum, signal.SIG_DFL)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stop_as_on_ctrl_c() -> Iterator[None]:
+    """While the command runs, SIGTERM and SIGHUP end it as Ctrl-C does (they killed it without a word: no line of
+    what was kept or how to resume). Only in the main thread, where the signal is not ignored (``nohup``) or handled
+    already, and outside torchrun, whose agent stops its workers itself; the handlers before are restored after."""
+    _STOPPED_BY.clear()
+    before = {}
+    if threading.current_thread() is threading.main_thread() and os.environ.get("WORLD_SIZE", "1").strip() == "1":
+        before = {s: signal.getsignal(s) for s in STOPPING_SIGNALS if signal.getsignal(s) is signal.SIG_DFL}
+    for signum in before:
+        signal.signal(signum, _stop)
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def stopped_status() -> int:
+    """The exit status of a stopped command: 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + _STOPPED_BY[0] if _STOPPED_BY else INTERRUPTED
+
+
+def stopped_by() -> str:
+    """The stop for a message: "" for Ctrl-C, " (SIGTERM)" for a stopping signal."""
+    return f" ({signal.Signals(_STOPPED_BY[0]).name})" if _STOPPED_BY else ""
 
 
 def interrupted(message: str | None) -> SystemExit:
-    """What a command raises after Ctrl-C, having said what it kept (``message``, on stderr; None: nothing to say,
-    e.g. on a torchrun rank other than 0): exit 130 as a SystemExit, which Click lets through, so the entry point
-    (cli/main.py) tells it from a Ctrl-C no command caught, which gets a plain "interrupted" there."""
+    """What a command raises after Ctrl-C (or a stopping signal, ``stop_as_on_ctrl_c``), having said what it kept
+    (``message``, on stderr; None: nothing to say, e.g. on a torchrun rank other than 0): exit 128 + the signal as
+    a SystemExit, which Click lets through, so the entry point (cli/main.py) tells it from a stop no command caught,
+    which gets a plain "interrupted" there. A terminal that is gone (SIGHUP) takes no message."""
     if message is not None:
-        typer.echo(message, err=True)
-    return SystemExit(INTERRUPTED)
+        with contextlib.suppress(OSError):
+            typer.echo(message.replace("interrupted:", f"interrupted{stopped_by()}:", 1), err=True)
+    return SystemExit(stopped_status())
 
 
 PROGRESS_HELP = ("progress: bars on a terminal; in a log, one line per epoch and per diagnostic "
