@@ -213,6 +213,47 @@ def test_an_output_file_is_never_one_of_the_commands_inputs(tmp_path: Path, spli
         assert given.read_bytes() == before
 
 
+@pytest.mark.parametrize("command", ["recommend", "similar", "evaluate", "config"])
+def test_an_output_file_is_never_a_device_a_fifo_or_a_system_link(tmp_path: Path, split: SplitData, command: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out /dev/null`` or ``--out /dev/stdout`` renamed the new file onto the device or the system's link (as
+    root /dev/null became a regular file, breaking the machine), and ``--out FIFO`` waited forever reading the
+    FIFO's first line; each is refused in one line before anything is read or written. Made safely: a link in
+    tmp_path to /dev/null (the old code replaced the link) and a FIFO held open with a header line in it."""
+    import os
+
+    run = make_run(tmp_path / "run", split)
+    args = {"recommend": ["recommend", str(run), "--device", "cpu", "--out"],
+            "similar": ["similar", str(run), "--device", "cpu", "--out"],
+            "evaluate": ["evaluate", str(run), "--device", "cpu", "--per-user"],
+            "config": ["config", "show", "sasrec", "--out"]}[command]
+    link = tmp_path / "null.csv"
+    link.symlink_to(os.devnull)
+    code, _, err = run_cli(capsys, *args, str(link))
+    one_line_error(code, err, f"{link}: a character device, not a regular file")
+    assert link.is_symlink()
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # the old code's read of its first line returns this header
+    try:
+        os.write(held, b"user_id,item_id,score,rank\ntarget_item_id,item_id,score,rank\n# resdom \n")
+        code, _, err = run_cli(capsys, *args, str(fifo))
+    finally:
+        os.close(held)
+    one_line_error(code, err, f"{fifo}: a FIFO (named pipe), not a regular file")
+    assert fifo.is_fifo()
+
+
+def test_no_write_replaces_a_system_link_or_device() -> None:
+    """What every atomic write refuses (checked without writing): /dev/stdout, /dev/fd/1 and /proc/self/fd/1 (links
+    of the system, whatever stdout is), /dev/null (a device); a file in /dev/shm or anywhere else is a file."""
+    from resdom.io import not_a_file_to_replace
+
+    for path in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/dev/null"):
+        assert not_a_file_to_replace(path) is not None, path
+    assert not_a_file_to_replace("/dev/shm/recs.csv") is None and not_a_file_to_replace("recs.csv") is None
+
+
 def test_diagnose_never_follows_a_diagnostics_link_out_of_the_run(tmp_path: Path, split: SplitData,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A `diagnostics` symlink in a run folder made diagnose delete and rewrite files in the folder it points

@@ -132,15 +132,23 @@ except ImportError:  # pragma: no cover
 def refuse_special(path: str | Path) -> None:
     """A ResdomError where ``path`` exists and is neither a regular file nor a folder (a device such as
     ``/dev/zero``, a FIFO, a socket): reading one may never end, or block. Checked before it is opened."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise ResdomError(f"{path}: {kind}, not a regular file; give a file")
+
+
+def special_kind(path: str | Path) -> str | None:
+    """What ``path`` is (through links) where it exists and is neither a regular file nor a folder ("a character
+    device", "a FIFO (named pipe)", ...); else None."""
     try:
         mode = os.stat(path).st_mode
-    except OSError:
-        return  # absent or unreadable: the reader says so in its own words
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-                else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "not a regular file")
-        raise ResdomError(f"{path}: {kind}, not a regular file; give a file")
+    except (OSError, ValueError):
+        return None  # absent or unreadable: the reader says so in its own words
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
 
 
 def _damaged(where: str, e: BaseException) -> ResdomError:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from resdom.bounded import special_kind
 from resdom.errors import ResdomError
 from resdom.names import metric_key
 
@@ -99,9 +100,28 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     atomic_write_files({Path(path): data})
 
 
+def not_a_file_to_replace(path: str | Path) -> str | None:
+    """Why ``path`` may not be written by renaming a new file onto it, or None: a device, a FIFO or a socket (through
+    links: ``/dev/null``, a named pipe), a link in /dev or any path in /proc (``/dev/stdout``, ``/proc/self/fd/1``):
+    the rename would replace the system's node or link itself (as root, /dev/null became a regular file)."""
+    kind = special_kind(path)
+    if kind is not None:
+        return f"{kind}, not a regular file"
+    where = Path(os.path.abspath(path)).parts[1:2]
+    if where == ("proc",) or Path(os.path.realpath(path)).parts[1:2] == ("proc",) or (
+            where == ("dev",) and os.path.islink(path)):  # /dev/shm/FILE is a file like any other
+        return "a link of the system (standard output, a descriptor), not a regular file"
+    return None
+
+
 def atomic_write_files(files: dict[Path, bytes]) -> None:
     """``atomic_write_bytes`` for files that belong together (weights and their sidecar): every temporary file is
-    written before the first rename, so a full disk leaves all of them as they were."""
+    written before the first rename, so a full disk leaves all of them as they were. A path that is no file to
+    replace (``not_a_file_to_replace``) is a ResdomError before anything is written."""
+    for path in files:
+        if (why := not_a_file_to_replace(path)) is not None:
+            raise ResdomError(f"{path}: {why}; resdom writes each output whole, as a new file renamed into place, "
+                              "which would replace it; give a file name")
     done: dict[Path, str] = {}
     try:
         for path, data in files.items():

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.errors import ResdomError
-from resdom.io import LOCK, atomic_write_json, directory_lock, is_locked, is_temporary
+from resdom.io import LOCK, atomic_write_json, directory_lock, is_locked, is_temporary, not_a_file_to_replace
 from resdom.limits import cut_message
 from resdom.names import USERS
 
@@ -126,6 +126,9 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
         raise ResdomError(f"{option} {path}: is a directory; give a file name")
     if any(p.exists() and not p.is_dir() for p in path.parents):
         raise ResdomError(f"{option} {path}: a folder on its path is a file")
+    if (why := not_a_file_to_replace(path)) is not None:  # before reading its first line: a FIFO's never comes
+        printed = f" (without {option}, the output is printed)" if option == "--out" else ""
+        raise ResdomError(f"{option} {path}: {why}; give a file name{printed}")
     for name, given in (inputs or {}).items():
         if given is not None and _same_file(path, Path(given)):
             raise ResdomError(f"{option} {path}: is the file {name} reads ({given}); write the output to another "
