@@ -129,10 +129,6 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     if (why := not_a_file_to_replace(path)) is not None:  # before reading its first line: a FIFO's never comes
         printed = f" (without {option}, the output is printed)" if option == "--out" else ""
         raise ResdomError(f"{option} {path}: {why}; give a file name{printed}")
-    for name, given in (inputs or {}).items():
-        if given is not None and _same_file(path, Path(given)):
-            raise ResdomError(f"{option} {path}: is the file {name} reads ({given}); write the output to another "
-                              "file")
     cell = next((p for p in path.parents if is_cell(p)), None)
     if cell is not None:
         raise ResdomError(f"{option} {path}: is inside a results-store cell ({cell}); resdom never writes into a "
@@ -147,6 +143,10 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     if first and not any(first.startswith(h.encode()) for h in heads):
         raise ResdomError(f"{option} {path}: exists and is not {what} (its first line does not begin "
                           f"'{heads[0]}'); choose another file name, or remove it first")
+    for name, given in (inputs or {}).items():
+        if given is not None and _same_file(path, Path(given)):
+            raise ResdomError(f"{option} {path}: is the file {name} reads ({given}); write the output to another "
+                              "file")
 
 
 def _same_file(a: Path, b: Path) -> bool:
