@@ -345,9 +345,10 @@ def test_config_show_replaces_only_a_file_it_wrote(tmp_path: Path, capsys) -> No
     shown = tmp_path / "shown.yaml"
     shown.write_text("")
     for _ in range(2):
-        code, _, err = run_cli(capsys, "config", "show", "--config", str(mine), "--out", str(shown))
+        code, out, err = run_cli(capsys, "config", "show", "--config", str(mine), "--out", str(shown))
         assert code == 0, err
         assert yaml.safe_load(shown.read_text())["model"]["hidden"] == 8
+        assert out == "" and err == f"sasrec: written to {shown}\n"  # a note (it was on stdout), as recommend's
     code, _, err = run_cli(capsys, "config", "show", "--out", str(tmp_path))
     assert code == 2 and f"--out {tmp_path}: is a directory; give a file name" in err
 

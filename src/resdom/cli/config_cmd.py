@@ -138,7 +138,7 @@ def show_cmd(
         return
     check_output_file(out, "--out", "# resdom ", "a configuration `resdom config show` wrote", {"--config": config})
     atomic_write_text(out, text)
-    typer.echo(f"{label}: written to {out}")
+    typer.echo(f"{label}: written to {out}", err=True)  # a note, as recommend --out gives it: stdout stays empty
 
 
 def register(app: typer.Typer) -> None:
