@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 import resdom
 from resdom.errors import ResdomError
+from resdom.training.config import make_train_config
 from tests.cli_helpers import invoke
 
 SOURCE = "synthetic:n_users=200,n_items=60,min_len=5,max_len=12,seed=0"
@@ -246,6 +247,18 @@ def test_a_callers_default_device_neither_breaks_fit_nor_load_run_nor_is_lost(fi
     assert {p.device.type for p in loaded.model.parameters()} == {"cpu"}
 
 
+def test_fit_takes_a_torch_device_as_evaluate_and_diagnose_do(fitted, split, tmp_path):
+    """``resdom.fit(split, device=torch.device("cpu"))`` (a notebook's ``torch.device("cuda" if ... else "cpu")``,
+    which evaluate, diagnose and load_run take) was refused: "train.device: Input should be 'auto', 'cpu', 'cuda' or
+    'mps' (got device(type='cpu'))". It trains there now, recorded by the device's name."""
+    import torch
+
+    again = resdom.fit(split, "sasrec", out=tmp_path / "run", device=torch.device("cpu"), progress=False, **SMALL)
+    assert again.checkpoint == fitted.checkpoint and again.train_config.device == "cpu"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["device"] == "cpu"
+    assert make_train_config(device=torch.device("cpu")).device == "cpu"
+
+
 def test_fit_with_out_writes_a_run_directory(split, tmp_path):
     fitted = resdom.fit(split, "sasrec", out=tmp_path / "run", device="cpu", progress=False, **{**SMALL, "epochs": 1})
     assert fitted.directory == tmp_path / "run" and (tmp_path / "run" / "model.safetensors").is_file()
@@ -349,6 +362,10 @@ def test_plot_returns_a_figure_a_notebook_shows(diagnosis):
     (lambda s, f: resdom.fit(s, device="tpu"), "device: unknown device 'tpu'"),
     (lambda s, f: resdom.fit(s, device="cuda:1"), "device: unknown device 'cuda:1' (auto, cpu, cuda or mps); to use "
                                                    "GPU 1, run with CUDA_VISIBLE_DEVICES=1 and the device 'cuda'"),
+    # a torch.device as its name, as evaluate and diagnose take one (was "train.device: Input should be 'auto', ...")
+    (lambda s, f: resdom.fit(s, device=__import__("torch").device("cuda", 1)),
+     "device: unknown device 'cuda:1' (auto, cpu, cuda or mps); to use GPU 1, run with CUDA_VISIBLE_DEVICES=1"),
+    (lambda s, f: resdom.fit(s, device=__import__("torch").device("meta")), "device: unknown device 'meta'"),
     (lambda s, f: resdom.evaluate(f, cutoffs=(0, 10)),
      "cutoffs: every value must be an integer >= 1 (got 0)"),
     (lambda s, f: resdom.evaluate(f, cutoffs=(10, 10)), "cutoffs: value 10 is given twice (in 10,10)"),

@@ -338,7 +338,7 @@ def fit(
     model: str | ModelConfig = "sasrec",
     *,
     out: str | Path | None = None,
-    device: str = "auto",
+    device: str | torch.device = "auto",
     progress: bool | None = None,
     data_info: dict[str, Any] | None = None,
     callbacks: Sequence[EpochCallback] = (),
@@ -358,7 +358,8 @@ def fit(
         temporary directory that is removed before returning, so nothing is left on disk (``Fitted.save`` writes
         it later).
     device
-        Where to train and where the returned model lives (``auto``: cuda, then mps, then cpu).
+        Where to train and where the returned model lives (``auto``: cuda, then mps, then cpu), or a torch.device
+        of one of them.
     progress
         tqdm bars (None: on a terminal; elsewhere one line per epoch on stderr; False: silent).
     data_info
@@ -403,6 +404,7 @@ def fit(
     else:
         raise ResdomError(f"model: expected a model name ({', '.join(MODELS)}) or a ModelConfig, got "
                           f"{type(model).__name__}")
+    device = _device_name(device)  # recorded as train.device
     _device(device)  # an unknown or unavailable device fails before any data is touched
     source = (split.manifest.get("source") or {}).get("name")
     protocol = split.manifest.get("protocol")
@@ -463,6 +465,14 @@ def _fit_resolved(split: SplitData, model: Any, train: TrainConfig, out: str | P
 
 
 # -------------------------------------------------------------------------------------------- evaluate
+
+
+def _device_name(device: str | torch.device) -> str:
+    """``device`` as ``train.device`` records it: a torch.device by its name (``torch.device("cuda")`` is "cuda"; one
+    GPU of several, "cuda:1", is then refused by ``resolve_device``, naming CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    return str(device) if isinstance(device, torch.device) else device
 
 
 def _device(device: str | torch.device) -> torch.device:

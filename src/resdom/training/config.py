@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import torch
 from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from resdom.checks import INT_LIMIT, NumbersModel, arg, closed_choice, literal_names
@@ -99,6 +100,8 @@ class TrainConfig(NumbersModel):
         """A closed choice in any case (``device: CPU``), a near miss named with the closest (``bf61``: did you mean
         bf16?)."""
         names = literal_names(cls.model_fields[str(info.field_name)].annotation)
+        if info.field_name == "device" and isinstance(v, torch.device):  # a notebook's torch.device("cuda"): its name
+            v = str(v)
         return v if v is None else closed_choice(v, names, str(info.field_name).replace("_", " "))
 
 
