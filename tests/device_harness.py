@@ -46,9 +46,9 @@ class OnMeta(TorchDispatchMode):
     dimensions is among them too (except ``_CROSS_DEVICE``); made-up values where the code reads some (module
     docstring)."""
 
-    def __init__(self, truth: bool = True) -> None:
+    def __init__(self, truth: bool = True, float64: bool = True) -> None:
         super().__init__()
-        self.truth = truth
+        self.truth, self.float64 = truth, float64
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -59,6 +59,10 @@ class OnMeta(TorchDispatchMode):
             cpu = [tuple(t.shape) for t in given if t.device.type == "cpu" and t.dim() > 0]
             if cpu:
                 raise DeviceMix(f"{func}: CPU tensor(s) of shape {cpu} combined with tensors on the model's device")
+        if not self.float64:
+            wide = [tuple(t.shape) for t in given if t.device.type == "meta" and t.dtype == torch.float64]
+            if wide:
+                raise DeviceMix(f"{func}: float64 tensor(s) of shape {wide} on the model's device (MPS has none)")
         t = args[0]
         if func in _SCALAR:
             if t.dtype == torch.bool or func is aten.is_nonzero.default:
@@ -106,7 +110,7 @@ class _Autocast:
 
 
 @contextmanager
-def on_meta(truth: bool = True) -> Iterator[None]:
+def on_meta(truth: bool = True, float64: bool = True) -> Iterator[None]:
     """Run the block under ``OnMeta`` (boolean indexing of a meta tensor: every position, as ``nonzero``), with an
     autocast for the meta device (``_Autocast``)."""
     from unittest import mock
@@ -127,5 +131,5 @@ def on_meta(truth: bool = True) -> Iterator[None]:
     with _config.patch(meta_nonzero_assume_all_nonzero=True), \
             mock.patch.object(torch, "autocast", lambda *a, **k: _Autocast(real, *a, **k)), \
             mock.patch.object(torch, "is_autocast_enabled", is_enabled), \
-            mock.patch.object(torch, "get_autocast_dtype", get_dtype), OnMeta(truth):
+            mock.patch.object(torch, "get_autocast_dtype", get_dtype), OnMeta(truth, float64):
         yield

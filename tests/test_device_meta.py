@@ -55,7 +55,7 @@ def test_a_fit_on_another_device_mixes_no_cpu_tensor_in(model, options, tmp_path
                            {"epochs": 1, "batch_size": 8, "device": "cpu", "seed": 1, "monitor_every": 1,
                             **{k: v for k, v in options.items() if k in train_keys}}, n_items=split.n_items)
     monkeypatch.setattr(distributed, "resolve_device", lambda name, option="train.device": META)
-    with on_meta():
+    with on_meta(float64=False):
         fit(split, m, t, tmp_path / "run", {"source": "toy"}, progress=False, hooks=(epoch_monitor,))
         # resumed: the saved weights and Adam moments loaded onto the device
         fit(split, m, t.model_copy(update={"epochs": 2}), tmp_path / "run", {"source": "toy"}, progress=False,
@@ -76,16 +76,18 @@ MODELS = ["sasrec", "duorec", "bsarec", "bert4rec", "gru4rec"]
 @pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_evaluation_and_every_diagnostic_on_another_device_mix_no_cpu_tensor_in(model) -> None:
-    """``resdom.evaluate`` (beyond-accuracy too) and ``resdom.diagnose`` (every diagnostic, per head) with the model
-    and the device on meta."""
+    """``resdom.evaluate`` (beyond-accuracy too) and ``resdom.diagnose`` (every diagnostic, per head, and both
+    mixing definitions) with the model and the device on meta, and no float64 tensor there (MPS has none)."""
     import resdom
 
     split = toy_split(n_users=12, n_items=30)
     net = _built(model, split)
-    with on_meta():
+    with on_meta(float64=False):
         resdom.evaluate(net, split, beyond=True, device=META)
         resdom.evaluate(net, split, part="valid", filter_seen=False, device=META)
         resdom.diagnose(net, split, device=META, seeds=(0,), alphas=(0.0, 1.0), per_head=model != "gru4rec")
+        if model != "gru4rec":
+            resdom.diagnose(net, split, "mixing,alpha", device=META, alphas=(0.5,), definition="sum_of_norms")
 
 
 @pytest.mark.slow
@@ -102,7 +104,7 @@ def test_recommend_and_similar_items_on_another_device_mix_no_cpu_tensor_in(mode
                                        columns=["user_id", "item_id", "timestamp"]), "loo")
     net = _built(model, split)
     alpha = 1.0 if model == "gru4rec" else 0.5
-    with on_meta():
+    with on_meta(float64=False):
         recommend(net, split, k=3, exclude=["i1", "i2"], alpha=alpha, device=META)
         recommend(net, split, k=3, sequences={"s": ["i1", "i2", "i4"]}, filter_seen=False)
         similar_items(net, split, k=3, device=META)
@@ -117,7 +119,7 @@ def test_diagnosing_a_run_directory_on_another_device_mixes_no_cpu_tensor_in(tmp
     split = toy_split(n_users=12, n_items=30)
     m, t = resolve_configs("sasrec", SMALL, {"epochs": 1, "batch_size": 8, "device": "cpu"}, n_items=split.n_items)
     fit(split, m, t, tmp_path / "run", {"source": "toy"}, progress=False)
-    with on_meta():
+    with on_meta(float64=False):
         run_all(tmp_path / "run", device="meta", progress=False, seeds=(0,), alphas=(0.0, 1.0))
 
 
@@ -149,7 +151,7 @@ def test_the_other_branches_of_a_training_step_and_a_forward_pass_on_another_dev
                            negatives=objective.needs_negatives, partners=partners).to(META)
         for precision in ("fp32", "bf16-loss"):
             step = TrainStep(net, objective, LossContext(n_negatives=4, log_q=log_q), precision)
-            with on_meta(truth=False):
+            with on_meta(truth=False, float64=False):
                 step(batch.items, batch.targets, batch.negatives, batch.sup_items).backward()
         ran.append(name)
     assert len(ran) >= (4 if model in ("sasrec", "duorec", "gru4rec") else 1), ran

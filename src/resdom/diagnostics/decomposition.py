@@ -237,8 +237,8 @@ def sum_of_norms(rec: BlockRecord, items: torch.Tensor) -> dict[str, torch.Tenso
     its own lengths cost.
     """
     B, L = items.shape
-    n_real = (items > 0).sum(1)
-    widths = torch.clamp(2 ** torch.ceil(torch.log2(n_real.clamp_min(1).double())), max=L).long()
+    n_real = (items > 0).sum(1).cpu().clamp_min(1).double()  # float64 on the CPU: MPS has none
+    widths = torch.clamp(2 ** torch.ceil(torch.log2(n_real)), max=L).long().to(items.device)
     out = {st: torch.zeros(B, L, dtype=rec.z.dtype, device=rec.z.device) for st in stages_of(rec)}
     for w in torch.unique(widths).tolist():
         rows = torch.nonzero(widths == w).flatten()

@@ -72,7 +72,7 @@ class _Mean:
     def add(self, layer: int, values: torch.Tensor, real: torch.Tensor) -> None:
         """values (B, L) per position, real (B, L) bool; column L-1 is the last position. One sum per column (in
         float64) gives the three: all positions, the last, and each offset from the end (o = L-1-col)."""
-        v = torch.where(real, values, 0.0).double().sum(0).cpu().numpy()
+        v = torch.where(real, values, 0.0).cpu().double().sum(0).numpy()  # float64 on the CPU: MPS has none
         n = real.sum(0).cpu().numpy().astype(np.float64)
         L = values.shape[1]
         self.all_sum[layer] += v.sum()
