@@ -624,6 +624,41 @@ def test_the_cli_turns_an_unforeseen_memory_or_recursion_error_into_one_line(
         assert len(lines) == 1 and needle in lines[0], err
 
 
+CUDA_OOM = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.20 "
+            "GiB is free. Including non-PyTorch memory, this process has 77.90 GiB memory in use. If reserved but "
+            "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+            "fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html)")
+
+
+@pytest.mark.parametrize("error, said", [
+    (torch.OutOfMemoryError(CUDA_OOM), "(CUDA out of memory, tried to allocate 20.00 GiB)"),
+    (RuntimeError("MPS backend out of memory (MPS allocated: 17.50 GB, other allocations: 1.00 GB, max allowed: "
+                  "18.13 GB). Tried to allocate 2.00 GB on private pool."),
+     "(MPS backend out of memory, tried to allocate 2.00 GB)"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                  "tried to allocate 35184372088832 bytes. Error code 12 (Cannot allocate memory)"),
+     "(DefaultCPUAllocator: can't allocate memory, tried to allocate 35184372088832 bytes)")])
+def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(
+        error: RuntimeError, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """torch's own allocation failure is no MemoryError: `resdom train --device cuda` with ce_all on a large
+    catalogue (the (positions x items) scores at once on a GPU, docs/scaling.md) ended in a traceback and torch's
+    page on its allocator; now one line, with what to lower."""
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr("resdom.training.trainer.backward_groups", fail)
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(tmp_path / "run"), "--epochs", "1",
+                           "--device", "cpu", "--set", "model.hidden=8", "--set", "model.layers=1")
+    one_line_error(code, err, f"out of memory {said}; lower train.batch_size (or --batch-size) or model.max_len",
+                   "train.objective=ce_sampled")
+    monkeypatch.setattr("resdom.training.trainer.backward_groups", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("a bug")))  # any other RuntimeError is no out-of-memory line
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(tmp_path / "run2"), "--epochs", "1", "--device",
+                "cpu")
+
+
 @pytest.mark.parametrize("bad", [torch.zeros(5), torch.zeros(5, 0), torch.zeros(2, 2, 2)])
 def test_a_crafted_recbole_or_rectools_item_table_is_one_line(bad: torch.Tensor) -> None:
     """A 1-D, empty or 3-D item table was an IndexError traceback in both importers' model configs."""

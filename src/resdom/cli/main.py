@@ -205,6 +205,28 @@ PATH_ERRORS = frozenset({errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.ER
 EMPTY_MEANS_ALL = frozenset({"--what", "--layers", "--alphas"})  # "" there: every diagnostic / block, the default
 
 
+_ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate memory", re.IGNORECASE)
+
+
+def out_of_memory_line(e: RuntimeError) -> str | None:
+    """The one line for torch's own allocation failure, which is no MemoryError: a GPU's ``torch.OutOfMemoryError``
+    ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has ...", a page of advice on the allocator after it),
+    MPS's "MPS backend out of memory", the CPU allocator's "can't allocate memory"; None for any other error."""
+    torch = sys.modules.get("torch")
+    text = " ".join(str(e).split())
+    if not (torch is not None and isinstance(e, torch.OutOfMemoryError)) and not _ALLOCATION_FAILED.search(text):
+        return None
+    found = _ALLOCATION_FAILED.search(text)
+    if found is None:  # a torch.OutOfMemoryError in other words
+        said = text[:200]
+    else:  # its sentence: "CUDA out of memory", "MPS backend out of memory", "DefaultCPUAllocator: can't ..."
+        said = re.split(r"\. |\] ", text[: found.end()])[-1]
+        amount = re.search(r"tried to allocate ([\d.]+ ?\w+)", text, re.IGNORECASE)
+        said += f", tried to allocate {amount.group(1)}" if amount else ""
+    return (f"out of memory ({cut_message(said)}); lower train.batch_size (or --batch-size) or model.max_len; a "
+            "large catalogue trains with --set train.objective=ce_sampled on a GPU (docs/scaling.md)")
+
+
 def empty_argument(args: list[str]) -> str | None:
     """The message for an empty argument, or None: a shell variable left unset (``--out "$OUT"``) would otherwise
     be read as the working folder (Path("") is "."), and a report written into it. Options where "" means all
@@ -258,6 +280,9 @@ def _run() -> None:
         _error("an input nested too deeply to read (a crafted or damaged file?)")
         sys.exit(2)
     except RuntimeError as e:  # Path.resolve() of a path through a loop of links, before Python 3.13 (then ELOOP)
+        if (memory := out_of_memory_line(e)) is not None:
+            _error(memory)
+            sys.exit(2)
         loop = _SYMLINK_LOOP.fullmatch(str(e))
         if loop is None:
             raise
