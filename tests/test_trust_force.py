@@ -25,7 +25,7 @@ from cli_helpers import SMALL_SYNTHETIC as SOURCE
 from cli_helpers import TINY_MODEL as TINY
 from cli_helpers import one_line_error, run_cli
 from test_adapters_pmixer import HEADS, MAXLEN, _data_file, _pmixer
-from test_trust_outputs import files_of, make_cell, make_run
+from test_trust_outputs import files_of, finish, make_cell, make_run
 
 from resdom.data.prepare import prepare_split
 from resdom.errors import ResdomError
@@ -232,3 +232,54 @@ def test_a_folder_too_large_to_check_for_cells_is_not_moved(tmp_path: Path, monk
     with pytest.raises(ResdomError, match="holds more than 5 entries, too many to check that none is a results-store"):
         rundir.move_aside(big)
     assert big.is_dir() and len(list(big.iterdir())) == 10
+
+
+# --- output folders against the command's own inputs ---------------------------------------------------------------
+
+
+def test_force_never_moves_aside_the_folder_holding_what_the_command_reads(env: Env, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`train RUN/data.csv --out RUN --force` moved the run aside with the data file in it (the new run's config
+    named a source that was gone; the same command again: no such file), and so did an import whose checkpoint, or
+    a train whose --config, lay in the run it replaced. Now each is one line naming --out and the input, and the
+    run stays whole. Maker: a finished run holding a saved split, a pmixer state dict and its own config.json."""
+    split = prepare_split(SOURCE, protocol="loo")
+    run = finish(make_run(tmp_path / "run", split))
+    split.save(run / "mysplit")
+    state = run / env.pmixer.name
+    state.write_bytes(env.pmixer.read_bytes())
+    before = files_of(run)
+    link = tmp_path / "link"
+    link.symlink_to(run)
+    (tmp_path / "x").mkdir()
+    for args, needle in (
+        (["train", str(run / "mysplit"), "--out", str(run)], f"holds SOURCE {run / 'mysplit'}"),
+        (["train", str(link / "mysplit"), "--out", str(tmp_path / "x" / ".." / "run")], "holds SOURCE"),
+        (["train", SOURCE, "--config", str(run / "config.json"), "--out", str(run)], "holds --config"),
+        (["import-pmixer", str(state), "--data", str(env.pmixer_data), "--out", str(run), "--heads", str(HEADS),
+          "--k-core", "0"], f"holds STATE_DICT {state}"),
+    ):
+        if args[0] == "train":
+            args += ["--epochs", "1", *TINY]
+        code, _, err = run_cli(capsys, *args, "--force")
+        one_line_error(code, err, "--out", "--force would move aside")
+        assert needle in err, err
+        assert files_of(run) == before and not (tmp_path / "run.replaced-1").exists()
+
+
+def test_train_and_data_split_never_write_into_the_split_they_read(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`train SPLIT --out SPLIT/run` trained a run into the split folder it read (which `data split --out SPLIT`
+    then refused as a folder of other files), and `data split SPLIT --out SPLIT/x` saved a split inside the split.
+    Now --out equal to or inside the split read (through a link or `..` too) is one line naming both."""
+    split = tmp_path / "split"
+    prepare_split(SOURCE, protocol="loo").save(split)
+    before = files_of(split)
+    (tmp_path / "link").symlink_to(split)
+    for args in (["train", str(split), "--out", str(split / "run"), "--epochs", "1", *TINY],
+                 ["train", str(tmp_path / "link"), "--out", str(split / ".." / "split" / "r"), "--epochs", "1", *TINY],
+                 ["data", "split", str(split), "--out", str(split)],
+                 ["data", "split", str(split), "--out", str(tmp_path / "link" / "x")]):
+        code, _, err = run_cli(capsys, *args)
+        one_line_error(code, err, "--out", "SOURCE", "which the command reads")
+        assert files_of(split) == before and sorted(os.listdir(split)) == sorted(before)

@@ -149,6 +149,43 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
                               "file")
 
 
+def _within(inner: Path, outer: Path) -> bool:
+    """Whether ``inner`` is ``outer`` or below it, both resolved (links, ``..``, other spellings of one folder)."""
+    try:
+        a, b = inner.resolve(), outer.resolve()
+    except (OSError, RuntimeError, ValueError):  # a loop of links: the caller's own check names it
+        return False
+    return a == b or b in a.parents
+
+
+InputPaths = dict[str, str | Path | None | tuple[str | Path, ...]]  # a command's inputs by option (one or more)
+
+
+def check_output_inputs(path: str | Path, option: str, inputs: InputPaths, *, replaced: bool = False,
+                        read_whole: Iterable[str] = ()) -> None:
+    """Refuse the output folder ``path``, in one line naming ``option`` and the input, where writing it would touch
+    one of the command's ``inputs`` (files or folders, by the option that names them; values that name nothing on
+    disk are passed over): ``path`` is one of them, or (for the options in ``read_whole``: a folder read as a whole,
+    a split or a data folder, whose own files the output would join) inside one; or, where ``replaced`` (the folder
+    is moved aside, ``--force``), ``path`` holds one of them, which would be moved away with it."""
+    path, whole = Path(path), set(read_whole)
+    for name, values in inputs.items():
+        for given in values if isinstance(values, tuple) else (values,):
+            if given is not None and str(given) and Path(given).exists():
+                _check_output_input(path, option, name, Path(given), replaced, name in whole)
+
+
+def _check_output_input(path: Path, option: str, name: str, given: Path, replaced: bool, whole: bool) -> None:
+    """``check_output_inputs`` for the one input ``given`` of option ``name``."""
+    if _within(path, given) and (whole or _within(given, path)):
+        where = "is" if _within(given, path) else "is inside"
+        raise ResdomError(f"{option} {path}: {where} {name} {given}, which the command reads; choose an {option} "
+                          "outside it")
+    if replaced and _within(given, path):
+        raise ResdomError(f"{option} {path}: holds {name} {given}, which the command reads and --force would move "
+                          f"aside with the folder; choose another {option}")
+
+
 def _same_file(a: Path, b: Path) -> bool:
     """Whether ``a`` and ``b`` are one existing file (through links, other spellings, hard links)."""
     try:

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from resdom.data.prepare import load_prepared, prepare_split, split_data
+from resdom.data.prepare import load_prepared, prepare_split, source_paths, split_data
 from resdom.data.sequences import SplitData
 from resdom.data.splits import split_loo
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_json
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig, model_config_class
-from resdom.rundir import RUN, RunDir, check_output_folder, output_lock, write_marker
+from resdom.rundir import RUN, InputPaths, RunDir, check_output_folder, check_output_inputs, output_lock, write_marker
 from resdom.runs import data_fingerprint, fitted_weights, save_checkpoint, versions
 
 
@@ -222,15 +222,23 @@ def _problem(err: Any) -> str:
 
 
 def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, imported_from: dict[str, Any],
-              force: bool = False, log: Callable[[str], None] | None = None, notes: Sequence[str] = ()) -> Path:
+              force: bool = False, log: Callable[[str], None] | None = None, notes: Sequence[str] = (),
+              inputs: InputPaths | None = None) -> Path:
     """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it.
 
     Then ``log`` gets each of ``notes`` (what the importer applied to the data) and, where ``imported_from`` names
-    ignored weights, the line that says so.
+    ignored weights, the line that says so. ``inputs``: the files the importer read, by option (``--data``: read
+    as a whole); ``out`` may not be one of them, nor hold one that --force would move aside.
     """
     out = Path(out)
-    # --force: the old run is kept, renamed; one writer at a time (another import, a trainer): checked under the lock
-    with output_lock(out, lambda: check_output_folder(out, "--out", runs=False, force=force)) as aside:
+
+    def check() -> bool:  # --force: the old run is kept, renamed; one writer at a time (another import, a trainer):
+        # checked again under the lock
+        replace = check_output_folder(out, "--out", runs=False, force=force)
+        check_output_inputs(out, "--out", inputs or {}, replaced=replace, read_whole=("--data",))
+        return replace
+
+    with output_lock(out, check) as aside:
         if aside is not None and log is not None:
             log(f"--force: {out} moved aside to {aside}")
         _write_run(out, model, data, imported_from)
@@ -239,6 +247,11 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
             if line:
                 log(line)
     return out
+
+
+def import_inputs(what: str, path: str | Path, source: str, data_dir: str | Path | None) -> InputPaths:
+    """An importer's inputs for ``write_run``: the model file (argument ``what``), ``--data`` and ``--data-dir``."""
+    return {what: path, "--data": tuple(source_paths(source)), "--data-dir": data_dir}
 
 
 def _write_run(out: Path, model: SequentialRecommender, data: ImportData, imported_from: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from resdom.adapters.common import (
     ImportData,
     TrackedState,
     attention_weights,
+    import_inputs,
     load_import_data,
     load_weights,
     source_rows,
@@ -169,7 +170,8 @@ def import_pmixer(state_path: str | Path, source: str, out: str | Path, heads: i
     imported = {"format": "pmixer", "path": str(Path(state_path).resolve()), "heads": heads,
                 "norm_first": norm_first, "max_len": model.max_len, "preprocessing": applied,
                 "ignored_weights": ignored}
-    return write_run(out, model, data, imported, force, log, applied)
+    return write_run(out, model, data, imported, force, log, applied,
+                     import_inputs("STATE_DICT", state_path, source, data_dir))
 
 
 def describe_pmixer_data(data: ImportData) -> list[str]:

@@ -37,6 +37,7 @@ from resdom.adapters.common import (
     TrackedState,
     check_heads,
     embedding_table,
+    import_inputs,
     imported_model_config,
     load_weights,
     setting_number,
@@ -614,4 +615,5 @@ def import_recbole(checkpoint: str | Path, source: str, out: str | Path, data_di
                 "dataset": ckpt.get("dataset"), "model": ckpt.get("model"),
                 "max_item_list_length": ckpt.get("MAX_ITEM_LIST_LENGTH"), "preprocessing": applied,
                 "ignored_weights": ignored}
-    return write_run(out, model, data, imported, force, log, applied)
+    return write_run(out, model, data, imported, force, log, applied,
+                     import_inputs("CHECKPOINT", checkpoint, source, data_dir))

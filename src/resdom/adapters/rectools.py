@@ -52,6 +52,7 @@ from resdom.adapters.common import (
     attention_weights,
     check_heads,
     embedding_table,
+    import_inputs,
     imported_model_config,
     load_weights,
     setting_mapping,
@@ -312,4 +313,5 @@ def import_rectools(path: str | Path, source: str, out: str | Path, data_dir: st
     imported = {"format": "rectools", "path": str(Path(path).resolve()), "class": ck.config["cls"],
                 "model_config": {k: v for k, v in ck.config.items() if isinstance(v, (str, int, float, bool))},
                 "lightning_version": ck.version, "preprocessing": lines[1:], "ignored_weights": ignored}
-    return write_run(out, model, data, imported, force, log, lines)
+    return write_run(out, model, data, imported, force, log, lines,
+                     import_inputs("MODEL_FILE", path, source, data_dir))

@@ -10,11 +10,12 @@ import typer
 
 from resdom.cli.data_options import DATA_DIR_HELP, SOURCE_HELP, DataOptions, data_options
 from resdom.data.download import resolve_dataset_files
+from resdom.data.prepare import source_paths
 from resdom.data.registry import DATASETS, get_dataset
 from resdom.data.sequences import check_split_folder
 from resdom.data.stats import format_stats
 from resdom.errors import ResdomError
-from resdom.rundir import SPLIT, aside_name, output_lock, write_marker
+from resdom.rundir import SPLIT, InputPaths, aside_name, check_output_inputs, output_lock, write_marker
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts / none), the registry.", no_args_is_help=True)
 
@@ -75,10 +76,17 @@ def split_cmd(
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
     check_split_folder(out, "--out")  # before the work: a folder of other files is refused at once
+    inputs: InputPaths = {"SOURCE": tuple(source_paths(source)), "--data-dir": data.data_dir}
+    check_output_inputs(out, "--out", inputs, read_whole=("SOURCE",))
     split = data.split(source)
     made = json.loads(json.dumps(split.manifest))
-    # checked again: another `data split --out` may have saved there meanwhile
-    with output_lock(out, lambda: _check_out(out, check_split_folder(out, "--out"), made, force)) as aside:
+
+    def check() -> bool:  # again under the lock: another `data split --out` may have saved there meanwhile
+        replace = _check_out(out, check_split_folder(out, "--out"), made, force)
+        check_output_inputs(out, "--out", inputs, replaced=replace)  # never moved aside with what it splits
+        return replace
+
+    with output_lock(out, check) as aside:
         if aside is not None:
             typer.echo(f"--force: {out} moved aside to {aside}", err=True)
         split.save(out)

@@ -34,6 +34,7 @@ from resdom.cli.data_options import (
     with_config_data,
 )
 from resdom.cli.values import interrupted, one_filter, parse_cutoffs, positive_int, progress_option
+from resdom.data.prepare import source_paths
 from resdom.data.readers import not_text, refuse_binary
 from resdom.data.sequences import SplitData
 from resdom.distributed import resolve_device, setup, world_size
@@ -44,7 +45,7 @@ from resdom.io import atomic_write_bytes
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
 from resdom.names import CUTOFFS, MODELS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
-from resdom.rundir import check_output_file, check_output_folder, move_aside
+from resdom.rundir import check_output_file, check_output_folder, check_output_inputs, move_aside
 from resdom.runs import load_run
 from resdom.training.batches import trained_rows
 from resdom.training.config import TrainConfig, resolve_configs, with_objective
@@ -380,6 +381,10 @@ def train(
     # (below; its training checks the folder again): a look during the rename could find it half gone
     waits = force and world_size() > 1 and not is_main
     replace = False if waits else check_output_folder(out, "--out", runs=True, force=force)
+    check_output_inputs(out, "--out", {"SOURCE": tuple(source_paths(source)),
+                                          "--config": config if config and config.is_file() else None,
+                                          "--data-dir": data.data_dir},
+                        replaced=replace, read_whole=("SOURCE",))
     data.protocol_choice  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.recipe_protocol(source)  # its defaults apply to the model (training.config; none: auto's)

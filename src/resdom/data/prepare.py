@@ -215,6 +215,14 @@ def check_source(source: str) -> None:
         raise _unknown_source(source)
 
 
+def source_paths(source: str) -> list[str]:
+    """The files or folders a data ``source`` reads from (none for a registered data set or a synthetic one, which
+    are found in the data folder or made): a path, or the paths of ``items.txt,times.txt``."""
+    if source == "synthetic" or source.startswith("synthetic:") or source in DATASETS:
+        return []
+    return [source] if Path(source).exists() else source.split(",")
+
+
 def _read(paths: list[Path], fmt: str | None, **reader_options: Any) -> RawInteractions:
     """``readers.read_interactions``, or ``native.read_native`` for the native formats of the paper's data sets
     (``no_time`` applies to them too; ``normalize_ids`` does not: their ids are the files' own)."""
