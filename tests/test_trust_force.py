@@ -283,3 +283,26 @@ def test_train_and_data_split_never_write_into_the_split_they_read(tmp_path: Pat
         code, _, err = run_cli(capsys, *args)
         one_line_error(code, err, "--out", "SOURCE", "which the command reads")
         assert files_of(split) == before and sorted(os.listdir(split)) == sorted(before)
+
+
+def test_a_grid_keeps_its_data_and_stays_out_of_its_store(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`reproduce --data-dir OUT/raw --out OUT --force` moved the raw data aside with OUT (every cell then failed:
+    no data), and `--out STORE/x --store STORE` put the grid's runs among the store's cells (with --out
+    STORE/DATASET the cells were exported into the grid, which then refused to resume: 'holds a results-store
+    cell'). Both are refused now, before anything moves."""
+    stop_after_out(monkeypatch)
+    grid = ["reproduce", "--datasets", "synthetic", "--models", "sasrec", "--seeds", "1", "--epochs", "1",
+            "--device", "cpu"]
+    out = user_folder(tmp_path / "out")
+    (out / "raw").mkdir()
+    before = files_of(out)
+    code, _, err = run_cli(capsys, *grid, "--out", str(out), "--data-dir", str(out / "raw"), "--force")
+    one_line_error(code, err, f"--out {out}: holds --data-dir {out / 'raw'}")
+    assert files_of(out) == before and not (tmp_path / "out.replaced-1").exists()
+    store = tmp_path / "store"
+    make_cell(store)
+    for inside in (store / "grid", store / "synthetic"):
+        code, _, err = run_cli(capsys, *grid, "--out", str(inside), "--store", str(store))
+        one_line_error(code, err, f"--out {inside}: is inside --store {store}")
+        assert not inside.exists()

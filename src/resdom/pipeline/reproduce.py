@@ -44,6 +44,7 @@ from resdom.rundir import (
     cell_below,
     check_kind_folder,
     check_links,
+    check_output_inputs,
     output_lock,
     refuse_cell,
     require_folder_path,
@@ -149,8 +150,12 @@ class GridSpec:
                                        or self.out.resolve() in self.store.resolve().parents):
             raise ResdomError(f"--store {self.store}: is inside --out {self.out}; the store's cells would sit among "
                               "the grid's runs: choose a store outside the grid")
+        if self.store is not None and self.store.resolve() in self.out.resolve().parents:
+            raise ResdomError(f"--out {self.out}: is inside --store {self.store}; the grid's runs would sit among the "
+                              "store's cells (and its cells inside the grid): choose an --out outside the store")
         self.replace = check_kind_folder(self.out, GRID, "--out", force=self.force, legacy=earlier_grid,
                                          writes=(*self.datasets, SUMMARY))
+        check_output_inputs(self.out, "--out", {"--data-dir": self.data_dir}, replaced=self.replace)
 
     def _check_configs(self) -> None:
         """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
