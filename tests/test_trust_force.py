@@ -306,3 +306,23 @@ def test_a_grid_keeps_its_data_and_stays_out_of_its_store(tmp_path: Path, capsys
         code, _, err = run_cli(capsys, *grid, "--out", str(inside), "--store", str(store))
         one_line_error(code, err, f"--out {inside}: is inside --store {store}")
         assert not inside.exists()
+
+
+def test_report_doc_is_never_a_file_the_report_writes_nor_inside_a_run(env: Env, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`report RUN --out REP --doc REP/tables/tables.md` read the old tables.md as the document, wrote the new
+    one, then wrote the old text back over it: a stale table under a fresh report. Now a --doc among the files the
+    report writes, or inside a run it reads (a cell: never written), is one line naming it."""
+    rep = tmp_path / "rep"
+    code, _, err = run_cli(capsys, "report", str(env.cell), "--out", str(rep), "--tables-only")
+    assert code == 0, err
+    stale = rep / "tables" / "tables.md"
+    stale.write_text(stale.read_text() + "a stale line\n")
+    inside = env.cell / "notes.md"
+    inside.write_text("# notes\n")
+    cell_files = files_of(env.cell)
+    for doc, needle in ((stale, "is a file the report writes in --out"), (inside, f"is inside {env.cell}")):
+        code, _, err = run_cli(capsys, "report", str(env.cell), "--out", str(rep), "--tables-only", "--doc",
+                               str(doc))
+        one_line_error(code, err, f"--doc {doc}", needle)
+    assert stale.read_text().endswith("a stale line\n") and files_of(env.cell) == cell_files

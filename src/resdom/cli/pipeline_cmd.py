@@ -117,6 +117,8 @@ def report(
     study = is_study(found)
     known = study_block_names() if study else document_block_names()
     texts = {d: _document(d, known) for d in docs or []}  # every document checked before anything is written
+    for d in texts:
+        _check_doc_place(d, out, found)
     held_doc = next((d for d in docs or [] if target in d.resolve().parents), None)
     if replace and held_doc is not None:
         raise ResdomError(f"--out {out}: holds the --doc {held_doc}, which --force would move aside with it; "
@@ -166,6 +168,20 @@ def _earlier_report(out: Path, entries: list[str]) -> bool:
             and re.fullmatch(r"\d+ run\(s\)\.", head[2]) is not None):
         return True
     return _head(out / "tables" / "tables.md", 1) == ["## Data set statistics"]
+
+
+def _check_doc_place(doc: Path, out: Path, runs: list[Path]) -> None:
+    """A ResdomError where the --doc ``doc`` is a file the report writes in ``out`` (refilled after it, the document
+    read before would write the report's new file back over with the old) or lies inside one of the ``runs`` it
+    reads (nothing is written into a run or a results-store cell)."""
+    target = doc.resolve()
+    written = [(out / name).resolve() for name in REPORT_WRITES]
+    if any(target == w or w in target.parents for w in written):
+        raise ResdomError(f"--doc {doc}: is a file the report writes in --out {out}; give a document outside "
+                          f"{', '.join(REPORT_WRITES)}")
+    run = next((r for r in runs if r.resolve() in target.parents), None)
+    if run is not None:
+        raise ResdomError(f"--doc {doc}: is inside {run}, which the report reads; give a document outside every run")
 
 
 def _document(path: Path, known: tuple[str, ...]) -> str:
