@@ -306,6 +306,11 @@ def test_a_grid_keeps_its_data_and_stays_out_of_its_store(tmp_path: Path, capsys
         code, _, err = run_cli(capsys, *grid, "--out", str(inside), "--store", str(store))
         one_line_error(code, err, f"--out {inside}: is inside --store {store}")
         assert not inside.exists()
+    same = tmp_path / "same"  # one folder as both, through a link: said to be it, not to lie inside it
+    same.mkdir()
+    (tmp_path / "same-link").symlink_to(same)
+    code, _, err = run_cli(capsys, *grid, "--out", str(same), "--store", str(tmp_path / "same-link"))
+    one_line_error(code, err, f"--store {tmp_path / 'same-link'}: is --out {same};")
 
 
 def test_report_doc_is_never_a_file_the_report_writes_nor_inside_a_run(env: Env, tmp_path: Path,

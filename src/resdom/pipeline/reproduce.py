@@ -148,7 +148,8 @@ class GridSpec:
             require_folder_path(self.store, "--store")
         if self.store is not None and (self.store.resolve() == self.out.resolve()
                                        or self.out.resolve() in self.store.resolve().parents):
-            raise ResdomError(f"--store {self.store}: is inside --out {self.out}; the store's cells would sit among "
+            where = "is" if self.store.resolve() == self.out.resolve() else "is inside"
+            raise ResdomError(f"--store {self.store}: {where} --out {self.out}; the store's cells would sit among "
                               "the grid's runs: choose a store outside the grid")
         if self.store is not None and self.store.resolve() in self.out.resolve().parents:
             raise ResdomError(f"--out {self.out}: is inside --store {self.store}; the grid's runs would sit among the "
