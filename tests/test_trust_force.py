@@ -331,3 +331,44 @@ def test_report_doc_is_never_a_file_the_report_writes_nor_inside_a_run(env: Env,
                                str(doc))
         one_line_error(code, err, f"--doc {doc}", needle)
     assert stale.read_text().endswith("a stale line\n") and files_of(env.cell) == cell_files
+
+
+@pytest.mark.parametrize("name", [n for n in FOLDER_WRITERS if n != "diagnose"])
+def test_no_folder_writer_makes_a_new_folder_inside_a_cell(name: str, env: Env, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`train SOURCE --out CELL/diagnostics/run`, `data split --out CELL/x`, `report --out CELL/rep` and the
+    others wrote a whole new folder into a results-store cell (only the cell itself was refused as --out, while a
+    file inside one always was); so did every writer run from inside a cell with a relative --out. Now a folder
+    inside a cell, as spelled, through a link or from the working folder, is one line naming the cell."""
+    args, _, _ = FOLDER_WRITERS[name]
+    stop_after_out(monkeypatch)
+    store = tmp_path / "store"
+    cell = make_cell(store)
+    (tmp_path / "link").symlink_to(cell)
+    before = files_of(store)
+    for target in (cell / "sub", cell / "diagnostics" / "run", tmp_path / "link" / "sub"):
+        code, _, err = run_cli(capsys, *args(env, str(target)))
+        one_line_error(code, err, f"{target}: is inside a results-store cell")
+    monkeypatch.chdir(cell / "diagnostics")
+    code, _, err = run_cli(capsys, *args(env, "new"))
+    one_line_error(code, err, f"new: is inside a results-store cell ({cell})")
+    assert files_of(store) == before and sorted(p.name for p in cell.rglob("*")) == sorted(
+        ["cell.json", "config.json", "metrics.json", "diagnostics", "hrli.json", "users.npz"])
+
+
+def test_fitted_save_and_a_file_writer_from_inside_a_cell_are_refused(env: Env, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fitted.save(CELL/sub) wrote a run into a cell, and `recommend --out recs.csv` run from inside a cell wrote
+    its file there (the check looked only at the folders named in the path). Both are refused now."""
+    import resdom
+
+    cell = make_cell(tmp_path / "store")
+    before = files_of(cell)
+    with pytest.raises(ResdomError, match="is inside a results-store cell"):
+        resdom.load_run(env.run).save(cell / "sub")
+    monkeypatch.chdir(cell)
+    code, _, err = run_cli(capsys, *FILE_WRITERS["recommend --out"](env, "recs.csv"))
+    one_line_error(code, err, f"--out recs.csv: is inside a results-store cell ({cell})")
+    assert files_of(cell) == before and not (cell / "sub").exists()

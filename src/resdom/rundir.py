@@ -108,7 +108,23 @@ def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     above = next((p for p in path.parents if p.exists()), None)
     if not path.exists() and above is not None and not above.is_dir():
         raise ResdomError(f"{option} {path}: {above} is a file, not a folder (choose a folder name)")
+    cell = cell_above(path)
+    if cell is not None:  # a new folder inside a cell is written into the cell all the same
+        raise ResdomError(f"{option} {path}: is inside a results-store cell ({cell}); resdom never writes into a "
+                          f"cell's evidence; choose another {option}")
     return path.exists()
+
+
+def cell_above(path: str | Path) -> Path | None:
+    """The results-store cell that ``path`` lies inside (a folder above it holding ``cell.json``: as spelled, or
+    after links and ``..`` are resolved, the working folder's own parents included), or None."""
+    path = Path(path)
+    try:
+        resolved = [*path.resolve().parents]
+    except (OSError, RuntimeError):  # a loop of links: the writer's own check names it
+        resolved = []
+    spelled = [p for p in path.parents if p != Path(".")]  # the working folder: named in full, as resolved
+    return next((p for p in (*spelled, *resolved) if is_cell(p)), None)
 
 
 def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...], what: str,
@@ -129,7 +145,7 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     if (why := not_a_file_to_replace(path)) is not None:  # before reading its first line: a FIFO's never comes
         printed = f" (without {option}, the output is printed)" if option == "--out" else ""
         raise ResdomError(f"{option} {path}: {why}; give a file name{printed}")
-    cell = next((p for p in path.parents if is_cell(p)), None)
+    cell = cell_above(path)
     if cell is not None:
         raise ResdomError(f"{option} {path}: is inside a results-store cell ({cell}); resdom never writes into a "
                           f"cell's evidence; choose a file elsewhere")
