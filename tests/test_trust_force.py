@@ -372,3 +372,37 @@ def test_fitted_save_and_a_file_writer_from_inside_a_cell_are_refused(env: Env, 
     code, _, err = run_cli(capsys, *FILE_WRITERS["recommend --out"](env, "recs.csv"))
     one_line_error(code, err, f"--out recs.csv: is inside a results-store cell ({cell})")
     assert files_of(cell) == before and not (cell / "sub").exists()
+
+
+@pytest.mark.parametrize("name", [n for n, (_, takes_force, _) in FOLDER_WRITERS.items() if takes_force])
+def test_force_never_moves_the_working_folder_aside(name: str, env: Env, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report RUN --out .` in a folder of one's own files was a ValueError traceback ('.' has an empty name),
+    with or without --force, and so was `train --out .` in a finished run; `--out ../HERE --force` moved the
+    working folder aside under the user's shell and wrote the output into a new folder of its old name. Now --force
+    never moves the working folder (or one above it) aside, in one line, and a refusal there offers no --force.
+    Makers: a folder of the user's files for the writers that move one aside, a finished run for train and the
+    importers, a split of another source for data split."""
+    args, _, moves = FOLDER_WRITERS[name]
+    stop_after_out(monkeypatch)
+    if moves:
+        here = user_folder(tmp_path / "here")
+    elif name == "data split":
+        here = tmp_path / "here"
+        prepare_split("synthetic:n_users=30,n_items=20,min_len=5,max_len=9", protocol="loo").save(here)
+    else:
+        here = finish(make_run(tmp_path / "here", prepare_split(SOURCE, protocol="loo")))
+    before = files_of(here)
+    below = [] if name == "data split" else [(here / "below", "..")]  # a split folder holds nothing else
+    for cwd, _ in below:
+        cwd.mkdir()
+    for cwd, target in ((here, "."), (here, "../here"), *below):
+        monkeypatch.chdir(cwd)
+        code, _, err = run_cli(capsys, *args(env, target), "--force")
+        one_line_error(code, err, f"--out {Path(target)}: is ", "working folder, which is never moved aside")
+        code, _, err = run_cli(capsys, *args(env, target))
+        assert "--force" not in one_line_error(code, err, f"{Path(target)}")
+    for cwd, _ in below:
+        cwd.rmdir()
+    assert files_of(here) == before and sorted(p.name for p in tmp_path.iterdir()) == ["here", "inputs"]

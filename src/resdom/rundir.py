@@ -282,15 +282,13 @@ def check_output_folder(path: str | Path, option: str = "--out", *, runs: bool, 
         refuse_store(path, option)
         return True
     if not runs:
-        raise ResdomError(f"{path}: exists and is not empty (choose another {option}, or --force to move it "
-                          f"aside to {aside_name(path)} and write anew)")
+        raise ResdomError(f"{path}: exists and is not empty (choose another {option}{or_force(path, 'write anew')})")
     if run.state.is_file() or not holds_results(run):
         return False
     if not force:
         raise ResdomError(f"{option} {path}: holds a {'finished' if run.final.is_file() else 'trained or imported'} "
                           "run with no resume state (state/); training there would start afresh and replace its "
-                          f"model, metrics and diagnostics: choose another {option}, or --force to move it aside to "
-                          f"{aside_name(path)} and train anew")
+                          f"model, metrics and diagnostics: choose another {option}{or_force(path, 'train anew')}")
     return True
 
 
@@ -412,7 +410,11 @@ def cell_below(path: str | Path) -> Path | None:
 
 def refuse_store(path: str | Path, option: str = "--out") -> None:
     """A ResdomError when folder ``path`` is or holds a results-store cell: --force never moves a cell's evidence
-    aside, not even inside the folder it renames (a whole store given as --out)."""
+    aside, not even inside the folder it renames (a whole store given as --out); nor the working folder or one above
+    it (the shell would be left in the renamed folder, the output written to a new one under its old name)."""
+    if _within(Path.cwd(), Path(path)):
+        what = "the working folder" if _within(Path(path), Path.cwd()) else "above the working folder"
+        raise ResdomError(f"{option} {path}: is {what}, which is never moved aside; choose another {option}")
     cell = cell_below(path)
     if cell is not None:
         raise ResdomError(f"{option} {path}: holds a results-store cell ({cell}); resdom never moves a cell's "
@@ -422,6 +424,8 @@ def refuse_store(path: str | Path, option: str = "--out") -> None:
 def aside_name(path: str | Path) -> Path:
     """Where ``move_aside`` would move ``path``: ``NAME.replaced-K``, the first K not taken."""
     path = Path(path)
+    if path.name in ("", ".."):  # ".", "..", "/": the folder's own name, as resolved
+        path = Path(os.path.abspath(path))
     for k in range(1, 10_000):
         aside = path.with_name(f"{path.name}.replaced-{k}")
         if not aside.exists() and not aside.is_symlink():
@@ -429,13 +433,19 @@ def aside_name(path: str | Path) -> Path:
     raise ResdomError(f"{path}: 9999 folders {path.name}.replaced-K already; remove some")
 
 
-def move_aside(path: str | Path, *, held: bool = False) -> Path:
+def or_force(path: str | Path, then: str) -> str:
+    """A refusal's way out with --force, ``, or --force to move it aside to NAME and THEN``; none where ``path`` is
+    the working folder or above it, which --force never moves (``refuse_store``)."""
+    return "" if _within(Path.cwd(), Path(path)) else f", or --force to move it aside to {aside_name(path)} and {then}"
+
+
+def move_aside(path: str | Path, *, held: bool = False, option: str = "--out") -> Path:
     """Rename folder ``path`` to ``aside_name(path)`` (what --force does to an output it replaces: nothing is
-    deleted); returns the new name. A folder that is or holds a results-store cell is refused (``refuse_store``),
-    and so is one another process writes in (a trainer, a diagnose, ``output_lock``; ``held``: the caller holds
-    ``path``'s lock itself)."""
+    deleted); returns the new name. A folder that is or holds a results-store cell, or holds the working folder, is
+    refused (``refuse_store``, naming ``option``), and so is one another process writes in (a trainer, a diagnose,
+    ``output_lock``; ``held``: the caller holds ``path``'s lock itself)."""
     path = Path(path)
-    refuse_store(path, "--force:")
+    refuse_store(path, option)
     if (not held and is_locked(path)) or is_locked(RunDir(path).diagnostics):
         # a writer there would go on writing into the renamed folder
         raise ResdomError(f"{path}: another process is writing there (training or diagnosing); wait for it to "
@@ -453,12 +463,13 @@ def output_lock(path: str | Path, check: Callable[[], bool], option: str = "--ou
     True: move it aside, ``move_aside``), made before the lock file is written into the folder and again under the
     lock (another command may have written there meanwhile). Yields where the folder was moved (None: it was not)."""
     path = Path(path)
-    aside = move_aside(path) if check() else None  # moved as it was: no lock file written into it
+    aside = move_aside(path, option=option) if check() else None  # moved as it was: no lock file written into it
 
     with ExitStack() as held:
         held.enter_context(directory_lock(path, "writing", f"choose another {option}"))
         if check():
-            aside = move_aside(path, held=True)  # its lock goes with it: the new folder is locked in its place
+            aside = move_aside(path, held=True, option=option)  # its lock goes with it: the new folder is locked
+            # in its place
             held.enter_context(directory_lock(path, "writing", f"choose another {option}"))
         yield aside
 
@@ -499,5 +510,5 @@ def check_kind_folder(path: str | Path, kind: str, option: str = "--out", *, for
     others = [n for n in entries if n not in writes] or entries  # what the writer would not write, first
     what = (f"{KIND_NAMES[marked]}, not {KIND_NAMES[kind]}" if marked is not None else
             f"what {WRITERS[kind]} does not write ({first_names(others)})")
-    raise ResdomError(f"{option} {path}: holds {what}; choose another {option} or an empty folder, or --force to "
-                      f"move it aside to {aside_name(path)} and write anew")
+    raise ResdomError(f"{option} {path}: holds {what}; choose another {option} or an empty folder"
+                      f"{or_force(path, 'write anew')}")

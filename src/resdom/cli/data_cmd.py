@@ -15,7 +15,7 @@ from resdom.data.registry import DATASETS, get_dataset
 from resdom.data.sequences import check_split_folder
 from resdom.data.stats import format_stats
 from resdom.errors import ResdomError
-from resdom.rundir import SPLIT, InputPaths, aside_name, check_output_inputs, output_lock, write_marker
+from resdom.rundir import SPLIT, InputPaths, check_output_inputs, or_force, output_lock, write_marker
 
 data_app = typer.Typer(help="Data sets: statistics, splits (loo / gts / none), the registry.", no_args_is_help=True)
 
@@ -116,8 +116,8 @@ def _check_out(out: Path, saved: dict[str, Any] | None, made: dict[str, Any], fo
     if saved is None or saved == made:
         return False
     if not force:
-        raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out, or "
-                          f"--force to move it aside to {aside_name(out)} and save this one")
+        raise ResdomError(f"--out {out}: holds another split ({_made_from(saved)}); choose another --out"
+                          f"{or_force(out, 'save this one')}")
     return True
 
 
