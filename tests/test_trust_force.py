@@ -283,6 +283,14 @@ def test_train_and_data_split_never_write_into_the_split_they_read(tmp_path: Pat
         code, _, err = run_cli(capsys, *args)
         one_line_error(code, err, "--out", "SOURCE", "which the command reads")
         assert files_of(split) == before and sorted(os.listdir(split)) == sorted(before)
+    # a folder of raw data is read at its top only: an output folder inside it is harmless, and allowed
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rows = [f"{u},{(u * i) % 20 + 1},{u * 100 + i}" for u in range(1, 31) for i in range(1, 7)]
+    (raw / "interactions.csv").write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    for out in ("one", "two"):  # the second reads the folder with the first split inside it
+        code, _, err = run_cli(capsys, "data", "split", str(raw), "--out", str(raw / out))
+        assert code == 0, err
 
 
 def test_a_grid_keeps_its_data_and_stays_out_of_its_store(tmp_path: Path, capsys: pytest.CaptureFixture[str],

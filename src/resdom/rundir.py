@@ -181,8 +181,8 @@ def check_output_inputs(path: str | Path, option: str, inputs: InputPaths, *, re
                         read_whole: Iterable[str] = ()) -> None:
     """Refuse the output folder ``path``, in one line naming ``option`` and the input, where writing it would touch
     one of the command's ``inputs`` (files or folders, by the option that names them; values that name nothing on
-    disk are passed over): ``path`` is one of them, or (for the options in ``read_whole``: a folder read as a whole,
-    a split or a data folder, whose own files the output would join) inside one; or, where ``replaced`` (the folder
+    disk are passed over): ``path`` is one of them, or (for the options in ``read_whole``: a split folder, which
+    holds its two files and nothing else) inside one; or, where ``replaced`` (the folder
     is moved aside, ``--force``), ``path`` holds one of them, which would be moved away with it."""
     path, whole = Path(path), set(read_whole)
     for name, values in inputs.items():

@@ -227,15 +227,15 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
     """Write the run directory ``out`` (data/, model.safetensors + model.json, config.json); returns it.
 
     Then ``log`` gets each of ``notes`` (what the importer applied to the data) and, where ``imported_from`` names
-    ignored weights, the line that says so. ``inputs``: the files the importer read, by option (``--data``: read
-    as a whole); ``out`` may not be one of them, nor hold one that --force would move aside.
+    ignored weights, the line that says so. ``inputs``: the files the importer read, by option; ``out`` may not be
+    one of them, nor hold one that --force would move aside.
     """
     out = Path(out)
 
     def check() -> bool:  # --force: the old run is kept, renamed; one writer at a time (another import, a trainer):
         # checked again under the lock
         replace = check_output_folder(out, "--out", runs=False, force=force)
-        check_output_inputs(out, "--out", inputs or {}, replaced=replace, read_whole=("--data",))
+        check_output_inputs(out, "--out", inputs or {}, replaced=replace)
         return replace
 
     with output_lock(out, check) as aside:

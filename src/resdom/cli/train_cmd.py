@@ -384,7 +384,7 @@ def train(
     check_output_inputs(out, "--out", {"SOURCE": tuple(source_paths(source)),
                                           "--config": config if config and config.is_file() else None,
                                           "--data-dir": data.data_dir},
-                        replaced=replace, read_whole=("SOURCE",))
+                        replaced=replace, read_whole=("SOURCE",) if is_split_dir(source) else ())
     data.protocol_choice  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source
     protocol = data.recipe_protocol(source)  # its defaults apply to the model (training.config; none: auto's)
