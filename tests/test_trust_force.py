@@ -308,6 +308,12 @@ def test_a_grid_keeps_its_data_and_stays_out_of_its_store(tmp_path: Path, capsys
     code, _, err = run_cli(capsys, *grid, "--out", str(out), "--data-dir", str(out / "raw"), "--force")
     one_line_error(code, err, f"--out {out}: holds --data-dir {out / 'raw'}")
     assert files_of(out) == before and not (tmp_path / "out.replaced-1").exists()
+    for variable, named in (("RESDOM_DATA_DIR", "$RESDOM_DATA_DIR"), ("RESDOM_CACHE_DIR", "the download cache")):
+        with monkeypatch.context() as m:  # where the data is found without --data-dir: kept too
+            m.setenv(variable, str(out / "raw"))
+            code, _, err = run_cli(capsys, *grid, "--out", str(out), "--force")
+            one_line_error(code, err, f"--out {out}: holds {named} {out / 'raw'}")
+    assert files_of(out) == before and not (tmp_path / "out.replaced-1").exists()
     store = tmp_path / "store"
     make_cell(store)
     for inside in (store / "grid", store / "synthetic"):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -174,7 +174,7 @@ def _within(inner: Path, outer: Path) -> bool:
     return a == b or b in a.parents
 
 
-InputPaths = dict[str, str | Path | None | tuple[str | Path, ...]]  # a command's inputs by option (one or more)
+InputPaths = Mapping[str, str | Path | None | tuple[str | Path, ...]]  # a command's inputs by option (one or more)
 
 
 def check_output_inputs(path: str | Path, option: str, inputs: InputPaths, *, replaced: bool = False,

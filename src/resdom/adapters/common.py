@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from resdom.data.download import data_folders
 from resdom.data.prepare import load_prepared, prepare_split, source_paths, split_data
 from resdom.data.sequences import SplitData
 from resdom.data.splits import split_loo
@@ -251,7 +252,7 @@ def write_run(out: str | Path, model: SequentialRecommender, data: ImportData, i
 
 def import_inputs(what: str, path: str | Path, source: str, data_dir: str | Path | None) -> InputPaths:
     """An importer's inputs for ``write_run``: the model file (argument ``what``), ``--data`` and ``--data-dir``."""
-    return {what: path, "--data": tuple(source_paths(source)), "--data-dir": data_dir}
+    return {what: path, "--data": tuple(source_paths(source)), **data_folders(data_dir)}
 
 
 def _write_run(out: Path, model: SequentialRecommender, data: ImportData, imported_from: dict[str, Any]) -> None:

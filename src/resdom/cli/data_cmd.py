@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from resdom.cli.data_options import DATA_DIR_HELP, SOURCE_HELP, DataOptions, data_options, is_split_dir
-from resdom.data.download import resolve_dataset_files
+from resdom.data.download import data_folders, resolve_dataset_files
 from resdom.data.prepare import source_paths
 from resdom.data.registry import DATASETS, get_dataset
 from resdom.data.sequences import check_split_folder
@@ -76,7 +76,7 @@ def split_cmd(
 ) -> None:
     """Prepare and split SOURCE; write OUT/arrays.npz and OUT/manifest.json and print a summary."""
     check_split_folder(out, "--out")  # before the work: a folder of other files is refused at once
-    inputs: InputPaths = {"SOURCE": tuple(source_paths(source)), "--data-dir": data.data_dir}
+    inputs: InputPaths = {"SOURCE": tuple(source_paths(source)), **data_folders(data.data_dir)}
     check_output_inputs(out, "--out", inputs, read_whole=("SOURCE",) if is_split_dir(source) else ())
     split = data.split(source)
     made = json.loads(json.dumps(split.manifest))

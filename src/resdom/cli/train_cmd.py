@@ -34,6 +34,7 @@ from resdom.cli.data_options import (
     with_config_data,
 )
 from resdom.cli.values import interrupted, one_filter, parse_cutoffs, positive_int, progress_option
+from resdom.data.download import data_folders
 from resdom.data.prepare import source_paths
 from resdom.data.readers import not_text, refuse_binary
 from resdom.data.sequences import SplitData
@@ -383,7 +384,7 @@ def train(
     replace = False if waits else check_output_folder(out, "--out", runs=True, force=force)
     check_output_inputs(out, "--out", {"SOURCE": tuple(source_paths(source)),
                                           "--config": config if config and config.is_file() else None,
-                                          "--data-dir": data.data_dir},
+                                          **data_folders(data.data_dir)},
                         replaced=replace, read_whole=("SOURCE",) if is_split_dir(source) else ())
     data.protocol_choice  # noqa: B018 (fail fast on an unknown --protocol)
     preset_source = split_manifest(source).get("source", {}).get("name", source) if is_split_dir(source) else source

@@ -68,6 +68,14 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "resdom"
 
 
+def data_folders(data_dir: str | Path | None) -> dict[str, str | Path | None]:
+    """Where registered data sets are read from, by what names each (``--data-dir``, ``$RESDOM_DATA_DIR``, the
+    download cache): the inputs an output folder moved aside by --force may not hold (``rundir.check_output_inputs``).
+    """
+    return {"--data-dir": data_dir, f"${ENV_DATA_DIR}": os.environ.get(ENV_DATA_DIR) or None,
+            "the download cache": cache_dir()}
+
+
 def download_base() -> str:
     return os.environ.get(ENV_DOWNLOAD_BASE) or DEFAULT_BASE_URL
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resdom.data.download import data_folders
 from resdom.data.prepare import check_quantile, check_source, known_protocol, prepare_split, protocol_name
 from resdom.data.registry import DATASETS
 from resdom.data.sequences import SplitData
@@ -156,7 +157,7 @@ class GridSpec:
                               "store's cells (and its cells inside the grid): choose an --out outside the store")
         self.replace = check_kind_folder(self.out, GRID, "--out", force=self.force, legacy=earlier_grid,
                                          writes=(*self.datasets, SUMMARY))
-        check_output_inputs(self.out, "--out", {"--data-dir": self.data_dir}, replaced=self.replace)
+        check_output_inputs(self.out, "--out", data_folders(self.data_dir), replaced=self.replace)
 
     def _check_configs(self) -> None:
         """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
