@@ -420,3 +420,32 @@ def test_force_never_moves_the_working_folder_aside(name: str, env: Env, tmp_pat
     for cwd, _ in below:
         cwd.rmdir()
     assert files_of(here) == before and sorted(p.name for p in tmp_path.iterdir()) == ["here", "inputs"]
+
+
+def test_force_never_moves_aside_a_link_to_what_the_command_reads(env: Env, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`report OUT/link-to-run --out OUT --force` moved OUT aside with the link in it, then failed 'run directory
+    not found', leaving an empty OUT and the user's folder renamed; a --doc reached through a link in OUT was
+    written as a new file in the new OUT, the user's document left as it was, 'refilled'. The run and the document
+    lay elsewhere, so only their resolved paths had been looked at. Now a path reached through the folder --force
+    would move is refused as one inside it."""
+    out = user_folder(tmp_path / "out")
+    (out / "run").symlink_to(env.run)
+    doc = tmp_path / "doc.md"
+    doc.write_text("# mine\n")
+    (out / "doc.md").symlink_to(doc)
+    split = tmp_path / "split"
+    prepare_split(SOURCE, protocol="loo").save(split)
+    run = finish(make_run(tmp_path / "finished", prepare_split(SOURCE, protocol="loo")))
+    (run / "split").symlink_to(split)
+    for args, moved, needle in (
+        (["report", str(out / "run"), "--out", str(out), "--tables-only"], out, "holds the run directory"),
+        (["report", str(env.run), "--out", str(out), "--tables-only", "--doc", str(out / "doc.md")], out,
+         "holds --doc"),
+        (["train", str(run / "split"), "--out", str(run), "--epochs", "1", *TINY], run, "holds SOURCE"),
+    ):
+        before = files_of(moved)
+        code, _, err = run_cli(capsys, *args, "--force")
+        one_line_error(code, err, f"--out {moved}: {needle}", "--force would move aside")
+        assert files_of(moved) == before and not Path(f"{moved}.replaced-1").exists()
+    assert doc.read_text() == "# mine\n"

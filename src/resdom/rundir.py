@@ -197,9 +197,16 @@ def _check_output_input(path: Path, option: str, name: str, given: Path, replace
         where = "is" if _within(given, path) else "is inside"
         raise ResdomError(f"{option} {path}: {where} {name} {given}, which the command reads; choose an {option} "
                           "outside it")
-    if replaced and _within(given, path):
+    if replaced and _passes_through(given, path):
         raise ResdomError(f"{option} {path}: holds {name} {given}, which the command reads and --force would move "
                           f"aside with the folder; choose another {option}")
+
+
+def _passes_through(given: Path, folder: Path) -> bool:
+    """Whether ``given`` lies in ``folder``, or is reached through it: a folder on its path as spelled (a link
+    inside ``folder`` to a file elsewhere, ``folder/x/../y``) is ``folder`` or inside it. Moving ``folder`` aside
+    takes ``given`` away in either case."""
+    return any(_within(p, folder) for p in (given, *given.parents) if p != Path("."))
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -25,7 +25,15 @@ from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
 from resdom.report import build_report, document_block_names, find_run_dirs, left_out
 from resdom.report.collect import same_folders
-from resdom.rundir import REPORT, check_kind_folder, is_link_loop, output_lock, require_folder_path, write_marker
+from resdom.rundir import (
+    REPORT,
+    check_kind_folder,
+    check_output_inputs,
+    is_link_loop,
+    output_lock,
+    require_folder_path,
+    write_marker,
+)
 from resdom.study import build_report as build_study_report
 from resdom.study import document_block_names as study_block_names
 from resdom.study import is_study
@@ -123,6 +131,9 @@ def report(
     if replace and held_doc is not None:
         raise ResdomError(f"--out {out}: holds the --doc {held_doc}, which --force would move aside with it; "
                           "choose another --out")
+    # --force would move aside what the report reads with the folder: a run or --doc in it, or a link there to one
+    check_output_inputs(out, "--out", {"the run directory": tuple(found), "--doc": tuple(docs or [])},
+                        replaced=replace)
     with output_lock(out, check) as aside:  # one report at a time there: checked again under the lock
         if aside is not None:
             typer.echo(f"--force: {out} moved aside to {aside}", err=True)
