@@ -316,6 +316,11 @@ def test_a_grid_keeps_its_data_and_stays_out_of_its_store(tmp_path: Path, capsys
     assert files_of(out) == before and not (tmp_path / "out.replaced-1").exists()
     store = tmp_path / "store"
     make_cell(store)
+    (out / "store").symlink_to(store)  # the store through a link in --out: moved away with it by --force
+    code, _, err = run_cli(capsys, *grid, "--out", str(out), "--store", str(out / "store"), "--force")
+    one_line_error(code, err, f"--out {out}: holds --store {out / 'store'}")
+    (out / "store").unlink()
+    assert files_of(out) == before and not (tmp_path / "out.replaced-1").exists()
     for inside in (store / "grid", store / "synthetic"):
         code, _, err = run_cli(capsys, *grid, "--out", str(inside), "--store", str(store))
         one_line_error(code, err, f"--out {inside}: is inside --store {store}")

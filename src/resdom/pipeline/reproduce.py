@@ -157,7 +157,9 @@ class GridSpec:
                               "store's cells (and its cells inside the grid): choose an --out outside the store")
         self.replace = check_kind_folder(self.out, GRID, "--out", force=self.force, legacy=earlier_grid,
                                          writes=(*self.datasets, SUMMARY))
-        check_output_inputs(self.out, "--out", data_folders(self.data_dir), replaced=self.replace)
+        # a store reached through a link in --out would be written into the new --out once the old one moved aside
+        check_output_inputs(self.out, "--out", {**data_folders(self.data_dir), "--store": self.store},
+                            replaced=self.replace)
 
     def _check_configs(self) -> None:
         """Resolve every cell's configuration (as ``train_and_diagnose`` will) before any is trained: a bad
