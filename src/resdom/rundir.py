@@ -419,7 +419,7 @@ def refuse_store(path: str | Path, option: str = "--out") -> None:
     """A ResdomError when folder ``path`` is or holds a results-store cell: --force never moves a cell's evidence
     aside, not even inside the folder it renames (a whole store given as --out); nor the working folder or one above
     it (the shell would be left in the renamed folder, the output written to a new one under its old name)."""
-    if _within(Path.cwd(), Path(path)):
+    if _holds_working_folder(path):
         what = "the working folder" if _within(Path(path), Path.cwd()) else "above the working folder"
         raise ResdomError(f"{option} {path}: is {what}, which is never moved aside; choose another {option}")
     cell = cell_below(path)
@@ -443,7 +443,16 @@ def aside_name(path: str | Path) -> Path:
 def or_force(path: str | Path, then: str) -> str:
     """A refusal's way out with --force, ``, or --force to move it aside to NAME and THEN``; none where ``path`` is
     the working folder or above it, which --force never moves (``refuse_store``)."""
-    return "" if _within(Path.cwd(), Path(path)) else f", or --force to move it aside to {aside_name(path)} and {then}"
+    return "" if _holds_working_folder(path) else f", or --force to move it aside to {aside_name(path)} and {then}"
+
+
+def _holds_working_folder(path: str | Path) -> bool:
+    """Whether folder ``path`` is the working folder or above it (False where the working folder is gone)."""
+    try:
+        cwd = Path.cwd()
+    except OSError:
+        return False
+    return _within(cwd, Path(path))
 
 
 def move_aside(path: str | Path, *, held: bool = False, option: str = "--out") -> Path:
