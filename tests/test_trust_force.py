@@ -454,3 +454,17 @@ def test_force_never_moves_aside_a_link_to_what_the_command_reads(env: Env, tmp_
         one_line_error(code, err, f"--out {moved}: {needle}", "--force would move aside")
         assert files_of(moved) == before and not Path(f"{moved}.replaced-1").exists()
     assert doc.read_text() == "# mine\n"
+
+
+def test_force_where_the_working_folder_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The working-folder check of --force asked os.getcwd(), a FileNotFoundError in a shell whose folder was
+    removed; there is then no working folder to keep, and a run given by its full path is moved aside as ever."""
+    run = finish(make_run(tmp_path / "run", prepare_split(SOURCE, protocol="loo")))
+
+    def gone() -> str:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(os, "getcwd", gone)
+    assert check_output_folder(run, "--out", runs=True, force=True) is True
+    with pytest.raises(ResdomError, match=r"or --force to move it aside to .*run\.replaced-1 and train anew"):
+        check_output_folder(run, "--out", runs=True)
