@@ -126,6 +126,25 @@ def test_fits_in_two_threads_at_once_give_each_the_numbers_it_gives_alone(split,
     assert got == {0: fitted.checkpoint, 1: fitted.checkpoint}
 
 
+def test_a_load_in_another_thread_leaves_a_fit_under_way_its_numbers(split, fitted, run_dir):
+    """Loading a run builds a model inside ``callers_rng`` and puts the state it found back on leaving: in another
+    thread during a fit, that put back the state of some earlier epoch in the middle of the fit's (so the second of
+    two fits in two threads, whose first loads its best model after training, gave other weights). A load now waits
+    for the fit under way."""
+    import threading
+
+    got: list[object] = []
+    fitting = threading.Thread(
+        target=lambda: got.append(resdom.fit(split, "sasrec", device="cpu", progress=False, **SMALL).checkpoint))
+    fitting.start()
+    loads = 0
+    while fitting.is_alive() or not loads:
+        resdom.load_run(run_dir, device="cpu")
+        loads += 1
+    fitting.join()
+    assert got == [fitted.checkpoint]
+
+
 def test_fit_and_diagnose_without_bars_leave_no_thread_behind(split):
     """A hidden tqdm bar (``disable=True``) starts tqdm's monitor thread and nothing stops it: a fit or a diagnosis
     without bars (a notebook, a log, progress=False) left a thread running in the caller's process."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -121,10 +122,17 @@ def callers_rng() -> Iterator[None]:
     """Give the caller's torch random state back as it was on entry, whatever runs inside seeds or draws: ``fit``
     seeds torch with ``train.seed`` (and again each epoch), loading a model draws initial weights it then overwrites.
     A library call leaves its caller's random numbers alone. The CPU generator, and each CUDA device's where CUDA
-    was initialised before the call (a process that had not used CUDA has no state of it to keep)."""
+    was initialised before the call (a process that had not used CUDA has no state of it to keep).
+
+    The state is the process's, so such calls in several threads run one at a time (``_RANDOM_STATE``): a
+    ``load_run`` in one thread put its saved state back in the middle of a ``fit`` in another (``resdom.fit``
+    loads its best model after training, so two fits in two threads gave the second other weights)."""
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+    with _RANDOM_STATE, torch.random.fork_rng(devices=cuda, device_type="cuda"):
         yield
+
+
+_RANDOM_STATE = threading.RLock()  # held by callers_rng: one call at a time draws on and gives back the state
 
 
 @contextlib.contextmanager
