@@ -196,6 +196,7 @@ def test_calls_in_two_threads_at_once_leave_the_warnings_filters_alone(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_an_evaluation_while_another_thread_recommends_at_alpha_0_gets_the_models_own_numbers(fitted):
     """recommend(alpha=...) and a diagnosis scale the residual on the model itself: an evaluate of the same model in
     another thread meanwhile returned the scaled model's metrics without a word. Calls on one model now run one at

@@ -46,6 +46,7 @@ def trained(tmp_path_factory) -> dict[str, tuple[torch.nn.Module, object]]:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_position_l1_recovers_misses_under_skip2_structure(trained):
     rec = {w: split_recovery(m, split.test, alphas=(1.0,), K=1) for w, (m, split) in trained.items()}
     assert rec["skip2"].offset_shares["L-1"] > rec["last"].offset_shares["L-1"]

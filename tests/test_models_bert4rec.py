@@ -411,6 +411,7 @@ def planted(tmp_path_factory) -> tuple[Path, object, dict]:
     return out, split, result
 
 
+@pytest.mark.slow
 def test_training_learns_the_planted_successor(planted) -> None:
     _, split, result = planted
     got = result["test"]["metrics"]

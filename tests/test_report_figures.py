@@ -498,6 +498,7 @@ def test_the_remedies_figure_labels_alpha_1_and_0_and_keeps_its_labels_apart() -
                 assert abs(x0 - x1) > 0.15 * span_x or abs(y0 - y1) > 0.15 * span_y, ax.get_title()
 
 
+@pytest.mark.slow
 def test_a_dollar_in_a_name_is_drawn_as_written(tmp_path: Path) -> None:
     """A data set or model named ``a$\\\\frac$`` made matplotlib parse mathtext and raise (a ParseException
     traceback from `resdom report`); ``$5 and $10`` came out in italics. Maker: the fixture runs, one renamed."""

@@ -90,6 +90,7 @@ def test_the_generic_block_names_known_up_front_are_those_the_blocks_get(tmp_pat
                   "--tables-only") == 2  # claims is a block of the study, not of one's own runs' report
 
 
+@pytest.mark.slow
 def test_the_pages_of_ones_own_run_show_only_the_figures_drawn(tmp_path: Path) -> None:
     from resdom.report.figures import figure_keys
     from resdom.report.html import MISSING, render_html, render_markdown

@@ -138,6 +138,7 @@ def test_fp32_train_step_runs_no_autocast() -> None:
 @pytest.mark.parametrize("model,objective,precision", [
     ("sasrec", "ce_all", "bf16-loss"), ("sasrec", "ce_last", "bf16-loss"), ("bert4rec", None, "bf16-loss"),
     ("sasrec", "bce", "bf16-loss")])
+@pytest.mark.slow
 def test_bf16_trains(tmp_path: Path, model: str, objective: str | None, precision: str) -> None:
     extra = {"objective": objective} if objective else {}
     losses, result, out = _run(tmp_path, f"{precision}-{model}", model, precision=precision, **extra)

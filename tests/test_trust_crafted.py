@@ -613,6 +613,7 @@ def test_demo_with_other_epochs_trains_again_and_says_so(tmp_path: Path) -> None
     assert "again from scratch" not in "\n".join(lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("out", ["run", "run/report", "runs/run", "runs/run/figures"])
 def test_report_refuses_to_write_into_a_run_it_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str], out: str) -> None:

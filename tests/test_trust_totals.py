@@ -78,6 +78,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return crafted_store(tmp_path_factory.mktemp("crafted") / "store")
 
 
+@pytest.mark.slow
 def test_the_makers_are_within_each_files_own_limits(store: Path) -> None:
     """Each crafted file alone passes its reader's limits (so only the command's total can refuse them), and the
     whole store is about 1 MB."""
@@ -93,6 +94,7 @@ def test_the_makers_are_within_each_files_own_limits(store: Path) -> None:
             load_yaml(alias_value(), "--set 2")
 
 
+@pytest.mark.slow
 def test_a_store_of_crafted_cells_is_refused_in_one_line(store: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "report", str(store), "--out", str(tmp_path / "report"), "--tables-only")
