@@ -317,6 +317,31 @@ def test_output_to_a_closed_or_full_stdout_is_an_error_naming_it() -> None:
 
 
 @pytest.mark.slow
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141(trained_run: Path) -> None:
+    """``resdom recommend RUN | head -1``, ``resdom --help | head -1``: a broken pipe exited 1 without a word (Click's
+    own handling), a status read as a failure of resdom. Now every command that writes to stdout ends quietly with
+    141 (128 + SIGPIPE, as a Unix tool killed by SIGPIPE): nothing on stderr, no "Exception ignored" at exit; the
+    same where stderr is the pipe too (``2>&1 | head -1``). Maker: a pipe whose reading end is closed."""
+    import subprocess
+    import sys
+
+    commands = [["--help"], ["config", "show"], ["recommend", str(trained_run), "--device", "cpu"],
+                ["evaluate", str(trained_run), "--device", "cpu"], ["data", "list"]]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        started = [subprocess.Popen([sys.executable, "-m", "resdom", *args], stdout=write, stderr=subprocess.PIPE,
+                                    text=True) for args in commands]
+        both = subprocess.Popen([sys.executable, "-m", "resdom", "config", "show"], stdout=write, stderr=write)
+        done = [(args, p.communicate(timeout=300)[1], p.returncode) for args, p in zip(commands, started)]
+        assert both.wait(timeout=300) == 141
+    finally:
+        os.close(write)
+    for args, err, code in done:
+        assert (code, err) == (141, ""), (args, code, err)
+
+
+@pytest.mark.slow
 def test_no_file_takes_the_descriptor_of_a_closed_stdout_or_stderr(tmp_path: Path) -> None:
     """With stdout and stderr closed (``>&- 2>&-``, a daemon's) the first file resdom opened became fd 1 or 2, where
     torch's C++ warnings and any library's prints then landed, and ``sys.stderr`` was None: diagnose and train

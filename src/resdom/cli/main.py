@@ -31,17 +31,37 @@ if _STARTING:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 STDOUT = "standard output"  # the name a failed write to fd 1 carries (OSError.filename)
+READER_GONE = 141  # the exit status where the reader of the output went away (``| head -1``): 128 + SIGPIPE
+
+
+class ReaderGone(BaseException):
+    """The reader of stdout or stderr went away (``resdom recommend RUN | head -1``: a broken pipe). Not an
+    OSError, which Click turned into a silent exit 1 and a command's own ``except OSError`` into a message about a
+    file; the entry point ends quietly with ``READER_GONE``, as a Unix tool killed by SIGPIPE does."""
 
 
 class NamedStdout(io.FileIO):
     """fd 1, whose write errors name it: ``> /dev/full`` is "standard output: no space left", not an unnamed
     write error read as a file's; a closed stdout (``>&-``, held by a read-only placeholder) fails its first write
-    with EBADF instead of losing the output and exiting 0."""
+    with EBADF instead of losing the output and exiting 0. A reader that went away (EPIPE) raises ``ReaderGone``
+    once; what is written after it (the flush at exit) goes nowhere, so nothing is "ignored" on stderr at exit.
+    ``named``: whether other write errors name it (fd 2, stderr, only ends quietly on EPIPE)."""
+
+    def __init__(self, fd: int, named: bool = True) -> None:
+        super().__init__(fd, "w", closefd=False)
+        self.named, self.gone = named, False
 
     def write(self, data: Any, /) -> int:
+        if self.gone:
+            return len(data)
         try:
             return super().write(data)
         except OSError as e:
+            if e.errno == errno.EPIPE:
+                self.gone = True
+                raise ReaderGone from None
+            if not self.named:
+                raise
             raise OSError(e.errno, e.strerror, STDOUT) from None
 
 
@@ -64,17 +84,25 @@ def guard_standard_streams(closed: frozenset[int] | None = None) -> frozenset[in
 
 def name_stdout(closed: bool = False) -> None:
     """Make ``sys.stdout`` write through ``NamedStdout`` (``closed``: fd 1 was closed, sys.stdout is None, and now
-    fails its first write, where the output would have been lost without a word); a captured stdout (tests, a
-    program that calls ``app``) is left as it is."""
+    fails its first write, where the output would have been lost without a word), and ``sys.stderr`` too, for a
+    reader that goes away (``2>&1 | head -1``); a captured stream (tests, a program that calls ``app``) is left as
+    it is."""
     old = sys.stdout
-    if not closed and (old is None or old is not sys.__stdout__ or _fileno(old) != 1):
-        return
+    if closed or not (old is None or old is not sys.__stdout__ or _fileno(old) != 1):
+        sys.stdout = _through_named(old, 1, named=True)
+    err = sys.stderr
+    if err is not None and err is sys.__stderr__ and _fileno(err) == 2:
+        sys.stderr = _through_named(err, 2, named=False)
+
+
+def _through_named(old: Any, fd: int, named: bool) -> io.TextIOWrapper:
+    """A text stream like ``old`` (its encoding, errors, line buffering) on ``fd`` through ``NamedStdout``."""
     if old is not None:
         old.flush()
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(NamedStdout(1, "w", closefd=False)),
-                                  encoding=getattr(old, "encoding", None) or "utf-8",
-                                  errors=getattr(old, "errors", None) or "strict",
-                                  line_buffering=bool(getattr(old, "line_buffering", False)))
+    return io.TextIOWrapper(io.BufferedWriter(NamedStdout(fd, named)),
+                            encoding=getattr(old, "encoding", None) or "utf-8",
+                            errors=getattr(old, "errors", None) or "strict",
+                            line_buffering=bool(getattr(old, "line_buffering", False)))
 
 
 def _is_open(fd: int) -> bool:
@@ -185,12 +213,26 @@ def app() -> None:
     keep_freed_memory()
     name_stdout(1 in _CLOSED)
     try:
-        with stop_as_on_ctrl_c():
-            _run()
+        try:
+            with stop_as_on_ctrl_c():
+                _run()
+        finally:
+            _flush_output()  # now, not at exit: a reader gone by then is a ReaderGone here too
+    except ReaderGone:  # the reader went away (``| head -1``): quietly, as a Unix tool killed by SIGPIPE
+        _leave_group_process(READER_GONE)
+        sys.exit(READER_GONE)
     except SystemExit as e:
         _leave_group_process(e.code)
         raise
     _leave_group_process(0)
+
+
+def _flush_output() -> None:
+    """Flush stdout and stderr; a ReaderGone is raised (once: what follows goes nowhere), any other error is for
+    the flush at exit to report."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
 
 
 def _leave_group_process(code: int | str | None) -> None:
