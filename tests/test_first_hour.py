@@ -398,6 +398,31 @@ def test_output_files_follow_the_umask(tmp_path: Path, umask) -> None:
 # ------------------------------------------------------------------------------------------- small fixes
 
 
+def test_out_dash_prints_where_a_command_prints_one_file_and_is_refused_elsewhere(trained_run: Path, capsys,
+                                                                                  tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """``--out -`` made a file (or folder) named ``-`` in the working folder. Where a command prints its one file
+    without --out (recommend, similar, config show) it now prints it; every other output option (a folder, a
+    second file beside a printed summary, a --doc refilled in place) refuses it in one line."""
+    monkeypatch.chdir(tmp_path)
+    code, printed, err = run_cli(capsys, "recommend", str(trained_run), "--device", "cpu", "-k", "2", "--out", "-")
+    assert code == 0 and printed.startswith("user_id,item_id,score,rank\n"), err
+    code, printed, err = run_cli(capsys, "similar", str(trained_run), "--device", "cpu", "-k", "2", "-o", "-")
+    assert code == 0 and printed.startswith("target_item_id,item_id,score,rank\n"), err
+    code, printed, err = run_cli(capsys, "config", "show", "sasrec", "--out", "-")
+    assert code == 0 and printed.startswith("# resdom "), err
+    refused = [("train", SOURCE, "--out", "-"), ("data", "split", SOURCE, "--out", "-"),
+               ("report", str(trained_run), "--out", "-"), ("demo", "--out", "-"),
+               ("evaluate", str(trained_run), "--device", "cpu", "--per-user", "-"),
+               ("report", str(trained_run), "--out", "rep", "--doc", "-"),
+               ("reproduce", "--datasets", GRID_SOURCE, "--out", "grid", "--store", "-")]
+    for args in refused:
+        option = args[args.index("-") - 1]
+        code, _, err = run_cli(capsys, *args)
+        user_error(code, err, f"{option} -: ", "not standard output")
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("command", ["evaluate", "diagnose"])
 def test_device_errors_name_the_commands_own_option(trained_run: Path, capsys, command: str) -> None:
     code, _, err = run_cli(capsys, command, str(trained_run), "--device", "tpu")

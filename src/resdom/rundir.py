@@ -97,10 +97,25 @@ def is_link_loop(link: Path) -> bool:
     return False
 
 
+STANDARD_OUTPUT = "-"  # on the command line: standard output (``--out -``), where a command prints one file
+
+
+def refuse_standard_output(path: str | Path, option: str, what: str) -> None:
+    """A ResdomError where the command-line option ``option`` (``--out``, ``--doc``...: an API parameter's name has
+    no dashes, and no such convention) gives ``-`` for an output ``what`` (a folder, a file) that is no one stream:
+    it made a folder or file named ``-`` in the working folder, where the user meant standard output. Commands
+    that print one file (``recommend``, ``similar``, ``config show``) read ``--out -`` as printing it, before this."""
+    if option.startswith("--") and str(path) == STANDARD_OUTPUT:
+        kind = what.split()[-1]
+        raise ResdomError(f"{option} -: the output is {what}, not standard output; give a {kind} name (a {kind} "
+                          "named '-': its full path)")
+
+
 def require_folder_path(path: str | Path, option: str = "--out") -> bool:
     """Whether the output folder ``path`` exists; a ResdomError naming ``option`` when it, or a folder above it,
     exists and is not a directory (a file: nothing would be written into it; one above it was a NotADirectoryError
-    when the first file was written)."""
+    when the first file was written), or is ``-`` on the command line (``refuse_standard_output``)."""
+    refuse_standard_output(path, option, "a folder")
     path = Path(path)
     _refuse_broken_link(path, option)
     if path.exists() and not path.is_dir():
@@ -137,6 +152,7 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
     files by option (values that name no file are passed over): ``path`` may be none of them, even where it is an
     earlier output (``--users recs.csv --out recs.csv`` wrote over the list it read)."""
     heads = (first_line,) if isinstance(first_line, str) else tuple(first_line)
+    refuse_standard_output(path, option, "a file")
     _refuse_broken_link(path, option)
     if path.is_dir():
         raise ResdomError(f"{option} {path}: is a directory; give a file name")

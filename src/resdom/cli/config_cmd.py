@@ -15,6 +15,7 @@ import typer
 
 from resdom.cli.data_options import DataOptions, data_config_section, data_options, is_split_dir
 from resdom.cli.train_cmd import MODEL_HELP, command_config, recorded_split_note
+from resdom.cli.values import printed_if_dash
 from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
@@ -122,13 +123,15 @@ def show_cmd(
                                          "evaluation and diagnostics stay fp32; train.precision)"),
     dataset: str | None = typer.Option(None, "--dataset", help="apply this data set's presets (BSARec's per-data-set "
                                        "values); nothing is read"),
-    out: Path | None = typer.Option(None, "--out", "-o", help="write the YAML to this file instead of printing it"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write the YAML to this file instead of printing "
+                                 "it (-: print it)"),
     data: DataOptions = DataOptions(),
 ) -> None:
     """Print the full configuration `resdom train` would use for MODEL (model, train and data settings) as YAML
     that `--config` accepts: `resdom config show sasrec --protocol gts > c.yaml; resdom train DATA --config c.yaml`."""
     explicit = {k: v for k, v in (("epochs", epochs), ("seed", seed), ("device", device),
                                                ("precision", precision)) if v is not None}
+    out = printed_if_dash(out)
     label, values, auto, record = full_config(model, config, set_, explicit, data, dataset)
     text = config_text(label, values, dataset, auto)
     if (note := recorded_split_note(config, record, values["data"])) is not None:

@@ -31,6 +31,7 @@ from resdom.rundir import (
     check_output_inputs,
     is_link_loop,
     output_lock,
+    refuse_standard_output,
     require_folder_path,
     write_marker,
 )
@@ -198,6 +199,7 @@ def _check_doc_place(doc: Path, out: Path, runs: list[Path]) -> None:
 def _document(path: Path, known: tuple[str, ...]) -> str:
     """The text of a ``--doc`` document, its table blocks checked against ``known`` (``check_blocks``); a
     ResdomError otherwise."""
+    refuse_standard_output(path, "--doc", "a document")
     if path.is_dir():
         raise ResdomError(f"--doc {path}: is a folder; give a Markdown document")
     if not path.is_file():

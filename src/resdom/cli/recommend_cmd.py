@@ -13,7 +13,7 @@ import typer
 
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
-from resdom.cli.values import one_filter, parse_alphas, positive_int
+from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash
 from resdom.data.readers import DEFAULT_COLUMNS, parser_error, refuse_binary, time_column_seconds
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
@@ -291,7 +291,7 @@ def recommend(
                                      + ITEMS_HELP),
     exclude: str | None = typer.Option(None, "--exclude", help="items never recommended; " + ITEMS_HELP),
     out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (columns user_id, item_id, score, "
-                                    "rank); default: print the CSV"),
+                                    "rank); default (or -): print the CSV"),
     alpha: float = typer.Option(1.0, "--alpha", help="residual scale at inference, in [0, 1] (1: as trained)"),
     filter_seen: bool | None = typer.Option(
         None, "--filter-seen/--no-filter-seen",
@@ -306,6 +306,7 @@ def recommend(
     """Top K items per user (or per session of --sequences), in the data's own user and item ids, as CSV in
     RecTools' columns: user_id,item_id,score,rank."""
     filter_seen = one_filter(filter_seen, filter_old)
+    out = printed_if_dash(out)
     positive_int(k, "--k")
     positive_int(batch_size, "--batch-size")
     (scale,) = parse_alphas(str(alpha), "--alpha") or [1.0]
@@ -360,11 +361,12 @@ def similar(
     items: str = typer.Option("all", "--items", help="'all' (every item), or " + ITEMS_HELP),
     k: int = typer.Option(10, "--k", "-k", help="similar items per item"),
     out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (columns target_item_id, item_id, "
-                                    "score, rank); default: print the CSV"),
+                                    "score, rank); default (or -): print the CSV"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
 ) -> None:
     """The K items nearest each item by cosine over the model's output item embeddings (the item itself left out),
     in the data's own ids, as CSV in RecTools' columns: target_item_id,item_id,score,rank."""
+    out = printed_if_dash(out)
     positive_int(k, "--k")
     if out is not None:
         check_output_file(out, "--out", SIMILAR_HEADER, "a similar-items file",

@@ -7,12 +7,14 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import typer
 
 from resdom.checks import ALPHA_RANGE, MAX_CUTOFF, parse_alphas, positive_int
 from resdom.errors import ResdomError
+from resdom.rundir import STANDARD_OUTPUT
 
 __all__ = ["ALPHA_RANGE", "PROGRESS_HELP", "parse_alphas", "parse_cutoffs", "positive_int", "progress_option",
            "quiet_alias"]
@@ -99,6 +101,12 @@ def parse_cutoffs(text: str, option: str = "--cutoffs") -> tuple[int, ...]:
     if len(set(values)) != len(values):
         raise ResdomError(f"{option}: repeated cutoff in {text!r}")
     return tuple(values)
+
+
+def printed_if_dash(out: Path | None) -> Path | None:
+    """``--out -`` of a command that prints its one file without ``--out`` (``recommend``, ``similar``, ``config
+    show``): None, printed, as the Unix convention has it (it wrote a file named ``-``); any other path as given."""
+    return None if out is not None and str(out) == STANDARD_OUTPUT else out
 
 
 def one_filter(filter_seen: bool | None, filter_old: bool | None) -> bool | None:
