@@ -190,3 +190,37 @@ def test_a_run_in_a_folder_whose_name_is_no_utf8_trains_loads_and_reports(tmp_pa
     paths = build_report([folder / "run"], folder / "rep")
     assert paths.html is not None and os.fsencode(paths.html).endswith(b"l\xe4uft/rep/report.html")
     assert b"l\xe4uft/run" in paths.html.read_bytes()  # the path as it is on disk
+
+
+FIXTURE_RUNS = Path(__file__).resolve().parent / "fixtures" / "diagnostics"
+
+
+@pytest.mark.parametrize("build", [build_report, build_study_report])
+def test_the_apis_report_refuses_the_outputs_resdom_report_refuses(tmp_path: Path, build) -> None:
+    """``build_report`` wrote report.html, figures/ and tables/ into the run directory it read (or a folder inside
+    it), over a folder of the user's own files (its report.html replaced) and failed with a NotADirectoryError at
+    a device (``/dev/null``): none of ``resdom report --out``'s checks. It makes them now, each a ResdomError naming
+    ``out_dir``; ``overwrite=True`` moves a folder of other files aside, as --force does."""
+    from resdom.errors import ResdomError
+    from resdom.report import find_run_dirs
+
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURE_RUNS, runs)
+    run = find_run_dirs(runs)[0]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "report.html").write_text("mine")
+    refused = {run: "which the report reads", run / "sub": "which the report reads",
+               runs: "holds the run directory", other: "overwrite=True to move it aside",
+               run / "config.json": "is not a directory"}
+    if Path("/dev/null").exists():
+        refused[Path("/dev/null")] = "is not a directory"
+    for out, needle in refused.items():
+        with pytest.raises(ResdomError, match=f"^out_dir {out}: .*{needle}"):
+            build([run], out, figures=False)
+    assert (other / "report.html").read_text() == "mine" and not (run / "tables").exists()
+    assert not (run / "sub").exists()
+    build([run], other, figures=False, overwrite=True)
+    assert (tmp_path / "other.replaced-1" / "report.html").read_text() == "mine"
+    assert (other / "tables" / "tables.md").is_file()
+    build([run], other, figures=False)  # an earlier report: written over, as resdom report does

@@ -23,19 +23,19 @@ from resdom.pipeline.remedies import remedy_grid
 from resdom.pipeline.reproduce import GridSpec
 from resdom.pipeline.reproduce import reproduce as run_grid
 from resdom.pipeline.store import block_names, check_blocks, fill_blocks
-from resdom.report import build_report, document_block_names, find_run_dirs, left_out
-from resdom.report.collect import same_folders
-from resdom.rundir import (
-    REPORT,
-    check_kind_folder,
-    check_output_inputs,
-    is_link_loop,
-    output_lock,
-    refuse_standard_output,
-    require_folder_path,
-    write_marker,
+from resdom.report import (
+    REPORT_WRITES,
+    build_report_files,
+    check_report_folder,
+    document_block_names,
+    find_run_dirs,
+    left_out,
+    mark_report,
+    refuse_run_folders,
 )
-from resdom.study import build_report as build_study_report
+from resdom.report.collect import same_folders
+from resdom.rundir import check_output_inputs, is_link_loop, output_lock, refuse_standard_output, require_folder_path
+from resdom.study import build_report_files as build_study_report
 from resdom.study import document_block_names as study_block_names
 from resdom.study import is_study
 
@@ -109,17 +109,10 @@ def report(
             raise ResdomError(f"{d}: no run directory here (none holds config.json or diagnostics/)")
         found = same_folders([*found, *runs])  # a folder given twice, or inside another given one: read once
     target = out.resolve()
-    inside = next((r for r in found if r.resolve() == target or r.resolve() in target.parents), None)
-    if inside is not None:  # report.html, figures/ and tables/ would land among a run's (or a store cell's) files
-        raise ResdomError(f"--out {out}: is {'the run directory' if inside.resolve() == target else 'inside'}"
-                          f" {inside}, which the report reads; choose a folder outside every run")
-    held = next((r for r in found if target in r.resolve().parents), None)
-    if held is not None:  # --force would move the runs the report reads aside with the folder
-        raise ResdomError(f"--out {out}: holds the run directory {held}, which the report reads; choose a folder "
-                          "outside every run")
+    refuse_run_folders(out, found, "--out")  # the report's files among a run's; a run moved aside with --out
     # only an earlier report is written over: a folder of the user's files needs --force, which moves it aside
     def check() -> bool:
-        return check_kind_folder(out, REPORT, "--out", force=force, legacy=_earlier_report, writes=REPORT_WRITES)
+        return check_report_folder(out, "--out", force)
 
     replace = check()
     # results-store cells get the reproduction study's report (resdom.study); one's own runs the generic one
@@ -139,10 +132,9 @@ def report(
         if aside is not None:
             typer.echo(f"--force: {out} moved aside to {aside}", err=True)
         named = "resdom report" if title is None else title
-        paths = (build_study_report if study else build_report)(found, out, title=named, figures=not tables_only)
-        if not tables_only:  # a tables-only folder is known by its tables/tables.md (a store commit: no marker)
-            write_marker(out, REPORT, [*paths.tables, *(p for f in paths.figures.values() for p in f.values()),
-                                       *(p for p in (paths.html, paths.markdown) if p is not None)])
+        paths = (build_study_report if study else build_report_files)(found, out, title=named,
+                                                                      figures=not tables_only)
+        mark_report(out, paths)
     typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if texts:
         filled = {d: fill_blocks(text, paths.blocks, where=str(d)) for d, text in texts.items()}
@@ -155,31 +147,6 @@ def report(
             typer.echo(f"  left out of {r.label}: {cause}", err=True)
     if not tables_only:
         typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
-
-
-REPORT_WRITES = ("figures", "tables", "report.html", "report.md")  # what a report writes in --out
-
-
-def _head(path: Path, lines: int) -> list[str]:
-    """The first ``lines`` lines of the regular file ``path`` ([] where it is none or cannot be read)."""
-    if not path.is_file():
-        return []
-    try:
-        with path.open("rb") as f:
-            return f.read(4096).decode("utf-8", errors="replace").split("\n")[:lines]
-    except OSError:
-        return []
-
-
-def _earlier_report(out: Path, entries: list[str]) -> bool:
-    """Whether ``out`` (no marker) holds a report written without one (before reports left one, or tables only):
-    its report.md begins as ``render_markdown`` writes it (``# TITLE``, a blank line, ``N run(s).``), or its
-    tables/tables.md as ``report.tables.table_files`` makes it (the data set statistics first)."""
-    head = _head(out / "report.md", 3)
-    if (len(head) == 3 and head[0].startswith("# ") and head[1] == ""
-            and re.fullmatch(r"\d+ run\(s\)\.", head[2]) is not None):
-        return True
-    return _head(out / "tables" / "tables.md", 1) == ["## Data set statistics"]
 
 
 def _check_doc_place(doc: Path, out: Path, runs: list[Path]) -> None:

@@ -34,7 +34,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import train_and_diagnose
-from resdom.report import build_report, read_run
+from resdom.report import build_report_files, read_run
 from resdom.report.findings import finding_lines
 from resdom.rundir import DEMO, RunDir, check_kind_folder, move_aside, output_lock, write_marker
 from resdom.training.state import ResumeState, RunFiles
@@ -143,7 +143,7 @@ def _run_demo(out_dir: Path, s: DemoSettings, progress: bool, echo: Callable[[st
     echo(f"      {training_line(out['metrics'], s.epochs, s.patience)}")
     echo("[3/3] report")
     t1 = time.perf_counter()
-    paths = build_report([run_dir], out_dir, title="resdom demo: SASRec on synthetic data")
+    paths = build_report_files([run_dir], out_dir, title="resdom demo: SASRec on synthetic data")
     timings["report_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     findings = finding_lines([read_run(run_dir)])

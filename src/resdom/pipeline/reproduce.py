@@ -37,7 +37,7 @@ from resdom.io import atomic_write_json
 from resdom.names import AUTO_PROTOCOL, USERS
 from resdom.pipeline.common import is_finished, missing_diagnostics, record_failure, train_and_diagnose
 from resdom.pipeline.store import export_cell, run_curve
-from resdom.report import build_report, read_runs
+from resdom.report import build_report_files, read_runs
 from resdom.report.findings import finding_lines
 from resdom.rundir import (
     GRID,
@@ -430,7 +430,7 @@ def _reproduce(spec: GridSpec, progress: bool, echo: Callable[[str], None]) -> G
         return GridResult(outcomes, summary_dir, None, [])
     stats = {d: json.loads((spec.out / d / DATASET_JSON).read_text()) for d in spec.datasets
              if (spec.out / d / DATASET_JSON).is_file()}
-    paths = build_report(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
+    paths = build_report_files(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
                          f"({'/'.join(sorted({spec.protocol_of(d).upper() for d in spec.datasets}))})",
                          extra_stats=stats)
     return GridResult(outcomes, summary_dir, paths.html, finding_lines(read_runs(finished)))

@@ -29,6 +29,7 @@ from resdom.report import (
     ReportPaths,
     RunRecord,
     Table,
+    checked_report,
     read_runs,
     summary_tables,
     table_blocks,
@@ -53,8 +54,8 @@ from resdom.study.reliance_dynamics import fig_reliance_dynamics, reliance_dynam
 from resdom.study.seed_spread import fig_seed_spread, seed_spread_block
 from resdom.study.summary import summary_markdown
 
-__all__ = ["BEYOND_TABLES", "STUDY_FIGURE_KEYS", "build_report", "document_block_names", "document_blocks",
-           "is_study", "study_figures"]
+__all__ = ["BEYOND_TABLES", "STUDY_FIGURE_KEYS", "build_report", "build_report_files", "document_block_names",
+           "document_blocks", "is_study", "study_figures"]
 
 # blocks built from the runs beside the summary tables: the paper side by side, docs/results.md's questions 4, 1 and 2,
 # why seeds disagree on HRLI@1, and the summary of every block's conclusions (``study.summary``)
@@ -73,13 +74,23 @@ def is_study(run_dirs: list[Path]) -> bool:
 
 
 def build_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "resdom report",
-                 extra_stats: dict[str, dict[str, Any]] | None = None, figures: bool = True) -> ReportPaths:
+                 extra_stats: dict[str, dict[str, Any]] | None = None, figures: bool = True,
+                 overwrite: bool = False) -> ReportPaths:
     """Read ``run_dirs`` and write the study's report into ``out_dir``: every summary table, the study's blocks
     (``document_blocks``) as ``tables/<name>.md``, and the generic figures with the study's; with
     ``figures=False`` the tables only (``out_dir/tables/``: what a results-store commit carries).
 
     ``extra_stats``: data set statistics by data set name, for runs whose config.json lacks ``data.stats``.
+    ``out_dir`` is checked as ``resdom report --out`` checks it (``report.checked_report``; ``overwrite``: a folder
+    of other files is moved aside to ``OUT.replaced-K``).
     """
+    return checked_report(run_dirs, out_dir, overwrite, lambda out: build_report_files(run_dirs, out, title,
+                                                                                     extra_stats, figures))
+
+
+def build_report_files(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "resdom report",
+                       extra_stats: dict[str, dict[str, Any]] | None = None, figures: bool = True) -> ReportPaths:
+    """``build_report`` into a folder its caller has checked and holds (``resdom report``)."""
     runs = read_runs(list(run_dirs))
     every_table = summary_tables(runs, extra_stats)
     # the bootstraps the blocks and figures share
