@@ -259,6 +259,25 @@ def test_cell_compute_records_the_threads_the_epochs_ran_with(finished_run):
     assert 0 <= least <= most
 
 
+def test_cell_compute_records_the_cpu_model(finished_run, tmp_path: Path) -> None:
+    """A cell's compute said ``machine: x86_64`` only, which tells no CPU from another when its minutes are read;
+    it names the model now (Linux's /proc/cpuinfo, an ARM board's Hardware line, else platform.processor())."""
+    from resdom.pipeline.reproduce import cell_compute, cpu_model
+
+    intel = tmp_path / "intel"
+    intel.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 85\n"
+                     "model name\t: Intel(R)  Xeon(R) Gold 6148 CPU @ 2.40GHz\n\nprocessor\t: 1\n"
+                     "model name\t: Another\n")
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 108.00\nCPU part\t: 0xd08\n\nHardware\t: BCM2835\n")
+    assert cpu_model(intel) == "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"
+    assert cpu_model(arm) == "BCM2835"
+    compute = cell_compute(finished_run)
+    assert compute.get("cpu_model") == cpu_model() and compute["cpu_count"] >= 1
+    if Path("/proc/cpuinfo").is_file() and "model name" in Path("/proc/cpuinfo").read_text():
+        assert compute["cpu_model"] and compute["cpu_model"] != compute["machine"]
+
+
 def test_cell_compute_gives_the_range_of_the_load_the_epochs_recorded() -> None:
     from resdom.pipeline.reproduce import _load
 
