@@ -126,6 +126,30 @@ def test_fits_in_two_threads_at_once_give_each_the_numbers_it_gives_alone(split,
     assert got == {0: fitted.checkpoint, 1: fitted.checkpoint}
 
 
+def test_a_fit_gives_the_thread_count_back_before_another_thread_may_fit(split, monkeypatch) -> None:
+    """One lock serves a fit (``callers_rng``'s, held for the whole run; the trainer's own second lock is gone): the
+    torch thread count a fit sets (``train.threads``) is given back while it is still held, so a fit that another
+    thread starts meanwhile never has its threads set back under it. Before, the count was given back after that
+    lock was released (only the trainer's second lock kept another fit out)."""
+    import torch
+
+    from resdom import distributed
+
+    given_back: list[bool] = []
+    real = torch.set_num_threads
+    before = torch.get_num_threads()
+
+    def set_num_threads(n: int) -> None:
+        if n == before:  # giving the caller's count back
+            given_back.append(distributed._RANDOM_STATE._is_owned())
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", set_num_threads)
+    resdom.fit(split, "sasrec", device="cpu", progress=False, **{**SMALL, "epochs": 1},
+               threads=before + 1)
+    assert torch.get_num_threads() == before and given_back == [True]
+
+
 def test_a_load_in_another_thread_leaves_a_fit_under_way_its_numbers(split, fitted, run_dir):
     """Loading a run builds a model inside ``callers_rng`` and puts the state it found back on leaving: in another
     thread during a fit, that put back the state of some earlier epoch in the middle of the fit's (so the second of

@@ -126,7 +126,8 @@ def callers_rng() -> Iterator[None]:
 
     The state is the process's, so such calls in several threads run one at a time (``_RANDOM_STATE``): a
     ``load_run`` in one thread put its saved state back in the middle of a ``fit`` in another (``resdom.fit``
-    loads its best model after training, so two fits in two threads gave the second other weights)."""
+    loads its best model after training, so two fits in two threads gave the second other weights). ``fit`` holds
+    it for its whole run, the torch thread count it sets given back inside it: one fit at a time a process."""
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with _RANDOM_STATE, torch.random.fork_rng(devices=cuda, device_type="cuda"):
         yield

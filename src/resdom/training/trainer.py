@@ -21,7 +21,6 @@ import json
 import math
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -260,11 +259,6 @@ def _resolve_model_config(model_cfg: ModelConfig, split: SplitData) -> ModelConf
     return model_cfg
 
 
-# torch's random state and thread count are the process's: two fits at once in two threads drew each other's dropout
-# and reseeded each other mid-epoch (numbers neither run gives alone), so a second thread's fit waits for the first
-_TRAINING = threading.RLock()
-
-
 def fit(
     split: SplitData,
     model_cfg: ModelConfig,
@@ -301,7 +295,10 @@ def fit(
     fingerprint = data_fingerprint(split)
     dist_ctx = distributed.setup(train_cfg.device)
     try:
-        with _TRAINING, contextlib.ExitStack() as held, distributed.callers_rng(), distributed.float32_default():
+        # torch's random state and thread count are the process's: two fits at once in two threads drew each other's
+        # dropout and reseeded each other mid-epoch, so a second thread's fit waits for the first (callers_rng's lock,
+        # outermost: ``held`` gives the thread count back, and unlocks the folder, before another fit may start)
+        with distributed.callers_rng(), contextlib.ExitStack() as held, distributed.float32_default():
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
                         callbacks, progress, held, hooks)
     finally:
