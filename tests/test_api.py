@@ -684,3 +684,23 @@ def test_closed_choices_take_any_case(fitted, run_dir, capsys):
     assert json.loads(capsys.readouterr().out)["split"] == "valid"
     assert invoke("evaluate", str(run_dir), "--split", "tets", "--device", "cpu") == 2
     assert "--part: expected one of valid, test (did you mean test? got 'tets')" in capsys.readouterr().err
+
+
+def test_fit_and_save_write_no_run_inside_the_split_folder_they_read(split, tmp_path: Path) -> None:
+    """``resdom train SPLIT --out SPLIT/run`` is refused (the run inside the split it reads), but ``resdom.fit(
+    load_split(SPLIT), out=SPLIT/run)`` and ``Fitted.save(SPLIT/run)`` wrote one there; a split read from a folder
+    keeps the folder (``SplitData.folder``) and both refuse it, naming their parameter."""
+    from resdom.errors import ResdomError
+
+    folder = tmp_path / "split"
+    split.save(folder)
+    loaded = resdom.load_split(folder)
+    assert loaded.folder == folder and split.folder is None
+    with pytest.raises(ResdomError, match=f"^out {folder}/run: is inside the split {folder}, which the command "
+                                          "reads; choose an out outside it$"):
+        resdom.fit(loaded, "sasrec", device="cpu", progress=False, out=folder / "run", **{**SMALL, "epochs": 1})
+    fitted = resdom.fit(loaded, "sasrec", device="cpu", progress=False, **{**SMALL, "epochs": 1})
+    with pytest.raises(ResdomError, match=f"^path {folder}/run: is inside the split {folder}, which the command "
+                                          "reads; choose a path outside it$"):
+        fitted.save(folder / "run")
+    assert sorted(p.name for p in folder.iterdir()) == ["arrays.npz", "manifest.json"]

@@ -62,6 +62,7 @@ from resdom.rundir import (
     RUN,
     RunDir,
     check_output_folder,
+    check_output_inputs,
     output_lock,
     own_entries,
     refuse_cell,
@@ -172,6 +173,7 @@ class Fitted:
         overwrite = flag(overwrite, "overwrite")  # overwrite="no" would be true
         require_folder_path(files.dir, "path")  # a file there, or above it (a NotADirectoryError at data/)
         refuse_cell(files.dir, "path")
+        check_output_inputs(files.dir, "path", {"the split": self.split.folder}, read_whole=("the split",))
 
         def replaced() -> bool:
             if not (files.dir.is_dir() and own_entries(files.dir)):
@@ -425,6 +427,7 @@ def fit(
                      hooks=(epoch_monitor,))
         fitted = load_run(tmp, device)
     fitted.directory = None
+    fitted.split.folder = split.folder  # read from there, not from the folder gone with the temporary run
     return fitted
 
 

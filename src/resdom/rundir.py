@@ -211,8 +211,9 @@ def _check_output_input(path: Path, option: str, name: str, given: Path, replace
     """``check_output_inputs`` for the one input ``given`` of option ``name``."""
     if _within(path, given) and (whole or _within(given, path)):
         where = "is" if _within(given, path) else "is inside"
-        raise ResdomError(f"{option} {path}: {where} {name} {given}, which the command reads; choose an {option} "
-                          "outside it")
+        article = "an" if option.startswith("--") or option[:1] in "aeiou" else "a"  # an --out, an out, a path
+        raise ResdomError(f"{option} {path}: {where} {name} {given}, which the command reads; choose {article} "
+                          f"{option} outside it")
     if replaced and _passes_through(given, path):
         raise ResdomError(f"{option} {path}: holds {name} {given}, which the command reads and --force would move "
                           f"aside with the folder; choose another {option}")

@@ -162,7 +162,8 @@ class SplitData:
     integers where the source's ids are canonical integers (``user_labels`` then int64), else the exact strings;
     None for a split saved before resdom kept them. ``rest``: the full sequences of the users whose interactions
     the parts do not all hold (users the split dropped, e.g. fewer than 3 items under LOO), so every user's whole
-    history is known (``history``); None: there are none, or the split predates it.
+    history is known (``history``); None: there are none, or the split predates it. ``folder``: the folder ``load``
+    read it from (None: made in memory), where a writer (``fit``, ``Fitted.save``) may not write its output.
     """
 
     train: Sequences
@@ -173,6 +174,7 @@ class SplitData:
     user_labels: np.ndarray | None = None
     item_labels: np.ndarray | None = None
     rest: Sequences | None = None
+    folder: Path | None = field(default=None, compare=False, repr=False)
 
     def __repr__(self) -> str:
         source = (self.manifest.get("source") or {}).get("name") if isinstance(self.manifest, dict) else None
@@ -310,6 +312,7 @@ class SplitData:
         if not isinstance(split.manifest, dict):
             raise ResdomError(f"{manifest_path}: expected a JSON object; {redo}")
         _check_manifest(split, manifest_path, redo)
+        split.folder = directory
         return split
 
 

@@ -41,7 +41,7 @@ from resdom.io import atomic_write_json, directory_lock, remove_temporaries, wri
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
-from resdom.rundir import RUN, check_output_folder, own_entries, write_marker
+from resdom.rundir import RUN, check_output_folder, check_output_inputs, own_entries, write_marker
 from resdom.runs import (
     checkpoint_id,
     data_fingerprint,
@@ -284,6 +284,7 @@ def fit(
     whatever the caller's default dtype (``distributed.float32_default``).
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
+    check_output_inputs(out_dir, "out", {"the split": split.folder}, read_whole=("the split",))  # nor the split's
     if train_cfg.monitor_every and not hooks:
         raise ResdomError("train.monitor_every: the trainer was given no epoch hook to record it (resdom.fit and "
                           "the pipelines pass resdom.diagnostics.monitor.epoch_monitor)")
