@@ -704,3 +704,26 @@ def test_fit_and_save_write_no_run_inside_the_split_folder_they_read(split, tmp_
                                           "reads; choose a path outside it$"):
         fitted.save(folder / "run")
     assert sorted(p.name for p in folder.iterdir()) == ["arrays.npz", "manifest.json"]
+
+
+def test_a_split_is_saved_into_no_file_device_or_folder_of_other_files(split, tmp_path: Path) -> None:
+    """``SplitData.save`` (``load_split``'s other half) added arrays.npz and manifest.json to any folder (a run
+    directory, a folder of the user's files) and failed with a FileExistsError traceback at ``/dev/null``; each is
+    a ResdomError naming ``directory`` now, and a split's own folder is written again."""
+    import re
+
+    from resdom.errors import ResdomError
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    refused = {other: "is not a split folder (it holds notes.txt)", other / "notes.txt": "is not a directory"}
+    if Path("/dev/null").exists():
+        refused[Path("/dev/null")] = "is not a directory"
+    for path, needle in refused.items():
+        with pytest.raises(ResdomError, match=f"^directory {re.escape(str(path))}: .*{re.escape(needle)}"):
+            split.save(path)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+    split.save(tmp_path / "split")
+    split.save(tmp_path / "split")  # its own folder: written again
+    assert resdom.load_split(tmp_path / "split").n_items == split.n_items

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from resdom.bounded import load_json, load_npz, refuse_special
+from resdom.checks import path_argument
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files
 from resdom.limits import short
@@ -220,8 +221,15 @@ class SplitData:
 
     def save(self, directory: str | Path) -> None:
         """Write ``arrays.npz`` and ``manifest.json`` into ``directory`` (atomically, both written before either
-        replaces an earlier split's file)."""
-        directory = Path(directory)
+        replaces an earlier split's file). A ResdomError naming ``directory`` where it is no folder (a file, a
+        device: a FileExistsError), lies in a results-store cell, or holds files other than a split's (a run
+        directory, a folder of other files: the split's files were added among them)."""
+        directory = path_argument(directory, "directory")
+        if require_folder_path(directory, "directory"):
+            others = [n for n in own_entries(directory) if n not in (self.ARRAYS, self.MANIFEST)]
+            if others:
+                raise ResdomError(f"directory {directory}: exists, is not empty and is not a split folder (it holds "
+                                  f"{first_names(others)}); choose another directory or an empty folder")
         directory.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, np.ndarray] = {"n_items": np.array(self.n_items)}
         for name, seqs in (("train", self.train), ("valid", self.valid.inputs), ("test", self.test.inputs)):
