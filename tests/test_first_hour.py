@@ -225,6 +225,35 @@ app()
         assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_stopping_signal_while_the_command_loads_is_one_line(name: str) -> None:
+    """SIGTERM (``kill``, ``timeout``, a scheduler) or SIGHUP in the seconds ``resdom`` spends importing torch ended
+    it without a word (killed by the signal), where the same signal a moment later says "interrupted (SIGTERM)"; it
+    is that line now, exit 128 + the signal, and the signal's own handling is back once the modules have loaded.
+    Maker: an import hook that sends the signal as the CLI's train module loads."""
+    import signal
+    import subprocess
+    import sys
+
+    script = f"""
+import importlib.abc, os, signal, sys
+class Stop(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "resdom.cli.train_cmd":
+            os.kill(os.getpid(), signal.{name})
+        return None
+sys.meta_path.insert(0, Stop())
+import resdom.cli.main
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WORLD_SIZE": "1"})
+    assert (done.returncode, done.stderr, done.stdout) == (128 + getattr(signal, name), f"interrupted ({name})\n", "")
+    after = subprocess.run([sys.executable, "-c", "import signal, resdom.cli.main; print(signal.getsignal(signal."
+                            f"{name}) is signal.SIG_DFL)"], capture_output=True, text=True, timeout=300)
+    assert after.stdout == "True\n", after.stderr
+
+
 def test_ctrl_c_while_the_command_line_is_read_is_one_line(capsys, monkeypatch) -> None:
     """Ctrl-C after the imports but before Click's own handling began (Typer building the command from the
     functions' signatures, seconds on a busy machine) printed a traceback of ``inspect``; it is one line, exit 130."""

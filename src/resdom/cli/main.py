@@ -17,18 +17,24 @@ from typing import Any
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
-    """Ctrl-C while the command's modules load (seconds: torch, pandas): one line, exit 130, not a traceback of
-    import machinery."""
-    print("interrupted", file=sys.stderr, flush=True)
-    raise SystemExit(130)  # values.INTERRUPTED, not imported yet
+    """Ctrl-C (or SIGTERM, SIGHUP) while the command's modules load (seconds: torch, pandas): one line, exit 128 +
+    the signal, as once the command runs (``values.stop_as_on_ctrl_c``), not a traceback of import machinery (nor,
+    for SIGTERM, an end without a word)."""
+    named = "" if signum == signal.SIGINT else f" ({signal.Signals(signum).name})"
+    with contextlib.suppress(OSError):  # a terminal that is gone (SIGHUP) takes no line
+        print(f"interrupted{named}", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
 
 
-# only while the imports below run, and only where Ctrl-C raises KeyboardInterrupt (a shell that started resdom in
-# the background with SIGINT ignored keeps it ignored); restored at the end of this module
-_STARTING = threading.current_thread() is threading.main_thread() and (
-    signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-if _STARTING:
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+# only while the imports below run, in the main thread, and only where Ctrl-C raises KeyboardInterrupt (a shell that
+# started resdom in the background with SIGINT ignored keeps it ignored) and SIGTERM / SIGHUP would kill (not
+# ignored: nohup; not under torchrun, whose agent stops its workers); restored at the end of this module
+_MAIN = threading.current_thread() is threading.main_thread()
+_STARTING = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if _MAIN and signal.getsignal(s) is (
+    signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL) and (
+    s == signal.SIGINT or os.environ.get("WORLD_SIZE", "1").strip() == "1")]
+for _signum in _STARTING:
+    signal.signal(_signum, _interrupted_while_starting)
 
 STDOUT = "standard output"  # the name a failed write to fd 1 carries (OSError.filename)
 READER_GONE = 141  # the exit status where the reader of the output went away (``| head -1``): 128 + SIGPIPE
@@ -154,8 +160,8 @@ except ImportError:  # pragma: no cover - older typer, with Click installed besi
 _LINE_BREAKS = re.compile(r"[ \t]*[\r\n]+[ \t]*")
 _NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())  # Click >= 8.2 raises it to print the help
 
-if _STARTING:
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # loaded: Ctrl-C is a KeyboardInterrupt again
+for _signum in _STARTING:  # loaded: Ctrl-C is a KeyboardInterrupt again, SIGTERM and SIGHUP as they were
+    signal.signal(_signum, signal.default_int_handler if _signum == signal.SIGINT else signal.SIG_DFL)
 
 _typer_app = typer.Typer(
     name="resdom",
