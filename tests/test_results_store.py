@@ -259,10 +259,13 @@ def test_cell_compute_records_the_threads_the_epochs_ran_with(finished_run):
     assert 0 <= least <= most
 
 
-def test_cell_compute_records_the_cpu_model(finished_run, tmp_path: Path) -> None:
-    """A cell's compute said ``machine: x86_64`` only, which tells no CPU from another when its minutes are read;
-    it names the model now (Linux's /proc/cpuinfo, an ARM board's Hardware line, else platform.processor())."""
-    from resdom.pipeline.reproduce import cell_compute, cpu_model
+def test_cell_compute_records_the_cpus_that_trained_the_cell(finished_run, tmp_path: Path) -> None:
+    """A cell's compute said ``machine: x86_64`` only, which tells no CPU from another (floating point differs
+    between kinds, and minutes are read against them); each epoch names its CPU now (Linux's /proc/cpuinfo, an ARM
+    board's Hardware line, else platform.processor()) and the cell lists those of its epochs, never the CPU of the
+    machine that exports or diagnoses it again."""
+    from resdom.pipeline.reproduce import _cpu_models, cell_compute
+    from resdom.training.trainer import cpu_model
 
     intel = tmp_path / "intel"
     intel.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 85\n"
@@ -270,12 +273,13 @@ def test_cell_compute_records_the_cpu_model(finished_run, tmp_path: Path) -> Non
                      "model name\t: Another\n")
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nBogoMIPS\t: 108.00\nCPU part\t: 0xd08\n\nHardware\t: BCM2835\n")
-    assert cpu_model(intel) == "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"
-    assert cpu_model(arm) == "BCM2835"
-    compute = cell_compute(finished_run)
-    assert compute.get("cpu_model") == cpu_model() and compute["cpu_count"] >= 1
-    if Path("/proc/cpuinfo").is_file() and "model name" in Path("/proc/cpuinfo").read_text():
-        assert compute["cpu_model"] and compute["cpu_model"] != compute["machine"]
+    assert cpu_model(str(intel)) == "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"
+    assert cpu_model(str(arm)) == "BCM2835"
+    epochs = [json.loads(line) for line in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r.get("cpu") == cpu_model() for r in epochs)
+    assert cell_compute(finished_run).get("cpu_models", []) == ([cpu_model()] if cpu_model() else [])
+    assert _cpu_models([{"cpu": "A"}, {"cpu": "B"}, {"cpu": "A"}]) == {"cpu_models": ["A", "B"]}  # resumed elsewhere
+    assert _cpu_models([{"seconds": 1.0}]) == {}  # epochs of an older run: unknown, not this machine's
 
 
 def test_cell_compute_gives_the_range_of_the_load_the_epochs_recorded() -> None:

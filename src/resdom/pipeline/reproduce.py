@@ -323,11 +323,10 @@ def run_cell(spec: GridSpec, cache: _DataCache, dataset: str, label: str, seed: 
 
 def cell_compute(run_dir: Path) -> dict[str, Any]:
     """What a cell cost: epochs, summed epoch seconds (training passes, without validation), the diagnostics'
-    summed seconds (each file records its own), device, threads, the machine's CPU count and model (``cpu_model``: cells
-    stored before it have none, and are read as they are) and, where the epochs
-    recorded them, the source commits that trained them (``sources``) and the machine's load while they ran
-    (``load``: the least and the most 1-minute load average at an epoch's end), so that a cell's minutes can be
-    read against how busy the machine was."""
+    summed seconds (each file records its own), device, threads, the machine's CPU count and, where the epochs
+    recorded them, the CPU models that trained them (``cpu_models``), the source commits that trained them
+    (``sources``) and the machine's load while they ran (``load``: the least and the most 1-minute load average at
+    an epoch's end), so that a cell's minutes can be read against how busy the machine was."""
     import os
     import platform
 
@@ -345,40 +344,16 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
     return {"epochs": len(epochs), "train_seconds": round(sum(r.get("seconds") or 0.0 for r in epochs), 1),
             "diagnose_seconds": round(sum(diag.values()), 1),
             "device": train.get("device"), "threads": _threads(train, epochs), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), **_cpu_model(), **_sources(epochs), **_load(epochs)}
+            "machine": platform.machine(), **_cpu_models(epochs), **_sources(epochs), **_load(epochs)}
 
 
-def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
-    """The CPU's model name, as the system gives it: Linux's ``/proc/cpuinfo`` (its first ``model name``, or on
-    ARM its ``Hardware`` / ``Model`` line), macOS's ``sysctl machdep.cpu.brand_string``, else
-    ``platform.processor()``; None where none says more than nothing. "x86_64" alone (``compute.machine``) did not
-    tell a 2015 Xeon from a 2024 laptop when a cell's minutes were read."""
-    import platform
-    import subprocess
-    import sys
-
-    fields: dict[str, str] = {}
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f.read(1 << 20).splitlines():
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip().lower(), value.strip())  # the first CPU's line
-    except OSError:
-        pass
-    found = next((fields[k] for k in ("model name", "hardware", "model") if fields.get(k)), None)
-    if found is None and sys.platform == "darwin":
-        try:
-            found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                   timeout=5).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            found = None
-    return " ".join((found or platform.processor() or "").split())[:200] or None
-
-
-def _cpu_model() -> dict[str, str]:
-    """``{"cpu_model": ...}`` for a cell's compute; {} where the system names no model."""
-    found = cpu_model()
-    return {"cpu_model": found} if found else {}
+def _cpu_models(epochs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """``{"cpu_models": [...]}``: the CPUs the epochs were trained on, in order of first use (each epoch record
+    names its machine's, ``trainer.cpu_model``; a run resumed on another machine has two); {} when none did (cells
+    trained before the epochs recorded it: the CPU that exports or diagnoses a cell again need not be the one that
+    trained it, so it is never guessed)."""
+    seen = list(dict.fromkeys(r["cpu"] for r in epochs if r.get("cpu")))
+    return {"cpu_models": seen} if seen else {}
 
 
 def _sources(epochs: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -6,8 +6,9 @@ Layout (one cell = data set x model label x seed)::
         config.json      the run's resolved config (model, train, data without the bulky manifest parts) + "label"
         metrics.json     final valid / test metrics of the best checkpoint, best epoch, epochs run, how it stopped
         curve.jsonl      one line per epoch: loss, validation metrics, seconds (and the training monitor's numbers)
-        cell.json        identity, checkpoint hash, compute (train / diagnose seconds, device, threads, CPU count and
-                         model: cpu_model, in cells stored from 2026-12-07), versions
+        cell.json        identity, checkpoint hash, compute (train / diagnose seconds, device, threads, CPU count and,
+                         where the epochs recorded them (from 2026-12-07), the CPU models that trained them:
+                         cpu_models), versions
         diagnostics/     every registered diagnostic's JSON (shuffle, hrli, mixing, alpha, recovery) and summary.json
         users.npz        the per-user evidence of the test split (``diagnostics.evidence``; <= 60 KB), where the
                          run has one

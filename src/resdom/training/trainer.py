@@ -17,6 +17,7 @@ at its maximum number of epochs when ``epochs`` is not raised) returns its saved
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -340,6 +341,35 @@ def _threads_note(files: RunFiles, state: ResumeState, device: torch.device) -> 
             "resumes it exactly")
 
 
+@functools.lru_cache(maxsize=4)
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name, as the system gives it: Linux's ``/proc/cpuinfo`` (its first ``model name``, or on
+    ARM its ``Hardware`` / ``Model`` line), macOS's ``sysctl machdep.cpu.brand_string``, else
+    ``platform.processor()``; None where none says more than nothing. Each epoch record names it (``cpu``):
+    floating-point sums differ between CPU kinds in their last bits, so two runs of one seed agree bit for bit only
+    on one kind, and a cell's minutes are read against it. Read once per process."""
+    import platform
+    import subprocess
+    import sys
+
+    fields: dict[str, str] = {}
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f.read(1 << 20).splitlines():
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip().lower(), value.strip())  # the first CPU's line
+    except OSError:
+        pass
+    found = next((fields[k] for k in ("model name", "hardware", "model") if fields.get(k)), None)
+    if found is None and sys.platform == "darwin":
+        try:
+            found = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                   timeout=5).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            found = None
+    return " ".join((found or platform.processor() or "").split())[:200] or None
+
+
 def _load_average() -> float | None:
     """The machine's 1-minute load average now (an epoch record's ``load``, read with its seconds); None where the
     platform has none."""
@@ -456,7 +486,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         record = {"epoch": epoch, "loss": loss, "valid": valid["metrics"], "n_users": valid["n_users"],
                   "seconds": seconds, "samples_per_s": n_seen / seconds if seconds > 0 else None,
                   "best_epoch": stopper.best_epoch, "threads": torch.get_num_threads(),
-                  "load": _load_average()}
+                  "load": _load_average(), "cpu": cpu_model()}
         if not held_out:
             record["best_epoch"] = epoch
         if source is not None:
