@@ -276,6 +276,19 @@ def test_time_to_split_csv(tmp_path: Path) -> None:
     assert rows(read_tts_csv(path, "user_id", "item_id", "timestamp")) == [("a", "b", 12)]
 
 
+def test_time_to_split_csv_and_diginetica_dates_before_1677_keep_their_year(tmp_path: Path) -> None:
+    """A date outside pandas' nanosecond range (1677-2262), held in microseconds, was read as nanoseconds and
+    wrapped around without a word (1500-01-01 as 2084-07-20), in time-to-split's CSVs and Diginetica's eventdate."""
+    path = tmp_path / "t.csv"
+    path.write_text("user_id,item_id,timestamp\na,b,1500-01-01T00:00:01.5\na,c,3000-01-01\n")
+    assert rows(read_tts_csv(path, "user_id", "item_id", "timestamp")) == [("a", "b", -14831769599),
+                                                                           ("a", "c", 32503680000)]
+    path = tmp_path / "train-item-views.csv"
+    path.write_text(DIGINETICA.replace("2016-05-09", "1500-01-01"))
+    assert rows(read_diginetica(path))[0] == ("1", "32118", day("1500-01-01") + 243)
+    assert day("1500-01-01") == -14831769600
+
+
 # ------------------------------------------------------------------------------------------------ ml-1m.zip
 
 def test_movielens_zip(tmp_path: Path) -> None:

@@ -254,6 +254,29 @@ def test_a_dataframes_datetime_objects_with_and_without_a_zone_are_not_mixed(kin
     assert read_frame(df.assign(timestamp=naives)).times.tolist() == [1577872800, 1577869200]  # all read as UTC
 
 
+@pytest.mark.parametrize("fmt", ["csv", "dataframe", "parquet"])
+def test_dates_before_1677_or_after_2262_keep_their_year(fmt: str, tmp_path: Path) -> None:
+    """pandas holds dates outside its nanosecond range (1677-2262) in microseconds or seconds; read as nanoseconds
+    they wrapped around without a word (1500-01-01 read as 2084-07-20, 3000-01-01 as 1830-11-23), so the order and
+    the split of such data were wrong. Every date of years 1 to 9999 keeps its Unix seconds; past them, one line."""
+    dates = ["1500-01-01", "3000-01-01T00:00:00", "0001-01-01", "9999-12-31T23:59:59", "1969-12-31T23:59:59.5"]
+    df = pd.DataFrame({"user_id": ["u"] * 5, "item_id": list("abcde"), "timestamp": dates})
+    if fmt == "csv":
+        df.to_csv(tmp_path / "x.csv", index=False)
+        raw = read_interactions([tmp_path / "x.csv"])
+    elif fmt == "parquet":
+        df.assign(timestamp=pd.to_datetime(df["timestamp"], format="mixed")).to_parquet(tmp_path / "x.parquet")
+        raw = read_interactions([tmp_path / "x.parquet"])
+    else:
+        raw = read_frame(df)
+    assert raw.times is not None
+    assert raw.times.tolist() == [-14831769600, 32503680000, -62135596800, 253402300799, -0.5]
+    seconds = pd.Series(np.array(["2020-01-01", "20000-01-01"], dtype="datetime64[s]"))
+    with pytest.raises(ResdomError, match=r"^DataFrame: row 2 \(column 'timestamp'\): timestamp .* is outside the "
+                                          r"supported range"):
+        read_frame(df.iloc[:2].assign(timestamp=seconds))
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

@@ -49,6 +49,7 @@ from resdom.data.readers import (
     check_parquet_columns,
     check_unique_header,
     damaged_parquet,
+    datetime_counts,
     extra_fields,
     header_fields,
     integer_labels,
@@ -160,8 +161,8 @@ def _date_seconds(values: pd.Series, fmt: str, path: Path, field: str, lines: np
     if len(bad):
         k = int(bad[0])
         raise ResdomError(f"{path}:{lines[k]}: {field} {short(values.iloc[k])} is not a date ({fmt})")
-    ns = parsed.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    return ns // 1_000_000_000
+    counts, per_second = datetime_counts(parsed)
+    return counts // per_second
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -402,12 +403,13 @@ def _table_ids(col: pd.Series) -> np.ndarray:
 
 
 def _exact_times(col: pd.Series, where: Callable[[int], str], name: str) -> tuple[np.ndarray, int | None]:
-    """(exact times, per_second) of a time column: datetimes as int64 ns (per_second 10**9), integer seconds as int64
-    (1), fractional seconds as float64 (None), date strings as int64 ns. The checks (a missing or unreadable value
+    """(exact times, per_second) of a time column: datetimes and date strings as int64 counts of their unit
+    (``datetime_counts``: per_second 10**9 for ns), integer seconds as int64 (1), fractional seconds as float64
+    (None). The checks (a missing or unreadable value
     names its row, ``where(k)``) are the table readers' (``readers.time_column_values``)."""
     values = time_column_values(col, where, name)
     if pd.api.types.is_datetime64_any_dtype(values.dtype):
-        return values.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64), 1_000_000_000
+        return datetime_counts(values)
     if pd.api.types.is_integer_dtype(values.dtype):
         return values.to_numpy(dtype=np.int64), 1
     seconds = values.to_numpy(dtype=np.float64)

@@ -1129,7 +1129,11 @@ def time_column_seconds(col: pd.Series, where: Callable[[int], str], name: str) 
     value is a ResdomError naming its row (``where``) and the column (``time_column_values``)."""
     values = time_column_values(col, where, name)
     if pd.api.types.is_datetime64_any_dtype(values.dtype):
-        return _datetimes_to_seconds(values)
+        seconds = _datetimes_to_seconds(values)
+        k = _first_out_of_range(seconds)  # a datetime64[s] column may hold the year 20000
+        if k is not None:
+            raise _time_range_error(f"{where(k)} (column {name!r})", col.iloc[k])
+        return seconds
     seconds = values.to_numpy(dtype=np.float64)
     k = _first_out_of_range(seconds)
     if k is not None:
@@ -1139,10 +1143,26 @@ def time_column_seconds(col: pd.Series, where: Callable[[int], str], name: str) 
     return whole_seconds(seconds)
 
 
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def datetime_counts(values: pd.Series) -> tuple[np.ndarray, int]:
+    """(int64 (n,) counts since 1970-01-01 UTC, counts per second) of a datetime Series (naive: UTC), in the
+    Series' own unit: pandas holds dates outside 1677-2262 in seconds, milliseconds or microseconds, which read as
+    nanoseconds wrapped around without a word (1500-01-01 read as 2084-07-20)."""
+    if getattr(values.dt, "tz", None) is not None:
+        values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+    array = values.to_numpy()
+    unit = np.datetime_data(array.dtype)[0]
+    if unit not in _PER_SECOND:  # pandas holds none other; a coarser numpy unit holds whole seconds
+        array, unit = array.astype("datetime64[s]"), "s"
+    return array.astype(np.int64), _PER_SECOND[unit]
+
+
 def _datetimes_to_seconds(values: pd.Series) -> np.ndarray:
     """Unix seconds of UTC datetimes: int64 where all are whole seconds, else float64 (sub-second parts kept)."""
-    ns = values.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    whole, frac = np.divmod(ns, 1_000_000_000)
+    counts, per_second = datetime_counts(values)
+    whole, frac = np.divmod(counts, per_second)
     if not frac.any():
         return whole.astype(np.int64)
-    return whole.astype(np.float64) + frac / 1e9
+    return whole.astype(np.float64) + frac / per_second
