@@ -332,3 +332,24 @@ def test_ml100k_cli_import_prints_what_it_applied(ml100k_inter: Path, tmp_path: 
     assert got["n_users"] == 943 and not got["filtered"]
     assert abs(got["metrics"]["HR@10"] - recbole["hit@10"]) <= 1e-4
     assert abs(got["metrics"]["NDCG@10"] - recbole["ndcg@10"]) <= 1e-4
+
+
+def test_text_ids_that_differ_by_leading_zeros_stay_two_items(tmp_path: Path) -> None:
+    """RecBole's tokens are text: '007' and '7' are two of its items, as resdom reads them; the importer matched ids
+    by their integer value and refused such data ("raw item id '7' appears twice in the model's item table").
+    A model whose ids are integers (pmixer) knows one item 7: two data ids that are it are refused, where both
+    took its row without a word."""
+    from resdom.adapters.common import source_rows
+
+    inter = tmp_path / "zeros.inter"
+    inter.write_text("user_id:token\titem_id:token\ttimestamp:float\n"
+                     + "".join(f"u{u}\t{i}\t{t}\n" for u in range(3) for t, i in enumerate(["007", "7", "a", "07"])))
+    rb = recbole_interactions(inter, {})
+    data = recbole_import_data(rb, {"kind": "path"})
+    assert rb.item_tokens == ["[PAD]", "007", "7", "a", "07"]
+    rows = source_rows(data.item_labels, rb.item_tokens, "ckpt")
+    assert [rb.item_tokens[r] for r in rows[1:]] == data.item_labels[1:].tolist()
+    labels = np.array([None, "007", 5], dtype=object)
+    assert source_rows(labels, list(range(9)), "state").tolist() == [0, 7, 5]  # pmixer: '007' is its item 7
+    with pytest.raises(ResdomError, match=r"^state: items '007' and 7 of the data are one item of the model \(7"):
+        source_rows(np.array([None, "007", 7], dtype=object), list(range(9)), "state")

@@ -67,15 +67,21 @@ def load_import_data(source: str, data_dir: str | Path | None = None, **options:
                       np.asarray(prepared.user_labels, dtype=object))
 
 
-def _keys(labels: Iterable[Any]) -> list[str]:
-    """Comparable keys for raw ids: integers and digit strings as canonical decimal strings ("007" -> "7")."""
+def integer_ids(tokens: Iterable[Any]) -> bool:
+    """Whether a source model's item ids ``tokens`` are all integers (``_keys``' ``numeric``)."""
+    return all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in tokens)
+
+
+def _keys(labels: Iterable[Any], numeric: bool) -> list[str]:
+    """Comparable keys for raw ids: their exact text (``str``); ``numeric`` (a source model whose item table holds
+    integers, which read ``007`` as 7): digit strings as canonical decimal strings too (``"007"`` -> ``"7"``)."""
     out = []
     for x in labels:
         if isinstance(x, (int, np.integer)):
             out.append(str(int(x)))
         else:
             s = str(x)
-            out.append(str(int(s)) if s.isascii() and s.isdigit() else s)
+            out.append(str(int(s)) if numeric and s.isascii() and s.isdigit() else s)
     return out
 
 
@@ -83,9 +89,13 @@ def source_rows(resdom_labels: np.ndarray, source_tokens: Sequence[Any], what: s
     """int64 (n_items + 1,): for each resdom item id, its row in the source model's item table (0 -> 0).
 
     ``source_tokens[k]`` is the raw id of the source model's item row k (row 0, padding, is ignored).
-    Every resdom item must exist in the source model; items only the source knows are dropped.
+    Every resdom item must exist in the source model; items only the source knows are dropped. Ids are matched as
+    text, exactly, where the source's ids are text (RecBole's tokens: ``007`` and ``7`` are two items); where
+    they are integers (pmixer, a RecTools model of integer ids), a data id written ``007`` is item 7, and two data
+    ids that are one such item (``007`` and ``7``) are refused (they would share one row of the model).
     """
-    keys = _keys(source_tokens)
+    numeric = integer_ids(source_tokens[1:])
+    keys = _keys(source_tokens, numeric)
     index: dict[str, int] = {}
     for row, key in enumerate(keys):
         if row == 0:
@@ -95,11 +105,17 @@ def source_rows(resdom_labels: np.ndarray, source_tokens: Sequence[Any], what: s
         index[key] = row
     rows = np.zeros(len(resdom_labels), dtype=np.int64)
     missing = []
-    for rid, key in enumerate(_keys(resdom_labels[1:]), start=1):
+    first: dict[str, int] = {}
+    for rid, key in enumerate(_keys(resdom_labels[1:], numeric), start=1):
         if key not in index:
             missing.append(resdom_labels[rid])
-        else:
-            rows[rid] = index[key]
+            continue
+        if key in first:
+            raise ResdomError(f"{what}: items {resdom_labels[first[key]]!r} and {resdom_labels[rid]!r} of the data are "
+                              f"one item of the model ({source_tokens[index[key]]!r}: its ids are integers); give "
+                              "the data its ids as the model was trained on them")
+        first[key] = rid
+        rows[rid] = index[key]
     if missing:
         raise ResdomError(
             f"{what}: {len(missing)} item(s) of the data are unknown to the model (e.g. raw id {missing[0]!r}); "

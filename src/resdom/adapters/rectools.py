@@ -54,6 +54,7 @@ from resdom.adapters.common import (
     embedding_table,
     import_inputs,
     imported_model_config,
+    integer_ids,
     load_weights,
     setting_mapping,
     setting_number,
@@ -268,8 +269,9 @@ def rectools_import_data(source: str, known_items: list[Any], data_dir: str | Pa
     """resdom's LOO split of ``source`` as RecTools reads it: interactions with items the model does not know
     dropped (as its ``recommend`` does), each user's items in stable time order, no other filtering."""
     raw, record, _preset = read_source(source, data_dir)
-    known = set(_keys(known_items))
-    keep = np.fromiter((k in known for k in _keys(raw.items)), dtype=np.bool_, count=len(raw.items))
+    numeric = integer_ids(known_items)
+    known = set(_keys(known_items, numeric))
+    keep = np.fromiter((k in known for k in _keys(raw.items, numeric)), dtype=np.bool_, count=len(raw.items))
     dropped = int((~keep).sum())
     raw.users, raw.items = raw.users[keep], raw.items[keep]
     if raw.times is not None:
