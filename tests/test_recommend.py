@@ -508,6 +508,29 @@ def test_a_list_where_an_id_goes_is_named_not_left_out_or_a_traceback(split, mod
     assert len(recommend(model, split, sequences={"s": [label, "ghost"]}, k=1)) == 1  # an unknown id: left out
 
 
+def test_a_missing_value_given_as_an_id_is_refused_not_matched_to_the_text_none_or_nan() -> None:
+    """Ids are matched as text, so None and a float NaN (a column's missing value) matched the users and items whose
+    ids are the words 'None' and 'nan' without a word; the readers refuse missing values, and so does every lookup."""
+    df = pd.DataFrame({"user_id": ["None"] * 4 + ["nan"] * 4 + ["u"] * 4, "item_id": ["nan", "None", "a", "b"] * 3,
+                       "timestamp": list(range(12))})
+    split = prepare_split(df, "loo")
+    m = _model(split.n_items)
+    words = recommend(m, split, ["None", "nan"], k=1, filter_seen=False)
+    assert words["user_id"].tolist() == ["None", "nan"]  # the words themselves are ids
+    for missing in (None, float("nan"), np.nan, pd.NA, pd.NaT):
+        calls = ((lambda x: recommend(m, split, ["u", x]), "users"),
+                 (lambda x: recommend(m, split, ["u"], items=["a", x]), "items"),
+                 (lambda x: recommend(m, split, ["u"], exclude=[x]), "exclude"),
+                 (lambda x: recommend(m, split, sequences={"s": ["a", x]}), "sequences: session 's'"),
+                 (lambda x: similar_items(m, split, [x]), "items"))
+        for call, where in calls:
+            with pytest.raises(ResdomError, match=f"^{where}: .*, a missing value, is not an id"):
+                call(missing)
+        if missing is not None:
+            with pytest.raises(ResdomError, match=r"^sequences: session 1 of 1 has an empty id"):
+                recommend(m, split, sequences={missing: ["a"]})
+
+
 def test_sessions_match_their_ids_against_one_lookup(split, model, monkeypatch) -> None:
     """The lookup of external item ids was built again for every session: 2,000 sessions over 20,000 items took
     2.8 s (a catalogue's worth of work each), 100,000 sessions minutes. It is built once a call."""

@@ -139,11 +139,29 @@ def _match_items(index: dict[str, int], items: Iterable[Any] | str | int, where:
 
 def _ids(values: list[Any], where: str) -> list[Any]:
     """``values`` as they are; a container among them (a list, a dict, ...: a nesting mistake, such as sessions given
-    as ``items``) is a ResdomError naming it, not an id left out (nor a TypeError, unhashable, in the note)."""
+    as ``items``) is a ResdomError naming it, not an id left out (nor a TypeError, unhashable, in the note); so is
+    a missing value (``_missing_id``), which matched the id written 'None' or 'nan' as text without a word."""
     for x in values:
         if isinstance(x, (list, tuple, set, frozenset, dict, np.ndarray)):
             raise ResdomError(f"{where}: {short(x)} is not an id (ids are strings or integers, matched as text)")
+        if _missing_id(x):
+            raise ResdomError(f"{where}: {x!r}, a missing value, is not an id (the data holds none: its readers "
+                              "refuse them); drop it first (e.g. ids.dropna())")
     return values
+
+
+def _missing_id(x: Any) -> bool:
+    """Whether ``x`` is a missing value (None, a float NaN, pandas' NA or NaT), which no id of the data is."""
+    import pandas as pd
+
+    if x is None:
+        return True
+    if isinstance(x, (str, bytes)) or np.ndim(x) != 0:
+        return False
+    try:
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
 
 
 def _as_list(values: Iterable[Any] | str | int) -> list[Any]:
@@ -176,7 +194,7 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
         ids = list(range(len(lists)))
     if not lists:
         raise ResdomError("sequences: no sequences in it")
-    blank = [j for j, x in enumerate(ids) if x is None or str(x) == ""]
+    blank = [j for j, x in enumerate(ids) if _missing_id(x) or str(x) == ""]
     if blank:  # its items would be recommended for a session written as an empty id: whose?
         raise ResdomError(f"sequences: session {blank[0] + 1} of {len(ids):,} has an empty id ({quote(ids[blank[0]])}; "
                           f"{len(blank):,} in all); give every session its id")
