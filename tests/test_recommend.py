@@ -715,6 +715,19 @@ def test_a_series_of_sessions_keeps_its_index_as_session_ids(split, model) -> No
     assert s1["item_id"].tolist() == recommend(model, split, sequences=[labels], k=3)["item_id"].tolist()
 
 
+def test_integer_session_ids_past_int64_come_back_as_their_text_not_an_overflow(split, model) -> None:
+    """Integer session ids were written as int64: one past its range (2**64 - 1, a uint64 index of a Series) was an
+    OverflowError traceback. Integer ids within 18 digits stay integers; otherwise each is its text, as the
+    readers read an integer column holding such ids."""
+    label = split.item_labels[1]
+    assert recommend(model, split, sequences={7: [label], -3: [label]}, k=1)["user_id"].dtype == np.int64
+    for big in (2**63, 2**64, -2**63 - 1, 10**18):
+        recs = recommend(model, split, sequences={big: [label], 5: [label]}, k=1)
+        assert recs["user_id"].tolist() == [str(big), "5"]
+    series = pd.Series([[label]], index=pd.Index([2**64 - 1], dtype="uint64"))
+    assert recommend(model, split, sequences=series, k=1)["user_id"].tolist() == [str(2**64 - 1)]
+
+
 def test_whitelist_and_exclusions_against_a_hand_ranking(split, model) -> None:
     history = split.history()
     pool = [split.item_labels[j] for j in range(1, 13)]

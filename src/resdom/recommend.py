@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from resdom.checks import alpha_value, choice, optional_bool, positive_int
+from resdom.data.readers import CANONICAL_INT_BOUND
 from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.distributed import resolve_device
@@ -465,9 +466,12 @@ def _scoring_device(model: Any, device: str | torch.device | None) -> torch.devi
 
 
 def _plain(values: np.ndarray) -> np.ndarray:
-    """Session ids as an int64 array where every id is an integer, else as given (object)."""
+    """Session ids as an int64 array where every id is an integer label (|id| < 10**18, the readers' rule), as
+    their text where every id is an integer but some are not (2**64 was an OverflowError), else as given."""
     if len(values) and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in values):
-        return np.asarray(values.tolist(), dtype=np.int64)
+        if all(-CANONICAL_INT_BOUND < int(x) < CANONICAL_INT_BOUND for x in values):
+            return np.asarray([int(x) for x in values], dtype=np.int64)
+        return np.asarray([str(int(x)) for x in values], dtype=object)
     return values
 
 
