@@ -5,6 +5,7 @@ is counted in the manifest and printed by every command that prepares data, and 
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,41 @@ def test_ids_that_normalizing_would_merge_are_kept_and_noted(tmp_path: Path, cap
     clean = write(tmp_path / "c.csv", "user_id,item_id,timestamp\nu1,a,1\nu1,b,2\nu2,007,3\nu2,8,4\n")
     assert load_prepared(str(clean))[1]["changes"]["notes"] == []
     assert load_prepared(str(p), normalize_ids=True)[1]["changes"]["notes"] == []
+
+
+def test_ids_that_look_the_same_in_other_unicode_code_points_are_kept_and_noted(tmp_path: Path, capsys) -> None:
+    """'Café' with the letter é and with e + a combining accent (NFC / NFD: a Mac's file names, a web form) look
+    the same on every screen and were two users or items without a word; kept apart (ids are exact), now noted with
+    their code points, and a lookup of one spelling names the data's other."""
+    nfc, nfd = "Caf\u00e9", "Cafe\u0301"
+    df = pd.DataFrame({"user_id": [nfc, nfc, nfd, nfd, "u"], "item_id": [nfd, "b", nfd, "b", nfc],
+                       "timestamp": [1, 2, 3, 4, 5]})
+    _, manifest = load_prepared(df)
+    notes = manifest["changes"]["notes"]
+    assert notes == [
+        "1 user id(s) in other Unicode code points than an id that looks the same (an accent composed or decomposed, "
+        f"NFC / NFD: e.g. {nfc!r} (U+00E9) and {nfd!r} (U+0301)): kept apart, as read",
+        "1 item id(s) in other Unicode code points than an id that looks the same (an accent composed or decomposed, "
+        f"NFC / NFD: e.g. {nfd!r} (U+0301) and {nfc!r} (U+00E9)): kept apart, as read"]
+    assert load_prepared(df.assign(user_id=["a", "a", "b", "b", "c"], item_id=[nfc, "b", nfc, "b", "x"]))[1][
+        "changes"]["notes"] == []
+    from resdom.models import build_model
+    from resdom.models.config import make_model_config
+    from resdom.recommend import recommend, similar_items
+
+    split = prepare_split(df.assign(user_id=[nfc] * 2 + ["u"] * 3, item_id=[nfd, "b", "b", nfd, "c"]), "loo")
+    model = build_model(make_model_config(name="sasrec", n_items=split.n_items, hidden=8, layers=1, max_len=4,
+                                          heads=1)).eval()
+    rest = "in other Unicode code points; ids are matched exactly)"
+    user_hint = f"({nfd!r} (U+0301) is the data's {nfc!r} (U+00E9) {rest}"
+    with pytest.raises(ResdomError, match=f"^users: 1 user id\\(s\\) not in the data: .*{re.escape(user_hint)}$"):
+        recommend(model, split, [nfd])
+    item_hint = f"({nfc!r} (U+00E9) is the data's {nfd!r} (U+0301) {rest}"
+    note = recommend(model, split, ["u"], k=1, items=[nfc, "c"], filter_seen=False).attrs["note"]
+    assert note == f"items: 1 whitelisted item id(s) not in the data, left out: {nfc!r} {item_hint}"
+    none = r"^items: none of the 1 item id\(s\) is in the data "
+    with pytest.raises(ResdomError, match=f"{none}.*{re.escape(item_hint)}$"):
+        similar_items(model, split, [nfc])
 
 
 # ---------------------------------------------------------------------------------------------------- timestamps

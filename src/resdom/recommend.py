@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from resdom.checks import alpha_value, choice, optional_bool, positive_int
-from resdom.data.readers import CANONICAL_INT_BOUND
+from resdom.data.readers import CANONICAL_INT_BOUND, spelled
 from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.distributed import resolve_device
@@ -73,7 +74,7 @@ def user_index(split: SplitData, users: Iterable[Any], where: str = "users") -> 
         shown = ", ".join(quote(u) for u in missing[:5])
         more = f" and {len(missing) - 5:,} more" if len(missing) > 5 else ""
         raise ResdomError(f"{where}: {len(missing):,} user id(s) not in the data: {shown}{more} (ids are matched "
-                          f"exactly as text; the data has {len(labels):,} users)")
+                          f"exactly as text; the data has {len(labels):,} users){other_spelling(missing, index)}")
     return np.array([index[u] for u in wanted], dtype=np.int64)
 
 
@@ -170,11 +171,26 @@ def _as_list(values: Iterable[Any] | str | int) -> list[Any]:
     return [values] if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else list(values)
 
 
-def unknown_note(unknown: list[Any], what: str) -> str:
-    """One line naming ids not in the data: how many, the first few (quoted where text), what became of them."""
+def unknown_note(unknown: list[Any], what: str, known: Iterable[str] = ()) -> str:
+    """One line naming ids not in the data: how many, the first few (quoted where text), what became of them; and
+    where one is an id of ``known`` (the data's ids as text) in other Unicode code points, which one
+    (``other_spelling``)."""
     shown = ", ".join(quote(x) for x in unknown[:5])
     more = f", and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
-    return f"{len(unknown):,} {what} not in the data, left out: {shown}{more}"
+    return f"{len(unknown):,} {what} not in the data, left out: {shown}{more}{other_spelling(unknown, known)}"
+
+
+def other_spelling(unknown: list[Any], known: Iterable[str]) -> str:
+    """Where an id of ``unknown`` is, in Unicode's NFC form, an id of ``known`` spelled with other code points
+    (an accent composed in one, decomposed in the other: they look the same), the clause naming both; else ''."""
+    wanted = {unicodedata.normalize("NFC", str(x)): str(x) for x in unknown if not str(x).isascii()}
+    if not wanted:
+        return ""
+    for text in known:
+        if not text.isascii() and (given := wanted.get(unicodedata.normalize("NFC", text))) is not None:
+            return (f" ({spelled(given)} is the data's {spelled(text)} in other Unicode code points; ids are "
+                    "matched exactly)")
+    return ""
 
 
 def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[Any], list[str]]:
@@ -218,7 +234,7 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
             empty.append(sid)
     notes = []
     if unknown:
-        notes.append("sequences: " + unknown_note(list(dict.fromkeys(unknown)), "item id(s)"))
+        notes.append("sequences: " + unknown_note(list(dict.fromkeys(unknown)), "item id(s)", index))
     if empty:
         named = ", ".join(quote(x) for x in empty[:3])
         notes.append(f"{len(empty):,} sequence(s) with no item of the data get no rows: {named}"
@@ -234,20 +250,21 @@ def allowed_items(split: SplitData, items: Any, exclude: Any) -> tuple[np.ndarra
         return None, []
     blocked = np.zeros(split.n_items + 1, dtype=bool)
     notes = []
+    lookup = item_lookup(split, "items" if items is not None else "exclude")
     if items is not None:
-        known, unknown = item_index(split, items, "items")
+        known, unknown = _match_items(lookup, items, "items")
         if not len(known):
             raise ResdomError(f"items: none of the {len(_as_list(items)):,} item id(s) of the whitelist is in the "
-                              "data (ids are matched exactly as text)")
+                              f"data (ids are matched exactly as text){other_spelling(unknown, lookup)}")
         blocked[:] = True
         blocked[known] = False
         if unknown:
-            notes.append("items: " + unknown_note(unknown, "whitelisted item id(s)"))
+            notes.append("items: " + unknown_note(unknown, "whitelisted item id(s)", lookup))
     if exclude is not None:
-        known, unknown = item_index(split, exclude, "exclude")
+        known, unknown = _match_items(lookup, exclude, "exclude")
         blocked[known] = True
         if unknown:
-            notes.append("exclude: " + unknown_note(unknown, "item id(s) to exclude"))
+            notes.append("exclude: " + unknown_note(unknown, "item id(s) to exclude", lookup))
     blocked[0] = True
     return blocked, notes
 
@@ -413,12 +430,13 @@ def similar_items(
     if items is None:
         targets = np.arange(1, split.n_items + 1, dtype=np.int64)
     else:
-        targets, unknown = item_index(split, items, "items")
+        lookup = item_lookup(split, "items")
+        targets, unknown = _match_items(lookup, items, "items")
         if not len(targets):
             raise ResdomError(f"items: none of the {len(_as_list(items)):,} item id(s) is in the data (ids are "
-                              "matched exactly as text)")
+                              f"matched exactly as text){other_spelling(unknown, lookup)}")
         if unknown:
-            notes.append("items: " + unknown_note(unknown, "item id(s)"))
+            notes.append("items: " + unknown_note(unknown, "item id(s)", lookup))
         targets = np.asarray(list(dict.fromkeys(targets.tolist())), dtype=np.int64)
     if k > split.n_items - 1:  # as recommend names its short lists
         notes.append(f"k: {k:,} is more than the {split.n_items - 1:,} other items of the catalogue: each item gets "

@@ -19,7 +19,15 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
 from resdom.limits import quote
-from resdom.recommend import COLUMNS, OLD_HEADER, SIMILAR_COLUMNS, item_lookup, similar_items
+from resdom.recommend import (
+    COLUMNS,
+    OLD_HEADER,
+    SIMILAR_COLUMNS,
+    item_lookup,
+    label_texts,
+    other_spelling,
+    similar_items,
+)
 from resdom.recommend import recommend as top_items
 from resdom.rundir import check_output_file
 from resdom.runs import load_run
@@ -142,9 +150,10 @@ def check_item_option(value: str | None, ids: list[str] | None, split: Any, opti
     (as for --users), not a whitelist of nothing or exclusions left out with a note."""
     if value is None or ids is None or len(ids) != 1 or _names_a_file(value):
         return
-    if ids[0] not in item_lookup(split, option):
+    lookup = item_lookup(split, option)
+    if ids[0] not in lookup:
         raise ResdomError(f"{option} {value}: no such file, nor an item id of the data (give a file of item ids, the "
-                          "ids themselves, comma-separated)")
+                          f"ids themselves, comma-separated){other_spelling(ids, lookup)}")
 
 
 def read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
@@ -339,8 +348,9 @@ def recommend(
             if message.startswith(f"{name}:"):
                 message = "--" + message
         if where and wanted is not None and len(wanted) == 1 and not _names_a_file(users):  # a mistyped file name?
+            known = label_texts(run.split.user_labels) if run.split.user_labels is not None else []
             message = f"--users {users}: no such file, nor a user id of the data (give a file of user ids, the ids " \
-                      "themselves, comma-separated, or 'all')"
+                      f"themselves, comma-separated, or 'all'){other_spelling(wanted, known)}"
         raise ResdomError(message) from None
     if frame.attrs.get("note"):
         note = frame.attrs["note"]

@@ -38,6 +38,7 @@ import gzip
 import io
 import json
 import re
+import unicodedata
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -511,7 +512,35 @@ def note_near_duplicate_ids(raw: RawInteractions) -> RawInteractions:
         raw.notes.append(f"{int(clash.sum()):,} {what} ids differ from another only by surrounding spaces, leading "
                          f"zeros or a '+' (e.g. {quote(example[0])} and {quote(example[1])}): kept apart, as read; "
                          "--normalize-ids (normalize_ids=True) makes them one")
+    for labels, what in ((raw.users, "user"), (raw.items, "item")):
+        same = unicode_twins(labels)
+        if same:
+            raw.notes.append(f"{len(same):,} {what} id(s) in other Unicode code points than an id that looks the "
+                             f"same (an accent composed or decomposed, NFC / NFD: e.g. {spelled(same[0][0])} and "
+                             f"{spelled(same[0][1])}): kept apart, as read")
     return raw
+
+
+def unicode_twins(labels: np.ndarray) -> list[tuple[str, str]]:
+    """Pairs of distinct text ids of ``labels`` that are one text in Unicode's NFC form ('Café' written with the
+    letter é and with e + a combining accent), one pair for each such id after the first of its form."""
+    if labels.dtype != object:
+        return []
+    first: dict[str, str] = {}
+    pairs = []
+    for text in pd.unique(labels):
+        if isinstance(text, str) and not text.isascii():
+            form = unicodedata.normalize("NFC", text)
+            if first.setdefault(form, text) != text:
+                pairs.append((first[form], text))
+    return pairs
+
+
+def spelled(text: str) -> str:
+    """``text`` quoted, with its code points past ASCII named (``'Café' (U+00E9)``, ``'Café' (U+0301)``): two
+    spellings that look the same are told apart in a message."""
+    marks = [f"U+{ord(c):04X}" for c in text if not c.isascii()]
+    return f"{quote(text)} ({' '.join(marks[:6])}{' ...' if len(marks) > 6 else ''})"
 
 
 def id_labels(texts: np.ndarray, normalize: bool = False) -> np.ndarray:
