@@ -277,6 +277,24 @@ def test_dates_before_1677_or_after_2262_keep_their_year(fmt: str, tmp_path: Pat
         read_frame(df.iloc[:2].assign(timestamp=seconds))
 
 
+def test_dates_read_day_first_and_month_first_in_one_column_are_refused(tmp_path: Path) -> None:
+    """pandas reads each 'a/b/yyyy' date on its own, month first unless 'a' is past 12: a column of days first
+    read 01/02/2020 as January 2 and 13/01/2020 as January 13, so February 1 came before January 13 without a
+    word. Such a column is now one line naming a date of each reading; one read month first throughout is kept."""
+    path = write(tmp_path / "x.csv", "user_id,item_id,timestamp\nu,a,01/02/2020\nu,b,13/01/2020\n")
+    with pytest.raises(ResdomError, match=r"^.*x\.csv:2: timestamp '01/02/2020' in column 'timestamp' reads month "
+                                          r"first, while '13/01/2020' \(.*x\.csv:3\) can only be day first"):
+        read_interactions([path])
+    df = pd.DataFrame({"user_id": ["u"] * 3, "item_id": list("abc"), "timestamp": ["13.01.2020", "2020-01-01",
+                                                                                   "05.02.2020 10:00"]})
+    with pytest.raises(ResdomError, match=r"^DataFrame: row 3: timestamp '05\.02\.2020 10:00' .* reads month first"):
+        read_frame(df)
+    ok = read_frame(df.assign(timestamp=["01/13/2020", "02/01/2020", "2020-01-01"]))
+    assert ok.times is not None and ok.times.tolist() == [1578873600, 1580515200, 1577836800]
+    days = read_frame(df.assign(timestamp=["13/01/2020", "31/01/2020", "2020-01-01"]))  # every one day first
+    assert days.times is not None and days.times.tolist() == [1578873600, 1580428800, 1577836800]
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

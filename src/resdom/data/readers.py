@@ -1140,6 +1140,7 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
         k = int(bad[0])
         raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} is neither a number nor "
                           "a date")
+    _check_day_month_order(col, where, name)
     if _one_kind_of_zone(col):
         return parsed
     text = col.astype(str)
@@ -1151,6 +1152,25 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
                           f"{short(col.iloc[j])} ({where(j)}) has one: in which zone the first lies is ambiguous, and "
                           "with it the order of the day's interactions; give every date a zone, or none")
     return parsed
+
+
+_DAY_MONTH = r"^\s*(\d{1,2})([/.-])\d{1,2}\2\d{2,4}(?!\d)"  # 01/02/2020, 13.01.20: which is the day?
+
+
+def _check_day_month_order(col: pd.Series, where: Callable[[int], str], name: str) -> None:
+    """pandas reads each date ``a/b/yyyy`` (or with '.' or '-') on its own: month first, but day first where ``a``
+    is past 12, so a column of days first ('13/01/2020', '01/02/2020') read its early days of each month as months
+    without a word (February 1 as January 2). A column whose dates are read both ways is a ResdomError naming one
+    of each; one read month first throughout is pandas' reading (nothing in it tells the order)."""
+    if pd.api.types.infer_dtype(col, skipna=True) != "string":
+        return
+    first = pd.to_numeric(col.str.extract(_DAY_MONTH)[0], errors="coerce").to_numpy(dtype=np.float64)
+    day_first, month_first = np.flatnonzero(first > 12), np.flatnonzero(first <= 12)
+    if len(day_first) and len(month_first):
+        k, j = int(day_first[0]), int(month_first[0])
+        raise ResdomError(f"{where(j)}: timestamp {short(col.iloc[j])} in column {name!r} reads month first, while "
+                          f"{short(col.iloc[k])} ({where(k)}) can only be day first: the order of day and month is "
+                          "ambiguous; write dates as YYYY-MM-DD (ISO 8601) or Unix seconds")
 
 
 def time_column_seconds(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
