@@ -167,6 +167,20 @@ def test_ids_that_look_the_same_in_other_unicode_code_points_are_kept_and_noted(
         similar_items(model, split, [nfc])
 
 
+def test_an_id_column_of_floats_is_noted(tmp_path: Path) -> None:
+    """A DataFrame's integer ids that a missing value once made floats were read as '6.0' without a word, so
+    recommend wrote '6.0' and did not match 6; kept (ids are the text of each value), now noted with what to do."""
+    df = pd.DataFrame({"user_id": [1, 1, 2, 2], "item_id": [6.0, 7.0, 6.0, 7.5], "timestamp": [1, 2, 3, 4]})
+    prepared, manifest = load_prepared(df)
+    assert prepared.item_labels[1:].tolist() == ["6.0", "7.0", "7.5"]
+    assert manifest["changes"]["notes"] == [
+        "column 'item_id' holds floats: its ids are their text (e.g. '6.0'), which is how they are matched and "
+        "written; for integer ids, df['item_id'].astype('int64') first"]
+    df.to_parquet(tmp_path / "x.parquet")
+    assert load_prepared(str(tmp_path / "x.parquet"))[1]["changes"]["notes"][0].endswith("write the column as integers")
+    assert load_prepared(df.astype({"item_id": str}))[1]["changes"]["notes"] == []
+
+
 # ---------------------------------------------------------------------------------------------------- timestamps
 
 

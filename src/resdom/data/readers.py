@@ -1049,8 +1049,17 @@ def _frame_to_raw(
         raise ResdomError(f"{where_name}: no rows after the header")
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
     items = _id_column(df[icol], where, icol, columns.normalize_ids)
+    notes += [_float_ids_note(df[c], c, fmt) for c in (ucol, icol) if pd.api.types.is_float_dtype(df[c].dtype)]
     times = time_column_seconds(df[tcol], where, tcol) if tcol else None
     return RawInteractions(users, items, times, fmt, files, time_ordered=False, notes=notes)
+
+
+def _float_ids_note(col: pd.Series, name: str, fmt: str) -> str:
+    """The note on an id column of floats (integer ids a missing value once made floats, in pandas): each id is
+    the text of its float, '6.0', which recommend writes and matches (6 or '6' is not it)."""
+    todo = f"df[{name!r}].astype('int64') first" if fmt == "dataframe" else "write the column as integers"
+    return (f"column {name!r} holds floats: its ids are their text (e.g. {quote(str(col.iloc[0]))}), which is how "
+            f"they are matched and written; for integer ids, {todo}")
 
 
 def _refuse_nested(col: pd.Series, where: Callable[[int], str], name: str) -> None:
