@@ -715,6 +715,24 @@ def test_a_series_of_sessions_keeps_its_index_as_session_ids(split, model) -> No
     assert s1["item_id"].tolist() == recommend(model, split, sequences=[labels], k=3)["item_id"].tolist()
 
 
+def test_an_id_missed_for_its_surrounding_spaces_names_the_datas_spelling() -> None:
+    """``--users "u1, u2"`` asked for ' u2', and a data id ' sp' was not 'sp': 'not in the data', with nothing to
+    say the two differ only by spaces. Ids stay exact; the error or note now names the data's spelling."""
+    df = pd.DataFrame({"user_id": ["u2"] * 3 + [" sp"] * 3, "item_id": ["a", "b", "c", "b", "c", "d"],
+                       "timestamp": list(range(6))})
+    split = prepare_split(df, "loo")
+    m = _model(split.n_items)
+    with pytest.raises(ResdomError, match=r"^users: .*\(' u2' is the data's 'u2' with spaces around it; ids are "
+                                          r"matched exactly\)$"):
+        recommend(m, split, [" u2"])
+    with pytest.raises(ResdomError, match=r"\('sp' is the data's ' sp' without the spaces around it; ids are matched "
+                                          r"exactly\)$"):
+        recommend(m, split, ["sp"])
+    note = recommend(m, split, ["u2"], k=1, exclude=["a ", "b"], filter_seen=False).attrs["note"]
+    assert note == ("exclude: 1 item id(s) to exclude not in the data, left out: 'a ' ('a ' is the data's 'a' with "
+                    "spaces around it; ids are matched exactly)")
+
+
 def test_integer_session_ids_past_int64_come_back_as_their_text_not_an_overflow(split, model) -> None:
     """Integer session ids were written as int64: one past its range (2**64 - 1, a uint64 index of a Series) was an
     OverflowError traceback. Integer ids within 18 digits stay integers; otherwise each is its text, as the

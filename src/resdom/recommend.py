@@ -181,13 +181,23 @@ def unknown_note(unknown: list[Any], what: str, known: Iterable[str] = ()) -> st
 
 
 def other_spelling(unknown: list[Any], known: Iterable[str]) -> str:
-    """Where an id of ``unknown`` is, in Unicode's NFC form, an id of ``known`` spelled with other code points
-    (an accent composed in one, decomposed in the other: they look the same), the clause naming both; else ''."""
-    wanted = {unicodedata.normalize("NFC", str(x)): str(x) for x in unknown if not str(x).isascii()}
-    if not wanted:
+    """Where an id of ``unknown`` is an id of ``known`` but for surrounding spaces (``--users "u1, u2"``, or data
+    ids ``" u2"``), or in Unicode's NFC form an id of ``known`` spelled with other code points (an accent composed
+    in one, decomposed in the other: they look the same), the clause naming both; else ''. Looked for only where a
+    lookup missed."""
+    texts = [str(x) for x in unknown]
+    if not texts:
         return ""
+    spaced = {t.strip(): t for t in texts if t.strip() != t and t.strip()}
+    bare = set(texts)
+    composed = {unicodedata.normalize("NFC", t): t for t in texts if not t.isascii()}
     for text in known:
-        if not text.isascii() and (given := wanted.get(unicodedata.normalize("NFC", text))) is not None:
+        if (given := spaced.get(text)) is not None:
+            return f" ({quote(given)} is the data's {quote(text)} with spaces around it; ids are matched exactly)"
+        if text.strip() != text and text.strip() in bare:
+            return (f" ({quote(text.strip())} is the data's {quote(text)} without the spaces around it; ids are "
+                    "matched exactly)")
+        if not text.isascii() and (given := composed.get(unicodedata.normalize("NFC", text))) is not None:
             return (f" ({spelled(given)} is the data's {spelled(text)} in other Unicode code points; ids are "
                     "matched exactly)")
     return ""
