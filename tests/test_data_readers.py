@@ -295,6 +295,25 @@ def test_dates_read_day_first_and_month_first_in_one_column_are_refused(tmp_path
     assert days.times is not None and days.times.tolist() == [1578873600, 1580428800, 1577836800]
 
 
+@pytest.mark.parametrize("name, header, sep", [("x.tsv", "user_id\titem_id\ttimestamp", "\t"),
+                                               ("x.csv", "user_id,item_id,timestamp", ","),
+                                               ("x.inter", "user_id:token\titem_id:token\ttimestamp:float", "\t")])
+def test_a_stray_quote_that_swallows_lines_into_one_id_is_refused(name: str, header: str, sep: str,
+                                                                  tmp_path: Path) -> None:
+    """An id starting with a quote ('"abc', a TSV written without CSV's quoting) opened a quoted value that the next
+    quote closed, lines later: the rows between became part of one item id and were lost without a word (four rows
+    read as two interactions). Now one line names the row; a quoted id holding a doubled quote still reads."""
+    rows = [("u1", '"abc', "1"), ("u1", "def", "2"), ("u2", 'x"y', "3"), ("u2", "q", "4")]
+    path = write(tmp_path / name, "\n".join([header, *(sep.join(r) for r in rows)]) + "\n")
+    with pytest.raises(ResdomError, match=r"x\.(tsv|csv|inter):2: the 'item_id' value 'abc.*' spans several lines: "
+                                          r"a quote \(\"\) at the start of a field"):
+        read_interactions([path])
+    rows[0] = ("u1", '"ab""c"', "1")
+    rows[2] = ("u2", "xy", "3")
+    path.write_text("\n".join([header, *(sep.join(r) for r in rows)]) + "\n")
+    assert read_interactions([path]).items.tolist() == ['ab"c', "def", "xy", "q"]
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

@@ -1047,11 +1047,31 @@ def _frame_to_raw(
                           f"row order{_near_column(cols, tcol, 'time_col')}")
     if len(df) == 0:
         raise ResdomError(f"{where_name}: no rows after the header")
+    if first_data_line:
+        for name in (ucol, icol):
+            _refuse_spanning_lines(df[name], where, name)
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
     items = _id_column(df[icol], where, icol, columns.normalize_ids)
     notes += [_float_ids_note(df[c], c, fmt) for c in (ucol, icol) if pd.api.types.is_float_dtype(df[c].dtype)]
     times = time_column_seconds(df[tcol], where, tcol) if tcol else None
     return RawInteractions(users, items, times, fmt, files, time_ordered=False, notes=notes)
+
+
+def _refuse_spanning_lines(col: pd.Series, where: Callable[[int], str], name: str) -> None:
+    """An id of a table file that holds a line break: a quote at the start of a field (an id ``"abc`` written
+    without CSV's quoting) opened a quoted value that a quote on a later line closed, so the lines between were
+    read as one id and their interactions lost without a word; a ResdomError naming the first such row."""
+    try:
+        texts = col.astype("string[pyarrow]")  # Arrow's search: a fraction of a second for millions of ids
+    except (ImportError, TypeError, ValueError):
+        texts = col.astype(str)
+    spans = np.flatnonzero(texts.str.contains(r"[\r\n]", regex=True).to_numpy(dtype=bool, na_value=False))
+    if len(spans):
+        k = int(spans[0])
+        raise ResdomError(f"{where(k)}: the {name!r} value {short(col.iloc[k])} spans several lines: a quote (\") at "
+                          "the start of a field opened a quoted value that a quote on a later line closed, so those "
+                          "lines were read as one id; remove the stray quote, or quote the id with its quotes doubled "
+                          '("ab""c")')
 
 
 def _float_ids_note(col: pd.Series, name: str, fmt: str) -> str:
