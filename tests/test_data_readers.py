@@ -607,6 +607,23 @@ def test_the_reference_tokenizer_splits_at_ascii_whitespace_only(text: str) -> N
     assert tok.tokens == [t for line in text.splitlines() for t in re.split(r"[ \t]+", line) if t]
 
 
+@pytest.mark.parametrize("inside", ["\u2028", "\x85", "\x0b", "\x0c", "\x1c", "\x1e"])
+def test_a_line_is_broken_only_where_python_reads_a_line_break(inside: str, tmp_path: Path) -> None:
+    """Lines were cut by str.splitlines, which also breaks at U+2028, U+0085, a vertical tab, a form feed or
+    U+001C-U+001E: 'u1 a b<U+2028>c d' became user u1 (a, b) and a new user c (d) without a word. Lines now end
+    where Python's file reading (S3-Rec's and SASRec's readers) ends them: at \\n, \\r\\n or \\r; within a line the
+    ASCII controls separate fields, as str.split does, and a Unicode space is part of an id."""
+    from resdom.cli.recommend_cmd import read_ids
+
+    p = write(tmp_path / "seq.txt", f"u1 a b{inside}c d\r\nu2 a c\n")
+    raw = read_interactions([p], "user-lines")
+    assert raw.users.tolist()[:3] == ["u1"] * 3 and raw.users.tolist()[-2:] == ["u2"] * 2
+    kept = {"\u2028": ["a", f"b{inside}c", "d"], "\x85": ["a", f"b{inside}c", "d"]}.get(inside, ["a", "b", "c", "d"])
+    assert raw.items.tolist() == [*kept, "a", "c"]
+    ids = write(tmp_path / "users.txt", f"u{inside}1\nu2\n")
+    assert read_ids(ids, "--users", ("user_id", "user")) == [f"u{inside}1", "u2"]
+
+
 def test_fast_tokenizer_used_on_plain_and_crlf_text() -> None:
     from resdom.data.readers import _tokenize_fast
 

@@ -14,7 +14,7 @@ import typer
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
 from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash
-from resdom.data.readers import DEFAULT_COLUMNS, parser_error, refuse_binary, time_column_seconds
+from resdom.data.readers import DEFAULT_COLUMNS, parser_error, refuse_binary, text_lines, time_column_seconds
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
@@ -104,7 +104,7 @@ def read_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
                 raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
             except UnicodeDecodeError:
                 raise ResdomError(f"{path}: not UTF-8 text") from None
-            ids = [line for line in text.splitlines() if line.strip()]
+            ids = [line for line in text_lines(text) if line.strip()]
     except ResdomError as e:
         raise ResdomError(f"{option} {e}") from None
     if not ids:
@@ -202,7 +202,7 @@ def _read_sequences(path: Path) -> dict[str, list[str]] | list[list[str]]:
             if isinstance(data, list) and all(isinstance(v, list) for v in data):
                 return [_json_ids(v, path, j) for j, v in enumerate(data)]
             raise ResdomError(f"{path}: expected a JSON object {{id: [item ids]}} or a list of item-id lists")
-        lines = text.splitlines()
+        lines = text_lines(text)
         while lines and not lines[-1].strip():  # blank lines at the end: no session
             lines.pop()
         return [[x for x in line.split(",") if x] for line in lines]  # session j: line j + 1, a blank one too

@@ -398,11 +398,21 @@ def _fields(line: str) -> list[str]:
     return [t for t in _FIELD_SEPARATORS.split(line) if t]
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text`` as Python reads a file's lines (universal newlines: ``\n``, ``\r\n``, ``\r``), as the
+    readers of S3-Rec's and SASRec's files do: ``str.splitlines`` also broke lines at a vertical tab, a form feed,
+    U+001C-U+001E, U+0085 or U+2028, so 'u1 a b<U+2028>c d' became user u1 and a user c without a word."""
+    return _LINE_BREAK.split(text)
+
+
 def _tokenize_lines(path: Path, text: str) -> _Tokens:
     """Per-line tokenizer (the reference for ``_tokenize_fast``, and its fallback)."""
     per_line: list[list[str]] = []
     line_no: list[int] = []
-    for i, line in enumerate(text.splitlines(), start=1):
+    for i, line in enumerate(text_lines(text), start=1):
         toks = _fields(line)
         if toks:
             per_line.append(toks)
