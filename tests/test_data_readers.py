@@ -289,6 +289,8 @@ def test_dates_read_day_first_and_month_first_in_one_column_are_refused(tmp_path
                                                                                    "05.02.2020 10:00"]})
     with pytest.raises(ResdomError, match=r"^DataFrame: row 3: timestamp '05\.02\.2020 10:00' .* reads month first"):
         read_frame(df)
+    with pytest.raises(ResdomError, match=r"^DataFrame: row 3: timestamp '05\.02\.2020 10:00' .* reads month first"):
+        read_frame(df.astype({"timestamp": "category"}))
     ok = read_frame(df.assign(timestamp=["01/13/2020", "02/01/2020", "2020-01-01"]))
     assert ok.times is not None and ok.times.tolist() == [1578873600, 1580515200, 1577836800]
     days = read_frame(df.assign(timestamp=["13/01/2020", "31/01/2020", "2020-01-01"]))  # every one day first

@@ -1201,6 +1201,8 @@ def _check_day_month_order(col: pd.Series, where: Callable[[int], str], name: st
     is past 12, so a column of days first ('13/01/2020', '01/02/2020') read its early days of each month as months
     without a word (February 1 as January 2). A column whose dates are read both ways is a ResdomError naming one
     of each; one read month first throughout is pandas' reading (nothing in it tells the order)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype(object)
     if pd.api.types.infer_dtype(col, skipna=True) != "string":
         return
     first = pd.to_numeric(col.str.extract(_DAY_MONTH)[0], errors="coerce").to_numpy(dtype=np.float64)
