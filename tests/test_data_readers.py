@@ -316,6 +316,19 @@ def test_a_stray_quote_that_swallows_lines_into_one_id_is_refused(name: str, hea
     assert read_interactions([path]).items.tolist() == ['ab"c', "def", "xy", "q"]
 
 
+@pytest.mark.parametrize("zone", ["UTC+2", "GMT+2", "UTC-05:00", "GMT +3"])
+def test_a_zone_written_as_an_offset_from_utc_or_gmt_is_refused(zone: str, tmp_path: Path) -> None:
+    """pandas reads '10:00 UTC+2' with the POSIX sign, as 12:00 UTC, where its writer means 08:00 UTC (ISO 8601's
+    +02:00): a column of such times was read four hours off without a word. Now one line naming the row."""
+    path = write(tmp_path / "x.csv", f"user_id,item_id,timestamp\nu,a,2020-01-01 10:00:00 {zone}\n"
+                                     f"u,b,2020-01-01 11:00:00 {zone}\n")
+    with pytest.raises(ResdomError, match=r"x\.csv:2: timestamp '2020-01-01 10:00:00 .*' in column 'timestamp' gives "
+                                          r"its zone as an offset from UTC or GMT"):
+        read_interactions([path])
+    path.write_text("user_id,item_id,timestamp\nu,a,2020-01-01 10:00:00+02:00\nu,b,2020-01-01 10:00:00 UTC\n")
+    assert read_interactions([path]).times.tolist() == [1577865600, 1577872800]
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

@@ -1180,6 +1180,7 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
         raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} is neither a number nor "
                           "a date")
     _check_day_month_order(col, where, name)
+    _check_named_offsets(col, where, name)
     if _one_kind_of_zone(col):
         return parsed
     text = col.astype(str)
@@ -1212,6 +1213,25 @@ def _check_day_month_order(col: pd.Series, where: Callable[[int], str], name: st
         raise ResdomError(f"{where(j)}: timestamp {short(col.iloc[j])} in column {name!r} reads month first, while "
                           f"{short(col.iloc[k])} ({where(k)}) can only be day first: the order of day and month is "
                           "ambiguous; write dates as YYYY-MM-DD (ISO 8601) or Unix seconds")
+
+
+_NAMED_OFFSET = r"(?:UTC|GMT)\s*[+-]\s*\d"  # 10:00 UTC+2: which way?
+
+
+def _check_named_offsets(col: pd.Series, where: Callable[[int], str], name: str) -> None:
+    """A date whose zone is written ``UTC+2`` or ``GMT+2``: pandas (dateutil) reads it with the POSIX sign, two hours
+    behind UTC (10:00 UTC+2 as 12:00 UTC), where a person writing it means ISO 8601's +02:00 (08:00 UTC): the times
+    were four hours off without a word. A ResdomError naming the first such row."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype(object)
+    if pd.api.types.infer_dtype(col, skipna=True) != "string":
+        return
+    named = np.flatnonzero(col.str.contains(_NAMED_OFFSET, regex=True).to_numpy(dtype=bool, na_value=False))
+    if len(named):
+        k = int(named[0])
+        raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} gives its zone as an offset "
+                          "from UTC or GMT, which pandas reads with the POSIX sign (GMT+2 two hours behind UTC), the "
+                          "opposite of ISO 8601's; write the offset alone (+02:00) or a Unix time")
 
 
 def time_column_seconds(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
