@@ -329,6 +329,20 @@ def test_a_zone_written_as_an_offset_from_utc_or_gmt_is_refused(zone: str, tmp_p
     assert read_interactions([path]).times.tolist() == [1577865600, 1577872800]
 
 
+@pytest.mark.parametrize("value, what", [("now", "names the moment it is read"),
+                                         ("10:00", "is a time of day without its date"),
+                                         ("10:00 PM", "is a time of day without its date"),
+                                         ("5 May", "has no year"), ("March", "has no year")])
+def test_a_value_that_names_no_whole_date_is_refused(value: str, what: str, tmp_path: Path) -> None:
+    """pandas reads 'now' as the moment it runs, '10:00' as today at ten and '5 May' in the year 1: times made up
+    without a word (a user's '10:00' after their 2020 interactions). Now one line naming the row."""
+    path = write(tmp_path / "x.csv", f"user_id,item_id,timestamp\nu,a,2020-01-01\nu,b,{value}\n")
+    with pytest.raises(ResdomError, match=f"x\\.csv:3: timestamp '{value}' in column 'timestamp' {what}, not a date"):
+        read_interactions([path])
+    path.write_text("user_id,item_id,timestamp\nu,a,Jan 2020\nu,b,0001-01-01\nu,c,1st of May 2020\n")
+    assert read_interactions([path]).times.tolist() == [1577836800, -62135596800, 1588291200]
+
+
 def test_movielens_plain_and_gzip(tmp_path: Path) -> None:
     text = "1::10::5::100\n1::20::3::200\n2::20::1::150\n1::30::4::300\n2::30::4::150\n3::30::2::50\n3::10::2::60\n"
     plain = write(tmp_path / "ratings.dat", text)

@@ -1181,6 +1181,7 @@ def time_column_values(col: pd.Series, where: Callable[[int], str], name: str) -
                           "a date")
     _check_day_month_order(col, where, name)
     _check_named_offsets(col, where, name)
+    _check_whole_dates(col, parsed, where, name)
     if _one_kind_of_zone(col):
         return parsed
     text = col.astype(str)
@@ -1232,6 +1233,31 @@ def _check_named_offsets(col: pd.Series, where: Callable[[int], str], name: str)
         raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} gives its zone as an offset "
                           "from UTC or GMT, which pandas reads with the POSIX sign (GMT+2 two hours behind UTC), the "
                           "opposite of ISO 8601's; write the offset alone (+02:00) or a Unix time")
+
+
+_TIME_ONLY = r"\s*T?\d{1,2}:\d{2}(?::\d{2}(?:\.\d*)?)?\s*(?:[AaPp]\.?[Mm]\.?)?\s*"  # 10:00, 10:00 PM: which day?
+
+
+def _check_whole_dates(col: pd.Series, parsed: pd.Series, where: Callable[[int], str], name: str) -> None:
+    """A value pandas reads as a date although it names none: 'now' and 'today' (the moment it is read), a time of
+    day alone ('10:00': today's date), a day without its year ('5 May', 'March': the year 1). Each was a time
+    made up without a word; a ResdomError naming the first such row."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype(object)
+    if pd.api.types.infer_dtype(col, skipna=True) != "string":
+        return
+    text = col.str.strip()
+    now = text.str.lower().isin(["now", "today"]).to_numpy(dtype=bool)
+    clock = text.str.fullmatch(_TIME_ONLY).to_numpy(dtype=bool, na_value=False)
+    no_year = (parsed.dt.year == 1).to_numpy(dtype=bool) & ~text.str.contains("0001", regex=False).to_numpy(
+        dtype=bool, na_value=False)
+    bad = np.flatnonzero(now | clock | no_year)
+    if len(bad):
+        k = int(bad[0])
+        what = "names the moment it is read" if now[k] else "is a time of day without its date" if clock[k] else \
+            "has no year"
+        raise ResdomError(f"{where(k)}: timestamp {short(col.iloc[k])} in column {name!r} {what}, not a date; give "
+                          "each time its full date (2020-05-01T10:00:00) or a Unix time")
 
 
 def time_column_seconds(col: pd.Series, where: Callable[[int], str], name: str) -> np.ndarray:
