@@ -296,11 +296,15 @@ def test_cli_mistakes_are_one_line_and_write_nothing(run_dir, tmp_path, capsys) 
     archive.write_bytes(b"PK\x03\x04" + bytes(20))  # a zip's first bytes
     empty_csv.write_text("")
     quoted.write_text('user_id\n"cust-004\n')
+    swallowed = tmp_path / "sessions.csv"  # a stray quote read three rows as one item, and two sessions as one
+    swallowed.write_text('session_id,item_id\ns1,"sku 1\ns1,sku 2\ns2,sku 3"\ns2,sku 4\n')
     cases = [
         (["--users", str(users), "--out", str(out)], f"--users {users}: 2 user id(s) not in the data: 'nobody', '007'"),
         (["--users", str(archive)], f"--users {archive}: not UTF-8 text (a zip archive or an .xlsx workbook)"),
         (["--users", str(empty_csv)], f"--users {empty_csv}: file is empty"),  # was: (EmptyDataError)
         (["--users", str(quoted)], f"--users {quoted}:2: a quote (\") opened on this line is never closed"),
+        (["--sequences", str(swallowed)], f"--sequences {swallowed}:2: the 'item_id' value 'sku 1\\ns1,sku 2\\ns2,"
+                                          "sku 3' spans several lines: a quote (\") at the start of a field"),
         (["--out", str(tmp_path)], f"--out {tmp_path}: is a directory"),
         (["--users", str(tmp_path / "none.txt")], "no such file"),
         (["--k", "0"], "--k: must be at least 1"),

@@ -14,7 +14,14 @@ import typer
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
 from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash
-from resdom.data.readers import DEFAULT_COLUMNS, parser_error, refuse_binary, text_lines, time_column_seconds
+from resdom.data.readers import (
+    DEFAULT_COLUMNS,
+    parser_error,
+    refuse_binary,
+    refuse_spanning_lines,
+    text_lines,
+    time_column_seconds,
+)
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_bytes
@@ -274,6 +281,8 @@ def _read_table(path: Path, sep: str) -> pd.DataFrame:
         fields, held = df.shape[1] + df.index.nlevels, "a tab" if sep == "\t" else "a comma"
         raise ResdomError(f"{path}: its rows hold {fields} fields but its header line names {df.shape[1]} "
                           f"column(s) (an id holding {held}? quote it in \"...\")")
+    for column in df.columns:  # a stray quote read the lines up to the next quote as one id
+        refuse_spanning_lines(df[column], lambda k: f"{path}:{k + 2}", str(column))
     return df
 
 

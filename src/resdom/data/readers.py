@@ -1059,7 +1059,7 @@ def _frame_to_raw(
         raise ResdomError(f"{where_name}: no rows after the header")
     if first_data_line:
         for name in (ucol, icol):
-            _refuse_spanning_lines(df[name], where, name)
+            refuse_spanning_lines(df[name], where, name)
     users = _id_column(df[ucol], where, ucol, columns.normalize_ids)
     items = _id_column(df[icol], where, icol, columns.normalize_ids)
     notes += [_float_ids_note(df[c], c, fmt) for c in (ucol, icol) if pd.api.types.is_float_dtype(df[c].dtype)]
@@ -1067,7 +1067,7 @@ def _frame_to_raw(
     return RawInteractions(users, items, times, fmt, files, time_ordered=False, notes=notes)
 
 
-def _refuse_spanning_lines(col: pd.Series, where: Callable[[int], str], name: str) -> None:
+def refuse_spanning_lines(col: pd.Series, where: Callable[[int], str], name: str) -> None:
     """An id of a table file that holds a line break: a quote at the start of a field (an id ``"abc`` written
     without CSV's quoting) opened a quoted value that a quote on a later line closed, so the lines between were
     read as one id and their interactions lost without a word; a ResdomError naming the first such row."""
