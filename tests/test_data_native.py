@@ -289,6 +289,19 @@ def test_time_to_split_csv_and_diginetica_dates_before_1677_keep_their_year(tmp_
     assert day("1500-01-01") == -14831769600
 
 
+def test_time_to_split_csv_and_diginetica_refuse_a_stray_quote_that_swallows_lines(tmp_path: Path) -> None:
+    """An id starting with an unbalanced quote read the lines up to the next quote as one id, their interactions
+    lost without a word; refused in one line, as the table readers refuse it."""
+    path = tmp_path / "t.csv"
+    path.write_text('user_id,item_id,timestamp\na,"b,1\na,c,2\nd,e",3\nd,f,4\n')
+    with pytest.raises(ResdomError, match=r"t\.csv:2: the 'item_id' value 'b,1\\na,c,2\\nd,e' spans several lines"):
+        read_tts_csv(path, "user_id", "item_id", "timestamp")
+    path = tmp_path / "train-item-views.csv"
+    path.write_text(DIGINETICA.replace("1;NA;31331", '1;NA;"31331', 1).replace("2;;999", '2;;999"', 1))
+    with pytest.raises(ResdomError, match=r"views\.csv:3: the 'itemId' value '31331;.*' spans several lines"):
+        read_diginetica(path)
+
+
 # ------------------------------------------------------------------------------------------------ ml-1m.zip
 
 def test_movielens_zip(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from resdom.data.readers import (
     not_text,
     parser_error,
     read_movielens,
+    refuse_spanning_lines,
     time_column_values,
 )
 from resdom.errors import ResdomError
@@ -215,6 +216,8 @@ def read_diginetica(path: Path) -> RawInteractions:
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows after the header")
     lines = np.arange(len(df), dtype=np.int64) + 2
+    for col in ("sessionId", "itemId"):  # a stray quote read the lines up to the next quote as one id
+        refuse_spanning_lines(df[col], lambda k: f"{path}:{k + 2}", col)
     for col in ("sessionId", "itemId", "timeframe", "eventdate"):
         empty = np.flatnonzero((df[col].str.strip() == "").to_numpy())
         if len(empty):
@@ -466,6 +469,7 @@ def read_tts_csv(path: Path, user_col: str, item_col: str, time_col: str) -> Raw
     if len(df) == 0:
         raise ResdomError(f"{path}: no rows after the header")
     for col in (user_col, item_col):
+        refuse_spanning_lines(df[col], lambda k: f"{path}:{k + 2}", col)
         empty = np.flatnonzero((df[col].str.strip() == "").to_numpy())
         if len(empty):
             raise ResdomError(f"{path}:{int(empty[0]) + 2}: missing value in column {col!r}")
