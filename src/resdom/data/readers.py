@@ -1207,7 +1207,12 @@ def _check_day_month_order(col: pd.Series, where: Callable[[int], str], name: st
         col = col.astype(object)
     if pd.api.types.infer_dtype(col, skipna=True) != "string":
         return
-    first = pd.to_numeric(col.str.extract(_DAY_MONTH)[0], errors="coerce").to_numpy(dtype=np.float64)
+    maybe = np.flatnonzero(col.str.match(r"\s*\d{1,2}[/.-]").to_numpy(dtype=bool, na_value=False))  # quick pass
+    if not len(maybe):
+        return
+    first = np.full(len(col), np.nan)
+    first[maybe] = pd.to_numeric(col.iloc[maybe].str.extract(_DAY_MONTH)[0], errors="coerce").to_numpy(
+        dtype=np.float64)
     day_first, month_first = np.flatnonzero(first > 12), np.flatnonzero(first <= 12)
     if len(day_first) and len(month_first):
         k, j = int(day_first[0]), int(month_first[0])
