@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import tracemalloc
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -235,3 +236,83 @@ def test_no_user_with_a_list_gives_no_popularity_not_zero(tmp_path, capsys) -> N
     assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--json", "--device", "cpu") == 0
     metrics = json.loads(capsys.readouterr().out)["metrics"]  # strict JSON: null, not NaN
     assert metrics["AvgPop@1"] is None and metrics["Novelty@1"] is None and metrics["Coverage@1"] == 0.0
+
+
+def _random_case(n_users: int, n_items: int, seed: int = 0) -> tuple[torch.nn.Module, Any, Sequences]:
+    from resdom.data.sequences import EvalSet
+
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    model = build_model(make_model_config(name="sasrec", n_items=n_items, hidden=8, layers=1, heads=1,
+                                          max_len=MAX_LEN, dropout=0.0, attn_dropout=0.0)).eval()
+    inputs = Sequences.from_lists([rng.integers(1, n_items + 1, size=int(rng.integers(0, 6))).tolist()
+                                   for _ in range(n_users)])
+    return model, EvalSet(inputs, rng.integers(1, n_items + 1, size=n_users)), inputs
+
+
+def test_neighbours_are_scored_for_the_last_items_only(monkeypatch) -> None:
+    """EchoNN@K scored every item of the catalogue against every other (its nearest neighbours table): 72 s at
+    20,000 items for 200 users, days at a million; only the users' distinct last items need neighbours."""
+    from resdom.evaluation import beyond
+
+    model, evalset, train = _random_case(n_users=30, n_items=600)
+    scored = []
+    real = beyond.cosine_scores
+    monkeypatch.setattr(beyond, "cosine_scores", lambda emb, items, *a, **kw: scored.append(len(items)) or
+                        real(emb, items, *a, **kw))
+    got, values = beyond.beyond_accuracy(model, evalset, train, filter_seen=True, ks=(1, 10), neighbours=3)
+    lasts = {int(s[-1]) for s in (evalset.inputs.sequence(i) for i in range(len(evalset))) if len(s)}
+    assert sum(scored) == len(lasts) < 600
+    # the same numbers as the table of every item's neighbours
+    near = cosine_neighbours(model.item_embeddings().detach(), 3)
+    ends = evalset.inputs.offsets[1:]
+    last = np.where(evalset.inputs.lengths > 0, evalset.inputs.items[np.maximum(ends - 1, 0)], 0)
+    for k in (1, 10):
+        assert np.array_equal(values[f"EchoNN@{k}"], per_user(_lists(model, evalset, 10), last, near,
+                                                            *popularity(train.items, train.offsets, 600), k)[
+                                                                f"EchoNN@{k}"])
+
+
+def _lists(model, evalset, k: int) -> np.ndarray:
+    from resdom.evaluation.beyond import top_lists
+
+    history = int(evalset.inputs.lengths.max())
+    with torch.no_grad():
+        items = torch.from_numpy(evalset.inputs.padded(MAX_LEN))
+        return top_lists(final_states(model, items), model.item_embeddings(), k,
+                         torch.from_numpy(evalset.inputs.padded(history)))
+
+
+def test_a_large_cutoff_keeps_memory_of_one_chunk_and_the_same_numbers() -> None:
+    """--beyond with a K as large as the catalogue kept every user's top-K list (users x K int64) and compared
+    it with each last item's neighbours at once (users x K x neighbours): 1 GiB at 5,000 users and K 20,000, a
+    memory error, terabytes at a million users; each chunk of users is now done and dropped, the numbers those of
+    any chunking."""
+    from resdom.evaluation.beyond import beyond_accuracy
+
+    model, evalset, train = _random_case(n_users=1500, n_items=1000)
+    tracemalloc.start()
+    try:
+        with torch.no_grad():
+            got, values = beyond_accuracy(model, evalset, train, filter_seen=True, ks=(5, 1000), neighbours=10,
+                                          batch_size=64)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 30_000_000, peak  # the old lists and comparison alone: 12 MB + 16 MB, and more per user
+    again, per = beyond_accuracy(model, evalset, train, filter_seen=True, ks=(5, 1000), neighbours=10,
+                                 batch_size=5000)
+    assert got == again or all(got[k] == again[k] or (math.isnan(got[k]) and math.isnan(again[k])) for k in got)
+    for key in values:
+        assert np.array_equal(values[key], per[key], equal_nan=True), key
+    lists = _lists(model, evalset, 1000)
+    near = cosine_neighbours(model.item_embeddings().detach(), 10)
+    ends = evalset.inputs.offsets[1:]
+    last = np.where(evalset.inputs.lengths > 0, evalset.inputs.items[np.maximum(ends - 1, 0)], 0)
+    counts, n_seq = popularity(train.items, train.offsets, 1000)
+    want = {}
+    for k in (5, 1000):
+        want.update(per_user(lists, last, near, counts, n_seq, k))
+    assert summary(lists, want, 1000, (5, 1000)) == pytest.approx(got, nan_ok=True)
+    for key in values:
+        assert np.array_equal(values[key], want[key], equal_nan=True), key

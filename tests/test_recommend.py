@@ -862,3 +862,20 @@ def test_cli_sessions_whitelist_similar_and_short_k(run_dir, split, model, tmp_p
     assert "note: --exclude: 1 item id(s) to exclude not in the data, left out: 'ghost'" in capsys.readouterr().err
     code = invoke("recommend", str(run_dir), "--users", "cust-003", "--sequences", str(txt), "--device", "cpu")
     assert code == 2 and "give --users or --sequences, not both" in capsys.readouterr().err
+
+
+def test_similar_items_normalise_the_catalogue_once(split, model, monkeypatch) -> None:
+    """Each chunk of targets normalised the whole item table again (a catalogue's worth of work and memory a
+    chunk: at a million items, 31 targets a chunk, most of the time); now once a call, the same cosines."""
+    import resdom.evaluation.beyond as beyond
+    import resdom.recommend as rec
+
+    want = similar_items(model, split, k=3, batch_size=1)
+    calls = []
+    real = beyond.unit_rows
+    counted = lambda emb: calls.append(1) or real(emb)  # noqa: E731
+    monkeypatch.setattr(beyond, "unit_rows", counted)
+    monkeypatch.setattr(rec, "unit_rows", counted)
+    got = similar_items(model, split, k=3, batch_size=1)
+    assert len(calls) == 1 and split.n_items > 1
+    pd.testing.assert_frame_equal(got, want)

@@ -41,7 +41,7 @@ from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.evaluation.beyond import cosine_scores
+from resdom.evaluation.beyond import cosine_scores, unit_rows
 from resdom.evaluation.ranking import full_scores, user_chunk_size
 from resdom.limits import quote, short
 from resdom.models.interface import final_states, residual_scale
@@ -456,9 +456,10 @@ def similar_items(
     out_rows, out_items, out_scores = [], [], []
     with inference(model):
         item_emb = model.item_embeddings().to(dev)
+        unit = unit_rows(item_emb)  # once: normalised per chunk, it cost a catalogue's worth of work each
         for start in range(0, len(targets), chunk):
             ids = torch.from_numpy(targets[start:start + chunk]).to(dev)
-            r, i, s = top_k(cosine_scores(item_emb, ids), k)
+            r, i, s = top_k(cosine_scores(item_emb, ids, unit), k)
             out_rows.append(r + start)
             out_items.append(i)
             out_scores.append(s)

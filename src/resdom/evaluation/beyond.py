@@ -30,22 +30,31 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
-from resdom.evaluation.ranking import NonFiniteScores, full_scores, user_chunk_size
+from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, full_scores, user_chunk_size
 from resdom.models.interface import final_states
 
 NEIGHBOURS = 10  # EchoNN@K: the last item's nearest neighbours counted as its echo
 
 
-def cosine_scores(item_emb: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-    """item_emb (N+1, d), items (B,) item ids 1..N -> cosine similarity (B, N+1) of each item to every item, the
-    padding column and the item itself at -inf (an item is never its own neighbour). A zero embedding has cosine
-    0 with every item; a NaN or infinite embedding is NonFiniteScores (torch.topk ranks NaN above every number: the
-    lists came out short and cut at the wrong score)."""
+def unit_rows(item_emb: torch.Tensor) -> torch.Tensor:
+    """item_emb (N+1, d) -> each row over its norm (float32; a zero row stays zero), what ``cosine_scores`` takes as
+    ``unit`` so that a caller scoring many chunks normalises the catalogue once, not once a chunk. A NaN or
+    infinite embedding is NonFiniteScores (torch.topk ranks NaN above every number: the lists came out short and
+    cut at the wrong score)."""
     emb = item_emb.float()
     if not bool(torch.isfinite(emb[1:]).all()):
         raise NonFiniteScores("the model's item embeddings hold NaN or infinity, so no similarity between items "
                               "means anything; its weights are broken: retrain or re-import the run")
-    unit = emb / emb.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return emb / emb.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def cosine_scores(item_emb: torch.Tensor, items: torch.Tensor, unit: torch.Tensor | None = None) -> torch.Tensor:
+    """item_emb (N+1, d), items (B,) item ids 1..N -> cosine similarity (B, N+1) of each item to every item, the
+    padding column and the item itself at -inf (an item is never its own neighbour). A zero embedding has cosine
+    0 with every item; a NaN or infinite embedding is NonFiniteScores (``unit_rows``). ``unit``: ``unit_rows``
+    of ``item_emb``, made once by a caller that scores many chunks (None: made here)."""
+    if unit is None:
+        unit = unit_rows(item_emb)
     scores = unit[items] @ unit.T
     scores[:, 0] = -math.inf
     scores[torch.arange(len(items), device=scores.device), items] = -math.inf
@@ -54,17 +63,29 @@ def cosine_scores(item_emb: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
 
 def cosine_neighbours(item_emb: torch.Tensor, m: int, chunk: int = 1024) -> np.ndarray:
     """int64 (N+1, m): the ``m`` nearest items of every item id by cosine (highest first, equal cosines by
-    increasing id; row 0, padding, is zeros); ``m`` is capped at N - 1. At most ``chunk`` items at a time, fewer
-    where their (chunk, N+1) cosines would pass ``ranking.SCORE_BUDGET``."""
+    increasing id; row 0, padding, is zeros); ``m`` is capped at N - 1 (``neighbours_of`` every id)."""
+    return neighbours_of(item_emb, np.arange(item_emb.shape[0], dtype=np.int64), m, chunk)
+
+
+def neighbours_of(item_emb: torch.Tensor, ids: np.ndarray, m: int, chunk: int = 1024,
+                  unit: torch.Tensor | None = None) -> np.ndarray:
+    """int64 (len(ids), min(m, N - 1)): the nearest items of each id of ``ids`` (0..N) by cosine, as
+    ``cosine_neighbours`` lists them (id 0, padding: zeros). At most ``chunk`` ids at a time, fewer where their
+    (chunk, N+1) cosines would pass ``ranking.SCORE_BUDGET``: only the items asked for are scored (evaluation's
+    last items, not the whole catalogue against itself)."""
     n = item_emb.shape[0] - 1
     m = max(0, min(m, n - 1))
-    out = np.zeros((n + 1, m), dtype=np.int64)
-    if m == 0:
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.zeros((len(ids), m), dtype=np.int64)
+    real = np.flatnonzero(ids > 0)
+    if m == 0 or not len(real):
         return out
+    if unit is None:
+        unit = unit_rows(item_emb)
     chunk = user_chunk_size(n, chunk)
-    for lo in range(1, n + 1, chunk):
-        ids = torch.arange(lo, min(n + 1, lo + chunk), device=item_emb.device)
-        out[lo:lo + len(ids)] = ordered_top(cosine_scores(item_emb, ids), m)
+    for lo in range(0, len(real), chunk):
+        rows = real[lo:lo + chunk]
+        out[rows] = ordered_top(cosine_scores(item_emb, torch.from_numpy(ids[rows]).to(item_emb.device), unit), m)
     return out
 
 
@@ -98,7 +119,14 @@ def per_user(lists: np.ndarray, last: np.ndarray, neighbours: np.ndarray, counts
              k: int) -> dict[str, np.ndarray]:
     """The per-user values at cutoff ``k`` of top lists ``lists`` (n, >= k; 0: no item), last input items ``last``
     (n,), neighbour table ``neighbours`` (N+1, m): {"AvgPop@k", "Novelty@k" (NaN for an empty list),
-    "Echo@k", "EchoNN@k" (0.0 or 1.0)}."""
+    "Echo@k", "EchoNN@k" (0.0 or 1.0)} (``user_values`` with each user's neighbours ``neighbours[last]``)."""
+    return user_values(lists, last, neighbours[last], counts, n_seq, k)
+
+
+def user_values(lists: np.ndarray, last: np.ndarray, near: np.ndarray, counts: np.ndarray, n_seq: int,
+                k: int) -> dict[str, np.ndarray]:
+    """``per_user``'s values, ``near`` (n, m) the nearest items of each user's last item (0: none). Memory: a few
+    (n, k) and (n, m) arrays, never one of (n, k, m)."""
     top = lists[:, :k]
     real = top > 0
     n_real = real.sum(1)
@@ -109,8 +137,12 @@ def per_user(lists: np.ndarray, last: np.ndarray, neighbours: np.ndarray, counts
         avg_pop = np.where(n_real > 0, pop.sum(1) / n_real, np.nan)
         novelty = np.where(n_real > 0, nov.sum(1) / n_real, np.nan)
     echo = ((top == last[:, None]) & real).any(1)
-    near = np.concatenate([last[:, None], neighbours[last]], axis=1)  # (n, 1 + m)
-    echo_nn = ((top[:, :, None] == near[:, None, :]) & real[:, :, None]).any((1, 2))
+    # each (user, item) pair as one number: a listed item is the last item or a neighbour of it where its pair is
+    # among the user's (last, neighbours) pairs
+    width = np.int64(max(int(counts.shape[0]), int(top.max(initial=0)) + 1, int(near.max(initial=0)) + 1))
+    rows = np.arange(len(top), dtype=np.int64)[:, None] * width
+    near_pairs = np.concatenate([last[:, None], near], axis=1) + rows  # (n, 1 + m)
+    echo_nn = (np.isin(top + rows, near_pairs) & real).any(1)
     return {f"AvgPop@{k}": avg_pop, f"Novelty@{k}": novelty, f"Echo@{k}": echo.astype(np.float64),
             f"EchoNN@{k}": echo_nn.astype(np.float64)}
 
@@ -119,11 +151,20 @@ def summary(lists: np.ndarray, values: dict[str, np.ndarray], n_items: int, ks: 
     """The set's beyond-accuracy metrics from the top lists and ``per_user``'s values, in the order Coverage@K,
     AvgPop@K, Novelty@K, Echo@K, EchoNN@K (K in increasing order within each); AvgPop@K and Novelty@K are NaN
     where no user has a list (module docstring)."""
+    shown = {k: np.zeros(n_items + 1, dtype=bool) for k in ks}
+    for k in ks:
+        shown[k][lists[:, :k]] = True
+    return summary_of(shown, values, n_items, ks)
+
+
+def summary_of(shown: dict[int, np.ndarray], values: dict[str, np.ndarray], n_items: int,
+               ks: tuple[int, ...]) -> dict[str, float]:
+    """``summary`` from ``shown``: for each K a bool (n_items + 1,) marking the items in some user's top K (index 0,
+    no item, is not counted)."""
     out: dict[str, float] = {}
     ks = tuple(sorted(ks))
     for k in ks:
-        shown = np.unique(lists[:, :k])
-        out[f"Coverage@{k}"] = float(len(shown[shown > 0]) / n_items) if n_items else 0.0
+        out[f"Coverage@{k}"] = float(int(shown[k][1:].sum()) / n_items) if n_items else 0.0
     for name in ("AvgPop", "Novelty", "Echo", "EchoNN"):
         for k in ks:
             v = values[f"{name}@{k}"]
@@ -142,28 +183,39 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
     n_items = int(model.n_items)
     kmax = min(max(ks), n_items)  # a list never holds more than the catalogue: K past it needs no wider array
     counts, n_seq = popularity(train.items, train.offsets, n_items)
+    ends = evalset.inputs.offsets[1:]
+    last = np.where(evalset.inputs.lengths > 0, evalset.inputs.items[np.maximum(ends - 1, 0)], 0)
+    n = len(evalset)
+    # one chunk of users at a time: its top lists, their values and the items they show, so memory is that of a
+    # chunk (the lists of every user, users x K, and their (users, K, neighbours) comparison ran out of memory at
+    # a large K); the neighbours of the distinct last items only (every item's against the whole catalogue took
+    # catalogue^2 work: 72 s at 20,000 items for 200 users), once where they fit the score budget, else a chunk's
+    values = {f"{name}@{k}": np.empty(n, dtype=np.float64) for k in sorted(ks)
+              for name in ("AvgPop", "Novelty", "Echo", "EchoNN")}
+    shown = {k: np.zeros(n_items + 1, dtype=bool) for k in ks}
     was_training = bool(getattr(model, "training", False))
     if hasattr(model, "eval"):
         model.eval()
     try:
         with torch.no_grad():
             item_emb = model.item_embeddings()
-            near = cosine_neighbours(item_emb, neighbours)
+            unit = unit_rows(item_emb)
+            distinct, inverse = np.unique(last, return_inverse=True)
+            m = max(0, min(neighbours, n_items - 1))
+            table = neighbours_of(item_emb, distinct, m, unit=unit) if len(distinct) * m <= SCORE_BUDGET else None
             chunk = user_chunk_size(n_items, batch_size)
             history = max(1, int(evalset.inputs.lengths.max(initial=1)))
-            lists = np.zeros((len(evalset), kmax), dtype=np.int64)
-            for lo in range(0, len(evalset), chunk):
-                idx = np.arange(lo, min(len(evalset), lo + chunk), dtype=np.int64)
+            for lo in range(0, n, chunk):
+                idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
                 items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
                 seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
-                top = top_lists(final_states(model, items), item_emb, kmax, seen)
-                lists[idx, :top.shape[1]] = top
+                lists = top_lists(final_states(model, items), item_emb, kmax, seen)
+                near = table[inverse[idx]] if table is not None else neighbours_of(item_emb, last[idx], m, unit=unit)
+                for k in ks:
+                    shown[k][lists[:, :k]] = True
+                    for key, v in user_values(lists, last[idx], near, counts, n_seq, k).items():
+                        values[key][idx] = v
     finally:
         if was_training:
             model.train(True)
-    ends = evalset.inputs.offsets[1:]
-    last = np.where(evalset.inputs.lengths > 0, evalset.inputs.items[np.maximum(ends - 1, 0)], 0)
-    values: dict[str, np.ndarray] = {}
-    for k in sorted(ks):
-        values.update(per_user(lists, last, near, counts, n_seq, k))
-    return summary(lists, values, n_items, ks), values
+    return summary_of(shown, values, n_items, ks), values
