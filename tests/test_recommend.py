@@ -5,6 +5,7 @@ by hand; for a model trained here and for an imported one."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 from pathlib import Path
@@ -879,3 +880,38 @@ def test_similar_items_normalise_the_catalogue_once(split, model, monkeypatch) -
     got = similar_items(model, split, k=3, batch_size=1)
     assert len(calls) == 1 and split.n_items > 1
     pd.testing.assert_frame_equal(got, want)
+
+
+def _top_k_every_candidate(scores: torch.Tensor, k: int):
+    """top_k as it was: every score at or above the K-th a candidate, sorted, cut at k a row."""
+    k = min(k, scores.shape[1])
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]
+    cand = (scores >= kth) & torch.isfinite(scores)
+    rows, items = (t.numpy() for t in torch.nonzero(cand, as_tuple=True))
+    values = scores[cand].numpy().astype(np.float64)
+    order = np.lexsort((items, -values, rows))
+    rows, items, values = rows[order], items[order], values[order]
+    keep = (np.arange(len(rows)) - np.searchsorted(rows, rows, side="left")) < k
+    return rows[keep], items[keep], values[keep]
+
+
+def test_top_k_holds_at_most_k_candidates_a_row_where_items_tie(monkeypatch) -> None:
+    """Where most items tie at the K-th score (a zero embedding: every cosine 0; a state of zeros) every tied item
+    was a candidate, listed and sorted: 15 s and 2 GB for 31 rows at a million items. Now at most k a row, the
+    same lists (equal scores by increasing id)."""
+    gen = torch.Generator().manual_seed(4)
+    scores = torch.randint(0, 3, (40, 300), generator=gen).float()  # three values: ties everywhere
+    scores[:, 0] = -math.inf
+    scores[5, 2:] = -math.inf  # fewer finite scores than k
+    scores[6, :] = -math.inf  # none
+    scores[7] = 0.0  # one tie across the row
+    scores[7, 0] = -math.inf
+    for k in (1, 3, 10, 299, 301):
+        got, want = top_k(scores.clone(), k), _top_k_every_candidate(scores.clone(), k)
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w), k
+    seen = []
+    real = torch.nonzero
+    monkeypatch.setattr(torch, "nonzero", lambda t, *a, **kw: seen.append(int(t.sum())) or real(t, *a, **kw))
+    top_k(scores.clone(), 3)
+    assert seen == [sum(min(3, int(torch.isfinite(r).sum())) for r in scores)]
