@@ -164,3 +164,68 @@ def test_recovery_ranks_do_not_depend_on_the_batch_width(kind: str) -> None:
     assert short.any()
     hit_first_item = one[short, 3] < common.MISS  # offset 3 of a 3-item user: its first item (BERT4Rec), else none
     assert hit_first_item.all() if kind == "bert4rec" else not hit_first_item.any()
+
+
+def test_activation_chunk_bounds_a_long_window_and_leaves_the_study_s_alone() -> None:
+    """256 users at max length 1,000 held (256, heads, 1000, 1000) attention weights a block in the diagnostics
+    that record them (2 GB; sum_of_norms could not allocate them under 6 GB) and a (256, 1000, 4d) FFN tensor
+    (1 GB at d 1,024) in every forward pass: the chunk now shrinks to keep them within ACTIVATION_BUDGET floats."""
+    from resdom.evaluation.batches import ACTIVATION_BUDGET, activation_chunk
+
+    def model(**values: Any) -> torch.nn.Module:
+        return build_model(make_model_config(**{"name": "sasrec", "n_items": 5, "hidden": 64, **values}))
+
+    long = model(max_len=1000, heads=2)
+    assert activation_chunk(long, np.array([3, 1000]), 256) == ACTIVATION_BUDGET // (1000 * 2000) == 64
+    assert activation_chunk(long, np.array([3, 20]), 256) == 256  # short inputs: batches are trimmed to them
+    wide = model(max_len=1000, hidden=1024, heads=1)
+    assert activation_chunk(wide, np.array([1000]), 256) == ACTIVATION_BUDGET // (1000 * 4096)
+    bsarec = build_model(make_model_config(name="bsarec", n_items=5, hidden=64, heads=1, max_len=1000))
+    assert activation_chunk(bsarec, np.array([3]), 256) == ACTIVATION_BUDGET // (1000 * 1000)  # the whole window
+    for heads in (1, 2, 4):  # the study's models (max length 50 to 200, d 64): the batch asked for
+        assert activation_chunk(model(max_len=200, heads=heads), np.array([200]), 256) == 256
+
+
+@pytest.mark.parametrize("kind", ["sasrec", "bsarec", "gru4rec"])
+def test_capped_batches_give_the_same_results(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a budget that allows 3 users a batch, evaluation and every diagnostic batch 3 users at most and give
+    the numbers of the batches asked for."""
+    import resdom.evaluation.batches as batches_module
+
+    model, ev, valid = make_model(kind), make_evalset(0), make_evalset(1, 29)
+
+    def run_all() -> dict[str, Any]:
+        out = {"eval": evaluate(model, ev, batch_size=BATCH, return_ranks=True).ranks.tolist(),
+               "hrli": last_item_hit_rates(model, ev, batch_size=BATCH).to_dict(),
+               "shuffle": position_shuffle(model, ev, seeds=(0,), batch_size=BATCH).to_dict(),
+               "recovery": miss_recovery(model, valid, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()}
+        if model.attention_blocks():
+            out["mixing"] = mixing_ratios(model, ev, batch_size=BATCH).to_dict()
+            out["alpha"] = alpha_sweep(model, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()
+        return out
+
+    want = run_all()
+    cfg = model.cfg
+    per_user = MAX_LEN * max(getattr(cfg, "inner", 4 * cfg.hidden), getattr(cfg, "heads", 1) * MAX_LEN)
+    budget = 3 * per_user + 1
+    monkeypatch.setattr(batches_module, "ACTIVATION_BUDGET", budget)
+    sizes = []
+    real = iter_eval_batches
+
+    def spy(*args: Any, **kwargs: Any) -> Iterator:
+        for batch in real(*args, **kwargs):
+            width = MAX_LEN if kind == "bsarec" else batch[1].shape[1]  # BSARec pads to max_len itself
+            sizes.append(len(batch[0]))
+            assert len(batch[0]) * width * max(getattr(cfg, "inner", 4 * cfg.hidden),
+                                               getattr(cfg, "heads", 1) * width) <= budget
+            yield batch
+
+    monkeypatch.setattr(evaluate_module, "iter_eval_batches", spy)
+    monkeypatch.setattr(common, "iter_eval_batches", spy)
+    got = run_all()
+    assert sizes and max(sizes) < BATCH
+    for name in ("eval", "hrli", "shuffle", "recovery"):  # rank-based: identical
+        assert got[name] == want[name], name
+    if "mixing" in got:
+        assert_close(got["mixing"], want["mixing"])
+        assert_close(got["alpha"], want["alpha"])

@@ -41,6 +41,7 @@ from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.evaluation.batches import activation_chunk
 from resdom.evaluation.beyond import cosine_scores, unit_rows
 from resdom.evaluation.ranking import full_scores, user_chunk_size
 from resdom.limits import quote, short
@@ -367,7 +368,7 @@ def recommend(
     dev = _scoring_device(model, device)
     if float(alpha) != 1.0 and not list(model.attention_blocks()):
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
-    chunk = user_chunk_size(int(model.n_items), batch_size)
+    chunk = user_chunk_size(int(model.n_items), activation_chunk(model, inputs.lengths[rows], batch_size))
     longest = max(1, int(inputs.lengths[rows].max(initial=1))) if len(rows) else 1
     mask = torch.from_numpy(blocked).to(dev) if blocked is not None else None
     out_rows, out_items, out_scores = [], [], []

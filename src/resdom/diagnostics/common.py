@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences, ranges
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import in_user_order, iter_eval_batches
+from resdom.evaluation.batches import activation_chunk, in_user_order, iter_eval_batches
 from resdom.evaluation.ranking import MISS, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
@@ -81,10 +81,11 @@ def batches(
 
     Only this rank's users (``shard``), longest window first (``iter_eval_batches(by_length=True)``): per-user
     rows go back in user order through ``all_users`` with the example indices. The batch is capped so its
-    (B, n_items + 1) score matrix stays within the ranking module's budget.
+    (B, n_items + 1) score matrix stays within the ranking module's budget, and its forward pass's largest tensors
+    (attention weights, the FFN) within ``batches.ACTIVATION_BUDGET`` (``activation_chunk``).
     """
     device = model_device(model) if device is None else torch.device(device)
-    size = user_chunk_size(model.n_items, batch_size)
+    size = user_chunk_size(model.n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
     rank, world = shard(len(evalset))
     index = np.arange(rank, len(evalset), world, dtype=np.int64)
     it = iter_eval_batches(evalset, model.max_len, size, device, index, by_length=True)

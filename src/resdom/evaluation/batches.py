@@ -18,6 +18,31 @@ import torch
 from resdom.data.sequences import EvalSet
 
 Rows = TypeVar("Rows", np.ndarray, torch.Tensor)
+ACTIVATION_BUDGET = 128_000_000  # floats of the largest tensor of one batch's forward pass: 512 MB in float32
+
+
+def activation_chunk(model: object, lengths: np.ndarray, requested: int, budget: int | None = None) -> int:
+    """Largest user chunk <= ``requested`` whose forward pass keeps its largest tensors within ``budget`` floats:
+    the FFN's (B, L, inner) and the attention weights (B, heads, L, L), L the longest window of inputs of
+    ``lengths`` (the model's ``max_len`` where it sees the whole window, ``full_window()``, or an input is empty:
+    ``iter_eval_batches`` gives its batch the whole window). A user's states and
+    every per-user result do not depend on the chunk; 256 users at max length 1,000 held 2 GB of attention
+    weights a block (and d 1,024 a 1 GB FFN tensor), each batch. The registered data sets' models are far inside
+    (256 users at max length 200, 4 heads: 41M floats), so their chunks are those asked for. ``budget``: None
+    for ``ACTIVATION_BUDGET``."""
+    budget = ACTIVATION_BUDGET if budget is None else budget
+    cfg = getattr(model, "cfg", None)
+    hidden = int(getattr(cfg, "hidden", 0) or 0)
+    inner = int(getattr(cfg, "inner", 0) or 4 * hidden)
+    heads = int(getattr(cfg, "heads", 1) or 1)
+    max_len = int(getattr(model, "max_len", 1))
+    full = getattr(model, "full_window", None)
+    lengths = np.asarray(lengths)
+    whole = (callable(full) and full()) or bool((lengths == 0).any())  # an empty input's batch is max_len wide
+    width = max_len if whole else min(max_len, int(np.max(lengths, initial=1)))
+    width = max(1, width)
+    per_user = width * max(inner, hidden, heads * width, 1)
+    return max(1, min(requested, budget // per_user))
 
 
 def length_order(evalset: EvalSet, max_len: int, index: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
+from resdom.evaluation.batches import activation_chunk
 from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, full_scores, user_chunk_size
 from resdom.models.interface import final_states
 
@@ -203,7 +204,7 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
             distinct, inverse = np.unique(last, return_inverse=True)
             m = max(0, min(neighbours, n_items - 1))
             table = neighbours_of(item_emb, distinct, m, unit=unit) if len(distinct) * m <= SCORE_BUDGET else None
-            chunk = user_chunk_size(n_items, batch_size)
+            chunk = user_chunk_size(n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
             history = max(1, int(evalset.inputs.lengths.max(initial=1)))
             for lo in range(0, n, chunk):
                 idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)

@@ -25,7 +25,7 @@ from torch.nn import parallel as nn_parallel
 
 from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import in_user_order, iter_eval_batches
+from resdom.evaluation.batches import activation_chunk, in_user_order, iter_eval_batches
 from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
 from resdom.models.interface import final_states
 
@@ -69,7 +69,7 @@ def _local_ranks(
     model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device
 ) -> torch.Tensor:
     """Ranks int64 (len(index),) of the targets of ``evalset[index]``, in ``index`` order."""
-    chunk = tiled_chunk_size(model.n_items, batch_size)
+    chunk = tiled_chunk_size(model.n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
     history = max(1, int(evalset.inputs.lengths.max(initial=1)))
     item_emb = model.item_embeddings()
     out, order = [], []
