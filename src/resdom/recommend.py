@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from resdom.checks import alpha_value, choice, optional_bool, positive_int
+from resdom.checks import alpha_value, choice, flag, optional_bool, positive_int
 from resdom.data.readers import CANONICAL_INT_BOUND, spelled
 from resdom.data.sequences import EvalSet, Sequences, SplitData
-from resdom.diagnostics.common import check_model, inference, model_device
+from resdom.diagnostics.common import check_model, inference, model_device, show_progress
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.batches import activation_chunk
@@ -300,6 +300,7 @@ def recommend(
     history: str = "all",
     batch_size: int = 256,
     device: str | torch.device | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """The top ``k`` items of each user in ``users`` (external ids; None: every user with an input), or of each
     sequence of ``sequences``, as a DataFrame in RecTools' columns (``COLUMNS``: user_id, item_id, score, rank
@@ -315,7 +316,8 @@ def recommend(
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
     ``filter_seen``: items of the user's input are never recommended; None: the split's setting
     (``SplitData.filter_seen``: True except for data sets that keep seen items, as evaluation). ``device``:
-    where to score, the model's own device (None: wherever it is; another is a ResdomError). Ids:
+    where to score, the model's own device (None: wherever it is; another is a ResdomError). ``progress``: a bar
+    of the chunks of users on stderr (a terminal only). Ids:
     ``SplitData.item_labels`` / ``user_labels``; a split without them (saved before resdom kept them) gives resdom's
     internal ids, with a note in ``DataFrame.attrs["note"]``.
     """
@@ -323,6 +325,7 @@ def recommend(
 
     k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
     filter_seen, alpha = optional_bool(filter_seen, "filter_seen"), alpha_value(alpha, "alpha")
+    progress = flag(progress, "progress")
     history = choice(history, HISTORIES, "history")
 
     try:
@@ -375,7 +378,7 @@ def recommend(
     scaled = residual_scale(model, float(alpha)) if float(alpha) != 1.0 else contextlib.nullcontext()
     with inference(model), scaled:  # alpha 1: the model as it is (also inside a caller's residual_scale)
         item_emb = model.item_embeddings()
-        for start in range(0, len(rows), chunk):
+        for start in chunks(len(rows), chunk, progress, "recommend"):
             idx = rows[start:start + chunk]
             batch = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
             seen = torch.from_numpy(inputs.padded(longest, idx)).to(dev) if filter_seen else None
@@ -430,15 +433,19 @@ def similar_items(
     *,
     batch_size: int = 1024,
     device: str | torch.device | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """The ``k`` items most similar to each of ``items`` (external ids; None: every item) by cosine over the
     model's output item embeddings (``item_embeddings()``, what it scores against), the item itself excluded, as
     a DataFrame in RecTools' item-to-item columns (``SIMILAR_COLUMNS``: target_item_id, item_id, score (the
     cosine), rank 1..k); equal cosines by increasing internal item id. Ids not in the data are left out with a
-    note in ``DataFrame.attrs["note"]``; none known is a ResdomError; an id given twice is listed once."""
+    note in ``DataFrame.attrs["note"]``; none known is a ResdomError; an id given twice is listed once. Every item
+    is scored against the whole catalogue (items x catalogue work: hours at a million items); ``progress``: a bar
+    of the chunks of items on stderr (a terminal only)."""
     import pandas as pd
 
     k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
+    progress = flag(progress, "progress")
     try:
         check_model(model)
     except TypeError as e:
@@ -464,7 +471,7 @@ def similar_items(
     with inference(model):
         item_emb = model.item_embeddings().to(dev)
         unit = unit_rows(item_emb)  # once: normalised per chunk, it cost a catalogue's worth of work each
-        for start in range(0, len(targets), chunk):
+        for start in chunks(len(targets), chunk, progress, "similar"):
             ids = torch.from_numpy(targets[start:start + chunk]).to(dev)
             r, i, s = top_k(cosine_scores(item_emb, ids, unit), k)
             out_rows.append(r + start)
@@ -480,6 +487,17 @@ def similar_items(
     if notes:
         frame.attrs["note"] = "; ".join(notes)
     return frame
+
+
+def chunks(n: int, size: int, progress: bool, desc: str) -> Iterable[int]:
+    """The first row of each chunk of ``size`` of ``n`` rows, under a progress bar where ``progress`` and stderr
+    is a terminal (``diagnostics.common.show_progress``)."""
+    starts = range(0, n, size)
+    if not show_progress(progress) or len(starts) < 2:
+        return starts
+    from tqdm.auto import tqdm
+
+    return tqdm(starts, desc=desc, unit="chunk", leave=False)
 
 
 def _named_device(device: str | torch.device) -> torch.device:

@@ -13,7 +13,7 @@ import typer
 
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
-from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash
+from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash, progress_option
 from resdom.data.readers import (
     DEFAULT_COLUMNS,
     parser_error,
@@ -320,6 +320,7 @@ def recommend(
                                 "part's inputs, as evaluation scores them)"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per chunk"),
+    progress: bool = progress_option(),
 ) -> None:
     """Top K items per user (or per session of --sequences), in the data's own user and item ids, as CSV in
     RecTools' columns: user_id,item_id,score,rank."""
@@ -349,7 +350,8 @@ def recommend(
     check_item_option(exclude, excluded, run.split, "--exclude")
     try:
         frame = top_items(run.model, run.split, wanted, k, sequences=sessions, items=whitelist, exclude=excluded,
-                          filter_seen=filtered, alpha=scale, history=history, batch_size=batch_size, device=dev)
+                          filter_seen=filtered, alpha=scale, history=history, batch_size=batch_size, device=dev,
+                          progress=progress)
     except ResdomError as e:
         where = f"--users {users}" if str(e).startswith("users:") else ""
         message = str(e).replace("users: ", f"{where}: ", 1) if where else str(e).replace("history:", "--history:")
@@ -382,6 +384,7 @@ def similar(
     out: Path | None = typer.Option(None, "--out", "-o", help="CSV file to write (columns target_item_id, item_id, "
                                     "score, rank); default (or -): print the CSV"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
+    progress: bool = progress_option(),
 ) -> None:
     """The K items nearest each item by cosine over the model's output item embeddings (the item itself left out),
     in the data's own ids, as CSV in RecTools' columns: target_item_id,item_id,score,rank."""
@@ -397,7 +400,7 @@ def similar(
         return
     check_item_option(None if items == "all" else items, wanted, run.split, "--items")
     try:
-        frame = similar_items(run.model, run.split, wanted, k, device=dev)
+        frame = similar_items(run.model, run.split, wanted, k, device=dev, progress=progress)
     except ResdomError as e:
         raise ResdomError(f"--{e}" if str(e).startswith("items:") else str(e)) from None
     if frame.attrs.get("note"):
