@@ -241,3 +241,24 @@ def test_objective_gradient_reaches_embeddings_not_padding_row() -> None:
     loss.backward()
     grad = model.item_emb.weight.grad
     assert grad[1:].abs().sum() > 0 and grad[0].abs().sum() == 0
+
+
+def test_negatives_are_drawn_past_torch_multinomial_s_limit() -> None:
+    """ce_sampled (the objective docs/scaling.md names for large catalogues) drew its negatives with
+    torch.multinomial, which refuses more than 2^24 categories: a catalogue of 16,777,217 items stopped at the
+    first batch with torch's RuntimeError. Past that limit the draws come from the cumulative distribution; below
+    it they are multinomial's, as every run has drawn them."""
+    from resdom.training.objectives import MULTINOMIAL_MAX, draw_items
+
+    big = torch.full((MULTINOMIAL_MAX + 1,), -math.log(MULTINOMIAL_MAX + 1))
+    big[7] = math.log(0.5)  # another half on one item: a third of the whole mass
+    torch.manual_seed(0)
+    negs = draw_items(big, 4000)
+    assert negs.dtype == torch.int64 and negs.shape == (4000,) and 0 <= int(negs.min()) <= int(negs.max()) <= \
+        MULTINOMIAL_MAX
+    assert 0.29 < float((negs == 7).double().mean()) < 0.38
+    small = torch.log(torch.tensor([0.1, 0.0, 0.6, 0.3]))
+    torch.manual_seed(1)
+    got = draw_items(small, 50)
+    torch.manual_seed(1)
+    assert got.tolist() == torch.multinomial(small.exp(), 50, replacement=True).tolist()

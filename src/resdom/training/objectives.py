@@ -228,12 +228,28 @@ class CESampled(Objective):
         h, t = real_positions(hidden, batch, model)
         emb = model.item_embeddings()
         log_q = ctx.log_q.to(h.device)
-        negs = torch.multinomial(log_q.exp(), ctx.n_negatives, replacement=True).to(h.device) + 1  # (K,) in 1..N
+        negs = draw_items(log_q, ctx.n_negatives).to(h.device) + 1  # (K,) in 1..N
         pos = (h * emb[t]).sum(-1, keepdim=True) - log_q[t - 1, None]  # (P, 1)
         neg = h @ emb[negs].T - log_q[negs - 1][None, :]  # (P, K)
         neg = neg.masked_fill(negs[None, :] == t[:, None], -torch.inf)  # accidental hits
         logits = torch.cat([pos, neg], 1)
         return F.cross_entropy(logits, torch.zeros(len(t), dtype=torch.long, device=h.device))
+
+
+MULTINOMIAL_MAX = 2**24  # the most categories torch.multinomial takes ("number of categories cannot exceed 2^24")
+
+
+def draw_items(log_q: torch.Tensor, k: int) -> torch.Tensor:
+    """int64 (k,): ``k`` draws with replacement of indices 0..N-1 with probabilities ``exp(log_q)`` (N,).
+    ``torch.multinomial`` up to ``MULTINOMIAL_MAX`` items (the draws every run has made), past it the inverse of
+    the cumulative distribution (float64) at ``k`` uniform numbers: multinomial refuses a larger catalogue, and
+    ce_sampled, the large-catalogue objective, stopped at its first batch there with torch's RuntimeError."""
+    probs = log_q.exp()
+    if probs.numel() <= MULTINOMIAL_MAX:
+        return torch.multinomial(probs, k, replacement=True)
+    cdf = torch.cumsum(probs.double(), 0)
+    u = torch.rand(k, dtype=torch.float64, device=cdf.device) * cdf[-1]
+    return torch.searchsorted(cdf, u, right=True).clamp_max(probs.numel() - 1)
 
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CEAll(), CELast(), BCE(), CESampled(), MaskedItemCE())}
