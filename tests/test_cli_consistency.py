@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=12"
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "model.max_len=10", "--device", "cpu"]
 COMPUTING = ("train", "evaluate", "diagnose", "demo", "reproduce", "remedies", "recommend", "similar")  # run a model
-PROGRESSING = ("train", "diagnose", "demo", "reproduce", "remedies", "recommend", "similar")  # show progress
+PROGRESSING = ("train", "evaluate", "diagnose", "demo", "reproduce", "remedies", "recommend", "similar")  # show it
 
 
 def command(name: str) -> Any:

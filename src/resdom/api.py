@@ -577,6 +577,7 @@ def evaluate(
     neighbours: int | None = None,
     batch_size: int = 256,
     device: str | torch.device = "auto",
+    progress: bool = False,
 ) -> EvalResult:
     """Full-ranking HR@K and NDCG@K (K in ``cutoffs``) and MRR of ``model`` on ``split``'s ``part``.
 
@@ -605,6 +606,8 @@ def evaluate(
         Users ranked at once.
     device
         ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``, or a torch.device.
+    progress
+        A bar of the chunks of users on stderr (a terminal only).
 
     Returns
     -------
@@ -616,7 +619,7 @@ def evaluate(
     model, data = _model_and_split(model, split, "evaluate")
     cutoffs = _positive_ints(cutoffs, "cutoffs")
     batch_size, filter_seen = positive_int(batch_size, "batch_size"), optional_bool(filter_seen, "filter_seen")
-    beyond = flag(beyond, "beyond")
+    beyond, progress = flag(beyond, "beyond"), flag(progress, "progress")
     if neighbours is not None and not beyond:  # EchoNN@K alone counts them: it would be ignored without a word
         raise ResdomError("neighbours: counts for EchoNN@K of beyond=True; pass beyond=True too, or leave it out")
     neighbours = positive_int(neighbours, "neighbours") if neighbours is not None else NEIGHBOURS
@@ -635,11 +638,12 @@ def evaluate(
     with _in_use(model):
         model = _on_device(model, dev)
         result = run_evaluation(model, evalset, filter_seen=filter_seen, batch_size=batch_size, device=dev,
-                                ks=cutoffs, return_ranks=True)
+                                ks=cutoffs, return_ranks=True, progress=progress)
         values: dict[str, Any] = {}
         if beyond:
             more, values = beyond_accuracy(model, evalset, data.train, filter_seen=filter_seen, ks=cutoffs,
-                                           neighbours=neighbours, batch_size=batch_size, device=dev)
+                                           neighbours=neighbours, batch_size=batch_size, device=dev,
+                                           progress=progress)
             result.metrics.update(more)
     result.users = _per_user(result.ranks, evalset, data if isinstance(data, SplitData) else None, cutoffs, values)
     return result

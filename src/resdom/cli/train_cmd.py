@@ -471,6 +471,7 @@ def evaluate(
                                          "item_id (the target), rank (0-based; empty: filtered out), each metric"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
     batch_size: int = typer.Option(256, "--batch-size", help="users per evaluation chunk"),
+    progress: bool = progress_option(),
 ) -> None:
     """Full-ranking HR@K, NDCG@K and MRR of a run's best model, with the number of users evaluated (--beyond:
     coverage, popularity, novelty and echo of the same top-K lists)."""
@@ -496,7 +497,8 @@ def evaluate(
                 "it with --holdout-users N and evaluate --part valid)" if none else ""))
         filtered = run.split.filter_seen if filter_seen is None else filter_seen
         result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
-                                device=ctx.device, cutoffs=ks, beyond=beyond, neighbours=neighbours)
+                                device=ctx.device, cutoffs=ks, beyond=beyond, neighbours=neighbours,
+                                progress=progress and ctx.is_main)
     finally:
         ctx.close()
     if not ctx.is_main:  # every rank holds every user's rank (gathered): rank 0 alone prints and writes

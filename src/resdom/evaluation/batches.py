@@ -9,6 +9,7 @@ result, are those of any other batching (a user's states do not depend on the ba
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -43,6 +44,16 @@ def activation_chunk(model: object, lengths: np.ndarray, requested: int, budget:
     width = max(1, width)
     per_user = width * max(inner, hidden, heads * width, 1)
     return max(1, min(requested, budget // per_user))
+
+
+def with_progress(batches: Iterator, total: int, progress: bool, desc: str) -> Iterator:
+    """``batches`` under a tqdm bar of ``total`` batches where ``progress`` and stderr is a terminal; as they are
+    otherwise (no tqdm imported: a hidden bar starts tqdm's monitor thread, never stopped)."""
+    if not (progress and sys.stderr.isatty()) or total < 2:
+        return batches
+    from tqdm.auto import tqdm
+
+    return iter(tqdm(batches, total=total, desc=desc, leave=False))
 
 
 def length_order(evalset: EvalSet, max_len: int, index: np.ndarray) -> np.ndarray:

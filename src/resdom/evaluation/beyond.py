@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
-from resdom.evaluation.batches import activation_chunk
+from resdom.evaluation.batches import activation_chunk, with_progress
 from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, full_scores, user_chunk_size
 from resdom.models.interface import final_states
 
@@ -175,8 +175,8 @@ def summary_of(shown: dict[int, np.ndarray], values: dict[str, np.ndarray], n_it
 
 
 def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_seen: bool, ks: tuple[int, ...],
-                    neighbours: int = NEIGHBOURS, batch_size: int = 256,
-                    device: str | torch.device = "cpu") -> tuple[dict[str, float], dict[str, np.ndarray]]:
+                    neighbours: int = NEIGHBOURS, batch_size: int = 256, device: str | torch.device = "cpu",
+                    progress: bool = False) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """(the set's metrics, each user's values in evaluation-set order) of ``model``'s top-K lists on ``evalset``
     (module docstring), popularity counted on ``train``. ``model``: a Diagnosable already on ``device``, in eval
     mode under no_grad here (its mode restored)."""
@@ -206,7 +206,7 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
             table = neighbours_of(item_emb, distinct, m, unit=unit) if len(distinct) * m <= SCORE_BUDGET else None
             chunk = user_chunk_size(n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
             history = max(1, int(evalset.inputs.lengths.max(initial=1)))
-            for lo in range(0, n, chunk):
+            for lo in with_progress(iter(range(0, n, chunk)), -(-n // chunk), progress, "beyond"):
                 idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
                 items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
                 seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None

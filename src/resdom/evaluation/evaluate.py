@@ -25,7 +25,7 @@ from torch.nn import parallel as nn_parallel
 
 from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import activation_chunk, in_user_order, iter_eval_batches
+from resdom.evaluation.batches import activation_chunk, in_user_order, iter_eval_batches, with_progress
 from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
 from resdom.models.interface import final_states
 
@@ -66,14 +66,16 @@ def _unwrap(model: Any) -> Any:
 
 
 def _local_ranks(
-    model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device
+    model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device,
+    progress: bool = False,
 ) -> torch.Tensor:
     """Ranks int64 (len(index),) of the targets of ``evalset[index]``, in ``index`` order."""
     chunk = tiled_chunk_size(model.n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
     history = max(1, int(evalset.inputs.lengths.max(initial=1)))
     item_emb = model.item_embeddings()
     out, order = [], []
-    for idx, items, targets in iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True):
+    it = iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True)
+    for idx, items, targets in with_progress(it, -(-len(index) // chunk), progress, "evaluate"):
         hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
         seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
         out.append(tiled_ranks(hidden, item_emb, targets, seen).cpu())  # as pessimistic_ranks of full_scores
@@ -90,12 +92,14 @@ def evaluate(
     device: str | torch.device = "cpu",
     ks: tuple[int, ...] = KS,
     return_ranks: bool = False,
+    progress: bool = False,
 ) -> EvalResult:
     """Full-ranking HR@K, NDCG@K (K in ``ks``) and MRR of ``model`` on ``evalset``.
 
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``), already on
     ``device``; it runs in eval mode under no_grad and its train/eval mode is restored afterwards.
     ``batch_size`` is the most users per chunk (lowered for large catalogs); results do not depend on it.
+    ``progress``: a bar of the chunks on stderr (a terminal only).
     """
     device = torch.device(device)
     inner = _unwrap(model)
@@ -107,7 +111,7 @@ def evaluate(
         inner.eval()
     try:
         with torch.no_grad(), torch.autocast(device.type, enabled=False):  # float32 even in an autocast region
-            ranks = _local_ranks(inner, evalset, index, filter_seen, batch_size, device)
+            ranks = _local_ranks(inner, evalset, index, filter_seen, batch_size, device, progress)
     finally:
         if was_training:
             inner.train(True)
