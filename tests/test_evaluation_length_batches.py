@@ -229,3 +229,55 @@ def test_capped_batches_give_the_same_results(kind: str, monkeypatch: pytest.Mon
     if "mixing" in got:
         assert_close(got["mixing"], want["mixing"])
         assert_close(got["alpha"], want["alpha"])
+
+
+def test_a_long_history_is_filtered_without_a_users_x_history_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen-item filtering padded every user of a chunk to the longest whole history in it: 256 users beside one
+    of a million events made a (256, 1,000,000) matrix (2 GB, and as much again in its sorted copies), and
+    evaluation stopped with a memory error under 6 GB. The seen items are now (row, item) pairs, as many as the
+    chunk's interactions; every rank, list and diagnostic is the same."""
+    from resdom.data.sequences import SplitData
+    from resdom.evaluation.beyond import beyond_accuracy
+    from resdom.evaluation.ranking import full_scores, tiled_ranks
+    from resdom.recommend import recommend
+
+    rng = np.random.default_rng(3)
+    seqs = [rng.integers(1, N_ITEMS + 1, size=int(rng.integers(0, 9))).tolist() for _ in range(30)]
+    seqs[4] = rng.integers(1, N_ITEMS + 1, size=3000).tolist()  # one long history
+    ev = EvalSet(Sequences.from_lists(seqs), rng.integers(1, N_ITEMS + 1, size=30))
+    model = make_model("sasrec")
+
+    def run() -> dict[str, Any]:
+        split = SplitData(ev.inputs, ev, ev, N_ITEMS, {"protocol": "loo"})
+        return {"eval": evaluate(model, ev, batch_size=BATCH, return_ranks=True).ranks.tolist(),
+                "beyond": beyond_accuracy(model, ev, ev.inputs, filter_seen=True, ks=(3,), batch_size=BATCH)[0],
+                "recommend": recommend(model, split, k=4, history="test", batch_size=BATCH).to_dict("list"),
+                "shuffle": position_shuffle(model, ev, seeds=(0,), batch_size=BATCH).to_dict(),
+                "recovery": miss_recovery(model, ev, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict(),
+                "alpha": alpha_sweep(model, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()}
+
+    widths = []
+    real = Sequences.padded
+
+    def padded(self: Sequences, max_len: int, index: np.ndarray | None = None) -> np.ndarray:
+        out = real(self, max_len, index)
+        widths.append(out.shape[1])
+        return out
+
+    monkeypatch.setattr(Sequences, "padded", padded)
+    got = run()
+    assert widths and max(widths) <= MAX_LEN  # what the model reads, never the whole history
+    # against the (B, L) matrix of the whole history
+    monkeypatch.setattr(Sequences, "padded", real)
+    with torch.no_grad():
+        h = torch.randn(30, 16)
+        emb = model.item_embeddings()
+        from resdom.evaluation.batches import history_pairs
+
+        idx = np.arange(30)
+        matrix = torch.from_numpy(ev.inputs.padded(1 << 62, idx))
+        pairs = history_pairs(ev.inputs, idx)
+        targets = torch.from_numpy(ev.targets)
+        assert torch.equal(full_scores(h, emb, matrix), full_scores(h, emb, pairs))
+        assert torch.equal(tiled_ranks(h, emb, targets, matrix, tile=7), tiled_ranks(h, emb, targets, pairs, tile=7))
+    assert got["eval"] == evaluate(model, ev, batch_size=len(ev), return_ranks=True).ranks.tolist()

@@ -41,7 +41,7 @@ from resdom.data.sequences import EvalSet, Sequences, SplitData
 from resdom.diagnostics.common import check_model, inference, model_device, show_progress
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.evaluation.batches import activation_chunk
+from resdom.evaluation.batches import activation_chunk, history_pairs
 from resdom.evaluation.beyond import cosine_scores, unit_rows
 from resdom.evaluation.ranking import full_scores, user_chunk_size
 from resdom.limits import quote, short
@@ -372,7 +372,6 @@ def recommend(
     if float(alpha) != 1.0 and not list(model.attention_blocks()):
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
     chunk = user_chunk_size(int(model.n_items), activation_chunk(model, inputs.lengths[rows], batch_size))
-    longest = max(1, int(inputs.lengths[rows].max(initial=1))) if len(rows) else 1
     mask = torch.from_numpy(blocked).to(dev) if blocked is not None else None
     out_rows, out_items, out_scores = [], [], []
     scaled = residual_scale(model, float(alpha)) if float(alpha) != 1.0 else contextlib.nullcontext()
@@ -381,7 +380,7 @@ def recommend(
         for start in chunks(len(rows), chunk, progress, "recommend"):
             idx = rows[start:start + chunk]
             batch = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
-            seen = torch.from_numpy(inputs.padded(longest, idx)).to(dev) if filter_seen else None
+            seen = history_pairs(inputs, idx, dev) if filter_seen else None
             scores = full_scores(final_states(model, batch), item_emb, seen)
             if mask is not None:
                 scores[:, mask] = -math.inf

@@ -9,7 +9,6 @@ HR@10 and NDCG@10 are unfiltered too, as that data set's evaluation, and the res
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,7 @@ from resdom.diagnostics.common import (
 )
 from resdom.diagnostics.hrli import hrli_from_ranks
 from resdom.diagnostics.mixing import MixingAccumulator, RecordStream, require_attention
-from resdom.evaluation.ranking import metrics_from_ranks
+from resdom.evaluation.ranking import mask_seen, metrics_from_ranks
 from resdom.models.interface import (
     Diagnosable,
     block_width,
@@ -111,7 +110,7 @@ def batch_ranks(
     scores = scores_at(model, states, None)
     u = ranks_of(scores, wanted)
     if filter_seen:
-        scores.scatter_(1, seen_items(evalset.inputs, idx, items.device), -math.inf)  # now filtered
+        mask_seen(scores, seen_items(evalset.inputs, idx, items.device))  # now filtered
     return {"target": ranks_of(scores, targets), "target_unfiltered": u[:, 0], "recent": u[:, 1:]}
 
 

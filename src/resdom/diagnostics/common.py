@@ -25,8 +25,8 @@ import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences, ranges
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import activation_chunk, in_user_order, iter_eval_batches
-from resdom.evaluation.ranking import MISS, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
+from resdom.evaluation.batches import activation_chunk, history_pairs, in_user_order, iter_eval_batches
+from resdom.evaluation.ranking import MISS, Seen, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
 DEFAULT_BATCH = 256
@@ -116,13 +116,13 @@ def sum_over_ranks(values: np.ndarray, n: int) -> np.ndarray:
     return t.cpu().numpy()
 
 
-def scores_at(model: Diagnosable, states: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
-    """states (B, d), seen (B, L) item ids or None -> full scores (B, n_items + 1), padding and seen at -inf."""
+def scores_at(model: Diagnosable, states: torch.Tensor, seen: Seen | None) -> torch.Tensor:
+    """states (B, d), seen (``ranking.Seen``) or None -> full scores (B, n_items + 1), padding and seen at -inf."""
     emb = model.item_embeddings()
     return full_scores(states.to(emb.dtype), emb, seen)
 
 
-def rank_items(model: Diagnosable, states: torch.Tensor, items: torch.Tensor, seen: torch.Tensor | None
+def rank_items(model: Diagnosable, states: torch.Tensor, items: torch.Tensor, seen: Seen | None
                ) -> torch.Tensor:
     """``ranks_of(scores_at(model, states, seen), items)`` without the (B, n_items + 1) score matrix
     (``ranking.tiled_ranks``): states (B, d), items (B,) or (B, k) -> ranks, absent items (id 0) MISS."""
@@ -138,12 +138,13 @@ def ranks_of(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
     return torch.where(items > 0, ranks, torch.full_like(ranks, MISS))
 
 
-def seen_items(inputs: Sequences, index: np.ndarray, device: torch.device | str) -> torch.Tensor:
-    """int64 (B, H): every item of each selected user's whole input (0-padded), for seen-item filtering.
+def seen_items(inputs: Sequences, index: np.ndarray, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, items): every item of each selected user's whole input with its row, for seen-item filtering
+    (``ranking.Seen``; ``batches.history_pairs``: memory the batch's interactions, not users x longest history).
 
     As ``resdom.evaluation.evaluate``: the whole input sequence, not only the ``max_len`` the model reads.
     """
-    return torch.from_numpy(inputs.padded(1 << 62, index)).to(device)
+    return history_pairs(inputs, index, device)
 
 
 def recent_items(inputs: Sequences, index: np.ndarray, k: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from resdom.data.sequences import EvalSet
+from resdom.data.sequences import EvalSet, Sequences, ranges
 
 Rows = TypeVar("Rows", np.ndarray, torch.Tensor)
 ACTIVATION_BUDGET = 128_000_000  # floats of the largest tensor of one batch's forward pass: 512 MB in float32
@@ -44,6 +44,18 @@ def activation_chunk(model: object, lengths: np.ndarray, requested: int, budget:
     width = max(1, width)
     per_user = width * max(inner, hidden, heads * width, 1)
     return max(1, min(requested, budget // per_user))
+
+
+def history_pairs(inputs: Sequences, idx: np.ndarray, device: str | torch.device = "cpu"
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, items) int64: every item of each selected user's whole input with its row in ``idx`` (0..B-1), the
+    seen items that filtering removes (``ranking.Seen``). Memory: the batch's interactions; the (B, longest
+    history) matrix it replaces held 2 GB for 256 users beside one of a million events."""
+    starts = inputs.offsets[idx]
+    lengths = inputs.offsets[np.asarray(idx) + 1] - starts
+    rows = np.repeat(np.arange(len(idx), dtype=np.int64), lengths)
+    items = inputs.items[ranges(starts, lengths)].astype(np.int64, copy=False)
+    return torch.from_numpy(rows).to(device), torch.from_numpy(items).to(device)
 
 
 def with_progress(batches: Iterator, total: int, progress: bool, desc: str) -> Iterator:

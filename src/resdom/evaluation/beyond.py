@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
-from resdom.evaluation.batches import activation_chunk, with_progress
-from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, full_scores, user_chunk_size
+from resdom.evaluation.batches import activation_chunk, history_pairs, with_progress
+from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, Seen, full_scores, user_chunk_size
 from resdom.models.interface import final_states
 
 NEIGHBOURS = 10  # EchoNN@K: the last item's nearest neighbours counted as its echo
@@ -100,7 +100,7 @@ def ordered_top(scores: torch.Tensor, k: int) -> np.ndarray:
     return items
 
 
-def top_lists(hidden: torch.Tensor, item_emb: torch.Tensor, k: int, seen: torch.Tensor | None = None) -> np.ndarray:
+def top_lists(hidden: torch.Tensor, item_emb: torch.Tensor, k: int, seen: Seen | None = None) -> np.ndarray:
     """int64 (B, k): each user's top-``k`` item ids under the full ranking (``ranking.full_scores``), 0 padding a
     list shorter than ``k``."""
     return ordered_top(full_scores(hidden, item_emb, seen), k)
@@ -205,11 +205,10 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
             m = max(0, min(neighbours, n_items - 1))
             table = neighbours_of(item_emb, distinct, m, unit=unit) if len(distinct) * m <= SCORE_BUDGET else None
             chunk = user_chunk_size(n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
-            history = max(1, int(evalset.inputs.lengths.max(initial=1)))
             for lo in with_progress(iter(range(0, n, chunk)), -(-n // chunk), progress, "beyond"):
                 idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
                 items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
-                seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
+                seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None
                 lists = top_lists(final_states(model, items), item_emb, kmax, seen)
                 near = table[inverse[idx]] if table is not None else neighbours_of(item_emb, last[idx], m, unit=unit)
                 for k in ks:

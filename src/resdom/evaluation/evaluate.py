@@ -25,7 +25,13 @@ from torch.nn import parallel as nn_parallel
 
 from resdom.data.sequences import EvalSet
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import activation_chunk, in_user_order, iter_eval_batches, with_progress
+from resdom.evaluation.batches import (
+    activation_chunk,
+    history_pairs,
+    in_user_order,
+    iter_eval_batches,
+    with_progress,
+)
 from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
 from resdom.models.interface import final_states
 
@@ -71,13 +77,12 @@ def _local_ranks(
 ) -> torch.Tensor:
     """Ranks int64 (len(index),) of the targets of ``evalset[index]``, in ``index`` order."""
     chunk = tiled_chunk_size(model.n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
-    history = max(1, int(evalset.inputs.lengths.max(initial=1)))
     item_emb = model.item_embeddings()
     out, order = [], []
     it = iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True)
     for idx, items, targets in with_progress(it, -(-len(index) // chunk), progress, "evaluate"):
         hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
-        seen = torch.from_numpy(evalset.inputs.padded(history, idx)).to(device) if filter_seen else None
+        seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None
         out.append(tiled_ranks(hidden, item_emb, targets, seen).cpu())  # as pessimistic_ranks of full_scores
         order.append(idx)
     return in_user_order(torch.cat(out), np.concatenate(order)) if out else torch.zeros(0, dtype=torch.int64)

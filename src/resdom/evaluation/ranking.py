@@ -60,6 +60,29 @@ def tiled_chunk_size(n_items: int, requested: int, k: int = 1, tile: int = ITEM_
     return B
 
 
+Seen = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # (B, L) item ids (0: padding), or (rows, items) pairs
+
+
+def seen_pairs(seen: Seen) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, items) int64, one pair a seen item: ``seen`` as it is where it is pairs already
+    (``batches.history_pairs``: memory the batch's interactions, not users x its longest history), else each entry
+    of the (B, L) matrix with its row (padding 0 included: column 0 is -inf anyway)."""
+    if isinstance(seen, tuple):
+        return seen
+    return torch.arange(seen.shape[0], device=seen.device).repeat_interleave(seen.shape[1]), seen.reshape(-1)
+
+
+def mask_seen(scores: torch.Tensor, seen: Seen | None) -> torch.Tensor:
+    """``scores`` (B, N+1) with every seen item of each row at -inf, in place (``seen``: ``Seen``, None: none)."""
+    if seen is None:
+        return scores
+    if isinstance(seen, tuple):
+        scores[seen[0], seen[1]] = -math.inf
+    else:
+        scores.scatter_(1, seen, -math.inf)  # seen 0 (padding) hits column 0, already -inf
+    return scores
+
+
 class NonFiniteScores(ResdomError):
     """The model scores some item as NaN or infinity (broken weights, or weights so large their products overflow):
     the trainer says which epoch diverged instead."""
@@ -77,8 +100,9 @@ def _check_finite(scores: torch.Tensor) -> None:
 
 
 @exact
-def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tensor:
-    """hidden (B, d), item_emb (N+1, d), seen (B, L) item ids or None -> scores (B, N+1) float.
+def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: Seen | None = None) -> torch.Tensor:
+    """hidden (B, d), item_emb (N+1, d), seen (B, L) item ids or (rows, items) pairs (``Seen``) or None -> scores
+    (B, N+1) float.
 
     Column 0 (padding) is -inf; with ``seen``, items in each row's input are -inf (seen-item filtering).
     A NaN or infinite score of a real item is a ResdomError: NaN compares false with everything, so ranking it
@@ -87,9 +111,7 @@ def full_scores(hidden: torch.Tensor, item_emb: torch.Tensor, seen: torch.Tensor
     scores = hidden @ item_emb.T
     _check_finite(scores[:, 1:])
     scores[:, 0] = -math.inf
-    if seen is not None:
-        scores.scatter_(1, seen, -math.inf)  # seen 0 (padding) hits column 0, already -inf
-    return scores
+    return mask_seen(scores, seen)
 
 
 def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
@@ -109,12 +131,12 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
 
 @exact
 def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tensor,
-                seen: torch.Tensor | None = None, tile: int = ITEM_TILE) -> torch.Tensor:
+                seen: Seen | None = None, tile: int = ITEM_TILE) -> torch.Tensor:
     """``pessimistic_ranks(full_scores(hidden, item_emb, seen), items)`` without the (B, N+1) score matrix.
 
-    hidden (B, d), item_emb (N+1, d), items (B,) or (B, k), seen (B, L) item ids or None -> ranks, shape of
-    ``items``. The scores come ``tile`` items at a time (``hidden @ item_emb[lo:hi].T``, (B, tile)), padding and
-    seen items at -inf, a non-finite score a ResdomError, as ``full_scores``; the tiles holding an item of
+    hidden (B, d), item_emb (N+1, d), items (B,) or (B, k), seen (B, L) item ids or pairs (``Seen``) or None ->
+    ranks, shape of ``items``. The scores come ``tile`` items at a time (``hidden @ item_emb[lo:hi].T``, (B, tile)),
+    padding and seen items at -inf, a non-finite score a ResdomError, as ``full_scores``; the tiles holding an item of
     ``items`` are made first and kept (their scores give each item's own score), then every tile is counted
     (scores >= own) while in cache. Memory: those kept tiles (``tiled_chunk_size``), one more, and a (B, k, tile)
     float32 buffer for the counts.
@@ -125,11 +147,12 @@ def tiled_ranks(hidden: torch.Tensor, item_emb: torch.Tensor, items: torch.Tenso
     starts = range(0, n, tile)
     where = torch.div(cols, tile, rounding_mode="floor")  # (B, k): the tile of each item
     if seen is not None:  # seen entries (row, item), grouped by tile: bounds[t]:bounds[t+1] are tile t's
-        seen_tile = torch.div(seen.reshape(-1), tile, rounding_mode="floor")
+        pair_rows, pair_items = seen_pairs(seen)
+        seen_tile = torch.div(pair_items, tile, rounding_mode="floor")
         order = torch.argsort(seen_tile, stable=True)
-        seen_rows = torch.arange(B, device=seen.device).repeat_interleave(seen.shape[1])[order]
-        seen_items = seen.reshape(-1)[order]
-        bounds = torch.searchsorted(seen_tile[order], torch.arange(len(starts) + 1, device=seen.device)).tolist()
+        seen_rows = pair_rows[order]
+        seen_items = pair_items[order]
+        bounds = torch.searchsorted(seen_tile[order], torch.arange(len(starts) + 1, device=seen_tile.device)).tolist()
 
     # every score is finite when |h . e| <= max ||h|| * max ||e|| (Cauchy-Schwarz) stays far below the dtype's
     # largest value: then no tile needs its own check (a pass over it); else each tile is checked
