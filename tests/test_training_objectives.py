@@ -262,3 +262,18 @@ def test_negatives_are_drawn_past_torch_multinomial_s_limit() -> None:
     got = draw_items(small, 50)
     torch.manual_seed(1)
     assert got.tolist() == torch.multinomial(small.exp(), 50, replacement=True).tolist()
+
+
+def test_full_ce_blocks_stay_within_a_bound_off_the_cpu() -> None:
+    """On a GPU the full softmax scored every position of the batch in one (N, P) block: 205 GB for 256 x 200
+    positions at a million items, a CUDA out-of-memory error at the first batch. Past BLOCK_FLOATS scores it now
+    takes as many rows a block as stay within it (the blocks the CPU takes, 64 rows, give the same loss and
+    gradients: test_full_ce_equals_torch_cross_entropy_and_passes_gradcheck); the registered data sets' one block
+    is unchanged."""
+    from resdom.training.objectives import BLOCK_FLOATS, CPU_ROWS, block_rows
+
+    assert block_rows("cpu", 51_200, 1_000_000) == CPU_ROWS
+    assert block_rows("cuda", 256 * 200, 12_101) == 256 * 200  # the largest registered data set: one block
+    rows = block_rows("cuda", 256 * 200, 1_000_000)
+    assert rows == BLOCK_FLOATS // 1_000_000 == 1073 and rows * 1_000_000 <= BLOCK_FLOATS
+    assert block_rows("cuda", 3, 10**10) == 1  # a catalogue past the bound: one row a block

@@ -15,9 +15,9 @@ over the real items 1..N (the padding row is not a class, as in evaluation).
 
 On CPU the full softmax (``full_cross_entropy``) never holds a (P, N) score matrix: it scores 64 rows at a time, so
 memory is O(64 * N) plus the gradients, at any catalogue size; on any other device (a GPU) it scores all P rows in
-one block, a (N, P) matrix (docs/scaling.md). (``TrainConfig.item_chunk``, an item-chunked
-variant that recomputed scores in backward, was slower and larger at 1M items, and was removed; the field is
-accepted and ignored.)
+one block, a (N, P) matrix, or blocks of at most 2^30 scores where that would be larger (docs/scaling.md).
+(``TrainConfig.item_chunk``, an item-chunked variant that recomputed scores in backward, was slower and larger at 1M
+items, and was removed; the field is accepted and ignored.)
 """
 
 from __future__ import annotations
@@ -81,6 +81,18 @@ def real_positions(hidden: torch.Tensor, batch: TrainBatch, model: SequentialRec
 
 
 CPU_ROWS = 64  # rows of the (rows, N) score blocks of _CrossEntropy on CPU: a block stays in the core's cache
+BLOCK_FLOATS = 2**30  # elsewhere (a GPU) a block holds every row up to this many scores (4 GB in float32)
+
+
+def block_rows(device_type: str, positions: int, n_items: int) -> int:
+    """Rows of each score block of ``_CrossEntropy``: ``CPU_ROWS`` on CPU; elsewhere every position of the batch in
+    one block, as many rows as keep it within ``BLOCK_FLOATS`` scores where they would not (at a million items one
+    block of 256 x 200 positions was 205 GB: CUDA ran out of memory at the first batch). The registered data sets'
+    blocks (at most 256 x 200 x 12,101 scores) are far inside: one block, as always."""
+    if device_type == "cpu":
+        return CPU_ROWS
+    return max(1, min(positions, BLOCK_FLOATS // max(1, n_items)))
+
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -171,14 +183,15 @@ _eager_under_compile = getattr(torch, "_disable_dynamo", torch.compiler.disable)
 @_eager_under_compile  # eager under torch.compile: its loop over blocks would be traced again for every row count
 def full_cross_entropy(h: torch.Tensor, emb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """h (P, d), emb (N, d) = rows of items 1..N, targets (P,) in 1..N -> mean CE over all N items (``_CrossEntropy``:
-    on CPU no (P, N) tensor, blocks of ``CPU_ROWS`` rows; on any other device one block of all P rows). Under
+    on CPU no (P, N) tensor, blocks of ``CPU_ROWS`` rows; on any other device one block of all P rows, or blocks of
+    at most ``BLOCK_FLOATS`` scores: ``block_rows``). Under
     ``torch.autocast`` (``train.precision`` bf16) the block products run in the autocast dtype and the softmax,
     log-sum-exp, loss and gradients' sums in float32 (``_CrossEntropy.forward_low``);
     without it every op is the float32 one it always was (the same bits)."""
     if h.shape[0] == 0:
         return h.sum() * 0.0
     grads = torch.is_grad_enabled() and (h.requires_grad or emb.requires_grad)  # else the value only
-    rows = CPU_ROWS if h.device.type == "cpu" else h.shape[0]
+    rows = block_rows(h.device.type, h.shape[0], emb.shape[0])
     low = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else None
     if low is None:  # float32: exactly as before autocast was supported
         return _CrossEntropy.apply(h, emb, targets - 1, rows, grads)
