@@ -284,3 +284,27 @@ def DUOREC_GTS_DEFAULTS() -> dict:
     from resdom.experiments import model_defaults
 
     return model_defaults("duorec", "gts")[0]
+
+
+@pytest.mark.parametrize(("n", "limit"), [(1, 1), (5, 12), (7, 30), (6, 1)])
+def test_info_nce_of_a_large_batch_is_made_a_block_at_a_time(n: int, limit: int, monkeypatch) -> None:
+    """The contrastive term made the (2N, 2N) similarities of the whole batch at once (a batch of 50,000: 40 GB,
+    and as much again for its softmax and gradient); past NCE_BLOCK_FLOATS it is made a block of rows at a time,
+    the same loss and gradients (here with a bound of a few floats, blocks of 1 or 2 rows)."""
+    import resdom.models.duorec as duorec
+
+    g = torch.Generator().manual_seed(n)
+    z1 = torch.randn(n, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    z2 = torch.randn(n, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    want = info_nce(z1, z2, 0.7)
+    want_grads = torch.autograd.grad(want * 2.0, (z1, z2))
+    monkeypatch.setattr(duorec, "NCE_BLOCK_FLOATS", limit)
+    got = info_nce(z1, z2, 0.7)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(torch.autograd.grad(got * 2.0, (z1, z2)), want_grads):
+        torch.testing.assert_close(a, b)
+    assert got.item() == pytest.approx(slow_info_nce(z1.detach(), z2.detach(), 0.7), rel=1e-9, abs=1e-12)
+    assert torch.autograd.gradcheck(lambda a, b: info_nce(a, b, 0.7), (z1, z2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # float32 inside, whatever the autocast dtype
+        low = info_nce(z1.float(), z2.float(), 0.7)
+    assert low.dtype == torch.float32 and low.item() == pytest.approx(want.item(), rel=1e-5)

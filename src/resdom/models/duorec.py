@@ -17,6 +17,7 @@ the reference code).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -27,20 +28,63 @@ from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender, TrainBatch
 from resdom.models.config import DuoRecConfig
 
+NCE_BLOCK_FLOATS = 2**26  # the (2N, 2N) similarities of a larger batch are made a block of rows at a time
+
 
 def info_nce(z1: torch.Tensor, z2: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
     """z1, z2 (N, d) paired views -> scalar mean InfoNCE over the 2N views (dot similarity / tau).
 
     For view i of ``cat(z1, z2)`` the logits are its similarities to the other 2N - 1 views; the positive
-    is its partner (i + N mod 2N).
+    is its partner (i + N mod 2N). Up to ``NCE_BLOCK_FLOATS`` similarities (N = 4,096: 256 MB) in one (2N, 2N)
+    matrix, as DuoRec's code; past it (a batch of 50,000 made 40 GB of similarities, and as much again for the
+    softmax and its gradient) ``_BlockedInfoNCE``, a block of rows at a time, the same loss and gradients to
+    float rounding.
     """
     n = z1.shape[0]
     z = torch.cat([z1, z2], dim=0)  # (2N, d)
+    if (2 * n) ** 2 > NCE_BLOCK_FLOATS:
+        with torch.autocast(z.device.type, enabled=False):
+            wide = z.float() if z.dtype in (torch.float16, torch.bfloat16) else z  # float32 at least
+            return _BlockedInfoNCE.apply(wide, float(tau), max(1, NCE_BLOCK_FLOATS // (2 * n)))
     sim = (z @ z.T) / tau  # (2N, 2N)
     self_mask = torch.eye(2 * n, dtype=torch.bool, device=z.device)
     sim = sim.masked_fill(self_mask, float("-inf"))
     labels = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
     return F.cross_entropy(sim, labels)
+
+
+class _BlockedInfoNCE(torch.autograd.Function):
+    """``info_nce`` of the views ``z`` (2N, d) (float32 or float64), ``rows`` views a block: each block's
+    similarities to every view (rows, 2N), its softmax, loss and both gradient products made while it is in
+    memory, then dropped; the gradient (2N, d) is kept for backward (which only scales it by the upstream gradient)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, tau: float, rows: int) -> torch.Tensor:
+        m = z.shape[0]
+        half = m // 2
+        grad = torch.zeros_like(z)
+        total = z.new_zeros(())
+        for s in range(0, m, rows):
+            zb = z[s : s + rows]
+            r = torch.arange(zb.shape[0], device=z.device)
+            sim = (zb @ z.T) / tau  # (rows, 2N)
+            sim[r, s + r] = -math.inf  # a view is not its own negative
+            labels = (s + r + half) % m
+            top = sim.amax(1, keepdim=True)
+            p = sim.sub(top).exp_()
+            norm = p.sum(1, keepdim=True)
+            total += (norm.log().squeeze(1) + top.squeeze(1) - sim[r, labels]).sum()
+            p.div_(norm)
+            p[r, labels] -= 1.0  # softmax minus the one-hot positive: d loss_i / d sim_i.
+            grad[s : s + rows] += (p @ z) / tau  # through the block's own views
+            grad += (p.T @ zb) / tau  # through every view as a column
+        ctx.save_for_backward(grad / m)
+        return total / m
+
+    @staticmethod
+    def backward(ctx, upstream: torch.Tensor):  # type: ignore[override]
+        (grad,) = ctx.saved_tensors
+        return grad * upstream, None, None
 
 
 class DuoRec(SequentialRecommender):
