@@ -10,10 +10,11 @@ import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -171,6 +172,21 @@ def text_bytes(text: str) -> bytes:
     any name where Python's file system encoding is ASCII) written back as the bytes they stand for: a report or
     log quoting such a path was a UnicodeEncodeError traceback."""
     return text.encode("utf-8", "surrogateescape")
+
+
+_LINE_END_OUTSIDE_QUOTES = re.compile(r'("[^"]*")|\r\n')
+
+
+def csv_text(write: Callable[[str], str]) -> str:
+    """The CSV text ``write(lineterminator)`` gives (a frame's ``to_csv``, a ``csv.writer``'s) with ``\\n`` line
+    ends and every field holding a carriage return quoted: Python's CSV writers quote only the characters of their
+    line terminator, so with ``\\n`` an id ``a<CR>b`` went out bare and every reader (pandas, the csv module, a
+    spreadsheet) split the row there. Text without a carriage return is written once, as before; otherwise it is
+    written with ``\\r\\n`` (which quotes such a field) and the line ends outside quotes made ``\\n``."""
+    text = write("\n")
+    if "\r" not in text:
+        return text
+    return _LINE_END_OUTSIDE_QUOTES.sub(lambda m: m.group(1) or "\n", write("\r\n"))
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -24,7 +24,7 @@ from resdom.data.readers import (
 )
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_bytes
+from resdom.io import atomic_write_bytes, csv_text
 from resdom.limits import quote
 from resdom.recommend import (
     COLUMNS,
@@ -293,7 +293,7 @@ def lead_rank() -> bool:
 
 
 def _write(frame: pd.DataFrame, out: Path | None) -> None:
-    text = frame.to_csv(index=False, lineterminator="\n")
+    text = csv_text(lambda end: frame.to_csv(index=False, lineterminator=end))
     if out is None:
         typer.echo(text, nl=False)
     else:

@@ -42,7 +42,7 @@ from resdom.distributed import resolve_device, setup, world_size
 from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
-from resdom.io import atomic_write_bytes
+from resdom.io import atomic_write_bytes, csv_text
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
 from resdom.names import CUTOFFS, MODELS, PARTS, metric_key
 from resdom.resources import reference_config, reference_configs
@@ -505,7 +505,9 @@ def evaluate(
         return
     if per_user is not None:
         assert result.users is not None  # resdom.evaluate fills it
-        atomic_write_bytes(per_user, result.users.to_csv(index=False, lineterminator="\n").encode("utf-8"))
+        users = result.users
+        atomic_write_bytes(per_user, csv_text(lambda end: users.to_csv(index=False, lineterminator=end))
+                           .encode("utf-8"))
         typer.echo(f"{per_user}: {len(result.users):,} users", err=True)
     if as_json:  # a mean over no user (AvgPop@K, Novelty@K when no user has a list: NaN) is null, never NaN
         shown = {**result.to_dict(), "metrics": {k: None if math.isnan(v) else v for k, v in result.metrics.items()}}

@@ -14,6 +14,7 @@ and recovery of the same call computed where they ran; it is a file of run_all's
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -40,6 +41,7 @@ from resdom.io import (
     atomic_write_bytes,
     atomic_write_files,
     atomic_write_json,
+    csv_text,
     directory_lock,
     json_bytes,
     remove_temporaries,
@@ -229,12 +231,16 @@ def users_evidence(model: Diagnosable, data: SplitData, results: dict[str, Any],
                          batch_size=options.batch_size, device=device, progress=progress)
 
 
+def _frame_csv(table: Any, end: str) -> str:
+    return table.to_csv(index=False, lineterminator=end)
+
+
 def write_result(files: RunDir, d: Diagnostic, result: Any, seconds: float, checkpoint: str) -> None:
     """``<name>.json`` (``result.to_dict()``, with the seconds it took and the checkpoint it describes) and its CSV
     files, each the result's table (``d.frames``: ``to_frame()``), atomically and together: a failure half-way (a
     full disk) leaves the previous call's files, never a JSON file of this call beside a CSV file of another."""
     data = {**result.to_dict(), "seconds": round(seconds, 3), "checkpoint": checkpoint}
-    tables = {files.diagnostic(d.name, f"{suffix}.csv"): frame(result).to_csv(index=False, lineterminator="\n")
+    tables = {files.diagnostic(d.name, f"{suffix}.csv"): csv_text(functools.partial(_frame_csv, frame(result)))
               for suffix, frame in d.frames.items()}
     # the JSON file, which names the checkpoint, is renamed into place last
     atomic_write_files({**{path: text.encode("utf-8") for path, text in tables.items()},

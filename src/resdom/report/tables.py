@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from resdom.experiments import REMEDY_LABELS, remedy_variant
+from resdom.io import csv_text
 from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.markdown import NO_DATA, markdown_lines, md_text
@@ -298,17 +299,22 @@ def to_markdown(table: Table) -> str:
 def to_csv(table: Table) -> str:
     """Raw numbers: dataset, model, n, then ``<key>_mean``, ``<key>_std`` and ``<key>_n`` (the seeds averaged) per
     column (empty when missing)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["dataset", "model", "n"] + [f"{c.key}_{s}" for c in table.columns for s in ("mean", "std", "n")])
+    rows: list[list[Any]] = [["dataset", "model", "n"]
+                             + [f"{c.key}_{s}" for c in table.columns for s in ("mean", "std", "n")]]
     for row in table.rows:
         out: list[Any] = [row["dataset"], row["model"], row["n"]]
         for c in table.columns:
             cell = row[c.key]
             n = len(row.get("values", {}).get(c.key, [])) if "values" in row else (0 if cell is None else 1)
             out += ["", "", n] if cell is None else [repr(cell[0]), "" if cell[1] is None else repr(cell[1]), n]
-        w.writerow(out)
-    return buf.getvalue()
+        rows.append(out)
+
+    def write(end: str) -> str:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator=end).writerows(rows)
+        return buf.getvalue()
+
+    return csv_text(write)
 
 
 _LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}",
