@@ -88,3 +88,38 @@ def test_a_table_csv_quotes_a_label_holding_a_carriage_return(tmp_path: Path) ->
         assert len(back) == len(table.rows), table.name
         assert ("shop\r2" in set(back["dataset"])) == any(r["dataset"] == "shop\r2" for r in table.rows)
         assert "\r\n" not in text.replace('"', "")  # rows end in \n as before
+
+
+def _fixture_runs(tmp_path: Path) -> Path:
+    root = tmp_path / "runs"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "diagnostics", root, ignore=shutil.ignore_patterns("*.py"))
+    return root
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\u202e\x9b"  # clear the screen, set the title, reverse the line, C1's CSI
+
+
+def test_an_error_naming_a_path_shows_its_escape_sequences_never_sends_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An error line quoting a folder named with an escape sequence sent it to the terminal raw: a colleague's run
+    folder ``run\\x1b[2J`` cleared the screen of whoever evaluated it. Now each such character is its code."""
+    code, _, err = run_cli(capsys, "evaluate", str(tmp_path / f"run{ESCAPES}"))
+    assert code == 2 and "Traceback" not in err
+    assert not any(c in err for c in "\x1b\x07\u202e\x9b"), repr(err)
+    assert "run\\x1b[2J\\x1b]0;owned\\x07\\u202e\\x9b" in err
+
+
+def test_a_report_names_a_label_with_escape_sequences_as_text(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``report``'s "left out of LABEL" lines quote a label from a run's config.json as written: an escape
+    sequence in it (an OSC one, which Click strips nowhere) reached the terminal raw."""
+    root = _fixture_runs(tmp_path)
+    run = root / "toyB_sasrec_seed1"
+    data = json.loads((run / "config.json").read_text())
+    data["data"] = {**data["data"], "label": f"m{ESCAPES}"}
+    (run / "config.json").write_text(json.dumps(data))
+    (run / "metrics.json").unlink()  # a "left out of" line naming the run
+    code, _, err = run_cli(capsys, "report", str(root), "--out", str(tmp_path / "rep"), "--tables-only")
+    assert code == 0, err
+    assert "left out of " in err and "m\\x1b[2J" in err
+    assert not any(c in err for c in "\x1b\x07\u202e\x9b"), repr(err)

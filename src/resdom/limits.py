@@ -11,6 +11,7 @@ apply them, and ``short`` cuts a value quoted in a message to a readable length.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -93,6 +94,20 @@ def quote(value: object, limit: int | None = None) -> str:
         return short(value, limit)
     text = str(value)
     return text if len(text) <= (MESSAGE_CHARS.value if limit is None else limit) else short(text, limit)
+
+
+# what a terminal would act on rather than show: C0 controls but the tab and the line break (ESC starts a sequence
+# that clears the screen, moves the cursor, sets the title), DEL, C1 controls (0x9b: CSI), and the marks and
+# overrides of text direction (one reverses what follows it on the line)
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` for a terminal, each character it would act on rather than show (``_UNSHOWN``: an escape sequence's
+    ESC, a carriage return, a right-to-left override) written as its code, ``\\x1b``, ``\\u202e``: a file, id or
+    label in a message is shown as it is, never run by the terminal."""
+    return _UNSHOWN.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
 
 
 def cut_message(message: str, limit: int | None = None) -> str:

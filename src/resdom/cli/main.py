@@ -150,7 +150,7 @@ from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_
 from resdom.cli.values import INTERRUPTED, stop_as_on_ctrl_c, stopped_by, stopped_status
 from resdom.errors import ResdomError
 from resdom.io import NO_SPACE, no_space_message
-from resdom.limits import cut_message, short
+from resdom.limits import cut_message, short, visible
 from resdom.version import __version__
 
 try:  # typer >= 0.26 carries its own copy of Click
@@ -377,7 +377,10 @@ def _drop_stdout() -> None:
 
 def _error(message: str) -> None:
     """``error: MESSAGE`` on stderr: red on a terminal, plain where ``NO_COLOR`` is set (no-color.org) or
-    ``TERM=dumb`` (Click strips the colour only where stderr is no terminal)."""
+    ``TERM=dumb`` (Click strips the colour only where stderr is no terminal). A control character in it (an
+    escape sequence in a file name, an id or a label the message quotes) is written as its code (``visible``), never
+    sent to the terminal to act on."""
+    message = visible(message)
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         typer.echo(f"error: {message}", err=True)
     else:

@@ -15,6 +15,7 @@ from resdom.cli.values import interrupted, progress_option, quiet_alias
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, REMEDIES, REMEDY_MODELS
 from resdom.io import atomic_write_text
+from resdom.limits import visible
 from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import is_finished
 from resdom.pipeline.demo import DemoSettings, run_demo
@@ -144,7 +145,7 @@ def report(
     missing = left_out(paths.runs)
     for r in paths.runs:
         for cause in missing.get(r.path, {}).values():
-            typer.echo(f"  left out of {r.label}: {cause}", err=True)
+            typer.echo(visible(f"  left out of {r.label}: {cause}"), err=True)
     if not tables_only:
         typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 
@@ -307,7 +308,8 @@ def _interruptible(run: Callable[..., T], spec: GridSpec, progress: bool) -> T:
 def _echo_failed(failed: list[Any]) -> None:
     """A line for each failed cell of a grid (its error.txt has the traceback)."""
     for o in failed:
-        typer.echo(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
+        typer.echo(visible(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} "
+                           f"(see {o.run_dir}/error.txt)"))
 
 
 def _grid_interrupted_message(spec: GridSpec) -> str:
