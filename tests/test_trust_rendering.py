@@ -123,3 +123,28 @@ def test_a_report_names_a_label_with_escape_sequences_as_text(tmp_path: Path,
     assert code == 0, err
     assert "left out of " in err and "m\\x1b[2J" in err
     assert not any(c in err for c in "\x1b\x07\u202e\x9b"), repr(err)
+
+
+@pytest.mark.slow  # every figure is built: about 5 s of CPU
+def test_a_label_the_font_cannot_draw_prints_no_warning(tmp_path: Path) -> None:
+    """A label with an emoji or an escape character drew a box and printed matplotlib's "Glyph 27 (\\x1b) missing
+    from font(s)" warning, once per figure and character, quoting the character raw and a line of resdom's code.
+    Now the figures are written without it."""
+    import warnings
+
+    from resdom.report import find_run_dirs, read_runs
+    from resdom.report.figures import all_figures
+
+    root = _fixture_runs(tmp_path)
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"] = {**data["data"], "source": "shop \U0001f389\x1b[2J", "label": "m\u0007"}
+    config.write_text(json.dumps(data))
+    figures = all_figures(read_runs(find_run_dirs(root)))
+    assert figures
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figures[0].files(tmp_path / "figures")  # PNG and PDF
+        for fig in figures[1:3]:
+            fig.png_bytes()
+    assert not [str(w.message) for w in caught]

@@ -54,14 +54,15 @@ _WARNINGS = threading.RLock()
 
 @contextmanager
 def warnings_filter(action: Literal["error", "ignore", "always", "default", "module", "once"],
-                    category: type[Warning] = Warning) -> Iterator[None]:
-    """``warnings.catch_warnings()`` with ``simplefilter(action, category)``, one such block at a time in the process.
+                    category: type[Warning] = Warning, message: str = "") -> Iterator[None]:
+    """``warnings.catch_warnings()`` with ``filterwarnings(action, message, category)`` (``message``: a regular
+    expression the warning's text starts with; "": every warning), one such block at a time in the process.
     catch_warnings saves the process's filters on entry and puts that copy back on exit: two blocks overlapping in
     two threads (two ``resdom.fit`` or ``prepare_split`` at once) each put back the copy it saved, the second one with
     the first one's filter in it, so "ignore every warning" (or "ParserWarning is an error") stayed installed for
     the rest of the caller's process."""
     with _WARNINGS, warnings.catch_warnings():
-        warnings.simplefilter(action, category)
+        warnings.filterwarnings(action, message, category)  # message "": every one, as simplefilter
         yield
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from resdom.errors import ResdomError
 from resdom.experiments import REMEDY_LABELS, remedy_variant, studied_variant
+from resdom.io import warnings_filter
 from resdom.names import STAGES, band_names
 from resdom.records import ALPHA, RECOVERY_CURVE, REGISTRY, resolve
 from resdom.report.collect import RunRecord, model_order
@@ -39,6 +40,12 @@ from resdom.stored import number_at
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+
+# matplotlib's warning, once per figure and character, where a label holds a character its font lacks (an emoji, a
+# control character in a data set's name): the character is drawn as a box, the warning (which quotes it raw, an
+# escape sequence included) is not printed
+MISSING_GLYPH = r"Glyph \d+ .* missing from"
+
 
 # Okabe-Ito palette (colour-blind safe); fixed per model so every figure agrees.
 @functools.cache
@@ -55,7 +62,8 @@ def mpl() -> Any:
     class NotebookFigure(Figure):
         def _repr_png_(self) -> bytes:
             buf = io.BytesIO()
-            self.savefig(buf, format="png", dpi=PNG_DPI)
+            with warnings_filter("ignore", UserWarning, MISSING_GLYPH):
+                self.savefig(buf, format="png", dpi=PNG_DPI)
             return buf.getvalue()
 
     return SimpleNamespace(colormaps=colormaps, rc_context=rc_context, Line2D=Line2D, Patch=Patch,
@@ -142,7 +150,8 @@ class ReportFigure:
 
     def _render(self, fmt: str, **kw: Any) -> bytes:
         buf = io.BytesIO()
-        self.figure.savefig(buf, format=fmt, **kw)
+        with warnings_filter("ignore", UserWarning, MISSING_GLYPH):
+            self.figure.savefig(buf, format=fmt, **kw)
         return buf.getvalue()
 
 
