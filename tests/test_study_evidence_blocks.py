@@ -390,3 +390,19 @@ def test_proportions_resample_users_and_seeds_from_per_user_evidence(tmp_path: P
         assert cells[5 + i] == (f"{k_rec:,} / {int(R.sum()):,} = {k_rec / R.sum():.3f} "
                                 f"[{min(lo, w_lo):.3f}, {max(hi, w_hi):.3f}]")
     assert "Wilson\"" not in md and "the same users in every drawn seed" in md
+
+
+def test_a_data_set_named_with_html_is_text_in_the_blocks_sentences(tmp_path: Path) -> None:
+    """The study blocks' sentences (remedy spreads, the five models' HRLI ratios, the echo block's cells without
+    evidence) named a data set as it came: a store cell of a data set ``<img src=x onerror=alert(1)>`` put the tag
+    into docs/results.md outside any table, where a Markdown viewer ran it (the tables escaped it). Now it is text,
+    as in the tables."""
+    ds = "<img src=x onerror=alert(1)>"
+    runs = []
+    for s, (nd, hr) in enumerate(((0.10, 0.80), (0.12, 0.82)), start=1):
+        runs.append(run(tmp_path, ds, "sasrec", s, nd, hr))
+        runs.append(run(tmp_path, ds, "sasrec-pool", s, nd - 0.05, hr - 0.6))
+    runs += [run(tmp_path, ds, "gru4rec", 1, 0.1, 0.3, 0.2), run(tmp_path, ds, "duorec", 1, 0.1, 0.5, 0.0)]
+    for md in (remedy_spread_markdown(runs), five_models_markdown(runs), echo_block(runs, n_boot=50)):
+        assert ds not in md and "<img" not in md, md
+        assert "&lt;img src=x onerror=alert(1)>" in md, md

@@ -61,7 +61,7 @@ from resdom.report.compare import (
     verdict_text,
 )
 from resdom.report.figures import ReportFigure, model_color, plain_text
-from resdom.report.markdown import markdown_table
+from resdom.report.markdown import markdown_table, md_text
 from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, format_value, mean_std, seeds_cell, seeds_text
 from resdom.report.values import RECOVERY_ALPHAS, run_values
@@ -386,7 +386,7 @@ def remedy_spread_markdown(runs: list[RunRecord]) -> str:
         base_text = ", ".join(f"{m} {mean_text(values[(ds, base)][m], m)}" for m in METRICS)
         found = [f"{m} {d} for {', '.join(v)}" for (m, d), v in beyond.items() if v]
         paragraphs.append(
-            f"**{ds}** (base `{base}`, {seeds_text(len(groups[(ds, base)]))}: {base_text}): "
+            f"**{md_text(ds)}** (base `{base}`, {seeds_text(len(groups[(ds, base)]))}: {base_text}): "
             + "; ".join(parts) + ". Beyond the spreads: " + ("; ".join(found) if found else "none") + ".")
     if not paragraphs:
         return "No remedy variant and its base model are stored on the same data set yet.\n"
@@ -588,7 +588,7 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
             if is_causal(m) and h2[0] > 0:
                 ratios.append((h1[0] / h2[0], ds, m))
             elif is_causal(m):
-                never.append(f"`{m}` on {ds}")
+                never.append(f"`{m}` on {md_text(ds)}")
             else:
                 contrast.append((h1[0], h2[0], ds, m))
         rows.append(row)
@@ -596,13 +596,13 @@ def five_models_markdown(runs: list[RunRecord]) -> str:
     if ratios:
         lo, hi = min(ratios), max(ratios)
         text += (f"\nThe causal models' HRLI@1 is {lo[0]:.0f} to {hi[0]:.0f} times their HRL2I@1 (least: `{lo[2]}` on "
-                 f"{lo[1]}; most: `{hi[2]}` on {hi[1]})" + (f"; HRL2I@1 is 0 for {', '.join(never)}" if never else "")
-                 + ".")
+                 f"{md_text(lo[1])}; most: `{hi[2]}` on {md_text(hi[1])})"
+                 + (f"; HRL2I@1 is 0 for {', '.join(never)}" if never else "") + ".")
     if contrast:
         top = max((max(a, b), ds, m) for a, b, ds, m in contrast)
         spread = [max(a, b) / min(a, b) for a, b, _, _ in contrast if min(a, b) > 0]
         within = f", within a factor of {max(spread):.1f} of each other where both are above 0" if spread else ""
-        text += f" The contrast models' two rates are at most {top[0]:.3f} (`{top[2]}` on {top[1]}){within}."
+        text += f" The contrast models' two rates are at most {top[0]:.3f} (`{top[2]}` on {md_text(top[1])}){within}."
     return text + ("\n" if ratios or contrast else "")
 
 
@@ -692,7 +692,7 @@ def echo_block(runs: list[RunRecord], n_boot: int = N_BOOT, *, table: EchoTable 
     first look where under half of the cells have it."""
     index = EvidenceIndex.from_runs([r for r in runs if _is_model(r.model)])
     have = {key: [k for k, c in seeds if index.users_at(c) is not None] for key, seeds in index.cells.items()}
-    without = [f"{ds}/{lb}/seed{k}" for (ds, lb), seeds in index.cells.items() for k, c in seeds
+    without = [md_text(f"{ds}/{lb}/seed{k}") for (ds, lb), seeds in index.cells.items() for k, c in seeds
                if k not in have[(ds, lb)]]
     n_ev = sum(len(ks) for ks in have.values())
     total = n_ev + len(without)
