@@ -148,3 +148,20 @@ def test_a_label_the_font_cannot_draw_prints_no_warning(tmp_path: Path) -> None:
         for fig in figures[1:3]:
             fig.png_bytes()
     assert not [str(w.message) for w in caught]
+
+
+def test_a_latex_table_holds_no_control_character_of_a_label(tmp_path: Path) -> None:
+    """tables/*.tex wrote a label's NUL or escape character as it came, which LaTeX refuses ("Text line contains
+    an invalid character"), so the table did not compile. Now such a character is written as its code."""
+    from resdom.report import find_run_dirs, read_runs, summary_tables
+    from resdom.report.tables import latex_escape, to_latex
+
+    assert latex_escape("a\x00b\x1b[2J_c\nd") == r"a\textbackslash{}x00b\textbackslash{}x1b[2J\_c d"
+    root = _fixture_runs(tmp_path)
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"] = {**data["data"], "source": "shop\x00\x1b[2J", "label": "m\x7f\u202e"}
+    config.write_text(json.dumps(data))
+    texts = [to_latex(t) for t in summary_tables(read_runs(find_run_dirs(root)))]
+    assert any(r"shop\textbackslash{}x00\textbackslash{}x1b[2J" in t for t in texts)
+    assert not any(c in t for t in texts for c in "\x00\x1b\x7f\u202e")

@@ -20,6 +20,7 @@ from typing import Any
 
 from resdom.experiments import REMEDY_LABELS, remedy_variant
 from resdom.io import csv_text
+from resdom.limits import visible
 from resdom.records import REGISTRY, Column, TableSpec
 from resdom.report.collect import RunRecord, model_order
 from resdom.report.markdown import NO_DATA, markdown_lines, md_text
@@ -325,8 +326,9 @@ _LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{
 
 def latex_escape(text: str) -> str:
     """``text`` as LaTeX text: every character LaTeX reads as a command (a data set file named ``shop_v2^new``,
-    a folder ``C:\\runs``) written as itself, a line break as a space."""
-    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
+    a folder ``C:\\runs``) written as itself, a line break as a space, any other control character as its code
+    (``visible``: a NUL or an escape character, which LaTeX refuses as an invalid character, is ``\\x00``)."""
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in visible(text))
 
 
 def to_latex(table: Table) -> str:
