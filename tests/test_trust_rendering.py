@@ -165,3 +165,18 @@ def test_a_latex_table_holds_no_control_character_of_a_label(tmp_path: Path) -> 
     texts = [to_latex(t) for t in summary_tables(read_runs(find_run_dirs(root)))]
     assert any(r"shop\textbackslash{}x00\textbackslash{}x1b[2J" in t for t in texts)
     assert not any(c in t for t in texts for c in "\x00\x1b\x7f\u202e")
+
+
+def test_a_file_named_with_an_escape_sequence_is_named_as_text(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``data stats`` and ``data split`` of a vendor's file ``shop\\x1b]0;owned\\x07.csv`` (a shell glob finds it)
+    printed its name raw: the terminal took the escape sequence (here: its window title set). Every line a command
+    prints for the user now shows such a character as its code; the data a command writes to stdout is untouched."""
+    source = tmp_path / "shop\x1b]0;owned\x07\u202e.csv"
+    rows = [(u, i, 10 * j) for u in range(8) for j, i in enumerate((1, 2, 3, 4))]
+    pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"]).to_csv(source, index=False)
+    for args in (["data", "stats", str(source)], ["data", "split", str(source), "--protocol", "loo", "--out", str(tmp_path / "split")]):
+        code, out, err = run_cli(capsys, *args)
+        assert code == 0, err
+        assert "shop\\x1b]0;owned\\x07\\u202e.csv" in out, out
+        assert not any(c in out + err for c in "\x1b\x07\u202e"), repr(out + err)

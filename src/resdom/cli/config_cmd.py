@@ -15,7 +15,7 @@ import typer
 
 from resdom.cli.data_options import DataOptions, data_config_section, data_options, is_split_dir
 from resdom.cli.train_cmd import MODEL_HELP, command_config, recorded_split_note
-from resdom.cli.values import printed_if_dash
+from resdom.cli.values import printed_if_dash, say
 from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
@@ -32,8 +32,8 @@ config_app = typer.Typer(help="Configurations: the shipped reference configs, th
 def list_cmd() -> None:
     """The reference configurations shipped with resdom (use one with `--config NAME`), then the model names."""
     for name, path in reference_configs().items():
-        typer.echo(f"{name:<22} {describe_config(path)}")
-    typer.echo(f"\nmodels and variants (--model, any case): {', '.join(model_labels())}")
+        say(f"{name:<22} {describe_config(path)}")
+    say(f"\nmodels and variants (--model, any case): {', '.join(model_labels())}")
 
 
 def full_config(model: str | None = None, config: Path | None = None, set_: list[str] | None = None,
@@ -135,13 +135,13 @@ def show_cmd(
     label, values, auto, record = full_config(model, config, set_, explicit, data, dataset)
     text = config_text(label, values, dataset, auto)
     if (note := recorded_split_note(config, record, values["data"])) is not None:
-        typer.echo(note, err=True)
+        say(note, err=True)
     if out is None:
         typer.echo(text, nl=False)
         return
     check_output_file(out, "--out", "# resdom ", "a configuration `resdom config show` wrote", {"--config": config})
     atomic_write_text(out, text)
-    typer.echo(f"{label}: written to {out}", err=True)  # a note, as recommend --out gives it: stdout stays empty
+    say(f"{label}: written to {out}", err=True)  # a note, as recommend --out gives it: stdout stays empty
 
 
 def register(app: typer.Typer) -> None:

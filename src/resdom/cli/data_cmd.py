@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from resdom.cli.data_options import DATA_DIR_HELP, SOURCE_HELP, DataOptions, data_options, is_split_dir
+from resdom.cli.values import say
 from resdom.data.download import data_folders, resolve_dataset_files
 from resdom.data.prepare import source_paths
 from resdom.data.registry import DATASETS, get_dataset
@@ -42,7 +43,7 @@ def stats_cmd(
         detail = f"no field {e}" if isinstance(e, KeyError) else str(e)[:200] or type(e).__name__
         raise ResdomError(f"{source}: its manifest.json is not what `resdom data split` writes ({detail}); run "
                           "`resdom data split` again") from None
-    typer.echo(text)
+    say(text)
 
 
 def _preprocessing_line(steps: list[dict[str, Any]]) -> str:
@@ -88,25 +89,25 @@ def split_cmd(
 
     with output_lock(out, check) as aside:
         if aside is not None:
-            typer.echo(f"--force: {out} moved aside to {aside}", err=True)
+            say(f"--force: {out} moved aside to {aside}", err=True)
         split.save(out)
         write_marker(out, SPLIT)
     protocol = split.manifest.get("protocol", data.protocol_choice)
     m = split.manifest
-    typer.echo(f"{source}: {protocol} split, {m['n_users']:,} users, {split.n_items:,} items -> {out}")
+    say(f"{source}: {protocol} split, {m['n_users']:,} users, {split.n_items:,} items -> {out}")
     if m.get("thresholds"):
         t = m["thresholds"]
-        typer.echo(f"  T_test {t['T_test_iso']} ({t['T_test']}), T_val {t['T_val_iso']} ({t['T_val']})")
+        say(f"  T_test {t['T_test_iso']} ({t['T_test']}), T_val {t['T_val_iso']} ({t['T_val']})")
     for part in ("train", "valid", "test"):
         c = m["counts"][part]
         extra = f", {c['targets']:,} targets ({c['cold_targets']:,} cold)" if "targets" in c else ""
-        typer.echo(
+        say(
             f"  {part:<6}{c['users']:>9,} users {c['items']:>8,} items {c['interactions']:>10,} interactions{extra}"
         )
     if m["counts"]["valid"]["users"] == 0 and protocol != "none":  # train refuses it: say so now, not after the
         # split is used (a none split trains its epochs and keeps the last: nothing to stop early on)
         hint = "; a lower --valid-quantile moves T_val earlier" if protocol == "gts" else ""
-        typer.echo(f"note: the valid part is empty, so `resdom train {out}` will refuse this split (early stopping "
+        say(f"note: the valid part is empty, so `resdom train {out}` will refuse this split (early stopping "
                    f"and the best checkpoint need validation users){hint}", err=True)
 
 
@@ -135,8 +136,8 @@ def list_cmd() -> None:
     width = max(len(name) for name in DATASETS) + 1
     for spec in DATASETS.values():
         hand = " [by hand]" if spec.manual else ""
-        typer.echo(f"{spec.name:<{width}} {spec.fmt:<17} {spec.description}{hand}")
-    typer.echo(f"{'synthetic':<{width}} {'generated':<17} planted structure; knobs: "
+        say(f"{spec.name:<{width}} {spec.fmt:<17} {spec.description}{hand}")
+    say(f"{'synthetic':<{width}} {'generated':<17} planted structure; knobs: "
                "synthetic:p_last=0.6,n_users=3000,...")
 
 
@@ -148,7 +149,7 @@ def download_cmd(
     """Make sure the files of registered data sets are available locally (verify or download)."""
     for name in names:
         for f in resolve_dataset_files(get_dataset(name), data_dir):
-            typer.echo(f"{name}: {f.path} ({f.origin}, sha256 ok)")
+            say(f"{name}: {f.path} ({f.origin}, sha256 ok)")
 
 
 def register(app: typer.Typer) -> None:

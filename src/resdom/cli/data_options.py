@@ -23,6 +23,7 @@ import typer
 
 from resdom.bounded import load_json
 from resdom.checks import launch_rank
+from resdom.cli.values import say
 from resdom.data.changes import change_lines
 from resdom.data.prepare import format_name, known_protocol, load_prepared, prepare_split, protocol_name
 from resdom.data.sequences import SplitData
@@ -128,7 +129,7 @@ def print_changes(manifest: dict[str, Any], where: str | Path | None = None) -> 
         raise ResdomError(f"{where or 'the manifest'}: changes or counts is not what `resdom data split` writes "
                           f"({detail}); run `resdom data split` again") from None
     for line in lines:
-        typer.echo(f"data: {line}", err=True)
+        say(f"data: {line}", err=True)
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ class DataOptions:
         protocol = split.manifest.get("protocol")
         if protocol == "loo" and self.quantile is not None and launch_rank() == 0:
             # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)
-            typer.echo(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
+            say(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
                        f"{self._auto_note(protocol)}, which has none: not used", err=True)
         return split
 

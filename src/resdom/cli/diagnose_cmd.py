@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from resdom.api import diagnose_run
-from resdom.cli.values import interrupted, progress_option
+from resdom.cli.values import interrupted, progress_option, say
 from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options, refuse_unused
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary
@@ -107,8 +107,8 @@ def diagnose(
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:
-        typer.echo(format_summary(summary))
-        typer.echo(f"written: {Path(run_dir) / 'diagnostics'}/")
+        say(format_summary(summary))
+        say(f"written: {Path(run_dir) / 'diagnostics'}/")
 
 
 def register(app: typer.Typer) -> None:

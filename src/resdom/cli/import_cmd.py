@@ -13,6 +13,7 @@ from typing import Any
 import typer
 
 from resdom.adapters import pmixer, recbole, rectools
+from resdom.cli.values import say
 
 RECBOLE_DATA_HELP = ("RecBole's .inter file the model was trained on, or a registered RecBole data set (ml-100k); "
                      "RecBole's own filters, numbering and order are rebuilt from the checkpoint's config")
@@ -34,8 +35,8 @@ def import_recbole(
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
-    path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=typer.echo)
-    typer.echo(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter-seen; diagnose: "
+    path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=say)
+    say(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter-seen; diagnose: "
                f"resdom diagnose {path})")
 
 
@@ -52,8 +53,8 @@ def import_pmixer(
 ) -> None:
     """Import a pmixer/SASRec.pytorch SASRec state dict (post-LN or --norm-first) as a resdom run."""
     path = pmixer.import_pmixer(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len,
-                                data_dir=data_dir, force=force, log=typer.echo, **_data_options(k_core))
-    typer.echo(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+                                data_dir=data_dir, force=force, log=say, **_data_options(k_core))
+    say(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
 
 
 def import_rectools(
@@ -66,8 +67,8 @@ def import_rectools(
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Import a RecTools SASRec or BERT4Rec model (id embeddings, dot-product scores) as a resdom run."""
-    path = rectools.import_rectools(model_file, data, out, data_dir=data_dir, force=force, log=typer.echo)
-    typer.echo(f"imported {model_file} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+    path = rectools.import_rectools(model_file, data, out, data_dir=data_dir, force=force, log=say)
+    say(f"imported {model_file} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,11 +11,10 @@ from typing import Any, TypeVar
 import typer
 
 from resdom.cli.train_cmd import parse_set
-from resdom.cli.values import interrupted, progress_option, quiet_alias
+from resdom.cli.values import interrupted, progress_option, quiet_alias, say
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, REMEDIES, REMEDY_MODELS
 from resdom.io import atomic_write_text
-from resdom.limits import visible
 from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import is_finished
 from resdom.pipeline.demo import DemoSettings, run_demo
@@ -131,23 +130,23 @@ def report(
                         replaced=replace)
     with output_lock(out, check) as aside:  # one report at a time there: checked again under the lock
         if aside is not None:
-            typer.echo(f"--force: {out} moved aside to {aside}", err=True)
+            say(f"--force: {out} moved aside to {aside}", err=True)
         named = "resdom report" if title is None else title
         paths = (build_study_report if study else build_report_files)(found, out, title=named,
                                                                       figures=not tables_only)
         mark_report(out, paths)
-    typer.echo(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
+    say(f"report of {len(found)} run(s): {paths.html or out / 'tables'}")
     if texts:
         filled = {d: fill_blocks(text, paths.blocks, where=str(d)) for d, text in texts.items()}
         for d, text in filled.items():
             atomic_write_text(d, text)
-            typer.echo(f"  {d}: {len(block_names(text))} table block(s) refilled")
+            say(f"  {d}: {len(block_names(text))} table block(s) refilled")
     missing = left_out(paths.runs)
     for r in paths.runs:
         for cause in missing.get(r.path, {}).values():
-            typer.echo(visible(f"  left out of {r.label}: {cause}"), err=True)
+            say(f"  left out of {r.label}: {cause}", err=True)
     if not tables_only:
-        typer.echo(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
+        say(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 
 
 def _check_doc_place(doc: Path, out: Path, runs: list[Path]) -> None:
@@ -193,13 +192,13 @@ def demo(
     settings = DemoSettings(device=device)
     if epochs is not None:
         settings.epochs = epochs
-    result = run_demo(out, settings, progress=progress and not quiet, echo=typer.echo, force=force)
+    result = run_demo(out, settings, progress=progress and not quiet, echo=say, force=force)
     t = result.timings
-    typer.echo(f"\ndone in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, diagnostics {t['diagnose_s']:.0f} s)")
-    typer.echo(f"report: {result.report_html.resolve()}")
-    typer.echo("\nfindings:")
+    say(f"\ndone in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, diagnostics {t['diagnose_s']:.0f} s)")
+    say(f"report: {result.report_html.resolve()}")
+    say("\nfindings:")
     for line in result.findings:
-        typer.echo(line)
+        say(line)
 
 
 # The grid's defaults, from the experiment settings: the causal self-attention models (not the contrast models, by
@@ -247,10 +246,10 @@ def reproduce(
                     store=store, train_values={"monitor_every": monitor_every}, force=force)
     result = _interruptible(run_grid, spec, progress and not quiet)
     counts = {s: sum(o.status == s for o in result.outcomes) for s in ("done", "skipped", "failed")}
-    typer.echo(f"\n{counts['done']} trained, {counts['skipped']} already finished, {counts['failed']} failed")
+    say(f"\n{counts['done']} trained, {counts['skipped']} already finished, {counts['failed']} failed")
     _echo_failed(result.failed)
     if result.report_html is not None:
-        typer.echo(f"summary: {result.report_html} (tables in {result.summary_dir / 'tables'})")
+        say(f"summary: {result.report_html} (tables in {result.summary_dir / 'tables'})")
     if result.failed:
         sys.exit(1)
 
@@ -287,9 +286,9 @@ def remedies(
     result = _interruptible(run_remedies, spec, progress and not quiet)
     _echo_failed(result.grid.failed)
     if result.table_md is not None:
-        typer.echo(f"remedies table: {result.table_md}")
+        say(f"remedies table: {result.table_md}")
     if result.figure is not None:
-        typer.echo(f"remedies figure: {result.figure}")
+        say(f"remedies figure: {result.figure}")
     if result.grid.failed:
         sys.exit(1)
 
@@ -298,9 +297,9 @@ T = TypeVar("T")
 
 
 def _interruptible(run: Callable[..., T], spec: GridSpec, progress: bool) -> T:
-    """``run(spec, progress=..., echo=typer.echo)``; Ctrl-C: what the grid kept and how to go on, exit 130."""
+    """``run(spec, progress=..., echo=say)``; Ctrl-C: what the grid kept and how to go on, exit 130."""
     try:
-        return run(spec, progress=progress, echo=typer.echo)
+        return run(spec, progress=progress, echo=say)
     except KeyboardInterrupt:
         raise interrupted(_grid_interrupted_message(spec)) from None
 
@@ -308,8 +307,7 @@ def _interruptible(run: Callable[..., T], spec: GridSpec, progress: bool) -> T:
 def _echo_failed(failed: list[Any]) -> None:
     """A line for each failed cell of a grid (its error.txt has the traceback)."""
     for o in failed:
-        typer.echo(visible(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} "
-                           f"(see {o.run_dir}/error.txt)"))
+        say(f"  failed: {o.dataset} / {o.model} / seed {o.seed}: {o.message} (see {o.run_dir}/error.txt)")
 
 
 def _grid_interrupted_message(spec: GridSpec) -> str:

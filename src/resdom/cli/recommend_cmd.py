@@ -13,7 +13,7 @@ import typer
 
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
-from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash, progress_option
+from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash, progress_option, say
 from resdom.data.readers import (
     DEFAULT_COLUMNS,
     parser_error,
@@ -126,7 +126,7 @@ def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
     column = next((c for c in columns if c in df.columns), None)
     if column is None:  # a file of bare ids would lose its first one to the header without a word
         column = df.columns[0]
-        typer.echo(f"note: {option} {path}: no column '{columns[0]}' or '{columns[1]}'; read the first column, "
+        say(f"note: {option} {path}: no column '{columns[0]}' or '{columns[1]}'; read the first column, "
                    f"taking its first line {quote(column)} as the header (name the column {columns[0]} to say so; a "
                    "file of ids alone: .txt)", err=True)
     return [v for v in df[column].tolist() if v != ""]
@@ -344,7 +344,7 @@ def recommend(
     if not lead_rank():
         return
     if run.training_note():
-        typer.echo(run.training_note(), err=True)
+        say(run.training_note(), err=True)
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
     check_item_option(items, whitelist, run.split, "--items")
     check_item_option(exclude, excluded, run.split, "--exclude")
@@ -367,12 +367,12 @@ def recommend(
         note = frame.attrs["note"]
         for name in ("items", "exclude", "sequences"):
             note = note.replace(f"{name}: ", f"--{name}: ")
-        typer.echo(f"note: {note}", err=True)
+        say(f"note: {note}", err=True)
     _write(frame, out)
     if out is None:
         return
     n_users = frame["user_id"].nunique()
-    typer.echo(f"{out}: {len(frame):,} recommendations for {n_users:,} {'sessions' if sessions else 'users'} (top "
+    say(f"{out}: {len(frame):,} recommendations for {n_users:,} {'sessions' if sessions else 'users'} (top "
                f"{k}, seen items {'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'}"
                f"{', whitelist' if whitelist else ''}{', exclusions' if excluded else ''})", err=True)
 
@@ -406,10 +406,10 @@ def similar(
     if frame.attrs.get("note"):
         note = re.sub(r"(^|; )(items|k): ", lambda m: f"{m[1]}{'-k' if m[2] == 'k' else '--items'}: ",
                       frame.attrs["note"])  # each note's field as the option that sets it
-        typer.echo(f"note: {note}", err=True)
+        say(f"note: {note}", err=True)
     _write(frame, out)
     if out is not None:
-        typer.echo(f"{out}: {len(frame):,} similar items for {frame['target_item_id'].nunique():,} items (top {k}, "
+        say(f"{out}: {len(frame):,} similar items for {frame['target_item_id'].nunique():,} items (top {k}, "
                    "cosine over the output item embeddings)", err=True)
 
 

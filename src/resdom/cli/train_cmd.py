@@ -33,7 +33,7 @@ from resdom.cli.data_options import (
     split_manifest,
     with_config_data,
 )
-from resdom.cli.values import interrupted, one_filter, parse_cutoffs, positive_int, progress_option
+from resdom.cli.values import interrupted, one_filter, parse_cutoffs, positive_int, progress_option, say
 from resdom.data.download import data_folders
 from resdom.data.prepare import source_paths
 from resdom.data.readers import not_text, refuse_binary
@@ -407,7 +407,7 @@ def train(
             raise refused[0]
     split = data.split(source)
     if (note := recorded_split_note(config, cfg.record, split.manifest)) is not None and is_main:
-        typer.echo(note, err=True)
+        say(note, err=True)
     if protocol is None:
         resolved = under[recipe_protocol(split.manifest["protocol"], split.manifest.get("has_timestamps")) or "loo"]
         if isinstance(resolved, ResdomError):
@@ -419,14 +419,14 @@ def train(
         data_info["label"] = cfg.label  # reports name the run by its variant
     hint = busy_machine_hint(train_cfg.threads, train_cfg.device)
     if hint and is_main:
-        typer.echo(hint, err=True)
+        say(hint, err=True)
     # under torchrun with --force every rank joins the group here: rank 0 alone moves the old run aside, the others
     # wait for it at a barrier and only then look at --out (in fit), so none reads the old run's state or looks at
     # a folder half-way through its move
     group = setup(train_cfg.device, "--device" if device else "train.device") if force and world_size() > 1 else None
     try:
         if replace and is_main:
-            typer.echo(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
+            say(f"--force: {out} moved aside to {move_aside(out)}; training anew", err=True)
         if group is not None:
             group.barrier()
         result = fit(split, model_cfg, train=train_cfg, out=out, data_info=data_info,
@@ -441,12 +441,12 @@ def train(
         if split.manifest.get("protocol") == "none" and not result["valid"]["n_users"]:
             n = result["epochs_run"]
             on = _trained_on(split, model_cfg, train_cfg)
-            typer.echo(f"{out}: trained {n} epoch{'' if n == 1 else 's'} on {on}; `resdom recommend` reads it")
+            say(f"{out}: trained {n} epoch{'' if n == 1 else 's'} on {on}; `resdom recommend` reads it")
             return
-        typer.echo(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
+        say(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
         for name in PARTS:
             if result[name]["n_users"] or split.manifest.get("protocol") != "none":
-                typer.echo(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
+                say(f"{name} ({result[name]['n_users']} users): {_format_metrics(result[name]['metrics'])}")
 
 
 def evaluate(
@@ -489,7 +489,7 @@ def evaluate(
     try:
         run = load_run(run_dir, device=ctx.device)
         if run.training_note() and ctx.is_main:
-            typer.echo(run.training_note(), err=True)
+            say(run.training_note(), err=True)
         if len(getattr(run.split, split)) == 0:
             none = run.split.manifest.get("protocol") == "none"
             raise ResdomError(f"--part {split}: {run_dir} holds no {split} users" + (
@@ -508,7 +508,7 @@ def evaluate(
         users = result.users
         atomic_write_bytes(per_user, csv_text(lambda end: users.to_csv(index=False, lineterminator=end))
                            .encode("utf-8"))
-        typer.echo(f"{per_user}: {len(result.users):,} users", err=True)
+        say(f"{per_user}: {len(result.users):,} users", err=True)
     if as_json:  # a mean over no user (AvgPop@K, Novelty@K when no user has a list: NaN) is null, never NaN
         shown = {**result.to_dict(), "metrics": {k: None if math.isnan(v) else v for k, v in result.metrics.items()}}
         typer.echo(json.dumps({"split": split, "filtered": filtered, **shown}, indent=2))
@@ -516,13 +516,13 @@ def evaluate(
     assert result.users is not None  # resdom.evaluate fills it
     unranked = int(result.users["rank"].isna().sum())  # filtered out: a target in its own input
     why = f": {unranked:,} target(s) in their own input, a miss at every K" if unranked else ""
-    typer.echo(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'}{why})")
+    say(f"{run_dir} {split} ({result.n_users} users, seen items {'filtered' if filtered else 'kept'}{why})")
     accuracy = sorted((m for m in result.metrics if metric_key(m)[0] == 0), key=metric_key)
     for name in [*accuracy, *(m for m in result.metrics if m not in accuracy)]:  # beyond: in evaluation's order
         value = result.metrics[name]
-        typer.echo(f"  {name:8s} {'-' if math.isnan(value) else f'{value:.4f}'}")
+        say(f"  {name:8s} {'-' if math.isnan(value) else f'{value:.4f}'}")
     if any(math.isnan(v) for v in result.metrics.values()):
-        typer.echo("note: '-': no user has an item left to recommend (every item is in each input), so AvgPop "
+        say("note: '-': no user has an item left to recommend (every item is in each input), so AvgPop "
                    "and Novelty are means over no user", err=True)
 
 

@@ -14,6 +14,7 @@ import typer
 
 from resdom.checks import ALPHA_RANGE, MAX_CUTOFF, parse_alphas, positive_int
 from resdom.errors import ResdomError
+from resdom.limits import visible
 from resdom.rundir import STANDARD_OUTPUT
 
 __all__ = ["ALPHA_RANGE", "PROGRESS_HELP", "parse_alphas", "parse_cutoffs", "positive_int", "progress_option",
@@ -116,3 +117,11 @@ def one_filter(filter_seen: bool | None, filter_old: bool | None) -> bool | None
         raise ResdomError(f"--{'' if filter_seen else 'no-'}filter-seen and --{'' if filter_old else 'no-'}filter "
                           "disagree; give one of them")
     return filter_seen if filter_seen is not None else filter_old
+
+
+def say(message: str | None = "", err: bool = False, nl: bool = True) -> None:
+    """``typer.echo`` of a line for the user to read (a note, a summary, a path written): a control character in a
+    path, data set, label or id it names is written as its code (``visible``: ``\\x1b``, ``\\u202e``), never sent to
+    the terminal to act on (an escape sequence in a vendor's file name cleared the screen). Data a command writes
+    to stdout (CSV, YAML, JSON) goes out as it is, through ``typer.echo``."""
+    typer.echo(None if message is None else visible(message), err=err, nl=nl)
