@@ -30,6 +30,7 @@ import numpy as np
 from resdom.errors import ResdomError
 from resdom.experiments import REMEDY_LABELS, remedy_variant, studied_variant
 from resdom.io import warnings_filter
+from resdom.limits import visible
 from resdom.names import STAGES, band_names
 from resdom.records import ALPHA, RECOVERY_CURVE, REGISTRY, resolve
 from resdom.report.collect import RunRecord, model_order
@@ -111,6 +112,23 @@ def model_color(model: str) -> str:
 
 def model_label(model: str) -> str:
     return MODEL_LABELS.get(model, model)
+
+
+NAME_CHARS = 40  # the most characters of a data set's or model's name a figure draws
+
+
+def drawn_name(name: str) -> str:
+    """A data set's or model's name as a figure draws it: a control character as its code (``visible``: an escape
+    character is ``\\x1b``, not a box), and a name longer than ``NAME_CHARS`` (a data set named by a long path)
+    cut to its head and its end around a ``…``: drawn whole, a 10,000-character name pushed every panel of the
+    figure off the page (and constrained layout gave up, with a warning). The tables and captions name it whole."""
+    name = visible(name)
+    return name if len(name) <= NAME_CHARS else f"{name[:NAME_CHARS * 2 // 3]}…{name[-(NAME_CHARS // 3 - 1):]}"
+
+
+def _model_name(model: str) -> str:
+    """``model_label`` as a figure draws it (``drawn_name``)."""
+    return drawn_name(model_label(model))
 
 
 def model_marker(model: str) -> str:
@@ -277,7 +295,7 @@ def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None
     """Colour patches per model (``markers``: a line with the model's marker, for line plots), each with its number
     of seeds where ``groups`` are given, then ``extra``."""
     def label(m: str) -> str:
-        return f"{model_label(m)} ({seeds_text(groups, m)})" if groups is not None else model_label(m)
+        return f"{_model_name(m)} ({seeds_text(groups, m)})" if groups is not None else _model_name(m)
 
     if markers:
         handles: list[Any] = [mpl().Line2D([], [], color=model_color(m), marker=model_marker(m), label=label(m))
@@ -325,7 +343,8 @@ def _note(fig: Figure, users: dict[str, str], what: str = "Shares of", split: st
     note = users_note(users, split)
     if not note:
         return ""
-    fig.supxlabel(textwrap.fill(f"{what} {note}", width=int(fig.get_figwidth() / 0.055)), fontsize=7,
+    shown = users_note({drawn_name(d): n for d, n in users.items()}, split)  # the caption names each data set whole
+    fig.supxlabel(textwrap.fill(f"{what} {shown}", width=int(fig.get_figwidth() / 0.055)), fontsize=7,
                   color="#444444")  # users; the legend's n counts seeds
     return f" {what} {note}."
 
@@ -404,7 +423,7 @@ def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str,
                     color=model_color(model), capsize=2, edgecolor="white", linewidth=0.5, error_kw={"lw": 0.8})
     ax.set_xticks(x, categories)
     ax.set_xlim(-0.6, len(categories) - 0.4)
-    ax.set_title(dataset)
+    ax.set_title(drawn_name(dataset))
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
 
@@ -514,7 +533,7 @@ def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset
 def _dataset_handles(datasets: list[str]) -> list[Line2D]:
     if len(datasets) < 2:
         return []
-    return [mpl().Line2D([], [], color="grey", linestyle=DATASET_STYLES[i % len(DATASET_STYLES)], label=d)
+    return [mpl().Line2D([], [], color="grey", linestyle=DATASET_STYLES[i % len(DATASET_STYLES)], label=drawn_name(d))
             for i, d in enumerate(datasets)]
 
 
@@ -537,7 +556,7 @@ def _curves_by_dataset(groups: dict[tuple[str, str], list[RunRecord]],
         decorate(ax)
         _line_panel(ax, {k: v for k, v in groups.items() if k[0] == dataset}, [dataset], rows_of, quantity[1],
                     quantity[0])
-        ax.set_title(dataset)
+        ax.set_title(drawn_name(dataset))
     _model_legend(fig, models, spread_handles(groups, "band") + (extra or []), markers=True, groups=groups)
     return fig
 
@@ -662,16 +681,16 @@ def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | No
                         yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)],
                         color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=2,
                         error_kw={"lw": 0.8}, **looks[cat])
-        ax.set_xticks(x, [model_label(m) for m in models], rotation=30 if len(models) > 3 else 0)
+        ax.set_xticks(x, [_model_name(m) for m in models], rotation=30 if len(models) > 3 else 0)
         ax.set_xlim(-0.6, max(len(models), 3) - 0.4)  # a panel of one or two models keeps bars of usual width
-        ax.set_title(dataset)
+        ax.set_title(drawn_name(dataset))
         ax.set_xlabel("model")
         ax.set_ylabel("share of test users, top-1 (log)")
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         _label_small_bars(ax)
     models = _models(groups)
-    seeds = [mpl().Patch(color=model_color(m), label=f"{model_label(m)} ({seeds_text(groups, m)})") for m in models]
+    seeds = [mpl().Patch(color=model_color(m), label=f"{_model_name(m)} ({seeds_text(groups, m)})") for m in models]
     _figure_legend(fig, [mpl().Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
                          mpl().Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item"),
                          *spread_handles(groups), *seeds])  # the models are named on the x axis too
@@ -714,14 +733,14 @@ def fig_hrli_by_frequency(runs: list[RunRecord], name: str) -> ReportFigure | No
                 shown = True
             ax.errorbar(x + 0.06 * (i - (len(models) - 1) / 2), [st[0] if st else np.nan for st in stats],
                         yerr=[st[1] if st and len(rs) > 1 else np.nan for st in stats], color=model_color(m),
-                        marker=model_marker(m), capsize=2, label=model_label(m), zorder=3, elinewidth=0.8,
+                        marker=model_marker(m), capsize=2, label=_model_name(m), zorder=3, elinewidth=0.8,
                         **_one_seed_face(len(rs)))
         ax.set_zorder(share.get_zorder() + 1)
         ax.patch.set_visible(False)  # the lines over the share bars
         ax.set_xticks(x, names)
         ax.set_ylim(0, 1.05)
         share.set_ylim(0, 1.05)
-        ax.set_title(dataset)
+        ax.set_title(drawn_name(dataset))
         ax.set_xlabel("training occurrences of the last input item")
         ax.set_ylabel("HRLI@1 (lines)")
         share.set_ylabel("share of test users (grey)", color="#777777")
@@ -778,7 +797,7 @@ def _epoch_figure(groups: dict[tuple[str, str], list[RunRecord]], series: list[S
             ax.set_ylim(bottom=0)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.set_title(dataset)
+        ax.set_title(drawn_name(dataset))
         ax.set_xlabel("training epoch")
     return fig, drawn_series
 
@@ -907,11 +926,11 @@ def fig_per_position(runs: list[RunRecord], name: str, layer: int = -1, max_offs
                 n = min(min(len(s) for s in series), max_offset)
                 mean = np.mean([s[:n] for s in series], axis=0)
                 ax.plot(np.arange(n), mean, STAGE_STYLES[stage], color=model_color(model), **looks[stage])
-        single = [model_label(m) for m in models if len(groups.get((dataset, m), [])) == 1]
+        single = [_model_name(m) for m in models if len(groups.get((dataset, m), [])) == 1]
         if single:  # lines without markers: the panel names the models that rest on one seed
             ax.text(0.98, 0.97, "one seed: " + ", ".join(single), transform=ax.transAxes, ha="right", va="top",
                     fontsize=5.5, color="#555555")
-        ax.set_title(dataset)
+        ax.set_title(drawn_name(dataset))
         ax.set_xlabel("offset from the last position (0 = last)")
         ax.set_ylabel("mixing ratio")
         ax.set_ylim(0, 1.05)
@@ -1044,7 +1063,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
             if x is not None and y is not None and list(x[0]) == list(y[0]):
                 curve = (x[1], y[1])
                 ax.plot(*curve, "-", color="#999999", linewidth=1.4, marker=".", zorder=1,
-                        label=f"{model_label(base)}: inference α sweep")
+                        label=f"{_model_name(base)}: inference α sweep")
                 # label α = 1 (the trained model), 0 and 0.5, each only where it keeps clear of those before it
                 # (15% of the curve's span on either axis): the points of α near 1 bunch together
                 span_x, span_y = float(np.ptp(x[1])) or 1.0, float(np.ptp(y[1])) or 1.0
@@ -1070,7 +1089,8 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
             drawn.append(point)
         ax.set_xlabel("HRLI@1 (reliance on the last item)")
         ax.set_ylabel("NDCG@10 (test)")
-        ax.set_title(dataset if len({b for _, b in panels}) == 1 else f"{dataset}: {model_label(base)}")
+        name = drawn_name(dataset)
+        ax.set_title(name if len({b for _, b in panels}) == 1 else f"{name}: {_model_name(base)}")
         several = any(len(points.get((dataset, m), [])) > 1 for m in labels)
         spread = [mpl().Line2D([], [], color="black", marker="|", markersize=8, linestyle="none",
                          label=f"error bar: {SPREAD}")] if several else []
