@@ -192,3 +192,15 @@ def test_a_file_named_with_an_escape_sequence_is_named_as_text(tmp_path: Path,
         assert code == 0, err
         assert "shop\\x1b]0;owned\\x07\\u202e.csv" in out, out
         assert not any(c in out + err for c in "\x1b\x07\u202e"), repr(out + err)
+
+
+def test_diagnose_names_a_run_folder_with_an_escape_sequence_as_text(cr_run: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """diagnose's lines in a log (``diagnose [1/1] hrli: done in 0 s -> RUN/diagnostics/hrli.json``) named a
+    colleague's run folder ``run\\x1b]0;owned\\x07`` raw."""
+    run = tmp_path / "run\x1b]0;owned\x07"
+    shutil.copytree(cr_run, run)
+    code, out, err = run_cli(capsys, "diagnose", str(run), "--what", "hrli", "--device", "cpu")
+    assert code == 0, err
+    assert "run\\x1b]0;owned\\x07/diagnostics" in err + out, err
+    assert not any(c in out + err for c in "\x1b\x07"), repr(out + err)

@@ -46,6 +46,7 @@ from resdom.io import (
     json_bytes,
     remove_temporaries,
 )
+from resdom.limits import visible
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
 from resdom.records import RECOVERY
@@ -160,7 +161,7 @@ def run_all(run_dir: str | Path, options: DiagnoseOptions | None = None, *, devi
     run = load_run(run_dir, device=device)
     rank, world = rank_and_world()
     if run.training_note() and rank == 0:
-        print(run.training_note(), file=sys.stderr)
+        print(visible(run.training_note() or ""), file=sys.stderr)
     chosen = plan(run.model, run.split, options, note=rank == 0, where=f"{run.directory}/data")
     files = RunDir(run_dir)
     check_links(files.dir, (files.diagnostics.name,), "RUN_DIR")  # never delete or write through a link out
@@ -187,7 +188,7 @@ def _diagnose_into(files: RunDir, run: Run, chosen: list[Diagnostic], options: D
             files.summary.unlink(missing_ok=True)
             write_result(files, d, result, seconds, run.checkpoint)
         if lines:
-            print(f"diagnose [{step}/{steps}] {d.name}: done in {seconds:.0f} s -> {files.diagnostic(d.name)}",
+            print(visible(f"diagnose [{step}/{steps}] {d.name}: done in {seconds:.0f} s -> {files.diagnostic(d.name)}"),
                   file=sys.stderr, flush=True)
 
     done = compute(chosen, run.model, run.split, options, device=device, progress=progress, on_result=write)
@@ -199,8 +200,8 @@ def _diagnose_into(files: RunDir, run: Run, chosen: list[Diagnostic], options: D
             files.summary.unlink(missing_ok=True)
             atomic_write_bytes(files.users, ev.to_bytes())
         if lines:
-            print(f"diagnose users: done in {time.perf_counter() - t0:.0f} s -> {files.users}", file=sys.stderr,
-                  flush=True)
+            print(visible(f"diagnose users: done in {time.perf_counter() - t0:.0f} s -> {files.users}"),
+                  file=sys.stderr, flush=True)
     summary: dict[str, Any] = {}
     if rank == 0:
         summary = summarise(files.diagnostics, options.part, run.checkpoint)

@@ -39,6 +39,7 @@ from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import NonFiniteScores
 from resdom.experiments import recipe_label
 from resdom.io import atomic_write_json, directory_lock, remove_temporaries, writing
+from resdom.limits import visible
 from resdom.models import SequentialRecommender, build_model
 from resdom.models.base import TrainBatch
 from resdom.models.config import ModelConfig
@@ -455,7 +456,7 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         stopper = state.early_stopping
         start_epoch = state.epoch + 1
         if dist_ctx.is_main and (note := _threads_note(files, state, device)):
-            print(note, file=sys.stderr, flush=True)
+            print(visible(note), file=sys.stderr, flush=True)
     step = distributed.wrap(TrainStep(model, objective, _loss_context(split, train_cfg, objective),
                                       train_cfg.precision).to(device), dist_ctx)
 
@@ -607,8 +608,8 @@ def _repair_data(files: RunFiles, split: SplitData) -> None:
         return
     except ResdomError as e:
         why = str(e).split(";")[0]
-    print(f"note: {why}; written again from the data given (the run's own: its fingerprint is the saved state's)",
-          file=sys.stderr, flush=True)
+    print(visible(f"note: {why}; written again from the data given (the run's own: its fingerprint is the saved "
+                  "state's)"), file=sys.stderr, flush=True)
     split.save(files.data)
 
 
