@@ -108,7 +108,7 @@ def split_cmd(
         # split is used (a none split trains its epochs and keeps the last: nothing to stop early on)
         hint = "; a lower --valid-quantile moves T_val earlier" if protocol == "gts" else ""
         say(f"note: the valid part is empty, so `resdom train {out}` will refuse this split (early stopping "
-                   f"and the best checkpoint need validation users){hint}", err=True)
+            f"and the best checkpoint need validation users){hint}", err=True)
 
 
 def _check_out(out: Path, saved: dict[str, Any] | None, made: dict[str, Any], force: bool) -> bool:
@@ -138,7 +138,7 @@ def list_cmd() -> None:
         hand = " [by hand]" if spec.manual else ""
         say(f"{spec.name:<{width}} {spec.fmt:<17} {spec.description}{hand}")
     say(f"{'synthetic':<{width}} {'generated':<17} planted structure; knobs: "
-               "synthetic:p_last=0.6,n_users=3000,...")
+        "synthetic:p_last=0.6,n_users=3000,...")
 
 
 @data_app.command("download")

@@ -259,7 +259,7 @@ class DataOptions:
         if protocol == "loo" and self.quantile is not None and launch_rank() == 0:
             # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)
             say(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
-                       f"{self._auto_note(protocol)}, which has none: not used", err=True)
+                f"{self._auto_note(protocol)}, which has none: not used", err=True)
         return split
 
     def _check_saved_split(self, source: str, manifest: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ def import_recbole(
     """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
     path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=say)
     say(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter-seen; diagnose: "
-               f"resdom diagnose {path})")
+        f"resdom diagnose {path})")
 
 
 def import_pmixer(

@@ -127,8 +127,8 @@ def _csv_ids(path: Path, option: str, columns: tuple[str, str]) -> list[str]:
     if column is None:  # a file of bare ids would lose its first one to the header without a word
         column = df.columns[0]
         say(f"note: {option} {path}: no column '{columns[0]}' or '{columns[1]}'; read the first column, "
-                   f"taking its first line {quote(column)} as the header (name the column {columns[0]} to say so; a "
-                   "file of ids alone: .txt)", err=True)
+            f"taking its first line {quote(column)} as the header (name the column {columns[0]} to say so; a "
+            "file of ids alone: .txt)", err=True)
     return [v for v in df[column].tolist() if v != ""]
 
 
@@ -373,8 +373,8 @@ def recommend(
         return
     n_users = frame["user_id"].nunique()
     say(f"{out}: {len(frame):,} recommendations for {n_users:,} {'sessions' if sessions else 'users'} (top "
-               f"{k}, seen items {'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'}"
-               f"{', whitelist' if whitelist else ''}{', exclusions' if excluded else ''})", err=True)
+        f"{k}, seen items {'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'}"
+        f"{', whitelist' if whitelist else ''}{', exclusions' if excluded else ''})", err=True)
 
 
 def similar(
@@ -410,7 +410,7 @@ def similar(
     _write(frame, out)
     if out is not None:
         say(f"{out}: {len(frame):,} similar items for {frame['target_item_id'].nunique():,} items (top {k}, "
-                   "cosine over the output item embeddings)", err=True)
+            "cosine over the output item embeddings)", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -523,7 +523,7 @@ def evaluate(
         say(f"  {name:8s} {'-' if math.isnan(value) else f'{value:.4f}'}")
     if any(math.isnan(v) for v in result.metrics.values()):
         say("note: '-': no user has an item left to recommend (every item is in each input), so AvgPop "
-                   "and Novelty are means over no user", err=True)
+            "and Novelty are means over no user", err=True)
 
 
 def register(app: typer.Typer) -> None:
