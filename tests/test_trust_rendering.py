@@ -204,3 +204,28 @@ def test_diagnose_names_a_run_folder_with_an_escape_sequence_as_text(cr_run: Pat
     assert code == 0, err
     assert "run\\x1b]0;owned\\x07/diagnostics" in err + out, err
     assert not any(c in out + err for c in "\x1b\x07"), repr(out + err)
+
+
+def test_report_html_and_md_show_a_labels_control_characters_as_codes(tmp_path: Path) -> None:
+    """report.html, report.md and tables/*.md held a label's escape sequence and NUL as they came: ``cat
+    report.md`` cleared the terminal, and a browser dropped the NUL (the label shown otherwise than written). Now
+    each is its code, in the findings' code block too; the tag and the quote stay escaped as before."""
+    from resdom.report import find_run_dirs, read_runs, summary_tables
+    from resdom.report.html import render_html, render_markdown
+    from resdom.report.tables import to_html, to_markdown
+
+    root = _fixture_runs(tmp_path)
+    config = root / "toyB_sasrec_seed1" / "config.json"
+    data = json.loads(config.read_text())
+    data["data"] = {**data["data"], "source": "shop\x1b[2J\x00<b>\"", "label": "m\u202e\x07"}
+    config.write_text(json.dumps(data))
+    runs = read_runs(find_run_dirs(root))
+    tables = summary_tables(runs)
+    page = render_html(runs, [], tables, "title\x1b[2J")
+    md = render_markdown(runs, [], tables, "title\x1b[2J")
+    parts = [page, md, *(to_html(t) for t in tables), *(to_markdown(t) for t in tables)]
+    assert not any(c in text for text in parts for c in "\x1b\x00\x07\u202e")
+    assert "shop\\x1b[2J\\x00&lt;b&gt;&quot;" in page and "<title>title\\x1b[2J</title>" in page
+    assert "shop\\x1b[2J\\x00&lt;b>\"" in md and "# title\\x1b[2J" in md
+    fence = md.split("```\n", 2)[1]
+    assert "shop\\x1b[2J\\x00<b>\" / m\\u202e\\x07" in fence  # a code block shows the tag as written

@@ -8,14 +8,14 @@ Section ids are stable, for tests and links: ``findings``, ``runs``, ``fig-<key>
 from __future__ import annotations
 
 import base64
-import html
 from datetime import datetime, timezone
 
+from resdom.limits import visible
 from resdom.report.collect import RunRecord, left_out
 from resdom.report.figures import ReportFigure, figure_keys
 from resdom.report.findings import finding_lines, findings_by_group
 from resdom.report.markdown import markdown_table, md_text
-from resdom.report.tables import Table, format_value, to_html, to_markdown
+from resdom.report.tables import Table, format_value, html_text, to_html, to_markdown
 from resdom.report.values import run_values
 
 CSS = """
@@ -62,8 +62,8 @@ RUN_HEADERS = ["Data set", "Model", "Seed", "Protocol", "Test users", "HR@10", "
 
 
 def _html_table(headers: list[str], rows: list[list[str]], table_id: str) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="data" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -72,15 +72,15 @@ def _finding_item(sentence: str) -> str:
     is missing: the list counted it as 1); a sentence without a number is an item of its own."""
     number, dot, text = sentence.partition(". ")
     if dot and number.isdigit():
-        return f'<li value="{number}">{html.escape(text)}</li>'
-    return f'<li style="list-style: none">{html.escape(sentence)}</li>'
+        return f'<li value="{number}">{html_text(text)}</li>'
+    return f'<li style="list-style: none">{html_text(sentence)}</li>'
 
 
 def _findings_html(runs: list[RunRecord]) -> str:
     parts = []
     for head, sentences in findings_by_group(runs):
         items = "".join(_finding_item(x) for x in sentences)
-        parts.append(f"<h3>{html.escape(head)}</h3><ol>{items or '<li>(no diagnostics)</li>'}</ol>")
+        parts.append(f"<h3>{html_text(head)}</h3><ol>{items or '<li>(no diagnostics)</li>'}</ol>")
     return "".join(parts)
 
 
@@ -95,37 +95,37 @@ def render_html(runs: list[RunRecord], figures: list[ReportFigure], tables: list
     by_key = _figure_titles(figures)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     toc = ['<li><a href="#findings">Findings</a></li>', '<li><a href="#runs">Runs</a></li>']
-    parts = [f"<h1>{html.escape(title)}</h1>",
+    parts = [f"<h1>{html_text(title)}</h1>",
              f'<p class="meta">{len(runs)} run(s), generated {stamp} by resdom.</p>']
     body = [f'<section id="findings" class="findings"><h2>Findings</h2><p class="caption">'
-            f"{html.escape(FINDINGS_CAPTION)}</p>{_findings_html(runs)}</section>",
-            f'<section id="runs"><h2>Runs</h2><p class="caption">{html.escape(RUNS_CAPTION)}</p>'
+            f"{html_text(FINDINGS_CAPTION)}</p>{_findings_html(runs)}</section>",
+            f'<section id="runs"><h2>Runs</h2><p class="caption">{html_text(RUNS_CAPTION)}</p>'
             f'{_html_table(RUN_HEADERS, _run_rows(runs), "table-runs")}</section>']
     for key in figure_keys():
         fig = by_key.get(key)
         if fig is None and not every_figure:
             continue
         name = fig.title if fig else key.replace("_", " ")
-        toc.append(f'<li><a href="#fig-{key}">{html.escape(name)}</a></li>')
+        toc.append(f'<li><a href="#fig-{key}">{html_text(name)}</a></li>')
         if fig is None:
-            body.append(f'<section id="fig-{key}" class="figure-section"><h2>{html.escape(name)}</h2>'
+            body.append(f'<section id="fig-{key}" class="figure-section"><h2>{html_text(name)}</h2>'
                         f'<p class="missing">{MISSING}</p></section>')
             continue
         data = base64.b64encode(fig.png_bytes()).decode("ascii")
-        body.append(f'<section id="fig-{key}" class="figure-section"><h2>{html.escape(fig.title)}</h2>'
-                    f'<p class="caption">{html.escape(fig.caption)}</p><figure>'
-                    f'<img src="data:image/png;base64,{data}" alt="{html.escape(fig.title)}" data-figure="{key}" '
+        body.append(f'<section id="fig-{key}" class="figure-section"><h2>{html_text(fig.title)}</h2>'
+                    f'<p class="caption">{html_text(fig.caption)}</p><figure>'
+                    f'<img src="data:image/png;base64,{data}" alt="{html_text(fig.title)}" data-figure="{key}" '
                     f'width="{fig.display_width}">'
                     "</figure></section>")
     toc.append('<li><a href="#tables">Summary tables</a></li>')
-    tab_html = [f'<section id="tables"><h2>Summary tables</h2><p class="caption">{html.escape(TABLES_CAPTION)}</p>']
+    tab_html = [f'<section id="tables"><h2>Summary tables</h2><p class="caption">{html_text(TABLES_CAPTION)}</p>']
     for t in tables:
-        tab_html.append(f'<section id="tables-{t.name}"><h3>{html.escape(t.title)}</h3>'
-                        f'<p class="caption">{html.escape(t.caption)}</p>{to_html(t)}</section>')
+        tab_html.append(f'<section id="tables-{t.name}"><h3>{html_text(t.title)}</h3>'
+                        f'<p class="caption">{html_text(t.caption)}</p>{to_html(t)}</section>')
     tab_html.append("</section>")
     nav = f'<nav><h2>Contents</h2><ul>{"".join(toc)}</ul></nav>'
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html_text(title)}"
             f"</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(parts + [nav] + body + tab_html)
             + "\n</body></html>\n")
 
@@ -137,7 +137,7 @@ def render_markdown(runs: list[RunRecord], figures: list[ReportFigure], tables: 
     """The Markdown twin of ``render_html``; figures link to ``<figure_dir>/<key>.png``."""
     by_key = _figure_titles(figures)
     out = [f"# {md_text(title)}\n", f"{len(runs)} run(s).\n", "## Findings\n", FINDINGS_CAPTION + "\n",
-           "```\n" + "\n".join(finding_lines(runs)) + "\n```\n", "## Runs\n", RUNS_CAPTION + "\n",
+           "```\n" + "\n".join(map(visible, finding_lines(runs))) + "\n```\n", "## Runs\n", RUNS_CAPTION + "\n",
            markdown_table(RUN_HEADERS, _run_rows(runs), empty=None)]
     for key in figure_keys():
         fig = by_key.get(key)

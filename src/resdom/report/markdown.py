@@ -9,14 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from resdom.limits import visible
+
 NO_DATA = "(no data)"
 
 
 def md_text(text: object) -> str:
     """``text`` as one line of Markdown showing it as written: line breaks as spaces, a ``<`` that would open an
     HTML tag, comment or processing instruction (``<`` then a letter, ``/``, ``!`` or ``?``) as ``&lt;`` (an entity,
-    not ``\\<``, which a backslash in the text before it would cancel); ``p < 0.05`` is left as it is."""
-    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", re.sub(r"[\r\n]+", " ", str(text)))
+    not ``\\<``, which a backslash in the text before it would cancel); ``p < 0.05`` is left as it is; any other
+    control character as its code (``visible``: an escape sequence reaches no terminal that shows the file)."""
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", visible(re.sub(r"[\r\n]+", " ", str(text))))
 
 
 def md_cell(text: object) -> str:

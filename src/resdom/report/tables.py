@@ -297,6 +297,13 @@ def to_markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def html_text(text: str) -> str:
+    """``text`` as HTML text or an attribute's value: escaped (``<``, ``&``, both quotes), and a control character
+    (an escape sequence in a label, which ``cat report.html`` would send to a terminal; a NUL, which a browser drops)
+    written as its code (``visible``: ``\\x1b``)."""
+    return html.escape(visible(text))
+
+
 def to_csv(table: Table) -> str:
     """Raw numbers: dataset, model, n, then ``<key>_mean``, ``<key>_std`` and ``<key>_n`` (the seeds averaged) per
     column (empty when missing)."""
@@ -352,19 +359,19 @@ def to_latex(table: Table) -> str:
 
 def to_html(table: Table) -> str:
     """An HTML ``<table>`` (escaped text, numbers right-aligned)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in _headers(table))
+    head = "".join(f"<th>{html_text(h)}</th>" for h in _headers(table))
     body = []
     for row in table.rows:
-        lead = "".join(f"<td>{html.escape(x)}</td>" for x in _lead(table, row))
-        nums = "".join(f'<td class="num">{html.escape(cell_text(row, c))}</td>' for c in table.columns)
+        lead = "".join(f"<td>{html_text(x)}</td>" for x in _lead(table, row))
+        nums = "".join(f'<td class="num">{html_text(cell_text(row, c))}</td>' for c in table.columns)
         body.append(f"<tr>{lead}{nums}</tr>")
     if not body:
         body.append(f'<tr><td colspan="{len(_headers(table))}">(no data)</td></tr>')
-    notes = "".join(f"<li>{html.escape(x)}</li>" for x in table.notes)
-    remarks = "".join(f"<li>{html.escape(x)}</li>" for x in table.remarks)
+    notes = "".join(f"<li>{html_text(x)}</li>" for x in table.notes)
+    remarks = "".join(f"<li>{html_text(x)}</li>" for x in table.remarks)
     return f'<table class="data" id="table-{table.name}"><thead><tr>{head}</tr></thead><tbody>' + "".join(body) + \
         "</tbody></table>" + (f'<p class="note">Left out:</p><ul class="note">{notes}</ul>' if notes else "") + \
-        (f'<p class="note">{html.escape(REMARKS_LEAD)}</p><ul class="note">{remarks}</ul>' if remarks else "")
+        (f'<p class="note">{html_text(REMARKS_LEAD)}</p><ul class="note">{remarks}</ul>' if remarks else "")
 
 
 def table_files(tables: list[Table], out_dir: str | Path) -> dict[Path, str]:
