@@ -1081,7 +1081,7 @@ def refuse_spanning_lines(col: pd.Series, where: Callable[[int], str], name: str
         raise ResdomError(f"{where(k)}: the {name!r} value {short(col.iloc[k])} spans several lines: a quote (\") at "
                           "the start of a field opened a quoted value that a quote on a later line closed, so those "
                           "lines were read as one id; remove the stray quote, or quote the id with its quotes doubled "
-                          '("ab""c")')
+                          '("ab""c"); an id that truly holds a line break can be given in a DataFrame')
 
 
 def _float_ids_note(col: pd.Series, name: str, fmt: str) -> str:
