@@ -771,11 +771,12 @@ def in_model_ids(evalset, common: np.ndarray, labels: np.ndarray, max_len: int):
     model ranks its own items, as its library does. An input item the model lacks cannot be one of its candidates
     and is dropped from the seen items; one among the last ``max_len`` items of an input (the window the model
     reads) is a ValueError: the model would read another sequence than the split's."""
-    from resdom.adapters.common import _keys
+    from resdom.adapters.common import _keys, integer_ids
     from resdom.data.sequences import EvalSet, Sequences
 
-    row = {key: k for k, key in enumerate(_keys(labels[1:]), start=1)}
-    to_model = np.array([0] + [row.get(key, 0) for key in _keys(common[1:])], dtype=np.int64)
+    numeric = integer_ids(labels[1:])  # as the importers match: text exactly, or integers by value
+    row = {key: k for k, key in enumerate(_keys(labels[1:], numeric), start=1)}
+    to_model = np.array([0] + [row.get(key, 0) for key in _keys(common[1:], numeric)], dtype=np.int64)
     items = to_model[evalset.inputs.items]
     ends = np.repeat(evalset.inputs.offsets[1:], evalset.inputs.lengths)
     read = ends - np.arange(len(items)) <= max_len  # within the last max_len items of its sequence
