@@ -119,11 +119,12 @@ def split_manifest(source: str | Path) -> dict[str, Any]:
 def print_changes(manifest: dict[str, Any], where: str | Path | None = None) -> None:
     """Print what preparing the data changed (``data.changes.change_lines``), one ``data:`` line each on stderr
     (stdout stays for the command's own output, e.g. ``--json``); only the main process under torchrun. ``where``:
-    the manifest.json the manifest was read from, named where its ``changes`` cannot be read."""
+    the manifest.json of a saved split the manifest was read from (named where its ``changes`` cannot be read; what
+    the lines advise is then a new split, as no option changes a saved one)."""
     if launch_rank() != 0:
         return
     try:
-        lines = change_lines(manifest)
+        lines = change_lines(manifest, saved=where is not None)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a hand-edited manifest.json
         detail = f"no field {e}" if isinstance(e, KeyError) else str(e)[:200] or type(e).__name__
         raise ResdomError(f"{where or 'the manifest'}: changes or counts is not what `resdom data split` writes "

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from resdom.checks import arg
+from resdom.checks import arg, naming_flags
 from resdom.data.preprocess import Prepared, PreprocessConfig
 from resdom.data.readers import RawInteractions
 from resdom.data.sequences import Sequences
@@ -128,8 +128,10 @@ def split_reasons(reasons: Any) -> str:
     return ", ".join(flat)
 
 
-def change_lines(manifest: dict[str, Any]) -> list[str]:
-    """What happened to the data (the manifest's ``changes``), one line per stage; [] for a manifest without it."""
+def change_lines(manifest: dict[str, Any], saved: bool = False) -> list[str]:
+    """What happened to the data (the manifest's ``changes``), one line per stage; [] for a manifest without it.
+    ``saved``: the manifest of a split read back from its folder (``resdom data split``), which no option changes:
+    what the lines advise (another protocol, a lower quantile) is a new split of the data, not an option."""
     c = manifest.get("changes")
     if not isinstance(c, dict) or "read" not in c:
         return []
@@ -161,7 +163,8 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
         lines.append(f"protocol: {chosen.get('protocol')}, chosen by auto: the data has "
                      + ("timestamps (gts: train on the past, test on the future)" if chosen.get("timestamps") else
                         "no timestamps (loo: leave-one-out)")
-                     + "; name another protocol to override")
+                     + ("; split the data again to choose another protocol" if saved else
+                        "; name another protocol to override"))
     s = c.get("split")
     if s:
         why = split_reasons(s.get("reasons"))
@@ -185,19 +188,22 @@ def change_lines(manifest: dict[str, Any]) -> list[str]:
     if small:
         lines.append(f"warning: only {' and '.join(_n(n, f'{part} user') for part, n in small)} (fewer than "
                      f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
-                     f"split; {_steadier(manifest.get('protocol'))}")
+                     f"split; {_steadier(manifest.get('protocol'), saved)}")
     return [cut_message(line) for line in lines]  # a manifest read from a folder may quote anything
 
 
 SMALL_PART = 100  # fewer validation or test users than this: change_lines warns
 
 
-def _steadier(protocol: Any) -> str:
+def _steadier(protocol: Any, saved: bool = False) -> str:
     """What gives a split of few evaluation users steadier numbers: more data always; under gts also an earlier
     T_test (a lower quantile holds out every user active after it) or leave-one-out (a test user for every user with
-    3 items or more, docs/choices.md); under loo every such user is already one."""
+    3 items or more, docs/choices.md); under loo every such user is already one. ``saved``: a saved split, which
+    takes neither option: the data split again does (``resdom data split``, ``prepare_split``)."""
     if protocol == "gts":
-        return (f"more data, a lower {arg('quantile')} (an earlier T_test holds out more users) or "
+        again = f"the data split again ({'`resdom data split`' if naming_flags() else 'prepare_split'}) with " \
+            if saved else ""
+        return (f"more data, {again}a lower {arg('quantile')} (an earlier T_test holds out more users) or "
                 f"{arg('protocol', 'loo')} (every user with 3 items or more a test user) gives steadier numbers")
     return "more data gives steadier numbers (leave-one-out already tests every user with 3 items or more)"
 

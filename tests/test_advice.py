@@ -1,0 +1,58 @@
+"""Advice that works when followed: an option a message or a note tells the user to give exists on the command that
+printed it (or on the command the message names), with that spelling, and the command then gets further."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from resdom.cli.main import _typer_app
+from tests.cli_helpers import SMALL_SYNTHETIC, TINY_MODEL, commands, one_line_error, run_cli
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*[a-z]")
+NAMED_COMMAND = re.compile(r"resdom ((?:data |config )?[a-z-]+)")
+
+
+def _options() -> dict[str, set[str]]:
+    """Each command's long options, by its words after ``resdom`` (``data split``)."""
+    return {" ".join(path): {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+            for path, cmd in commands(typer.main.get_command(_typer_app)) if path}
+
+
+def assert_advice_exists(command: str, text: str) -> None:
+    """Every ``--option`` in ``text`` (lines printed by ``resdom COMMAND``) is an option of that command, or of a
+    command the same line names (``resdom data split``)."""
+    options = _options()
+    for line in text.splitlines():
+        named = [c for c in NAMED_COMMAND.findall(line) if c in options]
+        for flag in FLAG.findall(line):
+            owners = [c for c in (command, *named) if flag in options[c]]
+            assert owners, f"resdom {command} advises {flag}, which it has not: {line}"
+
+
+def test_a_saved_splits_notes_advise_a_new_split_not_options_the_command_refuses(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`resdom train SPLIT` (and `data stats SPLIT`) of a gts split with few users repeated the split's notes: "a
+    lower --quantile ... or --protocol loo gives steadier numbers", "name another protocol to override"; train then
+    refused both on a saved split ("leave the option out or split the data again") and data stats has neither. The
+    notes of a saved split now advise splitting the data again, which takes them."""
+    split = tmp_path / "split"
+    code, _, err = run_cli(capsys, "data", "split", SMALL_SYNTHETIC, "--out", str(split))
+    assert code == 0, err
+    assert "a lower --quantile" in err and "name another protocol to override" in err  # a fresh split: options work
+    assert_advice_exists("data split", err)
+    for command in (["data", "stats"], ["train"]):
+        extra = ["--out", str(tmp_path / "run"), "--epochs", "1", *TINY_MODEL] if command == ["train"] else []
+        code, _, err = run_cli(capsys, *command, str(split), *extra)
+        assert code == 0, err
+        assert "split the data again to choose another protocol" in err, err
+        assert "the data split again (`resdom data split`) with a lower --quantile" in err, err
+        assert_advice_exists(" ".join(command), err)
+    code, _, err = run_cli(capsys, "train", str(split), "--quantile", "0.5", "--out", str(tmp_path / "run2"))
+    one_line_error(code, err, "split the data again")  # why the advice is a new split
+    code, _, err = run_cli(capsys, "data", "split", SMALL_SYNTHETIC, "--quantile", "0.5", "--out",
+                           str(tmp_path / "split2"))
+    assert code == 0, err  # followed: the new split takes it
