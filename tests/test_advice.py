@@ -56,3 +56,23 @@ def test_a_saved_splits_notes_advise_a_new_split_not_options_the_command_refuses
     code, _, err = run_cli(capsys, "data", "split", SMALL_SYNTHETIC, "--quantile", "0.5", "--out",
                            str(tmp_path / "split2"))
     assert code == 0, err  # followed: the new split takes it
+
+
+def test_out_of_memory_advises_only_options_of_the_command_that_ran_out() -> None:
+    """torch's out-of-memory line said "lower train.batch_size (or --batch-size) or model.max_len" whatever the
+    command: `resdom train --batch-size 64` is "no such option" (train sets its batches with --set), and a trained
+    run's model.max_len is no option of evaluate, diagnose or recommend. Each command's line now names what lowers
+    the memory among its own options."""
+    import torch
+
+    from resdom.cli.main import command_words, out_of_memory_line
+
+    error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has ...")
+    for command in _options():
+        line = out_of_memory_line(error, command)
+        assert line is not None and line.startswith("out of memory (CUDA out of memory, tried to allocate 20.00 GiB)")
+        assert_advice_exists(command, line)
+    assert "--set train.batch_size=N" in (out_of_memory_line(error, "train") or "")
+    assert "--batch-size" in (out_of_memory_line(error, "diagnose") or "")
+    assert command_words(["data", "split", "x.csv", "--out", "s"]) == "data split"
+    assert command_words(["train", "x.csv", "--out", "run"]) == "train"

@@ -650,8 +650,8 @@ def test_a_device_out_of_memory_is_one_line_naming_what_to_lower(
     monkeypatch.setattr("resdom.training.trainer.backward_groups", fail)
     code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(tmp_path / "run"), "--epochs", "1",
                            "--device", "cpu", "--set", "model.hidden=8", "--set", "model.layers=1")
-    one_line_error(code, err, f"out of memory {said}; lower train.batch_size (or --batch-size) or model.max_len",
-                   "train.objective=ce_sampled")
+    one_line_error(code, err, f"out of memory {said}; lower --set train.batch_size=N", "--set model.max_len=N",
+                   "--set train.objective=ce_sampled")
     monkeypatch.setattr("resdom.training.trainer.backward_groups", lambda *a, **k: (_ for _ in ()).throw(
         RuntimeError("a bug")))  # any other RuntimeError is no out-of-memory line
     with pytest.raises(RuntimeError, match="a bug"):

@@ -256,10 +256,31 @@ EMPTY_MEANS_ALL = frozenset({"--what", "--layers", "--alphas"})  # "" there: eve
 _ALLOCATION_FAILED = re.compile(r"out of memory|can't allocate memory", re.IGNORECASE)
 
 
-def out_of_memory_line(e: RuntimeError) -> str | None:
+# what lowers the memory a command takes, in its own options (``train`` has no --batch-size: --set sets its batches)
+_TRAINING_MEMORY = ("lower --set train.batch_size=N (--set train.eval_batch_size=N where it evaluates) or --set "
+                    "model.max_len=N; a large catalogue trains with --set train.objective=ce_sampled on a GPU "
+                    "(docs/scaling.md)")
+_SCORING_MEMORY = "lower --batch-size (users scored at once)"
+MEMORY_ADVICE: dict[str, str] = {"train": _TRAINING_MEMORY, "remedies": _TRAINING_MEMORY,
+                                 "evaluate": _SCORING_MEMORY, "diagnose": _SCORING_MEMORY,
+                                 "recommend": _SCORING_MEMORY}
+OTHER_MEMORY = "the model or its batches are too large for this device (docs/scaling.md)"
+
+
+def command_words(args: list[str]) -> str | None:
+    """The command of a command line (``resdom`` left out): its first word, with the next for a group
+    (``data split``, ``config show``); None for none."""
+    words = [a for a in args if not a.startswith("-")]
+    if not words:
+        return None
+    return " ".join(words[:2]) if words[0] in ("data", "config") else words[0]
+
+
+def out_of_memory_line(e: RuntimeError, command: str | None = None) -> str | None:
     """The one line for torch's own allocation failure, which is no MemoryError: a GPU's ``torch.OutOfMemoryError``
     ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has ...", a page of advice on the allocator after it),
-    MPS's "MPS backend out of memory", the CPU allocator's "can't allocate memory"; None for any other error."""
+    MPS's "MPS backend out of memory", the CPU allocator's "can't allocate memory"; None for any other error.
+    ``command`` (``command_words``): the advice names what lowers the memory in that command's own options."""
     torch = sys.modules.get("torch")
     text = " ".join(str(e).split())
     if not (torch is not None and isinstance(e, torch.OutOfMemoryError)) and not _ALLOCATION_FAILED.search(text):
@@ -271,8 +292,7 @@ def out_of_memory_line(e: RuntimeError) -> str | None:
         said = re.split(r"\. |\] ", text[: found.end()])[-1]
         amount = re.search(r"tried to allocate ([\d.]+ ?\w+)", text, re.IGNORECASE)
         said += f", tried to allocate {amount.group(1)}" if amount else ""
-    return (f"out of memory ({cut_message(said)}); lower train.batch_size (or --batch-size) or model.max_len; a "
-            "large catalogue trains with --set train.objective=ce_sampled on a GPU (docs/scaling.md)")
+    return f"out of memory ({cut_message(said)}); {MEMORY_ADVICE.get(command or '', OTHER_MEMORY)}"
 
 
 def empty_argument(args: list[str]) -> str | None:
@@ -328,7 +348,7 @@ def _run() -> None:
         _error("an input nested too deeply to read (a crafted or damaged file?)")
         sys.exit(2)
     except RuntimeError as e:  # Path.resolve() of a path through a loop of links, before Python 3.13 (then ELOOP)
-        if (memory := out_of_memory_line(e)) is not None:
+        if (memory := out_of_memory_line(e, command_words(sys.argv[1:]))) is not None:
             _error(memory)
             sys.exit(2)
         loop = _SYMLINK_LOOP.fullmatch(str(e))
