@@ -76,3 +76,23 @@ def test_out_of_memory_advises_only_options_of_the_command_that_ran_out() -> Non
     assert "--batch-size" in (out_of_memory_line(error, "diagnose") or "")
     assert command_words(["data", "split", "x.csv", "--out", "s"]) == "data split"
     assert command_words(["train", "x.csv", "--out", "run"]) == "train"
+
+
+def test_a_setting_the_cli_advises_is_given_with_set_and_works(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`resdom train` advised settings as bare assignments: "train.threads=1 (or OMP_NUM_THREADS=1) resumes it
+    exactly", "try a lower train.lr"; typed as said, `resdom train ... train.threads=1` is "unexpected extra
+    argument". The CLI now says --set train.threads=1 / --set train.lr=N (Python: threads=1, lr=N), and the run
+    then trains."""
+    run = tmp_path / "run"
+    base = ["train", SMALL_SYNTHETIC, "--out", str(run), *TINY_MODEL, "--no-progress"]
+    code, _, err = run_cli(capsys, *base, "--epochs", "1", "--set", "train.lr=1e30")
+    line = one_line_error(code, err, "training diverged", "try a lower learning rate, --set train.lr=N (now 1e+30)")
+    assert_advice_exists("train", line)
+    code, _, err = run_cli(capsys, *base, "--epochs", "1", "--set", "train.lr=1e-3", "--set", "train.threads=1")
+    assert code == 0, err  # followed: the same folder trains
+    code, _, err = run_cli(capsys, *base, "--epochs", "2", "--set", "train.threads=2")
+    assert code == 0 and "--set train.threads=1 (or OMP_NUM_THREADS=1) resumes it exactly" in err, err
+    assert_advice_exists("train", err)
+    code, _, err = run_cli(capsys, *base, "--epochs", "3", "--set", "train.threads=1")
+    assert code == 0, err  # the advised option is taken on resume

@@ -67,7 +67,7 @@ def test_a_model_too_large_for_memory_is_one_line_and_writes_no_run(tmp_path: Pa
     out = tmp_path / "r"
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=100000")
     one_line_error(code, err, "model: its weights do not fit in memory on cpu (model.max_len 100000, "
-                              "model.hidden 8,", "lower model.max_len or model.hidden")
+                              "model.hidden 8,", "lower --set model.max_len=N or --set model.hidden=N")
     assert not out.exists()
     # past RESDOM_MAX_MODEL_BYTES the configuration refuses it before anything is built
     code, _, err = run_cli(capsys, "train", SOURCE, "--out", str(out), *TINY, "--set", "model.max_len=1000000000")

@@ -57,6 +57,16 @@ def arg(name: str, value: Any = None) -> str:
     return name if value is None else f"{name}={value!r}"
 
 
+def setting(key: str, value: Any = None) -> str:
+    """How a message tells the user to give the model or training setting ``key`` (``train.lr``): ``--set
+    train.lr=VALUE`` in the CLI, ``resdom.fit``'s keyword (``lr=VALUE``) from Python; ``value`` None: ``N``, a
+    value to choose. A bare ``train.lr=1e-4`` was an extra argument to ``resdom train``."""
+    shown = "N" if value is None else str(value)
+    if _CLI_NAMES.get():
+        return f"--set {key}={shown}"
+    return f"{key.rpartition('.')[2]}={shown}"
+
+
 def _numeric(annotation: Any) -> bool:
     """Whether a field of this type takes an int or a float and no bool."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from resdom import distributed
+from resdom.checks import setting
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.evaluate import evaluate
@@ -338,7 +339,8 @@ def _threads_note(files: RunFiles, state: ResumeState, device: torch.device) -> 
         return None
     return (f"note: {files.dir} resumes with {now} torch thread{'s' if now != 1 else ''} where epoch {state.epoch} ran "
             f"with {before}: CPU sums split by thread, so its weights will differ in their last bits from an "
-            f"uninterrupted run's (another checkpoint id); train.threads={before} (or OMP_NUM_THREADS={before}) "
+            f"uninterrupted run's (another checkpoint id); {setting('train.threads', before)} (or "
+            f"OMP_NUM_THREADS={before}) "
             "resumes it exactly")
 
 
@@ -389,8 +391,8 @@ def _built(model_cfg: ModelConfig, device: torch.device) -> SequentialRecommende
         if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e):
             raise
         raise ResdomError(f"model: its weights do not fit in memory on {device} (model.max_len {model_cfg.max_len}, "
-                          f"model.hidden {model_cfg.hidden}, {model_cfg.n_items:,} items); lower model.max_len or "
-                          "model.hidden") from None
+                          f"model.hidden {model_cfg.hidden}, {model_cfg.n_items:,} items); lower "
+                          f"{setting('model.max_len')} or {setting('model.hidden')}") from None
 
 
 def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objective: Objective, files: RunFiles,
@@ -475,8 +477,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         except NonFiniteScores as e:  # the loss or the validation scores: NaN, or weights whose products overflow
             what = (f"loss {loss}" if not math.isfinite(loss)
                     else f"loss {loss:.4g}, but the model scores items as NaN or infinity")
-            raise ResdomError(f"training diverged at epoch {epoch} ({what}); try a lower train.lr (now "
-                              f"{train_cfg.lr:g})") from e
+            raise ResdomError(f"training diverged at epoch {epoch} ({what}); try a lower "
+                              f"learning rate, {setting('train.lr')} (now {train_cfg.lr:g})") from e
         if held_out:
             value = valid["metrics"][train_cfg.metric]
             improved = stopper.update(value, epoch)
