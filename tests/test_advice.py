@@ -96,3 +96,20 @@ def test_a_setting_the_cli_advises_is_given_with_set_and_works(tmp_path: Path,
     assert_advice_exists("train", err)
     code, _, err = run_cli(capsys, *base, "--epochs", "3", "--set", "train.threads=1")
     assert code == 0, err  # the advised option is taken on resume
+
+
+def test_python_fit_advises_no_cli_flag_it_has_not(tmp_path: Path) -> None:
+    """resdom.fit(split, out=RUN) into a run of another setup said "use another out directory, or rerun `resdom
+    train` with --force": fit has no force, and `resdom train` would train another configuration than the call's.
+    From Python it now says to rename the folder (what --force does); the CLI's line is unchanged."""
+    import resdom
+    from resdom.errors import ResdomError
+
+    split = resdom.prepare_split(SMALL_SYNTHETIC, "loo")
+    run = tmp_path / "run"
+    resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, epochs=1, hidden=8, layers=1, max_len=8)
+    with pytest.raises(ResdomError) as e:
+        resdom.fit(split, "sasrec", out=run, device="cpu", progress=False, epochs=1, hidden=16, layers=1, max_len=8)
+    message = str(e.value)
+    assert "use another out directory" in message and f"rename {run} (as `resdom train --force`" in message
+    assert "rerun `resdom train` with --force" not in message

@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 import torch
 from torch import nn
 
-from resdom.checks import NumbersModel, arg
+from resdom.checks import NumbersModel, arg, naming_flags
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, atomic_write_json, atomic_write_text, read_jsonl, safetensors_bytes
@@ -230,10 +230,14 @@ class RunFiles(RunDir):
     """A run directory (layout in ``resdom.rundir``) as the trainer writes it, and the resume state in ``state/``."""
 
     def restart_hint(self) -> str:
-        """How to start over: --force, or deleting state/ where that leaves a folder training may start afresh in
-        (not where the run holds results: its final metrics, diagnostics, imported weights)."""
-        force = (f"rerun `resdom train` with --force to keep this run aside ({self.dir.name}.replaced-K) and train "
-                 "anew")
+        """How to start over: --force (from Python, which has no such option: moving the folder aside, as --force
+        does), or deleting state/ where that leaves a folder training may start afresh in (not where the run holds
+        results: its final metrics, diagnostics, imported weights)."""
+        if naming_flags():
+            force = (f"rerun `resdom train` with --force to keep this run aside ({self.dir.name}.replaced-K) and "
+                     "train anew")
+        else:
+            force = f"rename {self.dir} (as `resdom train --force` keeps it aside) and train anew"
         if holds_results(self):
             return force
         return f"delete {self.state_dir} to restart the run from epoch 1, or {force}"
