@@ -113,3 +113,41 @@ def test_python_fit_advises_no_cli_flag_it_has_not(tmp_path: Path) -> None:
     message = str(e.value)
     assert "use another out directory" in message and f"rename {run} (as `resdom train --force`" in message
     assert "rerun `resdom train` with --force" not in message
+
+
+def test_an_interrupted_diagnose_names_the_command_that_computes_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during `diagnose RUN --what shuffle,alpha --seeds 3 --part valid` said "run `resdom diagnose RUN
+    --what alpha` with the same other options": with --seeds 3 that command is refused (only shuffle reads it),
+    and a folder name with a space split in two. It now names the whole command, its other options less those no
+    diagnostic left reads, the path quoted; run as printed, it computes the rest."""
+    import shlex
+
+    import resdom.diagnostics.runner as runner
+
+    run = tmp_path / "my run"
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(run), "--epochs", "1", *TINY_MODEL,
+                           "--no-progress")
+    assert code == 0, err
+    real = runner.compute_of
+
+    def stop_at_alpha(d: object) -> object:
+        if getattr(d, "name", None) == "alpha":
+            def stop(*args: object) -> None:
+                raise KeyboardInterrupt
+            return stop
+        return real(d)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "compute_of", stop_at_alpha)
+    code, _, err = run_cli(capsys, "diagnose", str(run), "--what", "shuffle,alpha", "--seeds", "3", "--alphas",
+                           "1,0.5", "--part", "valid", "--device", "cpu", "--no-progress")
+    assert code != 0 and "keeps the diagnostics finished before the interruption (shuffle)" in err, err
+    command = re.search(r"run `([^`]*)`", err)
+    assert command is not None, err
+    words = shlex.split(command.group(1))
+    assert words[:2] == ["resdom", "diagnose"] and words[2] == str(run), words
+    assert "--seeds" not in words and words[words.index("--alphas") + 1] == "1,0.5", words
+    assert words[words.index("--part") + 1] == "valid" and words[words.index("--what") + 1] == "alpha", words
+    monkeypatch.setattr(runner, "compute_of", real)
+    code, _, err = run_cli(capsys, *words[1:], "--no-progress")
+    assert code == 0, err  # followed as printed: the rest is computed

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import typer
 
 from resdom.api import diagnose_run
 from resdom.cli.values import interrupted, progress_option, say
-from resdom.diagnostics.options import DEFAULTS, DiagnoseOptions, diagnose_options, refuse_unused
+from resdom.diagnostics.options import DEFAULTS, USED_BY, DiagnoseOptions, diagnose_options, refuse_unused
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary
 from resdom.distributed import setup
@@ -48,16 +49,22 @@ def _mtimes(run_dir: Path, names: list[str]) -> dict[str, int | None]:
     return out
 
 
-def _interrupted_message(run_dir: Path, names: list[str], before: dict[str, int | None]) -> str:
+def _interrupted_message(run_dir: Path, names: list[str], before: dict[str, int | None],
+                         given: dict[str, str]) -> str:
     """What an interrupted ``diagnose`` kept (the diagnostics it finished: each file is written when its
-    diagnostic is done) and the command that computes the rest."""
+    diagnostic is done) and the command that computes the rest: ``given`` (flag -> value as typed, ``""`` for a
+    flag without a value) of the command line, less those no diagnostic left reads (``--alphas`` once alpha is
+    done), which that command would refuse."""
     now = _mtimes(run_dir, names)
     done = [n for n in names if now[n] is not None and now[n] != before[n]]
     left = [n for n in names if n not in done]
     kept = (f"{Path(run_dir) / 'diagnostics'}/ keeps the diagnostics finished before the interruption "
             f"({', '.join(done)})" if done else "no diagnostic had finished, nothing new was written")
-    return (f"interrupted: {kept}; to compute the rest, run `resdom diagnose {run_dir} --what {','.join(left)}` "
-            "with the same other options (summary.json then covers all of them)")
+    readers = {FLAGS[k]: v for k, v in USED_BY.items() if k in FLAGS}
+    rest = [f"{flag} {shlex.quote(value)}" if value else flag for flag, value in given.items()
+            if flag not in readers or any(n in left for n in readers[flag])]
+    command = " ".join(["resdom diagnose", shlex.quote(str(run_dir)), "--what", ",".join(left), *rest])
+    return f"interrupted: {kept}; to compute the rest, run `{command}` (summary.json then covers all of them)"
 
 
 def diagnose(
@@ -99,7 +106,13 @@ def diagnose(
     except OptionError as e:  # checked against the model (--layers)
         raise e.renamed(FLAGS) from None
     except KeyboardInterrupt:
-        raise interrupted(_interrupted_message(run_dir, names, before) if ctx.is_main else None) from None
+        typed: dict[str, str | None] = {
+            "--part": split, "--definition": definition, "--batch-size": str(batch_size), "--seeds": seeds,
+            "--alphas": alphas, "--layers": layers, "--device": device}
+        defaults = {"--part": DEFAULTS.part, "--batch-size": str(DEFAULTS.batch_size), "--device": "auto"}
+        flags = {k: v for k, v in typed.items() if v is not None and v.strip() and v != defaults.get(k)}
+        flags |= {"--per-head": ""} if per_head else {}
+        raise interrupted(_interrupted_message(run_dir, names, before, flags) if ctx.is_main else None) from None
     finally:
         ctx.close()
     if not ctx.is_main:
