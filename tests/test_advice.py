@@ -151,3 +151,28 @@ def test_an_interrupted_diagnose_names_the_command_that_computes_the_rest(
     monkeypatch.setattr(runner, "compute_of", real)
     code, _, err = run_cli(capsys, *words[1:], "--no-progress")
     assert code == 0, err  # followed as printed: the rest is computed
+
+
+def test_a_training_interrupted_under_force_says_to_resume_without_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in `resdom train DATA --out RUN --force` said "run the same command to resume"; the same command,
+    --force included, moved the interrupted run aside and trained from epoch 1. It now says to run it without
+    --force, which resumes."""
+    import resdom.api
+
+    run = tmp_path / "run"
+    base = ["train", SMALL_SYNTHETIC, "--out", str(run), "--epochs", "2", *TINY_MODEL, "--no-progress"]
+    real = resdom.api.epoch_monitor
+
+    def stop_in_epoch_2(end: object) -> None:
+        if getattr(end, "epoch", 0) == 2:
+            raise KeyboardInterrupt
+        real(end)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(resdom.api, "epoch_monitor", stop_in_epoch_2)
+    code, _, err = run_cli(capsys, *base, "--force")
+    assert code != 0 and "run the same command without --force to resume" in err, err
+    monkeypatch.setattr(resdom.api, "epoch_monitor", real)
+    code, _, err = run_cli(capsys, *base)
+    assert code == 0 and "moved aside" not in err, err
+    assert not list(tmp_path.glob("run.replaced-*/state"))  # the interrupted run was resumed, not moved aside

@@ -432,8 +432,9 @@ def train(
         result = fit(split, model_cfg, train=train_cfg, out=out, data_info=data_info,
                      progress=None if progress else False).metrics
     except KeyboardInterrupt:
-        raise interrupted(f"interrupted: {out} keeps the state of the last finished epoch; run the same command to "
-                          "resume") from None
+        how = ("run the same command without --force to resume (with it, the run would be moved aside and "
+               "trained anew)" if force else "run the same command to resume")
+        raise interrupted(f"interrupted: {out} keeps the state of the last finished epoch; {how}") from None
     finally:
         if group is not None:
             group.close()  # the group this command joined (fit leaves one it did not join open)
