@@ -176,3 +176,43 @@ def test_a_training_interrupted_under_force_says_to_resume_without_it(
     code, _, err = run_cli(capsys, *base)
     assert code == 0 and "moved aside" not in err, err
     assert not list(tmp_path.glob("run.replaced-*/state"))  # the interrupted run was resumed, not moved aside
+
+
+def test_the_advice_on_a_protocol_none_run_works_when_followed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`diagnose RUN` of a protocol none run said "split it with --holdout-users N and diagnose --part valid";
+    followed, diagnose --part valid failed again on recovery, which reports test users whatever the part, with the
+    same advice; and a run that had a monitoring slice was told to make one. evaluate said the same "split it"
+    (no command of that name takes --holdout-users: train does). Each line now names what works for that run, and
+    it does; from Python, the API's keywords."""
+    import resdom
+    from resdom.errors import ResdomError
+
+    bare, held = tmp_path / "none", tmp_path / "held"
+    for run, extra in ((bare, []), (held, ["--holdout-users", "10"])):
+        code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--protocol", "none", *extra, "--out", str(run),
+                               "--epochs", "1", *TINY_MODEL, "--no-progress")
+        assert code == 0, err
+    fast = ["--device", "cpu", "--no-progress"]
+    line = one_line_error(*run_cli(capsys, "diagnose", str(bare), *fast)[::2],
+                          "train with --protocol none --holdout-users N", "--part valid --what "
+                          "shuffle,hrli,mixing,alpha,users")
+    assert_advice_exists("diagnose", line.replace("train with --protocol", "resdom train --protocol"))
+    line = one_line_error(*run_cli(capsys, "diagnose", str(held), "--part", "valid", *fast)[::2],
+                          "recovery needs users", "or diagnose it with --part valid --what "
+                          "shuffle,hrli,mixing,alpha,users)")
+    code, _, err = run_cli(capsys, "diagnose", str(held), "--part", "valid", "--what",
+                           "shuffle,hrli,mixing,alpha,users", *fast)
+    assert code == 0, err  # followed
+    one_line_error(*run_cli(capsys, "evaluate", str(bare))[::2], "train with --protocol none --holdout-users N")
+    one_line_error(*run_cli(capsys, "evaluate", str(held))[::2], "evaluate it with --part valid")
+    code, _, err = run_cli(capsys, "evaluate", str(held), "--part", "valid")
+    assert code == 0, err  # followed
+    fitted = resdom.load_run(held, device="cpu")
+    with pytest.raises(ResdomError) as e:
+        resdom.diagnose(fitted, part="valid")
+    assert "diagnose it with part='valid', what='shuffle,hrli,mixing,alpha'" in str(e.value)
+    assert "--" not in str(e.value)
+    with pytest.raises(ResdomError) as e:
+        resdom.evaluate(fitted)
+    assert "evaluate part='valid'" in str(e.value) and "--" not in str(e.value)

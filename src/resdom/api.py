@@ -652,8 +652,10 @@ def evaluate(
 def _no_users(data: SplitData | EvalSet, part: str) -> str:
     """The error for an evaluation part without users (protocol none holds nothing out)."""
     if isinstance(data, SplitData) and data.manifest.get("protocol") == "none":
+        again = ("evaluate part='valid' (its monitoring slice)" if len(data.valid) else
+                 "prepare it with holdout_users=N (then part='valid')")
         return (f"part: this split (protocol none) holds no {part} users: nothing is held out; evaluate a "
-                "loo or gts split of the same data, or prepare it with holdout_users=N (then part='valid')")
+                f"loo or gts split of the same data, or {again}")
     return f"part: the {part} set holds no users" if isinstance(data, SplitData) else "split: the EvalSet is empty"
 
 

@@ -493,9 +493,12 @@ def evaluate(
             say(run.training_note(), err=True)
         if len(getattr(run.split, split)) == 0:
             none = run.split.manifest.get("protocol") == "none"
+            again = ("evaluate it with --part valid (its monitoring slice)" if len(run.split.valid) else
+                     "train with --protocol none --holdout-users N (a monitoring slice of validation users) and "
+                     "evaluate that run with --part valid")
             raise ResdomError(f"--part {split}: {run_dir} holds no {split} users" + (
-                " (protocol none: nothing held out; evaluate a loo or gts run of the same data, or split "
-                "it with --holdout-users N and evaluate --part valid)" if none else ""))
+                f" (protocol none: nothing held out; evaluate a loo or gts run of the same data, or {again})"
+                if none else ""))
         filtered = run.split.filter_seen if filter_seen is None else filter_seen
         result = run_evaluation(run.model, run.split, part=split, filter_seen=filtered, batch_size=batch_size,
                                 device=ctx.device, cutoffs=ks, beyond=beyond, neighbours=neighbours,

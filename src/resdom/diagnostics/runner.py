@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from resdom.checks import naming_flags
 from resdom.data.sequences import SplitData
 from resdom.diagnostics import options as opts
 from resdom.diagnostics.common import jsonable
@@ -101,11 +102,28 @@ def plan(model: Diagnosable, split: SplitData, options: DiagnoseOptions, *, note
         if empty:
             none = (split.manifest or {}).get("protocol") == "none"  # says why, as evaluate does
             raise ResdomError(f"{where}: {d.name} needs users in {' and '.join(d.parts(options.part))} (the "
-                              f"{' and '.join(empty)} split has none" + (
-                                  "; protocol none: nothing held out; diagnose a loo or gts run of the "
-                                  "same data, or split it with --holdout-users N and diagnose --part valid"
-                                  if none else "") + ")")
+                              f"{' and '.join(empty)} split has none"
+                              + (f"; {_none_hint(options, split)}" if none else "") + ")")
     return chosen
+
+
+def _none_hint(options: DiagnoseOptions, split: SplitData) -> str:
+    """What diagnoses a run of protocol none, which holds out no test users (and valid users only with a monitoring
+    slice, ``holdout_users``): a loo or gts run of the same data, or the part valid of a run with a slice, without
+    what reports test users whatever the part (recovery); in the CLI's flags or the API's keywords."""
+    cli = naming_flags()
+    asked = list(options.what)
+    runs = [n for n in asked if n == USERS or REGISTRY[n].reports is None]
+    what = "" if runs == asked or not runs else (f" --what {','.join(runs)}" if cli else f", what={','.join(runs)!r}")
+    part = f"--part valid{what}" if cli else f"part='valid'{what}"
+    slice_ = "diagnose it with " if len(split.valid) else (
+        "train with --protocol none --holdout-users N (a monitoring slice of validation users) and diagnose that "
+        "run with " if cli else "prepare_split(..., protocol='none', holdout_users=N) (a monitoring slice of "
+        "validation users), train on it and diagnose that with ")
+    again = f"{slice_}{part}" if runs else ""
+    held = "no test users held out" if len(split.valid) else "nothing held out"
+    return (f"protocol none: {held}; diagnose a loo or gts run of the same data"
+            + (f", or {again}" if again else ""))
 
 
 @dataclass
