@@ -216,3 +216,21 @@ def test_the_advice_on_a_protocol_none_run_works_when_followed(
     with pytest.raises(ResdomError) as e:
         resdom.evaluate(fitted)
     assert "evaluate part='valid'" in str(e.value) and "--" not in str(e.value)
+
+
+def test_a_recorded_split_note_on_a_saved_split_advises_a_new_split(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`resdom train SPLIT --config RUN/config.json` of a saved loo split, the config recording a gts split, said
+    "give --protocol gts --quantile 0.9 to split as it did"; train refuses both on a saved split. It now says to
+    split the data again with them (`resdom data split`)."""
+    gts, loo = tmp_path / "gts", tmp_path / "loo"
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(gts), "--epochs", "1", *TINY_MODEL,
+                           "--no-progress")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "data", "split", SMALL_SYNTHETIC, "--protocol", "loo", "--out", str(loo))
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "train", str(loo), "--config", str(gts / "config.json"), "--out",
+                           str(tmp_path / "run"), "--epochs", "1", "--device", "cpu", "--no-progress")
+    assert code == 0, err
+    assert "split the data again, `resdom data split` with --protocol gts --quantile 0.9, to split as it did" in err
+    assert_advice_exists("train", err)

@@ -146,10 +146,12 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def recorded_split_note(config: Path | None, record: dict[str, Any], manifest: dict[str, Any]) -> str | None:
+def recorded_split_note(config: Path | None, record: dict[str, Any], manifest: dict[str, Any],
+                        saved: bool = False) -> str | None:
     """A note where a run's config.json given as --config records another split (protocol, or gts quantile) than
     the one this run made: a run's data section is a record, not a setting, so a rerun from it splits by the
-    options given (auto's protocol by default); None where they agree or nothing is recorded."""
+    options given (auto's protocol by default); None where they agree or nothing is recorded. ``saved``: the
+    run trains on a saved split (``resdom data split``), which takes no split option: the data split again does."""
     def named(split: dict[str, Any]) -> str:
         quantile = split.get("quantile")
         gts = split.get("protocol") == "gts" and isinstance(quantile, (int, float))
@@ -161,7 +163,9 @@ def recorded_split_note(config: Path | None, record: dict[str, Any], manifest: d
     if record["protocol"] == "gts" and isinstance(record.get("quantile"), (int, float)):
         hint += f" --quantile {record['quantile']:g}"
     return (f"note: {config} records a {named(record)} split; this run's is {named(manifest)} (a run's data "
-            f"section is a record, not a setting: give {hint} to split as it did)")
+            f"section is a record, not a setting: "
+            + (f"split the data again, `resdom data split` with {hint}, to split as it did)" if saved else
+               f"give {hint} to split as it did)"))
 
 
 def _unique_keys_loader() -> type:
@@ -406,7 +410,8 @@ def train(
         if len(refused) == len(under):
             raise refused[0]
     split = data.split(source)
-    if (note := recorded_split_note(config, cfg.record, split.manifest)) is not None and is_main:
+    if (note := recorded_split_note(config, cfg.record, split.manifest, is_split_dir(source))) is not None \
+            and is_main:
         say(note, err=True)
     if protocol is None:
         resolved = under[recipe_protocol(split.manifest["protocol"], split.manifest.get("has_timestamps")) or "loo"]
