@@ -234,3 +234,17 @@ def test_a_recorded_split_note_on_a_saved_split_advises_a_new_split(
     assert code == 0, err
     assert "split the data again, `resdom data split` with --protocol gts --quantile 0.9, to split as it did" in err
     assert_advice_exists("train", err)
+
+
+def test_a_run_early_stopping_ended_names_patience_as_the_command_takes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """More epochs on a run early stopping ended said "train anew into another folder (e.g. with a larger
+    train.patience)": a bare train.patience=3 is an extra argument to `resdom train`; it now says --set
+    train.patience=N, which trains."""
+    stopped = ["train", SMALL_SYNTHETIC, "--out", str(tmp_path / "stopped"), *TINY_MODEL, "--no-progress",
+               "--set", "train.lr=1e-12"]
+    code, out, err = run_cli(capsys, *stopped, "--epochs", "5", "--set", "train.patience=1")
+    assert code == 0 and "(early_stopping)" in out, (out, err)
+    code, _, err = run_cli(capsys, *stopped, "--epochs", "8", "--set", "train.patience=1")
+    line = one_line_error(code, err, "e.g. with a larger patience, --set train.patience=N)")
+    assert_advice_exists("train", line)

@@ -723,7 +723,7 @@ def test_fewer_epochs_on_a_run_killed_past_its_state_end_as_that_uninterrupted_r
         fit(split, m, t, tmp_path / "cut", progress=False)
     monkeypatch.undo()
     assert json.loads((tmp_path / "cut" / "model.json").read_text())["epoch"] == 3  # epoch 3 improved
-    with pytest.raises(ResdomError, match=r"model\.json: a checkpoint of epoch 3, .* give --epochs 3 or more"):
+    with pytest.raises(ResdomError, match=r"model\.json: a checkpoint of epoch 3, .* give epochs=3 or more"):
         fit(split, m, two, tmp_path / "cut", progress=False)
     assert not (tmp_path / "cut" / "metrics.json").exists()
     assert fit(split, m, t, tmp_path / "cut", progress=False) == fit(split, m, t, tmp_path / "full4", progress=False)

@@ -28,7 +28,7 @@ FLAGS: dict[str, str] = {
     "normalize_ids": "--normalize-ids", "fmt": "--format", "data_dir": "--data-dir", "k_core": "--k-core",
     "remove_repeats": "--remove-repeats", "protocol": "--protocol", "quantile": "--quantile",
     "valid_quantile": "--valid-quantile", "holdout_users": "--holdout-users", "filter_seen": "--filter-seen",
-    "model": "--model", "out": "--out",
+    "model": "--model", "out": "--out", "epochs": "--epochs",
 }
 
 

@@ -361,7 +361,7 @@ class RunFiles(RunDir):
             raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {epoch}, an epoch interrupted "
                               f"before its resume state was saved (epoch {state.epoch}'s is); the checkpoint of the "
                               f"best epoch {best} is gone, so the run cannot end at {state.epoch} epochs: give "
-                              f"--epochs {epoch} or more (train.epochs) to resume it, or {self.restart_hint()}")
+                              f"{arg('epochs', epoch)} or more to resume it, or {self.restart_hint()}")
         if epoch not in (best, state.epoch + 1):
             raise ResdomError(f"{self.model.with_suffix('.json')}: a checkpoint of epoch {str(epoch)[:40]}, but the "
                               f"resume state's best epoch is {best} (a checkpoint of another run copied in?); "

@@ -251,7 +251,8 @@ def _check_epochs(files: RunFiles, state: ResumeState, train_cfg: TrainConfig) -
     if state.stopped == "early_stopping" and train_cfg.epochs > state.epoch:
         raise ResdomError(f"{files.dir}: early stopping ended this run at epoch {state.epoch} (no better validation "
                           f"{train_cfg.metric} in {train_cfg.patience} epochs), so {train_cfg.epochs} epochs would "
-                          "train nothing more; train anew into another folder (e.g. with a larger train.patience)")
+                          f"train nothing more; train anew into another folder (e.g. with a larger patience, "
+                          f"{setting('train.patience')})")
 
 
 def _resolve_model_config(model_cfg: ModelConfig, split: SplitData) -> ModelConfig:
