@@ -178,3 +178,19 @@ def test_a_grid_summarising_a_run_again_is_refused_while_a_diagnose_writes_there
             _resummarise(run_dir)
         assert summary.read_bytes() == before
     assert _resummarise(run_dir)["checkpoint"] == checkpoint_id(run_dir / "model.safetensors")
+
+
+def test_the_per_user_evidence_alone_names_its_users_in_the_summary(run_dir, tmp_path, monkeypatch, capsys):
+    """`diagnose RUN --what users` on a run with no diagnostic yet printed "split test, ? users": the summary read
+    the users' count from the diagnostics' JSON files only; users.npz's header counts them too."""
+    import shutil
+
+    from resdom.diagnostics.evidence import read_header
+
+    fresh = tmp_path / "run"
+    shutil.copytree(run_dir, fresh, ignore=shutil.ignore_patterns("diagnostics"))
+    code, out, _ = _cli(monkeypatch, capsys, "diagnose", str(fresh), "--what", "users", "--no-progress")
+    n = (read_header(fresh / "diagnostics" / "users.npz") or {}).get("n_users")
+    assert code == 0 and isinstance(n, int) and n > 0
+    assert out.splitlines()[0] == f"split test, {n} users" and "?" not in out
+    assert format_summary({"split": "test"}).splitlines()[0] == "split test"  # no count known: none printed

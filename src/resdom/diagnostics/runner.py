@@ -307,6 +307,10 @@ def summarise(out_dir: Path, split: str, checkpoint: str) -> dict[str, Any]:
         if (d.reports or split) == split:
             s.setdefault("n_users", data.get("n_users"))
         s.update(d.headline(data))
+    if s.get("n_users") is None:  # only the per-user evidence (--what users): its header counts the users
+        header = read_header(out_dir / f"{USERS}.npz") or {}
+        if header.get("checkpoint") == checkpoint and header.get("split") == split:
+            s["n_users"] = header.get("n_users")
     return jsonable(s)
 
 
@@ -317,7 +321,8 @@ def summarise(out_dir: Path, split: str, checkpoint: str) -> dict[str, Any]:
 def format_summary(summary: dict[str, Any]) -> str:
     """A few aligned lines / small tables of the summary, for the terminal: a header, then each diagnostic's
     ``lines``."""
-    lines = [f"split {summary.get('split')}, {summary.get('n_users', '?')} users"]
+    n = summary.get("n_users")
+    lines = [f"split {summary.get('split')}" + (f", {n} users" if n is not None else "")]
     for d in REGISTRY.values():
         lines += d.lines(summary)
     return "\n".join(lines)
