@@ -220,6 +220,8 @@ def test_split_cli_says_when_the_valid_part_is_empty(tmp_path, capsys) -> None:
     assert (f"note: the valid part is empty, so `resdom train {tmp_path / 'a'}` will refuse this split (early "
             "stopping and the best checkpoint need validation users); a lower --valid-quantile moves T_val "
             "earlier") in err
+    assert invoke(*args, "--out", str(tmp_path / "my split")) == 0  # a command to paste: the folder quoted
+    assert f"`resdom train '{tmp_path / 'my split'}'` will refuse" in capsys.readouterr().err
     assert invoke(*args, "--valid-quantile", "0.5", "--out", str(tmp_path / "b")) == 0
     assert "note: the valid part is empty" not in capsys.readouterr().err
     assert len(SplitData.load(tmp_path / "b").valid) == 20

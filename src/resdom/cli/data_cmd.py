@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,8 @@ def split_cmd(
     if m["counts"]["valid"]["users"] == 0 and protocol != "none":  # train refuses it: say so now, not after the
         # split is used (a none split trains its epochs and keeps the last: nothing to stop early on)
         hint = "; a lower --valid-quantile moves T_val earlier" if protocol == "gts" else ""
-        say(f"note: the valid part is empty, so `resdom train {out}` will refuse this split (early stopping "
-            f"and the best checkpoint need validation users){hint}", err=True)
+        say(f"note: the valid part is empty, so `resdom train {shlex.quote(str(out))}` will refuse this split (early "
+            f"stopping and the best checkpoint need validation users){hint}", err=True)
 
 
 def _check_out(out: Path, saved: dict[str, Any] | None, made: dict[str, Any], force: bool) -> bool:

@@ -7,6 +7,7 @@ is executed, and a file that needs anything beyond tensors, plain containers and
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ FORCE_HELP = ("replace the run in a non-empty --out: the old one is moved aside 
               "results-store cell or a folder of other files is refused even then")
 
 
+def _arg(path: Path) -> str:
+    """``path`` as a command line takes it (quoted where it holds a space or a shell character)."""
+    return shlex.quote(str(path))
+
+
 def _data_options(k_core: int | None) -> dict[str, Any]:
     return {} if k_core is None else {"k_core": k_core}
 
@@ -36,8 +42,8 @@ def import_recbole(
 ) -> None:
     """Import a RecBole SASRec checkpoint (weights, RecBole's preprocessing and item numbering) as a resdom run."""
     path = recbole.import_recbole(checkpoint, data, out, data_dir=data_dir, force=force, log=say)
-    say(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {path} --no-filter-seen; diagnose: "
-        f"resdom diagnose {path})")
+    say(f"imported {checkpoint} -> {path} (evaluate: resdom evaluate {_arg(path)} --no-filter-seen; diagnose: "
+        f"resdom diagnose {_arg(path)})")
 
 
 def import_pmixer(
@@ -54,7 +60,8 @@ def import_pmixer(
     """Import a pmixer/SASRec.pytorch SASRec state dict (post-LN or --norm-first) as a resdom run."""
     path = pmixer.import_pmixer(state_dict, data, out, heads=heads, norm_first=norm_first, max_len=max_len,
                                 data_dir=data_dir, force=force, log=say, **_data_options(k_core))
-    say(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+    say(f"imported {state_dict} -> {path} (evaluate: resdom evaluate {_arg(path)}; diagnose: resdom diagnose "
+        f"{_arg(path)})")
 
 
 def import_rectools(
@@ -68,7 +75,8 @@ def import_rectools(
 ) -> None:
     """Import a RecTools SASRec or BERT4Rec model (id embeddings, dot-product scores) as a resdom run."""
     path = rectools.import_rectools(model_file, data, out, data_dir=data_dir, force=force, log=say)
-    say(f"imported {model_file} -> {path} (evaluate: resdom evaluate {path}; diagnose: resdom diagnose {path})")
+    say(f"imported {model_file} -> {path} (evaluate: resdom evaluate {_arg(path)}; diagnose: resdom diagnose "
+        f"{_arg(path)})")
 
 
 def register(app: typer.Typer) -> None:
