@@ -343,3 +343,18 @@ def test_every_labels_hrli_and_sweep_rows_match_a_per_user_loop(label):
         rows = {r["alpha"]: r for r in alpha_sweep(m, ev, alphas=list(alphas), batch_size=4).rows}
         for alpha, (hrli, hr) in want.items():
             assert (rows[alpha]["HRLI@1"], rows[alpha]["HR@10"]) == pytest.approx((hrli, hr), abs=1e-12), alpha
+
+
+def test_the_sweep_lines_print_each_alpha_as_swept():
+    """diagnose's sweep printed alphas to two decimals: --alphas 0.125,0.005 read 0.12 and 0.01 (0.001: 0.00, as 0),
+    beside recovery's 'alpha* 0.125'; each row's alpha, read back as a number, is the swept one."""
+    from resdom.diagnostics.runner import format_summary
+
+    swept = [1.0, 0.5, 0.125, 0.005, 0.00025, 0.0]
+    stages = {"Attn": 0.5, "+Res": 0.1, "+LN": 0.1}
+    rows = [{"alpha": a, "HRLI@1": 0.5, "HRL2I@1": 0.1, "HR@10": 0.3, "NDCG@10": 0.2, "mixing_all": stages}
+            for a in swept]
+    lines = format_summary({"split": "test", "alpha_sweep": rows}).splitlines()
+    table = lines[lines.index("residual-scaling sweep:") + 2:]
+    assert [float(t.split()[0]) for t in table] == swept
+    assert len({len(t) for t in table}) == 1 and table[0].split()[0] == "1.00"  # aligned; round alphas as before

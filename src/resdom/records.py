@@ -344,11 +344,14 @@ def _alpha_lines(s: Mapping[str, Any]) -> list[str]:
         return []
     rows = s["alpha_sweep"]
     stages = ordered(rows[0]["mixing_all"], STAGES) if rows else []
+    # each alpha as swept (0.125, 0.005), as recovery's alpha* names it: two decimals printed 0.12 and 0.01
+    alphas = [f"{r['alpha']:.2f}" if round(r["alpha"], 2) == r["alpha"] else f"{r['alpha']:g}" for r in rows]
+    width = max([5, *map(len, alphas)])
     lines = ["residual-scaling sweep:",
-             "  " + f"{'alpha':>5}" + "".join(f"{'r ' + st:>9}" for st in stages)
+             "  " + f"{'alpha':>{width}}" + "".join(f"{'r ' + st:>9}" for st in stages)
              + "".join(f"{k:>9}" for k in ALPHA_COLUMNS)]
-    for r in rows:
-        lines.append("  " + f"{r['alpha']:5.2f}" + "".join(f"{fmt(r['mixing_all'][st]):>9}" for st in stages)
+    for a, r in zip(alphas, rows, strict=True):
+        lines.append("  " + f"{a:>{width}}" + "".join(f"{fmt(r['mixing_all'][st]):>9}" for st in stages)
                      + "".join(f"{fmt(r[k]):>9}" for k in ALPHA_COLUMNS))
     return lines
 
