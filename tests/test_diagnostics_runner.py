@@ -194,3 +194,19 @@ def test_the_per_user_evidence_alone_names_its_users_in_the_summary(run_dir, tmp
     assert code == 0 and isinstance(n, int) and n > 0
     assert out.splitlines()[0] == f"split test, {n} users" and "?" not in out
     assert format_summary({"split": "test"}).splitlines()[0] == "split test"  # no count known: none printed
+
+
+def test_the_summary_counts_users_with_separators_and_in_the_singular():
+    """diagnose printed 'split test, 12345 users' and 'miss recovery (test, 1 users)' where data split prints 12,345
+    and a count of one is '1 user'."""
+    recovery = {"n_users": 1, "offset_shares": {"L-1": 0.0}, "recoverable_share": 0.0, "alpha_star": 1.0,
+                "recovery_at_alpha_star": None, "HR@10_at_alpha_star": 1.0, "HR@10_at_alpha_1": 1.0,
+                "max_recovery": None}
+    bands = {"0": {"n_users": 1, "HRLI@1": 1.0}, "1-4": {"n_users": 12345, "HRLI@1": 0.5}}
+    text = format_summary({"split": "test", "n_users": 12345, "recovery": recovery, "HRLI@1": 0.5,
+                           "HRLI@1_by_frequency": bands})
+    lines = text.splitlines()
+    assert lines[0] == "split test, 12,345 users"
+    assert "0:  1.000 (1 user)" in text and "1-4:  0.500 (12,345 users)" in text
+    assert next(t for t in lines if t.startswith("miss recovery")).startswith("miss recovery (test, 1 user):")
+    assert format_summary({"split": "valid", "n_users": 1}).splitlines()[0] == "split valid, 1 user"

@@ -334,3 +334,19 @@ def test_evaluate_shows_progress_on_a_terminal(fitted, capsys, monkeypatch) -> N
     assert capsys.readouterr().err == ""
     with pytest.raises(ResdomError, match="progress: expected True or False"):
         resdom.evaluate(fitted, progress="yes", device="cpu")
+
+
+def test_train_and_evaluate_count_one_user_as_one_user(tmp_path, capsys) -> None:
+    """train's and evaluate's lines said '(1 users)', and 12345 users as '12345' where data split prints '12,345';
+    each count is now the number of users evaluated, in words that fit it."""
+    df = pd.DataFrame({"user_id": "a", "item_id": [f"i{k % 4}" for k in range(6)], "timestamp": range(6)})
+    df.to_csv(tmp_path / "one.csv", index=False)
+    run = tmp_path / "run"
+    assert invoke("train", str(tmp_path / "one.csv"), "--protocol", "loo", "--out", str(run), "--epochs", "1",
+                  "--set", "model.hidden=8", "--device", "cpu", "--no-progress") == 0
+    lines = capsys.readouterr().out.splitlines()
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["valid"]["n_users"] == metrics["test"]["n_users"] == 1
+    assert [x.split(":")[0] for x in lines[1:]] == ["valid (1 user)", "test (1 user)"]
+    assert invoke("evaluate", str(run), "--device", "cpu") == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"{run} test (1 user, seen items")

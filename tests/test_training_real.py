@@ -15,7 +15,7 @@ def test_sasrec_one_epoch_on_lastfm(shared_raw: Path, tmp_path: Path, capsys) ->
     assert invoke("train", "lastfm", "--model", "sasrec", "--protocol", "loo", "--out", str(out),
                   "--data-dir", str(shared_raw), "--epochs", "1", "--device", "cpu",
                   "--set", "model.hidden=32", "--set", "model.layers=1") == 0
-    assert "test (1090 users)" in capsys.readouterr().out
+    assert "test (1,090 users)" in capsys.readouterr().out
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["data"]["source"] == "lastfm" and cfg["model"]["n_items"] == 3646
     assert cfg["data"]["manifest"]  # the split's manifest travels with the run
