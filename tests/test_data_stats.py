@@ -27,6 +27,20 @@ def test_stats_by_hand() -> None:
     assert any(line.startswith("span days") and line.endswith("2.50") for line in lines)
 
 
+def test_the_density_line_reads_back_as_the_density_of_a_sparse_data_set() -> None:
+    """data stats printed density to six decimals: a million users and items with ten million interactions
+    (1.04e-05) read 0.000010, and a sparser set's 0.000000, as if it held no interaction."""
+    for users, items, interactions in ((3, 3, 6), (1_000_000, 960_000, 10_000_000), (2_000_000, 5_000_000, 3_000_000),
+                                       (20_000, 10_000, 200_000)):
+        density = interactions / (users * items)
+        s = {"users": users, "items": items, "interactions": interactions, "avg_length": interactions / users,
+             "max_length": 5, "min_length": 1, "density": density, "span_days": None}
+        printed = float(next(line for line in format_stats(s) if line.startswith("density")).split()[-1])
+        assert printed == pytest.approx(density, rel=5e-3)
+    s["density"] = 0.5
+    assert next(line for line in format_stats(s) if line.startswith("density")).endswith("0.500000")  # as before
+
+
 def test_stats_without_times_and_empty_sequences() -> None:
     s = dataset_stats(Sequences.from_lists([[3, 3, 4], [], [4]]))
     assert (s["users"], s["items"], s["interactions"], s["min_length"]) == (2, 2, 4, 1)

@@ -48,7 +48,13 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
         ("avg length", f"{stats['avg_length']:.2f}"),
         ("max length", f"{stats['max_length']:,}"),
         ("min length", f"{stats['min_length']:,}"),
-        ("density", f"{stats['density']:.6f}"),
+        ("density", _density(stats["density"])),
         ("span days", "-" if span is None else f"{span:,.2f}"),
     ]
     return [f"{name:<14}{value:>14}" for name, value in rows]
+
+
+def _density(density: float) -> str:
+    """Six decimals, as before; a sparser data set's (a million users and items: 1e-5, 3e-7) in three significant
+    digits, where six decimals printed 0.000010 for 1.04e-05 and 0.000000 for a density that is not 0."""
+    return f"{density:.6f}" if density == 0 or density >= 1e-3 else f"{density:.3g}"
