@@ -312,3 +312,23 @@ def test_reproduce_trains_a_training_variant_with_its_train_values(tmp_path: Pat
     config = json.loads((tmp_path / "grid" / TINY / "sasrec-celast" / "seed2" / "config.json").read_text())
     assert config["train"]["objective"] == "ce_last" and config["train"]["seed"] == 2
     assert config["model"]["name"] == "sasrec" and config["data"]["label"] == "sasrec-celast"
+
+
+def test_the_demo_counts_its_test_users_as_data_split_does(tmp_path: Path, monkeypatch) -> None:
+    """The demo's data line said '1250 test users' beside '12,000 users': the count is now the split's, with its
+    thousands separator."""
+    import resdom.pipeline.demo as demo
+    from resdom.data.prepare import prepare_split
+
+    source = "synthetic:n_users=12000,n_items=40,min_len=3,max_len=5"
+    n_test = len(prepare_split(source, protocol="gts").test)
+    assert n_test >= 1000
+
+    def stop(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "train_and_diagnose", stop)
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_demo(tmp_path / "demo", DemoSettings(source=source, device="cpu"), progress=False, echo=lines.append)
+    assert lines[1].endswith(f"interactions; {n_test:,} test users"), lines

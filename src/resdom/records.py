@@ -177,9 +177,10 @@ def fmt(v: Any) -> str:
     return "   n/a" if v is None else f"{v:6.3f}" if isinstance(v, float) else str(v)
 
 
-def user_count(n: int) -> str:
-    """A count of users for the terminal: ``1 user``, ``12,345 users`` (as ``resdom data split`` counts them)."""
-    return f"{n:,} user{'' if n == 1 else 's'}"
+def user_count(n: int, noun: str = "user") -> str:
+    """A count of users for the terminal: ``1 user``, ``12,345 users`` (as ``resdom data split`` counts them);
+    ``noun``: ``test user``, ..."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def ordered(keys: Any, canonical: Sequence[str]) -> list[str]:
