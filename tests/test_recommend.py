@@ -221,6 +221,19 @@ def test_under_torchrun_rank_0_alone_writes_the_lists(run_dir, tmp_path, capsys,
         assert bool(printed) == written and out.exists() == written
 
 
+def test_cli_counts_one_list_as_one(run_dir, split, tmp_path, capsys) -> None:
+    """recommend and similar said '1 recommendations for 1 users' and '1 similar items for 1 items'; each count is
+    the CSV's rows and ids, in the singular where it is one."""
+    out = tmp_path / "one.csv"
+    assert invoke("recommend", str(run_dir), "--users", "cust-004", "--k", "1", "--out", str(out),
+                  "--device", "cpu") == 0
+    assert f"{out}: 1 recommendation for 1 user (top 1" in capsys.readouterr().err and len(pd.read_csv(out)) == 1
+    item = str(split.item_labels[1]) if split.item_labels is not None else "1"
+    out = tmp_path / "similar.csv"
+    assert invoke("similar", str(run_dir), "--items", item, "--k", "1", "--out", str(out), "--device", "cpu") == 0
+    assert f"{out}: 1 similar item for 1 item (top 1" in capsys.readouterr().err and len(pd.read_csv(out)) == 1
+
+
 def test_cli_writes_the_csv_in_the_data_ids(run_dir, split, model, tmp_path, capsys) -> None:
     users = tmp_path / "users.txt"
     users.write_text("cust-004\ncust-000\n\n")

@@ -177,9 +177,9 @@ def fmt(v: Any) -> str:
     return "   n/a" if v is None else f"{v:6.3f}" if isinstance(v, float) else str(v)
 
 
-def user_count(n: int, noun: str = "user") -> str:
-    """A count of users for the terminal: ``1 user``, ``12,345 users`` (as ``resdom data split`` counts them);
-    ``noun``: ``test user``, ..."""
+def counted(n: int, noun: str = "user") -> str:
+    """A count for the terminal: ``1 user``, ``12,345 users`` (as ``resdom data split`` counts them); ``noun``:
+    ``test user``, ``session``, ``item``, ..."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
@@ -267,7 +267,7 @@ def _hrli_lines(s: Mapping[str, Any]) -> list[str]:
         bands = s["HRLI@1_by_frequency"]
         order = [b for b in band_names() if b in bands] + [b for b in bands if b not in band_names()]
         lines.append("  HRLI@1 by the last item's occurrences in training: " + "  ".join(
-            f"{b}: {fmt(bands[b]['HRLI@1'])} ({user_count(bands[b]['n_users'])})" for b in order))
+            f"{b}: {fmt(bands[b]['HRLI@1'])} ({counted(bands[b]['n_users'])})" for b in order))
     return lines
 
 
@@ -394,7 +394,7 @@ def _recovery_lines(s: Mapping[str, Any]) -> list[str]:
         return []
     r = s[RECOVERY]
     shares = ", ".join(f"{k} {fmt(v)}" for k, v in r["offset_shares"].items())
-    return [f"miss recovery (test, {user_count(r['n_users'])}): recoverable {fmt(r['recoverable_share'])} "
+    return [f"miss recovery (test, {counted(r['n_users'])}): recoverable {fmt(r['recoverable_share'])} "
             f"({shares})",
             f"  alpha* {r['alpha_star']} (chosen on valid): recovery {fmt(r['recovery_at_alpha_star'])}, "
             f"HR@10 {fmt(r['HR@10_at_alpha_star'])} vs {fmt(r['HR@10_at_alpha_1'])} at alpha 1; "

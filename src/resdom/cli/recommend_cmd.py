@@ -36,6 +36,7 @@ from resdom.recommend import (
     similar_items,
 )
 from resdom.recommend import recommend as top_items
+from resdom.records import counted
 from resdom.rundir import check_output_file
 from resdom.runs import load_run
 
@@ -371,8 +372,8 @@ def recommend(
     _write(frame, out)
     if out is None:
         return
-    n_users = frame["user_id"].nunique()
-    say(f"{out}: {len(frame):,} recommendations for {n_users:,} {'sessions' if sessions else 'users'} (top "
+    who = counted(frame["user_id"].nunique(), "session" if sessions else "user")
+    say(f"{out}: {counted(len(frame), 'recommendation')} for {who} (top "
         f"{k}, seen items {'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'}"
         f"{', whitelist' if whitelist else ''}{', exclusions' if excluded else ''})", err=True)
 
@@ -409,7 +410,8 @@ def similar(
         say(f"note: {note}", err=True)
     _write(frame, out)
     if out is not None:
-        say(f"{out}: {len(frame):,} similar items for {frame['target_item_id'].nunique():,} items (top {k}, "
+        targets = counted(frame["target_item_id"].nunique(), "item")
+        say(f"{out}: {counted(len(frame), 'similar item')} for {targets} (top {k}, "
             "cosine over the output item embeddings)", err=True)
 
 

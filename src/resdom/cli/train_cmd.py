@@ -45,7 +45,7 @@ from resdom.experiments import canonical_label, model_variant, recipe_protocol, 
 from resdom.io import atomic_write_bytes, csv_text
 from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
 from resdom.names import CUTOFFS, MODELS, PARTS, metric_key
-from resdom.records import user_count
+from resdom.records import counted
 from resdom.resources import reference_config, reference_configs
 from resdom.rundir import check_output_file, check_output_folder, check_output_inputs, move_aside
 from resdom.runs import load_run
@@ -453,7 +453,7 @@ def train(
         say(f"{out}: best epoch {result['best_epoch']} of {result['epochs_run']} ({result['stopped']})")
         for name in PARTS:
             if result[name]["n_users"] or split.manifest.get("protocol") != "none":
-                say(f"{name} ({user_count(result[name]['n_users'])}): {_format_metrics(result[name]['metrics'])}")
+                say(f"{name} ({counted(result[name]['n_users'])}): {_format_metrics(result[name]['metrics'])}")
 
 
 def evaluate(
@@ -526,7 +526,7 @@ def evaluate(
     assert result.users is not None  # resdom.evaluate fills it
     unranked = int(result.users["rank"].isna().sum())  # filtered out: a target in its own input
     why = f": {unranked:,} target(s) in their own input, a miss at every K" if unranked else ""
-    say(f"{run_dir} {split} ({user_count(result.n_users)}, seen items {'filtered' if filtered else 'kept'}{why})")
+    say(f"{run_dir} {split} ({counted(result.n_users)}, seen items {'filtered' if filtered else 'kept'}{why})")
     accuracy = sorted((m for m in result.metrics if metric_key(m)[0] == 0), key=metric_key)
     for name in [*accuracy, *(m for m in result.metrics if m not in accuracy)]:  # beyond: in evaluation's order
         value = result.metrics[name]

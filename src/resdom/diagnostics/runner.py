@@ -50,7 +50,7 @@ from resdom.io import (
 from resdom.limits import visible
 from resdom.models.interface import Diagnosable
 from resdom.names import USERS
-from resdom.records import RECOVERY, user_count
+from resdom.records import RECOVERY, counted
 from resdom.rundir import RunDir, check_links
 from resdom.runs import Run, load_run
 
@@ -322,7 +322,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A few aligned lines / small tables of the summary, for the terminal: a header, then each diagnostic's
     ``lines``."""
     n = summary.get("n_users")
-    lines = [f"split {summary.get('split')}" + (f", {user_count(n)}" if n is not None else "")]
+    lines = [f"split {summary.get('split')}" + (f", {counted(n)}" if n is not None else "")]
     for d in REGISTRY.values():
         lines += d.lines(summary)
     return "\n".join(lines)

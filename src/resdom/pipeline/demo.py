@@ -34,7 +34,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import train_and_diagnose
-from resdom.records import user_count
+from resdom.records import counted
 from resdom.report import build_report_files, read_run
 from resdom.report.findings import finding_lines
 from resdom.rundir import DEMO, RunDir, check_kind_folder, move_aside, output_lock, write_marker
@@ -120,7 +120,7 @@ def _run_demo(out_dir: Path, s: DemoSettings, progress: bool, echo: Callable[[st
     stats = split.manifest.get("dataset") or dataset_stats(split.train)
     timings["data_s"] = time.perf_counter() - t0
     echo(f"      {stats['users']:,} users, {stats['items']:,} items, {stats['interactions']:,} interactions; "
-         f"{user_count(len(split.test), 'test user')}")
+         f"{counted(len(split.test), 'test user')}")
     state = RunFiles(run_dir).read_state()
     changed = _changed_settings(state, s)
     if changed:
