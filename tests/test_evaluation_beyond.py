@@ -348,5 +348,8 @@ def test_train_and_evaluate_count_one_user_as_one_user(tmp_path, capsys) -> None
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["valid"]["n_users"] == metrics["test"]["n_users"] == 1
     assert [x.split(":")[0] for x in lines[1:]] == ["valid (1 user)", "test (1 user)"]
-    assert invoke("evaluate", str(run), "--device", "cpu") == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith(f"{run} test (1 user, seen items")
+    per_user = tmp_path / "per_user.csv"
+    assert invoke("evaluate", str(run), "--device", "cpu", "--per-user", str(per_user)) == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines()[0].startswith(f"{run} test (1 user, seen items")
+    assert f"{per_user}: 1 user\n" in printed.err and len(pd.read_csv(per_user)) == 1

@@ -518,7 +518,7 @@ def evaluate(
         users = result.users
         atomic_write_bytes(per_user, csv_text(lambda end: users.to_csv(index=False, lineterminator=end))
                            .encode("utf-8"))
-        say(f"{per_user}: {len(result.users):,} users", err=True)
+        say(f"{per_user}: {counted(len(result.users))}", err=True)
     if as_json:  # a mean over no user (AvgPop@K, Novelty@K when no user has a list: NaN) is null, never NaN
         shown = {**result.to_dict(), "metrics": {k: None if math.isnan(v) else v for k, v in result.metrics.items()}}
         typer.echo(json.dumps({"split": split, "filtered": filtered, **shown}, indent=2))
