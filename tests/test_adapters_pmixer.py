@@ -245,6 +245,10 @@ def test_default_applies_pmixers_preprocessing_none(tmp_path: Path) -> None:
     assert ours == {u: s for u, s in seqs.items() if len(s) >= 3}  # pmixer's sequences, in file order
     assert run.split.n_items == len(set().union(*seqs.values())) and rare in il.tolist()
     assert "no filtering, as pmixer" in lines[0] and "file order" in lines[0]
+    n = sum(map(len, seqs.values()))  # each count as the data holds it, as data split writes counts
+    assert (f"{n:,} interactions read -> {n:,} interactions, {len(seqs):,} users, "
+            f"{len(set().union(*seqs.values())):,} items") in lines[0], lines[0]
+    assert f"leave-one-out, {len(test):,} users (" in lines[1]
     assert run.config["imported_from"]["preprocessing"] == lines
 
 

@@ -158,7 +158,7 @@ def test_evaluate_and_diagnose_accept_the_run(kind: str, tmp_path: Path) -> None
     lines: list[str] = []
     run_dir = import_rectools(_file(kind), str(_synthetic_inter(ck, tmp_path / "s.inter")), tmp_path / "run",
                               log=lines.append)
-    assert "1 interactions with items unknown to the model dropped" in lines[1]
+    assert "1 interaction with items unknown to the model dropped" in lines[1]  # was "1 interactions"
     run = load_run(run_dir)
     assert run.config["imported_from"]["format"] == "rectools" and run.model.cfg.name == kind
     result = evaluate(run.model, run.split.test)

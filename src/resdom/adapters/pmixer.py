@@ -43,6 +43,7 @@ from resdom.adapters.safe_pickle import load_torch_file
 from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig, SASRecConfig
+from resdom.records import counted
 from resdom.runs import model_to_load
 
 LN_EPS = 1e-8
@@ -174,6 +175,12 @@ def import_pmixer(state_path: str | Path, source: str, out: str | Path, heads: i
                      import_inputs("STATE_DICT", state_path, source, data_dir))
 
 
+def _count(step: dict[str, Any], noun: str) -> str:
+    """A count of a preprocessing step (``read``, ``result``): ``12,345 interactions``, ``1 user``."""
+    n = step.get(f"{noun}s")
+    return counted(n, noun) if isinstance(n, int) else f"{n} {noun}s"
+
+
 def describe_pmixer_data(data: ImportData) -> list[str]:
     """What was applied to the data, in a line or two (printed by ``resdom import-pmixer``)."""
     pre = data.manifest.get("preprocessing", {})
@@ -186,7 +193,7 @@ def describe_pmixer_data(data: ImportData) -> list[str]:
     order = "each user's items in file order, as pmixer" if not cfg.get("sort_by_time") else data.manifest.get(
         "tie_rule", "sorted by time")
     return [
-        f"pmixer preprocessing: {filters.strip()}; {order}: {read.get('interactions')} interactions read -> "
-        f"{result.get('interactions')} interactions, {result.get('users')} users, {result.get('items')} items",
-        f"test split: leave-one-out, {len(data.split.test)} users (pmixer's data_partition: users with >= 3 items)",
+        f"pmixer preprocessing: {filters.strip()}; {order}: {_count(read, 'interaction')} read -> "
+        f"{_count(result, 'interaction')}, {_count(result, 'user')}, {_count(result, 'item')}",
+        f"test split: leave-one-out, {counted(len(data.split.test))} (pmixer's data_partition: users with >= 3 items)",
     ]

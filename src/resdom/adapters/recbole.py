@@ -54,6 +54,7 @@ from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
+from resdom.records import counted
 from resdom.runs import model_to_load
 from resdom.version import __version__
 
@@ -486,13 +487,14 @@ def describe_recbole_data(rb: RecBoleInteractions, data: ImportData, ckpt: RecBo
     filters = ", ".join(f"{k}={s.get(k)!r}" for k in ("rm_dup_inter", "val_interval", "user_inter_num_interval",
                                                       "item_inter_num_interval"))
     lines = [
-        f"RecBole preprocessing, as the checkpoint's config says: {filters}: {read} interactions read, {removed} "
-        f"removed -> {len(rb.items)} interactions, {rb.n_users} users, {len(rb.item_tokens) - 1} items",
+        f"RecBole preprocessing, as the checkpoint's config says: {filters}: {counted(read, 'interaction')} read, "
+        f"{removed:,} removed -> {counted(len(rb.items), 'interaction')}, {counted(rb.n_users)}, "
+        f"{counted(len(rb.item_tokens) - 1, 'item')}",
         f"order: each user's interactions by float32 {'min-max normalised ' if rb.normalised else ''}timestamp "
         f"(normalize_all={s.get('normalize_all')!r}, normalize_field={s.get('normalize_field')!r}), ties in "
         f"{'exact time order (rm_dup_inter sorted the rows)' if s.get('rm_dup_inter') else 'file order'}; this "
-        f"differs from exact time order for {rb.users_reordered} users",
-        f"test split: RecBole's leave-one-out, {len(data.split.test)} users, inputs = last "
+        f"differs from exact time order for {counted(rb.users_reordered)}",
+        f"test split: RecBole's leave-one-out, {counted(len(data.split.test))}, inputs = last "
         f"{ckpt.get('MAX_ITEM_LIST_LENGTH')} items (MAX_ITEM_LIST_LENGTH); RecBole's full-ranking evaluation of "
         "sequential models does not filter seen items: compare with `resdom evaluate --no-filter`",
     ]

@@ -70,6 +70,7 @@ from resdom.data.stats import dataset_stats
 from resdom.errors import ResdomError
 from resdom.models.base import SequentialRecommender
 from resdom.models.config import ModelConfig
+from resdom.records import counted
 from resdom.runs import model_to_load
 from resdom.version import __version__
 
@@ -306,11 +307,12 @@ def import_rectools(path: str | Path, source: str, out: str | Path, data_dir: st
     steps = {s["step"]: s for s in data.manifest["preprocessing"]["steps"]}
     lines = [
         f"RecTools {ck.config['cls']} ({ck.kind}): d {model.cfg.hidden}, {model.cfg.layers} blocks, {model.cfg.heads} "
-        f"heads, session_max_len {ck.config['session_max_len']}, {len(ck.item_ids) - len(ck.extra_tokens)} items "
-        "known to the model",
-        f"data: {steps['rectools_known_items']['removed_interactions']} interactions with items unknown to the model "
+        f"heads, session_max_len {ck.config['session_max_len']}, "
+        f"{counted(len(ck.item_ids) - len(ck.extra_tokens), 'item')} known to the model",
+        f"data: {counted(steps['rectools_known_items']['removed_interactions'], 'interaction')} with items unknown "
+        f"to the model "
         f"dropped (as RecTools' recommend does); stable time order, no k-core; test split: leave-one-out, "
-        f"{len(data.split.test)} users",
+        f"{counted(len(data.split.test))}",
     ]
     imported = {"format": "rectools", "path": str(Path(path).resolve()), "class": ck.config["cls"],
                 "model_config": {k: v for k, v in ck.config.items() if isinstance(v, (str, int, float, bool))},
