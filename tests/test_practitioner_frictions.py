@@ -148,3 +148,14 @@ def test_format_and_definition_in_any_case_with_the_closest_name(tmp_path: Path)
     assert DiagnoseOptions(definition="Sum_Of_Norms").definition == "sum_of_norms"
     with pytest.raises(ValueError, match=r"did you mean norm_of_sums\? got 'norm_of_sum'"):
         DiagnoseOptions(definition="norm_of_sum")
+
+
+def test_the_split_line_counts_one_user_partly_used_as_one_user() -> None:
+    """The data: line said '(1 users partly)'; it now counts as the rest of the line does."""
+    manifest = {"changes": {"read": {"interactions": 9, "users": 3, "items": 4, "format": "csv"},
+                            "split": {"protocol": "gts", "users_dropped": 1, "interactions_unused": 2,
+                                      "users_partly_used": 1, "reasons": {}}}}
+    line = next(x for x in change_lines(manifest) if x.startswith("gts split:"))
+    assert line == "gts split: 1 user in no part, 2 interactions in no part (1 user partly); kept for `recommend`"
+    manifest["changes"]["split"]["users_partly_used"] = 1234
+    assert "(1,234 users partly)" in next(x for x in change_lines(manifest) if x.startswith("gts split:"))

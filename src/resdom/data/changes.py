@@ -32,6 +32,7 @@ from resdom.data.preprocess import Prepared, PreprocessConfig
 from resdom.data.readers import RawInteractions
 from resdom.data.sequences import Sequences
 from resdom.limits import cut_message
+from resdom.records import counted
 
 
 def preprocessing_changes(raw: RawInteractions, read: dict[str, int], prepared: Prepared, cfg: PreprocessConfig,
@@ -87,10 +88,6 @@ def _dropped_by(info: dict[str, Any], seqs: Sequences, used: np.ndarray) -> dict
     return {k: v for k, v in out.items() if v}
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
-
-
 def _verb(count: int, verb: str) -> str:
     """``verb`` agreeing with ``count`` things: 1 row repeats, 2 rows repeat."""
     return f"{verb}s" if count == 1 else verb
@@ -101,7 +98,7 @@ def _time_line(time: dict[str, Any], fmt: str) -> str:
     if kind == "timestamps":
         ties = time.get("equal_time_neighbours", 0)
         frac = " (fractional seconds kept)" if time.get("fractional") else ""
-        return (f"order: each user's interactions by timestamp{frac}; {_n(ties, 'pair')} of neighbours with equal "
+        return (f"order: each user's interactions by timestamp{frac}; {counted(ties, 'pair')} of neighbours with equal "
                 f"times {_verb(ties, 'keep')} file order" if "source order" in str(time.get("rule")) else
                 f"order: each user's interactions by timestamp{frac}; {time.get('rule')}")
     if kind == "ignored":
@@ -138,8 +135,8 @@ def change_lines(manifest: dict[str, Any], saved: bool = False) -> list[str]:
     r = c["read"]
     fmt = r.get("format", "?")
     ids = "ids kept exactly as read" if c.get("ids") == "exact" else f"ids normalized ({arg('normalize_ids', True)})"
-    lines = [f"read {_n(r['interactions'], 'interaction')} of {_n(r['users'], 'user')} and "
-             f"{_n(r['items'], 'item')} ({fmt}); {ids}"]
+    lines = [f"read {counted(r['interactions'], 'interaction')} of {counted(r['users'], 'user')} and "
+             f"{counted(r['items'], 'item')} ({fmt}); {ids}"]
     lines += [f"note: {n}" for n in c.get("notes", []) if "no_time" not in n]
     lines.append(_time_line(c.get("time", {}), fmt))
     rep = c.get("repeats", {})
@@ -148,16 +145,16 @@ def change_lines(manifest: dict[str, Any], saved: bool = False) -> list[str]:
     repeats = rep.get("repeat_rows", 0)
     same = rep.get("same_time")
     twice = f", {same:,} at the very time of an earlier one (an event logged twice?)" if same else ""
-    lines.append(f"repeats: {_n(repeats, 'row')} {_verb(repeats, 'repeat')} an earlier (user, item) pair, "
+    lines.append(f"repeats: {counted(repeats, 'row')} {_verb(repeats, 'repeat')} an earlier (user, item) pair, "
                  f"{rep.get('consecutive', 0):,} of them right after the same item{twice}; {fate}")
     sample = c.get("sample_users")
     if sample:
         lines.append(f"user sample: {sample['n']:,} users drawn (seed {sample['seed']}); left out "
-                     f"{_n(sample['users'], 'user')}, {_n(sample['items'], 'item')}, "
-                     f"{_n(sample['interactions'], 'interaction')}")
+                     f"{counted(sample['users'], 'user')}, {counted(sample['items'], 'item')}, "
+                     f"{counted(sample['interactions'], 'interaction')}")
     k = c.get("k_core")
-    lines.append(f"k-core {k['k']}: removed {_n(k['users'], 'user')}, {_n(k['items'], 'item')}, "
-                 f"{_n(k['interactions'], 'interaction')}" if k else "k-core: off (no user or item filtered)")
+    lines.append(f"k-core {k['k']}: removed {counted(k['users'], 'user')}, {counted(k['items'], 'item')}, "
+                 f"{counted(k['interactions'], 'interaction')}" if k else "k-core: off (no user or item filtered)")
     chosen = c.get("protocol")
     if isinstance(chosen, dict):  # protocol "auto", resolved from the data (prepare.resolve_protocol)
         lines.append(f"protocol: {chosen.get('protocol')}, chosen by auto: the data has "
@@ -171,22 +168,22 @@ def change_lines(manifest: dict[str, Any], saved: bool = False) -> list[str]:
         if isinstance(s.get("dropped_by"), dict):  # GTS: one reason per user, adding up to the users in no part
             why = "; ".join(f"{k}: {v:,}" for k, v in s["dropped_by"].items())
         if s["users_dropped"] or s["interactions_unused"]:
-            line = (f"{s.get('protocol')} split: {_n(s['users_dropped'], 'user')} in no part"
-                    f"{' (' + why + ')' if why else ''}, {_n(s['interactions_unused'], 'interaction')} in no part")
+            line = (f"{s.get('protocol')} split: {counted(s['users_dropped'], 'user')} in no part"
+                    f"{' (' + why + ')' if why else ''}, {counted(s['interactions_unused'], 'interaction')} in no part")
             if s.get("users_partly_used"):
-                line += f" ({s['users_partly_used']:,} users partly)"
+                line += f" ({counted(s['users_partly_used'])} partly)"
             line += "; kept for `recommend`"
         else:
             line = (f"{s.get('protocol')} split: every user and interaction in a part" if s.get("protocol") != "none"
                     else "none split: every user and interaction in training (nothing held out"
-                    + (f" but the last item of {_n(s['holdout_users'], 'user')}, for early stopping" if
+                    + (f" but the last item of {counted(s['holdout_users'], 'user')}, for early stopping" if
                        s.get("holdout_users") else "") + ")")
         lines.append(line)
         if s.get("items_unused"):
-            lines.append(f"{_n(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")
+            lines.append(f"{counted(s['items_unused'], 'item')} in no part of the split (still in the catalogue)")
     small = small_parts(manifest)
     if small:
-        lines.append(f"warning: only {' and '.join(_n(n, f'{part} user') for part, n in small)} (fewer than "
+        lines.append(f"warning: only {' and '.join(counted(n, f'{part} user') for part, n in small)} (fewer than "
                      f"{SMALL_PART}): early stopping and the metrics rest on few users and will vary from split to "
                      f"split; {_steadier(manifest.get('protocol'), saved)}")
     return [cut_message(line) for line in lines]  # a manifest read from a folder may quote anything
