@@ -210,3 +210,14 @@ def test_the_summary_counts_users_with_separators_and_in_the_singular():
     assert "0:  1.000 (1 user)" in text and "1-4:  0.500 (12,345 users)" in text
     assert next(t for t in lines if t.startswith("miss recovery")).startswith("miss recovery (test, 1 user):")
     assert format_summary({"split": "valid", "n_users": 1}).splitlines()[0] == "split valid, 1 user"
+
+
+def test_a_hand_edited_count_is_printed_as_it_is_not_a_traceback():
+    """A summary.json whose n_users was edited to text printed it as such; the count helper must not raise on it."""
+    import numpy as np
+
+    from resdom.records import counted
+
+    assert format_summary({"split": "test", "n_users": "40"}).splitlines()[0] == "split test, 40 users"
+    assert counted(np.int64(1)) == "1 user" and counted(np.int64(1234), "item") == "1,234 items"
+    assert counted(True) == "True users" and counted(2.5) == "2.5 users"

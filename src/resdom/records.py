@@ -21,6 +21,7 @@ The shuffles' metrics, the sweep's HR@10 / NDCG@10 and recovery follow the split
 from __future__ import annotations
 
 import importlib
+import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -177,9 +178,11 @@ def fmt(v: Any) -> str:
     return "   n/a" if v is None else f"{v:6.3f}" if isinstance(v, float) else str(v)
 
 
-def counted(n: int, noun: str = "user") -> str:
+def counted(n: Any, noun: str = "user") -> str:
     """A count for the terminal: ``1 user``, ``12,345 users`` (as ``resdom data split`` counts them); ``noun``:
-    ``test user``, ``session``, ``item``, ..."""
+    ``test user``, ``session``, ``item``, ...; what is not a whole number (a hand-edited file's) as it is."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        return f"{n} {noun}s"
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
