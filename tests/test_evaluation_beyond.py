@@ -203,6 +203,8 @@ def test_cli_evaluate_beyond_and_per_user(fitted, tmp_path, capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert [x.split()[0] for x in lines[1:]] == ["HR@10", "NDCG@10", "MRR", "Coverage@10", "AvgPop@10",
                                                   "Novelty@10", "Echo@10", "EchoNN@10"]
+    # the values in one column: 'Coverage@10 0.5000' stood a place right of 'HR@10    0.1000'
+    assert len({x.index(x.split()[1]) for x in lines[1:]}) == 1, lines
     (tmp_path / "data.csv").write_text("a,b\n")
     code = invoke("evaluate", str(run), "--per-user", str(tmp_path / "data.csv"), "--device", "cpu")
     assert code == 2 and "--per-user" in capsys.readouterr().err
@@ -226,7 +228,7 @@ def test_no_user_with_a_list_gives_no_popularity_not_zero(tmp_path, capsys) -> N
     capsys.readouterr()
     assert invoke("evaluate", str(run), "--beyond", "--cutoffs", "1", "--device", "cpu") == 0
     printed = capsys.readouterr()
-    assert "  AvgPop@1 -\n  Novelty@1 -\n  Echo@1   0.0000\n" in printed.out
+    assert "  AvgPop@1   -\n  Novelty@1  -\n  Echo@1     0.0000\n" in printed.out  # one column (Coverage@1)
     # HR@K can never reach 1 there, and the header says why: every target is in its own input
     assert printed.out.splitlines()[0] == (f"{run} test (3 users, seen items filtered: 3 target(s) in their own "
                                            "input, a miss at every K)")

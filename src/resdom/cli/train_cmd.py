@@ -528,9 +528,10 @@ def evaluate(
     why = f": {unranked:,} target(s) in their own input, a miss at every K" if unranked else ""
     say(f"{run_dir} {split} ({counted(result.n_users)}, seen items {'filtered' if filtered else 'kept'}{why})")
     accuracy = sorted((m for m in result.metrics if metric_key(m)[0] == 0), key=metric_key)
+    width = max([8, *map(len, result.metrics)])  # Coverage@10, EchoNN@20: one column of values for every name
     for name in [*accuracy, *(m for m in result.metrics if m not in accuracy)]:  # beyond: in evaluation's order
         value = result.metrics[name]
-        say(f"  {name:8s} {'-' if math.isnan(value) else f'{value:.4f}'}")
+        say(f"  {name:{width}s} {'-' if math.isnan(value) else f'{value:.4f}'}")
     if any(math.isnan(v) for v in result.metrics.values()):
         say("note: '-': no user has an item left to recommend (every item is in each input), so AvgPop "
             "and Novelty are means over no user", err=True)
