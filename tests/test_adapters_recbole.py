@@ -324,7 +324,7 @@ def test_ml100k_cli_import_prints_what_it_applied(ml100k_inter: Path, tmp_path: 
     out = tmp_path / "cli"
     assert invoke("import-recbole", str(ML100K_CKPT), "--data", str(ml100k_inter), "--out", str(out)) == 0
     stdout = capsys.readouterr().out
-    assert "100000 interactions read, 0 removed" in stdout and "1682 items" in stdout, stdout
+    assert "100,000 interactions read, 0 removed" in stdout and "1,682 items" in stdout, stdout
     assert "float32 min-max normalised timestamp" in stdout and "943 users" in stdout, stdout
     assert invoke("evaluate", str(out), "--no-filter", "--json") == 0
     got = json.loads(capsys.readouterr().out)
