@@ -110,18 +110,23 @@ def test_evaluation_ranks_equal_the_user_order_path(kind: str, filter_seen: bool
     assert new.metrics == old.metrics
 
 
+def every_diagnostic(model, ev, valid) -> dict[str, Any]:
+    """Each diagnostic's result (as a dict) of ``model`` on ``ev`` (recovery selecting on ``valid``), at BATCH."""
+    out = {"hrli": last_item_hit_rates(model, ev, batch_size=BATCH).to_dict(),
+           "shuffle": position_shuffle(model, ev, seeds=(0,), batch_size=BATCH).to_dict(),
+           "recovery": miss_recovery(model, valid, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()}
+    if model.attention_blocks():
+        out["mixing"] = mixing_ratios(model, ev, batch_size=BATCH).to_dict()
+        out["alpha"] = alpha_sweep(model, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()
+    return out
+
+
 @pytest.mark.parametrize("kind", list(MODELS))
 def test_diagnostics_equal_the_user_order_path(kind: str, previous_path) -> None:
     model, ev, valid = make_model(kind), make_evalset(0), make_evalset(1, 29)
 
     def run_all() -> dict[str, Any]:
-        out = {"hrli": last_item_hit_rates(model, ev, batch_size=BATCH).to_dict(),
-               "shuffle": position_shuffle(model, ev, seeds=(0,), batch_size=BATCH).to_dict(),
-               "recovery": miss_recovery(model, valid, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()}
-        if model.attention_blocks():
-            out["mixing"] = mixing_ratios(model, ev, batch_size=BATCH).to_dict()
-            out["alpha"] = alpha_sweep(model, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()
-        return out
+        return every_diagnostic(model, ev, valid)
 
     new, old = run_all(), previous_path(run_all)
     assert new.keys() == old.keys()
@@ -195,14 +200,8 @@ def test_capped_batches_give_the_same_results(kind: str, monkeypatch: pytest.Mon
     model, ev, valid = make_model(kind), make_evalset(0), make_evalset(1, 29)
 
     def run_all() -> dict[str, Any]:
-        out = {"eval": evaluate(model, ev, batch_size=BATCH, return_ranks=True).ranks.tolist(),
-               "hrli": last_item_hit_rates(model, ev, batch_size=BATCH).to_dict(),
-               "shuffle": position_shuffle(model, ev, seeds=(0,), batch_size=BATCH).to_dict(),
-               "recovery": miss_recovery(model, valid, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()}
-        if model.attention_blocks():
-            out["mixing"] = mixing_ratios(model, ev, batch_size=BATCH).to_dict()
-            out["alpha"] = alpha_sweep(model, ev, alphas=(0.5, 1.0), batch_size=BATCH).to_dict()
-        return out
+        return {"eval": evaluate(model, ev, batch_size=BATCH, return_ranks=True).ranks.tolist(),
+                **every_diagnostic(model, ev, valid)}
 
     want = run_all()
     cfg = model.cfg
