@@ -38,10 +38,10 @@ import torch
 from resdom.checks import alpha_value, choice, flag, optional_bool, positive_int
 from resdom.data.readers import CANONICAL_INT_BOUND, spelled
 from resdom.data.sequences import EvalSet, Sequences, SplitData
-from resdom.diagnostics.common import check_model, inference, model_device, show_progress
+from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.evaluation.batches import activation_chunk, history_pairs
+from resdom.evaluation.batches import activation_chunk, history_pairs, with_progress
 from resdom.evaluation.beyond import cosine_scores, unit_rows
 from resdom.evaluation.ranking import full_scores, user_chunk_size
 from resdom.limits import quote, short
@@ -490,13 +490,9 @@ def similar_items(
 
 def chunks(n: int, size: int, progress: bool, desc: str) -> Iterable[int]:
     """The first row of each chunk of ``size`` of ``n`` rows, under a progress bar where ``progress`` and stderr
-    is a terminal (``diagnostics.common.show_progress``)."""
+    is a terminal (``batches.with_progress``)."""
     starts = range(0, n, size)
-    if not show_progress(progress) or len(starts) < 2:
-        return starts
-    from tqdm.auto import tqdm
-
-    return tqdm(starts, desc=desc, unit="chunk", leave=False)
+    return with_progress(iter(starts), len(starts), progress, desc, unit="chunk")
 
 
 def _named_device(device: str | torch.device) -> torch.device:

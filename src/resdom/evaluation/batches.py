@@ -58,14 +58,14 @@ def history_pairs(inputs: Sequences, idx: np.ndarray, device: str | torch.device
     return torch.from_numpy(rows).to(device), torch.from_numpy(items).to(device)
 
 
-def with_progress(batches: Iterator, total: int, progress: bool, desc: str) -> Iterator:
-    """``batches`` under a tqdm bar of ``total`` batches where ``progress`` and stderr is a terminal; as they are
-    otherwise (no tqdm imported: a hidden bar starts tqdm's monitor thread, never stopped)."""
+def with_progress(batches: Iterator, total: int, progress: bool, desc: str, unit: str = "it") -> Iterator:
+    """``batches`` under a tqdm bar of ``total`` batches (counted in ``unit``) where ``progress`` and stderr is a
+    terminal; as they are otherwise (no tqdm imported: a hidden bar starts tqdm's monitor thread, never stopped)."""
     if not (progress and sys.stderr.isatty()) or total < 2:
         return batches
     from tqdm.auto import tqdm
 
-    return iter(tqdm(batches, total=total, desc=desc, leave=False))
+    return iter(tqdm(batches, total=total, desc=desc, unit=unit, leave=False))
 
 
 def length_order(evalset: EvalSet, max_len: int, index: np.ndarray) -> np.ndarray:
