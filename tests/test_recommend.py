@@ -932,8 +932,8 @@ def test_top_k_holds_at_most_k_candidates_a_row_where_items_tie(monkeypatch) -> 
 
 def test_recommend_and_similar_show_progress_on_a_terminal(split, model, capsys, monkeypatch) -> None:
     """similar over every item scores the catalogue against itself (74 s at 30,000 items, a day at a million)
-    and recommend every user: both ran without a sign of life. A bar of the chunks now, on a terminal only; the
-    same frames."""
+    and recommend every user: both ran without a sign of life. A bar of the users (items) now on a terminal, and
+    in a log a line every 30 s (none in a run this short: test_progress_lines_reach_a_log); the same frames."""
     import sys
 
     want_rec, want_sim = recommend(model, split, k=3, batch_size=2), similar_items(model, split, k=3, batch_size=2)
@@ -942,12 +942,12 @@ def test_recommend_and_similar_show_progress_on_a_terminal(split, model, capsys,
     got_rec = recommend(model, split, k=3, batch_size=2, progress=True)
     got_sim = similar_items(model, split, k=3, batch_size=2, progress=True)
     err = capsys.readouterr().err
-    assert "recommend" in err and "similar" in err and "chunk" in err
+    assert "recommend" in err and "similar" in err and "user" in err and "item" in err
     pd.testing.assert_frame_equal(got_rec, want_rec)
     pd.testing.assert_frame_equal(got_sim, want_sim)
     recommend(model, split, k=3, batch_size=2)  # the default: none
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    similar_items(model, split, k=3, batch_size=2, progress=True)  # a log: no bar
+    similar_items(model, split, k=3, batch_size=2, progress=True)  # a log: no bar, and no line within 30 s
     assert capsys.readouterr().err == ""
     with pytest.raises(ResdomError, match="progress: expected True or False"):
         similar_items(model, split, progress="yes")

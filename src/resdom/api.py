@@ -607,7 +607,7 @@ def evaluate(
     device
         ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda`` or ``mps``, or a torch.device.
     progress
-        A bar of the chunks of users on stderr (a terminal only).
+        Progress on stderr: a bar of the users on a terminal, a plain line every 30 s in a log.
 
     Returns
     -------

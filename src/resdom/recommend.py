@@ -316,8 +316,8 @@ def recommend(
     residual scale at inference in every attention block (1: the model as trained; ``interface.residual_scale``).
     ``filter_seen``: items of the user's input are never recommended; None: the split's setting
     (``SplitData.filter_seen``: True except for data sets that keep seen items, as evaluation). ``device``:
-    where to score, the model's own device (None: wherever it is; another is a ResdomError). ``progress``: a bar
-    of the chunks of users on stderr (a terminal only). Ids:
+    where to score, the model's own device (None: wherever it is; another is a ResdomError). ``progress``: on
+    stderr, a bar of the users on a terminal, a plain line every 30 s in a log. Ids:
     ``SplitData.item_labels`` / ``user_labels``; a split without them (saved before resdom kept them) gives resdom's
     internal ids, with a note in ``DataFrame.attrs["note"]``.
     """
@@ -439,8 +439,8 @@ def similar_items(
     a DataFrame in RecTools' item-to-item columns (``SIMILAR_COLUMNS``: target_item_id, item_id, score (the
     cosine), rank 1..k); equal cosines by increasing internal item id. Ids not in the data are left out with a
     note in ``DataFrame.attrs["note"]``; none known is a ResdomError; an id given twice is listed once. Every item
-    is scored against the whole catalogue (items x catalogue work: hours at a million items); ``progress``: a bar
-    of the chunks of items on stderr (a terminal only)."""
+    is scored against the whole catalogue (items x catalogue work: hours at a million items); ``progress``: on
+    stderr, a bar of the items on a terminal, a plain line every 30 s in a log."""
     import pandas as pd
 
     k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
@@ -470,7 +470,7 @@ def similar_items(
     with inference(model):
         item_emb = model.item_embeddings().to(dev)
         unit = unit_rows(item_emb)  # once: normalised per chunk, it cost a catalogue's worth of work each
-        for start in chunks(len(targets), chunk, progress, "similar"):
+        for start in chunks(len(targets), chunk, progress, "similar", unit="item"):
             ids = torch.from_numpy(targets[start:start + chunk]).to(dev)
             r, i, s = top_k(cosine_scores(item_emb, ids, unit), k)
             out_rows.append(r + start)
@@ -488,11 +488,10 @@ def similar_items(
     return frame
 
 
-def chunks(n: int, size: int, progress: bool, desc: str) -> Iterable[int]:
-    """The first row of each chunk of ``size`` of ``n`` rows, under a progress bar where ``progress`` and stderr
-    is a terminal (``batches.with_progress``)."""
-    starts = range(0, n, size)
-    return with_progress(iter(starts), len(starts), progress, desc, unit="chunk")
+def chunks(n: int, size: int, progress: bool, desc: str, unit: str = "user") -> Iterable[int]:
+    """The first row of each chunk of ``size`` of ``n`` rows, with progress in ``unit``s where ``progress``: a bar
+    on a terminal, plain lines in a log (``batches.with_progress``)."""
+    return with_progress(range(0, n, size), n, progress, desc, unit=unit, size=lambda start: min(size, n - start))
 
 
 def _named_device(device: str | torch.device) -> torch.device:

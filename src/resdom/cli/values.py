@@ -73,7 +73,8 @@ def interrupted(message: str | None) -> SystemExit:
     return SystemExit(stopped_status())
 
 
-PROGRESS_HELP = ("progress: bars on a terminal; in a log, one line per epoch and per diagnostic "
+PROGRESS_HELP = ("progress: bars on a terminal; in a log, one line per epoch and per diagnostic, and within a long "
+                 "loop (an epoch, a diagnostic, evaluate, recommend, similar) a line of how far it is every 30 s "
                  "(--no-progress: none)")
 
 

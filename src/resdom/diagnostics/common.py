@@ -14,7 +14,6 @@ returns the numbers of one process.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,7 +24,13 @@ import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences, ranges
 from resdom.distributed import gather_users, rank_and_world
-from resdom.evaluation.batches import activation_chunk, history_pairs, in_user_order, iter_eval_batches
+from resdom.evaluation.batches import (
+    activation_chunk,
+    history_pairs,
+    in_user_order,
+    iter_eval_batches,
+    with_progress,
+)
 from resdom.evaluation.ranking import MISS, Seen, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
 from resdom.models.interface import Diagnosable
 
@@ -61,11 +66,6 @@ def inference(model: Diagnosable) -> Iterator[None]:
             model.train(True)
 
 
-def show_progress(progress: bool) -> bool:
-    """Progress bars only when asked for and stderr is a terminal."""
-    return bool(progress) and sys.stderr.isatty()
-
-
 def shard(n: int) -> tuple[int, int]:
     """(rank, world) over which ``n`` users are split: torch.distributed's when it runs W > 1 processes and
     n >= W; else (0, 1), every process doing every user."""
@@ -89,12 +89,12 @@ def batches(
     rank, world = shard(len(evalset))
     index = np.arange(rank, len(evalset), world, dtype=np.int64)
     it = iter_eval_batches(evalset, model.max_len, size, device, index, by_length=True)
-    if not show_progress(progress):  # no tqdm at all: a hidden one starts tqdm's monitor thread, never stopped
-        yield from it
-        return
-    from tqdm.auto import tqdm
+    yield from with_progress(it, len(index), progress, desc, unit="user", size=_users)
 
-    yield from tqdm(it, total=math.ceil(len(index) / size), desc=desc, leave=False)
+
+def _users(batch: tuple[np.ndarray, torch.Tensor, torch.Tensor]) -> int:
+    """The users of a batch of ``iter_eval_batches`` (what progress counts)."""
+    return len(batch[0])
 
 
 def all_users(local: np.ndarray, n: int, idx: np.ndarray) -> np.ndarray:

@@ -10,8 +10,9 @@ result, are those of any other batching (a user's states do not depend on the ba
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from typing import TypeVar
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -19,6 +20,8 @@ import torch
 from resdom.data.sequences import EvalSet, Sequences, ranges
 
 Rows = TypeVar("Rows", np.ndarray, torch.Tensor)
+T = TypeVar("T")
+PROGRESS_LINE_S = 30.0  # in a log (no terminal), a progress line at most this often (training's epochs too)
 ACTIVATION_BUDGET = 128_000_000  # floats of the largest tensor of one batch's forward pass: 512 MB in float32
 
 
@@ -58,14 +61,72 @@ def history_pairs(inputs: Sequences, idx: np.ndarray, device: str | torch.device
     return torch.from_numpy(rows).to(device), torch.from_numpy(items).to(device)
 
 
-def with_progress(batches: Iterator, total: int, progress: bool, desc: str, unit: str = "it") -> Iterator:
-    """``batches`` under a tqdm bar of ``total`` batches (counted in ``unit``) where ``progress`` and stderr is a
-    terminal; as they are otherwise (no tqdm imported: a hidden bar starts tqdm's monitor thread, never stopped)."""
-    if not (progress and sys.stderr.isatty()) or total < 2:
-        return batches
+def with_progress(batches: Iterable[T], total: int, progress: bool, desc: str, unit: str = "user",
+                  size: Callable[[T], int] | None = None, clock: Callable[[], float] | None = None,
+                  every: float | None = None) -> Iterator[T]:
+    """``batches`` with progress where ``progress``, counted in ``unit`` (``size(batch)`` of them a batch; None: 1),
+    ``total`` in all: on a terminal a tqdm bar; in a log (stderr is no terminal: nohup, a batch scheduler) a plain
+    line at most every ``every`` seconds of ``clock`` (None: ``PROGRESS_LINE_S``, ``time.monotonic``), such as
+    "recommend: 40,000/100,000 users (40%), 12 s", and a last one at the end where one was printed. Otherwise the
+    batches as they are (no tqdm imported: a hidden bar starts tqdm's monitor thread, never stopped). The one
+    helper of every long loop of evaluation, the diagnostics, recommend and similar: a log saw nothing of them
+    until the end."""
+    stream = sys.stderr
+    if not progress or total < 2 or stream is None:
+        return iter(batches)
+    count = size if size is not None else _one
+    if _terminal(stream):
+        return _bar(batches, total, desc, unit, count)
+    return _lines(batches, total, desc, unit, count, clock or time.monotonic,
+                  PROGRESS_LINE_S if every is None else every)
+
+
+def _one(batch: object) -> int:
+    return 1
+
+
+def _terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
+        return False
+
+
+def _bar(batches: Iterable[T], total: int, desc: str, unit: str, size: Callable[[T], int]) -> Iterator[T]:
     from tqdm.auto import tqdm
 
-    return iter(tqdm(batches, total=total, desc=desc, unit=unit, leave=False))
+    with tqdm(total=total, desc=desc, unit=unit, leave=False) as bar:
+        for batch in batches:
+            yield batch
+            bar.update(size(batch))  # the batch's work is done when the next one is asked for
+
+
+def _lines(batches: Iterable[T], total: int, desc: str, unit: str, size: Callable[[T], int],
+           clock: Callable[[], float], every: float) -> Iterator[T]:
+    start = said = clock()
+    done, printed = 0, False
+    for batch in batches:
+        yield batch
+        done += size(batch)
+        now = clock()
+        if now - said >= every and done < total:
+            printed = _say(_line(desc, done, total, unit, now - start)) or printed
+            said = now
+    if printed:  # the log shows the loop finished, and in how long
+        _say(_line(desc, done, total, unit, clock() - start))
+
+
+def _line(desc: str, done: int, total: int, unit: str, seconds: float) -> str:
+    return f"{desc}: {done:,}/{total:,} {unit}s ({100 * done // max(total, 1)}%), {seconds:.0f} s"
+
+
+def _say(line: str) -> bool:
+    """``line`` on stderr, now; a stderr that is gone (closed, a broken pipe) stops no computation."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def length_order(evalset: EvalSet, max_len: int, index: np.ndarray) -> np.ndarray:

@@ -205,7 +205,8 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
             m = max(0, min(neighbours, n_items - 1))
             table = neighbours_of(item_emb, distinct, m, unit=unit) if len(distinct) * m <= SCORE_BUDGET else None
             chunk = user_chunk_size(n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
-            for lo in with_progress(iter(range(0, n, chunk)), -(-n // chunk), progress, "beyond"):
+            for lo in with_progress(range(0, n, chunk), n, progress, "beyond", unit="user",
+                                    size=lambda lo: min(chunk, n - lo)):
                 idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
                 items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
                 seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None

@@ -71,6 +71,11 @@ def _unwrap(model: Any) -> Any:
     return model.module if isinstance(model, (nn_parallel.DistributedDataParallel, nn_parallel.DataParallel)) else model
 
 
+def _users(batch: tuple[np.ndarray, torch.Tensor, torch.Tensor]) -> int:
+    """The users of a batch of ``iter_eval_batches`` (what progress counts)."""
+    return len(batch[0])
+
+
 def _local_ranks(
     model: Any, evalset: EvalSet, index: np.ndarray, filter_seen: bool, batch_size: int, device: torch.device,
     progress: bool = False,
@@ -80,7 +85,7 @@ def _local_ranks(
     item_emb = model.item_embeddings()
     out, order = [], []
     it = iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True)
-    for idx, items, targets in with_progress(it, -(-len(index) // chunk), progress, "evaluate"):
+    for idx, items, targets in with_progress(it, len(index), progress, "evaluate", unit="user", size=_users):
         hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
         seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None
         out.append(tiled_ranks(hidden, item_emb, targets, seen).cpu())  # as pessimistic_ranks of full_scores
@@ -104,7 +109,7 @@ def evaluate(
     ``model``: any Diagnosable (``encode``, ``item_embeddings``, ``n_items``, ``max_len``), already on
     ``device``; it runs in eval mode under no_grad and its train/eval mode is restored afterwards.
     ``batch_size`` is the most users per chunk (lowered for large catalogs); results do not depend on it.
-    ``progress``: a bar of the chunks on stderr (a terminal only).
+    ``progress``: on stderr, a bar of the users on a terminal, plain lines in a log (``with_progress``).
     """
     device = torch.device(device)
     inner = _unwrap(model)

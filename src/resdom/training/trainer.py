@@ -36,6 +36,7 @@ from resdom import distributed
 from resdom.checks import setting
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
+from resdom.evaluation.batches import PROGRESS_LINE_S  # in a log, a line of batches done / total at most this often
 from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import NonFiniteScores
 from resdom.experiments import recipe_label
@@ -84,7 +85,6 @@ class EpochEnd:
 
 EpochCallback = Callable[[int, dict[str, Any]], None]  # after the epoch's state is saved: cb(epoch, record)
 EpochHook = Callable[[EpochEnd], None]  # before the epoch's record is written (diagnostics.monitor.epoch_monitor)
-PROGRESS_LINE_S = 30.0  # in a log (no terminal), a line of batches done / total at most this often in an epoch
 
 
 # ----------------------------------------------------------------------------------------------- seeds
