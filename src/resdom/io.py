@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from resdom.bounded import special_kind
 from resdom.errors import ResdomError
@@ -140,6 +140,31 @@ def atomic_write_files(files: dict[Path, bytes]) -> None:
     finally:
         for tmp in done.values():
             Path(tmp).unlink(missing_ok=True)  # those not renamed
+
+
+@contextmanager
+def atomic_stream(path: str | Path) -> Iterator[BinaryIO]:
+    """``atomic_write_bytes`` for output made piece by piece (``resdom recommend``'s lists, any size): a binary file
+    to write into, a temporary ``.NAME.*.tmp`` beside ``path``, renamed onto it when the block ends without an
+    error; an error or Ctrl-C in the block removes it and leaves ``path`` as it was, and a full disk is a
+    ResdomError naming ``path``. Memory: what the caller holds of one piece, not the whole file."""
+    path = Path(path)
+    if (why := not_a_file_to_replace(path)) is not None:
+        raise ResdomError(f"{path}: {why}; resdom writes each output whole, as a new file renamed into place, "
+                          "which would replace it; give a file name")
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with writing(path):
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, file_mode())  # mkstemp makes 0600: colleagues could not read the file
+            os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # not renamed: an error, or Ctrl-C, in the block
 
 
 def safetensors_bytes(tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> bytes:

@@ -29,7 +29,7 @@ import contextlib
 import math
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 HISTORIES = ("all", "test", "valid")
 COLUMNS = ("user_id", "item_id", "score", "rank")  # RecTools' columns (resdom wrote user, item, rank, score before)
 SIMILAR_COLUMNS = ("target_item_id", "item_id", "score", "rank")  # RecTools' item-to-item columns
+PART_ROWS = 100_000  # rows of lists made (and written) at a time: ``Lists.frames``
 OLD_HEADER = "user,item,rank,score"  # the CSV header resdom recommend wrote before: still an earlier output
 
 
@@ -321,9 +322,34 @@ def recommend(
     ``SplitData.item_labels`` / ``user_labels``; a split without them (saved before resdom kept them) gives resdom's
     internal ids, with a note in ``DataFrame.attrs["note"]``.
     """
-    import pandas as pd
+    return recommend_lists(model, split, users, k, sequences=sequences, items=items, exclude=exclude,
+                           filter_seen=filter_seen, alpha=alpha, history=history, batch_size=batch_size,
+                           device=device, progress=progress).frame()
 
+
+def recommend_lists(
+    model: Any,
+    split: SplitData,
+    users: Iterable[Any] | str | int | None = None,
+    k: int = 10,
+    *,
+    sequences: Any = None,
+    items: Iterable[Any] | str | int | None = None,
+    exclude: Iterable[Any] | str | int | None = None,
+    filter_seen: bool | None = None,
+    alpha: float = 1.0,
+    history: str = "all",
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    part_rows: int | None = None,
+) -> Lists:
+    """``recommend``'s lists as they are computed (``Lists``): every argument is checked here, before any list is
+    made; ``Lists.frames()`` then yields them in parts of about ``part_rows`` rows (None: ``PART_ROWS``), so that
+    ``resdom recommend`` writes a request of any size (``--k 100000`` for every user) in the memory of one part,
+    and ``Lists.frame()`` is ``recommend``'s frame."""
     k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
+    part_rows = PART_ROWS if part_rows is None else positive_int(part_rows, "part_rows")
     filter_seen, alpha = optional_bool(filter_seen, "filter_seen"), alpha_value(alpha, "alpha")
     progress = flag(progress, "progress")
     history = choice(history, HISTORIES, "history")
@@ -373,55 +399,62 @@ def recommend(
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
     chunk = user_chunk_size(int(model.n_items), activation_chunk(model, inputs.lengths[rows], batch_size))
     mask = torch.from_numpy(blocked).to(dev) if blocked is not None else None
-    out_rows, out_items, out_scores = [], [], []
-    scaled = residual_scale(model, float(alpha)) if float(alpha) != 1.0 else contextlib.nullcontext()
-    with inference(model), scaled:  # alpha 1: the model as it is (also inside a caller's residual_scale)
+    per_part = max(1, part_rows // min(int(k), int(model.n_items) + 1))  # users whose lists make a part
+
+    def scaled() -> contextlib.AbstractContextManager[None]:  # alpha 1: the model as it is (also a caller's scale)
+        return residual_scale(model, float(alpha)) if float(alpha) != 1.0 else contextlib.nullcontext()
+
+    with inference(model), scaled():
         item_emb = model.item_embeddings()
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for start in chunks(len(rows), chunk, progress, "recommend"):
             idx = rows[start:start + chunk]
-            batch = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
-            seen = history_pairs(inputs, idx, dev) if filter_seen else None
-            scores = full_scores(final_states(model, batch), item_emb, seen)
-            if mask is not None:
-                scores[:, mask] = -math.inf
-            r, i, s = top_k(scores, int(k))
-            out_rows.append(r + start)
-            out_items.append(i)
-            out_scores.append(s)
-    r = np.concatenate(out_rows) if out_rows else np.zeros(0, dtype=np.int64)
-    found = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
-    scores = np.concatenate(out_scores) if out_scores else np.zeros(0)
-    rank = np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
-    if sequences is not None:
-        who = np.empty(len(r), dtype=object)
-        who[:] = [session_ids[int(j)] for j in rows[r]]
-        users_out = _plain(who)
-    else:
-        users_out = external_ids(split.user_labels, inputs.users[rows[r]])
-    frame = pd.DataFrame({"user_id": users_out, "item_id": external_ids(split.item_labels, found),
-                          "score": scores, "rank": rank.astype(np.int64)})
-    if split.user_labels is None or split.item_labels is None:
-        notes.append("this split was saved before resdom kept external ids: users and items are resdom's internal "
-                     "indices")
-    per_row = np.bincount(r, minlength=len(rows))  # rows of each selected user
-    short = np.flatnonzero(per_row < int(k))
-    if len(short):
-        none = int((per_row == 0).sum())
+            with inference(model), scaled():  # not held across a yield: the caller's code between parts
+                batch = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
+                seen = history_pairs(inputs, idx, dev) if filter_seen else None
+                scores = full_scores(final_states(model, batch), item_emb, seen)
+                if mask is not None:
+                    scores[:, mask] = -math.inf
+            yield from _top_parts(scores, int(k), start, per_part)
+
+    def make(r: np.ndarray, found: np.ndarray, scores: np.ndarray, rank: np.ndarray) -> pd.DataFrame:
+        import pandas as pd
+
         if sequences is not None:
-            short_ids = [session_ids[int(j)] for j in rows[short[:3]]]
+            who = np.empty(len(r), dtype=object)
+            who[:] = [session_ids[int(j)] for j in rows[r]]
+            users_out = _plain(who)
         else:
-            short_ids = external_ids(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
-        named = ", ".join(quote(x) for x in short_ids)  # quoted: an id may hold a comma or a space
-        why = [*(["seen items filtered"] if filter_seen else []), *(["a whitelist"] if items is not None else []),
-               *(["items excluded"] if exclude is not None else [])]
-        kind = "sequences" if sequences is not None else "users"
-        notes.append(f"{len(short):,} of {len(rows):,} {kind} have fewer than {int(k)} recommendable items "
-                     f"({''.join(w + ', ' for w in why)}{int(model.n_items):,} items in all) and get "
-                     f"fewer rows{f' ({none:,} of them none)' if none else ''}: "
-                     f"{kind[:-1] if len(short) == 1 else kind} {named}{', ...' if len(short) > 3 else ''}")
-    if notes:
-        frame.attrs["note"] = "; ".join(notes)
-    return frame
+            users_out = external_ids(split.user_labels, inputs.users[rows[r]])
+        return pd.DataFrame({"user_id": users_out, "item_id": external_ids(split.item_labels, found),
+                             "score": scores, "rank": rank.astype(np.int64)})
+
+    def finish(per_row: np.ndarray) -> list[str]:
+        """The notes only the whole set of lists can give: users with short lists (``per_row``: rows of each)."""
+        done = []
+        if split.user_labels is None or split.item_labels is None:
+            done.append("this split was saved before resdom kept external ids: users and items are resdom's "
+                        "internal indices")
+        short = np.flatnonzero(per_row < int(k))
+        if len(short):
+            none = int((per_row == 0).sum())
+            if sequences is not None:
+                short_ids = [session_ids[int(j)] for j in rows[short[:3]]]
+            else:
+                short_ids = external_ids(split.user_labels, inputs.users[rows[short[:3]]]).tolist()
+            named = ", ".join(quote(x) for x in short_ids)  # quoted: an id may hold a comma or a space
+            why = [*(["seen items filtered"] if filter_seen else []),
+                   *(["a whitelist"] if items is not None else []),
+                   *(["items excluded"] if exclude is not None else [])]
+            kind = "sequences" if sequences is not None else "users"
+            done.append(f"{len(short):,} of {len(rows):,} {kind} have fewer than {int(k)} recommendable items "
+                        f"({''.join(w + ', ' for w in why)}{int(model.n_items):,} items in all) and get "
+                        f"fewer rows{f' ({none:,} of them none)' if none else ''}: "
+                        f"{kind[:-1] if len(short) == 1 else kind} {named}{', ...' if len(short) > 3 else ''}")
+        return done
+
+    return Lists(parts(), len(rows), make, notes, finish)
 
 
 def similar_items(
@@ -441,9 +474,24 @@ def similar_items(
     note in ``DataFrame.attrs["note"]``; none known is a ResdomError; an id given twice is listed once. Every item
     is scored against the whole catalogue (items x catalogue work: hours at a million items); ``progress``: on
     stderr, a bar of the items on a terminal, a plain line every 30 s in a log."""
-    import pandas as pd
+    return similar_lists(model, split, items, k, batch_size=batch_size, device=device, progress=progress).frame()
 
+
+def similar_lists(
+    model: Any,
+    split: SplitData,
+    items: Iterable[Any] | str | int | None = None,
+    k: int = 10,
+    *,
+    batch_size: int = 1024,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    part_rows: int | None = None,
+) -> Lists:
+    """``similar_items``'s lists as they are computed (``Lists``, as ``recommend_lists``): the arguments checked
+    here, the lists made as ``Lists.frames()`` asks for them, in parts of about ``part_rows`` rows."""
     k, batch_size = positive_int(k, "k"), positive_int(batch_size, "batch_size")
+    part_rows = PART_ROWS if part_rows is None else positive_int(part_rows, "part_rows")
     progress = flag(progress, "progress")
     try:
         check_model(model)
@@ -466,26 +514,87 @@ def similar_items(
                      f"{split.n_items - 1:,} rows")
     dev = _named_device(device) if device is not None else model_device(model)  # the embeddings are moved there
     chunk = user_chunk_size(int(split.n_items), batch_size)  # (chunk, N+1) cosines within ranking.SCORE_BUDGET
-    out_rows, out_items, out_scores = [], [], []
+    per_part = max(1, part_rows // min(k, int(split.n_items) + 1))  # items whose lists make a part
     with inference(model):
         item_emb = model.item_embeddings().to(dev)
         unit = unit_rows(item_emb)  # once: normalised per chunk, it cost a catalogue's worth of work each
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for start in chunks(len(targets), chunk, progress, "similar", unit="item"):
             ids = torch.from_numpy(targets[start:start + chunk]).to(dev)
-            r, i, s = top_k(cosine_scores(item_emb, ids, unit), k)
-            out_rows.append(r + start)
-            out_items.append(i)
-            out_scores.append(s)
-    r = np.concatenate(out_rows) if out_rows else np.zeros(0, dtype=np.int64)
-    found = np.concatenate(out_items) if out_items else np.zeros(0, dtype=np.int64)
-    rank = np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
-    frame = pd.DataFrame({"target_item_id": external_ids(split.item_labels, targets[r]),
-                          "item_id": external_ids(split.item_labels, found),
-                          "score": np.concatenate(out_scores) if out_scores else np.zeros(0),
-                          "rank": rank.astype(np.int64)})
-    if notes:
-        frame.attrs["note"] = "; ".join(notes)
-    return frame
+            with inference(model):  # not held across a yield: the caller's code between parts
+                scores = cosine_scores(item_emb, ids, unit)
+            yield from _top_parts(scores, k, start, per_part)
+
+    def make(r: np.ndarray, found: np.ndarray, scores: np.ndarray, rank: np.ndarray) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({"target_item_id": external_ids(split.item_labels, targets[r]),
+                             "item_id": external_ids(split.item_labels, found),
+                             "score": scores, "rank": rank.astype(np.int64)})
+
+    return Lists(parts(), len(targets), make, notes)
+
+
+def _top_parts(scores: torch.Tensor, k: int, start: int, per_part: int
+               ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``top_k`` of the rows of ``scores`` (a chunk whose first row is row ``start`` of all), ``per_part`` rows at
+    a time: (row, item, score) of each part, rows counted from the first chunk's. Row by row as ``top_k`` of the
+    whole chunk (each row's list is its own), and a part's arrays are ``per_part`` lists, not a chunk's: a chunk
+    of 256 users at k 100,000 held 25.6 million rows at once."""
+    for a in range(0, scores.shape[0], per_part):
+        with torch.inference_mode():
+            r, i, s = top_k(scores[a:a + per_part], k)
+        yield r + (start + a), i, s
+
+
+class Lists:
+    """Top-K lists (``recommend_lists``, ``similar_lists``) made as they are asked for, once: ``frames()`` yields
+    them as DataFrames of whole lists, about ``PART_ROWS`` rows each (one list where a list is longer), to write
+    one after the other in bounded memory; ``frame()`` gives them as one DataFrame (``recommend``'s,
+    ``similar_items``' frame, ``attrs["note"]`` set). After either: ``note`` (None: nothing to say), ``n_rows``
+    and ``n_lists`` (the lists with a row)."""
+
+    def __init__(self, parts: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int,
+                 make: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], pd.DataFrame],
+                 notes: list[str], finish: Callable[[np.ndarray], list[str]] | None = None) -> None:
+        self._parts, self._make, self._notes, self._finish = parts, make, list(notes), finish
+        self._per_row = np.zeros(n, dtype=np.int64)  # rows of each list: a number a user (or item), not a row
+        self.note: str | None = None
+        self.n_rows = self.n_lists = 0
+
+    def frames(self) -> Iterator[pd.DataFrame]:
+        made = False
+        for r, found, scores in self._parts:
+            made = True
+            yield self._make(r, found, scores, self._counted(r))
+        if not made:  # no list at all: the columns alone
+            yield self._make(*_no_rows())
+        self._done()
+
+    def frame(self) -> pd.DataFrame:
+        got = list(self._parts)
+        r, found, scores = (np.concatenate([p[j] for p in got]) for j in range(3)) if got else _no_rows()[:3]
+        frame = self._make(r, found, scores, self._counted(r))
+        self._done()
+        if self.note:
+            frame.attrs["note"] = self.note
+        return frame
+
+    def _counted(self, r: np.ndarray) -> np.ndarray:
+        """The rank (1..) of each row of whole lists ``r`` (sorted), their rows counted."""
+        lists, rows = np.unique(r, return_counts=True)
+        self._per_row[lists] += rows
+        return np.arange(len(r)) - np.searchsorted(r, r, side="left") + 1
+
+    def _done(self) -> None:
+        notes = self._notes + (self._finish(self._per_row) if self._finish is not None else [])
+        self.note = "; ".join(notes) if notes else None
+        self.n_rows, self.n_lists = int(self._per_row.sum()), int((self._per_row > 0).sum())
+
+
+def _no_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
 
 
 def chunks(n: int, size: int, progress: bool, desc: str, unit: str = "user") -> Iterable[int]:

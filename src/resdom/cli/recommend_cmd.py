@@ -4,8 +4,10 @@ each item's nearest items by the model's output embeddings (target_item_id, item
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +26,7 @@ from resdom.data.readers import (
 )
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
-from resdom.io import atomic_write_bytes, csv_text
+from resdom.io import atomic_stream, csv_text
 from resdom.limits import quote
 from resdom.recommend import (
     COLUMNS,
@@ -33,9 +35,9 @@ from resdom.recommend import (
     item_lookup,
     label_texts,
     other_spelling,
-    similar_items,
+    recommend_lists,
+    similar_lists,
 )
-from resdom.recommend import recommend as top_items
 from resdom.records import counted
 from resdom.rundir import check_output_file
 from resdom.runs import load_run
@@ -293,12 +295,23 @@ def lead_rank() -> bool:
     return launch_env()[0] == 0
 
 
-def _write(frame: pd.DataFrame, out: Path | None) -> None:
-    text = csv_text(lambda end: frame.to_csv(index=False, lineterminator=end))
+def _write(frames: Iterable[pd.DataFrame], out: Path | None) -> None:
+    """The CSV of ``frames`` (parts of one table: ``Lists.frames``), the header once, part by part: printed, or
+    into ``out`` through a temporary file renamed into place at the end (``io.atomic_stream``: an error or
+    Ctrl-C leaves ``out`` as it was). The bytes of the whole table's ``to_csv`` (``csv_text``), in the memory of
+    one part: the whole table and its text held every row of ``--k 100000`` for every user at once."""
+    pieces = (csv_text(functools.partial(_part_csv, frame, j == 0)) for j, frame in enumerate(frames))
     if out is None:
-        typer.echo(text, nl=False)
-    else:
-        atomic_write_bytes(out, text.encode("utf-8"))
+        for text in pieces:
+            typer.echo(text, nl=False)
+        return
+    with atomic_stream(out) as f:
+        for text in pieces:
+            f.write(text.encode("utf-8"))
+
+
+def _part_csv(frame: pd.DataFrame, header: bool, end: str) -> str:
+    return frame.to_csv(index=False, header=header, lineterminator=end)
 
 
 def recommend(
@@ -350,9 +363,9 @@ def recommend(
     check_item_option(items, whitelist, run.split, "--items")
     check_item_option(exclude, excluded, run.split, "--exclude")
     try:
-        frame = top_items(run.model, run.split, wanted, k, sequences=sessions, items=whitelist, exclude=excluded,
-                          filter_seen=filtered, alpha=scale, history=history, batch_size=batch_size, device=dev,
-                          progress=progress)
+        lists = recommend_lists(run.model, run.split, wanted, k, sequences=sessions, items=whitelist,
+                                exclude=excluded, filter_seen=filtered, alpha=scale, history=history,
+                                batch_size=batch_size, device=dev, progress=progress)
     except ResdomError as e:
         where = f"--users {users}" if str(e).startswith("users:") else ""
         message = str(e).replace("users: ", f"{where}: ", 1) if where else str(e).replace("history:", "--history:")
@@ -364,16 +377,16 @@ def recommend(
             message = f"--users {users}: no such file, nor a user id of the data (give a file of user ids, the ids " \
                       f"themselves, comma-separated, or 'all'){other_spelling(wanted, known)}"
         raise ResdomError(message) from None
-    if frame.attrs.get("note"):
-        note = frame.attrs["note"]
+    _write(lists.frames(), out)
+    if lists.note:  # after the lists: the users with short lists are known then
+        note = lists.note
         for name in ("items", "exclude", "sequences"):
             note = note.replace(f"{name}: ", f"--{name}: ")
         say(f"note: {note}", err=True)
-    _write(frame, out)
     if out is None:
         return
-    who = counted(frame["user_id"].nunique(), "session" if sessions else "user")
-    say(f"{out}: {counted(len(frame), 'recommendation')} for {who} (top "
+    who = counted(lists.n_lists, "session" if sessions else "user")
+    say(f"{out}: {counted(lists.n_rows, 'recommendation')} for {who} (top "
         f"{k}, seen items {'filtered' if filtered else 'kept'}{'' if scale == 1.0 else f', alpha {scale:g}'}"
         f"{', whitelist' if whitelist else ''}{', exclusions' if excluded else ''})", err=True)
 
@@ -401,17 +414,17 @@ def similar(
         return
     check_item_option(None if items == "all" else items, wanted, run.split, "--items")
     try:
-        frame = similar_items(run.model, run.split, wanted, k, device=dev, progress=progress)
+        lists = similar_lists(run.model, run.split, wanted, k, device=dev, progress=progress)
     except ResdomError as e:
         raise ResdomError(f"--{e}" if str(e).startswith("items:") else str(e)) from None
-    if frame.attrs.get("note"):
+    _write(lists.frames(), out)
+    if lists.note:
         note = re.sub(r"(^|; )(items|k): ", lambda m: f"{m[1]}{'-k' if m[2] == 'k' else '--items'}: ",
-                      frame.attrs["note"])  # each note's field as the option that sets it
+                      lists.note)  # each note's field as the option that sets it
         say(f"note: {note}", err=True)
-    _write(frame, out)
     if out is not None:
-        targets = counted(frame["target_item_id"].nunique(), "item")
-        say(f"{out}: {counted(len(frame), 'similar item')} for {targets} (top {k}, "
+        targets = counted(lists.n_lists, "item")
+        say(f"{out}: {counted(lists.n_rows, 'similar item')} for {targets} (top {k}, "
             "cosine over the output item embeddings)", err=True)
 
 
