@@ -62,7 +62,7 @@ DEFAULT_DATA_DIR = Path(os.environ.get("RESDOM_DATA_DIR", ROOT.parent / "shared"
 BEGIN = "<!-- BEGIN benchmarks/run.py auto-generated block: edit outside it; run.py rewrites it -->"
 END = "<!-- END benchmarks/run.py auto-generated block -->"
 SECTIONS = ("peak", "recbole", "rectools", "tta", "batching", "last", "ce", "eval", "mixing", "memory", "scale",
-            "scaling", "ddp")
+            "scaling", "ddp", "output")
 TITLES = {
     "peak": "Share of the single-thread matmul peak: training step, full ranking, evaluation, mixing",
     "recbole": "Training throughput: resdom vs RecBole 1.2.1 (SASRec, Beauty LOO)",
@@ -77,6 +77,7 @@ TITLES = {
     "scale": "Scale check: 1,000,000 items, 50,000 users, max length 200",
     "scaling": "Scaling curve: seconds per epoch vs users, items, sequence length",
     "ddp": "Two gloo processes (torchrun) vs one process",
+    "output": "Writing recommend / similar's CSV: the whole table at once vs part by part (peak memory)",
 }
 
 
@@ -1039,6 +1040,46 @@ def section_scale(ctx: Context) -> str:
     return "\n".join(text) + errors_note(r)
 
 
+# --------------------------------------------------------------------------------------------- output
+
+
+def section_output(ctx: Context) -> str:
+    """Peak RSS of ``resdom recommend`` / ``similar``'s writing at a large k: the whole table and its CSV text at
+    once (before) against ``Lists.frames`` into ``io.atomic_stream`` (now), each in a process of its own."""
+    if ctx.quick:
+        cases = [("recommend", synthetic(2_000, 1_000, 20), 200), ("similar", synthetic(200, 4_000, 20), 100)]
+    else:
+        cases = [("recommend", synthetic(10_000, 2_000, 20), 500), ("similar", synthetic(500, 10_000, 20), 500)]
+    rows, results = [], {}
+    for what, data, k in cases:
+        runs = {}
+        for impl in ("whole", "parts"):
+            runs[impl] = ctx.task("output", {"data": data, "model": {"max_len": 20}, "what": what, "impl": impl,
+                                             "k": k, "out": str(ctx.out / f"output_{what}_{impl}.csv")})
+            results[f"{what} {impl}"] = runs[impl]
+        whole, parts = runs["whole"], runs["parts"]
+        if err(whole) or err(parts):
+            continue
+        grown = [r["peak_rss_mb"] - r["rss_before_mb"] for r in (whole, parts)]
+        rows.append([what, f"{whole['lists']:,} x {k:,}", f"{whole['rows']:,}", f"{whole['bytes'] / 2**20:,.0f}",
+                     whole["rss_before_mb"], whole["peak_rss_mb"], parts["peak_rss_mb"], fmt(grown[0]),
+                     fmt(grown[1]), ratio(grown[0], grown[1], 1), whole["seconds"], parts["seconds"],
+                     "yes" if whole["sha256"] == parts["sha256"] else "**no**"])
+    text = [table(["command", "lists x k", "rows", "CSV MiB", "RSS before MiB", "whole: peak MiB",
+                   "parts: peak MiB", "whole: growth MiB", "parts: growth MiB", "growth ratio", "whole s",
+                   "parts s", "same bytes"], rows)]
+    text.append(
+        "\nSame untrained, seeded SASRec (d 64, max length 20) on synthetic data, every user (`recommend`) or every "
+        "item (`similar`) at the k shown, CSV written to a file. \"whole\" is what the commands did before: "
+        "`recommend()`'s DataFrame of every row, its CSV text (`csv_text`), encoded and written at once; \"parts\" "
+        "is what they do now: `Lists.frames()` (`recommend.PART_ROWS` = 100,000 rows a part) written one after "
+        "the other into a temporary file renamed into place (`io.atomic_stream`). Growth = peak RSS during the "
+        "phase minus RSS when it started (Python, torch, data and model): what the output itself cost. The "
+        "parts' growth is bounded by one chunk's scores (`ranking.SCORE_BUDGET`, 32M floats) and one part's "
+        "rows, whatever users x k is; the whole table's grows with users x k (about 100-200 bytes a row).")
+    return "\n".join(text) + errors_note(results)
+
+
 # -------------------------------------------------------------------------------------------- scaling
 
 
@@ -1249,7 +1290,7 @@ RUNNERS: dict[str, Callable[[Context], str]] = {
     "batching": section_batching,
     "last": section_last, "ce": section_ce,
     "eval": section_eval, "mixing": section_mixing, "memory": section_memory,
-    "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp,
+    "scale": section_scale, "scaling": section_scaling, "ddp": section_ddp, "output": section_output,
 }
 
 

@@ -846,9 +846,42 @@ def task_score(args: dict[str, Any]) -> dict[str, Any]:
     return {"library": args["library"], "scores": out}
 
 
+# ------------------------------------------------------------------------------------------------- output
+
+
+def task_output(args: dict[str, Any]) -> dict[str, Any]:
+    """Peak memory of writing ``resdom recommend`` / ``resdom similar``'s CSV (``what``) for every user (item) at
+    ``k``: ``impl="whole"`` the whole table and its text at once (what the commands did before: ``recommend()``'s
+    frame, ``csv_text``, ``atomic_write_bytes``), ``"parts"`` the commands' own writer (``Lists.frames`` into
+    ``io.atomic_stream``, ``part_rows`` rows a part; None: ``recommend.PART_ROWS``). Both write ``out``; its
+    sha256 says the bytes are the same."""
+    from resdom.cli.recommend_cmd import _write
+    from resdom.io import atomic_write_bytes, csv_text, sha256_file
+    from resdom.recommend import recommend_lists, similar_lists
+
+    threads = set_threads(args.get("threads"))
+    split = load_split(args["data"])
+    net = model_for(split, args)
+    what, impl, k, out = args.get("what", "recommend"), args["impl"], int(args["k"]), Path(args["out"])
+    extra = {"part_rows": args["part_rows"]} if args.get("part_rows") else {}
+    make = recommend_lists if what == "recommend" else similar_lists
+    with Phase() as ph:
+        lists = make(net, split, k=k, **extra)
+        if impl == "whole":
+            frame = lists.frame()
+            atomic_write_bytes(out, csv_text(lambda end: frame.to_csv(index=False, lineterminator=end))
+                               .encode("utf-8"))
+        elif impl == "parts":
+            _write(lists.frames(), out)
+        else:
+            raise ValueError(f"unknown impl {impl!r}")
+    return {"what": what, "impl": impl, "threads": threads, "k": k, "rows": lists.n_rows, "lists": lists.n_lists,
+            "items": split.n_items, "bytes": out.stat().st_size, "sha256": sha256_file(out), **ph.to_dict()}
+
+
 TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "last_columns": task_last_columns,
          "cross_entropy": task_cross_entropy, "eval_run": task_eval_run, "train_rounds": task_train_rounds,
-         "peak": task_peak, "score": task_score}
+         "peak": task_peak, "score": task_score, "output": task_output}
 
 
 def main(argv: list[str]) -> None:

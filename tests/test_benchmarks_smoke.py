@@ -56,6 +56,15 @@ def test_eval_task_naive_full_sort_agrees_with_resdom() -> None:
         assert ours["metrics"][k] == pytest.approx(naive["metrics"][k])
 
 
+@pytest.mark.parametrize("what", ["recommend", "similar"])
+def test_output_task_writes_the_same_bytes_whole_and_in_parts(tmp_path: Path, what: str) -> None:
+    args = {"data": TINY, "model": MODEL, "threads": 1, "what": what, "k": 7, "part_rows": 9}
+    whole = tasks.task_output({**args, "impl": "whole", "out": str(tmp_path / "whole.csv")})
+    parts = tasks.task_output({**args, "impl": "parts", "out": str(tmp_path / "parts.csv")})
+    assert whole["sha256"] == parts["sha256"] and whole["bytes"] == parts["bytes"] > 0
+    assert whole["rows"] == parts["rows"] == whole["lists"] * 7 and parts["peak_rss_mb"] > 0
+
+
 def test_mixing_task_forward_and_both_definitions() -> None:
     args = {"data": TINY, "model": MODEL, "threads": 1, "max_users": 16}
     fwd = tasks.task_mixing({**args, "what": "forward"})
