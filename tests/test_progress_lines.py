@@ -82,7 +82,7 @@ def test_progress_on_a_terminal_is_a_bar_and_a_gone_stderr_stops_nothing(capsys,
     assert list(with_progress(range(4), 8, True, "evaluate")) == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("loop", ["evaluate", "recommend", "similar", "diagnostic", "beyond"])
+@pytest.mark.parametrize("loop", ["evaluate", "recommend", "similar", "diagnostic", "beyond", "neighbours"])
 def test_every_long_loop_reports_in_a_log(loop, split, model, capsys, monkeypatch) -> None:
     """evaluate, recommend, similar, the diagnostics' batches and the beyond-accuracy metrics: lines in a log
     (every batch here, ``PROGRESS_LINE_S`` 0), counting users (items), the same results."""
@@ -104,6 +104,14 @@ def test_every_long_loop_reports_in_a_log(loop, split, model, capsys, monkeypatc
         resdom.evaluate(resdom.Fitted(model, split, model.cfg, None), beyond=True, batch_size=4, progress=True,
                         device="cpu")
         total, unit = len(split.test), "users"
+    elif loop == "neighbours":  # --beyond's nearest items of the distinct last items, before any user
+        from resdom.evaluation.beyond import neighbours_of
+
+        ids = np.arange(1, split.n_items + 1)
+        with torch.no_grad():
+            emb = model.item_embeddings()
+            assert np.array_equal(neighbours_of(emb, ids, 3, chunk=4, progress=True), neighbours_of(emb, ids, 3))
+        total, unit = split.n_items, "items"
     else:
         n = sum(len(idx) for idx, _, _ in diagnostic_batches(model, split.test, 4, desc="hrli", progress=True))
         total, unit = n, "users"
