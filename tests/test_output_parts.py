@@ -166,6 +166,31 @@ def test_an_error_part_way_leaves_the_file_as_it_was(split, model, run_dir, tmp_
     assert sims.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["recs.csv", "sims.csv"]
 
 
+def test_an_error_part_way_through_printing_says_the_output_is_incomplete(run_dir, capsys, monkeypatch) -> None:
+    """Printed, the parts before an error are out already (a model scoring some users' items as NaN stops after
+    them): the one error line says they are not the whole table; an error before any part is the plain line."""
+    from resdom.evaluation.ranking import NonFiniteScores
+
+    monkeypatch.setattr(rec, "PART_ROWS", 4)
+    real, calls = rec.top_k, {"n": 0, "at": 3}
+
+    def broken(scores: torch.Tensor, k: int):
+        calls["n"] += 1
+        if calls["n"] == calls["at"]:
+            raise NonFiniteScores("the model scores items as NaN or infinity")
+        return real(scores, k)
+
+    monkeypatch.setattr(rec, "top_k", broken)
+    assert invoke("recommend", str(run_dir), "--device", "cpu", "--k", "2") == 2
+    got = capsys.readouterr()
+    assert got.out.startswith("user_id,item_id,score,rank\n") and got.err.count("\n") == 1, got.err
+    assert "NaN or infinity (the rows printed before this error are not the whole table" in got.err
+    calls.update(n=0, at=1)
+    assert invoke("recommend", str(run_dir), "--device", "cpu", "--k", "2") == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err.count("\n") == 1 and "not the whole table" not in got.err, got.err
+
+
 def test_atomic_stream_renames_whole_or_leaves_the_target(tmp_path) -> None:
     target = tmp_path / "t.csv"
     target.write_bytes(b"old\n")

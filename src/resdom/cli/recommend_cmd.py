@@ -299,11 +299,20 @@ def _write(frames: Iterable[pd.DataFrame], out: Path | None) -> None:
     """The CSV of ``frames`` (parts of one table: ``Lists.frames``), the header once, part by part: printed, or
     into ``out`` through a temporary file renamed into place at the end (``io.atomic_stream``: an error or
     Ctrl-C leaves ``out`` as it was). The bytes of the whole table's ``to_csv`` (``csv_text``), in the memory of
-    one part: the whole table and its text held every row of ``--k 100000`` for every user at once."""
+    one part: the whole table and its text held every row of ``--k 100000`` for every user at once. Printed, an
+    error part-way says that the rows before it are not the whole table."""
     pieces = (csv_text(functools.partial(_part_csv, frame, j == 0)) for j, frame in enumerate(frames))
     if out is None:
-        for text in pieces:
-            typer.echo(text, nl=False)
+        printed = False
+        try:
+            for text in pieces:
+                typer.echo(text, nl=False)
+                printed = True
+        except ResdomError as e:  # a model that scores some user's items as NaN: part of the table is out already
+            if not printed:
+                raise
+            raise ResdomError(f"{e} (the rows printed before this error are not the whole table; --out FILE is "
+                              "written whole or not at all)") from None
         return
     with atomic_stream(out) as f:
         for text in pieces:
