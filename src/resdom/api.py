@@ -701,7 +701,7 @@ def diagnose_run(run_dir: str | Path, options: DiagnoseOptions | None = None, *,
     device
         Where to compute (``auto``: cuda, then mps, then cpu); under torchrun each process diagnoses its shard.
     progress
-        Progress bars on stderr.
+        Progress on stderr: bars on a terminal, a plain line every 30 s in a log.
     **values
         The options' fields by name, instead of ``options``.
 
@@ -854,7 +854,7 @@ def diagnose(
     device
         Where to compute (``auto``: cuda, then mps, then cpu).
     progress
-        Progress bars on stderr.
+        Progress on stderr: bars on a terminal, a plain line every 30 s in a log.
 
     Returns
     -------
