@@ -156,6 +156,23 @@ def float32_default() -> Iterator[None]:
             torch.set_default_device(device)
 
 
+AUTOCAST_DEVICES = ("cpu", "cuda", "mps")  # the device types whose autocast a caller's region may have turned on
+
+
+@contextlib.contextmanager
+def without_autocast() -> Iterator[None]:
+    """A caller's ``torch.autocast`` region turned off inside (the caller's back on exit), on every device type
+    where it is on: resdom computes in float32 (``train.precision`` bf16 is the trainer's own autocast, entered
+    inside this). In a caller's bfloat16 region ``fit`` trained other weights than ``resdom train`` for the same
+    configuration, ``recommend`` and the diagnostics gave other scores and numbers, and ``similar_items`` failed
+    inside numpy ("unsupported ScalarType BFloat16")."""
+    with contextlib.ExitStack() as stack:
+        for device_type in AUTOCAST_DEVICES:
+            if torch.is_autocast_enabled(device_type):
+                stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield
+
+
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
     """``auto`` -> cuda, then mps, then cpu; an explicit device that is not available is a ResdomError naming
     ``option`` (the setting the user gave it with: ``train.device``, or a command's ``--device``); in any case

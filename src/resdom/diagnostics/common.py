@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from resdom.data.sequences import EvalSet, Sequences, ranges
-from resdom.distributed import gather_users, rank_and_world
+from resdom.distributed import gather_users, rank_and_world, without_autocast
 from resdom.evaluation.batches import (
     activation_chunk,
     history_pairs,
@@ -54,12 +54,13 @@ def model_device(model: Diagnosable) -> torch.device:
 
 @contextmanager
 def inference(model: Diagnosable) -> Iterator[None]:
-    """Eval mode (no dropout, residual scale honoured) and no autograd inside; the training flag is restored."""
+    """Eval mode (no dropout, residual scale honoured), no autograd and float32 (a caller's autocast off:
+    ``distributed.without_autocast``) inside; the training flag is restored."""
     was_training = bool(getattr(model, "training", False))
     if hasattr(model, "eval"):
         model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), without_autocast():
             yield
     finally:
         if was_training and hasattr(model, "train"):

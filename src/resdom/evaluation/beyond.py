@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from resdom.data.sequences import EvalSet, Sequences
+from resdom.distributed import without_autocast
 from resdom.evaluation.batches import activation_chunk, history_pairs, with_progress
 from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, Seen, full_scores, user_chunk_size
 from resdom.models.interface import final_states
@@ -200,7 +201,7 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
     if hasattr(model, "eval"):
         model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), without_autocast():  # float32 even in a caller's autocast region
             item_emb = model.item_embeddings()
             unit = unit_rows(item_emb)
             distinct, inverse = np.unique(last, return_inverse=True)

@@ -285,7 +285,9 @@ def fit(
     epoch_monitor``), which records ``train.monitor_every``'s numbers; setting ``monitor_every`` without a hook is
     refused. The caller's torch random state is as it was when ``fit`` returns (``distributed.callers_rng``); fits
     in several threads of one process run one at a time, each with the numbers it gives alone; the model is float32
-    whatever the caller's default dtype (``distributed.float32_default``).
+    whatever the caller's default dtype (``distributed.float32_default``) and trains with autograd on and in
+    ``train.precision`` inside a caller's ``torch.no_grad()``, ``torch.inference_mode()`` or ``torch.autocast``
+    (``distributed.without_autocast``; the caller's modes are back on return).
     """
     check_output_folder(out_dir, "out", runs=True)  # never write into a folder of other files
     check_output_inputs(out_dir, "out", {"the split": split.folder}, read_whole=("the split",))  # nor the split's
@@ -302,8 +304,12 @@ def fit(
     try:
         # torch's random state and thread count are the process's: two fits at once in two threads drew each other's
         # dropout and reseeded each other mid-epoch, so a second thread's fit waits for the first (callers_rng's lock,
-        # outermost: ``held`` gives the thread count back, and unlocks the folder, before another fit may start)
-        with distributed.callers_rng(), contextlib.ExitStack() as held, distributed.float32_default():
+        # outermost: ``held`` gives the thread count back, and unlocks the folder, before another fit may start);
+        # autograd on and autocast off whatever the caller's modes (a fit inside ``torch.no_grad()`` or
+        # ``torch.inference_mode()`` failed at its first step: "element 0 of tensors does not require grad"; one
+        # inside ``torch.autocast`` trained in bfloat16), the caller's back on return
+        with distributed.callers_rng(), contextlib.ExitStack() as held, distributed.float32_default(), \
+                torch.inference_mode(False), torch.enable_grad(), distributed.without_autocast():
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
                         callbacks, progress, held, hooks)
     finally:

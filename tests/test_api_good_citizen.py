@@ -1,0 +1,270 @@
+"""resdom inside someone else's Python process: every API call leaves the caller's process as it found it (threads,
+random states, torch's modes and flags, warnings, logging, matplotlib, signals, environment, cwd, sys.path, umask,
+threads, file descriptors, temporary files, a model passed in), also when it is interrupted, and gives the numbers it
+gives anywhere else inside a caller's ``torch.no_grad()``, ``torch.inference_mode()`` or ``torch.autocast``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import resdom
+
+SOURCE = "synthetic:n_users=60,n_items=30,min_len=5,max_len=10,seed=0"
+SMALL = {"epochs": 2, "hidden": 8, "layers": 1, "heads": 1, "max_len": 8, "batch_size": 64, "seed": 0,
+         "device": "cpu", "progress": False}
+SIGNALS = [getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE", "SIGUSR1", "SIGCHLD", "SIGALRM")
+           if hasattr(signal, s)]
+MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
+         "autocast": lambda: torch.autocast("cpu", dtype=torch.bfloat16)}
+
+
+@pytest.fixture(scope="module")
+def split():
+    return resdom.prepare_split(SOURCE, "loo")
+
+
+@pytest.fixture(scope="module")
+def fitted(split):
+    return resdom.fit(split, "sasrec", **SMALL)
+
+
+@pytest.fixture(scope="module")
+def run_dir(fitted, tmp_path_factory) -> Path:
+    return resdom.Fitted(**{**fitted.__dict__}).save(tmp_path_factory.mktemp("citizen") / "run")
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch) -> Path:
+    """tempfile's folder for the test alone, to see what a call leaves in it."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _umask() -> str | None:
+    try:
+        with open("/proc/self/status") as f:
+            return next((line.split()[1] for line in f if line.startswith("Umask:")), None)
+    except OSError:
+        return None
+
+
+def _fds() -> list[tuple[str, str]]:
+    """Open descriptors and what they are; matplotlib's own cache of the font files it drew with left out."""
+    found = []
+    for fd in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not target.endswith((".ttf", ".otf", ".afm")):
+            found.append((fd, target))
+    return sorted(found)
+
+
+def _loggers() -> dict[str, Any]:
+    known = [("", logging.root), *[(n, lg) for n, lg in logging.root.manager.loggerDict.items()
+                                    if isinstance(lg, logging.Logger)]]
+    return {n: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for n, lg in known}
+
+
+def snapshot(tmp: Path | None = None) -> dict[str, Any]:
+    """The process-wide state a library call must leave alone."""
+    b = torch.backends
+    state: dict[str, Any] = {
+        "torch threads": (torch.get_num_threads(), torch.get_num_interop_threads()),
+        "torch rng": torch.get_rng_state().tolist(),
+        "numpy rng": repr(np.random.get_state()),
+        "random rng": random.getstate(),
+        "default dtype / device": (torch.get_default_dtype(), str(torch.get_default_device())),
+        "deterministic": (torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled()),
+        "cudnn / matmul / sdp": (b.cudnn.benchmark, b.cudnn.deterministic, b.cudnn.enabled, b.cudnn.allow_tf32,
+                                 b.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision(),
+                                 b.cuda.flash_sdp_enabled(), b.cuda.mem_efficient_sdp_enabled(),
+                                 b.cuda.math_sdp_enabled(), b.mkldnn.enabled),
+        "grad / inference / anomaly / autocast": (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                                                  torch.is_anomaly_enabled(), torch.is_autocast_enabled("cpu")),
+        "warnings": (list(warnings.filters), warnings.showwarning),
+        "logging": (_loggers(), logging.root.manager.disable),
+        "signals": {s: signal.getsignal(s) for s in SIGNALS},
+        "environ": dict(os.environ),
+        "cwd / sys.path / umask": (os.getcwd(), list(sys.path), _umask()),
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "fds": _fds(),
+        "hooks": (sys.excepthook, threading.excepthook, sys.stdout, sys.stderr),
+        "numpy errors / print": (np.geterr(), np.get_printoptions()),
+    }
+    if "matplotlib" in sys.modules:
+        import matplotlib
+
+        state["matplotlib"] = (matplotlib.rcParams._get_backend_or_none(),  # noqa: SLF001 (no backend resolved)
+                               {k: repr(v) for k, v in dict.items(matplotlib.rcParams) if k != "backend"})
+    if tmp is not None:
+        state["temporary files"] = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+    return state
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The names of what differs (a logger made by an import on the way is new, not changed)."""
+    out = []
+    for key in before:
+        if key == "logging":
+            old, new = before[key][0], after[key][0]
+            diff = [n for n in old if old[n] != new.get(n)]
+            if diff or before[key][1] != after[key][1]:
+                out.append(f"logging {diff}")
+        elif key == "matplotlib" and key not in after:
+            out.append(key)
+        elif before[key] != after.get(key):
+            out.append(key)
+    return out
+
+
+def _callers_state() -> None:
+    """A caller's own settings, none of them resdom's defaults."""
+    torch.manual_seed(123)
+    np.random.seed(5)
+    random.seed(7)
+    warnings.filterwarnings("ignore", message="a caller's own filter")
+    logging.getLogger("callers.own").setLevel(logging.DEBUG)
+
+
+def _entry_points(split, fitted, run_dir: Path, out: Path) -> dict[str, Callable[[], Any]]:
+    from resdom.report import build_report
+
+    def fresh(name: str) -> Path:  # a new folder each call
+        return out / f"{name}-{sum(1 for _ in out.iterdir())}"
+
+    return {
+        "prepare_split": lambda: resdom.prepare_split(SOURCE, "gts"),
+        "load_split": lambda: resdom.load_split(run_dir / "data"),
+        "fit": lambda: resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1}),
+        "fit threads=1": lambda: resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1}, threads=1),
+        "fit out": lambda: resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1}, out=fresh("fit")),
+        "load_run": lambda: resdom.load_run(run_dir, device="cpu"),
+        "evaluate": lambda: resdom.evaluate(fitted, cutoffs=(5,), beyond=True, device="cpu"),
+        "diagnose": lambda: resdom.diagnose(fitted, device="cpu"),
+        "diagnose plot": lambda: resdom.diagnose(fitted, what="mixing", device="cpu").plot("mixing"),
+        "diagnose_run": lambda: resdom.diagnose_run(run_dir, device="cpu", seeds=(0,), progress=False),
+        "recommend": lambda: fitted.recommend(k=3, alpha=0.5),
+        "recommend sessions": lambda: fitted.recommend(sequences=[[1, 2, 3]], k=3),
+        "similar_items": lambda: fitted.similar_items(k=3),
+        "save": lambda: resdom.Fitted(**{**fitted.__dict__}).save(fresh("saved")),
+        "build_report": lambda: build_report([run_dir], fresh("report")),
+    }
+
+
+ENTRY_POINTS = ["prepare_split", "load_split", "fit", "fit threads=1", "fit out", "load_run", "evaluate", "diagnose",
+                "diagnose plot", "diagnose_run", "recommend", "recommend sessions", "similar_items", "save",
+                "build_report"]
+
+
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_each_api_call_leaves_the_callers_process_as_it_found_it(name, split, fitted, run_dir, tmp_path,
+                                                                  private_tmp):
+    """Around each entry point (tiny data): nothing of the process's state above changes, and a model passed in
+    keeps its train mode and its residual scales."""
+    call = _entry_points(split, fitted, run_dir, tmp_path)[name]
+    call()  # a first call imports what it needs (new loggers, tqdm, matplotlib): that is not a change
+    _callers_state()
+    fitted.model.train()
+    try:
+        before = snapshot(private_tmp)
+        call()
+        after = snapshot(private_tmp)
+        assert changed(before, after) == []
+        assert fitted.model.training and all(m.training for m in fitted.model.modules())
+        assert [b.alpha for b in fitted.model.attention_blocks()] == [1.0]
+        assert all(p.grad is None for p in fitted.model.parameters())
+    finally:
+        fitted.model.eval()
+        warnings.filters[:] = [f for f in warnings.filters if f[1] is None or "own filter" not in f[1].pattern]
+
+
+def test_an_interrupted_fit_leaves_the_callers_process_as_it_found_it(split, private_tmp):
+    """A KeyboardInterrupt from a callback (a notebook's stop button) in the middle of a fit in memory: the thread
+    count, random states, modes and warnings filters are the caller's, and no temporary run is left."""
+    def stop(epoch: int, record: dict[str, Any]) -> None:
+        raise KeyboardInterrupt
+
+    resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1})
+    _callers_state()
+    before = snapshot(private_tmp)
+    with pytest.raises(KeyboardInterrupt):
+        resdom.fit(split, "sasrec", **SMALL, threads=1, callbacks=[stop])
+    assert changed(before, snapshot(private_tmp)) == []
+    resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1})  # nothing held: the next fit runs
+
+
+def test_an_interrupted_diagnosis_gives_the_model_back_as_it_was(fitted):
+    """A KeyboardInterrupt in the middle of a diagnosis (the alpha sweep scales the residual, mixing records every
+    block): the model passed in is back in its train mode, unscaled and recording nothing."""
+    model, calls = fitted.model, []
+
+    def encode(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return type(model).encode(model, *args, **kwargs)
+
+    model.encode = encode
+    model.train()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            resdom.diagnose(fitted, what="alpha", device="cpu")
+        assert model.training
+        assert [(b.alpha, b.recording) for b in model.attention_blocks()] == [(1.0, None)]
+    finally:
+        del model.encode
+        model.eval()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_fit_inside_a_callers_torch_mode_trains_as_outside_it(mode, split, fitted):
+    """``torch.no_grad()`` / ``torch.inference_mode()`` (a notebook cell that evaluates a model of its own): a fit
+    inside failed at its first step with torch's "element 0 of tensors does not require grad". ``torch.autocast``
+    (a caller's bfloat16 region): the fit trained in bfloat16 to other weights than ``resdom train``'s. The fit now
+    trains as anywhere else; the caller's mode is on again after it."""
+    with MODES[mode]():
+        got = resdom.fit(split, "sasrec", **SMALL)
+        assert (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu")) == (
+            mode == "autocast", mode == "inference_mode", mode == "autocast")
+    assert got.checkpoint == fitted.checkpoint
+
+
+def test_inference_inside_a_callers_autocast_gives_the_numbers_outside_it(fitted):
+    """In a caller's ``torch.autocast("cpu", dtype=torch.bfloat16)`` region the model ran in bfloat16: recommend
+    scored and the diagnostics measured other numbers than outside it, and similar_items failed inside numpy
+    ("Got unsupported ScalarType BFloat16"). Every computation of the API is float32 now (evaluate already was)."""
+    def numbers() -> dict[str, Any]:
+        diagnosis = resdom.diagnose(fitted, what="hrli,mixing,alpha", device="cpu")
+        return {"recommend": fitted.recommend(k=3).to_dict(), "sessions": fitted.recommend(sequences=[[3, 1]], k=3,
+                                                                                            alpha=0.5).to_dict(),
+                "similar": fitted.similar_items(k=3).to_dict(), "diagnose": diagnosis.to_dict(),
+                "evaluate": resdom.evaluate(fitted, cutoffs=(5,), beyond=True, device="cpu").metrics}
+
+    def without_seconds(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: without_seconds(v) for k, v in value.items() if "seconds" not in str(k)}
+        return [without_seconds(v) for v in value] if isinstance(value, list) else value
+
+    outside = numbers()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = numbers()
+    assert without_seconds(inside) == without_seconds(outside)
