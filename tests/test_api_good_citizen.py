@@ -268,3 +268,18 @@ def test_inference_inside_a_callers_autocast_gives_the_numbers_outside_it(fitted
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = numbers()
     assert without_seconds(inside) == without_seconds(outside)
+
+
+def test_a_fit_leaves_the_cuda_seeds_a_caller_queued_before_using_cuda(split):
+    """``torch.manual_seed(s)`` before CUDA is first used queues ``s`` for it (torch.cuda's lazy seeds); a fit
+    reseeds torch each epoch, which replaced the caller's queued seed, so a caller who seeded, fitted (on the CPU)
+    and then drew on the GPU got the fit's last epoch seed's numbers. The queued seeds are the caller's again after
+    it (CUDA already in use: its generators' states are kept as before). Read on any machine: the queue is kept
+    whether or not a GPU is there."""
+    tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
+    if torch.cuda.is_initialized() or not hasattr(tracker, "manual_seed_all_cb"):
+        pytest.skip("CUDA in use, or a torch that queues its seeds otherwise")
+    torch.manual_seed(123)
+    queued = dict(vars(tracker))
+    resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1})
+    assert vars(tracker) == queued

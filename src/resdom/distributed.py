@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -118,19 +119,50 @@ def leave(code: int | str | None = 0) -> None:
 
 
 @contextlib.contextmanager
-def callers_rng() -> Iterator[None]:
+def callers_rng(device: torch.device | None = None) -> Iterator[None]:
     """Give the caller's torch random state back as it was on entry, whatever runs inside seeds or draws: ``fit``
     seeds torch with ``train.seed`` (and again each epoch), loading a model draws initial weights it then overwrites.
-    A library call leaves its caller's random numbers alone. The CPU generator, and each CUDA device's where CUDA
-    was initialised before the call (a process that had not used CUDA has no state of it to keep).
+    A library call leaves its caller's random numbers alone: the CPU generator, each CUDA device's, and the MPS one.
+
+    CUDA not yet used by the process still has a state: the seeds a ``torch.manual_seed`` queued for its first use.
+    A call on ``device`` CUDA starts CUDA first (the caller's queued seeds applied, as its own first use would) and
+    keeps the state that made; any other call puts the caller's queued seeds back (``torch.manual_seed`` inside
+    had replaced them: a caller who seeded torch, fitted on the CPU, then drew on the GPU got the fit's numbers).
 
     The state is the process's, so such calls in several threads run one at a time (``_RANDOM_STATE``): a
     ``load_run`` in one thread put its saved state back in the middle of a ``fit`` in another (``resdom.fit``
     loads its best model after training, so two fits in two threads gave the second other weights). ``fit`` holds
     it for its whole run, the torch thread count it sets given back inside it: one fit at a time a process."""
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with _RANDOM_STATE, torch.random.fork_rng(devices=cuda, device_type="cuda"):
-        yield
+    with _RANDOM_STATE:
+        if device is not None and torch.device(device).type == "cuda":
+            torch.cuda.init()
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        queued = None if cuda else _queued_cuda_seeds()
+        mps = _mps_state()
+        try:
+            with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+                yield
+        finally:
+            if queued is not None and not torch.cuda.is_initialized():
+                vars(torch.cuda._lazy_seed_tracker).update(queued)
+            if mps is not None:
+                torch.mps.set_rng_state(mps)
+
+
+def _queued_cuda_seeds() -> dict[str, Any] | None:
+    """The seeds queued for CUDA's first use (``torch.cuda._lazy_seed_tracker``'s fields, copied); None where this
+    torch keeps them otherwise."""
+    tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
+    fields = getattr(tracker, "__dict__", None)
+    if not isinstance(fields, dict) or not {"manual_seed_all_cb", "manual_seed_cb", "call_order"} <= set(fields):
+        return None
+    return {k: list(v) if isinstance(v, list) else v for k, v in fields.items()}
+
+
+def _mps_state() -> torch.Tensor | None:
+    """The MPS generator's state where MPS is available (``torch.manual_seed`` seeds it too); None elsewhere."""
+    mps = getattr(torch.backends, "mps", None)
+    return torch.mps.get_rng_state() if mps is not None and mps.is_available() else None
 
 
 _RANDOM_STATE = threading.RLock()  # held by callers_rng: one call at a time draws on and gives back the state

@@ -308,7 +308,7 @@ def fit(
         # autograd on and autocast off whatever the caller's modes (a fit inside ``torch.no_grad()`` or
         # ``torch.inference_mode()`` failed at its first step: "element 0 of tensors does not require grad"; one
         # inside ``torch.autocast`` trained in bfloat16), the caller's back on return
-        with distributed.callers_rng(), contextlib.ExitStack() as held, distributed.float32_default(), \
+        with distributed.callers_rng(dist_ctx.device), contextlib.ExitStack() as held, distributed.float32_default(), \
                 torch.inference_mode(False), torch.enable_grad(), distributed.without_autocast():
             return _fit(split, model_cfg, train_cfg, objective, files, fingerprint, data_info or {}, dist_ctx,
                         callbacks, progress, held, hooks)
