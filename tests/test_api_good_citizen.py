@@ -283,3 +283,28 @@ def test_a_fit_leaves_the_cuda_seeds_a_caller_queued_before_using_cuda(split):
     queued = dict(vars(tracker))
     resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1})
     assert vars(tracker) == queued
+
+
+def test_figures_drawn_in_several_threads_at_once_leave_the_callers_rcparams_alone(fitted):
+    """Each figure is built under matplotlib's ``rc_context(STYLE)``, which saves rcParams on entry and puts that
+    copy back on exit: two plots overlapping in two threads each put back what it saved, the second one resdom's
+    STYLE, so a notebook's own figures came out with 7-point fonts and ``text.parse_math`` off for the rest of the
+    process. The blocks now run one at a time."""
+    import matplotlib
+
+    diagnosis = resdom.diagnose(fitted, what="hrli,mixing", device="cpu")
+    diagnosis.plot("mixing")
+    before = {k: repr(v) for k, v in dict.items(matplotlib.rcParams)}
+
+    def draw() -> None:
+        for _ in range(10):
+            diagnosis.plot("mixing")
+            diagnosis.plot("hrli")
+
+    threads = [threading.Thread(target=draw) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = {k: repr(v) for k, v in dict.items(matplotlib.rcParams)}
+    assert {k: (v, after[k]) for k, v in before.items() if after[k] != v} == {}

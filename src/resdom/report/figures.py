@@ -18,8 +18,10 @@ from __future__ import annotations
 import functools
 import io
 import textwrap
+import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -184,13 +186,27 @@ def palette_png(png: bytes) -> bytes:
     return buf.getvalue()
 
 
+# one rc_context block at a time in this process (rc_settings)
+_RC = threading.RLock()
+
+
+@contextmanager
+def rc_settings(values: dict[str, Any]) -> Iterator[None]:
+    """matplotlib's ``rc_context(values)``, one such block at a time in the process. rc_context saves the process's
+    rcParams on entry and puts that copy back on exit: figures drawn in two threads at once (two ``Diagnosis.plot``
+    or ``build_report``) each put back the copy it saved, the second one with the first one's ``STYLE`` in it, so
+    resdom's small fonts (``font.size`` 7) and ``text.parse_math`` False stayed in the caller's rcParams."""
+    with _RC, mpl().rc_context(values):
+        yield
+
+
 def plain_text(build: Callable[..., Any]) -> Callable[..., Any]:
     """Build the figure with every text as written: a ``$`` in a data set or model name is a dollar sign, not the
     start of mathtext (``a$\\frac$`` raised a ParseException; ``$5 and $10`` came out in italics). ``STYLE``
     holds the same setting."""
     @functools.wraps(build)
     def build_plain(*args: Any, **kwargs: Any) -> Any:
-        with mpl().rc_context({"text.parse_math": False}):
+        with rc_settings({"text.parse_math": False}):
             return build(*args, **kwargs)
     return build_plain
 
@@ -200,7 +216,7 @@ def styled(build: Callable[..., ReportFigure | None]) -> Callable[..., ReportFig
     builder, the study's included."""
     @functools.wraps(build)
     def build_styled(*args: Any, **kwargs: Any) -> ReportFigure | None:
-        with mpl().rc_context(STYLE):
+        with rc_settings(STYLE):
             return build(*args, **kwargs)
     return build_styled
 
