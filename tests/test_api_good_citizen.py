@@ -308,3 +308,21 @@ def test_figures_drawn_in_several_threads_at_once_leave_the_callers_rcparams_alo
         t.join()
     after = {k: repr(v) for k, v in dict.items(matplotlib.rcParams)}
     assert {k: (v, after[k]) for k, v in before.items() if after[k] != v} == {}
+
+
+def test_a_diagnosis_inside_a_callers_recording_leaves_it_recording(fitted):
+    """``interface.recording`` (public: docs/architecture.md) set every block's ``recording`` to None on exit
+    whatever it was before: a caller recording the blocks around a ``diagnose(what="mixing")`` (which records them
+    itself) recorded nothing after it, without a word. The blocks record as before on exit now."""
+    from resdom.models.interface import recording
+
+    items = torch.tensor([[0, 1, 2, 3]])
+    with recording(fitted.model, weights=False) as store:
+        with torch.no_grad():
+            fitted.model.encode(items)
+        resdom.diagnose(fitted, what="mixing", device="cpu")
+        with torch.no_grad():
+            fitted.model.encode(items)
+        assert [len(records) for records in store] == [2]
+        assert [b.record_weights for b in fitted.model.attention_blocks()] == [False]
+    assert [(b.recording, b.record_weights) for b in fitted.model.attention_blocks()] == [(None, True)]

@@ -137,20 +137,22 @@ def recording(model: Diagnosable, weights: bool = True,
     ``sink``: each record is handed to ``sink(layer, record)`` the moment its block makes it, during the forward
     pass, and ``store`` stays empty (no record outlives its consumer; a model that trims its records after the
     pass, ``SequentialRecommender.encode_tokens`` for a ``full_window`` model, hands them over untrimmed).
+    On exit each block records as it did before (nested in another ``recording``: into the outer one's store).
     """
     blocks = list(model.attention_blocks())
     store: list[list[BlockRecord]] = [[] if sink is None else _Handed(n, sink) for n in range(len(blocks))]
+    saved = [(getattr(block, "recording", None), getattr(block, "record_weights", None)) for block in blocks]
     for block, records in zip(blocks, store):
         block.recording = records
         if hasattr(block, "record_weights"):
             block.record_weights = weights
     try:
         yield store
-    finally:
-        for block in blocks:
-            block.recording = None
-            if hasattr(block, "record_weights"):
-                block.record_weights = True
+    finally:  # as they were: an outer recording (a caller's, around a diagnosis of mixing) goes on recording
+        for block, (records, light) in zip(blocks, saved):
+            block.recording = records
+            if light is not None:
+                block.record_weights = light
 
 
 @contextmanager
