@@ -149,8 +149,8 @@ def recording(model: Diagnosable, weights: bool = True,
     try:
         yield store
     finally:  # as they were: an outer recording (a caller's, around a diagnosis of mixing) goes on recording
-        for block, (records, light) in zip(blocks, saved):
-            block.recording = records
+        for block, (kept, light) in zip(blocks, saved):
+            block.recording = kept
             if light is not None:
                 block.record_weights = light
 
