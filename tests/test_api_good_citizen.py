@@ -326,3 +326,25 @@ def test_a_diagnosis_inside_a_callers_recording_leaves_it_recording(fitted):
         assert [len(records) for records in store] == [2]
         assert [b.record_weights for b in fitted.model.attention_blocks()] == [False]
     assert [(b.recording, b.record_weights) for b in fitted.model.attention_blocks()] == [(None, True)]
+
+
+@pytest.mark.parametrize("call", ["evaluate", "evaluate beyond", "diagnose", "recommend", "similar_items"])
+def test_each_module_of_a_callers_model_keeps_its_train_or_eval_mode(call, fitted):
+    """A caller fine-tuning with some modules in eval mode (dropout or normalisation frozen): evaluate, the
+    diagnostics, recommend and similar_items put the whole model back with ``train(True)``, every module in train
+    mode. Each module's mode is put back as it was now (``interface.eval_mode``)."""
+    calls = {"evaluate": lambda: resdom.evaluate(fitted, cutoffs=(5,), device="cpu"),
+             "evaluate beyond": lambda: resdom.evaluate(fitted, cutoffs=(5,), beyond=True, device="cpu"),
+             "diagnose": lambda: resdom.diagnose(fitted, what="hrli,mixing", device="cpu"),
+             "recommend": lambda: fitted.recommend(k=3),
+             "similar_items": lambda: fitted.similar_items(k=3)}
+    model = fitted.model
+    model.train()
+    frozen = list(model.attention_blocks())[0]
+    frozen.eval()
+    modes = [m.training for m in model.modules()]
+    try:
+        calls[call]()
+        assert [m.training for m in model.modules()] == modes and not frozen.training
+    finally:
+        model.eval()

@@ -32,7 +32,7 @@ from resdom.evaluation.batches import (
     with_progress,
 )
 from resdom.evaluation.ranking import MISS, Seen, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
-from resdom.models.interface import Diagnosable
+from resdom.models.interface import Diagnosable, eval_mode
 
 DEFAULT_BATCH = 256
 # MISS (from ranking): the rank of an absent item (padding / too-short history) or a filtered-out one: never a hit
@@ -55,16 +55,9 @@ def model_device(model: Diagnosable) -> torch.device:
 @contextmanager
 def inference(model: Diagnosable) -> Iterator[None]:
     """Eval mode (no dropout, residual scale honoured), no autograd and float32 (a caller's autocast off:
-    ``distributed.without_autocast``) inside; the training flag is restored."""
-    was_training = bool(getattr(model, "training", False))
-    if hasattr(model, "eval"):
-        model.eval()
-    try:
-        with torch.inference_mode(), without_autocast():
-            yield
-    finally:
-        if was_training and hasattr(model, "train"):
-            model.train(True)
+    ``distributed.without_autocast``) inside; each module's train/eval mode is restored (``interface.eval_mode``)."""
+    with eval_mode(model), torch.inference_mode(), without_autocast():
+        yield
 
 
 def shard(n: int) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from resdom.data.sequences import EvalSet, Sequences
 from resdom.distributed import without_autocast
 from resdom.evaluation.batches import activation_chunk, history_pairs, with_progress
 from resdom.evaluation.ranking import SCORE_BUDGET, NonFiniteScores, Seen, full_scores, user_chunk_size
-from resdom.models.interface import final_states
+from resdom.models.interface import eval_mode, final_states
 
 NEIGHBOURS = 10  # EchoNN@K: the last item's nearest neighbours counted as its echo
 
@@ -182,7 +182,7 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
                     progress: bool = False) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """(the set's metrics, each user's values in evaluation-set order) of ``model``'s top-K lists on ``evalset``
     (module docstring), popularity counted on ``train``. ``model``: a Diagnosable already on ``device``, in eval
-    mode under no_grad here (its mode restored)."""
+    mode under no_grad here (each module's mode restored: ``interface.eval_mode``)."""
     device = torch.device(device)
     n_items = int(model.n_items)
     kmax = min(max(ks), n_items)  # a list never holds more than the catalogue: K past it needs no wider array
@@ -197,31 +197,24 @@ def beyond_accuracy(model: Any, evalset: EvalSet, train: Sequences, *, filter_se
     values = {f"{name}@{k}": np.empty(n, dtype=np.float64) for k in sorted(ks)
               for name in ("AvgPop", "Novelty", "Echo", "EchoNN")}
     shown = {k: np.zeros(n_items + 1, dtype=bool) for k in ks}
-    was_training = bool(getattr(model, "training", False))
-    if hasattr(model, "eval"):
-        model.eval()
-    try:
-        with torch.no_grad(), without_autocast():  # float32 even in a caller's autocast region
-            item_emb = model.item_embeddings()
-            unit = unit_rows(item_emb)
-            distinct, inverse = np.unique(last, return_inverse=True)
-            m = max(0, min(neighbours, n_items - 1))
-            # the distinct last items against the whole catalogue: minutes at a million items, before any user
-            table = (neighbours_of(item_emb, distinct, m, unit=unit, progress=progress)
-                     if len(distinct) * m <= SCORE_BUDGET else None)
-            chunk = user_chunk_size(n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
-            for lo in with_progress(range(0, n, chunk), n, progress, "beyond", unit="user",
-                                    size=lambda lo: min(chunk, n - lo)):
-                idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
-                items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
-                seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None
-                lists = top_lists(final_states(model, items), item_emb, kmax, seen)
-                near = table[inverse[idx]] if table is not None else neighbours_of(item_emb, last[idx], m, unit=unit)
-                for k in ks:
-                    shown[k][lists[:, :k]] = True
-                    for key, v in user_values(lists, last[idx], near, counts, n_seq, k).items():
-                        values[key][idx] = v
-    finally:
-        if was_training:
-            model.train(True)
+    with eval_mode(model), torch.no_grad(), without_autocast():  # float32 even in a caller's autocast region
+        item_emb = model.item_embeddings()
+        unit = unit_rows(item_emb)
+        distinct, inverse = np.unique(last, return_inverse=True)
+        m = max(0, min(neighbours, n_items - 1))
+        # the distinct last items against the whole catalogue: minutes at a million items, before any user
+        table = (neighbours_of(item_emb, distinct, m, unit=unit, progress=progress)
+                 if len(distinct) * m <= SCORE_BUDGET else None)
+        chunk = user_chunk_size(n_items, activation_chunk(model, evalset.inputs.lengths, batch_size))
+        for lo in with_progress(range(0, n, chunk), n, progress, "beyond", unit="user",
+                                size=lambda lo: min(chunk, n - lo)):
+            idx = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
+            items = torch.from_numpy(evalset.inputs.padded(int(model.max_len), idx)).to(device)
+            seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None
+            lists = top_lists(final_states(model, items), item_emb, kmax, seen)
+            near = table[inverse[idx]] if table is not None else neighbours_of(item_emb, last[idx], m, unit=unit)
+            for k in ks:
+                shown[k][lists[:, :k]] = True
+                for key, v in user_values(lists, last[idx], near, counts, n_seq, k).items():
+                    values[key][idx] = v
     return summary_of(shown, values, n_items, ks), values

@@ -33,7 +33,7 @@ from resdom.evaluation.batches import (
     with_progress,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
-from resdom.models.interface import final_states
+from resdom.models.interface import eval_mode, final_states
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,15 +116,8 @@ def evaluate(
     rank, world = rank_and_world()
     n = len(evalset)
     index = np.arange(rank, n, world, dtype=np.int64)
-    was_training = bool(getattr(inner, "training", False))
-    if hasattr(inner, "eval"):
-        inner.eval()
-    try:
-        with torch.no_grad(), torch.autocast(device.type, enabled=False):  # float32 even in an autocast region
-            ranks = _local_ranks(inner, evalset, index, filter_seen, batch_size, device, progress)
-    finally:
-        if was_training:
-            inner.train(True)
+    with eval_mode(inner), torch.no_grad(), torch.autocast(device.type, enabled=False):  # float32 in autocast too
+        ranks = _local_ranks(inner, evalset, index, filter_seen, batch_size, device, progress)
     if world > 1:
         ranks = gather_users(ranks, n, rank, world)
     return EvalResult(

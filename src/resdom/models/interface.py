@@ -128,6 +128,25 @@ class _Handed(list):
 
 
 @contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode inside (no dropout), each of its modules' train/eval mode as it was on exit: a model
+    whose caller had put some modules in eval mode (frozen dropout or normalisation while fine-tuning) came back
+    from an evaluation or a diagnosis with every module in train mode (``model.train(True)``)."""
+    modules = list(model.modules()) if hasattr(model, "modules") else []
+    modes = [m.training for m in modules]
+    was_training = bool(getattr(model, "training", False))
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        yield
+    finally:
+        if hasattr(model, "train"):
+            model.train(was_training)
+        for module, mode in zip(modules, modes):
+            module.training = mode
+
+
+@contextmanager
 def recording(model: Diagnosable, weights: bool = True,
               sink: Callable[[int, BlockRecord], None] | None = None) -> Iterator[list[list[BlockRecord]]]:
     """Record every attention block while inside: ``store[layer]`` gets one BlockRecord per forward pass.
