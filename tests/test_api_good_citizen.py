@@ -348,3 +348,18 @@ def test_each_module_of_a_callers_model_keeps_its_train_or_eval_mode(call, fitte
         assert [m.training for m in model.modules()] == modes and not frozen.training
     finally:
         model.eval()
+
+
+def test_a_model_fitted_or_loaded_inside_a_callers_inference_mode_can_be_trained_after_it(split, run_dir):
+    """``resdom.fit`` / ``load_run`` inside a caller's ``torch.inference_mode()`` built the model there: its weights
+    were inference tensors, and training it afterwards (fine-tuning the returned model) failed with torch's
+    "Inference tensors cannot be saved for backward". The model is made of ordinary tensors whatever the caller's
+    mode."""
+    with torch.inference_mode():
+        models = [resdom.fit(split, "sasrec", **{**SMALL, "epochs": 1}).model,
+                  resdom.load_run(run_dir, device="cpu").model]
+    for model in models:
+        assert not any(p.is_inference() for p in model.parameters())
+        model.train()
+        model.encode(torch.tensor([[0, 1, 2, 3]])).sum().backward()
+        assert any(p.grad is not None for p in model.parameters())

@@ -562,8 +562,14 @@ def _in_use(model: Any) -> Iterator[None]:
 
 
 def _on_device(model: Any, device: torch.device) -> Any:
-    """``model`` moved to ``device`` (in place, as ``nn.Module.to``) where it is a torch module."""
-    return model.to(device) if hasattr(model, "to") else model
+    """``model`` moved to ``device`` (in place, as ``nn.Module.to``) where it is a torch module; its weights stay
+    ordinary tensors inside a caller's ``torch.inference_mode()`` (``runs.model_to_load``)."""
+    import torch
+
+    if not hasattr(model, "to"):
+        return model
+    with torch.inference_mode(False):
+        return model.to(device)
 
 
 def evaluate(

@@ -32,8 +32,10 @@ CHECKPOINT_FORMAT = "resdom-checkpoint/1"
 def model_to_load(cfg: ModelConfig) -> SequentialRecommender:
     """``build_model(cfg)`` for weights loaded into it next (a saved run's, an imported model's): its initial weights
     are drawn without moving the caller's torch random state (``distributed.callers_rng``), so loading a run leaves
-    the caller's random numbers as they were."""
-    with callers_rng(), float32_default():  # float32 as trained, whatever the caller's default dtype
+    the caller's random numbers as they were. Its weights are ordinary tensors inside a caller's
+    ``torch.inference_mode()`` too (inference tensors there: a model loaded or fitted in such a block could not be
+    trained afterwards, "Inference tensors cannot be saved for backward")."""
+    with callers_rng(), float32_default(), torch.inference_mode(False):  # float32 as trained, whatever the default
         return build_model(cfg)
 
 
@@ -344,5 +346,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
                               f"{files.sidecar.name} says {short(own[key])}; the config is not of this checkpoint: "
                               "copy the run's own config.json, or retrain or re-import the run")
     training = is_locked(run_dir)
-    return Run(run_dir, model.to(device), split, config, meta, before, training=training,
+    with torch.inference_mode(False):  # moved to another device: ordinary tensors still (model_to_load)
+        model = model.to(device)
+    return Run(run_dir, model, split, config, meta, before, training=training,
                interrupted=None if training else interrupted_at(files))
