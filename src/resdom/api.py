@@ -375,7 +375,8 @@ def fit(
     **options
         Any ModelConfig or TrainConfig field by name (``hidden=64, layers=2, max_len=50, epochs=10, lr=1e-3,
         batch_size=256, seed=17, ...``), on top of the model's defaults for the split's protocol and data set (as
-        ``resdom train``).
+        ``resdom train``). ``threads=N`` sets torch's thread count, the process's, for the fit: calls in other
+        threads meanwhile run with it too, and the caller's count is back when ``fit`` returns or fails.
 
     Returns
     -------
