@@ -363,3 +363,18 @@ def test_a_model_fitted_or_loaded_inside_a_callers_inference_mode_can_be_trained
         model.train()
         model.encode(torch.tensor([[0, 1, 2, 3]])).sum().backward()
         assert any(p.grad is not None for p in model.parameters())
+
+
+def test_a_callers_bfloat16_model_is_recommended_from_and_diagnosed_as_it_is(fitted):
+    """A caller's model cast to bfloat16 (``model.to(torch.bfloat16)``, to save memory) was evaluated, but
+    ``recommend`` failed inside numpy ("Got unsupported ScalarType BFloat16") and the mixing and alpha diagnostics
+    inside torch ("expected m1 and m2 to have the same dtype"). Each runs now, and leaves the model bfloat16."""
+    import copy
+
+    low = resdom.Fitted(**{**fitted.__dict__, "model": copy.deepcopy(fitted.model).to(torch.bfloat16)})
+    frame = low.recommend(k=3)
+    assert len(frame) == 3 * frame["user_id"].nunique() and frame["score"].dtype == np.float64
+    assert len(low.recommend(sequences=[[1, 2, 3]], k=3)) == 3
+    diagnosis = resdom.diagnose(low, what="mixing,alpha", device="cpu")
+    assert set(diagnosis.results) == {"mixing", "alpha"}
+    assert all(p.dtype == torch.bfloat16 for p in low.model.parameters())

@@ -116,7 +116,7 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     room = k - above.sum(1, keepdim=True, dtype=torch.int32)
     cand = above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room))
     rows, items = (t.cpu().numpy() for t in torch.nonzero(cand, as_tuple=True))
-    values = scores[cand].detach().cpu().numpy().astype(np.float64)
+    values = scores[cand].detach().cpu().to(torch.float64).numpy()
     order = np.lexsort((items, -values, rows))
     rows, items, values = rows[order], items[order], values[order]
     starts = np.searchsorted(rows, rows, side="left")

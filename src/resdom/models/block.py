@@ -306,12 +306,12 @@ class MultiHeadAttention(nn.Module):
                               for t in lin)
                 s_ii = (qs * ks).sum(-1) * scale + own_bias.index_select(0, rows)[:, None]  # (N, H)
                 a_ii = (s_ii - lse_rows.index_select(0, rows)).exp()
-                own = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
+                own = (a_ii[..., None].to(vs.dtype) * vs).flatten(1) @ self.out.weight.T
                 return out, out.new_zeros(B * L, d).index_copy_(0, rows, own).view(B, L, d)  # b_O excluded
             qs, ks, vs = (t.reshape(B * L, self.heads, self.head_dim) for t in lin)  # every query (length batches)
             s_ii = (qs * ks).sum(-1) * scale + own_bias[:, None]  # (B * L, H)
             a_ii = (s_ii - lse_rows).exp_().masked_fill_(~sees[:, None], 0.0)
-            own = (a_ii[..., None] * vs).flatten(1) @ self.out.weight.T
+            own = (a_ii[..., None].to(vs.dtype) * vs).flatten(1) @ self.out.weight.T
             return out, own.view(B, L, d)  # sum_h a^h_ii (v^h_i W_O^h), b_O excluded
         weights = mask.add_to(q @ k.transpose(-1, -2) * scale).softmax(-1)
         ctx = dropout(weights, self.attn_dropout if self.training else 0.0, self.training) @ v
