@@ -378,3 +378,34 @@ def test_a_callers_bfloat16_model_is_recommended_from_and_diagnosed_as_it_is(fit
     diagnosis = resdom.diagnose(low, what="mixing,alpha", device="cpu")
     assert set(diagnosis.results) == {"mixing", "alpha"}
     assert all(p.dtype == torch.bfloat16 for p in low.model.parameters())
+
+
+def _legacy_medium() -> Callable[[], Any]:
+    torch.set_float32_matmul_precision("medium")
+    return torch.get_float32_matmul_precision
+
+
+def _per_backend_bf16() -> Callable[[], Any]:
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    return lambda: torch.backends.mkldnn.matmul.fp32_precision
+
+
+@pytest.mark.parametrize("setting", [_legacy_medium, _per_backend_bf16])
+def test_a_fit_after_a_callers_lower_matmul_precision_trains_as_resdom_train(setting, split, fitted):
+    """``torch.set_float32_matmul_precision("medium")`` (or the per-backend ``fp32_precision`` of newer torch) in
+    the caller's program made a fit's float32 products bfloat16 ones, on the CPU too: other weights than ``resdom
+    train``'s (another checkpoint). A fit computes them in full precision and gives the caller's setting back, set
+    the way the caller set it (torch refuses to read the legacy setting after a mix of the two ways)."""
+    if setting is _per_backend_bf16 and not hasattr(getattr(torch.backends.mkldnn, "matmul", None),
+                                                    "fp32_precision"):
+        pytest.skip("a torch without per-backend matmul precisions")
+    try:
+        read = setting()
+        before = read()
+        got = resdom.fit(split, "sasrec", **SMALL)
+        assert read() == before
+    finally:
+        if setting is _per_backend_bf16:
+            torch.backends.mkldnn.matmul.fp32_precision = "ieee"
+        torch.set_float32_matmul_precision("highest")
+    assert got.checkpoint == fitted.checkpoint

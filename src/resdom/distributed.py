@@ -175,17 +175,46 @@ def float32_default() -> Iterator[None]:
     to other weights and numbers than ``resdom train``'s for the same configuration (``train.precision`` bf16 is
     autocast over float32 weights); a ``torch.set_default_device`` of another device ("cuda", "meta") built the
     model there and made every tensor made without a device there too, so a fit or load on ``device="cpu"`` failed
-    inside torch."""
+    inside torch. float32 matrix products in full precision too (``full_precision_matmuls``)."""
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
     torch.set_default_dtype(torch.float32)
     if device.type != "cpu":
         torch.set_default_device(None)  # the CPU, without the device mode a "cpu" default would add to every op
+    give_back = full_precision_matmuls()
     try:
         yield
     finally:
+        give_back()
         torch.set_default_dtype(dtype)
         if device.type != "cpu":
             torch.set_default_device(device)
+
+
+def full_precision_matmuls() -> Callable[[], None]:
+    """float32 matrix products in full precision, as ``resdom train`` computes them (torch's default); returns what
+    puts the caller's setting back. A caller's ``torch.set_float32_matmul_precision("medium")`` or ``"high"`` (advice
+    for GPUs that notebooks follow: bfloat16 or TF32 products) trained other weights than ``resdom train``'s, on the
+    CPU as on a GPU. Set as the caller set it: through ``set_float32_matmul_precision`` where that reads back (the
+    per-backend ``fp32_precision`` of newer torch, written beside it, would make torch refuse the caller's next
+    ``get_float32_matmul_precision`` as a mix of the two), else through each backend's ``matmul.fp32_precision``."""
+    try:
+        legacy: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:  # the caller set the per-backend precisions (torch refuses to sum them up)
+        legacy = None
+    if legacy is not None:
+        torch.set_float32_matmul_precision("highest")
+        return lambda: torch.set_float32_matmul_precision(legacy)
+    found = (getattr(getattr(torch.backends, name, None), "matmul", None) for name in ("cuda", "mkldnn"))
+    backends: list[Any] = [m for m in found if hasattr(m, "fp32_precision")]
+    kept = [(m, m.fp32_precision) for m in backends]
+    for m in backends:
+        m.fp32_precision = "ieee"
+
+    def give_back() -> None:
+        for m, value in kept:
+            m.fp32_precision = value
+
+    return give_back
 
 
 AUTOCAST_DEVICES = ("cpu", "cuda", "mps")  # the device types whose autocast a caller's region may have turned on
