@@ -5,6 +5,7 @@ gives anywhere else inside a caller's ``torch.no_grad()``, ``torch.inference_mod
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import random
@@ -409,3 +410,29 @@ def test_a_fit_after_a_callers_lower_matmul_precision_trains_as_resdom_train(set
             torch.backends.mkldnn.matmul.fp32_precision = "ieee"
         torch.set_float32_matmul_precision("highest")
     assert got.checkpoint == fitted.checkpoint
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_bars_on_a_terminal_leave_no_tqdm_monitor_thread_running(split, fitted, monkeypatch):
+    """tqdm starts a monitor thread with its first bar and (tqdm 4.70) never stops it: a fit, a diagnosis or an
+    evaluation with bars on a terminal left a ``tqdm_monitor`` thread in the caller's process for good. resdom's
+    bars start none (``evaluation.batches.progress_bar``)."""
+    import tqdm.auto
+    import tqdm.std
+
+    for cls in (tqdm.std.tqdm, tqdm.auto.tqdm):  # another test's bars
+        if cls.monitor is not None:
+            cls.monitor.exit()
+            cls.monitor = None
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    resdom.fit(split, "sasrec", **{**SMALL, "progress": True})
+    resdom.diagnose(fitted, what="hrli,mixing", device="cpu", progress=True)
+    resdom.evaluate(fitted, cutoffs=(5,), beyond=True, batch_size=8, device="cpu", progress=True)
+    fitted.recommend(k=2, batch_size=8)
+    assert "epochs" in terminal.getvalue()  # the bars were drawn
+    assert [t.name for t in threading.enumerate() if t.name == "tqdm_monitor"] == []

@@ -9,6 +9,7 @@ result, are those of any other batching (a user's states do not depend on the ba
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -93,9 +94,7 @@ def _terminal(stream: Any) -> bool:
 
 
 def _bar(batches: Iterable[T], total: int, desc: str, unit: str, size: Callable[[T], int]) -> Iterator[T]:
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, desc=desc, unit=unit, leave=False) as bar:
+    with progress_bar(total=total, desc=desc, unit=unit, leave=False) as bar:
         for batch in batches:
             yield batch
             bar.update(size(batch))  # the batch's work is done when the next one is asked for
@@ -127,6 +126,24 @@ def _say(line: str) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
     return True
+
+
+def progress_bar(iterable: Any = None, **options: Any) -> Any:
+    """A ``tqdm.auto`` bar that starts no monitor thread: every bar of resdom (training's, evaluation's, the
+    diagnostics'). tqdm's monitor (it redraws a bar stalled between two updates) is a thread of the process that
+    tqdm never stops once started (4.70 no longer stops it with the last bar), so a fit or a diagnosis with bars on a
+    terminal left a ``tqdm_monitor`` thread running in the caller's process."""
+    return _bar_class()(iterable, **options)
+
+
+@functools.cache
+def _bar_class() -> Any:
+    from tqdm.auto import tqdm
+
+    class Bar(tqdm):  # type: ignore[misc, valid-type]
+        monitor_interval = 0
+
+    return Bar
 
 
 def length_order(evalset: EvalSet, max_len: int, index: np.ndarray) -> np.ndarray:

@@ -37,6 +37,7 @@ from resdom.checks import setting
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
 from resdom.evaluation.batches import PROGRESS_LINE_S  # in a log, a line of batches done / total at most this often
+from resdom.evaluation.batches import progress_bar
 from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import NonFiniteScores
 from resdom.experiments import recipe_label
@@ -190,8 +191,8 @@ def _progress_enabled(progress: bool | None, is_main: bool) -> bool:
 
 class _NoBar:
     """What a hidden progress bar does: nothing. A tqdm made with ``disable=True`` starts tqdm's monitor thread all
-    the same and never stops it (it stops when the last shown bar closes), so a fit without bars (a notebook, a log,
-    ``progress=False``) left a thread running in the caller's process."""
+    the same and never stops it, so a fit without bars (a notebook, a log, ``progress=False``) left a thread running
+    in the caller's process."""
 
     def update(self, n: int = 1) -> None:
         pass
@@ -213,9 +214,7 @@ def _bar(show: bool, **options: Any) -> Any:
     """A tqdm bar where ``show``, else a ``_NoBar``."""
     if not show:
         return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(**options)
+    return progress_bar(**options)  # no tqdm monitor thread left behind
 
 
 def _progress_lines(progress: bool | None, is_main: bool) -> bool:
