@@ -180,16 +180,18 @@ ENTRY_POINTS = ["prepare_split", "load_split", "fit", "fit threads=2", "fit out"
 def test_each_api_call_leaves_the_callers_process_as_it_found_it(name, split, fitted, run_dir, tmp_path,
                                                                   private_tmp):
     """Around each entry point (tiny data): nothing of the process's state above changes, and a model passed in
-    keeps its train mode and its residual scales."""
+    keeps its weights, its train mode and its residual scales."""
     call = _entry_points(split, fitted, run_dir, tmp_path)[name]
     call()  # a first call imports what it needs (new loggers, tqdm, matplotlib): that is not a change
     _callers_state()
     fitted.model.train()
     try:
+        weights = {k: v.clone() for k, v in fitted.model.state_dict().items()}
         before = snapshot(private_tmp)
         call()
         after = snapshot(private_tmp)
         assert changed(before, after) == []
+        assert all(torch.equal(v, weights[k]) for k, v in fitted.model.state_dict().items())
         assert fitted.model.training and all(m.training for m in fitted.model.modules())
         assert [b.alpha for b in fitted.model.attention_blocks()] == [1.0]
         assert all(p.grad is None for p in fitted.model.parameters())
