@@ -173,7 +173,7 @@ def _entry_points(split, fitted, run_dir: Path, out: Path) -> dict[str, Callable
 
 ENTRY_POINTS = ["prepare_split", "load_split", "fit", "fit threads=2", "fit out", "load_run", "evaluate", "diagnose",
                 "diagnose plot", "diagnose_run", "recommend", "recommend sessions", "similar_items", "save",
-                "build_report"]
+                pytest.param("build_report", marks=pytest.mark.slow)]  # two reports: 19 s
 
 
 @pytest.mark.parametrize("name", ENTRY_POINTS)
