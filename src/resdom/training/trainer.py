@@ -36,8 +36,10 @@ from resdom import distributed
 from resdom.checks import setting
 from resdom.data.sequences import SplitData
 from resdom.errors import ResdomError
-from resdom.evaluation.batches import PROGRESS_LINE_S  # in a log, a line of batches done / total at most this often
-from resdom.evaluation.batches import progress_bar
+from resdom.evaluation.batches import (
+    PROGRESS_LINE_S,  # in a log, a line of batches done / total at most this often
+    progress_bar,
+)
 from resdom.evaluation.evaluate import evaluate
 from resdom.evaluation.ranking import NonFiniteScores
 from resdom.experiments import recipe_label
