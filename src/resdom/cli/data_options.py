@@ -15,7 +15,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -151,6 +151,8 @@ class DataOptions:
     valid_quantile: float | None = None
     holdout_users: int | None = None
     filter_seen: bool | None = None
+    # the fields a config file's data: section set (with_config_data): field -> where, as "FILE: data.key"
+    from_config: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """A bad value is an OptionError naming its flag (a config file's ``data:`` renames it to its key)."""
@@ -172,7 +174,18 @@ class DataOptions:
 
     def given(self) -> dict[str, Any]:
         """The options the user set, by field name."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "from_config"}
+
+    def named(self, name: str) -> str:
+        """Where the user gave field ``name``: its flag (``--quantile``), or ``FILE: data.quantile`` where a config
+        file's data: section set it."""
+        return self.from_config.get(name, _FLAGS[name])
+
+    def _leave_out(self, name: str) -> str:
+        """How to stop giving field ``name``: leave its flag out, or its key in the config file."""
+        where = self.from_config.get(name)
+        return f"set {where.rsplit(': ', 1)[-1]} to null in {where.rsplit(': ', 1)[0]}" if where else \
+            f"leave {_FLAGS[name]} out"
 
     def preprocess_options(self) -> dict[str, Any]:
         """Keyword options of ``prepare.load_prepared`` (reader columns, preprocessing) that the user set."""
@@ -257,29 +270,34 @@ class DataOptions:
             where = None
         print_changes(split.manifest, where)
         protocol = split.manifest.get("protocol")
-        if protocol == "loo" and self.quantile is not None and launch_rank() == 0:
+        if protocol == "loo" and self.quantile is not None and "quantile" not in self.from_config \
+                and launch_rank() == 0:  # (a config file holds a quantile for every protocol: config show's)
             # (--valid-quantile with loo is refused above; --quantile has a default in prepare_split, so it is not)
             say(f"data: note: --quantile sets the cut time of --protocol gts; this is a loo split"
                 f"{self._auto_note(protocol)}, which has none: not used", err=True)
         return split
 
     def _check_saved_split(self, source: str, manifest: dict[str, Any]) -> None:
-        """A saved split is used as it is: an option that would change it is an error naming the option."""
+        """A saved split is used as it is: an option that would change it is an error naming the option (or the
+        config file's ``data.`` key that set it). A config file's quantile on a saved loo split is no change: a loo
+        split has none, and ``config show`` writes the default quantile for every protocol."""
         saved = manifest.get("protocol")
         if self.protocol is not None and self.protocol_choice != AUTO_PROTOCOL:
             if saved is not None and self.protocol_choice != saved:
-                raise ResdomError(f"--protocol {self.protocol}: {source} holds a {saved} split (written by "
-                                  "`resdom data split`); leave --protocol out or split the data again")
+                raise ResdomError(f"{self.named('protocol')} {self.protocol}: {source} holds a {saved} split (written "
+                                  f"by `resdom data split`); {self._leave_out('protocol')} or split the data again")
         for name in ("quantile", "valid_quantile", "holdout_users"):
             value = getattr(self, name)
+            if name == "quantile" and saved == "loo" and name in self.from_config:
+                continue
             if value is not None and value != manifest.get(name):
-                raise ResdomError(f"{_FLAGS[name]} {value}: {source} is a saved {saved} split "
-                                  f"({name} {manifest.get(name)}); leave the option out or split the data again")
+                raise ResdomError(f"{self.named(name)} {value}: {source} is a saved {saved} split "
+                                  f"({name} {manifest.get(name)}); {self._leave_out(name)} or split the data again")
         other = [k for k in self.given() if k not in ("protocol", "quantile", "valid_quantile", "holdout_users")]
         if other:
-            raise ResdomError(f"{_FLAGS[other[0]]}: does not apply to {source}, a split saved by `resdom data split` "
-                              "(its manifest.json records how it was read and preprocessed); give the option to "
-                              "`resdom data split` instead")
+            raise ResdomError(f"{self.named(other[0])}: does not apply to {source}, a split saved by `resdom data "
+                              "split` (its manifest.json records how it was read and preprocessed); give the option "
+                              "to `resdom data split` instead")
 
     def record(self, source: str, split: SplitData | None = None) -> dict[str, Any]:
         """How the data was obtained, for the run's config.json (``data``): ``protocol`` the one the split uses
@@ -410,7 +428,9 @@ def with_config_data(options: DataOptions, values: dict[str, Any], where: str | 
     from dataclasses import replace
 
     taken = {k: v for k, v in values.items() if getattr(options, k) is None}
-    merged = replace(options, **taken)
+    keys = {field: key for key, field in data_config_keys().items()}
+    merged = replace(options, **taken, from_config={**options.from_config, **(
+        {k: f"{where}: data.{keys[k]}" for k in taken if values[k] is not None} if where else {})})
     try:
         protocol = merged.protocol_choice
     except ResdomError:
@@ -425,7 +445,6 @@ def with_config_data(options: DataOptions, values: dict[str, Any], where: str | 
         problems.append(("valid_quantile", f"sets the validation cut time of --protocol gts; a {protocol} split "
                                            "has none"))
     if problems:
-        keys = {field: key for key, field in data_config_keys().items()}
         raise OptionError([(f"{where}: data.{keys[field]}" if field in taken and where else _FLAGS[field], problem)
                            for field, problem in problems])
     return merged
