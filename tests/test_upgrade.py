@@ -38,3 +38,55 @@ def test_a_config_from_config_show_trains_on_a_saved_split_and_a_conflict_names_
     code, _, err = run_cli(capsys, "train", str(split), "--config", str(loo), "--quantile", "0.5",
                            "--out", str(tmp_path / "run4"))
     one_line_error(code, err, "--quantile 0.5: ", "leave --quantile out")  # a flag given is still refused
+
+
+def _tie_curve() -> list[dict[str, float]]:
+    """A validation curve on which the two tie rules differ: nothing recovered at any alpha, HR@10 equal."""
+    return [{"alpha": a, "recovery": 0.0, "HR@10": 0.25} for a in (1.0, 0.5, 0.0)]
+
+
+def test_older_reading_names_a_recovery_file_of_an_older_rule_or_reading() -> None:
+    """recovery.json of a resdom before 2026-12-02 chose alpha* with ties to the larger alpha (1.0 here), the
+    current rule the smaller (0.0): read now, the older choice was shown as the current rule's without a word.
+    One of a query-token model without offsets_read read its offsets from raw item columns (before 2026-12-07)."""
+    from resdom.stored import older_reading, select_alpha
+
+    assert select_alpha(_tie_curve()) == 0.0
+    old = {"alpha_star": 1.0, "K": 10, "eps": 0.01, "valid": {"curve": _tie_curve()}}
+    note = older_reading("recovery", old, "RUN/diagnostics/recovery.json")
+    assert note is not None and note.startswith("RUN/diagnostics/recovery.json: alpha* 1.0 is not what")
+    assert "before 2026-12-02" in note and "resdom diagnose RUN --what recovery" in note
+    assert older_reading("recovery", {**old, "alpha_star": 0.0}, "f") is None  # the current rule's choice
+    assert older_reading("shuffle", old, "f") is None
+    query = {**old, "alpha_star": 0.0}
+    assert "before 2026-12-07" in (older_reading("recovery", query, "f", readout="query") or "")
+    assert older_reading("recovery", {**query, "offsets_read": "prefix passes"}, "f", readout="query") is None
+    assert older_reading("recovery", {"alpha_star": 1.0}, "f") is None  # no curve: nothing to check it against
+
+
+def test_report_and_diagnose_name_a_recovery_file_an_older_resdom_wrote(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run diagnosed by a resdom before 2026-12-02 (its recovery.json's alpha* by the older tie rule) was
+    reported, and summarised by `diagnose RUN --what users`, with that alpha* as the current rule's, without a
+    word; each now names the file and the command that reads it anew (the numbers are shown as stored)."""
+    import json
+
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(run), "--epochs", "1", *TINY_MODEL)
+    assert code == 0, err
+    assert run_cli(capsys, "diagnose", str(run), "--what", "recovery", "--device", "cpu")[0] == 0
+    path = run / "diagnostics" / "recovery.json"
+    data = json.loads(path.read_text())
+    assert run_cli(capsys, "report", str(run), "--out", str(tmp_path / "r0"))[2].count("note:") == 0
+    data["valid"]["curve"] = [{**row, "recovery": 0.0, "HR@10": 0.25} for row in data["valid"]["curve"]]
+    data["alpha_star"] = 1.0  # the older rule's choice on a curve of ties
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "r1"))
+    assert code == 0, err
+    assert f"note: {path}: alpha* 1.0 is not what its validation curve selects" in err, err
+    assert f"run `resdom diagnose {run} --what recovery` again" in err
+    code, out, err = run_cli(capsys, "diagnose", str(run), "--what", "hrli", "--device", "cpu")
+    assert code == 0, err
+    assert f"note: {path}: alpha* 1.0" in err
+    code, out, err = run_cli(capsys, "diagnose", str(run), "--what", "recovery", "--device", "cpu")
+    assert code == 0 and "note:" not in err, err  # read anew: the current rule's

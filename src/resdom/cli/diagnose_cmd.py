@@ -14,8 +14,9 @@ from resdom.diagnostics.options import DEFAULTS, USED_BY, DiagnoseOptions, diagn
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.diagnostics.runner import format_summary
 from resdom.distributed import setup
-from resdom.errors import OptionError
+from resdom.errors import OptionError, ResdomError
 from resdom.names import USERS
+from resdom.report.collect import older_readings, read_run
 from resdom.rundir import RunDir
 
 # DiagnoseOptions field -> the flag that sets it (an OptionError names the flag)
@@ -122,6 +123,12 @@ def diagnose(
     else:
         say(format_summary(summary))
         say(f"written: {Path(run_dir) / 'diagnostics'}/")
+        try:  # a file an earlier call left, of an older resdom's meaning (the summary shows it as stored)
+            notes = older_readings(read_run(run_dir))
+        except ResdomError:
+            notes = []  # what report cannot read is its to name
+        for note in notes:
+            say(f"note: {note}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -33,7 +33,7 @@ from resdom.report import (
     mark_report,
     refuse_run_folders,
 )
-from resdom.report.collect import same_folders
+from resdom.report.collect import older_readings, same_folders
 from resdom.rundir import check_output_inputs, is_link_loop, output_lock, refuse_standard_output, require_folder_path
 from resdom.study import build_report_files as build_study_report
 from resdom.study import document_block_names as study_block_names
@@ -145,6 +145,8 @@ def report(
     for r in paths.runs:
         for cause in missing.get(r.path, {}).values():
             say(f"  left out of {r.label}: {cause}", err=True)
+        for note in older_readings(r):  # shown as stored, but of an older resdom's meaning: said so
+            say(f"  note: {note}", err=True)
     if not tables_only:
         say(f"  markdown: {paths.markdown}; figures: {out / 'figures'}; tables: {out / 'tables'}")
 

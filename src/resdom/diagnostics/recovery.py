@@ -29,7 +29,6 @@ the per-offset shares; the curve holds alpha = 1 only, alpha* = 1).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,6 +58,7 @@ from resdom.models.interface import (
     residual_scale,
     state_tokens,
 )
+from resdom.stored import select_alpha
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,7 +142,8 @@ class SplitRecovery:
 
 
 # recovery.json of a model whose offsets are read from each prefix encoded alone (a query token after the input)
-# says so: a file without it, of such a model, read its offsets from raw item columns (resdom before 2026-12-07)
+# says so: a file without it, of such a model, read its offsets from raw item columns (resdom before 2026-12-07;
+# stored.older_reading names such a file)
 OFFSETS_READ, PREFIX_PASSES = "offsets_read", "prefix passes"
 
 
@@ -182,26 +183,6 @@ def split_recovery(
         curve.append({"alpha": a, "recovery": rec, f"HR@{K}": float(hit.mean()) if n else float("nan")})
     return SplitRecovery(n, int(recoverable.sum()), float(recoverable.mean()) if n else float("nan"), shares, curve,
                          by_alpha, recoverable)
-
-
-def select_alpha(curve: list[dict[str, float]], K: int = K_RECOVERY, eps: float = 0.01) -> float:
-    """alpha* of a Recovery(alpha) curve (rows ``{"alpha", "recovery", "HR@K"}``), the paper's rule: among the alphas
-    with HR@K(alpha) >= (1 - eps) HR@K(1) (the HR guard), the highest recovery; over the alphas in increasing
-    order the first one reaching it wins, so ties go to the smaller alpha. An undefined recovery (empty
-    recoverable set: NaN / None) counts as 0, so with nothing recoverable alpha* is the smallest alpha that passes
-    the guard. alpha = 1 always passes its own guard; 1 is returned only where nothing passes (HR@K(1) undefined).
-    """
-    base = [row for row in curve if row["alpha"] == 1.0]
-    if not base:
-        raise ValueError("the recovery curve needs alpha = 1.0 (the HR guard's reference)")
-    floor = (1.0 - eps) * base[0][f"HR@{K}"]
-    best, best_rec = 1.0, -math.inf
-    for row in sorted(curve, key=lambda r: r["alpha"]):
-        rec = row["recovery"]
-        rec = 0.0 if rec is None or not math.isfinite(rec) else float(rec)
-        if row[f"HR@{K}"] >= floor and rec > best_rec:  # strict: an equal recovery later (larger alpha) loses
-            best, best_rec = row["alpha"], rec
-    return best
 
 
 @dataclass

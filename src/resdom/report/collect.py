@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,7 +34,14 @@ from resdom.io import read_jsonl, sha256_file
 from resdom.limits import short
 from resdom.names import USERS
 from resdom.rundir import RunDir, not_a_run_dir
-from resdom.stored import cell_problem, checkpoint_problem, curve_problem, metrics_problem, users_header
+from resdom.stored import (
+    cell_problem,
+    checkpoint_problem,
+    curve_problem,
+    metrics_problem,
+    older_reading,
+    users_header,
+)
 
 
 def users_file(folder: str | Path) -> Path:
@@ -510,6 +518,21 @@ def left_out(runs: list[RunRecord]) -> dict[Path, dict[str, str]]:
         if parts and not r.error:
             out[r.path] = {p: r.why_empty(p) for p in parts}
     return out
+
+
+def older_readings(r: RunRecord) -> list[str]:
+    """What a run's diagnostics of its kept checkpoint hold in an older resdom's meaning (``stored.older_reading``),
+    one line each naming the file and how to read it anew; the report shows them as they are (a results-store
+    cell's numbers stay what the store holds) and the command says so."""
+    readout = _section(r.config, "model").get("readout")
+    notes = []
+    for name, data in r.diagnostics.items():
+        note = older_reading(name, data, str(RunDir(r.path).diagnostic(name)), readout)
+        if note is not None and r.cell:  # a cell holds no weights to diagnose
+            notes.append(note.split("; run `resdom diagnose")[0] + "; diagnose the run it was stored from again")
+        elif note is not None:
+            notes.append(note.replace("resdom diagnose RUN", f"resdom diagnose {shlex.quote(str(r.path))}"))
+    return notes
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
