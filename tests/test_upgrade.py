@@ -90,3 +90,46 @@ def test_report_and_diagnose_name_a_recovery_file_an_older_resdom_wrote(
     assert f"note: {path}: alpha* 1.0" in err
     code, out, err = run_cli(capsys, "diagnose", str(run), "--what", "recovery", "--device", "cpu")
     assert code == 0 and "note:" not in err, err  # read anew: the current rule's
+
+
+def test_a_config_written_whole_by_an_older_resdom_trains_what_that_resdom_trained(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `config show` file or a run's config.json names every setting of the resdom that wrote it. One written
+    before model.qkv_init and model.ffn_dropout existed (2026-12-06) trained N(0, init_std) projections without
+    FFN dropout; `train --config` of it took today's gts recipe for the missing fields (Xavier, FFN dropout), so a
+    rerun of a 2026-12-05 run from its config.json trained another model (loss 3.6907 vs the run's 3.6900). The
+    missing fields now keep the value they were added with, which the older resdom trained, and a note names them;
+    a hand-written partial config still layers over the recipe."""
+    import json
+
+    import yaml
+
+    whole = tmp_path / "whole.yaml"
+    assert run_cli(capsys, "config", "show", "sasrec", "--protocol", "gts", "--out", str(whole))[0] == 0
+    text = whole.read_text()
+    assert "qkv_init: xavier" in text and "ffn_dropout: true" in text  # today's gts recipe
+    older = tmp_path / "older.yaml"  # the same file as a config show of before those fields
+    older.write_text("".join(line for line in text.splitlines(keepends=True)
+                             if not line.lstrip().startswith(("qkv_init:", "ffn_dropout:", "precision:"))))
+    partial = tmp_path / "partial.yaml"
+    partial.write_text(yaml.safe_dump({"model": {"hidden": 8}}))
+    tiny = ["--epochs", "1", *TINY_MODEL]
+    for cfg, init, ffn in ((older, "normal", False), (whole, "xavier", True), (partial, "xavier", True)):
+        run = tmp_path / f"run-{cfg.stem}"
+        code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--config", str(cfg), "--out", str(run), *tiny)
+        assert code == 0, err
+        model = json.loads((run / "config.json").read_text())["model"]
+        assert (model["qkv_init"], model["ffn_dropout"]) == (init, ffn), cfg
+        assert ("written whole by an older resdom" in err) == (cfg == older), err
+    record = json.loads((tmp_path / "run-whole" / "config.json").read_text())
+    for key in ("qkv_init", "ffn_dropout"):
+        del record["model"][key]  # a run of before those fields: it trained neither
+    old_run = tmp_path / "old-config.json"
+    old_run.write_text(json.dumps(record))
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--config", str(old_run), "--out",
+                           str(tmp_path / "rerun"), *tiny)
+    assert code == 0, err
+    assert f"note: {old_run}: written whole by an older resdom, without model.qkv_init \"normal\", " \
+           "model.ffn_dropout false" in err
+    model = json.loads((tmp_path / "rerun" / "config.json").read_text())["model"]
+    assert (model["qkv_init"], model["ffn_dropout"]) == ("normal", False)

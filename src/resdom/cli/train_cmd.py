@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 import os
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,8 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
             _check_field(section, str(key), str(path))
         out[section].update(values)
     out["model"].pop("n_items", None)
+    if is_record or WHOLE_CONFIG.match(text):
+        _complete(out, path)
     recorded = data.get("data")
     if is_record and isinstance(recorded, dict):
         manifest = recorded["manifest"] if isinstance(recorded.get("manifest"), dict) else {}
@@ -145,6 +148,34 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
         if isinstance(split["protocol"], str):
             out["record"] = split
     return out
+
+
+# the first line `resdom config show` writes: the file names every setting (config_cmd.config_text)
+WHOLE_CONFIG = re.compile(r"# resdom [^\n:]*: the full configuration of ")
+
+
+def _complete(out: dict[str, dict[str, Any]], path: Path) -> None:
+    """A configuration written whole (a run's ``config.json``, a file of ``resdom config show``) names every setting
+    of the resdom that wrote it; one of an older resdom lacks the fields added since, which then took today's
+    recipe (a run of 2026-12-05 rerun from its config.json trained Xavier projections and FFN dropout it never
+    had). Such a field takes its class default, the value it was added with, which is what the older resdom
+    trained; a note names them."""
+    from resdom.models.config import MODEL_CONFIGS
+
+    name = out["model"].get("name")
+    if not isinstance(name, str) or name not in MODEL_CONFIGS or not out["model"]:
+        return  # a file without a model section (or of an unknown model: named where it is read) layers as any
+    added = []
+    for section, cls in (("model", MODEL_CONFIGS[name]), ("train", TrainConfig)):
+        if section == "train" and not out["train"]:
+            continue
+        for key, info in cls.model_fields.items():
+            if key not in out[section] and key != "n_items" and not info.is_required():
+                out[section][key] = info.get_default(call_default_factory=True)
+                added.append(f"{section}.{key} {json.dumps(out[section][key])}")
+    if added and launch_rank() == 0:
+        say(f"note: {path}: written whole by an older resdom, without {', '.join(added)}: these keep the value that "
+            "resdom trained (set them in the file for another)", err=True)
 
 
 def recorded_split_note(config: Path | None, record: dict[str, Any], manifest: dict[str, Any],
