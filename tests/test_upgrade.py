@@ -133,3 +133,34 @@ def test_a_config_written_whole_by_an_older_resdom_trains_what_that_resdom_train
            "model.ffn_dropout false" in err
     model = json.loads((tmp_path / "rerun" / "config.json").read_text())["model"]
     assert (model["qkv_init"], model["ffn_dropout"]) == ("normal", False)
+
+
+@pytest.mark.slow
+def test_the_demo_over_an_older_resdoms_demo_trains_anew_beside_it(tmp_path: Path) -> None:
+    """`resdom demo --out D` over the demo an older resdom wrote (its run's state without model.qkv_init and
+    model.ffn_dropout, added 2026-12-06: N(0, init_std), no FFN dropout) said '[2/3] reusing the finished SASRec run
+    (same settings, ...)' and then failed, 'D/run: holds a run with another setup (model.ffn_dropout: False saved vs
+    True now; ...); ... rerun `resdom train` with --force', a command the user never ran. The demo compares the
+    whole setup, as the trainer does: such a run is moved aside (run.replaced-1) and trained anew, as a run of other
+    demo settings is."""
+    import json
+
+    from resdom.pipeline import DemoSettings, run_demo
+
+    settings = DemoSettings(source="synthetic:n_users=120,n_items=40,min_len=6,max_len=14", epochs=1, batch_size=64,
+                            model={"hidden": 16, "layers": 1, "heads": 2, "max_len": 16}, device="cpu")
+    out = tmp_path / "demo"
+    run_demo(out, settings, progress=False, echo=lambda _: None)
+    state = out / "run" / "state" / "trainer.json"
+    data = json.loads(state.read_text())
+    assert (data["model"]["qkv_init"], data["model"]["ffn_dropout"]) == ("xavier", True)  # today's gts recipe
+    for key in ("qkv_init", "ffn_dropout"):
+        del data["model"][key]  # as an older resdom saved it
+    state.write_text(json.dumps(data))
+    lines: list[str] = []
+    run_demo(out, settings, progress=False, echo=lines.append)
+    said = "\n".join(lines)
+    assert "holds a run trained with other settings (model.ffn_dropout: False saved vs True now; " \
+           "model.qkv_init: 'normal' saved vs 'xavier' now)" in said, said
+    assert "reusing" not in said and (out / "run.replaced-1" / "state" / "trainer.json").is_file()
+    assert json.loads((out / "run" / "config.json").read_text())["model"]["qkv_init"] == "xavier"

@@ -32,13 +32,15 @@ from resdom.data.sequences import SplitData
 from resdom.data.stats import dataset_stats
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
+from resdom.experiments import recipe_protocol
 from resdom.names import AUTO_PROTOCOL
 from resdom.pipeline.common import train_and_diagnose
 from resdom.records import counted
 from resdom.report import build_report_files, read_run
 from resdom.report.findings import finding_lines
 from resdom.rundir import DEMO, RunDir, check_kind_folder, move_aside, output_lock, write_marker
-from resdom.training.state import ResumeState, RunFiles
+from resdom.training.config import resolve_configs
+from resdom.training.state import ResumeState, RunFiles, setup_differences
 
 
 @dataclass
@@ -122,7 +124,14 @@ def _run_demo(out_dir: Path, s: DemoSettings, progress: bool, echo: Callable[[st
     echo(f"      {stats['users']:,} users, {stats['items']:,} items, {stats['interactions']:,} interactions; "
          f"{counted(len(split.test), 'test user')}")
     state = RunFiles(run_dir).read_state()
+    train_values = {"epochs": s.epochs, "patience": s.patience, "batch_size": s.batch_size, "monitor_every": 1,
+                    "lr": s.lr, "seed": s.seed}
     changed = _changed_settings(state, s)
+    if state is not None and not changed:  # the same demo settings, another setup (an older resdom's recipe)
+        recipe = recipe_protocol(str(split.manifest["protocol"]), split.manifest.get("has_timestamps"))
+        configs = resolve_configs("sasrec", dict(s.model), {"device": s.device, **train_values}, source=s.source,
+                                  n_items=split.n_items, protocol=recipe)
+        changed = setup_differences(RunFiles(run_dir), state, *configs, split)
     if changed:
         echo(f"      {run_dir} holds a run trained with other settings ({'; '.join(changed)}): training it again "
              f"from scratch (the old run is kept as {move_aside(run_dir)})")
@@ -136,9 +145,7 @@ def _run_demo(out_dir: Path, s: DemoSettings, progress: bool, echo: Callable[[st
     out = train_and_diagnose(split, "sasrec", run_dir, source=s.source, protocol=str(split.manifest["protocol"]),
                              stats=stats,
                              model_values=dict(s.model),
-                             train_values={"epochs": s.epochs, "patience": s.patience, "batch_size": s.batch_size,
-                                           "monitor_every": 1,
-                                           "lr": s.lr, "seed": s.seed},
+                             train_values=train_values,
                              device=s.device, progress=progress)
     timings["train_s"], timings["diagnose_s"] = out["train_s"], out["diagnose_s"]
     echo(f"      {training_line(out['metrics'], s.epochs, s.patience)}")

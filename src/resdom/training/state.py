@@ -437,7 +437,20 @@ def manifest_differences(files: RunDir, manifest: dict[str, Any], limit: int = 3
 def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig, train_cfg: TrainConfig,
                     split: SplitData) -> None:
     """The saved run must be the same experiment (its data: either fingerprint of ``runs.data_fingerprints``); name
-    every differing field otherwise."""
+    every differing field otherwise (``setup_differences``)."""
+    diffs = setup_differences(files, state, model_cfg, train_cfg, split)
+    if diffs:
+        raise ResdomError(
+            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another {arg('out')} directory, "
+            f"or {files.restart_hint()}"
+        )
+
+
+def setup_differences(files: RunFiles, state: ResumeState, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                      split: SplitData) -> list[str]:
+    """What differs between the saved run and the one ``model_cfg``, ``train_cfg`` and ``split`` would train, one
+    "FIELD: SAVED saved vs NOW now" each ([]: the same experiment, which resumes): a caller that replaces such a
+    run itself (the demo) asks before the trainer refuses it."""
     diffs = []
     if state.data_fingerprint not in data_fingerprints(split):
         changed = manifest_differences(files, split.manifest)
@@ -457,8 +470,4 @@ def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig,
         for key in sorted(set(saved) | set(now)):
             if key not in free and saved.get(key) != now.get(key):
                 diffs.append(f"{section}.{key}: {saved.get(key)!r} saved vs {now.get(key)!r} now")
-    if diffs:
-        raise ResdomError(
-            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another {arg('out')} directory, "
-            f"or {files.restart_hint()}"
-        )
+    return diffs
