@@ -164,3 +164,30 @@ def test_the_demo_over_an_older_resdoms_demo_trains_anew_beside_it(tmp_path: Pat
            "model.qkv_init: 'normal' saved vs 'xavier' now)" in said, said
     assert "reusing" not in said and (out / "run.replaced-1" / "state" / "trainer.json").is_file()
     assert json.loads((out / "run" / "config.json").read_text())["model"]["qkv_init"] == "xavier"
+
+
+def test_a_run_of_an_older_recipe_is_refused_with_the_way_to_resume_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`train DATA --out RUN` on a run an older resdom trained (before model.qkv_init and model.ffn_dropout: it
+    trained neither) is another setup under today's gts recipe; the refusal offered only another --out or --force
+    (training anew). Its own config.json resumes it with the settings it was trained with, which the line now
+    says, and doing so resumes it."""
+    import json
+
+    run = tmp_path / "run"
+    tiny = [*TINY_MODEL, "--protocol", "gts"]
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(run), "--epochs", "1", *tiny)
+    assert code == 0, err
+    for path, key in ((run / "config.json", "model"), (run / "model.json", "model"),
+                      (run / "state" / "trainer.json", "model")):
+        data = json.loads(path.read_text())
+        for field in ("qkv_init", "ffn_dropout"):
+            del data[key][field]  # as an older resdom wrote it
+        path.write_text(json.dumps(data))
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--out", str(run), "--epochs", "2", *tiny)
+    one_line_error(code, err, "holds a run with another setup (model.ffn_dropout: False saved vs True now",
+                   f"resume it as it was trained with --config {run / 'config.json'}; use another --out")
+    code, _, err = run_cli(capsys, "train", SMALL_SYNTHETIC, "--config", str(run / "config.json"), "--out", str(run),
+                           "--epochs", "2", *tiny)
+    assert code == 0, err
+    assert "epoch 2/2" in err and "epoch 1/2" not in err, err  # resumed, not trained anew

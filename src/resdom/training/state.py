@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeGuard
 
@@ -440,9 +441,13 @@ def check_resumable(files: RunFiles, state: ResumeState, model_cfg: ModelConfig,
     every differing field otherwise (``setup_differences``)."""
     diffs = setup_differences(files, state, model_cfg, train_cfg, split)
     if diffs:
+        # the same data, other settings: its own config.json resumes it with the settings it was trained with (a
+        # run of an older resdom, whose recipe today's defaults no longer are, included)
+        own = (f"resume it as it was trained with --config {shlex.quote(str(files.config))}; "
+               if naming_flags() and not diffs[0].startswith("data fingerprint") and files.config.is_file() else "")
         raise ResdomError(
-            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); use another {arg('out')} directory, "
-            f"or {files.restart_hint()}"
+            f"{files.dir}: holds a run with another setup ({'; '.join(diffs)}); {own}use another {arg('out')} "
+            f"directory, or {files.restart_hint()}"
         )
 
 
