@@ -42,7 +42,7 @@ from resdom.diagnostics.common import check_model, inference, model_device
 from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.batches import activation_chunk, history_pairs, with_progress
-from resdom.evaluation.beyond import cosine_scores, unit_rows
+from resdom.evaluation.beyond import cosine_scores, top_k, unit_rows
 from resdom.evaluation.ranking import full_scores, user_chunk_size
 from resdom.limits import quote, short
 from resdom.models.interface import final_states, residual_scale
@@ -101,27 +101,6 @@ def _select(inputs: Sequences, wanted: np.ndarray | None, history: str, ids: lis
         raise ResdomError(f"users: {len(absent):,} of them have no {history} input: {shown}; history='all' "
                           "recommends for every user with any interaction")
     return np.array([row_of[int(u)] for u in wanted], dtype=np.int64)
-
-
-def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """scores (B, N+1) -> (row (m,), item (m,), score (m,)) of each row's ``k`` best finite scores, row by row,
-    highest first, equal scores by increasing item id (ties at the K-th score resolved the same way)."""
-    k = min(k, scores.shape[1])
-    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (B, 1): the K-th best score of each row
-    # every score above the K-th, then of those equal to it the lowest ids until the row has k: at most k a row
-    # (every score at or above the K-th, a whole row where most items tie, held a (B, N) list of candidates and
-    # sorted it: 15 s and 2 GB for 31 rows of a million tied items)
-    above = scores > kth
-    tied = (scores == kth) & torch.isfinite(scores)
-    room = k - above.sum(1, keepdim=True, dtype=torch.int32)
-    cand = above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room))
-    rows, items = (t.cpu().numpy() for t in torch.nonzero(cand, as_tuple=True))
-    values = scores[cand].detach().cpu().to(torch.float64).numpy()
-    order = np.lexsort((items, -values, rows))
-    rows, items, values = rows[order], items[order], values[order]
-    starts = np.searchsorted(rows, rows, side="left")
-    keep = (np.arange(len(rows)) - starts) < k
-    return rows[keep], items[keep], values[keep]
 
 
 def item_index(split: SplitData, items: Iterable[Any] | str | int, where: str) -> tuple[np.ndarray, list[Any]]:

@@ -93,14 +93,56 @@ def neighbours_of(item_emb: torch.Tensor, ids: np.ndarray, m: int, chunk: int = 
     return out
 
 
+def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """scores (B, N+1) -> (row (m,), item (m,), score (m,)) of each row's ``k`` best finite scores, row by row,
+    highest first, equal scores by increasing item id (ties at the K-th score resolved the same way).
+
+    No sort of a row: ``torch.topk`` gives each row's K-th best score, and the items scoring at or above it are the
+    row's list wherever there are exactly k of them and that score is finite (the common case: two passes over the
+    scores). Only the other rows (ties at the K-th score, fewer than k finite scores, a NaN or infinite score) take
+    the exact rule: every score above the K-th, then of those equal to it the lowest ids until the row has k, never
+    a non-finite score. At most k candidates a row are sorted (a whole row of tied items, held as a (B, N) list of
+    candidates and sorted, took 15 s and 2 GB for 31 rows of a million items)."""
+    k = min(k, scores.shape[1])
+    if k < 1 or not scores.shape[0]:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), np.zeros(0)
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (B, 1): the K-th best score of each row
+    cand = scores >= kth
+    odd = (cand.sum(1, dtype=torch.int32) != k) | ~torch.isfinite(kth[:, 0])
+    if bool(odd.any()):
+        sub, at = scores[odd], kth[odd]
+        above = sub > at
+        tied = (sub == at) & torch.isfinite(sub)
+        room = k - above.sum(1, keepdim=True, dtype=torch.int32)
+        cand[odd] = above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room))
+    r, i = torch.nonzero(cand, as_tuple=True)
+    rows, items = r.cpu().numpy(), i.cpu().numpy()
+    values = scores[r, i].detach().cpu().to(torch.float64).numpy()  # bfloat16 too (numpy has none)
+    order = np.lexsort((items, -values, rows))
+    rows, items, values = rows[order], items[order], values[order]
+    starts = np.searchsorted(rows, rows, side="left")
+    keep = (np.arange(len(rows)) - starts) < k
+    return rows[keep], items[keep], values[keep]
+
+
 def ordered_top(scores: torch.Tensor, k: int) -> np.ndarray:
     """scores (B, N+1) -> int64 (B, k) item ids of each row's ``k`` best scores, highest first, equal scores by
-    increasing item id; 0 where a row has fewer than ``k`` finite scores."""
+    increasing item id; 0 where a row has fewer than ``k`` finite scores. The lists of ``top_k`` (no sort of a
+    whole row); a row holding NaN or +inf (no caller's: ``ranking.full_scores`` and ``unit_rows`` refuse them) is
+    listed as a stable descending sort lists it, those scores first, each as 0."""
     k = min(k, scores.shape[1])
-    values, order = torch.sort(scores, dim=1, descending=True, stable=True)  # stable: ties by increasing id
-    items = order[:, :k].cpu().numpy().astype(np.int64)
-    items[~torch.isfinite(values[:, :k]).cpu().numpy()] = 0
-    return items
+    out = np.zeros((scores.shape[0], k), dtype=np.int64)
+    if k < 1 or not scores.shape[0]:
+        return out
+    if not bool((scores.amax(1) < math.inf).all()):  # a NaN (amax propagates it) or +inf score somewhere
+        values, order = torch.sort(scores, dim=1, descending=True, stable=True)  # stable: ties by increasing id
+        items = order[:, :k].cpu().numpy().astype(np.int64)
+        items[~torch.isfinite(values[:, :k]).cpu().numpy()] = 0
+        return items
+    rows, items, _ = top_k(scores, k)
+    out[rows, np.arange(len(rows)) - np.searchsorted(rows, rows, side="left")] = items
+    return out
 
 
 def top_lists(hidden: torch.Tensor, item_emb: torch.Tensor, k: int, seen: Seen | None = None) -> np.ndarray:
