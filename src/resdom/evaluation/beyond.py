@@ -97,11 +97,12 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     """scores (B, N+1) -> (row (m,), item (m,), score (m,)) of each row's ``k`` best finite scores, row by row,
     highest first, equal scores by increasing item id (ties at the K-th score resolved the same way).
 
-    No sort of a row: ``torch.topk`` gives each row's K-th best score, and the items scoring at or above it are the
-    row's list wherever there are exactly k of them and that score is finite (the common case: two passes over the
-    scores). Only the other rows (ties at the K-th score, fewer than k finite scores, a NaN or infinite score) take
-    the exact rule: every score above the K-th, then of those equal to it the lowest ids until the row has k, never
-    a non-finite score. At most k candidates a row are sorted (a whole row of tied items, held as a (B, N) list of
+    No sort of a whole row: ``torch.topk`` gives each row's K-th best score, and the items scoring at or above it
+    are the row's list wherever there are exactly k of them and that score is finite (the common case: a compare
+    and a count besides the top-K). Only the other rows (ties at the K-th score, fewer than k finite scores, a K-th
+    score NaN or infinite) take the tie rule: every score above the K-th, then of those equal to it the lowest ids
+    until the row has k, never -inf (a cumulative sum over those rows alone; over every row it cost more than the
+    top-K itself). At most k candidates a row are sorted (a whole row of tied items, held as a (B, N) list of
     candidates and sorted, took 15 s and 2 GB for 31 rows of a million items)."""
     k = min(k, scores.shape[1])
     if k < 1 or not scores.shape[0]:
@@ -111,11 +112,16 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     cand = scores >= kth
     odd = (cand.sum(1, dtype=torch.int32) != k) | ~torch.isfinite(kth[:, 0])
     if bool(odd.any()):
-        sub, at = scores[odd], kth[odd]
+        every = bool(odd.all())  # then no copy of the rows: the memory of the rule over every row, as before
+        sub, at = (scores, kth) if every else (scores[odd], kth[odd])
         above = sub > at
         tied = (sub == at) & torch.isfinite(sub)
         room = k - above.sum(1, keepdim=True, dtype=torch.int32)
-        cand[odd] = above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room))
+        picked = above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room))
+        if every:
+            cand = picked
+        else:
+            cand[odd] = picked
     r, i = torch.nonzero(cand, as_tuple=True)
     rows, items = r.cpu().numpy(), i.cpu().numpy()
     values = scores[r, i].detach().cpu().to(torch.float64).numpy()  # bfloat16 too (numpy has none)
