@@ -92,6 +92,14 @@ def test_cross_entropy_task_compares_equal_losses() -> None:
     assert res["loss_diff"] < 1e-5 and res["grad_diff"] < 1e-6
 
 
+def test_top_lists_task_times_old_and_new_on_equal_outputs() -> None:
+    for ties in (False, True):
+        out = tasks.task_top_lists({"what": "kernel", "B": 8, "N": 300, "ties": ties, "rounds": 2, "threads": 1})
+        assert out["same"] and set(out["seconds"]) == {"sorted_top", "ordered_top", "top_k_every_row", "top_k"}
+    out = tasks.task_top_lists({"what": "shuffle", "data": TINY, "model": MODEL, "rounds": 1, "threads": 1})
+    assert out["same"] and out["users"] == 40 and set(out["seconds"]) == {"sorted_top", "ordered_top"}
+
+
 def test_phase_peak_covers_what_the_phase_held() -> None:
     with tasks.Phase() as ph:
         block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB touched inside the phase
