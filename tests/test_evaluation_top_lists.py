@@ -166,3 +166,23 @@ def test_shuffle_and_beyond_give_the_numbers_of_the_full_sort(monkeypatch) -> No
     monkeypatch.setattr(beyond, "ordered_top", _old_ordered_top)
     old = run()
     assert repr(new) == repr(old)  # NaN (no list) compares equal as text
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_mixes_of_tied_and_untied_rows_equal_the_reference(seed) -> None:
+    """Rows drawn from a few values (ties, -0.0 beside 0.0, -inf) and rows of distinct scores, mixed in one matrix,
+    at K below, at and past the row length: both the rows topk lists alone and those the tie rule lists."""
+    gen = torch.Generator().manual_seed(seed)
+    B, n = int(torch.randint(1, 30, (1,), generator=gen)), int(torch.randint(1, 60, (1,), generator=gen))
+    few = torch.tensor([-math.inf, -0.0, 0.0, 1.0, 2.5])[torch.randint(0, 5, (B, n), generator=gen)]
+    distinct = torch.randn(B, n, generator=gen)
+    scores = torch.where(torch.rand(B, 1, generator=gen) < 0.5, few, distinct)
+    for k in (1, 2, 5, max(1, n - 1), n, n + 3):
+        want = _reference(scores, k)
+        got = ordered_top(scores.clone(), k)
+        for r, pairs in enumerate(want):
+            items = [i for i, _ in pairs]
+            assert got[r].tolist() == items + [0] * (got.shape[1] - len(items)), (k, r)
+        rows, items, values = top_k(scores.clone(), k)
+        assert items.tolist() == [i for pairs in want for i, _ in pairs], k
+        assert rows.tolist() == [r for r, pairs in enumerate(want) for _ in pairs], k

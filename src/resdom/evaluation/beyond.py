@@ -97,34 +97,36 @@ def top_k(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     """scores (B, N+1) -> (row (m,), item (m,), score (m,)) of each row's ``k`` best finite scores, row by row,
     highest first, equal scores by increasing item id (ties at the K-th score resolved the same way).
 
-    No sort of a whole row: ``torch.topk`` gives each row's K-th best score, and the items scoring at or above it
-    are the row's list wherever there are exactly k of them and that score is finite (the common case: a compare
-    and a count besides the top-K). Only the other rows (ties at the K-th score, fewer than k finite scores, a K-th
-    score NaN or infinite) take the tie rule: every score above the K-th, then of those equal to it the lowest ids
+    No sort of a whole row: ``torch.topk`` of k + 1 gives each row's K-th best score and the next; where the next is
+    below a finite K-th score, exactly k items score at or above it and they are topk's own k (the common case:
+    nothing but the top-K). Only the other rows (an item outside topk's k tied with the K-th score, fewer than k
+    finite scores, a NaN) take the tie rule: every score above the K-th, then of those equal to it the lowest ids
     until the row has k, never -inf (a cumulative sum over those rows alone; over every row it cost more than the
     top-K itself). At most k candidates a row are sorted (a whole row of tied items, held as a (B, N) list of
     candidates and sorted, took 15 s and 2 GB for 31 rows of a million items)."""
-    k = min(k, scores.shape[1])
-    if k < 1 or not scores.shape[0]:
+    B, n = scores.shape
+    k = min(k, n)
+    if k < 1 or not B:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty.copy(), np.zeros(0)
-    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (B, 1): the K-th best score of each row
-    cand = scores >= kth
-    odd = (cand.sum(1, dtype=torch.int32) != k) | ~torch.isfinite(kth[:, 0])
+    vals, idx = torch.topk(scores, min(k + 1, n), dim=1)  # sorted: the K-th best score at k - 1, the next at k
+    kth = vals[:, k - 1 : k]
+    odd = ~torch.isfinite(kth[:, 0]) | torch.isnan(vals[:, :k]).any(1)
+    if k < n:
+        odd |= vals[:, k] == kth[:, 0]
+    plain = ~odd
+    parts = [(torch.arange(B, device=scores.device)[plain, None].expand(-1, k), idx[plain, :k], vals[plain, :k])]
     if bool(odd.any()):
         every = bool(odd.all())  # then no copy of the rows: the memory of the rule over every row, as before
         sub, at = (scores, kth) if every else (scores[odd], kth[odd])
         above = sub > at
         tied = (sub == at) & torch.isfinite(sub)
         room = k - above.sum(1, keepdim=True, dtype=torch.int32)
-        picked = above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room))
-        if every:
-            cand = picked
-        else:
-            cand[odd] = picked
-    r, i = torch.nonzero(cand, as_tuple=True)
-    rows, items = r.cpu().numpy(), i.cpu().numpy()
-    values = scores[r, i].detach().cpu().to(torch.float64).numpy()  # bfloat16 too (numpy has none)
+        r, i = torch.nonzero(above | (tied & (torch.cumsum(tied, 1, dtype=torch.int32) <= room)), as_tuple=True)
+        parts.append((r if every else torch.nonzero(odd)[:, 0][r], i, sub[r, i]))
+    rows, items = (torch.cat([p[j].reshape(-1) for p in parts]).cpu().numpy() for j in (0, 1))
+    # float64 through torch: a bfloat16 model's scores too (numpy has no bfloat16)
+    values = torch.cat([p[2].reshape(-1) for p in parts]).detach().cpu().to(torch.float64).numpy()
     order = np.lexsort((items, -values, rows))
     rows, items, values = rows[order], items[order], values[order]
     starts = np.searchsorted(rows, rows, side="left")
