@@ -968,8 +968,9 @@ def section_topk(ctx: Context) -> str:
         "row tied. Times: the fastest of interleaved rounds in one process, the order alternating; \"same\": "
         "old and new outputs equal (lists, scores, the shuffle's whole result). The shuffle: the first 1,024 "
         "Beauty test users (LOO), a seeded untrained SASRec, one seed; a stored beauty-ts cell's shuffle (6,110 "
-        "users, 3 seeds) took 303 s with the old lists and 23 s with the new on this machine (one run each, the "
-        "new first, in one process under the same load; not interleaved), the same result.")
+        "users, 3 seeds) took 150 s with the old lists and 27 s with the new on this machine (one run each, the "
+        "new first, in one process; not interleaved, and the load varied: an earlier pair took 303 s and 23 s), "
+        "the same result.")
     return "\n".join(text) + errors_note(results)
 
 
