@@ -66,6 +66,45 @@ def test_ranks_of_several_items_per_row() -> None:
         assert torch.equal(many[:, k], pessimistic_ranks(scores, cols[:, k]))
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pessimistic_ranks_over_several_tiles_match_the_slow_reference(seed: int, monkeypatch) -> None:
+    """More items than a tile (ITEM_TILE columns counted at a time, the last tile partial), integer scores full of
+    ties, -0.0 beside 0.0, seen items filtered (MISS), several items a row: the slow reference's ranks. The count
+    compared a (users x k x items) bool tensor at once: about 3x the time of a compare into a float buffer a tile
+    at a time on a CPU, and 4 (alpha) or 2 (shuffle) such passes a batch; no compare is wider than a tile now."""
+    hidden, emb, seen, targets = integer_case(seed, B=12, N=2 * ITEM_TILE + 37, d=2)
+    raw = hidden @ emb.T
+    zero = raw == 0
+    raw[zero] = torch.where(torch.rand(raw.shape) < 0.5, -1.0, 1.0).double()[zero] * 0.0  # -0.0 == 0.0
+    scores = raw.clone()
+    scores[:, 0] = -math.inf
+    scores.scatter_(1, seen, -math.inf)
+    cols = torch.stack([targets, seen[:, 0].clamp(min=1), torch.ones_like(targets)], 1)
+    widest: list[int] = []
+    real_ge, real_dunder = torch.ge, torch.Tensor.__ge__
+
+    def ge(*args, **kwargs):
+        out = real_ge(*args, **kwargs)
+        widest.append(out.numel())
+        return out
+
+    def dunder(self, other):
+        out = real_dunder(self, other)
+        widest.append(out.numel())
+        return out
+
+    monkeypatch.setattr(torch, "ge", ge)
+    monkeypatch.setattr(torch.Tensor, "__ge__", dunder)
+    many = pessimistic_ranks(scores, cols)
+    monkeypatch.undo()
+    assert max(widest) <= 12 * 3 * ITEM_TILE
+    for b in range(12):
+        seen_b = set(seen[b].tolist()) - {0}
+        for j in range(3):
+            assert int(many[b, j]) == slow_rank(raw[b].tolist(), int(cols[b, j]), seen_b), (b, j)
+        assert int(pessimistic_ranks(scores, cols[:, 0])[b]) == int(many[b, 0])
+
+
 def test_full_scores_masks_padding_and_seen_items_only() -> None:
     hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     emb = torch.tensor([[5.0, 5.0], [1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])

@@ -119,12 +119,21 @@ def pessimistic_ranks(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor
 
     rank = number of other items with score >= the item's score (ties count against the item); an item
     whose own score is -inf (filtered out: it can never be recommended) gets ``MISS`` instead.
+
+    Counted ``ITEM_TILE`` columns at a time, each compare into one float32 buffer made once (as ``tiled_ranks``):
+    a compare into a (B, k, N+1) bool tensor cost about 3x as much on a CPU (10.6 against 3.7 ms for 256 x 12,102
+    scores, one item a row), and a float sum of at most a tile of ones is exact.
     """
     flat = items.dim() == 1
     cols = items[:, None] if flat else items
     own = scores.gather(1, cols)  # (B, k)
-    # int32 accumulation: about 2x faster than summing bools into int64 on CPU (counts <= N + 1 < 2^31)
-    ranks = (scores[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32).to(torch.int64) - 1
+    B, k, n = cols.shape[0], cols.shape[1], scores.shape[1]
+    ranks = torch.full(cols.shape, -1, dtype=torch.int64, device=scores.device)
+    hits = torch.empty(B * k * min(ITEM_TILE, n), dtype=torch.float32, device=scores.device)
+    for lo in range(0, n, ITEM_TILE):
+        s = scores[:, lo : lo + ITEM_TILE]
+        out = hits[: B * k * s.shape[1]].view(B, k, s.shape[1])
+        ranks += torch.ge(s[:, None, :], own[:, :, None], out=out).sum(-1).long()
     ranks = torch.where(own == -math.inf, torch.full_like(ranks, MISS), ranks)
     return ranks[:, 0] if flat else ranks
 
