@@ -72,7 +72,8 @@ TITLES = {
     "last": "Last-column encoding: the final block's queries only where the loss or the ranking reads (beauty-ts)",
     "ce": "Full-softmax cross-entropy: resdom's blocks of rows vs F.cross_entropy of the score matrix",
     "eval": "Full-ranking evaluation: resdom vs a naive full sort",
-    "topk": "Top-K lists (the shuffle's top-10, --beyond, recommend): a top-K against the full sort it replaced",
+    "topk": "Top-K lists and rank counts of a score matrix (shuffle, alpha, --beyond, recommend): against the "
+            "full sort and the bool compare they replaced",
     "mixing": "Mixing-ratio diagnostic vs a plain forward pass",
     "memory": "Peak memory at 10k, 100k and 1M items",
     "scale": "Scale check: 1,000,000 items, 50,000 users, max length 200",
@@ -926,51 +927,62 @@ def section_eval(ctx: Context) -> str:
 
 
 def section_topk(ctx: Context) -> str:
-    """Old (a full sort of every row; the tie rule over every row) against new, interleaved in one process."""
+    """Old (a full sort of every row; the tie rule over every row; one bool compare of the whole matrix) against
+    new, interleaved in one process."""
     rounds = 2 if ctx.quick else 8
     kernels = [(64, 2_000, False)] if ctx.quick else [(256, 12_101, False), (256, 100_000, False),
                                                        (256, 12_101, True)]
-    rows, results = [], {}
+    rows, counts, results = [], [], {}
     for B, N, ties in kernels:
         r = ctx.task("top_lists", {"what": "kernel", "B": B, "N": N, "ties": ties, "rounds": rounds})
         results[f"kernel {B} x {N}{' ties' if ties else ''}"] = r
         if err(r):
             continue
-        s = r["seconds"]
-        rows.append([f"{B:,} x {N + 1:,} scores{', integer (ties)' if ties else ''}",
-                     round(s["sorted_top"] * 1e3, 1), round(s["ordered_top"] * 1e3, 1),
+        s, label = r["seconds"], f"{B:,} x {N + 1:,} scores{', integer (ties)' if ties else ''}"
+        rows.append([label, round(s["sorted_top"] * 1e3, 1), round(s["ordered_top"] * 1e3, 1),
                      ratio(s["sorted_top"], s["ordered_top"]), round(s["top_k_every_row"] * 1e3, 1),
                      round(s["top_k"] * 1e3, 1), ratio(s["top_k_every_row"], s["top_k"]),
                      "yes" if r["same"] else "NO"])
+        counts.append([label, *[x for j in (1, 3) for x in (
+            round(s[f"ranks_bool_{j}"] * 1e3, 1), round(s[f"pessimistic_ranks_{j}"] * 1e3, 1),
+            ratio(s[f"ranks_bool_{j}"], s[f"pessimistic_ranks_{j}"]))], "yes" if r["same"] else "NO"])
     data = synthetic(300, 2000, 50) if ctx.quick else {"source": "beauty", "data_dir": str(ctx.data_dir)}
     users = None if ctx.quick else 1024
-    r = ctx.task("top_lists", {"what": "shuffle", "data": data, "model": {"max_len": 50, "inner_size": 256},
-                               "seeds": [0], "rounds": 2 if ctx.quick else 3,
-                               **({"max_users": users} if users else {})})
-    results["shuffle"] = r
+    common = {"data": data, "model": {"max_len": 50, "inner_size": 256}, "rounds": 2 if ctx.quick else 3,
+              **({"max_users": users} if users else {})}
+    diag = []
+    for what, extra, name, old, new in [
+            ("shuffle", {"seeds": [0]}, "position shuffle (5 modes, seed 0)", "sorted_top", "ordered_top"),
+            ("alpha", {"alphas": [1.0, 0.5]}, "alpha sweep (alpha 1.0 and 0.5)", "ranks_bool",
+             "pessimistic_ranks")]:
+        r = ctx.task("top_lists", {"what": what, **common, **extra})
+        results[what] = r
+        if not err(r):
+            s = r["seconds"]
+            diag.append([name, f"{r['users']:,}", f"{r['items']:,}", round(s[old], 2), round(s[new], 2),
+                         ratio(s[old], s[new]), "yes" if r["same"] else "NO"])
     text = [table(["scores (users x items)", "ordered_top old ms", "new ms", "speed-up", "top_k old ms", "new ms",
-                   "speed-up", "same lists"], rows)]
-    if not err(r):
-        s = r["seconds"]
-        text.append("\n" + table(["diagnostic", "users", "items", "old s", "new s", "speed-up", "same result"],
-                                 [[f"position shuffle (5 modes, seed {r['seeds'][0]})", f"{r['users']:,}",
-                                   f"{r['items']:,}", round(s["sorted_top"], 2), round(s["ordered_top"], 2),
-                                   ratio(s["sorted_top"], s["ordered_top"]), "yes" if r["same"] else "NO"]]))
+                   "speed-up", "same lists"], rows),
+            "\n" + table(["scores (users x items)", "ranks of 1 item old ms", "new ms", "speed-up",
+                          "ranks of 3 items old ms", "new ms", "speed-up", "same ranks"], counts),
+            "\n" + table(["diagnostic", "users", "items", "old s", "new s", "speed-up", "same result"], diag)]
     text.append(
         "\nTop-K lists as the shuffle's Jaccard@10, `evaluate --beyond`, the cosine neighbours, `resdom recommend` "
-        "and `similar` take them: each row's K (10) best finite scores, highest first, equal scores by increasing "
-        "item id. Old: `ordered_top` sorted every whole row (a stable descending sort), `top_k` ran the tie rule's "
-        "cumulative sum over every whole row. New (`evaluation.beyond.top_k`): `torch.topk` of K + 1 gives the "
-        "K-th best score and the next; where the next is lower and the K-th finite, topk's own K items are the "
-        "list; only rows that tie at the K-th score (or hold fewer than K finite scores) take the tie rule. "
-        "Random normal scores of "
-        "64-d products with column 0 and 50 items a row at -inf (seen); the integer row is the worst case, every "
-        "row tied. Times: the fastest of interleaved rounds in one process, the order alternating; \"same\": "
-        "old and new outputs equal (lists, scores, the shuffle's whole result). The shuffle: the first 1,024 "
-        "Beauty test users (LOO), a seeded untrained SASRec, one seed; a stored beauty-ts cell's shuffle (6,110 "
-        "users, 3 seeds) took 150 s with the old lists and 27 s with the new on this machine (one run each, the "
-        "new first, in one process; not interleaved, and the load varied: an earlier pair took 303 s and 23 s), "
-        "the same result.")
+        "and `similar` take them: each row's K (10) best finite scores, highest first, equal scores by increasing"
+        " item id. Old: `ordered_top` sorted every whole row (a stable descending sort), `top_k` ran the tie "
+        "rule's cumulative sum over every whole row. New (`evaluation.beyond.top_k`): `torch.topk` of K + 1 gives"
+        " the K-th best score and the next; where the next is lower and the K-th finite, topk's own K items are "
+        "the list; only rows that tie at the K-th score (or hold fewer than K finite scores) take the tie rule. "
+        "Ranks of a score matrix (`ranking.pessimistic_ranks`: the shuffle's and the alpha sweep's, 3 items a row"
+        " in the sweep's unfiltered pass, 1 in its filtered): old, one (users x items x k) bool compare and its "
+        "sum; new, `ITEM_TILE` columns at a time into one float32 buffer (as `tiled_ranks`), the same counts. "
+        "Random normal scores of 64-d products with column 0 and 50 items a row at -inf (seen); the integer row "
+        "is the worst case for the lists, every row tied. Times: the fastest of interleaved rounds in one "
+        "process, the order alternating; \"same\": old and new outputs equal (lists, scores, ranks, the "
+        "diagnostic's whole result and per-user ranks). The diagnostics: the first 1,024 Beauty test users (LOO),"
+        " a seeded untrained SASRec; a stored beauty-ts cell's shuffle (6,110 users, 3 seeds) took 150 s with the"
+        " old lists and 27 s with the new on this machine (one run each, the new first, in one process; not "
+        "interleaved, and the load varied: an earlier pair took 303 s and 23 s), the same result.")
     return "\n".join(text) + errors_note(results)
 
 

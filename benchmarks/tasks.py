@@ -543,17 +543,31 @@ def top_k_every_row(scores: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarra
     return rows[keep], items[keep], values[keep]
 
 
+def ranks_bool(scores: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """``evaluation.ranking.pessimistic_ranks`` as it was before 2026-12-08: one (B, k, N+1) bool compare."""
+    from resdom.evaluation.ranking import MISS
+
+    flat = items.dim() == 1
+    cols = items[:, None] if flat else items
+    own = scores.gather(1, cols)
+    ranks = (scores[:, None, :] >= own[:, :, None]).sum(-1, dtype=torch.int32).to(torch.int64) - 1
+    ranks = torch.where(own == -math.inf, torch.full_like(ranks, MISS), ranks)
+    return ranks[:, 0] if flat else ranks
+
+
 def task_top_lists(args: dict[str, Any]) -> dict[str, Any]:
     """Top-K lists without a sort of whole rows, against the code they replace, the fastest of interleaved rounds
     in one process. ``what="kernel"``: ``ordered_top`` and ``top_k`` of a (``B``, ``N`` + 1) score matrix (random
     normal scores, column 0 -inf, ``seen`` random items a row at -inf; ``ties``: integer scores 0..4, so every
     row ties at the K-th score) against ``sorted_top`` and ``top_k_every_row``; ``what="shuffle"``: the whole
     position-shuffle diagnostic (every mode, ``seeds``) of a seeded untrained model on the test users, with
-    ``sorted_top`` patched back in as the old side. Both say whether the old and new outputs are equal."""
+    ``sorted_top`` patched back in as the old side; ``what="alpha"``: the alpha sweep at ``alphas`` likewise, with
+    ``ranks_bool`` patched back in. Each says whether the old and new outputs are equal."""
     threads = set_threads(args.get("threads"))
     rounds = int(args.get("rounds", 5))
     if args.get("what", "kernel") == "kernel":
         from resdom.evaluation.beyond import ordered_top, top_k
+        from resdom.evaluation.ranking import pessimistic_ranks
 
         B, N, k, seen = int(args.get("B", 256)), int(args["N"]), int(args.get("k", 10)), int(args.get("seen", 50))
         g = torch.Generator().manual_seed(0)
@@ -563,19 +577,46 @@ def task_top_lists(args: dict[str, Any]) -> dict[str, Any]:
             scores = torch.randn(B, 64, generator=g) @ torch.randn(N + 1, 64, generator=g).T
         scores[:, 0] = -math.inf
         scores.scatter_(1, torch.randint(1, N + 1, (B, seen), generator=g), -math.inf)
+        one = torch.randint(1, N + 1, (B,), generator=g)
+        three = torch.randint(1, N + 1, (B, 3), generator=g)
         best, out = fastest_of({"sorted_top": lambda: sorted_top(scores, k),
                                 "ordered_top": lambda: ordered_top(scores, k),
                                 "top_k_every_row": lambda: top_k_every_row(scores, k),
-                                "top_k": lambda: top_k(scores, k)}, rounds)
+                                "top_k": lambda: top_k(scores, k),
+                                "ranks_bool_1": lambda: ranks_bool(scores, one),
+                                "pessimistic_ranks_1": lambda: pessimistic_ranks(scores, one),
+                                "ranks_bool_3": lambda: ranks_bool(scores, three),
+                                "pessimistic_ranks_3": lambda: pessimistic_ranks(scores, three)}, rounds)
         same = bool(np.array_equal(out["sorted_top"], out["ordered_top"])) and all(
-            np.array_equal(a, b) for a, b in zip(out["top_k_every_row"], out["top_k"]))
+            np.array_equal(a, b) for a, b in zip(out["top_k_every_row"], out["top_k"])) and all(
+            torch.equal(out[f"ranks_bool_{j}"], out[f"pessimistic_ranks_{j}"]) for j in (1, 3))
         return {"threads": threads, "B": B, "N": N, "k": k, "ties": bool(args.get("ties")),
                 "seconds": {name: round(v, 5) for name, v in best.items()}, "same": same}
-    from resdom.diagnostics import shuffle
+    from resdom.diagnostics import common, shuffle
+    from resdom.diagnostics.alpha import alpha_sweep
 
     split = load_split(args["data"])
     evalset = first_test_users(split, args.get("max_users"))
     net = model_for(split, args)
+    if args["what"] == "alpha":
+        alphas, fast = [float(a) for a in args.get("alphas", (1.0, 0.5))], common.pessimistic_ranks
+
+        def sweep(ranks: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], Any]:
+            def go() -> Any:
+                common.pessimistic_ranks = ranks
+                try:
+                    res = alpha_sweep(net, evalset, alphas=alphas, filter_seen=True)
+                    return res.to_dict(), res.user_ranks
+                finally:
+                    common.pessimistic_ranks = fast
+
+            return go
+
+        best, out = fastest_of({"ranks_bool": sweep(ranks_bool), "pessimistic_ranks": sweep(fast)}, rounds)
+        (d_old, u_old), (d_new, u_new) = out["ranks_bool"], out["pessimistic_ranks"]
+        same = d_old == d_new and all(np.array_equal(u_old[a][key], u_new[a][key]) for a in u_new for key in u_new[a])
+        return {"threads": threads, "users": len(evalset), "items": split.n_items, "alphas": alphas,
+                "seconds": {name: round(v, 3) for name, v in best.items()}, "same": same}
     seeds = tuple(args.get("seeds", (0,)))
     new = shuffle.ordered_top
 
