@@ -112,8 +112,8 @@ def test_a_nan_or_infinite_row_is_listed_as_the_full_sort_lists_it() -> None:
 
 def test_no_whole_row_is_sorted_and_no_cumsum_without_ties(monkeypatch) -> None:
     """ordered_top sorted every (users x items) score matrix in full (the shuffle's top-10 of every batch, the
-    beyond-accuracy lists, the cosine neighbours) where a top-K suffices: 412 against 16 ms for 256 users x 12,101
-    items (benchmarks/RESULTS.md, section topk); top_k ran a cumulative sum over every whole row to break ties at
+    beyond-accuracy lists, the cosine neighbours) where a top-K suffices (27x at 256 users x 12,101 items,
+    benchmarks/RESULTS.md, section topk); top_k ran a cumulative sum over every whole row to break ties at
     the K-th score even where none tie. Now neither: only rows with ties at the K-th score are summed."""
     def refused(*args, **kwargs):
         raise AssertionError("a whole row sorted")
