@@ -999,8 +999,7 @@ def task_output(args: dict[str, Any]) -> dict[str, Any]:
 
 TASKS = {"train": task_train, "eval": task_eval, "mixing": task_mixing, "last_columns": task_last_columns,
          "cross_entropy": task_cross_entropy, "eval_run": task_eval_run, "train_rounds": task_train_rounds,
-         "peak": task_peak, "score": task_score, "output": task_output}
-         "peak": task_peak, "score": task_score, "top_lists": task_top_lists}
+         "peak": task_peak, "score": task_score, "top_lists": task_top_lists, "output": task_output}
 
 
 def main(argv: list[str]) -> None:
