@@ -360,6 +360,12 @@ def test_full_disk_during_report_is_one_line(run_dir: Path, tmp_path: Path, monk
     code, _, err = run_cli(capsys, "report", str(run_dir), "--out", str(tmp_path / "report"))
     one_line_error(code, err, str(tmp_path / "report"), "no space left on device")
     assert not _temporaries(tmp_path / "report")
+    # rerun as the line says: the figures/ and tables/ folders the failed write had made were left empty, and the
+    # rerun was refused as a folder holding 'what a report does not write (figures, tables)'
+    assert not (tmp_path / "report" / "figures").exists() and not (tmp_path / "report" / "tables").exists()
+    monkeypatch.undo()
+    code, _, err = run_cli(capsys, "report", str(run_dir), "--out", str(tmp_path / "report"))
+    assert code == 0 and (tmp_path / "report" / "report.html").is_file(), err
 
 
 @pytest.mark.slow  # over 5 s of CPU: the fast subset stays under 2 minutes on 2 cores
@@ -419,6 +425,25 @@ def test_atomic_write_files_leaves_all_or_nothing(tmp_path: Path, monkeypatch: p
         rio.atomic_write_files({a: b"new a", b: b"new b"})
     assert (a.read_bytes(), b.read_bytes()) == (b"old a", b"old b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.json"]
+
+
+def test_atomic_write_files_leaves_no_folder_it_made_where_it_fails(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed write removes the folders it made for its files (a report's figures/ and tables/ were left empty,
+    and an output folder holding them was no longer the report's to write again); folders that were there, or that
+    hold a file, stay."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("mine")
+    files = {tmp_path / "new" / "deep" / "a.bin": b"a", tmp_path / "kept" / "sub" / "b.bin": b"b",
+             tmp_path / "kept" / "c.bin": b"c"}
+    for n_ok in (0, 1, 2):
+        full_disk_after(monkeypatch, n_ok)
+        with pytest.raises(ResdomError, match="no space left"):
+            rio.atomic_write_files(files)
+        monkeypatch.undo()
+        assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["kept", "kept/mine.txt"]
+    rio.atomic_write_files(files)
+    assert all(p.read_bytes() == data for p, data in files.items())
 
 
 def test_other_os_errors_are_not_disguised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ from writing one run directory at once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -125,9 +126,12 @@ def atomic_write_files(files: dict[Path, bytes]) -> None:
             raise ResdomError(f"{path}: {why}; resdom writes each output whole, as a new file renamed into place, "
                               "which would replace it; give a file name")
     done: dict[Path, str] = {}
+    made: list[Path] = []  # the folders made for the files, outermost first: removed again where the write fails
+    renamed = False
     try:
         for path, data in files.items():
             with writing(path):
+                made += _missing_folders(path.parent)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fd, done[path] = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
                 with os.fdopen(fd, "wb") as f:
@@ -137,9 +141,23 @@ def atomic_write_files(files: dict[Path, bytes]) -> None:
                 os.chmod(done[path], file_mode())  # mkstemp makes 0600: colleagues could not read the report
         for path, tmp in done.items():
             os.replace(tmp, path)
+        renamed = True
     finally:
         for tmp in done.values():
             Path(tmp).unlink(missing_ok=True)  # those not renamed
+        if not renamed:  # a report's figures/ and tables/ left empty by a full disk were not a report's to rerun
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):  # one holding a file (renamed, or another writer's) stays
+                    folder.rmdir()
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those above it that do not exist yet, outermost first (what ``mkdir(parents=True)`` makes)."""
+    missing: list[Path] = []
+    while not folder.exists() and folder.parent != folder:
+        missing.insert(0, folder)
+        folder = folder.parent
+    return missing
 
 
 @contextmanager
