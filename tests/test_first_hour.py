@@ -346,6 +346,41 @@ def test_output_to_a_closed_or_full_stdout_is_an_error_naming_it() -> None:
 
 
 @pytest.mark.slow
+def test_stdout_in_an_encoding_that_cannot_hold_the_text(tmp_path: Path) -> None:
+    """A Latin-1 or ASCII standard output (an old cluster's locale, PYTHONIOENCODING, a C locale without UTF-8 mode):
+    recommend / similar of ids outside Latin-1 ended in a UnicodeEncodeError traceback (and the other ids went out
+    in Latin-1, another file than --out writes); data stats of a file named so, and resdom --help / remedies --help
+    (their '±') on ASCII, too. The CSV now goes out as the bytes --out writes; a line for the user writes what its
+    encoding cannot hold as its code."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    import resdom
+
+    rows = [(f"usér-{u}", f"ítem-日本{(u * 7 + t) % 12}", float(t)) for u in range(30) for t in range(6)]
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+    (tmp_path / "日本.csv").write_text(frame.to_csv(index=False), encoding="utf-8")
+    run = resdom.fit(resdom.prepare_split(frame, "loo"), "sasrec", out=tmp_path / "run", epochs=1, hidden=8,
+                     layers=1, max_len=6, device="cpu", progress=False).directory
+
+    def resdom_cli(encoding: str, *args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "resdom", *args], capture_output=True, timeout=300, cwd=tmp_path,
+                              env={**os.environ, "PYTHONIOENCODING": encoding})
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+        return done
+
+    for command in ("recommend", "similar"):
+        printed = resdom_cli("latin-1", command, str(run), "--device", "cpu", "-k", "2").stdout
+        resdom_cli("latin-1", command, str(run), "--device", "cpu", "-k", "2", "--out", f"{command}.csv")
+        assert printed == (tmp_path / f"{command}.csv").read_bytes() and "日本".encode() in printed
+    assert "\\u65e5\\u672c.csv" in resdom_cli("latin-1", "data", "stats", "日本.csv").stdout.decode("latin-1")
+    assert b"mean \\xb1 std" in resdom_cli("ascii", "remedies", "--help").stdout
+    resdom_cli("ascii", "--help")
+
+
+@pytest.mark.slow
 def test_a_reader_that_went_away_ends_the_command_quietly_with_141(trained_run: Path) -> None:
     """``resdom recommend RUN | head -1``, ``resdom --help | head -1``: a broken pipe exited 1 without a word (Click's
     own handling), a status read as a failure of resdom. Now every command that writes to stdout ends quietly with

@@ -15,7 +15,7 @@ import typer
 
 from resdom.cli.data_options import DataOptions, data_config_section, data_options, is_split_dir
 from resdom.cli.train_cmd import MODEL_HELP, command_config, recorded_split_note
-from resdom.cli.values import printed_if_dash, say
+from resdom.cli.values import print_file, printed_if_dash, say
 from resdom.errors import ResdomError
 from resdom.experiments import model_labels
 from resdom.io import atomic_write_text
@@ -137,7 +137,7 @@ def show_cmd(
     if (note := recorded_split_note(config, record, values["data"])) is not None:
         say(note, err=True)
     if out is None:
-        typer.echo(text, nl=False)
+        print_file(text)
         return
     check_output_file(out, "--out", "# resdom ", "a configuration `resdom config show` wrote", {"--config": config})
     atomic_write_text(out, text)

@@ -102,12 +102,14 @@ def name_stdout(closed: bool = False) -> None:
 
 
 def _through_named(old: Any, fd: int, named: bool) -> io.TextIOWrapper:
-    """A text stream like ``old`` (its encoding, errors, line buffering) on ``fd`` through ``NamedStdout``."""
+    """A text stream like ``old`` (its encoding, errors, line buffering) on ``fd`` through ``NamedStdout``; what its
+    encoding cannot write is written as its code (``\\xb1``), as Python writes stderr: the help's '±' on an ASCII
+    stdout (PYTHONIOENCODING=ascii, a C locale without UTF-8 mode) was a UnicodeEncodeError traceback. Files a
+    command prints go out as bytes (``values.print_file``), never through this."""
     if old is not None:
         old.flush()
     return io.TextIOWrapper(io.BufferedWriter(NamedStdout(fd, named)),
-                            encoding=getattr(old, "encoding", None) or "utf-8",
-                            errors=getattr(old, "errors", None) or "strict",
+                            encoding=getattr(old, "encoding", None) or "utf-8", errors="backslashreplace",
                             line_buffering=bool(getattr(old, "line_buffering", False)))
 
 

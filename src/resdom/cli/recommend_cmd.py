@@ -15,7 +15,7 @@ import typer
 
 from resdom.bounded import load_json, refuse_special
 from resdom.checks import launch_env
-from resdom.cli.values import one_filter, parse_alphas, positive_int, printed_if_dash, progress_option, say
+from resdom.cli.values import one_filter, parse_alphas, positive_int, print_file, printed_if_dash, progress_option, say
 from resdom.data.readers import (
     DEFAULT_COLUMNS,
     parser_error,
@@ -306,7 +306,7 @@ def _write(frames: Iterable[pd.DataFrame], out: Path | None) -> None:
         printed = False
         try:
             for text in pieces:
-                typer.echo(text, nl=False)
+                print_file(text)
                 printed = True
         except ResdomError as e:  # a model that scores some user's items as NaN: part of the table is out already
             if not printed:

@@ -14,6 +14,7 @@ import typer
 
 from resdom.checks import ALPHA_RANGE, MAX_CUTOFF, parse_alphas, positive_int
 from resdom.errors import ResdomError
+from resdom.io import text_bytes
 from resdom.limits import visible
 from resdom.rundir import STANDARD_OUTPUT
 
@@ -126,3 +127,11 @@ def say(message: str | None = "", err: bool = False, nl: bool = True) -> None:
     the terminal to act on (an escape sequence in a vendor's file name cleared the screen). Data a command writes
     to stdout (CSV, YAML, JSON) goes out as it is, through ``typer.echo``."""
     typer.echo(None if message is None else visible(message), err=err, nl=nl)
+
+
+def print_file(text: str) -> None:
+    """Print the file a command prints where it is given no --out (or ``--out -``: recommend's and similar's CSV,
+    config show's YAML) as the bytes --out would hold: UTF-8 whatever stdout's encoding. On a Latin-1 locale (or
+    PYTHONIOENCODING=latin-1) an id outside Latin-1 was a UnicodeEncodeError traceback, and the others went out in
+    Latin-1, another file than --out writes."""
+    typer.echo(text_bytes(text), nl=False)
