@@ -381,6 +381,54 @@ def test_stdout_in_an_encoding_that_cannot_hold_the_text(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_a_locale_that_is_not_utf8_reads_resdoms_own_files() -> None:
+    """Under a C locale without UTF-8 mode (open() reads ASCII there, Latin-1 under a Latin-1 locale) ``resdom config
+    list`` ended in a UnicodeDecodeError traceback on a shipped configuration's '±'; every file resdom reads as
+    text is UTF-8, whatever the locale."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-m", "resdom", "config", "list"], capture_output=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+    assert b"sasrec_loo" in done.stdout
+
+
+def test_every_text_file_is_read_and_written_as_utf8() -> None:
+    """The class of the test above: no read_text(), write_text() or open() in text mode in resdom's code leaves the
+    encoding to the locale (the process's own streams, /proc and the lock file's one ASCII word aside)."""
+    import ast
+
+    allowed = {("cli/main.py", "open"): 2, ("io.py", "open"): 2}
+    found: dict[tuple[str, str], int] = {}
+    root = Path(__file__).resolve().parents[1] / "src" / "resdom"
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
+                continue
+            func, mode = node.func, next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(func, ast.Attribute) and func.attr in ("read_text", "write_text") and not node.args:
+                name = func.attr
+            elif isinstance(func, ast.Name) and func.id == "open":
+                mode = mode or (node.args[1] if len(node.args) > 1 else None)
+                name = "open"
+            elif isinstance(func, ast.Attribute) and func.attr == "open" and (mode is not None or node.args):
+                mode = mode or node.args[0]  # Path.open(mode); a zip member's open(name, "w") names no str first
+                name = "open"
+            else:
+                continue
+            if name == "open" and isinstance(mode, ast.Constant) and (not isinstance(mode.value, str)
+                                                                      or "b" in mode.value):
+                continue
+            if name == "open" and mode is not None and not isinstance(mode, ast.Constant):
+                continue
+            key = (path.relative_to(root).as_posix(), name)
+            found[key] = found.get(key, 0) + 1
+    assert found == allowed, found
+
+
+@pytest.mark.slow
 def test_a_reader_that_went_away_ends_the_command_quietly_with_141(trained_run: Path) -> None:
     """``resdom recommend RUN | head -1``, ``resdom --help | head -1``: a broken pipe exited 1 without a word (Click's
     own handling), a status read as a failure of resdom. Now every command that writes to stdout ends quietly with

@@ -295,7 +295,7 @@ def load_run(path: str | Path, device: str = "auto") -> Fitted:
     metrics = {}
     if files.final.is_file():
         try:
-            metrics = json.loads(files.final.read_text())
+            metrics = json.loads(files.final.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ResdomError(f"{files.final}: cannot read it ({e}); delete it or train the run again") from None
     return Fitted(run.model, run.split, run.model.cfg, train_config,

@@ -87,7 +87,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(errors="replace").splitlines():  # a damaged line is skipped like a torn one
+    # a damaged line is skipped like a torn one
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:

@@ -29,7 +29,7 @@ def reference_config(name: str | Path) -> Path | None:
 
 def describe_config(path: Path) -> str:
     """The first comment line of a configuration file (what it is), without the ``#``."""
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("#"):
             return line.lstrip("#").strip()
     return ""

@@ -247,7 +247,7 @@ def not_a_run_dir(path: Path) -> ResdomError:
 def _has_run_config(run: RunDir) -> bool:
     """Whether ``run.config`` is a resdom run's config.json (a JSON object with ``model`` and ``versions``)."""
     try:
-        data = json.loads(run.config.read_text())
+        data = json.loads(run.config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and isinstance(data.get("model"), dict) and "versions" in data
@@ -324,7 +324,7 @@ def holds_results(run: RunDir) -> bool:
                                                                  for p in run.diagnostics.iterdir())):
         return True
     try:
-        config = json.loads(run.config.read_text())
+        config = json.loads(run.config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and bool(config.get("imported_from")) and run.model.is_file()
@@ -366,7 +366,7 @@ def read_marker(path: str | Path) -> dict[str, Any] | None:
     try:
         if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > MAX_MARKER_BYTES:
             return None
-        data = json.loads(marker.read_text())
+        data = json.loads(marker.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != MARKER_FORMAT or data.get("kind") not in KIND_NAMES:

@@ -45,7 +45,7 @@ def source_commit(package_dir: str | Path | None = None) -> str | None:
     None otherwise."""
     path = Path(package_dir or Path(__file__).parent) / "SOURCE_COMMIT"
     try:
-        return path.read_text().strip() or None
+        return path.read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
 
@@ -300,7 +300,7 @@ def interrupted_at(files: RunDir) -> str | None:
     try:
         if not files.state.is_file() or files.state.stat().st_size > 2**20:  # a FIFO, a crafted giant: no note
             return None
-        state = json.loads(files.state.read_text())
+        state = json.loads(files.state.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(state, dict) or state.get("stopped") is not None or not isinstance(state.get("train"), dict):

@@ -493,7 +493,7 @@ def check_split_folder(path: str | Path, option: str = "--out") -> dict | None:
                           f"{first_names(others)}); choose another {option} "
                           "or an empty folder")
     try:
-        manifest = json.loads((path / SplitData.MANIFEST).read_text())
+        manifest = json.loads((path / SplitData.MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return manifest if isinstance(manifest, dict) else {}

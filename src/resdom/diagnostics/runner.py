@@ -272,7 +272,7 @@ def write_result(files: RunDir, d: Diagnostic, result: Any, seconds: float, chec
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return {}
 

@@ -31,9 +31,9 @@ def is_finished(run_dir: Path, epochs: int | None = None) -> bool:
     ``epochs`` is given, was trained with that epoch budget)."""
     try:
         files = RunDir(run_dir)
-        metrics = json.loads(files.final.read_text())
-        summary = json.loads(files.summary.read_text())
-        config = json.loads(files.config.read_text())
+        metrics = json.loads(files.final.read_text(encoding="utf-8"))
+        summary = json.loads(files.summary.read_text(encoding="utf-8"))
+        config = json.loads(files.config.read_text(encoding="utf-8"))
         current = checkpoint_id(files.model)
     except (OSError, ValueError, ResdomError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return False
@@ -80,7 +80,7 @@ def missing_diagnostics(run_dir: Path) -> list[str]:
     missing = []
     for name in diagnostic_names():
         try:
-            data = json.loads(files.diagnostic(name).read_text())
+            data = json.loads(files.diagnostic(name).read_text(encoding="utf-8"))
             ok = cell_problem(data, name, current) is None  # another split's or checkpoint's (or unnamed): redone
         except (OSError, ValueError, AttributeError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             ok = False
@@ -99,7 +99,7 @@ def _resummarise(run_dir: Path) -> dict[str, Any]:
     with directory_lock(files.diagnostics, "diagnosing", "stop it"):
         old: Any = {}
         try:
-            old = json.loads(files.summary.read_text())
+            old = json.loads(files.summary.read_text(encoding="utf-8"))
         except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             pass
         summary = summarise(files.diagnostics, "test", checkpoint_id(files.model))

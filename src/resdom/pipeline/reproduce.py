@@ -265,7 +265,7 @@ class _DataCache:
         """Statistics of the whole data set (from the split's manifest), saved once to DIR/<dataset>/dataset.json."""
         path = self.spec.out / dataset / DATASET_JSON
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):  # absent, or damaged: made again
             pass
         stats = split.manifest.get("dataset") or dataset_stats(split.train)
@@ -332,12 +332,12 @@ def cell_compute(run_dir: Path) -> dict[str, Any]:
 
     files = RunDir(run_dir)
     epochs = run_curve(files)  # a torn or damaged line: one line naming it
-    train = json.loads(files.config.read_text()).get("train", {})
+    train = json.loads(files.config.read_text(encoding="utf-8")).get("train", {})
     diag = {}
     for name in diagnostic_names():  # each diagnostic's file says how long it took, whichever session computed it
         path = files.diagnostic(name)
         if path.is_file():
-            diag[name] = json.loads(path.read_text()).get("seconds") or 0.0
+            diag[name] = json.loads(path.read_text(encoding="utf-8")).get("seconds") or 0.0
     if files.users.is_file():  # the per-user evidence's header too
 
         diag[USERS] = (read_header(files.users) or {}).get("seconds") or 0.0
@@ -437,7 +437,7 @@ def _reproduce(spec: GridSpec, progress: bool, echo: Callable[[str], None]) -> G
     if not finished:
         echo(f"no run finished; nothing to summarise (see {summary_dir / 'grid.json'})")
         return GridResult(outcomes, summary_dir, None, [])
-    stats = {d: json.loads((spec.out / d / DATASET_JSON).read_text()) for d in spec.datasets
+    stats = {d: json.loads((spec.out / d / DATASET_JSON).read_text(encoding="utf-8")) for d in spec.datasets
              if (spec.out / d / DATASET_JSON).is_file()}
     paths = build_report_files(usable, summary_dir, title=f"resdom reproduce: {', '.join(spec.datasets)} "
                          f"({'/'.join(sorted({spec.protocol_of(d).upper() for d in spec.datasets}))})",

@@ -48,7 +48,7 @@ def cell_dir(store: str | Path, dataset: str, label: str, seed: int) -> Path:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ResdomError(f"{path}: cannot read ({e})") from None
 
@@ -71,7 +71,7 @@ def run_curve(run: RunDir) -> list[dict[str, Any]]:
     naming the file and line. It was copied into the store as it was, where the report then refused the cell's curve
     (or, in the grid's compute record, a JSONDecodeError naming no file)."""
     rows: list[Any] = []
-    for line in run.log.read_text(errors="replace").splitlines():
+    for line in run.log.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
@@ -101,7 +101,7 @@ def export_cell(run_dir: str | Path, store: str | Path, dataset: str, label: str
         raise ResdomError(problem)
     config = _read(run.config)
     run_curve(run)  # checked: a torn or damaged line is refused here, not copied into the store
-    curve = [line for line in run.log.read_text().splitlines() if line.strip()]
+    curve = [line for line in run.log.read_text(encoding="utf-8").splitlines() if line.strip()]
     cell = RunDir(cell_dir(store, dataset, label, seed))
     files: dict[Path, bytes] = {
         cell.config: json_bytes(_config_record(config, label)),
@@ -143,7 +143,7 @@ def _check_unique(store: str | Path, target: Path, identity: dict[str, Any], che
         if other.resolve() == target.resolve():
             continue
         try:
-            theirs = json.loads(RunDir(other).cell.read_text())
+            theirs = json.loads(RunDir(other).cell.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # an unreadable cell is reported where it is read
         if not isinstance(theirs, dict) or theirs.get("checkpoint") != checkpoint:

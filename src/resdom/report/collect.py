@@ -219,7 +219,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         metrics=metrics,
         diagnostics={k: v for k, v in diagnostics.items() if v},
         data_stats=_data_stats(data),
-        error=error_path.read_text(errors="replace").strip() if error_path.is_file() else None,
+        error=error_path.read_text(encoding="utf-8", errors="replace").strip() if error_path.is_file() else None,
         stale=stale,
         problems=problems,
         cell=cell,
@@ -232,7 +232,7 @@ def read_cell_curve(path: Path) -> list[dict[str, Any]]:
     a NaN, negative or non-numeric loss (``stored.curve_problem``) is a ResdomError naming the file and line (a run's
     own metrics.jsonl, which a kill may leave torn, is read by ``io.read_jsonl``)."""
     rows: list[Any] = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:

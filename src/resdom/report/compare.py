@@ -349,7 +349,7 @@ def checkpoint_of(ev: UserEvidence) -> str | None:
         return found
     cell = ev.path.parent / "cell.json"
     try:
-        found = json.loads(cell.read_text()).get("checkpoint") if cell.is_file() else None
+        found = json.loads(cell.read_text(encoding="utf-8")).get("checkpoint") if cell.is_file() else None
     except (OSError, ValueError, AttributeError):
         return None
     return found if isinstance(found, str) and found else None

@@ -91,9 +91,9 @@ def read_cell(cell: Path) -> dict[str, Any] | None:
     """The numbers the fidelity table uses from one store cell (None where a diagnostic is missing)."""
     diag = cell / "diagnostics"
     try:
-        mixing = json.loads((diag / "mixing.json").read_text())
-        hrli = json.loads((diag / "hrli.json").read_text())
-        recovery = json.loads((diag / "recovery.json").read_text())
+        mixing = json.loads((diag / "mixing.json").read_text(encoding="utf-8"))
+        hrli = json.loads((diag / "hrli.json").read_text(encoding="utf-8"))
+        recovery = json.loads((diag / "recovery.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return cell_numbers(mixing, hrli, recovery)

@@ -249,7 +249,7 @@ class RunFiles(RunDir):
         if not self.state.exists():
             return None
         try:
-            state = json.loads(self.state.read_text())
+            state = json.loads(self.state.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ResdomError(f"{self.state}: resume state is truncated or not valid JSON ({e}); "
                               f"{self.restart_hint()}") from None
@@ -293,7 +293,7 @@ class RunFiles(RunDir):
     def mark_stopped(self, stopped: str) -> None:
         """Record in ``trainer.json`` how the finished run stopped (where there is one)."""
         if self.state.exists():
-            saved = json.loads(self.state.read_text())
+            saved = json.loads(self.state.read_text(encoding="utf-8"))
             saved["stopped"] = stopped
             atomic_write_json(self.state, saved)
 
@@ -415,7 +415,7 @@ def manifest_differences(files: RunDir, manifest: dict[str, Any], limit: int = 3
     (counts, thresholds). Left out as ``data_fingerprint`` leaves them out: ``changes`` and where source files were
     found. [] where config.json is missing or unreadable (the fingerprint alone is named then)."""
     try:
-        saved = json.loads(files.config.read_text())["data"]["manifest"]
+        saved = json.loads(files.config.read_text(encoding="utf-8"))["data"]["manifest"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     if not isinstance(saved, dict):

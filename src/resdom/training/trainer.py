@@ -511,7 +511,8 @@ def _fit(split: SplitData, model_cfg: ModelConfig, train_cfg: TrainConfig, objec
         if dist_ctx.is_main:
             if improved:
                 save_checkpoint(files.model, model, _sidecar_extra(epoch, valid, fingerprint, train_cfg, split))
-            with writing(files.log), files.log.open("a") as f:  # a torn last line is dropped on resume
+            # a torn last line is dropped on resume
+            with writing(files.log), files.log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
             files.save_state(ResumeState.of(epoch, stopper, stopped, model_cfg, train_cfg, fingerprint), model,
                              optimizer)
@@ -646,7 +647,7 @@ def _write_config(files: RunFiles, split: SplitData, model_cfg: ModelConfig, tra
 
 def _read_final(files: RunFiles) -> dict[str, Any]:
     try:
-        final = json.loads(files.final.read_text())
+        final = json.loads(files.final.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return {}  # unreadable: recomputed from the best checkpoint
     return final if isinstance(final, dict) else {}
