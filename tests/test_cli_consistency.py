@@ -648,6 +648,23 @@ def test_no_writable_temporary_folder_is_one_line_before_torch_is_imported(monke
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
+def test_a_deleted_working_folder_is_one_line(tmp_path: Path) -> None:
+    """In a working folder deleted while the shell was in it, every command (data list, train with absolute paths)
+    ended in torch's import with "Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so", five times; now one
+    line naming the working folder, exit 2."""
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$2" -m resdom data list', "sh", str(gone),
+                           sys.executable], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr == (
+        "error: the working folder no longer exists (deleted while the shell was in it); cd to a folder that exists "
+        "and rerun\n"), done.stderr
+
+
 @pytest.mark.parametrize("name", ["reproduce", "remedies"])
 def test_grid_epochs_default_is_each_models_for_its_protocol_as_its_help_says(name: str, tmp_path: Path) -> None:
     """``reproduce`` and ``remedies`` without ``--epochs`` train each cell up to its model's maximum for the cell's

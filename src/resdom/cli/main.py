@@ -141,8 +141,21 @@ def check_temporary_folder() -> None:
         raise SystemExit(2) from None
 
 
+def check_working_folder() -> None:
+    """Exit 2 with one line where the working folder is gone (deleted while the shell was in it):
+    every command ended in torch's "Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so", repeated, an
+    absolute --out and input paths or not, and a relative path would name nothing."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        print("error: the working folder no longer exists (deleted while the shell was in it); cd to a "
+              "folder that exists and rerun", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 _CLOSED = guard_standard_streams()
 check_temporary_folder()
+check_working_folder()
 
 import typer
 
