@@ -469,6 +469,73 @@ def test_a_folder_one_may_not_write_in_is_named_not_the_temporary_file(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_file_one_may_not_read_is_said_so_not_called_damaged(run_dir: Path, split: SplitData, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A colleague's run whose config.json one may not read was "the file is damaged: delete it", its metrics.json
+    (resdom.load_run) "delete it or train the run again", a split's unreadable manifest.json "run `resdom data split`
+    again"; an unreadable data file said "cannot read ("[Errno 13] Permission denied: 'FILE'")", the path twice; a
+    file in a folder one may not look into was named "FOLDER/FILE/arrays.npz". Each is now the file (or folder) and
+    the system's words, no advice to delete or redo what is not damaged. (Root reads anything: the refusal is
+    stubbed.)"""
+    import builtins
+
+    import resdom
+
+    (run_dir / "metrics.json").write_text("{}")
+    data = tmp_path / "data.csv"
+    data.write_text("user_id,item_id\nu1,i1\n")
+    split_dir = tmp_path / "split"
+    split.save(split_dir)
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    refused = {run_dir / "config.json", run_dir / "metrics.json", split_dir / "manifest.json", data,
+               hidden / "arrays.npz"}
+    real_read_bytes, real_read_text, real_is_file = Path.read_bytes, Path.read_text, Path.is_file
+
+    def refuse(path: Path) -> None:
+        if path in refused:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    def read_bytes(self: Path) -> bytes:
+        refuse(self)
+        return real_read_bytes(self)
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        refuse(self)
+        return real_read_text(self, *args, **kwargs)
+
+    def is_file(self: Path) -> bool:  # a stat: refused only inside a folder one may not look into
+        if self.parent == hidden:
+            refuse(self)
+        return real_is_file(self)
+
+    real_builtin_open = builtins.open
+
+    def open_(file: object, *args: object, **kwargs: object) -> object:
+        if isinstance(file, (str, Path)):
+            refuse(Path(file))
+        return real_builtin_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(Path, "is_file", is_file)
+    monkeypatch.setattr(builtins, "open", open_)
+    code, _, err = run_cli(capsys, "diagnose", str(run_dir), "--what", "hrli", "--no-progress")
+    assert one_line_error(code, err) == f"error: {run_dir / 'config.json'}: cannot read it (Permission denied)"
+    refused.discard(run_dir / "config.json")
+    with pytest.raises(ResdomError) as e:
+        resdom.load_run(run_dir, device="cpu")
+    assert str(e.value) == f"{run_dir / 'metrics.json'}: cannot read it (Permission denied)"
+    code, _, err = run_cli(capsys, "data", "stats", str(split_dir))
+    assert one_line_error(code, err) == (f"error: {split_dir / 'manifest.json'}: cannot read the split's manifest "
+                                         "(Permission denied)")
+    code, _, err = run_cli(capsys, "data", "stats", str(data))
+    assert one_line_error(code, err) == f"error: {data}: cannot read it (Permission denied)"
+    code, _, err = run_cli(capsys, "data", "stats", str(hidden))
+    assert one_line_error(code, err) == f"error: {hidden}: Permission denied"
+
+
 def test_is_locked_asks_without_write_access(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """evaluate / recommend of a run the user may read but not write (a colleague's) failed with ".lock: Permission
     denied": the lock was opened for appending only to ask whether a trainer holds it."""

@@ -296,7 +296,9 @@ def load_run(path: str | Path, device: str = "auto") -> Fitted:
     if files.final.is_file():
         try:
             metrics = json.loads(files.final.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+        except OSError as e:  # no permission, an I/O error: not a damaged file to delete
+            raise ResdomError(f"{files.final}: cannot read it ({e.strerror})") from None
+        except ValueError as e:
             raise ResdomError(f"{files.final}: cannot read it ({e}); delete it or train the run again") from None
     return Fitted(run.model, run.split, run.model.cfg, train_config,
                   metrics if isinstance(metrics, dict) else {}, read_jsonl(files.log), run.config, run.sidecar,

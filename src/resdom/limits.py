@@ -87,6 +87,15 @@ def short(value: object, limit: int | None = None) -> str:
     return text if len(text) <= limit else f"{text[:max(limit - 3, 1)]}... ({len(text):,} characters)"
 
 
+def why_unread(e: BaseException) -> str:
+    """Why a file could not be read, for "PATH: cannot read it (WHY)": an OSError's own words ("Permission denied"),
+    not its text "[Errno 13] Permission denied: 'PATH'", which named the path a second time; anything else as
+    ``short`` quotes it."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return short(str(e))
+
+
 def quote(value: object, limit: int | None = None) -> str:
     """An id as a message names it: a str quoted (``repr``: an id may hold a comma or a space), anything else as
     ``str`` gives it (``7``, not ``np.int64(7)``), either cut as ``short`` cuts."""

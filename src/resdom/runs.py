@@ -260,8 +260,8 @@ def read_config(path: Path) -> dict[str, Any]:
     refuse_special(path)
     try:
         config = load_json(path.read_bytes(), str(path), fix)
-    except OSError as e:
-        raise ResdomError(f"{path}: cannot read it ({e.strerror}); {fix}") from None
+    except OSError as e:  # no permission, an I/O error: not a damaged file to delete
+        raise ResdomError(f"{path}: cannot read it ({e.strerror})") from None
     if not isinstance(config, dict):
         raise ResdomError(f"{path}: expected a JSON object, found {type(config).__name__}; {fix}")
     return config

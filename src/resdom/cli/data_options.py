@@ -106,8 +106,8 @@ def split_manifest(source: str | Path) -> dict[str, Any]:
     again = "run `resdom data split` again"
     try:
         manifest = load_json(path.read_bytes(), str(path), again)  # bounded nesting: one line
-    except OSError as e:
-        raise ResdomError(f"{path}: cannot read the split's manifest ({e.strerror}); {again}") from None
+    except OSError as e:  # no permission, an I/O error: splitting again would not help
+        raise ResdomError(f"{path}: cannot read the split's manifest ({e.strerror})") from None
     if not isinstance(manifest, dict):
         raise ResdomError(f"{path}: not a split manifest (expected a JSON object); run `resdom data split` again")
     if manifest.get("protocol") not in PROTOCOLS:  # the protocol sets the model's defaults before the split is read

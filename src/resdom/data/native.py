@@ -61,7 +61,7 @@ from resdom.data.readers import (
 )
 from resdom.errors import ResdomError
 from resdom.io import warnings_filter
-from resdom.limits import short
+from resdom.limits import short, why_unread
 
 NATIVE_FORMATS = ("movielens-zip", "diginetica", "steam", "beeradvocate", "zvuk", "time-to-split-csv")
 DIGINETICA_HEADER = ("sessionId", "userId", "itemId", "timeframe", "eventdate")
@@ -146,7 +146,7 @@ def _open_lines(path: Path) -> Iterator[tuple[int, str]]:
     except UnicodeDecodeError:
         raise not_text(path) from None
     except OSError as e:
-        raise ResdomError(f"{path}: cannot read ({short(str(e))})") from None
+        raise ResdomError(f"{path}: cannot read it ({why_unread(e)})") from None
 
 
 def _csv_source(path: Path) -> Path | io.BytesIO:

@@ -52,7 +52,7 @@ from resdom.bounded import arrow_source, check_parquet, gunzip, read_bytes, refu
 from resdom.checks import arg, naming_flags
 from resdom.errors import ResdomError
 from resdom.io import warnings_filter
-from resdom.limits import quote, short
+from resdom.limits import quote, short, why_unread
 
 FORMATS = ("user-lines", "paired", "interactions", "recbole", "csv", "tsv", "parquet", "movielens")
 DEFAULT_COLUMNS = {"user_col": "user_id", "item_col": "item_id", "time_col": "timestamp"}
@@ -329,7 +329,7 @@ def _head_lines(path: Path, n: int) -> list[str]:
     except EOFError:
         head = b""  # a truncated gzip file: its reader says so
     except (OSError, zlib.error) as e:
-        raise ResdomError(f"{path}: cannot read ({short(str(e))})") from None
+        raise ResdomError(f"{path}: cannot read it ({why_unread(e)})") from None
     text = head.decode("utf-8-sig", errors="replace")
     lines = text.splitlines(keepends=True)
     if len(head) == HEAD_BYTES and lines:

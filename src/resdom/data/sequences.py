@@ -261,8 +261,15 @@ class SplitData:
 
     @classmethod
     def exists(cls, directory: str | Path) -> bool:
-        """Whether ``directory`` holds a saved split (``save``'s two files)."""
-        return (Path(directory) / cls.ARRAYS).is_file() and (Path(directory) / cls.MANIFEST).is_file()
+        """Whether ``directory`` holds a saved split (``save``'s two files). A folder it may not look into is an
+        OSError naming the folder (a file in one was named as ``FILE/arrays.npz``, as if it were a split)."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            return False
+        try:
+            return (directory / cls.ARRAYS).is_file() and (directory / cls.MANIFEST).is_file()
+        except PermissionError as e:
+            raise PermissionError(e.errno, e.strerror, str(directory)) from None
 
     @classmethod
     def load(cls, directory: str | Path) -> SplitData:

@@ -31,6 +31,7 @@ from resdom.diagnostics.evidence import read_header
 from resdom.diagnostics.registry import diagnostic_names
 from resdom.errors import ResdomError
 from resdom.io import atomic_write_files, json_bytes
+from resdom.limits import why_unread
 from resdom.pipeline.common import is_finished
 from resdom.report.collect import checkpoint_clash
 from resdom.rundir import RunDir
@@ -50,7 +51,7 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ResdomError(f"{path}: cannot read ({e})") from None
+        raise ResdomError(f"{path}: cannot read it ({why_unread(e)})") from None
 
 
 def _config_record(config: dict[str, Any], label: str) -> dict[str, Any]:
