@@ -429,6 +429,25 @@ def test_every_text_file_is_read_and_written_as_utf8() -> None:
 
 
 @pytest.mark.slow
+def test_an_unwritable_matplotlib_folder_is_one_note(trained_run: Path, tmp_path: Path) -> None:
+    """In a container whose HOME is read-only (or with MPLCONFIGDIR unwritable) every report printed matplotlib's
+    "mkdir -p failed for path P: [Errno 20] Not a directory: 'P'" and a sentence of advice about it; now one note
+    naming the folder and MPLCONFIGDIR, and the report with its figures as before. (Root writes anywhere: the folder
+    lies below a file.)"""
+    import subprocess
+    import sys
+
+    (tmp_path / "a-file").write_text("")
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "a-file" / "matplotlib")}
+    done = subprocess.run([sys.executable, "-m", "resdom", "report", str(trained_run), "--out", str(tmp_path / "rep")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and (tmp_path / "rep" / "report.html").is_file(), done.stderr
+    assert done.stderr.splitlines() == [
+        f"note: matplotlib's cache folder (MPLCONFIGDIR {tmp_path / 'a-file' / 'matplotlib'}) is not writable: figures "
+        "are drawn with a temporary one, made anew each run; set MPLCONFIGDIR to a writable folder to keep it"]
+
+
+@pytest.mark.slow
 def test_a_reader_that_went_away_ends_the_command_quietly_with_141(trained_run: Path) -> None:
     """``resdom recommend RUN | head -1``, ``resdom --help | head -1``: a broken pipe exited 1 without a word (Click's
     own handling), a status read as a failure of resdom. Now every command that writes to stdout ends quietly with

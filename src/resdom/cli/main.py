@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
 import re
 import signal
@@ -227,12 +228,38 @@ def keep_freed_memory() -> bool:
                ((m_mmap_threshold, 32 << 20), (m_trim_threshold, 1 << 30), (m_top_pad, 256 << 20)))
 
 
+class MatplotlibCacheNote(logging.Filter):
+    """matplotlib's warnings where it cannot write its settings and cache folder (a container's read-only HOME, an
+    unwritable MPLCONFIGDIR): "mkdir -p failed for path P: [Errno 13] Permission denied: 'P'" or "P is not a
+    writable directory", then a sentence of advice, on every command that draws a figure (report, demo, reproduce,
+    remedies). One note instead; the figures are drawn as before, with matplotlib's temporary folder."""
+
+    _DROPPED = ("mkdir -p failed for path %s: %s", "%s is not a writable directory")
+    _ISSUE = re.compile(r"(MPLCONFIGDIR|the default path) \((.*)\)", re.DOTALL)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self._DROPPED:
+            return False
+        if not (isinstance(record.msg, str) and record.msg.startswith("Matplotlib created a temporary cache")
+                and isinstance(record.args, tuple) and len(record.args) == 2):
+            return True
+        issue = self._ISSUE.fullmatch(str(record.args[1]))
+        where = ("no home folder" if issue is None else
+                 f"MPLCONFIGDIR {issue.group(2)}" if issue.group(1) == "MPLCONFIGDIR" else issue.group(2))
+        with contextlib.suppress(OSError):
+            print(visible(f"note: matplotlib's cache folder ({cut_message(where)}) is not writable: figures are drawn "
+                          "with a temporary one, made anew each run; set MPLCONFIGDIR to a writable folder to keep "
+                          "it"), file=sys.stderr, flush=True)
+        return False
+
+
 def app() -> None:
     """Run the CLI; a ResdomError exits 2 with its one-line message, never a traceback. A process that joined
     torchrun's process group and left it ends through ``distributed.leave`` (no interpreter teardown, where gloo
     may abort a finished run)."""
     keep_freed_memory()
     name_stdout(1 in _CLOSED)
+    logging.getLogger("matplotlib").addFilter(MatplotlibCacheNote())  # before any command imports matplotlib
     try:
         try:
             with stop_as_on_ctrl_c():
