@@ -529,6 +529,35 @@ def test_output_files_follow_the_umask(tmp_path: Path, umask) -> None:
 # ------------------------------------------------------------------------------------------- small fixes
 
 
+def test_a_read_only_output_file_is_not_replaced(trained_run: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """An earlier output made read-only to keep it (chmod a-w) was replaced all the same, and left writable:
+    resdom writes a new file and renames it into place, which a writable folder allows. Each file a command is
+    told to write (recommend / similar --out, evaluate --per-user, config show --out, report --doc) is now
+    refused in one line where its permissions forbid writing it, as ``>`` would. (Root writes anything: the
+    permission is stubbed.)"""
+    import resdom.rundir
+
+    run, doc = str(trained_run), tmp_path / "doc.md"
+    doc.write_text("# notes\n")
+    written = {"--out": [("recommend", run, "--device", "cpu", "-k", "2"), ("similar", run, "--device", "cpu"),
+                         ("config", "show", "sasrec")],
+               "--per-user": [("evaluate", run, "--device", "cpu")]}
+    cases = [(option, (*args, option, str(tmp_path / f"{args[0]}.out")), tmp_path / f"{args[0]}.out")
+             for option, commands in written.items() for args in commands]
+    cases.append(("--doc", ("report", run, "--out", str(tmp_path / "rep"), "--doc", str(doc)), doc))
+    for _, args, _file in cases:
+        assert run_cli(capsys, *args)[0] == 0, args
+    kept = {file: file.read_bytes() for _, _, file in cases}
+    real = os.access
+    monkeypatch.setattr(resdom.rundir.os, "access",
+                        lambda p, mode: real(p, mode) and not (mode & os.W_OK and Path(p) in kept))
+    for option, args, file in cases:
+        code, _, err = run_cli(capsys, *args)
+        user_error(code, err, f"error: {option} {file}: is read-only (its permissions forbid writing it); make it "
+                              "writable (chmod u+w) or choose another file")
+        assert file.read_bytes() == kept[file]
+
+
 def test_out_dash_prints_where_a_command_prints_one_file_and_is_refused_elsewhere(trained_run: Path, capsys,
                                                                                   tmp_path: Path,
                                                                                   monkeypatch) -> None:

@@ -167,6 +167,7 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
                           f"cell's evidence; choose a file elsewhere")
     if not path.exists():
         return
+    refuse_read_only(path, option)
     try:
         with path.open("rb") as f:
             first = f.readline(max(len(h.encode()) for h in heads) + 2)
@@ -179,6 +180,15 @@ def check_output_file(path: Path, option: str, first_line: str | tuple[str, ...]
         if given is not None and _same_file(path, Path(given)):
             raise ResdomError(f"{option} {path}: is the file {name} reads ({given}); write the output to another "
                               "file")
+
+
+def refuse_read_only(path: Path, option: str) -> None:
+    """A ResdomError naming ``option`` where the existing file ``path`` may not be written, as ``>`` would find it
+    (``chmod a-w``, a file of another user): resdom writes a new file and renames it into place, which a writable
+    folder allows, so a file made read-only to keep it was replaced all the same, and left writable."""
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise ResdomError(f"{option} {path}: is read-only (its permissions forbid writing it); make it writable "
+                          "(chmod u+w) or choose another file")
 
 
 def _within(inner: Path, outer: Path) -> bool:

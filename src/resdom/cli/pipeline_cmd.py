@@ -34,7 +34,14 @@ from resdom.report import (
     refuse_run_folders,
 )
 from resdom.report.collect import older_readings, same_folders
-from resdom.rundir import check_output_inputs, is_link_loop, output_lock, refuse_standard_output, require_folder_path
+from resdom.rundir import (
+    check_output_inputs,
+    is_link_loop,
+    output_lock,
+    refuse_read_only,
+    refuse_standard_output,
+    require_folder_path,
+)
 from resdom.study import build_report_files as build_study_report
 from resdom.study import document_block_names as study_block_names
 from resdom.study import is_study
@@ -173,6 +180,7 @@ def _document(path: Path, known: tuple[str, ...]) -> str:
         raise ResdomError(f"--doc {path}: is a folder; give a Markdown document")
     if not path.is_file():
         raise ResdomError(f"--doc {path}: {'a loop of symbolic links' if is_link_loop(path) else 'no such document'}")
+    refuse_read_only(path, "--doc")  # refilled in place
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
