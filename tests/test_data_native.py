@@ -321,6 +321,34 @@ def test_movielens_zip(tmp_path: Path) -> None:
         read_movielens_zip(path)
 
 
+@pytest.mark.parametrize(("code", "why"), [(28, "no space left on device"), (27, r"a file size limit \(ulimit -f\)")])
+def test_movielens_zip_unpacked_into_a_full_temporary_folder_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     code: int, why: str) -> None:
+    """ml-1m.zip is unpacked into the temporary folder to be read: a full /tmp (ENOSPC) or ``ulimit -f`` (EFBIG) made
+    ``resdom data stats ml-1m.zip`` say "output: no space left on device; free space and rerun (the run resumes: a
+    training run continues ...)", naming no file of the user's; it names the zip, its member and the temporary
+    folder now, and TMPDIR."""
+    import errno
+    import tempfile
+
+    assert (errno.ENOSPC, errno.EFBIG) == (28, 27)
+    path = tmp_path / "ml-1m.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("ml-1m/ratings.dat", "1::1193::5::978300760\n")
+    real = Path.write_bytes
+
+    def full(self: Path, data: bytes) -> int:
+        if self.name == "ratings.dat":
+            raise OSError(code, "stopped")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    said = (rf"^{path}: cannot unpack ml-1m/ratings\.dat \(22 bytes\) into the temporary folder "
+            rf"{tempfile.gettempdir()} \({why}\); set TMPDIR to a folder with room")
+    with pytest.raises(ResdomError, match=said):
+        read_movielens_zip(path)
+
+
 def test_fixed_column_formats_refuse_column_options(tmp_path: Path) -> None:
     with pytest.raises(ResdomError, match="has fixed columns"):
         read_native("steam", [tmp_path / "x"], user_col="u")

@@ -30,6 +30,7 @@ ResdomError naming the file and line.
 from __future__ import annotations
 
 import ast
+import errno
 import io
 import json
 import re
@@ -60,7 +61,7 @@ from resdom.data.readers import (
     time_column_values,
 )
 from resdom.errors import ResdomError
-from resdom.io import warnings_filter
+from resdom.io import NO_SPACE, warnings_filter
 from resdom.limits import short, why_unread
 
 NATIVE_FORMATS = ("movielens-zip", "diginetica", "steam", "beeradvocate", "zvuk", "time-to-split-csv")
@@ -180,7 +181,15 @@ def read_movielens_zip(path: Path) -> RawInteractions:
         data = read_member(z, members[0], str(path))
     with tempfile.TemporaryDirectory(prefix="resdom-ml-") as tmp:
         inner = Path(tmp) / "ratings.dat"
-        inner.write_bytes(data)
+        try:
+            inner.write_bytes(data)
+        except OSError as e:  # a full /tmp or ulimit -f: "output: no space left ..." named no file of the user's
+            if e.errno not in NO_SPACE:
+                raise
+            why = "a file size limit (ulimit -f)" if e.errno == errno.EFBIG else "no space left on device"
+            raise ResdomError(f"{path}: cannot unpack {members[0]} ({len(data):,} bytes) into the temporary folder "
+                              f"{Path(tmp).parent} ({why}); set TMPDIR to a folder with room, or unpack it and give "
+                              "its ratings.dat") from None
         try:
             raw = read_movielens(inner)
         except ResdomError as e:  # name the member inside the zip, not the temporary copy
