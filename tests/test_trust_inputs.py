@@ -536,6 +536,34 @@ def test_a_file_one_may_not_read_is_said_so_not_called_damaged(run_dir: Path, sp
     assert one_line_error(code, err) == f"error: {hidden}: Permission denied"
 
 
+def test_a_run_one_may_not_write_in_is_named_not_its_lock_file(run_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """diagnose (or train, import, report) into a folder one may not write in, a colleague's run, said
+    "RUN/diagnostics/.lock: Permission denied": a file the user never named. The folder is named now, as a write
+    into it is (``io.writing``). (Root writes anything: the refusal is stubbed.)"""
+    import builtins
+
+    real = builtins.open
+
+    def no_lock(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if Path(str(file)).name == rio.LOCK and "a" in mode:
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", no_lock)
+    code, _, err = run_cli(capsys, "diagnose", str(run_dir), "--what", "hrli", "--no-progress")
+    assert one_line_error(code, err) == f"error: {run_dir / 'diagnostics'}: Permission denied (cannot write in it)"
+    monkeypatch.undo()
+
+    def no_folder(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", no_folder)
+    with pytest.raises(ResdomError, match=f"^{run_dir / 'new'}: Permission denied \\(cannot write in {run_dir}\\)$"):
+        with rio.directory_lock(run_dir / "new", "writing"):
+            pass
+
+
 def test_is_locked_asks_without_write_access(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """evaluate / recommend of a run the user may read but not write (a colleague's) failed with ".lock: Permission
     denied": the lock was opened for appending only to ask whether a trainer holds it."""

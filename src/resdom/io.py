@@ -291,8 +291,15 @@ def directory_lock(directory: str | Path, what: str, other: str = "choose anothe
         yield
         return
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / LOCK, "a") as f:
+    try:  # a folder one may not write in (a colleague's run, a read-only copy) named as such, not as its lock file
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = open(directory / LOCK, "a")  # noqa: SIM115 (closed by the with below)
+    except OSError as e:
+        if e.errno not in NO_WRITE or e.filename is None:
+            raise
+        where = "it" if Path(e.filename) == directory / LOCK else Path(e.filename).parent
+        raise ResdomError(f"{directory}: {e.strerror} (cannot write in {where})") from None
+    with lock as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
