@@ -380,6 +380,18 @@ def test_stdout_in_an_encoding_that_cannot_hold_the_text(tmp_path: Path) -> None
     resdom_cli("ascii", "--help")
 
 
+def test_a_printed_file_goes_to_a_text_only_stdout_too() -> None:
+    """A printed file goes out as bytes where stdout has them (the test above); a program that calls ``app()`` with
+    stdout an ``io.StringIO`` (no bytes under it) gets the text, not a TypeError."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert invoke("config", "show", "sasrec") == 0
+    assert buf.getvalue().startswith("# resdom ")
+
+
 @pytest.mark.slow
 def test_a_locale_that_is_not_utf8_reads_resdoms_own_files() -> None:
     """Under a C locale without UTF-8 mode (open() reads ASCII there, Latin-1 under a Latin-1 locale) ``resdom config

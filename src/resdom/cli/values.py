@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,5 +134,9 @@ def print_file(text: str) -> None:
     """Print the file a command prints where it is given no --out (or ``--out -``: recommend's and similar's CSV,
     config show's YAML) as the bytes --out would hold: UTF-8 whatever stdout's encoding. On a Latin-1 locale (or
     PYTHONIOENCODING=latin-1) an id outside Latin-1 was a UnicodeEncodeError traceback, and the others went out in
-    Latin-1, another file than --out writes."""
+    Latin-1, another file than --out writes. A stdout of text only (a program's ``io.StringIO`` around ``app()``)
+    gets the text."""
+    if getattr(sys.stdout, "buffer", None) is None:
+        typer.echo(text, nl=False)
+        return
     typer.echo(text_bytes(text), nl=False)
