@@ -536,6 +536,26 @@ def test_a_file_one_may_not_read_is_said_so_not_called_damaged(run_dir: Path, sp
     assert one_line_error(code, err) == f"error: {hidden}: Permission denied"
 
 
+def test_an_archive_one_may_not_read_is_not_called_damaged(run_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose data/arrays.npz one may not read said "not a readable prepared split (not a readable zip file
+    (PermissionError: "[Errno 13] Permission denied: 'PATH'")); prepare it again (...)": the file is whole, only
+    not the user's to read. Now the system's words naming it. (Root reads anything: the refusal is stubbed.)"""
+    import resdom.bounded
+
+    arrays = run_dir / "data" / "arrays.npz"
+    real = resdom.bounded.zipfile.ZipFile
+
+    def zip_file(file: object, *args: object, **kwargs: object) -> object:
+        if isinstance(file, (str, Path)) and Path(file) == arrays:
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(resdom.bounded.zipfile, "ZipFile", zip_file)
+    code, _, err = run_cli(capsys, "recommend", str(run_dir), "--device", "cpu")
+    assert one_line_error(code, err) == f"error: {arrays}: Permission denied"
+
+
 def test_a_run_one_may_not_write_in_is_named_not_its_lock_file(run_dir: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """diagnose (or train, import, report) into a folder one may not write in, a colleague's run, said

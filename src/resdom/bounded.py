@@ -170,6 +170,8 @@ def open_zip(source: str | Path | bytes, where: str | None = None) -> zipfile.Zi
         return zipfile.ZipFile(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source)
     except FileNotFoundError:
         raise ResdomError(f"{where}: no such file") from None
+    except PermissionError:  # a file one may not read is not damaged: "PATH: Permission denied" (resdom.cli), no
+        raise  # "not a readable zip file (PermissionError: ...)", no advice to prepare or fetch it again
     except _ARCHIVE_ERRORS as e:
         raise ResdomError(f"{where}: not a readable zip file ({type(e).__name__}: {short(str(e))})") from None
 
