@@ -280,7 +280,7 @@ def test_ctrl_c_in_a_command_that_says_nothing_of_its_own_is_one_line(trained_ru
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(recommend_cmd, "top_items", interrupted)
+    monkeypatch.setattr(recommend_cmd, "recommend_lists", interrupted)
     code, out, err = run_cli(capsys, "recommend", str(trained_run), "--device", "cpu")
     assert (code, out) == (130, "") and err.splitlines()[-1] == "interrupted" and "Traceback" not in err, err
     import resdom.diagnostics.registry as registry
@@ -318,7 +318,7 @@ def test_sigterm_or_sighup_ends_a_command_as_ctrl_c_does(name: str, tmp_path: Pa
     assert code == 128 + signum and "Traceback" not in err, err
     assert err.splitlines()[-1] == (f"interrupted ({name}): {out} keeps the state of the last finished epoch; run "
                                     "the same command to resume"), err
-    monkeypatch.setattr(recommend_cmd, "top_items", stopped)
+    monkeypatch.setattr(recommend_cmd, "recommend_lists", stopped)
     code, out_text, err = run_cli(capsys, "recommend", str(trained_run), "--device", "cpu")
     assert (code, out_text, err.splitlines()[-1]) == (128 + signum, "", f"interrupted ({name})"), err
     assert signal.getsignal(signum) is signal.SIG_DFL
