@@ -49,7 +49,7 @@ def test_older_reading_names_a_recovery_file_of_an_older_rule_or_reading() -> No
     """recovery.json of a resdom before 2026-12-02 chose alpha* with ties to the larger alpha (1.0 here), the
     current rule the smaller (0.0): read now, the older choice was shown as the current rule's without a word.
     One of a query-token model without offsets_read read its offsets from raw item columns (before 2026-12-07)."""
-    from resdom.stored import older_reading, select_alpha
+    from resdom.records import older_reading, select_alpha
 
     assert select_alpha(_tie_curve()) == 0.0
     old = {"alpha_star": 1.0, "K": 10, "eps": 0.01, "valid": {"curve": _tie_curve()}}

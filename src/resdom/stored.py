@@ -56,53 +56,6 @@ def _cut(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def select_alpha(curve: list[dict[str, float]], K: int = 10, eps: float = 0.01) -> float:
-    """alpha* of a Recovery(alpha) curve (rows ``{"alpha", "recovery", "HR@K"}``), the paper's rule: among the alphas
-    with HR@K(alpha) >= (1 - eps) HR@K(1) (the HR guard), the highest recovery; over the alphas in increasing
-    order the first one reaching it wins, so ties go to the smaller alpha. An undefined recovery (empty
-    recoverable set: NaN / None) counts as 0, so with nothing recoverable alpha* is the smallest alpha that passes
-    the guard. alpha = 1 always passes its own guard; 1 is returned only where nothing passes (HR@K(1) undefined).
-    (Here, torch-free, so that a stored recovery.json's alpha* can be checked against its own curve:
-    ``older_reading``; ``diagnostics.recovery`` selects with it.)
-    """
-    base = [row for row in curve if row["alpha"] == 1.0]
-    if not base:
-        raise ValueError("the recovery curve needs alpha = 1.0 (the HR guard's reference)")
-    floor = (1.0 - eps) * base[0][f"HR@{K}"]
-    best, best_rec = 1.0, -math.inf
-    for row in sorted(curve, key=lambda r: r["alpha"]):
-        rec = row["recovery"]
-        rec = 0.0 if rec is None or not math.isfinite(rec) else float(rec)
-        if row[f"HR@{K}"] >= floor and rec > best_rec:  # strict: an equal recovery later (larger alpha) loses
-            best, best_rec = row["alpha"], rec
-    return best
-
-
-def older_reading(name: str, data: dict[str, Any], file: str, readout: Any = None) -> str | None:
-    """Why a diagnostic's JSON ``data`` (``name``.json, named ``file``) holds a number this resdom defines
-    otherwise, written by an older resdom and read now with the new meaning; None where it holds none. Two such
-    changes leave a trace in the file: recovery's alpha* by the older tie rule (to the larger alpha; before
-    2026-12-02), which its own validation curve selects otherwise now, and recovery's offsets of a model with a
-    query token (``readout`` "query") read from raw item columns (before 2026-12-07: no ``offsets_read``)."""
-    if name != "recovery":
-        return None
-    again = "; run `resdom diagnose RUN --what recovery` again for the current reading"
-    valid = data.get("valid")
-    try:
-        chosen = select_alpha(valid["curve"], int(data.get("K", 10)), float(data.get("eps", 0.01))) \
-            if isinstance(valid, dict) else None
-    except (KeyError, TypeError, ValueError):
-        chosen = None  # no curve to check it against (metrics_problem checks the numbers)
-    star = data.get("alpha_star")
-    if chosen is not None and isinstance(star, (int, float)) and not math.isclose(chosen, star):
-        return (f"{file}: alpha* {star} is not what its validation curve selects by the current tie rule "
-                f"({chosen}): written by a resdom before 2026-12-02, whose ties went to the larger alpha{again}")
-    if readout == "query" and "offsets_read" not in data:
-        return (f"{file}: a query-token model's offsets read from raw item columns, one column late (a resdom "
-                f"before 2026-12-07){again}")
-    return None
-
-
 def split_problem(data: dict[str, Any], file: str) -> str | None:
     """Why a diagnostic's JSON (or summary.json) ``data`` of ``file`` is not of the reported split
     (``CELL_SPLIT``): its ``split`` names another one, or none (every file resdom writes names its split, so a file

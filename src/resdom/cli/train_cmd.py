@@ -44,7 +44,7 @@ from resdom.errors import OptionError, ResdomError
 from resdom.evaluation.beyond import NEIGHBOURS
 from resdom.experiments import canonical_label, model_variant, recipe_protocol, variant_train_values
 from resdom.io import atomic_write_bytes, csv_text
-from resdom.models.config import ALL_MODEL_FIELDS, ModelConfig, drop_flat_defaults
+from resdom.models.config import ALL_MODEL_FIELDS, MODEL_CONFIGS, ModelConfig, drop_flat_defaults
 from resdom.names import CUTOFFS, MODELS, PARTS, metric_key
 from resdom.records import counted
 from resdom.resources import reference_config, reference_configs
@@ -160,8 +160,6 @@ def _complete(out: dict[str, dict[str, Any]], path: Path) -> None:
     recipe (a run of 2026-12-05 rerun from its config.json trained Xavier projections and FFN dropout it never
     had). Such a field takes its class default, the value it was added with, which is what the older resdom
     trained; a note names them."""
-    from resdom.models.config import MODEL_CONFIGS
-
     name = out["model"].get("name")
     if not isinstance(name, str) or name not in MODEL_CONFIGS or not out["model"]:
         return  # a file without a model section (or of an unknown model: named where it is read) layers as any

@@ -58,7 +58,7 @@ from resdom.models.interface import (
     residual_scale,
     state_tokens,
 )
-from resdom.stored import select_alpha
+from resdom.records import select_alpha
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ class SplitRecovery:
 
 # recovery.json of a model whose offsets are read from each prefix encoded alone (a query token after the input)
 # says so: a file without it, of such a model, read its offsets from raw item columns (resdom before 2026-12-07;
-# stored.older_reading names such a file)
+# records.older_reading names such a file)
 OFFSETS_READ, PREFIX_PASSES = "offsets_read", "prefix passes"
 
 

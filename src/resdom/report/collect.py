@@ -33,13 +33,13 @@ from resdom.experiments import (
 from resdom.io import read_jsonl, sha256_file
 from resdom.limits import short
 from resdom.names import USERS
+from resdom.records import older_reading
 from resdom.rundir import RunDir, not_a_run_dir
 from resdom.stored import (
     cell_problem,
     checkpoint_problem,
     curve_problem,
     metrics_problem,
-    older_reading,
     users_header,
 )
 
@@ -521,7 +521,7 @@ def left_out(runs: list[RunRecord]) -> dict[Path, dict[str, str]]:
 
 
 def older_readings(r: RunRecord) -> list[str]:
-    """What a run's diagnostics of its kept checkpoint hold in an older resdom's meaning (``stored.older_reading``),
+    """What a run's diagnostics of its kept checkpoint hold in an older resdom's meaning (``records.older_reading``),
     one line each naming the file and how to read it anew; the report shows them as they are (a results-store
     cell's numbers stay what the store holds) and the command says so."""
     readout = _section(r.config, "model").get("readout")
