@@ -161,7 +161,7 @@ check_working_folder()
 import typer
 
 from resdom.bounded import command_budget
-from resdom.checks import cli_names
+from resdom.checks import cli_names, launch_env
 from resdom.cli import config_cmd, data_cmd, diagnose_cmd, import_cmd, pipeline_cmd, recommend_cmd, train_cmd
 from resdom.cli.values import INTERRUPTED, stop_as_on_ctrl_c, stopped_by, stopped_status
 from resdom.errors import ResdomError
@@ -441,12 +441,28 @@ def _error(message: str) -> None:
     """``error: MESSAGE`` on stderr: red on a terminal, plain where ``NO_COLOR`` is set (no-color.org) or
     ``TERM=dumb`` (Click strips the colour only where stderr is no terminal). A control character in it (an
     escape sequence in a file name, an id or a label the message quotes) is written as its code (``visible``), never
-    sent to the terminal to act on."""
+    sent to the terminal to act on. Under torchrun only the first process of each machine writes it (it still exits
+    non-zero, and torchrun names every process that failed): a bad input each process sees printed the same line
+    once per process, N lines for one mistake (``_echoes_first_process``)."""
+    if _echoes_first_process():
+        return
     message = visible(message)
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         typer.echo(f"error: {message}", err=True)
     else:
         typer.secho(f"error: {message}", err=True, fg="red")
+
+
+def _echoes_first_process() -> bool:
+    """Whether this process is one of several that torchrun started on this machine, and not the first
+    (LOCAL_RANK > 0): its error line is the one the first process writes to the same terminal or log (the same
+    command line, files and checks; a refusal rank 0 alone can see is raised on every rank with rank 0's words,
+    ``distributed.raise_everywhere``). Each machine of a multi-node launch writes its own line."""
+    try:
+        _, world, local_rank = launch_env()
+    except ResdomError:  # the launcher's variables are the error: every process says so
+        return False
+    return world > 1 and local_rank > 0
 
 
 def usage_line(error: click_exceptions.UsageError) -> str:
