@@ -28,3 +28,40 @@ def test_a_mistake_every_process_sees_is_one_line(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("LOCAL_RANK", "5")  # variables no launcher sets: which process is first is unknown, each says it
     one_line_error(*run_cli(capsys, *args)[::2], "--batch-size")
 
+
+def test_progress_under_torchrun_says_it_counts_rank_0s_share(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """In a log, ``torchrun --nproc_per_node 2 -m resdom evaluate RUN`` (or diagnose) printed rank 0's count as if
+    it were every user's ("evaluate: 30/30 users (100%)" of 60 users); the line now names the share it counts."""
+    import numpy as np
+    import torch
+
+    from resdom.data.sequences import EvalSet, Sequences
+    from resdom.diagnostics import common
+    from resdom.diagnostics.hrli import last_item_hit_rates
+    from resdom.evaluation import batches
+    from resdom.evaluation import evaluate as evaluation
+    from resdom.models import build_model
+    from resdom.models.config import make_model_config
+
+    torch.manual_seed(0)
+    model = build_model(make_model_config(name="sasrec", n_items=9, max_len=5, hidden=8, layers=1, heads=1)).eval()
+    evalset = EvalSet(Sequences.from_lists([[1 + i % 9, 1 + (i + 1) % 9] for i in range(7)]),
+                      np.array([1 + (i + 2) % 9 for i in range(7)]))
+
+    def gathered(local: torch.Tensor, n: int, rank: int, world: int) -> torch.Tensor:  # this rank's rows, others 0
+        full = torch.zeros((n, *local.shape[1:]), dtype=local.dtype)
+        full[rank::world] = local
+        return full
+
+    monkeypatch.setattr(batches, "PROGRESS_LINE_S", 0.0)
+    for module in (evaluation, common):
+        monkeypatch.setattr(module, "rank_and_world", lambda: (0, 2))
+        monkeypatch.setattr(module, "gather_users", gathered)
+    evaluation.evaluate(model, evalset, batch_size=1, progress=True)
+    last_item_hit_rates(model, evalset, batch_size=1, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all("[rank 0 of 2, 4 of 7 users]: " in x for x in lines), lines
+    assert any(x.startswith("evaluate [rank 0 of 2, 4 of 7 users]: 4/4 users (100%)") for x in lines), lines
+    assert any(x.startswith("hrli [rank 0 of 2, 4 of 7 users]: 4/4 users (100%)") for x in lines), lines
+    assert batches.share("evaluate", 7, 0, 1) == "evaluate"  # one process: as before

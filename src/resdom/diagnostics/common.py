@@ -29,6 +29,7 @@ from resdom.evaluation.batches import (
     history_pairs,
     in_user_order,
     iter_eval_batches,
+    share,
     with_progress,
 )
 from resdom.evaluation.ranking import MISS, Seen, full_scores, pessimistic_ranks, tiled_ranks, user_chunk_size
@@ -83,7 +84,8 @@ def batches(
     rank, world = shard(len(evalset))
     index = np.arange(rank, len(evalset), world, dtype=np.int64)
     it = iter_eval_batches(evalset, model.max_len, size, device, index, by_length=True)
-    yield from with_progress(it, len(index), progress, desc, unit="user", size=_users)
+    yield from with_progress(it, len(index), progress, share(desc, len(evalset), rank, world), unit="user",
+                             size=_users)
 
 
 def _users(batch: tuple[np.ndarray, torch.Tensor, torch.Tensor]) -> int:

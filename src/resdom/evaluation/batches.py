@@ -82,6 +82,15 @@ def with_progress(batches: Iterable[T], total: int, progress: bool, desc: str, u
                   PROGRESS_LINE_S if every is None else every)
 
 
+def share(desc: str, n: int, rank: int, world: int) -> str:
+    """``desc`` of a loop over this rank's users ``rank::world`` of ``n`` (evaluation and the diagnostics under
+    torchrun): rank 0 alone shows progress, and its count is of its own share, so the line says so ("evaluate
+    [rank 0 of 2, 30 of 60 users]: 15/30 users (50%)"), where it read as all the users. One process: ``desc``."""
+    if world <= 1:
+        return desc
+    return f"{desc} [rank {rank} of {world}, {len(range(rank, n, world)):,} of {n:,} users]"
+
+
 def _one(batch: object) -> int:
     return 1
 

@@ -30,6 +30,7 @@ from resdom.evaluation.batches import (
     history_pairs,
     in_user_order,
     iter_eval_batches,
+    share,
     with_progress,
 )
 from resdom.evaluation.ranking import KS, metrics_from_ranks, tiled_chunk_size, tiled_ranks
@@ -85,7 +86,9 @@ def _local_ranks(
     item_emb = model.item_embeddings()
     out, order = [], []
     it = iter_eval_batches(evalset, model.max_len, chunk, device, index, by_length=True)
-    for idx, items, targets in with_progress(it, len(index), progress, "evaluate", unit="user", size=_users):
+    rank, world = rank_and_world()
+    desc = share("evaluate", len(evalset), rank, world)
+    for idx, items, targets in with_progress(it, len(index), progress, desc, unit="user", size=_users):
         hidden = final_states(model, items)  # (B, d): prediction at the last column (the model's readout)
         seen = history_pairs(evalset.inputs, idx, device) if filter_seen else None
         out.append(tiled_ranks(hidden, item_emb, targets, seen).cpu())  # as pessimistic_ranks of full_scores
