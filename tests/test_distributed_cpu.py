@@ -65,3 +65,28 @@ def test_progress_under_torchrun_says_it_counts_rank_0s_share(monkeypatch: pytes
     assert any(x.startswith("evaluate [rank 0 of 2, 4 of 7 users]: 4/4 users (100%)") for x in lines), lines
     assert any(x.startswith("hrli [rank 0 of 2, 4 of 7 users]: 4/4 users (100%)") for x in lines), lines
     assert batches.share("evaluate", 7, 0, 1) == "evaluate"  # one process: as before
+
+
+GLOO_PEER_GONE = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+                  "[127.0.0.1]:61106. This is typically caused by a remote worker crashing.")
+
+
+def test_a_process_whose_peer_stopped_says_so_in_a_line(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Under torchrun, rank 0 stopped at a file it alone writes (diagnose with RUN/diagnostics/hrli.json a folder):
+    rank 1, waiting in the next diagnostic's all_reduce, ended in a traceback of gloo's "Connection closed by peer".
+    It is now one line, exit 1; outside a process group the same RuntimeError is no peer's and stays a bug."""
+    from resdom import distributed
+    from resdom.cli import diagnose_cmd
+
+    def gone(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(GLOO_PEER_GONE)
+
+    monkeypatch.setattr(diagnose_cmd, "diagnose_run", gone)
+    monkeypatch.setattr(distributed, "rank_and_world", lambda: (0, 2))
+    code, out, err = run_cli(capsys, "diagnose", str(tmp_path), "--what", "hrli")
+    assert code == 1 and out == "" and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("error: another process of this launch stopped"), err
+    monkeypatch.setattr(distributed, "rank_and_world", lambda: (0, 1))
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        run_cli(capsys, "diagnose", str(tmp_path), "--what", "hrli")

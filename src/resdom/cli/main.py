@@ -393,6 +393,10 @@ def _run() -> None:
         if (memory := out_of_memory_line(e, command_words(sys.argv[1:]))) is not None:
             _error(memory)
             sys.exit(2)
+        if _peer_gone(e):
+            _error("another process of this launch stopped while this one waited for it (its own error says "
+                   "why); this one stops too")
+            sys.exit(1)
         loop = _SYMLINK_LOOP.fullmatch(str(e))
         if loop is None:
             raise
@@ -451,6 +455,18 @@ def _error(message: str) -> None:
         typer.echo(f"error: {message}", err=True)
     else:
         typer.secho(f"error: {message}", err=True, fg="red")
+
+
+_PEER_GONE = re.compile(r"connection (closed|reset) by peer|broken pipe", re.IGNORECASE)
+
+
+def _peer_gone(error: RuntimeError) -> bool:
+    """Whether ``error`` is gloo's word for a process of the launch that ended (an error of its own, say a file rank 0
+    alone writes) while this one waited for it in a collective: "[.../gloo/transport/tcp/pair.cc:553] Connection
+    closed by peer", which came out as a traceback on the process that had done nothing wrong."""
+    distributed = sys.modules.get("resdom.distributed")  # not imported: no process group was joined
+    joined = distributed is not None and (distributed.left_group() or distributed.rank_and_world()[1] > 1)
+    return joined and _PEER_GONE.search(str(error)) is not None
 
 
 def _echoes_first_process() -> bool:
