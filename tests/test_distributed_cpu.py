@@ -90,3 +90,36 @@ def test_a_process_whose_peer_stopped_says_so_in_a_line(monkeypatch: pytest.Monk
     monkeypatch.setattr(distributed, "rank_and_world", lambda: (0, 1))
     with pytest.raises(RuntimeError, match="Connection closed by peer"):
         run_cli(capsys, "diagnose", str(tmp_path), "--what", "hrli")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory):
+    from cli_helpers import invoke
+
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    assert invoke("train", "synthetic:n_users=20,n_items=30,min_len=4,max_len=8", "--out", str(out), "--epochs", "1",
+                  "--set", "model.hidden=8", "--set", "model.layers=1", "--set", "model.max_len=6", "--device", "cpu",
+                  "--protocol", "loo", "--no-progress") == 0
+    return out
+
+
+def test_recommend_and_similar_end_every_process_non_zero_on_a_mistake(
+        tiny_run, monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``torchrun --nproc_per_node 2 -m resdom recommend RUN --items 9999``: rank 0 exited 2, rank 1 returned at once
+    with status 0 (rank 0 alone writes the lists, and it alone checked the command). Every process checks it now; the
+    others still make and write nothing."""
+    capsys.readouterr()
+    _launched(monkeypatch, 1, 1)
+    lists = tmp_path / "lists.csv"
+    for args in (("recommend", str(tiny_run), "--items", "9999"), ("recommend", str(tiny_run), "--users", "nobody"),
+                 ("similar", str(tiny_run), "--items", "9999")):
+        code, out, err = run_cli(capsys, *args, "--out", str(lists))
+        assert (code, out, err) == (2, "", ""), args
+    for command in ("recommend", "similar"):
+        assert run_cli(capsys, command, str(tiny_run), "--out", str(lists)) == (0, "", "")
+        assert run_cli(capsys, command, str(tiny_run)) == (0, "", "")  # printed by rank 0 alone
+    assert not lists.exists()
+    _launched(monkeypatch, 0, 0)
+    code, out, err = run_cli(capsys, "recommend", str(tiny_run), "--items", "9999")
+    one_line_error(code, err, "--items 9999")
+    assert run_cli(capsys, "similar", str(tiny_run), "--out", str(lists))[0] == 0 and lists.is_file()

@@ -291,7 +291,8 @@ def _read_table(path: Path, sep: str) -> pd.DataFrame:
 
 def lead_rank() -> bool:
     """Whether this process writes the lists: outside torchrun, or its rank 0 (nothing here is sharded over ranks:
-    the others would print the same lists again and write the same --out)."""
+    the others would print the same lists again and write the same --out). The others check the command as rank 0
+    does and stop before the lists are made: a mistake (--items, --users) ended rank 0 with status 2, them with 0."""
     return launch_env()[0] == 0
 
 
@@ -364,9 +365,7 @@ def recommend(
     excluded = item_ids(exclude, "--exclude") if exclude is not None else None
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
-    if not lead_rank():
-        return
-    if run.training_note():
+    if run.training_note() and lead_rank():
         say(run.training_note(), err=True)
     filtered = run.split.filter_seen if filter_seen is None else filter_seen
     check_item_option(items, whitelist, run.split, "--items")
@@ -386,6 +385,8 @@ def recommend(
             message = f"--users {users}: no such file, nor a user id of the data (give a file of user ids, the ids " \
                       f"themselves, comma-separated, or 'all'){other_spelling(wanted, known)}"
         raise ResdomError(message) from None
+    if not lead_rank():  # checked as rank 0 checks (a mistake ends every process non-zero); the lists are its to make
+        return
     _write(lists.frames(), out)
     if lists.note:  # after the lists: the users with short lists are known then
         note = lists.note
@@ -419,13 +420,13 @@ def similar(
     wanted = None if items == "all" else item_ids(items, "--items")
     dev = resolve_device(device, "--device")
     run = load_run(run_dir, device=dev)
-    if not lead_rank():
-        return
     check_item_option(None if items == "all" else items, wanted, run.split, "--items")
     try:
         lists = similar_lists(run.model, run.split, wanted, k, device=dev, progress=progress)
     except ResdomError as e:
         raise ResdomError(f"--{e}" if str(e).startswith("items:") else str(e)) from None
+    if not lead_rank():  # as recommend: checked on every process, made and written by rank 0
+        return
     _write(lists.frames(), out)
     if lists.note:
         note = re.sub(r"(^|; )(items|k): ", lambda m: f"{m[1]}{'-k' if m[2] == 'k' else '--items'}: ",
