@@ -123,3 +123,29 @@ def test_recommend_and_similar_end_every_process_non_zero_on_a_mistake(
     code, out, err = run_cli(capsys, "recommend", str(tiny_run), "--items", "9999")
     one_line_error(code, err, "--items 9999")
     assert run_cli(capsys, "similar", str(tiny_run), "--out", str(lists))[0] == 0 and lists.is_file()
+
+
+def test_a_command_not_split_over_processes_is_refused_under_torchrun(
+        tiny_run, monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``torchrun --nproc_per_node 2 -m resdom report RUN --out REP`` ran the report in both processes: one wrote it,
+    the other ended with "REP: another process is already writing there" (its twin's lock) and the launch failed;
+    demo, data split and the imports wrote their outputs twice over. Such a command is now one line, exit 2, on every
+    process, before it writes anything; the commands that run under torchrun and --help are unchanged."""
+    capsys.readouterr()
+    _launched(monkeypatch, 0, 0)
+    rep = tmp_path / "rep"
+    for args in (("report", str(tiny_run), "--out", str(rep)), ("demo", "--out", str(rep)),
+                 ("data", "split", "synthetic:n_users=20,n_items=30", "--out", str(rep))):
+        code, _, err = run_cli(capsys, *args)
+        line = one_line_error(code, err, f"resdom {' '.join(args[:2 if args[0] == 'data' else 1])} runs in one process",
+                              "WORLD_SIZE=2", "without torchrun")
+        assert "train" in line.split("under it:")[1]
+    assert not rep.exists()
+    assert run_cli(capsys, "report", "--help")[0] == 0
+    _launched(monkeypatch, 1, 1)
+    assert run_cli(capsys, "report", str(tiny_run), "--out", str(rep)) == (2, "", "")  # the first process says it
+    assert run_cli(capsys, "similar", str(tiny_run)) == (0, "", "")  # one that runs under torchrun: rank 0 prints
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert run_cli(capsys, "report", str(tiny_run), "--out", str(rep))[0] == 0 and (rep / "report.html").is_file()

@@ -309,6 +309,30 @@ MEMORY_ADVICE: dict[str, str] = {"train": _TRAINING_MEMORY, "remedies": _TRAININ
 OTHER_MEMORY = "the model or its batches are too large for this device (docs/scaling.md)"
 
 
+LAUNCHED = frozenset({"train", "evaluate", "diagnose", "recommend", "similar", "version"})  # run under torchrun
+
+
+def one_process_only(args: list[str]) -> str | None:
+    """The line refusing a command that is not split over processes, run by several (torchrun, WORLD_SIZE > 1):
+    ``torchrun --nproc_per_node 2 -m resdom report RUN --out REP`` ran the report twice, and one process ended with
+    "REP: another process is already writing there" (its lock taken by its twin), a failed launch for a report
+    written; demo, data split, an import wrote their output twice over the same way. Those of ``LAUNCHED`` split
+    their work or leave it to rank 0; None for them, for --help, and outside a launch."""
+    words = [a for a in args if not a.startswith("-")]
+    if not words or words[0] in LAUNCHED or "--help" in args:
+        return None
+    try:
+        world = launch_env()[1]
+    except ResdomError:  # the launcher's variables: a command of LAUNCHED names them where it reads them
+        return None
+    if world <= 1:
+        return None
+    command = command_words(args) if words[0] in ("data", "config") else words[0]
+    launched = ", ".join(sorted(LAUNCHED - {"version"}))
+    return (f"resdom {command} runs in one process (WORLD_SIZE={world}: each process would do it all again and write "
+            f"the same files); run it once, without torchrun (the commands that run under it: {launched})")
+
+
 def command_words(args: list[str]) -> str | None:
     """The command of a command line (``resdom`` left out): its first word, with the next for a group
     (``data split``, ``config show``); None for none."""
@@ -358,7 +382,7 @@ def empty_argument(args: list[str]) -> str | None:
 
 
 def _run() -> None:
-    if (message := empty_argument(sys.argv[1:])) is not None:
+    if (message := empty_argument(sys.argv[1:]) or one_process_only(sys.argv[1:])) is not None:
         _error(message)
         sys.exit(2)
     try:
