@@ -149,3 +149,39 @@ def test_a_command_not_split_over_processes_is_refused_under_torchrun(
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert run_cli(capsys, "report", str(tiny_run), "--out", str(rep))[0] == 0 and (rep / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_two_processes_end_in_a_line_each_when_one_fails_mid_collective(tiny_run, tmp_path) -> None:
+    """Two processes of one launch (the variables torchrun sets, by hand: each says its own line), rank 0 stopping at
+    a file it alone writes (RUN/diagnostics/hrli.json a folder) while rank 1 goes on to the next diagnostic's
+    all_reduce: neither hangs, rank 0 names the file (exit 2), rank 1 says its peer stopped (exit 1), no traceback."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    (run / "diagnostics" / "hrli.json" / "x").mkdir(parents=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": "0",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "resdom", "diagnose", str(run), "--what", "hrli,mixing",
+                                       "--no-progress", "--device", "cpu"], env=env, cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        ended = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    (_, err0), (_, err1) = ended
+    assert procs[0].returncode == 2 and "Traceback" not in err0 and "hrli.json" in err0, err0
+    assert procs[1].returncode == 1 and "Traceback" not in err1, err1
+    assert err1.strip().splitlines()[-1].startswith("error: another process of this launch stopped"), err1
