@@ -185,3 +185,22 @@ def test_two_processes_end_in_a_line_each_when_one_fails_mid_collective(tiny_run
     assert procs[0].returncode == 2 and "Traceback" not in err0 and "hrli.json" in err0, err0
     assert procs[1].returncode == 1 and "Traceback" not in err1, err1
     assert err1.strip().splitlines()[-1].startswith("error: another process of this launch stopped"), err1
+
+
+def test_a_folder_where_an_output_file_goes_is_named_not_the_temporary_file(tmp_path) -> None:
+    """Found under torchrun (rank 0 writing RUN/diagnostics/hrli.json, a folder there): the line named the temporary
+    file, 'RUN/diagnostics/.hrli.json.aced04nr.tmp: Is a directory', gone by then and never the user's; every
+    atomic write (whole or streamed) now names the file it replaces, and leaves no temporary file."""
+    import errno
+
+    from resdom.io import atomic_stream, atomic_write_bytes
+
+    target = tmp_path / "hrli.json"
+    (target / "x").mkdir(parents=True)
+    with pytest.raises(OSError) as caught:
+        atomic_write_bytes(target, b"{}")
+    assert caught.value.errno == errno.EISDIR and caught.value.filename == str(target)
+    with pytest.raises(OSError) as caught, atomic_stream(target) as f:
+        f.write(b"{}")
+    assert caught.value.errno == errno.EISDIR and caught.value.filename == str(target)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["hrli.json"]

@@ -141,7 +141,7 @@ def atomic_write_files(files: dict[Path, bytes]) -> None:
                     os.fsync(f.fileno())
                 os.chmod(done[path], file_mode())  # mkstemp makes 0600: colleagues could not read the report
         for path, tmp in done.items():
-            os.replace(tmp, path)
+            _rename_into_place(tmp, path)
         renamed = True
     finally:
         for tmp in done.values():
@@ -150,6 +150,16 @@ def atomic_write_files(files: dict[Path, bytes]) -> None:
             for folder in reversed(made):
                 with contextlib.suppress(OSError):  # one holding a file (renamed, or another writer's) stays
                     folder.rmdir()
+
+
+def _rename_into_place(tmp: str, path: Path) -> None:
+    """``os.replace(tmp, path)``; its error names ``path``, the file the user asked for: a folder in its place (a
+    diagnose of a run whose RUN/diagnostics/hrli.json is a folder) said ".hrli.json.aced04nr.tmp: Is a directory",
+    a temporary name the user never gave and that is gone by the time they read it."""
+    try:
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -181,7 +191,7 @@ def atomic_stream(path: str | Path) -> Iterator[BinaryIO]:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, file_mode())  # mkstemp makes 0600: colleagues could not read the file
-            os.replace(tmp, path)
+            _rename_into_place(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)  # not renamed: an error, or Ctrl-C, in the block
 
