@@ -951,3 +951,52 @@ def test_recommend_and_similar_show_progress_on_a_terminal(split, model, capsys,
     assert capsys.readouterr().err == ""
     with pytest.raises(ResdomError, match="progress: expected True or False"):
         similar_items(model, split, progress="yes")
+
+
+@pytest.mark.parametrize("name", ["sasrec", "bsarec", "bert4rec"])
+def test_a_users_list_and_scores_do_not_depend_on_who_else_is_asked(name) -> None:
+    """A user asked alone was scored in a product of 1 row, with 256 others in one of 256, and its input padded
+    to the batch's longest: a CPU's BLAS sums another way for 1 or 8 rows than for 16 (scores 1e-5 apart at d 64),
+    so a list could reorder near-tied items with the company or ``batch_size``. Now bit for bit the same alone,
+    with others, in any order, at any batch size, as a session, and on a second call; close to a slow reference."""
+    split = prepare_split(_frame(seed=3, n_users=70, n_items=300), "loo")
+    torch.manual_seed(1)
+    attention = {} if name == "gru4rec" else {"heads": 2, "attn_dropout": 0.0}
+    model = build_model(make_model_config(name=name, n_items=split.n_items, hidden=64, layers=2, max_len=MAX_LEN,
+                                          dropout=0.0, **attention)).eval()
+    k = 25
+    everyone = recommend(model, split, k=k)
+    by_user = {u: g.reset_index(drop=True) for u, g in everyone.groupby("user_id", sort=False)}
+    users = list(by_user)
+    for batch_size in (1, 3, 17):
+        pd.testing.assert_frame_equal(recommend(model, split, k=k, batch_size=batch_size), everyone,
+                                      check_exact=True)
+    pd.testing.assert_frame_equal(recommend(model, split, k=k), everyone, check_exact=True)  # a second call
+    backwards = recommend(model, split, users[::-1], k=k)
+    some = recommend(model, split, users[5:16], k=k, batch_size=4)
+    for frame in (backwards, some):
+        for u, g in frame.groupby("user_id", sort=False):
+            pd.testing.assert_frame_equal(g.reset_index(drop=True), by_user[u], check_exact=True)
+    history = split.history()
+    for row in (0, 7, 40):
+        u = split.user_labels[history.users[row]]
+        pd.testing.assert_frame_equal(recommend(model, split, [u], k=k), by_user[u], check_exact=True)
+        seq = history.sequence(row).tolist()
+        session = recommend(model, split, sequences={"s": [split.item_labels[j] for j in seq]}, k=k)
+        pd.testing.assert_frame_equal(session.drop(columns="user_id"), by_user[u].drop(columns="user_id"),
+                                      check_exact=True)
+        best, scores = _hand_top(model, split, seq, k)  # the slow reference: one user by hand
+        np.testing.assert_allclose(by_user[u]["score"], scores, rtol=1e-5, atol=1e-5)
+    # a session longer than max_len is scored on its last max_len items, as training saw them
+    long = [split.item_labels[j] for j in range(1, 3 * MAX_LEN)]
+    both = recommend(model, split, sequences={"long": long, "tail": long[-MAX_LEN:]}, k=k, filter_seen=False)
+    pd.testing.assert_frame_equal(both[both.user_id == "long"].drop(columns="user_id").reset_index(drop=True),
+                                  both[both.user_id == "tail"].drop(columns="user_id").reset_index(drop=True),
+                                  check_exact=True)
+    # similar items: an item's neighbours alone are its neighbours among every item's, at any batch size
+    every = similar_items(model, split, k=k)
+    pd.testing.assert_frame_equal(similar_items(model, split, k=k, batch_size=5), every, check_exact=True)
+    for item in (split.item_labels[1], split.item_labels[50]):
+        alone = similar_items(model, split, [item], k=k)
+        pd.testing.assert_frame_equal(alone, every[every.target_item_id == item].reset_index(drop=True),
+                                      check_exact=True)

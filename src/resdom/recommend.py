@@ -18,6 +18,8 @@ The input of a user (``history``):
   other item ties with it.
 
 Order: by score, highest first; equal scores by increasing internal item id, so the output is deterministic.
+A user's (session's, item's) list and scores are its own, bit for bit, whoever else is asked, in any order,
+at any ``batch_size`` (``own_scores``: products of one shape; docs/limits.md).
 Items scored -inf (padding, seen items when filtering) are never recommended: a user with fewer than ``k`` unseen
 items gets fewer rows (none if every item is seen), and the frame's ``attrs["note"]`` says how many users did and
 names the first of them (``resdom recommend`` prints it).
@@ -43,7 +45,7 @@ from resdom.distributed import resolve_device
 from resdom.errors import ResdomError
 from resdom.evaluation.batches import activation_chunk, history_pairs, with_progress
 from resdom.evaluation.beyond import cosine_scores, top_k, unit_rows
-from resdom.evaluation.ranking import full_scores, user_chunk_size
+from resdom.evaluation.ranking import full_scores, mask_seen, user_chunk_size
 from resdom.limits import quote, short
 from resdom.models.interface import final_states, residual_scale
 
@@ -377,6 +379,7 @@ def recommend_lists(
     if float(alpha) != 1.0 and not list(model.attention_blocks()):
         raise ResdomError("alpha: this model has no attention blocks whose residual could be scaled (e.g. GRU4Rec)")
     chunk = user_chunk_size(int(model.n_items), activation_chunk(model, inputs.lengths[rows], batch_size))
+    block = score_rows(model)
     mask = torch.from_numpy(blocked).to(dev) if blocked is not None else None
     per_part = max(1, part_rows // min(int(k), int(model.n_items) + 1))  # users whose lists make a part
 
@@ -390,9 +393,8 @@ def recommend_lists(
         for start in chunks(len(rows), chunk, progress, "recommend"):
             idx = rows[start:start + chunk]
             with inference(model), scaled():  # not held across a yield: the caller's code between parts
-                batch = torch.from_numpy(inputs.padded(int(model.max_len), idx)).to(dev)
-                seen = history_pairs(inputs, idx, dev) if filter_seen else None
-                scores = full_scores(final_states(model, batch), item_emb, seen)
+                scores = own_scores(model, inputs, idx, item_emb, block, dev)
+                mask_seen(scores, history_pairs(inputs, idx, dev) if filter_seen else None)
                 if mask is not None:
                     scores[:, mask] = -math.inf
             yield from _top_parts(scores, int(k), start, per_part)
@@ -434,6 +436,52 @@ def recommend_lists(
         return done
 
     return Lists(parts(), len(rows), make, notes, finish)
+
+
+SCORE_ROWS = 32  # users a forward pass of ``own_scores``: a fixed shape, so a user's scores are its own
+
+
+def score_rows(model: Any) -> int:
+    """Rows of every forward pass of ``own_scores``: ``SCORE_ROWS``, fewer where a pass of the model's whole window
+    or the (rows, n_items + 1) scores would pass the budgets (``activation_chunk``, ``user_chunk_size``); a number
+    of the model alone, never of the users asked or ``batch_size``."""
+    window = np.array([int(model.max_len)])
+    return user_chunk_size(int(model.n_items), activation_chunk(model, window, SCORE_ROWS))
+
+
+def own_width(length: int, max_len: int) -> int:
+    """The width of the padded input a user of ``length`` items is scored in: the next power of two, at most
+    ``max_len`` (an empty input: ``max_len``, as ``batches.iter_eval_batches`` gives it the whole window)."""
+    if length <= 0:
+        return max_len
+    return min(max_len, 1 << (int(length) - 1).bit_length())
+
+
+def own_scores(model: Any, inputs: Sequences, idx: np.ndarray, item_emb: torch.Tensor, rows: int,
+               device: torch.device) -> torch.Tensor:
+    """scores (len(idx), N+1) of the users ``idx`` of ``inputs`` (``ranking.full_scores``, nothing filtered), each
+    the same whoever else is scored with it: the arithmetic of a matrix product depends on its shape (a CPU's BLAS
+    takes another path for 1 or 8 rows than for 16, a GPU's picks its kernel by shape: 1e-5 apart for d 64 and
+    random weights), and the trimmed width of a batch on its longest input, so each pass is ``rows`` users
+    (``score_rows``, the last ones repeated to fill it) of one width of their own (``own_width``)."""
+    max_len = int(model.max_len)
+    lengths = np.minimum(inputs.lengths[idx], max_len)
+    widths = np.array([own_width(int(n), max_len) for n in lengths], dtype=np.int64)
+    out: torch.Tensor | None = None
+    for width in np.unique(widths):
+        where = np.flatnonzero(widths == width)
+        for a in range(0, len(where), rows):
+            at = where[a:a + rows]
+            fill = np.concatenate([at, np.repeat(at[-1:], rows - len(at))])
+            padded = inputs.padded(max_len, idx[fill])
+            padded = np.pad(padded, ((0, 0), (int(width) - padded.shape[1], 0)))
+            batch = torch.from_numpy(padded).to(device)
+            scores = full_scores(final_states(model, batch), item_emb)
+            if out is None:
+                out = scores.new_empty((len(idx), scores.shape[1]))
+            out[torch.from_numpy(at).to(device)] = scores[:len(at)]
+    assert out is not None  # idx is never empty (chunks of rows)
+    return out
 
 
 def similar_items(
@@ -493,6 +541,7 @@ def similar_lists(
                      f"{split.n_items - 1:,} rows")
     dev = _named_device(device) if device is not None else model_device(model)  # the embeddings are moved there
     chunk = user_chunk_size(int(split.n_items), batch_size)  # (chunk, N+1) cosines within ranking.SCORE_BUDGET
+    block = user_chunk_size(int(split.n_items), SCORE_ROWS)  # items a product: its shape the same, whatever is asked
     per_part = max(1, part_rows // min(k, int(split.n_items) + 1))  # items whose lists make a part
     with inference(model):
         item_emb = model.item_embeddings().to(dev)
@@ -500,9 +549,10 @@ def similar_lists(
 
     def parts() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         for start in chunks(len(targets), chunk, progress, "similar", unit="item"):
-            ids = torch.from_numpy(targets[start:start + chunk]).to(dev)
+            ids = targets[start:start + chunk]
             with inference(model):  # not held across a yield: the caller's code between parts
-                scores = cosine_scores(item_emb, ids, unit)
+                scores = torch.cat([own_cosines(item_emb, ids[a:a + block], unit, block, dev)
+                                    for a in range(0, len(ids), block)])
             yield from _top_parts(scores, k, start, per_part)
 
     def make(r: np.ndarray, found: np.ndarray, scores: np.ndarray, rank: np.ndarray) -> pd.DataFrame:
@@ -513,6 +563,14 @@ def similar_lists(
                              "score": scores, "rank": rank.astype(np.int64)})
 
     return Lists(parts(), len(targets), make, notes)
+
+
+def own_cosines(item_emb: torch.Tensor, ids: np.ndarray, unit: torch.Tensor, rows: int, device: torch.device
+                ) -> torch.Tensor:
+    """``beyond.cosine_scores`` of the items ``ids`` (at most ``rows``) in one product of ``rows`` rows (the last
+    id repeated to fill it): an item's cosines are the same whatever other items are asked with it (``own_scores``)."""
+    fill = np.concatenate([ids, np.repeat(ids[-1:], rows - len(ids))])
+    return cosine_scores(item_emb, torch.from_numpy(fill).to(device), unit)[:len(ids)]
 
 
 def _top_parts(scores: torch.Tensor, k: int, start: int, per_part: int
