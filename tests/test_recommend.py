@@ -953,7 +953,7 @@ def test_recommend_and_similar_show_progress_on_a_terminal(split, model, capsys,
         similar_items(model, split, progress="yes")
 
 
-@pytest.mark.parametrize("name", ["sasrec", "bsarec", "bert4rec"])
+@pytest.mark.parametrize("name", ["sasrec", "bsarec", "bert4rec", "gru4rec"])
 def test_a_users_list_and_scores_do_not_depend_on_who_else_is_asked(name) -> None:
     """A user asked alone was scored in a product of 1 row, with 256 others in one of 256, and its input padded
     to the batch's longest: a CPU's BLAS sums another way for 1 or 8 rows than for 16 (scores 1e-5 apart at d 64),

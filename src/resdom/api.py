@@ -238,7 +238,8 @@ class Fitted:
             ``"all"`` (each user's whole known sequence: what to recommend next), or ``"test"`` / ``"valid"``
             (that part's inputs, as evaluation scores them; ranks then equal evaluation's).
         batch_size
-            Users scored at once.
+            Users scored at once (memory only: a user's list and scores do not depend on it, nor on the other
+            users asked; docs/limits.md).
 
         Returns
         -------

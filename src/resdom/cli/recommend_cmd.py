@@ -343,7 +343,8 @@ def recommend(
     history: str = typer.Option("all", "--history", help="all (each user's whole history), or test / valid (that "
                                 "part's inputs, as evaluation scores them)"),
     device: str = typer.Option("auto", "--device", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps"),
-    batch_size: int = typer.Option(256, "--batch-size", help="users per chunk"),
+    batch_size: int = typer.Option(256, "--batch-size",
+                                   help="users per chunk (memory only: a list does not depend on it)"),
     progress: bool = progress_option(),
 ) -> None:
     """Top K items per user (or per session of --sequences), in the data's own user and item ids, as CSV in
