@@ -1000,3 +1000,25 @@ def test_a_users_list_and_scores_do_not_depend_on_who_else_is_asked(name) -> Non
         alone = similar_items(model, split, [item], k=k)
         pd.testing.assert_frame_equal(alone, every[every.target_item_id == item].reset_index(drop=True),
                                       check_exact=True)
+
+
+def test_sessions_none_of_whose_items_are_in_the_data_are_an_error_not_an_empty_table(split, model, run_dir,
+                                                                                       tmp_path, capsys) -> None:
+    """Sessions in another data set's ids (or internal ids, or typos) gave a note, the CSV header alone and exit 0,
+    where a whitelist of no known id and similar of no known item were errors: now one line, exit 2, no file."""
+    with pytest.raises(ResdomError, match=r"^sequences: none of the 2 session\(s\) holds an item of the data "
+                                          r"\(2 distinct item id\(s\), none in the data; ids are matched exactly as "
+                                          r"text\)$"):
+        recommend(model, split, sequences={"a": ["nope", "nope"], "b": ["other"]}, k=2)
+    with pytest.raises(ResdomError, match=r"none of the 2 session\(s\) holds an item of the data \(no item ids; ids"):
+        recommend(model, split, sequences=[[], []], k=2)
+    with pytest.raises(ResdomError, match=r"\(' sku 1' is the data's 'sku 1' with spaces around it"):
+        recommend(model, split, sequences=[[" sku 1"]], k=2)
+    path = tmp_path / "s.json"
+    path.write_text('{"a": [], "b": ["zzz"]}')
+    out = tmp_path / "recs.csv"
+    capsys.readouterr()
+    code = invoke("recommend", str(run_dir), "--sequences", str(path), "--device", "cpu", "--out", str(out))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--sequences: none of the 2 session(s) holds an item" in err, err
+    assert not out.exists()

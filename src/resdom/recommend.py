@@ -196,7 +196,8 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
     """``sequences`` (a dict {id: item ids}, or a pandas Series of item-id lists indexed by id, such as
     ``df.groupby("session")["item"].apply(list)``; or a list of item-id lists, ids 0, 1, ... then) -> (their known
     items as Sequences in the given order, oldest first; the id of each; notes: the item ids not in the data, left
-    out, and the sequences left with no item, which get no rows)."""
+    out, and the sequences left with no item, which get no rows). No session with an item of the data is a
+    ResdomError, as a whitelist of no known id is (an empty table hid ids of another data set, or typos)."""
     import pandas as pd
 
     if isinstance(sequences, (Mapping, pd.Series)):  # a Series read as a list lost its index: sessions 0, 1, ...
@@ -231,6 +232,10 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
         rows.append(known.tolist())
         if not len(known):
             empty.append(sid)
+    if len(empty) == len(ids):  # as a whitelist none of whose ids is known: not a table of nothing, exit 0
+        given = f"{len(set(map(str, unknown))):,} distinct item id(s), none in the data" if unknown else "no item ids"
+        raise ResdomError(f"sequences: none of the {len(ids):,} session(s) holds an item of the data ({given}; ids "
+                          f"are matched exactly as text){other_spelling(list(dict.fromkeys(unknown)), index)}")
     notes = []
     if unknown:
         notes.append("sequences: " + unknown_note(list(dict.fromkeys(unknown)), "item id(s)", index))
