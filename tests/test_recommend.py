@@ -1007,8 +1007,8 @@ def test_sessions_none_of_whose_items_are_in_the_data_are_an_error_not_an_empty_
     """Sessions in another data set's ids (or internal ids, or typos) gave a note, the CSV header alone and exit 0,
     where a whitelist of no known id and similar of no known item were errors: now one line, exit 2, no file."""
     with pytest.raises(ResdomError, match=r"^sequences: none of the 2 session\(s\) holds an item of the data "
-                                          r"\(2 distinct item id\(s\), none in the data; ids are matched exactly as "
-                                          r"text\)$"):
+                                          r"\(2 item id\(s\), none in the data: 'nope', 'other'; ids are matched "
+                                          r"exactly as text\)$"):
         recommend(model, split, sequences={"a": ["nope", "nope"], "b": ["other"]}, k=2)
     with pytest.raises(ResdomError, match=r"none of the 2 session\(s\) holds an item of the data \(no item ids; ids"):
         recommend(model, split, sequences=[[], []], k=2)

@@ -233,9 +233,11 @@ def session_inputs(split: SplitData, sequences: Any) -> tuple[Sequences, list[An
         if not len(known):
             empty.append(sid)
     if len(empty) == len(ids):  # as a whitelist none of whose ids is known: not a table of nothing, exit 0
-        given = f"{len(set(map(str, unknown))):,} distinct item id(s), none in the data" if unknown else "no item ids"
+        distinct = list(dict.fromkeys(unknown))
+        given = (f"{len(distinct):,} item id(s), none in the data: {', '.join(quote(x) for x in distinct[:5])}"
+                 f"{', ...' if len(distinct) > 5 else ''}" if distinct else "no item ids")
         raise ResdomError(f"sequences: none of the {len(ids):,} session(s) holds an item of the data ({given}; ids "
-                          f"are matched exactly as text){other_spelling(list(dict.fromkeys(unknown)), index)}")
+                          f"are matched exactly as text){other_spelling(distinct, index)}")
     notes = []
     if unknown:
         notes.append("sequences: " + unknown_note(list(dict.fromkeys(unknown)), "item id(s)", index))
