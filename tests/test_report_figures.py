@@ -577,3 +577,19 @@ def test_report_html_numbers_each_finding_as_report_md_does(tmp_path: Path) -> N
         (run / "diagnostics" / f"{part}.json").unlink()
     page = render_html(read_runs([run]), [], [], "t")
     assert '<ol><li value="2">HRLI@1 = 0.800 vs HRL2I@1' in page and "<li>HRLI@1" not in page
+
+
+def test_a_figure_drawn_again_gives_the_same_bytes() -> None:
+    """Regenerating a report churns no file in git: the PDF held the time of drawing (its CreationDate), so two
+    reports of the same runs differed in every PDF."""
+    from resdom.report.figures import fig_hrli
+
+    def files() -> dict:
+        fig = fig_hrli(_five_model_runs(), "hrli")
+        assert fig is not None
+        return {p.name: b for p, b in fig.files("figs").items()}
+
+    first, second = files(), files()
+    assert set(first) == {"hrli.png", "hrli.pdf"}
+    assert b"CreationDate" not in first["hrli.pdf"]
+    assert first == second

@@ -153,9 +153,11 @@ class ReportFigure:
 
     def files(self, out_dir: str | Path) -> dict[Path, bytes]:
         """``<key>.png`` (``PNG_DPI``, palette) and ``<key>.pdf`` in ``out_dir``: {path: content}, to write together
-        with the rest of a report (``report.write_report``)."""
+        with the rest of a report (``report.write_report``). The same figure gives the same bytes: the PDF holds no
+        creation date (matplotlib stamps the time of drawing), so a report drawn again churns no file in git."""
         out_dir = Path(out_dir)
-        return {out_dir / f"{self.key}.png": self.png_bytes(), out_dir / f"{self.key}.pdf": self._render("pdf")}
+        return {out_dir / f"{self.key}.png": self.png_bytes(),
+                out_dir / f"{self.key}.pdf": self._render("pdf", metadata={"CreationDate": None})}
 
     @property
     def display_width(self) -> int:
