@@ -593,3 +593,44 @@ def test_a_figure_drawn_again_gives_the_same_bytes() -> None:
     assert set(first) == {"hrli.png", "hrli.pdf"}
     assert b"CreationDate" not in first["hrli.pdf"]
     assert first == second
+
+
+def test_a_value_only_one_seed_holds_gets_no_error_bar_but_the_one_seed_mark() -> None:
+    """Of two seeds only one holds HRL2I@1 (the tables print no SD there): its bar had an error bar of zero width,
+    caps and all, claiming seeds that agree exactly, and no one-seed mark; a remedy point of one seed had zero-width
+    caps too. Now no error bar, the hollow mark and its legend entry; two seeds that agree keep their bar of 0."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import fig_hrli, fig_reliance_by_model, fig_remedies
+
+    runs = [RunRecord(Path(f"/x/d/sasrec/seed{seed}"), "d", "sasrec", seed, "gts", diagnostics={"hrli": {
+        "n_users": 100, "values": {"HRLI@1": 0.3 + 0.1 * seed, "HRLI@10": 0.6, **({"HRL2I@1": 0.05} if seed == 1
+                                                                                    else {})}}})
+            for seed in (1, 2)]
+
+    def error_bars(ax) -> list:  # per bar container: the error bar segments' y ends ([] where none is drawn)
+        return [[tuple(np.round(s[:, 1], 4)) if len(s) else () for s in c.errorbar.lines[2][0].get_segments()]
+                for c in ax.containers if hasattr(c, "patches") and c.errorbar is not None]
+
+    def hollow(ax) -> list:
+        return [(float(x), float(y)) for line in ax.get_lines() if line.get_markerfacecolor() == "white"
+                for x, y in zip(line.get_xdata(), line.get_ydata())]
+
+    ax = fig_hrli(runs, "hrli").figure.axes[0]  # bars: HRLI@1, HRL2I@1, HRLI@10, HRL2I@10
+    sd = float(np.std([0.4, 0.5], ddof=1))
+    assert error_bars(ax) == [[(round(0.45 - sd, 4), round(0.45 + sd, 4)), (), (0.6, 0.6), ()]]
+    assert hollow(ax) == [(1.0, 0.05)]
+    figure = fig_reliance_by_model(runs, "hrli")
+    assert [error_bars(a) for a in figure.figure.axes] == [[[(round(0.45 - sd, 4), round(0.45 + sd, 4))], [()]]]
+    assert hollow(figure.figure.axes[0]) == [(0.2, 0.05)]
+    assert "hollow: one seed, no spread" in [t.get_text() for t in figure.figure.legends[0].get_texts()]
+    assert "hollow: one seed, no spread" in [t.get_text() for t in fig_hrli(runs, "hrli").figure.legends[0].get_texts()]
+
+    variants = [RunRecord(Path(f"/x/d/{label}/seed{seed}"), "d", label, seed, "gts",
+                          diagnostics={"hrli": {"n_users": 100, "values": {"HRLI@1": 0.3 + 0.01 * seed}}},
+                          metrics={"test": {"NDCG@10": 0.05 + 0.001 * seed}})
+                for label, seeds in (("sasrec", (1, 2)), ("sasrec-res0.5", (1,))) for seed in seeds]
+    points = {c.get_label(): c for c in fig_remedies(variants).figure.axes[0].containers}
+    def drawn(point) -> list:  # the lengths of its error bars (x, then y): 0 where none is drawn
+        return [len(s) for lines in point.lines[2] for s in lines.get_segments()]
+
+    assert drawn(points["sasrec (n=2)"]) == [2, 2] and drawn(points["sasrec-res0.5 (n=1)"]) == [0, 0]

@@ -248,11 +248,15 @@ def _models(groups: dict[tuple[str, str], list[RunRecord]]) -> list[str]:
     return sorted({m for _, m in groups}, key=lambda m: (model_order(m), m))
 
 
-def _stats(values: list[float | None]) -> tuple[float, float] | None:
+def _stats(values: list[float | None]) -> tuple[float, float, int] | None:
+    """(mean, sample SD, count) of the values present (None where none is). The SD of a single value is NaN, not
+    0: an error bar of it is not drawn (a bar of zero width, with its caps, claimed a spread of none), and its bar
+    or point takes the one-seed mark, as the tables print no SD there (``tables.mean_std``). A group of three
+    seeds of which one holds the value has one value, whatever the legend's n."""
     xs = [float(v) for v in values if v is not None]
     if not xs:
         return None
-    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan"), len(xs)
 
 
 def _new_figure(n_panels: int, height: float = PANEL_HEIGHT, nrows: int = 1,
@@ -283,11 +287,13 @@ def seeds_text(groups: dict[tuple[str, str], list[RunRecord]], model: str) -> st
     return f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
 
 
-def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "bars") -> list[Any]:
+def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "bars",
+                   hollow: bool = False) -> list[Any]:
     """The legend entries saying what the error bars (``kind`` "bars") or bands ("band") show, where some model has
     several seeds (none otherwise: nothing is drawn; "none": a figure without either), and what the hollow mark of
-    a bar or line point resting on one seed means, where some model has one."""
-    single = [_one_seed_handle()] if any(len(rs) == 1 for rs in groups.values()) else []
+    a bar or line point resting on one seed means, where some model has one or ``hollow`` (a bar whose value only
+    one of its seeds holds carries the mark: ``_figure_hollow``)."""
+    single = [_one_seed_handle()] if hollow or any(len(rs) == 1 for rs in groups.values()) else []
     if kind == "none" or not any(len(rs) > 1 for rs in groups.values()):
         return single
     if kind == "band":
@@ -299,6 +305,11 @@ def spread_handles(groups: dict[tuple[str, str], list[RunRecord]], kind: str = "
 def _one_seed_face(n_seeds: int) -> dict[str, Any]:
     """The line keywords of a line resting on ``n_seeds`` seeds: ``ONE_SEED_FACE`` for one, none otherwise."""
     return ONE_SEED_FACE if n_seeds == 1 else {}
+
+
+def _figure_hollow(fig: Figure) -> bool:
+    """Whether some bar of ``fig`` carries the one-seed mark (``_bar_values``)."""
+    return any(getattr(ax, "resdom_hollow", False) for ax in fig.axes)
 
 
 def _one_seed_handle() -> Line2D:
@@ -418,6 +429,7 @@ def _bar_values(ax: Any, x: Any, means: list[float], width: float, log: bool, on
     marked = [(xi, h) for xi, h, f in zip(xs, heights, flags) if f and np.isfinite(h)]
     if marked:
         ax.plot(*zip(*marked), **ONE_SEED_LOOK, zorder=4)
+        ax.resdom_hollow = True  # the legend explains the mark (_figure_hollow)
     return container
 
 
@@ -435,9 +447,10 @@ def _bars(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset: str,
             continue
         stats = [_stats([value(r, c) for r in runs]) for c in categories]
         means = [s[0] if s else np.nan for s in stats]
-        errs = [s[1] if s else 0.0 for s in stats]
-        _bar_values(ax, x - 0.4 + width * (i + 0.5), means, width, log, one_seed=len(runs) == 1,
-                    yerr=errs if len(runs) > 1 else None,
+        errs = [s[1] if s else np.nan for s in stats]  # NaN: no error bar (one value, or none)
+        _bar_values(ax, x - 0.4 + width * (i + 0.5), means, width, log,
+                    one_seed=[s is not None and s[2] == 1 for s in stats],
+                    yerr=errs if any(np.isfinite(errs)) else None,
                     color=model_color(model), capsize=2, edgecolor="white", linewidth=0.5, error_kw={"lw": 0.8})
     ax.set_xticks(x, categories)
     ax.set_xlim(-0.6, len(categories) - 0.4)
@@ -461,7 +474,7 @@ def _bar_panels(groups: dict[tuple[str, str], list[RunRecord]], categories: list
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         _label_small_bars(ax)
-    _model_legend(fig, models, [*(extra or []), *spread_handles(groups)], groups=groups)
+    _model_legend(fig, models, [*(extra or []), *spread_handles(groups, hollow=_figure_hollow(fig))], groups=groups)
     return fig
 
 
@@ -693,10 +706,10 @@ def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | No
         for j, cat in enumerate(cats):
             cells = [groups.get((dataset, m), []) for m in models]
             stats = [_stats([number_at(r.diag(name), "values", cat) for r in c]) for c in cells]
-            # an error bar only where there is a spread to show: none (NaN) for a model with one seed
+            # an error bar only where there is a spread to show: none (NaN) for a value of one seed
             _bar_values(ax, x - 0.2 + 0.4 * j, [s[0] if s else np.nan for s in stats], 0.4, True,
-                        one_seed=[len(c) == 1 for c in cells],
-                        yerr=[s[1] if s and len(c) > 1 else np.nan for s, c in zip(stats, cells)],
+                        one_seed=[s is not None and s[2] == 1 for s in stats],
+                        yerr=[s[1] if s else np.nan for s in stats],
                         color=[model_color(m) for m in models], edgecolor="white", linewidth=0.5, capsize=2,
                         error_kw={"lw": 0.8}, **looks[cat])
         ax.set_xticks(x, [_model_name(m) for m in models], rotation=30 if len(models) > 3 else 0)
@@ -711,7 +724,7 @@ def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | No
     seeds = [mpl().Patch(color=model_color(m), label=f"{_model_name(m)} ({seeds_text(groups, m)})") for m in models]
     _figure_legend(fig, [mpl().Patch(facecolor="grey", label="HRLI@1: last input item ranked first"),
                          mpl().Patch(facecolor="grey", alpha=0.45, hatch="///", label="HRL2I@1: second-to-last item"),
-                         *spread_handles(groups), *seeds])  # the models are named on the x axis too
+                         *spread_handles(groups, hollow=_figure_hollow(fig)), *seeds])  # models: on the x axis too
     users = _note(fig, _users(groups, name), "Shares of")
     return ReportFigure("hrli_by_model", "Last-item reliance by model (the paper's Figure 2)",
                         "For each model, the share of test users whose last input item (solid) and second-to-last "
@@ -750,7 +763,7 @@ def fig_hrli_by_frequency(runs: list[RunRecord], name: str) -> ReportFigure | No
                 share.bar(x, n / max(n.sum(), 1.0), 0.6, color="#dddddd", zorder=0)
                 shown = True
             ax.errorbar(x + 0.06 * (i - (len(models) - 1) / 2), [st[0] if st else np.nan for st in stats],
-                        yerr=[st[1] if st and len(rs) > 1 else np.nan for st in stats], color=model_color(m),
+                        yerr=[st[1] if st else np.nan for st in stats], color=model_color(m),
                         marker=model_marker(m), capsize=2, label=_model_name(m), zorder=3, elinewidth=0.8,
                         **_one_seed_face(len(rs)))
         ax.set_zorder(share.get_zorder() + 1)
@@ -1029,8 +1042,11 @@ def _zoom_on_points(ax: Any, points: list[dict[str, Any]], curve: tuple[np.ndarr
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
 
     def box(ps: list[dict[str, Any]]) -> tuple[float, float, float, float]:
-        return (min(p["x"] - p["xerr"] for p in ps), max(p["x"] + p["xerr"] for p in ps),
-                min(p["y"] - p["yerr"] for p in ps), max(p["y"] + p["yerr"] for p in ps))
+        def err(p: dict[str, Any], key: str) -> float:  # NaN: a point of one seed, drawn without an error bar
+            return float(np.nan_to_num(p[key]))
+
+        return (min(p["x"] - err(p, "xerr") for p in ps), max(p["x"] + err(p, "xerr") for p in ps),
+                min(p["y"] - err(p, "yerr") for p in ps), max(p["y"] + err(p, "yerr") for p in ps))
 
     def close(ps: list[dict[str, Any]]) -> bool:
         lo_x, hi_x, lo_y, hi_y = box(ps)
@@ -1109,7 +1125,7 @@ def fig_remedies(runs: list[RunRecord], order: list[str] | None = None) -> Repor
         ax.set_ylabel("NDCG@10 (test)")
         name = drawn_name(dataset)
         ax.set_title(name if len({b for _, b in panels}) == 1 else f"{name}: {_model_name(base)}")
-        several = any(len(points.get((dataset, m), [])) > 1 for m in labels)
+        several = any(np.isfinite(p["xerr"]) for p in drawn)  # some point of several seeds has error bars
         spread = [mpl().Line2D([], [], color="black", marker="|", markersize=8, linestyle="none",
                          label=f"error bar: {SPREAD}")] if several else []
         handles, _ = ax.get_legend_handles_labels()
