@@ -308,3 +308,32 @@ def test_echo_answer_lists_the_cells_of_each_verdict() -> None:
         "HR@10 against the others' with equally frequent last items is lower in 2 (a `sasrec`, b `duorec`); "
         "equivalent in 1 (c `sasrec`); undecided in 1. 1 cell has no stratum holding both groups (or no evidence).")
     assert echo_answer(SimpleNamespace(k=10, rows=[])).endswith("last items is not assessed.")
+
+
+def test_study_figures_draw_a_long_or_odd_data_set_name_as_the_report_figures_do() -> None:
+    """A data set named by a long path pushed the study's figures off the page (constrained layout gave up, with a
+    warning) and an escape character in a name came out as a box: the study's figures now draw names as the
+    report's do (``drawn_name``: cut around a "…", a control character as its code)."""
+    import io
+    import warnings
+    from types import SimpleNamespace as NS
+
+    from resdom.report.figures import drawn_name
+    from resdom.study.reliance_dynamics import dynamics_figure
+
+    long, odd = "/very/long/path/" * 120 + "data.csv", "a\x1bb"
+
+    def row(ds: str, label: str) -> NS:
+        return NS(dataset=ds, label=label, diff=NS(lo=-0.1, hi=0.1, estimate=0.0), crude=lambda: (0.3, 0.2),
+                  group_users=lambda: (100.0, 120.0), n_seeds=2)
+
+    cells = [NS(dataset=ds, dynamics=NS(ndcg_plateau=10, hrli_plateau=15)) for ds in (long, odd)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # constrained layout's "axes sizes collapsed to zero", a missing glyph
+        echo = echo_figure(NS(rows=[row(long, "sasrec"), row(odd, "duorec")], k=10))
+        dynamics = dynamics_figure(NS(cells=cells))
+        for fig in (echo, dynamics):
+            fig.savefig(io.BytesIO(), format="png")
+    assert [t.get_text() for t in echo.axes[0].get_yticklabels()] == \
+        [f"{drawn_name(long)} sasrec\nn=100 / 120", "a\\x1bb duorec\nn=100 / 120"]
+    assert [t.get_text() for t in dynamics.legends[0].get_texts()][:2] == [f"{drawn_name(long)} (n=1)", "a\\x1bb (n=1)"]

@@ -51,7 +51,7 @@ from resdom.report.compare import (
     set_verdicts,
     verdict_text,
 )
-from resdom.report.figures import plain_text
+from resdom.report.figures import drawn_name, plain_text
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import (
     BootstrapResult,
@@ -398,7 +398,7 @@ def echo_figure(table: EchoTable, width: float = 3.4, dpi: int = 100) -> Figure:
     for r in rows:
         ne, no = r.group_users()
         one = " (1 seed)" if r.n_seeds == 1 else ""
-        labels.append(f"{r.dataset} {r.label}{one}\nn={_n(ne)} / {_n(no)}")
+        labels.append(f"{drawn_name(r.dataset)} {drawn_name(r.label)}{one}\nn={_n(ne)} / {_n(no)}")
     ax.set_yticks(ys, labels, fontsize=6)
     ax.tick_params(axis="x", labelsize=7)
     ax.set_xlabel(f"filtered HR@{table.k}: echo − others", fontsize=7)
@@ -431,6 +431,6 @@ def echo_strata_figure(row: EchoRow, k: int = K, bins: Sequence[tuple[int, int |
     ax.set_xlabel("last item's training frequency", fontsize=7)
     ax.set_ylabel(f"filtered HR@{k}", fontsize=7)
     seeds = "1 seed" if row.n_seeds == 1 else f"{row.n_seeds} seeds, n per seed"
-    ax.legend(fontsize=6, title=f"{row.dataset} {row.label} ({seeds})", title_fontsize=6)
+    ax.legend(fontsize=6, title=f"{drawn_name(row.dataset)} {drawn_name(row.label)} ({seeds})", title_fontsize=6)
     ax.set_title(f"Filtered HR@{k} by last-item frequency stratum", fontsize=7)
     return fig

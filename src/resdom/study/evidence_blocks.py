@@ -60,7 +60,7 @@ from resdom.report.compare import (
     row_p_text,
     verdict_text,
 )
-from resdom.report.figures import ReportFigure, model_color, plain_text
+from resdom.report.figures import ReportFigure, drawn_name, model_color, plain_text
 from resdom.report.markdown import markdown_table, md_text
 from resdom.report.stats import IDENTICAL, bootstrap_proportions, wilson
 from resdom.report.tables import format_cell, format_value, mean_std, seeds_cell, seeds_text
@@ -255,7 +255,8 @@ def comparison_figure(table: ComparisonTable, width: float = 6.8, dpi: int = 100
                       fontsize=7)
         ax.tick_params(axis="x", labelsize=6.5)
     one = {key: any(r.n_seeds_other == 1 for r in rows.values()) for key, rows in by.items()}
-    axes[0].set_yticks(ys, [f"{ds} {other}" + (" (1 seed)" if one[(ds, other)] else "") for ds, other in keys],
+    axes[0].set_yticks(ys, [f"{drawn_name(ds)} {drawn_name(other)}" + (" (1 seed)" if one[(ds, other)] else "")
+                            for ds, other in keys],
                        fontsize=6)
     handles = [Line2D([], [], marker="o", ls="none", color="0.3", ms=3.5, label="higher / lower"),
                Line2D([], [], marker="D", ls="none", color="0.3", ms=3.5, label="equivalent"),

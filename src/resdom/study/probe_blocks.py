@@ -50,7 +50,7 @@ from resdom.report.compare import (
     count_tested,
     verdict_text,
 )
-from resdom.report.figures import ReportFigure, plain_text
+from resdom.report.figures import ReportFigure, drawn_name, plain_text
 from resdom.report.markdown import markdown_table
 from resdom.report.stats import pooled_interval
 from resdom.report.tables import seeds_text
@@ -351,7 +351,8 @@ def probes_figure(tables: dict[int, ComparisonTable], width: float = 6.8, dpi: i
     for q, by in lines:
         r = by[metrics[0]]
         c = r.comparison
-        labels.append(f"Q{q} {c.dataset}\n{c.other} vs {c.baseline} ({seeds_text(r.n_seeds_other)} / "
+        labels.append(f"Q{q} {drawn_name(c.dataset)}\n{drawn_name(c.other)} vs {drawn_name(c.baseline)} "
+                      f"({seeds_text(r.n_seeds_other)} / "
                       f"{seeds_text(r.n_seeds_baseline)})")
     axes[0].set_yticks(ys, labels, fontsize=6)
     axes[0].fill_between([], [], color="0.88", label="equivalence margin")

@@ -37,7 +37,7 @@ import numpy as np
 
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
-from resdom.report.figures import ReportFigure, plain_text, styled
+from resdom.report.figures import ReportFigure, drawn_name, plain_text, styled
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm
 from resdom.stored import number_at
@@ -352,7 +352,7 @@ def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -
     for i, ds in enumerate(datasets):
         mine = [g for g in groups if g.dataset == ds]
         left.scatter([max(FLOOR, g.sd_common) for g in mine], [max(FLOOR, g.sd_selected) for g in mine], s=14,
-                     color=f"C{i % 10}", alpha=0.85, lw=0, label=f"{ds} ({_count(len(mine), 'model')})")
+                     color=f"C{i % 10}", alpha=0.85, lw=0, label=f"{drawn_name(ds)} ({_count(len(mine), 'model')})")
     left.plot([FLOOR, top], [FLOOR, top], color="0.4", lw=0.8, ls="--", label="y = x")
     left.set_xscale("log")
     left.set_yscale("log")
@@ -370,7 +370,7 @@ def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -
         right.set_xlabel("epoch", fontsize=7)
         right.set_ylabel("monitored HRLI@1", fontsize=7)
         right.legend(fontsize=5.5, loc="best")
-        right.set_title(f"{g.scope}: where each seed stopped", fontsize=7)
+        right.set_title(f"{drawn_name(g.dataset)} / {drawn_name(g.label)}: where each seed stopped", fontsize=7)
     for ax in (left, right):
         ax.tick_params(labelsize=7)
     fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncol=5, fontsize=5.5)
