@@ -342,3 +342,21 @@ def test_the_long_patience_sentence_sets_the_long_run_beside_its_base() -> None:
         in text
     alone = long_patience_sentence(dynamics_table(long, n_boot=50))
     assert "`sasrec` at the store's patience" not in alone and alone.endswith(".")
+
+
+def test_data_sets_of_the_scatter_differ_without_their_colour() -> None:
+    """The plateau scatter told data sets apart by colour alone (every point a dot): unreadable to a reader who
+    cannot tell the colours apart, and an 11th data set took the 1st one's colour. Each data set now has its own
+    (colour, marker) pair, in the legend too."""
+    from types import SimpleNamespace as NS
+
+    from matplotlib.colors import to_hex
+
+    cells = [NS(dataset=f"set{i:02d}", dynamics=NS(ndcg_plateau=10 + i, hrli_plateau=15)) for i in range(11)]
+    fig = dynamics_figure(NS(cells=cells))
+    looks = []
+    for c in fig.axes[0].collections:
+        marker = c.get_paths()[0].vertices.round(3).tobytes()  # the marker's shape
+        looks.append((to_hex(c.get_facecolor()[0]), marker))
+    assert len(looks) == 11 and len(set(looks)) == 11
+    assert len({m for _, m in looks[:7]}) == 7  # markers differ on their own, not only the pairs

@@ -222,6 +222,11 @@ def test_the_figure(tmp_path: Path) -> None:
     assert fig is not None and fig.key == "seed_spread" and fig.key in STUDY_FIGURE_KEYS
     left, right = fig.figure.axes
     assert left.get_xscale() == "log" and right.get_title() == "a / sasrec: where each seed stopped"
+    # each seed's curve and kept epoch differ from the others' without their colour: a line style, a marker
+    curves = [line for line in right.get_lines() if line.get_label().startswith("seed ")]
+    kept = [line for line in right.get_lines() if line.get_linestyle() == "None"]
+    assert len(curves) == len(kept) == 3
+    assert len({line.get_linestyle() for line in curves}) == 3 and len({line.get_marker() for line in kept}) == 3
     assert len(fig.png_bytes()) < 300_000
     assert "seed_spread" in [f.key for f in study_figures(runs)]
     assert "seed_spread" not in [f.key for f in all_figures(runs)]  # the generic report draws no study figure

@@ -105,6 +105,18 @@ ONE_SEED_LOOK: dict[str, Any] = {"marker": "o", "markersize": 3.5, "markerfaceco
 ONE_SEED_FACE: dict[str, Any] = {"markerfacecolor": "white"}
 
 
+# the study's scatter plots and seed curves: one (colour, marker) per data set or seed, so that points and lines stay
+# apart without their colour (a reader who cannot tell them, a grey print) and an 11th data set does not take the
+# first one's look (10 colours, 7 markers: the pair repeats after 70)
+SERIES_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+SERIES_STYLES = ("-", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))  # not "--": the study's reference lines are dashed
+
+
+def series_look(i: int) -> dict[str, Any]:
+    """The colour and marker of the ``i``-th data set or seed of a study figure (``SERIES_MARKERS``)."""
+    return {"color": f"C{i % 10}", "marker": SERIES_MARKERS[i % len(SERIES_MARKERS)]}
+
+
 def model_color(model: str) -> str:
     """The model's fixed colour; unknown models get a stable colour from their name."""
     if model in MODEL_COLORS:

@@ -48,7 +48,7 @@ import numpy as np
 from resdom.errors import ResdomError
 from resdom.experiments import CAUSAL_MODELS, TRAINING_VARIANTS
 from resdom.report.collect import RunRecord
-from resdom.report.figures import ReportFigure, drawn_name, plain_text, styled
+from resdom.report.figures import ReportFigure, drawn_name, plain_text, series_look, styled
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm, paired_seed_test, wilson
 from resdom.study.dynamics import Dynamics, cell_dynamics
@@ -430,8 +430,8 @@ def dynamics_markdown(table: DynamicsTable) -> str:
 @plain_text
 def dynamics_figure(table: DynamicsTable, width: float = 3.4, dpi: int = 100) -> Figure:
     """Scatter of the NDCG@10 plateau epoch (x) against the HRLI@1 plateau epoch (y), one point per cell, one
-    colour per data set (n cells in the legend), the line y = x. Points sharing an epoch pair are spread by up to
-    ±1.2 epochs (the epochs are multiples of the monitor interval). Not saved here."""
+    colour and marker per data set (``series_look``; n cells in the legend), the line y = x. Points sharing an epoch
+    pair are spread by up to ±1.2 epochs (the epochs are multiples of the monitor interval). Not saved here."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, width * 1.3), dpi=dpi, layout="constrained")
@@ -450,7 +450,7 @@ def dynamics_figure(table: DynamicsTable, width: float = 3.4, dpi: int = 100) ->
             xs.append(key[0] + r * np.cos(angle))
             ys.append(key[1] + r * np.sin(angle))
             top = max(top, *key)
-        ax.scatter(xs, ys, s=12, color=f"C{i % 10}", alpha=0.8, lw=0, label=f"{drawn_name(ds)} (n={len(xs)})")
+        ax.scatter(xs, ys, s=12, **series_look(i), alpha=0.8, lw=0, label=f"{drawn_name(ds)} (n={len(xs)})")
     lim = top + 5
     ax.plot([0, lim], [0, lim], color="0.4", lw=0.8, ls="--", label="y = x")
     ax.set_xlim(0, lim)

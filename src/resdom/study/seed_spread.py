@@ -37,7 +37,7 @@ import numpy as np
 
 from resdom.experiments import CAUSAL_MODELS
 from resdom.report.collect import RunRecord
-from resdom.report.figures import ReportFigure, drawn_name, plain_text, styled
+from resdom.report.figures import SERIES_STYLES, ReportFigure, drawn_name, plain_text, series_look, styled
 from resdom.report.markdown import markdown_lines
 from resdom.report.stats import holm
 from resdom.stored import number_at
@@ -341,8 +341,9 @@ def seed_spread_block(runs: Sequence[RunRecord], models: Sequence[str] = CAUSAL_
 @plain_text
 def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -> Figure:
     """Left: per group, SD at the common epoch (x) against SD at the selected epochs (y), log scales (values below
-    ``FLOOR`` drawn at it), one colour per data set, the line y = x. Right: the ``widest`` group, each seed's
-    monitored HRLI@1 against the epoch, its selected epoch marked, the common epoch dashed. Not saved here."""
+    ``FLOOR`` drawn at it), one colour and marker per data set (``series_look``), the line y = x. Right: the
+    ``widest`` group, each seed's monitored HRLI@1 against the epoch (a colour and line style each), its selected
+    epoch marked (the seed's marker), the common epoch dashed. Not saved here."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, width * 0.55), dpi=dpi, layout="constrained")
@@ -352,7 +353,7 @@ def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -
     for i, ds in enumerate(datasets):
         mine = [g for g in groups if g.dataset == ds]
         left.scatter([max(FLOOR, g.sd_common) for g in mine], [max(FLOOR, g.sd_selected) for g in mine], s=14,
-                     color=f"C{i % 10}", alpha=0.85, lw=0, label=f"{drawn_name(ds)} ({_count(len(mine), 'model')})")
+                     **series_look(i), alpha=0.85, lw=0, label=f"{drawn_name(ds)} ({_count(len(mine), 'model')})")
     left.plot([FLOOR, top], [FLOOR, top], color="0.4", lw=0.8, ls="--", label="y = x")
     left.set_xscale("log")
     left.set_yscale("log")
@@ -364,8 +365,10 @@ def spread_figure(groups: Sequence[Group], width: float = 6.8, dpi: int = 100) -
     if groups:
         g = widest(groups)
         for j, c in enumerate(g.cells):
-            right.plot(c.epochs, c.hrli, color=f"C{j % 10}", lw=1, label=f"seed {c.seed} (kept {c.best_epoch})")
-            right.plot([c.best_epoch], [c.at(c.best_epoch)], "o", color=f"C{j % 10}", ms=5)
+            look = series_look(j)
+            right.plot(c.epochs, c.hrli, color=look["color"], ls=SERIES_STYLES[j % len(SERIES_STYLES)], lw=1,
+                       label=f"seed {c.seed} (kept {c.best_epoch})")
+            right.plot([c.best_epoch], [c.at(c.best_epoch)], ls="none", ms=5, **look)
         right.axvline(g.common_epoch, color="0.4", lw=0.8, ls="--", label=f"common epoch {g.common_epoch:.1f}")
         right.set_xlabel("epoch", fontsize=7)
         right.set_ylabel("monitored HRLI@1", fontsize=7)
