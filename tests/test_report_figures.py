@@ -634,3 +634,26 @@ def test_a_value_only_one_seed_holds_gets_no_error_bar_but_the_one_seed_mark() -
         return [len(s) for lines in point.lines[2] for s in lines.get_segments()]
 
     assert drawn(points["sasrec (n=2)"]) == [2, 2] and drawn(points["sasrec-res0.5 (n=1)"]) == [0, 0]
+
+
+def test_an_alpha_curve_only_one_seed_holds_is_drawn_as_one_seed() -> None:
+    """Of two seeds only one holds HR@10 in its alpha sweep: the accuracy curve rests on that seed, so it takes the
+    hollow one-seed markers (with their legend entry) and no band, as a group of one seed does; it had filled
+    markers and a band of zero width, as if two seeds agreed exactly. The curve both seeds hold keeps its band."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import fig_alpha_accuracy, fig_alpha_hrli
+
+    def rows(seed: int) -> list:
+        return [{"alpha": a, "HRLI@1": 0.1 * seed + a / 2, **({"HR@10": 0.1 + a / 10} if seed == 1 else {})}
+                for a in (0.0, 0.5, 1.0)]
+
+    runs = [RunRecord(Path(f"/x/d/sasrec/seed{seed}"), "d", "sasrec", seed, "gts",
+                      diagnostics={"alpha": {"n_users": 10, "rows": rows(seed)}}) for seed in (1, 2)]
+    accuracy = fig_alpha_accuracy(runs, "alpha").figure
+    (line,) = accuracy.axes[0].get_lines()
+    assert list(line.get_ydata()) == pytest.approx([0.1, 0.15, 0.2]) and line.get_markerfacecolor() == "white"
+    assert not accuracy.axes[0].collections  # no band
+    legend = [t.get_text() for t in accuracy.legends[0].get_texts()]
+    assert "hollow: one seed, no spread" in legend and "SASRec (n=2)" in legend
+    hrli = fig_alpha_hrli(runs, "alpha").figure
+    assert hrli.axes[0].get_lines()[0].get_markerfacecolor() != "white" and len(hrli.axes[0].collections) == 1

@@ -320,8 +320,9 @@ def _one_seed_face(n_seeds: int) -> dict[str, Any]:
 
 
 def _figure_hollow(fig: Figure) -> bool:
-    """Whether some bar of ``fig`` carries the one-seed mark (``_bar_values``)."""
-    return any(getattr(ax, "resdom_hollow", False) for ax in fig.axes)
+    """Whether some bar or line point of ``fig`` carries the hollow one-seed mark (``ONE_SEED_LOOK`` over a bar,
+    ``ONE_SEED_FACE`` on a line)."""
+    return any(line.get_markerfacecolor() == "white" for ax in fig.axes for line in ax.get_lines())
 
 
 def _one_seed_handle() -> Line2D:
@@ -440,8 +441,7 @@ def _bar_values(ax: Any, x: Any, means: list[float], width: float, log: bool, on
     xs = np.broadcast_to(x, np.shape(heights))
     marked = [(xi, h) for xi, h, f in zip(xs, heights, flags) if f and np.isfinite(h)]
     if marked:
-        ax.plot(*zip(*marked), **ONE_SEED_LOOK, zorder=4)
-        ax.resdom_hollow = True  # the legend explains the mark (_figure_hollow)
+        ax.plot(*zip(*marked), **ONE_SEED_LOOK, zorder=4)  # the legend explains the mark (_figure_hollow)
     return container
 
 
@@ -532,8 +532,10 @@ def _alpha_rows(name: str) -> Callable[[RunRecord], list[dict[str, Any]]]:
 
 
 def _curve_stats(runs: list[RunRecord], rows_of: Callable[[RunRecord], list[dict[str, Any]]],
-                 value: Callable[[dict[str, Any]], float | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Mean and std over runs of ``value(row)`` at each alpha that every run has."""
+                 value: Callable[[dict[str, Any]], float | None]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """(alphas, mean, std, n): mean and std over the ``n`` runs that hold ``value(row)`` (a run without it is left
+    out), at each alpha that every one of them has."""
     per_run = []
     for r in runs:
         d = {round(float(row["alpha"]), 6): value(row) for row in rows_of(r)}
@@ -546,7 +548,7 @@ def _curve_stats(runs: list[RunRecord], rows_of: Callable[[RunRecord], list[dict
         return None
     vals = np.array([[d[a] for a in alphas] for d in per_run], dtype=float)
     std = vals.std(axis=0, ddof=1) if len(vals) > 1 else np.zeros(len(alphas))
-    return np.array(alphas), vals.mean(axis=0), std
+    return np.array(alphas), vals.mean(axis=0), std, len(vals)
 
 
 def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], datasets: list[str],
@@ -559,12 +561,12 @@ def _line_panel(ax: Any, groups: dict[tuple[str, str], list[RunRecord]], dataset
         stats = _curve_stats(rs, rows_of, value)
         if stats is None:
             continue
-        a, mean, std = stats
+        a, mean, std, seeds = stats  # seeds: the runs that hold the values (hollow markers and no band for one)
         style = DATASET_STYLES[datasets.index(dataset) % len(DATASET_STYLES)]
         ax.plot(a, mean, style, color=model_color(model), marker=model_marker(model), **_line_looks(drawn, n),
-                **_one_seed_face(len(rs)))
+                **_one_seed_face(seeds))
         drawn += 1
-        if len(rs) > 1:
+        if seeds > 1:
             ax.fill_between(a, np.clip(mean - std, 0.0, 1.0), np.clip(mean + std, 0.0, 1.0), color=model_color(model),
                             alpha=0.15, linewidth=0)
     ax.set_xlabel("residual scale α")
@@ -600,7 +602,8 @@ def _curves_by_dataset(groups: dict[tuple[str, str], list[RunRecord]],
         _line_panel(ax, {k: v for k, v in groups.items() if k[0] == dataset}, [dataset], rows_of, quantity[1],
                     quantity[0])
         ax.set_title(drawn_name(dataset))
-    _model_legend(fig, models, spread_handles(groups, "band") + (extra or []), markers=True, groups=groups)
+    _model_legend(fig, models, spread_handles(groups, "band", hollow=_figure_hollow(fig)) + (extra or []),
+                  markers=True, groups=groups)
     return fig
 
 
@@ -651,8 +654,8 @@ def fig_alpha_sweep(runs: list[RunRecord], name: str) -> ReportFigure | None:
     for ax, (label, value) in zip(axes[0], ALPHA_QUANTITIES.values()):
         _line_panel(ax, groups, datasets, rows_of, value, label)
         ax.set_title(label)
-    _model_legend(fig, models, _dataset_handles(datasets) + spread_handles(groups, "band"), markers=True,
-                  groups=groups)
+    _model_legend(fig, models, _dataset_handles(datasets) + spread_handles(groups, "band", hollow=_figure_hollow(fig)),
+                  markers=True, groups=groups)
     users = _note(fig, _users(groups, name), "Each point rests on")
     return ReportFigure("alpha_sweep", "Residual scaling sweep",
                         "The mixing ratio at +Res, HRLI@1 and test HR@10 against the residual scale α applied at "
