@@ -657,3 +657,28 @@ def test_an_alpha_curve_only_one_seed_holds_is_drawn_as_one_seed() -> None:
     assert "hollow: one seed, no spread" in legend and "SASRec (n=2)" in legend
     hrli = fig_alpha_hrli(runs, "alpha").figure
     assert hrli.axes[0].get_lines()[0].get_markerfacecolor() != "white" and len(hrli.axes[0].collections) == 1
+
+
+def test_a_seed_whose_diagnostic_holds_no_number_is_not_counted_in_n() -> None:
+    """A seed's hrli / shuffle / mixing file without a number (``"values": {}``) counted in the legend's n, n=3
+    beside bars that average 2 seeds, and a result without any drew empty panels; the seeds counted are now those
+    with a number the figure draws, and nothing to draw is no figure (``Diagnosis.plot``: "holds nothing to plot")."""
+    from resdom.errors import ResdomError
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import fig_hrli, fig_mixing_stages, fig_reliance_by_model, fig_shuffle, result_figure
+
+    def run(seed: int, full: bool) -> RunRecord:
+        return RunRecord(Path(f"/x/d/sasrec/seed{seed}"), "d", "sasrec", seed, "gts", diagnostics={
+            "hrli": {"n_users": 100, "values": {"HRLI@1": 0.4, "HRL2I@1": 0.01} if full else {}},
+            "shuffle": {"n_users": 100, "original": {"NDCG@10": 0.05} if full else {}},
+            "mixing": {"n_users": 100, "pooled": {"all": {"Attn": 0.5, "+Res": 0.1}} if full else {}}})
+
+    runs = [run(1, True), run(2, True), run(3, False)]
+    for build, name in ((fig_hrli, "hrli"), (fig_reliance_by_model, "hrli"), (fig_shuffle, "shuffle"),
+                        (fig_mixing_stages, "mixing")):
+        legend = [t.get_text() for t in build(runs, name).figure.legends[0].get_texts()]
+        assert "SASRec (n=2)" in legend, (name, legend)
+        assert build(runs[2:], name) is None
+    for name in ("hrli", "shuffle", "mixing"):
+        with pytest.raises(ResdomError, match="holds nothing to plot"):
+            result_figure(name, runs[2].diagnostics[name])

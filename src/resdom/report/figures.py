@@ -496,7 +496,7 @@ def _bar_panels(groups: dict[tuple[str, str], list[RunRecord]], categories: list
 @styled
 def fig_mixing_stages(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Mixing ratio (pooled over layers) per stage: bars = all positions, black diamonds = last position."""
-    groups = groups_with(runs, lambda r: r.diag(name))
+    groups = groups_with(runs, lambda r: any(number_at(r.diag(name), "pooled", "all", s) is not None for s in STAGES))
     if not groups:
         return None
     stages = [s for s in STAGES if any(s in r.diag(name).get("stages", STAGES[:2]) for v in groups.values()
@@ -666,17 +666,17 @@ def fig_alpha_sweep(runs: list[RunRecord], name: str) -> ReportFigure | None:
 @styled
 def fig_shuffle(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Bars of test NDCG@10 for the original / keep_last / full input orders, per data set."""
-    groups = groups_with(runs, lambda r: r.diag(name))
-    if not groups:
-        return None
-
     def value(r: RunRecord, cat: str) -> float | None:
         sh = r.diag(name)
         if cat == "original":
             return number_at(sh, "original", "NDCG@10")
         return number_at(sh, "perturbations", cat, "metrics", "NDCG@10")
 
-    fig = _bar_panels(groups, ["original", "keep_last", "full"], value, "input order at inference", "test NDCG@10")
+    orders = ["original", "keep_last", "full"]
+    groups = groups_with(runs, lambda r: any(value(r, c) is not None for c in orders))  # the seeds with a number
+    if not groups:
+        return None
+    fig = _bar_panels(groups, orders, value, "input order at inference", "test NDCG@10")
     users = _note(fig, _users(groups, name), "Each bar rests on")
     return ReportFigure("shuffle", "Position shuffle: test NDCG@10",
                         "Test NDCG@10 (mean over seeds) with the original input order, with all items but the last "
@@ -687,10 +687,11 @@ def fig_shuffle(runs: list[RunRecord], name: str) -> ReportFigure | None:
 @styled
 def fig_hrli(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """Bars of HRLI@1, HRL2I@1, HRLI@10, HRL2I@10 per data set, on a log axis (HRL2I is often 100 times smaller)."""
-    groups = groups_with(runs, lambda r: r.diag(name))
+    rates = ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"]
+    groups = groups_with(runs, lambda r: any(number_at(r.diag(name), "values", c) is not None for c in rates))
     if not groups:
         return None
-    fig = _bar_panels(groups, ["HRLI@1", "HRL2I@1", "HRLI@10", "HRL2I@10"],
+    fig = _bar_panels(groups, rates,
                       lambda r, c: number_at(r.diag(name), "values", c), "rate (unfiltered top-K)",
                       "share of test users (log)", log=True,
                       decorate=lambda ax, dataset, models: ax.tick_params(axis="x", labelrotation=30))
@@ -706,12 +707,12 @@ def fig_hrli(runs: list[RunRecord], name: str) -> ReportFigure | None:
 def fig_reliance_by_model(runs: list[RunRecord], name: str) -> ReportFigure | None:
     """The paper's Figure 2: HRLI@1 and HRL2I@1 side by side for each model (groups), one panel per data set
     holding the models that ran on it (a model keeps its colour in every panel), on a log axis."""
-    groups = groups_with(runs, lambda r: r.diag(name))
+    cats = ["HRLI@1", "HRL2I@1"]
+    groups = groups_with(runs, lambda r: any(number_at(r.diag(name), "values", c) is not None for c in cats))
     if not groups:
         return None
     datasets = _datasets(groups)
     ran = {d: _models({k: v for k, v in groups.items() if k[0] == d}) for d in datasets}  # each set's models
-    cats = ["HRLI@1", "HRL2I@1"]
     looks = {"HRLI@1": {}, "HRL2I@1": {"alpha": 0.45, "hatch": "///"}}
     fig, axes = _new_figure(len(datasets))
     for ax, dataset in zip(axes[0], datasets):
