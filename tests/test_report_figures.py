@@ -682,3 +682,20 @@ def test_a_seed_whose_diagnostic_holds_no_number_is_not_counted_in_n() -> None:
     for name in ("hrli", "shuffle", "mixing"):
         with pytest.raises(ResdomError, match="holds nothing to plot"):
             result_figure(name, runs[2].diagnostics[name])
+
+
+def test_a_monitor_curve_only_one_seed_holds_says_what_its_hollow_markers_mean() -> None:
+    """Of two seeds only one's training monitor recorded HRL2I@1: its curve rests on that seed and is drawn with
+    hollow markers, which the legend did not explain (it explained them only for a model of one seed)."""
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import fig_reliance_curve
+
+    def run(seed: int) -> RunRecord:
+        monitor = {"n_users": 50, "HRLI@1": 0.2, **({"HRL2I@1": 0.01} if seed == 1 else {})}
+        return RunRecord(Path(f"/x/d/sasrec/seed{seed}"), "d", "sasrec", seed, "gts",
+                         curve=[{"epoch": e, "monitor": monitor} for e in (2, 4)])
+
+    fig = fig_reliance_curve([run(1), run(2)]).figure
+    faces = {line.get_linestyle(): line.get_markerfacecolor() for line in fig.axes[0].get_lines()}
+    assert faces["--"] == "white" and faces["-"] != "white"  # HRL2I@1 (dashed) rests on one seed, HRLI@1 on two
+    assert "hollow: one seed, no spread" in [t.get_text() for t in fig.legends[0].get_texts()]

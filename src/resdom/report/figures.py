@@ -871,7 +871,8 @@ def fig_reliance_curve(runs: list[RunRecord]) -> ReportFigure | None:
              mpl().Line2D([], [], color="grey", linestyle="--", label="HRL2I@1: second-to-last item")]
     if 2 in drawn:
         extra.append(mpl().Line2D([], [], color="grey", linestyle=":", label="HRLI@1 over last items seen in training"))
-    _model_legend(fig, _models(groups), extra + spread_handles(groups, "none"), markers=True, groups=groups)
+    _model_legend(fig, _models(groups), extra + spread_handles(groups, "none", hollow=_figure_hollow(fig)),
+                  markers=True, groups=groups)
     users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
     return ReportFigure("reliance_curve", "Last-item reliance during training: HRLI@1 and HRL2I@1",
                         "HRLI@1 (solid) and HRL2I@1 (dashed) of the current model on a fixed validation subsample, "
@@ -891,7 +892,8 @@ def fig_mixing_curve(runs: list[RunRecord]) -> ReportFigure | None:
         return None
     fig, _ = _epoch_figure(groups, [(lambda row: number_at(row, "mixing_last", "+Res"), {})],
                            "mixing ratio at +Res (last)", log=False)
-    _model_legend(fig, _models(groups), spread_handles(groups, "none"), markers=True, groups=groups)
+    _model_legend(fig, _models(groups), spread_handles(groups, "none", hollow=_figure_hollow(fig)), markers=True,
+                  groups=groups)
     users = _note(fig, _monitor_users(groups), "Each point rests on", split="validation")
     return ReportFigure("mixing_curve", "Residual dominance during training: mixing ratio at +Res",
                         "The mixing ratio at +Res at the last position (pooled over layers) of the current model on "
