@@ -699,3 +699,25 @@ def test_a_monitor_curve_only_one_seed_holds_says_what_its_hollow_markers_mean()
     faces = {line.get_linestyle(): line.get_markerfacecolor() for line in fig.axes[0].get_lines()}
     assert faces["--"] == "white" and faces["-"] != "white"  # HRL2I@1 (dashed) rests on one seed, HRLI@1 on two
     assert "hollow: one seed, no spread" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_thirty_models_in_one_panel_leave_the_panel_room() -> None:
+    """A report of 30 models on one data set: the legend (a row per model or two) squeezed the panel to nothing
+    (constrained layout gave up, with a warning, and the bars were drawn over the legend); the figure now grows
+    with its legend's rows, and a figure of usual legend keeps its height."""
+    import warnings
+
+    from resdom.report.collect import RunRecord
+    from resdom.report.figures import PANEL_HEIGHT, fig_hrli, fig_reliance_by_model, fig_shuffle
+
+    runs = [RunRecord(Path(f"/x/d/m{i}/seed1"), "d", f"model-number-{i:02d}", 1, "gts", diagnostics={
+        "hrli": {"n_users": 10, "values": {"HRLI@1": 0.1 + i / 100, "HRL2I@1": 0.01}},
+        "shuffle": {"n_users": 10, "original": {"NDCG@10": 0.1}}}) for i in range(30)]
+    for build, name in ((fig_hrli, "hrli"), (fig_reliance_by_model, "hrli"), (fig_shuffle, "shuffle")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "constrained_layout not applied because axes sizes collapsed to zero"
+            fig = build(runs, name)
+            fig.png_bytes()
+        (ax,) = fig.figure.axes
+        assert ax.get_position().height * fig.figure.get_figheight() > 1.0, name  # inches of panel
+    assert fig_hrli(runs[:2], "hrli").figure.get_figheight() == pytest.approx(PANEL_HEIGHT + 0.5)

@@ -347,11 +347,21 @@ def _model_legend(fig: Figure, models: list[str], extra: list[Any] | None = None
     _figure_legend(fig, handles + (extra or []))
 
 
+LEGEND_ROWS = 6  # the most legend rows a figure of its usual height (``_new_figure``) holds beside its panels
+LEGEND_ROW = 0.16  # inches: a row of the legend at STYLE's legend font size (about 0.155 drawn)
+LEGEND_ROOM = 2  # the legend rows that the usual height is made for
+
+
 def _figure_legend(fig: Figure, handles: list[Any]) -> None:
-    """The legend above the panels, in as many columns as its longest entry lets fit the figure's width."""
+    """The legend above the panels, in as many columns as its longest entry lets fit the figure's width; the figure
+    grows by each row beyond ``LEGEND_ROOM`` where there are more than ``LEGEND_ROWS`` (thirty models in one panel's
+    legend squeezed the panels to nothing: constrained layout gave up, with a warning)."""
     longest = max((len(h.get_label()) for h in handles), default=1)
     entry = 0.45 + 0.052 * longest  # inches: the key, the gap and the label at STYLE's legend font size
     ncol = max(1, min(len(handles), int(fig.get_figwidth() // entry)))
+    rows = -(-len(handles) // ncol)
+    if rows > LEGEND_ROWS:
+        fig.set_figheight(fig.get_figheight() + LEGEND_ROW * (rows - LEGEND_ROOM))
     fig.legend(handles=handles, loc="outside upper center", ncol=ncol, frameon=False)
 
 
