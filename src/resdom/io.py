@@ -118,14 +118,20 @@ def not_a_file_to_replace(path: str | Path) -> str | None:
     return None
 
 
+def refuse_unreplaceable(path: Path) -> None:
+    """A ResdomError where ``path`` is no file to replace by a rename (``not_a_file_to_replace``), before anything
+    is written: the one check of ``atomic_write_files`` and ``atomic_stream``."""
+    if (why := not_a_file_to_replace(path)) is not None:
+        raise ResdomError(f"{path}: {why}; resdom writes each output whole, as a new file renamed into place, "
+                          "which would replace it; give a file name")
+
+
 def atomic_write_files(files: dict[Path, bytes]) -> None:
     """``atomic_write_bytes`` for files that belong together (weights and their sidecar): every temporary file is
     written before the first rename, so a full disk leaves all of them as they were. A path that is no file to
     replace (``not_a_file_to_replace``) is a ResdomError before anything is written."""
     for path in files:
-        if (why := not_a_file_to_replace(path)) is not None:
-            raise ResdomError(f"{path}: {why}; resdom writes each output whole, as a new file renamed into place, "
-                              "which would replace it; give a file name")
+        refuse_unreplaceable(path)
     done: dict[Path, str] = {}
     made: list[Path] = []  # the folders made for the files, outermost first: removed again where the write fails
     renamed = False
@@ -178,9 +184,7 @@ def atomic_stream(path: str | Path) -> Iterator[BinaryIO]:
     error; an error or Ctrl-C in the block removes it and leaves ``path`` as it was, and a full disk is a
     ResdomError naming ``path``. Memory: what the caller holds of one piece, not the whole file."""
     path = Path(path)
-    if (why := not_a_file_to_replace(path)) is not None:
-        raise ResdomError(f"{path}: {why}; resdom writes each output whole, as a new file renamed into place, "
-                          "which would replace it; give a file name")
+    refuse_unreplaceable(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
