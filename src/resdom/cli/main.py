@@ -327,7 +327,7 @@ def one_process_only(args: list[str]) -> str | None:
         return None
     if world <= 1:
         return None
-    command = command_words(args) if words[0] in ("data", "config") else words[0]
+    command = command_words(args)
     launched = ", ".join(sorted(LAUNCHED - {"version"}))
     return (f"resdom {command} runs in one process (WORLD_SIZE={world}: each process would do it all again and write "
             f"the same files); run it once, without torchrun (the commands that run under it: {launched})")
